@@ -1,0 +1,111 @@
+"""Python operators and methods of Tensor, each forwarding to a function in ``ops``.
+
+Kept apart from ``tensor.py`` so that file shows what a tensor *is*; this one lists what it
+can *do*. ``x + y`` is ``ops.add(x, y)``, ``x.sum(axis=0)`` is ``ops.sum(x, axis=0)``.
+"""
+
+from . import ops
+from .tensor import Tensor, tensor
+
+_NUMBER = (int, float, bool)
+
+
+def _operands(a, b):
+    """Make ``b`` (a Tensor, number or array-like) fit ``a`` for an arithmetic op.
+
+    Python numbers stay constants (NumPy keeps the tensor's dtype for them). Integer data
+    meeting float data becomes float of that precision, as in PyTorch (NumPy would turn
+    int64 + float32 into float64).
+    """
+    if isinstance(b, _NUMBER):
+        if isinstance(b, float) and a.data.dtype.kind != "f":
+            a = _as_float(a, None)
+        return a, b
+    if not isinstance(b, Tensor):
+        b = tensor(b, device=a.device, dtype=a.dtype if a.dtype.kind == "f" else None)
+    ka, kb = a.data.dtype.kind, b.data.dtype.kind
+    if ka == "f" and kb != "f":
+        b = _as_float(b, a.dtype)
+    elif kb == "f" and ka != "f":
+        a = _as_float(a, b.dtype)
+    return a, b
+
+
+def _as_float(t, dtype):
+    return Tensor._make(t.data.astype(dtype or "float32"), t._backend, None)
+
+
+def _binary(fn):
+    def method(self, other):
+        a, b = _operands(self, other)
+        return fn(a, b)
+
+    def reflected(self, other):
+        a, b = _operands(self, other)
+        return fn(b, a)
+
+    return method, reflected
+
+
+Tensor.__add__, Tensor.__radd__ = _binary(ops.add)
+Tensor.__sub__, Tensor.__rsub__ = _binary(ops.sub)
+Tensor.__mul__, Tensor.__rmul__ = _binary(ops.mul)
+Tensor.__truediv__, Tensor.__rtruediv__ = _binary(ops.div)
+Tensor.__pow__, Tensor.__rpow__ = _binary(ops.pow)
+Tensor.__matmul__, Tensor.__rmatmul__ = _binary(ops.matmul)
+Tensor.__neg__ = ops.neg
+Tensor.__getitem__ = ops.getitem
+
+
+def _comparison(name):
+    """Comparisons give bool tensors outside the graph: they have no useful derivative."""
+
+    def method(self, other):
+        a, b = _operands(self, other)
+        b = b.data if isinstance(b, Tensor) else b
+        return Tensor._make(getattr(a.data, name)(b), a._backend, None)
+
+    return method
+
+
+for _name in ("__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__"):
+    setattr(Tensor, _name, _comparison(_name))
+
+
+def _logical(name):
+    def method(self, other):
+        b = other.data if isinstance(other, Tensor) else other
+        return Tensor._make(getattr(self.data, name)(b), self._backend, None)
+
+    return method
+
+
+Tensor.__and__ = _logical("__and__")
+Tensor.__or__ = _logical("__or__")
+Tensor.__xor__ = _logical("__xor__")
+Tensor.__invert__ = lambda self: Tensor._make(~self.data, self._backend, None)
+
+
+def _any(self, axis=None):
+    return Tensor._make(self.data.any(axis=axis), self._backend, None)
+
+
+def _all(self, axis=None):
+    return Tensor._make(self.data.all(axis=axis), self._backend, None)
+
+
+Tensor.any, Tensor.all = _any, _all
+
+# -- methods that are plain ops ---------------------------------------------------------------
+Tensor.add, Tensor.sub, Tensor.mul = Tensor.__add__, Tensor.__sub__, Tensor.__mul__
+Tensor.div, Tensor.pow, Tensor.matmul = Tensor.__truediv__, Tensor.__pow__, Tensor.__matmul__
+for _name in (
+    "neg", "exp", "log", "sqrt", "tanh", "sigmoid",
+    "relu", "gelu", "abs", "clip", "clamp", "sum", "mean", "max", "min", "var", "argmax", "argmin",
+    "reshape", "flatten", "permute", "transpose", "swapaxes", "broadcast_to", "expand", "squeeze",
+    "unsqueeze", "softmax", "log_softmax", "masked_fill", "split",
+):
+    setattr(Tensor, _name, getattr(ops, _name))
+
+Tensor.view = ops.reshape
+Tensor.T = property(lambda self: ops.permute(self, tuple(reversed(range(self.ndim)))))

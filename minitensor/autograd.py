@@ -1,0 +1,223 @@
+"""Reverse-mode automatic differentiation: ``Function`` and the backward pass.
+
+Every differentiable operation is a subclass of ``Function`` with two static methods side
+by side, as in PyTorch::
+
+    class Mul(Function):
+        @staticmethod
+        def forward(ctx, a, b):          # backend arrays in, a backend array out
+            ctx.save_for_backward(a, b)
+            return a * b
+
+        @staticmethod
+        def backward(ctx, grad):         # dL/dout in, (dL/da, dL/db) out
+            a, b = ctx.saved
+            return grad * b, grad * a
+
+``Mul.apply(x, y)`` unwraps the Tensors, runs ``forward`` on their arrays and wraps the
+result in a new Tensor whose ``_ctx`` is the Function object itself: the node of the graph,
+holding the inputs and whatever ``forward`` saved. ``forward`` and ``backward`` work on raw
+arrays through ``ctx.xp`` (NumPy or CuPy), never on Tensors: the graph is built only by
+``apply``, so a backward pass never records a new graph (minitensor has no double backward).
+
+``backward(root)`` visits the graph in reverse topological order -- found with an explicit
+stack, so a chain of 100,000 operations needs no Python recursion -- calls each node's
+``backward`` and adds up the gradients that reach a tensor along different paths. Gradients
+of broadcast inputs are summed back to the input's shape here, once, instead of in every op.
+Afterwards the graph is freed (the saved arrays and the links to the inputs are dropped) so
+memory returns at once; ``retain_graph=True`` keeps it for a second backward.
+"""
+
+from . import grad_mode
+from .errors import DeviceError, DTypeError, GraphError, ShapeError
+from .tensor import Tensor
+
+
+class Function:
+    """Base class of differentiable operations; an instance is the ``ctx`` of one call."""
+
+    # -- what forward uses ------------------------------------------------------------
+    def save_for_backward(self, *arrays):
+        """Keep arrays that ``backward`` needs (freed after the backward pass)."""
+        self.saved = arrays
+
+    @property
+    def needs_input_grad(self):
+        """One bool per input: does that input want a gradient? Lets backward skip work."""
+        return tuple(isinstance(x, Tensor) and x.requires_grad for x in self.inputs)
+
+    # -- to be written by each operation ----------------------------------------------
+    @staticmethod
+    def forward(ctx, *args, **kwargs):
+        raise NotImplementedError
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise NotImplementedError
+
+    # -- the machinery ----------------------------------------------------------------
+    @classmethod
+    def apply(cls, *args, **kwargs):
+        """Run the op on Tensors (or Python constants) and record it in the graph."""
+        backend = None
+        dtype = None
+        requires_grad = False
+        raw = []
+        for a in args:
+            if isinstance(a, Tensor):
+                if backend is None:
+                    backend = a._backend
+                elif a._backend is not backend:
+                    raise DeviceError(
+                        f"{cls.__name__.lower()}: tensors on different devices, "
+                        f"{backend.device!r} and {a._backend.device!r}; move one with "
+                        f".to({backend.device!r}) or .to({a._backend.device!r})"
+                    )
+                d = a.data.dtype
+                if d.kind == "f":
+                    if dtype is None:
+                        dtype = d
+                    elif d is not dtype and d != dtype:
+                        raise DTypeError(
+                            f"{cls.__name__.lower()}: float tensors of different precision, "
+                            f"{dtype} and {d}, do not combine silently; convert one with "
+                            f".to(mt.{dtype}) or .to(mt.{d})"
+                        )
+                requires_grad = requires_grad or a.requires_grad
+                raw.append(a.data)
+            else:
+                raw.append(a)
+        if backend is None:
+            raise TypeError(f"{cls.__name__.lower()}: needs at least one Tensor argument")
+        ctx = cls.__new__(cls)
+        ctx.xp = backend.xp
+        ctx.backend = backend
+        try:
+            out = cls.forward(ctx, *raw, **kwargs)
+        except ValueError as e:
+            if isinstance(e, ShapeError):
+                raise
+            shapes = " and ".join(str(tuple(a.shape)) for a in args if isinstance(a, Tensor))
+            raise ShapeError(f"{cls.__name__.lower()}: shapes {shapes} do not fit: {e}") from None
+        if requires_grad and grad_mode._enabled:
+            ctx.inputs = args
+            return Tensor._make(out, backend, ctx)
+        return Tensor._make(out, backend, None)
+
+    def __repr__(self):
+        return f"<{type(self).__name__}>"
+
+
+def sum_to_shape(grad, shape):
+    """Undo broadcasting: sum ``grad`` over the axes that broadcasting added or stretched.
+
+    If z = a + b with a of shape (3, 1) and b of shape (4,), z has shape (3, 4); every a[i]
+    was used 4 times and every b[j] 3 times, so dL/da sums grad over axis 1 and dL/db over
+    axis 0.
+    """
+    if grad.shape == shape:
+        return grad
+    lead = grad.ndim - len(shape)
+    if lead > 0:
+        grad = grad.sum(axis=tuple(range(lead)))
+    stretched = tuple(i for i, n in enumerate(shape) if n == 1 and grad.shape[i] != 1)
+    if stretched:
+        grad = grad.sum(axis=stretched, keepdims=True)
+    return grad.reshape(shape)
+
+
+def _topological_order(root):
+    """Tensors reachable from ``root`` that need a gradient, each after all its inputs.
+
+    Depth-first post-order with an explicit stack: a tensor is appended when its second
+    stack entry (``expanded=True``) comes up, i.e. after everything it was computed from.
+    """
+    order = []
+    visited = set()
+    stack = [(root, False)]
+    while stack:
+        t, expanded = stack.pop()
+        if expanded:
+            order.append(t)
+            continue
+        if id(t) in visited:
+            continue
+        visited.add(id(t))
+        stack.append((t, True))
+        ctx = t._ctx
+        if ctx is None:
+            continue
+        inputs = ctx.__dict__.get("inputs")
+        if inputs is None:
+            raise GraphError(
+                f"backward through a freed graph: the graph through {type(ctx).__name__} was "
+                "freed by an earlier backward(); pass retain_graph=True to the first "
+                "backward() to run backward twice, or recompute the forward pass"
+            )
+        for p in inputs:
+            if isinstance(p, Tensor) and p.requires_grad and id(p) not in visited:
+                stack.append((p, False))
+    return order
+
+
+def backward(root, grad=None, retain_graph=False):
+    """Accumulate d(root)/d(leaf) into ``leaf.grad`` for every leaf that requires grad."""
+    if not root.requires_grad:
+        raise GraphError(
+            "backward: this tensor does not require grad and has no graph (create the inputs "
+            "with requires_grad=True, and do not compute it under mt.no_grad())"
+        )
+    xp = root._backend.xp
+    if grad is None:
+        if root.data.size != 1:
+            raise GraphError(
+                f"backward: the output has shape {tuple(root.shape)}; backward() without a "
+                "gradient needs a scalar (one element). Reduce it first (loss.sum(), "
+                f"loss.mean()) or pass a gradient of shape {tuple(root.shape)}"
+            )
+        grad = xp.ones_like(root.data)
+    else:
+        grad = grad.data if isinstance(grad, Tensor) else root._backend.array(grad, root.dtype)
+        if grad.shape != root.data.shape:
+            raise ShapeError(
+                f"backward: gradient of shape {tuple(grad.shape)} for an output of shape "
+                f"{tuple(root.shape)}; they must be equal"
+            )
+
+    grads = {id(root): grad}
+    handed_out = set()  # arrays stored in some .grad: copy before storing one twice
+    for t in reversed(_topological_order(root)):
+        g = grads.pop(id(t), None)
+        if g is None:
+            continue
+        ctx = t._ctx
+        if ctx is None or t._retain_grad:
+            if id(g) in handed_out:
+                g = g.copy()
+            handed_out.add(id(g))
+            _accumulate(t, g)
+            if ctx is None:
+                continue
+        input_grads = type(ctx).backward(ctx, g)
+        if not isinstance(input_grads, tuple):
+            input_grads = (input_grads,)
+        for p, pg in zip(ctx.inputs, input_grads):
+            if pg is None or not isinstance(p, Tensor) or not p.requires_grad:
+                continue
+            if pg.shape != p.data.shape:
+                pg = sum_to_shape(pg, p.data.shape)
+            key = id(p)
+            grads[key] = grads[key] + pg if key in grads else pg
+        if not retain_graph:
+            # Drop the saved arrays and the links to the inputs; the emptied node stays so
+            # that a second backward can say what happened instead of doing nothing.
+            ctx.__dict__.clear()
+
+
+def _accumulate(t, g):
+    if g.dtype != t.data.dtype:
+        g = g.astype(t.data.dtype)
+    if t.grad is None:
+        t.grad = Tensor._make(g, t._backend, None)
+    else:
+        t.grad = Tensor._make(t.grad.data + g, t._backend, None)

@@ -1,0 +1,50 @@
+"""The CPU backend: NumPy arrays, numba kernels."""
+
+import numpy
+
+from .base import Backend
+
+
+class NumpyBackend(Backend):
+    device = "cpu"
+    xp = numpy
+
+    def __init__(self):
+        self._rng = numpy.random.default_rng()
+        self._kernels = None
+
+    def array(self, data, dtype=None):
+        return numpy.array(data, dtype=dtype)
+
+    def to_numpy(self, array):
+        return numpy.array(array, copy=True)
+
+    def is_array(self, obj):
+        return isinstance(obj, numpy.ndarray)
+
+    def seed(self, seed):
+        self._rng = numpy.random.default_rng(seed)
+
+    def normal(self, shape, dtype):
+        return self._rng.standard_normal(shape, dtype=dtype)
+
+    def uniform(self, shape, dtype, low=0.0, high=1.0):
+        u = self._rng.random(shape, dtype=dtype)
+        if low != 0.0 or high != 1.0:
+            u = u * (high - low) + low
+        return u.astype(dtype, copy=False)
+
+    def integers(self, low, high, shape):
+        return self._rng.integers(low, high, shape, dtype=numpy.int64)
+
+    def index_add(self, target, index, values):
+        numpy.add.at(target, index, values)
+
+    @property
+    def kernels(self):
+        # Imported on first use: numba costs ~0.3 s to import and compiles lazily anyway.
+        if self._kernels is None:
+            from ..kernels import cpu
+
+            self._kernels = cpu
+        return self._kernels

@@ -1,0 +1,69 @@
+"""Making new tensors: zeros, ones, full, arange, randn, rand, randint, and ``*_like``."""
+
+from .backends import get_backend
+from .dtypes import as_dtype, float32
+from .tensor import Tensor, tensor  # noqa: F401  (tensor is re-exported)
+
+
+def _shape(shape):
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        return tuple(shape[0])
+    return tuple(shape)
+
+
+def _leaf(data, backend, requires_grad):
+    t = Tensor._make(data, backend, None)
+    return t.requires_grad_(True) if requires_grad else t
+
+
+def zeros(*shape, dtype=None, device="cpu", requires_grad=False):
+    b = get_backend(device)
+    return _leaf(b.xp.zeros(_shape(shape), dtype=as_dtype(dtype) or float32), b, requires_grad)
+
+
+def ones(*shape, dtype=None, device="cpu", requires_grad=False):
+    b = get_backend(device)
+    return _leaf(b.xp.ones(_shape(shape), dtype=as_dtype(dtype) or float32), b, requires_grad)
+
+
+def full(shape, fill_value, dtype=None, device="cpu", requires_grad=False):
+    b = get_backend(device)
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    return _leaf(b.xp.full(shape, fill_value, dtype=as_dtype(dtype) or float32), b, requires_grad)
+
+
+def arange(start, stop=None, step=1, dtype=None, device="cpu"):
+    """Like ``range``: integers give int64, any float argument gives float32."""
+    b = get_backend(device)
+    if stop is None:
+        start, stop = 0, start
+    if dtype is None:
+        dtype = "float32" if any(isinstance(v, float) for v in (start, stop, step)) else "int64"
+    return Tensor._make(b.xp.arange(start, stop, step, dtype=as_dtype(dtype)), b, None)
+
+
+def randn(*shape, dtype=None, device="cpu", requires_grad=False):
+    """Standard normal samples from the device's seeded generator (``mt.manual_seed``)."""
+    b = get_backend(device)
+    return _leaf(b.normal(_shape(shape), as_dtype(dtype) or float32), b, requires_grad)
+
+
+def rand(*shape, dtype=None, device="cpu", requires_grad=False):
+    """Uniform samples in [0, 1)."""
+    b = get_backend(device)
+    return _leaf(b.uniform(_shape(shape), as_dtype(dtype) or float32), b, requires_grad)
+
+
+def randint(low, high, shape, device="cpu"):
+    """Random int64 in [low, high)."""
+    b = get_backend(device)
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    return Tensor._make(b.integers(low, high, shape), b, None)
+
+
+def zeros_like(t, dtype=None, requires_grad=False):
+    return zeros(t.shape, dtype=dtype or t.dtype, device=t.device, requires_grad=requires_grad)
+
+
+def ones_like(t, dtype=None, requires_grad=False):
+    return ones(t.shape, dtype=dtype or t.dtype, device=t.device, requires_grad=requires_grad)

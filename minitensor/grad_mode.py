@@ -1,0 +1,58 @@
+"""Whether operations record the autograd graph (``no_grad`` / ``enable_grad``).
+
+A single module-level flag, read by every ``Function.apply``: cheaper than a
+thread-local, and minitensor runs its graph on one thread.
+"""
+
+import functools
+
+_enabled = True
+
+
+def is_grad_enabled():
+    """True when new operations are recorded for backward."""
+    return _enabled
+
+
+def set_grad_enabled(mode):
+    global _enabled
+    _enabled = bool(mode)
+
+
+class _GradMode:
+    """Context manager *and* decorator that sets the grad mode, then restores it."""
+
+    mode = True
+
+    def __enter__(self):
+        self._prev = _enabled
+        set_grad_enabled(self.mode)
+        return self
+
+    def __exit__(self, *exc):
+        set_grad_enabled(self._prev)
+        return False
+
+    def __call__(self, fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with self.__class__():
+                return fn(*args, **kwargs)
+
+        return wrapper
+
+
+class no_grad(_GradMode):
+    """Operations inside ``with mt.no_grad():`` build no graph (evaluation, optimiser steps).
+
+    In-place updates of tensors that require grad are allowed only here: outside it they
+    would silently invalidate values saved for backward.
+    """
+
+    mode = False
+
+
+class enable_grad(_GradMode):
+    """Re-enable graph recording inside a ``no_grad`` block."""
+
+    mode = True

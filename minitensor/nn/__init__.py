@@ -1,0 +1,1 @@
+"""Neural-network layers (filled in by nn/module.py and friends)."""

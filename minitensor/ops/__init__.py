@@ -1,0 +1,26 @@
+"""The differentiable operations, one Function class per op, grouped by kind.
+
+Read ``elementwise.py`` first: each op is a few lines of forward and a line of backward.
+"""
+
+from .convert import astype, to_device
+from .dropout import dropout
+from .elementwise import abs, add, clamp, clip, div, exp, gelu, log, mul, neg, pow, relu, sigmoid, sqrt, sub, tanh
+from .indexing import embedding, getitem
+from .join import cat, concat, split, stack
+from .loss import cross_entropy
+from .matmul import matmul
+from .norm import layer_norm
+from .reduce import argmax, argmin, max, mean, min, sum, var
+from .select import masked_fill, where
+from .shape import broadcast_to, expand, flatten, permute, reshape, squeeze, swapaxes, transpose, unsqueeze
+from .softmax import log_softmax, masked_softmax, softmax
+
+__all__ = [
+    "abs", "add", "argmax", "argmin", "astype", "broadcast_to", "cat", "clamp", "clip", "concat",
+    "cross_entropy", "div", "dropout", "embedding", "exp", "expand", "flatten", "gelu", "getitem",
+    "layer_norm", "log", "log_softmax", "masked_fill", "masked_softmax", "matmul", "max", "mean",
+    "min", "mul", "neg", "permute", "pow", "relu", "reshape", "sigmoid", "softmax", "split", "sqrt",
+    "squeeze", "stack", "sub", "sum", "swapaxes", "tanh", "to_device", "transpose", "unsqueeze",
+    "var", "where",
+]

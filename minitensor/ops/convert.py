@@ -1,0 +1,45 @@
+"""Changing dtype or device, differentiably: the gradient goes back the same way."""
+
+from ..autograd import Function
+from ..tensor import Tensor
+
+
+class AsType(Function):
+    """z = a converted to ``dtype``;  dL/da = dL/dz converted back."""
+
+    @staticmethod
+    def forward(ctx, a, dtype):
+        ctx.dtype = a.dtype
+        return a.astype(dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.astype(ctx.dtype)
+
+
+def astype(a, dtype):
+    return AsType.apply(a, dtype)
+
+
+class ToDevice(Function):
+    """z = a copied to another device;  dL/da = dL/dz copied back to a's device.
+
+    ``Function.apply`` builds its output on the *input's* backend, so this one op is wired
+    by hand in ``to_device``: forward is the explicit host round trip, the only place where
+    device data legitimately passes through NumPy.
+    """
+
+    @staticmethod
+    def backward(ctx, grad):
+        return ctx.source.array(ctx.backend.to_numpy(grad))
+
+
+def to_device(a, target):
+    from .. import grad_mode
+
+    data = target.array(a._backend.to_numpy(a.data))
+    if not (a.requires_grad and grad_mode.is_grad_enabled()):
+        return Tensor._make(data, target, None)
+    ctx = ToDevice.__new__(ToDevice)
+    ctx.xp, ctx.backend, ctx.source, ctx.inputs = target.xp, target, a._backend, (a,)
+    return Tensor._make(data, target, ctx)

@@ -1,0 +1,339 @@
+"""Elementwise operations: each output element depends on one element of each input.
+
+Their derivatives are elementwise too, so every backward is one line: the chain rule
+dL/dx = dL/dz * dz/dx. When the inputs were broadcast, the engine sums the gradient back to
+each input's shape (``autograd.sum_to_shape``). Python numbers are constants: they get no
+gradient and keep the tensor's dtype (``x * 2`` stays float32).
+"""
+
+import math
+
+from ..autograd import Function
+
+
+# -- arithmetic --------------------------------------------------------------------------
+class Add(Function):
+    """z = a + b;  dz/da = 1, dz/db = 1."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        return a + b
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, grad
+
+
+class Sub(Function):
+    """z = a - b;  dz/da = 1, dz/db = -1."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        return a - b
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, -grad
+
+
+class Mul(Function):
+    """z = a * b;  dz/da = b, dz/db = a."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save_for_backward(a, b)
+        return a * b
+
+    @staticmethod
+    def backward(ctx, grad):
+        a, b = ctx.saved
+        need_a, need_b = ctx.needs_input_grad
+        return (grad * b if need_a else None), (grad * a if need_b else None)
+
+
+class Div(Function):
+    """z = a / b;  dz/da = 1/b, dz/db = -a/b^2 = -z/b."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        z = a / b
+        ctx.save_for_backward(b, z)
+        return z
+
+    @staticmethod
+    def backward(ctx, grad):
+        b, z = ctx.saved
+        need_a, need_b = ctx.needs_input_grad
+        ga = grad / b if need_a else None
+        gb = -grad * z / b if need_b else None
+        return ga, gb
+
+
+class Pow(Function):
+    """z = a ** p;  dz/da = p a^(p-1),  dz/dp = a^p log(a) (when the exponent is a tensor)."""
+
+    @staticmethod
+    def forward(ctx, a, p):
+        z = a**p
+        ctx.save_for_backward(a, p, z)
+        return z
+
+    @staticmethod
+    def backward(ctx, grad):
+        a, p, z = ctx.saved
+        need_a, need_p = ctx.needs_input_grad
+        ga = grad * p * a ** (p - 1) if need_a else None
+        gp = None
+        if need_p:
+            # a^p log a is 0 where a^p is 0 (the limit), not 0 * -inf = nan.
+            xp = ctx.xp
+            with _quiet(xp):
+                gp = grad * xp.where(z == 0, 0, z * xp.log(a))
+        return ga, gp
+
+
+class Neg(Function):
+    """z = -a;  dz/da = -1."""
+
+    @staticmethod
+    def forward(ctx, a):
+        return -a
+
+    @staticmethod
+    def backward(ctx, grad):
+        return -grad
+
+
+# -- functions of one variable -------------------------------------------------------------
+class Exp(Function):
+    """z = e^a;  dz/da = e^a = z."""
+
+    @staticmethod
+    def forward(ctx, a):
+        z = ctx.xp.exp(a)
+        ctx.save_for_backward(z)
+        return z
+
+    @staticmethod
+    def backward(ctx, grad):
+        (z,) = ctx.saved
+        return grad * z
+
+
+class Log(Function):
+    """z = ln a;  dz/da = 1/a."""
+
+    @staticmethod
+    def forward(ctx, a):
+        ctx.save_for_backward(a)
+        return ctx.xp.log(a)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (a,) = ctx.saved
+        return grad / a
+
+
+class Sqrt(Function):
+    """z = sqrt(a);  dz/da = 1 / (2 sqrt(a)) = 1 / (2 z)."""
+
+    @staticmethod
+    def forward(ctx, a):
+        z = ctx.xp.sqrt(a)
+        ctx.save_for_backward(z)
+        return z
+
+    @staticmethod
+    def backward(ctx, grad):
+        (z,) = ctx.saved
+        return grad / (2 * z)
+
+
+class Tanh(Function):
+    """z = tanh(a);  dz/da = 1 - tanh(a)^2 = 1 - z^2."""
+
+    @staticmethod
+    def forward(ctx, a):
+        z = ctx.xp.tanh(a)
+        ctx.save_for_backward(z)
+        return z
+
+    @staticmethod
+    def backward(ctx, grad):
+        (z,) = ctx.saved
+        return grad * (1 - z * z)
+
+
+class Sigmoid(Function):
+    """z = 1 / (1 + e^-a);  dz/da = z (1 - z).
+
+    Computed as (1 + tanh(a/2)) / 2, the same function, which never overflows e^-a.
+    """
+
+    @staticmethod
+    def forward(ctx, a):
+        z = 0.5 * (1 + ctx.xp.tanh(0.5 * a))
+        ctx.save_for_backward(z)
+        return z
+
+    @staticmethod
+    def backward(ctx, grad):
+        (z,) = ctx.saved
+        return grad * z * (1 - z)
+
+
+class ReLU(Function):
+    """z = max(a, 0);  dz/da = 1 where a > 0, else 0."""
+
+    @staticmethod
+    def forward(ctx, a):
+        positive = a > 0
+        ctx.save_for_backward(positive)
+        return a * positive
+
+    @staticmethod
+    def backward(ctx, grad):
+        (positive,) = ctx.saved
+        return grad * positive
+
+
+_GELU_C = math.sqrt(2.0 / math.pi)
+
+
+class GELU(Function):
+    """z = a/2 (1 + tanh(c (a + 0.044715 a^3))),  c = sqrt(2/pi).
+
+    The tanh approximation of a * Phi(a) used by BERT and GPT-2 (PyTorch's
+    ``gelu(approximate="tanh")``); NumPy has no erf. With u = c (a + 0.044715 a^3), t = tanh u:
+    dz/da = (1 + t)/2 + a/2 (1 - t^2) c (1 + 3 * 0.044715 a^2).
+    """
+
+    @staticmethod
+    def forward(ctx, a):
+        t = ctx.xp.tanh(_GELU_C * (a + 0.044715 * a * a * a))
+        ctx.save_for_backward(a, t)
+        return 0.5 * a * (1 + t)
+
+    @staticmethod
+    def backward(ctx, grad):
+        a, t = ctx.saved
+        du = _GELU_C * (1 + 3 * 0.044715 * a * a)
+        return grad * (0.5 * (1 + t) + 0.5 * a * (1 - t * t) * du)
+
+
+class Abs(Function):
+    """z = |a|;  dz/da = sign(a) (0 at a = 0, as in PyTorch)."""
+
+    @staticmethod
+    def forward(ctx, a):
+        ctx.save_for_backward(a)
+        return ctx.xp.abs(a)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (a,) = ctx.saved
+        return grad * ctx.xp.sign(a)
+
+
+class Clip(Function):
+    """z = min(max(a, low), high);  dz/da = 1 where low <= a <= high, else 0."""
+
+    @staticmethod
+    def forward(ctx, a, low=None, high=None):
+        xp = ctx.xp
+        inside = xp.ones(a.shape, dtype=bool)
+        if low is not None:
+            inside &= a >= low
+        if high is not None:
+            inside &= a <= high
+        ctx.save_for_backward(inside)
+        return xp.clip(a, low, high)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (inside,) = ctx.saved
+        return grad * inside
+
+
+class _quiet:
+    """``with _quiet(xp):`` silences floating-point warnings where inf/nan are handled."""
+
+    def __init__(self, xp):
+        self.errstate = getattr(xp, "errstate", None)
+
+    def __enter__(self):
+        self.ctx = self.errstate(all="ignore") if self.errstate else None
+        if self.ctx is not None:
+            self.ctx.__enter__()
+
+    def __exit__(self, *exc):
+        if self.ctx is not None:
+            self.ctx.__exit__(*exc)
+        return False
+
+
+# -- the functional API ------------------------------------------------------------------
+def add(a, b):
+    return Add.apply(a, b)
+
+
+def sub(a, b):
+    return Sub.apply(a, b)
+
+
+def mul(a, b):
+    return Mul.apply(a, b)
+
+
+def div(a, b):
+    return Div.apply(a, b)
+
+
+def pow(a, p):  # noqa: A001
+    return Pow.apply(a, p)
+
+
+def neg(a):
+    return Neg.apply(a)
+
+
+def exp(a):
+    return Exp.apply(a)
+
+
+def log(a):
+    return Log.apply(a)
+
+
+def sqrt(a):
+    return Sqrt.apply(a)
+
+
+def tanh(a):
+    return Tanh.apply(a)
+
+
+def sigmoid(a):
+    return Sigmoid.apply(a)
+
+
+def relu(a):
+    return ReLU.apply(a)
+
+
+def gelu(a):
+    return GELU.apply(a)
+
+
+def abs(a):  # noqa: A001
+    return Abs.apply(a)
+
+
+def clip(a, min=None, max=None):  # noqa: A002
+    """Clamp to [min, max] (either may be None); PyTorch calls it ``clamp``."""
+    if min is None and max is None:
+        raise ValueError("clip: give min, max or both")
+    return Clip.apply(a, min, max)
+
+
+clamp = clip

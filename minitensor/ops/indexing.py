@@ -1,0 +1,87 @@
+"""Indexing ``x[...]`` and embedding lookup: reading some elements, possibly repeatedly.
+
+Backward writes the gradient back into a zero tensor of the input's shape. With basic
+indexing (ints, slices, ``None``, ``...``) every input element is read at most once, so a
+plain assignment does; with integer-array indexing one element can be read many times
+(``x[[0, 0, 1]]``) and its gradients must be *added* (a scatter-add, ``index_add``).
+"""
+
+from ..autograd import Function
+from ..errors import ShapeError
+
+
+def normalize_index(index):
+    """Replace Tensors inside an index by their arrays."""
+    from ..tensor import Tensor
+
+    if isinstance(index, Tensor):
+        return index.data
+    if isinstance(index, tuple):
+        return tuple(i.data if isinstance(i, Tensor) else i for i in index)
+    return index
+
+
+def _is_basic(index):
+    parts = index if isinstance(index, tuple) else (index,)
+    return all(p is None or p is Ellipsis or isinstance(p, (int, slice)) for p in parts)
+
+
+class GetItem(Function):
+    """z = a[index];  dL/da = zeros with dL/dz added at the positions read."""
+
+    @staticmethod
+    def forward(ctx, a, index):
+        ctx.shape, ctx.dtype, ctx.index = a.shape, a.dtype, index
+        try:
+            return a[index]
+        except IndexError as e:
+            raise IndexError(f"getitem: index {index!r} does not fit shape {tuple(a.shape)}: {e}") from None
+
+    @staticmethod
+    def backward(ctx, grad):
+        out = ctx.xp.zeros(ctx.shape, dtype=ctx.dtype)
+        if _is_basic(ctx.index):
+            out[ctx.index] = grad
+        else:
+            ctx.backend.index_add(out, ctx.index, grad)
+        return out
+
+
+def getitem(a, index):
+    return GetItem.apply(a, normalize_index(index))
+
+
+class Embedding(Function):
+    """z[..., :] = W[i, :] for each index i;  dL/dW[i] = sum of dL/dz over the places i was used.
+
+    An embedding layer is a table look-up: the same as ``one_hot(indices) @ W`` without
+    building the one-hot matrix, and its gradient is the matching scatter-add.
+    """
+
+    @staticmethod
+    def forward(ctx, weight, indices):
+        if indices.dtype.kind not in "iu":
+            raise TypeError(f"embedding: indices must be an integer tensor, got {indices.dtype}")
+        n = weight.shape[0]
+        if indices.size and (int(indices.min()) < 0 or int(indices.max()) >= n):
+            bad = int(indices.max()) if int(indices.max()) >= n else int(indices.min())
+            raise IndexError(f"embedding: index {bad} is out of range for a table of {n} embeddings (valid: 0..{n - 1})")
+        ctx.shape, ctx.indices = weight.shape, indices
+        return weight[indices]
+
+    @staticmethod
+    def backward(ctx, grad):
+        out = ctx.xp.zeros(ctx.shape, dtype=grad.dtype)
+        ctx.backend.index_add(out, ctx.indices.reshape(-1), grad.reshape(-1, ctx.shape[1]))
+        return out, None
+
+
+def embedding(indices, weight):
+    """Rows of ``weight`` (num_embeddings, embedding_dim) picked by integer ``indices``."""
+    from ..tensor import Tensor
+
+    if weight.ndim != 2:
+        raise ShapeError(f"embedding: weight must be 2-D (num_embeddings, embedding_dim), got shape {weight.shape}")
+    if not isinstance(indices, Tensor):
+        indices = Tensor._make(weight._backend.array(indices), weight._backend, None)
+    return Embedding.apply(weight, indices)

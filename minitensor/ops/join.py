@@ -1,0 +1,87 @@
+"""Joining and splitting: concat, stack, split. Backward hands each input its own slice
+of the gradient."""
+
+from ..autograd import Function
+from ..errors import ShapeError
+
+
+class Concat(Function):
+    """z = [a_1 | a_2 | ...] along ``axis``;  dL/da_k is the k-th block of dL/dz."""
+
+    @staticmethod
+    def forward(ctx, *arrays, axis=0):
+        ref = arrays[0]
+        axis = axis % ref.ndim
+        for a in arrays:
+            if a.ndim != ref.ndim or a.shape[:axis] + a.shape[axis + 1 :] != ref.shape[:axis] + ref.shape[axis + 1 :]:
+                raise ShapeError(
+                    f"concat: shapes {[tuple(x.shape) for x in arrays]} must agree except along axis {axis}"
+                )
+        ctx.axis, ctx.sizes = axis, [a.shape[axis] for a in arrays]
+        return ctx.xp.concatenate(arrays, axis=axis)
+
+    @staticmethod
+    def backward(ctx, grad):
+        out, start = [], 0
+        index = [slice(None)] * grad.ndim
+        for n in ctx.sizes:
+            index[ctx.axis] = slice(start, start + n)
+            out.append(grad[tuple(index)])
+            start += n
+        return tuple(out)
+
+
+class Stack(Function):
+    """z[..., k, ...] = a_k (a new axis);  dL/da_k = dL/dz[..., k, ...]."""
+
+    @staticmethod
+    def forward(ctx, *arrays, axis=0):
+        shapes = {tuple(a.shape) for a in arrays}
+        if len(shapes) > 1:
+            raise ShapeError(f"stack: all tensors need the same shape, got {[tuple(a.shape) for a in arrays]}")
+        ctx.axis = axis % (arrays[0].ndim + 1)
+        return ctx.xp.stack(arrays, axis=ctx.axis)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return tuple(ctx.xp.moveaxis(grad, ctx.axis, 0))
+
+
+def concat(tensors, axis=0):
+    tensors = list(tensors)
+    if not tensors:
+        raise ValueError("concat: needs at least one tensor")
+    return Concat.apply(*tensors, axis=axis)
+
+
+cat = concat
+
+
+def stack(tensors, axis=0):
+    tensors = list(tensors)
+    if not tensors:
+        raise ValueError("stack: needs at least one tensor")
+    return Stack.apply(*tensors, axis=axis)
+
+
+def split(a, split_size_or_sections, axis=0):
+    """Split into pieces along ``axis`` (PyTorch's rule): an int is the size of each piece
+    (the last may be smaller); a list gives every piece's size and must add up."""
+    from .indexing import getitem
+
+    n = a.shape[axis]
+    if isinstance(split_size_or_sections, int):
+        step = split_size_or_sections
+        if step <= 0:
+            raise ValueError(f"split: piece size must be positive, got {step}")
+        sizes = [min(step, n - s) for s in range(0, n, step)]
+    else:
+        sizes = list(split_size_or_sections)
+        if sum(sizes) != n:
+            raise ShapeError(f"split: sizes {sizes} add up to {sum(sizes)}, but axis {axis} has length {n}")
+    pieces, start = [], 0
+    lead = (slice(None),) * (axis % a.ndim)
+    for size in sizes:
+        pieces.append(getitem(a, lead + (slice(start, start + size),)))
+        start += size
+    return pieces

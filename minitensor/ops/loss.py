@@ -1,0 +1,94 @@
+"""Cross-entropy for classification and sequence models, fused with log_softmax.
+
+For logits z (..., C) and an integer target t per position, with optional label smoothing e:
+
+    q = (1 - e) onehot(t) + e / C            (the target distribution)
+    loss_i = -sum_c q_c log softmax(z_i)_c
+    dloss_i/dz_i = softmax(z_i) - q
+
+Positions whose target equals ``ignore_index`` or where ``mask`` is False (padding) count
+for nothing; ``reduction="mean"`` averages over the *valid* positions only, as D2L's masked
+loss does per token. With no valid position at all the loss is 0 and so is its gradient
+(not 0/0 = NaN).
+"""
+
+from ..autograd import Function
+from ..errors import ShapeError
+
+
+class CrossEntropy(Function):
+    @staticmethod
+    def forward(ctx, logits, target, mask, ignore_index, reduction, label_smoothing):
+        xp = ctx.xp
+        num_classes = logits.shape[-1]
+        rows = xp.ascontiguousarray(logits).reshape(-1, num_classes)
+        t = target.reshape(-1)
+        valid = t != ignore_index
+        if mask is not None:
+            valid = valid & xp.broadcast_to(mask, target.shape).reshape(-1)
+        safe_t = xp.where(valid, t, 0)
+        out_of_range = (safe_t < 0) | (safe_t >= num_classes)
+        if bool(out_of_range.any()):
+            raise IndexError(
+                f"cross_entropy: target {int(safe_t[out_of_range][0])} is out of range for {num_classes} classes "
+                f"(valid: 0..{num_classes - 1}, or ignore_index={ignore_index})"
+            )
+        logp = ctx.backend.kernels.log_softmax_forward(rows)
+        picked = logp[xp.arange(t.size), safe_t]
+        if label_smoothing:
+            per_row = -(1 - label_smoothing) * picked - label_smoothing * logp.mean(axis=-1)
+        else:
+            per_row = -picked
+        weight = valid.astype(logits.dtype)
+        per_row = xp.where(valid, per_row, 0)
+        if reduction == "mean":
+            count = max(int(valid.sum()), 1)
+            weight = weight / count
+            out = per_row.sum() / count
+        elif reduction == "sum":
+            out = per_row.sum()
+        else:
+            out = per_row.reshape(target.shape)
+        ctx.save_for_backward(logp, safe_t, weight)
+        ctx.reduction, ctx.smoothing, ctx.shape = reduction, label_smoothing, logits.shape
+        return out.astype(logits.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        xp = ctx.xp
+        logp, t, weight = ctx.saved
+        num_classes = logp.shape[-1]
+        d = xp.exp(logp)  # softmax
+        d[xp.arange(t.size), t] -= 1 - ctx.smoothing
+        if ctx.smoothing:
+            d -= ctx.smoothing / num_classes
+        scale = weight * (grad.reshape(-1) if ctx.reduction == "none" else grad)
+        return (d * scale[:, None]).reshape(ctx.shape), None, None
+
+
+def cross_entropy(logits, target, ignore_index=-100, mask=None, reduction="mean", label_smoothing=0.0):
+    """Cross-entropy between ``logits`` (..., C) and integer class ``target`` (...).
+
+    ``ignore_index``: target value that marks padding (PyTorch's default -100).
+    ``mask``: optional bool tensor of the target's shape, True = this position counts.
+    ``reduction``: "mean" over valid positions, "sum", or "none" (per position, 0 where ignored).
+    ``label_smoothing``: e in [0, 1), see the module docstring.
+    """
+    from ..tensor import Tensor
+
+    if not isinstance(target, Tensor):
+        target = Tensor._make(logits._backend.array(target), logits._backend, None)
+    if target.dtype.kind not in "iu":
+        raise TypeError(f"cross_entropy: target must hold integer class indices, got {target.dtype}")
+    if tuple(logits.shape[:-1]) != tuple(target.shape):
+        raise ShapeError(
+            f"cross_entropy: logits of shape {logits.shape} need a target of shape {logits.shape[:-1]}, "
+            f"got {target.shape}"
+        )
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"cross_entropy: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+    if not 0.0 <= label_smoothing < 1.0:
+        raise ValueError(f"cross_entropy: label_smoothing must be in [0, 1), got {label_smoothing}")
+    if mask is not None and not isinstance(mask, Tensor):
+        mask = Tensor._make(logits._backend.array(mask, "bool"), logits._backend, None)
+    return CrossEntropy.apply(logits, target, mask, ignore_index, reduction, label_smoothing)

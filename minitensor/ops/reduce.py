@@ -1,0 +1,147 @@
+"""Reductions: sum, mean, max, min, var over some axes (``axis=None`` means all).
+
+Backward has to undo the reduction's loss of axes: the gradient of the (smaller) output is
+reshaped as if ``keepdims=True`` and broadcast back over the reduced axes.
+"""
+
+import builtins
+
+from ..autograd import Function
+
+
+def normalize_axis(axis, ndim):
+    """``axis`` (None, an int or a tuple, negatives allowed) as a sorted tuple of axes."""
+    if axis is None:
+        return tuple(range(ndim))
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    out = []
+    for a in axes:
+        if not -ndim <= a < builtins.max(ndim, 1):
+            raise IndexError(f"axis {a} is out of range for a tensor with {ndim} dimensions")
+        out.append(a % builtins.max(ndim, 1))
+    return tuple(sorted(set(out)))
+
+
+def _keepdims_shape(shape, axes):
+    return tuple(1 if i in axes else n for i, n in enumerate(shape))
+
+
+def _expand(xp, grad, shape, axes):
+    """Broadcast the gradient of a reduction back to the input's shape."""
+    return xp.broadcast_to(grad.reshape(_keepdims_shape(shape, axes)), shape)
+
+
+class Sum(Function):
+    """z = sum_i a_i over the axes;  dz/da_i = 1."""
+
+    @staticmethod
+    def forward(ctx, a, axis=None, keepdims=False):
+        ctx.shape, ctx.axes = a.shape, normalize_axis(axis, a.ndim)
+        return a.sum(axis=ctx.axes, keepdims=keepdims)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _expand(ctx.xp, grad, ctx.shape, ctx.axes)
+
+
+class Mean(Function):
+    """z = (1/N) sum_i a_i;  dz/da_i = 1/N."""
+
+    @staticmethod
+    def forward(ctx, a, axis=None, keepdims=False):
+        ctx.shape, ctx.axes = a.shape, normalize_axis(axis, a.ndim)
+        return a.mean(axis=ctx.axes, keepdims=keepdims)
+
+    @staticmethod
+    def backward(ctx, grad):
+        count = 1
+        for i in ctx.axes:
+            count *= ctx.shape[i]
+        return _expand(ctx.xp, grad / count, ctx.shape, ctx.axes)
+
+
+class Max(Function):
+    """z = max_i a_i;  dz/da_i = 1/m where a_i is one of the m maxima, else 0.
+
+    Ties share the gradient equally, which keeps it a true subgradient.
+    """
+
+    @staticmethod
+    def forward(ctx, a, axis=None, keepdims=False):
+        axes = normalize_axis(axis, a.ndim)
+        z = a.max(axis=axes, keepdims=True)
+        is_max = a == z
+        ctx.save_for_backward(is_max / is_max.sum(axis=axes, keepdims=True))
+        ctx.shape, ctx.axes = a.shape, axes
+        return z if keepdims else z.reshape(tuple(n for i, n in enumerate(a.shape) if i not in axes))
+
+    @staticmethod
+    def backward(ctx, grad):
+        (share,) = ctx.saved
+        return _expand(ctx.xp, grad, ctx.shape, ctx.axes) * share
+
+
+class Var(Function):
+    """z = sum_i (a_i - mean)^2 / (N - correction);  dz/da_i = 2 (a_i - mean) / (N - correction).
+
+    ``correction=1`` (the default, as in PyTorch) is the unbiased estimate; 0 is the
+    population variance that layer normalisation uses.
+    """
+
+    @staticmethod
+    def forward(ctx, a, axis=None, keepdims=False, correction=1):
+        axes = normalize_axis(axis, a.ndim)
+        count = 1
+        for i in axes:
+            count *= a.shape[i]
+        centered = a - a.mean(axis=axes, keepdims=True)
+        denom = builtins.max(count - correction, 0)
+        ctx.save_for_backward(centered)
+        ctx.shape, ctx.axes, ctx.denom = a.shape, axes, denom
+        return (centered * centered).sum(axis=axes, keepdims=keepdims) / denom
+
+    @staticmethod
+    def backward(ctx, grad):
+        (centered,) = ctx.saved
+        return _expand(ctx.xp, grad, ctx.shape, ctx.axes) * (2 / ctx.denom) * centered
+
+
+def sum(a, axis=None, keepdims=False):  # noqa: A001
+    return Sum.apply(a, axis=axis, keepdims=keepdims)
+
+
+def mean(a, axis=None, keepdims=False):
+    return Mean.apply(a, axis=axis, keepdims=keepdims)
+
+
+def max(a, axis=None, keepdims=False):  # noqa: A001
+    """The largest element(s) (values only; see ``argmax`` for positions)."""
+    return Max.apply(a, axis=axis, keepdims=keepdims)
+
+
+def min(a, axis=None, keepdims=False):  # noqa: A001
+    """min(a) = -max(-a)."""
+    return -Max.apply(-a, axis=axis, keepdims=keepdims)
+
+
+def var(a, axis=None, keepdims=False, correction=1):
+    return Var.apply(a, axis=axis, keepdims=keepdims, correction=correction)
+
+
+def _arg_extreme(a, which, axis, keepdims):
+    from ..tensor import Tensor
+
+    out = getattr(a.data, which)(axis=axis)
+    if keepdims and axis is not None:
+        out = a._backend.xp.expand_dims(out, axis)
+    return Tensor._make(out.astype("int64"), a._backend, None)
+
+
+def argmax(a, axis=None, keepdims=False):
+    """Positions of the maxima (an int64 tensor, not differentiable)."""
+    return _arg_extreme(a, "argmax", axis, keepdims)
+
+
+def argmin(a, axis=None, keepdims=False):
+    """Positions of the minima (an int64 tensor, not differentiable)."""
+    return _arg_extreme(a, "argmin", axis, keepdims)

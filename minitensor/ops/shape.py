@@ -1,0 +1,118 @@
+"""Operations that move elements around without changing them: reshape, permute,
+broadcast, squeeze/unsqueeze. Each backward applies the inverse move to the gradient."""
+
+from ..autograd import Function, sum_to_shape
+from ..errors import ShapeError
+
+
+class Reshape(Function):
+    """Same elements, new shape;  backward reshapes the gradient back."""
+
+    @staticmethod
+    def forward(ctx, a, shape):
+        ctx.shape = a.shape
+        try:
+            return a.reshape(shape)
+        except ValueError:
+            raise ShapeError(f"reshape: cannot view {a.size} elements of shape {tuple(a.shape)} as {tuple(shape)}") from None
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.reshape(ctx.shape)
+
+
+class Permute(Function):
+    """Reorder the axes;  backward applies the inverse permutation."""
+
+    @staticmethod
+    def forward(ctx, a, axes):
+        if sorted(x % max(a.ndim, 1) for x in axes) != list(range(a.ndim)):
+            raise ShapeError(f"permute: {tuple(axes)} is not a permutation of the {a.ndim} axes of shape {tuple(a.shape)}")
+        axes = tuple(x % a.ndim for x in axes)
+        ctx.inverse = tuple(sorted(range(len(axes)), key=axes.__getitem__))
+        return ctx.xp.transpose(a, axes)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return ctx.xp.transpose(grad, ctx.inverse)
+
+
+class BroadcastTo(Function):
+    """Repeat along axes of length 1 (and new leading axes);  backward sums them back."""
+
+    @staticmethod
+    def forward(ctx, a, shape):
+        ctx.shape = a.shape
+        try:
+            return ctx.xp.broadcast_to(a, shape)
+        except ValueError:
+            raise ShapeError(f"broadcast_to: cannot broadcast shape {tuple(a.shape)} to {tuple(shape)}") from None
+
+    @staticmethod
+    def backward(ctx, grad):
+        return sum_to_shape(grad, ctx.shape)
+
+
+def _shape_arg(shape):
+    """Accept both ``x.reshape(2, 3)`` and ``x.reshape((2, 3))``, as PyTorch does."""
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        return tuple(shape[0])
+    return tuple(shape)
+
+
+def reshape(a, *shape):
+    return Reshape.apply(a, _shape_arg(shape))
+
+
+def flatten(a, start_axis=0, end_axis=-1):
+    """Merge axes start_axis..end_axis into one."""
+    n = a.ndim
+    s, e = start_axis % max(n, 1), end_axis % max(n, 1)
+    if n == 0:
+        return reshape(a, 1)
+    return Reshape.apply(a, a.shape[:s] + (-1,) + a.shape[e + 1 :])
+
+
+def permute(a, *axes):
+    return Permute.apply(a, _shape_arg(axes))
+
+
+def transpose(a, axis0=-2, axis1=-1):
+    """Swap two axes (PyTorch's ``transpose``; NumPy calls it ``swapaxes``)."""
+    axes = list(range(a.ndim))
+    axes[axis0], axes[axis1] = axes[axis1], axes[axis0]
+    return Permute.apply(a, tuple(axes))
+
+
+swapaxes = transpose
+
+
+def broadcast_to(a, *shape):
+    return BroadcastTo.apply(a, _shape_arg(shape))
+
+
+def expand(a, *shape):
+    """PyTorch's ``expand``: like broadcast_to, with -1 meaning "keep this axis"."""
+    shape = _shape_arg(shape)
+    lead = len(shape) - a.ndim
+    shape = tuple(a.shape[i - lead] if n == -1 else n for i, n in enumerate(shape))
+    return BroadcastTo.apply(a, shape)
+
+
+def squeeze(a, axis=None):
+    """Remove axes of length 1 (all of them, or the given ones)."""
+    if axis is None:
+        shape = tuple(n for n in a.shape if n != 1)
+    else:
+        axes = {x % a.ndim for x in ((axis,) if isinstance(axis, int) else axis)}
+        for x in axes:
+            if a.shape[x] != 1:
+                raise ShapeError(f"squeeze: axis {x} of shape {a.shape} has length {a.shape[x]}, not 1")
+        shape = tuple(n for i, n in enumerate(a.shape) if i not in axes)
+    return Reshape.apply(a, shape)
+
+
+def unsqueeze(a, axis):
+    """Insert an axis of length 1 at ``axis`` (negative counts from the new end)."""
+    axis = axis % (a.ndim + 1)
+    return Reshape.apply(a, a.shape[:axis] + (1,) + a.shape[axis:])

@@ -1,0 +1,152 @@
+"""softmax, log_softmax and masked_softmax, on the fused kernels of the tensor's backend.
+
+softmax(x)_j = exp(x_j - m) / sum_k exp(x_k - m), with m = max_k x_k (subtracting m changes
+nothing mathematically and keeps exp from overflowing). Its backward, with y = softmax(x):
+
+    dL/dx_j = y_j (g_j - sum_k g_k y_k)
+
+log_softmax(x)_j = x_j - m - log sum_k exp(x_k - m), with backward
+dL/dx_j = g_j - softmax(x)_j sum_k g_k.
+
+Masking (D2L's ``masked_softmax``) sets the scores of keys that may not be attended to
+-inf, so their weight exp(-inf) = 0. A row where *no* key may be attended gets all-zero
+weights: D2L's -1e6 trick gives uniform weights there instead, and PyTorch's -inf gives NaN.
+
+The kernels work on C-contiguous 2-D arrays (rows, n) along the last axis, so these
+Functions first move ``axis`` to the end and flatten the rest.
+"""
+
+from ..autograd import Function
+from ..errors import ShapeError
+
+
+def _to_rows(xp, x, axis):
+    """View ``x`` as a contiguous (rows, n) matrix with ``axis`` last; return how to undo it."""
+    axis = axis % x.ndim
+    if axis != x.ndim - 1:
+        x = xp.moveaxis(x, axis, -1)
+    shape = x.shape
+    return xp.ascontiguousarray(x).reshape(-1, shape[-1] if shape else 1), (shape, axis)
+
+
+def _from_rows(xp, rows, layout):
+    shape, axis = layout
+    out = rows.reshape(shape)
+    if axis != len(shape) - 1:
+        out = xp.moveaxis(out, -1, axis)
+    return out
+
+
+class Softmax(Function):
+    """y = softmax(x) along ``axis``;  dL/dx = y * (g - sum(g * y))."""
+
+    @staticmethod
+    def forward(ctx, x, axis=-1):
+        rows, ctx.layout = _to_rows(ctx.xp, x, axis)
+        y = ctx.backend.kernels.softmax_forward(rows)
+        ctx.save_for_backward(y)
+        return _from_rows(ctx.xp, y, ctx.layout)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (y,) = ctx.saved
+        g, _ = _to_rows(ctx.xp, grad, ctx.layout[1])
+        return _from_rows(ctx.xp, ctx.backend.kernels.softmax_backward(y, g), ctx.layout)
+
+
+class LogSoftmax(Function):
+    """y = log_softmax(x) along ``axis``;  dL/dx = g - exp(y) * sum(g)."""
+
+    @staticmethod
+    def forward(ctx, x, axis=-1):
+        rows, ctx.layout = _to_rows(ctx.xp, x, axis)
+        y = ctx.backend.kernels.log_softmax_forward(rows)
+        ctx.save_for_backward(y)
+        return _from_rows(ctx.xp, y, ctx.layout)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (y,) = ctx.saved
+        g, _ = _to_rows(ctx.xp, grad, ctx.layout[1])
+        return _from_rows(ctx.xp, ctx.backend.kernels.log_softmax_backward(y, g), ctx.layout)
+
+
+def lens_per_row(xp, valid_lens, shape):
+    """D2L's ``valid_lens`` as one length per row of scores of ``shape`` (..., Q, K).
+
+    valid_lens (batch,): every query of batch b sees the first valid_lens[b] keys.
+    valid_lens (batch, Q): query q of batch b sees the first valid_lens[b, q] keys.
+    Axes in between (attention heads) share the lengths.
+    """
+    lead = shape[:-1]
+    if valid_lens.ndim == 0 or valid_lens.ndim > len(lead) or valid_lens.shape[0] != lead[0]:
+        raise ShapeError(
+            f"masked_softmax: valid_lens of shape {tuple(valid_lens.shape)} does not fit scores of "
+            f"shape {tuple(shape)}; expected (batch,) = ({lead[0]},) or (batch, Q) = ({lead[0]}, {lead[-1]})"
+        )
+    if valid_lens.dtype.kind not in "iu":
+        raise TypeError(f"masked_softmax: valid_lens must be integers, got {valid_lens.dtype}")
+    # batch first, the remaining axes of valid_lens aligned with the last axes of `lead`
+    middle = len(lead) - valid_lens.ndim
+    lens = valid_lens.reshape(valid_lens.shape[:1] + (1,) * middle + valid_lens.shape[1:])
+    try:
+        lens = xp.broadcast_to(lens, lead)
+    except ValueError:
+        raise ShapeError(
+            f"masked_softmax: valid_lens of shape {tuple(valid_lens.shape)} does not broadcast to "
+            f"the scores' rows {tuple(lead)}"
+        ) from None
+    return xp.ascontiguousarray(lens.reshape(-1).astype("int64"))
+
+
+class MaskedSoftmax(Function):
+    """Softmax over the last axis in which masked-out keys get weight exactly 0.
+
+    ``valid_lens``: see ``lens_per_row``. ``mask``: bool, broadcastable to the scores,
+    True = may attend. A row with no key left gets zeros (never NaN, never uniform).
+    Backward is softmax's: masked positions have y = 0, so they receive no gradient.
+    """
+
+    @staticmethod
+    def forward(ctx, x, valid_lens=None, mask=None):
+        xp = ctx.xp
+        if mask is not None:
+            if mask.dtype.kind != "b":
+                raise TypeError(f"masked_softmax: mask must be a bool tensor (True = keep), got {mask.dtype}")
+            try:
+                x = xp.where(mask, x, -xp.inf)
+            except ValueError:
+                raise ShapeError(
+                    f"masked_softmax: mask of shape {tuple(mask.shape)} does not broadcast to scores of "
+                    f"shape {tuple(x.shape)}"
+                ) from None
+        rows, ctx.layout = _to_rows(xp, x, -1)
+        lens = None if valid_lens is None else lens_per_row(xp, valid_lens, x.shape)
+        y = ctx.backend.kernels.softmax_forward(rows, lens)
+        ctx.save_for_backward(y)
+        return y.reshape(x.shape)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (y,) = ctx.saved
+        g, _ = _to_rows(ctx.xp, grad, -1)
+        return ctx.backend.kernels.softmax_backward(y, g).reshape(grad.shape), None, None
+
+
+def softmax(x, axis=-1):
+    return Softmax.apply(x, axis=axis)
+
+
+def log_softmax(x, axis=-1):
+    return LogSoftmax.apply(x, axis=axis)
+
+
+def masked_softmax(x, valid_lens=None, mask=None):
+    """Softmax over the last axis keeping only valid keys (see ``MaskedSoftmax``)."""
+    from ..tensor import Tensor
+
+    if valid_lens is not None and not isinstance(valid_lens, Tensor):
+        valid_lens = Tensor._make(x._backend.array(valid_lens), x._backend, None)
+    if mask is not None and not isinstance(mask, Tensor):
+        mask = Tensor._make(x._backend.array(mask, "bool"), x._backend, None)
+    return MaskedSoftmax.apply(x, valid_lens, mask)

@@ -1,0 +1,25 @@
+"""One seed for everything random: ``mt.manual_seed(n)``.
+
+Initialisation, dropout masks and (later) data order all draw from generators seeded here,
+so two runs with the same seed compute the same numbers.
+"""
+
+import numpy
+
+from .backends import _BACKENDS
+
+_host = numpy.random.default_rng()
+
+
+def manual_seed(seed):
+    """Seed every backend's generator and the host generator used for data order."""
+    global _host
+    seed = int(seed)
+    _host = numpy.random.default_rng(seed)
+    for backend in _BACKENDS.values():
+        backend.seed(seed)
+
+
+def host_rng():
+    """The seeded NumPy generator for host-side randomness (shuffling, data generation)."""
+    return _host
