@@ -20,13 +20,15 @@ holding the inputs and whatever ``forward`` saved. ``forward`` and ``backward`` 
 arrays through ``ctx.xp`` (NumPy or CuPy), never on Tensors: the graph is built only by
 ``apply``, so a backward pass never records a new graph (minitensor has no double backward).
 
-``backward(root)`` visits the graph in reverse topological order -- found with an explicit
-stack, so a chain of 100,000 operations needs no Python recursion -- calls each node's
+``backward(root)`` visits the graph in reverse topological order -- with a heap, no Python
+recursion, so a chain of 100,000 operations is fine -- calls each node's
 ``backward`` and adds up the gradients that reach a tensor along different paths. Gradients
 of broadcast inputs are summed back to the input's shape here, once, instead of in every op.
 Afterwards the graph is freed (the saved arrays and the links to the inputs are dropped) so
 memory returns at once; ``retain_graph=True`` keeps it for a second backward.
 """
+
+from heapq import heappop, heappush
 
 from . import grad_mode
 from .errors import DeviceError, DTypeError, GraphError, ShapeError
@@ -44,7 +46,7 @@ class Function:
     @property
     def needs_input_grad(self):
         """One bool per input: does that input want a gradient? Lets backward skip work."""
-        return tuple(isinstance(x, Tensor) and x.requires_grad for x in self.inputs)
+        return [isinstance(x, Tensor) and x.requires_grad for x in self.inputs]
 
     # -- to be written by each operation ----------------------------------------------
     @staticmethod
@@ -59,36 +61,25 @@ class Function:
     @classmethod
     def apply(cls, *args, **kwargs):
         """Run the op on Tensors (or Python constants) and record it in the graph."""
-        backend = None
-        dtype = None
+        # This loop runs for every operation: it is kept to the bare minimum (the per-op
+        # cost of a small model is dominated by such Python bookkeeping, not arithmetic).
+        first = None
         requires_grad = False
         raw = []
         for a in args:
             if isinstance(a, Tensor):
-                if backend is None:
-                    backend = a._backend
-                elif a._backend is not backend:
-                    raise DeviceError(
-                        f"{cls.__name__.lower()}: tensors on different devices, "
-                        f"{backend.device!r} and {a._backend.device!r}; move one with "
-                        f".to({backend.device!r}) or .to({a._backend.device!r})"
-                    )
-                d = a.data.dtype
-                if d.kind == "f":
-                    if dtype is None:
-                        dtype = d
-                    elif d is not dtype and d != dtype:
-                        raise DTypeError(
-                            f"{cls.__name__.lower()}: float tensors of different precision, "
-                            f"{dtype} and {d}, do not combine silently; convert one with "
-                            f".to(mt.{dtype}) or .to(mt.{d})"
-                        )
-                requires_grad = requires_grad or a.requires_grad
+                if first is None:
+                    first = a
+                elif a._backend is not first._backend or a.data.dtype != first.data.dtype:
+                    _check_compatible(cls, first, a)
+                if a.requires_grad:
+                    requires_grad = True
                 raw.append(a.data)
             else:
                 raw.append(a)
-        if backend is None:
+        if first is None:
             raise TypeError(f"{cls.__name__.lower()}: needs at least one Tensor argument")
+        backend = first._backend
         ctx = cls.__new__(cls)
         ctx.xp = backend.xp
         ctx.backend = backend
@@ -98,7 +89,7 @@ class Function:
             if isinstance(e, ShapeError):
                 raise
             shapes = " and ".join(str(tuple(a.shape)) for a in args if isinstance(a, Tensor))
-            raise ShapeError(f"{cls.__name__.lower()}: shapes {shapes} do not fit: {e}") from None
+            raise ShapeError(f"{cls.__name__.lower()}: shapes {shapes} do not fit together ({e})") from None
         if requires_grad and grad_mode._enabled:
             ctx.inputs = args
             return Tensor._make(out, backend, ctx)
@@ -106,6 +97,24 @@ class Function:
 
     def __repr__(self):
         return f"<{type(self).__name__}>"
+
+
+def _check_compatible(cls, a, b):
+    """Raise if two tensor operands of one op cannot combine (devices, float precisions)."""
+    op = cls.__name__.lower()
+    if a._backend is not b._backend:
+        raise DeviceError(
+            f"{op}: tensors on different devices, {a.device!r} and {b.device!r}; move one "
+            f"with .to({a.device!r}) or .to({b.device!r})"
+        )
+    da, db = a.data.dtype, b.data.dtype
+    if da.kind == "f" and db.kind == "f":
+        # NumPy would silently promote float32 to float64 (slow, and a model's dtype would
+        # drift); PyTorch refuses in matmul. Refuse everywhere and say how to fix it.
+        raise DTypeError(
+            f"{op}: float tensors of different precision, {da} and {db}, do not combine "
+            f"silently; convert one with .to(mt.{da}) or .to(mt.{db})"
+        )
 
 
 def sum_to_shape(grad, shape):
@@ -126,48 +135,20 @@ def sum_to_shape(grad, shape):
     return grad.reshape(shape)
 
 
-def _topological_order(root):
-    """Tensors reachable from ``root`` that need a gradient, each after all its inputs.
-
-    Depth-first post-order with an explicit stack: a tensor is appended when its second
-    stack entry (``expanded=True``) comes up, i.e. after everything it was computed from.
-    """
-    order = []
-    visited = set()
-    stack = [(root, False)]
-    while stack:
-        t, expanded = stack.pop()
-        if expanded:
-            order.append(t)
-            continue
-        if id(t) in visited:
-            continue
-        visited.add(id(t))
-        stack.append((t, True))
-        ctx = t._ctx
-        if ctx is None:
-            continue
-        inputs = ctx.__dict__.get("inputs")
-        if inputs is None:
-            raise GraphError(
-                f"backward through a freed graph: the graph through {type(ctx).__name__} was "
-                "freed by an earlier backward(); pass retain_graph=True to the first "
-                "backward() to run backward twice, or recompute the forward pass"
-            )
-        for p in inputs:
-            if isinstance(p, Tensor) and p.requires_grad and id(p) not in visited:
-                stack.append((p, False))
-    return order
-
-
 def backward(root, grad=None, retain_graph=False):
-    """Accumulate d(root)/d(leaf) into ``leaf.grad`` for every leaf that requires grad."""
+    """Accumulate d(root)/d(leaf) into ``leaf.grad`` for every leaf that requires grad.
+
+    Order: a tensor's gradient is complete once every tensor computed *from* it has passed
+    its gradient back. Every tensor carries a creation number ``_seq``, and a tensor is
+    always created after its inputs, so processing tensors in decreasing ``_seq`` (a heap
+    holding the tensors that have received some gradient so far) is a reverse topological
+    order: no recursion, no separate sorting pass.
+    """
     if not root.requires_grad:
         raise GraphError(
             "backward: this tensor does not require grad and has no graph (create the inputs "
             "with requires_grad=True, and do not compute it under mt.no_grad())"
         )
-    xp = root._backend.xp
     if grad is None:
         if root.data.size != 1:
             raise GraphError(
@@ -175,7 +156,7 @@ def backward(root, grad=None, retain_graph=False):
                 "gradient needs a scalar (one element). Reduce it first (loss.sum(), "
                 f"loss.mean()) or pass a gradient of shape {tuple(root.shape)}"
             )
-        grad = xp.ones_like(root.data)
+        grad = root._backend.xp.ones_like(root.data)
     else:
         grad = grad.data if isinstance(grad, Tensor) else root._backend.array(grad, root.dtype)
         if grad.shape != root.data.shape:
@@ -185,11 +166,11 @@ def backward(root, grad=None, retain_graph=False):
             )
 
     grads = {id(root): grad}
-    handed_out = set()  # arrays stored in some .grad: copy before storing one twice
-    for t in reversed(_topological_order(root)):
-        g = grads.pop(id(t), None)
-        if g is None:
-            continue
+    heap = [(-root._seq, root)]
+    handed_out = set()  # arrays already stored in some .grad: copy before storing one twice
+    while heap:
+        t = heappop(heap)[1]
+        g = grads.pop(id(t))
         ctx = t._ctx
         if ctx is None or t._retain_grad:
             if id(g) in handed_out:
@@ -198,16 +179,27 @@ def backward(root, grad=None, retain_graph=False):
             _accumulate(t, g)
             if ctx is None:
                 continue
+        inputs = ctx.__dict__.get("inputs")
+        if inputs is None:
+            raise GraphError(
+                f"backward through a freed graph: the graph through {type(ctx).__name__} was "
+                "freed by an earlier backward(); pass retain_graph=True to the first "
+                "backward() to run backward twice, or recompute the forward pass"
+            )
         input_grads = type(ctx).backward(ctx, g)
         if not isinstance(input_grads, tuple):
             input_grads = (input_grads,)
-        for p, pg in zip(ctx.inputs, input_grads):
+        for p, pg in zip(inputs, input_grads):
             if pg is None or not isinstance(p, Tensor) or not p.requires_grad:
                 continue
             if pg.shape != p.data.shape:
                 pg = sum_to_shape(pg, p.data.shape)
             key = id(p)
-            grads[key] = grads[key] + pg if key in grads else pg
+            if key in grads:
+                grads[key] = grads[key] + pg
+            else:
+                grads[key] = pg
+                heappush(heap, (-p._seq, p))
         if not retain_graph:
             # Drop the saved arrays and the links to the inputs; the emptied node stays so
             # that a second backward can say what happened instead of doing nothing.

@@ -11,6 +11,8 @@ The arithmetic lives in ``minitensor/ops``, one Function per operation; the meth
 only forward to those, so ``x.exp()`` and ``mt.exp(x)`` are the same call.
 """
 
+import itertools
+
 import numpy
 
 from . import grad_mode
@@ -19,8 +21,11 @@ from .dtypes import as_dtype
 from .errors import DeviceError, GraphError
 
 
+_creation_counter = itertools.count()
+
+
 class Tensor:
-    __slots__ = ("data", "grad", "requires_grad", "_ctx", "_backend", "_retain_grad", "__weakref__")
+    __slots__ = ("data", "grad", "requires_grad", "_ctx", "_backend", "_retain_grad", "_seq", "__weakref__")
 
     # NumPy must hand ``ndarray * tensor`` back to Tensor.__rmul__ instead of looping
     # over the tensor as if it were a sequence.
@@ -30,7 +35,7 @@ class Tensor:
     def __init__(self, data, requires_grad=False, dtype=None, device=None):
         t = tensor(data, requires_grad=requires_grad, dtype=dtype, device=device)
         self.data, self.grad, self.requires_grad = t.data, None, t.requires_grad
-        self._ctx, self._backend, self._retain_grad = None, t._backend, False
+        self._ctx, self._backend, self._retain_grad, self._seq = None, t._backend, False, t._seq
 
     @classmethod
     def _make(cls, data, backend, ctx):
@@ -45,6 +50,7 @@ class Tensor:
         t._ctx = ctx
         t._backend = backend
         t._retain_grad = False
+        t._seq = next(_creation_counter)  # creation order = a topological order (autograd.backward)
         return t
 
     # -- what a tensor is ---------------------------------------------------------------

@@ -10,21 +10,28 @@ class MatMul(Function):
 
     @staticmethod
     def forward(ctx, a, b):
+        ctx.save_for_backward(a, b)
+        try:
+            return a @ b
+        except ValueError:
+            pass  # explain NumPy's terse message in the user's terms
         if a.ndim == 0 or b.ndim == 0:
             raise ShapeError(f"matmul: operands must have at least 1 dimension, got shapes {a.shape} and {b.shape}")
-        if a.shape[-1] != b.shape[-2 if b.ndim > 1 else 0]:
+        k = b.shape[-2 if b.ndim > 1 else 0]
+        if a.shape[-1] != k:
             raise ShapeError(
                 f"matmul: inner dimensions differ, {tuple(a.shape)} @ {tuple(b.shape)}: "
-                f"{a.shape[-1]} != {b.shape[-2 if b.ndim > 1 else 0]} (A's last axis must "
-                "equal B's second-to-last; transpose one operand?)"
+                f"{a.shape[-1]} != {k} (A's last axis must equal B's second-to-last; "
+                "transpose one operand?)"
             )
-        ctx.save_for_backward(a, b)
-        return a @ b
+        raise ShapeError(f"matmul: batch dimensions of {tuple(a.shape)} and {tuple(b.shape)} do not broadcast")
 
     @staticmethod
     def backward(ctx, grad):
         a, b = ctx.saved
         need_a, need_b = ctx.needs_input_grad
+        if a.ndim == 2 and b.ndim == 2:  # the common case, without the general machinery
+            return (grad @ b.T if need_a else None), (a.T @ grad if need_b else None)
         xp = ctx.xp
         if a.ndim == 1 and b.ndim == 1:  # dot product: grad is a scalar
             return (grad * b if need_a else None), (grad * a if need_b else None)

@@ -1,0 +1,403 @@
+"""Numba CPU kernels for row-wise softmax and log-softmax.
+
+Every kernel takes C-contiguous 2-D arrays of shape ``(rows, n)`` (float32 or
+float64) and works on each row independently, so the outer loop is a
+``numba.prange`` that spreads rows over threads.  The kernels are compiled
+lazily on their first call (``numba.njit`` never compiles at import time) and
+``cache=True`` stores the machine code on disk so that the next process skips
+compilation.
+
+The algorithm
+-------------
+For one row ``x`` of which only the first ``L`` entries are valid::
+
+    m   = max_{j<L} x_j
+    e_j = exp(x_j - m)                      for j < L
+    s   = sum_{j<L} e_j
+    softmax(x)_j     = e_j / s              (0 for j >= L)
+    log_softmax(x)_j = (x_j - m) - log(s)   (-inf for j >= L)
+
+*Why subtract the max?*  Softmax is invariant to adding a constant to every
+logit, and after subtracting the max every exponent is <= 0: ``exp`` cannot
+overflow (logits of 1e4 are fine) and at least one term equals exactly 1, so
+``s >= 1`` and the division and the log are always well defined.
+
+*Why does a fully masked row give zeros?*  If the row has no valid entry
+(``L == 0``) or all of them are ``-inf``, then ``m == -inf`` and the formula
+would compute ``-inf - (-inf) = NaN``.  Such a row has no probability mass to
+distribute: it is treated as an empty distribution, so softmax returns all
+zeros and log-softmax returns all ``-inf`` (log 0).  Spreading uniform weights
+over entries the caller said do not exist would be wrong, and NaN would poison
+every gradient that touches the row.
+
+The backward passes follow from the Jacobian of softmax,
+``dy_i/dx_j = y_i (delta_ij - y_j)``::
+
+    softmax:      dx = y * (g - sum_j g_j y_j)
+    log_softmax:  dx = g - exp(y) * sum_j g_j
+
+Masked entries need no special case in the softmax backward because their
+``y`` is 0.  In the log-softmax backward they have ``y = -inf``; they are
+excluded from the sum and get a zero gradient.
+
+Making it fast
+--------------
+Each row is processed by a few small loops (max; exp and sum; scale), each
+simple enough for LLVM to turn into SIMD code.  Three obstacles had to be
+removed, each measured with ``bench/softmax.py``:
+
+1. ``math.exp`` compiles to one scalar libm call per element (llvmlite ships
+   no vector math library), ~8x slower than PyTorch.  For float32 we therefore
+   use :func:`exp_f32`, an exp written with plain arithmetic that LLVM can
+   vectorise.  float64 keeps ``math.exp``: float64 is used for gradient
+   checks, where accuracy matters more than speed.
+2. A max written as ``if v > m: m = v`` is not vectorised unless NaNs are
+   ruled out (fastmath ``nnan``), which we do not want.  :func:`_maximum`
+   calls LLVM's ``llvm.maximum`` (NaN-propagating max), which LLVM knows how
+   to vectorise as a reduction.
+3. Floating-point sums are only vectorised if re-association is allowed.  We
+   enable the fastmath flags that permit that (``reassoc``) and a few other
+   harmless ones, but *not* ``nnan``/``ninf``: with those LLVM may assume no
+   value is ever ``-inf`` and fold away exactly the tests that implement
+   masking.  Helpers whose rounding must not change (the exp and the
+   log-softmax shift) set their own, stricter flags.
+
+Constants and accumulators are created with the array's own scalar type
+(``x.dtype.type(0)``) because a Python float literal is float64 in Numba and
+would silently promote the float32 arithmetic to float64.
+"""
+
+import math
+
+import numba
+import numpy as np
+from llvmlite import ir
+from numba import prange, types
+from numba.extending import intrinsic, overload
+
+# Fastmath flags for the kernels.  Allowed: ignore the sign of zero (nsz),
+# multiply by a reciprocal instead of dividing (arcp), fuse a*b+c into one FMA
+# (contract), approximate library functions (afn) and re-associate sums
+# (reassoc, what makes reductions vectorisable).  Deliberately missing:
+# ``nnan`` and ``ninf``, which would let LLVM assume away -inf masking.
+FASTMATH = {"nsz", "arcp", "contract", "afn", "reassoc"}
+
+# Helpers whose exact evaluation order matters use these.  Setting fastmath
+# explicitly also stops Numba from letting the helper inherit the caller's
+# flags.
+_STRICT = {"contract"}
+
+_KERNEL_OPTIONS = dict(parallel=True, cache=True, fastmath=FASTMATH,
+                       error_model="numpy", nogil=True)
+_HELPER_OPTIONS = dict(cache=True, fastmath=FASTMATH)
+
+
+# ---------------------------------------------------------------------------
+# Two tiny LLVM intrinsics
+# ---------------------------------------------------------------------------
+
+@intrinsic
+def _exp2_int(typingctx, k):
+    """``2.0 ** k`` for an integer-valued float32 ``k`` in [-126, 127].
+
+    A float32 is ``sign | 8-bit exponent | 23-bit mantissa`` and encodes
+    ``2 ** (exponent - 127)`` when the mantissa is zero, so ``2 ** k`` is the
+    integer ``(k + 127) << 23`` read as a float.  Numba has no way to
+    reinterpret a scalar's bits (``view`` only exists for arrays, and a trip
+    through memory would block vectorisation), so we emit the LLVM
+    instructions directly: ``fptosi``, ``add``, ``shl`` and a ``bitcast``,
+    which costs nothing at run time and vectorises to a few integer SIMD ops.
+    """
+    if k != types.float32:
+        return None
+
+    def codegen(context, builder, signature, args):
+        i32 = ir.IntType(32)
+        k_int = builder.fptosi(args[0], i32)
+        biased = builder.add(k_int, ir.Constant(i32, 127))
+        bits = builder.shl(biased, ir.Constant(i32, 23))
+        return builder.bitcast(bits, ir.FloatType())
+
+    return types.float32(types.float32), codegen
+
+
+@intrinsic
+def _maximum(typingctx, a, b):
+    """NaN-propagating ``max(a, b)`` via LLVM's ``llvm.maximum`` intrinsic.
+
+    Unlike ``a if a > b else b``, LLVM vectorises a reduction over
+    ``llvm.maximum`` without being told that NaNs cannot occur.
+    """
+    if a != b or not isinstance(a, types.Float):
+        return None
+
+    def codegen(context, builder, signature, args):
+        ty = args[0].type
+        fn = builder.module.declare_intrinsic(
+            "llvm.maximum", [ty], ir.FunctionType(ty, [ty, ty]))
+        return builder.call(fn, args)
+
+    return a(a, b), codegen
+
+
+# ---------------------------------------------------------------------------
+# A vectorisable float32 exp
+# ---------------------------------------------------------------------------
+
+# Float32 constants: module-level NumPy scalars are frozen into the compiled
+# code with their own type, so the arithmetic below stays in float32.
+_F32 = np.float32
+_LOG2E = _F32(1.44269504088896341)      # 1 / ln 2
+_LN2_HI = _F32(0.693359375)             # ln 2 = _LN2_HI + _LN2_LO, and
+_LN2_LO = _F32(-2.12194440e-4)          # k * _LN2_HI is exact for |k| < 2**9
+_EXP_P0 = _F32(1.9875691500e-4)         # Cephes expf polynomial, minimax
+_EXP_P1 = _F32(1.3981999507e-3)         # for (e^r - 1 - r) / r^2
+_EXP_P2 = _F32(8.3334519073e-3)         # on |r| <= ln(2) / 2
+_EXP_P3 = _F32(4.1665795894e-2)
+_EXP_P4 = _F32(1.6666665459e-1)
+_EXP_P5 = _F32(5.0000001201e-1)
+_EXP_MIN_ARG = _F32(-87.33654475)       # ln(2**-126): below, the result would
+                                        # be subnormal; we flush it to 0
+_EXP_MAX_ARG = _F32(88.72283905)        # ln(FLT_MAX): above, the result is inf
+_HALF = _F32(0.5)
+_ONE = _F32(1.0)
+_ZERO = _F32(0.0)
+_MAX_EXP2 = _F32(127.0)
+_INF = _F32(np.inf)
+
+
+@numba.njit(cache=True, fastmath=_STRICT)
+def exp_f32(x):
+    """``exp(x)`` for a float32 ``x``, written so that LLVM can vectorise it.
+
+    Range reduction (Cody-Waite): write ``x = k ln2 + r`` with integer
+    ``k = round(x / ln2)`` and ``|r| <= ln(2)/2``; then
+    ``exp(x) = 2**k * exp(r)``.  ``r = x - k ln2`` is computed in two steps
+    with ln 2 split into a short head (whose product with ``k`` is exact) and
+    a tail, so no precision is lost in the subtraction.
+
+    ``exp(r) = 1 + r + r**2 P(r)`` with the degree-5 Cephes polynomial ``P``;
+    ``2**k`` is assembled from bits by :func:`_exp2_int`.
+
+    Accuracy: max relative error ~1e-7 (about 1 ulp) for results in the
+    normal float32 range.  Special cases: results that would be subnormal
+    (``x < -87.34``, including ``-inf``) are flushed to 0, ``x > 88.72``
+    gives ``inf`` and NaN gives NaN.
+
+    Every step is plain arithmetic or a select, hence vectorisable.  Flags are
+    ``contract`` only: re-association would merge the two-step reduction
+    ``(x - k*hi) - k*lo`` into ``x - k*(hi+lo)`` and lose accuracy.
+    """
+    xc = min(max(x, _EXP_MIN_ARG), _EXP_MAX_ARG)   # keep 2**k representable
+    k = np.floor(xc * _LOG2E + _HALF)
+    r = xc - k * _LN2_HI
+    r = r - k * _LN2_LO
+    p = _EXP_P0
+    p = p * r + _EXP_P1
+    p = p * r + _EXP_P2
+    p = p * r + _EXP_P3
+    p = p * r + _EXP_P4
+    p = p * r + _EXP_P5
+    exp_r = p * (r * r) + r + _ONE
+    # k is in [-126, 128] but 2**128 is not a float32: build 2**127 and
+    # double the result afterwards (exact, and finite since exp(r) < 1).
+    k_clamped = min(k, _MAX_EXP2)
+    y = exp_r * _exp2_int(k_clamped)
+    y = y + y if k > k_clamped else y
+    y = _ZERO if x < _EXP_MIN_ARG else y
+    y = _INF if x > _EXP_MAX_ARG else y
+    return y
+
+
+def _exp(x):
+    """exp used by the kernels: :func:`exp_f32` for float32, else math.exp."""
+    return math.exp(x)
+
+
+@overload(_exp)
+def _exp_overload(x):
+    if x == types.float32:
+        return lambda x: exp_f32(x)
+    return lambda x: math.exp(x)
+
+
+# ---------------------------------------------------------------------------
+# Row helpers: each is one simple loop that LLVM can vectorise
+# ---------------------------------------------------------------------------
+
+@numba.njit(**_HELPER_OPTIONS)
+def _valid_length(lens, r, n):
+    """Number of valid entries of row ``r``: ``lens[r]`` clipped to [0, n]."""
+    if lens is None:
+        return n
+    return min(max(lens[r], 0), n)
+
+
+@numba.njit(**_HELPER_OPTIONS)
+def _row_max(x, length):
+    """``max(x[:length])``; ``-inf`` for an empty prefix, NaN if any is NaN."""
+    m = x.dtype.type(-np.inf)
+    for j in range(length):
+        m = _maximum(m, x[j])
+    return m
+
+
+@numba.njit(**_HELPER_OPTIONS)
+def _exp_shifted_and_sum(x, shift, out, length):
+    """``out[j] = exp(x[j] - shift)`` for ``j < length``; returns their sum."""
+    total = x.dtype.type(0)
+    for j in range(length):
+        e = _exp(x[j] - shift)
+        out[j] = e
+        total += e
+    return total
+
+
+@numba.njit(**_HELPER_OPTIONS)
+def _sum_exp_shifted(x, shift, length):
+    """``sum(exp(x[:length] - shift))`` without storing the terms."""
+    total = x.dtype.type(0)
+    for j in range(length):
+        total += _exp(x[j] - shift)
+    return total
+
+
+@numba.njit(**_HELPER_OPTIONS)
+def _scale(out, factor, length):
+    """``out[:length] *= factor``."""
+    for j in range(length):
+        out[j] *= factor
+
+
+@numba.njit(**_HELPER_OPTIONS)
+def _fill(out, start, value):
+    """``out[start:] = value``."""
+    for j in range(start, out.shape[0]):
+        out[j] = value
+
+
+@numba.njit(cache=True, fastmath=_STRICT)
+def _subtract_twice(x, a, b, out, length):
+    """``out[j] = (x[j] - a) - b`` for ``j < length``, in exactly that order.
+
+    With re-association allowed LLVM would hoist ``a + b`` out of the loop,
+    and for logits of 1e4 in float32 that sum loses the low bits of ``b``.
+    """
+    for j in range(length):
+        out[j] = (x[j] - a) - b
+
+
+@numba.njit(**_HELPER_OPTIONS)
+def _dot(a, b):
+    """``sum_j a[j] * b[j]``."""
+    total = a.dtype.type(0)
+    for j in range(a.shape[0]):
+        total += a[j] * b[j]
+    return total
+
+
+@numba.njit(**_HELPER_OPTIONS)
+def _sum_where_finite(g, y):
+    """``sum of g[j] over the j where y[j] != -inf``."""
+    total = g.dtype.type(0)
+    ninf = y.dtype.type(-np.inf)
+    for j in range(g.shape[0]):
+        total += g[j] if y[j] != ninf else g.dtype.type(0)
+    return total
+
+
+# ---------------------------------------------------------------------------
+# The kernels
+# ---------------------------------------------------------------------------
+
+@numba.njit(**_KERNEL_OPTIONS)
+def softmax_forward(x, lens=None):
+    """Row-wise softmax of a C-contiguous 2-D array.
+
+    ``y_j = exp(x_j - m) / sum_{k<L} exp(x_k - m)`` for ``j < L``, where
+    ``m = max_{k<L} x_k`` and ``L = clip(lens[r], 0, n)`` (``n`` if ``lens``
+    is None); ``y_j = 0`` for ``j >= L``.  A row with ``L == 0`` or only
+    ``-inf`` valid entries gives all zeros.
+    """
+    rows, n = x.shape
+    y = np.empty_like(x)
+    zero = x.dtype.type(0)
+    one = x.dtype.type(1)
+    for r in prange(rows):
+        length = _valid_length(lens, r, n)
+        xr = x[r]
+        yr = y[r]
+        m = _row_max(xr, length)
+        if m == -np.inf:                      # empty distribution
+            _fill(yr, 0, zero)
+            continue
+        total = _exp_shifted_and_sum(xr, m, yr, length)
+        _scale(yr, one / total, length)       # total >= 1: the max gives e^0
+        _fill(yr, length, zero)
+    return y
+
+
+@numba.njit(**_KERNEL_OPTIONS)
+def softmax_backward(y, g):
+    """Gradient of softmax: ``dx = y * (g - sum_j g_j y_j)`` per row.
+
+    ``y`` is the forward output and ``g`` the gradient w.r.t. ``y``.  Masked
+    entries have ``y = 0``, so their gradient is 0 without a special case.
+    """
+    rows, n = y.shape
+    dx = np.empty_like(y)
+    for r in prange(rows):
+        yr = y[r]
+        gr = g[r]
+        dxr = dx[r]
+        weighted = _dot(gr, yr)
+        for j in range(n):
+            dxr[j] = yr[j] * (gr[j] - weighted)
+    return dx
+
+
+@numba.njit(**_KERNEL_OPTIONS)
+def log_softmax_forward(x, lens=None):
+    """Row-wise log-softmax of a C-contiguous 2-D array.
+
+    ``y_j = (x_j - m) - log(sum_{k<L} exp(x_k - m))`` for ``j < L`` with
+    ``m = max_{k<L} x_k``; ``y_j = -inf`` for ``j >= L``.  A row with
+    ``L == 0`` or only ``-inf`` valid entries gives all ``-inf``.
+    """
+    rows, n = x.shape
+    y = np.empty_like(x)
+    ninf = x.dtype.type(-np.inf)
+    for r in prange(rows):
+        length = _valid_length(lens, r, n)
+        xr = x[r]
+        yr = y[r]
+        m = _row_max(xr, length)
+        if m == ninf:                         # empty distribution: log 0
+            _fill(yr, 0, ninf)
+            continue
+        log_total = math.log(_sum_exp_shifted(xr, m, length))
+        _subtract_twice(xr, m, log_total, yr, length)
+        _fill(yr, length, ninf)
+    return y
+
+
+@numba.njit(**_KERNEL_OPTIONS)
+def log_softmax_backward(y, g):
+    """Gradient of log-softmax: ``dx_j = g_j - exp(y_j) * sum_k g_k``.
+
+    The sum runs over the entries with finite ``y``; entries with
+    ``y_j = -inf`` (masked) get ``dx_j = 0``.
+    """
+    rows, n = y.shape
+    dx = np.empty_like(y)
+    ninf = y.dtype.type(-np.inf)
+    zero = y.dtype.type(0)
+    for r in prange(rows):
+        yr = y[r]
+        gr = g[r]
+        dxr = dx[r]
+        total = _sum_where_finite(gr, yr)
+        for j in range(n):
+            grad = gr[j] - _exp(yr[j]) * total
+            dxr[j] = grad if yr[j] != ninf else zero
+    return dx
