@@ -38,6 +38,10 @@ from .tensor import Tensor
 class Function:
     """Base class of differentiable operations; an instance is the ``ctx`` of one call."""
 
+    # Slots for what every node has (faster than a dict on the per-op path); ops may still
+    # store anything else on ctx (it lands in __dict__).
+    __slots__ = ("xp", "backend", "inputs", "saved", "__dict__")
+
     # -- what forward uses ------------------------------------------------------------
     def save_for_backward(self, *arrays):
         """Keep arrays that ``backward`` needs (freed after the backward pass)."""
@@ -179,7 +183,7 @@ def backward(root, grad=None, retain_graph=False):
             _accumulate(t, g)
             if ctx is None:
                 continue
-        inputs = ctx.__dict__.get("inputs")
+        inputs = getattr(ctx, "inputs", None)
         if inputs is None:
             raise GraphError(
                 f"backward through a freed graph: the graph through {type(ctx).__name__} was "
@@ -203,6 +207,7 @@ def backward(root, grad=None, retain_graph=False):
         if not retain_graph:
             # Drop the saved arrays and the links to the inputs; the emptied node stays so
             # that a second backward can say what happened instead of doing nothing.
+            ctx.inputs = ctx.saved = None
             ctx.__dict__.clear()
 
 
