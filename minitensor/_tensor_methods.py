@@ -1,10 +1,13 @@
 """Python operators and methods of Tensor, each forwarding to a function in ``ops``.
 
 Kept apart from ``tensor.py`` so that file shows what a tensor *is*; this one lists what it
-can *do*. ``x + y`` is ``ops.add(x, y)``, ``x.sum(axis=0)`` is ``ops.sum(x, axis=0)``.
+can *do*. ``x + y`` is ``ops.add(x, y)`` (that is, ``Add.apply(x, y)``), ``x.sum(axis=0)`` is
+``ops.sum(x, axis=0)``.
 """
 
 from . import ops
+from .ops import elementwise
+from .ops.matmul import MatMul
 from .tensor import Tensor, tensor
 
 _NUMBER = (int, float, bool)
@@ -35,24 +38,31 @@ def _as_float(t, dtype):
     return Tensor._make(t.data.astype(dtype or "float32"), t._backend, None)
 
 
-def _binary(fn):
+def _binary(op):
+    """``x + y`` and ``y + x`` for the Function ``op``; the common case goes straight to it."""
+    apply = op.apply
+
     def method(self, other):
+        if (isinstance(other, Tensor) and other.data.dtype == self.data.dtype) or (
+            isinstance(other, _NUMBER) and self.data.dtype.kind == "f"
+        ):
+            return apply(self, other)
         a, b = _operands(self, other)
-        return fn(a, b)
+        return apply(a, b)
 
     def reflected(self, other):
         a, b = _operands(self, other)
-        return fn(b, a)
+        return apply(b, a)
 
     return method, reflected
 
 
-Tensor.__add__, Tensor.__radd__ = _binary(ops.add)
-Tensor.__sub__, Tensor.__rsub__ = _binary(ops.sub)
-Tensor.__mul__, Tensor.__rmul__ = _binary(ops.mul)
-Tensor.__truediv__, Tensor.__rtruediv__ = _binary(ops.div)
-Tensor.__pow__, Tensor.__rpow__ = _binary(ops.pow)
-Tensor.__matmul__, Tensor.__rmatmul__ = _binary(ops.matmul)
+Tensor.__add__, Tensor.__radd__ = _binary(elementwise.Add)
+Tensor.__sub__, Tensor.__rsub__ = _binary(elementwise.Sub)
+Tensor.__mul__, Tensor.__rmul__ = _binary(elementwise.Mul)
+Tensor.__truediv__, Tensor.__rtruediv__ = _binary(elementwise.Div)
+Tensor.__pow__, Tensor.__rpow__ = _binary(elementwise.Pow)
+Tensor.__matmul__, Tensor.__rmatmul__ = _binary(MatMul)
 Tensor.__neg__ = ops.neg
 Tensor.__getitem__ = ops.getitem
 
