@@ -1,0 +1,233 @@
+"""Per-operation overhead of the autograd engine: minitensor vs PyTorch on tiny tensors.
+
+What is measured
+----------------
+A chain of 100 small operations on (4, 4) float32 tensors that require grad, 25 times
+
+    x = x + a;  x = x * a;  x = tanh(x);  x = x @ w
+
+followed by ``loss = x.sum()`` and ``loss.backward()``. The same function builds the chain
+for every library. On arrays this small the arithmetic is almost free (NumPy's own add is
+~0.5 µs), so the time is the framework's bookkeeping: wrapping arrays, recording the graph,
+walking it backward. The time per iteration divided by 100 is the *per-op cost*.
+
+Each round times one minitensor iteration, one PyTorch iteration and one iteration of the
+*NumPy floor*, in alternating order, after a warm-up. The floor is the same chain on plain
+arrays, with its backward pass written out by hand (``numpy_backward``): the arithmetic that
+any engine must do, so "minitensor - floor" is the engine's own overhead. Forward and
+backward are timed separately within each iteration, so the table shows where that overhead
+is. The per-op cost includes the final ``sum`` and its backward, spread over the 100 ops.
+
+Measurement care: all three compute the same gradients (checked before timing). The garbage
+collector runs before each sample, outside the timed region, and is off during it (see
+``_common.interleaved``), so neither library pays for the other's garbage. Interleaving
+spreads slow spells of the machine (frequency changes, other processes) over all of them;
+the spread is shown as the IQR. Each thread count limits NumPy's BLAS and PyTorch alike
+(numba plays no part here).
+
+Target: minitensor's forward+backward per-op cost <= 0.5x PyTorch's.
+
+    python bench/overhead.py [--quick]
+"""
+
+import time
+
+import numpy as np
+from _common import (
+    THREAD_COUNTS,
+    format_ratio,
+    format_stats,
+    format_time,
+    import_torch,
+    interleaved,
+    limit_threads,
+    parse_args,
+    print_header,
+    print_table,
+    verdict,
+)
+
+import minitensor as mt
+
+REPEATS = 25  # repetitions of the 4-op block
+N_OPS = 4 * REPEATS  # the 100 ops of the chain (the final sum is counted in, not as an op)
+TARGET = 0.5  # minitensor / torch, forward + backward
+PHASES = ("forward", "backward", "total")
+
+
+# -- the workload ---------------------------------------------------------------------------
+def make_inputs(seed=0):
+    """x, a, w as float32 arrays, scaled so that tanh neither saturates nor vanishes.
+
+    a is close to 1 and w close to 0.5 I: the chain settles near a fixed point where the
+    inputs of tanh stay around 1, so every op does real, well-conditioned work.
+    """
+    rng = np.random.default_rng(seed)
+    x = 0.5 * rng.standard_normal((4, 4))
+    a = 1.0 + 0.1 * rng.standard_normal((4, 4))
+    w = 0.5 * np.eye(4) + 0.1 * rng.standard_normal((4, 4))
+    return [v.astype(np.float32) for v in (x, a, w)]
+
+
+def chain(x, a, w, tanh):
+    """The benchmarked chain, written once for every library (``tanh`` is the library's)."""
+    for _ in range(REPEATS):
+        x = x + a
+        x = x * a
+        x = tanh(x)
+        x = x @ w
+    return x.sum()
+
+
+def numpy_forward(x, a, w):
+    """The chain on plain arrays, keeping what the backward pass needs (as a tape would)."""
+    saved = []
+    for _ in range(REPEATS):
+        u = x + a
+        z = np.tanh(u * a)
+        saved.append((u, z))
+        x = z @ w
+    return x.sum(), saved
+
+
+def numpy_backward(saved, a, w):
+    """The chain rule written out by hand: the arithmetic an autograd engine cannot avoid.
+
+    Per block, in reverse: x = z @ w, z = tanh(v), v = u * a, u = x + a.
+    """
+    g = np.ones((4, 4), dtype=a.dtype)  # d sum / dx
+    grad_a = grad_w = None
+    for u, z in reversed(saved):
+        gw = z.T @ g
+        grad_w = gw if grad_w is None else grad_w + gw
+        gv = (g @ w.T) * (1 - z * z)
+        ga = gv * u
+        grad_a = ga if grad_a is None else grad_a + ga
+        g = gv * a  # = dL/du = dL/dx (before the block) = dL/da through the add
+        grad_a = grad_a + g
+    return g, grad_a, grad_w
+
+
+def tanh_input_range(x, a, w):
+    """The largest |input| tanh sees in the chain (a check that it does not saturate)."""
+    largest = 0.0
+
+    def recording_tanh(v):
+        nonlocal largest
+        largest = max(largest, float(np.abs(v).max()))
+        return np.tanh(v)
+
+    chain(x, a, w, recording_tanh)
+    return largest
+
+
+def autograd_sample(leaves, tanh):
+    """One forward + backward iteration; returns its forward and backward times."""
+    for t in leaves:
+        t.grad = None
+    start = time.perf_counter()
+    loss = chain(*leaves, tanh)
+    middle = time.perf_counter()
+    loss.backward()
+    end = time.perf_counter()
+    return {"forward": middle - start, "backward": end - middle, "total": end - start}
+
+
+def numpy_sample(arrays):
+    """The NumPy floor: the same forward and a hand-written backward, timed alike."""
+    start = time.perf_counter()
+    _, saved = numpy_forward(*arrays)
+    middle = time.perf_counter()
+    numpy_backward(saved, *arrays[1:])
+    end = time.perf_counter()
+    return {"forward": middle - start, "backward": end - middle, "total": end - start}
+
+
+# -- the libraries --------------------------------------------------------------------------
+def make_cases(arrays, torch):
+    """name -> a callable taking one sample, for each library compared."""
+    mt_leaves = [mt.tensor(v, requires_grad=True) for v in arrays]
+    cases = {
+        "minitensor": lambda: autograd_sample(mt_leaves, mt.tanh),
+        "numpy": lambda: numpy_sample(arrays),
+    }
+    if torch is not None:
+        torch_leaves = [torch.tensor(v, requires_grad=True) for v in arrays]
+        cases["torch"] = lambda: autograd_sample(torch_leaves, torch.tanh)
+    return cases
+
+
+def check_agreement(arrays, torch):
+    """All three must compute the same gradients: the same work is timed for each."""
+    print(f"tanh inputs stay within ±{tanh_input_range(*arrays):.2f} (no saturation)")
+    mt_leaves = [mt.tensor(v, requires_grad=True) for v in arrays]
+    chain(*mt_leaves, mt.tanh).backward()
+    ours = [t.grad.numpy() for t in mt_leaves]
+    peers = {"the NumPy floor": numpy_backward(numpy_forward(*arrays)[1], *arrays[1:])}
+    if torch is not None:
+        torch_leaves = [torch.tensor(v, requires_grad=True) for v in arrays]
+        chain(*torch_leaves, torch.tanh).backward()
+        peers["PyTorch"] = [t.grad.numpy() for t in torch_leaves]
+    for name, grads in peers.items():
+        worst = max(_relative_difference(m, p) for m, p in zip(ours, grads))
+        print(f"gradients agree with {name}: max relative difference {worst:.1e}")
+        if worst > 1e-3:
+            raise SystemExit(f"minitensor and {name} disagree: they do different work")
+
+
+def _relative_difference(ours, theirs):
+    return float(np.max(np.abs(ours - theirs)) / (np.max(np.abs(theirs)) + 1e-30))
+
+
+# -- report ---------------------------------------------------------------------------------
+def per_op(stats):
+    return {key: s.scaled(1.0 / N_OPS) for key, s in stats.items()}
+
+
+def table_rows(threads, stats, has_torch):
+    """One row per phase: per-op cost of each library, the ratio minitensor / torch, and
+    minitensor's overhead above the NumPy floor."""
+    rows = []
+    for phase in PHASES:
+        ours, floor = stats[f"minitensor/{phase}"], stats[f"numpy/{phase}"]
+        row = [threads, "forward+backward" if phase == "total" else phase, format_stats(ours)]
+        if has_torch:
+            theirs = stats[f"torch/{phase}"]
+            row += [format_stats(theirs), format_ratio(ours.median / theirs.median)]
+        row += [format_stats(floor), format_time(ours.median - floor.median)]
+        rows.append(row)
+    return rows
+
+
+def main():
+    args = parse_args(__doc__)
+    rounds, warmup = (100, 20) if args.quick else (2000, 100)
+    torch = import_torch()
+    print_header("Autograd overhead: per-op cost of a chain of 100 ops on (4, 4) float32", args.quick)
+    print(f"{rounds} interleaved rounds after {warmup} warm-up rounds, per thread count; "
+          f"times are per op (iteration / {N_OPS}), median ±IQR/2")
+    if torch is None:
+        print("PyTorch is not installed: its columns are left out")
+    arrays = make_inputs()
+    check_agreement(arrays, torch)
+
+    rows, verdicts = [], []
+    for threads in THREAD_COUNTS:
+        with limit_threads(threads, torch):
+            stats = per_op(interleaved(make_cases(arrays, torch), rounds, warmup))
+        rows += table_rows(threads, stats, torch is not None)
+        if torch is not None:
+            ratio = stats["minitensor/total"].median / stats["torch/total"].median
+            verdicts.append((threads, ratio))
+
+    headers = ["threads", "phase", "minitensor"]
+    headers += ["torch", "mt/torch"] if torch is not None else []
+    headers += ["NumPy floor", "mt - floor"]
+    print_table(headers, rows)
+    for threads, ratio in verdicts:
+        print(f"{verdict(ratio <= TARGET)}  {threads} thread(s): forward+backward per op is "
+              f"{ratio:.2f}x torch's (target <= {TARGET}x)")
+
+
+if __name__ == "__main__":
+    main()
