@@ -5,12 +5,15 @@ can *do*. ``x + y`` is ``ops.add(x, y)`` (that is, ``Add.apply(x, y)``), ``x.sum
 ``ops.sum(x, axis=0)``.
 """
 
+import numpy
+
 from . import ops
 from .ops import elementwise
 from .ops.matmul import MatMul
 from .tensor import Tensor, tensor
 
 _NUMBER = (int, float, bool)
+_PLAIN_NUMBER = {int, float}  # exact types: np.float64 subclasses float but is not weak
 
 
 def _operands(a, b):
@@ -20,6 +23,10 @@ def _operands(a, b):
     meeting float data becomes float of that precision, as in PyTorch (NumPy would turn
     int64 + float32 into float64).
     """
+    if isinstance(b, numpy.generic):
+        # NumPy scalars (np.float64(2), np.sqrt(d)) are not "weak" like Python numbers:
+        # NumPy 2 would turn float32 * np.float64 into float64. Use the plain number.
+        b = b.item()
     if isinstance(b, _NUMBER):
         if isinstance(b, float) and a.data.dtype.kind != "f":
             a = _as_float(a, None)
@@ -44,7 +51,7 @@ def _binary(op):
 
     def method(self, other):
         if (isinstance(other, Tensor) and other.data.dtype == self.data.dtype) or (
-            isinstance(other, _NUMBER) and self.data.dtype.kind == "f"
+            type(other) in _PLAIN_NUMBER and self.data.dtype.kind == "f"
         ):
             return apply(self, other)
         a, b = _operands(self, other)

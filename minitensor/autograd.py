@@ -169,40 +169,37 @@ def backward(root, grad=None, retain_graph=False):
                 f"{tuple(root.shape)}; they must be equal"
             )
 
-    grads = {id(root): grad}
+    # Tensors hash by identity (``==`` is elementwise, but a dict compares identity first
+    # and distinct live objects never share a hash), so they key the dict directly.
+    grads = {root: grad}
     heap = [(-root._seq, root)]
-    handed_out = set()  # arrays already stored in some .grad: copy before storing one twice
     while heap:
         t = heappop(heap)[1]
-        g = grads.pop(id(t))
+        g = grads.pop(t)
         ctx = t._ctx
         if ctx is None or t._retain_grad:
-            if id(g) in handed_out:
-                g = g.copy()
-            handed_out.add(id(g))
             _accumulate(t, g)
             if ctx is None:
                 continue
-        inputs = getattr(ctx, "inputs", None)
+        inputs = ctx.inputs
         if inputs is None:
             raise GraphError(
                 f"backward through a freed graph: the graph through {type(ctx).__name__} was "
                 "freed by an earlier backward(); pass retain_graph=True to the first "
                 "backward() to run backward twice, or recompute the forward pass"
             )
-        input_grads = type(ctx).backward(ctx, g)
-        if not isinstance(input_grads, tuple):
+        input_grads = ctx.backward(ctx, g)
+        if type(input_grads) is not tuple:
             input_grads = (input_grads,)
         for p, pg in zip(inputs, input_grads):
             if pg is None or not isinstance(p, Tensor) or not p.requires_grad:
                 continue
             if pg.shape != p.data.shape:
                 pg = sum_to_shape(pg, p.data.shape)
-            key = id(p)
-            if key in grads:
-                grads[key] = grads[key] + pg
+            if p in grads:
+                grads[p] = grads[p] + pg
             else:
-                grads[key] = pg
+                grads[p] = pg
                 heappush(heap, (-p._seq, p))
         if not retain_graph:
             # Drop the saved arrays and the links to the inputs; the emptied node stays so
@@ -212,9 +209,13 @@ def backward(root, grad=None, retain_graph=False):
 
 
 def _accumulate(t, g):
-    if g.dtype != t.data.dtype:
-        g = g.astype(t.data.dtype)
+    """Add ``g`` to ``t.grad``, which always ends up an array of its own.
+
+    ``g`` may be shared with other tensors (``Add`` hands one gradient to both inputs), be a
+    read-only broadcast view (from ``sum``) or the caller's array; ``.grad`` must be safe to
+    update in place (gradient clipping, weight decay), so it is a fresh array either way.
+    """
     if t.grad is None:
-        t.grad = Tensor._make(g, t._backend, None)
+        t.grad = Tensor._make(g.astype(t.data.dtype, copy=True), t._backend, None)
     else:
         t.grad = Tensor._make(t.grad.data + g, t._backend, None)

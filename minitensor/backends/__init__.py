@@ -19,7 +19,9 @@ def register_backend(backend):
 
 
 def get_backend(device):
-    """The Backend for a device name (``"cpu"``, ``"cuda"``) or a Backend itself."""
+    """The Backend for a device name (``"cpu"``, ``"cuda"``; None means ``"cpu"``) or a Backend itself."""
+    if device is None:
+        device = "cpu"
     if isinstance(device, Backend):
         return device
     try:

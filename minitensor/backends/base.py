@@ -21,6 +21,13 @@ class Backend:
     def __repr__(self):
         return f"<{type(self).__name__} device={self.device!r}>"
 
+    def __reduce__(self):
+        # One backend object per device: copy.deepcopy and pickle of a tensor must find
+        # the registered backend again, not clone it (ops compare backends by identity).
+        from . import get_backend
+
+        return (get_backend, (self.device,))
+
     # -- data in and out ------------------------------------------------------------
     def array(self, data, dtype=None):
         """A new device array from ``data`` (nested lists, a NumPy array, a scalar)."""

@@ -1,1 +1,16 @@
-"""Neural-network layers (filled in by nn/module.py and friends)."""
+"""Layers and models: ``Module`` and ``Parameter`` (module.py), then one small file per kind
+of layer. ``functional`` holds the same computations as plain functions (PyTorch's ``F``)."""
+
+from . import functional, init
+from .activation import GELU, Identity, LogSoftmax, ReLU, Sigmoid, Softmax, Tanh
+from .container import ModuleDict, ModuleList, Sequential
+from .dropout import Dropout
+from .linear import Embedding, Linear
+from .module import Module, Parameter
+from .normalization import LayerNorm
+
+__all__ = [
+    "Dropout", "Embedding", "GELU", "Identity", "LayerNorm", "Linear", "LogSoftmax", "Module",
+    "ModuleDict", "ModuleList", "Parameter", "ReLU", "Sequential", "Sigmoid", "Softmax", "Tanh",
+    "functional", "init",
+]

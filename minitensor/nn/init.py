@@ -1,0 +1,91 @@
+"""Initialising parameters in place (PyTorch's ``torch.nn.init``).
+
+Why the scale matters: a layer y = W x with fan_in inputs of variance 1 gives outputs of
+variance fan_in * Var(W). Keeping that near 1 through many layers needs Var(W) ~ 1/fan_in;
+Xavier/Glorot balances the forward and backward passes with Var(W) = 2/(fan_in + fan_out),
+Kaiming/He corrects for ReLU zeroing half the signal with Var(W) = 2/fan_in. A uniform
+U(-b, b) has variance b^2/3, which turns each rule into a bound b.
+
+Random numbers come from the tensor's own backend (on its device), seeded by
+``mt.manual_seed``. Every function works under ``no_grad`` and returns the tensor.
+"""
+
+import math
+
+from ..grad_mode import no_grad
+
+
+def _fill(tensor, data):
+    with no_grad():
+        return tensor.copy_(data)
+
+
+def _random_dtype(tensor):
+    if tensor.dtype.kind != "f":
+        raise TypeError(f"init: random initialisation needs a floating-point tensor, got {tensor.dtype}")
+    # The generators draw float32 or float64; other floats (float16) are drawn in float32.
+    return tensor.dtype if tensor.dtype.itemsize >= 4 else "float32"
+
+
+def uniform_(tensor, a=0.0, b=1.0):
+    """Fill with samples of U(a, b)."""
+    return _fill(tensor, tensor._backend.uniform(tensor.shape, _random_dtype(tensor), a, b))
+
+
+def normal_(tensor, mean=0.0, std=1.0):
+    """Fill with samples of N(mean, std^2)."""
+    return _fill(tensor, tensor._backend.normal(tensor.shape, _random_dtype(tensor)) * std + mean)
+
+
+def constant_(tensor, value):
+    return _fill(tensor, value)
+
+
+def zeros_(tensor):
+    return _fill(tensor, 0)
+
+
+def ones_(tensor):
+    return _fill(tensor, 1)
+
+
+def fan_in_and_fan_out(tensor):
+    """(fan_in, fan_out) of a weight of shape (out, in, *kernel), as PyTorch counts them."""
+    if tensor.ndim < 2:
+        raise ValueError(f"init: fan in and fan out need a weight with at least 2 axes, got shape {tensor.shape}")
+    receptive_field = math.prod(tensor.shape[2:])
+    return tensor.shape[1] * receptive_field, tensor.shape[0] * receptive_field
+
+
+def calculate_gain(nonlinearity, param=None):
+    """The factor by which ``nonlinearity`` shrinks the standard deviation, to undo it."""
+    if nonlinearity in ("linear", "identity", "sigmoid"):
+        return 1.0
+    if nonlinearity == "tanh":
+        return 5.0 / 3
+    if nonlinearity == "relu":
+        return math.sqrt(2.0)
+    if nonlinearity == "leaky_relu":
+        slope = 0.01 if param is None else param
+        return math.sqrt(2.0 / (1 + slope**2))
+    raise ValueError(f"calculate_gain: unknown nonlinearity {nonlinearity!r}")
+
+
+def xavier_uniform_(tensor, gain=1.0):
+    """Glorot: U(-b, b) with b = gain * sqrt(6 / (fan_in + fan_out))."""
+    fan_in, fan_out = fan_in_and_fan_out(tensor)
+    bound = gain * math.sqrt(6.0 / (fan_in + fan_out))
+    return uniform_(tensor, -bound, bound)
+
+
+def kaiming_uniform_(tensor, a=0.0, mode="fan_in", nonlinearity="leaky_relu"):
+    """He: U(-b, b) with b = gain * sqrt(3 / fan), gain = calculate_gain(nonlinearity, a).
+
+    PyTorch's Linear uses a = sqrt(5), which gives b = 1 / sqrt(fan_in).
+    """
+    if mode not in ("fan_in", "fan_out"):
+        raise ValueError(f"kaiming_uniform_: mode must be 'fan_in' or 'fan_out', got {mode!r}")
+    fan_in, fan_out = fan_in_and_fan_out(tensor)
+    fan = fan_in if mode == "fan_in" else fan_out
+    bound = calculate_gain(nonlinearity, a) * math.sqrt(3.0 / fan)
+    return uniform_(tensor, -bound, bound)

@@ -1,0 +1,93 @@
+"""Fully connected layers and embedding tables."""
+
+import math
+
+from ..creation import zeros
+from ..grad_mode import no_grad
+from ..tensor import Tensor, tensor
+from . import functional as F
+from . import init
+from .module import Module, Parameter
+
+
+class Linear(Module):
+    """y = x W^T + b, W of shape (out_features, in_features), b of shape (out_features,).
+
+    Works on (..., in_features) inputs, so (batch, num_steps, num_hiddens) tensors pass
+    through position by position. Initialised as in PyTorch: W and b ~ U(-k, k) with
+    k = 1 / sqrt(in_features), which keeps Var(y) about Var(x) / 3 whatever the width.
+    """
+
+    def __init__(self, in_features, out_features, bias=True, dtype=None, device=None):
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        self.weight = Parameter(zeros(out_features, in_features, dtype=dtype, device=device or "cpu"))
+        if bias:
+            self.bias = Parameter(zeros(out_features, dtype=dtype, device=device or "cpu"))
+        else:
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        # = init.kaiming_uniform_(W, a=sqrt(5)), PyTorch's spelling of the same bound.
+        bound = 1.0 / math.sqrt(self.in_features) if self.in_features > 0 else 0.0
+        init.uniform_(self.weight, -bound, bound)
+        if self.bias is not None:
+            init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, X):
+        return F.linear(X, self.weight, self.bias)
+
+    def extra_repr(self):
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
+
+class Embedding(Module):
+    """A table of num_embeddings vectors: token index i -> row i of W (num_embeddings, embedding_dim).
+
+    The same as one_hot(i) @ W, without building the one-hot vectors. W ~ N(0, 1) as in
+    PyTorch. With ``padding_idx``, that row starts at zero, looks up as zero and gets no
+    gradient: the output is multiplied by (index != padding_idx), so the gradient reaching
+    the padding row is exactly zero and the optimiser leaves it alone.
+    """
+
+    def __init__(self, num_embeddings, embedding_dim, padding_idx=None, dtype=None, device=None):
+        super().__init__()
+        if padding_idx is not None:
+            if not -num_embeddings <= padding_idx < num_embeddings:
+                raise ValueError(
+                    f"Embedding: padding_idx {padding_idx} is out of range for {num_embeddings} embeddings"
+                )
+            padding_idx %= num_embeddings
+        self.num_embeddings, self.embedding_dim, self.padding_idx = num_embeddings, embedding_dim, padding_idx
+        self.weight = Parameter(zeros(num_embeddings, embedding_dim, dtype=dtype, device=device or "cpu"))
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        init.normal_(self.weight)
+        if self.padding_idx is not None:
+            with no_grad():
+                self.weight[self.padding_idx] = 0
+
+    @classmethod
+    def from_pretrained(cls, embeddings, freeze=True, padding_idx=None):
+        """An Embedding holding a copy of ``embeddings`` (e.g. GloVe vectors); frozen by default."""
+        embeddings = embeddings if isinstance(embeddings, Tensor) else tensor(embeddings)
+        if embeddings.ndim != 2:
+            raise ValueError(f"Embedding.from_pretrained: expected a 2-D table, got shape {embeddings.shape}")
+        layer = cls(*embeddings.shape, padding_idx=padding_idx, dtype=embeddings.dtype, device=embeddings.device)
+        init.constant_(layer.weight, embeddings)
+        layer.weight.requires_grad = not freeze
+        return layer
+
+    def forward(self, indices):
+        if not isinstance(indices, Tensor):
+            indices = tensor(indices, device=self.weight.device)
+        Y = F.embedding(indices, self.weight)
+        if self.padding_idx is not None:
+            Y = Y * (indices != self.padding_idx).unsqueeze(-1)
+        return Y
+
+    def extra_repr(self):
+        s = f"{self.num_embeddings}, {self.embedding_dim}"
+        return s if self.padding_idx is None else s + f", padding_idx={self.padding_idx}"

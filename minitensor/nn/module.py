@@ -1,0 +1,403 @@
+"""``Module`` and ``Parameter``: how a model keeps track of what it learns.
+
+A model is a tree of Modules. Assigning an attribute registers it, in assignment order:
+
+    self.dense = mt.nn.Linear(4, 8)       # a sub-module   -> _modules
+    self.w = mt.nn.Parameter(mt.randn(8)) # a parameter    -> _parameters
+    self.register_buffer("mask", m)       # state, not learned (a buffer) -> _buffers
+
+so ``parameters()`` can hand every learnable tensor to an optimiser, ``named_parameters()``
+names them by their path ("encoder.dense.weight"), and ``state_dict()`` /
+``load_state_dict()`` save and restore a model by those names. ``model(x)`` calls
+``model.forward(x)``.
+"""
+
+from collections import OrderedDict, namedtuple
+
+from ..creation import zeros_like
+from ..grad_mode import no_grad
+from ..tensor import Tensor, tensor
+
+IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
+
+
+class Parameter(Tensor):
+    """A Tensor that is a learnable part of a Module: a float leaf with requires_grad=True.
+
+    ``Parameter(t)`` shares ``t``'s data (as in PyTorch), cut from any graph;
+    ``Parameter(data)`` copies lists or arrays like ``mt.tensor`` (Python floats become
+    float32). Assigning one to a Module attribute registers it.
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, data=None, requires_grad=True):
+        if data is None:
+            data = tensor([], dtype="float32")
+        elif not isinstance(data, Tensor):
+            data = tensor(data)
+        p = cls._make(data.data, data._backend, None)
+        if p.dtype.kind != "f":
+            raise TypeError(
+                f"Parameter: parameters must hold floating-point data to be learned, got {p.dtype}; "
+                "convert it first, e.g. Parameter(t.float())"
+            )
+        p.requires_grad = bool(requires_grad)
+        return p
+
+    def __init__(self, data=None, requires_grad=True):
+        pass  # all the work happens in __new__ (Tensor.__init__ would copy the data again)
+
+    def __repr__(self):
+        return "Parameter containing:\n" + super().__repr__()
+
+
+class Module:
+    """Base class of layers and models: subclass it, call ``super().__init__()`` first, assign
+    layers and Parameters as attributes, and write ``forward``."""
+
+    def __init__(self):
+        # object.__setattr__: our own __setattr__ needs these dictionaries to exist already.
+        object.__setattr__(self, "training", True)
+        object.__setattr__(self, "_parameters", OrderedDict())
+        object.__setattr__(self, "_buffers", OrderedDict())
+        object.__setattr__(self, "_non_persistent", set())
+        object.__setattr__(self, "_modules", OrderedDict())
+
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError(f"{type(self).__name__} has no forward(); define forward(self, ...) in the class")
+
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
+
+    # -- registration ---------------------------------------------------------------------
+    def _check_initialised(self, what):
+        if "_parameters" not in self.__dict__:
+            raise AttributeError(
+                f"cannot assign {what} before Module.__init__() has run: call super().__init__() "
+                f"first in {type(self).__name__}.__init__"
+            )
+
+    def _check_name(self, name, kind):
+        if not isinstance(name, str) or not name or "." in name:
+            raise KeyError(f"{kind} name must be a non-empty string without '.', got {name!r}")
+
+    def register_parameter(self, name, param):
+        """Register ``param`` (a Parameter, or None for an absent one such as ``bias=False``)."""
+        self._check_initialised("parameters")
+        self._check_name(name, "parameter")
+        if param is not None and not isinstance(param, Parameter):
+            raise TypeError(
+                f"cannot register a {type(param).__name__} as parameter {name!r} of {type(self).__name__}: "
+                "wrap it in mt.nn.Parameter(...), or use register_buffer for state that is not learned"
+            )
+        self._forget(name, self._parameters)
+        self._parameters[name] = param
+
+    def add_module(self, name, module):
+        """Register a sub-module (or None) under ``name``."""
+        self._check_initialised("sub-modules")
+        self._check_name(name, "module")
+        if module is not None and not isinstance(module, Module):
+            raise TypeError(f"{type(module).__name__} is not a Module (sub-module {name!r})")
+        self._forget(name, self._modules)
+        self._modules[name] = module
+
+    register_module = add_module
+
+    def register_buffer(self, name, value, persistent=True):
+        """Register a tensor that is part of the model's state but not learned (a running
+        statistic, a fixed positional-encoding table). It moves with ``to()``; it is saved in
+        ``state_dict()`` unless ``persistent=False``."""
+        self._check_initialised("buffers")
+        self._check_name(name, "buffer")
+        if value is not None and not isinstance(value, Tensor):
+            raise TypeError(f"buffer {name!r} must be a Tensor or None, got {type(value).__name__}")
+        if name not in self._buffers and (name in self.__dict__ or name in self._parameters or name in self._modules):
+            raise KeyError(
+                f"cannot register buffer {name!r}: {type(self).__name__} already has an attribute of that name"
+            )
+        self._buffers[name] = value
+        if persistent:
+            self._non_persistent.discard(name)
+        else:
+            self._non_persistent.add(name)
+
+    def _forget(self, name, keep):
+        """Drop ``name`` from every registry but ``keep``, so one name means one thing.
+        (Re-registering in the same registry keeps the name's place in the order.)"""
+        self.__dict__.pop(name, None)
+        for registry in (self._parameters, self._modules, self._buffers):
+            if registry is not keep:
+                registry.pop(name, None)
+        if keep is not self._buffers:
+            self._non_persistent.discard(name)
+
+    def __setattr__(self, name, value):
+        if isinstance(value, Parameter):
+            self.register_parameter(name, value)
+        elif isinstance(value, Module):
+            self.add_module(name, value)
+        elif "_parameters" in self.__dict__ and name in self._parameters:
+            if value is not None:
+                raise TypeError(
+                    f"cannot assign a {type(value).__name__} to parameter {name!r} of {type(self).__name__} "
+                    "(a Parameter or None is expected); to change its values use "
+                    f"`with mt.no_grad(): module.{name}.copy_(...)`"
+                )
+            self._parameters[name] = None
+        elif "_modules" in self.__dict__ and name in self._modules:
+            if value is not None:
+                raise TypeError(
+                    f"cannot assign a {type(value).__name__} to sub-module {name!r} (a Module or None is expected)"
+                )
+            self._modules[name] = None
+        elif "_buffers" in self.__dict__ and name in self._buffers:
+            if value is not None and not isinstance(value, Tensor):
+                raise TypeError(
+                    f"cannot assign a {type(value).__name__} to buffer {name!r} (a Tensor or None is expected)"
+                )
+            self._buffers[name] = value
+        else:
+            object.__setattr__(self, name, value)
+
+    def __getattr__(self, name):
+        # Called only when normal lookup fails: registered things live in the dictionaries.
+        d = self.__dict__
+        for registry in ("_parameters", "_buffers", "_modules"):
+            if registry in d and name in d[registry]:
+                return d[registry][name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __delattr__(self, name):
+        for registry in (self._parameters, self._buffers, self._modules):
+            if name in registry:
+                del registry[name]
+                self._non_persistent.discard(name)
+                return
+        object.__delattr__(self, name)
+
+    # -- walking the tree -------------------------------------------------------------------
+    def named_modules(self, prefix="", _seen=None):
+        """(dotted name, module) for this module and all below it, each module once."""
+        _seen = set() if _seen is None else _seen
+        if id(self) in _seen:
+            return
+        _seen.add(id(self))
+        yield prefix, self
+        for name, child in self._modules.items():
+            if child is not None:
+                yield from child.named_modules(prefix + "." + name if prefix else name, _seen)
+
+    def modules(self):
+        for _, m in self.named_modules():
+            yield m
+
+    def named_children(self):
+        """(name, module) for the direct sub-modules."""
+        seen = set()
+        for name, child in self._modules.items():
+            if child is not None and id(child) not in seen:
+                seen.add(id(child))
+                yield name, child
+
+    def children(self):
+        for _, m in self.named_children():
+            yield m
+
+    def _named_members(self, registry, prefix, recurse):
+        # A tensor shared by two modules (tied weights) is listed once, under its first name:
+        # an optimiser must not update it twice.
+        seen = set()
+        walk = self.named_modules(prefix) if recurse else [(prefix, self)]
+        for module_prefix, module in walk:
+            for name, t in getattr(module, registry).items():
+                if t is not None and id(t) not in seen:
+                    seen.add(id(t))
+                    yield (module_prefix + "." + name if module_prefix else name), t
+
+    def named_parameters(self, prefix="", recurse=True):
+        """(dotted name, Parameter) pairs in registration order, e.g. ("0.weight", W)."""
+        return self._named_members("_parameters", prefix, recurse)
+
+    def parameters(self, recurse=True):
+        """Every Parameter of this module (and, with recurse, its sub-modules), each once."""
+        for _, p in self.named_parameters(recurse=recurse):
+            yield p
+
+    def named_buffers(self, prefix="", recurse=True):
+        return self._named_members("_buffers", prefix, recurse)
+
+    def buffers(self, recurse=True):
+        for _, b in self.named_buffers(recurse=recurse):
+            yield b
+
+    def num_parameters(self, trainable_only=False):
+        """How many numbers the model learns (shared parameters counted once)."""
+        return sum(p.numel() for p in self.parameters() if p.requires_grad or not trainable_only)
+
+    def apply(self, fn):
+        """Call ``fn(module)`` on every sub-module, then on this one (e.g. custom init)."""
+        for child in self.children():
+            child.apply(fn)
+        fn(self)
+        return self
+
+    # -- modes and gradients ----------------------------------------------------------------
+    def train(self, mode=True):
+        """Set training mode here and below (Dropout drops only in training)."""
+        if not isinstance(mode, bool):
+            raise TypeError(f"train(mode): mode must be True or False, got {mode!r}")
+        for m in self.modules():
+            m.training = mode
+        return self
+
+    def eval(self):
+        """Evaluation mode: ``train(False)``. Gradients still flow; wrap in ``mt.no_grad()`` too."""
+        return self.train(False)
+
+    def requires_grad_(self, requires_grad=True):
+        """Freeze (False) or unfreeze every parameter."""
+        for p in self.parameters():
+            p.requires_grad_(requires_grad)
+        return self
+
+    def zero_grad(self, set_to_none=True):
+        """Forget the gradients of every parameter (None, or zeros with set_to_none=False)."""
+        for p in self.parameters():
+            if set_to_none:
+                p.grad = None
+            elif p.grad is not None:
+                # A new array rather than zero_(): a gradient may be a read-only broadcast view.
+                p.grad = zeros_like(p.grad)
+
+    # -- devices and dtypes ----------------------------------------------------------------
+    def to(self, target=None, dtype=None, device=None):
+        """Move and/or convert parameters and buffers in place: ``model.to("cuda")``,
+        ``model.to(mt.float64)``. Returns the module.
+
+        Only the data inside each Parameter is replaced, never the Parameter object, so an
+        optimiser built before the call still holds the model's parameters. A dtype applies
+        to floating-point tensors only (integer buffers keep their dtype). Gradients follow;
+        an optimiser's state (momentum) does not, so move the model before training starts.
+        """
+        if target is not None:
+            if isinstance(target, str):
+                device = target
+            else:
+                dtype = target
+
+        def convert(t):  # in place: the tensor object stays, its array (and device) change
+            new = t.to(dtype=dtype if dtype is not None and t.dtype.kind == "f" else None, device=device)
+            t.data, t._backend = new.data, new._backend
+
+        with no_grad():
+            for t in list(self.parameters()) + list(self.buffers()):
+                convert(t)
+                if t.grad is not None:
+                    convert(t.grad)
+        return self
+
+    def float(self):
+        return self.to(dtype="float32")
+
+    def double(self):
+        """float64 everywhere (what ``mt.gradcheck`` needs)."""
+        return self.to(dtype="float64")
+
+    def cpu(self):
+        return self.to(device="cpu")
+
+    def cuda(self):
+        return self.to(device="cuda")
+
+    # -- saving and loading -----------------------------------------------------------------
+    def state_dict(self, prefix="", keep_vars=False):
+        """An OrderedDict from dotted name to tensor: every parameter and persistent buffer.
+
+        The tensors are detached but *share memory* with the model (as in PyTorch): training
+        on changes them. Keep a snapshot with ``{k: v.numpy() for k, v in sd.items()}``.
+        A parameter shared by two modules appears under both names, so either can load it.
+        """
+        out = OrderedDict()
+        for name, p in self._parameters.items():
+            if p is not None:
+                out[prefix + name] = p if keep_vars else p.detach()
+        for name, b in self._buffers.items():
+            if b is not None and name not in self._non_persistent:
+                out[prefix + name] = b if keep_vars else b.detach()
+        for name, child in self._modules.items():
+            if child is not None:
+                out.update(child.state_dict(prefix + name + ".", keep_vars))
+        return out
+
+    def load_state_dict(self, state_dict, strict=True):
+        """Copy values from ``state_dict`` (name -> Tensor or NumPy array) into this model.
+
+        Values are converted to each parameter's dtype and device and copied *into* the
+        existing parameters, so their identity (and an optimiser holding them) is kept.
+        Everything is checked before anything is copied: a failed load changes nothing.
+        With ``strict=True`` missing and unexpected keys are an error (all listed in one
+        message); a shape mismatch is always one. Returns ``(missing_keys, unexpected_keys)``.
+        """
+        own = self.state_dict(keep_vars=True)
+        missing = [k for k in own if k not in state_dict]
+        unexpected = [k for k in state_dict if k not in own]
+        problems = []
+        if strict and missing:
+            problems.append("missing key(s): " + ", ".join(repr(k) for k in missing))
+        if strict and unexpected:
+            problems.append("unexpected key(s): " + ", ".join(repr(k) for k in unexpected))
+        values = {}
+        for name, target in own.items():
+            if name not in state_dict:
+                continue
+            try:
+                value = _as_array(state_dict[name], target)
+            except (TypeError, ValueError) as e:
+                problems.append(f"{name!r}: {e}")
+                continue
+            if tuple(value.shape) != target.shape:
+                problems.append(
+                    f"shape mismatch for {name!r}: the state_dict has shape {tuple(value.shape)}, "
+                    f"the model has shape {target.shape}"
+                )
+            values[name] = value
+        if problems:
+            raise RuntimeError(
+                f"error(s) loading a state_dict into {type(self).__name__}; nothing was changed:\n  "
+                + "\n  ".join(problems)
+            )
+        with no_grad():
+            for name, value in values.items():
+                own[name].copy_(value)
+        return IncompatibleKeys(missing, unexpected)
+
+    # -- printing ---------------------------------------------------------------------------
+    def extra_repr(self):
+        """The text inside the parentheses of this module's repr (its settings)."""
+        return ""
+
+    def __repr__(self):
+        lines = self.extra_repr().split("\n") if self.extra_repr() else []
+        for name, child in self._modules.items():
+            lines.append(f"({name}): " + repr(child).replace("\n", "\n  "))
+        if not lines:
+            return type(self).__name__ + "()"
+        if len(lines) == 1 and not self._modules:
+            return f"{type(self).__name__}({lines[0]})"
+        return type(self).__name__ + "(\n  " + "\n  ".join(lines) + "\n)"
+
+
+def _as_array(value, target):
+    """``value`` as an array on ``target``'s device with ``target``'s dtype."""
+    backend = target._backend
+    if isinstance(value, Tensor):
+        data = value.data if value._backend is backend else backend.array(value.numpy())
+    elif backend.is_array(value):
+        data = value
+    else:
+        data = backend.array(value)  # a NumPy array or nested lists, from the host
+    if data.dtype.kind not in "fiub":
+        raise TypeError(f"cannot load a value of dtype {data.dtype} (numbers expected)")
+    return data.astype(target.dtype, copy=False)

@@ -1,0 +1,36 @@
+"""Layer normalisation as a module."""
+
+from ..creation import ones, zeros
+from . import functional as F
+from .module import Module, Parameter
+
+
+class LayerNorm(Module):
+    """y = (x - mean(x)) / sqrt(var(x) + eps) * gamma + beta, over the last axes.
+
+    The statistics are taken per example over ``normalized_shape`` (usually the feature
+    axis, num_hiddens), so unlike batch norm nothing depends on the other examples of the
+    batch or on train/eval mode: what a Transformer's AddNorm needs. gamma (``weight``)
+    starts at 1 and beta (``bias``) at 0, so a fresh layer only normalises.
+    """
+
+    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True, dtype=None, device=None):
+        super().__init__()
+        if isinstance(normalized_shape, int):
+            normalized_shape = (normalized_shape,)
+        self.normalized_shape, self.eps = tuple(normalized_shape), eps
+        self.elementwise_affine = elementwise_affine
+        if elementwise_affine:
+            self.weight = Parameter(ones(self.normalized_shape, dtype=dtype, device=device or "cpu"))
+        else:
+            self.register_parameter("weight", None)
+        if elementwise_affine and bias:
+            self.bias = Parameter(zeros(self.normalized_shape, dtype=dtype, device=device or "cpu"))
+        else:
+            self.register_parameter("bias", None)
+
+    def forward(self, X):
+        return F.layer_norm(X, self.normalized_shape, self.weight, self.bias, self.eps)
+
+    def extra_repr(self):
+        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"

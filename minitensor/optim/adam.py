@@ -1,0 +1,47 @@
+"""Adam (Kingma and Ba, 2015): momentum plus a per-coordinate step size."""
+
+import math
+
+from .optimizer import Optimizer
+
+
+class Adam(Optimizer):
+    """At step t, with gradient g (plus weight_decay * w, an L2 penalty, if set):
+
+        m <- beta1 m + (1 - beta1) g           running mean of the gradient
+        v <- beta2 v + (1 - beta2) g^2         running mean of its square
+        m_hat = m / (1 - beta1^t),  v_hat = v / (1 - beta2^t)
+        w <- w - lr * m_hat / (sqrt(v_hat) + eps)
+
+    m and v start at zero, so early averages are too small; dividing by 1 - beta^t removes
+    that bias. Dividing by sqrt(v_hat) gives each coordinate a step of about lr whatever the
+    scale of its gradient. (As in PyTorch, eps is added to sqrt(v) / sqrt(1 - beta2^t).)
+    """
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay))
+
+    def check_hyperparameters(self, group):
+        super().check_hyperparameters(group)
+        if len(group["betas"]) != 2 or not all(0.0 <= b < 1.0 for b in group["betas"]):
+            raise ValueError(f"Adam: betas must be two numbers in [0, 1), got {group['betas']}")
+        if group["eps"] < 0:
+            raise ValueError(f"Adam: eps must be >= 0, got {group['eps']}")
+
+    def update(self, param, grad, state, group):
+        beta1, beta2 = group["betas"]
+        if not state:
+            xp = param._backend.xp
+            state["step"] = 0
+            state["exp_avg"] = xp.zeros_like(param.data)  # m
+            state["exp_avg_sq"] = xp.zeros_like(param.data)  # v
+        state["step"] += 1
+        t, m, v = state["step"], state["exp_avg"], state["exp_avg_sq"]
+        if group["weight_decay"]:
+            grad = grad + group["weight_decay"] * param.data
+        m *= beta1
+        m += (1 - beta1) * grad
+        v *= beta2
+        v += (1 - beta2) * (grad * grad)
+        denom = param._backend.xp.sqrt(v) / math.sqrt(1 - beta2**t) + group["eps"]
+        param.add_(m / denom, alpha=-group["lr"] / (1 - beta1**t))

@@ -1,0 +1,173 @@
+"""The Optimizer base class: parameter groups, per-parameter state, saving and loading.
+
+An optimiser turns gradients into parameter updates. It holds the parameters in
+``param_groups`` (lists of parameters sharing hyper-parameters, so that e.g. biases can get
+no weight decay) and, per parameter, a ``state`` dict (momentum, running averages). A
+subclass writes only ``update(param, grad, state, group)``: the rule for one parameter.
+
+State arrays live on their parameter's device; ``state_dict()`` copies them to host NumPy
+arrays and keeps everything else plain numbers, lists and dicts, so a checkpoint can store
+it without pickle and load it back on any device.
+"""
+
+from ..creation import zeros_like
+from ..grad_mode import enable_grad, no_grad
+from ..tensor import Tensor
+
+
+class Optimizer:
+    def __init__(self, params, defaults):
+        self.defaults = dict(defaults)
+        self.state = {}  # Parameter -> dict (tensors hash by identity)
+        self.param_groups = []
+        params = [params] if isinstance(params, Tensor) else list(params)
+        if not params:
+            raise ValueError(
+                f"{type(self).__name__}: got an empty parameter list (does the model register its "
+                "layers as attributes, after super().__init__()?)"
+            )
+        for group in params if isinstance(params[0], dict) else [{"params": params}]:
+            self.add_param_group(group)
+
+    def add_param_group(self, group):
+        """Add ``{"params": [...], "lr": ..., ...}``; missing settings come from the defaults."""
+        group = dict(group)
+        params = group["params"]
+        params = [params] if isinstance(params, Tensor) else list(params)
+        unique, seen = [], set()
+        for p in params:
+            if not isinstance(p, Tensor):
+                raise TypeError(f"{type(self).__name__}: parameters must be Tensors, got {type(p).__name__}")
+            if not p.is_leaf:
+                raise ValueError(
+                    f"{type(self).__name__}: cannot optimise a non-leaf tensor (the result of an operation)"
+                )
+            if p.dtype.kind != "f":
+                raise TypeError(f"{type(self).__name__}: cannot optimise a tensor of dtype {p.dtype}")
+            if id(p) not in seen:  # listed twice, it would be updated twice
+                seen.add(id(p))
+                unique.append(p)
+        for other in self.param_groups:
+            if any(id(q) in seen for q in other["params"]):
+                raise ValueError(f"{type(self).__name__}: a parameter appears in more than one parameter group")
+        group["params"] = unique
+        for key, value in self.defaults.items():
+            group.setdefault(key, value)
+        self.check_hyperparameters(group)
+        self.param_groups.append(group)
+
+    def check_hyperparameters(self, group):
+        """Raise ValueError for settings the update rule cannot use (subclasses extend it)."""
+        if group["lr"] < 0:
+            raise ValueError(f"{type(self).__name__}: lr must be >= 0, got {group['lr']}")
+        if group.get("weight_decay", 0) < 0:
+            raise ValueError(f"{type(self).__name__}: weight_decay must be >= 0, got {group['weight_decay']}")
+
+    def zero_grad(self, set_to_none=True):
+        """Forget the gradients: call before each backward, or they add up across steps."""
+        for group in self.param_groups:
+            for p in group["params"]:
+                if set_to_none:
+                    p.grad = None
+                elif p.grad is not None:
+                    # A new array rather than zero_(): a gradient may be a read-only broadcast view.
+                    p.grad = zeros_like(p.grad)
+
+    @no_grad()
+    def step(self, closure=None):
+        """Update every parameter that has a gradient. ``closure`` (optional) recomputes and
+        returns the loss, as in PyTorch; step returns it."""
+        loss = None
+        if closure is not None:
+            with enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    self.update(p, p.grad.data, self.state.setdefault(p, {}), group)
+        return loss
+
+    def update(self, param, grad, state, group):
+        """Update one parameter in place: ``param`` (a Parameter), ``grad`` (its gradient as
+        a backend array), ``state`` (this parameter's dict, empty at first), ``group``."""
+        raise NotImplementedError(f"{type(self).__name__} must define update(param, grad, state, group)")
+
+    # -- saving and loading -----------------------------------------------------------------
+    def state_dict(self):
+        """``{"state": {index: {name: array or number}}, "param_groups": [{..., "params": [indices]}]}``.
+
+        Parameters are numbered in the order of ``param_groups``; arrays are host NumPy
+        copies (a snapshot: training on does not change them).
+        """
+        index, groups, state = {}, [], {}
+        for group in self.param_groups:
+            saved = {k: v for k, v in group.items() if k != "params"}
+            saved["params"] = [index.setdefault(id(p), len(index)) for p in group["params"]]
+            groups.append(saved)
+            for p in group["params"]:
+                if self.state.get(p):
+                    state[index[id(p)]] = {
+                        k: (p._backend.to_numpy(v) if p._backend.is_array(v) else v) for k, v in self.state[p].items()
+                    }
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, state_dict):
+        """Restore what ``state_dict()`` returned, for the same parameters in the same groups.
+
+        Accepts the structure after a JSON round trip too (string indices, lists for tuples).
+        Arrays go to each parameter's device and dtype and must have its shape. Everything is
+        checked before anything changes.
+        """
+        name = type(self).__name__
+        saved_groups = state_dict["param_groups"]
+        if len(saved_groups) != len(self.param_groups):
+            raise ValueError(
+                f"{name}.load_state_dict: the state has {len(saved_groups)} parameter group(s), "
+                f"this optimiser {len(self.param_groups)}"
+            )
+        by_index = {}
+        for i, (saved, group) in enumerate(zip(saved_groups, self.param_groups)):
+            if len(saved["params"]) != len(group["params"]):
+                raise ValueError(
+                    f"{name}.load_state_dict: parameter group {i} has {len(saved['params'])} parameter(s) in "
+                    f"the state, {len(group['params'])} in this optimiser"
+                )
+            by_index.update(zip((int(k) for k in saved["params"]), group["params"]))
+        new_state = {}
+        for key, values in state_dict["state"].items():
+            if int(key) not in by_index:
+                raise ValueError(f"{name}.load_state_dict: state for parameter {key}, which no group lists")
+            p = by_index[int(key)]
+            where = f"{name}.load_state_dict: state[{key}]"
+            new_state[p] = {k: _to_param_device(v, p, f"{where}[{k!r}]") for k, v in values.items()}
+        new_groups = []
+        for saved, group in zip(saved_groups, self.param_groups):
+            settings = {k: tuple(v) if isinstance(self.defaults.get(k), tuple) else v for k, v in saved.items()}
+            new_groups.append({**group, **settings, "params": group["params"]})
+            self.check_hyperparameters(new_groups[-1])
+        for group, new in zip(self.param_groups, new_groups):
+            group.update(new)  # the same dict objects: schedules may hold references to them
+        self.state = new_state
+
+    def __repr__(self):
+        lines = [f"{type(self).__name__} ("]
+        for i, group in enumerate(self.param_groups):
+            lines.append(f"Parameter Group {i}")
+            lines += [f"    {k}: {v}" for k, v in group.items() if k != "params"]
+        return "\n".join(lines + [")"])
+
+
+def _to_param_device(value, p, where):
+    """A saved state value back in working form: numbers stay numbers, arrays become arrays
+    on ``p``'s device with ``p``'s dtype and shape."""
+    if isinstance(value, (int, float)):
+        return value
+    backend = p._backend
+    if isinstance(value, Tensor):
+        value = value.numpy()
+    data = value.copy() if backend.is_array(value) else backend.array(value)
+    if data.ndim == 0:
+        return data.item()  # a scalar saved as a 0-d array (e.g. by an array-only format)
+    if tuple(data.shape) != p.shape:
+        raise ValueError(f"{where} has shape {tuple(data.shape)}, but the parameter has shape {p.shape}")
+    return data.astype(p.dtype, copy=False)

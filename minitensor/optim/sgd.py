@@ -1,0 +1,41 @@
+"""Stochastic gradient descent, with momentum and weight decay (PyTorch's update rule)."""
+
+from .optimizer import Optimizer
+
+
+class SGD(Optimizer):
+    """Minibatch SGD: w <- w - lr * d, where d is the gradient g, adjusted:
+
+        g <- g + weight_decay * w                      (L2 penalty weight_decay/2 |w|^2)
+        momentum:  b <- g at the first step,  b <- momentum * b + (1 - dampening) * g after
+                   d = b,  or with nesterov  d = g + momentum * b
+        no momentum:  d = g
+
+    Momentum averages recent gradients, so steps along a consistent direction grow and
+    oscillating components cancel; Nesterov's variant looks one step ahead.
+    """
+
+    def __init__(self, params, lr, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False):
+        defaults = dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay, nesterov=nesterov)
+        super().__init__(params, defaults)
+
+    def check_hyperparameters(self, group):
+        super().check_hyperparameters(group)
+        if group["momentum"] < 0:
+            raise ValueError(f"SGD: momentum must be >= 0, got {group['momentum']}")
+        if group["nesterov"] and (group["momentum"] <= 0 or group["dampening"] != 0):
+            raise ValueError("SGD: nesterov momentum needs momentum > 0 and dampening = 0")
+
+    def update(self, param, grad, state, group):
+        lr, momentum, weight_decay = group["lr"], group["momentum"], group["weight_decay"]
+        if weight_decay:
+            grad = grad + weight_decay * param.data
+        if momentum:
+            buf = state.get("momentum_buffer")
+            if buf is None:
+                buf = state["momentum_buffer"] = grad.copy()
+            else:
+                buf *= momentum
+                buf += (1 - group["dampening"]) * grad
+            grad = grad + momentum * buf if group["nesterov"] else buf
+        param.add_(grad, alpha=-lr)
