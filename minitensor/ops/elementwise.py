@@ -85,10 +85,11 @@ class Pow(Function):
         ga = grad * p * a ** (p - 1) if need_a else None
         gp = None
         if need_p:
-            # a^p log a is 0 where a^p is 0 (the limit), not 0 * -inf = nan.
+            # a^p log a is 0 where a^p is 0 (the limit), not 0 * -inf = nan. For a
+            # number a (``2 ** x``), log a is a float64 0-d array: cast back to z's dtype.
             xp = ctx.xp
             with _quiet(xp):
-                gp = grad * xp.where(z == 0, 0, z * xp.log(a))
+                gp = grad * xp.where(z == 0, 0, z * xp.log(a)).astype(z.dtype, copy=False)
         return ga, gp
 
 

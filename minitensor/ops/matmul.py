@@ -24,7 +24,10 @@ class MatMul(Function):
                 f"{a.shape[-1]} != {k} (A's last axis must equal B's second-to-last; "
                 "transpose one operand?)"
             )
-        raise ShapeError(f"matmul: batch dimensions of {tuple(a.shape)} and {tuple(b.shape)} do not broadcast")
+        raise ShapeError(
+            f"matmul: batch dimensions {tuple(a.shape[:-2])} of {tuple(a.shape)} and {tuple(b.shape[:-2])} of "
+            f"{tuple(b.shape)} do not broadcast (aligned from the right, each pair must be equal or 1)"
+        )
 
     @staticmethod
     def backward(ctx, grad):

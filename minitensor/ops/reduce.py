@@ -9,7 +9,7 @@ import builtins
 from ..autograd import Function
 
 
-def normalize_axis(axis, ndim):
+def normalize_axis(axis, ndim, op="reduction"):
     """``axis`` (None, an int or a tuple, negatives allowed) as a sorted tuple of axes."""
     if axis is None:
         return tuple(range(ndim))
@@ -17,7 +17,10 @@ def normalize_axis(axis, ndim):
     out = []
     for a in axes:
         if not -ndim <= a < builtins.max(ndim, 1):
-            raise IndexError(f"axis {a} is out of range for a tensor with {ndim} dimensions")
+            raise IndexError(
+                f"{op}: axis {a} is out of range for a tensor with {ndim} dimensions "
+                f"(valid axes: {-ndim}..{ndim - 1}, or None for all)"
+            )
         out.append(a % builtins.max(ndim, 1))
     return tuple(sorted(set(out)))
 
@@ -36,7 +39,7 @@ class Sum(Function):
 
     @staticmethod
     def forward(ctx, a, axis=None, keepdims=False):
-        ctx.shape, ctx.axes = a.shape, normalize_axis(axis, a.ndim)
+        ctx.shape, ctx.axes = a.shape, normalize_axis(axis, a.ndim, "sum")
         return a.sum(axis=ctx.axes, keepdims=keepdims)
 
     @staticmethod
@@ -49,7 +52,7 @@ class Mean(Function):
 
     @staticmethod
     def forward(ctx, a, axis=None, keepdims=False):
-        ctx.shape, ctx.axes = a.shape, normalize_axis(axis, a.ndim)
+        ctx.shape, ctx.axes = a.shape, normalize_axis(axis, a.ndim, "mean")
         return a.mean(axis=ctx.axes, keepdims=keepdims)
 
     @staticmethod
@@ -68,9 +71,9 @@ class Max(Function):
 
     @staticmethod
     def forward(ctx, a, axis=None, keepdims=False):
-        axes = normalize_axis(axis, a.ndim)
+        axes = normalize_axis(axis, a.ndim, "max")
         z = a.max(axis=axes, keepdims=True)
-        is_max = a == z
+        is_max = (a == z).astype(a.dtype)  # bool / int count would be float64
         ctx.save_for_backward(is_max / is_max.sum(axis=axes, keepdims=True))
         ctx.shape, ctx.axes = a.shape, axes
         return z if keepdims else z.reshape(tuple(n for i, n in enumerate(a.shape) if i not in axes))
@@ -90,7 +93,7 @@ class Var(Function):
 
     @staticmethod
     def forward(ctx, a, axis=None, keepdims=False, correction=1):
-        axes = normalize_axis(axis, a.ndim)
+        axes = normalize_axis(axis, a.ndim, "var")
         count = 1
         for i in axes:
             count *= a.shape[i]
@@ -121,6 +124,7 @@ def max(a, axis=None, keepdims=False):  # noqa: A001
 
 def min(a, axis=None, keepdims=False):  # noqa: A001
     """min(a) = -max(-a)."""
+    normalize_axis(axis, a.ndim, "min")  # so that an error names min, not max
     return -Max.apply(-a, axis=axis, keepdims=keepdims)
 
 

@@ -14,7 +14,10 @@ class Reshape(Function):
         try:
             return a.reshape(shape)
         except ValueError:
-            raise ShapeError(f"reshape: cannot view {a.size} elements of shape {tuple(a.shape)} as {tuple(shape)}") from None
+            raise ShapeError(
+                f"reshape: cannot view {a.size} elements of shape {tuple(a.shape)} as {tuple(shape)}; "
+                "the new shape must hold the same number of elements (one axis may be -1 to infer it)"
+            ) from None
 
     @staticmethod
     def backward(ctx, grad):

@@ -1,0 +1,46 @@
+"""Small helpers shared by the engine tests."""
+
+import numpy as np
+
+import minitensor as mt
+
+
+def rand(device, *shape, low=-2.0, high=2.0, away=0.0, seed=0, requires_grad=True, dtype=mt.float64):
+    """A float64 leaf on ``device``, values in [low, high); with ``away``, |value| >= away."""
+    rng = np.random.default_rng([seed, *shape])
+    a = rng.uniform(low, high, shape)
+    if away:
+        a = np.where(a < 0, -1.0, 1.0) * (away + np.abs(a))
+    return mt.tensor(a, dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+def distinct(device, *shape, seed=0, requires_grad=True):
+    """Values that are pairwise at least 0.1 apart (for max/min: no ties)."""
+    rng = np.random.default_rng(seed)
+    n = int(np.prod(shape))
+    a = (rng.permutation(n) - n / 2) * 0.1 + 0.05
+    return mt.tensor(a.reshape(shape), dtype=mt.float64, device=device, requires_grad=requires_grad)
+
+
+def array_type(device):
+    """The class of a tensor's ``data`` on ``device``."""
+    from strict_backend import StrictArray
+
+    return {"cpu": np.ndarray, "strict": StrictArray}[device]
+
+
+def check(fn, *inputs, **kwargs):
+    """gradcheck ``fn`` at ``inputs`` (fails with gradcheck's message), and check that the
+    output and the gradients live on the inputs' device (no host array slipped in)."""
+    device = inputs[0].device
+    out = fn(*inputs)
+    assert isinstance(out.data, array_type(device)), f"output data is a {type(out.data).__name__} on {device!r}"
+    assert mt.gradcheck(fn, list(inputs), **kwargs)
+    for i, x in enumerate(inputs):
+        if isinstance(x, mt.Tensor) and x.grad is not None:
+            assert isinstance(x.grad.data, array_type(device)), f"grad of input {i} is a {type(x.grad.data).__name__}"
+            assert x.grad.dtype == x.dtype and x.grad.shape == x.shape
+
+
+def host(t):
+    return t.numpy() if isinstance(t, mt.Tensor) else np.asarray(t)

@@ -1,0 +1,236 @@
+"""Every user error gets the right exception type and a message that names the operation,
+the values involved, and what to do."""
+
+import operator
+import re
+
+import numpy as np
+import pytest
+
+import minitensor as mt
+from minitensor.autograd import Function
+
+
+def raises(exc, fn, *fragments):
+    """Call ``fn``, expect ``exc``, and return its message after checking it contains every
+    fragment (plain substrings)."""
+    with pytest.raises(exc) as info:
+        fn()
+    message = str(info.value)
+    for f in fragments:
+        assert f in message, f"{f!r} missing from the message: {message}"
+    return message
+
+
+# -- shapes ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("op", ["+", "*", "-", "/"])
+def test_broadcast_mismatch_names_both_shapes(device, op):
+    a, b = mt.ones(2, 3, device=device), mt.ones(4, 3, device=device)
+    name = {"+": "add", "*": "mul", "-": "sub", "/": "truediv"}[op]
+    raises(mt.ShapeError, lambda: getattr(operator, name)(a, b), name[-3:], "(2, 3)", "(4, 3)")
+    name = name[-3:]
+    raises(mt.ShapeError, lambda: getattr(mt, name)(a, b), name, "(2, 3)", "(4, 3)")
+
+
+def test_shape_error_is_a_value_error(device):
+    with pytest.raises(ValueError):
+        mt.ones(2, device=device) + mt.ones(3, device=device)
+
+
+@pytest.mark.parametrize(
+    "sa,sb,k1,k2",
+    [((2, 3), (4, 5), 3, 4), ((5, 2, 3), (3, 2), 3, 3), ((3,), (4,), 3, 4), ((2, 3), (2,), 3, 2)],
+)
+def test_matmul_inner_dimension_mismatch(device, sa, sb, k1, k2):
+    a, b = mt.ones(*sa, device=device), mt.ones(*sb, device=device)
+    if k1 == k2:  # the batch axes are the problem here
+        raises(mt.ShapeError, lambda: a @ mt.ones(4, 3, 2, device=device), "matmul", "(5, 2, 3)", "(4, 3, 2)", "broadcast")
+        return
+    msg = raises(mt.ShapeError, lambda: a @ b, "matmul", str(sa), str(sb), f"{k1} != {k2}")
+    assert "transpose" in msg  # what to do
+
+
+def test_reshape_to_an_impossible_shape(device):
+    x = mt.ones(2, 3, device=device)
+    msg = raises(mt.ShapeError, lambda: x.reshape(4, 2), "reshape", "(2, 3)", "(4, 2)", "6")
+    assert "same number of elements" in msg
+    raises(mt.ShapeError, lambda: x.view(-1, 4), "reshape", "(-1, 4)")
+
+
+def test_other_shape_errors(device):
+    x = mt.ones(2, 3, device=device)
+    raises(mt.ShapeError, lambda: x.broadcast_to(3, 3), "broadcast_to", "(2, 3)", "(3, 3)")
+    raises(mt.ShapeError, lambda: x.permute(0, 0), "permute", "(0, 0)", "(2, 3)")
+    raises(mt.ShapeError, lambda: x.squeeze(0), "squeeze", "(2, 3)")
+    raises(mt.ShapeError, lambda: mt.concat([x, mt.ones(3, 4, device=device)]), "concat", "(2, 3)", "(3, 4)")
+    raises(mt.ShapeError, lambda: mt.stack([x, mt.ones(2, 4, device=device)]), "stack", "(2, 3)", "(2, 4)")
+    raises(mt.ShapeError, lambda: x.split([1, 3], axis=1), "split", "[1, 3]", "3")
+    raises(mt.ShapeError, lambda: mt.layer_norm(x, 4), "layer_norm", "(4,)", "(2, 3)")
+    raises(mt.ShapeError, lambda: mt.layer_norm(x, 3, weight=mt.ones(2, device=device)), "layer_norm", "weight", "(2,)")
+    raises(mt.ShapeError, lambda: mt.where(x > 0, x, mt.ones(4, device=device)), "where", "(2, 3)", "(4,)")
+    raises(IndexError, lambda: x.sum(axis=2), "sum", "axis 2", "2 dimensions")
+    raises(IndexError, lambda: x.min(axis=-3), "min", "axis -3")
+    raises(IndexError, lambda: x[5], "getitem", "5", "(2, 3)")
+
+
+# -- devices and dtypes ----------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda a, b: a + b,
+        lambda a, b: b * a,
+        lambda a, b: a @ b,
+        lambda a, b: mt.where(a > 0, a, b),
+        lambda a, b: mt.concat([a, b]),
+        lambda a, b: mt.stack([b, a]),
+    ],
+)
+def test_mixed_devices_name_both(fn):
+    a, b = mt.ones(2, 2), mt.ones(2, 2, device="strict")
+    msg = raises(mt.DeviceError, lambda: fn(a, b), "'cpu'", "'strict'")
+    assert ".to(" in msg  # what to do
+
+
+def test_mixed_devices_in_index_arguments():
+    w = mt.ones(4, 2, device="strict")
+    raises(mt.DeviceError, lambda: mt.embedding(mt.tensor([0, 1]), w), "embedding", "'cpu'", "'strict'")
+    z = mt.ones(2, 3, device="strict")
+    raises(mt.DeviceError, lambda: mt.cross_entropy(z, mt.tensor([0, 1])), "cross", "'cpu'", "'strict'")
+    raises(mt.DeviceError, lambda: mt.masked_softmax(z, mt.tensor([1, 2])), "softmax", "'cpu'", "'strict'")
+
+
+def test_unknown_device():
+    raises(mt.DeviceError, lambda: mt.zeros(2, device="tpu"), "'tpu'", "'cpu'")
+    raises(mt.DeviceError, lambda: mt.ones(2).to("cuda"), "'cuda'", "CuPy")
+
+
+@pytest.mark.parametrize("op", ["+", "*", "@"])
+def test_float32_with_float64(device, op):
+    a, b = mt.ones(2, 2, device=device), mt.ones(2, 2, dtype=mt.float64, device=device)
+    fn = {"+": operator.add, "*": operator.mul, "@": operator.matmul}[op]
+    msg = raises(mt.DTypeError, lambda: fn(a, b), "float32", "float64")
+    assert ".to(mt.float32)" in msg or ".to(mt.float64)" in msg
+    with pytest.raises(TypeError):  # DTypeError is a TypeError
+        fn(b, a)
+
+
+def test_integer_tensor_cannot_require_grad(device):
+    raises(TypeError, lambda: mt.tensor([1, 2], requires_grad=True, device=device), "int64", ".float()")
+    raises(TypeError, lambda: mt.zeros(2, dtype=mt.int64, requires_grad=True, device=device), "int64")
+    raises(TypeError, lambda: mt.tensor([True], device=device).requires_grad_(), "bool")
+
+
+def test_non_tensor_arguments():
+    raises(TypeError, lambda: mt.ops.elementwise.Add.apply(1.0, 2.0), "add", "Tensor")
+    raises(TypeError, lambda: mt.where(mt.ones(2), mt.ones(2), 0.0), "bool", "float32")
+
+
+# -- autograd misuse -------------------------------------------------------------------------------
+def test_backward_on_a_non_scalar(device):
+    y = mt.ones(2, 3, device=device, requires_grad=True) * 2
+    msg = raises(mt.GraphError, y.backward, "backward", "(2, 3)")
+    assert "sum()" in msg or "gradient" in msg
+
+
+def test_backward_through_a_freed_graph(device):
+    x = mt.ones(2, device=device, requires_grad=True)
+    y = (x * x).sum()
+    y.backward()
+    msg = raises(mt.GraphError, y.backward, "freed", "retain_graph=True")
+    assert re.search(r"Sum|sum", msg)
+
+
+def test_backward_without_a_graph(device):
+    raises(mt.GraphError, mt.ones(1, device=device).backward, "requires_grad=True", "no_grad")
+
+
+def test_backward_with_a_wrong_gradient_shape(device):
+    y = mt.ones(2, device=device, requires_grad=True) * 2
+    raises(mt.ShapeError, lambda: y.backward(mt.ones(3, device=device)), "(3,)", "(2,)")
+
+
+def test_inplace_message_says_what_to_do(device):
+    w = mt.ones(2, device=device, requires_grad=True)
+    raises(mt.GraphError, lambda: w.add_(1.0), "add_", "no_grad")
+
+
+# -- op arguments ------------------------------------------------------------------------------------
+def test_cross_entropy_target_out_of_range(device):
+    z = mt.zeros(2, 3, device=device)
+    raises(IndexError, lambda: mt.cross_entropy(z, mt.tensor([0, 3], device=device)), "cross_entropy", "3", "0..2")
+    raises(IndexError, lambda: mt.cross_entropy(z, mt.tensor([-1, 0], device=device)), "cross_entropy", "-1", "ignore_index")
+    # an ignored position may hold anything
+    assert mt.cross_entropy(z, mt.tensor([7, 0], device=device), ignore_index=7).item() == pytest.approx(np.log(3))
+
+
+def test_cross_entropy_bad_arguments(device):
+    z = mt.zeros(2, 3, device=device)
+    raises(mt.ShapeError, lambda: mt.cross_entropy(z, mt.tensor([0, 1, 2], device=device)), "cross_entropy", "(2, 3)", "(3,)")
+    raises(TypeError, lambda: mt.cross_entropy(z, mt.tensor([0.0, 1.0], device=device)), "integer", "float32")
+    raises(ValueError, lambda: mt.cross_entropy(z, mt.tensor([0, 1], device=device), reduction="avg"), "'avg'", "mean")
+    raises(ValueError, lambda: mt.cross_entropy(z, mt.tensor([0, 1], device=device), label_smoothing=1.0), "label_smoothing")
+
+
+def test_embedding_index_out_of_range(device):
+    w = mt.ones(5, 2, device=device)
+    raises(IndexError, lambda: mt.embedding(mt.tensor([0, 5], device=device), w), "embedding", "5", "0..4")
+    raises(IndexError, lambda: mt.embedding(mt.tensor([-1], device=device), w), "embedding", "-1")
+    raises(TypeError, lambda: mt.embedding(mt.tensor([0.0], device=device), w), "embedding", "float32")
+    raises(mt.ShapeError, lambda: mt.embedding(mt.tensor([0], device=device), mt.ones(5, device=device)), "embedding", "2-D")
+
+
+def test_masked_softmax_valid_lens_of_a_wrong_shape(device):
+    x = mt.zeros(2, 3, 4, device=device)
+    raises(mt.ShapeError, lambda: mt.masked_softmax(x, mt.tensor([1, 2, 3], device=device)), "masked_softmax", "(3,)", "(2, 3, 4)", "(2,)")
+    raises(mt.ShapeError, lambda: mt.masked_softmax(x, mt.tensor([[1, 2], [3, 4]], device=device)), "masked_softmax", "(2, 2)")
+    raises(TypeError, lambda: mt.masked_softmax(x, mt.tensor([1.0, 2.0], device=device)), "valid_lens", "integers")
+    raises(mt.ShapeError, lambda: mt.masked_softmax(x, mask=mt.ones(3, 3, dtype=mt.bool, device=device)), "mask", "(3, 3)")
+    raises(TypeError, lambda: mt.masked_softmax(x, mask=mt.ones(2, 3, 4, device=device)), "mask", "bool")
+
+
+def test_other_argument_errors(device):
+    x = mt.ones(3, device=device)
+    raises(ValueError, lambda: mt.dropout(x, 1.5), "dropout", "1.5")
+    raises(ValueError, lambda: mt.clip(x), "clip")
+    raises(ValueError, lambda: x.split(0), "split", "0")
+    raises(ValueError, lambda: mt.concat([]), "concat")
+    raises(ValueError, lambda: x.item(), "item", "3 elements")
+
+
+# -- gradcheck ----------------------------------------------------------------------------------------
+def test_gradcheck_needs_float64(device):
+    x = mt.ones(2, device=device, requires_grad=True)
+    raises(TypeError, lambda: mt.gradcheck(lambda x: x * 2, [x]), "gradcheck", "input 0", "float32", "float64")
+    raises(ValueError, lambda: mt.gradcheck(lambda x: x * 2, [mt.ones(2, dtype=mt.float64)]), "requires_grad=True")
+    y = mt.ones(2, dtype=mt.float64, requires_grad=True, device=device)
+    raises(TypeError, lambda: mt.gradcheck(lambda x: 2.0, [y]), "Tensor")
+
+
+class WrongSquare(Function):
+    """z = a^2 with a deliberately wrong backward (forgets the factor 2 for one element)."""
+
+    @staticmethod
+    def forward(ctx, a):
+        ctx.save_for_backward(a)
+        return a * a
+
+    @staticmethod
+    def backward(ctx, grad):
+        (a,) = ctx.saved
+        g = 2 * grad * a
+        g[1, 2] = grad[1, 2] * a[1, 2]  # the bug
+        return g
+
+
+def test_gradcheck_failure_names_the_input_and_the_element(device):
+    x = mt.tensor(np.arange(1.0, 7.0).reshape(2, 3), dtype=mt.float64, device=device, requires_grad=True)
+    c = mt.tensor([1.0], dtype=mt.float64, device=device, requires_grad=True)
+    msg = raises(mt.GradcheckError, lambda: mt.gradcheck(lambda c, x: WrongSquare.apply(x) * c, [c, x]), "input 1", "(1, 2)")
+    assert "(2, 3)" in msg  # the input's shape
+    assert isinstance(mt.GradcheckError("x"), AssertionError)
+
+
+def test_gradcheck_passes_the_right_function(device):
+    x = mt.tensor(np.arange(1.0, 7.0).reshape(2, 3), dtype=mt.float64, device=device, requires_grad=True)
+    assert mt.gradcheck(lambda x: x * x, [x])
+    assert mt.gradcheck(lambda x: x * x, x)  # a single tensor is fine too

@@ -1,0 +1,313 @@
+"""The Tensor object: construction, dtypes, creation functions, seeding, conversions, repr."""
+
+import numpy as np
+import pytest
+
+import minitensor as mt
+from strict_backend import StrictArray
+
+
+# -- mt.tensor: dtype inference --------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "data,dtype",
+    [
+        (1.5, mt.float32),
+        ([1.0, 2.0], mt.float32),
+        ([[1, 2.5]], mt.float32),
+        (3, mt.int64),
+        ([1, 2, 3], mt.int64),
+        (True, mt.bool),
+        ([True, False], mt.bool),
+        (np.array([1.0, 2.0]), mt.float64),  # a NumPy array keeps its dtype
+        (np.array([1.0], dtype=np.float32), mt.float32),
+        (np.array([1, 2], dtype=np.int32), mt.int32),
+        (np.array([[True]]), mt.bool),
+    ],
+)
+def test_dtype_inference(device, data, dtype):
+    t = mt.tensor(data, device=device)
+    assert t.dtype == dtype
+    assert t.device == device
+    np.testing.assert_array_equal(t.numpy(), np.asarray(data))
+
+
+@pytest.mark.parametrize("dtype", [mt.float64, mt.float16, mt.int32, "float64", np.float64, float])
+def test_dtype_override(device, dtype):
+    t = mt.tensor([1, 2], dtype=dtype, device=device)
+    assert t.dtype == (mt.float32 if dtype is float else np.dtype(dtype))
+
+
+def test_tensor_copies_its_data(device):
+    a = np.array([1.0, 2.0])
+    t = mt.tensor(a, device=device)
+    a[0] = 100
+    assert t.numpy()[0] == 1.0
+    u = mt.tensor(t)  # from a Tensor: a new leaf with a copy
+    with mt.no_grad():
+        u.fill_(0)
+    assert t.numpy()[0] == 1.0
+
+
+def test_tensor_from_another_device():
+    t = mt.tensor([1.0, 2.0], device="strict")
+    c = mt.tensor(t, device="cpu")
+    assert c.device == "cpu" and isinstance(c.data, np.ndarray)
+    s = mt.tensor(c, device="strict")
+    assert isinstance(s.data, StrictArray)
+    np.testing.assert_array_equal(s.numpy(), [1.0, 2.0])
+
+
+def test_tensor_class_constructor(device):
+    t = mt.Tensor([1.0, 2.0], requires_grad=True, device=device)
+    assert t.requires_grad and t.is_leaf and t.dtype == mt.float32 and t.device == device
+
+
+def test_unsupported_data():
+    with pytest.raises(TypeError, match="unsupported"):
+        mt.tensor(["a", "b"])
+    with pytest.raises(TypeError, match="dtype"):
+        mt.tensor([1.0], dtype="not a dtype")
+
+
+# -- creation functions ----------------------------------------------------------------------------
+def test_creation_shapes_and_dtypes(device):
+    cases = [
+        (mt.zeros(2, 3, device=device), (2, 3), mt.float32, 0),
+        (mt.zeros((2, 3), device=device), (2, 3), mt.float32, 0),
+        (mt.ones(4, device=device, dtype=mt.float64), (4,), mt.float64, 1),
+        (mt.full((2, 2), 7.0, device=device), (2, 2), mt.float32, 7),
+        (mt.full(3, 2, dtype=mt.int64, device=device), (3,), mt.int64, 2),
+        (mt.zeros_like(mt.ones(3, 1, device=device)), (3, 1), mt.float32, 0),
+        (mt.ones_like(mt.zeros(2, dtype=mt.int64, device=device)), (2,), mt.int64, 1),
+        (mt.ones_like(mt.zeros(2, device=device), dtype=mt.float64), (2,), mt.float64, 1),
+    ]
+    for t, shape, dtype, value in cases:
+        assert t.shape == shape and t.dtype == dtype and t.device == device
+        np.testing.assert_array_equal(t.numpy(), value)
+        assert not t.requires_grad
+    assert mt.zeros(2, device=device, requires_grad=True).requires_grad
+    assert mt.zeros_like(mt.ones(2, device=device), requires_grad=True).requires_grad
+
+
+def test_arange(device):
+    t = mt.arange(5, device=device)
+    assert t.dtype == mt.int64
+    np.testing.assert_array_equal(t.numpy(), np.arange(5))
+    np.testing.assert_array_equal(mt.arange(2, 10, 3, device=device).numpy(), [2, 5, 8])
+    f = mt.arange(0, 1, 0.25, device=device)
+    assert f.dtype == mt.float32
+    np.testing.assert_allclose(f.numpy(), [0, 0.25, 0.5, 0.75])
+    assert mt.arange(3, dtype=mt.float64, device=device).dtype == mt.float64
+
+
+def test_random_creation(device):
+    r = mt.randn(3, 4, device=device)
+    assert r.shape == (3, 4) and r.dtype == mt.float32 and r.device == device
+    assert mt.randn((2, 2), dtype=mt.float64, device=device).dtype == mt.float64
+    assert mt.randn(2, device=device, requires_grad=True).requires_grad
+    u = mt.rand(1000, device=device).numpy()
+    assert u.dtype == np.float32 and u.min() >= 0 and u.max() < 1 and 0.4 < u.mean() < 0.6
+    n = mt.randn(10_000, device=device).numpy()
+    assert abs(n.mean()) < 0.05 and 0.95 < n.std() < 1.05
+    i = mt.randint(3, 7, (50,), device=device)
+    assert i.dtype == mt.int64 and i.shape == (50,)
+    assert set(np.unique(i.numpy())) <= {3, 4, 5, 6}
+    assert mt.randint(0, 2, 5, device=device).shape == (5,)
+
+
+# -- seeding -------------------------------------------------------------------------------------------
+def test_manual_seed_reproducible(device):
+    mt.manual_seed(123)
+    a = mt.randn(5, device=device).numpy()
+    b = mt.rand(5, device=device).numpy()
+    mt.manual_seed(123)
+    np.testing.assert_array_equal(mt.randn(5, device=device).numpy(), a)
+    np.testing.assert_array_equal(mt.rand(5, device=device).numpy(), b)
+    mt.manual_seed(124)
+    assert not np.array_equal(mt.randn(5, device=device).numpy(), a)
+
+
+def test_manual_seed_makes_dropout_reproducible(device):
+    x = mt.ones(200, device=device)
+    mt.manual_seed(5)
+    m1 = mt.dropout(x, 0.5).numpy()
+    mt.manual_seed(5)
+    m2 = mt.dropout(x, 0.5).numpy()
+    np.testing.assert_array_equal(m1, m2)
+    m3 = mt.dropout(x, 0.5).numpy()  # the generator moved on
+    assert not np.array_equal(m1, m3)
+
+
+def test_manual_seed_seeds_the_host_generator():
+    from minitensor.random import host_rng
+
+    mt.manual_seed(9)
+    a = host_rng().random(3)
+    mt.manual_seed(9)
+    np.testing.assert_array_equal(host_rng().random(3), a)
+
+
+# -- leaving the tensor ------------------------------------------------------------------------------------
+def test_numpy_returns_a_copy(device):
+    t = mt.tensor([1.0, 2.0], device=device)
+    a = t.numpy()
+    assert isinstance(a, np.ndarray)
+    a[0] = 100
+    assert t.numpy()[0] == 1.0
+    assert t.numpy() is not t.numpy()
+
+
+def test_item_and_tolist(device):
+    assert mt.tensor(2.5, device=device).item() == 2.5
+    assert isinstance(mt.tensor([[3]], device=device).item(), int)
+    assert mt.tensor([[1.5, 2.0]], device=device).tolist() == [[1.5, 2.0]]
+    assert mt.tensor([1, 2], device=device).tolist() == [1, 2]
+    with pytest.raises(ValueError, match="2 elements"):
+        mt.tensor([1.0, 2.0], device=device).item()
+
+
+def test_python_conversions(device):
+    assert float(mt.tensor([2.5], device=device)) == 2.5
+    assert int(mt.tensor(3, device=device)) == 3
+    assert bool(mt.tensor([True], device=device))
+    with pytest.raises(ValueError, match="ambiguous"):
+        bool(mt.tensor([1.0, 2.0], device=device))
+
+
+def test_numpy_asarray():
+    np.testing.assert_array_equal(np.asarray(mt.tensor([1.0, 2.0])), [1.0, 2.0])
+    with pytest.raises(TypeError, match="numpy"):
+        np.asarray(mt.tensor([1.0, 2.0], device="strict"))
+
+
+def test_to_and_conversions(device):
+    t = mt.tensor([1.5, 2.5], device=device)
+    assert t.to(mt.float32) is t  # nothing changes
+    assert t.to(device) is t
+    assert t.double().dtype == mt.float64 and t.float().dtype == mt.float32
+    assert t.long().dtype == mt.int64 and t.long().tolist() == [1, 2]
+    assert t.astype("float64").dtype == mt.float64
+    assert t.to(dtype=mt.float64, device="cpu").device == "cpu"
+    c = t.cpu()
+    assert c.device == "cpu" and isinstance(c.data, np.ndarray)
+    s = t.to("strict")
+    assert s.device == "strict" and isinstance(s.data, StrictArray)
+
+
+def test_to_float64_is_differentiable(device):
+    x = mt.tensor([1.0, 2.0], device=device, requires_grad=True)
+    y = x.to(mt.float64)
+    assert y.requires_grad and y.dtype == mt.float64
+    (y * y).sum().backward()
+    assert x.grad.dtype == mt.float32
+    np.testing.assert_allclose(x.grad.numpy(), [2.0, 4.0])
+
+
+# -- repr --------------------------------------------------------------------------------------------------
+def test_repr_small(device):
+    r = repr(mt.tensor([1.5, 2.0], device=device))
+    assert r.startswith("tensor(") and "1.5" in r and "2." in r
+    assert ("device" in r) == (device != "cpu")
+    if device != "cpu":
+        assert repr(device) in r
+    assert "float32" not in r  # the default dtype is not shown
+    assert "dtype=float64" in repr(mt.tensor([1.0], dtype=mt.float64, device=device))
+    assert "requires_grad=True" in repr(mt.tensor([1.0], requires_grad=True, device=device))
+    y = mt.tensor([1.0], requires_grad=True, device=device) * 2
+    assert "grad_fn=Mul" in repr(y)
+    assert len(r) < 80
+
+
+def test_repr_large_is_summarised(device):
+    r = repr(mt.zeros(100, 100, device=device))
+    assert "shape=(100, 100)" in r
+    assert "..." in r
+    assert len(r) < 400
+
+
+# -- operators --------------------------------------------------------------------------------------------
+def test_comparisons_give_bool_tensors_without_grad(device):
+    x = mt.tensor([1.0, 2.0, 3.0], device=device, requires_grad=True)
+    y = mt.tensor([3.0, 2.0, 1.0], device=device)
+    for out, expected in [
+        (x == 2, [False, True, False]),
+        (x != 2, [True, False, True]),
+        (x < y, [True, False, False]),
+        (x <= y, [True, True, False]),
+        (x > 1.5, [False, True, True]),
+        (x >= y, [False, True, True]),
+    ]:
+        assert out.dtype == mt.bool and not out.requires_grad and out.grad_fn is None
+        np.testing.assert_array_equal(out.numpy(), expected)
+    m = (x > 1.5) & (x < 2.5) | ~(x > 0)
+    np.testing.assert_array_equal(m.numpy(), [False, True, False])
+    assert (x > 1.5).any().item() and not (x > 5).all().item()
+
+
+def test_int_meets_float(device):
+    i = mt.tensor([1, 2], device=device)
+    f = mt.tensor([0.5, 0.5], device=device)
+    for out in (i + f, f + i, i * f, f - i, i / f):
+        assert out.dtype == mt.float32
+    assert (i + 1.5).dtype == mt.float32
+    assert (1.5 + i).dtype == mt.float32
+    assert (i * 2).dtype == mt.int64
+    assert (i + mt.tensor([1.0], dtype=mt.float64, device=device)).dtype == mt.float64
+
+
+@pytest.mark.parametrize(
+    "fn", [lambda t: t * 2, lambda t: t + 1.5, lambda t: t / 3, lambda t: 2**t, lambda t: t**2, lambda t: 1 - t, lambda t: -t],
+)
+def test_python_scalars_keep_float32(device, fn):
+    t = mt.tensor([1.0, 2.0], device=device, requires_grad=True)
+    out = fn(t)
+    assert out.dtype == mt.float32
+    out.sum().backward()
+    assert t.grad.dtype == mt.float32
+
+
+def test_numpy_operands_give_tensors():
+    t = mt.tensor([1.0, 2.0])
+    for out in (np.float32(2) * t, t * np.float32(2), np.ones(2) + t, t + np.ones(2), np.ones(2) * t):
+        assert isinstance(out, mt.Tensor)
+        assert out.dtype == mt.float32
+    np.testing.assert_allclose((np.array([1.0, 2.0]) - t).numpy(), [0, 0])
+
+
+def test_numpy_float64_scalar_keeps_float32(device):
+    t = mt.tensor([1.0, 4.0], device=device)
+    assert (t / np.sqrt(4.0)).dtype == mt.float32
+    assert (np.float64(2) * t).dtype == mt.float32
+
+
+def test_numpy_array_operand_is_uploaded_explicitly():
+    t = mt.tensor([1.0, 2.0], device="strict")
+    out = t + np.ones(2)  # a host array operand is uploaded by mt.tensor, explicitly
+    assert out.device == "strict"
+    np.testing.assert_allclose(out.numpy(), [2.0, 3.0])
+
+
+def test_size_numel_len_T_view(device):
+    t = mt.zeros(2, 3, 4, device=device)
+    assert t.size() == (2, 3, 4) and t.size(1) == 3 and t.size(-1) == 4
+    assert t.numel() == 24 and len(t) == 2 and t.ndim == 3
+    assert t.T.shape == (4, 3, 2)
+    assert t.view(6, 4).shape == (6, 4) and t.view((4, -1)).shape == (4, 6)
+    with pytest.raises(TypeError):
+        len(mt.tensor(1.0, device=device))
+
+
+def test_tensors_hash_by_identity(device):
+    a, b = mt.zeros(2, device=device), mt.zeros(2, device=device)
+    assert len({a, b}) == 2
+    assert {a: 1}[a] == 1
+
+
+def test_requires_grad_flags(device):
+    t = mt.zeros(2, device=device)
+    assert not t.requires_grad and t.is_leaf and t.grad is None and t.grad_fn is None
+    assert t.requires_grad_() is t and t.requires_grad
+    y = t * 2
+    assert not y.is_leaf and y.requires_grad
+    with pytest.raises(mt.GraphError, match="detach"):
+        y.requires_grad_(False)
