@@ -21,9 +21,9 @@ class Linear(Module):
     def __init__(self, in_features, out_features, bias=True, dtype=None, device=None):
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
-        self.weight = Parameter(zeros(out_features, in_features, dtype=dtype, device=device or "cpu"))
+        self.weight = Parameter(zeros(out_features, in_features, dtype=dtype, device=device))
         if bias:
-            self.bias = Parameter(zeros(out_features, dtype=dtype, device=device or "cpu"))
+            self.bias = Parameter(zeros(out_features, dtype=dtype, device=device))
         else:
             self.register_parameter("bias", None)
         self.reset_parameters()
@@ -60,7 +60,7 @@ class Embedding(Module):
                 )
             padding_idx %= num_embeddings
         self.num_embeddings, self.embedding_dim, self.padding_idx = num_embeddings, embedding_dim, padding_idx
-        self.weight = Parameter(zeros(num_embeddings, embedding_dim, dtype=dtype, device=device or "cpu"))
+        self.weight = Parameter(zeros(num_embeddings, embedding_dim, dtype=dtype, device=device))
         self.reset_parameters()
 
     def reset_parameters(self):

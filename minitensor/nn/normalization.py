@@ -21,11 +21,11 @@ class LayerNorm(Module):
         self.normalized_shape, self.eps = tuple(normalized_shape), eps
         self.elementwise_affine = elementwise_affine
         if elementwise_affine:
-            self.weight = Parameter(ones(self.normalized_shape, dtype=dtype, device=device or "cpu"))
+            self.weight = Parameter(ones(self.normalized_shape, dtype=dtype, device=device))
         else:
             self.register_parameter("weight", None)
         if elementwise_affine and bias:
-            self.bias = Parameter(zeros(self.normalized_shape, dtype=dtype, device=device or "cpu"))
+            self.bias = Parameter(zeros(self.normalized_shape, dtype=dtype, device=device))
         else:
             self.register_parameter("bias", None)
 
