@@ -5,44 +5,13 @@ can *do*. ``x + y`` is ``ops.add(x, y)`` (that is, ``Add.apply(x, y)``), ``x.sum
 ``ops.sum(x, axis=0)``.
 """
 
-import numpy
-
 from . import ops
 from .ops import elementwise
 from .ops.matmul import MatMul
-from .tensor import Tensor, tensor
+from .ops.promote import promote
+from .tensor import Tensor
 
-_NUMBER = (int, float, bool)
 _PLAIN_NUMBER = {int, float}  # exact types: np.float64 subclasses float but is not weak
-
-
-def _operands(a, b):
-    """Make ``b`` (a Tensor, number or array-like) fit ``a`` for an arithmetic op.
-
-    Python numbers stay constants (NumPy keeps the tensor's dtype for them). Integer data
-    meeting float data becomes float of that precision, as in PyTorch (NumPy would turn
-    int64 + float32 into float64).
-    """
-    if isinstance(b, numpy.generic):
-        # NumPy scalars (np.float64(2), np.sqrt(d)) are not "weak" like Python numbers:
-        # NumPy 2 would turn float32 * np.float64 into float64. Use the plain number.
-        b = b.item()
-    if isinstance(b, _NUMBER):
-        if isinstance(b, float) and a.data.dtype.kind != "f":
-            a = _as_float(a, None)
-        return a, b
-    if not isinstance(b, Tensor):
-        b = tensor(b, device=a.device, dtype=a.dtype if a.dtype.kind == "f" else None)
-    ka, kb = a.data.dtype.kind, b.data.dtype.kind
-    if ka == "f" and kb != "f":
-        b = _as_float(b, a.dtype)
-    elif kb == "f" and ka != "f":
-        a = _as_float(a, b.dtype)
-    return a, b
-
-
-def _as_float(t, dtype):
-    return Tensor._make(t.data.astype(dtype or "float32"), t._backend, None)
 
 
 def _binary(op):
@@ -54,11 +23,10 @@ def _binary(op):
             type(other) in _PLAIN_NUMBER and self.data.dtype.kind == "f"
         ):
             return apply(self, other)
-        a, b = _operands(self, other)
-        return apply(a, b)
+        return apply(*promote(self, other))
 
     def reflected(self, other):
-        a, b = _operands(self, other)
+        a, b = promote(self, other)
         return apply(b, a)
 
     return method, reflected
@@ -78,7 +46,7 @@ def _comparison(name):
     """Comparisons give bool tensors outside the graph: they have no useful derivative."""
 
     def method(self, other):
-        a, b = _operands(self, other)
+        a, b = promote(self, other)
         b = b.data if isinstance(b, Tensor) else b
         return Tensor._make(getattr(a.data, name)(b), a._backend, None)
 

@@ -93,7 +93,10 @@ class Function:
             if isinstance(e, ShapeError):
                 raise
             shapes = " and ".join(str(tuple(a.shape)) for a in args if isinstance(a, Tensor))
-            raise ShapeError(f"{cls.__name__.lower()}: shapes {shapes} do not fit together ({e})") from None
+            raise ShapeError(
+                f"{cls.__name__.lower()}: shapes {shapes} do not fit together ({e}); to broadcast, "
+                "shapes aligned from the right must be equal or 1 in each axis"
+            ) from None
         if requires_grad and grad_mode._enabled:
             ctx.inputs = args
             return Tensor._make(out, backend, ctx)
@@ -162,7 +165,17 @@ def backward(root, grad=None, retain_graph=False):
             )
         grad = root._backend.xp.ones_like(root.data)
     else:
-        grad = grad.data if isinstance(grad, Tensor) else root._backend.array(grad, root.dtype)
+        if isinstance(grad, Tensor):
+            if grad._backend is not root._backend:
+                raise DeviceError(
+                    f"backward: the gradient is on {grad.device!r} but the output on "
+                    f"{root.device!r}; move it with .to({root.device!r})"
+                )
+            grad = grad.data
+        else:
+            grad = root._backend.array(grad)
+        if grad.dtype != root.data.dtype:
+            grad = grad.astype(root.data.dtype)
         if grad.shape != root.data.shape:
             raise ShapeError(
                 f"backward: gradient of shape {tuple(grad.shape)} for an output of shape "

@@ -18,7 +18,7 @@ import numpy
 from . import grad_mode
 from .backends import get_backend
 from .dtypes import as_dtype
-from .errors import DeviceError, GraphError
+from .errors import DeviceError, DTypeError, GraphError
 
 
 _creation_counter = itertools.count()
@@ -174,7 +174,7 @@ class Tensor:
 
     def requires_grad_(self, requires_grad=True):
         if requires_grad and self.data.dtype.kind != "f":
-            raise TypeError(
+            raise DTypeError(
                 f"requires_grad: only floating-point tensors can require gradients, this one "
                 f"is {self.data.dtype}; convert it first with .float() or .double()"
             )
@@ -200,7 +200,10 @@ class Tensor:
     def _value(self, other):
         if isinstance(other, Tensor):
             if other._backend is not self._backend:
-                raise DeviceError(f"in-place update: tensors on {self.device!r} and {other.device!r}")
+                raise DeviceError(
+                    f"in-place update: a tensor on {self.device!r} cannot take values from one on "
+                    f"{other.device!r}; move them with .to({self.device!r}) first"
+                )
             return other.data
         return other
 
@@ -236,7 +239,7 @@ class Tensor:
         self._check_inplace("__setitem__")
         from .ops.indexing import normalize_index
 
-        self.data[normalize_index(index)] = self._value(value)
+        self.data[normalize_index(index, self)] = self._value(value)
 
     # -- printing ---------------------------------------------------------------------------
     def __repr__(self):

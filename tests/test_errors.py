@@ -99,6 +99,15 @@ def test_mixed_devices_in_index_arguments():
     raises(mt.DeviceError, lambda: mt.masked_softmax(z, mt.tensor([1, 2])), "softmax", "'cpu'", "'strict'")
 
 
+@pytest.mark.parametrize("data_device,index_device", [("cpu", "strict"), ("strict", "cpu")])
+def test_index_tensor_on_another_device(data_device, index_device):
+    x = mt.ones(3, device=data_device)
+    idx = mt.tensor([0, 2], device=index_device)
+    raises(mt.DeviceError, lambda: x[idx], repr(data_device), repr(index_device), ".to(")
+    raises(mt.DeviceError, lambda: x[idx, None], repr(data_device), repr(index_device))
+    raises(mt.DeviceError, lambda: x[x.to(index_device) > 0], repr(index_device))
+
+
 def test_unknown_device():
     raises(mt.DeviceError, lambda: mt.zeros(2, device="tpu"), "'tpu'", "'cpu'")
     raises(mt.DeviceError, lambda: mt.ones(2).to("cuda"), "'cuda'", "CuPy")
@@ -234,3 +243,21 @@ def test_gradcheck_passes_the_right_function(device):
     x = mt.tensor(np.arange(1.0, 7.0).reshape(2, 3), dtype=mt.float64, device=device, requires_grad=True)
     assert mt.gradcheck(lambda x: x * x, [x])
     assert mt.gradcheck(lambda x: x * x, x)  # a single tensor is fine too
+
+
+def test_backward_gradient_on_another_device_names_both():
+    x = mt.ones(3, requires_grad=True)
+    y = x * 2
+    with pytest.raises(mt.DeviceError, match="'strict'.*'cpu'"):
+        y.backward(mt.ones(3, device="strict"))
+
+
+def test_backward_gradient_of_another_dtype_keeps_the_graph_dtype():
+    x = mt.ones(3, requires_grad=True)
+    (x * 2).backward(mt.ones(3, dtype=mt.float64))
+    assert x.grad.dtype == mt.float32
+
+
+def test_integer_tensor_requiring_grad_is_a_dtype_error():
+    with pytest.raises(mt.DTypeError, match="int64.*float"):
+        mt.tensor([1, 2]).requires_grad_()

@@ -644,3 +644,15 @@ def test_backward_keeps_float32(device, name):
     Spy.seen.clear()
     FLOAT32_OPS[name](Spy.apply(x)).sum().backward()
     assert Spy.seen == [mt.float32], f"{name}: the gradient reaching its input is {Spy.seen}"
+
+
+# -- non-differentiable helpers on both devices ------------------------------------------------------
+@pytest.mark.parametrize("axis,keepdims", [(None, False), (0, False), (1, True), (-1, False)])
+def test_argmax_argmin(device, axis, keepdims):
+    a = np.array([[1.0, 5.0, 2.0], [7.0, 0.0, 3.0]])
+    x = mt.tensor(a, device=device, requires_grad=True)
+    for name in ("argmax", "argmin"):
+        out = getattr(x, name)(axis=axis, keepdims=keepdims)
+        ref = getattr(np, name)(a, axis=axis, keepdims=keepdims) if axis is not None else getattr(np, name)(a)
+        assert out.dtype == mt.int64 and not out.requires_grad
+        np.testing.assert_array_equal(out.numpy(), ref)

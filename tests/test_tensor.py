@@ -311,3 +311,11 @@ def test_requires_grad_flags(device):
     assert not y.is_leaf and y.requires_grad
     with pytest.raises(mt.GraphError, match="detach"):
         y.requires_grad_(False)
+
+
+def test_functional_api_promotes_like_the_operators(device):
+    f = mt.ones(3, device=device)
+    i = mt.tensor([1, 2, 3], device=device)
+    for out in (mt.add(f, i), mt.mul(i, f), mt.where(mt.tensor([True, False, True], device=device), f, i)):
+        assert out.dtype == mt.float32
+    assert mt.matmul(f, i).dtype == mt.float32

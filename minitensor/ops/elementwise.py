@@ -9,6 +9,7 @@ gradient and keep the tensor's dtype (``x * 2`` stays float32).
 import math
 
 from ..autograd import Function
+from .promote import promote
 
 
 # -- arithmetic --------------------------------------------------------------------------
@@ -275,23 +276,23 @@ class _quiet:
 
 # -- the functional API ------------------------------------------------------------------
 def add(a, b):
-    return Add.apply(a, b)
+    return Add.apply(*promote(a, b))
 
 
 def sub(a, b):
-    return Sub.apply(a, b)
+    return Sub.apply(*promote(a, b))
 
 
 def mul(a, b):
-    return Mul.apply(a, b)
+    return Mul.apply(*promote(a, b))
 
 
 def div(a, b):
-    return Div.apply(a, b)
+    return Div.apply(*promote(a, b))
 
 
 def pow(a, p):  # noqa: A001
-    return Pow.apply(a, p)
+    return Pow.apply(*promote(a, p))
 
 
 def neg(a):

@@ -7,18 +7,26 @@ plain assignment does; with integer-array indexing one element can be read many 
 """
 
 from ..autograd import Function
-from ..errors import ShapeError
+from ..errors import DeviceError, ShapeError
 
 
-def normalize_index(index):
-    """Replace Tensors inside an index by their arrays."""
+def normalize_index(index, like=None):
+    """Replace Tensors inside an index by their arrays (which must be on ``like``'s device)."""
     from ..tensor import Tensor
 
-    if isinstance(index, Tensor):
-        return index.data
+    def unwrap(i):
+        if not isinstance(i, Tensor):
+            return i
+        if like is not None and i._backend is not like._backend:
+            raise DeviceError(
+                f"indexing a tensor on {like.device!r} with an index tensor on {i.device!r}; "
+                f"move the index with .to({like.device!r})"
+            )
+        return i.data
+
     if isinstance(index, tuple):
-        return tuple(i.data if isinstance(i, Tensor) else i for i in index)
-    return index
+        return tuple(unwrap(i) for i in index)
+    return unwrap(index)
 
 
 def _is_basic(index):
@@ -48,7 +56,7 @@ class GetItem(Function):
 
 
 def getitem(a, index):
-    return GetItem.apply(a, normalize_index(index))
+    return GetItem.apply(a, normalize_index(index, a))
 
 
 class Embedding(Function):

@@ -3,6 +3,7 @@ treated as a row (left) or column (right) vector and squeezed away again."""
 
 from ..autograd import Function, sum_to_shape
 from ..errors import ShapeError
+from .promote import promote
 
 
 class MatMul(Function):
@@ -62,4 +63,4 @@ class MatMul(Function):
 
 
 def matmul(a, b):
-    return MatMul.apply(a, b)
+    return MatMul.apply(*promote(a, b))

@@ -1,6 +1,7 @@
 """Choosing between values elementwise: where and masked_fill."""
 
 from ..autograd import Function
+from .promote import promote
 
 
 class Where(Function):
@@ -35,6 +36,7 @@ def where(cond, a, b):
     """Elementwise ``a if cond else b`` (all three broadcast together)."""
     from ..tensor import Tensor
 
+    a, b = promote(a, b)
     like = a if isinstance(a, Tensor) else b
     return Where.apply(_as_bool(cond, like), a, b)
 

@@ -1,0 +1,47 @@
+"""Type promotion for arithmetic: which dtype ``a + b`` gets, PyTorch's way.
+
+- Python numbers are "weak": ``x * 2.0`` keeps x's dtype (float32 stays float32).
+- NumPy scalars (``np.float64(2)``, ``np.sqrt(d)``) are turned into Python numbers first:
+  NumPy 2 treats them as strong and would turn a float32 tensor into float64.
+- Integer (or bool) data meeting float data becomes that float dtype (NumPy would make
+  int64 + float32 a float64).
+- Two floats of different precision are refused by ``Function.apply``: a model drifting to
+  float64 unnoticed is slow, and an error saying which conversion to make is kinder.
+- Anything else (lists, NumPy arrays) becomes a tensor on the other operand's device.
+"""
+
+import numpy
+
+_NUMBER = (int, float, bool)
+
+
+def promote(a, b):
+    """The operands ``a``, ``b`` (at least one a Tensor) made fit for one arithmetic op."""
+    from ..tensor import Tensor
+
+    if not isinstance(a, Tensor):
+        b, a = promote(b, a)
+        return a, b
+    if isinstance(b, numpy.generic):
+        b = b.item()
+    if isinstance(b, _NUMBER):
+        if isinstance(b, float) and a.data.dtype.kind != "f":
+            a = _as_float(a, None)
+        return a, b
+    if not isinstance(b, Tensor):
+        from ..tensor import tensor
+
+        b = tensor(b, device=a.device, dtype=a.dtype if a.dtype.kind == "f" else None)
+    ka, kb = a.data.dtype.kind, b.data.dtype.kind
+    if ka == "f" and kb != "f":
+        b = _as_float(b, a.dtype)
+    elif kb == "f" and ka != "f":
+        a = _as_float(a, b.dtype)
+    return a, b
+
+
+def _as_float(t, dtype):
+    """A float copy of integer data, outside the graph (integers carry no gradient)."""
+    from ..tensor import Tensor
+
+    return Tensor._make(t.data.astype(dtype or "float32"), t._backend, None)
