@@ -133,8 +133,8 @@ def reference_forward(kind, x, lens):
 ORACLE_FORWARD = {"softmax": oracle_softmax, "log_softmax": oracle_log_softmax}
 ORACLE_BACKWARD = {"softmax": oracle_softmax_backward,
                    "log_softmax": oracle_log_softmax_backward}
-CPU_BACKWARD = {"softmax": lambda y, g: cpu.softmax_backward(y, g),
-                "log_softmax": lambda y, g: cpu.log_softmax_backward(y, g)}
+CPU_BACKWARD = {"softmax": cpu.softmax_backward,
+                "log_softmax": cpu.log_softmax_backward}
 REFERENCE_BACKWARD = {"softmax": lambda y, g: reference.softmax_backward(np, y, g),
                       "log_softmax": lambda y, g: reference.log_softmax_backward(np, y, g)}
 
@@ -207,6 +207,36 @@ def test_huge_logits_are_stable(kind, dtype):
     np.testing.assert_allclose(y.sum(axis=1), 1, rtol=1e-5)
 
 
+def test_log_softmax_keeps_precision_next_to_a_large_max():
+    # (x - m) - log(s) must not be re-associated into x - (m + log(s)): in
+    # float32 m + log(s) rounds to a multiple of 1e-3 when m ~ 1e4.
+    rng = np.random.default_rng(5)
+    x = (1e4 + rng.standard_normal((16, 300))).astype(np.float32)
+    want = oracle_log_softmax(x)
+    np.testing.assert_allclose(cpu.log_softmax_forward(x), want, rtol=1e-6, atol=1e-5)
+    np.testing.assert_allclose(reference.log_softmax_forward(np, x), want, rtol=1e-6, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape", [(0, 5), (4, 0), (0, 0)])
+def test_empty_arrays(shape):
+    x = np.zeros(shape, np.float32)
+    for fn in (cpu.softmax_forward, cpu.log_softmax_forward):
+        assert fn(x).shape == shape
+        assert fn(x, np.zeros(shape[0], np.int64)).shape == shape
+    for fn in (reference.softmax_forward, reference.log_softmax_forward):
+        assert fn(np, x).shape == shape
+    assert cpu.softmax_backward(x, x).shape == shape
+    assert cpu.log_softmax_backward(x, x).shape == shape
+
+
+@pytest.mark.parametrize("lens", [None, np.array([3, 1], np.int32), np.array([3, 1], np.int64)])
+def test_lens_argument_forms(lens):
+    x = np.arange(10, dtype=np.float64).reshape(2, 5)
+    want = oracle_softmax(x, lens)
+    np.testing.assert_allclose(cpu.softmax_forward(x, lens), want, rtol=1e-12)
+    np.testing.assert_allclose(np.exp(cpu.log_softmax_forward(x, lens)), want, rtol=1e-12)
+
+
 # ---------------------------------------------------------------------------
 # -inf, empty rows and lengths
 # ---------------------------------------------------------------------------
@@ -268,6 +298,16 @@ def test_masked_entries_get_zero_gradient(dtype):
     assert np.all(dx[masked] == 0)
     assert np.all(dlog[logy == -np.inf] == 0)
     assert not np.isnan(dx).any() and not np.isnan(dlog).any()
+
+
+def test_bad_lengths_and_shapes_are_rejected():
+    x = np.zeros((3, 4), np.float32)
+    for fn in (cpu.softmax_forward, cpu.log_softmax_forward):
+        with pytest.raises(ValueError):
+            fn(x, np.zeros(2, np.int64))
+    for fn in (cpu.softmax_backward, cpu.log_softmax_backward):
+        with pytest.raises(ValueError):
+            fn(x, np.zeros((3, 5), np.float32))
 
 
 def test_nan_stays_in_its_row():
