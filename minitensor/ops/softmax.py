@@ -40,10 +40,12 @@ def _from_rows(xp, rows, layout):
 class Softmax(Function):
     """y = softmax(x) along ``axis``;  dL/dx = y * (g - sum(g * y))."""
 
+    kernel = "softmax"  # the backend kernels ``<kernel>_forward`` / ``<kernel>_backward``
+
     @staticmethod
     def forward(ctx, x, axis=-1):
         rows, ctx.layout = _to_rows(ctx.xp, x, axis)
-        y = ctx.backend.kernels.softmax_forward(rows)
+        y = getattr(ctx.backend.kernels, ctx.kernel + "_forward")(rows)
         ctx.save_for_backward(y)
         return _from_rows(ctx.xp, y, ctx.layout)
 
@@ -51,24 +53,17 @@ class Softmax(Function):
     def backward(ctx, grad):
         (y,) = ctx.saved
         g, _ = _to_rows(ctx.xp, grad, ctx.layout[1])
-        return _from_rows(ctx.xp, ctx.backend.kernels.softmax_backward(y, g), ctx.layout)
+        dx = getattr(ctx.backend.kernels, ctx.kernel + "_backward")(y, g)
+        return _from_rows(ctx.xp, dx, ctx.layout)
 
 
-class LogSoftmax(Function):
-    """y = log_softmax(x) along ``axis``;  dL/dx = g - exp(y) * sum(g)."""
+class LogSoftmax(Softmax):
+    """y = log_softmax(x) along ``axis``;  dL/dx = g - exp(y) * sum(g).
 
-    @staticmethod
-    def forward(ctx, x, axis=-1):
-        rows, ctx.layout = _to_rows(ctx.xp, x, axis)
-        y = ctx.backend.kernels.log_softmax_forward(rows)
-        ctx.save_for_backward(y)
-        return _from_rows(ctx.xp, y, ctx.layout)
+    The same plumbing as Softmax (rows in, rows out) on the log-softmax kernels.
+    """
 
-    @staticmethod
-    def backward(ctx, grad):
-        (y,) = ctx.saved
-        g, _ = _to_rows(ctx.xp, grad, ctx.layout[1])
-        return _from_rows(ctx.xp, ctx.backend.kernels.log_softmax_backward(y, g), ctx.layout)
+    kernel = "log_softmax"
 
 
 def lens_per_row(xp, valid_lens, shape):
