@@ -135,7 +135,8 @@ class Tensor:
         from . import ops
 
         if target is not None:
-            if isinstance(target, str):
+            # A string names a device ("cpu", "cuda") unless it is a dtype name ("float64").
+            if isinstance(target, str) and not _is_dtype_name(target):
                 device = target
             else:
                 dtype = target
@@ -260,6 +261,14 @@ class Tensor:
         return "tensor(" + body + "".join(", " + e for e in extras) + ")"
 
     __hash__ = object.__hash__  # == is elementwise (as in PyTorch), identity hashing stays
+
+
+def _is_dtype_name(name):
+    try:
+        numpy.dtype(name)
+        return True
+    except TypeError:
+        return False
 
 
 def tensor(data, requires_grad=False, dtype=None, device=None):

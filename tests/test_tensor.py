@@ -319,3 +319,12 @@ def test_functional_api_promotes_like_the_operators(device):
     for out in (mt.add(f, i), mt.mul(i, f), mt.where(mt.tensor([True, False, True], device=device), f, i)):
         assert out.dtype == mt.float32
     assert mt.matmul(f, i).dtype == mt.float32
+
+
+def test_to_accepts_dtype_names_and_device_names():
+    x = mt.ones(2)
+    assert x.to("float64").dtype == mt.float64
+    assert x.to("cpu") is x
+    assert x.to("strict").device == "strict"
+    with pytest.raises(mt.DeviceError, match="unknown device 'tpu'.*cpu"):
+        x.to("tpu")
