@@ -27,3 +27,13 @@ from .random import manual_seed  # noqa: E402
 from .tensor import Tensor, tensor  # noqa: E402
 
 from . import nn, optim  # noqa: E402
+
+
+def __getattr__(name):
+    # The plugin machinery (pluggy, entry points) loads on first use, not at import.
+    if name in ("hookimpl", "plugins"):
+        import importlib
+
+        plugins = importlib.import_module("minitensor.plugins")  # sets mt.plugins too
+        return plugins if name == "plugins" else plugins.hookimpl
+    raise AttributeError(f"module 'minitensor' has no attribute {name!r}")

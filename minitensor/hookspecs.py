@@ -1,0 +1,78 @@
+"""The hooks a minitensor plugin can implement (pluggy hook specifications).
+
+A plugin is any module or object with functions marked ``@minitensor.hookimpl`` whose names
+are the hooks below. Each hook takes no arguments and returns a dict ``{name: class}``; the
+registries (``minitensor.plugins.scorers()`` ...) merge the dicts of every plugin, and layers
+look classes up by name, so a user's plugin works everywhere a built-in does.
+
+Two pluggy habits to keep in mind: hooks are always *called* with keyword arguments, and a
+hook implementation must not give its parameters default values (pluggy would not pass them).
+These three hooks have no parameters, so neither pitfall can bite here.
+"""
+
+import pluggy
+
+hookspec = pluggy.HookspecMarker("minitensor")
+
+
+@hookspec
+def minitensor_scorers():
+    """Attention scoring functions: ``{name: class}``.
+
+    Contract: ``cls(query_size, key_size, **options)`` is an ``mt.nn.Module`` whose
+    ``forward(queries, keys)`` maps queries (..., Q, dq) and keys (..., K, dk) to scores
+    (..., Q, K). A score of -inf means "this key is impossible" and gets weight 0.
+
+    Example::
+
+        class Cosine(mt.nn.Module):
+            def __init__(self, query_size, key_size, **options):
+                super().__init__()
+            def forward(self, queries, keys):
+                q = queries / (queries * queries).sum(axis=-1, keepdims=True).sqrt()
+                k = keys / (keys * keys).sum(axis=-1, keepdims=True).sqrt()
+                return q @ k.swapaxes(-1, -2)
+
+        @minitensor.hookimpl
+        def minitensor_scorers():
+            return {"cosine": Cosine}
+    """
+
+
+@hookspec
+def minitensor_poolings():
+    """Attention poolings, which turn scores into weights: ``{name: class}``.
+
+    Contract: ``cls(**options)`` is an ``mt.nn.Module`` whose ``forward(scores,
+    valid_lens=None, mask=None)`` maps scores (..., Q, K) to weights (..., Q, K). Keys beyond
+    ``valid_lens`` (integers, (batch,) or (batch, Q), D2L's convention) or where ``mask``
+    (bool, broadcastable to the scores, True = may attend) is False get weight 0; a row with
+    no allowed key gets all-zero weights (never NaN, never uniform). The attention layer
+    applies dropout and the weighted sum of values itself.
+
+    Example::
+
+        @minitensor.hookimpl
+        def minitensor_poolings():
+            return {"softmax": SoftmaxPooling}
+    """
+
+
+@hookspec
+def minitensor_positional_encodings():
+    """Positional encodings: ``{name: class}``.
+
+    Contract: ``cls(num_hiddens, max_len=..., dropout=0.0, **options)`` is an
+    ``mt.nn.Module`` with a class attribute ``applies_to``:
+
+    - ``"inputs"``: ``forward(X, offset=0)`` returns X (batch, T, num_hiddens) plus the
+      encodings of positions offset .. offset + T - 1 (added to the embeddings);
+    - ``"qk"``: ``forward(q, k, q_offset=0, k_offset=0)`` returns the encoded (q, k), each
+      (..., T, d); built with the per-head size and applied inside self-attention (rotary).
+
+    Example::
+
+        @minitensor.hookimpl
+        def minitensor_positional_encodings():
+            return {"sinusoidal": SinusoidalEncoding}
+    """
