@@ -1,18 +1,29 @@
 """Plugins: the plugin manager and the registries of scorers, poolings and positional encodings.
 
+An attention layer is three exchangeable parts (D2L's attention pooling, split up):
+
+    scores  = scorer(queries, keys)                  a(q, k_i), any real number
+    weights = pooling(scores, valid_lens, mask)      alpha(q, k_i) >= 0, summing to 1
+    output  = dropout(weights) @ values              sum_i alpha(q, k_i) v_i
+
+Scorers, poolings and positional encodings are looked up *by name* in registries filled by
+plugins, so a class a user registers works everywhere a built-in does.
+
 Where plugins come from, in loading order (at the first registry look-up, never at
-``import minitensor``):
+``import minitensor``, so that importing the engine stays fast and a broken plugin cannot
+stop it from importing):
 
 1. the built-ins, the modules named in ``DEFAULT_PLUGINS``, registered with ``pm.register``
    exactly as a user's plugin is (they ignore the autoload switch: without them nothing works);
 2. third-party distributions that declare an entry point in the group ``"minitensor"``,
-   loaded one at a time: one that fails to import is reported with a warning naming it, and
-   the rest keeps working. ``MINITENSOR_DISABLE_PLUGIN_AUTOLOAD=1`` skips them all;
-   ``MINITENSOR_STRICT_PLUGINS=1`` turns a failure into an error (for plugin authors);
-3. ``register(obj)`` / ``unregister(obj)`` at run time.
+   loaded one at a time: one that fails to import, misspells a hook or claims a name another
+   plugin already has is reported with a warning naming it, and the rest keeps working.
+   ``MINITENSOR_DISABLE_PLUGIN_AUTOLOAD=1`` skips them all; ``MINITENSOR_STRICT_PLUGINS=1``
+   turns a failure into a ``PluginError`` (for plugin authors, who want to see it fail);
+3. ``register(obj)`` / ``unregister(obj)`` at run time, which rebuild the registries.
 
-``pm.check_pending()`` then rejects a hook implementation whose name matches no hook
-(``minitensor_scorer`` for ``minitensor_scorers``): a typo is an error, not silence.
+``pm.check_pending()`` runs after loading: it rejects a hook implementation whose name matches
+no hook (``minitensor_scorer`` for ``minitensor_scorers``), so a typo is an error, not silence.
 
 The registries map names to classes. A name claimed twice is an error naming both sources;
 an unknown name lists the available ones and the closest match.
@@ -21,6 +32,7 @@ an unknown name lists the available ones and the closest match.
 import difflib
 import importlib
 import os
+import re
 import warnings
 
 import pluggy
@@ -44,10 +56,18 @@ KINDS = {
     "pooling": "minitensor_poolings",
     "positional encoding": "minitensor_positional_encodings",
 }
+# other spellings lookup() accepts for a kind (the hook names, plurals, underscores)
+_KIND_ALIASES = {
+    "scorers": "scorer", "minitensor_scorers": "scorer",
+    "poolings": "pooling", "minitensor_poolings": "pooling",
+    "positional": "positional encoding", "positional_encoding": "positional encoding",
+    "positional encodings": "positional encoding", "positional_encodings": "positional encoding",
+    "minitensor_positional_encodings": "positional encoding",
+}
 
 
 class PluginError(RuntimeError):
-    """A plugin could not be loaded, or two plugins claim one name."""
+    """A plugin could not be loaded or registered, or two plugins claim one name."""
 
 
 class UnknownPluginError(KeyError):
@@ -58,8 +78,8 @@ class UnknownPluginError(KeyError):
 
 
 _pm = None
-_sources = {}  # plugin name in the manager -> where it came from
-_registries = {}  # kind -> {name: class}, rebuilt after every (un)registration
+_sources = {}  # plugin name in the manager -> where it came from ("built-in", "dist 1.0", ...)
+_registries = {}  # kind -> ({name: class}, {name: (plugin name, source)}); empty = rebuild
 
 
 def get_plugin_manager():
@@ -69,8 +89,10 @@ def get_plugin_manager():
         pm = pluggy.PluginManager("minitensor")
         pm.add_hookspecs(hookspecs)
         for module_name in DEFAULT_PLUGINS:
+            # A built-in that fails to import is a broken installation: let the error through.
             pm.register(importlib.import_module(module_name), name=module_name)
             _sources[module_name] = BUILT_IN
+        _check(pm)  # the built-ins must be clean before anyone else is measured against them
         if not _env_flag("MINITENSOR_DISABLE_PLUGIN_AUTOLOAD"):
             _load_entry_points(pm)
         pm.check_pending()
@@ -79,10 +101,11 @@ def get_plugin_manager():
 
 
 def _env_flag(name):
-    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no")
+    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no", "off")
 
 
 def _load_entry_points(pm):
+    """Register the entry points of group "minitensor" one at a time (see the module doc)."""
     from importlib.metadata import entry_points
 
     strict = _env_flag("MINITENSOR_STRICT_PLUGINS")
@@ -92,63 +115,108 @@ def _load_entry_points(pm):
         name = f"{ep.name} ({source})"
         if pm.has_plugin(name) or pm.is_blocked(name):
             continue
+        _sources[name] = source
         try:
             pm.register(ep.load(), name=name)
-            pm.check_pending()
+            _check(pm)  # a typo or a clash is this plugin's fault: drop it, keep the others
         except Exception as e:  # a broken plugin must not take minitensor down with it
             if pm.has_plugin(name):
                 pm.unregister(name=name)
-            message = f"minitensor: plugin {ep.name!r} from {source} failed to load: {type(e).__name__}: {e}"
+            _sources.pop(name, None)
+            message = f"minitensor: plugin {ep.name!r} ({ep.value}) from {source} failed to load: {type(e).__name__}: {e}"
             if strict:
                 raise PluginError(message + " (MINITENSOR_STRICT_PLUGINS is set)") from e
-            warnings.warn(message + "; continuing without it", RuntimeWarning, stacklevel=3)
-            continue
-        _sources[name] = source
+            warnings.warn(message + "; continuing without it", RuntimeWarning, stacklevel=2)
+
+
+def _check(pm):
+    """Raise PluginError unless every hook is known and every name is claimed once."""
+    try:
+        pm.check_pending()
+    except pluggy.PluginValidationError as e:
+        raise PluginError(_explain_validation_error(e)) from e
+    _collect(pm)
+
+
+def _explain_validation_error(error):
+    """pluggy's message, plus the hook the author probably meant."""
+    message = str(error)
+    hooks = sorted(name for name in vars(hookspecs) if name.startswith("minitensor_"))
+    unknown = re.search(r"unknown hook '([^']+)'", message)
+    close = difflib.get_close_matches(unknown.group(1), hooks, n=1) if unknown else []
+    if close:
+        return f"{message}; did you mean {close[0]!r}? The hooks are: {', '.join(hooks)}"
+    return f"{message}\nThe hooks are: {', '.join(hooks)} (their parameters, if any, are in minitensor/hookspecs.py)"
 
 
 def register(plugin, name=None):
     """Register a plugin (a module, class or object with ``@hookimpl`` functions) now.
 
     Returns the name it is registered under. Its names join the registries at once; a
-    misspelled hook or a name another plugin already has is an error, and then nothing is
-    registered.
+    misspelled hook or a name another plugin already has is a ``PluginError``, and then
+    nothing stays registered.
     """
     pm = get_plugin_manager()
-    name = pm.register(plugin, name=name)
+    name = name or pm.get_canonical_name(plugin)
+    if pm.has_plugin(name) or plugin in pm.get_plugins():
+        other = pm.get_name(plugin) or name
+        raise PluginError(f"register: plugin {other!r} ({_describe_source(other)}) is already registered")
     _sources[name] = RUN_TIME
     try:
-        pm.check_pending()
-        _build_registries()
-    except Exception:
-        pm.unregister(name=name)
+        # pluggy checks the hook signatures while registering and can fail half-way through,
+        # so the clean-up below runs for errors from register() as well as from _check().
+        if pm.register(plugin, name=name) is None:
+            raise PluginError(f"register: the plugin name {name!r} is blocked")
+        _check(pm)
+    except Exception as e:
+        if pm.has_plugin(name):
+            pm.unregister(name=name)
         _sources.pop(name, None)
-        _build_registries()
+        _registries.clear()
+        if isinstance(e, pluggy.PluginValidationError):
+            raise PluginError(_explain_validation_error(e)) from e
         raise
+    _registries.clear()  # rebuilt at the next look-up, with this plugin's names
     return name
 
 
 def unregister(plugin=None, name=None):
-    """Remove a plugin registered earlier (by object or by name); returns the plugin."""
+    """Remove a plugin registered earlier (by object or by name); returns the plugin.
+
+    Built-ins can be unregistered too (to replace one with a class of your own);
+    ``_reset()`` brings them back.
+    """
     pm = get_plugin_manager()
     if name is None:
         name = pm.get_name(plugin)
     if name is None or not pm.has_plugin(name):
-        raise ValueError(f"unregister: no plugin {name or plugin!r} is registered")
+        registered = ", ".join(repr(n) for n, _ in pm.list_name_plugin())
+        raise ValueError(f"unregister: no plugin {name or plugin!r} is registered (registered: {registered})")
     removed = pm.unregister(name=name)
     _sources.pop(name, None)
-    _build_registries()
+    _registries.clear()  # its names leave the registries at the next look-up
     return removed
 
 
-def _build_registries():
-    """Ask every plugin for its classes, kind by kind, remembering who claimed each name."""
-    pm = get_plugin_manager()
+def _collect(pm):
+    """Ask every plugin for its classes, kind by kind, remembering who claimed each name.
+
+    Returns {kind: ({name: class}, {name: (plugin name, source)})}; a hook that raises or
+    returns something other than a dict, or a name claimed twice, is a PluginError.
+    """
     registries = {}
     for kind, hook_name in KINDS.items():
         table, owners = {}, {}
+        # get_hookimpls() lists the implementations in registration order, so the plugin
+        # that claimed a name first (a built-in before the rest) is named first in a clash.
         for impl in getattr(pm.hook, hook_name).get_hookimpls():
             owner = (impl.plugin_name, _describe_source(impl.plugin_name))
-            provided = impl.function()
+            try:
+                provided = impl.function()
+            except Exception as e:
+                raise PluginError(
+                    f"{hook_name}() of plugin {owner[0]!r} ({owner[1]}) raised {type(e).__name__}: {e}"
+                ) from e
             if not isinstance(provided, dict):
                 raise PluginError(
                     f"{hook_name}() of plugin {owner[0]!r} ({owner[1]}) returned "
@@ -164,12 +232,25 @@ def _build_registries():
                 table[name] = cls
                 owners[name] = owner
         registries[kind] = (table, owners)
+    return registries
+
+
+def _build_registries():
+    registries = _collect(get_plugin_manager())
     _registries.clear()
     _registries.update(registries)
 
 
 def _describe_source(plugin_name):
     return _sources.get(plugin_name, RUN_TIME)
+
+
+def _kind(kind):
+    key = str(kind).strip().lower()
+    key = _KIND_ALIASES.get(key, key)
+    if key not in KINDS:
+        raise ValueError(f"unknown plugin kind {kind!r}; the kinds are: {', '.join(map(repr, KINDS))}")
+    return key
 
 
 def _registry(kind):
@@ -195,24 +276,26 @@ def positional_encodings():
 
 def lookup(kind, name):
     """The class registered as ``name`` for ``kind`` ("scorer", "pooling",
-    "positional encoding"), or an error listing what there is."""
+    "positional encoding"), or an UnknownPluginError listing what there is."""
+    kind = _kind(kind)
     table = _registry(kind)
     try:
         return table[name]
-    except (KeyError, TypeError):
+    except (KeyError, TypeError):  # TypeError: an unhashable "name"
         pass
     available = sorted(table)
     close = difflib.get_close_matches(str(name), available, n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
+    hint = f"; did you mean {close[0]!r}?" if close else "."
     raise UnknownPluginError(
-        f"unknown {kind} {name!r}{hint} Available: {', '.join(available)}. A plugin adds more "
-        f"through the entry-point group {ENTRY_POINT_GROUP!r} or minitensor.plugins.register()"
+        f"unknown {kind} {name!r}{hint} Available: {', '.join(available) or '(none)'}. A plugin "
+        f"adds more through the entry-point group {ENTRY_POINT_GROUP!r} or minitensor.plugins.register()"
     )
 
 
 def describe():
-    """Every registered plugin class: a list of dicts with name, kind, source and class."""
-    get_plugin_manager()
+    """Every registered plugin class, kind by kind and sorted by name: a list of dicts with
+    ``name``, ``kind``, ``source`` ("built-in", "<distribution> <version>" or "registered at
+    run time"), ``plugin`` (its name in the plugin manager) and ``class`` (module.qualname)."""
     if not _registries:
         _build_registries()
     rows = []
@@ -220,8 +303,8 @@ def describe():
         table, owners = _registries[kind]
         for name in sorted(table):
             cls = table[name]
-            rows.append({"name": name, "kind": kind, "source": owners[name][1],
-                         "class": f"{cls.__module__}.{cls.__qualname__}"})
+            rows.append({"name": name, "kind": kind, "source": owners[name][1], "plugin": owners[name][0],
+                         "class": f"{getattr(cls, '__module__', '?')}.{getattr(cls, '__qualname__', repr(cls))}"})
     return rows
 
 
