@@ -15,12 +15,13 @@ from .reduce import argmax, argmin, max, mean, min, sum, var
 from .select import masked_fill, where
 from .shape import broadcast_to, expand, flatten, permute, reshape, squeeze, swapaxes, transpose, unsqueeze
 from .softmax import log_softmax, masked_softmax, softmax
+from .sparsemax import sparsemax
 
 __all__ = [
     "abs", "add", "argmax", "argmin", "astype", "broadcast_to", "cat", "clamp", "clip", "concat",
     "cross_entropy", "div", "dropout", "embedding", "exp", "expand", "flatten", "gelu", "getitem",
     "layer_norm", "log", "log_softmax", "masked_fill", "masked_softmax", "matmul", "max", "mean",
-    "min", "mul", "neg", "permute", "pow", "relu", "reshape", "sigmoid", "softmax", "split", "sqrt",
-    "squeeze", "stack", "sub", "sum", "swapaxes", "tanh", "to_device", "transpose", "unsqueeze",
-    "var", "where",
+    "min", "mul", "neg", "permute", "pow", "relu", "reshape", "sigmoid", "softmax", "sparsemax",
+    "split", "sqrt", "squeeze", "stack", "sub", "sum", "swapaxes", "tanh", "to_device", "transpose",
+    "unsqueeze", "var", "where",
 ]

@@ -1,23 +1,113 @@
 """Built-in attention poolings: scores (..., Q, K) -> weights (..., Q, K).
 
 Contract (see ``minitensor/hookspecs.py``): ``cls(**options)``;
-``forward(scores, valid_lens=None, mask=None) -> weights``.
+``forward(scores, valid_lens=None, mask=None) -> weights``. Keys beyond ``valid_lens``
+((batch,) or (batch, Q), as in D2L; axes in between, such as heads, share them), keys where
+the bool ``mask`` is False and keys scoring -inf are not allowed: they get weight exactly 0.
+A row with no allowed key gets all-zero weights, never NaN and never uniform. The attention
+layer applies dropout and takes the weighted sum of the values; a pooling only weighs.
 """
+
+import math
 
 import minitensor as mt
 from minitensor import hookimpl, nn
+from minitensor.errors import ShapeError
+
+
+def _no_other_options(cls, options):
+    if options:
+        raise TypeError(f"{cls.__name__}: unknown option(s) {', '.join(map(repr, sorted(options)))}; it takes none")
+
+
+def allowed_keys(scores, valid_lens=None, mask=None):
+    """Which keys each query may attend: a bool tensor broadcastable with the scores.
+
+    True where the score is not -inf, the key's position is below the row's valid length,
+    and ``mask`` is True. With scores (batch, ..., Q, K):
+    valid_lens (batch,) becomes (batch, 1, ..., 1, 1) and (batch, Q) becomes
+    (batch, 1, ..., Q, 1), compared with the key positions 0 .. K-1.
+    """
+    allowed = scores > -math.inf
+    if valid_lens is not None:
+        if not isinstance(valid_lens, mt.Tensor):
+            valid_lens = mt.tensor(valid_lens, device=scores.device)
+        n, lens_shape = scores.ndim, tuple(valid_lens.shape)
+        if len(lens_shape) == 1 and n >= 2 and lens_shape[0] == scores.shape[0]:
+            lens = valid_lens.reshape(lens_shape + (1,) * (n - 1))
+        elif len(lens_shape) == 2 and n >= 3 and lens_shape == (scores.shape[0], scores.shape[-2]):
+            lens = valid_lens.reshape(lens_shape[:1] + (1,) * (n - 3) + lens_shape[1:] + (1,))
+        else:
+            raise ShapeError(
+                f"valid_lens of shape {lens_shape} does not fit scores of shape {scores.shape}; "
+                f"expected (batch,) or (batch, Q) with batch = scores.shape[0] and Q = scores.shape[-2]"
+            )
+        positions = mt.arange(scores.shape[-1], device=scores.device)
+        allowed = allowed & (positions < lens)
+    if mask is not None:
+        if not isinstance(mask, mt.Tensor):
+            mask = mt.tensor(mask, dtype=mt.bool, device=scores.device)
+        if mask.dtype.kind != "b":
+            raise TypeError(f"mask must be a bool tensor (True = may attend), got {mask.dtype}")
+        allowed = allowed & mask
+    return allowed
 
 
 class SoftmaxPooling(nn.Module):
-    """weights = masked_softmax(scores): exp(s_j) / sum_{valid k} exp(s_k), 0 for masked keys."""
+    """weights = masked_softmax(scores):
+
+        alpha(q, k_i) = exp(a(q, k_i)) / sum_{allowed j} exp(a(q, k_j)),  0 for masked keys
+
+    on the fused numba kernels (``minitensor/kernels``).
+    """
 
     def __init__(self, **options):
         super().__init__()
+        _no_other_options(type(self), options)
 
     def forward(self, scores, valid_lens=None, mask=None):
         return mt.masked_softmax(scores, valid_lens, mask)
 
 
+class AveragePooling(nn.Module):
+    """The seeds' baseline, average pooling: f(q) = 1/n sum_i v_i, so
+
+        alpha(q, k_i) = 1 / n   for each of the n allowed keys (0 for the others)
+
+    whatever the scores say: the query plays no part (only the mask does). It is what
+    attention does before it learns anything, and what Nadaraya-Watson improves on.
+    The weights do not depend on the score *values*, so no gradient flows to the scores.
+    """
+
+    def __init__(self, **options):
+        super().__init__()
+        _no_other_options(type(self), options)
+
+    def forward(self, scores, valid_lens=None, mask=None):
+        allowed = allowed_keys(scores, valid_lens, mask).to(scores.dtype)  # 1 or 0
+        n = allowed.sum(axis=-1, keepdims=True)
+        # n = 0 (nothing allowed): 0 / 1 = 0, the all-zero row the contract asks for.
+        return allowed / n.clip(1.0)
+
+
+class SparsemaxPooling(nn.Module):
+    """Sparsemax (Martins & Astudillo, 2016), the Euclidean projection onto the simplex:
+
+        alpha = argmin_{p >= 0, sum p = 1} |p - a|^2 = max(a - tau, 0)
+
+    with the threshold tau making the weights sum to 1. Unlike softmax it gives keys
+    scoring below tau weight exactly 0: sparse, easier-to-read attention. See
+    ``minitensor/ops/sparsemax.py`` for tau and the backward pass.
+    """
+
+    def __init__(self, **options):
+        super().__init__()
+        _no_other_options(type(self), options)
+
+    def forward(self, scores, valid_lens=None, mask=None):
+        return mt.sparsemax(scores, valid_lens, mask)
+
+
 @hookimpl
 def minitensor_poolings():
-    return {"softmax": SoftmaxPooling}
+    return {"softmax": SoftmaxPooling, "average": AveragePooling, "sparsemax": SparsemaxPooling}

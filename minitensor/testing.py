@@ -1,0 +1,486 @@
+"""The conformance kit for plugin authors: does my scorer / pooling / encoding keep the contract?
+
+    from minitensor.testing import check_scorer, check_pooling, check_positional_encoding
+
+    def test_my_scorer():
+        assert check_scorer(Cosine)                    # options go to the class:
+        assert check_scorer(MyAdditive, query_size=3, key_size=5, num_hiddens=8)
+
+Each check builds the plugin, feeds it small random inputs and checks the properties every
+attention layer relies on (``minitensor/hookspecs.py`` states the contracts):
+
+- shapes under extra leading batch axes: (Q, d), (batch, Q, d), (batch, num_heads, Q, d);
+- the output dtype follows the input (float32 and float64) and stays on the input's device;
+- batch independence: changing example b changes no other example's output, and one slice
+  of a batch gives what it gives alone;
+- gradients to the inputs and to the plugin's parameters, by ``mt.gradcheck`` in float64;
+- poolings: keys masked by ``valid_lens`` ((batch,) and (batch, Q)), by a bool ``mask`` or by
+  a -inf score get weight exactly 0 and their scores change nothing; a row with no allowed
+  key gets all-zero weights (not NaN, not uniform);
+- positional encodings: ``applies_to``; with "inputs", ``forward(X, offset)`` keeps X's shape
+  and encoding X[:, s:] with offset=s gives the tail of encoding X; with "qk",
+  ``forward(q, k, q_offset, k_offset)`` returns two tensors of the inputs' shapes, with
+  the same offset consistency.
+
+A check returns True, or raises AssertionError naming the broken property, the plugin class
+and the shapes or values involved. Each runs in well under a second (tiny sizes).
+Keyword arguments other than a check's own (``query_size``, ``key_size``, ``num_hiddens``,
+``max_len``, ``device``: the sizes to build with and the device to run on) go to the plugin
+class as its options.
+"""
+
+import numpy
+
+from . import ops
+from .errors import GradcheckError
+from .gradcheck import gradcheck
+from .grad_mode import no_grad
+from .tensor import Tensor, tensor
+
+Q, K = 3, 5  # queries and keys per example: different, so a transposed result shows
+LEADS = ((), (2,), (2, 3))  # no batch axis, (batch,), (batch, num_heads)
+
+
+class _Check:
+    """What one check call knows: who is checked (for the messages) and a seeded RNG."""
+
+    def __init__(self, check, cls, device):
+        self.prefix = f"{check}({getattr(cls, '__name__', repr(cls))})"
+        self.cls, self.device = cls, device
+        self.rng = numpy.random.default_rng(0)
+
+    def fail(self, prop, detail):
+        raise AssertionError(f"{self.prefix}: {prop}: {detail}")
+
+    def build(self, make):
+        from .nn import Module
+
+        try:
+            module = make()
+        except Exception as e:
+            self.fail("construction", f"building the plugin raised {type(e).__name__}: {e}")
+        if not isinstance(module, Module):
+            self.fail("construction", f"the plugin must be an mt.nn.Module, got {type(module).__name__}")
+        module.to(self.device)
+        module.eval()  # dropout off: the checks compare outputs
+        return module
+
+    def call(self, prop, what, fn, *args, **kwargs):
+        """Run the plugin; an exception becomes a failure of ``prop``, naming the inputs."""
+        try:
+            return fn(*args, **kwargs)
+        except AssertionError:
+            raise
+        except Exception as e:
+            self.fail(prop, f"{what} raised {type(e).__name__}: {e}")
+
+    def randn(self, shape, dtype, scale=1.0, requires_grad=False):
+        data = self.rng.standard_normal(shape) * scale
+        return tensor(data, dtype=dtype, device=self.device, requires_grad=requires_grad)
+
+    def ints(self, values):
+        return tensor(numpy.asarray(values, dtype=numpy.int64), device=self.device)
+
+    def bools(self, values):
+        return tensor(numpy.asarray(values, dtype=bool), device=self.device)
+
+    def output(self, prop, what, out, shape=None, dtype=None):
+        """An output must be a Tensor (of ``shape`` and ``dtype``) on the inputs' device."""
+        if not isinstance(out, Tensor):
+            self.fail(prop, f"{what} returned a {type(out).__name__}, not a Tensor")
+        if shape is not None and out.shape != tuple(shape):
+            self.fail("output shape", f"{what} gave shape {out.shape}, expected {tuple(shape)}")
+        if dtype is not None and out.dtype != dtype:
+            self.fail("output dtype", f"{what} gave dtype {out.dtype}; it must follow the input's, {dtype}")
+        if out.device != self.device:
+            self.fail("output device", f"{what} gave a tensor on {out.device!r}, the inputs are on {self.device!r}")
+        return out
+
+    def close(self, prop, what, actual, expected, rtol=1e-7, atol=1e-10):
+        """Host arrays equal up to rounding (same non-finite entries in the same places)."""
+        a, b = numpy.asarray(actual, dtype=float), numpy.asarray(expected, dtype=float)
+        if a.shape != b.shape:
+            self.fail(prop, f"{what}: shapes {a.shape} and {b.shape} differ")
+        same_special = (numpy.isnan(a) == numpy.isnan(b)).all() and (
+            a[numpy.isinf(a) | numpy.isinf(b)] == b[numpy.isinf(a) | numpy.isinf(b)]
+        ).all()
+        finite = numpy.isfinite(a) & numpy.isfinite(b)
+        diff = numpy.abs(a[finite] - b[finite])
+        bad = diff > atol + rtol * numpy.abs(b[finite])
+        if not same_special or bad.any():
+            worst = float(diff.max()) if diff.size else float("nan")
+            self.fail(prop, f"{what} (max difference {worst:.3g};\n got      {_short(a)}\n expected {_short(b)})")
+
+    def gradients(self, fn, inputs, names):
+        """gradcheck ``fn`` w.r.t. ``inputs`` (float64); failures name the input.
+
+        An output with no autograd graph claims it does not depend on the inputs: then
+        perturbing them must change nothing (average pooling is like that).
+        """
+        out = self.call("gradient", "the forward pass for gradcheck", fn, *inputs)
+        self.output("gradient", "the forward pass for gradcheck", out)
+        if not out.requires_grad:
+            for x, name in zip(inputs, names):
+                original = x.data
+                x.data = original + 1e-3 * x._backend.array(self.rng.standard_normal(x.shape)).astype(x.dtype)
+                with no_grad():
+                    moved = fn(*inputs)
+                x.data = original
+                if not numpy.array_equal(moved.numpy(), out.numpy(), equal_nan=True):
+                    self.fail(
+                        "gradient",
+                        f"the output has no autograd graph (no gradient reaches {name}, shape {x.shape}), "
+                        "yet it changes when that input changes",
+                    )
+            return
+        try:
+            gradcheck(fn, inputs)
+        except GradcheckError as e:
+            message = str(e)
+            for i, name in enumerate(names):  # gradcheck counts inputs; say which one it is
+                message = message.replace(f"input {i} (", f"{name} (", 1)
+            self.fail("gradient", f"backward disagrees with finite differences: {message}")
+        except Exception as e:
+            self.fail("gradient", f"the backward pass raised {type(e).__name__}: {e}")
+
+
+def _short(a):
+    return numpy.array2string(numpy.asarray(a), precision=4, threshold=12, edgeitems=2).replace("\n", " ")
+
+
+def _host(t):
+    return None if t is None else t.numpy() if isinstance(t, Tensor) else numpy.asarray(t)
+
+
+def _trainable(module):
+    return [(name, p) for name, p in module.named_parameters() if p.requires_grad]
+
+
+def _names(params):
+    return [f"parameter {name!r}" for name, _ in params]
+
+
+def _check_independence(c, what_in, run, inputs, batched):
+    """Change example 1 of every batched input: examples 0 and 2 must not notice.
+
+    ``run(*inputs)`` returns a host array with the batch axis first, or a tuple of them;
+    ``batched`` says which inputs carry the batch axis (the others pass unchanged).
+    """
+    before = run(*inputs)
+    changed = []
+    for x, b in zip(inputs, batched):
+        if b and x is not None and x.dtype.kind == "f":
+            host = x.numpy()
+            host[1] = c.rng.standard_normal(host[1].shape)
+            x = tensor(host, dtype=x.dtype, device=c.device)
+        changed.append(x)
+    after = run(*changed)
+    for out_before, out_after in zip(*(o if isinstance(o, tuple) else (o,) for o in (before, after))):
+        for b in (0, 2):
+            c.close(
+                "batch independence",
+                f"changing example 1 of the {what_in} changed the output for example {b}",
+                out_after[b], out_before[b],
+            )
+
+
+# -- scorers ------------------------------------------------------------------------------------
+def check_scorer(cls, *, query_size=4, key_size=None, device="cpu", **options):
+    """Check a scorer class against the contract ``cls(query_size, key_size, **options)``,
+    ``forward(queries (..., Q, dq), keys (..., K, dk)) -> scores (..., Q, K)``.
+
+    ``key_size`` defaults to ``query_size``. Returns True or raises AssertionError.
+    """
+    c = _Check("check_scorer", cls, device)
+    dq, dk = query_size, query_size if key_size is None else key_size
+    scorer = c.build(lambda: cls(dq, dk, **options))
+
+    def run(q, k, prop="output shape"):
+        what = f"forward(queries {q.shape}, keys {k.shape})"
+        return c.output(prop, what, c.call(prop, what, scorer, q, k))
+
+    # Shapes and dtypes, under 0, 1 and 2 leading batch axes.
+    for dtype in ("float32", "float64"):
+        scorer.to(dtype=dtype)
+        for lead in LEADS:
+            q, k = c.randn(lead + (Q, dq), dtype), c.randn(lead + (K, dk), dtype)
+            what = f"forward(queries {q.shape}, keys {k.shape})"
+            scores = c.output("output shape", what, run(q, k), lead + (Q, K), numpy.dtype(dtype))
+            if numpy.isnan(scores.numpy()).any():
+                c.fail("no NaN", f"{what} gave NaN scores: {_short(scores.numpy())}")
+
+    # Batch independence (float64 from here on): examples and heads do not mix.
+    q, k = c.randn((3, 2, Q, dq), "float64"), c.randn((3, 2, K, dk), "float64")
+    _check_independence(
+        c, "queries and keys", lambda q, k: run(q, k, "batch independence").numpy(), [q, k], [True, True]
+    )
+    whole = run(q, k, "batch independence").numpy()
+    for b, h in ((0, 0), (2, 1)):
+        alone = run(q[b, h], k[b, h], "batch independence").numpy()
+        c.close(
+            "batch independence",
+            f"scores[{b}, {h}] of queries {q.shape} and keys {k.shape} differ from the scores of "
+            f"queries[{b}, {h}] and keys[{b}, {h}] alone",
+            whole[b, h], alone,
+        )
+
+    # Gradients to queries, keys and parameters. Scores of -inf (outside a kernel's
+    # support) stay -inf under tiny changes: they are set to 0 so the sums stay finite.
+    q = c.randn((2, 2, 2, dq), "float64", requires_grad=True)
+    k = c.randn((2, 2, 3, dk), "float64", requires_grad=True)
+    with no_grad():
+        finite = tensor(numpy.isfinite(run(q, k, "gradient").numpy()), device=device)
+    params = _trainable(scorer)
+
+    def scores_fn(q, k, *unused_params):  # the parameters are perturbed in place by gradcheck
+        return ops.where(finite, scorer(q, k), 0.0)
+
+    c.gradients(scores_fn, [q, k] + [p for _, p in params], ["queries", "keys"] + _names(params))
+    return True
+
+
+# -- poolings -----------------------------------------------------------------------------------
+def _allowed(shape, valid_lens=None, mask=None, scores=None):
+    """The reference: which keys may be attended, as a NumPy bool array of ``shape``."""
+    allowed = numpy.ones(shape, dtype=bool)
+    if scores is not None:
+        allowed &= scores > -numpy.inf
+    if valid_lens is not None:
+        lens = numpy.asarray(valid_lens)
+        if lens.ndim == 1:
+            lens = lens.reshape(lens.shape + (1,) * (len(shape) - 1))
+        else:
+            lens = lens.reshape(lens.shape[:1] + (1,) * (len(shape) - 3) + lens.shape[1:] + (1,))
+        allowed &= numpy.arange(shape[-1]) < lens
+    if mask is not None:
+        allowed &= numpy.asarray(mask)
+    return allowed
+
+
+def check_pooling(cls, *, device="cpu", **options):
+    """Check a pooling class against the contract ``cls(**options)``,
+    ``forward(scores (..., Q, K), valid_lens=None, mask=None) -> weights (..., Q, K)``.
+
+    Returns True or raises AssertionError.
+    """
+    c = _Check("check_pooling", cls, device)
+    pooling = c.build(lambda: cls(**options))
+
+    def describe(scores, valid_lens, mask):
+        parts = [f"scores {scores.shape}"]
+        if valid_lens is not None:
+            parts.append(f"valid_lens={_short(valid_lens.numpy())}")
+        if mask is not None:
+            parts.append(f"mask of shape {mask.shape}")
+        return "forward(" + ", ".join(parts) + ")"
+
+    def run(scores, valid_lens=None, mask=None, prop="output shape"):
+        what = describe(scores, valid_lens, mask)
+        out = c.call(prop, what, pooling, scores, valid_lens=valid_lens, mask=mask)
+        return c.output(prop, what, out, scores.shape, scores.dtype)
+
+    # Shapes and dtypes, under 0, 1 and 2 leading batch axes.
+    for dtype in ("float32", "float64"):
+        pooling.to(dtype=dtype)
+        for lead in LEADS:
+            scores = c.randn(lead + (Q, K), dtype)
+            weights = run(scores).numpy()
+            if numpy.isnan(weights).any():
+                c.fail("no NaN", f"{describe(scores, None, None)} gave NaN weights: {_short(weights)}")
+
+    B = 3
+    lens_1d = c.ints([2, K, 1])
+    lens_2d = c.ints([[1, 2, K], [3, 3, 3], [K, 4, 1]])
+
+    # Batch independence: examples and heads do not mix.
+    scores = c.randn((B, 2, Q, K), "float64")
+    _check_independence(
+        c, "scores", lambda s, lens: run(s, lens, None, "batch independence").numpy(),
+        [scores, lens_1d], [True, False],
+    )
+    whole = run(scores, lens_2d, None, "batch independence").numpy()
+    for b, h in ((0, 1), (2, 0)):
+        alone = run(scores[b : b + 1, h], lens_2d[b : b + 1], None, "batch independence").numpy()
+        c.close(
+            "batch independence",
+            f"weights[{b}, {h}] of scores {scores.shape} differ from the weights of scores[{b}:{b + 1}, {h}] alone",
+            whole[b, h], alone[0],
+        )
+
+    # Masked keys: zero weight, and their scores must not matter. Every row keeps a key here.
+    mask = c.bools(numpy.tril(numpy.ones((Q, K), dtype=bool), k=1))  # query i sees keys <= i+1
+    heads_host = c.rng.random((B, 1, Q, K)) < 0.5
+    heads_host[..., 0] = True
+    mask_heads = c.bools(heads_host)  # (batch, 1, Q, K): broadcast over the heads
+    cases = [
+        ((B, Q, K), lens_1d, None),
+        ((B, 2, Q, K), lens_1d, None),
+        ((B, Q, K), lens_2d, None),
+        ((B, 2, Q, K), lens_2d, None),
+        ((B, Q, K), None, mask),
+        ((B, 2, Q, K), None, mask_heads),
+        ((B, 2, Q, K), lens_2d, mask),
+    ]
+    for shape, valid_lens, m in cases:
+        scores = c.randn(shape, "float64")
+        what = describe(scores, valid_lens, m)
+        weights = run(scores, valid_lens, m, "masked keys").numpy()
+        allowed = _allowed(shape, _host(valid_lens), _host(m))
+        _zero_where_masked(c, what, weights, allowed)
+        # New values for the masked scores only: the weights must stay the same.
+        host = scores.numpy()
+        host = numpy.where(allowed, host, 10.0 * c.rng.standard_normal(shape))
+        again = run(tensor(host, device=device), valid_lens, m, "masked keys").numpy()
+        c.close(
+            "masked keys are ignored", f"{what}: changing only the scores of masked keys changed the weights",
+            again, weights,
+        )
+    # valid_lens = K everywhere masks nothing.
+    scores = c.randn((B, Q, K), "float64")
+    c.close(
+        "masked keys",
+        "valid_lens equal to K (nothing masked) changed the weights",
+        run(scores, c.ints([K] * B), None, "masked keys").numpy(), run(scores).numpy(),
+    )
+    # Scores of -inf are not allowed either.
+    host = c.rng.standard_normal((B, Q, K))
+    host[0, :, 1:3] = -numpy.inf
+    host[2, 1, 0] = -numpy.inf
+    scores = tensor(host, device=device)
+    weights = run(scores, prop="masked keys").numpy()
+    _zero_where_masked(c, "forward(scores with some -inf entries)", weights, host > -numpy.inf)
+
+    # Rows with no allowed key at all: zeros, never NaN, never uniform.
+    host = c.rng.standard_normal((B, Q, K))
+    host[1, 2, :] = -numpy.inf
+    empty_mask = numpy.ones((Q, K), dtype=bool)
+    empty_mask[1] = False
+    for shape, valid_lens, m, scores_host in (
+        ((B, Q, K), c.ints([0, 2, K]), None, None),
+        ((B, 2, Q, K), c.ints([0, 2, K]), None, None),
+        ((B, Q, K), c.ints([[0, 1, 2], [K, 0, K], [3, 3, 0]]), None, None),
+        ((B, Q, K), None, c.bools(empty_mask), None),
+        ((B, Q, K), None, None, host),
+    ):
+        scores = tensor(scores_host, device=device) if scores_host is not None else c.randn(shape, "float64")
+        what = describe(scores, valid_lens, m) + (" with a row of -inf scores" if scores_host is not None else "")
+        weights = run(scores, valid_lens, m, "fully masked rows").numpy()
+        allowed = _allowed(shape, _host(valid_lens), _host(m), scores_host)
+        empty = ~allowed.any(axis=-1)
+        rows = weights[empty]
+        if not (numpy.isfinite(rows).all() and (rows == 0).all()):
+            where = [tuple(int(i) for i in idx) for idx in numpy.argwhere(empty)[:3]]
+            c.fail(
+                "fully masked rows give zeros",
+                f"{what}: the rows with no allowed key {where} got weights {_short(rows)} "
+                "(expected all zeros: not NaN, not uniform)",
+            )
+
+    # Gradients to the scores (with masking) and to any parameters.
+    scores = c.randn((2, 2, 2, 4), "float64", requires_grad=True)
+    lens = c.ints([3, 4])
+    params = _trainable(pooling)
+
+    def weights_fn(s, *unused_params):
+        return pooling(s, valid_lens=lens)
+
+    c.gradients(weights_fn, [scores] + [p for _, p in params], ["scores"] + _names(params))
+    return True
+
+
+def _zero_where_masked(c, what, weights, allowed):
+    allowed = numpy.broadcast_to(allowed, weights.shape)
+    leaked = ~allowed & (weights != 0)  # NaN != 0 counts as a leak too
+    if leaked.any():
+        where = [tuple(int(i) for i in idx) for idx in numpy.argwhere(leaked)[:3]]
+        c.fail(
+            "masked keys get zero weight",
+            f"{what}: masked keys got weights {_short(weights[leaked])} (first at {where})",
+        )
+
+
+# -- positional encodings -------------------------------------------------------------------------
+def check_positional_encoding(cls, *, num_hiddens=8, max_len=16, device="cpu", **options):
+    """Check a positional-encoding class against the contract
+    ``cls(num_hiddens, max_len=..., dropout=0.0, **options)`` with ``applies_to``
+    "inputs" (``forward(X, offset=0)``) or "qk" (``forward(q, k, q_offset=0, k_offset=0)``).
+
+    Returns True or raises AssertionError.
+    """
+    c = _Check("check_positional_encoding", cls, device)
+    applies_to = getattr(cls, "applies_to", None)
+    if applies_to not in ("inputs", "qk"):
+        c.fail("applies_to", f"the class attribute applies_to is {applies_to!r}; it must be 'inputs' or 'qk'")
+    encoding = c.build(lambda: cls(num_hiddens, max_len=max_len, dropout=0.0, **options))
+    d, T = num_hiddens, 5
+    if applies_to == "inputs":
+        _check_inputs_encoding(c, encoding, d, T)
+    else:
+        _check_qk_encoding(c, encoding, d, T)
+    return True
+
+
+def _check_inputs_encoding(c, encoding, d, T):
+    def run(X, offset=0, prop="output shape"):
+        what = f"forward(X {X.shape}, offset={offset})"
+        out = c.call(prop, what, encoding, X, offset=offset)
+        return c.output(prop, what, out, X.shape, X.dtype)
+
+    for dtype in ("float32", "float64"):
+        encoding.to(dtype=dtype)
+        for shape in ((2, T, d), (1, 1, d)):
+            run(c.randn(shape, dtype))
+    X = c.randn((2, T, d), "float64")
+    full = run(X, prop="offset").numpy()
+    for s in (1, 3):
+        tail = run(X[:, s:], offset=s, prop="offset").numpy()
+        what = f"encoding X[:, {s}:] with offset={s} is not the tail of encoding X {X.shape}"
+        c.close("offset", what, tail, full[:, s:])
+    X = c.randn((3, T, d), "float64")
+    _check_independence(c, "inputs X", lambda X: run(X, prop="batch independence").numpy(), [X], [True])
+    X = c.randn((2, 3, d), "float64", requires_grad=True)
+    params = _trainable(encoding)
+    c.gradients(
+        lambda X, *unused: encoding(X, offset=1), [X] + [p for _, p in params], ["X"] + _names(params)
+    )
+
+
+def _check_qk_encoding(c, encoding, d, T):
+    def run(q, k, q_offset=0, k_offset=0, prop="output shape"):
+        what = f"forward(q {q.shape}, k {k.shape}, q_offset={q_offset}, k_offset={k_offset})"
+        out = c.call(prop, what, encoding, q, k, q_offset=q_offset, k_offset=k_offset)
+        if not (isinstance(out, (tuple, list)) and len(out) == 2):
+            c.fail(prop, f"{what} returned {type(out).__name__}; it must return the pair (q, k)")
+        return (
+            c.output(prop, what + " [q]", out[0], q.shape, q.dtype),
+            c.output(prop, what + " [k]", out[1], k.shape, k.dtype),
+        )
+
+    for dtype in ("float32", "float64"):
+        encoding.to(dtype=dtype)
+        for q_shape, k_shape in (((2, T, d), (2, T, d)), ((2, 3, T, d), (2, 3, T, d)), ((2, 3, 1, d), (2, 3, T, d))):
+            run(c.randn(q_shape, dtype), c.randn(k_shape, dtype))
+    q, k = c.randn((2, 3, T, d), "float64"), c.randn((2, 3, T, d), "float64")
+    full_q, full_k = (t.numpy() for t in run(q, k, prop="offset"))
+    for sq, sk in ((1, 2), (T - 1, 0)):  # (T - 1, 0): one new query against all keys (a KV cache)
+        tail_q, tail_k = (t.numpy() for t in run(q[..., sq:, :], k[..., sk:, :], sq, sk, prop="offset"))
+        for name, s, tail, full in (("q", sq, tail_q, full_q), ("k", sk, tail_k, full_k)):
+            c.close(
+                "offset",
+                f"encoding {name}[..., {s}:, :] with {name}_offset={s} is not the tail of encoding {name} {q.shape}",
+                tail, full[..., s:, :],
+            )
+    q, k = c.randn((3, 2, T, d), "float64"), c.randn((3, 2, T, d), "float64")
+    _check_independence(
+        c, "queries and keys", lambda q, k: tuple(t.numpy() for t in run(q, k, prop="batch independence")),
+        [q, k], [True, True],
+    )
+    q = c.randn((2, 3, d), "float64", requires_grad=True)
+    k = c.randn((2, 4, d), "float64", requires_grad=True)
+    params = _trainable(encoding)
+
+    def both(q, k, *unused):
+        q_out, k_out = encoding(q, k, q_offset=1, k_offset=0)
+        return ops.concat([q_out.reshape(-1), k_out.reshape(-1)])
+
+    c.gradients(both, [q, k] + [p for _, p in params], ["q", "k"] + _names(params))
