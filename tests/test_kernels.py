@@ -429,8 +429,8 @@ def test_importing_kernels_does_not_import_numba():
 def test_kernels_compile_lazily():
     """Importing cpu.py must not compile anything: compilation is per call."""
     code = ("import minitensor.kernels.cpu as cpu\n"
-            "assert not cpu.softmax_forward.signatures\n"
-            "assert not cpu.log_softmax_backward.signatures\n")
+            "for k in (cpu.softmax_forward, cpu.log_softmax_backward):\n"
+            "    assert not k.parallel.signatures and not k.serial.signatures\n")
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT,
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
@@ -440,3 +440,23 @@ def test_reference_uses_only_xp():
     source = (REPO_ROOT / "minitensor" / "kernels" / "reference.py").read_text()
     assert "import numpy" not in source and "np." not in source
     assert math.isfinite(float(reference.softmax_forward(np, np.zeros((1, 1)))[0, 0]))
+
+
+@pytest.mark.parametrize("rows, n", [(3, 5), (400, 100)])
+def test_small_and_large_inputs_take_the_serial_and_parallel_paths(rows, n):
+    """Both compiled versions of a kernel compute the same thing; size picks one."""
+    x = np.random.default_rng(0).standard_normal((rows, n)).astype(np.float32)
+    expected = cpu.softmax_forward.parallel(x)
+    np.testing.assert_allclose(cpu.softmax_forward.serial(x), expected, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(cpu.softmax_forward(x), expected, rtol=1e-6, atol=1e-7)
+
+
+
+def test_the_size_threshold_picks_the_version(monkeypatch):
+    calls = []
+    monkeypatch.setattr(cpu.softmax_forward, "serial", lambda x, *a: calls.append("serial"))
+    monkeypatch.setattr(cpu.softmax_forward, "parallel", lambda x, *a: calls.append("parallel"))
+    cpu.softmax_forward(np.zeros((1, cpu.PARALLEL_MIN_SIZE - 1), np.float32))
+    cpu.softmax_forward(np.zeros((1, cpu.PARALLEL_MIN_SIZE), np.float32))
+    assert calls == ["serial", "parallel"]
+

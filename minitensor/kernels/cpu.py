@@ -75,7 +75,9 @@ rounding must not change (the exp and the log-softmax shift) use the strict
 set ``{"contract"}``.
 """
 
+import functools
 import math
+from types import FunctionType
 
 import numba
 import numpy as np
@@ -95,9 +97,37 @@ FASTMATH = {"nsz", "arcp", "contract", "afn", "reassoc"}
 # flags.
 _STRICT = {"contract"}
 
-_KERNEL_OPTIONS = dict(parallel=True, cache=True, fastmath=FASTMATH,
-                       error_model="numpy", nogil=True)
+_KERNEL_OPTIONS = dict(cache=True, fastmath=FASTMATH, error_model="numpy",
+                       nogil=True)
 _HELPER_OPTIONS = dict(cache=True, fastmath=FASTMATH)
+
+# Below this many elements a kernel runs on one thread. Waking the thread pool
+# costs microseconds, more than a small softmax takes, and milliseconds when
+# other processes keep the other cores busy (measured: a (64, 128) softmax took
+# 5 us alone and 10-20 ms at 2 threads on a loaded 2-core machine).
+PARALLEL_MIN_SIZE = 32768
+
+
+def _kernel(fn):
+    """Compile ``fn`` twice, each lazily on first use: with ``prange`` spread over
+    threads for large arrays, and as a plain loop for small ones.
+
+    The serial twin is a copy of the function under another name: numba's disk
+    cache is keyed by the function's name, not by the ``parallel`` flag, so the
+    two versions must not share a name.
+    """
+    twin = FunctionType(fn.__code__, fn.__globals__, fn.__name__ + "_serial",
+                              fn.__defaults__, fn.__closure__)
+    twin.__qualname__ = fn.__qualname__ + "_serial"
+    parallel = numba.njit(parallel=True, **_KERNEL_OPTIONS)(fn)
+    serial = numba.njit(parallel=False, **_KERNEL_OPTIONS)(twin)
+
+    @functools.wraps(fn)
+    def run(x, *args):
+        return (run.parallel if x.size >= PARALLEL_MIN_SIZE else run.serial)(x, *args)
+
+    run.parallel, run.serial = parallel, serial
+    return run
 
 
 # ---------------------------------------------------------------------------
@@ -345,7 +375,7 @@ def _sum_where_finite(g, y):
 # The kernels
 # ---------------------------------------------------------------------------
 
-@numba.njit(**_KERNEL_OPTIONS)
+@_kernel
 def softmax_forward(x, lens=None):
     """Row-wise softmax of a C-contiguous 2-D array.
 
@@ -374,7 +404,7 @@ def softmax_forward(x, lens=None):
     return y
 
 
-@numba.njit(**_KERNEL_OPTIONS)
+@_kernel
 def softmax_backward(y, g):
     """Gradient of softmax: ``dx = y * (g - sum_j g_j y_j)`` per row.
 
@@ -394,7 +424,7 @@ def softmax_backward(y, g):
     return dx
 
 
-@numba.njit(**_KERNEL_OPTIONS)
+@_kernel
 def log_softmax_forward(x, lens=None):
     """Row-wise log-softmax of a C-contiguous 2-D array.
 
@@ -420,7 +450,7 @@ def log_softmax_forward(x, lens=None):
     return y
 
 
-@numba.njit(**_KERNEL_OPTIONS)
+@_kernel
 def log_softmax_backward(y, g):
     """Gradient of log-softmax: ``dx_j = g_j - exp(y_j) * sum_k g_k``.
 
