@@ -3,6 +3,7 @@ of layer. ``functional`` holds the same computations as plain functions (PyTorch
 
 from . import functional, init
 from .activation import GELU, Identity, LogSoftmax, ReLU, Sigmoid, Softmax, Tanh
+from .attention import Attention, MultiHeadAttention
 from .container import ModuleDict, ModuleList, Sequential
 from .dropout import Dropout
 from .linear import Embedding, Linear
@@ -10,7 +11,7 @@ from .module import Module, Parameter
 from .normalization import LayerNorm
 
 __all__ = [
-    "Dropout", "Embedding", "GELU", "Identity", "LayerNorm", "Linear", "LogSoftmax", "Module",
-    "ModuleDict", "ModuleList", "Parameter", "ReLU", "Sequential", "Sigmoid", "Softmax", "Tanh",
-    "functional", "init",
+    "Attention", "Dropout", "Embedding", "GELU", "Identity", "LayerNorm", "Linear", "LogSoftmax", "Module",
+    "ModuleDict", "ModuleList", "MultiHeadAttention", "Parameter", "ReLU", "Sequential", "Sigmoid", "Softmax",
+    "Tanh", "functional", "init",
 ]
