@@ -8,6 +8,17 @@ look classes up by name, so a user's plugin works everywhere a built-in does.
 Two pluggy habits to keep in mind: hooks are always *called* with keyword arguments, and a
 hook implementation must not give its parameters default values (pluggy would not pass them).
 These three hooks have no parameters, so neither pitfall can bite here.
+
+Rules shared by the three kinds:
+
+- Options come from the user (``scorer_options={...}``, ``--scorer-opt key=value``); a plugin
+  should refuse one it does not know (``minitensor.plugins.check_options``), so a typo is
+  an error rather than a silently ignored setting. The built-ins do.
+- If the constructor also accepts ``dtype=`` and ``device=`` keyword arguments, the layers
+  pass theirs (so tables and parameters are created directly in them); otherwise the
+  plugin is built in float32 on the CPU and moved with ``.to()``, as a model would be.
+- ``minitensor.testing.check_scorer`` / ``check_pooling`` / ``check_positional_encoding``
+  check a class against its contract (shapes, gradients, masking, batch independence).
 """
 
 import pluggy
@@ -45,10 +56,17 @@ def minitensor_poolings():
 
     Contract: ``cls(**options)`` is an ``mt.nn.Module`` whose ``forward(scores,
     valid_lens=None, mask=None)`` maps scores (..., Q, K) to weights (..., Q, K). Keys beyond
-    ``valid_lens`` (integers, (batch,) or (batch, Q), D2L's convention) or where ``mask``
-    (bool, broadcastable to the scores, True = may attend) is False get weight 0; a row with
-    no allowed key gets all-zero weights (never NaN, never uniform). The attention layer
-    applies dropout and the weighted sum of values itself.
+    ``valid_lens`` or where ``mask`` is False get weight 0, and so do keys scored -inf; a row
+    with no allowed key gets all-zero weights (never NaN, never uniform). The attention
+    layer applies dropout and the weighted sum of values itself.
+
+    - ``valid_lens``: integers, (batch,) or (batch, Q) as in D2L. The scores may have axes
+      between batch and Q (multi-head attention passes (batch, num_heads, Q, K)): the first
+      axis of ``valid_lens`` is the batch, its last the queries, and the axes in between
+      share the lengths (``minitensor.ops.softmax.lens_per_row`` does exactly this).
+    - ``mask``: bool, True = may attend, broadcastable to the scores as given to the
+      pooling. ``MultiHeadAttention`` accepts (Q, K), (batch, Q, K) or (batch, num_heads,
+      Q, K) masks and inserts the heads axis before calling the pooling.
 
     Example::
 
@@ -69,6 +87,7 @@ def minitensor_positional_encodings():
       encodings of positions offset .. offset + T - 1 (added to the embeddings);
     - ``"qk"``: ``forward(q, k, q_offset=0, k_offset=0)`` returns the encoded (q, k), each
       (..., T, d); built with the per-head size and applied inside self-attention (rotary).
+      ``dropout`` has no meaning there (the built-in ``rotary`` refuses anything but 0).
 
     Example::
 

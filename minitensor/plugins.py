@@ -100,6 +100,22 @@ def get_plugin_manager():
     return _pm
 
 
+def check_options(cls, options, accepted=()):
+    """For plugin authors: refuse options the plugin does not know, by name.
+
+    ``Attention(..., scorer_options={"widht": 0.5})`` must not silently train with the
+    default width. Call it in ``__init__`` with the leftover ``**options``::
+
+        def __init__(self, query_size, key_size, **options):
+            minitensor.plugins.check_options(type(self), options)
+    """
+    if options:
+        takes = ", ".join(accepted) if accepted else "no options"
+        raise TypeError(
+            f"{cls.__name__}: unknown option(s) {', '.join(map(repr, sorted(options)))}; it takes {takes}"
+        )
+
+
 def _env_flag(name):
     return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no", "off")
 

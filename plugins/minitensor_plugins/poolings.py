@@ -12,12 +12,10 @@ import math
 
 import minitensor as mt
 from minitensor import hookimpl, nn
+from minitensor.plugins import check_options
 from minitensor.errors import ShapeError
 
 
-def _no_other_options(cls, options):
-    if options:
-        raise TypeError(f"{cls.__name__}: unknown option(s) {', '.join(map(repr, sorted(options)))}; it takes none")
 
 
 def allowed_keys(scores, valid_lens=None, mask=None):
@@ -63,7 +61,7 @@ class SoftmaxPooling(nn.Module):
 
     def __init__(self, **options):
         super().__init__()
-        _no_other_options(type(self), options)
+        check_options(type(self), options)
 
     def forward(self, scores, valid_lens=None, mask=None):
         return mt.masked_softmax(scores, valid_lens, mask)
@@ -81,7 +79,7 @@ class AveragePooling(nn.Module):
 
     def __init__(self, **options):
         super().__init__()
-        _no_other_options(type(self), options)
+        check_options(type(self), options)
 
     def forward(self, scores, valid_lens=None, mask=None):
         allowed = allowed_keys(scores, valid_lens, mask).to(scores.dtype)  # 1 or 0
@@ -102,7 +100,7 @@ class SparsemaxPooling(nn.Module):
 
     def __init__(self, **options):
         super().__init__()
-        _no_other_options(type(self), options)
+        check_options(type(self), options)
 
     def forward(self, scores, valid_lens=None, mask=None):
         return mt.sparsemax(scores, valid_lens, mask)

@@ -28,12 +28,9 @@ import numpy
 
 import minitensor as mt
 from minitensor import hookimpl, nn
+from minitensor.plugins import check_options
 
 
-def _check_options(cls, options):
-    """Refuse unknown options by name: a misspelt option silently ignored is a hidden bug."""
-    if options:
-        raise TypeError(f"{cls.__name__}: unknown option(s) {', '.join(sorted(options))}")
 
 
 def _check_window(name, offset, length, max_len):
@@ -66,6 +63,7 @@ class NoEncoding(nn.Module):
 
     def __init__(self, num_hiddens, max_len=1000, dropout=0.0, **options):
         super().__init__()
+        check_options(type(self), options)
 
     def forward(self, X, offset=0):
         return X
@@ -95,7 +93,7 @@ class SinusoidalEncoding(nn.Module):
 
     def __init__(self, num_hiddens, max_len=1000, dropout=0.0, base=10000.0, dtype=None, device=None, **options):
         super().__init__()
-        _check_options(type(self), options)
+        check_options(type(self), options)
         self.num_hiddens, self.max_len, self.base = num_hiddens, max_len, base
         self.dropout = nn.Dropout(dropout)
         # Column c belongs to the pair j = c // 2: even columns hold sines, odd ones cosines.
@@ -129,7 +127,7 @@ class LearnedEncoding(nn.Module):
 
     def __init__(self, num_hiddens, max_len=1000, dropout=0.0, std=0.02, dtype=None, device=None, **options):
         super().__init__()
-        _check_options(type(self), options)
+        check_options(type(self), options)
         self.num_hiddens, self.max_len = num_hiddens, max_len
         self.dropout = nn.Dropout(dropout)
         self.P = nn.Parameter(mt.zeros(max_len, num_hiddens, dtype=dtype, device=device))
@@ -172,7 +170,7 @@ class RotaryEncoding(nn.Module):
 
     def __init__(self, num_hiddens, max_len=1000, dropout=0.0, base=10000.0, dtype=None, device=None, **options):
         super().__init__()
-        _check_options(type(self), options)
+        check_options(type(self), options)
         if num_hiddens % 2:
             raise ValueError(
                 f"RotaryEncoding: the per-head size must be even (features are rotated in pairs), got {num_hiddens}"

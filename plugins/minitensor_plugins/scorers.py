@@ -19,15 +19,9 @@ import math
 
 import minitensor as mt
 from minitensor import hookimpl, nn
+from minitensor.plugins import check_options
 
 
-def _no_other_options(cls, options, accepted=()):
-    """A scorer that does not know an option says so (a typo must not be ignored)."""
-    if options:
-        takes = ", ".join(accepted) if accepted else "no options"
-        raise TypeError(
-            f"{cls.__name__}: unknown option(s) {', '.join(map(repr, sorted(options)))}; it takes {takes}"
-        )
 
 
 def _same_sizes(cls, query_size, key_size):
@@ -64,7 +58,7 @@ class DotProduct(nn.Module):
     def __init__(self, query_size, key_size, **options):
         super().__init__()
         _same_sizes(type(self), query_size, key_size)
-        _no_other_options(type(self), options)
+        check_options(type(self), options)
 
     def forward(self, queries, keys):
         return queries @ keys.swapaxes(-1, -2)
@@ -80,7 +74,7 @@ class ScaledDotProduct(nn.Module):
     def __init__(self, query_size, key_size, **options):
         super().__init__()
         _same_sizes(type(self), query_size, key_size)
-        _no_other_options(type(self), options)
+        check_options(type(self), options)
 
     def forward(self, queries, keys):
         return (queries @ keys.swapaxes(-1, -2)) * (1.0 / math.sqrt(queries.shape[-1]))
@@ -102,7 +96,7 @@ class AdditiveScorer(nn.Module):
 
     def __init__(self, query_size, key_size, num_hiddens=None, dtype=None, device=None, **options):
         super().__init__()
-        _no_other_options(type(self), options, ("num_hiddens",))
+        check_options(type(self), options, ("num_hiddens",))
         if query_size is None or key_size is None:
             # D2L's LazyLinear infers them at the first call; minitensor has no lazy layers
             raise ValueError(
@@ -146,7 +140,7 @@ class GaussianScorer(nn.Module):
     def __init__(self, query_size, key_size, **options):
         super().__init__()
         _same_sizes(type(self), query_size, key_size)
-        _no_other_options(type(self), options)
+        check_options(type(self), options)
 
     def forward(self, queries, keys):
         return -_half_squared_distance(queries, keys)
@@ -169,7 +163,7 @@ class ParametricGaussianScorer(nn.Module):
     def __init__(self, query_size, key_size, w_init=1.0, dtype=None, device=None, **options):
         super().__init__()
         _same_sizes(type(self), query_size, key_size)
-        _no_other_options(type(self), options, ("w_init",))
+        check_options(type(self), options, ("w_init",))
         # shape (1,), as in D2L's nn.Parameter(torch.rand((1,)))
         self.w = nn.Parameter(mt.tensor([float(w_init)], dtype=dtype or mt.float32, device=device or "cpu"))
 
@@ -204,7 +198,7 @@ class KernelScorer(nn.Module):
     def __init__(self, query_size, key_size, kernel="gaussian", width=1.0, **options):
         super().__init__()
         _same_sizes(type(self), query_size, key_size)
-        _no_other_options(type(self), options, ("kernel", "width"))
+        check_options(type(self), options, ("kernel", "width"))
         if kernel not in self.KERNELS:
             raise ValueError(f"KernelScorer: unknown kernel {kernel!r}; the kernels are {', '.join(self.KERNELS)}")
         width = float(width)
