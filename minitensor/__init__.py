@@ -30,10 +30,13 @@ from . import nn, optim  # noqa: E402
 
 
 def __getattr__(name):
-    # The plugin machinery (pluggy, entry points) loads on first use, not at import.
-    if name in ("hookimpl", "plugins"):
-        import importlib
+    # The plugin machinery (pluggy, entry points) and the plugin conformance kit load on
+    # first use, not at import.
+    import importlib
 
+    if name in ("hookimpl", "plugins"):
         plugins = importlib.import_module("minitensor.plugins")  # sets mt.plugins too
         return plugins if name == "plugins" else plugins.hookimpl
+    if name == "testing":
+        return importlib.import_module("minitensor.testing")
     raise AttributeError(f"module 'minitensor' has no attribute {name!r}")
