@@ -66,7 +66,7 @@ class LogSoftmax(Softmax):
     kernel = "log_softmax"
 
 
-def lens_per_row(xp, valid_lens, shape):
+def lens_per_row(xp, valid_lens, shape, op="masked_softmax"):
     """D2L's ``valid_lens`` as one length per row of scores of ``shape`` (..., Q, K).
 
     valid_lens (batch,): every query of batch b sees the first valid_lens[b] keys.
@@ -76,11 +76,11 @@ def lens_per_row(xp, valid_lens, shape):
     lead = shape[:-1]
     if valid_lens.ndim == 0 or valid_lens.ndim > len(lead) or valid_lens.shape[0] != lead[0]:
         raise ShapeError(
-            f"masked_softmax: valid_lens of shape {tuple(valid_lens.shape)} does not fit scores of "
+            f"{op}: valid_lens of shape {tuple(valid_lens.shape)} does not fit scores of "
             f"shape {tuple(shape)}; expected (batch,) = ({lead[0]},) or (batch, Q) = ({lead[0]}, {lead[-1]})"
         )
     if valid_lens.dtype.kind not in "iu":
-        raise TypeError(f"masked_softmax: valid_lens must be integers, got {valid_lens.dtype}")
+        raise TypeError(f"{op}: valid_lens must be integers, got {valid_lens.dtype}")
     # batch first, the remaining axes of valid_lens aligned with the last axes of `lead`
     middle = len(lead) - valid_lens.ndim
     lens = valid_lens.reshape(valid_lens.shape[:1] + (1,) * middle + valid_lens.shape[1:])
@@ -88,10 +88,22 @@ def lens_per_row(xp, valid_lens, shape):
         lens = xp.broadcast_to(lens, lead)
     except ValueError:
         raise ShapeError(
-            f"masked_softmax: valid_lens of shape {tuple(valid_lens.shape)} does not broadcast to "
+            f"{op}: valid_lens of shape {tuple(valid_lens.shape)} does not broadcast to "
             f"the scores' rows {tuple(lead)}"
         ) from None
     return xp.ascontiguousarray(lens.reshape(-1).astype("int64"))
+
+
+def apply_mask(xp, scores, mask, op="masked_softmax"):
+    """``scores`` with -inf wherever the bool ``mask`` is False (True = may attend)."""
+    if mask.dtype.kind != "b":
+        raise TypeError(f"{op}: mask must be a bool tensor (True = keep), got {mask.dtype}")
+    try:
+        return xp.where(mask, scores, -xp.inf)
+    except ValueError:
+        raise ShapeError(
+            f"{op}: mask of shape {tuple(mask.shape)} does not broadcast to scores of shape {tuple(scores.shape)}"
+        ) from None
 
 
 class MaskedSoftmax(Function):
@@ -106,15 +118,7 @@ class MaskedSoftmax(Function):
     def forward(ctx, x, valid_lens=None, mask=None):
         xp = ctx.xp
         if mask is not None:
-            if mask.dtype.kind != "b":
-                raise TypeError(f"masked_softmax: mask must be a bool tensor (True = keep), got {mask.dtype}")
-            try:
-                x = xp.where(mask, x, -xp.inf)
-            except ValueError:
-                raise ShapeError(
-                    f"masked_softmax: mask of shape {tuple(mask.shape)} does not broadcast to scores of "
-                    f"shape {tuple(x.shape)}"
-                ) from None
+            x = apply_mask(xp, x, mask)
         rows, ctx.layout = _to_rows(xp, x, -1)
         lens = None if valid_lens is None else lens_per_row(xp, valid_lens, x.shape)
         y = ctx.backend.kernels.softmax_forward(rows, lens)

@@ -29,7 +29,7 @@ import math
 
 from ..autograd import Function
 from ..errors import ShapeError
-from .softmax import lens_per_row
+from .softmax import apply_mask, lens_per_row
 
 
 class Sparsemax(Function):
@@ -39,24 +39,13 @@ class Sparsemax(Function):
     def forward(ctx, x, valid_lens=None, mask=None):
         xp = ctx.xp
         if mask is not None:
-            if mask.dtype.kind != "b":
-                raise TypeError(f"sparsemax: mask must be a bool tensor (True = keep), got {mask.dtype}")
-            try:
-                x = xp.where(mask, x, -xp.inf)
-            except ValueError:
-                raise ShapeError(
-                    f"sparsemax: mask of shape {tuple(mask.shape)} does not broadcast to scores of "
-                    f"shape {tuple(x.shape)}"
-                ) from None
+            x = apply_mask(xp, x, mask, "sparsemax")
         shape = x.shape  # a mask may broadcast the scores up (backward sums it back)
         K, rows = shape[-1], math.prod(shape[:-1])
         z = xp.ascontiguousarray(x).reshape(rows, K)
         allowed = z > -xp.inf  # -inf scores (and masked keys, set to -inf above) are out
         if valid_lens is not None:
-            try:
-                lens = lens_per_row(xp, valid_lens, shape)
-            except ShapeError as e:
-                raise ShapeError(str(e).replace("masked_softmax", "sparsemax")) from None
+            lens = lens_per_row(xp, valid_lens, shape, "sparsemax")
             allowed = allowed & (xp.arange(K)[None, :] < lens[:, None])
         # Disallowed keys are replaced by 0 *and* flagged, so no inf ever enters the sums
         # (inf - inf would be NaN); the flag keeps them out of the support.
