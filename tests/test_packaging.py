@@ -146,10 +146,13 @@ def test_target_install_cli_lists_the_builtins(target_install, tmp_path):
 
 
 def test_editable_install_imports_minitensor_plugins_from_the_repository(tmp_path):
-    try:
-        direct_url = json.loads(importlib.metadata.distribution("minitensor").read_text("direct_url.json") or "{}")
-    except importlib.metadata.PackageNotFoundError:
-        pytest.skip("minitensor is not installed (pip install -e .)")
+    # The checkout itself may hold a minitensor.egg-info (left by the build) that shadows
+    # the installed dist-info on sys.path: look at every distribution of that name.
+    installs = [d.read_text("direct_url.json") for d in importlib.metadata.distributions(name="minitensor")]
+    installs = [json.loads(text) for text in installs if text]
+    if not installs:
+        pytest.skip("minitensor is not installed with pip (pip install -e .)")
+    direct_url = installs[0]
     if not direct_url.get("dir_info", {}).get("editable") or Path(direct_url["url"].removeprefix("file://")).resolve() != REPO:
         pytest.skip(f"minitensor is not installed editable from {REPO}")
     # from another directory, so that the checkout is reached through the install, not the cwd
