@@ -1,0 +1,27 @@
+"""AdamW (Loshchilov and Hutter, 2019): Adam with *decoupled* weight decay."""
+
+from .adam import Adam
+
+
+class AdamW(Adam):
+    """At step t, before Adam's update (see ``Adam``), with the raw gradient g:
+
+        w <- w - lr * weight_decay * w          decay, apart from the gradient
+        w <- Adam step with g                    m, v and the bias corrections see only g
+
+    Adam's ``weight_decay`` adds weight_decay * w to g, so the decay goes through m and v
+    and gets divided by sqrt(v_hat): weights with large gradients are barely decayed. AdamW
+    shrinks every weight by the same factor (1 - lr * weight_decay) instead, which is what
+    "weight decay" meant for SGD, and regularises better (the default for Transformers).
+    This is PyTorch's rule (``torch.optim.AdamW``), default weight_decay = 0.01.
+    """
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
+        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+
+    def update(self, param, grad, state, group):
+        if group["weight_decay"]:
+            param.mul_(1 - group["lr"] * group["weight_decay"])
+        # Adam's rule, told there is no (coupled) weight decay: a copy of the group, so the
+        # real one keeps its setting.
+        super().update(param, grad, state, {**group, "weight_decay": 0.0})

@@ -1,0 +1,152 @@
+"""Learning-rate schedules (PyTorch's ``torch.optim.lr_scheduler``): ``LRScheduler``,
+``LambdaLR``, ``NoamLR`` and ``WarmupCosineLR``.
+
+A scheduler sets ``group["lr"]`` of every parameter group of an optimiser; call
+``scheduler.step()`` once after each ``optimizer.step()``::
+
+    opt = mt.optim.Adam(model.parameters(), lr=1.0)
+    sched = mt.optim.NoamLR(opt, d_model=32, warmup_steps=4000)
+    for batch in data:
+        ...; loss.backward(); opt.step(); opt.zero_grad(); sched.step()
+
+Why warm up: at the start Adam's second-moment estimates v rest on a handful of gradients
+and the model is far from anything sensible, so large steps are erratic (Transformers in
+particular diverge); a learning rate that grows over the first ``warmup_steps`` steps and
+decays afterwards trains them reliably.
+
+Counting: ``last_epoch`` (PyTorch's name) is how many times ``step()`` has been called, 0
+right after construction. ``NoamLR`` and ``WarmupCosineLR`` number training steps from 1,
+as the Transformer paper does: the learning rate in force for optimiser step t = last_epoch
++ 1 is lr(t). Construction sets lr(1) at once, so the first step is never wasted at 0.
+"""
+
+import math
+
+
+class LRScheduler:
+    """Base class: a subclass writes ``get_lr()``, the learning rate of every parameter group
+    for the current ``last_epoch``. ``base_lrs`` are the groups' learning rates when the
+    scheduler was made (kept in ``group["initial_lr"]``, as in PyTorch)."""
+
+    def __init__(self, optimizer, last_epoch=-1):
+        self.optimizer = optimizer
+        for group in optimizer.param_groups:
+            if last_epoch == -1:
+                group.setdefault("initial_lr", group["lr"])
+            elif "initial_lr" not in group:
+                raise KeyError(
+                    f"{type(self).__name__}: resuming at last_epoch={last_epoch} needs 'initial_lr' in every "
+                    "parameter group (load the optimiser's state_dict first, or start with last_epoch=-1)"
+                )
+        self.base_lrs = [group["initial_lr"] for group in optimizer.param_groups]
+        self.last_epoch = last_epoch
+        self.step()
+
+    def get_lr(self):
+        raise NotImplementedError(f"{type(self).__name__} must define get_lr()")
+
+    def step(self):
+        """Advance one step and set the new learning rates."""
+        self.last_epoch += 1
+        self._apply(self.get_lr())
+
+    def _apply(self, lrs):
+        for group, lr in zip(self.optimizer.param_groups, lrs):
+            group["lr"] = lr
+        self._last_lr = list(lrs)
+
+    def get_last_lr(self):
+        """The learning rates the last ``step()`` (or the construction) set, one per group."""
+        return list(self._last_lr)
+
+    def state_dict(self):
+        """Everything but the optimiser: plain numbers and lists (JSON-safe, no pickle)."""
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items() if k != "optimizer"}
+
+    def load_state_dict(self, state_dict):
+        """Restore ``state_dict()``'s values and set the optimiser's learning rates to match,
+        so resuming works even if the optimiser's own state was not restored."""
+        self.__dict__.update({k: v for k, v in state_dict.items() if k != "optimizer"})
+        self._apply(self._last_lr)
+
+    def __repr__(self):
+        return f"{type(self).__name__}(last_epoch={self.last_epoch}, lr={self._last_lr})"
+
+
+class LambdaLR(LRScheduler):
+    """lr = base_lr * lr_lambda(last_epoch), ``last_epoch`` = 0, 1, 2, ... (exactly PyTorch's
+    ``LambdaLR``, so code written for it, like the Annotated Transformer's, ports as is).
+    ``lr_lambda``: one function, or a list of one per parameter group. It is not saved by
+    ``state_dict()`` (functions are code, not state): build the scheduler with it again."""
+
+    def __init__(self, optimizer, lr_lambda, last_epoch=-1):
+        n = len(optimizer.param_groups)
+        self.lr_lambdas = list(lr_lambda) if isinstance(lr_lambda, (list, tuple)) else [lr_lambda] * n
+        if len(self.lr_lambdas) != n:
+            raise ValueError(f"LambdaLR: {len(self.lr_lambdas)} lr_lambdas for {n} parameter groups")
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        return [base * fn(self.last_epoch) for base, fn in zip(self.base_lrs, self.lr_lambdas)]
+
+    def state_dict(self):
+        state = super().state_dict()
+        state.pop("lr_lambdas", None)
+        return state
+
+
+class NoamLR(LRScheduler):
+    """The Transformer paper's schedule (Vaswani et al. 2017, section 5.3), for step t = 1, 2, ...:
+
+        lr(t) = factor * d_model^(-1/2) * min(t^(-1/2), t * warmup_steps^(-3/2))
+
+    It rises linearly for ``warmup_steps`` steps, peaks at factor / sqrt(d_model * warmup_steps)
+    at t = warmup_steps, and then decays as 1 / sqrt(t) ("inverse square root"). The paper
+    used d_model = 512, warmup_steps = 4000, Adam with betas (0.9, 0.98), eps 1e-9.
+
+    The learning rate is absolute: the optimiser's own ``lr`` is overwritten (use ``factor``
+    to scale), and every parameter group gets the same.
+    """
+
+    def __init__(self, optimizer, d_model, warmup_steps, factor=1.0, last_epoch=-1):
+        if d_model <= 0 or warmup_steps <= 0:
+            raise ValueError(f"NoamLR: d_model and warmup_steps must be positive, got {d_model}, {warmup_steps}")
+        self.d_model, self.warmup_steps, self.factor = d_model, warmup_steps, factor
+        super().__init__(optimizer, last_epoch)
+
+    def lr_at(self, t):
+        return self.factor * self.d_model**-0.5 * min(t**-0.5, t * self.warmup_steps**-1.5)
+
+    def get_lr(self):
+        return [self.lr_at(self.last_epoch + 1)] * len(self.base_lrs)
+
+
+class WarmupCosineLR(LRScheduler):
+    """Linear warm-up to each group's base lr, then a cosine decay down to ``min_lr``; for
+    step t = 1, 2, ... (W = warmup_steps, S = total_steps):
+
+        t <= W:      lr(t) = base_lr * t / W
+        W < t <= S:  lr(t) = min_lr + (base_lr - min_lr) * (1 + cos(pi * (t - W) / (S - W))) / 2
+        t > S:       lr(t) = min_lr
+
+    The cosine (Loshchilov and Hutter's SGDR, without restarts) spends more steps near the
+    peak and near the end than a linear decay does. ``warmup_steps=0``: no warm-up.
+    """
+
+    def __init__(self, optimizer, warmup_steps, total_steps, min_lr=0.0, last_epoch=-1):
+        if not 0 <= warmup_steps < total_steps:
+            raise ValueError(
+                f"WarmupCosineLR: need 0 <= warmup_steps < total_steps, got {warmup_steps}, {total_steps}"
+            )
+        self.warmup_steps, self.total_steps, self.min_lr = warmup_steps, total_steps, min_lr
+        super().__init__(optimizer, last_epoch)
+
+    def lr_at(self, t, base_lr):
+        W, S = self.warmup_steps, self.total_steps
+        if t <= W:
+            return base_lr * t / W
+        progress = min(t - W, S - W) / (S - W)  # 0 .. 1, then held at 1
+        return self.min_lr + (base_lr - self.min_lr) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    def get_lr(self):
+        return [self.lr_at(self.last_epoch + 1, base) for base in self.base_lrs]

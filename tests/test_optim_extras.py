@@ -1,0 +1,315 @@
+"""AdamW, the learning-rate schedules and gradient clipping: against their formulas written
+out here (never with the code under test), state saving and loading, the "strict" device, and
+(optionally) PyTorch's AdamW, LambdaLR and clip_grad_norm_."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+from helpers import array_type
+
+import minitensor as mt
+from minitensor import nn, optim
+
+
+def make_params(device="cpu", seed=0, shapes=((3, 2), (2,))):
+    rng = np.random.default_rng(seed)
+    return [nn.Parameter(mt.tensor(rng.standard_normal(s), device=device)) for s in shapes]
+
+
+def gradient_sequence(params, steps, seed=1):
+    rng = np.random.default_rng(seed)
+    return [[rng.standard_normal(p.shape) for p in params] for _ in range(steps)]
+
+
+def run(opt, params, grads):
+    for step_grads in grads:
+        for p, g in zip(params, step_grads):
+            p.grad = mt.tensor(g, device=p.device)
+        opt.step()
+    return [p.numpy() for p in params]
+
+
+# -- AdamW --------------------------------------------------------------------------------------
+def adamw_reference(w, grads, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=1e-2):
+    """w <- w (1 - lr wd); then Adam on the raw gradient:
+    m, v running means of g, g^2; w <- w - lr m_hat / (sqrt(v_hat) + eps), hats = bias-corrected."""
+    w, m, v = w.copy(), np.zeros_like(w), np.zeros_like(w)
+    for t, g in enumerate(grads, start=1):
+        w = w * (1 - lr * weight_decay)
+        m = beta1 * m + (1 - beta1) * g
+        v = beta2 * v + (1 - beta2) * g**2
+        m_hat, v_hat = m / (1 - beta1**t), v / (1 - beta2**t)
+        w = w - lr * m_hat / (np.sqrt(v_hat) + eps)
+    return w
+
+
+ADAMW_SETTINGS = [
+    dict(),
+    dict(lr=0.1, weight_decay=0.1),
+    dict(lr=0.05, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.5),
+    dict(lr=0.1, weight_decay=0.0),
+]
+
+
+def settings_id(settings):
+    return ",".join(f"{k}={v}" for k, v in settings.items()) or "defaults"
+
+
+@pytest.mark.parametrize("settings", ADAMW_SETTINGS, ids=settings_id)
+def test_adamw_three_steps_match_the_update_rule(device, settings):
+    params = make_params(device)
+    start = [p.numpy() for p in params]
+    grads = gradient_sequence(params, 3)
+    got = run(optim.AdamW(params, **settings), params, grads)
+    ref = dict(settings)
+    beta1, beta2 = ref.pop("betas", (0.9, 0.999))
+    for i, w in enumerate(got):
+        expected = adamw_reference(start[i], [g[i] for g in grads], beta1=beta1, beta2=beta2, **ref)
+        np.testing.assert_allclose(w, expected, rtol=1e-10, atol=1e-12)
+    assert all(isinstance(p.data, array_type(device)) for p in params)
+
+
+def test_adamw_decay_is_decoupled_from_adam_l2():
+    params = make_params()
+    start = [p.numpy() for p in params]
+    grads = gradient_sequence(params, 3)
+    decoupled = run(optim.AdamW(params, lr=0.1, weight_decay=0.5), params, grads)
+    coupled_params = [nn.Parameter(mt.tensor(w)) for w in start]
+    coupled = run(optim.Adam(coupled_params, lr=0.1, weight_decay=0.5), coupled_params, grads)
+    assert not np.allclose(decoupled[0], coupled[0])  # Adam's L2 goes through m and v: different
+    plain_params = [nn.Parameter(mt.tensor(w)) for w in start]
+    no_decay = [nn.Parameter(mt.tensor(w)) for w in start]
+    np.testing.assert_array_equal(run(optim.AdamW(plain_params, lr=0.1, weight_decay=0.0), plain_params, grads)[0],
+                                  run(optim.Adam(no_decay, lr=0.1), no_decay, grads)[0])
+    opt = optim.AdamW(make_params())
+    assert opt.param_groups[0]["weight_decay"] == 0.01  # PyTorch's default
+    run(opt, opt.param_groups[0]["params"], gradient_sequence(opt.param_groups[0]["params"], 1))
+    assert opt.param_groups[0]["weight_decay"] == 0.01  # the group keeps its setting
+
+
+def test_adamw_state_round_trip_resumes_exactly():
+    params = make_params()
+    start = [p.numpy() for p in params]
+    grads = gradient_sequence(params, 3)
+    straight = run(optim.AdamW(params, lr=0.1, weight_decay=0.2), params, grads)
+
+    first = [nn.Parameter(mt.tensor(w)) for w in start]
+    opt = optim.AdamW(first, lr=0.1, weight_decay=0.2)
+    run(opt, first, grads[:2])
+    saved = opt.state_dict()  # through JSON, as a checkpoint would store it: arrays as lists
+    saved["state"] = {k: {n: np.asarray(v).tolist() for n, v in s.items()} for k, s in saved["state"].items()}
+    saved = json.loads(json.dumps(saved))
+    resumed_params = [nn.Parameter(mt.tensor(p.numpy())) for p in first]
+    resumed = optim.AdamW(resumed_params, lr=0.5)
+    resumed.load_state_dict(saved)
+    assert resumed.param_groups[0]["lr"] == 0.1 and resumed.param_groups[0]["weight_decay"] == 0.2
+    out = run(resumed, resumed_params, grads[2:])
+    for a, b in zip(out, straight):
+        np.testing.assert_allclose(a, b, rtol=1e-12)
+
+
+def test_adamw_matches_pytorch():
+    torch = pytest.importorskip("torch")
+    params = make_params()
+    start = [p.numpy() for p in params]
+    grads = gradient_sequence(params, 3)
+    got = run(optim.AdamW(params, lr=0.05, betas=(0.8, 0.95), weight_decay=0.3), params, grads)
+    theirs = [torch.tensor(w, requires_grad=True) for w in start]
+    opt = torch.optim.AdamW(theirs, lr=0.05, betas=(0.8, 0.95), weight_decay=0.3)
+    for step_grads in grads:
+        for p, g in zip(theirs, step_grads):
+            p.grad = torch.from_numpy(g.copy())
+        opt.step()
+    for ours, ref in zip(got, theirs):
+        np.testing.assert_allclose(ours, ref.detach().numpy(), rtol=1e-10, atol=1e-12)
+
+
+# -- learning-rate schedules ------------------------------------------------------------------------
+def noam(t, d_model, warmup, factor=1.0):
+    return factor * d_model**-0.5 * min(t**-0.5, t * warmup**-1.5)
+
+
+def warmup_cosine(t, base, warmup, total, min_lr=0.0):
+    if t <= warmup:
+        return base * t / warmup
+    if t >= total:
+        return min_lr
+    return min_lr + (base - min_lr) * (1 + math.cos(math.pi * (t - warmup) / (total - warmup))) / 2
+
+
+def two_groups(lr_a=0.1, lr_b=0.2):
+    a, b = make_params()
+    return optim.SGD([{"params": [a]}, {"params": [b], "lr": lr_b}], lr=lr_a)
+
+
+def lrs_over(sched, steps):
+    """The learning rate in force for optimiser steps 1 .. steps (the first set at construction)."""
+    seen = []
+    for _ in range(steps):
+        seen.append([g["lr"] for g in sched.optimizer.param_groups])
+        assert sched.get_last_lr() == seen[-1]
+        sched.step()
+    return np.array(seen)
+
+
+def test_noam_follows_the_transformer_formula():
+    sched = optim.NoamLR(two_groups(), d_model=16, warmup_steps=5, factor=2.0)
+    assert sched.last_epoch == 0
+    seen = lrs_over(sched, 12)
+    expected = [noam(t, 16, 5, 2.0) for t in range(1, 13)]
+    np.testing.assert_allclose(seen[:, 0], expected, rtol=1e-12)
+    np.testing.assert_allclose(seen[:, 1], expected, rtol=1e-12)  # absolute: every group the same
+    assert seen[0, 0] > 0  # the first step is not wasted at lr 0
+    assert seen[:, 0].argmax() == 4  # the peak is at t = warmup_steps
+    np.testing.assert_allclose(seen[4, 0], 2.0 / math.sqrt(16 * 5), rtol=1e-12)
+
+
+def test_warmup_cosine_follows_its_formula_per_group():
+    sched = optim.WarmupCosineLR(two_groups(0.1, 0.2), warmup_steps=4, total_steps=10, min_lr=0.01)
+    seen = lrs_over(sched, 14)
+    for col, base in enumerate((0.1, 0.2)):
+        expected = [warmup_cosine(t, base, 4, 10, 0.01) for t in range(1, 15)]
+        np.testing.assert_allclose(seen[:, col], expected, rtol=1e-12)
+    np.testing.assert_allclose(seen[3], [0.1, 0.2])  # the peak at t = warmup_steps is each base lr
+    np.testing.assert_allclose(seen[9:], 0.01)  # then held at min_lr
+    no_warmup = optim.WarmupCosineLR(two_groups(), warmup_steps=0, total_steps=4)
+    np.testing.assert_allclose(lrs_over(no_warmup, 5)[:, 0], [warmup_cosine(t, 0.1, 0, 4) for t in range(1, 6)])
+
+
+def test_lambda_lr_counts_from_zero_as_in_pytorch():
+    sched = optim.LambdaLR(two_groups(), [lambda e: 0.5**e, lambda e: e + 1])
+    seen = lrs_over(sched, 4)
+    np.testing.assert_allclose(seen[:, 0], [0.1 * 0.5**e for e in range(4)])
+    np.testing.assert_allclose(seen[:, 1], [0.2 * (e + 1) for e in range(4)])
+    with pytest.raises(ValueError, match="2 parameter groups"):
+        optim.LambdaLR(two_groups(), [lambda e: 1.0])
+
+
+def test_lambda_lr_matches_pytorch():
+    torch = pytest.importorskip("torch")
+    fn = lambda e: 1 / (1 + e)  # noqa: E731
+    ours = optim.LambdaLR(two_groups(), fn)
+    opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
+    theirs = torch.optim.lr_scheduler.LambdaLR(opt, fn)
+    for _ in range(5):
+        assert ours.get_last_lr()[0] == pytest.approx(theirs.get_last_lr()[0], rel=1e-12)
+        opt.step()
+        ours.step()
+        theirs.step()
+
+
+@pytest.mark.parametrize("make", [
+    lambda opt: optim.NoamLR(opt, d_model=8, warmup_steps=3),
+    lambda opt: optim.WarmupCosineLR(opt, warmup_steps=3, total_steps=9, min_lr=0.001),
+    lambda opt: optim.LambdaLR(opt, lambda e: 0.9**e),
+], ids=["noam", "warmup_cosine", "lambda"])
+def test_schedule_state_round_trip(make):
+    sched = make(two_groups())
+    for _ in range(4):
+        sched.step()
+    saved = json.loads(json.dumps(sched.state_dict()))  # plain numbers and lists: no pickle needed
+    assert "optimizer" not in saved and "lr_lambdas" not in saved
+    resumed = make(two_groups())
+    resumed.load_state_dict(saved)
+    assert resumed.last_epoch == 4 and resumed.get_last_lr() == sched.get_last_lr()
+    assert [g["lr"] for g in resumed.optimizer.param_groups] == sched.get_last_lr()  # applied at once
+    for _ in range(3):
+        sched.step()
+        resumed.step()
+        assert resumed.get_last_lr() == sched.get_last_lr()
+
+
+def test_schedule_errors():
+    with pytest.raises(ValueError, match="warmup_steps"):
+        optim.NoamLR(two_groups(), d_model=8, warmup_steps=0)
+    with pytest.raises(ValueError, match="warmup_steps < total_steps"):
+        optim.WarmupCosineLR(two_groups(), warmup_steps=5, total_steps=5)
+    with pytest.raises(KeyError, match="initial_lr"):
+        optim.NoamLR(two_groups(), d_model=8, warmup_steps=3, last_epoch=5)
+
+
+# -- gradient clipping ------------------------------------------------------------------------------
+def with_grads(device="cpu", scale=1.0, seed=0):
+    params = make_params(device, seed=seed, shapes=((3, 2), (4,), (2,)))
+    rng = np.random.default_rng(seed + 1)
+    for p in params[:2]:  # the last one has no gradient: skipped
+        p.grad = mt.tensor(rng.standard_normal(p.shape) * scale, device=device)
+    return params
+
+
+def host_grads(params):
+    return [p.grad.numpy() for p in params if p.grad is not None]
+
+
+def test_clip_grad_norm_scales_to_max_norm_and_returns_the_norm_before(device):
+    params = with_grads(device, scale=10.0)
+    before = host_grads(params)
+    norm_before = math.sqrt(sum((g**2).sum() for g in before))
+    total = nn.utils.clip_grad_norm_(params, max_norm=1.5)
+    assert isinstance(total, mt.Tensor) and total.shape == () and isinstance(total.data, array_type(device))
+    assert float(total) == pytest.approx(norm_before, rel=1e-12)
+    after = host_grads(params)
+    assert math.sqrt(sum((g**2).sum() for g in after)) == pytest.approx(1.5, rel=1e-6)
+    for a, b in zip(after, before):  # same direction
+        np.testing.assert_allclose(a, b * 1.5 / (norm_before + 1e-6), rtol=1e-12)
+    assert params[2].grad is None
+    assert all(isinstance(p.grad.data, array_type(device)) for p in params[:2])
+
+
+def test_clip_grad_norm_leaves_small_gradients_alone():
+    params = with_grads(scale=0.01)
+    before = host_grads(params)
+    total = optim.clip_grad_norm_(params, max_norm=1.0)  # also exported from mt.optim
+    assert float(total) == pytest.approx(math.sqrt(sum((g**2).sum() for g in before)))
+    for a, b in zip(host_grads(params), before):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("norm_type", [1.0, 3.0, float("inf")])
+def test_clip_grad_norm_other_norms(norm_type):
+    params = with_grads(scale=5.0)
+    flat = np.concatenate([g.ravel() for g in host_grads(params)])
+    expected = np.abs(flat).max() if math.isinf(norm_type) else (np.abs(flat) ** norm_type).sum() ** (1 / norm_type)
+    assert float(nn.utils.grad_norm(params, norm_type)) == pytest.approx(expected, rel=1e-12)
+    assert float(nn.utils.clip_grad_norm_(params, 0.5, norm_type)) == pytest.approx(expected, rel=1e-12)
+    assert float(nn.utils.grad_norm(params, norm_type)) == pytest.approx(0.5, rel=1e-5)
+
+
+def test_clip_grad_norm_reports_a_non_finite_norm_and_leaves_the_gradients():
+    params = with_grads()
+    params[0].grad.data[0, 0] = np.inf
+    before = host_grads(params)
+    total = nn.utils.clip_grad_norm_(params, 1.0)
+    assert math.isinf(float(total))
+    for a, b in zip(host_grads(params), before):
+        np.testing.assert_array_equal(a, b)
+    params[0].grad.data[0, 0] = np.nan
+    assert math.isnan(float(nn.utils.clip_grad_norm_(params, 1.0)))
+    with pytest.raises(RuntimeError, match="nan"):
+        nn.utils.clip_grad_norm_(params, 1.0, error_if_nonfinite=True)
+
+
+def test_clip_grad_norm_edge_cases():
+    no_grads = make_params()
+    assert float(nn.utils.clip_grad_norm_(no_grads, 1.0)) == 0.0
+    single = with_grads(scale=10.0)[0]
+    assert float(nn.utils.clip_grad_norm_(single, 1.0)) > 1.0  # one tensor, not a list
+    assert float(nn.utils.grad_norm(single)) == pytest.approx(1.0, rel=1e-5)
+    with pytest.raises(ValueError, match="norm_type"):
+        nn.utils.clip_grad_norm_(with_grads(), 1.0, norm_type=0)
+
+
+def test_clip_grad_norm_matches_pytorch():
+    torch = pytest.importorskip("torch")
+    for norm_type in (2.0, 1.0, float("inf")):
+        params = with_grads(scale=3.0)
+        theirs = [torch.zeros(p.shape, dtype=torch.float64, requires_grad=True) for p in params[:2]]
+        for t, p in zip(theirs, params):
+            t.grad = torch.from_numpy(p.grad.numpy())
+        total = nn.utils.clip_grad_norm_(params, 2.0, norm_type)
+        expected = torch.nn.utils.clip_grad_norm_(theirs, 2.0, norm_type)
+        assert float(total) == pytest.approx(float(expected), rel=1e-12)
+        for p, t in zip(params, theirs):
+            np.testing.assert_allclose(p.grad.numpy(), t.grad.numpy(), rtol=1e-12)
