@@ -1,0 +1,100 @@
+"""Gradient clipping: ``clip_grad_norm_`` (PyTorch's ``torch.nn.utils.clip_grad_norm_``) and
+``grad_norm``.
+
+Recurrent networks multiply by the same weights at every step, so one unlucky batch can
+produce a gradient many orders of magnitude larger than the rest and throw the parameters
+far away (D2L 9.5, "gradient clipping"). Clipping rescales the whole gradient g, all
+parameters seen as one long vector, when its norm is too large:
+
+    g <- g * min(1, max_norm / (||g|| + 1e-6))
+
+The direction is kept; only the step length is capped. (The 1e-6 is PyTorch's, and keeps a
+zero gradient from being divided by zero.)
+"""
+
+import math
+
+from ..errors import DeviceError
+from ..grad_mode import no_grad
+from ..tensor import Tensor
+
+
+def _grads(parameters):
+    parameters = [parameters] if isinstance(parameters, Tensor) else list(parameters)
+    grads = [p.grad for p in parameters if p.grad is not None]
+    for g in grads[1:]:
+        if g._backend is not grads[0]._backend:
+            raise DeviceError(
+                f"clip_grad_norm_: gradients on different devices, {grads[0].device!r} and {g.device!r}; "
+                "clip the parameters of each device separately"
+            )
+    return grads
+
+
+def _check_norm_type(norm_type):
+    norm_type = float(norm_type)
+    if not (norm_type > 0):
+        raise ValueError(f"grad_norm: norm_type must be > 0 (or inf), got {norm_type}")
+    return norm_type
+
+
+def _total_norm(grads, norm_type):
+    """||g||_p of all gradients together, as a 0-d backend array (no copy to the host).
+
+    ||g||_p = (sum_i |g_i|^p)^(1/p) over every element of every gradient; computed as the
+    p-norm of the per-parameter p-norms, which is the same number. p = inf: max_i |g_i|.
+    """
+    xp = grads[0]._backend.xp
+    if math.isinf(norm_type):
+        norms = [xp.abs(g.data).max() for g in grads]
+        return xp.stack(norms).max()
+    if norm_type == 2.0:  # the common case, without a power per element
+        norms = [xp.sqrt((g.data * g.data).sum()) for g in grads]
+        return xp.sqrt((xp.stack(norms) ** 2).sum())
+    norms = [(xp.abs(g.data) ** norm_type).sum() ** (1.0 / norm_type) for g in grads]
+    return ((xp.stack(norms) ** norm_type).sum()) ** (1.0 / norm_type)
+
+
+def grad_norm(parameters, norm_type=2.0):
+    """The norm of all gradients of ``parameters`` as one vector (parameters without a gradient
+    are skipped), as a 0-d Tensor; 0 if none has a gradient. Useful to log next to the loss."""
+    norm_type = _check_norm_type(norm_type)
+    grads = _grads(parameters)
+    if not grads:
+        return Tensor(0.0)
+    with no_grad():
+        return Tensor._make(_total_norm(grads, norm_type), grads[0]._backend, None)
+
+
+def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False):
+    """Rescale the gradients of ``parameters`` in place so that their total norm is at most
+    ``max_norm`` (see the module docstring). Returns the total norm *before* clipping, a 0-d
+    Tensor, as PyTorch does: log it to see how often and how hard clipping acts.
+
+    ``parameters``: a Tensor or an iterable of them (``model.parameters()``); those without a
+    gradient are skipped. ``norm_type``: p of the p-norm, ``float("inf")`` for the max norm.
+
+    A non-finite total norm (inf or NaN: some gradient overflowed) is returned and the
+    gradients are left as they are -- scaling by max_norm / inf would silently turn them into
+    zeros or NaN. The caller decides: typically skip this optimiser step when
+    ``not math.isfinite(norm)``. With ``error_if_nonfinite=True`` it raises RuntimeError instead.
+    (PyTorch, by default, scales anyway.)
+    """
+    norm_type = _check_norm_type(norm_type)
+    grads = _grads(parameters)
+    if not grads:
+        return Tensor(0.0)
+    with no_grad():
+        total = _total_norm(grads, norm_type)
+        value = float(total)  # one number to the host: is it finite, and is clipping needed?
+        if not math.isfinite(value):
+            if error_if_nonfinite:
+                raise RuntimeError(
+                    f"clip_grad_norm_: the total {norm_type}-norm of the gradients is {value}; some gradient "
+                    "overflowed or is NaN (skip this step, lower the learning rate, or check the loss)"
+                )
+        elif max_norm / (value + 1e-6) < 1.0:
+            scale = max_norm / (value + 1e-6)
+            for g in grads:
+                g.mul_(scale)  # in place is safe: backward gives every .grad an array of its own
+        return Tensor._make(total, grads[0]._backend, None)
