@@ -9,9 +9,22 @@ from .dropout import Dropout
 from .linear import Embedding, Linear
 from .module import Module, Parameter
 from .normalization import LayerNorm
+from .transformer import (
+    AddNorm, EncoderDecoder, PositionWiseFFN, TransformerDecoder, TransformerDecoderBlock, TransformerEmbedding,
+    TransformerEncoder, TransformerEncoderBlock, TransformerLM,
+)
+from . import utils
+from .conv import Conv1d
+from .rnn import GRU, GRUCell
+from .seq2seq import Seq2Seq, Seq2SeqAttentionDecoder, Seq2SeqEncoder
 
 __all__ = [
     "Attention", "Dropout", "Embedding", "GELU", "Identity", "LayerNorm", "Linear", "LogSoftmax", "Module",
     "ModuleDict", "ModuleList", "MultiHeadAttention", "Parameter", "ReLU", "Sequential", "Sigmoid", "Softmax",
     "Tanh", "functional", "init",
 ]
+__all__ += [
+    "AddNorm", "EncoderDecoder", "PositionWiseFFN", "TransformerDecoder", "TransformerDecoderBlock",
+    "TransformerEmbedding", "TransformerEncoder", "TransformerEncoderBlock", "TransformerLM",
+]
+__all__ += ["Conv1d", "GRU", "GRUCell", "Seq2Seq", "Seq2SeqAttentionDecoder", "Seq2SeqEncoder", "utils"]

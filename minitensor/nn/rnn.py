@@ -1,0 +1,236 @@
+"""Gated recurrent units: ``GRU`` (a whole sequence, several layers) and ``GRUCell`` (one step).
+
+A GRU (Cho et al. 2014; D2L 10.2) reads a sequence one step at a time and keeps a hidden
+state H that two gates control. With X_t (batch, input_size), H_{t-1} (batch, num_hiddens):
+
+    R_t  = sigmoid(X_t W_ir^T + b_ir + H_{t-1} W_hr^T + b_hr)             reset gate
+    Z_t  = sigmoid(X_t W_iz^T + b_iz + H_{t-1} W_hz^T + b_hz)             update gate
+    N_t  = tanh(X_t W_in^T + b_in + R_t * (H_{t-1} W_hn^T + b_hn))        candidate state
+    H_t  = Z_t * H_{t-1} + (1 - Z_t) * N_t
+
+(* is the elementwise product.) Z_t near 1 keeps the old state -- information can cross
+many steps untouched, which is what a plain RNN cannot do; R_t near 0 lets the candidate
+ignore the past.
+
+**Which GRU.** These are PyTorch's (and cuDNN's) equations. D2L writes the candidate as
+tanh(X_t W_xh + (R_t * H_{t-1}) W_hh + b_h): the reset gate there acts *before* the matrix
+product, here after it (on H_{t-1} W_hn^T + b_hn). Both are GRUs and learn equally well; this
+one is chosen because H_{t-1} then meets all three gates' weights in one product per step,
+H_{t-1} W_hh^T with W_hh = [W_hr; W_hz; W_hn] (3 num_hiddens, num_hiddens), and because
+its parameters are PyTorch's, name for name (``weight_ih_l0``, ``weight_hh_l0``, ``bias_ih_l0``,
+``bias_hh_l0``; gates stacked in the order r, z, n): ``gru.load_state_dict`` accepts a
+``torch.nn.GRU``'s weights converted to NumPy.
+
+**Speed.** The inputs' share of the gates, X_t W_ih^T + b_ih, does not depend on H, so it is
+computed for all time steps in one matrix product before the loop. The loop itself -- T
+dependent steps, the O(n) sequential path that the seeds' CNN / RNN / self-attention
+comparison is about -- runs inside one Function, ``GRUSequence``, with backpropagation
+through time written out beside it: a few array operations per step instead of a graph
+node per operation and a gradient per node.
+"""
+
+import math
+
+from ..autograd import Function
+from ..creation import zeros
+from ..errors import ShapeError
+from ..ops import stack
+from . import functional as F
+from . import init
+from .module import Module, Parameter
+
+
+def _sigmoid(xp, a):
+    return 0.5 * (1 + xp.tanh(0.5 * a))  # = 1 / (1 + e^-a), without overflowing e^-a
+
+
+class GRUSequence(Function):
+    """One GRU layer over a whole sequence, given the inputs' share of the gates.
+
+    Inputs: ``gates_x`` (T, batch, 3h) = X_t W_ih^T + b_ih for every step t, parts [r | z | n];
+    ``H0`` (batch, h); ``W_hh`` (3h, h); ``b_hh`` (3h,) or None.
+    Output: H_1 .. H_T, (T, batch, h). The last state is ``output[-1]``.
+
+    Backward (backpropagation through time), from the last step to the first. dH is the
+    gradient reaching H_t: from the output at t and from step t + 1. With a_n the argument
+    of tanh, a_r and a_z those of the sigmoids, and G = H_{t-1} W_hh^T + b_hh = [G_r | G_z | G_n]:
+
+        dN = dH (1 - Z)        dZ = dH (H_{t-1} - N)        from H_t = N + Z (H_{t-1} - N)
+        da_n = dN (1 - N^2)    da_z = dZ Z (1 - Z)           tanh' and sigmoid'
+        da_r = da_n G_n R (1 - R)                            through R * G_n
+        dgates_x_t = [da_r | da_z | da_n]                    (a_* = gates_x_t + G, or R * G_n)
+        dG_t       = [da_r | da_z | da_n R]
+        dH_{t-1}   = dH Z + dG_t W_hh                        the two paths from H_{t-1}
+
+    and, summed over the steps, dW_hh = sum_t dG_t^T H_{t-1}, db_hh = sum_t dG_t (done as one
+    matrix product after the loop).
+    """
+
+    @staticmethod
+    def forward(ctx, gates_x, H0, W_hh, b_hh):
+        xp = ctx.xp
+        steps, h = gates_x.shape[0], H0.shape[-1]
+        outputs = xp.empty((steps,) + H0.shape, dtype=H0.dtype)
+        R_all, Z_all, N_all, G_n_all = (xp.empty_like(outputs) for _ in range(4))
+        H = H0
+        for t in range(steps):
+            G = H @ W_hh.T  # (batch, 3h): H_{t-1}'s share of all three gates
+            if b_hh is not None:
+                G = G + b_hh
+            gx = gates_x[t]
+            RZ = _sigmoid(xp, gx[:, : 2 * h] + G[:, : 2 * h])
+            R, Z = RZ[:, :h], RZ[:, h:]
+            N = xp.tanh(gx[:, 2 * h :] + R * G[:, 2 * h :])
+            H = N + Z * (H - N)  # = Z H_{t-1} + (1 - Z) N, one product fewer
+            outputs[t], R_all[t], Z_all[t], N_all[t], G_n_all[t] = H, R, Z, N, G[:, 2 * h :]
+        ctx.save_for_backward(H0, outputs, R_all, Z_all, N_all, G_n_all, W_hh)
+        ctx.has_bias = b_hh is not None
+        return outputs
+
+    @staticmethod
+    def backward(ctx, grad):
+        xp = ctx.xp
+        H0, outputs, R_all, Z_all, N_all, G_n_all, W_hh = ctx.saved
+        steps, batch, h = outputs.shape
+        d_gates_x = xp.empty((steps, batch, 3 * h), dtype=grad.dtype)
+        d_G = xp.empty_like(d_gates_x)
+        dH = xp.zeros_like(H0)  # nothing reaches H_T from a later step
+        for t in reversed(range(steps)):
+            H_prev = outputs[t - 1] if t > 0 else H0
+            R, Z, N = R_all[t], Z_all[t], N_all[t]
+            dH = dH + grad[t]
+            da_n = dH * (1 - Z) * (1 - N * N)
+            da_z = dH * (H_prev - N) * Z * (1 - Z)
+            da_r = da_n * G_n_all[t] * R * (1 - R)
+            d_gates_x[t, :, :h], d_gates_x[t, :, h : 2 * h], d_gates_x[t, :, 2 * h :] = da_r, da_z, da_n
+            d_G[t, :, :h], d_G[t, :, h : 2 * h], d_G[t, :, 2 * h :] = da_r, da_z, da_n * R
+            dH = dH * Z + d_G[t] @ W_hh
+        H_prevs = xp.concatenate([H0[None], outputs[:-1]]).reshape(-1, h)  # H_0 .. H_{T-1}
+        d_G = d_G.reshape(-1, 3 * h)
+        d_W_hh = d_G.T @ H_prevs
+        d_b_hh = d_G.sum(axis=0) if ctx.has_bias else None
+        return d_gates_x, dH, d_W_hh, d_b_hh
+
+
+def _check_state(name, H, expected):
+    if tuple(H.shape) != expected:
+        raise ShapeError(f"{name}: hidden state of shape {tuple(H.shape)}; expected {expected}")
+
+
+class GRUCell(Module):
+    """One GRU step (the equations in this module's docstring):
+    ``cell(X, H=None)``: X (batch, input_size), H (batch, num_hiddens), zeros if None ->
+    H_new (batch, num_hiddens).
+
+    Parameters as in ``torch.nn.GRUCell``: ``weight_ih`` (3 num_hiddens, input_size),
+    ``weight_hh`` (3 num_hiddens, num_hiddens), ``bias_ih``, ``bias_hh`` (3 num_hiddens,),
+    gates stacked r, z, n; all ~ U(-1/sqrt(num_hiddens), 1/sqrt(num_hiddens)).
+    """
+
+    def __init__(self, input_size, num_hiddens, bias=True, dtype=None, device=None):
+        super().__init__()
+        self.input_size, self.num_hiddens = input_size, num_hiddens
+        _make_weights(self, "", input_size, num_hiddens, bias, dtype, device)
+
+    def forward(self, X, H=None):
+        if X.ndim != 2 or X.shape[-1] != self.input_size:
+            raise ShapeError(f"GRUCell: input of shape {tuple(X.shape)}; expected (batch, {self.input_size})")
+        batch = X.shape[0]
+        if H is None:
+            H = zeros(batch, self.num_hiddens, dtype=X.dtype, device=X.device)
+        _check_state("GRUCell", H, (batch, self.num_hiddens))
+        gates_x = F.linear(X, self.weight_ih, self.bias_ih).unsqueeze(0)  # a sequence of one step
+        return GRUSequence.apply(gates_x, H, self.weight_hh, self.bias_hh).reshape(batch, self.num_hiddens)
+
+    def extra_repr(self):
+        return f"{self.input_size}, {self.num_hiddens}, bias={self.bias_ih is not None}"
+
+
+class GRU(Module):
+    """A multi-layer GRU over whole sequences (``torch.nn.GRU``; D2L's ``GRU``).
+
+    ``GRU(input_size, num_hiddens, num_layers=1, dropout=0.0, bias=True, batch_first=False)``.
+    Layer l > 0 reads the outputs of layer l - 1; in training, ``dropout`` is applied to
+    those outputs (not after the last layer), as in PyTorch.
+
+    ``gru(inputs, H=None) -> (outputs, state)``:
+
+    - inputs (num_steps, batch, input_size): *time-major*, as in D2L and PyTorch's default
+      (``batch_first=True``: (batch, num_steps, input_size), and outputs likewise);
+    - H (num_layers, batch, num_hiddens), the initial state of every layer; zeros if None;
+    - outputs (num_steps, batch, num_hiddens): the last layer's H_t at every step;
+    - state (num_layers, batch, num_hiddens): every layer's H_T, ready to pass as H to
+      continue the sequence (step-by-step decoding feeds one step at a time).
+
+    Parameters per layer l, named as in PyTorch: ``weight_ih_l{l}`` (3 num_hiddens, in),
+    ``weight_hh_l{l}`` (3 num_hiddens, num_hiddens), ``bias_ih_l{l}``, ``bias_hh_l{l}``.
+    """
+
+    def __init__(self, input_size, num_hiddens, num_layers=1, dropout=0.0, bias=True, batch_first=False,
+                 dtype=None, device=None):
+        super().__init__()
+        if num_layers < 1:
+            raise ValueError(f"GRU: num_layers must be >= 1, got {num_layers}")
+        if not 0.0 <= dropout <= 1.0:
+            raise ValueError(f"GRU: dropout must be a probability in [0, 1], got {dropout}")
+        self.input_size, self.num_hiddens, self.num_layers = input_size, num_hiddens, num_layers
+        self.dropout, self.bias, self.batch_first = dropout, bias, batch_first
+        for layer in range(num_layers):
+            in_size = input_size if layer == 0 else num_hiddens
+            _make_weights(self, f"_l{layer}", in_size, num_hiddens, bias, dtype, device)
+
+    def layer_parameters(self, layer):
+        """(W_ih, W_hh, b_ih, b_hh) of one layer (the biases None with bias=False)."""
+        return tuple(getattr(self, f"{name}_l{layer}") for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"))
+
+    def forward(self, inputs, H=None):
+        if self.batch_first:
+            inputs = inputs.swapaxes(0, 1)
+        if inputs.ndim != 3 or inputs.shape[-1] != self.input_size:
+            layout = "(batch, num_steps, {})" if self.batch_first else "(num_steps, batch, {})"
+            raise ShapeError(f"GRU: inputs of shape {tuple(inputs.shape)}; expected {layout.format(self.input_size)}")
+        steps, batch, _ = inputs.shape
+        if steps == 0:
+            raise ShapeError("GRU: the inputs have no time steps")
+        if H is None:
+            H = zeros(self.num_layers, batch, self.num_hiddens, dtype=inputs.dtype, device=inputs.device)
+        _check_state("GRU", H, (self.num_layers, batch, self.num_hiddens))
+        X, last_states = inputs, []
+        for layer in range(self.num_layers):
+            W_ih, W_hh, b_ih, b_hh = self.layer_parameters(layer)
+            if layer > 0:
+                X = F.dropout(X, self.dropout, self.training)
+            # The inputs' share of the gates for every step at once: one (T*batch, in) product.
+            gates_x = F.linear(X.reshape(steps * batch, X.shape[-1]), W_ih, b_ih).reshape(steps, batch, -1)
+            X = GRUSequence.apply(gates_x, H[layer], W_hh, b_hh)  # (T, batch, num_hiddens)
+            last_states.append(X[-1])
+        outputs = X.swapaxes(0, 1) if self.batch_first else X
+        return outputs, stack(last_states)
+
+    def extra_repr(self):
+        s = f"{self.input_size}, {self.num_hiddens}"
+        if self.num_layers != 1:
+            s += f", num_layers={self.num_layers}"
+        if self.dropout:
+            s += f", dropout={self.dropout}"
+        if not self.bias:
+            s += ", bias=False"
+        if self.batch_first:
+            s += ", batch_first=True"
+        return s
+
+
+def _make_weights(module, suffix, input_size, num_hiddens, bias, dtype, device):
+    """Register weight_ih, weight_hh (and bias_ih, bias_hh) + suffix on ``module``, in
+    PyTorch's order, initialised as PyTorch does: U(-k, k), k = 1 / sqrt(num_hiddens)."""
+    bound = 1.0 / math.sqrt(num_hiddens) if num_hiddens > 0 else 0.0
+    shapes = {"weight_ih": (3 * num_hiddens, input_size), "weight_hh": (3 * num_hiddens, num_hiddens)}
+    if bias:
+        shapes.update(bias_ih=(3 * num_hiddens,), bias_hh=(3 * num_hiddens,))
+    for name, shape in shapes.items():
+        param = Parameter(zeros(shape, dtype=dtype, device=device))
+        init.uniform_(param, -bound, bound)
+        module.register_parameter(name + suffix, param)
+    if not bias:
+        module.register_parameter("bias_ih" + suffix, None)
+        module.register_parameter("bias_hh" + suffix, None)

@@ -1,0 +1,151 @@
+"""Sequence to sequence with GRUs and Bahdanau attention (D2L 10.7 and 11.4), where additive
+attention was born (Bahdanau, Cho and Bengio 2014).
+
+- ``Seq2SeqEncoder``: embedding + GRU over the source tokens;
+- ``Seq2SeqAttentionDecoder``: at every step, the decoder's state (the query) attends the
+  encoder's outputs (keys = values), and the context it gets joins the token's embedding as
+  the GRU's input;
+- ``Seq2Seq``: the two as one model (D2L's name for an ``EncoderDecoder`` of RNNs).
+
+Without attention (D2L 10.7) the decoder sees the source only through the encoder's last
+state: one vector for a whole sentence. With it, every output step picks the source
+positions it needs, and ``decoder.attention_weights`` shows which ones it picked.
+
+The decoder works as the Transformer decoder does, so the same training loop, greedy and
+beam search drive both:
+
+    state = decoder.init_state(encoder(enc_X, enc_valid_lens), enc_valid_lens)
+    logits, state = decoder(dec_X, state)      # dec_X (batch, T): the whole target (teacher
+                                               # forcing) or the next token, (batch, 1)
+"""
+
+from collections import namedtuple
+
+from ..ops import concat
+from ..tensor import Tensor, tensor
+from . import init
+from .attention import Attention
+from .linear import Embedding, Linear
+from .module import Module
+from .rnn import GRU
+from .transformer import EncoderDecoder
+
+
+def init_seq2seq(module):
+    """D2L's ``init_seq2seq``: Xavier-uniform weights for Linear and GRU layers, so the
+    signal keeps its scale through the recurrence from the first step
+    (``module.apply(init_seq2seq)`` for a whole model)."""
+    if isinstance(module, Linear):
+        init.xavier_uniform_(module.weight)
+    if isinstance(module, GRU):
+        for name, param in module.named_parameters(recurse=False):
+            if name.startswith("weight"):
+                init.xavier_uniform_(param)
+
+
+class Seq2SeqEncoder(Module):
+    """D2L's RNN encoder: tokens -> embeddings -> a multi-layer GRU.
+
+    ``encoder(X, valid_lens=None) -> (outputs, state)``: X (batch, num_steps) token ids;
+    outputs (num_steps, batch, num_hiddens), the last layer's state at every step (time-major,
+    as the GRU gives them); state (num_layers, batch, num_hiddens), every layer's last state.
+    ``valid_lens`` is accepted for the common encoder signature and not used, as in D2L: the
+    GRU also reads the padding at the end of short sequences; the attention decoder ignores
+    those positions through ``enc_valid_lens``.
+    """
+
+    def __init__(self, vocab_size, embed_size, num_hiddens, num_layers, dropout=0.0, dtype=None, device=None):
+        super().__init__()
+        self.embedding = Embedding(vocab_size, embed_size, dtype=dtype, device=device)
+        self.rnn = GRU(embed_size, num_hiddens, num_layers, dropout, dtype=dtype, device=device)
+        self.apply(init_seq2seq)
+
+    def forward(self, X, valid_lens=None):
+        embs = self.embedding(X).swapaxes(0, 1)  # (num_steps, batch, embed_size)
+        return self.rnn(embs)
+
+
+AttentionDecoderState = namedtuple("AttentionDecoderState", ["enc_outputs", "hidden_state", "enc_valid_lens"])
+AttentionDecoderState.__doc__ = """The Bahdanau decoder's state (D2L's list, with names):
+enc_outputs (batch, num_enc_steps, num_hiddens), the keys and values of attention;
+hidden_state (num_layers, batch, num_hiddens), the GRU's state; enc_valid_lens (batch,) or None."""
+
+
+class Seq2SeqAttentionDecoder(Module):
+    """D2L's ``Seq2SeqAttentionDecoder`` (11.4). For every target step t, with s_{t-1} the last
+    GRU layer's state and h_1 .. h_K the encoder's outputs:
+
+        c_t     = sum_j alpha(s_{t-1}, h_j) h_j        attention: query s_{t-1}, keys = values = h
+        s_t     = GRU([c_t; embed(y_{t-1})], s_{t-1})  the context joins the input token
+        logit_t = dense(s_t)                           (vocab_size,)
+
+    alpha is ``Attention(scorer, pooling)`` with plugins by name: ``"additive"`` + ``"softmax"``
+    is Bahdanau's w_v^T tanh(W_q s + W_k h) normalised by a softmax; any registered scorer
+    or pooling (``"scaled_dot"``, ``"sparsemax"``, a user's plugin) fits in its place.
+    Padded source positions (j > enc_valid_lens) get weight 0.
+
+    ``init_state(enc_outputs, enc_valid_lens=None)``: from the encoder's (outputs, state), an
+    ``AttentionDecoderState``; the GRU starts from the encoder's last state (so num_layers
+    and num_hiddens must match the encoder's).
+    ``decoder(X, state) -> (logits (batch, T, vocab_size), new_state)``: X (batch, T) token
+    ids -- the whole shifted target in training, one token per call when decoding. The steps
+    run one after another either way (s_t needs s_{t-1}), and the state passed in is not
+    changed. ``decoder.attention_weights``: one (batch, 1, num_enc_steps) tensor per step of
+    the last call, detached.
+    """
+
+    def __init__(self, vocab_size, embed_size, num_hiddens, num_layers, dropout=0.0, scorer="additive",
+                 pooling="softmax", scorer_options=None, pooling_options=None, dtype=None, device=None):
+        super().__init__()
+        self.num_hiddens, self.num_layers = num_hiddens, num_layers
+        self.attention = Attention(scorer, pooling, dropout, num_hiddens, num_hiddens, scorer_options,
+                                   pooling_options, dtype=dtype, device=device)
+        self.embedding = Embedding(vocab_size, embed_size, dtype=dtype, device=device)
+        self.rnn = GRU(num_hiddens + embed_size, num_hiddens, num_layers, dropout, dtype=dtype, device=device)
+        self.dense = Linear(num_hiddens, vocab_size, dtype=dtype, device=device)
+        for layer in (self.rnn, self.dense):  # not the scorer's layers: a plugin initialises its own
+            init_seq2seq(layer)
+        self._attention_weights = []
+
+    def init_state(self, enc_outputs, enc_valid_lens=None):
+        outputs, hidden_state = enc_outputs
+        if enc_valid_lens is not None and not isinstance(enc_valid_lens, Tensor):
+            enc_valid_lens = tensor(enc_valid_lens, device=outputs.device)
+        # batch-major keys and values, as attention layers take them
+        return AttentionDecoderState(outputs.swapaxes(0, 1), hidden_state, enc_valid_lens)
+
+    def forward(self, X, state):
+        enc_outputs, H, enc_valid_lens = state
+        embs = self.embedding(X).swapaxes(0, 1)  # (T, batch, embed_size): one row per step
+        steps, batch = embs.shape[:2]
+        outputs, self._attention_weights = [], []
+        for t in range(steps):
+            query = H[-1].unsqueeze(1)  # (batch, 1, num_hiddens): the last layer's state
+            context = self.attention(query, enc_outputs, enc_outputs, enc_valid_lens)  # (batch, 1, num_hiddens)
+            x = concat([context.reshape(batch, self.num_hiddens), embs[t]], axis=-1).unsqueeze(0)  # one GRU step
+            out, H = self.rnn(x, H)
+            outputs.append(out)
+            self._attention_weights.append(self.attention.attention_weights)
+        logits = self.dense(concat(outputs, axis=0))  # (T, batch, vocab_size)
+        return logits.swapaxes(0, 1), AttentionDecoderState(enc_outputs, H, enc_valid_lens)
+
+    def reorder_state(self, state, indices):
+        """The state of the batch made of rows ``indices`` of this one (beam search); the
+        GRU state's batch axis is its second."""
+        enc_outputs, H, enc_valid_lens = state
+        if not isinstance(indices, Tensor):
+            indices = tensor(indices, dtype="int64", device=enc_outputs.device)
+        lens = None if enc_valid_lens is None else enc_valid_lens[indices]
+        return AttentionDecoderState(enc_outputs[indices], H[:, indices], lens)
+
+    @property
+    def attention_weights(self):
+        return self._attention_weights
+
+
+class Seq2Seq(EncoderDecoder):
+    """D2L's ``Seq2Seq``: an encoder and a decoder trained as one model, e.g.
+    ``Seq2Seq(Seq2SeqEncoder(...), Seq2SeqAttentionDecoder(...))``.
+    ``model(enc_X, dec_X, enc_valid_lens) -> logits (batch, T, vocab_size)``; decoding one
+    step at a time with ``begin_decoding`` / ``decode_step`` / ``reorder_state`` (see
+    ``EncoderDecoder``)."""

@@ -1,0 +1,503 @@
+"""The Transformer (Vaswani et al. 2017; D2L 11.7): encoder, decoder, and a decoder-only LM.
+
+Read it bottom-up, as the book builds it:
+
+- ``PositionWiseFFN``: the same two-layer MLP applied at every position;
+- ``AddNorm``: the residual connection and layer normalisation around each sublayer;
+- ``TransformerEncoderBlock`` / ``TransformerEncoder``: self-attention + FFN, stacked;
+- ``TransformerDecoderBlock`` / ``TransformerDecoder``: causal self-attention, attention
+  to the encoder's outputs, FFN, stacked; with a key/value cache for decoding;
+- ``EncoderDecoder``: an encoder and a decoder made into one model (D2L 10.6);
+- ``TransformerLM``: decoder blocks without the encoder (GPT-style language model).
+
+Two places for word order (see ``minitensor_plugins/positional.py``): an ``"inputs"``
+encoding (``sinusoidal``, ``learned``) is added to the embeddings; a ``"qk"`` encoding
+(``rotary``) is handed to every self-attention layer instead. Both are chosen by name.
+
+Decoding one token at a time. In training the decoder sees the whole target sequence at
+once and a causal mask hides the future. At prediction time tokens come one by one, and
+recomputing every earlier position at every step would cost O(T^2) per step. Each decoder
+block therefore keeps a *key/value cache*: the projected (and rotated) keys W_k x and values
+W_v x of every position it has seen. A new token only needs its own projections; its query
+attends the cached keys plus its own (``causal=True`` with K > Q: the cache is the past).
+D2L caches the block inputs x instead (``state[2][i]``) and projects them again at every
+step; a Linear layer acts position by position, so W_k [x_1; ...; x_t] = [W_k x_1; ...;
+W_k x_t] and both give the same numbers -- caching the projections saves the recomputation.
+The same code path runs in training (an empty cache, the whole sequence as "new tokens"),
+so decoding token by token reproduces the full forward pass exactly.
+"""
+
+import math
+
+from .. import ops
+from ..tensor import Tensor, tensor
+from .attention import MultiHeadAttention, _build_plugin
+from .container import ModuleList
+from .dropout import Dropout
+from .linear import Embedding, Linear
+from .module import Module
+from .normalization import LayerNorm
+from . import init
+
+
+class PositionWiseFFN(Module):
+    """The position-wise feed-forward network (D2L 11.7.2):
+
+        FFN(x) = dense2(relu(dense1(x))) = max(0, x W_1 + b_1) W_2 + b_2
+
+    applied to every position of a (batch, T, ffn_num_input) tensor with the *same* weights:
+    it transforms each token's representation on its own, mixing nothing across positions.
+
+    ``PositionWiseFFN(ffn_num_input, ffn_num_hiddens, ffn_num_outputs=None)``: D2L's
+    PyTorch code uses lazy layers and writes ``PositionWiseFFN(ffn_num_hiddens,
+    ffn_num_outputs)``; minitensor has no lazy layers, so the input size comes first (the
+    name D2L used before lazy layers, ``ffn_num_input``). ``ffn_num_outputs`` defaults to
+    ``ffn_num_input``, what a residual connection around the FFN needs.
+    """
+
+    def __init__(self, ffn_num_input, ffn_num_hiddens, ffn_num_outputs=None, dtype=None, device=None):
+        super().__init__()
+        ffn_num_outputs = ffn_num_outputs or ffn_num_input
+        self.dense1 = Linear(ffn_num_input, ffn_num_hiddens, dtype=dtype, device=device)
+        self.dense2 = Linear(ffn_num_hiddens, ffn_num_outputs, dtype=dtype, device=device)
+
+    def forward(self, X):
+        return self.dense2(self.dense1(X).relu())
+
+
+class AddNorm(Module):
+    """The residual connection followed by layer normalisation (D2L 11.7.2):
+
+        AddNorm(X, Y) = LayerNorm(X + dropout(Y))          Y = sublayer(X)
+
+    the "post-LN" of the original Transformer and the book (``norm_first=False``). The
+    residual path lets gradients skip the sublayer; the normalisation keeps every position's
+    representation at a fixed scale.
+
+    With ``norm_first=True`` the same parameters make the "pre-LN" form (Xiong et al. 2020;
+    GPT-2, PyTorch's ``norm_first``): normalise what goes *into* the sublayer and leave the
+    residual path untouched,
+
+        AddNorm(X, Y) = X + dropout(Y)                     Y = sublayer(LayerNorm(X))
+
+    which trains deep stacks stably without a learning-rate warm-up. A block is written the
+    same way for both forms: ``Y = sublayer(addnorm.sublayer_input(X)); X = addnorm(X, Y)``.
+    """
+
+    def __init__(self, norm_shape, dropout, norm_first=False, dtype=None, device=None):
+        super().__init__()
+        self.norm_first = norm_first
+        self.dropout = Dropout(dropout)
+        self.ln = LayerNorm(norm_shape, dtype=dtype, device=device)
+
+    def sublayer_input(self, X):
+        """What the sublayer sees: LayerNorm(X) in pre-LN, X itself in post-LN."""
+        return self.ln(X) if self.norm_first else X
+
+    def forward(self, X, Y):
+        if self.norm_first:
+            return X + self.dropout(Y)
+        return self.ln(self.dropout(Y) + X)
+
+    def extra_repr(self):
+        return f"norm_first={self.norm_first}"
+
+
+def _positional_kind(name):
+    """``applies_to`` of the positional encoding registered as ``name`` ("inputs" or "qk")."""
+    from .. import plugins  # on first use: the plugin machinery loads lazily
+
+    if not isinstance(name, str):
+        raise TypeError(f"positional is given by its registered name (a str), got {type(name).__name__} {name!r}")
+    cls = plugins.lookup("positional encoding", name)
+    kind = getattr(cls, "applies_to", None)
+    if kind not in ("inputs", "qk"):
+        raise ValueError(
+            f"positional encoding {name!r} ({cls.__module__}.{cls.__qualname__}) has applies_to={kind!r}; "
+            "expected 'inputs' or 'qk'"
+        )
+    return kind
+
+
+class TransformerEmbedding(Module):
+    """The input layer of a Transformer (D2L 11.7.4): token embeddings scaled by sqrt(d),
+    positions added, dropout:
+
+        X = dropout(embedding(tokens) * sqrt(d) + P[offset : offset + T])     d = num_hiddens
+
+    ``offset`` is the position of the first token: 0, or the number of tokens already
+    decoded. ``positional`` names the encoding: an "inputs" one supplies P (built with
+    dropout 0, since the dropout here acts with any encoding, ``"none"`` included); with a
+    "qk" one (rotary) nothing is added here, as positions enter inside attention.
+
+    The table starts as N(0, 1/d), so that after the sqrt(d) scaling the embeddings have
+    unit scale, like the positional encodings they are added to (D2L's N(0, 1) table times
+    sqrt(d) would drown the sinusoidal positions, whose values lie in [-1, 1]).
+    """
+
+    def __init__(self, vocab_size, num_hiddens, dropout, max_len=1000, positional="sinusoidal",
+                 positional_options=None, dtype=None, device=None):
+        super().__init__()
+        self.num_hiddens = num_hiddens
+        self.token_embedding = Embedding(vocab_size, num_hiddens, dtype=dtype, device=device)
+        init.normal_(self.token_embedding.weight, 0.0, num_hiddens ** -0.5)
+        if _positional_kind(positional) == "inputs":
+            options = {"max_len": max_len, "dropout": 0.0, **(positional_options or {})}
+            self.pos_encoding = _build_plugin("positional encoding", positional, (num_hiddens,), options,
+                                              dtype, device)
+        else:
+            self.pos_encoding = None
+        self.dropout = Dropout(dropout)
+
+    def forward(self, tokens, offset=0):
+        X = self.token_embedding(tokens) * math.sqrt(self.num_hiddens)
+        if self.pos_encoding is not None:
+            X = self.pos_encoding(X, offset=offset)
+        return self.dropout(X)
+
+
+def _attention_options(positional, positional_options, max_len):
+    """The MultiHeadAttention arguments for self-attention: a "qk" encoding goes there."""
+    if _positional_kind(positional) == "qk":
+        return {"positional": positional, "positional_options": positional_options, "max_len": max_len}
+    return {}
+
+
+# -- the encoder --------------------------------------------------------------------------------
+class TransformerEncoderBlock(Module):
+    """One encoder block (D2L 11.7.4): multi-head self-attention, then the FFN, each wrapped
+    in AddNorm:
+
+        Y = AddNorm(X, MultiHeadAttention(X, X, X, valid_lens))
+        Z = AddNorm(Y, FFN(Y))
+
+    Every position attends every valid position of the same sequence (``valid_lens``
+    (batch,) hides the padding). Input and output are (batch, T, num_hiddens).
+
+    ``use_bias``: bias of the attention projections (D2L: False); ``scorer``, ``pooling``
+    (with ``scorer_options``, ``pooling_options``): attention plugins by name;
+    ``positional``: a "qk" encoding name (``"rotary"``) for the self-attention, or None;
+    ``norm_first``: pre-LN instead of the book's post-LN (see ``AddNorm``).
+    """
+
+    def __init__(self, num_hiddens, ffn_num_hiddens, num_heads, dropout, use_bias=False, scorer="scaled_dot",
+                 pooling="softmax", scorer_options=None, pooling_options=None, positional=None,
+                 positional_options=None, max_len=1000, norm_first=False, dtype=None, device=None):
+        super().__init__()
+        self.attention = MultiHeadAttention(
+            num_hiddens, num_heads, dropout, scorer=scorer, pooling=pooling, bias=use_bias,
+            positional=positional, scorer_options=scorer_options, pooling_options=pooling_options,
+            positional_options=positional_options, max_len=max_len, dtype=dtype, device=device)
+        self.addnorm1 = AddNorm(num_hiddens, dropout, norm_first, dtype=dtype, device=device)
+        self.ffn = PositionWiseFFN(num_hiddens, ffn_num_hiddens, num_hiddens, dtype=dtype, device=device)
+        self.addnorm2 = AddNorm(num_hiddens, dropout, norm_first, dtype=dtype, device=device)
+
+    def forward(self, X, valid_lens=None):
+        Z = self.addnorm1.sublayer_input(X)
+        Y = self.addnorm1(X, self.attention(Z, Z, Z, valid_lens))
+        return self.addnorm2(Y, self.ffn(self.addnorm2.sublayer_input(Y)))
+
+
+class TransformerEncoder(Module):
+    """The Transformer encoder (D2L 11.7.4): embeddings with positions, then ``num_blks``
+    encoder blocks:
+
+        X = dropout(embedding(tokens) * sqrt(num_hiddens) + P)
+        X = block_n(... block_1(X, valid_lens) ..., valid_lens)      (+ LayerNorm in pre-LN)
+
+    ``encoder(X, valid_lens=None)``: tokens (batch, T) -> (batch, T, num_hiddens).
+
+    ``positional``: a registered name. An "inputs" encoding (``"sinusoidal"``, the book's,
+    ``"learned"``, ``"none"``) is added to the embeddings; a "qk" encoding (``"rotary"``) is
+    given to every block's self-attention instead, and nothing is added to the embeddings.
+    ``norm_first=True`` (pre-LN) ends with a LayerNorm, since its blocks leave the residual
+    stream unnormalised. ``encoder.attention_weights``: one (batch, num_heads, T, T) tensor
+    per block from the last call (D2L's list).
+    """
+
+    def __init__(self, vocab_size, num_hiddens, ffn_num_hiddens, num_heads, num_blks, dropout, max_len=1000,
+                 positional="sinusoidal", use_bias=False, scorer="scaled_dot", pooling="softmax",
+                 scorer_options=None, pooling_options=None, positional_options=None, norm_first=False,
+                 dtype=None, device=None):
+        super().__init__()
+        self.num_hiddens = num_hiddens
+        self.embedding = TransformerEmbedding(vocab_size, num_hiddens, dropout, max_len, positional,
+                                              positional_options, dtype, device)
+        qk = _attention_options(positional, positional_options, max_len)
+        self.blks = ModuleList(
+            TransformerEncoderBlock(num_hiddens, ffn_num_hiddens, num_heads, dropout, use_bias, scorer, pooling,
+                                    scorer_options, pooling_options, norm_first=norm_first, dtype=dtype,
+                                    device=device, **qk)
+            for _ in range(num_blks)
+        )
+        self.ln = LayerNorm(num_hiddens, dtype=dtype, device=device) if norm_first else None
+
+    def forward(self, X, valid_lens=None):
+        X = self.embedding(X)
+        for blk in self.blks:
+            X = blk(X, valid_lens)
+        return X if self.ln is None else self.ln(X)
+
+    @property
+    def attention_weights(self):
+        """Self-attention weights of every block from the last call, (batch, num_heads, T, T) each."""
+        return [blk.attention.attention_weights for blk in self.blks]
+
+
+# -- the decoder --------------------------------------------------------------------------------
+def cached_self_attention(attention, X, cache=None):
+    """Causal self-attention of ``attention`` (a MultiHeadAttention) for new tokens X
+    (batch, T, num_hiddens) that follow the positions held in ``cache``.
+
+    ``cache``: None (nothing before X) or (keys, values), each (batch, num_heads, T_past,
+    d_head): W_k x and W_v x of the T_past earlier positions, already split into heads (and
+    rotated, with a rotary encoding). Only X is projected; its queries attend the cached keys
+    and its own, with query i seeing key j when j <= i + T_past (``causal=True``: the cache is
+    the past). Returns (output (batch, T, num_hiddens), the cache extended to T_past + T).
+
+    This is ``attention(X, X, X, causal=True)`` unrolled into MultiHeadAttention's steps,
+    so that the projections of the past can be kept instead of recomputed.
+    """
+    past = 0 if cache is None else cache[0].shape[-2]
+    q = attention.project_and_split(attention.W_q, X)  # (batch, num_heads, T, d_head)
+    k = attention.project_and_split(attention.W_k, X)
+    v = attention.project_and_split(attention.W_v, X)
+    if attention.positional is not None:  # rotary: the new tokens sit at positions past, past + 1, ...
+        q, k = attention.positional(q, k, q_offset=past, k_offset=past)
+    if cache is not None:
+        k = ops.concat([cache[0], k], axis=2)
+        v = ops.concat([cache[1], v], axis=2)
+    heads = attention.attention(q, k, v, causal=True)
+    return attention.merge_and_project(heads), (k, v)
+
+
+class TransformerDecoderBlock(Module):
+    """The ``i``-th decoder block (D2L 11.7.5): three sublayers, each wrapped in AddNorm:
+
+        Y = AddNorm(X, causal self-attention over the past and X)       (keys from the cache)
+        Z = AddNorm(Y, MultiHeadAttention(Y, enc_outputs, enc_outputs, enc_valid_lens))
+        out = AddNorm(Z, FFN(Z))
+
+    ``block(X, state) -> (out, state)`` with D2L's state ``[enc_outputs, enc_valid_lens,
+    caches]``: block i reads its key/value cache ``caches[i]`` (None at first, see
+    ``cached_self_attention``) and stores the extended one there, in place as in D2L
+    (``TransformerDecoder`` hands each call a fresh list, so its callers' states stay
+    valid). A query never sees a later position, so training on a whole target sequence at
+    once (empty cache) and decoding it token by token give the same outputs.
+
+    ``cross_attention=False`` drops the middle sublayer (and ignores the encoder entries of
+    the state): the block of a decoder-only language model. The other arguments are those of
+    ``TransformerEncoderBlock``; ``positional`` ("rotary") acts on the self-attention only.
+    """
+
+    def __init__(self, num_hiddens, ffn_num_hiddens, num_heads, dropout, i, use_bias=False, scorer="scaled_dot",
+                 pooling="softmax", scorer_options=None, pooling_options=None, positional=None,
+                 positional_options=None, max_len=1000, norm_first=False, cross_attention=True, dtype=None,
+                 device=None):
+        super().__init__()
+        self.i = i
+        attention = dict(scorer=scorer, pooling=pooling, bias=use_bias, scorer_options=scorer_options,
+                         pooling_options=pooling_options, dtype=dtype, device=device)
+        self.attention1 = MultiHeadAttention(num_hiddens, num_heads, dropout, positional=positional,
+                                             positional_options=positional_options, max_len=max_len, **attention)
+        self.addnorm1 = AddNorm(num_hiddens, dropout, norm_first, dtype=dtype, device=device)
+        if cross_attention:
+            self.attention2 = MultiHeadAttention(num_hiddens, num_heads, dropout, **attention)
+            self.addnorm2 = AddNorm(num_hiddens, dropout, norm_first, dtype=dtype, device=device)
+        else:
+            self.attention2 = self.addnorm2 = None
+        self.ffn = PositionWiseFFN(num_hiddens, ffn_num_hiddens, num_hiddens, dtype=dtype, device=device)
+        self.addnorm3 = AddNorm(num_hiddens, dropout, norm_first, dtype=dtype, device=device)
+
+    def forward(self, X, state):
+        enc_outputs, enc_valid_lens, caches = state
+        X2, caches[self.i] = cached_self_attention(self.attention1, self.addnorm1.sublayer_input(X), caches[self.i])
+        Y = self.addnorm1(X, X2)
+        if self.attention2 is not None:
+            Y2 = self.attention2(self.addnorm2.sublayer_input(Y), enc_outputs, enc_outputs, enc_valid_lens)
+            Y = self.addnorm2(Y, Y2)
+        return self.addnorm3(Y, self.ffn(self.addnorm3.sublayer_input(Y))), state
+
+
+def _select_rows(obj, indices):
+    """Every tensor inside ``obj`` (nested lists / tuples, None) indexed by ``indices`` along
+    its first axis, the batch axis of every tensor in a Transformer decoder's state."""
+    if obj is None:
+        return None
+    if isinstance(obj, Tensor):
+        return obj[indices]
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_select_rows(o, indices) for o in obj)
+    raise TypeError(f"reorder_state: cannot select batch rows of a {type(obj).__name__} in the state")
+
+
+class TransformerDecoder(Module):
+    """The Transformer decoder (D2L 11.7.5): embeddings with positions, ``num_blks``
+    decoder blocks and a linear layer to vocabulary logits.
+
+    ``state = decoder.init_state(enc_outputs, enc_valid_lens)`` is D2L's
+    ``[enc_outputs, enc_valid_lens, [None] * num_blks]``, the last list holding each block's
+    key/value cache. ``decoder(X, state) -> (logits (batch, T, vocab_size), new_state)``:
+    X (batch, T) are the tokens that follow the cached ones -- the whole target sequence in
+    training (causal masking), one token (or a few) per step when decoding. The positions
+    continue from the cache: an "inputs" encoding gets ``offset`` = the number of cached
+    tokens, a rotary one the same offsets inside attention. The state passed in is not
+    changed (a new list is returned), so a caller may keep old states, as beam search does.
+
+    ``decoder.reorder_state(state, indices)`` keeps (or repeats) the batch rows ``indices``.
+    ``decoder.attention_weights``: [self-attention weights per block, encoder-decoder
+    attention weights per block] from the last call (D2L's two lists; the second holds None
+    without cross-attention). Arguments as for ``TransformerEncoder``; ``cross_attention``
+    as for ``TransformerDecoderBlock``.
+    """
+
+    def __init__(self, vocab_size, num_hiddens, ffn_num_hiddens, num_heads, num_blks, dropout, max_len=1000,
+                 positional="sinusoidal", use_bias=False, scorer="scaled_dot", pooling="softmax",
+                 scorer_options=None, pooling_options=None, positional_options=None, norm_first=False,
+                 cross_attention=True, dtype=None, device=None):
+        super().__init__()
+        if num_blks < 1:
+            raise ValueError(f"TransformerDecoder: num_blks must be at least 1, got {num_blks}")
+        self.num_hiddens, self.num_blks = num_hiddens, num_blks
+        self.embedding = TransformerEmbedding(vocab_size, num_hiddens, dropout, max_len, positional,
+                                              positional_options, dtype, device)
+        qk = _attention_options(positional, positional_options, max_len)
+        self.blks = ModuleList(
+            TransformerDecoderBlock(num_hiddens, ffn_num_hiddens, num_heads, dropout, i, use_bias, scorer, pooling,
+                                    scorer_options, pooling_options, norm_first=norm_first,
+                                    cross_attention=cross_attention, dtype=dtype, device=device, **qk)
+            for i in range(num_blks)
+        )
+        self.ln = LayerNorm(num_hiddens, dtype=dtype, device=device) if norm_first else None
+        self.dense = Linear(num_hiddens, vocab_size, dtype=dtype, device=device)
+
+    def init_state(self, enc_outputs, enc_valid_lens=None):
+        if enc_valid_lens is not None and not isinstance(enc_valid_lens, Tensor):
+            # a Tensor on the encoder's device, so that reorder_state can index it
+            enc_valid_lens = tensor(enc_valid_lens, device=self.dense.weight.device)
+        return [enc_outputs, enc_valid_lens, [None] * self.num_blks]
+
+    @staticmethod
+    def num_cached_steps(state):
+        """How many tokens the state's caches hold: the position of the next token."""
+        cache = state[2][0]
+        return 0 if cache is None else cache[0].shape[-2]
+
+    def forward(self, X, state):
+        state = [state[0], state[1], list(state[2])]  # a new list: the caller's state stays valid
+        X = self.embedding(X, offset=self.num_cached_steps(state))
+        for blk in self.blks:
+            X, state = blk(X, state)
+        if self.ln is not None:
+            X = self.ln(X)
+        return self.dense(X), state
+
+    def reorder_state(self, state, indices):
+        """The state of the batch made of rows ``indices`` (ints, (new_batch,)) of this one;
+        rows may repeat (beam search copies a source once per beam)."""
+        device = self.dense.weight.device
+        if isinstance(indices, Tensor):
+            indices = indices.to(device=device)
+        else:
+            indices = tensor(indices, dtype="int64", device=device)
+        return _select_rows(state, indices)
+
+    @property
+    def attention_weights(self):
+        return [[blk.attention1.attention_weights for blk in self.blks],
+                [None if blk.attention2 is None else blk.attention2.attention_weights for blk in self.blks]]
+
+
+# -- whole models -------------------------------------------------------------------------------
+class EncoderDecoder(Module):
+    """An encoder and a decoder trained as one model (D2L 10.6): the encoder reads the source,
+    the decoder predicts the target one token ahead, attending the encoder's outputs.
+
+    Training (teacher forcing: the decoder's input is the target shifted right by ``<bos>``)::
+
+        logits = model(enc_X, dec_X, enc_valid_lens)      # (batch, T, vocab_size)
+
+    Decoding, one step at a time (what greedy and beam search call)::
+
+        state = model.begin_decoding(enc_X, enc_valid_lens)   # runs the encoder once
+        logits, state = model.decode_step(tokens, state)      # tokens (batch, t) -> logits (batch, t, vocab)
+        state = model.reorder_state(state, indices)           # keep / repeat batch rows
+
+    ``decode_step`` feeds the tokens that follow those already decoded (first ``<bos>``,
+    then each chosen token) and returns logits for each of them; the next token's
+    distribution is ``logits[:, -1]``. States are values: ``decode_step`` and
+    ``reorder_state`` return new ones and leave their argument usable.
+
+    Any D2L-style pair works: ``encoder(enc_X, enc_valid_lens)`` returns what
+    ``decoder.init_state(enc_outputs, enc_valid_lens)`` takes, and ``decoder(X, state)``
+    returns ``(outputs, state)``. ``reorder_state`` needs ``decoder.reorder_state``, since
+    only the decoder knows where the batch axis of its state is.
+    """
+
+    def __init__(self, encoder, decoder):
+        super().__init__()
+        self.encoder, self.decoder = encoder, decoder
+
+    def forward(self, enc_X, dec_X, enc_valid_lens=None):
+        state = self.begin_decoding(enc_X, enc_valid_lens)
+        return self.decoder(dec_X, state)[0]
+
+    def begin_decoding(self, enc_X, enc_valid_lens=None):
+        enc_outputs = self.encoder(enc_X, enc_valid_lens)
+        return self.decoder.init_state(enc_outputs, enc_valid_lens)
+
+    def decode_step(self, tokens, state):
+        return self.decoder(tokens, state)
+
+    def reorder_state(self, state, indices):
+        reorder = getattr(self.decoder, "reorder_state", None)
+        if reorder is None:
+            raise TypeError(
+                f"{type(self.decoder).__name__} has no reorder_state(state, indices); define one that selects "
+                "the batch rows `indices` of every tensor in its state"
+            )
+        return reorder(state, indices)
+
+
+class TransformerLM(Module):
+    """A decoder-only Transformer language model (GPT, Radford et al. 2018): decoder blocks
+    without encoder-decoder attention, each token predicting the next one.
+
+        logits = lm(X)                  # X (batch, T) -> (batch, T, vocab_size), causal
+
+    Generation, with the same API as ``EncoderDecoder``::
+
+        state = lm.begin_decoding()                    # an empty cache, any batch size
+        logits, state = lm.decode_step(prompt, state)  # the prompt (batch, t) in one step
+        logits, state = lm.decode_step(next_tokens, state)   # then (batch, 1) per step
+        state = lm.reorder_state(state, indices)
+
+    Arguments as for ``TransformerDecoder`` (it is one, with ``cross_attention=False``).
+    ``lm.attention_weights``: the self-attention weights of every block from the last call.
+    """
+
+    def __init__(self, vocab_size, num_hiddens, ffn_num_hiddens, num_heads, num_blks, dropout, max_len=1000,
+                 positional="sinusoidal", use_bias=False, scorer="scaled_dot", pooling="softmax",
+                 scorer_options=None, pooling_options=None, positional_options=None, norm_first=False,
+                 dtype=None, device=None):
+        super().__init__()
+        self.decoder = TransformerDecoder(vocab_size, num_hiddens, ffn_num_hiddens, num_heads, num_blks, dropout,
+                                          max_len, positional, use_bias, scorer, pooling, scorer_options,
+                                          pooling_options, positional_options, norm_first, cross_attention=False,
+                                          dtype=dtype, device=device)
+
+    def forward(self, X):
+        return self.decoder(X, self.begin_decoding())[0]
+
+    def begin_decoding(self):
+        return self.decoder.init_state(None, None)
+
+    def decode_step(self, tokens, state):
+        return self.decoder(tokens, state)
+
+    def reorder_state(self, state, indices):
+        return self.decoder.reorder_state(state, indices)
+
+    @property
+    def attention_weights(self):
+        return self.decoder.attention_weights[0]
