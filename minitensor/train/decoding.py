@@ -1,0 +1,486 @@
+"""Decoding: turning a trained model's next-token distributions into sequences (D2L 10.8).
+
+A decoder gives, at every step, a distribution over the next token given the source c and
+the tokens y_1 .. y_{t-1} chosen so far. Choosing the output sequence is a search over all
+sequences for
+
+    argmax_y  (1 / L^alpha) * log P(y | c)
+            = (1 / L^alpha) * sum_{t=1..L} log P(y_t | y_1 .. y_{t-1}, c)
+
+where L counts the scored tokens (the final <eos> included when the sequence has one) and
+alpha is the *length penalty*: with alpha = 0 long sequences lose simply for having more
+(negative) terms; alpha = 0.75 is D2L's choice (10.8.3) and roughly undoes that bias.
+There are |V|^L sequences of length L, so exhaustive search is out of the question; two
+approximations are in use:
+
+- **greedy search**: take the most likely token at every step. One model call per step,
+  but a token that looks good now may lead only to poor continuations.
+- **beam search**: keep the k best partial sequences ("hypotheses"). At every step extend
+  each of them by every token, and keep the k best of the k * |V| extensions. With k = 1 it
+  is greedy search; with k large enough to keep every hypothesis it is exhaustive search.
+
+Both run here through one loop (``_search``): greedy search *is* beam search with k = 1,
+and sampling is the same loop with k = 1 ranking Gumbel-perturbed scores (see ``sample``).
+
+The rules of this beam search, per example (fairseq's, and Hugging Face's with
+``early_stopping=True``):
+
+1. Every live hypothesis h of length t - 1 is extended by every token v; an extension's
+   score is its total log-probability, score(h) + log P(v | h, c). All extensions have the
+   same length t, so ranking them by this sum is the same as ranking them by the length-
+   normalised score.
+2. An extension by <eos> that ranks among the k best extensions is a *finished* hypothesis:
+   it leaves the beam and is never extended again.
+3. The k best extensions by any other token form the new beam.
+4. An example is done once it has k finished hypotheses; every hypothesis still alive after
+   ``max_len`` steps is finished too, without an <eos>.
+5. The answer is the finished hypothesis with the best length-normalised score
+   log P / L^alpha (or the ``n_best`` best).
+
+Rule 4 is a heuristic: a hypothesis still alive might have finished with a better score
+than the k finished ones (all the likelier with alpha > 0, which rewards length). Nothing
+else is approximate, so a beam wide enough never to prune anything (k above the number of
+possible sequences) returns exactly what exhaustive search would.
+
+With k = 1, rule 2 finishes the hypothesis exactly when <eos> is the most likely token and
+rule 3 continues with the most likely token otherwise: greedy search, step for step.
+
+Batching. Each example's hypotheses are rows of one batch: row ``e * width + j`` is
+hypothesis j of example e. After every step the chosen rows are gathered with the model's
+``reorder_state(state, parents)`` (rows may repeat: two hypotheses can share a parent), and
+examples that are done simply drop out of the gather, so later steps cost nothing for them.
+The bookkeeping (scores, choices, back-pointers) is small and lives on the host in NumPy;
+the model runs on its own device, and each step moves only the (rows, |V|) log-probabilities
+to the host and one (rows, 1) tensor of chosen tokens back.
+
+A hypothesis is not stored as a growing list: each step records the chosen tokens and the row
+each came from (a back-pointer), and the finished sequences are read backwards at the end,
+as in the Viterbi algorithm -- O(1) work per row and step instead of copying prefixes.
+
+The model is any object with D2L's incremental decoding API (``EncoderDecoder``,
+``Seq2Seq``, ``TransformerLM``):
+
+    state = model.begin_decoding(enc_X, enc_valid_lens)      # or lm.begin_decoding()
+    logits, state = model.decode_step(tokens, state)         # (batch, t) -> (batch, t, |V|)
+    state = model.reorder_state(state, indices)              # keep / repeat batch rows
+"""
+
+import contextlib
+from typing import NamedTuple, Optional
+
+import numpy
+
+from ..data.batching import build_array
+from ..grad_mode import no_grad
+from ..ops import log_softmax
+from ..random import host_rng
+from ..tensor import Tensor, tensor
+
+__all__ = ["Hypothesis", "beam_search", "greedy", "sample", "translate", "generate", "step_attention"]
+
+
+class Hypothesis(NamedTuple):
+    """One decoded sequence.
+
+    ``tokens``: the generated token ids (without <bos>, the prompt and the final <eos>;
+    ``translate`` and ``generate`` give token strings instead). ``log_prob``: log P of the
+    generated tokens, the <eos> included when there is one. ``score``: log_prob / L^alpha,
+    L = len(tokens) + ended, what beam search maximises. ``ended``: True when the model chose
+    <eos>, False when ``max_len`` cut the sequence. ``attention``: with ``attention=True``, a
+    NumPy array (..., L, K), one query row per scored token (<eos> included, as in D2L's
+    ``predict_seq2seq``) and one column per key: (L, num_enc_steps) for the Bahdanau model,
+    (num_blks, num_heads, L, num_enc_steps) for the Transformer -- the layout
+    ``show_heatmaps`` draws, a row of panels per block and a column per head; else None.
+    """
+
+    tokens: list
+    score: float
+    log_prob: float
+    ended: bool
+    attention: Optional[numpy.ndarray] = None
+
+
+# -- what the loop needs from the model ------------------------------------------------------------
+def _device(model):
+    """The device of the model's parameters (where the tokens we feed must live)."""
+    for p in getattr(model, "parameters", lambda: ())():
+        return p.device
+    return "cpu"
+
+
+@contextlib.contextmanager
+def _inference(model):
+    """Evaluation mode (no dropout) and no autograd graph for the duration, then every
+    module's own mode back as it was (a model may be mid-training, or mixed on purpose)."""
+    modules = list(model.modules()) if hasattr(model, "modules") else []
+    modes = [m.training for m in modules]
+    for m in modules:
+        m.training = False
+    try:
+        with no_grad():
+            yield
+    finally:
+        for m, mode in zip(modules, modes):
+            m.training = mode
+
+
+def _first_tensor(obj):
+    if isinstance(obj, Tensor):
+        return obj
+    if isinstance(obj, (list, tuple)):
+        for o in obj:
+            t = _first_tensor(o)
+            if t is not None:
+                return t
+    return None
+
+
+def _batch_size(state, prompt, batch_size):
+    """How many examples: given, else the prompt's rows, else the first axis of the first
+    tensor in the state (the encoder's outputs, for both built-in encoder-decoders), else 1
+    (a language model's empty state fits any batch)."""
+    if batch_size is not None:
+        return int(batch_size)
+    if prompt is not None and prompt.ndim == 2:
+        return prompt.shape[0]
+    first = _first_tensor(state)
+    return 1 if first is None else first.shape[0]
+
+
+def _start_tokens(bos, prompt, batch):
+    """The first input, (batch, t): <bos> (if any) followed by the prompt (if any)."""
+    head = numpy.empty((batch, 0), dtype=numpy.int64) if bos is None else numpy.full((batch, 1), bos, numpy.int64)
+    if prompt is None:
+        start = head
+    else:
+        if prompt.ndim == 1:  # one prompt for every example
+            prompt = numpy.broadcast_to(prompt, (batch, prompt.shape[0]))
+        if prompt.shape[0] != batch:
+            raise ValueError(f"the prompt has {prompt.shape[0]} rows for a batch of {batch} examples")
+        start = numpy.concatenate([head, prompt], axis=1)
+    if start.shape[1] == 0:
+        raise ValueError("nothing to start decoding from: give bos, or a non-empty prompt")
+    return start
+
+
+def _as_prompt(prompt):
+    """A prompt as an int64 array: (t,) for one shared by all examples, (batch, t) per example.
+    Prompts of different lengths cannot share a batch: the decoders have no padding mask for
+    their own past, so a pad token would be attended as if it were text."""
+    if prompt is None:
+        return None
+    if isinstance(prompt, Tensor):
+        prompt = prompt.numpy()
+    if not isinstance(prompt, numpy.ndarray):
+        prompt = list(prompt)
+        if prompt and isinstance(prompt[0], (list, tuple, numpy.ndarray)):
+            lengths = {len(p) for p in prompt}
+            if len(lengths) > 1:
+                raise ValueError(
+                    f"prompts of different lengths {sorted(lengths)} cannot be decoded in one batch "
+                    "(the decoder has no mask for padding in its own past); decode them separately"
+                )
+    prompt = numpy.asarray(prompt, dtype=numpy.int64)
+    if prompt.ndim not in (1, 2):
+        raise ValueError(f"a prompt is (t,) or (batch, t) token ids, got shape {prompt.shape}")
+    return prompt
+
+
+def step_attention(model):
+    """The attention weights of the last query of the last ``decode_step``, one row per batch
+    row, as a host array; None if the model keeps none. Reads ``model.attention_weights`` or
+    ``model.decoder.attention_weights``:
+
+    - a Transformer decoder's ``[self-attention per block, cross-attention per block]``:
+      the cross-attention (the source positions a target token looked at), or the
+      self-attention without an encoder -> (batch, num_blks, num_heads, K);
+    - a list of (batch, num_heads, Q, K) tensors, one per block (``TransformerLM``)
+      -> (batch, num_blks, num_heads, K);
+    - a list of (batch, Q, K) tensors, one per step (the Bahdanau decoder) -> (batch, K).
+
+    Pass your own ``attention=fn`` to ``beam_search`` for any other layout: ``fn(model)``
+    returns a (batch, ..., K) array.
+    """
+    weights = getattr(model, "attention_weights", None)
+    if weights is None:
+        weights = getattr(getattr(model, "decoder", None), "attention_weights", None)
+    if not weights:
+        return None
+    if isinstance(weights[0], (list, tuple)):  # [self, cross] of a Transformer decoder
+        cross = weights[1] if len(weights) > 1 else None
+        weights = cross if cross and cross[0] is not None else weights[0]
+    if weights[0].ndim == 3:  # one (batch, Q, K) tensor per step: the last step, last query
+        return weights[-1][:, -1].numpy()
+    # one (batch, heads, Q, K) tensor per block: the last query of each, blocks stacked
+    return numpy.stack([w[:, :, -1].numpy() for w in weights], axis=1)
+
+
+# -- the one search loop ------------------------------------------------------------------------
+def _search(model, state, start, eos, max_len, beam_size, length_penalty, attention, noise, history):
+    """Beam search over ``start.shape[0]`` examples (see the module docstring for the rules).
+
+    Returns, per example, every finished hypothesis as (score, log_prob, ended, step, row):
+    the sequence is read back from ``history`` (a list the loop fills: per step, the chosen
+    tokens, their parent rows and the attention weights of the rows fed) by
+    ``_backtrack(history, step, row)``, plus <eos> when ``ended``. ``noise(shape)``, if
+    given, is added to the extensions' scores when *ranking* them, never to the scores
+    themselves: sampling (see ``sample``).
+    """
+    k = beam_size
+    device = _device(model)
+    examples = numpy.arange(start.shape[0])  # the examples still decoding, in row order
+    width = 1  # hypotheses per example: one (the start) until the first step has branched
+    scores = numpy.zeros(start.shape[0])  # log P of each row's hypothesis, on the host
+    finished = [[] for _ in examples]  # per example: (log_prob, length, ended, step, row)
+    num_finished = numpy.zeros(start.shape[0], dtype=numpy.int64)
+    inputs = start
+    for step in range(1, max_len + 1):
+        logits, state = model.decode_step(tensor(inputs, device=device), state)
+        # The distribution of the next token sits at the last position; normalise on the
+        # device, then bring (rows, |V|) to the host for the (cheap) bookkeeping.
+        logp = log_softmax(logits[:, -1], axis=-1).numpy().astype(numpy.float64)
+        weights = attention(model) if attention is not None else None
+        n, V = len(examples), logp.shape[-1]
+        rows_fed = n * width
+        total = (scores[:, None] + logp).reshape(n, width, V)  # log P of every extension
+        rank = total if noise is None else total + noise(total.shape)
+
+        if eos is not None:
+            # Rule 2: an <eos> extension among the k best of its example ends there. The
+            # k-th best extension is the bar; an -inf one is no hypothesis at all.
+            flat = rank.reshape(n, width * V)
+            bar = (numpy.partition(flat, width * V - k, axis=1)[:, width * V - k] if width * V > k
+                   else numpy.full(n, -numpy.inf))
+            ends = (rank[:, :, eos] >= bar[:, None]) & numpy.isfinite(total[:, :, eos])
+            for a, j in zip(*numpy.nonzero(ends)):  # at most k per example
+                finished[examples[a]].append((total[a, j, eos], step, True, step - 1, a * width + j))
+                num_finished[examples[a]] += 1
+            rank = rank.copy()
+            rank[:, :, eos] = -numpy.inf  # rule 3: the beam goes on with the other tokens
+        # Rule 4: an example with k finished hypotheses is done and leaves the batch.
+        live = num_finished[examples] < k
+
+        # Rule 3: the new beam, the best `new_width` extensions of each live example. Never
+        # wider than the number of non-<eos> extensions, so that no slot holds a dead -inf.
+        new_width = min(k, width * (V - (eos is not None)))
+        flat = rank[live].reshape(-1, width * V)
+        best = numpy.argpartition(-flat, new_width - 1, axis=1)[:, :new_width]
+        # best first (argpartition leaves them unordered): row order = rank within the beam
+        best = numpy.take_along_axis(best, numpy.argsort(-numpy.take_along_axis(flat, best, 1), 1, "stable"), 1)
+        parent, token = numpy.divmod(best, V)  # which hypothesis, extended by which token
+        parents = (numpy.flatnonzero(live)[:, None] * width + parent).ravel()  # rows fed this step
+        tokens = token.ravel()
+        scores = total.reshape(n * width, V)[parents, tokens]
+        history.append((tokens, parents, weights))
+        examples, width = examples[live], new_width
+
+        if step == max_len:  # rule 4: what is still alive is cut here, without <eos>
+            for r, e in enumerate(numpy.repeat(examples, width)):
+                finished[e].append((scores[r], step, False, step, r))
+        if len(examples) == 0 or step == max_len:
+            break
+        # Gather the chosen rows' states. Greedy search with no example done keeps every row
+        # where it is: skip the gather (a copy of every cache) then.
+        if len(parents) != rows_fed or (parents != numpy.arange(rows_fed)).any():
+            state = model.reorder_state(state, parents)
+        inputs = tokens[:, None]
+    return [[(lp / length ** length_penalty, lp, ended, s, r) for lp, length, ended, s, r in f] for f in finished]
+
+
+def _backtrack(history, step, row):
+    """Tokens (and attention rows) of the hypothesis in ``row`` after ``step`` steps, read
+    backwards through the back-pointers."""
+    tokens, weights = [], []
+    for s in range(step, 0, -1):
+        chosen, parents, attention = history[s - 1]
+        tokens.append(int(chosen[row]))
+        row = parents[row]  # the row fed at step s whose distribution chose this token
+        if attention is not None:
+            weights.append(attention[row])
+    return tokens[::-1], weights[::-1]
+
+
+def _stack_rows(rows):
+    """One (..., L, K) array from the L per-step rows (..., K): the queries (the generated
+    tokens) on the second-to-last axis, as in an attention matrix. Self-attention rows of an
+    LM grow by one key per step, so shorter ones are padded with zeros -- the weight a causal
+    mask gives a future key, so the result is the full (lower-triangular) attention matrix."""
+    if not rows:
+        return None
+    K = max(r.shape[-1] for r in rows)
+    pad = [numpy.pad(r, [(0, 0)] * (r.ndim - 1) + [(0, K - r.shape[-1])]) for r in rows]
+    return numpy.stack(pad, axis=-2)
+
+
+def _hypotheses(history, finished, n_best, want_attention):
+    out = []
+    for candidates in finished:
+        # best normalised score first; sorted() is stable, so ties keep the order found
+        ranked = sorted(candidates, key=lambda c: -c[0])[:n_best]
+        hyps = []
+        for score, log_prob, ended, step, row in ranked:
+            tokens, weights = _backtrack(history, step, row)
+            if ended and want_attention:  # the <eos> was chosen from row `row` at step + 1
+                weights.append(history[step][2][row])
+            attention = _stack_rows(weights) if want_attention else None
+            hyps.append(Hypothesis(tokens, float(score), float(log_prob), bool(ended), attention))
+        out.append(hyps)
+    return out
+
+
+def _run(model, state, bos, eos, max_len, beam_size, length_penalty, prompt, batch_size, attention, n_best,
+         noise=None):
+    """Check the arguments, run ``_search`` in inference mode, read the hypotheses back."""
+    if max_len < 1:
+        raise ValueError(f"max_len must be at least 1, got {max_len}")
+    if beam_size < 1:
+        raise ValueError(f"beam_size must be at least 1, got {beam_size}")
+    if n_best is not None and n_best < 1:
+        raise ValueError(f"n_best must be at least 1, got {n_best}")
+    prompt = _as_prompt(prompt)
+    start = _start_tokens(bos, prompt, _batch_size(state, prompt, batch_size))
+    attention_fn = step_attention if attention is True else (attention or None)
+    history = []
+    with _inference(model):
+        finished = _search(model, state, start, eos, max_len, beam_size, length_penalty, attention_fn, noise,
+                           history)
+    hyps = _hypotheses(history, finished, n_best or 1, attention_fn is not None)
+    return [h[0] for h in hyps] if n_best is None else hyps
+
+
+# -- the public searches ------------------------------------------------------------------------------
+def beam_search(model, state, bos, eos, max_len, beam_size=4, length_penalty=0.75, prompt=None, *,
+                n_best=None, batch_size=None, attention=False):
+    """Beam search (D2L 10.8.3) for every example of ``state``; see the module docstring.
+
+    ``state``: from ``model.begin_decoding(...)``. ``bos``: the id fed first (None to start
+    from the prompt alone, e.g. a language model). ``eos``: the id that ends a sequence (None:
+    every sequence runs ``max_len`` tokens). ``max_len``: at most this many tokens are
+    generated per sequence, <eos> included (as D2L's ``predict_seq2seq``: ``num_steps``
+    predictions). ``beam_size``: k, hypotheses kept per example (1: greedy search).
+    ``length_penalty``: alpha of the score log P / L^alpha, L the number of scored tokens
+    (<eos> included): 0.75 as in D2L, 0 for the plain log-probability. ``prompt``: token ids
+    forced after <bos> and not scored -- (t,) for all examples or (batch, t), e.g. the start
+    of a text for an LM. ``batch_size``: the number of examples, when neither the prompt nor
+    the state tells it (see ``_batch_size``). ``attention``: True to keep the attention
+    weights of each returned hypothesis (see ``step_attention``), or a function
+    ``fn(model) -> (batch, ..., K) array`` to read them your way.
+
+    Runs under ``no_grad`` with the model in eval mode (restored after). The ``state`` should
+    come from eval mode too (``translate`` and ``generate`` see to both).
+
+    Returns one ``Hypothesis`` per example (its best), or with ``n_best=n`` a list of the n
+    best per example, best first.
+    """
+    return _run(model, state, bos, eos, max_len, beam_size, length_penalty, prompt, batch_size, attention, n_best)
+
+
+def greedy(model, state, bos, eos, max_len, prompt=None, *, length_penalty=0.75, batch_size=None,
+           attention=False):
+    """Greedy search (D2L 10.8.1): the most likely token at every step, until <eos> or
+    ``max_len`` tokens. Exactly ``beam_search`` with ``beam_size=1`` (the same loop); the
+    arguments and the returned ``Hypothesis`` per example are as there."""
+    return beam_search(model, state, bos, eos, max_len, 1, length_penalty, prompt, batch_size=batch_size,
+                       attention=attention)
+
+
+def sample(model, state, bos, eos, max_len, temperature=1.0, prompt=None, *, length_penalty=0.75,
+           batch_size=None, attention=False, rng=None):
+    """Sampling: draw every next token from softmax(logits / temperature), until <eos> or
+    ``max_len`` tokens. One ``Hypothesis`` per example; arguments as for ``beam_search``.
+
+    It runs the beam-search loop with k = 1, ranking the extensions by
+
+        log P(v | h) + temperature * g_v,      g_v ~ Gumbel(0, 1) independent,
+
+    whose argmax is a sample from softmax(log P / temperature) (the Gumbel-max trick), so the
+    "best" extension *is* the drawn token; the reported scores stay the model's log P.
+    temperature -> 0 is greedy search; larger temperatures flatten the distribution. ``rng``:
+    a NumPy Generator (default: the one ``mt.manual_seed`` seeds).
+    """
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    rng = host_rng() if rng is None else rng
+
+    def gumbel(shape):
+        return -temperature * numpy.log(-numpy.log(rng.uniform(numpy.finfo(float).tiny, 1.0, shape)))
+
+    return _run(model, state, bos, eos, max_len, 1, length_penalty, prompt, batch_size, attention, None, gumbel)
+
+
+# -- from tokens to tokens ---------------------------------------------------------------------------
+def _token_lists(tokens, what):
+    """(list of token lists, True if one sequence was given)."""
+    if isinstance(tokens, str):
+        raise TypeError(
+            f"{what}: give a list of tokens, not a str (text.split() for words, list(text) for characters)"
+        )
+    tokens = list(tokens)
+    if tokens and isinstance(tokens[0], (list, tuple)):
+        return [list(t) for t in tokens], False
+    return [tokens], True
+
+
+def translate(model, src_tokens, src_vocab, tgt_vocab, num_steps, beam_size=1, device=None, *, max_len=None,
+              length_penalty=0.75, attention=False, n_best=None):
+    """Translate source tokens with an encoder-decoder (D2L's ``predict_seq2seq``).
+
+    ``src_tokens``: one sentence (a list of tokens) or a batch of them (a list of lists).
+    Each is encoded as the training data are (``data.build_array``): ids + <eos>, truncated
+    or padded with <pad> to ``num_steps``, with ``valid_lens`` counting the real positions.
+    The whole batch is decoded at once: beam search with ``beam_size`` (1: greedy), at most
+    ``max_len`` target tokens (default ``num_steps``). ``device``: where the source goes
+    (default: the model's).
+
+    Returns a ``Hypothesis`` per sentence -- one for one sentence, a list for a batch (lists
+    of n with ``n_best=n``) -- whose ``tokens`` are target *tokens* (strings), <eos> and what
+    follows it left out; ``attention`` as in ``beam_search`` (D2L's heatmaps).
+    """
+    lines, single = _token_lists(src_tokens, "translate")
+    device = _device(model) if device is None else device
+    enc_X, enc_valid_lens = build_array(lines, src_vocab, num_steps)
+    with _inference(model):  # the encoder too runs without dropout and without a graph
+        state = model.begin_decoding(tensor(enc_X, device=device), tensor(enc_valid_lens, device=device))
+        results = beam_search(model, state, tgt_vocab.bos, tgt_vocab.eos, num_steps if max_len is None else max_len,
+                              beam_size, length_penalty, n_best=n_best, batch_size=len(lines), attention=attention)
+    results = [_as_tokens(r, tgt_vocab) for r in results]
+    return results[0] if single else results
+
+
+def _as_tokens(result, vocab, prefix=()):
+    if isinstance(result, list):
+        return [_as_tokens(r, vocab, prefix) for r in result]
+    return result._replace(tokens=list(prefix) + vocab.to_tokens(result.tokens))
+
+
+def generate(lm, prompt_tokens, vocab, max_len, beam_size=1, temperature=None, *, length_penalty=0.75, rng=None):
+    """Continue a prompt with a language model (D2L's ``predict_ch8``).
+
+    ``prompt_tokens``: a list of tokens, or a batch of lists of equal length. The prompt is
+    fed in one ``decode_step`` (an empty prompt starts from <bos>); then up to ``max_len``
+    tokens follow, until the vocabulary's <eos> if it has one. ``temperature``: None for
+    search (``beam_size`` 1: greedy), a number > 0 to sample (``sample``; beam_size 1 only).
+
+    Returns a ``Hypothesis`` per prompt (one, or a list for a batch) whose ``tokens`` are the
+    prompt followed by its continuation, as strings, as D2L's ``predict_ch8`` returns them;
+    the scores are those of the continuation.
+    """
+    prompts, single = _token_lists(prompt_tokens, "generate")
+    if len({len(p) for p in prompts}) > 1:
+        raise ValueError("generate: prompts of different lengths cannot share a batch; generate them separately")
+    eos = vocab.eos if "<eos>" in vocab else None
+    ids = numpy.array([vocab[p] for p in prompts], dtype=numpy.int64).reshape(len(prompts), -1)
+    bos, prompt = (vocab.bos, None) if ids.shape[1] == 0 else (None, ids)
+    with _inference(lm):
+        state = lm.begin_decoding()
+        if temperature is None:
+            results = beam_search(lm, state, bos, eos, max_len, beam_size, length_penalty, prompt,
+                                  batch_size=len(prompts))
+        else:
+            if beam_size != 1:
+                raise ValueError(f"generate: sampling draws one sequence per prompt; beam_size must be 1, "
+                                 f"got {beam_size}")
+            results = sample(lm, state, bos, eos, max_len, temperature, prompt, length_penalty=length_penalty,
+                             batch_size=len(prompts), rng=rng)
+    results = [_as_tokens(r, vocab, p) for r, p in zip(results, prompts)]
+    return results[0] if single else results
