@@ -102,10 +102,12 @@ _KERNEL_OPTIONS = dict(cache=True, fastmath=FASTMATH, error_model="numpy",
 _HELPER_OPTIONS = dict(cache=True, fastmath=FASTMATH)
 
 # Below this many elements a kernel runs on one thread. Waking the thread pool
-# costs microseconds, more than a small softmax takes, and milliseconds when
-# other processes keep the other cores busy (measured: a (64, 128) softmax took
-# 5 us alone and 10-20 ms at 2 threads on a loaded 2-core machine).
-PARALLEL_MIN_SIZE = 32768
+# costs microseconds, more than a small softmax takes, and milliseconds when the
+# other cores are busy -- with other processes, or with NumPy's own BLAS threads
+# in the same training step (measured at 2 threads: a (64, 128) softmax took
+# 5 us alone and 10-20 ms on a loaded machine; the D2L-size Transformer step went
+# from 254 ms to 25 ms with attention softmaxes of 51,200 elements kept serial).
+PARALLEL_MIN_SIZE = 2**18
 
 
 def _kernel(fn):
