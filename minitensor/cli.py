@@ -42,6 +42,244 @@ def _demo(args):
     return demo.main(args)
 
 
+def _options(items, what):
+    from .train.config import parse_options
+
+    try:
+        return parse_options(items, what)
+    except ValueError as e:
+        raise SystemExit(f"minitensor: error: {e}")
+
+
+def config_from_args(args):
+    """A TrainConfig from ``minitensor train``'s arguments (flags left out keep the defaults)."""
+    from .train.config import TrainConfig
+
+    config = TrainConfig()
+    changes = {}
+    for name in ("task", "data", "text", "model", "scorer", "pooling", "positional", "num_hiddens", "ffn_num_hiddens",
+                 "num_heads", "num_blks", "dropout", "epochs", "steps", "batch_size", "lr", "device", "seed", "out",
+                 "label_smoothing", "num_train", "num_heldout", "min_len", "max_len", "max_examples", "optimizer",
+                 "weight_decay", "schedule", "warmup_steps", "clip_grad_norm", "lm_num_steps"):
+        value = getattr(args, name, None)
+        if value is not None:
+            changes[name] = value
+    if args.norm_first:
+        changes["norm_first"] = True
+    if args.no_progress:
+        changes["progress"] = False
+    changes["scorer_options"] = _options(args.scorer_opt, "--scorer-opt")
+    changes["pooling_options"] = _options(args.pooling_opt, "--pooling-opt")
+    if args.text and "model" not in changes:
+        changes["model"] = "lm"
+    if args.task in ("reverse", "copy", "sort") and "out" not in changes:
+        changes["out"] = f"runs/{args.task}"
+    elif "out" not in changes:
+        changes["out"] = "runs/lm" if args.text else "runs/corpus" if args.data else "runs/date"
+    return config.replace(**changes)
+
+
+def _train(args):
+    import os
+
+    from .train.checkpoint import CheckpointError, load_checkpoint
+    from .train.config import TrainConfig
+    from .train.loop import CHECKPOINT_DIR, TrainingError, train
+
+    config = config_from_args(args)
+    if args.resume:
+        # The run continues with its own settings; only the length (and progress bar) may change.
+        try:
+            saved = load_checkpoint(os.path.join(config.out, CHECKPOINT_DIR), restore_rng=False)["config"]
+        except CheckpointError as e:
+            print(f"minitensor train: error: {e}", file=sys.stderr)
+            return 1
+        changes = {k: getattr(config, k) for k in ("epochs", "steps") if getattr(args, k) is not None}
+        changes["progress"] = config.progress
+        config = TrainConfig.from_dict(saved).replace(**changes)
+    from .plugins import PluginError, UnknownPluginError
+
+    try:
+        config.validate()
+        train(config, resume=args.resume)
+    except (TrainingError, CheckpointError, ValueError, OSError, PluginError, UnknownPluginError, TypeError) as e:
+        # TypeError: an attention plugin rejected its options (--scorer-opt / --pooling-opt)
+        message = e.args[0] if isinstance(e, KeyError) and e.args else e
+        print(f"minitensor train: error: {message}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"\ninterrupted; the last checkpoint (end of the last finished epoch) is in "
+              f"{os.path.join(config.out, CHECKPOINT_DIR)}: continue with minitensor train --out {config.out} --resume",
+              file=sys.stderr)
+        return 130
+    return 0
+
+
+def _load_for_inference(directory):
+    """(model in eval mode, config, src vocab, tgt vocab, num_steps, tgt_num_steps) from a checkpoint directory (a run's
+    --out, or its checkpoint/ folder)."""
+    import os
+
+    from .train.checkpoint import load_checkpoint
+    from .train.config import TrainConfig, build_model
+    from .train.loop import CHECKPOINT_DIR
+
+    if os.path.isdir(os.path.join(directory, CHECKPOINT_DIR)):
+        directory = os.path.join(directory, CHECKPOINT_DIR)
+    info = load_checkpoint(directory, restore_rng=False)
+    if not info["config"]:
+        raise ValueError(f"{directory}: the checkpoint holds no training config; cannot rebuild its model")
+    config = TrainConfig.from_dict(info["config"]).replace(device="cpu")
+    src_vocab, tgt_vocab = info["vocabs"]["src"], info["vocabs"]["tgt"]
+    model = build_model(config, src_vocab, tgt_vocab)
+    load_checkpoint(directory, model, restore_rng=False)
+    model.eval()
+    extra = info["extra"] or {}
+    return model, config, src_vocab, tgt_vocab, extra.get("num_steps", 0), extra.get("tgt_num_steps")
+
+
+def _translate(args):
+    import os
+
+    from .train.checkpoint import CheckpointError
+    from .train.config import detokenize, tokenize_text
+    from .train.decoding import translate
+
+    try:
+        model, config, src_vocab, tgt_vocab, num_steps, tgt_num_steps = _load_for_inference(args.checkpoint)
+    except (CheckpointError, ValueError) as e:
+        print(f"minitensor translate: error: {e}", file=sys.stderr)
+        return 1
+    if config.model == "lm":
+        print("minitensor translate: error: this checkpoint is a language model; use minitensor generate",
+              file=sys.stderr)
+        return 1
+    for i, line in enumerate(args.text):
+        src = tokenize_text(config, line)
+        # padded as in training (the Bahdanau encoder's GRU reads the padding too)
+        steps = max(num_steps, len(src) + 1)
+        max_len = args.max_len or tgt_num_steps or 2 * steps
+        hyp = translate(model, src, src_vocab, tgt_vocab, steps, beam_size=args.beam, max_len=max_len,
+                        attention=args.show_attention)
+        print(detokenize(config, hyp.tokens))
+        if args.show_attention:
+            path = _attention_png(args, config, model, src, hyp, i)
+            print(f"attention: {os.path.abspath(path)}")
+    return 0
+
+
+def _attention_png(args, config, model, src, hyp, i):
+    import os
+
+    from .train.plots import plot_cross_attention, plot_seq2seq_attention
+
+    run_dir = os.path.abspath(args.checkpoint.rstrip("/\\"))
+    if os.path.basename(run_dir) == "checkpoint":  # given the checkpoint itself: its run directory
+        run_dir = os.path.dirname(run_dir)
+    path = os.path.join(args.attention_dir or run_dir, f"translate_attention_{i + 1}.png")
+    rows = hyp.tokens + (["<eos>"] if hyp.ended else [])
+    cols = src + ["<eos>"]
+    attention = hyp.attention[..., :len(cols)]  # the padding columns carry no weight
+    if config.model == "bahdanau":
+        plot_seq2seq_attention(attention, cols, rows, path=path)
+    else:
+        plot_cross_attention(attention, cols, rows, path=path)
+    return path
+
+
+def _generate(args):
+    from .train.checkpoint import CheckpointError
+    from .train.config import detokenize, tokenize_text
+    from .train.decoding import generate
+
+    try:
+        model, config, _, vocab, _, _ = _load_for_inference(args.checkpoint)
+    except (CheckpointError, ValueError) as e:
+        print(f"minitensor generate: error: {e}", file=sys.stderr)
+        return 1
+    if config.model != "lm":
+        print("minitensor generate: error: this checkpoint is an encoder-decoder; use minitensor translate",
+              file=sys.stderr)
+        return 1
+    import minitensor as mt
+
+    mt.manual_seed(args.seed)
+    hyp = generate(model, tokenize_text(config, args.prompt), vocab, args.max_len, beam_size=args.beam,
+                   temperature=args.temperature)
+    print(detokenize(config, hyp.tokens))
+    return 0
+
+
+def _add_train_parser(sub):
+    from .train.config import MODELS, OPTIMIZERS, SCHEDULES, TASKS
+
+    p = sub.add_parser("train", help="train a Transformer (or Bahdanau model, or char LM) with progress, "
+                                     "evaluation, checkpoints and figures",
+                       description="Train on a generated task (default: date normalisation), a tab-separated "
+                                   "corpus (--data) or a text (--text, character LM). Defaults: D2L's small "
+                                   "Transformer, scaled_dot attention, softmax pooling, sinusoidal positions, CPU.")
+    data = p.add_argument_group("data")
+    data.add_argument("--task", choices=TASKS, default=None, help="generated task (default: date)")
+    data.add_argument("--data", metavar="FILE", help="tab-separated parallel corpus (D2L fra-eng format)")
+    data.add_argument("--text", metavar="FILE", help="a text file: train a character language model")
+    data.add_argument("--num-train", type=int, help="generated training examples (default 20000)")
+    data.add_argument("--num-heldout", type=int, help="generated held-out examples (default 1000)")
+    data.add_argument("--min-len", type=int, help="shortest sequence of reverse/copy/sort (default 1)")
+    data.add_argument("--max-len", type=int, help="longest sequence of reverse/copy/sort (default 10)")
+    data.add_argument("--max-examples", type=int, help="read only this many corpus lines / text characters")
+    data.add_argument("--lm-num-steps", type=int, help="window length of the language model (default 64)")
+    model = p.add_argument_group("model")
+    model.add_argument("--model", choices=MODELS, help="default: transformer (lm with --text)")
+    model.add_argument("--scorer", help="attention scorer plugin (default scaled_dot; additive for bahdanau)")
+    model.add_argument("--pooling", help="attention pooling plugin (default softmax)")
+    model.add_argument("--positional", help="positional encoding plugin (default sinusoidal)")
+    model.add_argument("--scorer-opt", action="append", metavar="KEY=VALUE", help="scorer option (repeatable)")
+    model.add_argument("--pooling-opt", action="append", metavar="KEY=VALUE", help="pooling option (repeatable)")
+    model.add_argument("--num-hiddens", type=int)
+    model.add_argument("--ffn-num-hiddens", type=int)
+    model.add_argument("--num-heads", type=int)
+    model.add_argument("--num-blks", type=int)
+    model.add_argument("--dropout", type=float)
+    model.add_argument("--norm-first", action="store_true", help="pre-LN blocks instead of the book's post-LN")
+    opt = p.add_argument_group("optimisation")
+    length = opt.add_mutually_exclusive_group()
+    length.add_argument("--epochs", type=int, help="default 4")
+    length.add_argument("--steps", type=int, help="train this many steps instead of whole epochs")
+    opt.add_argument("--batch-size", type=int)
+    opt.add_argument("--lr", type=float, help="peak learning rate (default 3e-3)")
+    opt.add_argument("--optimizer", choices=OPTIMIZERS)
+    opt.add_argument("--weight-decay", type=float)
+    opt.add_argument("--schedule", choices=SCHEDULES, help="default: cosine (with warm-up)")
+    opt.add_argument("--warmup-steps", type=int, help="default: 5%% of the steps")
+    opt.add_argument("--label-smoothing", type=float)
+    opt.add_argument("--clip-grad-norm", type=float, help="default 1.0; 0 turns clipping off")
+    run = p.add_argument_group("run")
+    run.add_argument("--device")
+    run.add_argument("--seed", type=int)
+    run.add_argument("--out", metavar="DIR", help="where the checkpoint and figures go (default runs/<task>)")
+    run.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
+    run.add_argument("--no-progress", action="store_true", help="no progress bar (also off when not a terminal)")
+    p.set_defaults(func=_train)
+
+    t = sub.add_parser("translate", help="translate text with a trained encoder-decoder checkpoint")
+    t.add_argument("text", nargs="+", help="source text(s), e.g. \"3 May 2021\"")
+    t.add_argument("--checkpoint", required=True, metavar="DIR", help="a run's --out directory or its checkpoint/")
+    t.add_argument("--beam", type=int, default=1, metavar="K", help="beam search with K beams (default 1: greedy)")
+    t.add_argument("--max-len", type=int, help="longest output in tokens")
+    t.add_argument("--show-attention", action="store_true", help="write the attention heatmap as a PNG")
+    t.add_argument("--attention-dir", metavar="DIR", help="where the heatmap goes (default: the run directory)")
+    t.set_defaults(func=_translate)
+
+    g = sub.add_parser("generate", help="continue a prompt with a trained language-model checkpoint")
+    g.add_argument("--checkpoint", required=True, metavar="DIR")
+    g.add_argument("--prompt", default="", help="the text to continue")
+    g.add_argument("--max-len", type=int, default=100, help="tokens to generate (default 100)")
+    g.add_argument("--beam", type=int, default=1, metavar="K")
+    g.add_argument("--temperature", type=float, help="sample at this temperature instead of greedy search")
+    g.add_argument("--seed", type=int, default=0)
+    g.set_defaults(func=_generate)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="minitensor", description="minitensor: a readable deep-learning framework")
     parser.add_argument("--version", action="store_true", help="print the version and exit")
@@ -57,6 +295,7 @@ def main(argv=None):
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--device", default="cpu")
     demo.set_defaults(func=_demo)
+    _add_train_parser(sub)
     args = parser.parse_args(argv)
     if args.version or args.command is None:
         return _info(args)

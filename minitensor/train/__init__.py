@@ -5,3 +5,5 @@ from .plots import (plot_cross_attention, plot_decoder_self_attention, plot_enco
                     stack_decoding_steps)
 from .checkpoint import CheckpointError, get_rng_state, load_checkpoint, save_checkpoint, set_rng_state  # noqa: F401
 from .decoding import Hypothesis, beam_search, generate, greedy, sample, step_attention, translate  # noqa: F401
+from .config import TrainConfig, build_data, build_model  # noqa: F401
+from .loop import TrainingError, TrainResult, evaluate, train  # noqa: F401

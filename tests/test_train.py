@@ -1,0 +1,169 @@
+"""The training loop, its checkpoints and resume, and the train / translate / generate commands."""
+
+import os
+
+import numpy
+import pytest
+
+from minitensor import cli
+from minitensor.train import loop
+from minitensor.train.config import TrainConfig, build_model, parse_options
+from minitensor.train.loop import TrainingError, train
+
+pytest.importorskip("safetensors")
+
+
+def quiet(message):
+    pass
+
+
+def reverse_config(tmp_path, **changes):
+    """Small enough for seconds on a CPU, big enough that reversal is learnt."""
+    settings = dict(task="reverse", num_train=2400, num_heldout=100, max_len=5, epochs=5, batch_size=32,
+                    num_blks=1, dropout=0.0, lr=5e-3, progress=False, out=str(tmp_path / "run"))
+    settings.update(changes)
+    return TrainConfig(**settings)
+
+
+def test_reversal_is_learnt_with_positions_and_not_without(tmp_path):
+    with_positions = train(reverse_config(tmp_path / "a"), log=quiet)
+    assert with_positions.accuracy >= 0.95
+    # Without positions self-attention sees the source as a bag of tokens: no way to reverse it.
+    without = train(reverse_config(tmp_path / "b", positional="none"), log=quiet)
+    assert without.accuracy <= 0.6
+    assert with_positions.history["loss"][-1] < without.history["loss"][-1]
+    for name in ("loss.png", "attention_cross.png", "attention_encoder_self.png", "attention_decoder_self.png"):
+        assert os.path.getsize(tmp_path / "a" / "run" / name) > 0
+
+
+def _weights(model):
+    return {k: v.numpy().copy() for k, v in model.state_dict().items()}
+
+
+def test_resume_continues_exactly_as_an_uninterrupted_run(tmp_path):
+    # dropout on: the resumed run must also restore the random generators
+    settings = dict(num_train=300, epochs=2, dropout=0.1, num_blks=1, label_smoothing=0.1)
+    whole = train(reverse_config(tmp_path / "whole", **settings), log=quiet)
+    config = reverse_config(tmp_path / "parts", **settings)
+    first = train(config, log=quiet, stop_after_epochs=1)
+    assert not first.finished and first.epoch == 1
+    assert len(first.history["loss"]) < len(whole.history["loss"])
+    resumed = train(config, log=quiet, resume=True)
+    assert resumed.finished and resumed.step == whole.step
+    assert resumed.history["loss"] == whole.history["loss"]  # bit for bit, every step
+    assert resumed.history["eval"] == whole.history["eval"]
+    a, b = _weights(whole.model), _weights(resumed.model)
+    assert a.keys() == b.keys()
+    for key in a:
+        numpy.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+
+def test_resume_refuses_a_different_model(tmp_path):
+    config = reverse_config(tmp_path, num_train=100, epochs=1)
+    train(config, log=quiet)
+    with pytest.raises(TrainingError, match="num_hiddens"):
+        train(config.replace(num_hiddens=16, ffn_num_hiddens=32), log=quiet, resume=True)
+
+
+def test_the_same_seed_gives_the_same_run(tmp_path):
+    a = train(reverse_config(tmp_path / "a", num_train=200, epochs=1), log=quiet)
+    b = train(reverse_config(tmp_path / "b", num_train=200, epochs=1), log=quiet)
+    assert a.history["loss"] == b.history["loss"]
+    c = train(reverse_config(tmp_path / "c", num_train=200, epochs=1, seed=1), log=quiet)
+    assert c.history["loss"] != a.history["loss"]
+
+
+def test_a_nan_loss_stops_training_with_a_clear_message(tmp_path, monkeypatch):
+    real = loop._loss
+    calls = []
+
+    def poisoned(*args):
+        loss, n = real(*args)
+        calls.append(1)
+        return (loss * float("nan") if len(calls) == 3 else loss), n
+
+    monkeypatch.setattr(loop, "_loss", poisoned)
+    with pytest.raises(TrainingError, match=r"loss became nan at step 3 .*lower learning rate, e\.g\. --lr"):
+        train(reverse_config(tmp_path, num_train=200, epochs=1), log=quiet)
+    assert not os.path.exists(tmp_path / "run" / "checkpoint")  # no checkpoint of a diverged model
+
+
+@pytest.mark.filterwarnings("ignore:overflow:RuntimeWarning", "ignore:invalid value:RuntimeWarning")
+def test_a_huge_learning_rate_is_caught(tmp_path):
+    with pytest.raises(TrainingError, match="diverged"):
+        train(reverse_config(tmp_path, num_train=200, epochs=1, lr=1e30, clip_grad_norm=None), log=quiet)
+
+
+def test_the_bahdanau_model_trains_through_the_loop(tmp_path):
+    config = reverse_config(tmp_path, model="bahdanau", task="copy", num_train=640, epochs=3, num_hiddens=16)
+    result = train(config, log=quiet)
+    assert type(result.model).__name__ == "Seq2Seq"
+    assert result.model.decoder.attention.scorer_name == "additive"
+    losses = result.history["loss"]
+    assert numpy.mean(losses[-5:]) < 0.8 * numpy.mean(losses[:5])
+    assert 0.0 <= result.accuracy <= 1.0
+    assert os.path.getsize(tmp_path / "run" / "attention.png") > 0
+
+
+def test_scorer_options_are_parsed_by_type():
+    assert parse_options(["a=3", "b=0.5", "c=true", "d=hello", "e=none", "f=1e-3"]) == {
+        "a": 3, "b": 0.5, "c": True, "d": "hello", "e": None, "f": 1e-3}
+    with pytest.raises(ValueError, match="key=value"):
+        parse_options(["oops"])
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers()
+    cli._add_train_parser(sub)
+    config = cli.config_from_args(parser.parse_args(["train", "--scorer", "additive", "--scorer-opt", "num_hiddens=8",
+                                     "--pooling-opt", "temperature=0.5", "--task", "sort", "--norm-first"]))
+    assert config.scorer_options == {"num_hiddens": 8} and config.pooling_options == {"temperature": 0.5}
+    assert config.task == "sort" and config.norm_first and config.out == "runs/sort"
+    model = build_model(config.replace(num_blks=1, pooling_options={}), *_vocabs())
+    from minitensor.train.checkpoint import model_plugins
+
+    assert {"scorer": "additive", "pooling": "softmax"}.items() <= {p["kind"]: p["name"] for p in
+                                                                    model_plugins(model)}.items()
+
+
+def _vocabs():
+    from minitensor.data import build_vocabs
+
+    return build_vocabs([(list("abc"), list("cba"))])
+
+
+def test_cli_train_then_translate(tmp_path, capsys):
+    out = str(tmp_path / "run")
+    assert cli.main(["train", "--task", "reverse", "--num-train", "800", "--num-heldout", "20", "--max-len", "4",
+                     "--epochs", "2", "--batch-size", "32", "--num-blks", "1", "--out", out, "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    assert "held-out exact match" in printed and "checkpoint:" in printed and "wall time" in printed
+    assert cli.main(["translate", "--checkpoint", out, "abc", "--show-attention"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] and set(lines[0]) <= set("abcdefghij")
+    assert lines[1].startswith("attention: ") and os.path.getsize(lines[1].split(": ", 1)[1]) > 0
+    assert cli.main(["translate", "--checkpoint", os.path.join(out, "checkpoint"), "--beam", "3", "ab", "cd"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 2
+    # continue the run for one more epoch
+    assert cli.main(["train", "--out", out, "--resume", "--epochs", "3", "--no-progress"]) == 0
+    assert "resuming from" in capsys.readouterr().out
+
+
+def test_cli_reports_errors_without_a_traceback(tmp_path, capsys):
+    assert cli.main(["train", "--task", "reverse", "--num-train", "50", "--epochs", "1", "--out",
+                     str(tmp_path), "--scorer", "no_such_scorer"]) == 1
+    assert "unknown scorer 'no_such_scorer'" in capsys.readouterr().err
+    assert cli.main(["translate", "--checkpoint", str(tmp_path / "nothing"), "abc"]) == 1
+    assert "error" in capsys.readouterr().err
+
+
+def test_cli_char_lm_train_and_generate(tmp_path, capsys):
+    text = tmp_path / "text.txt"
+    text.write_text("the time machine by h g wells " * 40)
+    out = str(tmp_path / "lm")
+    assert cli.main(["train", "--text", str(text), "--lm-num-steps", "16", "--steps", "30", "--batch-size", "16",
+                     "--num-blks", "1", "--out", out, "--no-progress"]) == 0
+    assert "perplexity" in capsys.readouterr().out
+    assert cli.main(["generate", "--checkpoint", out, "--prompt", "the ", "--max-len", "12"]) == 0
+    generated = capsys.readouterr().out.rstrip("\n")
+    assert generated.startswith("the ") and len(generated) == 16
