@@ -406,3 +406,10 @@ def test_custom_function_under_no_grad(device):
     with mt.no_grad():
         y = Cube.apply(x)
     assert y.grad_fn is None and not y.requires_grad
+
+
+def test_integer_array_indexing_adds_up_repeated_and_negative_indices(device):
+    """x[[0, 0, 4, -1]]: row 0 is read twice and row 4 twice (as 4 and as -1)."""
+    x = mt.zeros(5, 3, requires_grad=True, device=device)
+    x[mt.tensor([0, 0, 4, -1], device=device)].sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy()[:, 0], [2, 0, 0, 0, 2])
