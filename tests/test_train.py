@@ -167,3 +167,15 @@ def test_cli_char_lm_train_and_generate(tmp_path, capsys):
     assert cli.main(["generate", "--checkpoint", out, "--prompt", "the ", "--max-len", "12"]) == 0
     generated = capsys.readouterr().out.rstrip("\n")
     assert generated.startswith("the ") and len(generated) == 16
+
+
+def test_norm_first_flag_selects_either_layer_norm_placement():
+    """Pre-LN is the default; --no-norm-first keeps the book's post-LN form reachable."""
+    from minitensor import cli
+
+    def config(*flags):
+        return cli.config_from_args(cli.build_parser().parse_args(["train", *flags]))
+
+    assert config().norm_first is True
+    assert config("--no-norm-first").norm_first is False
+    assert config("--norm-first").norm_first is True
