@@ -173,14 +173,11 @@ def minitensor_batches(batches):
     return [{k: mt.tensor(v) for k, v in b.items()} for b in batches]
 
 
-def minitensor_step(model, optimizer, batch):
-    """One training step; returns (loss, phase durations in seconds)."""
-    import minitensor as mt
-
+def timed_step(optimizer, compute_loss):
+    """One training step, either library; returns (loss, phase durations in seconds)."""
     start = time.perf_counter()
     optimizer.zero_grad()
-    logits = model(batch["enc_X"], batch["dec_X"], batch["enc_valid_lens"])
-    loss = mt.cross_entropy(logits, batch["Y"], mask=batch["mask"])
+    loss = compute_loss()
     middle = time.perf_counter()
     loss.backward()
     after_backward = time.perf_counter()
@@ -188,6 +185,16 @@ def minitensor_step(model, optimizer, batch):
     end = time.perf_counter()
     return loss, {"forward": middle - start, "backward": after_backward - middle,
                   "optimizer": end - after_backward, "total": end - start}
+
+
+def minitensor_step(model, optimizer, batch):
+    import minitensor as mt
+
+    def compute_loss():
+        logits = model(batch["enc_X"], batch["dec_X"], batch["enc_valid_lens"])
+        return mt.cross_entropy(logits, batch["Y"], mask=batch["mask"])
+
+    return timed_step(optimizer, compute_loss)
 
 
 def minitensor_state(model):
@@ -358,18 +365,12 @@ def torch_batches(torch, batches):
 
 
 def torch_step(torch, model, optimizer, batch):
-    start = time.perf_counter()
-    optimizer.zero_grad(set_to_none=True)
-    logits = model(batch["enc_X"], batch["dec_X"], batch["enc_valid_lens"])
-    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch["Y"].reshape(-1),
-                                             ignore_index=PAD)
-    middle = time.perf_counter()
-    loss.backward()
-    after_backward = time.perf_counter()
-    optimizer.step()
-    end = time.perf_counter()
-    return loss, {"forward": middle - start, "backward": after_backward - middle,
-                  "optimizer": end - after_backward, "total": end - start}
+    def compute_loss():
+        logits = model(batch["enc_X"], batch["dec_X"], batch["enc_valid_lens"])
+        return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch["Y"].reshape(-1),
+                                                 ignore_index=PAD)
+
+    return timed_step(optimizer, compute_loss)  # torch's zero_grad() sets grads to None by default
 
 
 def torch_grads(model):
