@@ -138,22 +138,34 @@ def _load_for_inference(directory):
     return model, config, src_vocab, tgt_vocab, extra.get("num_steps", 0), extra.get("tgt_num_steps")
 
 
+def _load_for_command(args, command):
+    """``_load_for_inference`` for ``translate`` / ``generate``: None (after one error line) when
+    the checkpoint cannot be loaded or holds the other kind of model."""
+    from .train.checkpoint import CheckpointError
+
+    try:
+        loaded = _load_for_inference(args.checkpoint)
+    except (CheckpointError, ValueError) as e:
+        print(f"minitensor {command}: error: {e}", file=sys.stderr)
+        return None
+    is_lm = loaded[1].model == "lm"
+    if is_lm != (command == "generate"):
+        kind, other = ("a language model", "generate") if is_lm else ("an encoder-decoder", "translate")
+        print(f"minitensor {command}: error: this checkpoint is {kind}; use minitensor {other}", file=sys.stderr)
+        return None
+    return loaded
+
+
 def _translate(args):
     import os
 
-    from .train.checkpoint import CheckpointError
     from .train.config import detokenize, tokenize_text
     from .train.decoding import translate
 
-    try:
-        model, config, src_vocab, tgt_vocab, num_steps, tgt_num_steps = _load_for_inference(args.checkpoint)
-    except (CheckpointError, ValueError) as e:
-        print(f"minitensor translate: error: {e}", file=sys.stderr)
+    loaded = _load_for_command(args, "translate")
+    if loaded is None:
         return 1
-    if config.model == "lm":
-        print("minitensor translate: error: this checkpoint is a language model; use minitensor generate",
-              file=sys.stderr)
-        return 1
+    model, config, src_vocab, tgt_vocab, num_steps, tgt_num_steps = loaded
     for i, line in enumerate(args.text):
         src = tokenize_text(config, line)
         # padded as in training (the Bahdanau encoder's GRU reads the padding too)
@@ -188,19 +200,13 @@ def _attention_png(args, config, model, src, hyp, i):
 
 
 def _generate(args):
-    from .train.checkpoint import CheckpointError
     from .train.config import detokenize, tokenize_text
     from .train.decoding import generate
 
-    try:
-        model, config, _, vocab, _, _ = _load_for_inference(args.checkpoint)
-    except (CheckpointError, ValueError) as e:
-        print(f"minitensor generate: error: {e}", file=sys.stderr)
+    loaded = _load_for_command(args, "generate")
+    if loaded is None:
         return 1
-    if config.model != "lm":
-        print("minitensor generate: error: this checkpoint is an encoder-decoder; use minitensor translate",
-              file=sys.stderr)
-        return 1
+    model, config, _, vocab, _, _ = loaded
     import minitensor as mt
 
     mt.manual_seed(args.seed)

@@ -44,3 +44,13 @@ def check(fn, *inputs, **kwargs):
 
 def host(t):
     return t.numpy() if isinstance(t, mt.Tensor) else np.asarray(t)
+
+
+# The Python operator behind each binary op's name (x + y, x / y, ...).
+OPERATOR = {
+    "add": lambda a, b: a + b,
+    "sub": lambda a, b: a - b,
+    "mul": lambda a, b: a * b,
+    "div": lambda a, b: a / b,
+    "pow": lambda a, b: a**b,
+}

@@ -10,7 +10,7 @@ import pytest
 
 import minitensor as mt
 from minitensor.autograd import Function
-from helpers import check, distinct, rand
+from helpers import OPERATOR, check, distinct, rand
 
 BROADCAST_PAIRS = [
     ((3, 4), (3, 4)),
@@ -28,14 +28,7 @@ BROADCAST_PAIRS = [
 def test_binary_broadcasting(device, op, sa, sb):
     a = rand(device, *sa, low=0.5, high=2.0, seed=1) if op == "pow" else rand(device, *sa, seed=1)
     b = rand(device, *sb, away=0.5, seed=2)
-    fn = {
-        "add": lambda a, b: a + b,
-        "sub": lambda a, b: a - b,
-        "mul": lambda a, b: a * b,
-        "div": lambda a, b: a / b,
-        "pow": lambda a, b: a**b,
-    }[op]
-    check(fn, a, b)
+    check(OPERATOR[op], a, b)
     # the functional form is the same op
     check(getattr(mt, op), a, b)
 

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import array_shapes, mutually_broadcastable_shapes
 
 import minitensor as mt
+from helpers import OPERATOR
 from conftest import DEVICES
 
 SETTINGS = settings(max_examples=30, deadline=None)
@@ -38,13 +39,6 @@ BINARY = {
     "mul": (np.multiply, lambda a, b: b + 0 * a, lambda a, b: a + 0 * b),
     "div": (np.divide, lambda a, b: 1 / b + 0 * a, lambda a, b: -a / b**2),
     "pow": (np.power, lambda a, b: b * a ** (b - 1), lambda a, b: a**b * np.log(a)),
-}
-OPERATOR = {
-    "add": lambda a, b: a + b,
-    "sub": lambda a, b: a - b,
-    "mul": lambda a, b: a * b,
-    "div": lambda a, b: a / b,
-    "pow": lambda a, b: a**b,
 }
 
 
