@@ -179,3 +179,59 @@ def test_norm_first_flag_selects_either_layer_norm_placement():
     assert config().norm_first is True
     assert config("--no-norm-first").norm_first is False
     assert config("--norm-first").norm_first is True
+
+
+SAMPLE = os.path.join(os.path.dirname(__file__), "data", "fra_eng_sample.txt")
+
+
+def test_a_parallel_corpus_trains_on_word_tokens_and_translates(tmp_path, capsys):
+    """``--data FILE``: D2L's fra-eng format, D2L's preprocessing, a held-out split."""
+    from minitensor.train.decoding import translate
+
+    config = TrainConfig(data=SAMPLE, heldout_fraction=0.2, epochs=60, batch_size=8, num_blks=1, lr=1e-2,
+                         progress=False, out=str(tmp_path / "fra"))
+    result = train(config, log=quiet)
+    # word tokens, lower-cased, punctuation split off (D2L 10.5)
+    assert {"apples", ",", "tom", "!"} <= set(result.src_vocab.idx_to_token)
+    assert "Tom" not in result.src_vocab.token_to_idx
+    data = loop.build_data(config, (result.src_vocab, result.tgt_vocab))
+    assert len(data.train) + len(data.heldout) == 16 and len(data.heldout) == 3
+    assert not {" ".join(s) for s, _ in data.train} & {" ".join(s) for s, _ in data.heldout}
+    # a model this size memorises its training pairs
+    hypotheses = translate(result.model, [s for s, _ in data.train], result.src_vocab, result.tgt_vocab,
+                           data.num_steps)
+    correct = sum(h.tokens == t for h, (_, t) in zip(hypotheses, data.train))
+    assert correct >= 0.9 * len(data.train)
+    # the command line reads the same file, and translate applies the same preprocessing
+    out = str(tmp_path / "cli")
+    assert cli.main(["train", "--data", SAMPLE, "--epochs", "60", "--batch-size", "8", "--num-blks", "1",
+                     "--lr", "1e-2", "--out", out, "--no-progress"]) == 0
+    assert "tab-separated" not in capsys.readouterr().err
+    assert cli.main(["translate", "--checkpoint", out, "Hi."]) == 0
+    assert capsys.readouterr().out.strip() in {"salut !", "qui ?", "va !", "cours !", "courez !"}
+
+
+def test_the_progress_bar_shows_loss_and_tokens_per_second_on_a_terminal(tmp_path, monkeypatch):
+    import io
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    tqdm_auto = pytest.importorskip("tqdm.auto")
+
+    class Eager(tqdm_auto.tqdm):  # redraw at every step, not every 0.1 s: the run is short
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, mininterval=0, miniters=1, **kwargs)
+
+    monkeypatch.setattr(tqdm_auto, "tqdm", Eager)
+    terminal = Terminal()
+    monkeypatch.setattr("sys.stderr", terminal)
+    train(reverse_config(tmp_path, num_train=320, epochs=1, progress=True), log=quiet)
+    shown = terminal.getvalue()
+    assert "10/10" in shown and "loss=" in shown and "tok_s=" in shown
+    # not a terminal (a log file, CI): no bar, no carriage returns
+    plain = io.StringIO()
+    monkeypatch.setattr("sys.stderr", plain)
+    train(reverse_config(tmp_path / "again", num_train=320, epochs=1, progress=True), log=quiet)
+    assert plain.getvalue() == ""

@@ -254,10 +254,10 @@ def train(config=None, log=print, *, resume=False, stop_after_epochs=None):
                 history["loss"].append(value)
                 tokens_seen += num_tokens
                 if bar is not None:
-                    bar.update(1)
-                    if step % 10 == 0 or step == total_steps:
+                    if step % 10 == 0 or step == total_steps:  # shown by the update below
                         rate = tokens_seen / max(time.perf_counter() - run_start, 1e-9)
                         bar.set_postfix(loss=f"{value:.3f}", tok_s=f"{rate:,.0f}", refresh=False)
+                    bar.update(1)
                 if step >= total_steps:
                     break
             # the end of an epoch, or of the run in the middle of one
