@@ -16,7 +16,8 @@ from . import backends, ops  # noqa: E402
 from . import _tensor_methods  # noqa: E402,F401  (attaches operators and methods to Tensor)
 from .autograd import Function  # noqa: E402
 from .backends import available_backends, get_backend  # noqa: E402
-from .creation import arange, full, ones, ones_like, rand, randint, randn, zeros, zeros_like  # noqa: E402
+from .creation import (arange, from_dlpack, full, ones, ones_like, rand, randint, randn, zeros,  # noqa: E402
+                       zeros_like)
 from .dtypes import bool_, float16, float32, float64, int32, int64, long  # noqa: E402
 from .dtypes import bool  # noqa: E402,A004
 from .errors import DeviceError, DTypeError, GradcheckError, GraphError, ShapeError  # noqa: E402
@@ -26,7 +27,7 @@ from .ops import *  # noqa: E402,F401,F403
 from .random import manual_seed  # noqa: E402
 from .tensor import Tensor, tensor  # noqa: E402
 
-from . import nn, optim  # noqa: E402
+from . import cuda, nn, optim  # noqa: E402
 
 
 def __getattr__(name):

@@ -9,6 +9,8 @@ def _info(args):
 
     print(f"minitensor {mt.__version__}")
     print(f"devices: {', '.join(mt.available_backends())}")
+    reason = mt.cuda.unavailable_reason()
+    print("cuda: available" if reason is None else f"cuda: not available ({reason})")
     return 0
 
 
@@ -97,12 +99,14 @@ def _train(args):
         changes = {k: getattr(config, k) for k in ("epochs", "steps") if getattr(args, k) is not None}
         changes["progress"] = config.progress
         config = TrainConfig.from_dict(saved).replace(**changes)
+    from .errors import DeviceError
     from .plugins import PluginError, UnknownPluginError
 
     try:
         config.validate()
         train(config, resume=args.resume)
-    except (TrainingError, CheckpointError, ValueError, OSError, PluginError, UnknownPluginError, TypeError) as e:
+    except (TrainingError, CheckpointError, ValueError, OSError, PluginError, UnknownPluginError, TypeError,
+            DeviceError) as e:
         # TypeError: an attention plugin rejected its options (--scorer-opt / --pooling-opt)
         message = e.args[0] if isinstance(e, KeyError) and e.args else e
         print(f"minitensor train: error: {message}", file=sys.stderr)
@@ -115,9 +119,9 @@ def _train(args):
     return 0
 
 
-def _load_for_inference(directory):
-    """(model in eval mode, config, src vocab, tgt vocab, num_steps, tgt_num_steps) from a checkpoint directory (a run's
-    --out, or its checkpoint/ folder)."""
+def _load_for_inference(directory, device="cpu"):
+    """(model in eval mode on ``device``, config, src vocab, tgt vocab, num_steps, tgt_num_steps) from a checkpoint
+    directory (a run's --out, or its checkpoint/ folder)."""
     import os
 
     from .train.checkpoint import load_checkpoint
@@ -129,10 +133,10 @@ def _load_for_inference(directory):
     info = load_checkpoint(directory, restore_rng=False)
     if not info["config"]:
         raise ValueError(f"{directory}: the checkpoint holds no training config; cannot rebuild its model")
-    config = TrainConfig.from_dict(info["config"]).replace(device="cpu")
+    config = TrainConfig.from_dict(info["config"]).replace(device=device)
     src_vocab, tgt_vocab = info["vocabs"]["src"], info["vocabs"]["tgt"]
     model = build_model(config, src_vocab, tgt_vocab)
-    load_checkpoint(directory, model, restore_rng=False)
+    load_checkpoint(directory, model, restore_rng=False, map_device=device)
     model.eval()
     extra = info["extra"] or {}
     return model, config, src_vocab, tgt_vocab, extra.get("num_steps", 0), extra.get("tgt_num_steps")
@@ -141,11 +145,12 @@ def _load_for_inference(directory):
 def _load_for_command(args, command):
     """``_load_for_inference`` for ``translate`` / ``generate``: None (after one error line) when
     the checkpoint cannot be loaded or holds the other kind of model."""
+    from .errors import DeviceError
     from .train.checkpoint import CheckpointError
 
     try:
-        loaded = _load_for_inference(args.checkpoint)
-    except (CheckpointError, ValueError) as e:
+        loaded = _load_for_inference(args.checkpoint, args.device)
+    except (CheckpointError, ValueError, DeviceError) as e:
         print(f"minitensor {command}: error: {e}", file=sys.stderr)
         return None
     is_lm = loaded[1].model == "lm"
@@ -262,7 +267,7 @@ def _add_train_parser(sub):
     opt.add_argument("--label-smoothing", type=float)
     opt.add_argument("--clip-grad-norm", type=float, help="default 1.0; 0 turns clipping off")
     run = p.add_argument_group("run")
-    run.add_argument("--device")
+    run.add_argument("--device", help="cpu (default) or cuda (needs the gpu extra and an NVIDIA GPU)")
     run.add_argument("--seed", type=int)
     run.add_argument("--out", metavar="DIR", help="where the checkpoint and figures go (default runs/<task>)")
     run.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
@@ -276,6 +281,7 @@ def _add_train_parser(sub):
     t.add_argument("--max-len", type=int, help="longest output in tokens")
     t.add_argument("--show-attention", action="store_true", help="write the attention heatmap as a PNG")
     t.add_argument("--attention-dir", metavar="DIR", help="where the heatmap goes (default: the run directory)")
+    t.add_argument("--device", default="cpu", help="where the model runs (default cpu; a checkpoint loads on any device)")
     t.set_defaults(func=_translate)
 
     g = sub.add_parser("generate", help="continue a prompt with a trained language-model checkpoint")
@@ -285,6 +291,7 @@ def _add_train_parser(sub):
     g.add_argument("--beam", type=int, default=1, metavar="K")
     g.add_argument("--temperature", type=float, help="sample at this temperature instead of greedy search")
     g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--device", default="cpu", help="where the model runs (default cpu)")
     g.set_defaults(func=_generate)
 
 

@@ -1,4 +1,4 @@
-"""Making new tensors: zeros, ones, full, arange, randn, rand, randint, and ``*_like``."""
+"""Making new tensors: zeros, ones, full, arange, randn, rand, randint, ``*_like``, ``from_dlpack``."""
 
 from .backends import get_backend
 from .dtypes import as_dtype, float32
@@ -67,3 +67,25 @@ def zeros_like(t, dtype=None, requires_grad=False):
 
 def ones_like(t, dtype=None, requires_grad=False):
     return ones(t.shape, dtype=dtype or t.dtype, device=t.device, requires_grad=requires_grad)
+
+
+# DLPack device types (dlpack.h: kDLCPU, kDLCUDA) and the minitensor device that holds each
+_DLPACK_DEVICES = {1: "cpu", 2: "cuda"}
+
+
+def from_dlpack(obj):
+    """A tensor sharing memory with ``obj`` (a NumPy/CuPy array, a torch tensor, ... anything
+    with ``__dlpack__``): no copy, as ``torch.from_dlpack``. Writing to one changes the other.
+
+    The device follows the producer's ``__dlpack_device__()``: CPU memory becomes a "cpu"
+    tensor (NumPy), CUDA memory a "cuda" tensor (CuPy).
+    """
+    if not hasattr(obj, "__dlpack__"):
+        raise TypeError(f"from_dlpack: a {type(obj).__name__} has no __dlpack__ (not a DLPack producer)")
+    device_type, device_id = obj.__dlpack_device__()
+    name = _DLPACK_DEVICES.get(int(device_type))
+    if name is None:
+        raise ValueError(f"from_dlpack: DLPack device type {int(device_type)} (device {device_id}) is not supported; "
+                         f"minitensor holds CPU (1) and CUDA (2) memory")
+    backend = get_backend(name)
+    return Tensor._make(backend.xp.from_dlpack(obj), backend, None)

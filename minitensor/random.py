@@ -6,7 +6,7 @@ so two runs with the same seed compute the same numbers.
 
 import numpy
 
-from .backends import _BACKENDS
+from .backends import _BACKENDS, _SEED
 
 _host = numpy.random.default_rng()
 
@@ -15,6 +15,7 @@ def manual_seed(seed):
     """Seed every backend's generator and the host generator used for data order."""
     global _host
     seed = int(seed)
+    _SEED[0] = seed
     _host = numpy.random.default_rng(seed)
     for backend in _BACKENDS.values():
         backend.seed(seed)

@@ -116,6 +116,21 @@ class Tensor:
             raise TypeError(f"a tensor on {self.device!r} cannot turn into a NumPy array implicitly; call .numpy()")
         return self.data if dtype is None else self.data.astype(dtype)
 
+    # -- DLPack: zero-copy exchange with NumPy, CuPy, PyTorch, JAX... ------------------------
+    def __dlpack__(self, *args, **kwargs):
+        """The data as a DLPack capsule (no copy); ``torch.from_dlpack(t)`` shares memory with ``t``.
+
+        As in PyTorch, a tensor that requires grad is refused: the consumer would write
+        behind autograd's back. ``mt.from_dlpack`` is the way in.
+        """
+        if self.requires_grad:
+            raise RuntimeError("__dlpack__: cannot export a tensor that requires grad; export t.detach() instead")
+        return self.data.__dlpack__(*args, **kwargs)
+
+    def __dlpack_device__(self):
+        """(device type, device id) as DLPack numbers them: (1, 0) for the CPU, (2, n) for CUDA GPU n."""
+        return self.data.__dlpack_device__()
+
     def __float__(self):
         return float(self.item())
 

@@ -1,8 +1,11 @@
-"""Shared test setup: the "strict" device and the ``device`` fixture.
+"""Shared test setup: the "strict" device, the ``device`` fixture, the GPU switch.
 
-Every op test that takes ``device`` runs twice: on "cpu" (NumPy) and on "strict", a backend
-whose arrays refuse implicit conversion to NumPy as CuPy's do (``tests/strict_backend.py``).
-An op that reaches for ``numpy`` on tensor data passes on "cpu" and fails on "strict".
+Every op test that takes ``device`` runs on "cpu" (NumPy) and on "strict", a backend whose
+arrays refuse implicit conversion to NumPy as CuPy's do (``tests/strict_backend.py``): an
+op that reaches for ``numpy`` on tensor data passes on "cpu" and fails on "strict". Where
+CuPy finds a usable GPU, the same tests also run on "cuda" (marked ``gpu``: ``pytest -m gpu``
+runs just those); elsewhere numba's CUDA simulator stands in for the GPU, so the CUDA
+kernels are tested on every machine.
 """
 
 import os
@@ -12,10 +15,12 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
+from gpu import GPU  # noqa: E402  (sets NUMBA_ENABLE_CUDASIM before numba is imported)
+
 import minitensor  # noqa: E402
 from strict_backend import StrictArray, StrictBackend  # noqa: E402,F401
 
-DEVICES = ["cpu", "strict"]
+DEVICES = ["cpu", "strict", pytest.param("cuda", marks=[pytest.mark.gpu])] if GPU else ["cpu", "strict"]
 
 
 def _register_strict():
@@ -35,5 +40,5 @@ def _strict_registered():
 
 @pytest.fixture(params=DEVICES)
 def device(request):
-    """The device name an op test runs on: "cpu" and "strict"."""
+    """The device name an op test runs on: "cpu", "strict" (and "cuda" on a GPU)."""
     return request.param

@@ -26,6 +26,10 @@ def array_type(device):
     """The class of a tensor's ``data`` on ``device``."""
     from strict_backend import StrictArray
 
+    if device == "cuda":
+        import cupy
+
+        return cupy.ndarray
     return {"cpu": np.ndarray, "strict": StrictArray}[device]
 
 

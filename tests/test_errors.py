@@ -110,7 +110,8 @@ def test_index_tensor_on_another_device(data_device, index_device):
 
 def test_unknown_device():
     raises(mt.DeviceError, lambda: mt.zeros(2, device="tpu"), "'tpu'", "'cpu'")
-    raises(mt.DeviceError, lambda: mt.ones(2).to("cuda"), "'cuda'", "CuPy")
+    if not mt.cuda.is_available():
+        raises(mt.DeviceError, lambda: mt.ones(2).to("cuda"), "'cuda'", "CuPy")
 
 
 @pytest.mark.parametrize("op", ["+", "*", "@"])

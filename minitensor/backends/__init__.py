@@ -1,8 +1,9 @@
 """Backends by device name.
 
-``get_backend("cpu")`` returns the NumPy backend. Further backends (CuPy for ``"cuda"``)
-register themselves here with ``register_backend``; nothing outside this package needs to
-change to add one.
+``get_backend("cpu")`` returns the NumPy backend; ``get_backend("cuda")`` builds the CuPy
+backend on first use (``cupy_backend.py``) or raises one ``DeviceError`` that says what is
+missing. Other backends register themselves with ``register_backend`` (the tests add a
+"strict" one); nothing outside this package needs to change to add one.
 """
 
 from ..errors import DeviceError
@@ -10,12 +11,25 @@ from .base import Backend
 from .numpy_backend import NumpyBackend
 
 _BACKENDS = {}
+# the seed of the last ``mt.manual_seed``: a backend registered later starts from it too
+_SEED = [None]
 
 
 def register_backend(backend):
     """Make ``backend`` available under ``backend.device``. Returns it."""
+    if _SEED[0] is not None:
+        backend.seed(_SEED[0])
     _BACKENDS[backend.device] = backend
     return backend
+
+
+def _load_cuda():
+    from .cupy_backend import CupyBackend, cuda_unavailable_reason
+
+    reason = cuda_unavailable_reason()
+    if reason is not None:
+        raise DeviceError(f"device 'cuda' is not available: {reason}")
+    return register_backend(CupyBackend())
 
 
 def get_backend(device):
@@ -28,17 +42,25 @@ def get_backend(device):
         return _BACKENDS[device]
     except (KeyError, TypeError):
         pass
-    raise DeviceError(
-        f"unknown device {device!r}: available devices are {sorted(_BACKENDS)}"
-        + (" (GPU support arrives with the CuPy backend)" if device == "cuda" else "")
-    )
+    if device == "cuda":
+        return _load_cuda()
+    raise DeviceError(f"unknown device {device!r}: available devices are {available_backends()}")
+
+
+def cuda_is_available():
+    """True if ``device="cuda"`` works here (CuPy installed, a driver, a GPU)."""
+    if "cuda" in _BACKENDS:
+        return True
+    from .cupy_backend import cuda_unavailable_reason
+
+    return cuda_unavailable_reason() is None
 
 
 def available_backends():
-    """Device names with a registered backend."""
+    """Device names with a registered backend ("cuda" is listed once it has been used)."""
     return sorted(_BACKENDS)
 
 
 register_backend(NumpyBackend())
 
-__all__ = ["Backend", "NumpyBackend", "register_backend", "get_backend", "available_backends"]
+__all__ = ["Backend", "NumpyBackend", "register_backend", "get_backend", "available_backends", "cuda_is_available"]

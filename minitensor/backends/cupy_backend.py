@@ -1,0 +1,123 @@
+"""The GPU backend: CuPy arrays, numba CUDA kernels.
+
+CuPy copies NumPy's API, so every op runs unchanged with ``xp = cupy``; this class holds
+only what the two libraries spell differently (see ``base.py``). It is built the first time
+someone asks for ``"cuda"`` (``get_backend("cuda")``), never at ``import minitensor``: CuPy
+takes about a second to import and most users train on the CPU.
+
+Is there a GPU? ``import cupy`` succeeds on a machine with no driver or no device; only the
+first allocation fails (``CUDARuntimeError``). So ``cuda_unavailable_reason`` asks
+``cupy.is_available()`` up front and, when it says no, asks the runtime why, so the one
+error a user sees says what is missing: CuPy itself, the NVIDIA driver, or a device.
+"""
+
+import os
+
+import numpy
+
+from .base import Backend
+
+#: what to install; the CUDA major version of the wheel must match the driver's
+INSTALL_HINT = ("pip install 'minitensor[gpu]' (CuPy for CUDA 12: cupy-cuda12x; for a CUDA 13 driver "
+                "install cupy-cuda13x instead, see the README)")
+
+
+def cuda_unavailable_reason(cupy=None):
+    """None if CuPy can use a GPU here, else a sentence that says what is missing."""
+    if cupy is None:
+        try:
+            import cupy
+        except ImportError as e:
+            return f"CuPy is not installed ({e}); {INSTALL_HINT}"
+    try:
+        if cupy.is_available():
+            return None
+    except Exception as e:  # a broken CUDA installation: report it rather than crash
+        return f"CuPy cannot use CUDA here: {type(e).__name__}: {e}"
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as e:  # CUDARuntimeError: no driver, driver too old, no device...
+        text = f"{type(e).__name__}: {e}"
+        if "NoDevice" in text:
+            return f"CuPy is installed but the machine has no CUDA GPU ({text})"
+        if "Driver" in text or "libcuda" in text:
+            return (f"CuPy is installed but the NVIDIA driver is missing or too old for this CuPy build ({text}); "
+                    "install the driver, or the CuPy wheel that matches its CUDA version (cupy-cuda12x, cupy-cuda13x)")
+        return f"CuPy is installed but cannot reach a GPU ({text})"
+    if count == 0:
+        return "CuPy is installed but the machine has no CUDA GPU (0 devices)"
+    return "CuPy is installed and sees a GPU, but cupy.is_available() says it cannot use it"
+
+
+class CupyBackend(Backend):
+    device = "cuda"
+
+    def __init__(self, cupy=None):
+        if cupy is None:
+            import cupy
+        self.xp = cupy
+        self._kernels = None
+        self.seed(int.from_bytes(os.urandom(8), "little"))
+
+    # -- data in and out ------------------------------------------------------------
+    def array(self, data, dtype=None):
+        return self.xp.array(data, dtype=dtype)  # host data -> device: one explicit copy
+
+    def to_numpy(self, array):
+        return self.xp.asnumpy(array)  # always a new host array
+
+    def is_array(self, obj):
+        return isinstance(obj, self.xp.ndarray)
+
+    # -- random numbers, drawn on the GPU (dropout masks never cross the bus) --------------
+    # A cuRAND generator's state cannot be read back, yet a checkpoint must restore it (an
+    # exact ``--resume``). So the state is two integers: the seed and the number of draws so
+    # far; draw n uses a fresh Philox generator seeded from (seed, n). Philox is
+    # counter-based, so seeding it is cheap.
+    def seed(self, seed):
+        self._seed, self._draws = int(seed), 0
+
+    def get_rng_state(self):
+        return {"seed": self._seed, "draws": self._draws}
+
+    def set_rng_state(self, state):
+        self._seed, self._draws = int(state["seed"]), int(state["draws"])
+
+    def _generator(self):
+        self._draws += 1
+        seed = numpy.random.SeedSequence([self._seed, self._draws]).generate_state(1, numpy.uint64)[0]
+        return self.xp.random.RandomState(int(seed), method=self.xp.cuda.curand.CURAND_RNG_PSEUDO_PHILOX4_32_10)
+
+    def normal(self, shape, dtype):
+        return self._generator().standard_normal(shape, dtype=dtype)
+
+    def uniform(self, shape, dtype, low=0.0, high=1.0):
+        u = self._generator().random_sample(shape, dtype=dtype)
+        if low != 0.0 or high != 1.0:
+            u = u * (high - low) + low
+        return u.astype(dtype, copy=False)
+
+    def integers(self, low, high, shape):
+        return self._generator().randint(low, high, shape, dtype="int64")
+
+    # -- what CuPy spells differently -------------------------------------------------------
+    def index_add(self, target, index, values):
+        # cupy.add.at is an atomic scatter-add: repeated indices accumulate
+        self.xp.add.at(target, index, values)
+
+    @property
+    def kernels(self):
+        if self._kernels is None:
+            from ..kernels.cuda import CudaKernels
+
+            cupy = self.xp
+
+            def current_stream():
+                # Launch on the stream CuPy is using, so a kernel runs after the CuPy work that
+                # produced its input and before the CuPy work that reads its output.
+                from numba import cuda
+
+                return cuda.external_stream(cupy.cuda.get_current_stream().ptr)
+
+            self._kernels = CudaKernels(cupy, stream=current_stream)
+        return self._kernels

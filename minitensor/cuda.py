@@ -1,0 +1,20 @@
+"""``mt.cuda.is_available()``, as in PyTorch: can tensors live on ``device="cuda"`` here?
+
+Nothing GPU-related is imported until one of these is called.
+"""
+
+
+def is_available():
+    """True where CuPy is installed and finds a usable NVIDIA GPU."""
+    from .backends import cuda_is_available
+
+    return cuda_is_available()
+
+
+def unavailable_reason():
+    """None where ``device="cuda"`` works, else what is missing (CuPy, the driver, a GPU)."""
+    if is_available():
+        return None
+    from .backends.cupy_backend import cuda_unavailable_reason
+
+    return cuda_unavailable_reason()
