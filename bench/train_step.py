@@ -307,7 +307,7 @@ def torch_model_class(torch):
 
         def forward(self, X, enc_outputs, key_padding_mask):
             T = X.shape[1]
-            causal = torch.ones(T, T, dtype=torch.bool).triu_(1)  # True = may not attend
+            causal = torch.ones(T, T, dtype=torch.bool, device=X.device).triu_(1)  # True = may not attend
             X = self.embedding(X)
             for blk in self.blks:
                 X = blk(X, enc_outputs, key_padding_mask, causal)
@@ -322,7 +322,7 @@ def torch_model_class(torch):
 
         def forward(self, enc_X, dec_X, enc_valid_lens):
             # valid_lens -> key_padding_mask (True = padding, not attended), as minitensor's masked_softmax
-            key_padding_mask = torch.arange(enc_X.shape[1]) >= enc_valid_lens[:, None]
+            key_padding_mask = torch.arange(enc_X.shape[1], device=enc_X.device) >= enc_valid_lens[:, None]
             return self.decoder(dec_X, self.encoder(enc_X, key_padding_mask), key_padding_mask)
 
     return EncoderDecoder

@@ -299,3 +299,39 @@ def test_cli_train_without_a_gpu_fails_with_the_reason(monkeypatch, no_cuda, tmp
                      "--out", str(tmp_path)]) == 1
     err = capsys.readouterr().err
     assert "device 'cuda' is not available" in err and "no CUDA GPU" in err and "Traceback" not in err
+
+
+def test_every_model_and_decoder_runs_on_the_device(cuda):
+    """GRU, Conv1d, the Bahdanau model, the LM and beam search keep their data on the device."""
+    from minitensor.nn.conv import Conv1d
+    from minitensor.nn.rnn import GRU
+    from minitensor.train.decoding import beam_search, generate
+
+    xp_array = mt.get_backend(cuda).xp.ndarray
+    mt.manual_seed(0)
+    x = mt.randn(2, 5, 3, device=cuda, requires_grad=True)
+    out, state = GRU(3, 4, num_layers=2).to(cuda)(x.swapaxes(0, 1))
+    conv = Conv1d(3, 4, kernel_size=3, padding=1).to(cuda)(x.swapaxes(1, 2))
+    (out.sum() + state.sum() + conv.sum()).backward()
+    assert isinstance(x.grad.data, xp_array) and isinstance(conv.data, xp_array)
+
+    from minitensor.data import build_vocabs
+    src_vocab, tgt_vocab = build_vocabs([(list("abcd"), list("dcba"))])
+    for model_name in ("bahdanau", "transformer"):
+        config = TrainConfig(task="reverse", model=model_name, num_hiddens=8, ffn_num_hiddens=16, num_heads=2,
+                             num_blks=1, device=cuda)
+        from minitensor.train.config import build_model
+        model = build_model(config, src_vocab, tgt_vocab)
+        model.eval()
+        enc_X = mt.tensor([[2, 3, 4, 0]], device=cuda)
+        state = model.begin_decoding(enc_X, mt.tensor([3], device=cuda))
+        hyps = beam_search(model, state, tgt_vocab.bos, tgt_vocab.eos, 5, beam_size=3)
+        assert len(hyps) == 1 and len(hyps[0].tokens) <= 5
+    lm_config = TrainConfig(model="lm", text="x", num_hiddens=8, ffn_num_hiddens=16, num_heads=2, num_blks=1,
+                            device=cuda)
+    lm = build_model(lm_config, tgt_vocab, tgt_vocab)
+    lm.eval()
+    logits = lm(mt.tensor([[2, 3, 4]], device=cuda))
+    assert isinstance(logits.data, xp_array)
+    text = generate(lm, ["a", "b"], tgt_vocab, 4, beam_size=2)
+    assert len(text) <= 6

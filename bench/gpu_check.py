@@ -1,0 +1,305 @@
+"""One check of minitensor on an NVIDIA GPU: install, GPU tests, kernel and training-step benchmarks.
+
+For a machine with a GPU and the packages already installed (CuPy, numba with its CUDA
+target, pluggy, safetensors, pytest; PyTorch optional) and no network:
+
+    python bench/gpu_check.py
+
+1. installs this checkout with ``pip install --no-deps --no-build-isolation -e .`` (nothing
+   is downloaded);
+2. runs the tests marked ``gpu`` (``pytest -m gpu``): every op test on ``device="cuda"``, the
+   CUDA kernels on CuPy arrays, DLPack, checkpoints across devices -- with numba's CUDA
+   simulator switched off, so the kernels run on the GPU;
+3. times the softmax kernels (numba CUDA, float32) against naive CuPy (the plain-array
+   version in ``minitensor/kernels/reference.py``) and ``torch.softmax`` on the same GPU;
+4. times a training step of the larger Transformer of ``bench/train_step.py`` (num_hiddens
+   256, 8 heads, ffn 1024, 4 + 4 blocks, batch 64, 64 tokens) against its PyTorch twin on the
+   same GPU, after checking that both compute the same loss from the same weights.
+
+It prints medians and ratios, and is meant to finish well within 5 minutes. GPU work is
+asynchronous, so every sample ends with a synchronisation of the device and of PyTorch.
+
+``--device cpu`` runs steps 3 and 4 on the CPU instead (numba CPU kernels, naive NumPy,
+PyTorch CPU), which is how the test suite checks this script on machines without a GPU;
+``--no-install`` and ``--no-tests`` skip steps 1 and 2; ``--quick`` shrinks the sizes.
+"""
+
+import argparse
+import os
+import platform
+import subprocess
+import sys
+import time
+from dataclasses import replace
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+
+from _common import Stats, format_ratio, format_stats, format_time, import_torch, print_table  # noqa: E402
+from train_step import (CONFIGS, PAD, as_torch_names, build_minitensor, build_torch, make_batches,  # noqa: E402
+                        minitensor_state)
+
+KERNEL_SHAPES = [(4096, 512), (32768, 64)]
+QUICK_KERNEL_SHAPES = [(256, 64)]
+
+
+# -- the device, for both libraries ------------------------------------------------------------------
+class Device:
+    """What the benchmarks need to know about the device: array module, kernels, how to wait."""
+
+    def __init__(self, name, torch):
+        import minitensor as mt
+
+        self.name = name
+        self.backend = mt.get_backend(name)  # raises a DeviceError naming what is missing
+        self.xp = self.backend.xp
+        self.torch = torch
+        self.torch_device = None
+        if torch is not None and (name == "cpu" or torch.cuda.is_available()):
+            self.torch_device = "cpu" if name == "cpu" else "cuda"
+
+    def sync(self):
+        """Wait until everything queued on the device is done (a no-op on the CPU)."""
+        if self.name != "cpu":
+            self.xp.cuda.get_current_stream().synchronize()
+            if self.torch_device == "cuda":
+                self.torch.cuda.synchronize()
+
+    def timed(self, fn, repeat):
+        """A sample: the time per call of ``repeat`` back-to-back calls, the device drained after."""
+
+        def run():
+            self.sync()
+            start = time.perf_counter()
+            for _ in range(repeat):
+                fn()
+            self.sync()
+            return (time.perf_counter() - start) / repeat
+
+        return run
+
+
+def interleaved_stats(cases, rounds, warmup):
+    """Median over ``rounds`` samples of each case, alternating their order round by round."""
+    names = list(cases)
+    for _ in range(warmup):
+        for name in names:
+            cases[name]()
+    samples = {name: [] for name in names}
+    for i in range(rounds):
+        for name in names if i % 2 == 0 else reversed(names):
+            samples[name].append(cases[name]())
+    return {name: Stats.of(values) for name, values in samples.items()}
+
+
+def describe(device):
+    lines = [f"Python {platform.python_version()}, numpy {np.__version__}"]
+    import numba
+
+    lines.append(f"numba {numba.__version__}")
+    if device.name != "cpu":
+        cupy = device.xp
+        props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+        name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
+        lines.append(f"cupy {cupy.__version__}, GPU {name}, {props['totalGlobalMem'] / 2**30:.0f} GiB, "
+                     f"CUDA runtime {cupy.cuda.runtime.runtimeGetVersion()}")
+    if device.torch is not None:
+        lines.append(f"torch {device.torch.__version__} on {device.torch_device or 'the CPU only (no CUDA build)'}")
+    else:
+        lines.append("torch not installed: its columns are left out")
+    return "; ".join(lines)
+
+
+# -- 1 and 2: install, GPU tests ---------------------------------------------------------------------
+def install():
+    print("$ pip install --no-deps --no-build-isolation -e .", flush=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "-e", "."],
+                   cwd=ROOT, check=True)
+
+
+def run_gpu_tests():
+    env = dict(os.environ)
+    env.pop("NUMBA_ENABLE_CUDASIM", None)  # the real GPU, not the simulator
+    args = [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider"]
+    try:
+        import xdist  # noqa: F401
+
+        args += ["-n", str(min(8, os.cpu_count() or 1))]
+    except ImportError:
+        pass
+    print("$ " + " ".join(["python"] + args[1:]), flush=True)
+    start = time.perf_counter()
+    done = subprocess.run(args, cwd=ROOT, env=env)
+    print(f"GPU tests: exit code {done.returncode} in {time.perf_counter() - start:.0f} s", flush=True)
+    return done.returncode
+
+
+# -- 3: the softmax kernels -------------------------------------------------------------------------------
+def kernel_cases(device, shape, kind, rng):
+    """{name: callable} for one kernel on one shape: minitensor's fused kernel, the naive
+    plain-array version, torch (when there)."""
+    from minitensor.kernels import reference
+
+    xp, kernels = device.xp, device.backend.kernels
+    x = xp.asarray(rng.standard_normal(shape, dtype=np.float32) * 3)
+    lens = xp.asarray(rng.integers(0, shape[1] + 1, shape[0]))
+    y = kernels.softmax_forward(x)
+    g = xp.asarray(rng.standard_normal(shape, dtype=np.float32))
+    cases = {
+        "softmax forward": {"minitensor": lambda: kernels.softmax_forward(x),
+                            "naive": lambda: reference.softmax_forward(xp, x)},
+        "masked softmax forward": {"minitensor": lambda: kernels.softmax_forward(x, lens),
+                                   "naive": lambda: reference.softmax_forward(xp, x, lens)},
+        "softmax backward": {"minitensor": lambda: kernels.softmax_backward(y, g),
+                             "naive": lambda: reference.softmax_backward(xp, y, g)},
+        "log_softmax forward": {"minitensor": lambda: kernels.log_softmax_forward(x),
+                                "naive": lambda: reference.log_softmax_forward(xp, x)},
+    }[kind]
+    torch = device.torch
+    if device.torch_device is not None:
+        tx = torch.from_dlpack(x)
+        ty, tg = torch.from_dlpack(y), torch.from_dlpack(g)
+        tmask = torch.arange(shape[1], device=tx.device)[None, :] >= torch.from_dlpack(lens)[:, None]
+        cases["torch"] = {
+            "softmax forward": lambda: torch.softmax(tx, -1),
+            "masked softmax forward": lambda: torch.softmax(tx.masked_fill(tmask, float("-inf")), -1),
+            # what autograd computes for softmax's backward, as one fused call
+            "softmax backward": lambda: torch._softmax_backward_data(tg, ty, -1, torch.float32),
+            "log_softmax forward": lambda: torch.log_softmax(tx, -1),
+        }[kind]
+    # agreement first: a fast wrong kernel is no result
+    ours, naive = device.backend.to_numpy(cases["minitensor"]()), device.backend.to_numpy(cases["naive"]())
+    np.testing.assert_allclose(ours, naive, rtol=1e-4, atol=1e-5, err_msg=f"{kind} {shape}: kernel vs naive")
+    return cases
+
+
+def kernel_benchmark(device, quick):
+    rng = np.random.default_rng(0)
+    rows = []
+    repeat, rounds = (3, 5) if quick else (20, 15)
+    for shape in QUICK_KERNEL_SHAPES if quick else KERNEL_SHAPES:
+        for kind in ("softmax forward", "masked softmax forward", "softmax backward", "log_softmax forward"):
+            cases = kernel_cases(device, shape, kind, rng)
+            stats = interleaved_stats({k: device.timed(f, repeat) for k, f in cases.items()}, rounds, warmup=2)
+            ours = stats["minitensor"]
+            row = [kind, f"{shape}", format_stats(ours), format_stats(stats["naive"]),
+                   format_ratio(stats["naive"].median / ours.median)]
+            if "torch" in stats:
+                row += [format_stats(stats["torch"]), format_ratio(ours.median / stats["torch"].median)]
+            rows.append(row)
+    headers = ["kernel", "shape", "minitensor", "naive", "naive/mt"]
+    if device.torch_device is not None:
+        headers += ["torch", "mt/torch"]
+    print_table(headers, rows, title=f"Softmax kernels on {device.name}, float32: median time per call (±IQR/2)")
+    return rows
+
+
+# -- 4: a training step of the larger Transformer ---------------------------------------------------------
+def training_benchmark(device, quick):
+    import minitensor as mt
+
+    cfg = CONFIGS["large"]
+    if quick:
+        cfg = replace(cfg, name="quick", num_hiddens=32, ffn_num_hiddens=64, num_heads=4, num_blks=1, batch_size=8, num_steps=8)
+    batches = make_batches(cfg, n=4)
+    mt_model, mt_opt = build_minitensor(cfg)
+    state = minitensor_state(mt_model)
+    mt_model.to(device.name)
+    mt_opt = type(mt_opt)(mt_model.parameters(), lr=mt_opt.param_groups[0]["lr"])
+    mt_data = [{k: mt.tensor(v, device=device.name) for k, v in b.items()} for b in batches]
+
+    def mt_step(batch):
+        mt_opt.zero_grad()
+        logits = mt_model(batch["enc_X"], batch["dec_X"], batch["enc_valid_lens"])
+        loss = mt.cross_entropy(logits, batch["Y"], mask=batch["mask"])
+        loss.backward()
+        mt_opt.step()
+        return loss
+
+    counter = {"minitensor": 0, "torch": 0}
+
+    def next_batch(name, data):
+        counter[name] += 1
+        return data[counter[name] % len(data)]
+
+    cases = {"minitensor": lambda: mt_step(next_batch("minitensor", mt_data))}
+    torch = device.torch
+    agreement = ""
+    if device.torch_device is not None:
+        t_model, _ = build_torch(torch, cfg, state=state)
+        t_model.to(device.torch_device)
+        t_opt = torch.optim.Adam(t_model.parameters(), lr=mt_opt.param_groups[0]["lr"])
+        t_data = [{k: torch.from_numpy(np.ascontiguousarray(v)).to(device.torch_device) for k, v in b.items()}
+                  for b in batches]
+
+        def t_step(batch):
+            t_opt.zero_grad()
+            logits = t_model(batch["enc_X"], batch["dec_X"], batch["enc_valid_lens"])
+            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch["Y"].reshape(-1),
+                                                     ignore_index=PAD)
+            loss.backward()
+            t_opt.step()
+            return loss
+
+        # the same weights, dropout off: the same loss (TF32 matmuls on the GPU allow ~1e-3)
+        mt_model.eval()
+        t_model.eval()
+        with mt.no_grad(), torch.no_grad():
+            b = mt_data[0]
+            ours = mt.cross_entropy(mt_model(b["enc_X"], b["dec_X"], b["enc_valid_lens"]), b["Y"], mask=b["mask"])
+            tb = t_data[0]
+            logits = t_model(tb["enc_X"], tb["dec_X"], tb["enc_valid_lens"])
+            theirs = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), tb["Y"].reshape(-1),
+                                                       ignore_index=PAD)
+        rel = abs(ours.item() - theirs.item()) / abs(theirs.item())
+        agreement = f"same weights, no dropout: loss {ours.item():.5f} vs torch {theirs.item():.5f} (rel. diff {rel:.1e})"
+        if rel > 1e-2:
+            raise SystemExit(f"minitensor and the PyTorch twin disagree on {device.name}: {agreement}")
+        mt_model.train()
+        t_model.train()
+        cases["torch"] = lambda: t_step(next_batch("torch", t_data))
+    rounds, warmup = (3, 1) if quick else (10, 3)
+    stats = interleaved_stats({k: device.timed(f, 1) for k, f in cases.items()}, rounds, warmup)
+    row = [cfg.name, device.name, format_stats(stats["minitensor"])]
+    headers = ["config", "device", "minitensor"]
+    if "torch" in stats:
+        row += [format_stats(stats["torch"]), format_ratio(stats["minitensor"].median / stats["torch"].median)]
+        headers += ["torch", "mt/torch"]
+    print(f"\n[{cfg.name}] {cfg.describe()}; {sum(int(p.numel()) for p in mt_model.parameters()):,} parameters")
+    if agreement:
+        print(f"[{cfg.name}] {agreement}")
+    print_table(headers, [row], title=f"Training step (forward + loss + backward + Adam) on {device.name}: median")
+    return stats
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--device", default="cuda", help="cuda (default) or cpu (for machines without a GPU)")
+    parser.add_argument("--no-install", action="store_true", help="skip pip install -e .")
+    parser.add_argument("--no-tests", action="store_true", help="skip the GPU-marked tests")
+    parser.add_argument("--quick", action="store_true", help="small sizes, few rounds")
+    args = parser.parse_args(argv)
+    start = time.perf_counter()
+    if not args.no_install:
+        install()
+    import minitensor as mt
+
+    try:
+        device = Device(args.device, import_torch())
+    except mt.DeviceError as e:
+        print(f"gpu_check: {e}", file=sys.stderr)
+        return 1
+    print(f"minitensor {mt.__version__} on {args.device}: {describe(device)}", flush=True)
+    failed = 0 if args.no_tests else run_gpu_tests()
+    kernel_benchmark(device, args.quick)
+    training_benchmark(device, args.quick)
+    print(f"\ngpu_check finished in {format_time(time.perf_counter() - start)}"
+          + (f"; the GPU tests FAILED (exit code {failed})" if failed else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,38 @@
+"""The GPU check script (``bench/gpu_check.py``), checked where there is no GPU: its
+benchmarks run on the CPU with the same code, and asking for "cuda" without one fails with
+the reason."""
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from gpu import GPU
+
+SCRIPT = pathlib.Path(__file__).resolve().parent.parent / "bench" / "gpu_check.py"
+
+
+def run(*args):
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    return subprocess.run([sys.executable, str(SCRIPT), "--no-install", *args], capture_output=True, text=True,
+                          env=env, timeout=600)
+
+
+def test_the_benchmarks_run_on_the_cpu_and_check_their_results():
+    done = run("--device", "cpu", "--no-tests", "--quick")
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = done.stdout
+    for kernel in ("softmax forward", "masked softmax forward", "softmax backward", "log_softmax forward"):
+        assert kernel in out
+    assert "naive/mt" in out and "Training step (forward + loss + backward + Adam) on cpu" in out
+    if "torch not installed" not in out:
+        assert "same weights, no dropout" in out and "mt/torch" in out
+
+
+@pytest.mark.skipif(GPU, reason="there is a GPU here")
+def test_without_a_gpu_it_says_what_is_missing():
+    done = run("--no-tests")
+    assert done.returncode == 1
+    assert "device 'cuda' is not available" in done.stderr and "Traceback" not in done.stderr
