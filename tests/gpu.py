@@ -28,7 +28,9 @@ def _usable_gpu():
         return False
 
 
-GPU = _usable_gpu()
+# A GPU with the simulator forced on (NUMBA_ENABLE_CUDASIM=1 set by the user) is treated as
+# no GPU: the simulator cannot run kernels on CuPy's device arrays.
+GPU = os.environ.get("NUMBA_ENABLE_CUDASIM") != "1" and _usable_gpu()
 if not GPU:
     os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
 
