@@ -445,3 +445,20 @@ def test_clear_errors():
         greedy(model, state, None, EOS, 3)
     with pytest.raises(ValueError, match="rows"):
         greedy(model, state, BOS, EOS, 3, prompt=[[A], [B]], batch_size=3)
+
+
+def test_a_confident_beam_does_not_stop_on_unlikely_early_endings():
+    """The likely answer is A A A <eos>; at every step the k - 1 spare slots of the beam end
+    early ("<eos>", "A <eos>"). k finished hypotheses alone do not stop the search while the
+    likeliest extension is still going (rule 4), so beam search finds what greedy finds."""
+    #            pad     bos     eos   A     B
+    sure = (0.0025, 0.0025, 0.02, 0.97, 0.005)
+    table = {(0, ()): sure, (0, (A,)): sure, (0, (A, A)): sure, (0, (A, A, A)): (0.0025, 0.0025, 0.99, 0.0025, 0.0025)}
+    model = Scripted(table, default=(0.04, 0.04, 0.9, 0.01, 0.01))
+    (g,) = greedy(model, model.begin_decoding(), BOS, EOS, 8)
+    assert (g.tokens, g.ended) == ([A, A, A], True)
+    for k in (2, 3):
+        found = beam_search(model, model.begin_decoding(), BOS, EOS, 8, beam_size=k, n_best=k + 2)[0]
+        assert found[0].tokens == [A, A, A] and found[0].ended
+        assert len(found) > k  # the early endings were kept, just not allowed to stop the search
+        assert found[0].score > max(h.score for h in found[1:])

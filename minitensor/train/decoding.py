@@ -23,7 +23,7 @@ Both run here through one loop (``_search``): greedy search *is* beam search wit
 and sampling is the same loop with k = 1 ranking Gumbel-perturbed scores (see ``sample``).
 
 The rules of this beam search, per example (fairseq's, and Hugging Face's with
-``early_stopping=True``):
+``early_stopping=True``, except for the second half of rule 4):
 
 1. Every live hypothesis h of length t - 1 is extended by every token v; an extension's
    score is its total log-probability, score(h) + log P(v | h, c). All extensions have the
@@ -32,14 +32,19 @@ The rules of this beam search, per example (fairseq's, and Hugging Face's with
 2. An extension by <eos> that ranks among the k best extensions is a *finished* hypothesis:
    it leaves the beam and is never extended again.
 3. The k best extensions by any other token form the new beam.
-4. An example is done once it has k finished hypotheses; every hypothesis still alive after
-   ``max_len`` steps is finished too, without an <eos>.
+4. An example is done once it has k finished hypotheses *and* the best of this step's
+   extensions was an <eos>; every hypothesis still alive after ``max_len`` steps is
+   finished too, without an <eos>.
 5. The answer is the finished hypothesis with the best length-normalised score
    log P / L^alpha (or the ``n_best`` best).
 
 Rule 4 is a heuristic: a hypothesis still alive might have finished with a better score
-than the k finished ones (all the likelier with alpha > 0, which rewards length). Nothing
-else is approximate, so a beam wide enough never to prune anything (k above the number of
+than the finished ones (all the likelier with alpha > 0, which rewards length). Its second
+half matters for a confident model: fairseq and Hugging Face (``early_stopping=True``)
+stop at k finished hypotheses, and the k - 1 spare slots of a confident beam fill with
+unlikely prefixes that end early ("195<eos>", "19<eos>"), so the search could stop before
+the likely hypothesis reaches its <eos> and return worse than greedy search. Nothing else
+is approximate, so a beam wide enough never to prune anything (k above the number of
 possible sequences) returns exactly what exhaustive search would.
 
 With k = 1, rule 2 finishes the hypothesis exactly when <eos> is the most likely token and
@@ -245,10 +250,12 @@ def _search(model, state, start, eos, max_len, beam_size, length_penalty, attent
         total = (scores[:, None] + logp).reshape(n, width, V)  # log P of every extension
         rank = total if noise is None else total + noise(total.shape)
 
+        best_ends = numpy.zeros(n, dtype=bool)
         if eos is not None:
             # Rule 2: an <eos> extension among the k best of its example ends there. The
             # k-th best extension is the bar; an -inf one is no hypothesis at all.
             flat = rank.reshape(n, width * V)
+            best_ends = flat.argmax(axis=1) % V == eos  # for rule 4
             bar = (numpy.partition(flat, width * V - k, axis=1)[:, width * V - k] if width * V > k
                    else numpy.full(n, -numpy.inf))
             ends = (rank[:, :, eos] >= bar[:, None]) & numpy.isfinite(total[:, :, eos])
@@ -257,8 +264,9 @@ def _search(model, state, start, eos, max_len, beam_size, length_penalty, attent
                 num_finished[examples[a]] += 1
             rank = rank.copy()
             rank[:, :, eos] = -numpy.inf  # rule 3: the beam goes on with the other tokens
-        # Rule 4: an example with k finished hypotheses is done and leaves the batch.
-        live = num_finished[examples] < k
+        # Rule 4: an example with k finished hypotheses whose likeliest extension ended is
+        # done and leaves the batch.
+        live = ~((num_finished[examples] >= k) & best_ends)
 
         # Rule 3: the new beam, the best `new_width` extensions of each live example. Never
         # wider than the number of non-<eos> extensions, so that no slot holds a dead -inf.
