@@ -7,7 +7,9 @@ look classes up by name, so a user's plugin works everywhere a built-in does.
 
 Two pluggy habits to keep in mind: hooks are always *called* with keyword arguments, and a
 hook implementation must not give its parameters default values (pluggy would not pass them).
-These three hooks have no parameters, so neither pitfall can bite here.
+These three hooks have no parameters: an implementation that declares one is refused at
+registration, and so is one that gives a parameter a default (pluggy alone would accept it and
+silently never pass the value; ``minitensor.plugins`` checks for it).
 
 Rules shared by the three kinds:
 

@@ -146,12 +146,28 @@ def _load_entry_points(pm):
 
 
 def _check(pm):
-    """Raise PluginError unless every hook is known and every name is claimed once."""
+    """Raise PluginError unless every hook is known, no hook implementation gives its
+    parameters defaults, and every name is claimed once."""
     try:
         pm.check_pending()
     except pluggy.PluginValidationError as e:
         raise PluginError(_explain_validation_error(e)) from e
+    _check_no_defaults(pm)
     _collect(pm)
+
+
+def _check_no_defaults(pm):
+    """pluggy passes an implementation only the parameters without defaults; one with a
+    default is silently never given the caller's value. Refuse it instead."""
+    for hook_name in sorted(name for name in vars(hookspecs) if name.startswith("minitensor_")):
+        for impl in getattr(pm.hook, hook_name).get_hookimpls():
+            if impl.kwargnames:
+                raise PluginError(
+                    f"plugin {impl.plugin_name!r}: {hook_name}() gives its parameter(s) "
+                    f"{', '.join(impl.kwargnames)} a default value; pluggy would never pass them (hooks are "
+                    f"called with keyword arguments, and only the parameters without defaults are filled). "
+                    f"Remove the defaults; the hook's parameters are in minitensor/hookspecs.py"
+                )
 
 
 def _explain_validation_error(error):
@@ -173,7 +189,9 @@ def register(plugin, name=None):
     nothing stays registered.
     """
     pm = get_plugin_manager()
-    name = name or pm.get_canonical_name(plugin)
+    # a readable default: the module's or class's name, or the class of an object (pluggy's
+    # own default for an object is its id(), which error messages would then show)
+    name = name or getattr(plugin, "__name__", None) or type(plugin).__name__
     if pm.has_plugin(name) or plugin in pm.get_plugins():
         other = pm.get_name(plugin) or name
         raise PluginError(f"register: plugin {other!r} ({_describe_source(other)}) is already registered")

@@ -351,6 +351,32 @@ def test_a_hook_with_parameters_is_an_error_at_registration():
     assert not mtp.get_plugin_manager().is_registered(plugin)
 
 
+def test_a_hook_parameter_with_a_default_is_an_error_at_registration():
+    """pluggy would accept it and never pass the parameter (the default would win forever)."""
+
+    class Defaulted:
+        @mtp.hookimpl
+        def minitensor_scorers(self, temperature=0.1):
+            return {"defaulted": object}
+
+    with pytest.raises(mtp.PluginError, match=r"'Defaulted': minitensor_scorers\(\) gives its parameter\(s\) "
+                                              r"temperature a default value"):
+        mtp.register(Defaulted())
+    assert "defaulted" not in mtp.scorers()
+    assert not mtp.get_plugin_manager().has_plugin("Defaulted")
+
+
+def test_an_object_plugin_is_named_after_its_class():
+    class Named:
+        @mtp.hookimpl
+        def minitensor_scorers(self):
+            return {}
+
+    plugin = Named()
+    assert mtp.register(plugin) == "Named"
+    mtp.unregister(plugin)
+
+
 def test_a_duplicate_name_names_both_sources_and_registers_nothing():
     plugin = scorer_module("""
         from minitensor import hookimpl

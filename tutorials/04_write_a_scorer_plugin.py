@@ -31,9 +31,10 @@ import tempfile
 import textwrap
 
 import numpy
+import pluggy
 
 import minitensor as mt
-from minitensor import hookimpl
+from minitensor import hookimpl, hookspecs
 from minitensor.plugins import PluginError, check_options
 from minitensor.testing import check_scorer
 from minitensor.train.plots import show_heatmaps
@@ -283,10 +284,10 @@ assert "bilinear2" not in mt.plugins.scorers(), "a rejected plugin leaves nothin
 # **2. Hooks are called with keyword arguments only**, and pluggy passes an implementation
 # exactly the arguments its parameters name. A parameter the hook does not have is
 # therefore an error at registration; but give that parameter a **default value** and pluggy
-# treats it as "not mine to fill": the registration succeeds and the default is used forever,
-# whatever the caller meant. That is why a hook implementation must not give its parameters
-# defaults. (minitensor's three hooks take no parameters, so they cannot bite there; they
-# will in any hook with arguments.)
+# treats it as "not mine to fill": pluggy itself accepts the plugin and the default is used
+# forever, whatever the caller meant. That is why a hook implementation must not give its
+# parameters defaults, and why minitensor checks for it: such a plugin is refused with a
+# `PluginError` that says so (pluggy alone would register it silently).
 
 # %%
 class ExtraParameter:
@@ -310,11 +311,19 @@ class WithDefault:
         return {"bilinear_cold": BilinearScorer}
 
 
-mt.plugins.register(WithDefault(), name="with-default")  # no error ...
-assert "bilinear_cold" in mt.plugins.scorers()
-print("the hook was called with temperature =", seen[-1], "(its default: pluggy passed nothing)")
-assert seen and all(t == 0.1 for t in seen)
-mt.plugins.unregister(name="with-default")
+try:
+    mt.plugins.register(WithDefault(), name="with-default")
+except PluginError as e:
+    print("PluginError:", e)
+assert "bilinear_cold" not in mt.plugins.scorers(), "refused, and nothing left behind"
+
+# What pluggy alone does with it: registers it, and calls it without the argument.
+bare = pluggy.PluginManager("minitensor")
+bare.add_hookspecs(hookspecs)
+bare.register(WithDefault())
+bare.hook.minitensor_scorers()
+print("under plain pluggy the hook ran with temperature =", seen[-1], "(its default: pluggy passed nothing)")
+assert seen == [0.1]
 
 # Calling a hook yourself: keyword arguments only. The result is one answer per plugin.
 hook = mt.plugins.get_plugin_manager().hook.minitensor_scorers
