@@ -39,8 +39,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
 from _common import Stats, format_ratio, format_stats, format_time, import_torch, print_table  # noqa: E402
-from train_step import (CONFIGS, PAD, as_torch_names, build_minitensor, build_torch, make_batches,  # noqa: E402
-                        minitensor_state)
+from train_step import CONFIGS, PAD, build_minitensor, build_torch, make_batches, minitensor_state  # noqa: E402
 
 KERNEL_SHAPES = [(4096, 512), (32768, 64)]
 TEST_BUDGET_S = 180  # of the 5 minutes the whole check may take
@@ -126,7 +125,7 @@ def run_gpu_tests():
     env.pop("NUMBA_ENABLE_CUDASIM", None)  # the real GPU, not the simulator
     args = [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider"]
     try:
-        import xdist  # noqa: F401
+        import xdist  # noqa: F401  (pytest-xdist: run the tests in parallel)
 
         args += ["-n", str(min(8, os.cpu_count() or 1))]
     except ImportError:

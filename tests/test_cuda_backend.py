@@ -21,7 +21,6 @@ from minitensor.backends.cupy_backend import CupyBackend, cuda_unavailable_reaso
 from minitensor.train.checkpoint import load_checkpoint, save_checkpoint
 from minitensor.train.config import TrainConfig
 from minitensor.train.loop import train
-from strict_backend import StrictArray
 
 NO_DEVICE = "cudaErrorNoDevice: no CUDA-capable device is detected"
 OLD_DRIVER = "cudaErrorInsufficientDriver: CUDA driver version is insufficient for CUDA runtime version"

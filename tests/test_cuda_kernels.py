@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpu import GPU, SIMULATED, requires_gpu
+from helpers import special_rows
 from minitensor.kernels import cpu, reference
 from minitensor.kernels.cuda import SIMULATOR_THREADS_PER_BLOCK, THREADS_PER_BLOCK, CudaKernels
 
@@ -173,20 +174,6 @@ def test_every_power_of_two_block_size_reduces_correctly(threads):
 # -inf, empty rows and lengths
 # ---------------------------------------------------------------------------
 
-def special_rows(dtype):
-    """The corner cases of test_kernels.py, with the lengths to use."""
-    ninf = -np.inf
-    x = np.array([
-        [ninf, ninf, ninf, ninf, ninf],        # all -inf: empty
-        [ninf, 1.0, ninf, 2.0, ninf],          # -inf mixed with finite
-        [3.0, ninf, ninf, ninf, ninf],         # a single finite entry
-        [0.5, 0.5, 0.5, 0.5, 0.5],             # length 0: empty
-        [1.0, 2.0, 3.0, 4.0, 5.0],             # length beyond n: clipped
-        [ninf, ninf, 7.0, 8.0, 9.0],           # finite entries only masked
-        [1.0, 2.0, 3.0, 4.0, 5.0],             # negative length: empty
-    ], dtype=dtype)
-    lens = np.array([5, 5, 5, 0, 99, 2, -4], dtype=np.int64)
-    return x, lens
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

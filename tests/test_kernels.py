@@ -20,6 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from helpers import special_rows
 from minitensor.kernels import cpu, reference
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -241,20 +242,6 @@ def test_lens_argument_forms(lens):
 # -inf, empty rows and lengths
 # ---------------------------------------------------------------------------
 
-def special_rows(dtype):
-    """Rows exercising every masking corner case, plus the lengths to use."""
-    ninf = -np.inf
-    x = np.array([
-        [ninf, ninf, ninf, ninf, ninf],        # all -inf: empty
-        [ninf, 1.0, ninf, 2.0, ninf],          # -inf mixed with finite
-        [3.0, ninf, ninf, ninf, ninf],         # a single finite entry
-        [0.5, 0.5, 0.5, 0.5, 0.5],             # length 0: empty
-        [1.0, 2.0, 3.0, 4.0, 5.0],             # length beyond n: clipped
-        [ninf, ninf, 7.0, 8.0, 9.0],           # finite entries only masked
-        [1.0, 2.0, 3.0, 4.0, 5.0],             # negative length: empty
-    ], dtype=dtype)
-    lens = np.array([5, 5, 5, 0, 99, 2, -4], dtype=np.int64)
-    return x, lens
 
 
 @pytest.mark.parametrize("kind", ["softmax", "log_softmax"])

@@ -1,7 +1,6 @@
 """The built-in scorers against their formulas, computed independently in NumPy."""
 
 import math
-import warnings
 
 import numpy as np
 import pytest

@@ -21,6 +21,7 @@
 # space, and that is why minitensor makes the scorer a plugin.
 
 # %%
+import inspect
 import math
 import os
 import re
@@ -28,7 +29,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import textwrap
 
 import numpy
 import pluggy
@@ -352,37 +352,27 @@ except TypeError as e:
 
 # %%
 site = tempfile.mkdtemp(prefix="minitensor-bilinear-")
-module_source = '''
-    """A minitensor plugin: the bilinear attention scorer, score(q, k) = q^T W k / temperature."""
-
-    import math
-
-    import minitensor as mt
-    from minitensor import hookimpl
-    from minitensor.plugins import check_options
-
-
-    class BilinearScorer(mt.nn.Module):
-        def __init__(self, query_size, key_size, temperature=1.0, **options):
-            super().__init__()
-            check_options(type(self), options, ("temperature",))
-            if query_size is None or key_size is None:
-                raise ValueError("BilinearScorer needs query_size and key_size (W is learned)")
-            if not temperature > 0:
-                raise ValueError(f"BilinearScorer: temperature must be > 0, got {temperature}")
-            self.temperature = float(temperature)
-            self.W = mt.nn.Parameter(mt.randn(query_size, key_size) * (1.0 / math.sqrt(query_size * key_size)))
-
-        def forward(self, queries, keys):
-            return (queries @ self.W) @ keys.swapaxes(-1, -2) * (1.0 / self.temperature)
-
-
-    @hookimpl
-    def minitensor_scorers():
-        return {"bilinear": BilinearScorer}
-'''
+# The module is the class above, word for word (``inspect.getsource``), between the imports
+# it needs and its hook.
+module_source = "\n".join([
+    '"""A minitensor plugin: the bilinear attention scorer, score(q, k) = q^T W k / temperature."""',
+    "",
+    "import math",
+    "",
+    "import minitensor as mt",
+    "from minitensor import hookimpl",
+    "from minitensor.plugins import check_options",
+    "",
+    "",
+    inspect.getsource(BilinearScorer),
+    "",
+    "@hookimpl",
+    "def minitensor_scorers():",
+    '    return {"bilinear": BilinearScorer}',
+    "",
+])
 with open(os.path.join(site, "minitensor_bilinear.py"), "w", encoding="utf-8") as f:
-    f.write(textwrap.dedent(module_source))
+    f.write(module_source)
 info = os.path.join(site, "minitensor_bilinear-0.1.dist-info")
 os.mkdir(info)
 with open(os.path.join(info, "METADATA"), "w", encoding="utf-8") as f:

@@ -28,7 +28,6 @@ gradient; a row with no candidate left gets all-zero weights (never NaN).
 import math
 
 from ..autograd import Function
-from ..errors import ShapeError
 from .softmax import apply_mask, lens_per_row
 
 

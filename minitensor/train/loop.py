@@ -341,7 +341,7 @@ def _report(result, data, log, num_samples=5):
 def save_figures(result, data):
     """The loss curve and, for a seq2seq model, the attention on the first held-out example."""
     from .decoding import translate
-    from .plots import plot_loss, plot_seq2seq_attention, plot_transformer_attention
+    from .plots import plot_loss, plot_seq2seq_attention
 
     config, model = result.config, result.model
     os.makedirs(config.out, exist_ok=True)
