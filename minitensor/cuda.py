@@ -4,17 +4,17 @@ Nothing GPU-related is imported until one of these is called.
 """
 
 
-def is_available():
-    """True where CuPy is installed and finds a usable NVIDIA GPU."""
-    from .backends import cuda_is_available
-
-    return cuda_is_available()
-
-
 def unavailable_reason():
     """None where ``device="cuda"`` works, else what is missing (CuPy, the driver, a GPU)."""
-    if is_available():
+    from .backends import _BACKENDS
+
+    if "cuda" in _BACKENDS:  # already built: it works
         return None
     from .backends.cupy_backend import cuda_unavailable_reason
 
     return cuda_unavailable_reason()
+
+
+def is_available():
+    """True where CuPy is installed and finds a usable NVIDIA GPU."""
+    return unavailable_reason() is None

@@ -47,15 +47,6 @@ def get_backend(device):
     raise DeviceError(f"unknown device {device!r}: available devices are {available_backends()}")
 
 
-def cuda_is_available():
-    """True if ``device="cuda"`` works here (CuPy installed, a driver, a GPU)."""
-    if "cuda" in _BACKENDS:
-        return True
-    from .cupy_backend import cuda_unavailable_reason
-
-    return cuda_unavailable_reason() is None
-
-
 def available_backends():
     """Device names with a registered backend ("cuda" is listed once it has been used)."""
     return sorted(_BACKENDS)
@@ -63,4 +54,4 @@ def available_backends():
 
 register_backend(NumpyBackend())
 
-__all__ = ["Backend", "NumpyBackend", "register_backend", "get_backend", "available_backends", "cuda_is_available"]
+__all__ = ["Backend", "NumpyBackend", "register_backend", "get_backend", "available_backends"]
