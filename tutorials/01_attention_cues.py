@@ -7,8 +7,9 @@
 # that every later chapter draws.
 #
 # Sources: the two texts in `../shared/seeds/` (D2L's "Attention Cues" section, retold), and
-# D2L 10.1 ("Queries, Keys, and Values", 11.1, in the newer edition). Chinese terms of the sources stand beside the English ones the first time they
-# appear; `GLOSSARY.md` maps them all.
+# D2L 10.1 "Attention Cues" (11.1 "Queries, Keys, and Values" in the newer edition). Chinese
+# terms of the sources stand beside the English ones the first time they appear;
+# `GLOSSARY.md` maps them all.
 
 # %%
 import numpy
@@ -92,7 +93,7 @@ assert abs(glance.sum() - 1.0) < 1e-6, "a softmax over the objects sums to 1"
 # $$f\big(q, (k_1, v_1), \ldots, (k_n, v_n)\big) = \sum_{i=1}^n \alpha(q, k_i)\, v_i,
 # \qquad \alpha(q, k_i) \ge 0,\ \sum_i \alpha(q, k_i) = 1 .$$
 #
-# The output is a weighted average of the values, and the **attention weights**
+# The output is a **weighted average** (加权平均) of the values, and the **attention weights**
 # (注意力权重) $\alpha(q, k_i)$ say how much of each value the query takes. How $\alpha$ is
 # computed is what distinguishes one attention mechanism from another (chapters 2 and 3).
 #
@@ -200,9 +201,10 @@ show_heatmaps(weights, xlabel="Keys (objects)", ylabel="Queries (intentions)", r
 # Such a matrix can also come out of real queries and keys. Put ten keys at the positions
 # $0, 1, \ldots, 9$ on a line and ten queries at the same positions, and score each pair by how
 # close they are, $a(q, k) = -\tfrac12 \big((q - k)\,w\big)^2$ — the Gaussian kernel of the
-# next chapter, as the scorer plugin `parametric_gaussian` with its width parameter $w$ fixed.
-# A small $w$ spreads each query's attention over its neighbours; a large one concentrates it
-# on the key at the query's own position, and the weights approach the identity.
+# next chapter, as the scorer plugin `parametric_gaussian` with its parameter $w$ (an
+# *inverse* width) fixed. A small $w$ spreads each query's attention over its neighbours; a
+# large one concentrates it on the key at the query's own position, and the weights approach
+# the identity.
 
 # %%
 positions = mt.arange(10, dtype=mt.float32).reshape(10, 1)  # 10 queries / keys of size 1

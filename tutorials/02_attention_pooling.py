@@ -82,7 +82,8 @@ assert numpy.allclose(average.attention_weights, 1 / len(data.x_train)), "every 
 #        = \sum_{i=1}^n \alpha(q, k_i)\, v_i ,$$
 #
 # where $K$ is a **kernel** (核函数): a function that is large when the query and the key are
-# close and small when they are far apart. This is **non-parametric attention pooling**
+# close and small when they are far apart. (The second text writes $K(q - k_i)$, the first
+# $K(q, k_i)$, a kernel of the query and one key; the box further down compares the two.) This is **non-parametric attention pooling**
 # (非参数注意力汇聚): nothing is learned, the data themselves are the model. The weights are
 # non-negative and sum to 1, as attention weights must ($\alpha(q, k_i) \ge 0$,
 # $\sum_i \alpha(q, k_i) = 1$); the closer a key to the query, the larger the weight of its
@@ -111,6 +112,10 @@ by_hand = K / K.sum(axis=1, keepdims=True)
 assert numpy.abs(gaussian.attention_weights - by_hand).max() < 1e-5, "softmax(-(q-k)^2/2) = K / sum K"
 assert numpy.allclose(gaussian.attention_weights.sum(axis=1), 1.0, atol=1e-5), "weights rows sum to 1"
 assert (gaussian.attention_weights >= 0).all(), "weights are non-negative"
+# The closer the key, the larger its weight: in every row, sorted by |q - k|, the weights never rise.
+distance = numpy.abs(data.x_test[:, None] - data.x_train[None, :])
+by_distance = numpy.take_along_axis(gaussian.attention_weights, numpy.argsort(distance, axis=1), axis=1)
+assert (numpy.diff(by_distance, axis=1) <= 1e-7).all(), "a closer key never gets less weight"
 assert mse_gaussian < mse_average, "weighing by closeness beats the flat average"
 
 # %% [markdown]
@@ -200,8 +205,8 @@ for width in nw.WIDTHS:
 # %% [markdown]
 # ### With enough data, non-parametric pooling converges
 #
-# The texts add that, given enough data, non-parametric attention pooling converges to the
-# optimal result. Nothing is learned, so all the improvement must come from more keys and
+# The first text adds that, given enough data, non-parametric attention pooling converges to
+# the optimal result (如果有足够的数据，非参数注意力汇聚会收敛到最优结果). Nothing is learned, so all the improvement must come from more keys and
 # values: with $n$ training points and a width that shrinks slowly as $n$ grows (the classical
 # choice $h \propto n^{-1/5}$), the error against the true function goes to zero.
 

@@ -99,7 +99,8 @@ for valid_lens in ([2, 3], [[1, 3], [2, 4]]):
 #
 # - the naive one sets masked scores to $-\infty$ and runs a softmax: the row's maximum is
 #   $-\infty$, $-\infty - (-\infty)$ is NaN, and the **NaN** spreads to the output, the loss
-#   and, after one optimiser step, to every parameter (PyTorch's `-inf` masks do this);
+#   and, after one optimiser step, to every parameter (`torch.softmax` of a row of `-inf`s
+#   is NaN, so a `-inf` mask in PyTorch does this);
 # - D2L sets masked scores to $-10^6$ instead: the row's scores are all equal, and the
 #   softmax makes them **uniform** — the query attends to padding, silently;
 # - minitensor returns **all-zero weights**: the query takes nothing from any value, its

@@ -190,6 +190,8 @@ try:
     mt.nn.MultiHeadAttention(16, 2, scorer="bilinear", scorer_options={"temprature": 0.5})
 except TypeError as e:
     print("TypeError:", e)
+else:
+    raise AssertionError("a misspelt scorer option must be refused")
 
 # %% [markdown]
 # ## What the bilinear scorer can learn
@@ -278,7 +280,10 @@ try:
     mt.plugins.register(Misspelt(), name="misspelt")
 except PluginError as e:
     print("PluginError:", e)
-assert "bilinear2" not in mt.plugins.scorers(), "a rejected plugin leaves nothing behind"
+    assert "did you mean 'minitensor_scorers'" in str(e), "the error names the hook meant"
+else:
+    raise AssertionError("a misspelt hook name must be refused")
+assert not mt.plugins.get_plugin_manager().has_plugin("misspelt"), "a rejected plugin leaves nothing behind"
 
 # %% [markdown]
 # **2. Hooks are called with keyword arguments only**, and pluggy passes an implementation
@@ -300,6 +305,8 @@ try:
     mt.plugins.register(ExtraParameter(), name="extra-parameter")
 except PluginError as e:
     print("PluginError:", str(e).splitlines()[2])
+else:
+    raise AssertionError("a hook implementation with a parameter the hook lacks must be refused")
 
 seen = []
 
@@ -315,6 +322,8 @@ try:
     mt.plugins.register(WithDefault(), name="with-default")
 except PluginError as e:
     print("PluginError:", e)
+else:
+    raise AssertionError("a hook implementation whose parameters have defaults must be refused")
 assert "bilinear_cold" not in mt.plugins.scorers(), "refused, and nothing left behind"
 
 # What pluggy alone does with it: registers it, and calls it without the argument.
@@ -332,6 +341,8 @@ try:
     hook("positional")
 except TypeError as e:
     print("TypeError:", e)
+else:
+    raise AssertionError("hooks take keyword arguments only")
 
 # %% [markdown]
 # ## Ship it: a plugin package with an entry point
@@ -441,6 +452,8 @@ try:
     mt.nn.MultiHeadAttention(16, 2, scorer="bilinear")
 except KeyError as e:
     print("UnknownPluginError:", e)
+else:
+    raise AssertionError("an unregistered scorer must be unknown")
 shutil.rmtree(site, ignore_errors=True)
 
 # %% [markdown]

@@ -51,7 +51,11 @@ mt.manual_seed(0)
 # notation of seed 000, for whole matrices of queries, keys and values:
 #
 # $$\mathbf{Q}_i = f_{Q_i}(\mathbf{Q}),\; \mathbf{K}_i = f_{K_i}(\mathbf{K}),\; \mathbf{V}_i = f_{V_i}(\mathbf{V}),
-# \qquad \mathbf{h}_i = \operatorname{softmax}\left(\frac{\mathbf{Q}_i \mathbf{K}_i^\top}{\sqrt{d}}\right) \mathbf{V}_i .$$
+# \qquad \mathbf{h}_i = \operatorname{softmax}\left(\frac{\mathbf{Q}_i \mathbf{K}_i^\top}{\sqrt{d}}\right) \mathbf{V}_i ,$$
+#
+# where $f_{Q_i}, f_{K_i}, f_{V_i}$ are the linear maps (the seed: "$f$为线性映射函数") and $d$
+# is the size of one head's queries and keys, $p_q = p_k$ (the code divides by
+# $\sqrt{\texttt{num\_hiddens} / h}$).
 #
 # D2L's example sizes: $p_o$ = `num_hiddens` = 100 and $h$ = 5 heads, so that each head
 # works in $p_q = p_k = p_v = p_o / h = 20$ dimensions; a batch of 2 examples with 4 queries
@@ -193,7 +197,9 @@ assert gap_layer < 1e-5, "the by-hand computation reproduces mt.nn.MultiHeadAtte
 assert gap_sum < 1e-5, "concatenation then W_o equals the sum over heads of W_o's column blocks times each head"
 
 # %% [markdown]
-# > **Errata / which version the code implements.** Seed 000 ends multi-head attention with
+# > **Errata / which version the code implements**
+# >
+# > Seed 000 ends multi-head attention with
 # > $f(\mathbf{Q}) = \sum_i \omega_i \mathbf{h}_i$, "linearly weighting the different behaviours"
 # > (将得到的不同行为线性加权), while seed 002 and D2L concatenate the $h$ outputs and apply
 # > one more linear layer $\mathbf{W}_o$. minitensor implements the concatenation followed by
@@ -203,7 +209,8 @@ assert gap_sum < 1e-5, "concatenation then W_o equals the sum over heads of W_o'
 # > $\omega_i$ is read as a matrix, the column block $\mathbf{W}_o^{(i)}$. With scalar $\omega_i$
 # > (or $\mathbf{W}_o^{(i)} = \omega_i I$) the sum would be a strictly smaller model that can only
 # > rescale each head, not mix its features into the output's.
-#
+
+# %% [markdown]
 # ## What it costs
 #
 # Each head works in $p_o / h$ dimensions, so the $h$ heads together have exactly the

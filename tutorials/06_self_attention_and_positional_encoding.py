@@ -39,7 +39,7 @@ mt.manual_seed(0)
 #
 # $$\mathbf{y}_i = f(\mathbf{x}_i, (\mathbf{x}_1, \mathbf{x}_1), \dots, (\mathbf{x}_n, \mathbf{x}_n)) \in \mathbb{R}^d .$$
 #
-# It extracts features from a sequence without any other queries, keys or values taking
+# It extracts features (特征抽取) from a sequence without any other queries, keys or values taking
 # part: a sequence goes in, a sequence of the same length comes out, and only information
 # *within* the sequence is used. Batched, with scaled dot-product pooling and $\mathbf{X} \in
 # \mathbb{R}^{n \times d}$ holding the tokens as rows,
@@ -88,9 +88,13 @@ try:
     x @ W_Q @ x.T @ W_K  # (n, d) (d, d) (d, n) = (n, n), then (n, n) @ (d, d)
 except ValueError as e:
     print("X W_Q X^T W_K:", e)
+else:
+    raise AssertionError("for n != d the printed form cannot be computed")
 
 # %% [markdown]
-# > **Errata / which version the code implements.** Seed 002 writes self-attention with
+# > **Errata / which version the code implements**
+# >
+# > Seed 002 writes self-attention with
 # > learned parameters as $\operatorname{softmax}(\mathbf{X}\mathbf{W_Q}\mathbf{X}^T\mathbf{W_K} / \sqrt{d})\,\mathbf{X}\mathbf{W_V}$.
 # > The transpose belongs to the projected keys, $(\mathbf{X}\mathbf{W}_K)^\top = \mathbf{W}_K^\top \mathbf{X}^\top$:
 # > minitensor implements $\operatorname{softmax}(\mathbf{X}\mathbf{W}_Q(\mathbf{X}\mathbf{W}_K)^\top / \sqrt{d})\,\mathbf{X}\mathbf{W}_V$
@@ -100,7 +104,8 @@ except ValueError as e:
 # > self-attention's "longest sequence is 1" (最长序列为1) where it means the **maximum path
 # > length** (最长路径) $O(1)$; and it defines $w_i = 1/10000^{2j/d}$ and then uses $w_j$, one
 # > frequency per column pair $j$ (the code's $\omega_j$).
-#
+
+# %% [markdown]
 # ## Self-attention has no idea of order
 #
 # Nothing in $f(\mathbf{X})$ refers to positions: permute the tokens and the outputs come out
@@ -326,9 +331,9 @@ ax_grad.legend()
 fig.savefig(figure_path(TUTORIAL, "cnn_rnn_self_attention.png"), dpi=100)
 
 # %% [markdown]
-# To sum up: self-attention treats $\mathbf{x}$ as queries, keys and values to extract features
-# from a sequence; it is fully parallel and its maximum path length is 1, but its cost grows
-# with $n^2$, which is heavy for long sequences.
+# To sum up: a self-attention pooling layer (自注意力池化层) treats $\mathbf{x}$ as queries, keys
+# and values to extract features from a sequence; it is fully parallel and its
+# maximum path length is 1, but its cost grows with $n^2$, which is heavy for long sequences.
 #
 # ## Positional encoding
 #
@@ -337,7 +342,8 @@ fig.savefig(figure_path(TUTORIAL, "cnn_rnn_self_attention.png"), dpi=100)
 # its parallel computation, we leave the attention alone and *encode* positions into the
 # input: for $\mathbf{X} \in \mathbb{R}^{n \times d}$ compute a **positional encoding matrix**
 # (位置编码矩阵) $\mathbf{P} \in \mathbb{R}^{n \times d}$ and feed $\mathbf{X} + \mathbf{P}$ to
-# self-attention. The Transformer's $\mathbf{P}$ uses sines and cosines:
+# self-attention. How $\mathbf{P}$ is computed differs from field to field
+# (不同应用领域对位置编码的设计可能有所不同); the Transformer's uses sines and cosines:
 #
 # $$p_{i, 2j} = \sin\left(\frac{i}{10000^{2j/d}}\right), \qquad p_{i, 2j+1} = \cos\left(\frac{i}{10000^{2j/d}}\right).$$
 #
@@ -433,8 +439,8 @@ assert worst < 1e-5, "the encoding at i + delta is the rotation of the encoding 
 # Adding $\mathbf{P}$ to the inputs makes relative positions *available*; the attention scores
 # still see absolute ones, mixed with the content through $\mathbf{W}_Q$ and $\mathbf{W}_K$.
 # **Rotary position embedding** (RoPE, Su et al. 2021), used by many large language models
-# today (LLaMA among them), applies the very same rotations to the projected queries and keys instead of adding
-# anything: the pair $(2j, 2j+1)$ of a query or key at position $m$ is rotated by $m\theta_j$,
+# today (LLaMA among them), applies rotations with the same frequencies to the projected
+# queries and keys instead of adding anything: the pair $(2j, 2j+1)$ of a query or key at position $m$ is rotated by $m\theta_j$,
 # with the sinusoidal frequencies $\theta_j = \omega_j$. Rotations keep lengths and
 # $R(m\theta)^\top R(n\theta) = R((n - m)\theta)$, so
 #

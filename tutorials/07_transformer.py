@@ -2,7 +2,7 @@
 # # 7. The Transformer: encoder, decoder, training, decoding
 #
 # The last part of the source texts opens with one sentence: *the Transformer is built on the
-# encoder–decoder architecture (编码器-解码器架构) to process sequence pairs (序列对)*, followed
+# encoder–decoder architecture (Encoder-Decoder架构) to process sequence pairs (序列对)*, followed
 # by its architecture diagram. Everything before it in the chapter is a part of that
 # diagram: multi-head attention (多头注意力, tutorial 5), self-attention (自注意力) and the
 # positional encoding (位置编码, tutorial 6), and cross-attention (交叉注意力), whose queries come
@@ -193,8 +193,9 @@ assert np.allclose(mean, 0, atol=1e-5), "AddNorm output: every position has mean
 assert np.allclose(var, 1, atol=1e-3), "AddNorm output: every position has variance 1 (up to eps)"
 
 # %% [markdown]
-# > **Errata / which version the code implements: post-LN (the book) or pre-LN (minitensor's
-# > default recipe)**
+# > **Errata / which version the code implements**
+# >
+# > *Post-LN (the book) or pre-LN (minitensor's default recipe).*
 # >
 # > The original Transformer and D2L normalise *after* the residual sum, "post-LN":
 # > $\mathbf X \leftarrow \text{LayerNorm}(\mathbf X + \text{sublayer}(\mathbf X))$. `mt.nn.AddNorm`,
