@@ -22,8 +22,6 @@ from minitensor import hookimpl, nn
 from minitensor.plugins import check_options
 
 
-
-
 def _same_sizes(cls, query_size, key_size):
     if query_size is not None and key_size is not None and query_size != key_size:
         raise ValueError(
