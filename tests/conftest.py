@@ -42,3 +42,12 @@ def _strict_registered():
 def device(request):
     """The device name an op test runs on: "cpu", "strict" (and "cuda" on a GPU)."""
     return request.param
+
+
+def pytest_collection_modifyitems(items):
+    """On a GPU, the tests that take the ``cuda`` fixture (test_cuda_backend.py) run on the real
+    device: mark them ``gpu`` so that ``pytest -m gpu`` includes them."""
+    if GPU:
+        for item in items:
+            if "cuda" in getattr(item, "fixturenames", ()):
+                item.add_marker(pytest.mark.gpu)

@@ -36,5 +36,13 @@ if not GPU:
 
 SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 
+# numba's on-disk kernel cache is not safe for processes compiling the same kernels at once
+# (its index names a data file without a lock): pytest-xdist workers get one cache each.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    import tempfile
+
+    os.environ["NUMBA_CACHE_DIR"] = os.path.join(
+        os.environ.get("NUMBA_CACHE_DIR") or tempfile.gettempdir(), "minitensor-" + os.environ["PYTEST_XDIST_WORKER"])
+
 #: for tests that need a real GPU; never the only test of a feature
 requires_gpu = pytest.mark.skipif(not GPU, reason="needs CuPy and a CUDA GPU (cupy.is_available() is False)")

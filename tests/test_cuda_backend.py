@@ -9,6 +9,7 @@ it would on a GPU. The CUDA kernels themselves run in numba's simulator
 """
 
 import sys
+from functools import partial
 
 import numpy as np
 import pytest
@@ -244,7 +245,10 @@ def test_training_on_the_device_learns_checkpoints_and_resumes_exactly(cuda, tmp
     config = _reverse(tmp_path / "parts", cuda)
     train(config, log=_quiet, stop_after_epochs=1)
     resumed = train(config, log=_quiet, resume=True)
-    assert resumed.history["loss"] == whole.history["loss"]
+    if GPU:  # cuBLAS and CuPy's atomic scatter-add need not sum in the same order twice
+        np.testing.assert_allclose(resumed.history["loss"], whole.history["loss"], rtol=1e-5)
+    else:
+        assert resumed.history["loss"] == whole.history["loss"]
 
 
 def test_a_checkpoint_saved_on_the_device_loads_on_the_cpu_and_back(cuda, tmp_path):
@@ -262,7 +266,8 @@ def test_a_checkpoint_saved_on_the_device_loads_on_the_cpu_and_back(cuda, tmp_pa
     cpu_optimizer = mt.optim.Adam(on_cpu.parameters(), lr=1e-2)
     info = load_checkpoint(tmp_path / "ckpt", on_cpu, cpu_optimizer, map_device="cpu")
     assert info["saved_device"] == cuda
-    np.testing.assert_array_equal(on_cpu(x.to("cpu")).numpy(), model(x).numpy())
+    same = np.testing.assert_array_equal if not GPU else partial(np.testing.assert_allclose, rtol=1e-5, atol=1e-6)
+    same(on_cpu(x.to("cpu")).numpy(), model(x).numpy())
     # the optimiser goes on from the same moments on either device
     optimizer.zero_grad()
     for m in (model, on_cpu):
@@ -270,13 +275,13 @@ def test_a_checkpoint_saved_on_the_device_loads_on_the_cpu_and_back(cuda, tmp_pa
     optimizer.step()
     cpu_optimizer.step()
     for a, b in zip(model.parameters(), on_cpu.parameters()):
-        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5 if GPU else 1e-6, atol=1e-7)
 
     again = mt.nn.Sequential(mt.nn.Linear(4, 8), mt.nn.ReLU(), mt.nn.Linear(8, 2)).to(cuda)
     save_checkpoint(tmp_path / "from_cpu", on_cpu, cpu_optimizer)
     load_checkpoint(tmp_path / "from_cpu", again, map_device=cuda)
     assert all(p.device == cuda for p in again.parameters())
-    np.testing.assert_array_equal(again(x).numpy(), on_cpu(x.to("cpu")).numpy())
+    same(again(x).numpy(), on_cpu(x.to("cpu")).numpy())
 
 
 def test_cli_train_on_cuda(cuda, tmp_path, capsys):

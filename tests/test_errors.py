@@ -189,6 +189,32 @@ def test_embedding_index_out_of_range(device):
     raises(mt.ShapeError, lambda: mt.embedding(mt.tensor([0], device=device), mt.ones(5, device=device)), "embedding", "2-D")
 
 
+def test_integer_array_index_out_of_range(device):
+    """CuPy would wrap an out-of-range array index around silently; minitensor refuses it everywhere."""
+    x = mt.arange(12.0, device=device).reshape(3, 4)
+    raises(IndexError, lambda: x[mt.tensor([0, 3], device=device)], "getitem", "3", "size 3")
+    raises(IndexError, lambda: x[:, mt.tensor([-5], device=device)], "getitem", "-5", "axis 1", "size 4")
+    raises(IndexError, lambda: x[..., mt.tensor([4], device=device)], "getitem", "4", "size 4")
+    raises(IndexError, lambda: x[None, 1, mt.tensor([0, 9], device=device)], "getitem", "9", "axis 1")
+    rows = x[mt.tensor([-1, 0, 2], device=device), mt.tensor([3, 0, 1], device=device)]
+    assert rows.numpy().tolist() == [11.0, 0.0, 9.0]  # negative indices in range are fine
+    assert x[x > 5.0][mt.tensor([0, 5], device=device)].numpy().tolist() == [6.0, 11.0]
+
+
+def test_the_array_index_check_made_for_gpu_arrays():
+    """The check itself (NumPy raises on its own, so the test above cannot tell who raised)."""
+    from minitensor.ops.indexing import _check_array_parts
+
+    shape = (3, 4, 5)
+    for index in [np.array([0, 3]), (slice(None), np.array([-5])), (Ellipsis, np.array([5])),
+                  (None, 0, np.array([1, 4])), (np.ones((3, 4), bool), np.array([5]))]:
+        with pytest.raises(IndexError, match="out of bounds for axis"):
+            _check_array_parts(shape, index)
+    for index in [np.array([0, -3]), (slice(None), np.array([3, -4])), (Ellipsis, np.array([4])),
+                  (None, 0, np.array([1, 3]), np.array([4])), (np.ones((3, 4), bool), np.array([4])), np.array([], int)]:
+        _check_array_parts(shape, index)
+
+
 def test_masked_softmax_valid_lens_of_a_wrong_shape(device):
     x = mt.zeros(2, 3, 4, device=device)
     raises(mt.ShapeError, lambda: mt.masked_softmax(x, mt.tensor([1, 2, 3], device=device)), "masked_softmax", "(3,)", "(2, 3, 4)", "(2,)")

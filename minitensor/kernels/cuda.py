@@ -344,8 +344,6 @@ class CudaKernels:
         return _compile(dtype, self._threads())
 
     def _launch(self, kernel, rows, *arrays):
-        from numba.core.errors import NumbaPerformanceWarning
-
         if self.stream is None:
             stream = 0
         else:
@@ -355,6 +353,7 @@ class CudaKernels:
                       for a in arrays]
         with warnings.catch_warnings():
             # "Grid size N will likely result in GPU under-utilization": few rows, few blocks.
-            warnings.simplefilter("ignore", NumbaPerformanceWarning)
+            # Matched by its text: numba and numba-cuda each raise it with their own class.
+            warnings.filterwarnings("ignore", message=r"Grid size \d+ will likely result in GPU under-utilization")
             configured = kernel[min(rows, self.max_blocks), self._threads(), stream]
         configured(*arrays)

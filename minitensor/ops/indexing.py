@@ -34,12 +34,44 @@ def _is_basic(index):
     return all(p is None or p is Ellipsis or isinstance(p, (int, slice)) for p in parts)
 
 
+def _check_array_parts(shape, index):
+    """IndexError for an integer-array part of ``index`` that points outside its axis.
+
+    NumPy checks this itself; CuPy does not (an out-of-range array index wraps around, so
+    ``x[[0, 7]]`` of a 3-row array silently reads row 1), so on any other array library the
+    check is made here, at the price of one device-to-host sync per array part.
+    """
+    parts = index if isinstance(index, tuple) else (index,)
+
+    def width(p):  # how many axes of ``a`` the part consumes
+        if p is None or p is Ellipsis:
+            return 0
+        if hasattr(p, "dtype") and p.dtype.kind == "b":
+            return p.ndim
+        return 1
+
+    axis = 0
+    for p in parts:
+        if p is Ellipsis:
+            axis = len(shape) - sum(width(q) for q in parts[parts.index(Ellipsis) + 1:])
+            continue
+        if hasattr(p, "dtype") and p.dtype.kind in "iu" and p.size and axis < len(shape):
+            n = shape[axis]
+            low, high = int(p.min()), int(p.max())
+            if low < -n or high >= n:
+                bad = high if high >= n else low
+                raise IndexError(f"getitem: index {bad} is out of bounds for axis {axis} with size {n}")
+        axis += width(p)
+
+
 class GetItem(Function):
     """z = a[index];  dL/da = zeros with dL/dz added at the positions read."""
 
     @staticmethod
     def forward(ctx, a, index):
         ctx.shape, ctx.dtype, ctx.index = a.shape, a.dtype, index
+        if ctx.backend.device != "cpu" and not _is_basic(index):
+            _check_array_parts(a.shape, index)
         try:
             return a[index]
         except IndexError as e:
