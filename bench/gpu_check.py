@@ -13,7 +13,9 @@ target, pluggy, safetensors, pytest; PyTorch optional) and no network:
    simulator switched off, so the kernels run on the GPU;
 3. times the softmax kernels (numba CUDA, float32) against naive CuPy (the plain-array
    version in ``minitensor/kernels/reference.py``) and ``torch.softmax`` on the same GPU;
-4. times a training step of the larger Transformer of ``bench/train_step.py`` (num_hiddens
+4. times the random numbers of a dropout mask (minitensor seeds a generator per draw, so
+   that checkpoints can restore its state) against one long-lived generator and torch;
+5. times a training step of the larger Transformer of ``bench/train_step.py`` (num_hiddens
    256, 8 heads, ffn 1024, 4 + 4 blocks, batch 64, 64 tokens) against its PyTorch twin on the
    same GPU, after checking that both compute the same loss from the same weights.
 
@@ -248,6 +250,29 @@ def kernel_benchmark(device, quick):
     return rows
 
 
+def dropout_benchmark(device, quick):
+    """A dropout mask's random numbers: minitensor draws each from a fresh, seeded generator
+    (so that its state can be saved, see cupy_backend.py); how much does that cost against
+    the backend's array library with one long-lived generator, and against torch?"""
+    shape = (8, 64, 256) if quick else (64, 8, 64, 64)  # the large config's attention weights
+    backend = device.backend
+    cases = {"minitensor": lambda: backend.uniform(shape, np.float32)}
+    if device.name == "cpu":
+        generator = np.random.default_rng(0)
+        cases["one generator"] = lambda: generator.random(shape, dtype=np.float32)
+    else:
+        generator = device.xp.random.RandomState(0)
+        cases["one generator"] = lambda: generator.random_sample(shape, dtype=np.float32)
+    if device.torch_device is not None:
+        cases["torch"] = lambda: device.torch.rand(shape, device=device.torch_device)
+    stats = interleaved_stats({k: device.timed(f, 10) for k, f in cases.items()}, 5 if quick else 15, warmup=2)
+    headers = ["uniform samples", *stats, "mt/one generator"]
+    row = [f"{shape}", *(format_stats(v) for v in stats.values()),
+           format_ratio(stats["minitensor"].median / stats["one generator"].median)]
+    print_table(headers, [row], title=f"Random numbers for a dropout mask on {device.name}: median per draw")
+    return stats
+
+
 # -- 4: a training step of the larger Transformer ---------------------------------------------------------
 def training_benchmark(device, quick):
     import minitensor as mt
@@ -353,7 +378,8 @@ def main(argv=None):
         if result:
             failures.append(f"GPU tests ({result})")
     # one failing section must not cost the others: this may be the only run on a GPU
-    for name, section in (("kernel benchmark", kernel_benchmark), ("training benchmark", training_benchmark)):
+    for name, section in (("kernel benchmark", kernel_benchmark), ("dropout benchmark", dropout_benchmark),
+                          ("training benchmark", training_benchmark)):
         try:
             section(device, args.quick)
         except (Exception, SystemExit):
