@@ -13,6 +13,7 @@ the shapes still cover rows shorter than a block, longer and not a multiple of i
 
 import subprocess
 import sys
+import threading
 import zlib
 from pathlib import Path
 
@@ -50,6 +51,40 @@ def _fast_thread_switching():
     sys.setswitchinterval(1e-4)
     yield
     sys.setswitchinterval(interval)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _atomic_simulated_shared_arrays():
+    """Make the simulator hand every thread of a block the same shared array.
+
+    numba's simulator allocates a block's shared array when the first of its threads asks,
+    keyed by the calling line, with a check-then-set that is not atomic
+    (``numba/cuda/simulator/kernelapi.py``, ``FakeCUDAShared.array``): with the short switch
+    interval above, two threads of one block now and then each get an array of their own, so
+    a reduction sums garbage (seen as a softmax of 0 instead of 1 for a single element). A GPU
+    has no such problem; here the same lookup runs under a lock.
+    """
+    if not SIMULATED:
+        yield
+        return
+    from numba.cuda.simulator import kernelapi
+
+    original = kernelapi.FakeCUDAShared.array
+    lock = threading.Lock()
+
+    def array(self, shape, dtype):
+        if shape == 0:  # dynamic shared memory: one preallocated buffer, no race
+            return original(self, shape, dtype)
+        caller = sys._getframe(1)
+        key = (caller.f_code.co_filename, caller.f_lineno)
+        with lock:
+            if key not in self._allocations:
+                self._allocations[key] = np.empty(shape, np.dtype(str(dtype)))
+            return self._allocations[key]
+
+    kernelapi.FakeCUDAShared.array = array
+    yield
+    kernelapi.FakeCUDAShared.array = original
 
 
 @pytest.fixture(scope="module")
