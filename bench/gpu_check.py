@@ -283,8 +283,7 @@ def training_benchmark(device, quick):
     batches = make_batches(cfg, n=4)
     mt_model, mt_opt = build_minitensor(cfg)
     state = minitensor_state(mt_model)
-    mt_model.to(device.name)
-    mt_opt = type(mt_opt)(mt_model.parameters(), lr=mt_opt.param_groups[0]["lr"])
+    mt_model.to(device.name)  # the same Parameter objects: the optimiser (no state yet) follows
     mt_data = [{k: mt.tensor(v, device=device.name) for k, v in b.items()} for b in batches]
 
     def mt_step(batch):

@@ -49,9 +49,16 @@ class Backend:
         """Standard normal samples."""
         raise NotImplementedError
 
-    def uniform(self, shape, dtype, low=0.0, high=1.0):
-        """Uniform samples in [low, high)."""
+    def random(self, shape, dtype):
+        """Uniform samples in [0, 1)."""
         raise NotImplementedError
+
+    def uniform(self, shape, dtype, low=0.0, high=1.0):
+        """Uniform samples in [low, high): ``random`` stretched and shifted."""
+        u = self.random(shape, dtype)
+        if low != 0.0 or high != 1.0:
+            u = u * (high - low) + low
+        return u.astype(dtype, copy=False)
 
     def integers(self, low, high, shape):
         """Random int64 in [low, high)."""

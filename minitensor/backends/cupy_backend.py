@@ -91,11 +91,8 @@ class CupyBackend(Backend):
     def normal(self, shape, dtype):
         return self._generator().standard_normal(shape, dtype=dtype)
 
-    def uniform(self, shape, dtype, low=0.0, high=1.0):
-        u = self._generator().random_sample(shape, dtype=dtype)
-        if low != 0.0 or high != 1.0:
-            u = u * (high - low) + low
-        return u.astype(dtype, copy=False)
+    def random(self, shape, dtype):
+        return self._generator().random_sample(shape, dtype=dtype)
 
     def integers(self, low, high, shape):
         return self._generator().randint(low, high, shape, dtype="int64")

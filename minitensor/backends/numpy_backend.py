@@ -28,11 +28,8 @@ class NumpyBackend(Backend):
     def normal(self, shape, dtype):
         return self._rng.standard_normal(shape, dtype=dtype)
 
-    def uniform(self, shape, dtype, low=0.0, high=1.0):
-        u = self._rng.random(shape, dtype=dtype)
-        if low != 0.0 or high != 1.0:
-            u = u * (high - low) + low
-        return u.astype(dtype, copy=False)
+    def random(self, shape, dtype):
+        return self._rng.random(shape, dtype=dtype)
 
     def integers(self, low, high, shape):
         return self._rng.integers(low, high, shape, dtype=numpy.int64)
