@@ -7,6 +7,7 @@ can *do*. ``x + y`` is ``ops.add(x, y)`` (that is, ``Add.apply(x, y)``), ``x.sum
 
 from . import ops
 from .ops import elementwise
+from .ops.axes import normalize_axes
 from .ops.matmul import MatMul
 from .ops.promote import promote
 from .tensor import Tensor
@@ -72,10 +73,14 @@ Tensor.__invert__ = lambda self: Tensor._make(~self.data, self._backend, None)
 
 
 def _any(self, axis=None):
+    if axis is not None:
+        axis = normalize_axes(axis, self.ndim, "any")
     return Tensor._make(self.data.any(axis=axis), self._backend, None)
 
 
 def _all(self, axis=None):
+    if axis is not None:
+        axis = normalize_axes(axis, self.ndim, "all")
     return Tensor._make(self.data.all(axis=axis), self._backend, None)
 
 

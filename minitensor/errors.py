@@ -4,9 +4,30 @@ Each is a subclass of a built-in exception, so ``except ValueError`` keeps worki
 carries a message that names the operation and the values involved and says what to do.
 """
 
+try:
+    from numpy.exceptions import AxisError as _NumPyAxisError
+except ImportError:  # NumPy < 1.25
+    from numpy import AxisError as _NumPyAxisError
+
 
 class ShapeError(ValueError):
     """Operands whose shapes do not fit the operation (broadcasting, matmul, reshape...)."""
+
+
+class AxisError(ShapeError, _NumPyAxisError):
+    """An axis argument that does not fit the tensor: out of range, repeated, not a permutation.
+
+    Also NumPy's AxisError, so ``except numpy.exceptions.AxisError`` catches it, and like
+    that one both a ValueError and an IndexError. ``axis`` and ``ndim`` hold the values
+    involved (None where the message names several).
+    """
+
+    def __init__(self, message, axis=None, ndim=None):
+        _NumPyAxisError.__init__(self, message)
+        self.axis, self.ndim = axis, ndim
+
+    def __str__(self):
+        return self._msg  # NumPy's __str__ would append its own sentence to ours
 
 
 class DeviceError(RuntimeError):

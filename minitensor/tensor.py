@@ -81,7 +81,11 @@ class Tensor:
 
     def size(self, axis=None):
         """The shape (PyTorch's ``x.size()``), or its length along ``axis``."""
-        return self.shape if axis is None else self.data.shape[axis]
+        if axis is None:
+            return self.shape
+        from .ops.axes import normalize_axis
+
+        return self.data.shape[normalize_axis(axis, self.data.ndim, "size")]
 
     def numel(self):
         return int(self.data.size)

@@ -3,6 +3,7 @@ of the gradient."""
 
 from ..autograd import Function
 from ..errors import ShapeError
+from .axes import normalize_axis
 
 
 class Concat(Function):
@@ -11,7 +12,7 @@ class Concat(Function):
     @staticmethod
     def forward(ctx, *arrays, axis=0):
         ref = arrays[0]
-        axis = axis % ref.ndim
+        axis = normalize_axis(axis, ref.ndim, "concat")
         for a in arrays:
             if a.ndim != ref.ndim or a.shape[:axis] + a.shape[axis + 1 :] != ref.shape[:axis] + ref.shape[axis + 1 :]:
                 raise ShapeError(
@@ -39,7 +40,7 @@ class Stack(Function):
         shapes = {tuple(a.shape) for a in arrays}
         if len(shapes) > 1:
             raise ShapeError(f"stack: all tensors need the same shape, got {[tuple(a.shape) for a in arrays]}")
-        ctx.axis = axis % (arrays[0].ndim + 1)
+        ctx.axis = normalize_axis(axis, arrays[0].ndim, "stack", new=True)
         return ctx.xp.stack(arrays, axis=ctx.axis)
 
     @staticmethod
@@ -69,6 +70,7 @@ def split(a, split_size_or_sections, axis=0):
     (the last may be smaller); a list gives every piece's size and must add up."""
     from .indexing import getitem
 
+    axis = normalize_axis(axis, a.ndim, "split")
     n = a.shape[axis]
     if isinstance(split_size_or_sections, int):
         step = split_size_or_sections
@@ -77,10 +79,12 @@ def split(a, split_size_or_sections, axis=0):
         sizes = [min(step, n - s) for s in range(0, n, step)]
     else:
         sizes = list(split_size_or_sections)
+        if any(size < 0 for size in sizes):
+            raise ValueError(f"split: piece sizes must not be negative, got {sizes}")
         if sum(sizes) != n:
             raise ShapeError(f"split: sizes {sizes} add up to {sum(sizes)}, but axis {axis} has length {n}")
     pieces, start = [], 0
-    lead = (slice(None),) * (axis % a.ndim)
+    lead = (slice(None),) * axis
     for size in sizes:
         pieces.append(getitem(a, lead + (slice(start, start + size),)))
         start += size

@@ -7,22 +7,17 @@ reshaped as if ``keepdims=True`` and broadcast back over the reduced axes.
 import builtins
 
 from ..autograd import Function
+from .axes import normalize_axes, normalize_axis
 
 
-def normalize_axis(axis, ndim, op="reduction"):
-    """``axis`` (None, an int or a tuple, negatives allowed) as a sorted tuple of axes."""
+def reduced_axes(axis, ndim, op):
+    """``axis`` (None for all, an int or a tuple, negatives allowed) as a sorted tuple of
+    axes; out-of-range and repeated axes are refused (``ops/axes.py``)."""
     if axis is None:
         return tuple(range(ndim))
-    axes = (axis,) if isinstance(axis, int) else tuple(axis)
-    out = []
-    for a in axes:
-        if not -ndim <= a < builtins.max(ndim, 1):
-            raise IndexError(
-                f"{op}: axis {a} is out of range for a tensor with {ndim} dimensions "
-                f"(valid axes: {-ndim}..{ndim - 1}, or None for all)"
-            )
-        out.append(a % builtins.max(ndim, 1))
-    return tuple(sorted(set(out)))
+    if type(axis) is int:
+        return (normalize_axis(axis, ndim, op),)
+    return tuple(sorted(normalize_axes(axis, ndim, op)))
 
 
 def _keepdims_shape(shape, axes):
@@ -39,7 +34,7 @@ class Sum(Function):
 
     @staticmethod
     def forward(ctx, a, axis=None, keepdims=False):
-        ctx.shape, ctx.axes = a.shape, normalize_axis(axis, a.ndim, "sum")
+        ctx.shape, ctx.axes = a.shape, reduced_axes(axis, a.ndim, "sum")
         return a.sum(axis=ctx.axes, keepdims=keepdims)
 
     @staticmethod
@@ -52,7 +47,7 @@ class Mean(Function):
 
     @staticmethod
     def forward(ctx, a, axis=None, keepdims=False):
-        ctx.shape, ctx.axes = a.shape, normalize_axis(axis, a.ndim, "mean")
+        ctx.shape, ctx.axes = a.shape, reduced_axes(axis, a.ndim, "mean")
         return a.mean(axis=ctx.axes, keepdims=keepdims)
 
     @staticmethod
@@ -71,7 +66,7 @@ class Max(Function):
 
     @staticmethod
     def forward(ctx, a, axis=None, keepdims=False):
-        axes = normalize_axis(axis, a.ndim, "max")
+        axes = reduced_axes(axis, a.ndim, "max")
         z = a.max(axis=axes, keepdims=True)
         is_max = (a == z).astype(a.dtype)  # bool / int count would be float64
         ctx.save_for_backward(is_max / is_max.sum(axis=axes, keepdims=True))
@@ -93,7 +88,7 @@ class Var(Function):
 
     @staticmethod
     def forward(ctx, a, axis=None, keepdims=False, correction=1):
-        axes = normalize_axis(axis, a.ndim, "var")
+        axes = reduced_axes(axis, a.ndim, "var")
         count = 1
         for i in axes:
             count *= a.shape[i]
@@ -124,7 +119,7 @@ def max(a, axis=None, keepdims=False):  # noqa: A001
 
 def min(a, axis=None, keepdims=False):  # noqa: A001
     """min(a) = -max(-a)."""
-    normalize_axis(axis, a.ndim, "min")  # so that an error names min, not max
+    reduced_axes(axis, a.ndim, "min")  # so that an error names min, not max
     return -Max.apply(-a, axis=axis, keepdims=keepdims)
 
 
@@ -135,6 +130,8 @@ def var(a, axis=None, keepdims=False, correction=1):
 def _arg_extreme(a, which, axis, keepdims):
     from ..tensor import Tensor
 
+    if axis is not None:
+        axis = normalize_axis(axis, a.ndim, which)
     out = getattr(a.data, which)(axis=axis)
     if keepdims and axis is not None:
         out = a._backend.xp.expand_dims(out, axis)

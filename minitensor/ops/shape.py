@@ -1,8 +1,11 @@
 """Operations that move elements around without changing them: reshape, permute,
 broadcast, squeeze/unsqueeze. Each backward applies the inverse move to the gradient."""
 
+import math
+
 from ..autograd import Function, sum_to_shape
-from ..errors import ShapeError
+from ..errors import AxisError, ShapeError
+from .axes import axis_error, normalize_axes, normalize_axis
 
 
 class Reshape(Function):
@@ -29,9 +32,16 @@ class Permute(Function):
 
     @staticmethod
     def forward(ctx, a, axes):
-        if sorted(x % max(a.ndim, 1) for x in axes) != list(range(a.ndim)):
-            raise ShapeError(f"permute: {tuple(axes)} is not a permutation of the {a.ndim} axes of shape {tuple(a.shape)}")
-        axes = tuple(x % a.ndim for x in axes)
+        n, given = a.ndim, axes
+        if len(axes) == n:
+            axes = tuple(normalize_axis(x, n, "permute") for x in axes)
+        if len(axes) != n or len(set(axes)) != n:
+            raise AxisError(
+                f"permute: {tuple(given)} is not a permutation of the {n} axes of shape {tuple(a.shape)}: "
+                "it must name every axis once",
+                None,
+                n,
+            )
         ctx.inverse = tuple(sorted(range(len(axes)), key=axes.__getitem__))
         return ctx.xp.transpose(a, axes)
 
@@ -68,12 +78,22 @@ def reshape(a, *shape):
 
 
 def flatten(a, start_axis=0, end_axis=-1):
-    """Merge axes start_axis..end_axis into one."""
+    """Merge axes start_axis..end_axis into one (a 0-d tensor becomes shape (1,), as in PyTorch)."""
     n = a.ndim
-    s, e = start_axis % max(n, 1), end_axis % max(n, 1)
     if n == 0:
+        for axis in (start_axis, end_axis):
+            if axis not in (0, -1):
+                raise axis_error("flatten", axis, 0, valid="0 or -1, as in PyTorch")
         return reshape(a, 1)
-    return Reshape.apply(a, a.shape[:s] + (-1,) + a.shape[e + 1 :])
+    s, e = normalize_axis(start_axis, n, "flatten"), normalize_axis(end_axis, n, "flatten")
+    if s > e:
+        raise AxisError(
+            f"flatten: start_axis {start_axis} comes after end_axis {end_axis} (axes {s} and {e} of a "
+            f"tensor of {n} dimensions)",
+            None,
+            n,
+        )
+    return Reshape.apply(a, a.shape[:s] + (math.prod(a.shape[s : e + 1]),) + a.shape[e + 1 :])
 
 
 def permute(a, *axes):
@@ -82,7 +102,9 @@ def permute(a, *axes):
 
 def transpose(a, axis0=-2, axis1=-1):
     """Swap two axes (PyTorch's ``transpose``; NumPy calls it ``swapaxes``)."""
-    axes = list(range(a.ndim))
+    n = a.ndim
+    axis0, axis1 = normalize_axis(axis0, n, "transpose"), normalize_axis(axis1, n, "transpose")
+    axes = list(range(n))
     axes[axis0], axes[axis1] = axes[axis1], axes[axis0]
     return Permute.apply(a, tuple(axes))
 
@@ -98,6 +120,11 @@ def expand(a, *shape):
     """PyTorch's ``expand``: like broadcast_to, with -1 meaning "keep this axis"."""
     shape = _shape_arg(shape)
     lead = len(shape) - a.ndim
+    if -1 in shape[: max(lead, 0)]:
+        raise ShapeError(
+            f"expand: -1 (keep the size) in {shape} at a new leading axis, which {tuple(a.shape)} does "
+            "not have; give its size"
+        )
     shape = tuple(a.shape[i - lead] if n == -1 else n for i, n in enumerate(shape))
     return BroadcastTo.apply(a, shape)
 
@@ -107,7 +134,7 @@ def squeeze(a, axis=None):
     if axis is None:
         shape = tuple(n for n in a.shape if n != 1)
     else:
-        axes = {x % a.ndim for x in ((axis,) if isinstance(axis, int) else axis)}
+        axes = normalize_axes(axis, a.ndim, "squeeze")
         for x in axes:
             if a.shape[x] != 1:
                 raise ShapeError(f"squeeze: axis {x} of shape {a.shape} has length {a.shape[x]}, not 1")
@@ -117,5 +144,5 @@ def squeeze(a, axis=None):
 
 def unsqueeze(a, axis):
     """Insert an axis of length 1 at ``axis`` (negative counts from the new end)."""
-    axis = axis % (a.ndim + 1)
+    axis = normalize_axis(axis, a.ndim, "unsqueeze", new=True)
     return Reshape.apply(a, a.shape[:axis] + (1,) + a.shape[axis:])

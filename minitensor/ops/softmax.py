@@ -18,11 +18,11 @@ Functions first move ``axis`` to the end and flatten the rest.
 
 from ..autograd import Function
 from ..errors import ShapeError
+from .axes import normalize_axis
 
 
 def _to_rows(xp, x, axis):
-    """View ``x`` as a contiguous (rows, n) matrix with ``axis`` last; return how to undo it."""
-    axis = axis % x.ndim
+    """View ``x`` as a contiguous (rows, n) matrix with ``axis`` (0..ndim-1) last; return how to undo it."""
     if axis != x.ndim - 1:
         x = xp.moveaxis(x, axis, -1)
     shape = x.shape
@@ -44,6 +44,7 @@ class Softmax(Function):
 
     @staticmethod
     def forward(ctx, x, axis=-1):
+        axis = normalize_axis(axis, x.ndim, ctx.kernel)  # the kernel's name is the op's
         rows, ctx.layout = _to_rows(ctx.xp, x, axis)
         y = getattr(ctx.backend.kernels, ctx.kernel + "_forward")(rows)
         ctx.save_for_backward(y)
@@ -119,7 +120,7 @@ class MaskedSoftmax(Function):
         xp = ctx.xp
         if mask is not None:
             x = apply_mask(xp, x, mask)
-        rows, ctx.layout = _to_rows(xp, x, -1)
+        rows, ctx.layout = _to_rows(xp, x, normalize_axis(-1, x.ndim, "masked_softmax"))
         lens = None if valid_lens is None else lens_per_row(xp, valid_lens, x.shape)
         y = ctx.backend.kernels.softmax_forward(rows, lens)
         ctx.save_for_backward(y)
@@ -128,7 +129,7 @@ class MaskedSoftmax(Function):
     @staticmethod
     def backward(ctx, grad):
         (y,) = ctx.saved
-        g, _ = _to_rows(ctx.xp, grad, -1)
+        g, _ = _to_rows(ctx.xp, grad, grad.ndim - 1)
         return ctx.backend.kernels.softmax_backward(y, g).reshape(grad.shape), None, None
 
 

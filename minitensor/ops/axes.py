@@ -1,0 +1,76 @@
+"""Checking axis arguments: every op that takes an axis goes through these functions.
+
+A tensor of ``ndim`` dimensions has the axes 0..ndim-1, and negative ones count from the
+end: -1 is the last, -ndim the first. Anything else is refused, as NumPy refuses it, with
+an ``AxisError`` whose one message (``axis_error``) names the op, the axis and the ndim:
+
+    softmax: axis 2 is out of bounds for a tensor of 2 dimensions (valid: -2..1)
+
+Never ``axis % ndim``: it turns ``axis=2`` of a 2-D tensor into axis 0, and the op
+silently computes along the wrong axis. Ops that insert an axis (``stack``, ``unsqueeze``)
+count the new one: -ndim-1..ndim. A 0-d tensor has no axes at all.
+
+The common case, an in-range Python int, costs two comparisons (these run on every
+softmax, concat, transpose...); NumPy integers and mistakes take the slow path.
+"""
+
+import operator
+
+from ..errors import AxisError
+
+
+def axis_error(op, axis, ndim, new=False, valid=None):
+    """The AxisError for ``axis`` outside a tensor of ``ndim`` dimensions: the one wording.
+
+    ``new``: the op inserts an axis, so one more position is valid. ``valid``: the valid
+    axes in words, where an op's rule is not the usual range.
+    """
+    n = ndim + 1 if new else ndim
+    if valid is None:
+        if n == 0:
+            valid = "none, a 0-d tensor has no axes"
+        else:
+            valid = f"{-n}..{n - 1}" + (", counting the new axis" if new else "")
+    return AxisError(f"{op}: axis {axis} is out of bounds for {_tensor_of(ndim)} (valid: {valid})", axis, ndim)
+
+
+def _tensor_of(ndim):
+    return "a tensor of 1 dimension" if ndim == 1 else f"a tensor of {ndim} dimensions"
+
+
+def _as_int(axis, op):
+    """An axis given as a NumPy integer (or anything with ``__index__``) as a Python int."""
+    try:
+        return operator.index(axis)
+    except TypeError:
+        raise TypeError(f"{op}: axis must be an integer, got {axis!r} ({type(axis).__name__})") from None
+
+
+def normalize_axis(axis, ndim, op, new=False):
+    """``axis`` (negative counts from the end) as an index in 0..ndim-1, or AxisError.
+
+    ``new=True`` for an op that inserts an axis: the result is in 0..ndim.
+    """
+    n = ndim + 1 if new else ndim
+    if type(axis) is not int:
+        axis = _as_int(axis, op)
+    if -n <= axis < n:
+        return axis + n if axis < 0 else axis
+    raise axis_error(op, axis, ndim, new)
+
+
+def normalize_axes(axes, ndim, op):
+    """An axis or a sequence of axes as a tuple of indices in 0..ndim-1, in the order
+    given; an axis named twice (``(0, 0)``, or ``(0, -2)`` on a 2-D tensor) is refused."""
+    if not isinstance(axes, (tuple, list)):
+        try:
+            axes = (operator.index(axes),)
+        except TypeError:
+            raise TypeError(
+                f"{op}: axis must be an integer or a tuple of integers, got {axes!r} ({type(axes).__name__})"
+            ) from None
+    out = tuple(normalize_axis(a, ndim, op) for a in axes)
+    if len(set(out)) != len(out):
+        twice = next(a for a in out if out.count(a) > 1)
+        raise AxisError(f"{op}: axis {twice} is repeated in {tuple(axes)} ({_tensor_of(ndim)})", None, ndim)
+    return out
