@@ -11,6 +11,9 @@ Use it by name, like a built-in, once this distribution is installed::
 
     attn = mt.nn.Attention("cosine", "softmax", 0.0, query_size=8, key_size=8,
                            scorer_options={"scale": 10.0})
+
+or, without installing it, for one run: ``minitensor train --plugin minitensor_cosine.py
+--scorer cosine``.
 """
 
 import minitensor as mt
@@ -27,6 +30,9 @@ class CosineScorer(mt.nn.Module):
 
     def __init__(self, query_size, key_size, scale=1.0, eps=1e-8, **options):
         super().__init__()
+        # An option this scorer does not know is a typo (scorer_options={"sclae": 10}) or meant
+        # for another scorer: refuse it by name rather than train with the default scale.
+        mt.plugins.check_options(type(self), options, ("scale", "eps"))
         if query_size != key_size:
             raise ValueError(f"cosine scorer: queries and keys need one length, got query_size={query_size}, "
                              f"key_size={key_size} (use the 'additive' scorer for different lengths)")

@@ -1,7 +1,8 @@
-"""How a plugin author tests a plugin: the formula, the gradients, and that minitensor finds it.
+"""How a plugin author tests a plugin: the formula, the gradients, the options, and that
+minitensor finds it.
 
 Run from this folder after ``pip install -e .`` (or with this folder on PYTHONPATH for the
-first two tests): ``python -m pytest tests``. Set MINITENSOR_STRICT_PLUGINS=1 so a plugin
+tests but the last): ``python -m pytest tests``. Set MINITENSOR_STRICT_PLUGINS=1 so a plugin
 that fails to load is an error here rather than a warning.
 """
 
@@ -28,6 +29,13 @@ def test_gradients_match_finite_differences():
     q = mt.randn(2, 3, 4, dtype=mt.float64, requires_grad=True)
     k = mt.randn(2, 5, 4, dtype=mt.float64, requires_grad=True)
     assert mt.gradcheck(lambda a, b: scorer(a, b), [q, k])
+
+
+def test_an_unknown_option_is_refused_by_name():
+    """The option rule: a typo must be an error, not a run with the default scale."""
+    with pytest.raises(TypeError, match=r"CosineScorer: unknown option\(s\) 'sclae'; it takes scale, eps"):
+        minitensor_cosine.CosineScorer(4, 4, sclae=10.0)
+    assert minitensor_cosine.CosineScorer(4, 4, scale=10.0, eps=1e-6).scale == 10.0  # the known ones pass
 
 
 def test_minitensor_finds_the_plugin_through_its_entry_point():
