@@ -5,6 +5,11 @@ are the hooks below. Each hook takes no arguments and returns a dict ``{name: cl
 registries (``minitensor.plugins.scorers()`` ...) merge the dicts of every plugin, and layers
 look classes up by name, so a user's plugin works everywhere a built-in does.
 
+How minitensor finds a plugin (the details and the order are in ``minitensor/plugins.py``):
+an entry point in the group ``"minitensor"`` of an installed distribution; a ``.py`` file or
+module named by ``--plugin`` (any subcommand) or ``MINITENSOR_PLUGINS=a.py,my_pkg.mod``;
+or ``minitensor.plugins.load_plugin(...)`` / ``register(...)`` from Python.
+
 Two pluggy habits to keep in mind: hooks are always *called* with keyword arguments, and a
 hook implementation must not give its parameters default values (pluggy would not pass them).
 These three hooks have no parameters: an implementation that declares one is refused at

@@ -7,20 +7,38 @@ An attention layer is three exchangeable parts (D2L's attention pooling, split u
     output  = dropout(weights) @ values              sum_i alpha(q, k_i) v_i
 
 Scorers, poolings and positional encodings are looked up *by name* in registries filled by
-plugins, so a class a user registers works everywhere a built-in does.
+plugins, so a class a user registers works everywhere a built-in does. A plugin is a module
+(or object) with ``@hookimpl`` functions named after the hooks in ``minitensor/hookspecs.py``.
 
 Where plugins come from, in loading order (at the first registry look-up, never at
 ``import minitensor``, so that importing the engine stays fast and a broken plugin cannot
 stop it from importing):
 
 1. the built-ins, the modules named in ``DEFAULT_PLUGINS``, registered with ``pm.register``
-   exactly as a user's plugin is (they ignore the autoload switch: without them nothing works);
+   exactly as a user's plugin is (they ignore the switches below: without them nothing works);
 2. third-party distributions that declare an entry point in the group ``"minitensor"``,
    loaded one at a time: one that fails to import, misspells a hook or claims a name another
    plugin already has is reported with a warning naming it, and the rest keeps working.
-   ``MINITENSOR_DISABLE_PLUGIN_AUTOLOAD=1`` skips them all; ``MINITENSOR_STRICT_PLUGINS=1``
-   turns a failure into a ``PluginError`` (for plugin authors, who want to see it fail);
-3. ``register(obj)`` / ``unregister(obj)`` at run time, which rebuild the registries.
+   ``MINITENSOR_DISABLE_PLUGIN_AUTOLOAD=1`` skips them all; ``MINITENSOR_DISABLE_PLUGINS=name,...``
+   skips the entry points with those names (the name left of ``=`` in the distribution's
+   ``[project.entry-points.minitensor]`` table) without importing them, and warns about a name
+   that matches none; ``MINITENSOR_STRICT_PLUGINS=1`` turns a failure into a ``PluginError``
+   (for plugin authors, who want to see it fail);
+3. ``MINITENSOR_PLUGINS=path_or_module,...``: plugin files and modules for every process
+   started with it set (``minitensor train``, ``python``, a notebook kernel), loaded with
+   ``load_plugin()`` in the order given. These are explicit requests, so one that fails is a
+   ``PluginError`` naming the variable, never a warning;
+4. at run time: ``load_plugin("my_scorer.py")`` / ``load_plugin("my_pkg.scorers")`` (which
+   the command line's ``--plugin PATH_OR_MODULE`` calls, before anything else), and
+   ``register(obj)`` / ``unregister(obj)``; each rebuilds the registries.
+
+``load_plugin`` is for a plugin that is not packaged yet: a ``.py`` file is imported as a
+module named after the file (``my_scorer.py`` -> ``my_scorer``, put in ``sys.modules`` so its
+classes can be found again, e.g. by a checkpoint) and registered with the source
+``"file /absolute/path/my_scorer.py"``; a module name is imported as ``import`` would and
+registered with the source ``"module my_pkg.scorers"``. Loading one file or module twice
+registers it once, and a file that registers itself while it is imported (the README's
+example ends with ``mt.plugins.register(sys.modules[__name__])``) is not registered again.
 
 ``pm.check_pending()`` runs after loading: it rejects a hook implementation whose name matches
 no hook (``minitensor_scorer`` for ``minitensor_scorers``), so a typo is an error, not silence.
@@ -31,8 +49,11 @@ an unknown name lists the available ones and the closest match.
 
 import difflib
 import importlib
+import importlib.util
 import os
 import re
+import sys
+import traceback
 import warnings
 
 import pluggy
@@ -49,6 +70,8 @@ DEFAULT_PLUGINS = (
 )
 BUILT_IN = "built-in"
 RUN_TIME = "registered at run time"
+FILE_SOURCE = "file "  # + the absolute path: the source of a plugin loaded from a .py file
+MODULE_SOURCE = "module "  # + the module name: the source of a plugin loaded by module name
 
 # kind -> the hook that fills its registry
 KINDS = {
@@ -96,7 +119,18 @@ def get_plugin_manager():
         if not _env_flag("MINITENSOR_DISABLE_PLUGIN_AUTOLOAD"):
             _load_entry_points(pm)
         pm.check_pending()
+        # Published before step 3, because a plugin file may call register() while it is
+        # imported (the README's example does) and must find this manager, not start another.
         _pm = pm
+        try:
+            for spec in _env_list("MINITENSOR_PLUGINS"):
+                try:
+                    load_plugin(spec)
+                except PluginError as e:
+                    raise PluginError(f"MINITENSOR_PLUGINS: {e}") from e
+        except BaseException:
+            _reset()  # no half-loaded manager is kept: the next look-up tries again
+            raise
     return _pm
 
 
@@ -120,16 +154,25 @@ def _env_flag(name):
     return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no", "off")
 
 
+def _env_list(name):
+    """The comma-separated items of an environment variable, stripped; empty items are ignored."""
+    return [item.strip() for item in os.environ.get(name, "").split(",") if item.strip()]
+
+
 def _load_entry_points(pm):
     """Register the entry points of group "minitensor" one at a time (see the module doc)."""
     from importlib.metadata import entry_points
 
     strict = _env_flag("MINITENSOR_STRICT_PLUGINS")
+    disabled = set(_env_list("MINITENSOR_DISABLE_PLUGINS"))
+    found = {}  # entry-point name -> its source, for the warning about a disabled name that matches none
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         dist = getattr(ep, "dist", None)
         source = f"{dist.metadata['Name']} {dist.version}" if dist is not None else f"entry point {ep.value}"
+        found[ep.name] = source
         name = f"{ep.name} ({source})"
-        if pm.has_plugin(name) or pm.is_blocked(name):
+        # checked before ep.load(): a disabled plugin is never imported, so a broken one cannot hurt
+        if ep.name in disabled or pm.has_plugin(name) or pm.is_blocked(name):
             continue
         _sources[name] = source
         try:
@@ -143,6 +186,11 @@ def _load_entry_points(pm):
             if strict:
                 raise PluginError(message + " (MINITENSOR_STRICT_PLUGINS is set)") from e
             warnings.warn(message + "; continuing without it", RuntimeWarning, stacklevel=2)
+    unknown = sorted(disabled - found.keys())
+    if unknown:  # a typo must not leave the plugin it meant quietly enabled
+        there = ", ".join(f"{ep_name} ({source})" for ep_name, source in sorted(found.items())) or "(none)"
+        warnings.warn(f"minitensor: MINITENSOR_DISABLE_PLUGINS names no entry point {', '.join(map(repr, unknown))}; "
+                      f"the entry points in the group {ENTRY_POINT_GROUP!r} are: {there}", RuntimeWarning, stacklevel=2)
 
 
 def _check(pm):
@@ -156,10 +204,19 @@ def _check(pm):
     _collect(pm)
 
 
+def _hook_names():
+    return sorted(name for name in vars(hookspecs) if name.startswith("minitensor_"))
+
+
+def _one_line(message):
+    """A message on one line (pluggy's and some exceptions' span several)."""
+    return "; ".join(line.strip() for line in str(message).splitlines() if line.strip())
+
+
 def _check_no_defaults(pm):
     """pluggy passes an implementation only the parameters without defaults; one with a
     default is silently never given the caller's value. Refuse it instead."""
-    for hook_name in sorted(name for name in vars(hookspecs) if name.startswith("minitensor_")):
+    for hook_name in _hook_names():
         for impl in getattr(pm.hook, hook_name).get_hookimpls():
             if impl.kwargnames:
                 raise PluginError(
@@ -172,13 +229,13 @@ def _check_no_defaults(pm):
 
 def _explain_validation_error(error):
     """pluggy's message, plus the hook the author probably meant."""
-    message = str(error)
-    hooks = sorted(name for name in vars(hookspecs) if name.startswith("minitensor_"))
+    message = _one_line(error)
+    hooks = _hook_names()
     unknown = re.search(r"unknown hook '([^']+)'", message)
     close = difflib.get_close_matches(unknown.group(1), hooks, n=1) if unknown else []
     if close:
         return f"{message}; did you mean {close[0]!r}? The hooks are: {', '.join(hooks)}"
-    return f"{message}\nThe hooks are: {', '.join(hooks)} (their parameters, if any, are in minitensor/hookspecs.py)"
+    return f"{message}; the hooks are: {', '.join(hooks)} (their parameters, if any, are in minitensor/hookspecs.py)"
 
 
 def register(plugin, name=None):
@@ -186,21 +243,29 @@ def register(plugin, name=None):
 
     Returns the name it is registered under. Its names join the registries at once; a
     misspelled hook or a name another plugin already has is a ``PluginError``, and then
-    nothing stays registered.
+    nothing stays registered. (``load_plugin`` imports a file or module and registers it.)
     """
     pm = get_plugin_manager()
     # a readable default: the module's or class's name, or the class of an object (pluggy's
     # own default for an object is its id(), which error messages would then show)
     name = name or getattr(plugin, "__name__", None) or type(plugin).__name__
-    if pm.has_plugin(name) or plugin in pm.get_plugins():
-        other = pm.get_name(plugin) or name
-        raise PluginError(f"register: plugin {other!r} ({_describe_source(other)}) is already registered")
-    _sources[name] = RUN_TIME
+    return _register(pm, plugin, name, RUN_TIME, "register")
+
+
+def _register(pm, plugin, name, source, what):
+    """Register ``plugin`` as ``name`` from ``source``; ``what`` starts the error messages."""
+    if plugin in pm.get_plugins():
+        other = pm.get_name(plugin)
+        raise PluginError(f"{what}: plugin {other!r} ({_describe_source(other)}) is already registered")
+    if pm.has_plugin(name):
+        raise PluginError(f"{what}: the plugin name {name!r} is already registered, for another plugin "
+                          f"({_describe_source(name)})")
+    _sources[name] = source
     try:
         # pluggy checks the hook signatures while registering and can fail half-way through,
         # so the clean-up below runs for errors from register() as well as from _check().
         if pm.register(plugin, name=name) is None:
-            raise PluginError(f"register: the plugin name {name!r} is blocked")
+            raise PluginError(f"{what}: the plugin name {name!r} is blocked")
         _check(pm)
     except Exception as e:
         if pm.has_plugin(name):
@@ -212,6 +277,126 @@ def register(plugin, name=None):
         raise
     _registries.clear()  # rebuilt at the next look-up, with this plugin's names
     return name
+
+
+def load_plugin(spec):
+    """Import a plugin file or module and register it; returns its name in the plugin manager.
+
+    ``spec`` is the path of a ``.py`` file (absolute, or relative to the current directory;
+    anything that contains a path separator or ends in ``.py`` is a path) or the name of an
+    importable module (``"my_pkg.scorers"``). This is what ``--plugin`` and
+    ``MINITENSOR_PLUGINS`` do, so a plugin can be tried before it is packaged::
+
+        minitensor train --plugin my_scorer.py --scorer cosine
+
+    A file is imported as the module named after it (``my_scorer``) and registered with the
+    source ``FILE_SOURCE + absolute path``; a module with ``MODULE_SOURCE + its name``. The
+    same file or module loaded again (or one that registered itself while being imported)
+    is registered once. Every failure is a one-line ``PluginError``: no such file, not a
+    ``.py`` file, an error while importing (with its file and line), a module that cannot be
+    imported, a module without any ``@hookimpl`` function, and what ``register`` refuses.
+    """
+    pm = get_plugin_manager()  # first: MINITENSOR_PLUGINS may load this very file already
+    spec = os.fspath(spec).strip()
+    if not spec:
+        raise PluginError("load_plugin: no plugin given; give the path of a .py file or a module name")
+    is_path = (spec.endswith(".py") or "/" in spec or os.sep in spec or (os.altsep and os.altsep in spec)
+               or not all(part.isidentifier() for part in spec.split(".")))
+    module, source = _import_file(pm, spec) if is_path else _import_module(pm, spec)
+    name = pm.get_name(module)
+    if name is not None:  # loaded before, or it registered itself while it was imported
+        if _sources.get(name) == RUN_TIME:
+            _sources[name] = source  # say where it came from (a checkpoint records it)
+            _registries.clear()
+        return name
+    if not any(pm.parse_hookimpl_opts(module, attribute) is not None for attribute in dir(module)):
+        undecorated = [hook for hook in _hook_names() if callable(getattr(module, hook, None))]
+        hint = (f"; {', '.join(undecorated)} is there but not decorated with @minitensor.hookimpl" if undecorated
+                else " (decorate them with @minitensor.hookimpl)")
+        raise PluginError(f"plugin {source} defines no @hookimpl function; the hooks are "
+                          f"{', '.join(_hook_names())}{hint}")
+    return _register(pm, module, module.__name__, source, f"plugin {source}")
+
+
+def _import_file(pm, spec):
+    """Import the plugin file ``spec`` as a module named after it: (module, source)."""
+    path = os.path.abspath(os.path.expanduser(spec))
+    if not os.path.exists(path):
+        looked = f" (looked for {path})" if path != spec else ""
+        raise PluginError(f"plugin file {spec!r} not found{looked}")
+    if os.path.isdir(path) or not path.endswith(".py"):
+        kind = " (it is a folder; a package is given by its module name)" if os.path.isdir(path) else ""
+        raise PluginError(f"plugin {spec!r} is not a .py file{kind}")
+    source = FILE_SOURCE + path
+    # my-scorer.py -> my_scorer: a module name its classes can carry (cls.__module__)
+    name = re.sub(r"\W", "_", os.path.basename(path)[:-3])
+    name = "_" + name if not name or name[0].isdigit() else name
+    existing = sys.modules.get(name)
+    if existing is not None:
+        other = getattr(existing, "__file__", None)
+        if other and os.path.exists(other) and os.path.samefile(other, path):
+            return existing, source  # imported before (by load_plugin or by an import): not run twice
+        raise PluginError(f"plugin {source}: its module name {name!r} is already taken by "
+                          f"{other or 'a built-in module'}; rename the file")
+    module_spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[name] = module  # before it runs: a file that registers itself looks itself up here
+    try:
+        module_spec.loader.exec_module(module)
+    except Exception as e:
+        _forget(pm, name, module)
+        raise PluginError(f"plugin {source}: {_raised_at(e, path)}: {type(e).__name__}: {_message(e)}") from e
+    return module, source
+
+
+def _import_module(pm, spec):
+    """Import the plugin module named ``spec``: (module, source)."""
+    source = MODULE_SOURCE + spec
+    try:
+        return importlib.import_module(spec), source
+    except ModuleNotFoundError as e:
+        if e.name is not None and (spec == e.name or spec.startswith(e.name + ".")):  # not a missing dependency
+            candidate = spec.replace(".", "/") + ".py"
+            there = f"; to load the file {candidate}, give its path: ./{candidate}" if os.path.isfile(candidate) else ""
+            raise PluginError(f"plugin module {spec!r} is not importable ({e}): is it installed? is the current "
+                              f"directory on sys.path?{there}") from e
+        error = e
+    except Exception as e:
+        error = e
+    _forget(pm, spec, sys.modules.get(spec))
+    raise PluginError(f"plugin {source} failed to import: {_raised_at(error, None)}: "
+                      f"{type(error).__name__}: {_message(error)}") from error
+
+
+def _forget(pm, name, module):
+    """Undo a failed import: the module leaves sys.modules (as with ``import``) and the
+    manager, if it registered itself before it failed."""
+    if module is not None and sys.modules.get(name) is module:
+        del sys.modules[name]
+    registered = pm.get_name(module) if module is not None else None
+    if registered is None and pm.has_plugin(name) and _sources.get(name) == RUN_TIME:
+        registered = name  # a module that failed is gone from sys.modules: found by its name
+    if registered is not None:
+        unregister(name=registered)
+
+
+def _raised_at(error, path):
+    """Where ``error`` happened: "line N" in the plugin file ``path``; otherwise "FILE, line N"
+    of the innermost module being imported (the line of its code that called what failed)."""
+    if isinstance(error, SyntaxError) and error.filename:  # raised by the compiler: no frame of its own
+        filename, lineno = error.filename, error.lineno
+    else:
+        frames = [f for f in traceback.extract_tb(error.__traceback__) if not f.filename.startswith("<frozen")]
+        own = [f for f in frames if f.filename == path] or [f for f in frames if f.name == "<module>"] or frames
+        if not own:
+            return path or "?"
+        filename, lineno = own[-1].filename, own[-1].lineno
+    return f"line {lineno}" if filename == path else f"{filename}, line {lineno}"
+
+
+def _message(error):
+    """An exception's message on one line (a SyntaxError's without its "(file, line)" tail)."""
+    return _one_line(error.msg if isinstance(error, SyntaxError) and error.msg else error)
 
 
 def unregister(plugin=None, name=None):
@@ -321,15 +506,17 @@ def lookup(kind, name):
     close = difflib.get_close_matches(str(name), available, n=1)
     hint = f"; did you mean {close[0]!r}?" if close else "."
     raise UnknownPluginError(
-        f"unknown {kind} {name!r}{hint} Available: {', '.join(available) or '(none)'}. A plugin "
-        f"adds more through the entry-point group {ENTRY_POINT_GROUP!r} or minitensor.plugins.register()"
+        f"unknown {kind} {name!r}{hint} Available: {', '.join(available) or '(none)'}. A plugin adds "
+        f"more: a file or module given to --plugin (or MINITENSOR_PLUGINS), an entry point in the group "
+        f"{ENTRY_POINT_GROUP!r}, or minitensor.plugins.register()"
     )
 
 
 def describe():
     """Every registered plugin class, kind by kind and sorted by name: a list of dicts with
-    ``name``, ``kind``, ``source`` ("built-in", "<distribution> <version>" or "registered at
-    run time"), ``plugin`` (its name in the plugin manager) and ``class`` (module.qualname)."""
+    ``name``, ``kind``, ``source`` ("built-in", "<distribution> <version>", "file <absolute
+    path>", "module <name>" or "registered at run time"), ``plugin`` (its name in the plugin
+    manager) and ``class`` (module.qualname)."""
     if not _registries:
         _build_registries()
     rows = []

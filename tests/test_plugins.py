@@ -52,8 +52,9 @@ def minitensor_scorers():
 def fresh_plugins(monkeypatch):
     """Every test starts and ends with an empty, not yet loaded, plugin manager and no
     plugin switches set, so no test sees another's plugins."""
-    monkeypatch.delenv("MINITENSOR_STRICT_PLUGINS", raising=False)
-    monkeypatch.delenv("MINITENSOR_DISABLE_PLUGIN_AUTOLOAD", raising=False)
+    for switch in ("MINITENSOR_STRICT_PLUGINS", "MINITENSOR_DISABLE_PLUGIN_AUTOLOAD", "MINITENSOR_PLUGINS",
+                   "MINITENSOR_DISABLE_PLUGINS"):
+        monkeypatch.delenv(switch, raising=False)
     before = set(sys.modules)
     mtp._reset()
     yield
