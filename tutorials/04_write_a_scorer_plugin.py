@@ -1,24 +1,32 @@
 # %% [markdown]
 # # 4. Write your own scorer plugin
 #
-# Chapter 3 met the attention scoring functions of the texts, additive and scaled dot
-# product. Here we write a new one ourselves, in a dozen lines, and make it a first-class
+# Chapter 3 met the two attention scoring functions of D2L's section on them, additive and
+# scaled dot product. Here we write a new one ourselves, in a dozen lines, and make it a first-class
 # citizen of minitensor: checked against the contract with the conformance kit, registered
 # while the program runs, used by name in `mt.nn.MultiHeadAttention`, and finally shipped
 # as a tiny installable package that `minitensor train --scorer bilinear` picks up through
-# an entry point. On the way we meet the two pluggy habits that trip up plugin authors.
+# an entry point. On the way we meet the two pluggy habits that trip up plugin authors, and
+# a few plausible bugs: each is made on purpose, announced as "(deliberate mistake: ...)" in
+# the output, and followed by the "expected error" minitensor gives for it.
 #
-# Recall the texts' definition. An **attention scoring function** (注意力评分函数) $a(q, k)$
-# maps a query and a key to a real number, the **attention score** (注意力分数), with no
-# range restriction; a softmax over the keys turns the scores into **attention weights**
-# (注意力权重) $\alpha(q, k_i) \in [0, 1]$:
+# Recall D2L's definition. An **attention scoring function** (注意力评分函数, or simply
+# 评分函数, scoring function) $a(q, k)$ maps a query and a key to a real number, the
+# **attention score**, with no range restriction; a softmax over the keys turns the scores
+# into **attention weights** (注意力权重) $\alpha(q, k_i) \in [0, 1]$:
 #
 # $$\alpha(q, k_i) = \operatorname{softmax}(a(q, k_i)) = \frac{\exp(a(q, k_i))}{\sum_{j=1}^{m} \exp(a(q, k_j))},
 # \qquad f(q) = \sum_{i=1}^{m} \alpha(q, k_i)\, v_i .$$
 #
-# "In theory, the scoring function should capture the correlation between q and k"
-# (理论上，注意力评分函数应该能够刻画q和k之间的相关性): choosing $a$ is the whole design
-# space, and that is why minitensor makes the scorer a plugin.
+# "Choosing a different attention scoring function $a$ leads to a different attention
+# pooling" (选择不同的注意力评分函数$a$会导致不同的注意力汇聚操作, D2L 10.3): choosing $a$ is
+# the whole design space, and that is why minitensor makes the scorer a plugin.
+#
+# Sources: D2L's attention chapter, in the Chinese edition 《动手学深度学习》 (zh.d2l.ai),
+# 10.3 注意力评分函数, and in the English edition *Dive into Deep Learning* (d2l.ai),
+# 11.3 "Attention Scoring Functions"; Luong, Pham and Manning (2015), "Effective Approaches to
+# Attention-based Neural Machine Translation", for the bilinear score. Plugins:
+# [pluggy](https://pluggy.readthedocs.io).
 
 # %%
 import inspect
@@ -39,7 +47,7 @@ from minitensor.plugins import PluginError, check_options
 from minitensor.testing import check_scorer
 from minitensor.train.plots import show_heatmaps
 
-from _tutorial import SMOKE, figure_path, pick  # noqa: F401  (every tutorial imports the same three)
+from _tutorial import SMOKE, expect_error, figure_path, pick  # noqa: F401  (the helpers every tutorial shares)
 
 TUTORIAL = "04_write_a_scorer_plugin"
 mt.manual_seed(0)
@@ -49,8 +57,8 @@ mt.manual_seed(0)
 #
 # The scaled dot product $q^\top k / \sqrt{d}$ needs queries and keys of one length $d$;
 # the additive scorer $w_v^\top \tanh(W_q q + W_k k)$ accepts different lengths but builds a
-# (…, Q, K, h) tensor before reducing it. Between the two sits the **bilinear** (Luong's
-# "general") score
+# (…, Q, K, h) tensor before reducing it. Between the two sits the **bilinear** score (Luong
+# et al. 2015 call it "general")
 #
 # $$a(q, k) = \frac{q^\top W k}{\tau}, \qquad q \in \mathbb{R}^{d_q},\; k \in \mathbb{R}^{d_k},\;
 # W \in \mathbb{R}^{d_q \times d_k} \text{ learned},$$
@@ -116,10 +124,10 @@ assert check_scorer(BilinearScorer, query_size=5, key_size=5)  # square W, defau
 print("BilinearScorer keeps the scorer contract")
 
 # %% [markdown]
-# Two plausible bugs, and what the kit says about them. `keys.T` looks like $K^\top$ and
-# works on a (K, d) matrix, but on batched keys it reverses *all* axes; centring the scores
-# by their mean over the whole tensor (instead of per row) quietly mixes the examples of a
-# batch.
+# Two plausible bugs, made on purpose, and what the kit says about them. `keys.T` looks like
+# $K^\top$ and works on a (K, d) matrix, but on batched keys it reverses *all* axes; centring
+# the scores by their mean over the whole tensor (instead of per row) quietly mixes the
+# examples of a batch. The kit must reject both.
 
 # %%
 class TransposeEverything(BilinearScorer):
@@ -133,13 +141,12 @@ class MixesTheBatch(BilinearScorer):
         return scores - scores.mean()  # one mean over every example and head
 
 
-for buggy in (TransposeEverything, MixesTheBatch):
-    try:
-        check_scorer(buggy, query_size=4, key_size=6)
-    except AssertionError as e:
-        print(str(e).splitlines()[0])
-    else:
-        raise AssertionError(f"check_scorer should have rejected {buggy.__name__}")
+with expect_error("keys.T on batched keys, checked by the conformance kit", AssertionError) as caught:
+    check_scorer(TransposeEverything, query_size=4, key_size=6)
+assert "TransposeEverything" in str(caught.error), "the kit names the scorer it rejects"
+with expect_error("one mean over the whole batch, checked by the conformance kit", AssertionError) as caught:
+    check_scorer(MixesTheBatch, query_size=4, key_size=6)
+assert "batch independence" in str(caught.error), "the kit names the broken property"
 
 # %% [markdown]
 # ## Register it while the program runs
@@ -186,18 +193,15 @@ assert (mha.attention_weights.numpy()[1, :, :, 3:] == 0).all(), "keys beyond val
 assert mha.attention.scorer.W.shape == (8, 8), "the scorer is built with the per-head size d_head = 16 / 2"
 
 # A misspelt option is an error, naming the plugin:
-try:
+with expect_error("the option 'temprature' (misspelt)", TypeError) as caught:
     mt.nn.MultiHeadAttention(16, 2, scorer="bilinear", scorer_options={"temprature": 0.5})
-except TypeError as e:
-    print("TypeError:", e)
-else:
-    raise AssertionError("a misspelt scorer option must be refused")
+assert "temprature" in str(caught.error), "the error names the unknown option"
 
 # %% [markdown]
 # ## What the bilinear scorer can learn
 #
-# Queries and keys of *different* lengths, the case the texts reserve for additive
-# attention: eight things, each described once by a 4-dimensional query and once by a
+# Queries and keys of *different* lengths, the case for which D2L 10.3 recommends additive
+# attention (当查询和键是不同长度的矢量时，可以使用加性注意力作为评分函数): eight things, each described once by a 4-dimensional query and once by a
 # 6-dimensional key (two different linear views $q_i = A z_i$, $k_i = B z_i$ of one hidden unit
 # vector $z_i$). Can attention learn to send query $i$ to key $i$? The weights are a softmax
 # of scores linear in $W$, so maximising $\log \alpha(q_i, k_i)$ is a convex problem, and a
@@ -267,7 +271,8 @@ show_heatmaps(numpy.stack([before, after, colder])[None], xlabel="keys (6-dim)",
 #
 # **1. A misspelt hook.** A function named `minitensor_scorer` (no "s") is no hook at all;
 # pluggy would register it and never call it. minitensor runs `pm.check_pending()` after
-# every registration, so the typo is an error, with the hook you probably meant:
+# every registration, so the typo is an error, with the hook you probably meant (the typo is
+# deliberate here, and so is the error):
 
 # %%
 class Misspelt:
@@ -276,13 +281,9 @@ class Misspelt:
         return {"bilinear2": BilinearScorer}
 
 
-try:
+with expect_error("a hook named minitensor_scorer, without the s", PluginError) as caught:
     mt.plugins.register(Misspelt(), name="misspelt")
-except PluginError as e:
-    print("PluginError:", e)
-    assert "did you mean 'minitensor_scorers'" in str(e), "the error names the hook meant"
-else:
-    raise AssertionError("a misspelt hook name must be refused")
+assert "did you mean 'minitensor_scorers'" in str(caught.error), "the error names the hook meant"
 assert not mt.plugins.get_plugin_manager().has_plugin("misspelt"), "a rejected plugin leaves nothing behind"
 
 # %% [markdown]
@@ -301,12 +302,9 @@ class ExtraParameter:
         return {"bilinear_cold": BilinearScorer}
 
 
-try:
+with expect_error("a hook implementation with a parameter the hook does not have", PluginError) as caught:
     mt.plugins.register(ExtraParameter(), name="extra-parameter")
-except PluginError as e:
-    print("PluginError:", str(e).splitlines()[2])
-else:
-    raise AssertionError("a hook implementation with a parameter the hook lacks must be refused")
+assert "temperature" in str(caught.error), "the error names the parameter"
 
 seen = []
 
@@ -318,12 +316,9 @@ class WithDefault:
         return {"bilinear_cold": BilinearScorer}
 
 
-try:
+with expect_error("a hook parameter with a default value", PluginError) as caught:
     mt.plugins.register(WithDefault(), name="with-default")
-except PluginError as e:
-    print("PluginError:", e)
-else:
-    raise AssertionError("a hook implementation whose parameters have defaults must be refused")
+assert "default" in str(caught.error), "the error says what is wrong"
 assert "bilinear_cold" not in mt.plugins.scorers(), "refused, and nothing left behind"
 
 # What pluggy alone does with it: registers it, and calls it without the argument.
@@ -337,12 +332,8 @@ assert seen == [0.1]
 # Calling a hook yourself: keyword arguments only. The result is one answer per plugin.
 hook = mt.plugins.get_plugin_manager().hook.minitensor_scorers
 print(len(hook()), "plugins answer minitensor_scorers()")
-try:
+with expect_error("calling a hook with a positional argument", TypeError):
     hook("positional")
-except TypeError as e:
-    print("TypeError:", e)
-else:
-    raise AssertionError("hooks take keyword arguments only")
 
 # %% [markdown]
 # ## Ship it: a plugin package with an entry point
@@ -443,17 +434,15 @@ print(f"held-out exact match with the bilinear scorer: {float(accuracy.group(1))
 # ## Clean up
 #
 # Unregister what we registered: the registries forget `bilinear` at once, and a layer asked
-# for it now gets an `UnknownPluginError` (a `KeyError`) listing what there is.
+# for it now gets an `UnknownPluginError` (a `KeyError`) listing what there is — asking for it
+# is our last deliberate mistake.
 
 # %%
 mt.plugins.unregister(plugin)
 assert "bilinear" not in mt.plugins.scorers()
-try:
+with expect_error("asking for the scorer we just unregistered", KeyError) as caught:
     mt.nn.MultiHeadAttention(16, 2, scorer="bilinear")
-except KeyError as e:
-    print("UnknownPluginError:", e)
-else:
-    raise AssertionError("an unregistered scorer must be unknown")
+assert type(caught.error).__name__ == "UnknownPluginError"
 shutil.rmtree(site, ignore_errors=True)
 
 # %% [markdown]
