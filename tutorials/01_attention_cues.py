@@ -6,10 +6,13 @@
 # (`mt.nn.Attention`) choosing among five objects on a desk, and the attention-weight heatmap
 # that every later chapter draws.
 #
-# Sources: the two texts in `../shared/seeds/` (D2L's "Attention Cues" section, retold), and
-# D2L 10.1 "Attention Cues" (11.1 "Queries, Keys, and Values" in the newer edition). Chinese
-# terms of the sources stand beside the English ones the first time they appear;
-# `GLOSSARY.md` maps them all.
+# Sources: D2L's attention chapter, in the Chinese edition 《动手学深度学习》 (zh.d2l.ai),
+# 10.1 注意力提示, and in the English edition *Dive into Deep Learning* (d2l.ai), 11.1
+# "Queries, Keys, and Values". The English 11.1 tells the query–key–value idea as a soft
+# look-up in a database; the story of the two cues below is the one of the Chinese 10.1,
+# translated from the English edition's earlier section "Attention Cues". Chinese terms
+# stand beside the English ones the first time they appear, as the Chinese edition writes
+# them; `GLOSSARY.md` maps them all.
 
 # %%
 import numpy
@@ -27,15 +30,16 @@ mt.manual_seed(0)
 # ## Two kinds of cue
 #
 # Attention is a scarce resource: we cannot look at everything at once, so we *select*.
-# Psychology describes that selection with a **two-component framework** (双组件的框架):
-# a subject directs attention using both
+# Psychology describes that selection with a **two-component framework**, which goes back to
+# William James in the 1890s (D2L: 双组件（two-component）的框架): a subject (受试者) directs
+# attention using both
 #
-# - **non-volitional cues** (非自主性提示): what is salient, conspicuous in the environment,
-#   grabs attention by itself;
+# - **non-volitional cues** (非自主性提示): what is salient and conspicuous in the environment
+#   (突出性和易见性) grabs attention by itself;
 # - **volitional cues** (自主性提示): what we *want*; selection under cognitive, conscious
-#   control.
+#   control (受到了认知和意识的控制).
 #
-# The texts' example: five objects lie in front of us, a newspaper, a research paper, a cup of
+# D2L's example (10.1): five objects lie in front of us, a newspaper, a research paper, a cup of
 # coffee, a notebook and a book. All the paper products are printed in black and white; the
 # coffee cup is **red**. The red cup stands out and we notice it at a glance: a non-volitional
 # cue. After the coffee we are awake and want to read, so we look for the book *on purpose*:
@@ -74,19 +78,21 @@ assert abs(glance.sum() - 1.0) < 1e-6, "a softmax over the objects sums to 1"
 # %% [markdown]
 # ## Queries, keys and values
 #
-# Fully connected layers, pooling layers and convolutions (卷积、全连接、池化层) use only
-# non-volitional cues: what they do to an input depends on the input alone. A fully
-# connected layer applies the same trained $W$ to whatever arrives; max pooling passes on the
-# largest activation (the most salient one), average pooling all of them equally — none has an
-# argument for "what I am looking for". What attention adds is the volitional cue
-# (the first text: 注意力机制与全连接层的区别在于其加入了自主性提示).
+# Fully connected layers (全连接层) and max or average pooling layers (最大汇聚层或平均汇聚层),
+# and convolutions alike, use only non-volitional cues: what they do to an input depends on
+# the input alone. A fully connected layer applies the same trained $W$ to whatever arrives;
+# max pooling passes on the largest activation (the most salient one), average pooling all of
+# them equally — none has an argument for "what I am looking for". What attention adds is the
+# volitional cue: in D2L's words, “是否包含自主性提示”将注意力机制与全连接层或汇聚层区别开来
+# ("whether a volitional cue is included" is what sets attention apart from fully connected
+# and pooling layers).
 #
 # In an attention mechanism (注意力机制):
 #
 # - the volitional cue is the **query** (查询, $q$);
 # - the non-volitional cues are the **keys** (键, $k_i$), each paired with a **value**
-#   (值, $v_i$), the **sensory input** (感官输入) itself: keys and values come in
-#   **key–value pairs** (键值对);
+#   (值, $v_i$), the **sensory input** (感官输入) itself: keys and values come in pairs
+#   (键和值是成对的), **key–value pairs** (键值对);
 # - **attention pooling** (注意力汇聚) combines the query with the keys
 #   and so *biases the selection* (选择倾向) over the values:
 #
@@ -134,8 +140,9 @@ assert chosen == ["coffee cup", "coffee cup", "book", "notebook"], chosen
 # %% [markdown]
 # Now the same desk seen by a layer *without* a volitional cue. The `average` pooling plugin
 # ignores the scores (and so the query): every key gets $1/n$. Whatever we want, it delivers
-# the same blend of all five objects — that is average pooling (平均池化), a layer that only
-# uses what the inputs themselves offer.
+# the same blend of all five objects — that is average pooling, a layer that only uses what
+# the inputs themselves offer. D2L: 平均汇聚层可以被视为输入的加权平均值，其中各输入的权重是一样的
+# (an average pooling layer is a weighted average of its inputs with equal weights).
 
 # %%
 pooling_only = mt.nn.Attention(scorer="dot", pooling="average", dropout=0.0, query_size=5, key_size=5)
@@ -162,17 +169,17 @@ axes[0].set_ylabel("attention weight")
 fig.savefig(figure_path(TUTORIAL, "desk_attention.png"), dpi=100)
 
 # %% [markdown]
-# > **Errata / which version the code implements**
+# > **A common slip: "attention uses the volitional cue instead of the non-volitional ones"**
 # >
-# > The two texts word the cue story slightly differently. The second says that convolutions,
-# > fully connected and pooling layers consider *non-volitional* cues while "attention
-# > considers the *volitional* cue" (注意力机制考虑就是自主性提示); the first says attention
-# > *adds* the volitional cue (加入了自主性提示) and combines it with the keys through
-# > attention pooling. The second is a shorthand: an attention layer still uses the
-# > non-volitional cues, the keys, and it is the *pairing* of a query with the keys that makes
-# > it attention. minitensor implements the first reading: every scorer is a function of
-# > both, `score(q, k)` (`plugins/minitensor_plugins/scorers.py`), and a pooling that looks at
-# > neither (`average`) gives back the query-free layer above.
+# > The cue story is often summed up as "fully connected and pooling layers consider
+# > non-volitional cues, attention considers the volitional one". That is a shorthand, and a
+# > misleading one: an attention layer still uses the non-volitional cues, the keys. D2L's
+# > words are more careful: what sets attention apart is that it *includes* the volitional
+# > cue, and attention pooling *combines* it with the keys — 将查询（自主性提示）和键（非自主性提示）结合在一起
+# > (the caption of the query–key–value figure in 10.1) — to bias the selection over the
+# > values (sensory inputs). minitensor implements exactly that: every scorer is a
+# > function of both, `score(q, k)` (`plugins/minitensor_plugins/scorers.py`), and a pooling
+# > that looks at neither (`average`) gives back the query-free layer above.
 
 # %% [markdown]
 # ## Visualising attention: the heatmap

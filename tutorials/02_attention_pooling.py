@@ -5,11 +5,18 @@
 # working example of it, from the 1960s: **Nadaraya–Watson kernel regression**
 # (Nadaraya-Watson核回归). We fit a noisy one-dimensional function three ways —
 # average pooling, non-parametric attention pooling with a kernel, and parametric attention
-# pooling with one learned weight $w$ — following the two texts formula by formula, and look
-# at the predictions and at the attention weights behind them.
+# pooling with one learned weight $w$ — following D2L formula by formula, and look at the
+# predictions and at the attention weights behind them.
 #
 # Everything below comes from `minitensor/nadaraya_watson.py`, which builds each method as an
 # `mt.nn.Attention` layer from scorer and pooling plugins. Read it beside this chapter.
+#
+# Sources: D2L's attention chapter, in the Chinese edition 《动手学深度学习》 (zh.d2l.ai),
+# 10.2 注意力汇聚：Nadaraya-Watson 核回归, and in the English edition *Dive into Deep
+# Learning* (d2l.ai), 11.2 "Attention Pooling by Similarity". The Chinese 10.2 has the
+# parametric pooling with its leave-one-out training; the English 11.2 has the four kernels
+# at four widths and leaves learning the width to an exercise. The estimator is Nadaraya
+# (1964), "On Estimating Regression", and Watson (1964), "Smooth Regression Analysis".
 
 # %%
 import numpy
@@ -38,7 +45,7 @@ def draw_fit(ax, data, prediction, title):
 # %% [markdown]
 # ## The data: keys, values and queries
 #
-# D2L's regression problem: $n = 50$ training inputs $x_i$ drawn uniformly from $[0, 5)$
+# D2L's regression problem (10.2): $n = 50$ training inputs $x_i$ drawn uniformly from $[0, 5)$
 # (sorted, so that the heatmaps below show a band), with outputs
 #
 # $$y_i = 2 \sin(x_i) + x_i^{0.8} + \epsilon, \qquad \epsilon \sim \mathcal N(0, 0.5^2).$$
@@ -61,7 +68,7 @@ assert (numpy.diff(data.x_train) >= 0).all(), "the keys come sorted"
 #
 # $$f(q) = \frac{1}{n} \sum_{i=1}^n v_i .$$
 #
-# This is **average pooling** (平均池化): attention weights $\alpha(q, k_i) = 1/n$ that
+# This is **average pooling** (平均汇聚, D2L's "simplest estimator"): attention weights $\alpha(q, k_i) = 1/n$ that
 # involve neither $q$ nor $k_i$ — a flat line. In minitensor it is the `average` pooling
 # plugin, which ignores whatever the scorer says.
 
@@ -81,9 +88,10 @@ assert numpy.allclose(average.attention_weights, 1 / len(data.x_train)), "every 
 # $$f(q) = \sum_{i=1}^{n} \frac{K(q - k_i)}{\sum_{j=1}^n K(q - k_j)}\, v_i
 #        = \sum_{i=1}^n \alpha(q, k_i)\, v_i ,$$
 #
-# where $K$ is a **kernel** (核函数): a function that is large when the query and the key are
-# close and small when they are far apart. (The second text writes $K(q - k_i)$, the first
-# $K(q, k_i)$, a kernel of the query and one key; the box further down compares the two.) This is **non-parametric attention pooling**
+# where $K$ is a **kernel** (核): a function that is large when the query and the key are
+# close and small when they are far apart. (D2L writes $K(q - k_i)$, a function of the
+# difference; in general a kernel is a function $K(q, k_i)$ of the query and one key — the
+# box further down comes back to this.) This is **non-parametric attention pooling**
 # (非参数注意力汇聚): nothing is learned, the data themselves are the model. The weights are
 # non-negative and sum to 1, as attention weights must ($\alpha(q, k_i) \ge 0$,
 # $\sum_i \alpha(q, k_i) = 1$); the closer a key to the query, the larger the weight of its
@@ -140,7 +148,7 @@ show_heatmaps(numpy.stack([average.attention_weights, gaussian.attention_weights
 # %% [markdown]
 # ## Other kernels, other widths
 #
-# Any kernel will do. D2L lists four, each of the scaled distance $u = |q - k| / h$ with a
+# Any kernel will do. The English 11.2 lists four, each of the scaled distance $u = |q - k| / h$ with a
 # **width** (bandwidth) $h$:
 #
 # | kernel | $K(u)$ | score $\log K(u)$ |
@@ -168,7 +176,7 @@ for ax, name in zip(fig.subplots(1, len(nw.KERNELS), sharey=True), nw.KERNELS):
 fig.savefig(figure_path(TUTORIAL, "kernels.png"), dpi=100)
 
 # %% [markdown]
-# Then every kernel at D2L's four widths, $h = 0.1, 0.2, 0.5, 1$. A narrow kernel trusts only
+# Then every kernel at the four widths of the English 11.2, $h = 0.1, 0.2, 0.5, 1$. A narrow kernel trusts only
 # the nearest training points and follows the noise; a wide one averages over a long stretch
 # and flattens the curve; the constant kernel is average pooling again, whatever the width.
 
@@ -205,10 +213,12 @@ for width in nw.WIDTHS:
 # %% [markdown]
 # ### With enough data, non-parametric pooling converges
 #
-# The first text adds that, given enough data, non-parametric attention pooling converges to
-# the optimal result (如果有足够的数据，非参数注意力汇聚会收敛到最优结果). Nothing is learned, so all the improvement must come from more keys and
-# values: with $n$ training points and a width that shrinks slowly as $n$ grows (the classical
-# choice $h \propto n^{-1/5}$), the error against the true function goes to zero.
+# D2L calls this the *consistency* (一致性) of non-parametric Nadaraya–Watson regression:
+# 如果有足够的数据，此模型会收敛到最优结果 (given enough data, the model converges to the
+# optimal result); the English 11.2 adds the condition that the kernel be narrowed as the
+# data grow. Nothing is learned, so all the improvement must come from more keys and values:
+# with $n$ training points and a width that shrinks slowly as $n$ grows (the classical choice
+# $h \propto n^{-1/5}$), the error against the true function goes to zero.
 
 # %%
 sizes = pick((50, 500, 5_000, 50_000), (50, 500, 5_000))
@@ -231,8 +241,8 @@ fig.savefig(figure_path(TUTORIAL, "convergence.png"), dpi=100)
 # ## Parametric attention pooling
 #
 # Non-parametric pooling fixes the kernel's width by hand. **Parametric attention pooling**
-# (参数注意力汇聚) lets the data choose it: add one learnable parameter $w$ (可学习的参数)
-# inside the Gaussian,
+# (带参数注意力汇聚) lets the data choose it: multiply the distance between query and key by
+# one learnable parameter $w$ (可学习参数$w$) inside the Gaussian,
 #
 # $$f(q) = \sum_{i=1}^{n} \mathrm{softmax}\big(-\tfrac12 ((q - k_i)\, w)^2\big)\, v_i ,$$
 #
@@ -244,7 +254,7 @@ fig.savefig(figure_path(TUTORIAL, "convergence.png"), dpi=100)
 # **Training.** We minimise the squared error on the training set itself, by SGD. One trap:
 # if the query $x_i$ may see its own key–value pair $(x_i, y_i)$, the best $w$ is infinite —
 # a kernel so narrow that $f(x_i) = y_i$, the noise memorised. D2L therefore gives each
-# training query the keys and values of the *other* $n - 1$ points; minitensor masks the
+# training query the keys and values of the *other* $n - 1$ points (任何一个训练样本的输入都会和除自己以外的所有训练样本的“键－值”对进行计算); minitensor masks the
 # diagonal (`nw.leave_one_out_mask`), which is the same computation. The loss is then the
 # leave-one-out error $\sum_i \big(f_{-i}(x_i) - y_i\big)^2$.
 
@@ -313,32 +323,32 @@ show_heatmaps(numpy.stack([gaussian.attention_weights, parametric.attention_weig
               path=figure_path(TUTORIAL, "weights_nonparametric_parametric.png"))
 
 # %% [markdown]
-# > **Errata / which version the code implements**
+# > **Common slips, and which version the code implements**
 # >
-# > - *The kernel's arguments.* The first text writes the kernel $K(q, k_i)$ in its formula but
-# >   then calls $K(k_i, v_i)$ the kernel function; the second writes $K(q - k_i)$. A kernel
-# >   compares the **query with a key** — values never enter it — so $K(k_i, v_i)$ is a slip.
-# >   $K(q - k_i)$ is the special case of $K(q, k_i)$ that depends only on the difference;
-# >   all of D2L's kernels are of that kind, and the `kernel` scorer computes
-# >   $\log K(|q - k| / h)$. The first text also says the kernel measures the *distance*
-# >   between query and key; it measures their *similarity*, which falls as the distance grows.
-# > - *The parametric form.* The first text writes $f(q) = \mathrm{softmax}\big(s(q, k)\,\omega\big)\, v^\top$,
-# >   a learnable $\omega$ *multiplying* the score; the second (and D2L) puts $w$ *inside* the
-# >   square, $\mathrm{softmax}\big(-\frac12 ((q - k_i) w)^2\big)$. For the Gaussian score the
-# >   two agree with $\omega = w^2$; the second cannot make $\omega$ negative (which would
-# >   favour the *farthest* keys), and $w$ reads directly as an inverse width. minitensor
-# >   implements the second: the `parametric_gaussian` scorer,
+# > - *The kernel's arguments.* A common slip is to write the kernel as a function of a key
+# >   and its value, $K(k_i, v_i)$, or to say that it measures the *distance* between query
+# >   and key. A kernel compares the **query with a key** — values never enter it — and it
+# >   measures their *similarity*, which falls as the distance grows. D2L's $K(q - k_i)$ is the
+# >   special case of $K(q, k_i)$ that depends only on the difference; all of D2L's kernels are
+# >   of that kind, and the `kernel` scorer computes $\log K(|q - k| / h)$.
+# > - *Where the parameter goes.* One could also make the pooling parametric by *multiplying*
+# >   the score by a learnable $\omega$, $\mathrm{softmax}\big(\omega\, a(q, k_i)\big)$; D2L
+# >   puts $w$ *inside* the square, $\mathrm{softmax}\big(-\frac12 ((q - k_i) w)^2\big)$. For the
+# >   Gaussian score the two agree with $\omega = w^2$; D2L's form cannot make $\omega$
+# >   negative (which would favour the *farthest* keys), and $w$ reads directly as an inverse
+# >   width. minitensor implements D2L's: the `parametric_gaussian` scorer,
 # >   $-\frac12 w^2 |q - k|^2$.
-# > - *The constant.* The Gaussian kernel's $1/\sqrt{2\pi}$ (second text) cancels in the ratio,
-# >   so the code leaves it out; the check above keeps it and gets the same weights.
-# > - *D2L's "epanechikov" kernel* is $\max(0, 1 - |u|)$, the triangular kernel; the textbook
-# >   Epanechnikov kernel is $\frac34 (1 - u^2)$. minitensor keeps D2L's name (and accepts
-# >   `triangular` for the same kernel) so that the book's figures are reproduced.
+# > - *The constant.* The Gaussian kernel's $1/\sqrt{2\pi}$ (in D2L's definition) cancels in
+# >   the ratio, so the code leaves it out; the check above keeps it and gets the same weights.
+# > - *The English 11.2's "Epanechikov" kernel* is $\max(0, 1 - |u|)$, the triangular kernel;
+# >   the textbook Epanechnikov kernel is $\frac34 (1 - u^2)$. minitensor keeps D2L's name
+# >   (spelt `epanechnikov`, and accepts `triangular` for the same kernel) so that the book's
+# >   figures are reproduced.
 
 # %% [markdown]
 # ## From kernels to attention
 #
-# Both texts end the section by generalising: whatever the kernel, the prediction is
+# D2L's summary generalises: whatever the kernel, the prediction is
 #
 # $$f(q) = \sum_{i=1}^n \alpha(q, k_i)\, v_i ,$$
 #
