@@ -7,6 +7,12 @@
 # functions every modern model uses, **additive** and **scaled dot-product** attention, are
 # built, checked against their formulas and compared. At the end we pick scorers and poolings
 # by name from minitensor's plugin registry.
+#
+# Sources: D2L's attention chapter, in the Chinese edition 《动手学深度学习》 (zh.d2l.ai),
+# 10.3 注意力评分函数, and in the English edition *Dive into Deep Learning* (d2l.ai), 11.3
+# "Attention Scoring Functions"; Bahdanau, Cho and Bengio (2015), "Neural Machine Translation
+# by Jointly Learning to Align and Translate", for additive attention, and Vaswani et al.
+# (2017), "Attention Is All You Need", for the scaled dot product.
 
 # %%
 import time
@@ -17,7 +23,7 @@ from matplotlib.figure import Figure  # a Figure without pyplot: no window, no g
 import minitensor as mt
 from minitensor.train.plots import show_heatmaps
 
-from _tutorial import SMOKE, figure_path, pick  # noqa: F401
+from _tutorial import SMOKE, expect_error, figure_path, pick  # noqa: F401
 
 TUTORIAL = "03_scoring_functions"
 mt.manual_seed(0)
@@ -37,11 +43,12 @@ def softmax_numpy(x):
 #
 # $$f(q) = \sum_i \alpha(q, k_i)\, v_i = \sum_{i=1}^n \mathrm{softmax}\big(-\tfrac12 (q - k_i)^2\big)\, v_i .$$
 #
-# Call $-\frac12 (q - k_i)^2$ the **attention score** (注意力分数): an *unnormalised*
-# attention weight, any real number, produced by an **attention scoring function**
-# (注意力评分函数) $a(q, k)$ that should capture how relevant key $k$ is to query $q$. The
-# softmax normalises the scores into **attention weights** (注意力权重), each in $[0, 1]$ and
-# summing to 1 over the keys:
+# D2L treats the exponent $-\frac12 (q - k_i)^2$ of the Gaussian kernel as an **attention
+# scoring function** (注意力评分函数, 简称评分函数: scoring function for short) $a(q, k)$,
+# whose value for one pair we call the **attention score**: an *unnormalised* attention
+# weight, any real number, that should say how relevant key $k$ is to query $q$. The softmax
+# normalises the scores into **attention weights** (注意力权重), each in $[0, 1]$ and summing
+# to 1 over the keys:
 #
 # $$f\big(q, (k_1, v_1), \ldots, (k_n, v_n)\big) = \sum_{i=1}^{n} \alpha(q, k_i)\, v_i \in \mathbb R^v,$$
 #
@@ -74,8 +81,9 @@ assert numpy.allclose(output, weights @ v.numpy(), atol=1e-6), "output = weights
 # ## Masked softmax
 #
 # Sequences in a minibatch have different lengths and are padded to one length; the padding
-# tokens are keys nobody should attend to. D2L's **masked softmax** takes, beside the scores,
-# `valid_lens`: query $i$ of example $b$ may see only the first `valid_lens[b]` keys
+# tokens are keys nobody should attend to. D2L's **masked softmax** (掩蔽softmax操作) takes,
+# beside the scores, the **valid lengths** `valid_lens` (有效长度, a number of tokens per
+# sequence): query $i$ of example $b$ may see only the first `valid_lens[b]` keys
 # (shape `(batch,)`), or the first `valid_lens[b, i]` (shape `(batch, Q)`). Masked keys get
 # weight **exactly** 0, the rest a softmax among themselves. `mt.masked_softmax(scores,
 # valid_lens)` runs it on a fused numba kernel; D2L's two examples:
@@ -158,7 +166,7 @@ assert (grad[~allowed] == 0.0).all(), "masked scores get no gradient"
 # and $\mathbf w_v \in \mathbb R^h$. Both vectors are projected into a common $h$-dimensional
 # space, added, squashed and read out: this is the same as feeding the concatenation
 # $[\mathbf q; \mathbf k]$ into an MLP with **one hidden layer** of $h$ tanh units and one
-# output (单隐藏层MLP), no biases.
+# output, no biases (D2L: 将查询和键连结起来后输入到一个多层感知机（MLP）中，感知机包含一个隐藏层).
 #
 # D2L's example: a batch of 2, one query of length 20 each, ten keys of length 2 (all ones),
 # values $0, 1, \ldots, 39$ in ten rows of 4, valid lengths 2 and 6, $h = 8$. The scorer is the
@@ -301,11 +309,8 @@ fig.savefig(figure_path(TUTORIAL, "dot_product_variance.png"), dpi=100)
 #   `scaled_dot` plugin says so:
 
 # %%
-try:
+with expect_error("scaled_dot with queries of length 20 and keys of length 2", ValueError):
     mt.nn.Attention("scaled_dot", "softmax", 0.0, query_size=20, key_size=2)
-    raise AssertionError("scaled_dot must refuse queries and keys of different lengths")
-except ValueError as e:
-    print(e)
 
 # %% [markdown]
 # - **Queries and keys of one length**: the (scaled) dot product. It has no parameters and, for
@@ -351,18 +356,19 @@ fig.savefig(figure_path(TUTORIAL, "scorer_cost.png"), dpi=100)
 # date task, `additive` takes over twice as long as `scaled_dot` for the same steps. That is
 # why Transformers use scaled dot products — their queries and keys are projections of one
 # width anyway (chapter 5) — while additive attention lives on in recurrent models whose
-# decoder state and encoder outputs may differ in size (D2L's Bahdanau decoder,
-# `minitensor/nn/seq2seq.py`).
+# decoder state and encoder outputs may differ in size (D2L's Bahdanau decoder of 10.4
+# Bahdanau 注意力 / 11.4 "The Bahdanau Attention Mechanism", `minitensor/nn/seq2seq.py`).
 
 # %% [markdown]
-# > **Errata / which version the code implements**
+# > **Common slips, and which version the code implements**
 # >
-# > - *Indices.* The second text's softmax sums $\exp a(q, k_j)$ over $j = 1 \ldots m$ while
-# >   the weighted sum runs over $i = 1 \ldots n$; both run over the same $n$ keys. Its batched
-# >   formula gives $\mathbf V \in \mathbb R^{n \times v}$, but values pair with keys, so
-# >   $\mathbf V \in \mathbb R^{m \times v}$ (as in D2L); the output $n \times v$ is right.
-# > - *Names.* The first text calls the scoring function $s(q, k_i)$ (注意力得分函数), the
-# >   second $a(q, k_i)$ (注意力评分函数); they are the same thing, minitensor's *scorer*.
+# > - *Shapes.* A common slip in the batched formula is to give the values as many rows as the
+# >   queries, $\mathbf V \in \mathbb R^{n \times v}$. Values pair with keys, so
+# >   $\mathbf V \in \mathbb R^{m \times v}$ (as D2L writes it), and it is the *output* that
+# >   has one row per query, $n \times v$. Likewise the softmax's sum runs over the same $m$
+# >   keys as the weighted sum of the values.
+# > - *Names.* Papers and notes write the scoring function as $a(q, k)$ (D2L), $s(q, k)$ or
+# >   $\mathrm{score}(q, k)$; they are the same thing, minitensor's *scorer*.
 # > - *Fully masked rows.* D2L's `masked_softmax` fills masked scores with $-10^6$, which gives
 # >   a row without valid keys uniform weights; minitensor gives it zeros (see above) — never
 # >   uniform, never NaN — because only zeros mean "attend to nothing", in the output and in
@@ -383,15 +389,13 @@ assert {"dot", "scaled_dot", "additive", "gaussian", "parametric_gaussian", "ker
 assert {"softmax", "average", "sparsemax"} <= set(mt.plugins.poolings())
 
 # %% [markdown]
-# A misspelt name is an error that lists what there is and suggests the closest:
+# A misspelt name is an error that lists what there is and suggests the closest (the typo
+# below is deliberate):
 
 # %%
-try:
+with expect_error("the scorer name 'scaled_dott' (misspelt)", KeyError) as caught:
     mt.nn.Attention("scaled_dott")
-    raise AssertionError("an unknown scorer must be refused")
-except KeyError as e:
-    print(e)
-    assert "did you mean 'scaled_dot'" in str(e)
+assert "did you mean 'scaled_dot'" in str(caught.error)
 
 # %% [markdown]
 # Every built-in scorer on the same six queries and eight keys of size 8 (the last two keys
