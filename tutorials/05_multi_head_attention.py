@@ -3,18 +3,23 @@
 #
 # One attention pooling computes one kind of weighted average. Given the same queries, keys
 # and values we would like a model to learn *different* behaviours with the same mechanism,
-# and to combine them as knowledge: dependencies of various ranges within a sequence, short
-# and long (依次捕获各种依赖关系). **Multi-head attention** (多头注意力) does this with $h$
-# independently learned linear projections (线性映射) of the queries, keys and values; the
-# $h$ projected triples go through attention pooling in parallel, and the $h$ outputs are
-# concatenated and transformed once more. Each attention pooling is called a **head** (头).
+# and to combine them as knowledge, capturing dependencies of various ranges within a
+# sequence, short and long (D2L: 捕获序列内各种范围的依赖关系). **Multi-head attention**
+# (多头注意力) does this with $h$ independently learned **linear projections** (线性投影) of
+# the queries, keys and values; the $h$ projected triples go through attention pooling in
+# parallel (并行地送到注意力汇聚中), and the $h$ outputs are concatenated (拼接在一起) and
+# transformed once more. Each attention pooling is called a **head** (头).
 #
 # In this tutorial we build it by hand from the weights of `mt.nn.MultiHeadAttention`, see
-# how the heads run in parallel by *reshaping* rather than in a loop, check that the texts'
-# "weighted sum of heads" and D2L's "concatenate, then $W_o$" are one and the same linear map,
-# and train a small model in which two heads visibly split the work.
+# how the heads run in parallel by *reshaping* rather than in a loop, check that D2L's
+# "concatenate, then $W_o$" is one and the same linear map as a weighted sum of the heads
+# (with matrices as weights), and train a small model in which two heads visibly split the
+# work.
 #
-# Sources: the "多头注意力" sections of both texts in `../shared/seeds/`; D2L 11.5.
+# Sources: D2L's attention chapter, in the Chinese edition 《动手学深度学习》 (zh.d2l.ai),
+# 10.5 多头注意力, and in the English edition *Dive into Deep Learning* (d2l.ai), 11.5
+# "Multi-Head Attention"; Vaswani et al. (2017), "Attention Is All You Need", where
+# multi-head attention comes from.
 
 # %%
 import math
@@ -47,14 +52,15 @@ mt.manual_seed(0)
 # $$\mathbf{W}_o \begin{bmatrix} \mathbf{h}_1 \\ \vdots \\ \mathbf{h}_h \end{bmatrix} \in \mathbb{R}^{p_o},
 # \qquad \mathbf{W}_o \in \mathbb{R}^{p_o \times h p_v}.$$
 #
-# As pooling $f$ one usually takes scaled dot-product attention (缩放点积注意力). In the
-# notation of seed 000, for whole matrices of queries, keys and values:
+# As pooling $f$ one usually takes scaled dot-product attention (缩放点积注意力, D2L 10.3);
+# for whole matrices of queries, keys and values:
 #
 # $$\mathbf{Q}_i = f_{Q_i}(\mathbf{Q}),\; \mathbf{K}_i = f_{K_i}(\mathbf{K}),\; \mathbf{V}_i = f_{V_i}(\mathbf{V}),
 # \qquad \mathbf{h}_i = \operatorname{softmax}\left(\frac{\mathbf{Q}_i \mathbf{K}_i^\top}{\sqrt{d}}\right) \mathbf{V}_i ,$$
 #
-# where $f_{Q_i}, f_{K_i}, f_{V_i}$ are the linear maps (the seed: "$f$为线性映射函数") and $d$
-# is the size of one head's queries and keys, $p_q = p_k$ (the code divides by
+# where $f_{Q_i}, f_{K_i}, f_{V_i}$ are head $i$'s linear projections (multiplication by
+# $\mathbf{W}_i^{(q)}, \mathbf{W}_i^{(k)}, \mathbf{W}_i^{(v)}$) and $d$ is the size of one
+# head's queries and keys, $p_q = p_k$ (the code divides by
 # $\sqrt{\texttt{num\_hiddens} / h}$).
 #
 # D2L's example sizes: $p_o$ = `num_hiddens` = 100 and $h$ = 5 heads, so that each head
@@ -197,12 +203,13 @@ assert gap_layer < 1e-5, "the by-hand computation reproduces mt.nn.MultiHeadAtte
 assert gap_sum < 1e-5, "concatenation then W_o equals the sum over heads of W_o's column blocks times each head"
 
 # %% [markdown]
-# > **Errata / which version the code implements**
+# > **A common misreading: "the heads are added up with weights"**
 # >
-# > Seed 000 ends multi-head attention with
-# > $f(\mathbf{Q}) = \sum_i \omega_i \mathbf{h}_i$, "linearly weighting the different behaviours"
-# > (将得到的不同行为线性加权), while seed 002 and D2L concatenate the $h$ outputs and apply
-# > one more linear layer $\mathbf{W}_o$. minitensor implements the concatenation followed by
+# > Multi-head attention is often summed up as a weighted sum of the heads,
+# > $f(\mathbf{Q}) = \sum_i \omega_i \mathbf{h}_i$, while D2L and the Transformer paper
+# > concatenate the $h$ outputs and apply one more linear layer $\mathbf{W}_o$ (10.5:
+# > 将这$h$个注意力汇聚的输出拼接在一起，并且通过另一个可以学习的线性投影进行变换).
+# > minitensor implements the concatenation followed by
 # > $\mathbf{W}_o$ (`MultiHeadAttention.merge_and_project`): it is one large matrix product,
 # > and it is what D2L, PyTorch and the Transformer paper do. The two are the *same* linear
 # > map, as the identity above shows (and the cell checks to 1e-5), provided each weight
@@ -337,7 +344,7 @@ fig.savefig(figure_path(TUTORIAL, "neighbour_loss.png"), dpi=100)
 # 1. Make the task need more than two things at once: the answer at $i$ names
 #    $(x_{i-2}, x_{i-1}, x_{i+1})$. How many heads does it take for each head to keep one
 #    position, and what happens to a model with fewer heads than positions to look at?
-# 2. Replace the concatenation by seed 000's *scalar* weighting $\sum_i \omega_i \mathbf{h}_i$
+# 2. Replace the concatenation by a *scalar* weighting $\sum_i \omega_i \mathbf{h}_i$
 #    (a Module with $h$ scalar parameters, heads of size $p_o$ each so the sum has the
 #    output's size). Count its parameters and compare its loss on the neighbour task.
 # 3. Give `MultiHeadAttention` a different scorer for the heads (`scorer="additive"`, or
