@@ -10,8 +10,12 @@
 # encoding of the Transformer, its binary-counter look, the rotation that makes relative
 # positions linear, and rotary encoding, a modern variant.
 #
-# Sources: the "自注意力 / 交叉注意力" sections of seed 000 and "自注意力机制与位置编码" of
-# seed 002 (`../shared/seeds/`); D2L 11.6.
+# Sources: D2L's attention chapter, in the Chinese edition 《动手学深度学习》 (zh.d2l.ai),
+# 10.6 自注意力和位置编码 (and 10.7 Transformer for encoder–decoder attention), and in the
+# English edition *Dive into Deep Learning* (d2l.ai), 11.6 "Self-Attention and Positional
+# Encoding" (and 11.7 "The Transformer Architecture"); Vaswani et al. (2017), "Attention Is
+# All You Need", for the sinusoidal encoding; Su et al. (2021), "RoFormer: Enhanced
+# Transformer with Rotary Position Embedding", for rotary encoding.
 
 # %%
 import contextlib
@@ -24,7 +28,7 @@ from matplotlib.figure import Figure
 
 import minitensor as mt
 
-from _tutorial import SMOKE, figure_path, pick  # noqa: F401  (every tutorial imports the same three)
+from _tutorial import SMOKE, expect_error, figure_path, pick  # noqa: F401  (the helpers every tutorial shares)
 
 TUTORIAL = "06_self_attention_and_positional_encoding"
 mt.manual_seed(0)
@@ -33,15 +37,17 @@ mt.manual_seed(0)
 # ## Self-attention
 #
 # In the attention framework the queries, keys and values may stand for different parts of a
-# model. The special case where all three are the same $\mathbf{x}$ is self-attention. Given
-# a sequence $\mathbf{x}_1, \dots, \mathbf{x}_n$, $\mathbf{x}_i \in \mathbb{R}^d$, each token is a
-# query against all tokens as key–value pairs:
+# model. The special case where all three are the same $\mathbf{x}$ is self-attention — in
+# D2L's words, 由于查询、键和值来自同一组输入，因此被称为*自注意力* (because the queries,
+# keys and values come from the same set of inputs). Given a sequence
+# $\mathbf{x}_1, \dots, \mathbf{x}_n$, $\mathbf{x}_i \in \mathbb{R}^d$, each token is a query
+# against all tokens as key–value pairs:
 #
 # $$\mathbf{y}_i = f(\mathbf{x}_i, (\mathbf{x}_1, \mathbf{x}_1), \dots, (\mathbf{x}_n, \mathbf{x}_n)) \in \mathbb{R}^d .$$
 #
-# It extracts features (特征抽取) from a sequence without any other queries, keys or values taking
-# part: a sequence goes in, a sequence of the same length comes out, and only information
-# *within* the sequence is used. Batched, with scaled dot-product pooling and $\mathbf{X} \in
+# It encodes a sequence by itself (D2L: 使用自注意力进行序列编码), without any other queries,
+# keys or values taking part: a sequence goes in, a sequence of the same length comes out,
+# and only information *within* the sequence is used. Batched, with scaled dot-product pooling and $\mathbf{X} \in
 # \mathbb{R}^{n \times d}$ holding the tokens as rows,
 #
 # $$f(\mathbf{X}) = \operatorname{softmax}\left(\frac{\mathbf{X}\mathbf{X}^\top}{\sqrt{d}}\right)\mathbf{X}.$$
@@ -83,27 +89,21 @@ gap = numpy.abs(mha(X, X, X).numpy()[0] - weights @ V @ W_O).max()
 print(f"|MultiHeadAttention(X, X, X) - softmax(X W_Q (X W_K)^T / sqrt(d)) X W_V W_O| = {gap:.1e}")
 assert gap < 1e-5
 
-# Seed 002 prints the scores as X W_Q X^T W_K: for n != d the shapes do not even fit.
-try:
+# A common slip puts the transpose on X alone, X W_Q X^T W_K: for n != d the shapes do not
+# even fit.
+with expect_error("the scores written as X W_Q X^T W_K, with n = 6 tokens of d = 8", ValueError):
     x @ W_Q @ x.T @ W_K  # (n, d) (d, d) (d, n) = (n, n), then (n, n) @ (d, d)
-except ValueError as e:
-    print("X W_Q X^T W_K:", e)
-else:
-    raise AssertionError("for n != d the printed form cannot be computed")
 
 # %% [markdown]
-# > **Errata / which version the code implements**
+# > **A common slip: where the transpose goes**
 # >
-# > Seed 002 writes self-attention with
-# > learned parameters as $\operatorname{softmax}(\mathbf{X}\mathbf{W_Q}\mathbf{X}^T\mathbf{W_K} / \sqrt{d})\,\mathbf{X}\mathbf{W_V}$.
+# > Self-attention with learned parameters is easily miswritten as
+# > $\operatorname{softmax}(\mathbf{X}\mathbf{W}_Q\mathbf{X}^\top\mathbf{W}_K / \sqrt{d})\,\mathbf{X}\mathbf{W}_V$.
 # > The transpose belongs to the projected keys, $(\mathbf{X}\mathbf{W}_K)^\top = \mathbf{W}_K^\top \mathbf{X}^\top$:
 # > minitensor implements $\operatorname{softmax}(\mathbf{X}\mathbf{W}_Q(\mathbf{X}\mathbf{W}_K)^\top / \sqrt{d})\,\mathbf{X}\mathbf{W}_V$
-# > (then $\mathbf{W}_o$), the Transformer's formula, checked above to 1e-5; the printed form
+# > (then $\mathbf{W}_o$), the Transformer's formula, checked above to 1e-5; the miswritten form
 # > multiplies an $n \times n$ matrix by a $d \times d$ one, which fails unless $n = d$, and is
-# > a different function even then. Two smaller slips of seed 002 in this section: it says
-# > self-attention's "longest sequence is 1" (最长序列为1) where it means the **maximum path
-# > length** (最长路径) $O(1)$; and it defines $w_i = 1/10000^{2j/d}$ and then uses $w_j$, one
-# > frequency per column pair $j$ (the code's $\omega_j$).
+# > a different function even then.
 
 # %% [markdown]
 # ## Self-attention has no idea of order
@@ -122,11 +122,14 @@ print("permutation", permutation)
 assert numpy.abs(Y_perm - Y[permutation]).max() < 1e-5, "permuting the inputs permutes the outputs"
 
 # %% [markdown]
-# ## Cross-attention
+# ## Encoder–decoder attention (cross-attention)
 #
-# In **cross-attention** (交叉注意力) the queries come from one input and the keys and values
-# from a second: in an encoder–decoder model the decoder's states ask, the encoder's outputs
-# answer, so the decoder combines the context of the source sequence with its own. The
+# In **encoder–decoder attention** (编码器－解码器注意力, D2L 10.7), usually called
+# **cross-attention**, the queries come from one input and the keys and values from a
+# second: 查询来自前一个解码器层的输出，而键和值来自整个编码器的输出 (the queries come from
+# the previous decoder layer's output, the keys and values from the whole encoder's output).
+# The decoder's states ask, the encoder's outputs answer, so the decoder combines the context
+# of the source sequence with its own. The
 # sequences may differ in length and in width (`key_size`, `value_size`); the weights are
 # (batch, num_heads, number of queries, number of keys).
 
@@ -143,9 +146,11 @@ assert (cross.attention_weights.numpy()[1, :, :, 5:] == 0).all(), "padding of th
 # ## CNN, RNN and self-attention
 #
 # All three map a sequence of $n$ tokens to a sequence of $n$ tokens, each with $d$ channels
-# in and out. They differ in three ways (D2L 11.6.2; seed 002): **computational complexity**
-# (计算复杂度), **parallelism** (并行度), and the **maximum path length** (最长路径), the
-# longest route a signal takes between two positions of the sequence:
+# in and out. They differ in three ways (D2L 10.6, 比较卷积神经网络、循环神经网络和自注意力 /
+# 11.6.2 "Comparing CNNs, RNNs, and Self-Attention"): **computational complexity**
+# (计算复杂度), **sequential operations** (顺序操作), which hinder parallel computation, and
+# the **maximum path length** (最大路径长度), the longest route a signal takes between two
+# positions of the sequence:
 #
 # | layer | computational complexity | sequential operations (parallelism) | maximum path length |
 # |---|---|---|---|
@@ -163,9 +168,9 @@ assert (cross.attention_weights.numpy()[1, :, :, 5:] == 0).all(), "padding of th
 #   every token at cost $d$, $O(n^2 d)$; all outputs are independent; every token sees every
 #   other in one step.
 #
-# (The seed speaks of *parallelism* (并行度), D2L of *sequential operations*: $O(n)$
-# parallelism is $O(1)$ sequential steps, and vice versa.) Let us measure rather than
-# believe. First the forward time against $n$, with $d = 32$ channels: `mt.nn.Conv1d` (kernel
+# (Counting *parallelism* instead turns the column around: $O(1)$ sequential operations
+# leave $O(n)$ work that can run at once, and vice versa. D2L: 顺序操作会妨碍并行计算,
+# sequential operations hinder parallel computation.) Let us measure rather than believe. First the forward time against $n$, with $d = 32$ channels: `mt.nn.Conv1d` (kernel
 # 3), `mt.nn.GRU` (a gated RNN) and one-head self-attention, each best of a few runs on
 # one CPU thread.
 
@@ -331,19 +336,21 @@ ax_grad.legend()
 fig.savefig(figure_path(TUTORIAL, "cnn_rnn_self_attention.png"), dpi=100)
 
 # %% [markdown]
-# To sum up: a self-attention pooling layer (自注意力池化层) treats $\mathbf{x}$ as queries, keys
-# and values to extract features from a sequence; it is fully parallel and its
-# maximum path length is 1, but its cost grows with $n^2$, which is heavy for long sequences.
+# To sum up: self-attention treats $\mathbf{x}$ as queries, keys and values to encode a
+# sequence; it is fully parallel and its maximum path length is 1, but its cost grows with
+# $n^2$, which is heavy for long sequences (D2L: 因为其计算复杂度是关于序列长度的二次方，
+# 所以在很长的序列中计算会非常慢).
 #
 # ## Positional encoding
 #
 # A path length of 1 also means that two tokens far apart are, to the computation, not far
 # apart at all: self-attention records no position. To put positions in without giving up
 # its parallel computation, we leave the attention alone and *encode* positions into the
-# input: for $\mathbf{X} \in \mathbb{R}^{n \times d}$ compute a **positional encoding matrix**
-# (位置编码矩阵) $\mathbf{P} \in \mathbb{R}^{n \times d}$ and feed $\mathbf{X} + \mathbf{P}$ to
-# self-attention. How $\mathbf{P}$ is computed differs from field to field
-# (不同应用领域对位置编码的设计可能有所不同); the Transformer's uses sines and cosines:
+# input: for $\mathbf{X} \in \mathbb{R}^{n \times d}$ compute a matrix
+# $\mathbf{P} \in \mathbb{R}^{n \times d}$ of the same shape (D2L: 位置嵌入矩阵, the positional
+# embedding matrix) and feed $\mathbf{X} + \mathbf{P}$ to self-attention. $\mathbf{P}$ can be
+# learned or fixed (位置编码可以通过学习得到也可以直接固定得到); the Transformer's is fixed,
+# made of sines and cosines:
 #
 # $$p_{i, 2j} = \sin\left(\frac{i}{10000^{2j/d}}\right), \qquad p_{i, 2j+1} = \cos\left(\frac{i}{10000^{2j/d}}\right).$$
 #
@@ -367,11 +374,11 @@ print("P:", P.shape, " frequencies omega_j:", numpy.round(omega[:4], 4), "...", 
 # %% [markdown]
 # ## Absolute positions: like a binary counter
 #
-# This encoding represents both absolute and relative positions. **Absolute position**
-# (绝对位置) first, by analogy with binary representation (二进制表示). Write 0 to 7 in binary: the lowest bit flips at every step, the next every two steps, the
+# This encoding represents both absolute and relative positions. **Absolute position
+# information** (绝对位置信息) first, by analogy with binary representation (二进制表示). Write 0 to 7 in binary: the lowest bit flips at every step, the next every two steps, the
 # next every four. The encoding does the same with waves: down the columns, the frequency
-# $\omega_j = 1/10000^{2j/d}$ falls, so the first columns oscillate fast and later ones
-# slowly. Being continuous (floats rather than bits), this representation is also more
+# $\omega_j = 1/10000^{2j/d}$ falls (在编码维度上降低频率), so the first columns oscillate
+# fast and later ones slowly. Being continuous (floats rather than bits), this representation is also more
 # economical in space than a binary code.
 
 # %%
@@ -404,9 +411,9 @@ fig.savefig(figure_path(TUTORIAL, "positional_encoding.png"), dpi=100)
 # %% [markdown]
 # ## Relative positions: a rotation
 #
-# **Relative position** (相对位置): for any fixed offset $\delta$, the encoding at position
-# $i + \delta$ is a *linear* function of the encoding at $i$, the same for every $i$. Take one
-# pair of columns $(2j, 2j+1)$ with frequency $\omega_j$ and write $a = i\omega_j$,
+# **Relative position information** (相对位置信息): for any fixed offset $\delta$ (位置偏移),
+# the encoding at position $i + \delta$ is a *linear* function of the encoding at $i$, the
+# same for every $i$. Take one pair of columns $(2j, 2j+1)$ with frequency $\omega_j$ and write $a = i\omega_j$,
 # $b = \delta\omega_j$. The addition theorems
 #
 # $$\sin(a + b) = \cos b \sin a + \sin b \cos a, \qquad \cos(a + b) = -\sin b \sin a + \cos b \cos a$$
