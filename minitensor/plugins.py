@@ -283,8 +283,8 @@ def load_plugin(spec):
     """Import a plugin file or module and register it; returns its name in the plugin manager.
 
     ``spec`` is the path of a ``.py`` file (absolute, or relative to the current directory;
-    anything that contains a path separator or ends in ``.py`` is a path) or the name of an
-    importable module (``"my_pkg.scorers"``). This is what ``--plugin`` and
+    anything that contains a path separator, ends in ``.py`` or is no valid module name is a
+    path) or the name of an importable module (``"my_pkg.scorers"``). This is what ``--plugin`` and
     ``MINITENSOR_PLUGINS`` do, so a plugin can be tried before it is packaged::
 
         minitensor train --plugin my_scorer.py --scorer cosine
