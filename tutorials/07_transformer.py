@@ -1,13 +1,14 @@
 # %% [markdown]
 # # 7. The Transformer: encoder, decoder, training, decoding
 #
-# The last part of the source texts opens with one sentence: *the Transformer is built on the
-# encoder–decoder architecture (Encoder-Decoder架构) to process sequence pairs (序列对)*, followed
-# by its architecture diagram. Everything before it in the chapter is a part of that
-# diagram: multi-head attention (多头注意力, tutorial 5), self-attention (自注意力) and the
-# positional encoding (位置编码, tutorial 6), and cross-attention (交叉注意力), whose queries come
-# from one sequence while its keys and values come from another, "bringing in the context
-# of the encoder's output" (seed 000).
+# D2L's last section on attention presents the Transformer as an instance of the
+# encoder–decoder architecture (Transformer作为编码器－解码器架构的一个实例), based entirely on
+# attention, without any convolutional or recurrent layer
+# (完全基于注意力机制，没有任何卷积层或循环神经网络层), and draws it in one architecture
+# diagram. Everything before it in the chapter is a part of that diagram: multi-head
+# attention (多头注意力, tutorial 5), self-attention (自注意力) and the positional encoding
+# (位置编码, tutorial 6), and encoder–decoder attention (编码器－解码器注意力), whose queries
+# come from the decoder while its keys and values come from the encoder's output.
 #
 # This tutorial
 #
@@ -21,6 +22,15 @@
 # Run it as `python tutorials/07_transformer.py` (about a minute on 2 idle CPU cores) or open
 # it as a notebook with jupytext. `MINITENSOR_TUTORIAL_SMOKE=1` shrinks everything to a few
 # seconds.
+#
+# Sources: D2L's attention chapter, in the Chinese edition 《动手学深度学习》 (zh.d2l.ai),
+# 10.7 Transformer, and in the English edition *Dive into Deep Learning* (d2l.ai), 11.7 "The
+# Transformer Architecture"; for teacher forcing, BLEU and beam search the sections before
+# the chapter, 9.7 序列到序列学习（seq2seq） and 9.8 束搜索 (English: 10.7 "Sequence-to-Sequence
+# Learning for Machine Translation" and 10.8 "Beam Search"). Papers: Vaswani et al. (2017),
+# "Attention Is All You Need"; Ba, Kiros and Hinton (2016), "Layer Normalization"; Xiong et
+# al. (2020), "On Layer Normalization in the Transformer Architecture"; Papineni et al.
+# (2002), "BLEU: a Method for Automatic Evaluation of Machine Translation".
 
 # %%
 import time
@@ -43,9 +53,10 @@ print("smoke mode" if SMOKE else "full mode")
 #
 # The **encoder** (编码器) turns the source tokens $x_1, \dots, x_n$ into as many vectors; the
 # **decoder** (解码器) produces the target one token at a time, each step reading the tokens
-# it has produced so far and, through cross-attention, the encoder's vectors. Both start
-# the same way, with embeddings scaled by $\sqrt{d}$ and the positional encoding added
-# (seed 002: "use $\mathbf X + \mathbf P$ as the input of self-attention"):
+# it has produced so far and, through encoder–decoder attention, the encoder's vectors. Both
+# start the same way, with embeddings scaled by $\sqrt{d}$ and the positional encoding added
+# (D2L: 乘以嵌入维度的平方根进行重新缩放，然后再与位置编码相加, "rescaled by the square root
+# of the embedding dimension, then added to the positional encoding"):
 #
 # $$\mathbf X^{(0)} = \text{dropout}\big(\text{Embedding}(\text{tokens})\sqrt{d} + \mathbf P\big),
 # \qquad d = \texttt{num\_hiddens}.$$
@@ -56,7 +67,7 @@ print("smoke mode" if SMOKE else "full mode")
 # \qquad \mathbf Z = \text{AddNorm}\big(\mathbf Y, \text{FFN}(\mathbf Y)\big).$$
 #
 # A **decoder block** has three: masked (causal) self-attention over the target so far,
-# encoder–decoder attention (编码器-解码器注意力: the cross-attention of the seeds, with
+# encoder–decoder attention (编码器－解码器注意力, often called cross-attention, with
 # queries from the decoder and keys = values = the encoder's output $\mathbf H$), and the FFN:
 #
 # $$\mathbf Y = \text{AddNorm}\big(\mathbf X, \text{MaskedMultiHead}(\mathbf X, \mathbf X, \mathbf X)\big),\quad
@@ -70,7 +81,7 @@ print("smoke mode" if SMOKE else "full mode")
 #   (\mathbf K\mathbf W_k^{(i)})^\top}{\sqrt{d_h}}\Big)\mathbf V\mathbf W_v^{(i)}.$$
 #
 # A final linear layer turns the decoder's output into logits over the target vocabulary.
-# The diagram the seed announces:
+# The diagram, after Figure 1 of Vaswani et al. (2017), which D2L reproduces:
 
 # %%
 from matplotlib.figure import Figure
@@ -255,8 +266,8 @@ print("padding hidden in every block and head: checked")
 # In training the decoder reads the whole target at once (teacher forcing, 强制教学: the
 # input is the target shifted right by `<bos>`), yet the prediction of token $t+1$ may only
 # use tokens $1..t$, as at prediction time, when the later ones do not exist yet. Masked
-# self-attention (掩蔽多头自注意力) enforces it: query $i$ may attend key $j$ only when
-# $j \le i$,
+# self-attention (D2L: 掩蔽（masked）注意力, in the 掩蔽多头解码器自注意力层) enforces it:
+# query $i$ may attend key $j$ only when $j \le i$,
 #
 # $$\alpha_{ij} = 0 \quad (j > i),$$
 #
@@ -448,7 +459,7 @@ for src_, pred_, ref_, score in result.samples:
 # A trained encoder–decoder Transformer has three attention maps per block and head:
 #
 # 1. **encoder self-attention**: source × source — queries, keys and values from the same
-#    sequence, "attending only to information inside the sequence" (seed 000);
+#    sequence (D2L: 在编码器的自注意力中，查询和键都来自相同的输入序列);
 # 2. **decoder self-attention**: target × target, a lower triangle (the causal mask);
 # 3. **encoder–decoder attention**: target × source — where the alignment shows: which
 #    source characters each output character looked at.
