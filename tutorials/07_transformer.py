@@ -320,7 +320,9 @@ print(f"decoder self-attention weights of block 1, head 1, example 1:\n{np.round
 # the corpus BLEU, and writes a checkpoint. We stop after the first epoch, keep that half-
 # trained model for the decoding comparison below, then resume (bit for bit as an
 # uninterrupted run) to the end. Full mode is the default recipe of `minitensor train`;
-# smoke mode a tiny version of it.
+# smoke mode a tiny version of it. A run folder belongs to one run: `overwrite=True`
+# (`minitensor train --overwrite`) lets this tutorial start afresh each time it runs,
+# deleting its own earlier run; without it a second run would be refused.
 
 # %%
 run_dir = figure_path(T, "date_run")                # the checkpoint and the run's own figures
@@ -328,7 +330,7 @@ run_dir = figure_path(T, "date_run")                # the checkpoint and the run
 sizes = pick({}, dict(num_train=640, num_heldout=64, batch_size=32, epochs=3, num_blks=1))
 config = TrainConfig(task="date", out=str(run_dir), progress=False, seed=0, **sizes)
 start = time.perf_counter()
-first = train(config, stop_after_epochs=1)            # one epoch, then "interrupted"
+first = train(config, overwrite=True, stop_after_epochs=1)  # one epoch, then "interrupted"
 result = train(config, resume=True)                   # ... and continued to the end
 print(f"training took {time.perf_counter() - start:.1f} s")
 
