@@ -293,7 +293,7 @@ def test_toy_tasks_follow_manual_seed_and_check_lengths():
 
 def test_char_lm_corpus_from_text_and_from_files(tmp_path):
     text = "To be, or not to be:\nthat is the question.\n"
-    corpus, vocab = char_lm_corpus(text)
+    corpus, vocab = char_lm_corpus(text=text)
     assert "".join(vocab.to_tokens(corpus)) == text
     path = tmp_path / "play.txt"
     path.write_text(text, encoding="utf-8")

@@ -11,7 +11,10 @@ non-breaking spaces become spaces, text is lower-cased, a space is inserted befo
 when the character before is not a space, and tokens are what lies between single spaces.
 """
 
+import os
+
 from ..random import host_rng
+from .files import open_text
 
 PUNCTUATION = ",.!?"
 
@@ -56,10 +59,24 @@ def parse_parallel_lines(lines, max_examples=None):
 def read_parallel_corpus(path, max_examples=None, encoding="utf-8"):
     """All (or the first ``max_examples``) (source tokens, target tokens) pairs in a file.
 
+    The file is read as ``files.open_text`` reads it: a missing file, or a byte that is not
+    valid ``encoding``, is an error naming the file (and the line). A file without a single
+    pair (empty, or not in this format) is an error naming it and its number of lines.
     <eos> is not appended here: ``batching.build_array`` adds it when it builds the arrays.
     """
-    with open(path, encoding=encoding) as f:
-        return parse_parallel_lines(f, max_examples)
+    if max_examples is not None and (not isinstance(max_examples, int) or isinstance(max_examples, bool)
+                                     or max_examples < 1):
+        raise ValueError(f"read_parallel_corpus: max_examples must be a positive integer or None, "
+                         f"got {max_examples!r}")
+    with open_text(path, encoding, what="corpus file") as f:
+        pairs = parse_parallel_lines(f, max_examples)
+        if not pairs:
+            f.seek(0)
+            num_lines = sum(1 for _ in f)
+            raise ValueError(f"{os.fspath(path)}: no sentence pairs in its {num_lines:,} line"
+                             f"{'' if num_lines == 1 else 's'}; a corpus has one pair a line, "
+                             "source<TAB>target (the format of D2L's fra-eng file)")
+    return pairs
 
 
 def train_heldout_split(pairs, heldout=0.1, rng=None):

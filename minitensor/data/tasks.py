@@ -9,13 +9,17 @@ Each task returns a list of ``(source tokens, target tokens)`` pairs, the shape
 - ``reverse_task``, ``copy_task``, ``sort_task``: classic probes of what a model can route
   from input to output (reversal needs long-range alignment; copy is the identity; sort
   needs the whole input before the first output).
-- ``char_lm_corpus``: any text as one long list of character indices, for a language model.
+- ``char_lm_corpus``: any text as one long list of character indices, for a language model;
+  ``EXAMPLE_TEXT`` is one to start with, and ``unigram_baseline`` the loss to beat.
 """
 
 import datetime
 import os
 
+import numpy
+
 from ..random import host_rng
+from .files import read_text
 from .vocab import Vocab
 
 # -- date normalisation ---------------------------------------------------------------------
@@ -138,28 +142,77 @@ def sort_task(num_examples, min_len=1, max_len=10, alphabet=DEFAULT_ALPHABET, rn
 
 # -- character language model --------------------------------------------------------------------
 
-def char_lm_corpus(text_or_path, vocab=None, max_chars=None, encoding="utf-8"):
+# The example text: H. G. Wells' "The Time Machine", the novel D2L's language models read
+# (D2L 9.2; zh 8.2), public domain; texts/README.md gives its source.
+TEXTS = {"time_machine": os.path.join(os.path.dirname(os.path.abspath(__file__)), "texts", "time_machine.txt")}
+EXAMPLE_TEXT = TEXTS["time_machine"]
+
+
+def char_lm_corpus(path=None, vocab=None, max_chars=None, encoding="utf-8", *, text=None):
     """``(corpus, vocab)`` for a character-level language model, as D2L's ``build`` returns.
 
-    ``text_or_path``: a ``pathlib.Path`` (always read as a file), or a string, read as a file
-    when it names an existing one and as the text itself otherwise. Every character is a
-    token, spaces and newlines included; nothing is lower-cased or removed, so any text works.
-    ``corpus`` is a list of indices into ``vocab`` (built from the text unless given).
-    ``batching.lm_arrays`` cuts it into (input, next-character) windows.
+        corpus, vocab = char_lm_corpus("notes.txt")          # a file
+        corpus, vocab = char_lm_corpus(text="To be, or not")  # a string
+
+    ``path`` (a str or ``os.PathLike``) must name an existing file, read as ``files.read_text``
+    reads it (a missing file or an undecodable byte is an error naming the file); a string is
+    never taken for the text itself: that is what ``text=`` is for. ``max_chars`` keeps the
+    first that many characters. Every character is a token, spaces and newlines included;
+    nothing is lower-cased or removed, so any text works. ``corpus`` is a list of indices into
+    ``vocab`` (built from the text unless given). ``batching.lm_arrays`` cuts it into (input,
+    next-character) windows.
     """
-    if isinstance(text_or_path, os.PathLike) or (
-        "\n" not in text_or_path and os.path.isfile(text_or_path)
-    ):
-        with open(text_or_path, encoding=encoding) as f:
-            text = f.read() if max_chars is None else f.read(max_chars)
+    if (path is None) == (text is None):
+        raise TypeError("char_lm_corpus: give the path of a text file, or the text itself as text=... "
+                        f"(got {'both' if text is not None else 'neither'})")
+    if max_chars is not None and (not isinstance(max_chars, int) or isinstance(max_chars, bool) or max_chars < 1):
+        raise ValueError(f"char_lm_corpus: max_chars must be a positive integer or None, got {max_chars!r}")
+    if path is not None:
+        text, source = read_text(path, encoding, max_chars, what="text file"), f"{os.fspath(path)}:"
+    elif isinstance(text, str):
+        text, source = text[:max_chars], "char_lm_corpus: text= has"
     else:
-        text = text_or_path
-    if max_chars is not None:
-        text = text[:max_chars]
+        raise TypeError(f"char_lm_corpus: text must be a str, got {type(text).__name__}")
+    # one character to read and the next to predict: the smallest corpus with one example
+    if len(text) < 2:
+        raise ValueError(f"{source} {len(text)} character{'' if len(text) == 1 else 's'}; a language model "
+                         "needs at least 2 (one to read, the next to predict)")
     tokens = list(text)
     if vocab is None:
         vocab = Vocab(tokens)
     return vocab[tokens], vocab
+
+
+def unigram_baseline(train, heldout, vocab_size):
+    """The held-out loss of a model that ignores context: the cross-entropy of the held-out
+    tokens under the training set's token frequencies, add-one smoothed, in nats per token
+    (the units of ``cross_entropy``, hence of a language model's loss).
+
+        p(c) = (count of c in train + 1) / (len(train) + V)
+        baseline = -(1 / len(heldout)) * sum over t of ln p(heldout[t])
+
+    ``train``, ``heldout``: token indices (lists or arrays), e.g. the two parts of a
+    ``char_lm_corpus``; ``vocab_size`` V: the number of outcomes the model chooses among,
+    ``len(vocab)`` with the reserved tokens, so that both spread probability over the same
+    outcomes. Adding one to every count gives a character never seen in training a small
+    probability instead of 0, and the baseline stays finite. A model that beats this number
+    has learnt something about context; a character model of English usually starts near it
+    (~3 nats) and should end well below.
+    """
+    if not isinstance(vocab_size, (int, numpy.integer)) or vocab_size < 1:
+        raise ValueError(f"unigram_baseline: vocab_size must be a positive integer, got {vocab_size!r}")
+    train = numpy.asarray(train, dtype=numpy.int64).ravel()
+    heldout = numpy.asarray(heldout, dtype=numpy.int64).ravel()
+    if len(heldout) == 0:
+        raise ValueError("unigram_baseline: the held-out set is empty")
+    for name, ids in (("train", train), ("heldout", heldout)):
+        outside = ids[(ids < 0) | (ids >= vocab_size)]
+        if len(outside):
+            raise ValueError(f"unigram_baseline: {name} holds index {int(outside[0])}, outside a vocabulary "
+                             f"of {vocab_size} (indices 0 to {vocab_size - 1})")
+    counts = numpy.bincount(train, minlength=vocab_size)
+    log_p = numpy.log(counts + 1.0) - numpy.log(len(train) + vocab_size)
+    return float(-log_p[heldout].mean())
 
 
 def max_lengths(pairs):
@@ -168,6 +221,6 @@ def max_lengths(pairs):
 
 
 __all__ = [
-    "DATE_FORMATS", "MONTHS", "WEEKDAYS", "all_dates", "char_lm_corpus", "copy_task", "date_pairs",
-    "date_task", "format_date", "max_lengths", "reverse_task", "sort_task",
+    "DATE_FORMATS", "EXAMPLE_TEXT", "MONTHS", "TEXTS", "WEEKDAYS", "all_dates", "char_lm_corpus", "copy_task",
+    "date_pairs", "date_task", "format_date", "max_lengths", "reverse_task", "sort_task", "unigram_baseline",
 ]
