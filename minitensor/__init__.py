@@ -20,7 +20,7 @@ from .creation import (arange, from_dlpack, full, ones, ones_like, rand, randint
                        zeros_like)
 from .dtypes import bool_, float16, float32, float64, int32, int64, long  # noqa: E402
 from .dtypes import bool  # noqa: E402,A004
-from .errors import DeviceError, DTypeError, GradcheckError, GraphError, ShapeError  # noqa: E402
+from .errors import AxisError, DeviceError, DTypeError, GradcheckError, GraphError, ShapeError  # noqa: E402
 from .grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled  # noqa: E402
 from .gradcheck import gradcheck  # noqa: E402
 from .ops import *  # noqa: E402,F401,F403

@@ -1,9 +1,53 @@
-"""The ``minitensor`` command line."""
+"""The ``minitensor`` command line.
+
+Every subcommand reports an expected error as one line on stderr, never a traceback, and
+exits with 2 for bad input or usage (a wrong flag, a missing file, an occupied run folder, a
+damaged checkpoint), 1 for a run that failed (the loss diverged, the disk is full) and 130
+for Ctrl-C (after the last checkpoint is safe). ``--debug`` or ``MINITENSOR_DEBUG=1`` shows
+the traceback instead. ``--plugin PATH_OR_MODULE`` loads a plugin for that one command.
+"""
 
 import argparse
+import math
+import os
+import shlex
 import sys
+import warnings
+
+EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (argparse prints the whole usage first)."""
+
+    def error(self, message):
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+# -- argument types: refused by the parser, before anything runs -----------------------------------
+def _at_least(low):
+    def convert(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
+        return value
+    return convert
+
+
+def _positive_number(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    return value
+
+
+# -- subcommands ------------------------------------------------------------------------------------
 def _info(args):
     import minitensor as mt
 
@@ -20,11 +64,7 @@ def _plugins(args):
 
     from . import plugins
 
-    try:
-        rows = plugins.describe()
-    except plugins.PluginError as e:  # e.g. MINITENSOR_STRICT_PLUGINS=1 and a broken plugin
-        print(f"minitensor plugins: error: {e}", file=sys.stderr)
-        return 1
+    rows = plugins.describe()
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -44,135 +84,145 @@ def _demo(args):
     return demo.main(args)
 
 
+# -- train ------------------------------------------------------------------------------------------
+# the flags of `minitensor train` that set a TrainConfig field of the same name
+_TRAIN_FIELDS = ("task", "data", "text", "model", "scorer", "pooling", "positional", "num_hiddens", "ffn_num_hiddens",
+                 "num_heads", "num_blks", "dropout", "epochs", "steps", "batch_size", "lr", "device", "seed",
+                 "label_smoothing", "num_train", "num_heldout", "heldout_fraction", "min_len", "max_len",
+                 "max_examples", "optimizer", "weight_decay", "schedule", "warmup_steps", "clip_grad_norm",
+                 "lm_num_steps", "norm_first")
+
+
 def _options(items, what):
-    from .train.config import parse_options
+    from .train.config import ConfigError, parse_options
 
     try:
         return parse_options(items, what)
     except ValueError as e:
-        raise SystemExit(f"minitensor: error: {e}")
+        raise ConfigError(what, str(e)) from None
+
+
+def explicit_settings(args):
+    """The TrainConfig fields the user set on the command line ({field: value}), and only
+    those: a resumed run compares exactly these with the saved ones."""
+    given = {name: getattr(args, name) for name in _TRAIN_FIELDS if getattr(args, name, None) is not None}
+    for name in ("data", "text"):  # a run must find its data from any directory, e.g. on --resume
+        if name in given:
+            given[name] = os.path.abspath(given[name])
+    if args.no_progress:
+        given["progress"] = False
+    for name, flag in (("scorer_options", "scorer_opt"), ("pooling_options", "pooling_opt")):
+        if getattr(args, flag):
+            given[name] = _options(getattr(args, flag), "--" + flag.replace("_", "-"))
+    if args.text and "model" not in given:
+        given["model"] = "lm"
+    return given
+
+
+def default_out(args):
+    """Where a run goes without --out: runs/<task>, runs/lm for a text, runs/corpus for --data."""
+    if args.out:
+        return args.out
+    if args.text:
+        return "runs/lm"
+    return "runs/corpus" if args.data else f"runs/{args.task or 'date'}"
 
 
 def config_from_args(args):
     """A TrainConfig from ``minitensor train``'s arguments (flags left out keep the defaults)."""
     from .train.config import TrainConfig
 
-    config = TrainConfig()
-    changes = {}
-    for name in ("task", "data", "text", "model", "scorer", "pooling", "positional", "num_hiddens", "ffn_num_hiddens",
-                 "num_heads", "num_blks", "dropout", "epochs", "steps", "batch_size", "lr", "device", "seed", "out",
-                 "label_smoothing", "num_train", "num_heldout", "min_len", "max_len", "max_examples", "optimizer",
-                 "weight_decay", "schedule", "warmup_steps", "clip_grad_norm", "lm_num_steps"):
-        value = getattr(args, name, None)
-        if value is not None:
-            changes[name] = value
-    if args.norm_first is not None:
-        changes["norm_first"] = args.norm_first
-    if args.no_progress:
-        changes["progress"] = False
-    changes["scorer_options"] = _options(args.scorer_opt, "--scorer-opt")
-    changes["pooling_options"] = _options(args.pooling_opt, "--pooling-opt")
-    if args.text and "model" not in changes:
-        changes["model"] = "lm"
-    if args.task in ("reverse", "copy", "sort") and "out" not in changes:
-        changes["out"] = f"runs/{args.task}"
-    elif "out" not in changes:
-        changes["out"] = "runs/lm" if args.text else "runs/corpus" if args.data else "runs/date"
-    return config.replace(**changes)
+    return TrainConfig(out=default_out(args)).replace(**explicit_settings(args))
+
+
+def _resumed_config(args):
+    """The saved run's config with what ``--resume`` may change; flags that would change
+    anything else are refused, each named, rather than silently ignored."""
+    from .train.checkpoint import find_checkpoint
+    from .train.config import ConfigError, TrainConfig, flag_of
+    from .train.loop import load_run_checkpoint
+    from .train.run import CHECKPOINT_DIR, RunFolderError
+
+    out = default_out(args)
+    if not os.path.isdir(out):
+        raise RunFolderError(f"--resume: there is no run folder {out}; start a run with minitensor train "
+                             f"--out {shlex.quote(out)}")
+    saved, _ = load_run_checkpoint(find_checkpoint(out, CHECKPOINT_DIR))
+    given = explicit_settings(args)
+    resumable = TrainConfig.resumable_fields()
+    refused = [f"{flag_of(name)} {given[name]!r} (the run has {getattr(saved, name)!r})"
+               for name in given if name not in resumable and given[name] != getattr(saved, name)]
+    if refused:
+        raise ConfigError(None, f"--resume continues {out} with its own settings; refused: {', '.join(refused)}. "
+                                f"A resumed run may change only {', '.join(flag_of(n) for n in resumable)}; "
+                                "train with other settings in another --out")
+    return saved.replace(out=out, **{k: v for k, v in given.items() if k in resumable})
 
 
 def _train(args):
-    import os
+    from .train.loop import train
 
-    from .train.checkpoint import CheckpointError, load_checkpoint
-    from .train.config import TrainConfig
-    from .train.loop import CHECKPOINT_DIR, TrainingError, train
-
-    config = config_from_args(args)
-    if args.resume:
-        # The run continues with its own settings; only the length (and progress bar) may change.
-        try:
-            saved = load_checkpoint(os.path.join(config.out, CHECKPOINT_DIR), restore_rng=False)["config"]
-        except CheckpointError as e:
-            print(f"minitensor train: error: {e}", file=sys.stderr)
-            return 1
-        changes = {k: getattr(config, k) for k in ("epochs", "steps") if getattr(args, k) is not None}
-        changes["progress"] = config.progress
-        config = TrainConfig.from_dict(saved).replace(**changes)
-    from .errors import DeviceError
-    from .plugins import PluginError, UnknownPluginError
-
-    try:
-        config.validate()
-        train(config, resume=args.resume)
-    except (TrainingError, CheckpointError, ValueError, OSError, PluginError, UnknownPluginError, TypeError,
-            DeviceError) as e:
-        # TypeError: an attention plugin rejected its options (--scorer-opt / --pooling-opt)
-        message = e.args[0] if isinstance(e, KeyError) and e.args else e
-        print(f"minitensor train: error: {message}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print(f"\ninterrupted; the last checkpoint (end of the last finished epoch) is in "
-              f"{os.path.join(config.out, CHECKPOINT_DIR)}: continue with minitensor train --out {config.out} --resume",
-              file=sys.stderr)
-        return 130
+    if args.resume and args.overwrite:
+        raise _usage("--resume continues the run, --overwrite deletes it: give one of them")
+    config = _resumed_config(args) if args.resume else config_from_args(args)
+    train(config, resume=args.resume, overwrite=args.overwrite)
     return 0
 
 
+# -- translate / generate ---------------------------------------------------------------------------
 def _load_for_inference(directory, device="cpu"):
-    """(model in eval mode on ``device``, config, src vocab, tgt vocab, num_steps, tgt_num_steps) from a checkpoint
-    directory (a run's --out, or its checkpoint/ folder)."""
-    import os
+    """(model in eval mode on ``device``, config, src vocab, tgt vocab, num_steps, tgt_num_steps)
+    from a run folder (its best/ weights, else its latest checkpoint/) or a checkpoint folder."""
+    from .train.checkpoint import CheckpointError, find_checkpoint, load_checkpoint
+    from .train.config import build_model
+    from .train.loop import load_run_checkpoint
+    from .train.run import BEST_DIR, CHECKPOINT_DIR
 
-    from .train.checkpoint import load_checkpoint
-    from .train.config import TrainConfig, build_model
-    from .train.loop import CHECKPOINT_DIR
-
-    if os.path.isdir(os.path.join(directory, CHECKPOINT_DIR)):
-        directory = os.path.join(directory, CHECKPOINT_DIR)
-    info = load_checkpoint(directory, restore_rng=False)
-    if not info["config"]:
-        raise ValueError(f"{directory}: the checkpoint holds no training config; cannot rebuild its model")
-    config = TrainConfig.from_dict(info["config"]).replace(device=device)
+    try:
+        found = find_checkpoint(directory, BEST_DIR)
+    except CheckpointError:
+        found = find_checkpoint(directory, CHECKPOINT_DIR)
+    config, info = load_run_checkpoint(found)
+    config = config.replace(device=device)
     src_vocab, tgt_vocab = info["vocabs"]["src"], info["vocabs"]["tgt"]
     model = build_model(config, src_vocab, tgt_vocab)
-    load_checkpoint(directory, model, restore_rng=False, map_device=device)
+    load_checkpoint(found, model, restore_rng=False, map_device=device)
     model.eval()
-    extra = info["extra"] or {}
-    return model, config, src_vocab, tgt_vocab, extra.get("num_steps", 0), extra.get("tgt_num_steps")
+    extra = info["extra"]
+    return model, config, src_vocab, tgt_vocab, extra["num_steps"], extra["tgt_num_steps"]
 
 
 def _load_for_command(args, command):
-    """``_load_for_inference`` for ``translate`` / ``generate``: None (after one error line) when
-    the checkpoint cannot be loaded or holds the other kind of model."""
-    from .errors import DeviceError
-    from .train.checkpoint import CheckpointError
-
-    try:
-        loaded = _load_for_inference(args.checkpoint, args.device)
-    except (CheckpointError, ValueError, DeviceError) as e:
-        print(f"minitensor {command}: error: {e}", file=sys.stderr)
-        return None
+    """``_load_for_inference`` for ``translate`` / ``generate``, refusing the other kind of model."""
+    loaded = _load_for_inference(args.checkpoint, args.device)
     is_lm = loaded[1].model == "lm"
     if is_lm != (command == "generate"):
         kind, other = ("a language model", "generate") if is_lm else ("an encoder-decoder", "translate")
-        print(f"minitensor {command}: error: this checkpoint is {kind}; use minitensor {other}", file=sys.stderr)
-        return None
+        raise _usage(f"this checkpoint is {kind}; use minitensor {other}")
     return loaded
 
 
-def _translate(args):
-    import os
+def _check_input(command, what, tokens, vocab, unit):
+    """Refuse empty input; warn about tokens the model never saw (they become <unk>)."""
+    if not tokens:
+        raise _usage(f"{what} is empty; give the text to {command}")
+    unseen = sorted({t for t in tokens if t not in vocab})
+    if unseen:
+        shown = ", ".join(map(repr, unseen[:10])) + (", ..." if len(unseen) > 10 else "")
+        print(f"minitensor {command}: warning: {what} has {unit} the model never saw in training: {shown} "
+              "(each is read as <unk>)", file=sys.stderr)
 
+
+def _translate(args):
     from .train.config import detokenize, tokenize_text
     from .train.decoding import translate
 
-    loaded = _load_for_command(args, "translate")
-    if loaded is None:
-        return 1
-    model, config, src_vocab, tgt_vocab, num_steps, tgt_num_steps = loaded
-    for i, line in enumerate(args.text):
-        src = tokenize_text(config, line)
+    model, config, src_vocab, tgt_vocab, num_steps, tgt_num_steps = _load_for_command(args, "translate")
+    unit = "words" if config.tokens == "word" else "characters"
+    sources = [tokenize_text(config, line) for line in args.text]
+    for i, src in enumerate(sources):
+        _check_input("translate", f"input {i + 1}", src, src_vocab, unit)
+    for i, src in enumerate(sources):
         # padded as in training (the Bahdanau encoder's GRU reads the padding too)
         steps = max(num_steps, len(src) + 1)
         max_len = args.max_len or tgt_num_steps or 2 * steps
@@ -186,12 +236,11 @@ def _translate(args):
 
 
 def _attention_png(args, config, model, src, hyp, i):
-    import os
-
     from .train.plots import plot_cross_attention, plot_seq2seq_attention
+    from .train.run import BEST_DIR, CHECKPOINT_DIR
 
     run_dir = os.path.abspath(args.checkpoint.rstrip("/\\"))
-    if os.path.basename(run_dir) == "checkpoint":  # given the checkpoint itself: its run directory
+    if os.path.basename(run_dir) in (CHECKPOINT_DIR, BEST_DIR):  # given a checkpoint itself: its run folder
         run_dir = os.path.dirname(run_dir)
     path = os.path.join(args.attention_dir or run_dir, f"translate_attention_{i + 1}.png")
     rows = hyp.tokens + (["<eos>"] if hyp.ended else [])
@@ -205,27 +254,38 @@ def _attention_png(args, config, model, src, hyp, i):
 
 
 def _generate(args):
+    import minitensor as mt
+
     from .train.config import detokenize, tokenize_text
     from .train.decoding import generate
 
-    loaded = _load_for_command(args, "generate")
-    if loaded is None:
-        return 1
-    model, config, _, vocab, _, _ = loaded
-    import minitensor as mt
-
+    model, config, _, vocab, _, _ = _load_for_command(args, "generate")
+    prompt = tokenize_text(config, args.prompt)
+    _check_input("generate", "the prompt (--prompt)", prompt, vocab, "characters")
     mt.manual_seed(args.seed)
-    hyp = generate(model, tokenize_text(config, args.prompt), vocab, args.max_len, beam_size=args.beam,
-                   temperature=args.temperature)
+    hyp = generate(model, prompt, vocab, args.max_len, beam_size=args.beam, temperature=args.temperature)
     print(detokenize(config, hyp.tokens))
     return 0
 
 
-def _add_train_parser(sub):
+# -- the parser -------------------------------------------------------------------------------------
+def _common_options():
+    """Options every subcommand takes."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--plugin", action="append", default=[], metavar="PATH_OR_MODULE",
+                        help="load a plugin (.py file or module name) for this command (repeatable); "
+                             "MINITENSOR_PLUGINS=a,b does the same for every command")
+    common.add_argument("--debug", action="store_true", default=None,
+                        help="show the traceback of an error (also MINITENSOR_DEBUG=1)")
+    return common
+
+
+def _add_train_parser(sub, common):
     from .train.config import MODELS, OPTIMIZERS, SCHEDULES, TASKS
 
-    p = sub.add_parser("train", help="train a Transformer (or Bahdanau model, or char LM) with progress, "
-                                     "evaluation, checkpoints and figures",
+    p = sub.add_parser("train", parents=[common],
+                       help="train a Transformer (or Bahdanau model, or char LM) with progress, "
+                            "evaluation, checkpoints and figures",
                        description="Train on a generated task (default: date normalisation), a tab-separated "
                                    "corpus (--data) or a text (--text, character LM). Defaults: D2L's small "
                                    "Transformer, scaled_dot attention, softmax pooling, sinusoidal positions, CPU.")
@@ -235,6 +295,7 @@ def _add_train_parser(sub):
     data.add_argument("--text", metavar="FILE", help="a text file: train a character language model")
     data.add_argument("--num-train", type=int, help="generated training examples (default 20000)")
     data.add_argument("--num-heldout", type=int, help="generated held-out examples (default 1000)")
+    data.add_argument("--heldout-fraction", type=float, help="held-out part of a corpus or a text (default 0.1)")
     data.add_argument("--min-len", type=int, help="shortest sequence of reverse/copy/sort (default 1)")
     data.add_argument("--max-len", type=int, help="longest sequence of reverse/copy/sort (default 10)")
     data.add_argument("--max-examples", type=int, help="read only this many corpus lines / text characters")
@@ -269,57 +330,147 @@ def _add_train_parser(sub):
     run = p.add_argument_group("run")
     run.add_argument("--device", help="cpu (default) or cuda (needs the gpu extra and an NVIDIA GPU)")
     run.add_argument("--seed", type=int)
-    run.add_argument("--out", metavar="DIR", help="where the checkpoint and figures go (default runs/<task>)")
-    run.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
+    run.add_argument("--out", metavar="DIR", help="the run folder: checkpoints and figures (default runs/<task>, "
+                                                   "runs/lm for --text, runs/corpus for --data)")
+    run.add_argument("--resume", action="store_true",
+                     help="continue the run in --out from its checkpoint (only --epochs, --steps, --device and "
+                          "--no-progress may change)")
+    run.add_argument("--overwrite", action="store_true",
+                     help="delete the run already in --out (its checkpoints and figures) and start afresh")
     run.add_argument("--no-progress", action="store_true", help="no progress bar (also off when not a terminal)")
     p.set_defaults(func=_train)
 
-    t = sub.add_parser("translate", help="translate text with a trained encoder-decoder checkpoint")
+    where = ("a run folder (its best/ weights, else its latest checkpoint/) or a checkpoint folder")
+    t = sub.add_parser("translate", parents=[common], help="translate text with a trained encoder-decoder checkpoint")
     t.add_argument("text", nargs="+", help="source text(s), e.g. \"3 May 2021\"")
-    t.add_argument("--checkpoint", required=True, metavar="DIR", help="a run's --out directory or its checkpoint/")
-    t.add_argument("--beam", type=int, default=1, metavar="K", help="beam search with K beams (default 1: greedy)")
-    t.add_argument("--max-len", type=int, help="longest output in tokens")
+    t.add_argument("--checkpoint", required=True, metavar="DIR", help=where)
+    t.add_argument("--beam", type=_at_least(1), default=1, metavar="K",
+                   help="beam search with K beams (default 1: greedy)")
+    t.add_argument("--max-len", type=_at_least(1), help="longest output in tokens")
     t.add_argument("--show-attention", action="store_true", help="write the attention heatmap as a PNG")
     t.add_argument("--attention-dir", metavar="DIR", help="where the heatmap goes (default: the run directory)")
     t.add_argument("--device", default="cpu", help="where the model runs (default cpu; a checkpoint loads on any device)")
     t.set_defaults(func=_translate)
 
-    g = sub.add_parser("generate", help="continue a prompt with a trained language-model checkpoint")
-    g.add_argument("--checkpoint", required=True, metavar="DIR")
-    g.add_argument("--prompt", default="", help="the text to continue")
-    g.add_argument("--max-len", type=int, default=100, help="tokens to generate (default 100)")
-    g.add_argument("--beam", type=int, default=1, metavar="K")
-    g.add_argument("--temperature", type=float, help="sample at this temperature instead of greedy search")
-    g.add_argument("--seed", type=int, default=0)
+    g = sub.add_parser("generate", parents=[common], help="continue a prompt with a trained language-model checkpoint")
+    g.add_argument("--checkpoint", required=True, metavar="DIR", help=where)
+    g.add_argument("--prompt", required=True, help="the text to continue")
+    g.add_argument("--max-len", type=_at_least(1), default=100, help="tokens to generate (default 100)")
+    g.add_argument("--beam", type=_at_least(1), default=1, metavar="K")
+    g.add_argument("--temperature", type=_positive_number,
+                   help="sample at this temperature (e.g. 0.7) instead of greedy search")
+    g.add_argument("--seed", type=_at_least(0), default=0)
     g.add_argument("--device", default="cpu", help="where the model runs (default cpu)")
     g.set_defaults(func=_generate)
 
 
 def build_parser():
     """The ``minitensor`` argument parser with every subcommand."""
-    parser = argparse.ArgumentParser(prog="minitensor", description="minitensor: a readable deep-learning framework")
+    common = _common_options()
+    # the common options belong to the subcommands only: argparse lets a subcommand's defaults
+    # overwrite the same option given before it, so `minitensor --debug train` would lose it
+    parser = _Parser(prog="minitensor", description="minitensor: a readable deep-learning framework")
     parser.add_argument("--version", action="store_true", help="print the version and exit")
-    sub = parser.add_subparsers(dest="command")
-    sub.add_parser("info", help="version and available devices").set_defaults(func=_info)
-    plugins = sub.add_parser("plugins", help="list the scorers, poolings and positional encodings, and where each comes from")
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+    sub.add_parser("info", parents=[common], help="version and available devices").set_defaults(func=_info)
+    plugins = sub.add_parser("plugins", parents=[common],
+                             help="list the scorers, poolings and positional encodings, and where each comes from")
     plugins.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
     plugins.add_argument("-v", "--verbose", action="store_true", help="add a column with each class")
     plugins.set_defaults(func=_plugins)
-    demo = sub.add_parser("demo", help="train a small MLP on generated spirals and print its progress")
-    demo.add_argument("--epochs", type=int, default=30)
-    demo.add_argument("--lr", type=float, default=1e-2)
-    demo.add_argument("--seed", type=int, default=0)
+    demo = sub.add_parser("demo", parents=[common], help="train a small MLP on generated spirals and print its progress")
+    demo.add_argument("--epochs", type=_at_least(1), default=30)
+    demo.add_argument("--lr", type=_positive_number, default=1e-2)
+    demo.add_argument("--seed", type=_at_least(0), default=0)
     demo.add_argument("--device", default="cpu")
     demo.set_defaults(func=_demo)
-    _add_train_parser(sub)
+    _add_train_parser(sub, common)
     return parser
+
+
+# -- errors -----------------------------------------------------------------------------------------
+class _UsageError(Exception):
+    """Bad input found by the command itself (exit code 2)."""
+
+
+def _usage(message):
+    return _UsageError(message)
+
+
+def _exit_code(error):
+    """2 for what the user can fix in the command (input, files, plugins, devices), 1 for a run
+    that failed on the way (divergence, a full disk, memory)."""
+    from .train.loop import TrainingError
+
+    if isinstance(error, (TrainingError, MemoryError)):
+        return EXIT_FAILED
+    if isinstance(error, OSError) and not isinstance(error, (FileNotFoundError, IsADirectoryError,
+                                                             NotADirectoryError, PermissionError)):
+        return EXIT_FAILED  # e.g. no space left on the device
+    return EXIT_USAGE
+
+
+def _expected(error):
+    """The errors minitensor raises on purpose, with messages meant for the user."""
+    from . import errors, plugins
+    from .train.checkpoint import CheckpointError
+    from .train.loop import TrainingError
+
+    return isinstance(error, (_UsageError, ValueError, TypeError, KeyError, OSError, MemoryError, CheckpointError,
+                              TrainingError, plugins.PluginError, errors.DeviceError))
+
+
+def _one_line(error):
+    text = error.args[0] if isinstance(error, KeyError) and error.args else str(error)
+    if isinstance(error, OSError) and error.filename and error.strerror:
+        text = f"{error.filename}: {error.strerror}"
+    return " ".join(str(text).split()) or type(error).__name__
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None):
+    print(f"minitensor: warning: {_one_line(message) if isinstance(message, Exception) else message}",
+          file=sys.stderr)
+
+
+def _run(args):
+    from . import plugins
+
+    for spec in getattr(args, "plugin", ()):
+        plugins.load_plugin(spec)
+    if args.version or args.command is None:
+        return _info(args)
+    return args.func(args)
 
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    if args.version or args.command is None:
-        return _info(args)
-    return args.func(args)
+    prog = f"minitensor {args.command}" if args.command else "minitensor"
+    debug = getattr(args, "debug", None) or os.environ.get("MINITENSOR_DEBUG", "").strip() not in ("", "0")
+    with warnings.catch_warnings():
+        if not debug:
+            warnings.showwarning = _show_warning
+        try:
+            return _run(args)
+        except BrokenPipeError:
+            # the reader went away (`minitensor plugins | head -3`): end quietly, and keep
+            # Python's own flush at exit from failing on the closed pipe again
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            return 0
+        except KeyboardInterrupt as e:
+            if debug:
+                raise
+            print(f"\n{prog}: {e or 'interrupted'}", file=sys.stderr)
+            return EXIT_INTERRUPTED
+        except Exception as e:
+            if debug:
+                raise
+            if _expected(e):
+                print(f"{prog}: error: {_one_line(e)}", file=sys.stderr)
+                return _exit_code(e)
+            print(f"{prog}: internal error: {type(e).__name__}: {_one_line(e)} (run it again with --debug for the "
+                  "traceback, and please report it)", file=sys.stderr)
+            return EXIT_FAILED
 
 
 if __name__ == "__main__":

@@ -300,7 +300,7 @@ def test_cli_train_without_a_gpu_fails_with_the_reason(monkeypatch, no_cuda, tmp
 
     monkeypatch.setitem(sys.modules, "cupy", FakeCupy(error=NO_DEVICE))
     assert cli.main(["train", "--task", "reverse", "--num-train", "64", "--epochs", "1", "--device", "cuda",
-                     "--out", str(tmp_path)]) == 1
+                     "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "device 'cuda' is not available" in err and "no CUDA GPU" in err and "Traceback" not in err
 

@@ -110,11 +110,7 @@ def test_scorer_options_are_parsed_by_type():
         "a": 3, "b": 0.5, "c": True, "d": "hello", "e": None, "f": 1e-3}
     with pytest.raises(ValueError, match="key=value"):
         parse_options(["oops"])
-    import argparse
-
-    parser = argparse.ArgumentParser()
-    sub = parser.add_subparsers()
-    cli._add_train_parser(sub)
+    parser = cli.build_parser()
     config = cli.config_from_args(parser.parse_args(["train", "--scorer", "additive", "--scorer-opt", "num_hiddens=8",
                                      "--pooling-opt", "temperature=0.5", "--task", "sort", "--norm-first"]))
     assert config.scorer_options == {"num_hiddens": 8} and config.pooling_options == {"temperature": 0.5}
@@ -137,7 +133,7 @@ def test_cli_train_then_translate(tmp_path, capsys):
     assert cli.main(["train", "--task", "reverse", "--num-train", "800", "--num-heldout", "20", "--max-len", "4",
                      "--epochs", "2", "--batch-size", "32", "--num-blks", "1", "--out", out, "--no-progress"]) == 0
     printed = capsys.readouterr().out
-    assert "held-out exact match" in printed and "checkpoint:" in printed and "wall time" in printed
+    assert "held-out exact match" in printed and "checkpoint/ (the latest" in printed and "wall time" in printed
     assert cli.main(["translate", "--checkpoint", out, "abc", "--show-attention"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] and set(lines[0]) <= set("abcdefghij")
@@ -146,15 +142,16 @@ def test_cli_train_then_translate(tmp_path, capsys):
     assert len(capsys.readouterr().out.splitlines()) == 2
     # continue the run for one more epoch
     assert cli.main(["train", "--out", out, "--resume", "--epochs", "3", "--no-progress"]) == 0
-    assert "resuming from" in capsys.readouterr().out
+    assert f"resuming {out} at step" in capsys.readouterr().out
 
 
 def test_cli_reports_errors_without_a_traceback(tmp_path, capsys):
     assert cli.main(["train", "--task", "reverse", "--num-train", "50", "--epochs", "1", "--out",
-                     str(tmp_path), "--scorer", "no_such_scorer"]) == 1
+                     str(tmp_path), "--scorer", "no_such_scorer"]) == 2
     assert "unknown scorer 'no_such_scorer'" in capsys.readouterr().err
-    assert cli.main(["translate", "--checkpoint", str(tmp_path / "nothing"), "abc"]) == 1
-    assert "error" in capsys.readouterr().err
+    assert cli.main(["translate", "--checkpoint", str(tmp_path / "nothing"), "abc"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("minitensor translate: error: no checkpoint at ") and err.count("\n") == 1
 
 
 def test_cli_char_lm_train_and_generate(tmp_path, capsys):

@@ -11,6 +11,8 @@ weights. So everything that shapes the model or the data lives here, as plain JS
 """
 
 import dataclasses
+import math
+import os
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -20,92 +22,222 @@ SCHEDULES = ("cosine", "noam", "constant")
 OPTIMIZERS = ("adam", "adamw")
 
 
+# -- what each field may hold ------------------------------------------------------------------------
+# A config comes from the command line or from a checkpoint's JSON, which anyone can edit, so every
+# field carries its own check: a check takes the value and returns None, or what is wrong with it.
+# The upper bounds are far above any run this framework is for; they exist so that an edited
+# checkpoint cannot ask for a model or a data set that fills the memory before it is refused.
+MAX_SIZE = 1 << 20          # hidden units, heads, blocks, sequence lengths, batch size
+MAX_EXAMPLES = 10_000_000   # generated examples, corpus lines
+
+
+def _is_int(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def integer(low, high=MAX_SIZE):
+    def check(value):
+        if not _is_int(value) or not low <= value <= high:
+            return f"must be an integer from {low:,} to {high:,}"
+    return check
+
+
+def number(low=None, high=None, *, low_open=False, high_open=True):
+    """A finite number in [low, high) (``low_open``/``high_open`` choose the brackets)."""
+    def check(value):
+        inside = _is_number(value) and (low is None or (value > low if low_open else value >= low)) and (
+            high is None or (value < high if high_open else value <= high))
+        if not inside:
+            lo = "" if low is None else f"{'>' if low_open else '>='} {low:g}"
+            hi = "" if high is None else f"{'<' if high_open else '<='} {high:g}"
+            return "must be a finite number " + " and ".join(b for b in (lo, hi) if b)
+    return check
+
+
+def one_of(choices):
+    def check(value):
+        if value not in choices:
+            return f"must be one of {', '.join(choices)}"
+    return check
+
+
+def identifier(value):
+    if not isinstance(value, str) or not value.strip() or len(value) > 200:
+        return "must be a non-empty name"
+
+
+def file_path(value):
+    if not isinstance(value, str) or not value or len(value) > 4096 or "\0" in value:
+        return "must be a file path"
+
+
+def boolean(value):
+    if not isinstance(value, bool):
+        return "must be true or false"
+
+
+def plugin_options(value):
+    """Plugin options: a small dict of names to JSON scalars (what --scorer-opt k=v can give)."""
+    if not isinstance(value, dict) or len(value) > 100:
+        return "must be a dict of at most 100 options"
+    for key, item in value.items():
+        if identifier(key) or not (item is None or isinstance(item, (bool, str)) or _is_number(item)):
+            return f"has an invalid option {key!r}: {item!r:.60}"
+        if isinstance(item, str) and len(item) > 1000:
+            return f"has an option {key!r} longer than 1,000 characters"
+
+
+def optional(check):
+    def check_optional(value):
+        return None if value is None else check(value)
+    return check_optional
+
+
+def setting(default=dataclasses.MISSING, check=None, *, factory=dataclasses.MISSING, resumable=False,
+            flag=None):
+    """A TrainConfig field: its default, its ``check``, whether ``--resume`` may change it
+    (``resumable``: it does not shape the model, the data or the order of the minibatches), and
+    the command-line flag that sets it (default ``--field-name``), for error messages."""
+    return field(default=default, default_factory=factory,
+                 metadata={"check": check, "resumable": resumable, "flag": flag})
+
+
+class ConfigError(ValueError):
+    """A TrainConfig field holds a value it cannot take; ``.field`` names it."""
+
+    def __init__(self, field_name, message):
+        super().__init__(message)
+        self.field = field_name
+
+
+def flag_of(field_name):
+    """The command-line flag of a TrainConfig field: "lr" -> "--lr"."""
+    spec = {f.name: f for f in dataclasses.fields(TrainConfig)}.get(field_name)
+    return (spec.metadata.get("flag") if spec else None) or "--" + field_name.replace("_", "-")
+
+
 @dataclass
 class TrainConfig:
     """Everything a run depends on. Defaults: D2L's small Transformer (11.7.6: num_hiddens
     32, ffn_num_hiddens 64, 4 heads, 2 + 2 blocks) learning date normalisation on the CPU
     in a few minutes, with pre-LayerNorm blocks, no dropout and a peak lr of 1e-2 (warm-up,
     then cosine decay): ~100% held-out exact match after 4 epochs, where the book's post-LN
-    recipe (``norm_first=False, dropout=0.1, lr=3e-3``) reaches ~66%."""
+    recipe (``norm_first=False, dropout=0.1, lr=3e-3``) reaches ~66%.
+
+    Each field declares the values it takes (``check``) and whether a resumed run may change
+    it (``resumable``); ``validate()`` applies the checks, and so does ``from_dict`` (a
+    checkpoint's copy). ``out`` is where the run lives, not a setting: a resumed run writes
+    wherever it is now."""
 
     # data: a generated task, or a tab-separated corpus (``data``), or a text for a char LM
-    task: str = "date"
-    data: Optional[str] = None
-    text: Optional[str] = None
-    num_train: int = 20_000          # generated training examples (date/reverse/copy/sort)
-    num_heldout: int = 1_000         # held-out examples (dates disjoint from training dates)
-    min_len: int = 1                 # sequence lengths of reverse/copy/sort
-    max_len: int = 10
-    max_examples: Optional[int] = None  # first lines of a corpus; characters of a text
-    heldout_fraction: float = 0.1    # of a corpus or a text
-    lm_num_steps: int = 64           # window of the character LM
+    task: str = setting("date", one_of(TASKS))
+    data: Optional[str] = setting(None, optional(file_path))
+    text: Optional[str] = setting(None, optional(file_path))
+    num_train: int = setting(20_000, integer(1, MAX_EXAMPLES))   # generated training examples
+    num_heldout: int = setting(1_000, integer(1, MAX_EXAMPLES))  # held-out (dates disjoint from training)
+    min_len: int = setting(1, integer(1))                        # sequence lengths of reverse/copy/sort
+    max_len: int = setting(10, integer(1))
+    max_examples: Optional[int] = setting(None, optional(integer(1, 1 << 40)))  # corpus lines; text characters
+    heldout_fraction: float = setting(0.1, number(0, 1, low_open=True))  # of a corpus or a text
+    lm_num_steps: int = setting(64, integer(1))                  # window of the character LM
     # model
-    model: str = "transformer"
-    scorer: Optional[str] = None     # None: scaled_dot (Transformer), additive (Bahdanau)
-    pooling: str = "softmax"
-    positional: str = "sinusoidal"
-    scorer_options: dict = field(default_factory=dict)
-    pooling_options: dict = field(default_factory=dict)
-    num_hiddens: int = 32
-    ffn_num_hiddens: int = 64
-    num_heads: int = 4
-    num_blks: int = 2
-    dropout: float = 0.0             # none: on the date task the held-out loss tracks the training loss
-    norm_first: bool = True          # pre-LN: trains at lr 1e-2; False is the book's post-LN
+    model: str = setting("transformer", one_of(MODELS))
+    scorer: Optional[str] = setting(None, optional(identifier))       # None: scaled_dot (Transformer), additive (Bahdanau)
+    pooling: str = setting("softmax", identifier)
+    positional: str = setting("sinusoidal", identifier)
+    scorer_options: dict = setting(factory=dict, check=plugin_options, flag="--scorer-opt")
+    pooling_options: dict = setting(factory=dict, check=plugin_options, flag="--pooling-opt")
+    num_hiddens: int = setting(32, integer(1))
+    ffn_num_hiddens: int = setting(64, integer(1))
+    num_heads: int = setting(4, integer(1))
+    num_blks: int = setting(2, integer(1, 1024))
+    dropout: float = setting(0.0, number(0, 1))                  # none: the held-out loss tracks the training loss
+    norm_first: bool = setting(True, boolean)                       # pre-LN: trains at lr 1e-2; False: the book's post-LN
     # optimisation
-    epochs: int = 4
-    steps: Optional[int] = None      # if set: train this many steps (epochs follow from it)
-    batch_size: int = 128
-    optimizer: str = "adam"
-    lr: float = 1e-2                 # peak; pre-LN takes it (post-LN wants ~3e-3)
-    weight_decay: Optional[float] = None  # None: the optimiser's default (Adam 0, AdamW 0.01)
-    schedule: str = "cosine"
-    warmup_steps: Optional[int] = None  # None: 5% of all steps (at least 1)
-    label_smoothing: float = 0.0
-    clip_grad_norm: Optional[float] = 1.0
+    epochs: int = setting(4, integer(1, 1_000_000), resumable=True)
+    steps: Optional[int] = setting(None, optional(integer(1, 1 << 40)), resumable=True)  # instead of epochs
+    batch_size: int = setting(128, integer(1))
+    optimizer: str = setting("adam", one_of(OPTIMIZERS))
+    lr: float = setting(1e-2, number(0, low_open=True, high=None))  # peak; pre-LN takes it (post-LN wants ~3e-3)
+    weight_decay: Optional[float] = setting(None, optional(number(0)))  # None: Adam 0, AdamW 0.01
+    schedule: str = setting("cosine", one_of(SCHEDULES))
+    warmup_steps: Optional[int] = setting(None, optional(integer(0, 1 << 40)))  # None: 5% of all steps
+    label_smoothing: float = setting(0.0, number(0, 1))
+    clip_grad_norm: Optional[float] = setting(1.0, optional(number(0)))  # 0 or None: no clipping
     # running
-    device: str = "cpu"
-    seed: int = 0
-    out: str = "runs/train"
-    progress: bool = True
-    eval_batch_size: int = 500
+    device: str = setting("cpu", identifier, resumable=True)
+    seed: int = setting(0, integer(0, 2**63 - 1))
+    out: str = setting("runs/train", file_path)
+    progress: bool = setting(True, boolean, resumable=True, flag="--no-progress")
+    eval_batch_size: int = setting(500, integer(1), resumable=True)
 
     def to_dict(self):
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, d):
-        """A config from ``to_dict()``'s JSON; unknown keys (a newer version's) are an error
-        that names them rather than a silent loss."""
+    def from_dict(cls, d, where="config"):
+        """A config from ``to_dict()``'s JSON (a checkpoint's copy), every field checked: an
+        unknown key (a newer version's), or a value of the wrong type or out of range, is a
+        ``ConfigError`` naming it. Missing keys take their defaults (an older version's)."""
+        if not isinstance(d, dict):
+            raise ConfigError(None, f"{where} must be a dict of settings, got {type(d).__name__}")
         names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - names)
+        unknown = sorted(map(str, set(d) - names))
         if unknown:
-            raise ValueError(f"TrainConfig: unknown fields {unknown}")
-        return cls(**d)
+            raise ConfigError(unknown[0], f"{where} has unknown field(s) {', '.join(unknown)[:200]}")
+        config = cls(**d)
+        config.check_fields(where)
+        return config
 
     def replace(self, **changes):
         return dataclasses.replace(self, **changes)
 
-    def validate(self):
-        if self.model not in MODELS:
-            raise ValueError(f"model must be one of {MODELS}, got {self.model!r}")
-        if self.model == "lm" and not self.text:
-            raise ValueError("model 'lm' is a character language model: give a text file (--text FILE)")
-        if self.text and self.model != "lm":
-            raise ValueError("a text file (--text) trains a language model: use --model lm")
-        if self.data is None and self.text is None and self.task not in TASKS:
-            raise ValueError(f"task must be one of {TASKS}, got {self.task!r}")
-        if self.schedule not in SCHEDULES:
-            raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
-        if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
-        if self.epochs < 1 and not self.steps:
-            raise ValueError(f"epochs must be at least 1, got {self.epochs}")
-        if self.steps is not None and self.steps < 1:
-            raise ValueError(f"steps must be at least 1, got {self.steps}")
-        if not 0.0 <= self.label_smoothing < 1.0:
-            raise ValueError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
+    def check_fields(self, where=None):
+        """Each field's own check; ``where`` names the source in the message (a checkpoint's
+        config), else the field's command-line flag does."""
+        for f in dataclasses.fields(self):
+            check = f.metadata.get("check")
+            value = getattr(self, f.name)
+            problem = check(value) if check else None
+            if problem:
+                what = f"{where} field {f.name!r}" if where else flag_of(f.name)
+                raise ConfigError(f.name, f"{what} {problem}, got {value!r:.80}")
         return self
+
+    def validate(self):
+        """All checks of a config about to train: each field's, the fields together, and
+        that the data file is there."""
+        self.check_fields()
+        if self.model == "lm" and not self.text:
+            raise ConfigError("model", "model 'lm' is a character language model: give a text file (--text FILE)")
+        if self.text and self.model != "lm":
+            raise ConfigError("model", "a text file (--text) trains a language model: use --model lm")
+        if self.text and self.data:
+            raise ConfigError("data", "give either --data (a translation corpus) or --text (a text for a "
+                                      "language model), not both")
+        if self.min_len > self.max_len:
+            raise ConfigError("min_len", f"--min-len {self.min_len} is above --max-len {self.max_len}")
+        if self.model != "bahdanau" and self.num_hiddens % self.num_heads:
+            raise ConfigError("num_heads", f"--num-heads {self.num_heads} does not divide --num-hiddens "
+                                           f"{self.num_hiddens}: each head gets num_hiddens / num_heads units")
+        from ..backends import get_backend
+
+        get_backend(self.device)  # a DeviceError naming what is missing, before anything is made
+        for key in ("data", "text"):
+            file = getattr(self, key)
+            if file is not None and not os.path.isfile(file):
+                what = "is a folder, not a file" if os.path.isdir(file) else "does not exist"
+                raise ConfigError(key, f"--{key} {file}: the file {what}")
+        return self
+
+    @classmethod
+    def resumable_fields(cls):
+        """The fields a resumed run may change (``--resume --epochs 8``)."""
+        return tuple(f.name for f in dataclasses.fields(cls) if f.metadata.get("resumable"))
 
     @property
     def tokens(self):
@@ -171,14 +303,18 @@ def build_data(config, vocabs=None):
         corpus, vocab = char_lm_corpus(config.text, vocab=vocab, max_chars=config.max_examples)
         split = int(len(corpus) * (1 - config.heldout_fraction))
         if split <= config.lm_num_steps or len(corpus) - split <= config.lm_num_steps:
-            raise ValueError(f"{config.text}: {len(corpus)} characters are too few for windows of "
-                             f"{config.lm_num_steps} (lower --lm-num-steps)")
+            raise ConfigError("text", f"--text {config.text}: {len(corpus):,} characters are too few for a training "
+                                      f"and a held-out part with windows of {config.lm_num_steps} characters "
+                                      "(lower --lm-num-steps)")
         return TaskData(corpus[:split], corpus[split:], vocab, vocab, config.lm_num_steps, config.lm_num_steps)
     if config.data:
         pairs = read_parallel_corpus(config.data, max_examples=config.max_examples)
-        if len(pairs) < 2:
-            raise ValueError(f"{config.data}: found {len(pairs)} tab-separated sentence pairs; need at least 2")
-        train, heldout = train_heldout_split(pairs, heldout=config.heldout_fraction)
+        train, heldout = train_heldout_split(pairs, heldout=config.heldout_fraction) if pairs else ([], [])
+        if not train or not heldout:
+            # refused now, not after an epoch of training without a held-out set
+            raise ConfigError("data", f"--data {config.data}: {len(pairs)} tab-separated sentence pairs leave "
+                                      f"{len(train)} for training and {len(heldout)} held out "
+                                      f"(--heldout-fraction {config.heldout_fraction:g}); give more pairs")
     elif config.task == "date":
         train, heldout = date_task(config.num_train, config.num_heldout)
     else:
@@ -228,6 +364,22 @@ def build_model(config, src_vocab, tgt_vocab):
     decoder = TransformerDecoder(len(tgt_vocab), c.num_hiddens, c.ffn_num_hiddens, c.num_heads, c.num_blks,
                                  c.dropout, **shared)
     return EncoderDecoder(encoder, decoder)
+
+
+def min_num_parameters(config, src_vocab_size, tgt_vocab_size):
+    """A lower bound on the parameters ``build_model`` would allocate, from the config alone:
+    the embeddings, the output layer and the blocks' weight matrices (a plugin may add more).
+    A checkpoint's weights are compared with it *before* the model is built, so an edited
+    config cannot make the loader allocate a model far larger than the file it came with."""
+    c, h = config, config.num_hiddens
+    if c.model == "bahdanau":  # embeddings, a GRU layer's input and hidden weights, the output layer
+        return (src_vocab_size + 2 * tgt_vocab_size) * h + c.num_blks * 2 * 3 * h * h
+    block = 4 * h * h + 2 * h * c.ffn_num_hiddens  # W_q, W_k, W_v, W_o and the FFN
+    if c.model == "lm":
+        return 2 * tgt_vocab_size * h + c.num_blks * block
+    encoder = src_vocab_size * h + c.num_blks * block
+    decoder = 2 * tgt_vocab_size * h + c.num_blks * (block + 4 * h * h)  # + cross-attention
+    return encoder + decoder
 
 
 def build_optimizer(config, model):

@@ -221,7 +221,7 @@ def step_attention(model):
 
 
 # -- the one search loop ------------------------------------------------------------------------
-def _search(model, state, start, eos, max_len, beam_size, length_penalty, attention, noise, history):
+def _search(model, state, start, eos, max_len, beam_size, length_penalty, attention, noise, history, forbid=()):
     """Beam search over ``start.shape[0]`` examples (see the module docstring for the rules).
 
     Returns, per example, every finished hypothesis as (score, log_prob, ended, step, row):
@@ -229,9 +229,10 @@ def _search(model, state, start, eos, max_len, beam_size, length_penalty, attent
     tokens, their parent rows and the attention weights of the rows fed) by
     ``_backtrack(history, step, row)``, plus <eos> when ``ended``. ``noise(shape)``, if
     given, is added to the extensions' scores when *ranking* them, never to the scores
-    themselves: sampling (see ``sample``).
+    themselves: sampling (see ``sample``). ``forbid``: token ids never chosen (<pad>, <bos>).
     """
     k = beam_size
+    forbid = sorted(set(forbid) - {eos})
     device = _device(model)
     examples = numpy.arange(start.shape[0])  # the examples still decoding, in row order
     width = 1  # hypotheses per example: one (the start) until the first step has branched
@@ -244,6 +245,8 @@ def _search(model, state, start, eos, max_len, beam_size, length_penalty, attent
         # The distribution of the next token sits at the last position; normalise on the
         # device, then bring (rows, |V|) to the host for the (cheap) bookkeeping.
         logp = log_softmax(logits[:, -1], axis=-1).numpy().astype(numpy.float64)
+        if forbid:  # tokens that are no output (<pad>, <bos>): no hypothesis continues with them
+            logp[:, forbid] = -numpy.inf
         weights = attention(model) if attention is not None else None
         n, V = len(examples), logp.shape[-1]
         rows_fed = n * width
@@ -269,8 +272,8 @@ def _search(model, state, start, eos, max_len, beam_size, length_penalty, attent
         live = ~((num_finished[examples] >= k) & best_ends)
 
         # Rule 3: the new beam, the best `new_width` extensions of each live example. Never
-        # wider than the number of non-<eos> extensions, so that no slot holds a dead -inf.
-        new_width = min(k, width * (V - (eos is not None)))
+        # wider than the number of non-<eos>, allowed extensions, so that no slot holds a dead -inf.
+        new_width = min(k, width * (V - (eos is not None) - len(forbid)))
         flat = rank[live].reshape(-1, width * V)
         best = numpy.argpartition(-flat, new_width - 1, axis=1)[:, :new_width]
         # best first (argpartition leaves them unordered): row order = rank within the beam
@@ -337,7 +340,7 @@ def _hypotheses(history, finished, n_best, want_attention):
 
 
 def _run(model, state, bos, eos, max_len, beam_size, length_penalty, prompt, batch_size, attention, n_best,
-         noise=None):
+         noise=None, forbid=()):
     """Check the arguments, run ``_search`` in inference mode, read the hypotheses back."""
     if max_len < 1:
         raise ValueError(f"max_len must be at least 1, got {max_len}")
@@ -351,14 +354,14 @@ def _run(model, state, bos, eos, max_len, beam_size, length_penalty, prompt, bat
     history = []
     with _inference(model):
         finished = _search(model, state, start, eos, max_len, beam_size, length_penalty, attention_fn, noise,
-                           history)
+                           history, forbid)
     hyps = _hypotheses(history, finished, n_best or 1, attention_fn is not None)
     return [h[0] for h in hyps] if n_best is None else hyps
 
 
 # -- the public searches ------------------------------------------------------------------------------
 def beam_search(model, state, bos, eos, max_len, beam_size=4, length_penalty=0.75, prompt=None, *,
-                n_best=None, batch_size=None, attention=False):
+                n_best=None, batch_size=None, attention=False, forbid=()):
     """Beam search (D2L 10.8.3) for every example of ``state``; see the module docstring.
 
     ``state``: from ``model.begin_decoding(...)``. ``bos``: the id fed first (None to start
@@ -372,7 +375,9 @@ def beam_search(model, state, bos, eos, max_len, beam_size=4, length_penalty=0.7
     of a text for an LM. ``batch_size``: the number of examples, when neither the prompt nor
     the state tells it (see ``_batch_size``). ``attention``: True to keep the attention
     weights of each returned hypothesis (see ``step_attention``), or a function
-    ``fn(model) -> (batch, ..., K) array`` to read them your way.
+    ``fn(model) -> (batch, ..., K) array`` to read them your way. ``forbid``: token ids that
+    are never generated (``translate`` and ``generate`` forbid <pad> and <bos>, which are no
+    text: a model that gives them a little probability must not print them).
 
     Runs under ``no_grad`` with the model in eval mode (restored after). The ``state`` should
     come from eval mode too (``translate`` and ``generate`` see to both).
@@ -380,20 +385,21 @@ def beam_search(model, state, bos, eos, max_len, beam_size=4, length_penalty=0.7
     Returns one ``Hypothesis`` per example (its best), or with ``n_best=n`` a list of the n
     best per example, best first.
     """
-    return _run(model, state, bos, eos, max_len, beam_size, length_penalty, prompt, batch_size, attention, n_best)
+    return _run(model, state, bos, eos, max_len, beam_size, length_penalty, prompt, batch_size, attention, n_best,
+                forbid=forbid)
 
 
 def greedy(model, state, bos, eos, max_len, prompt=None, *, length_penalty=0.75, batch_size=None,
-           attention=False):
+           attention=False, forbid=()):
     """Greedy search (D2L 10.8.1): the most likely token at every step, until <eos> or
     ``max_len`` tokens. Exactly ``beam_search`` with ``beam_size=1`` (the same loop); the
     arguments and the returned ``Hypothesis`` per example are as there."""
     return beam_search(model, state, bos, eos, max_len, 1, length_penalty, prompt, batch_size=batch_size,
-                       attention=attention)
+                       attention=attention, forbid=forbid)
 
 
 def sample(model, state, bos, eos, max_len, temperature=1.0, prompt=None, *, length_penalty=0.75,
-           batch_size=None, attention=False, rng=None):
+           batch_size=None, attention=False, rng=None, forbid=()):
     """Sampling: draw every next token from softmax(logits / temperature), until <eos> or
     ``max_len`` tokens. One ``Hypothesis`` per example; arguments as for ``beam_search``.
 
@@ -406,14 +412,15 @@ def sample(model, state, bos, eos, max_len, temperature=1.0, prompt=None, *, len
     temperature -> 0 is greedy search; larger temperatures flatten the distribution. ``rng``:
     a NumPy Generator (default: the one ``mt.manual_seed`` seeds).
     """
-    if temperature < 0:
-        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if not temperature >= 0 or not numpy.isfinite(temperature):  # NaN fails the first test
+        raise ValueError(f"sample: temperature must be a finite number >= 0, got {temperature}")
     rng = host_rng() if rng is None else rng
 
     def gumbel(shape):
         return -temperature * numpy.log(-numpy.log(rng.uniform(numpy.finfo(float).tiny, 1.0, shape)))
 
-    return _run(model, state, bos, eos, max_len, 1, length_penalty, prompt, batch_size, attention, None, gumbel)
+    return _run(model, state, bos, eos, max_len, 1, length_penalty, prompt, batch_size, attention, None, gumbel,
+                forbid)
 
 
 # -- from tokens to tokens ---------------------------------------------------------------------------
@@ -450,9 +457,15 @@ def translate(model, src_tokens, src_vocab, tgt_vocab, num_steps, beam_size=1, d
     with _inference(model):  # the encoder too runs without dropout and without a graph
         state = model.begin_decoding(tensor(enc_X, device=device), tensor(enc_valid_lens, device=device))
         results = beam_search(model, state, tgt_vocab.bos, tgt_vocab.eos, num_steps if max_len is None else max_len,
-                              beam_size, length_penalty, n_best=n_best, batch_size=len(lines), attention=attention)
+                              beam_size, length_penalty, n_best=n_best, batch_size=len(lines), attention=attention,
+                              forbid=_no_text(tgt_vocab))
     results = [_as_tokens(r, tgt_vocab) for r in results]
     return results[0] if single else results
+
+
+def _no_text(vocab):
+    """The ids of the tokens that are no output: <pad> and <bos> (those the vocabulary has)."""
+    return tuple(vocab.token_to_idx[t] for t in ("<pad>", "<bos>") if t in vocab)
 
 
 def _as_tokens(result, vocab, prefix=()):
@@ -483,12 +496,12 @@ def generate(lm, prompt_tokens, vocab, max_len, beam_size=1, temperature=None, *
         state = lm.begin_decoding()
         if temperature is None:
             results = beam_search(lm, state, bos, eos, max_len, beam_size, length_penalty, prompt,
-                                  batch_size=len(prompts))
+                                  batch_size=len(prompts), forbid=_no_text(vocab))
         else:
             if beam_size != 1:
                 raise ValueError(f"generate: sampling draws one sequence per prompt; beam_size must be 1, "
                                  f"got {beam_size}")
             results = sample(lm, state, bos, eos, max_len, temperature, prompt, length_penalty=length_penalty,
-                             batch_size=len(prompts), rng=rng)
+                             batch_size=len(prompts), rng=rng, forbid=_no_text(vocab))
     results = [_as_tokens(r, vocab, p) for r, p in zip(results, prompts)]
     return results[0] if single else results

@@ -19,25 +19,30 @@ A loss that becomes NaN or inf stops the run at once with a ``TrainingError`` na
 step: continuing would only turn every weight into NaN.
 """
 
+import contextlib
 import math
 import os
+import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy
 
-from .config import TrainConfig, build_data, build_model, build_optimizer, build_scheduler, detokenize
-
-CHECKPOINT_DIR = "checkpoint"
-# fields that may change between a run and its resumption: none of them shapes the model,
-# the data or the order of the minibatches
-RESUMABLE_CHANGES = ("epochs", "steps", "progress", "out", "device", "eval_batch_size")
+from .config import (TrainConfig, build_data, build_model, build_optimizer, build_scheduler, detokenize,
+                     min_num_parameters)
+from .run import BEST_DIR, RunFolder
 
 
 class TrainingError(RuntimeError):
     """Training cannot go on: the loss diverged, or a checkpoint does not fit the run."""
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C during ``train``: raised once the checkpoint being written (if any) is complete.
+    ``str()`` says where the run stopped and how to continue it."""
 
 
 @dataclass
@@ -164,39 +169,159 @@ def _diverged(what, value, step, epoch, config):
 
 
 def _check_resumable(saved, config):
-    saved = TrainConfig.from_dict(saved).to_dict()
-    now = config.to_dict()
-    changed = [f"{k}: {saved[k]!r} -> {now[k]!r}" for k in now if k not in RESUMABLE_CHANGES and saved[k] != now[k]]
+    """TrainingError naming every field that differs between the saved run and ``config``,
+    except those a resumed run may change (``TrainConfig.resumable_fields()``) and ``out``
+    (where the run lives now)."""
+    saved, now = saved.to_dict(), config.to_dict()
+    free = set(TrainConfig.resumable_fields()) | {"out"}
+    changed = [f"{k}: {saved[k]!r} -> {now[k]!r}" for k in now if k not in free and saved[k] != now[k]]
     if changed:
         raise TrainingError("cannot resume: the checkpoint was trained with a different configuration ("
                             + "; ".join(changed) + "); resume with the same settings, or start afresh in a new --out")
+
+
+def check_weights_fit(config, info, where):
+    """Refuse a checkpoint whose config describes a model much larger than its weights,
+    *before* ``build_model`` allocates it (an edited config must not fill the memory)."""
+    from .checkpoint import CheckpointError
+
+    vocabs = info["vocabs"]
+    if "src" not in vocabs or "tgt" not in vocabs:
+        raise CheckpointError(f"{where}: the checkpoint holds no 'src' and 'tgt' vocabularies; it was not written "
+                              "by minitensor train")
+    saved = sum(int(t.numel()) for t in info["state_dict"].values())
+    needed = min_num_parameters(config, len(vocabs["src"]), len(vocabs["tgt"]))
+    if needed > saved:
+        raise CheckpointError(f"{where}: its config describes a model of at least {needed:,} parameters, but the "
+                              f"saved weights hold {saved:,}: the config does not belong to these weights")
+
+
+def _check_extra(extra, where):
+    """The training loop's own fields of a checkpoint ("extra"), checked before use: a
+    ``CheckpointError`` naming the field, never a KeyError or a huge allocation later."""
+    from .checkpoint import CheckpointError
+    from .config import MAX_SIZE, _is_int, _is_number
+
+    def fail(name, what, value):
+        raise CheckpointError(f"{where}: field \"extra.{name}\" must be {what}, got {value!r:.60}")
+
+    if not isinstance(extra, dict):
+        fail("", "a dict", extra)
+    for name in ("num_steps", "tgt_num_steps"):
+        value = extra.get(name)
+        if not _is_int(value) or not 1 <= value <= MAX_SIZE:
+            fail(name, f"an integer from 1 to {MAX_SIZE:,}", value)
+    if "history" in extra or "batches" in extra:  # a run's latest checkpoint (not best/)
+        batches, history = extra.get("batches"), extra.get("history")
+        if not isinstance(batches, dict):
+            fail("batches", "a dict", batches)
+        for name in ("seed", "epoch", "position"):
+            value = batches.get(name)
+            if not _is_int(value) or not 0 <= value < 2**63:
+                fail(f"batches.{name}", "a non-negative integer", value)
+        if not isinstance(history, dict):
+            fail("history", "a dict", history)
+        losses = history.get("loss")
+        if not isinstance(losses, list) or not all(_is_number(v) for v in losses):
+            fail("history.loss", "a list of finite numbers", losses)
+        evals = history.get("eval")
+        if not isinstance(evals, list) or not all(
+                isinstance(e, dict) and all(_is_number(v) for v in e.values()) for e in evals):
+            fail("history.eval", "a list of dicts of numbers", evals)
+        value = history.get("steps_per_epoch")
+        if not _is_int(value) or value < 1:
+            fail("history.steps_per_epoch", "a positive integer", value)
+    if "heldout_loss" in extra and not _is_number(extra["heldout_loss"]):
+        fail("heldout_loss", "a finite number", extra["heldout_loss"])
+
+
+def load_run_checkpoint(directory):
+    """(TrainConfig, the ``load_checkpoint`` dict) of a checkpoint ``minitensor train`` wrote,
+    with its config and extras checked (``ConfigError`` / ``CheckpointError`` naming the field)
+    and the weights checked to fit the config: what ``translate``, ``generate`` and
+    ``--resume`` read before they build a model."""
+    from .checkpoint import CheckpointError, load_checkpoint
+
+    info = load_checkpoint(directory, restore_rng=False)
+    where = f"checkpoint {directory}"
+    if info["config"] is None:
+        raise CheckpointError(f"{where}: it holds no training config; cannot rebuild its model")
+    config = TrainConfig.from_dict(info["config"], f"{where}: config")
+    _check_extra(info["extra"], where)
+    check_weights_fit(config, info, where)
+    return config, info
 
 
 def _epochs_done(loader):
     return loader.epoch + (1 if loader.position >= len(loader) else 0)
 
 
+@contextlib.contextmanager
+def _complete_before_interrupt():
+    """Hold back Ctrl-C while a checkpoint is written: it is raised as soon as the save is
+    complete, so an interrupted run always keeps its newest checkpoint."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pressed = []
+    previous = signal.signal(signal.SIGINT, lambda *_: pressed.append(True))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if pressed:
+        raise KeyboardInterrupt
+
+
+def _best_loss(run):
+    """The held-out loss recorded in the run's best/, or inf when there is none."""
+    from .checkpoint import CheckpointError, find_checkpoint
+
+    try:
+        _, info = load_run_checkpoint(find_checkpoint(run.path, BEST_DIR))
+    except CheckpointError:
+        return math.inf
+    return info["extra"].get("heldout_loss", math.inf)
+
+
 # -- the loop -------------------------------------------------------------------------------------
-def train(config=None, log=print, *, resume=False, stop_after_epochs=None):
+def train(config=None, log=print, *, resume=False, overwrite=False, stop_after_epochs=None):
     """Train the model ``config`` describes (default: ``TrainConfig()``); returns a ``TrainResult``.
 
-    ``log``: where the messages go (one string per call). ``resume``: continue from the
-    checkpoint in ``config.out`` (exactly, see the module docstring); only the fields in
-    ``RESUMABLE_CHANGES`` may differ from the saved config -- more ``epochs`` or ``steps``
-    extend the run (a cosine schedule is stretched to the new end). ``stop_after_epochs``:
-    stop after this many epochs *of this call*, as an interruption would (checkpoint
-    written, no final report); ``result.finished`` is then False.
+    The run lives in the folder ``config.out`` (see ``train.run``): a new run refuses a folder
+    that holds one, unless ``overwrite`` (which deletes that run's files first); one process
+    at a time. ``log``: where the messages go (one string per call). ``resume``: continue from
+    the checkpoint in ``config.out`` (exactly, see the module docstring); only the fields
+    ``TrainConfig.resumable_fields()`` names may differ from the saved config -- more
+    ``epochs`` or ``steps`` extend the run (a cosine schedule is stretched to the new end).
+    ``stop_after_epochs``: stop after this many epochs *of this call*, as an interruption
+    would (checkpoint written, no final report); ``result.finished`` is then False.
 
-    Raises ``TrainingError`` when the loss (or the gradient norm) becomes NaN or inf.
+    After every epoch, ``out/checkpoint`` holds the latest state (for ``resume``) and
+    ``out/best`` the weights with the lowest held-out loss so far (what ``translate`` and
+    ``generate`` load from a run folder).
+
+    Raises ``TrainingError`` when the loss (or the gradient norm) becomes NaN or inf,
+    ``RunFolderError`` for an unusable or occupied folder, ``TrainingInterrupted`` (a
+    KeyboardInterrupt) on Ctrl-C, once the checkpoint is safe.
     """
+    config = (config or TrainConfig()).validate()
+    with RunFolder(config.out, resume=resume, overwrite=overwrite) as run:
+        return _train(config, run, log, resume, stop_after_epochs)
+
+
+def _train(config, run, log, resume, stop_after_epochs):
     import minitensor as mt
 
     from ..data import Batches
     from ..optim import WarmupCosineLR, clip_grad_norm_
     from .checkpoint import load_checkpoint, save_checkpoint
 
-    config = (config or TrainConfig()).validate()
     start_time = time.perf_counter()
+    if resume:
+        # the config first: a different model would fail below with a list of shapes instead
+        saved, info = load_run_checkpoint(run.checkpoint)
+        _check_resumable(saved, config)
     mt.manual_seed(config.seed)
     data = build_data(config)
     model = build_model(config, data.src_vocab, data.tgt_vocab)
@@ -207,20 +332,19 @@ def train(config=None, log=print, *, resume=False, stop_after_epochs=None):
     optimizer = build_optimizer(config, model)
     scheduler = build_scheduler(config, optimizer, total_steps)
     history = {"loss": [], "eval": [], "steps_per_epoch": steps_per_epoch}
-    step = 0
-    ckpt_dir = os.path.join(config.out, CHECKPOINT_DIR)
+    step, saved_step, best_loss = 0, None, math.inf
     num_params = sum(p.numel() for p in model.parameters())
+    vocabs = {"src": data.src_vocab, "tgt": data.tgt_vocab}
 
     if resume:
-        # the config first: a different model would fail below with a list of shapes instead
-        _check_resumable(load_checkpoint(ckpt_dir, restore_rng=False)["config"], config)
-        info = load_checkpoint(ckpt_dir, model, optimizer, scheduler, map_device=config.device)
+        info = load_checkpoint(run.checkpoint, model, optimizer, scheduler, map_device=config.device)
         loader.load_state_dict(info["extra"]["batches"])
         history, step = info["extra"]["history"], info["step"]
+        saved_step, best_loss = step, _best_loss(run)
         if isinstance(scheduler, WarmupCosineLR) and scheduler.total_steps != total_steps:
             log(f"note: the cosine schedule now ends at step {total_steps} instead of {scheduler.total_steps}")
             scheduler.total_steps = total_steps
-        log(f"resuming from {ckpt_dir} at step {step} (epoch {_epochs_done(loader)})")
+        log(f"resuming {run.display} at step {step} (epoch {_epochs_done(loader)})")
     else:
         what = (f"{len(data.train):,} training and {len(data.heldout):,} held-out "
                 + ("characters" if config.model == "lm" else "examples"))
@@ -275,29 +399,49 @@ def train(config=None, log=print, *, resume=False, stop_after_epochs=None):
                 bar.write(message, file=sys.stderr) if log is print else log(message)
             else:
                 log(message)
-            save_checkpoint(ckpt_dir, model, optimizer, scheduler, config=config.to_dict(),
-                            vocabs={"src": data.src_vocab, "tgt": data.tgt_vocab},
-                            extra={"batches": loader.state_dict(), "history": history, "num_steps": data.num_steps,
-                                   "tgt_num_steps": data.tgt_num_steps}, step=step, epoch=epoch)
+            shapes = {"num_steps": data.num_steps, "tgt_num_steps": data.tgt_num_steps}
+            with _complete_before_interrupt():
+                # best/ first: a kill between the two saves then repeats this epoch on resume,
+                # and the repeat finds best/ already up to date
+                if metrics["loss"] < best_loss:
+                    best_loss = metrics["loss"]
+                    save_checkpoint(run.best, model, config=config.to_dict(), vocabs=vocabs,
+                                    extra={**shapes, "heldout_loss": best_loss}, step=step, epoch=epoch)
+                save_checkpoint(run.checkpoint, model, optimizer, scheduler, config=config.to_dict(), vocabs=vocabs,
+                                extra={"batches": loader.state_dict(), "history": history, **shapes},
+                                step=step, epoch=epoch)
+            saved_step = step
             epochs_this_call += 1
             if stop_after_epochs is not None and epochs_this_call >= stop_after_epochs and step < total_steps:
                 return TrainResult(model, config, data.src_vocab, data.tgt_vocab, history, step, epoch,
-                                   checkpoint=ckpt_dir, wall_time=time.perf_counter() - start_time, finished=False,
-                                   heldout_loss=metrics.get("loss"), accuracy=metrics.get("exact_match"),
-                                   bleu=metrics.get("bleu"))
+                                   checkpoint=run.checkpoint, wall_time=time.perf_counter() - start_time,
+                                   finished=False, heldout_loss=metrics.get("loss"),
+                                   accuracy=metrics.get("exact_match"), bleu=metrics.get("bleu"))
+    except KeyboardInterrupt:
+        raise TrainingInterrupted(_interrupted_message(run, step, saved_step)) from None
     finally:
         if bar is not None:
             bar.close()
 
     result = TrainResult(model, config, data.src_vocab, data.tgt_vocab, history, step, _epochs_done(loader),
                          heldout_loss=metrics.get("loss"), accuracy=metrics.get("exact_match"),
-                         bleu=metrics.get("bleu"), checkpoint=ckpt_dir)
+                         bleu=metrics.get("bleu"), checkpoint=run.checkpoint)
     _report(result, data, log)
     result.wall_time = time.perf_counter() - start_time
-    log(f"wall time {result.wall_time:.1f} s; checkpoint: {os.path.abspath(ckpt_dir)}")
+    log(f"wall time {result.wall_time:.1f} s; run folder {run.path}: best/ (the lowest held-out loss, "
+        f"{best_loss:.4f}: what translate and generate load) and checkpoint/ (the latest, for --resume)")
     if result.figures:
         log("figures: " + ", ".join(os.path.abspath(f) for f in result.figures))
     return result
+
+
+def _interrupted_message(run, step, saved_step):
+    import shlex
+
+    if saved_step is None:
+        return f"interrupted at step {step}, before the first checkpoint: nothing was saved in {run.display}"
+    return (f"interrupted at step {step}; the checkpoint of step {saved_step} is safe in {run.display}: continue "
+            f"with minitensor train --out {shlex.quote(run.display)} --resume")
 
 
 def build_scorer_name(config):
@@ -334,7 +478,7 @@ def _report(result, data, log, num_samples=5):
             f"BLEU {result.bleu:.3f}, loss {result.heldout_loss:.4f}")
     try:
         result.figures.extend(save_figures(result, data))
-    except ModuleNotFoundError as e:  # matplotlib is optional
+    except ModuleNotFoundError as e:  # a broken installation: the run itself is saved, say what is missing
         log(f"no figures: {e}")
 
 

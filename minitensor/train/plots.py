@@ -10,8 +10,8 @@
   block and a column per head; ``plot_transformer_attention`` draws all three from a model,
   ``plot_seq2seq_attention`` the single map of a Bahdanau (GRU + additive attention) decoder.
 
-matplotlib is optional (``pip install matplotlib``, or the extra ``minitensor[plot]``) and is
-imported only when a picture is drawn, so ``import minitensor`` never pays for it. Figures
+matplotlib is a dependency, but it is imported only when a picture is drawn, so
+``import minitensor`` never pays for it. Figures
 are drawn with matplotlib's object-oriented API on an Agg (PNG) canvas: no window, no
 display needed, and ``matplotlib.pyplot``'s global state -- the backend a learner's notebook
 has chosen, its list of open figures -- is left alone. Every function returns the
@@ -41,7 +41,7 @@ __all__ = [
     "stack_decoding_steps",
 ]
 
-_INSTALL_HINT = "pip install matplotlib (or pip install 'minitensor[plot]')"
+_INSTALL_HINT = "pip install matplotlib (minitensor depends on it: was the installation incomplete?)"
 
 
 # -- matplotlib, on first use ---------------------------------------------------------------------

@@ -1,0 +1,232 @@
+"""A run folder: where one training run keeps its checkpoints and figures, owned by one process.
+
+    runs/date/
+        checkpoint/            the latest state, what ``--resume`` continues from
+        best/                  the weights with the lowest held-out loss so far: what
+                               ``translate`` and ``generate`` load from a run folder
+        loss.png, attention_*.png     the figures of the finished run
+        .lock                  held while a process trains here (the owner's pid inside)
+
+Three rules keep a learner's runs from being lost:
+
+1. A new run refuses a folder that already holds one (``RunExistsError``): continue it
+   (``resume=True``, ``--resume``), delete that run's files and start afresh
+   (``overwrite=True``, ``--overwrite``: only the files listed above; anything else in the
+   folder stays), or train somewhere else (``--out``).
+2. One process per folder: the lock is taken before anything else and held to the end, so a
+   second trainer fails at once (``RunBusyError``) instead of crashing mid-run when the two
+   swap checkpoints under each other. The lock is an OS lock (``fcntl.flock``), which the
+   kernel releases when its process dies, however it dies; the pid in the file is only there
+   to name the owner, and to notice a lock file that a killed run left behind.
+3. Nothing in a run refers to the working directory: the folder is wherever ``--out`` says
+   now, so a run copied with ``cp -a`` resumes in (and writes to) the copy.
+
+An unusable folder (a file, not writable) is refused here, before any data is generated.
+"""
+
+import datetime
+import errno
+import os
+import shutil
+import socket
+import warnings
+
+CHECKPOINT_DIR = "checkpoint"
+BEST_DIR = "best"
+LOCK_FILE = ".lock"
+# the files a run writes into its folder (besides the two checkpoint folders); translate's
+# heatmaps are the user's and stay
+FIGURES = ("loss.png", "attention.png", "attention_encoder_self.png", "attention_decoder_self.png",
+           "attention_cross.png")
+
+
+class RunFolderError(ValueError):
+    """``--out`` cannot hold this run: not a folder, not writable, or (subclasses) another run."""
+
+
+class RunExistsError(RunFolderError):
+    """A new run was asked for in a folder that already holds one."""
+
+
+class RunBusyError(RunFolderError):
+    """Another process is training in this folder."""
+
+
+def run_files(folder):
+    """The files and folders of a run in ``folder`` (those ``overwrite`` would delete)."""
+    try:
+        entries = os.listdir(folder)
+    except OSError:
+        return []
+    own = {CHECKPOINT_DIR, BEST_DIR, *FIGURES}
+    # ".checkpoint.old-*" / ".checkpoint.tmp-*": what an interrupted save left (train.checkpoint)
+    leftovers = tuple(f".{name}.{tag}-" for name in (CHECKPOINT_DIR, BEST_DIR) for tag in ("old", "tmp"))
+    return sorted(e for e in entries if e in own or e.startswith(leftovers))
+
+
+def holds_run(folder):
+    """Whether ``folder`` holds a run's checkpoint (or what an interrupted save left of one)."""
+    return any(not f.endswith(".png") for f in run_files(folder))
+
+
+def describe_run(folder):
+    """A few words on the run in ``folder``, for messages: "a checkpoint at step 628 (epoch 4)"."""
+    from .checkpoint import CheckpointError, find_checkpoint, load_checkpoint
+
+    try:
+        info = load_checkpoint(find_checkpoint(folder, CHECKPOINT_DIR), restore_rng=False)
+    except (CheckpointError, ValueError, OSError):
+        files = run_files(folder)
+        return f"files of a run ({', '.join(files[:4])}{', ...' if len(files) > 4 else ''})"
+    return f"a checkpoint at step {info['step']} (epoch {info['epoch']})"
+
+
+class RunFolder:
+    """The run folder ``path``, prepared and locked for one run (a context manager)::
+
+        with RunFolder("runs/date", resume=False, overwrite=False) as run:
+            ...  # train; save into run.checkpoint / run.best
+
+    ``__enter__`` refuses an unusable folder (``RunFolderError``), takes the lock
+    (``RunBusyError`` if another process holds it), then checks the folder against the
+    request: a new run needs a folder without a run (``RunExistsError``) unless
+    ``overwrite``, which deletes that run's files; ``resume`` needs one. ``__exit__``
+    releases the lock.
+    """
+
+    def __init__(self, path, *, resume=False, overwrite=False):
+        self.path = os.path.abspath(os.fspath(path))
+        self.resume, self.overwrite = resume, overwrite
+        self.checkpoint = os.path.join(self.path, CHECKPOINT_DIR)
+        self.best = os.path.join(self.path, BEST_DIR)
+        self.display = os.fspath(path)  # as the user wrote it, for messages
+        self._fd = None
+
+    def __enter__(self):
+        self._make_folder()
+        self._lock()
+        try:
+            self._check_contents()
+        except BaseException:
+            self._unlock()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        self._unlock()
+        return False
+
+    # -- the folder -------------------------------------------------------------------------------
+    def _make_folder(self):
+        if os.path.lexists(self.path) and not os.path.isdir(self.path):
+            raise RunFolderError(f"--out {self.display} is a file, not a folder; choose a folder for the run")
+        try:
+            os.makedirs(self.path, exist_ok=True)
+        except OSError as e:
+            raise RunFolderError(f"cannot create the run folder --out {self.display}: {e.strerror}") from e
+
+    def _check_contents(self):
+        if self.resume:
+            if not holds_run(self.path):
+                raise RunFolderError(f"{self.display} holds no run to resume (no {CHECKPOINT_DIR}/ in it); "
+                                     f"start one with: minitensor train --out {_quote(self.display)}")
+            return
+        if not run_files(self.path):
+            return
+        if self.overwrite:
+            self._delete_run_files()
+            return
+        raise RunExistsError(
+            f"{self.display} already holds a run ({describe_run(self.path)}); continue it with --resume, "
+            f"delete it and start afresh with --overwrite, or choose another --out")
+
+    def _delete_run_files(self):
+        for name in run_files(self.path):
+            target = os.path.join(self.path, name)
+            if os.path.isdir(target) and not os.path.islink(target):
+                shutil.rmtree(target)
+            else:
+                os.remove(target)
+
+    # -- the lock ---------------------------------------------------------------------------------
+    def _lock(self):
+        lock_path = os.path.join(self.path, LOCK_FILE)
+        while True:
+            try:
+                fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as e:
+                raise RunFolderError(f"cannot write to the run folder --out {self.display}: {e.strerror}") from e
+            if not _try_lock(fd):
+                owner = _read_owner(fd)
+                os.close(fd)
+                raise RunBusyError(f"{self.display} is in use by another training run ({owner}); wait for it to "
+                                   f"finish or choose another --out")
+            # A finishing owner deletes the lock file: make sure we locked the file that is
+            # still there, not one just unlinked (else two processes could both "own" it).
+            try:
+                same = os.fstat(fd).st_ino == os.stat(lock_path).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        left = _read_owner(fd, raw=True)
+        if left:
+            warnings.warn(f"{self.display}: took over the lock left by {left}, which ended without releasing it "
+                          f"(killed?); its last saved checkpoint is intact", RuntimeWarning, stacklevel=3)
+        started = datetime.datetime.now().isoformat(timespec="seconds")
+        os.ftruncate(fd, 0)
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.write(fd, f"process {os.getpid()} on {socket.gethostname()}, started {started}\n".encode())
+        self._fd = fd
+
+    def _unlock(self):
+        if self._fd is None:
+            return
+        try:
+            # unlink before closing: whoever opens the path next creates a new file (see _lock)
+            os.unlink(os.path.join(self.path, LOCK_FILE))
+        except OSError:
+            pass
+        os.close(self._fd)
+        self._fd = None
+
+
+def _try_lock(fd):
+    """Lock ``fd`` exclusively without waiting; False if another process holds it."""
+    try:
+        import fcntl
+    except ImportError:  # Windows
+        import msvcrt
+
+        try:
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+        except OSError:
+            return False
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        if e.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+            return False
+        raise
+    return True
+
+
+def _read_owner(fd, raw=False):
+    """Who the lock file says holds it: "process 123 on host, started ..." (at most a line)."""
+    try:
+        os.lseek(fd, 0, os.SEEK_SET)
+        text = os.read(fd, 200).decode("utf-8", "replace").strip().splitlines()
+    except OSError:
+        text = []
+    line = text[0] if text else ""
+    if raw:
+        return line
+    return line or "its owner is starting up"
+
+
+def _quote(path):
+    import shlex
+
+    return shlex.quote(path)
