@@ -341,9 +341,10 @@ def _missing(path):
     raise _FieldError(f'field "{path}" is missing')
 
 
-def _object(value, path, fields=None, max_items=MAX_ENTRIES):
+def _object(value, path, fields=None, max_items=MAX_ENTRIES, of=None):
     """A JSON object: with exactly ``fields`` when given (the format is closed: a field that is
-    not part of it is refused, as one that is missing), else with at most ``max_items``."""
+    not part of it -- of the checkpoint format, or of ``of`` -- is refused, as one that is
+    missing), else with at most ``max_items``."""
     if not isinstance(value, dict):
         _bad(path, "a JSON object", value)
     if fields is None:
@@ -355,8 +356,8 @@ def _object(value, path, fields=None, max_items=MAX_ENTRIES):
             _missing(_at(path, key))
     for key in value:
         if key not in fields:
-            raise _FieldError(f'field "{_at(path, key)}" is not part of the checkpoint format (version '
-                              f'{FORMAT_VERSION})')
+            raise _FieldError(f'field "{_at(path, key)}" is not part of '
+                              + (of or f"the checkpoint format (version {FORMAT_VERSION})"))
     return value
 
 
@@ -567,8 +568,8 @@ def _check_rng_fields(rng):
         backend = _BACKENDS.get(device)
         if state is None:
             continue  # recorded as not restorable
-        if backend is not None and hasattr(backend, "get_rng_state"):
-            _like(state, _encode_state(backend.get_rng_state()), path)  # that backend's own kind of state
+        if backend is not None and hasattr(backend, "get_rng_state"):  # that backend's own kind of state
+            _like(state, _encode_state(backend.get_rng_state()), path, of=f"a {device!r} backend's generator state")
         elif (backend is not None and _backend_generator(backend) is not None) or (
                 isinstance(state, dict) and "bit_generator" in state):
             _check_generator_state(state, path)
@@ -589,14 +590,14 @@ def _check_generator_state(state, path):
     name = state["bit_generator"]
     if name not in _BIT_GENERATORS:
         _bad(f"{path}.bit_generator", "one of " + ", ".join(_BIT_GENERATORS), name)
-    _like(state, _encode_state(getattr(numpy.random, name)().state), path)
+    _like(state, _encode_state(getattr(numpy.random, name)().state), path, of=f"a {name} state")
 
 
-def _like(value, template, path, key=None):
-    """``value`` has ``template``'s structure: the same fields, the same kinds of values,
-    integers in range (arrays: the same dtype and length)."""
+def _like(value, template, path, key=None, of=None):
+    """``value`` has ``template``'s structure (``of``: what that is, for messages): the same
+    fields, the same kinds of values, integers in range (arrays: the same dtype and length)."""
     if isinstance(template, dict) and _NDARRAY in template:
-        _object(value, path, (_NDARRAY, "dtype"))
+        _object(value, path, (_NDARRAY, "dtype"), of=of)
         if value["dtype"] != template["dtype"]:
             _bad(f"{path}.dtype", repr(template["dtype"]), value["dtype"])
         items, n = _list(value[_NDARRAY], f"{path}.{_NDARRAY}", len(template[_NDARRAY])), len(template[_NDARRAY])
@@ -606,9 +607,9 @@ def _like(value, template, path, key=None):
         for i, item in enumerate(items):
             _int(item, f"{path}.{_NDARRAY}[{i}]", high)
     elif isinstance(template, dict):
-        _object(value, path, tuple(template))
+        _object(value, path, tuple(template), of=of)
         for k, v in template.items():
-            _like(value[k], v, _at(path, k), k)
+            _like(value[k], v, _at(path, k), k, of)
     elif isinstance(template, str):
         if value != template:
             _bad(path, repr(template), value)
@@ -642,17 +643,23 @@ def _check_optimizer_fields(saved):
             if key != "params":
                 _text(key, _at(path, key), 100)
                 _setting(value, _at(path, key))
-    for key, values in _object(saved["state"], "optimizer.state", max_items=MAX_TENSORS).items():
+    state = _object(saved["state"], "optimizer.state", max_items=MAX_TENSORS)
+    names = set()  # every parameter's state has the same entries (Adam: step, exp_avg, exp_avg_sq)
+    for values in state.values():
+        names.update(values if isinstance(values, dict) else ())
+    for key, values in state.items():
         path = _at("optimizer.state", key)
         if not _STATE_INDEX.fullmatch(key) or int(key) not in listed:
             raise _FieldError(f'field "{path}" must be the index of a parameter that "optimizer.param_groups" lists')
-        for name, value in _object(values, path, max_items=100).items():
+        for name in sorted(names - set(_object(values, path, max_items=100))):
+            raise _FieldError(f'field "{_at(path, name)}" is missing (the state of other parameters has it)')
+        for name, value in values.items():
             where = _at(path, name)
             _text(name, where, 100)
             if isinstance(value, dict):  # an array: in optimizer.safetensors, under the name the save gave it
                 ref = f"state.{key}.{name}"
-                if value != {_TENSOR: ref}:
-                    _bad(where, f'{{"{_TENSOR}": "{ref}"}}', value)
+                if _object(value, where, (_TENSOR,))[_TENSOR] != ref:
+                    _bad(f"{where}.{_TENSOR}", f'"{ref}"', value[_TENSOR])
             else:
                 _number(value, where)
 
@@ -786,7 +793,7 @@ def _check_plugins(saved):
             missing.append(_missing_plugin(entry))
         elif entry["distribution"] and _split_source(here["source"])[0] != entry["distribution"]:
             warnings.warn(f"checkpoint: {entry['kind']} {entry['name']!r} was saved from {entry['source']!r}; here "
-                          f"it comes from {here['source']}", RuntimeWarning, stacklevel=4)
+                          f"it comes from {here['source']}", RuntimeWarning, stacklevel=3)
     if missing:
         raise CheckpointError("the checkpoint needs plugin(s) that are not installed; nothing was changed:\n  "
                               + "\n  ".join(missing))
@@ -1016,10 +1023,10 @@ def _file_kind(mode):
 
 
 def _open_regular(directory, fname, size=None, limit=None):
-    """``directory/fname`` opened for reading, after checking that it is a regular file (not a
-    symbolic link, device, FIFO or directory: /dev/zero would never end) whose size is the
-    recorded ``size``, or at most ``limit``. The size is that of the opened file (fstat), so the
-    file checked is the file read."""
+    """``directory/fname`` opened for reading, and its size, after checking that it is a regular
+    file (not a symbolic link, device, FIFO or directory: /dev/zero would never end) whose size
+    is the recorded ``size``, or at most ``limit``. The size is that of the opened file (fstat),
+    so the file checked is the file read."""
     path = os.path.join(directory, fname)
     try:
         mode = os.lstat(path).st_mode
@@ -1046,7 +1053,7 @@ def _open_regular(directory, fname, size=None, limit=None):
         if limit is not None and info.st_size > limit:
             raise CheckpointError(f"{path} is {info.st_size:,} bytes, more than the {limit:,} a checkpoint's "
                                   f"{fname} may have; it is not one minitensor wrote")
-        return os.fdopen(fd, "rb")
+        return os.fdopen(fd, "rb"), info.st_size
     except BaseException:
         os.close(fd)
         raise
@@ -1063,10 +1070,11 @@ def _read_index(directory):
     """checkpoint.json, parsed and verified: at most MAX_JSON_BYTES, nested at most MAX_DEPTH
     levels, of a known format and version, its own hash right. Its fields are checked next."""
     path = os.path.join(directory, CHECKPOINT_JSON)
-    with _open_regular(directory, CHECKPOINT_JSON, limit=MAX_JSON_BYTES) as f:
-        raw = f.read(MAX_JSON_BYTES + 1)
-    if len(raw) > MAX_JSON_BYTES:
-        raise CheckpointError(f"{path} grew while it was being read")
+    f, size = _open_regular(directory, CHECKPOINT_JSON, limit=MAX_JSON_BYTES)
+    with f:
+        raw = f.read(size + 1)  # not more: read(n) allocates n bytes before it reads
+    if len(raw) != size:
+        raise CheckpointError(f"{path} changed while it was being read")
     try:
         body = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as e:  # ValueError: JSON, or an int of 4,300+ digits
@@ -1149,7 +1157,8 @@ def _read_tensors(directory, fname, record, check_header):
 
     path = os.path.join(directory, fname)
     size = record["bytes"]
-    with _open_regular(directory, fname, size=size) as f:
+    f, _ = _open_regular(directory, fname, size=size)
+    with f:
         if size < 8:
             raise CheckpointError(f"{path} cannot be parsed as safetensors (damaged?): it has {size} bytes")
         head = _read_exactly(f, 8, path)
@@ -1348,12 +1357,16 @@ def find_checkpoint(path, name="checkpoint"):
     raise CheckpointError(f"no checkpoint at {path}: it does not exist")
 
 
-def load_checkpoint(directory, model=None, optimizer=None, scheduler=None, map_device="cpu", *, restore_rng=True):
+def load_checkpoint(directory, model=None, optimizer=None, scheduler=None, map_device="cpu", *, restore_rng=True,
+                    read_arrays=True):
     """Load the checkpoint ``directory``: into ``model``, ``optimizer`` and ``scheduler`` when
     given, and restore the random generators (``restore_rng``) so training resumes exactly.
 
     Everything is verified before any value is loaded; a problem raises ``CheckpointError``
     and changes nothing. optimizer.safetensors is read only when an ``optimizer`` is given.
+    ``read_arrays=False`` reads checkpoint.json alone (``state_dict`` is then None): what a
+    program needs to build the model before loading into it (config, vocabs), without reading
+    arrays that no model's shapes bound yet (MAX_TENSOR_FILE_BYTES is the only bound then).
     Returns a dict: ``config``, ``step``, ``epoch``, ``extra``, ``vocabs`` ({name: Vocab}),
     ``plugins``, ``model_class``, ``saved_device``, ``state_dict`` (name -> Tensor on
     ``map_device``), ``optimizer`` (class and param_groups, or None), ``scheduler`` (its
@@ -1365,6 +1378,8 @@ def load_checkpoint(directory, model=None, optimizer=None, scheduler=None, map_d
     from ..backends import get_backend
     from ..tensor import tensor
 
+    if not read_arrays and (model is not None or optimizer is not None):
+        raise ValueError("load_checkpoint: read_arrays=False reads no arrays to load into a model or optimizer")
     directory = os.path.abspath(os.fspath(directory))
     source, recovered_from = directory, None
     if not os.path.exists(directory):
@@ -1392,8 +1407,10 @@ def load_checkpoint(directory, model=None, optimizer=None, scheduler=None, map_d
             if model is not None:
                 _check_model(model, entries, body)
 
-        arrays = _read_tensors(source, MODEL_FILE, files[MODEL_FILE], check_model_header)
-        weights = OrderedDict((k, arrays[k]) for k in body["model"]["keys"])
+        weights = None
+        if read_arrays:
+            arrays = _read_tensors(source, MODEL_FILE, files[MODEL_FILE], check_model_header)
+            weights = OrderedDict((k, arrays[k]) for k in body["model"]["keys"])
         _check_plugins(body["plugins"])
         opt_state = None
         if optimizer is not None:
@@ -1440,5 +1457,6 @@ def load_checkpoint(directory, model=None, optimizer=None, scheduler=None, map_d
         "scheduler": body["scheduler"] and body["scheduler"]["state"],
         "rng_state": rng_state,
         "rng_skipped": skipped,
-        "state_dict": OrderedDict((k, tensor(v, device=map_device)) for k, v in weights.items()),
+        "state_dict": None if weights is None else
+        OrderedDict((k, tensor(v, device=map_device)) for k, v in weights.items()),
     }
