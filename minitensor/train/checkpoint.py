@@ -1149,10 +1149,11 @@ def _parse_header(raw, data_bytes, path):
     return entries
 
 
-def _read_tensors(directory, fname, record, check_header):
-    """The arrays of one safetensors file. Its size is checked against ``record`` before anything
-    is read; its header (names, dtypes, shapes) by ``check_header({name: (shape, dtype)})``
-    before the arrays are read; its SHA-256 before they are built."""
+def _read_tensors(directory, fname, record, check_header, read_arrays=True):
+    """One safetensors file: ({name: (shape, dtype)} from its header, {name: array} or None).
+    Its size is checked against ``record`` before anything is read; its header (names, dtypes,
+    shapes) by ``check_header(entries)`` before the arrays are read (``read_arrays=False``: not
+    at all); its SHA-256 before they are built."""
     from safetensors.numpy import load as safetensors_load
 
     path = os.path.join(directory, fname)
@@ -1161,21 +1162,22 @@ def _read_tensors(directory, fname, record, check_header):
     with f:
         if size < 8:
             raise CheckpointError(f"{path} cannot be parsed as safetensors (damaged?): it has {size} bytes")
-        head = _read_exactly(f, 8, path)
-        header_bytes = int.from_bytes(head, "little")
+        header_bytes = int.from_bytes(_read_exactly(f, 8, path), "little")
         if header_bytes > min(size - 8, MAX_JSON_BYTES):
             raise CheckpointError(f"{path} cannot be parsed as safetensors (damaged?): a header of "
                                   f"{header_bytes:,} bytes in a file of {size:,}")
-        header = _read_exactly(f, header_bytes, path)
-        check_header(_parse_header(header, size - 8 - header_bytes, path))
-        rest = _read_exactly(f, size - 8 - header_bytes, path)
+        entries = _parse_header(_read_exactly(f, header_bytes, path), size - 8 - header_bytes, path)
+        check_header(entries)
+        if not read_arrays:
+            return entries, None
+        f.seek(0)
+        data = _read_exactly(f, size, path)  # the whole file in one piece, as safetensors reads it
         if f.read(1):
             raise CheckpointError(f"{path} grew while it was being read")
-    data = head + header + rest
     if _sha256(data) != record["sha256"]:
         raise CheckpointError(f"{path} is corrupted: its SHA-256 does not match the one recorded when it was saved")
     try:
-        return safetensors_load(data)
+        return entries, safetensors_load(data)
     except Exception as e:
         raise CheckpointError(f"{path} cannot be parsed as safetensors: {e}") from e
 
@@ -1364,12 +1366,14 @@ def load_checkpoint(directory, model=None, optimizer=None, scheduler=None, map_d
 
     Everything is verified before any value is loaded; a problem raises ``CheckpointError``
     and changes nothing. optimizer.safetensors is read only when an ``optimizer`` is given.
-    ``read_arrays=False`` reads checkpoint.json alone (``state_dict`` is then None): what a
-    program needs to build the model before loading into it (config, vocabs), without reading
-    arrays that no model's shapes bound yet (MAX_TENSOR_FILE_BYTES is the only bound then).
-    Returns a dict: ``config``, ``step``, ``epoch``, ``extra``, ``vocabs`` ({name: Vocab}),
-    ``plugins``, ``model_class``, ``saved_device``, ``state_dict`` (name -> Tensor on
-    ``map_device``), ``optimizer`` (class and param_groups, or None), ``scheduler`` (its
+    ``read_arrays=False`` reads checkpoint.json and model.safetensors' header only
+    (``state_dict`` is then None; the file's hash is checked by the load that reads it): what a
+    program needs to build the model before loading into it (config, vocabs, shapes), without
+    reading arrays that no model's shapes bound yet (MAX_TENSOR_FILE_BYTES is the only bound
+    then). Returns a dict: ``config``, ``step``, ``epoch``, ``extra``, ``vocabs`` ({name:
+    Vocab}), ``plugins``, ``model_class``, ``saved_device``, ``shapes`` (name -> shape, from
+    the header), ``state_dict`` (name -> Tensor on ``map_device``), ``optimizer`` (class and
+    param_groups, or None), ``scheduler`` (its
     state, or None), ``rng_state``, ``rng_skipped`` (devices whose generator was not
     restored), ``format_version``, ``minitensor_version``, ``created``, ``directory`` and
     ``recovered_from`` (the backup read when a save died between its renames, else None).
@@ -1407,16 +1411,15 @@ def load_checkpoint(directory, model=None, optimizer=None, scheduler=None, map_d
             if model is not None:
                 _check_model(model, entries, body)
 
-        weights = None
-        if read_arrays:
-            arrays = _read_tensors(source, MODEL_FILE, files[MODEL_FILE], check_model_header)
-            weights = OrderedDict((k, arrays[k]) for k in body["model"]["keys"])
+        entries, arrays = _read_tensors(source, MODEL_FILE, files[MODEL_FILE], check_model_header, read_arrays)
+        shapes = OrderedDict((k, entries[k][0]) for k in body["model"]["keys"])
+        weights = None if arrays is None else OrderedDict((k, arrays[k]) for k in body["model"]["keys"])
         _check_plugins(body["plugins"])
         opt_state = None
         if optimizer is not None:
             by_index = _check_optimizer(optimizer, body)
-            opt_arrays = _read_tensors(source, OPTIMIZER_FILE, files[OPTIMIZER_FILE],
-                                       lambda entries: _check_optimizer_header(entries, body, by_index))
+            _, opt_arrays = _read_tensors(source, OPTIMIZER_FILE, files[OPTIMIZER_FILE],
+                                          lambda entries: _check_optimizer_header(entries, body, by_index))
             opt_state = _optimizer_state(body, opt_arrays)
             _dry_run_optimizer(optimizer, opt_state)
         sched_state = _check_scheduler(scheduler, body) if scheduler is not None else None
@@ -1457,6 +1460,7 @@ def load_checkpoint(directory, model=None, optimizer=None, scheduler=None, map_d
         "scheduler": body["scheduler"] and body["scheduler"]["state"],
         "rng_state": rng_state,
         "rng_skipped": skipped,
+        "shapes": shapes,
         "state_dict": None if weights is None else
         OrderedDict((k, tensor(v, device=map_device)) for k, v in weights.items()),
     }
