@@ -202,10 +202,11 @@ def _load_for_command(args, command):
     return loaded
 
 
-def _check_input(command, what, tokens, vocab, unit):
-    """Refuse empty input; warn about tokens the model never saw (they become <unk>)."""
-    if not tokens:
-        raise _usage(f"{what} is empty; give the text to {command}")
+def _check_input(command, what, text, tokens, vocab, unit, spaces_are_text=False):
+    """Refuse empty input (and blank, unless spaces are text: a character LM's prompt may be
+    one space); warn about tokens the model never saw (they become <unk>)."""
+    if not (text if spaces_are_text else text.strip()):
+        raise _usage(f"{what} is empty{' (only spaces)' if text else ''}; give the text to {command}")
     unseen = sorted({t for t in tokens if t not in vocab})
     if unseen:
         shown = ", ".join(map(repr, unseen[:10])) + (", ..." if len(unseen) > 10 else "")
@@ -220,8 +221,8 @@ def _translate(args):
     model, config, src_vocab, tgt_vocab, num_steps, tgt_num_steps = _load_for_command(args, "translate")
     unit = "words" if config.tokens == "word" else "characters"
     sources = [tokenize_text(config, line) for line in args.text]
-    for i, src in enumerate(sources):
-        _check_input("translate", f"input {i + 1}", src, src_vocab, unit)
+    for i, (line, src) in enumerate(zip(args.text, sources)):
+        _check_input("translate", f"input {i + 1}", line, src, src_vocab, unit)
     for i, src in enumerate(sources):
         # padded as in training (the Bahdanau encoder's GRU reads the padding too)
         steps = max(num_steps, len(src) + 1)
@@ -261,7 +262,8 @@ def _generate(args):
 
     model, config, _, vocab, _, _ = _load_for_command(args, "generate")
     prompt = tokenize_text(config, args.prompt)
-    _check_input("generate", "the prompt (--prompt)", prompt, vocab, "characters")
+    _check_input("generate", "the prompt (--prompt)", args.prompt, prompt, vocab, "characters",
+                 spaces_are_text=True)
     mt.manual_seed(args.seed)
     hyp = generate(model, prompt, vocab, args.max_len, beam_size=args.beam, temperature=args.temperature)
     print(detokenize(config, hyp.tokens))

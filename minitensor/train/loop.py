@@ -410,7 +410,7 @@ def _train(config, run, log, resume, stop_after_epochs):
                 save_checkpoint(run.checkpoint, model, optimizer, scheduler, config=config.to_dict(), vocabs=vocabs,
                                 extra={"batches": loader.state_dict(), "history": history, **shapes},
                                 step=step, epoch=epoch)
-            saved_step = step
+                saved_step = step  # before a held-back Ctrl-C is raised, so its message names this step
             epochs_this_call += 1
             if stop_after_epochs is not None and epochs_this_call >= stop_after_epochs and step < total_steps:
                 return TrainResult(model, config, data.src_vocab, data.tgt_vocab, history, step, epoch,

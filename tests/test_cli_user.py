@@ -1,0 +1,192 @@
+"""The command line as a learner types it, in real processes: one line for every mistake, the
+right exit code, and the previous run's files byte for byte as they were."""
+
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytest.importorskip("safetensors")
+
+TINY = ["--task", "reverse", "--num-train", "64", "--num-heldout", "8", "--max-len", "3", "--batch-size", "32",
+        "--num-blks", "1", "--num-hiddens", "8", "--ffn-num-hiddens", "16", "--num-heads", "2", "--no-progress"]
+
+
+def minitensor(*args, cwd=None, env=None, timeout=120):
+    """Run ``minitensor ARGS`` as a user would; the CompletedProcess (text)."""
+    return subprocess.run([sys.executable, "-m", "minitensor", *args], capture_output=True, text=True, cwd=cwd,
+                          env={**os.environ, **(env or {})}, timeout=timeout)
+
+
+def one_line(result, code, *fragments):
+    """The command failed with ``code`` and said so in one line containing ``fragments``."""
+    assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr, result.stderr
+    for fragment in fragments:
+        assert fragment in result.stderr, (fragment, result.stderr)
+    return result.stderr
+
+
+def snapshot(folder):
+    found = {}
+    for root, _, files in os.walk(folder):
+        for name in files:
+            path = os.path.join(root, name)
+            with open(path, "rb") as f:
+                found[os.path.relpath(path, folder)] = hashlib.sha256(f.read()).hexdigest()
+    return found
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """A finished one-epoch run in ``<tmp>/runs/reverse`` (the default --out of the task)."""
+    home = tmp_path_factory.mktemp("home")
+    result = minitensor("train", *TINY, "--epochs", "1", cwd=home)
+    assert result.returncode == 0, result.stderr
+    return home / "runs" / "reverse"
+
+
+def test_a_second_train_does_not_replace_the_first(run):
+    before = snapshot(run)
+    again = minitensor("train", *TINY, "--epochs", "1", "--scorer", "dot", cwd=run.parent.parent)
+    one_line(again, 2, "runs/reverse already holds a run (a checkpoint at step 2 (epoch 1))", "--resume",
+             "--overwrite", "another --out")
+    assert snapshot(run) == before
+
+
+def test_resume_refuses_other_settings_by_name(run):
+    before = snapshot(run)
+    refused = minitensor("train", "--out", str(run), "--resume", "--num-heads", "4", "--lr", "0.5", "--scorer", "dot")
+    one_line(refused, 2, "--num-heads 4 (the run has 2)", "--lr 0.5 (the run has 0.01)",
+             "--scorer 'dot' (the run has None)", "may change only --epochs, --steps, --device, --no-progress")
+    assert snapshot(run) == before
+
+
+def test_a_copied_run_resumes_into_the_copy_from_another_directory(run, tmp_path):
+    before = snapshot(run)
+    shutil.copytree(run, tmp_path / "copy", symlinks=True)
+    (tmp_path / "elsewhere").mkdir()
+    resumed = minitensor("train", "--out", "../copy", "--resume", "--epochs", "2", cwd=tmp_path / "elsewhere")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming ../copy at step 2" in resumed.stdout
+    assert os.listdir(tmp_path / "elsewhere") == [] and snapshot(run) == before
+    translated = minitensor("translate", "--checkpoint", str(tmp_path / "copy"), "abc")
+    assert translated.returncode == 0 and "<pad>" not in translated.stdout and "<bos>" not in translated.stdout
+
+
+def test_two_trainers_on_one_folder(tmp_path):
+    first = subprocess.Popen([sys.executable, "-m", "minitensor", "train", *TINY, "--epochs", "3", "--out", "run"],
+                             cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "run" / ".lock").exists():
+            assert first.poll() is None and time.monotonic() < deadline, "the first trainer never took the lock"
+            time.sleep(0.02)
+        second = minitensor("train", *TINY, "--epochs", "3", "--out", "run", cwd=tmp_path)
+        one_line(second, 2, "run is in use by another training run (process", "choose another --out")
+        assert first.wait(timeout=120) == 0, first.stderr.read()
+    finally:
+        first.kill()
+        first.wait()
+    assert not (tmp_path / "run" / ".lock").exists()
+
+
+def test_a_save_killed_between_its_renames_is_recovered_through_the_run_folder(run, tmp_path):
+    shutil.copytree(run, tmp_path / "run", symlinks=True)
+    killed = minitensor("train", "--out", str(tmp_path / "run"), "--resume", "--epochs", "2",
+                        env={"MINITENSOR_TEST_KILL_AT": "after-first-rename"})
+    assert killed.returncode == -signal.SIGKILL
+    left = os.listdir(tmp_path / "run")
+    assert any(name.startswith((".best.old-", ".checkpoint.old-")) for name in left), left
+    # best/ or checkpoint/ (whichever save was replacing a folder) is now only its backup
+    translated = minitensor("translate", "--checkpoint", str(tmp_path / "run"), "abc")
+    assert translated.returncode == 0 and translated.stdout.strip(), translated.stderr
+    resumed = minitensor("train", "--out", str(tmp_path / "run"), "--resume", "--epochs", "2")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "a save was interrupted" in translated.stderr + resumed.stderr
+    assert "step 4" in resumed.stdout
+    assert not [name for name in os.listdir(tmp_path / "run") if ".old-" in name or ".tmp-" in name]
+
+
+def test_ctrl_c_keeps_the_last_checkpoint_and_says_how_to_go_on(tmp_path):
+    trainer = subprocess.Popen([sys.executable, "-m", "minitensor", "train", *TINY, "--epochs", "500",
+                                "--out", "run"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "run" / "checkpoint").exists():
+            assert trainer.poll() is None and time.monotonic() < deadline
+            time.sleep(0.02)
+        trainer.send_signal(signal.SIGINT)
+        _, err = trainer.communicate(timeout=60)
+    finally:
+        trainer.kill()
+    assert trainer.returncode == 130, err
+    assert "Traceback" not in err and "is safe in run: continue with minitensor train --out run --resume" in err
+    info = minitensor("translate", "--checkpoint", str(tmp_path / "run"), "ab")
+    assert info.returncode == 0, info.stderr
+
+
+@pytest.mark.parametrize("args,fragments", [
+    (["translate", "--checkpoint", "runs/reverse", "--beam", "0", "abc"], ["argument --beam: must be at least 1"]),
+    (["translate", "--checkpoint", "runs/reverse", "--max-len", "-3", "abc"], ["argument --max-len: must be at least 1"]),
+    (["generate", "--checkpoint", "runs/reverse", "--prompt", "a", "--temperature", "-1"],
+     ["argument --temperature: must be a finite number > 0"]),
+    (["train", "--text", "missing.txt"], ["--text", "missing.txt: the file does not exist"]),
+    (["train", *TINY, "--clip-grad-norm", "-1"], ["--clip-grad-norm must be a finite number >= 0, got -1.0"]),
+    (["train", *TINY, "--num-hiddens", "0"], ["--num-hiddens must be an integer from 1"]),
+    (["train", *TINY, "--num-heldout", "0"], ["--num-heldout must be an integer from 1"]),
+    (["demo", "--device", "cuda"], ["device 'cuda' is not available"]),
+    (["translate", "--checkpoint", "runs/reverse", "   "], ["input 1 is empty"]),
+])
+def test_bad_input_is_one_line_and_exit_code_2(run, args, fragments):
+    result = minitensor(*args, cwd=run.parent.parent)
+    one_line(result, 2, *fragments)
+
+
+def test_unknown_characters_are_named_and_debug_shows_the_traceback(run):
+    translated = minitensor("translate", "--checkpoint", "runs/reverse", "abé", cwd=run.parent.parent)
+    assert translated.returncode == 0
+    assert "warning: input 1 has characters the model never saw in training: 'é' (each is read as <unk>)" in (
+        translated.stderr)
+    debug = minitensor("train", "--text", "missing.txt", "--debug")
+    assert debug.returncode != 0 and "Traceback" in debug.stderr and "ConfigError" in debug.stderr
+
+
+def test_a_closed_stdout_ends_quietly():
+    with subprocess.Popen([sys.executable, "-m", "minitensor", "plugins"], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE) as listing:
+        listing.stdout.readline()
+        listing.stdout.close()  # `minitensor plugins | head -1`
+        err = listing.stderr.read()
+    assert listing.returncode == 0 and err == b""
+
+
+def test_a_plugin_file_for_one_run(tmp_path):
+    (tmp_path / "my_scorer.py").write_text(
+        "import minitensor as mt\n"
+        "from minitensor import hookimpl\n\n"
+        "class Cosine(mt.nn.Module):\n"
+        "    def __init__(self, query_size, key_size, **options):\n"
+        "        super().__init__()\n"
+        "        mt.plugins.check_options(type(self), options)\n"
+        "    def forward(self, queries, keys):\n"
+        "        q = queries / (queries * queries).sum(axis=-1, keepdims=True).sqrt()\n"
+        "        k = keys / (keys * keys).sum(axis=-1, keepdims=True).sqrt()\n"
+        "        return q @ k.swapaxes(-1, -2)\n\n"
+        "@hookimpl\n"
+        "def minitensor_scorers():\n"
+        "    return {'cosine': Cosine}\n")
+    trained = minitensor("train", *TINY, "--epochs", "1", "--plugin", "my_scorer.py", "--scorer", "cosine",
+                         "--out", "run", cwd=tmp_path)
+    assert trained.returncode == 0, trained.stderr
+    assert "scorer cosine" in trained.stdout
+    missing = minitensor("translate", "--checkpoint", "run", "abc", cwd=tmp_path)
+    one_line(missing, 2, "cosine", "--plugin")
+    loaded = minitensor("translate", "--checkpoint", "run", "--plugin", "my_scorer.py", "abc", cwd=tmp_path)
+    assert loaded.returncode == 0, loaded.stderr
