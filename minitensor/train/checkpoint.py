@@ -203,7 +203,8 @@ def get_rng_state():
 
     A state is a NumPy ``bit_generator.state`` dict. A backend exposing
     ``get_rng_state()`` / ``set_rng_state(state)`` (a GPU backend whose generator is not
-    NumPy's) is asked for its own; one with neither is recorded as None (not restorable).
+    NumPy's) is asked for its own: a flat dict of numbers (a checkpoint's copy must have the
+    same fields when loaded); one with neither is recorded as None (not restorable).
     """
     from .. import random as mt_random
     from ..backends import _BACKENDS
@@ -645,13 +646,14 @@ def _check_optimizer_fields(saved):
                 _setting(value, _at(path, key))
     state = _object(saved["state"], "optimizer.state", max_items=MAX_TENSORS)
     names = set()  # every parameter's state has the same entries (Adam: step, exp_avg, exp_avg_sq)
-    for values in state.values():
-        names.update(values if isinstance(values, dict) else ())
     for key, values in state.items():
         path = _at("optimizer.state", key)
         if not _STATE_INDEX.fullmatch(key) or int(key) not in listed:
             raise _FieldError(f'field "{path}" must be the index of a parameter that "optimizer.param_groups" lists')
-        for name in sorted(names - set(_object(values, path, max_items=100))):
+        names.update(_object(values, path, max_items=100))
+    for key, values in state.items():
+        path = _at("optimizer.state", key)
+        for name in sorted(names - set(values)):
             raise _FieldError(f'field "{_at(path, name)}" is missing (the state of other parameters has it)')
         for name, value in values.items():
             where = _at(path, name)
