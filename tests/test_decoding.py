@@ -462,3 +462,31 @@ def test_a_confident_beam_does_not_stop_on_unlikely_early_endings():
         assert found[0].tokens == [A, A, A] and found[0].ended
         assert len(found) > k  # the early endings were kept, just not allowed to stop the search
         assert found[0].score > max(h.score for h in found[1:])
+
+
+def test_pad_and_bos_are_never_generated():
+    """<pad> and <bos> are no text: a model that gives them probability must not print them."""
+    model = Scripted({}, default=(0.5, 0.3, 0.05, 0.1, 0.05))  # prefers <pad>, then <bos>
+    (plain,) = greedy(model, model.begin_decoding(), BOS, EOS, 3)
+    assert plain.tokens == [PAD, PAD, PAD]
+    for k in (1, 2, 4):
+        for hyp in beam_search(model, model.begin_decoding(), BOS, EOS, 3, beam_size=k, n_best=k,
+                               forbid=(PAD, BOS))[0]:
+            assert not {PAD, BOS} & set(hyp.tokens) and np.isfinite(hyp.score)
+    mt.manual_seed(0)
+    (drawn,) = sample(model, model.begin_decoding(), BOS, EOS, 20, temperature=2.0, forbid=(PAD, BOS))
+    assert not {PAD, BOS} & set(drawn.tokens)
+    # generate and translate forbid them by themselves
+    vocab = Vocab(list("ab"))
+    mt.manual_seed(8)
+    lm = nn.TransformerLM(len(vocab), 8, 16, 2, 1, 0.0, max_len=30).eval()
+    lm.decoder.dense.bias.data = lm.decoder.dense.bias.data + np.array([9.0, 8.0, 0, 0, 0, 0], dtype=np.float32)
+    for temperature in (None, 1.0):
+        out = generate(lm, list("ab"), vocab, 6, temperature=temperature).tokens[2:]
+        assert out and "<pad>" not in out and "<bos>" not in out
+    mt.manual_seed(3)
+    seq2seq = make_model("transformer")
+    seq2seq.decoder.dense.bias.data = seq2seq.decoder.dense.bias.data + np.array([9.0, 8.0, 0, 0, 0])
+    src_vocab, tgt_vocab = Vocab(["x"]), Vocab(["a"])  # V = 5 tokens each, as the model
+    hyp = translate(seq2seq, ["x", "x"], src_vocab, tgt_vocab, 5, beam_size=2)
+    assert "<pad>" not in hyp.tokens and "<bos>" not in hyp.tokens
