@@ -11,7 +11,6 @@ random generators as they were -- or load, for the few mutations that are valid 
 VALID, with the reason).
 """
 
-import copy
 import hashlib
 import json
 import math
@@ -133,16 +132,16 @@ def mutated(value, kind):
     return None
 
 
-# Mutations that give a valid checkpoint, and why; everything else must be refused.
+# Mutations that give a valid checkpoint; everything else must be refused.
 VALID = {
     # PCG64's state and increment are 128-bit numbers: 10**30 is one
-    **{(f"rng.{g}.state.{k}", "huge"): "" for g in ("host", "backends.cpu", "backends.strict") for k in ("state", "inc")},
+    *((f"rng.{g}.state.{k}", "huge") for g in ("host", "backends.cpu", "backends.strict") for k in ("state", "inc")),
     # a device missing from rng.backends is one the saving process did not have: skipped
-    ("rng.backends.cpu", "missing"): "", ("rng.backends.strict", "missing"): "",
+    ("rng.backends.cpu", "missing"), ("rng.backends.strict", "missing"),
     # vocabs is {name: vocab}: which vocabularies a program needs is its own business
-    ("vocabs.src", "missing"): "", ("vocabs.tgt", "missing"): "",
+    ("vocabs.src", "missing"), ("vocabs.tgt", "missing"),
     # a scheduler's setting, not the optimiser's: the optimiser keeps its own
-    ("optimizer.param_groups[0].initial_lr", "missing"): "",
+    ("optimizer.param_groups[0].initial_lr", "missing"),
 }
 # The field a refusal names when it is judged together with others (an array the state does
 # not refer to is a difference between optimizer.state and optimizer.safetensors).
@@ -221,7 +220,7 @@ def test_every_field_of_checkpoint_json_is_checked(saved, kind, monkeypatch):
                 problems.append(f"{name} {kind}: the checkpoint on disk changed")
     finally:
         Path(path, "checkpoint.json").write_text(text)
-    assert cases >= {"wrong type": 60, "missing": 50, "huge": 40, "negative": 15}[kind]
+    assert cases >= {"wrong type": 80, "missing": 70, "huge": 80, "negative": 25}[kind]  # 272 in all now
     assert not problems, "\n".join(problems)
 
 
@@ -510,12 +509,15 @@ def loads_as(run, seed):
     return info
 
 
-@pytest.mark.parametrize("step, survivor", [
-    ("after-tmp-files", "old"), ("after-fsync", "old"), ("after-first-rename", "old"),
-    ("after-second-rename", "new"), ("before-cleanup", "new"),
-])
-def test_a_save_killed_at_any_step_leaves_a_loadable_run(tmp_path, step, survivor):
-    assert step in ckpt.SAVE_STEPS
+# Which checkpoint a run folder holds after a save is killed at each step: the old one until
+# the new one is renamed into place. A step added to SAVE_STEPS fails here until it is listed.
+SURVIVOR = {"after-tmp-files": "old", "after-fsync": "old", "after-first-rename": "old",
+            "after-second-rename": "new", "before-cleanup": "new"}
+
+
+@pytest.mark.parametrize("step", ckpt.SAVE_STEPS)
+def test_a_save_killed_at_any_step_leaves_a_loadable_run(tmp_path, step):
+    survivor = SURVIVOR[step]
     run = tmp_path / "run"
     save_checkpoint(run / "checkpoint", linear(1), step=1)
     killed_save(run / "checkpoint", step, seed=2)
@@ -541,9 +543,7 @@ def test_a_save_killed_while_recovering_from_a_kill_loses_nothing(tmp_path):
     loads_as(run, 4)
 
 
-def test_the_steps_are_the_whole_list_and_a_misspelt_one_is_refused(tmp_path, monkeypatch):
-    assert ckpt.SAVE_STEPS == ("after-tmp-files", "after-fsync", "after-first-rename", "after-second-rename",
-                               "before-cleanup")
+def test_a_misspelt_kill_step_is_refused_before_anything_is_written(tmp_path, monkeypatch):
     monkeypatch.setenv(ckpt.KILL_AT_ENV, "after-frist-rename")
     with pytest.raises(CheckpointError, match="'after-frist-rename' is not a save step; it must be one of "
                                               "after-tmp-files, "):
@@ -567,4 +567,4 @@ def test_a_save_deletes_stale_leftovers_and_refuses_what_could_not_be_loaded(tmp
     with pytest.raises(CheckpointError, match='field "config" must be a JSON object or null'):
         save_checkpoint(run / "checkpoint", linear(3), config=[1])
     assert load_checkpoint(run / "checkpoint")["step"] == 2
-    assert copy.deepcopy(leftovers(run)) == []
+    assert leftovers(run) == []
