@@ -189,7 +189,7 @@ def check_weights_fit(config, info, where):
     if "src" not in vocabs or "tgt" not in vocabs:
         raise CheckpointError(f"{where}: the checkpoint holds no 'src' and 'tgt' vocabularies; it was not written "
                               "by minitensor train")
-    saved = sum(int(t.numel()) for t in info["state_dict"].values())
+    saved = sum(math.prod(shape) for shape in info["shapes"].values())
     needed = min_num_parameters(config, len(vocabs["src"]), len(vocabs["tgt"]))
     if needed > saved:
         raise CheckpointError(f"{where}: its config describes a model of at least {needed:,} parameters, but the "
@@ -242,7 +242,7 @@ def load_run_checkpoint(directory):
     ``--resume`` read before they build a model."""
     from .checkpoint import CheckpointError, load_checkpoint
 
-    info = load_checkpoint(directory, restore_rng=False)
+    info = load_checkpoint(directory, restore_rng=False, read_arrays=False)  # the JSON and the tensors' shapes
     where = f"checkpoint {directory}"
     if info["config"] is None:
         raise CheckpointError(f"{where}: it holds no training config; cannot rebuild its model")
