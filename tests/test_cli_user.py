@@ -190,3 +190,19 @@ def test_a_plugin_file_for_one_run(tmp_path):
     one_line(missing, 2, "cosine", "--plugin")
     loaded = minitensor("translate", "--checkpoint", "run", "--plugin", "my_scorer.py", "abc", cwd=tmp_path)
     assert loaded.returncode == 0, loaded.stderr
+
+
+def test_a_file_that_is_not_utf8_is_named_with_its_line(tmp_path, capsys):
+    from minitensor import cli
+
+    text = tmp_path / "latin1.txt"
+    text.write_bytes("a first line\nthe second line is w\xf6rse\n".encode("latin-1") * 20)
+    assert cli.main(["train", "--text", str(text), "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(text) in err and "line 2" in err, err
+    corpus = tmp_path / "pairs.txt"
+    corpus.write_bytes(b"go .\tva !\n" * 30 + b"caf\xe9 .\tcaf\xe9 !\n")
+    assert cli.main(["train", "--data", str(corpus), "--out", str(tmp_path / "run2")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(corpus) in err and "line 31" in err, err
+    assert not (tmp_path / "run").exists() or not os.listdir(tmp_path / "run")
