@@ -1,4 +1,4 @@
-"""Checkpoints (minitensor/train/checkpoint.py): exact resume, damaged files, another config,
+"""Checkpoints (minitensor/train/checkpoint/): exact resume, damaged files, another config,
 missing plugins, atomic saves, devices, and no pickle anywhere.
 
 The resume test trains a small TransformerLM with dropout (so the random generators matter),
@@ -292,21 +292,21 @@ def test_a_crash_mid_save_keeps_the_previous_checkpoint(tmp_path, monkeypatch, c
     before = snapshot(model)
     train_step(model, opt, sched, batches)  # the model moves on, then saving it fails
     if crash_at == "writing the index":
-        real = ckpt._write_file
+        real = ckpt.save._write_file
 
         def write(p, data):
             if p.endswith("checkpoint.json"):
                 raise OSError(28, "No space left on device")
             real(p, data)
-        monkeypatch.setattr(ckpt, "_write_file", write)
+        monkeypatch.setattr(ckpt.save, "_write_file", write)
     else:
-        real = ckpt._rename
+        real = ckpt.save._rename
 
         def rename(src, dst):
             if os.path.basename(src).startswith(".ckpt.tmp-"):
                 raise OSError(5, "Input/output error")
             real(src, dst)
-        monkeypatch.setattr(ckpt, "_rename", rename)
+        monkeypatch.setattr(ckpt.save, "_rename", rename)
     with pytest.raises(OSError):
         save_checkpoint(path, model, opt, sched, step=4)
     monkeypatch.undo()
@@ -318,7 +318,7 @@ def test_a_crash_mid_save_keeps_the_previous_checkpoint(tmp_path, monkeypatch, c
 
 
 def test_a_first_save_that_fails_leaves_no_directory(tmp_path, monkeypatch):
-    monkeypatch.setattr(ckpt, "_write_file", lambda p, data: (_ for _ in ()).throw(KeyboardInterrupt()))
+    monkeypatch.setattr(ckpt.save, "_write_file", lambda p, data: (_ for _ in ()).throw(KeyboardInterrupt()))
     with pytest.raises(KeyboardInterrupt):
         save_checkpoint(tmp_path / "ckpt", make_lm())
     assert os.listdir(tmp_path) == []
@@ -335,12 +335,12 @@ def test_a_process_killed_between_the_renames_loses_nothing(tmp_path):
         from test_checkpoint import make_lm
         path = {str(tmp_path / "ckpt")!r}
         ckpt.save_checkpoint(path, make_lm(seed=1), step=1)
-        real = ckpt._rename
+        real = ckpt.save._rename
         def rename(src, dst):
             if os.path.basename(src).startswith(".ckpt.tmp-"):
                 os._exit(3)   # killed: the old one is renamed away, the new one not yet in
             real(src, dst)
-        ckpt._rename = rename
+        ckpt.save._rename = rename
         ckpt.save_checkpoint(path, make_lm(seed=2), step=2)
     """)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
@@ -417,9 +417,11 @@ def test_rng_state_round_trips_through_json_and_bad_states_change_nothing(monkey
 
 
 def test_importing_minitensor_does_not_import_safetensors():
-    code = ("import sys, minitensor, minitensor.train.checkpoint; "
+    code = ("import sys, glob, os, minitensor, minitensor.train.checkpoint; "
             "assert 'safetensors' not in sys.modules, 'safetensors imported'; "
-            "src = open(minitensor.train.checkpoint.__file__).read(); "
+            "files = glob.glob(os.path.join(os.path.dirname(minitensor.train.checkpoint.__file__), '*.py')); "
+            "assert len(files) > 1, files; "
+            "src = ''.join(open(f).read() for f in files); "
             "assert 'import pickle' not in src and 'allow_pickle=True' not in src")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr

@@ -1,4 +1,4 @@
-"""Checkpoint safety (minitensor/train/checkpoint.py): a crafted or damaged checkpoint is one
+"""Checkpoint safety (minitensor/train/checkpoint/): a crafted or damaged checkpoint is one
 CheckpointError line, costs bounded memory and changes nothing; a save killed at any instant
 leaves a run folder that loads, and the next save cleans up after it.
 
@@ -186,7 +186,7 @@ CAPS = {"MAX_TENSORS": 2000, "MAX_VOCAB_SIZE": 2000, "MAX_ENTRIES": ckpt.MAX_ENT
 @pytest.mark.parametrize("kind", ["wrong type", "missing", "huge", "negative"])
 def test_every_field_of_checkpoint_json_is_checked(saved, kind, monkeypatch):
     for name, cap in CAPS.items():
-        monkeypatch.setattr(ckpt, name, cap)
+        monkeypatch.setattr(ckpt.fields, name, cap)  # where the schema reads its caps
     path, text, weights = saved
     problems, cases = [], 0
     try:
