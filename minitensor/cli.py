@@ -141,12 +141,12 @@ def _resumed_config(args):
     from .train.checkpoint import find_checkpoint
     from .train.config import ConfigError, TrainConfig, flag_of
     from .train.loop import load_run_checkpoint
-    from .train.run import CHECKPOINT_DIR, RunFolderError
+    from .train.run import CHECKPOINT_DIR, RunFolderError, holds_run
 
     out = default_out(args)
-    if not os.path.isdir(out):
-        raise RunFolderError(f"--resume: there is no run folder {out}; start a run with minitensor train "
-                             f"--out {shlex.quote(out)}")
+    if not holds_run(out):
+        raise RunFolderError(f"--resume: {out} holds no run to resume (no {CHECKPOINT_DIR}/ in it); start one with: "
+                             f"minitensor train --out {shlex.quote(out)}")
     saved, _ = load_run_checkpoint(find_checkpoint(out, CHECKPOINT_DIR))
     given = explicit_settings(args)
     resumable = TrainConfig.resumable_fields()

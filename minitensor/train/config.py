@@ -224,9 +224,14 @@ class TrainConfig:
         if self.model != "bahdanau" and self.num_hiddens % self.num_heads:
             raise ConfigError("num_heads", f"--num-heads {self.num_heads} does not divide --num-hiddens "
                                            f"{self.num_hiddens}: each head gets num_hiddens / num_heads units")
+        from .. import plugins
         from ..backends import get_backend
 
         get_backend(self.device)  # a DeviceError naming what is missing, before anything is made
+        for kind, plugin in (("scorer", self.scorer), ("pooling", self.pooling), ("positional encoding",
+                                                                                  self.positional)):
+            if plugin is not None:
+                plugins.lookup(kind, plugin)  # an unknown name lists the known ones
         for key in ("data", "text"):
             file = getattr(self, key)
             if file is not None and not os.path.isfile(file):

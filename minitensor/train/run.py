@@ -100,10 +100,10 @@ class RunFolder:
         self.checkpoint = os.path.join(self.path, CHECKPOINT_DIR)
         self.best = os.path.join(self.path, BEST_DIR)
         self.display = os.fspath(path)  # as the user wrote it, for messages
-        self._fd = None
+        self._fd, self._made = None, False
 
     def __enter__(self):
-        self._make_folder()
+        self._made = self._make_folder()
         self._lock()
         try:
             self._check_contents()
@@ -112,18 +112,27 @@ class RunFolder:
             raise
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, error_type, *_):
         self._unlock()
+        if error_type is not None and self._made:
+            try:  # a run that failed before writing anything leaves no empty folder behind
+                os.rmdir(self.path)
+            except OSError:
+                pass
         return False
 
     # -- the folder -------------------------------------------------------------------------------
     def _make_folder(self):
+        """Create the folder if need be; True if it was created here."""
         if os.path.lexists(self.path) and not os.path.isdir(self.path):
             raise RunFolderError(f"--out {self.display} is a file, not a folder; choose a folder for the run")
+        if os.path.isdir(self.path):
+            return False
         try:
-            os.makedirs(self.path, exist_ok=True)
+            os.makedirs(self.path)
         except OSError as e:
             raise RunFolderError(f"cannot create the run folder --out {self.display}: {e.strerror}") from e
+        return True
 
     def _check_contents(self):
         if self.resume:
