@@ -300,3 +300,12 @@ def test_a_corpus_too_small_for_a_heldout_set_is_refused_before_training(tmp_pat
     with pytest.raises(ConfigError, match=r"2 tab-separated sentence pairs leave 2 for training and 0 held out"):
         train(tiny(tmp_path / "run", data=str(corpus)), log=logged.append)
     assert logged == []  # not one step was trained
+    assert not (tmp_path / "run").exists()  # and the folder made for the run is gone again
+
+
+def test_an_unknown_plugin_is_refused_before_the_folder_is_made(tmp_path):
+    from minitensor.plugins import UnknownPluginError
+
+    with pytest.raises(UnknownPluginError, match="unknown scorer 'dott'; did you mean 'dot'"):
+        train(tiny(tmp_path / "run", scorer="dott"), log=quiet)
+    assert not (tmp_path / "run").exists()
