@@ -1,5 +1,8 @@
 """Small helpers shared by the engine tests."""
 
+import hashlib
+import os
+
 import numpy as np
 
 import minitensor as mt
@@ -74,3 +77,15 @@ def special_rows(dtype):
     ], dtype=dtype)
     lens = np.array([5, 5, 5, 0, 99, 2, -4], dtype=np.int64)
     return x, lens
+
+
+def file_hashes(folder):
+    """{path relative to ``folder``: SHA-256} of every file below ``folder``: equal before and
+    after means that nothing on disk changed."""
+    found = {}
+    for root, _, files in os.walk(folder):
+        for name in files:
+            path = os.path.join(root, name)
+            with open(path, "rb") as f:
+                found[os.path.relpath(path, folder)] = hashlib.sha256(f.read()).hexdigest()
+    return found

@@ -1,7 +1,6 @@
 """The command line as a learner types it, in real processes: one line for every mistake, the
 right exit code, and the previous run's files byte for byte as they were."""
 
-import hashlib
 import os
 import shutil
 import signal
@@ -10,6 +9,7 @@ import sys
 import time
 
 import pytest
+from helpers import file_hashes
 
 pytest.importorskip("safetensors")
 
@@ -32,16 +32,6 @@ def one_line(result, code, *fragments):
     return result.stderr
 
 
-def snapshot(folder):
-    found = {}
-    for root, _, files in os.walk(folder):
-        for name in files:
-            path = os.path.join(root, name)
-            with open(path, "rb") as f:
-                found[os.path.relpath(path, folder)] = hashlib.sha256(f.read()).hexdigest()
-    return found
-
-
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     """A finished one-epoch run in ``<tmp>/runs/reverse`` (the default --out of the task)."""
@@ -52,29 +42,29 @@ def run(tmp_path_factory):
 
 
 def test_a_second_train_does_not_replace_the_first(run):
-    before = snapshot(run)
+    before = file_hashes(run)
     again = minitensor("train", *TINY, "--epochs", "1", "--scorer", "dot", cwd=run.parent.parent)
     one_line(again, 2, "runs/reverse already holds a run (a checkpoint at step 2 (epoch 1))", "--resume",
              "--overwrite", "another --out")
-    assert snapshot(run) == before
+    assert file_hashes(run) == before
 
 
 def test_resume_refuses_other_settings_by_name(run):
-    before = snapshot(run)
+    before = file_hashes(run)
     refused = minitensor("train", "--out", str(run), "--resume", "--num-heads", "4", "--lr", "0.5", "--scorer", "dot")
     one_line(refused, 2, "--num-heads 4 (the run has 2)", "--lr 0.5 (the run has 0.01)",
              "--scorer 'dot' (the run has None)", "may change only --epochs, --steps, --device, --no-progress")
-    assert snapshot(run) == before
+    assert file_hashes(run) == before
 
 
 def test_a_copied_run_resumes_into_the_copy_from_another_directory(run, tmp_path):
-    before = snapshot(run)
+    before = file_hashes(run)
     shutil.copytree(run, tmp_path / "copy", symlinks=True)
     (tmp_path / "elsewhere").mkdir()
     resumed = minitensor("train", "--out", "../copy", "--resume", "--epochs", "2", cwd=tmp_path / "elsewhere")
     assert resumed.returncode == 0, resumed.stderr
     assert "resuming ../copy at step 2" in resumed.stdout
-    assert os.listdir(tmp_path / "elsewhere") == [] and snapshot(run) == before
+    assert os.listdir(tmp_path / "elsewhere") == [] and file_hashes(run) == before
     translated = minitensor("translate", "--checkpoint", str(tmp_path / "copy"), "abc")
     assert translated.returncode == 0 and "<pad>" not in translated.stdout and "<bos>" not in translated.stdout
 

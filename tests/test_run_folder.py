@@ -2,7 +2,6 @@
 anywhere, and what is saved in it is checked before it is used (config and the loop's extras)."""
 
 import dataclasses
-import hashlib
 import json
 import math
 import os
@@ -10,6 +9,7 @@ import shutil
 import signal
 
 import pytest
+from helpers import file_hashes
 
 from minitensor.train import checkpoint as ckpt
 from minitensor.train.config import ConfigError, TrainConfig
@@ -32,17 +32,6 @@ def tiny(out, **changes):
     return TrainConfig(**settings)
 
 
-def snapshot(folder):
-    """{relative path: SHA-256} of every file under ``folder``."""
-    found = {}
-    for root, _, files in os.walk(folder):
-        for name in files:
-            path = os.path.join(root, name)
-            with open(path, "rb") as f:
-                found[os.path.relpath(path, folder)] = hashlib.sha256(f.read()).hexdigest()
-    return found
-
-
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
     """A run folder after one epoch: checkpoint/ and best/."""
@@ -60,14 +49,14 @@ def copy_of(run, tmp_path, name="copy"):
 # -- one owner ------------------------------------------------------------------------------------
 def test_a_second_run_in_the_same_folder_is_refused_and_changes_nothing(finished_run, tmp_path):
     run = copy_of(finished_run, tmp_path)
-    before = snapshot(run)
+    before = file_hashes(run)
     with pytest.raises(RunExistsError) as info:
         train(tiny(run, scorer="dot"), log=quiet, stop_after_epochs=1)
     message = str(info.value)
     assert "\n" not in message and "already holds a run" in message and "step 2 (epoch 1)" in message
     for offer in ("--resume", "--overwrite", "another --out"):
         assert offer in message
-    assert snapshot(run) == before
+    assert file_hashes(run) == before
 
 
 def test_overwrite_deletes_the_runs_files_and_nothing_else(finished_run, tmp_path):
@@ -125,7 +114,7 @@ def test_an_unusable_out_is_refused_before_training(tmp_path, monkeypatch):
 
 # -- resume ---------------------------------------------------------------------------------------
 def test_resume_writes_to_the_copy_from_any_directory(finished_run, tmp_path, monkeypatch):
-    original = snapshot(finished_run)
+    original = file_hashes(finished_run)
     run = copy_of(finished_run, tmp_path)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -134,7 +123,7 @@ def test_resume_writes_to_the_copy_from_any_directory(finished_run, tmp_path, mo
     result = train(tiny(run), log=quiet, resume=True)
     assert result.step == 4 and result.checkpoint == str(run / CHECKPOINT_DIR)
     assert load_run_checkpoint(str(run / CHECKPOINT_DIR))[1]["step"] == 4
-    assert snapshot(finished_run) == original
+    assert file_hashes(finished_run) == original
     assert os.listdir(elsewhere) == []
 
 
@@ -198,12 +187,12 @@ def test_a_huge_learning_rate_or_clip_loads(finished_run, tmp_path, field):
 def test_every_config_field_is_checked_before_use(finished_run, tmp_path, field, value):
     run = copy_of(finished_run, tmp_path)
     rewrite(run / CHECKPOINT_DIR, lambda body: body["config"].__setitem__(field, value))
-    before = snapshot(run)
+    before = file_hashes(run)
     with pytest.raises((ConfigError, ckpt.CheckpointError)) as info:
         load_run_checkpoint(str(run / CHECKPOINT_DIR))
     message = str(info.value)
     assert "\n" not in message and repr(field) in message, message
-    assert snapshot(run) == before
+    assert file_hashes(run) == before
 
 
 def test_a_missing_config_field_takes_its_default(finished_run, tmp_path):
@@ -244,11 +233,11 @@ def _set_path(body, dotted, value):
 def test_every_extra_field_of_the_loop_is_checked_before_use(finished_run, tmp_path, field, value):
     run = copy_of(finished_run, tmp_path)
     rewrite(run / CHECKPOINT_DIR, lambda body: _set_path(body, field, value))
-    before = snapshot(run)
+    before = file_hashes(run)
     with pytest.raises(ckpt.CheckpointError) as info:
         load_run_checkpoint(str(run / CHECKPOINT_DIR))
     assert "\n" not in str(info.value) and f'"extra.{field}"' in str(info.value)
-    assert snapshot(run) == before
+    assert file_hashes(run) == before
 
 
 @pytest.mark.parametrize("field", ["num_steps", "tgt_num_steps", "batches", "history"])
