@@ -50,6 +50,8 @@ def test_char_lm_corpus_reads_the_example_text():
     corpus, vocab = char_lm_corpus(EXAMPLE_TEXT)
     assert len(corpus) == 178_979 and "".join(vocab.to_tokens(corpus[:16])) == "The Time Machine"
     assert vocab.unk not in corpus
+    split = int(len(corpus) * 0.9)  # the numbers unigram_baseline's docstring quotes
+    assert len(vocab) == 74 and unigram_baseline(corpus[:split], corpus[split:], len(vocab)) == pytest.approx(3.08, abs=0.005)
 
 
 # -- the unigram baseline --------------------------------------------------------------------------

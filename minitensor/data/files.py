@@ -33,7 +33,7 @@ class TextDecodeError(ValueError):
 def check_file(path, what="file"):
     """``path`` as a str, once it is known to name an existing regular file.
 
-    ``what`` names the file in the messages ("text file", "corpus"). Raises TypeError for
+    ``what`` names the file in the messages ("text file", "corpus file"). Raises TypeError for
     something that is not a path (str or ``os.PathLike``), FileNotFoundError for a missing
     file, IsADirectoryError for a folder and ValueError for anything else that is not a
     regular file (a device, a pipe), which could block or never end when read.
