@@ -129,10 +129,12 @@ def default_out(args):
 
 
 def config_from_args(args):
-    """A TrainConfig from ``minitensor train``'s arguments (flags left out keep the defaults)."""
+    """A TrainConfig from ``minitensor train``'s arguments (flags left out keep the defaults,
+    the model's: a character LM has its own sizes)."""
     from .train.config import TrainConfig
 
-    return TrainConfig(out=default_out(args)).replace(**explicit_settings(args))
+    given = explicit_settings(args)
+    return TrainConfig.recipe(given.pop("model", "transformer"), out=default_out(args), **given)
 
 
 def _resumed_config(args):
@@ -258,14 +260,17 @@ def _generate(args):
     import minitensor as mt
 
     from .train.config import detokenize, tokenize_text
-    from .train.decoding import generate
+    from .train.decoding import SAMPLE_TEMPERATURE, generate
 
     model, config, _, vocab, _, _ = _load_for_command(args, "generate")
     prompt = tokenize_text(config, args.prompt)
     _check_input("generate", "the prompt (--prompt)", args.prompt, prompt, vocab, "characters",
                  spaces_are_text=True)
     mt.manual_seed(args.seed)
-    hyp = generate(model, prompt, vocab, args.max_len, beam_size=args.beam, temperature=args.temperature)
+    search = args.greedy or args.beam is not None
+    temperature = None if search else args.temperature or SAMPLE_TEMPERATURE
+    hyp = generate(model, prompt, vocab, args.max_len, beam_size=args.beam or 1, temperature=temperature,
+                   window=config.lm_num_steps)
     print(detokenize(config, hyp.tokens))
     return 0
 
@@ -284,6 +289,7 @@ def _common_options():
 
 def _add_train_parser(sub, common):
     from .train.config import MODELS, OPTIMIZERS, SCHEDULES, TASKS
+    from .train.decoding import SAMPLE_TEMPERATURE
 
     p = sub.add_parser("train", parents=[common],
                        help="train a Transformer (or Bahdanau model, or char LM) with progress, "
@@ -358,10 +364,14 @@ def _add_train_parser(sub, common):
     g.add_argument("--checkpoint", required=True, metavar="DIR", help=where)
     g.add_argument("--prompt", required=True, help="the text to continue")
     g.add_argument("--max-len", type=_at_least(1), default=100, help="tokens to generate (default 100)")
-    g.add_argument("--beam", type=_at_least(1), default=1, metavar="K")
-    g.add_argument("--temperature", type=_positive_number,
-                   help="sample at this temperature (e.g. 0.7) instead of greedy search")
-    g.add_argument("--seed", type=_at_least(0), default=0)
+    search = g.add_mutually_exclusive_group()
+    search.add_argument("--temperature", type=_positive_number,
+                        help=f"sample at this temperature (default {SAMPLE_TEMPERATURE}: lower is safer, higher "
+                             "more inventive)")
+    search.add_argument("--greedy", action="store_true",
+                        help="greedy search instead of sampling (it tends to repeat a phrase)")
+    search.add_argument("--beam", type=_at_least(1), metavar="K", help="beam search with K beams instead of sampling")
+    g.add_argument("--seed", type=_at_least(0), default=0, help="the seed of the sampling (default 0)")
     g.add_argument("--device", default="cpu", help="where the model runs (default cpu)")
     g.set_defaults(func=_generate)
 

@@ -490,3 +490,40 @@ def test_pad_and_bos_are_never_generated():
     src_vocab, tgt_vocab = Vocab(["x"]), Vocab(["a"])  # V = 5 tokens each, as the model
     hyp = translate(seq2seq, ["x", "x"], src_vocab, tgt_vocab, 5, beam_size=2)
     assert "<pad>" not in hyp.tokens and "<bos>" not in hyp.tokens
+
+
+class Positions:
+    """Wraps a language model and records how many positions each decoding reaches."""
+
+    def __init__(self, lm):
+        self.lm, self.reached, self.fed = lm, [], 0
+
+    def __getattr__(self, name):
+        return getattr(self.lm, name)
+
+    def begin_decoding(self):
+        self.reached.append(0)
+        return self.lm.begin_decoding()
+
+    def decode_step(self, tokens, state):
+        self.reached[-1] += tokens.shape[1]
+        return self.lm.decode_step(tokens, state)
+
+
+def test_generate_stays_inside_the_window_the_model_was_trained_on():
+    vocab = Vocab(list("abc"))
+    mt.manual_seed(2)
+    lm = Positions(nn.TransformerLM(len(vocab), 8, 16, 2, 1, 0.0, max_len=64).eval())
+    out = generate(lm, list("abcab"), vocab, 30, window=8)
+    assert out.tokens[:5] == list("abcab") and (len(out.tokens) == 5 + 30 or out.ended)
+    assert max(lm.reached) <= 8 and len(lm.reached) > 1
+    # inside the window: one piece, the same text as without a window
+    lm.reached.clear()
+    assert generate(lm, list("ab"), vocab, 6, window=8) == generate(lm, list("ab"), vocab, 6)
+    # a prompt longer than the window: only its end is read
+    lm.reached.clear()
+    long = generate(lm, list("abc" * 10), vocab, 5, window=8)
+    assert long.tokens[:30] == list("abc" * 10) and max(lm.reached) <= 8
+    mt.manual_seed(0)
+    drawn = generate(lm, list("ab"), vocab, 20, temperature=0.7, window=6)
+    assert drawn.tokens[:2] == list("ab") and (len(drawn.tokens) == 22 or drawn.ended)

@@ -94,6 +94,8 @@ def test_wheel_holds_minitensor_and_minitensor_plugins(wheel, source):
     expected |= {"minitensor_plugins/" + p.relative_to(source / "plugins" / "minitensor_plugins").as_posix()
                  for p in (source / "plugins" / "minitensor_plugins").rglob("*.py")}
     assert expected - names == set()
+    # and the character LM's example text with its README (package data, not modules)
+    assert {"minitensor/data/texts/time_machine.txt", "minitensor/data/texts/README.md"} <= names
 
 
 @pytest.mark.slow
@@ -111,7 +113,7 @@ def test_wheel_metadata(wheel):
     entry_points = texts["minitensor-0.1.0.dist-info/entry_points.txt"]
     assert "[console_scripts]" in entry_points and "minitensor = minitensor.cli:main" in entry_points
     metadata = texts["minitensor-0.1.0.dist-info/METADATA"]
-    for requirement in ("numpy", "numba", "pluggy"):
+    for requirement in ("numpy", "numba", "pluggy", "matplotlib"):
         assert f"Requires-Dist: {requirement}" in metadata
 
 

@@ -160,10 +160,15 @@ def test_cli_char_lm_train_and_generate(tmp_path, capsys):
     out = str(tmp_path / "lm")
     assert cli.main(["train", "--text", str(text), "--lm-num-steps", "16", "--steps", "30", "--batch-size", "16",
                      "--num-blks", "1", "--out", out, "--no-progress"]) == 0
-    assert "perplexity" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "perplexity" in printed and "a unigram model (character frequencies alone) scores" in printed
+    assert printed.count("held-out prompt") == 2 and os.path.isdir(os.path.join(out, "best"))
     assert cli.main(["generate", "--checkpoint", out, "--prompt", "the ", "--max-len", "12"]) == 0
     generated = capsys.readouterr().out.rstrip("\n")
     assert generated.startswith("the ") and len(generated) == 16
+    # longer than the 16-character windows it was trained on: generated piece by piece
+    assert cli.main(["generate", "--checkpoint", out, "--prompt", "the ", "--max-len", "40", "--greedy"]) == 0
+    assert len(capsys.readouterr().out.rstrip("\n")) == 44
 
 
 def test_norm_first_flag_selects_either_layer_norm_placement():

@@ -458,11 +458,7 @@ def _report(result, data, log, num_samples=5):
 
     config, model = result.config, result.model
     if config.model == "lm":
-        prompt = data.tgt_vocab.to_tokens(list(data.heldout[:20]))
-        text = "".join(generate(model, prompt, data.tgt_vocab, max_len=100).tokens)
-        result.samples.append(text)
-        log(f"sample (prompt {''.join(prompt)!r}, greedy): {text!r}")
-        log(f"held-out loss {result.heldout_loss:.4f}, perplexity {math.exp(min(result.heldout_loss, 50)):.2f}")
+        _report_lm(result, data, log)
     else:
         examples = data.heldout[:num_samples]
         hyps = translate(model, [s for s, _ in examples], data.src_vocab, data.tgt_vocab, data.num_steps,
@@ -480,6 +476,37 @@ def _report(result, data, log, num_samples=5):
         result.figures.extend(save_figures(result, data))
     except ModuleNotFoundError as e:  # a broken installation: the run itself is saved, say what is missing
         log(f"no figures: {e}")
+
+
+def _report_lm(result, data, log, num_samples=2, length=160):
+    """The best held-out loss against the unigram baseline, and samples from the best weights,
+    each continuing held-out text that starts at a word."""
+    import minitensor as mt
+
+    from ..data import unigram_baseline
+    from .checkpoint import load_checkpoint
+    from .decoding import SAMPLE_TEMPERATURE, generate
+
+    config, vocab = result.config, data.tgt_vocab
+    best = min(result.history["eval"], key=lambda e: e["loss"])
+    model = build_model(config, vocab, vocab)  # the best weights, what generate will load; result.model is the last
+    load_checkpoint(os.path.join(config.out, BEST_DIR), model, restore_rng=False, map_device=config.device)
+    baseline = unigram_baseline(data.train, data.heldout, len(vocab))
+    log(f"held-out loss {best['loss']:.4f} nats per character (the best, after step {best['step']}; perplexity "
+        f"{math.exp(min(best['loss'], 50)):.2f}); a unigram model (character frequencies alone) scores "
+        f"{baseline:.4f}: {1 - best['loss'] / baseline:.0%} lower")
+    text = vocab.to_tokens(list(data.heldout))
+    starts = [i + 1 for i, c in enumerate(text[:-40]) if c == " " and text[i + 1].isalpha()]
+    mt.manual_seed(config.seed)
+    for k in range(num_samples):
+        start = starts[k * len(starts) // num_samples] if starts else 0
+        prompt = text[start:start + 24]
+        hyp = generate(model, prompt, vocab, length, temperature=SAMPLE_TEMPERATURE,
+                       window=config.lm_num_steps)
+        sample = "".join(hyp.tokens)
+        result.samples.append(sample)
+        log(f"sample {k + 1} (held-out prompt {''.join(prompt)!r}, temperature {SAMPLE_TEMPERATURE}): "
+            f"{sample!r}")
 
 
 def save_figures(result, data):
