@@ -173,7 +173,7 @@ class TrainConfig:
     seed: int = setting(0, integer(0, 2**63 - 1))
     out: str = setting("runs/train", file_path)
     progress: bool = setting(True, boolean, resumable=True, flag="--no-progress")
-    eval_batch_size: int = setting(500, integer(1), resumable=True)
+    eval_batch_size: int = setting(500, integer(1))
 
     def to_dict(self):
         return dataclasses.asdict(self)
