@@ -142,7 +142,7 @@ def _resumed_config(args):
     anything else are refused, each named, rather than silently ignored."""
     from .train.checkpoint import find_checkpoint
     from .train.config import ConfigError, TrainConfig, flag_of
-    from .train.loop import load_run_checkpoint
+    from .train.run import load_run_checkpoint
     from .train.run import CHECKPOINT_DIR, RunFolderError, holds_run
 
     out = default_out(args)
@@ -177,7 +177,7 @@ def _load_for_inference(directory, device="cpu"):
     from a run folder (its best/ weights, else its latest checkpoint/) or a checkpoint folder."""
     from .train.checkpoint import CheckpointError, find_checkpoint, load_checkpoint
     from .train.config import build_model
-    from .train.loop import load_run_checkpoint
+    from .train.run import load_run_checkpoint
     from .train.run import BEST_DIR, CHECKPOINT_DIR
 
     try:

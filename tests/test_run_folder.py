@@ -13,9 +13,9 @@ from helpers import file_hashes
 
 from minitensor.train import checkpoint as ckpt
 from minitensor.train.config import ConfigError, TrainConfig
-from minitensor.train.loop import TrainingError, _complete_before_interrupt, load_run_checkpoint, train
+from minitensor.train.loop import TrainingError, _complete_before_interrupt, train
 from minitensor.train.run import (BEST_DIR, CHECKPOINT_DIR, LOCK_FILE, RunBusyError, RunExistsError, RunFolder,
-                                  RunFolderError)
+                                  RunFolderError, load_run_checkpoint)
 
 pytest.importorskip("safetensors")
 

@@ -31,17 +31,19 @@ MAX_SIZE = 1 << 20          # hidden units, heads, blocks, sequence lengths, bat
 MAX_EXAMPLES = 10_000_000   # generated examples, corpus lines
 
 
-def _is_int(value):
+def is_integer(value):
+    """An int, and not a bool (which Python counts as one)."""
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_number(value):
+def is_finite_number(value):
+    """An int or float (not a bool), neither NaN nor infinite."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def integer(low, high=MAX_SIZE):
     def check(value):
-        if not _is_int(value) or not low <= value <= high:
+        if not is_integer(value) or not low <= value <= high:
             return f"must be an integer from {low:,} to {high:,}"
     return check
 
@@ -49,7 +51,7 @@ def integer(low, high=MAX_SIZE):
 def number(low=None, high=None, *, low_open=False, high_open=True):
     """A finite number in [low, high) (``low_open``/``high_open`` choose the brackets)."""
     def check(value):
-        inside = _is_number(value) and (low is None or (value > low if low_open else value >= low)) and (
+        inside = is_finite_number(value) and (low is None or (value > low if low_open else value >= low)) and (
             high is None or (value < high if high_open else value <= high))
         if not inside:
             lo = "" if low is None else f"{'>' if low_open else '>='} {low:g}"
@@ -85,7 +87,7 @@ def plugin_options(value):
     if not isinstance(value, dict) or len(value) > 100:
         return "must be a dict of at most 100 options"
     for key, item in value.items():
-        if identifier(key) or not (item is None or isinstance(item, (bool, str)) or _is_number(item)):
+        if identifier(key) or not (item is None or isinstance(item, (bool, str)) or is_finite_number(item)):
             return f"has an invalid option {key!r}: {item!r:.60}"
         if isinstance(item, str) and len(item) > 1000:
             return f"has an option {key!r} longer than 1,000 characters"

@@ -10,7 +10,8 @@ target positions, optionally label-smoothed; gradients are clipped to a total no
 Adam(W) steps and the schedule sets the next learning rate (warm-up, then cosine decay).
 
 After every epoch: the held-out loss, the exact-match accuracy of greedy decoding on the
-held-out set (batched), a checkpoint. ``train(config, resume=True)`` continues from that
+held-out set (batched), the latest checkpoint in the run folder's checkpoint/ and, when the
+held-out loss is the lowest so far, the weights in its best/ (see ``run.py``). ``train(config, resume=True)`` continues from that
 checkpoint exactly as the uninterrupted run would have gone on: the same data (rebuilt from
 the seed), weights, optimiser moments, schedule, position in the epoch's shuffled order and
 random generators (dropout), so the losses match bit for bit.
@@ -31,9 +32,8 @@ from typing import Optional
 
 import numpy
 
-from .config import (TrainConfig, build_data, build_model, build_optimizer, build_scheduler, detokenize,
-                     min_num_parameters)
-from .run import BEST_DIR, RunFolder
+from .config import TrainConfig, build_data, build_model, build_optimizer, build_scheduler, detokenize
+from .run import BEST_DIR, RunFolder, load_run_checkpoint
 
 
 class TrainingError(RuntimeError):
@@ -180,78 +180,6 @@ def _check_resumable(saved, config):
                             + "; ".join(changed) + "); resume with the same settings, or start afresh in a new --out")
 
 
-def check_weights_fit(config, info, where):
-    """Refuse a checkpoint whose config describes a model much larger than its weights,
-    *before* ``build_model`` allocates it (an edited config must not fill the memory)."""
-    from .checkpoint import CheckpointError
-
-    vocabs = info["vocabs"]
-    if "src" not in vocabs or "tgt" not in vocabs:
-        raise CheckpointError(f"{where}: the checkpoint holds no 'src' and 'tgt' vocabularies; it was not written "
-                              "by minitensor train")
-    saved = sum(math.prod(shape) for shape in info["shapes"].values())
-    needed = min_num_parameters(config, len(vocabs["src"]), len(vocabs["tgt"]))
-    if needed > saved:
-        raise CheckpointError(f"{where}: its config describes a model of at least {needed:,} parameters, but the "
-                              f"saved weights hold {saved:,}: the config does not belong to these weights")
-
-
-def _check_extra(extra, where):
-    """The training loop's own fields of a checkpoint ("extra"), checked before use: a
-    ``CheckpointError`` naming the field, never a KeyError or a huge allocation later."""
-    from .checkpoint import CheckpointError
-    from .config import MAX_SIZE, _is_int, _is_number
-
-    def fail(name, what, value):
-        raise CheckpointError(f"{where}: field \"extra.{name}\" must be {what}, got {value!r:.60}")
-
-    if not isinstance(extra, dict):
-        fail("", "a dict", extra)
-    for name in ("num_steps", "tgt_num_steps"):
-        value = extra.get(name)
-        if not _is_int(value) or not 1 <= value <= MAX_SIZE:
-            fail(name, f"an integer from 1 to {MAX_SIZE:,}", value)
-    if "history" in extra or "batches" in extra:  # a run's latest checkpoint (not best/)
-        batches, history = extra.get("batches"), extra.get("history")
-        if not isinstance(batches, dict):
-            fail("batches", "a dict", batches)
-        for name in ("seed", "epoch", "position"):
-            value = batches.get(name)
-            if not _is_int(value) or not 0 <= value < 2**63:
-                fail(f"batches.{name}", "a non-negative integer", value)
-        if not isinstance(history, dict):
-            fail("history", "a dict", history)
-        losses = history.get("loss")
-        if not isinstance(losses, list) or not all(_is_number(v) for v in losses):
-            fail("history.loss", "a list of finite numbers", losses)
-        evals = history.get("eval")
-        if not isinstance(evals, list) or not all(
-                isinstance(e, dict) and all(_is_number(v) for v in e.values()) for e in evals):
-            fail("history.eval", "a list of dicts of numbers", evals)
-        value = history.get("steps_per_epoch")
-        if not _is_int(value) or value < 1:
-            fail("history.steps_per_epoch", "a positive integer", value)
-    if "heldout_loss" in extra and not _is_number(extra["heldout_loss"]):
-        fail("heldout_loss", "a finite number", extra["heldout_loss"])
-
-
-def load_run_checkpoint(directory):
-    """(TrainConfig, the ``load_checkpoint`` dict) of a checkpoint ``minitensor train`` wrote,
-    with its config and extras checked (``ConfigError`` / ``CheckpointError`` naming the field)
-    and the weights checked to fit the config: what ``translate``, ``generate`` and
-    ``--resume`` read before they build a model."""
-    from .checkpoint import CheckpointError, load_checkpoint
-
-    info = load_checkpoint(directory, restore_rng=False, read_arrays=False)  # the JSON and the tensors' shapes
-    where = f"checkpoint {directory}"
-    if info["config"] is None:
-        raise CheckpointError(f"{where}: it holds no training config; cannot rebuild its model")
-    config = TrainConfig.from_dict(info["config"], f"{where}: config")
-    _check_extra(info["extra"], where)
-    check_weights_fit(config, info, where)
-    return config, info
-
-
 def _epochs_done(loader):
     return loader.epoch + (1 if loader.position >= len(loader) else 0)
 
@@ -271,17 +199,6 @@ def _complete_before_interrupt():
         signal.signal(signal.SIGINT, previous)
     if pressed:
         raise KeyboardInterrupt
-
-
-def _best_loss(run):
-    """The held-out loss recorded in the run's best/, or inf when there is none."""
-    from .checkpoint import CheckpointError, find_checkpoint
-
-    try:
-        _, info = load_run_checkpoint(find_checkpoint(run.path, BEST_DIR))
-    except CheckpointError:
-        return math.inf
-    return info["extra"].get("heldout_loss", math.inf)
 
 
 # -- the loop -------------------------------------------------------------------------------------
@@ -340,7 +257,7 @@ def _train(config, run, log, resume, stop_after_epochs):
         info = load_checkpoint(run.checkpoint, model, optimizer, scheduler, map_device=config.device)
         loader.load_state_dict(info["extra"]["batches"])
         history, step = info["extra"]["history"], info["step"]
-        saved_step, best_loss = step, _best_loss(run)
+        saved_step, best_loss = step, run.best_loss()
         if isinstance(scheduler, WarmupCosineLR) and scheduler.total_steps != total_steps:
             log(f"note: the cosine schedule now ends at step {total_steps} instead of {scheduler.total_steps}")
             scheduler.total_steps = total_steps
@@ -436,12 +353,10 @@ def _train(config, run, log, resume, stop_after_epochs):
 
 
 def _interrupted_message(run, step, saved_step):
-    import shlex
-
     if saved_step is None:
         return f"interrupted at step {step}, before the first checkpoint: nothing was saved in {run.display}"
-    return (f"interrupted at step {step}; the checkpoint of step {saved_step} is safe in {run.display}: continue "
-            f"with minitensor train --out {shlex.quote(run.display)} --resume")
+    return f"interrupted at step {step}; the checkpoint of step {saved_step} is safe in {run.display}: continue " \
+           f"with {run.command('--resume')}"
 
 
 def build_scorer_name(config):
@@ -481,8 +396,6 @@ def _report(result, data, log, num_samples=5):
 def _report_lm(result, data, log, num_samples=2, length=160):
     """The best held-out loss against the unigram baseline, and samples from the best weights,
     each continuing held-out text that starts at a word."""
-    import minitensor as mt
-
     from ..data import unigram_baseline
     from .checkpoint import load_checkpoint
     from .decoding import SAMPLE_TEMPERATURE, generate
@@ -497,11 +410,11 @@ def _report_lm(result, data, log, num_samples=2, length=160):
         f"{baseline:.4f}: {1 - best['loss'] / baseline:.0%} lower")
     text = vocab.to_tokens(list(data.heldout))
     starts = [i + 1 for i, c in enumerate(text[:-40]) if c == " " and text[i + 1].isalpha()]
-    mt.manual_seed(config.seed)
+    rng = numpy.random.default_rng(config.seed)  # the same samples for the same run
     for k in range(num_samples):
         start = starts[k * len(starts) // num_samples] if starts else 0
         prompt = text[start:start + 24]
-        hyp = generate(model, prompt, vocab, length, temperature=SAMPLE_TEMPERATURE,
+        hyp = generate(model, prompt, vocab, length, temperature=SAMPLE_TEMPERATURE, rng=rng,
                        window=config.lm_num_steps)
         sample = "".join(hyp.tokens)
         result.samples.append(sample)

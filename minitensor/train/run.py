@@ -22,14 +22,23 @@ Three rules keep a learner's runs from being lost:
    now, so a run copied with ``cp -a`` resumes in (and writes to) the copy.
 
 An unusable folder (a file, not writable) is refused here, before any data is generated.
+
+What a run saved is read back through ``load_run_checkpoint``: the checkpoint's own checks
+(``checkpoint/``), then the run's config and the loop's extras, field by field, and whether
+the config fits the saved weights -- all before a model is built.
 """
 
 import datetime
 import errno
+import math
 import os
+import shlex
 import shutil
 import socket
 import warnings
+
+from .checkpoint import CheckpointError, find_checkpoint, load_checkpoint
+from .config import MAX_SIZE, TrainConfig, is_finite_number, is_integer, min_num_parameters
 
 CHECKPOINT_DIR = "checkpoint"
 BEST_DIR = "best"
@@ -71,16 +80,81 @@ def holds_run(folder):
 
 def describe_run(folder):
     """A few words on the run in ``folder``, for messages: "a checkpoint at step 628 (epoch 4)"."""
-    from .checkpoint import CheckpointError, find_checkpoint, load_checkpoint
-
     try:
-        info = load_checkpoint(find_checkpoint(folder, CHECKPOINT_DIR), restore_rng=False)
+        info = load_checkpoint(find_checkpoint(folder, CHECKPOINT_DIR), restore_rng=False, read_arrays=False)
     except (CheckpointError, ValueError, OSError):
         files = run_files(folder)
         return f"files of a run ({', '.join(files[:4])}{', ...' if len(files) > 4 else ''})"
     return f"a checkpoint at step {info['step']} (epoch {info['epoch']})"
 
 
+# -- reading what a run saved -------------------------------------------------------------------
+def check_weights_fit(config, info, where):
+    """Refuse a checkpoint whose config describes a model much larger than its weights,
+    *before* ``build_model`` allocates it (an edited config must not fill the memory)."""
+    vocabs = info["vocabs"]
+    if "src" not in vocabs or "tgt" not in vocabs:
+        raise CheckpointError(f"{where}: the checkpoint holds no 'src' and 'tgt' vocabularies; it was not written "
+                              "by minitensor train")
+    saved = sum(math.prod(shape) for shape in info["shapes"].values())
+    needed = min_num_parameters(config, len(vocabs["src"]), len(vocabs["tgt"]))
+    if needed > saved:
+        raise CheckpointError(f"{where}: its config describes a model of at least {needed:,} parameters, but the "
+                              f"saved weights hold {saved:,}: the config does not belong to these weights")
+
+
+def _check_extra(extra, where):
+    """The training loop's own fields of a checkpoint ("extra"), checked before use: a
+    ``CheckpointError`` naming the field, never a KeyError or a huge allocation later."""
+    def fail(name, what, value):
+        raise CheckpointError(f"{where}: field \"extra.{name}\" must be {what}, got {value!r:.60}")
+
+    if not isinstance(extra, dict):
+        fail("", "a dict", extra)
+    for name in ("num_steps", "tgt_num_steps"):
+        value = extra.get(name)
+        if not is_integer(value) or not 1 <= value <= MAX_SIZE:
+            fail(name, f"an integer from 1 to {MAX_SIZE:,}", value)
+    if "history" in extra or "batches" in extra:  # a run's latest checkpoint (not best/)
+        batches, history = extra.get("batches"), extra.get("history")
+        if not isinstance(batches, dict):
+            fail("batches", "a dict", batches)
+        for name in ("seed", "epoch", "position"):
+            value = batches.get(name)
+            if not is_integer(value) or not 0 <= value < 2**63:
+                fail(f"batches.{name}", "a non-negative integer", value)
+        if not isinstance(history, dict):
+            fail("history", "a dict", history)
+        losses = history.get("loss")
+        if not isinstance(losses, list) or not all(is_finite_number(v) for v in losses):
+            fail("history.loss", "a list of finite numbers", losses)
+        evals = history.get("eval")
+        if not isinstance(evals, list) or not all(
+                isinstance(e, dict) and all(is_finite_number(v) for v in e.values()) for e in evals):
+            fail("history.eval", "a list of dicts of numbers", evals)
+        value = history.get("steps_per_epoch")
+        if not is_integer(value) or value < 1:
+            fail("history.steps_per_epoch", "a positive integer", value)
+    if "heldout_loss" in extra and not is_finite_number(extra["heldout_loss"]):
+        fail("heldout_loss", "a finite number", extra["heldout_loss"])
+
+
+def load_run_checkpoint(directory):
+    """(TrainConfig, the ``load_checkpoint`` dict) of a checkpoint ``minitensor train`` wrote,
+    with its config and extras checked (``ConfigError`` / ``CheckpointError`` naming the field)
+    and the weights checked to fit the config: what ``translate``, ``generate`` and
+    ``--resume`` read before they build a model."""
+    info = load_checkpoint(directory, restore_rng=False, read_arrays=False)  # the JSON and the tensors' shapes
+    where = f"checkpoint {directory}"
+    if info["config"] is None:
+        raise CheckpointError(f"{where}: it holds no training config; cannot rebuild its model")
+    config = TrainConfig.from_dict(info["config"], f"{where}: config")
+    _check_extra(info["extra"], where)
+    check_weights_fit(config, info, where)
+    return config, info
+
+
+# -- the folder ------------------------------------------------------------------------------------
 class RunFolder:
     """The run folder ``path``, prepared and locked for one run (a context manager)::
 
@@ -101,6 +175,18 @@ class RunFolder:
         self.best = os.path.join(self.path, BEST_DIR)
         self.display = os.fspath(path)  # as the user wrote it, for messages
         self._fd, self._made = None, False
+
+    def command(self, *flags):
+        """The ``minitensor train`` command line for this folder, quoted for a shell."""
+        return " ".join(["minitensor train --out", shlex.quote(self.display), *flags])
+
+    def best_loss(self):
+        """The held-out loss recorded in best/, or inf when there is none."""
+        try:
+            _, info = load_run_checkpoint(find_checkpoint(self.path, BEST_DIR))
+        except CheckpointError:
+            return math.inf
+        return info["extra"].get("heldout_loss", math.inf)
 
     def __enter__(self):
         self._made = self._make_folder()
@@ -138,7 +224,7 @@ class RunFolder:
         if self.resume:
             if not holds_run(self.path):
                 raise RunFolderError(f"{self.display} holds no run to resume (no {CHECKPOINT_DIR}/ in it); "
-                                     f"start one with: minitensor train --out {_quote(self.display)}")
+                                     f"start one with: {self.command()}")
             return
         if not run_files(self.path):
             return
@@ -233,9 +319,3 @@ def _read_owner(fd, raw=False):
     if raw:
         return line
     return line or "its owner is starting up"
-
-
-def _quote(path):
-    import shlex
-
-    return shlex.quote(path)
