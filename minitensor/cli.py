@@ -10,7 +10,6 @@ the traceback instead. ``--plugin PATH_OR_MODULE`` loads a plugin for that one c
 import argparse
 import math
 import os
-import shlex
 import sys
 import warnings
 
@@ -142,13 +141,11 @@ def _resumed_config(args):
     anything else are refused, each named, rather than silently ignored."""
     from .train.checkpoint import find_checkpoint
     from .train.config import ConfigError, TrainConfig, flag_of
-    from .train.run import load_run_checkpoint
-    from .train.run import CHECKPOINT_DIR, RunFolderError, holds_run
+    from .train.run import CHECKPOINT_DIR, holds_run, load_run_checkpoint, nothing_to_resume
 
     out = default_out(args)
     if not holds_run(out):
-        raise RunFolderError(f"--resume: {out} holds no run to resume (no {CHECKPOINT_DIR}/ in it); start one with: "
-                             f"minitensor train --out {shlex.quote(out)}")
+        raise nothing_to_resume(out)
     saved, _ = load_run_checkpoint(find_checkpoint(out, CHECKPOINT_DIR))
     given = explicit_settings(args)
     resumable = TrainConfig.resumable_fields()
@@ -177,8 +174,7 @@ def _load_for_inference(directory, device="cpu"):
     from a run folder (its best/ weights, else its latest checkpoint/) or a checkpoint folder."""
     from .train.checkpoint import CheckpointError, find_checkpoint, load_checkpoint
     from .train.config import build_model
-    from .train.run import load_run_checkpoint
-    from .train.run import BEST_DIR, CHECKPOINT_DIR
+    from .train.run import BEST_DIR, CHECKPOINT_DIR, load_run_checkpoint
 
     try:
         found = find_checkpoint(directory, BEST_DIR)

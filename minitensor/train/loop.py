@@ -369,7 +369,7 @@ def build_scorer_name(config):
 def _report(result, data, log, num_samples=5):
     """Sample outputs, the held-out scores, and the figures (loss curve, attention)."""
     from ..metrics import bleu
-    from .decoding import generate, translate
+    from .decoding import translate
 
     config, model = result.config, result.model
     if config.model == "lm":

@@ -78,6 +78,12 @@ def holds_run(folder):
     return any(not f.endswith(".png") for f in run_files(folder))
 
 
+def nothing_to_resume(folder):
+    """The error for ``--resume`` of a folder that holds no run."""
+    return RunFolderError(f"{folder} holds no run to resume (no {CHECKPOINT_DIR}/ in it); start one with: "
+                          f"minitensor train --out {shlex.quote(os.fspath(folder))}")
+
+
 def describe_run(folder):
     """A few words on the run in ``folder``, for messages: "a checkpoint at step 628 (epoch 4)"."""
     try:
@@ -223,8 +229,7 @@ class RunFolder:
     def _check_contents(self):
         if self.resume:
             if not holds_run(self.path):
-                raise RunFolderError(f"{self.display} holds no run to resume (no {CHECKPOINT_DIR}/ in it); "
-                                     f"start one with: {self.command()}")
+                raise nothing_to_resume(self.display)
             return
         if not run_files(self.path):
             return
