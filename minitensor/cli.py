@@ -149,8 +149,8 @@ def _resumed_config(args):
     saved, _ = load_run_checkpoint(find_checkpoint(out, CHECKPOINT_DIR))
     given = explicit_settings(args)
     resumable = TrainConfig.resumable_fields()
-    refused = [f"{flag_of(name)} {given[name]!r} (the run has {getattr(saved, name)!r})"
-               for name in given if name not in resumable and given[name] != getattr(saved, name)]
+    refused = [f"{flag_of(name)} {given[name]!r} (the run has {saved.setting(name)!r})"
+               for name in given if name not in resumable and given[name] != saved.setting(name)]
     if refused:
         raise ConfigError(None, f"--resume continues {out} with its own settings; refused: {', '.join(refused)}. "
                                 f"A resumed run may change only {', '.join(flag_of(n) for n in resumable)}; "

@@ -53,7 +53,7 @@ def test_resume_refuses_other_settings_by_name(run):
     before = file_hashes(run)
     refused = minitensor("train", "--out", str(run), "--resume", "--num-heads", "4", "--lr", "0.5", "--scorer", "dot")
     one_line(refused, 2, "--num-heads 4 (the run has 2)", "--lr 0.5 (the run has 0.01)",
-             "--scorer 'dot' (the run has None)", "may change only --epochs, --steps, --device, --no-progress")
+             "--scorer 'dot' (the run has 'scaled_dot')", "may change only --epochs, --steps, --device, --no-progress")
     assert file_hashes(run) == before
 
 

@@ -251,6 +251,11 @@ class TrainConfig:
             base.pop("steps", None)
         return cls(model=model, **{**base, **changes})
 
+    def setting(self, name):
+        """The value of field ``name`` as the run uses it: the scorer's None is the model's
+        default scorer (``scaled_dot``, ``additive`` for the Bahdanau model)."""
+        return model_scorer(self) if name == "scorer" else getattr(self, name)
+
     @classmethod
     def resumable_fields(cls):
         """The fields a resumed run may change (``--resume --epochs 8``)."""

@@ -172,9 +172,9 @@ def _check_resumable(saved, config):
     """TrainingError naming every field that differs between the saved run and ``config``,
     except those a resumed run may change (``TrainConfig.resumable_fields()``) and ``out``
     (where the run lives now)."""
-    saved, now = saved.to_dict(), config.to_dict()
     free = set(TrainConfig.resumable_fields()) | {"out"}
-    changed = [f"{k}: {saved[k]!r} -> {now[k]!r}" for k in now if k not in free and saved[k] != now[k]]
+    changed = [f"{k}: {saved.setting(k)!r} -> {config.setting(k)!r}" for k in config.to_dict()
+               if k not in free and saved.setting(k) != config.setting(k)]
     if changed:
         raise TrainingError("cannot resume: the checkpoint was trained with a different configuration ("
                             + "; ".join(changed) + "); resume with the same settings, or start afresh in a new --out")
