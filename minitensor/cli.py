@@ -3,7 +3,8 @@
 Every subcommand reports an expected error as one line on stderr, never a traceback, and
 exits with 2 for bad input or usage (a wrong flag, a missing file, an occupied run folder, a
 damaged checkpoint), 1 for a run that failed (the loss diverged, the disk is full) and 130
-for Ctrl-C (after the last checkpoint is safe). ``--debug`` or ``MINITENSOR_DEBUG=1`` shows
+for Ctrl-C (after the last checkpoint is safe). A closed stdout (``| head``) ends quietly,
+with 141 as a process ended by SIGPIPE. ``--debug`` or ``MINITENSOR_DEBUG=1`` shows
 the traceback instead. ``--plugin PATH_OR_MODULE`` loads a plugin for that one command.
 """
 
@@ -13,7 +14,7 @@ import os
 import sys
 import warnings
 
-EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
+EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 1, 2, 130, 141
 
 
 class _Parser(argparse.ArgumentParser):
@@ -436,8 +437,8 @@ def _one_line(error):
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None):
-    print(f"minitensor: warning: {_one_line(message) if isinstance(message, Exception) else message}",
-          file=sys.stderr)
+    text = _one_line(message) if isinstance(message, Exception) else " ".join(str(message).split())
+    print(f"minitensor: warning: {text.removeprefix('minitensor: ')}", file=sys.stderr)
 
 
 def _run(args):
@@ -460,11 +461,12 @@ def main(argv=None):
         try:
             return _run(args)
         except BrokenPipeError:
-            # the reader went away (`minitensor plugins | head -3`): end quietly, and keep
+            # the reader went away (`minitensor plugins | head -3`): end quietly, with the
+            # status of a process ended by SIGPIPE, as `seq 1000 | head -3` does, and keep
             # Python's own flush at exit from failing on the closed pipe again
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())
-            return 0
+            return EXIT_BROKEN_PIPE
         except KeyboardInterrupt as e:
             if debug:
                 raise
