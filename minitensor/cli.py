@@ -459,7 +459,9 @@ def main(argv=None):
         if not debug:
             warnings.showwarning = _show_warning
         try:
-            return _run(args)
+            code = _run(args)
+            sys.stdout.flush()  # now, not at exit: a closed pipe is then caught here
+            return code
         except BrokenPipeError:
             # the reader went away (`minitensor plugins | head -3`): end quietly, with the
             # status of a process ended by SIGPIPE, as `seq 1000 | head -3` does, and keep
