@@ -56,16 +56,23 @@ def _check_model(model, arrays, body):
                           f"{type(model).__name__}, with the same arrays, has {model.num_parameters():,} parameters")
 
 
+def _saved_record(body, kind, a_kind, live):
+    """``body[kind]`` (the saved optimiser or scheduler), refused unless it is there and of
+    ``live``'s class: the object being loaded into."""
+    saved = body[kind]
+    if saved is None:
+        raise CheckpointError(f"the checkpoint has no {kind} state (saved without {a_kind}); nothing was changed")
+    if saved["class"] != _qualname(live):
+        raise CheckpointError(f"the checkpoint's {kind} is a {saved['class']}, not a {_qualname(live)}; "
+                              "nothing was changed")
+    return saved
+
+
 def _check_optimizer(optimizer, body):
     """The saved optimiser is of ``optimizer``'s class, with as many groups of as many parameters,
     and settings it accepts. Returns {saved parameter index: parameter}."""
-    saved = body["optimizer"]
+    saved = _saved_record(body, "optimizer", "an optimizer", optimizer)
     name = type(optimizer).__name__
-    if saved is None:
-        raise CheckpointError("the checkpoint has no optimizer state (saved without an optimizer); nothing was changed")
-    if saved["class"] != _qualname(optimizer):
-        raise CheckpointError(f"the checkpoint's optimizer is a {saved['class']}, not a {_qualname(optimizer)}; "
-                              "nothing was changed")
     groups = saved["param_groups"]
     if len(groups) != len(optimizer.param_groups):
         raise _FieldError(f'field "optimizer.param_groups" has {len(groups)} group(s), this {name} '
@@ -129,13 +136,8 @@ def _dry_run_optimizer(optimizer, state_dict):
 def _check_scheduler(scheduler, body):
     """The saved scheduler is of ``scheduler``'s class, its state has the same fields with the
     same kinds of values. Returns that state."""
-    saved = body["scheduler"]
+    saved = _saved_record(body, "scheduler", "a scheduler", scheduler)
     name = type(scheduler).__name__
-    if saved is None:
-        raise CheckpointError("the checkpoint has no scheduler state (saved without a scheduler); nothing was changed")
-    if saved["class"] != _qualname(scheduler):
-        raise CheckpointError(f"the checkpoint's scheduler is a {saved['class']}, not a {_qualname(scheduler)}; "
-                              "nothing was changed")
     own, state = scheduler.state_dict(), saved["state"]
     for key in state:
         if key not in own:
