@@ -148,7 +148,7 @@ class TrainConfig:
     lm_num_steps: int = setting(64, integer(1))                  # window of the character LM
     # model
     model: str = setting("transformer", one_of(MODELS))
-    scorer: Optional[str] = setting(None, optional(identifier))       # None: scaled_dot (Transformer), additive (Bahdanau)
+    scorer: Optional[str] = setting(None, optional(identifier))  # None: scaled_dot (Transformer), additive (Bahdanau)
     pooling: str = setting("softmax", identifier)
     positional: str = setting("sinusoidal", identifier)
     scorer_options: dict = setting(factory=dict, check=plugin_options, flag="--scorer-opt")
@@ -158,7 +158,7 @@ class TrainConfig:
     num_heads: int = setting(4, integer(1))
     num_blks: int = setting(2, integer(1, 1024))
     dropout: float = setting(0.0, number(0, 1))                  # none: the held-out loss tracks the training loss
-    norm_first: bool = setting(True, boolean)                       # pre-LN: trains at lr 1e-2; False: the book's post-LN
+    norm_first: bool = setting(True, boolean)                    # pre-LN: trains at lr 1e-2; False: the book's post-LN
     # optimisation
     epochs: int = setting(4, integer(1, 1_000_000), resumable=True)
     steps: Optional[int] = setting(None, optional(integer(1, 1 << 40)), resumable=True)  # instead of epochs

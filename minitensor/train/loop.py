@@ -11,10 +11,11 @@ Adam(W) steps and the schedule sets the next learning rate (warm-up, then cosine
 
 After every epoch: the held-out loss, the exact-match accuracy of greedy decoding on the
 held-out set (batched), the latest checkpoint in the run folder's checkpoint/ and, when the
-held-out loss is the lowest so far, the weights in its best/ (see ``run.py``). ``train(config, resume=True)`` continues from that
-checkpoint exactly as the uninterrupted run would have gone on: the same data (rebuilt from
-the seed), weights, optimiser moments, schedule, position in the epoch's shuffled order and
-random generators (dropout), so the losses match bit for bit.
+held-out loss is the lowest so far, the weights in its best/ (see ``run.py``).
+``train(config, resume=True)`` continues from that checkpoint exactly as the uninterrupted run
+would have gone on: the same data (rebuilt from the seed), weights, optimiser moments,
+schedule, position in the epoch's shuffled order and random generators (dropout), so the
+losses match bit for bit.
 
 A loss that becomes NaN or inf stops the run at once with a ``TrainingError`` naming the
 step: continuing would only turn every weight into NaN.
