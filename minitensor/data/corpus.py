@@ -14,7 +14,7 @@ when the character before is not a space, and tokens are what lies between singl
 import os
 
 from ..random import host_rng
-from .files import open_text
+from .files import check_limit, open_text
 
 PUNCTUATION = ",.!?"
 
@@ -64,10 +64,7 @@ def read_parallel_corpus(path, max_examples=None, encoding="utf-8"):
     pair (empty, or not in this format) is an error naming it and its number of lines.
     <eos> is not appended here: ``batching.build_array`` adds it when it builds the arrays.
     """
-    if max_examples is not None and (not isinstance(max_examples, int) or isinstance(max_examples, bool)
-                                     or max_examples < 1):
-        raise ValueError(f"read_parallel_corpus: max_examples must be a positive integer or None, "
-                         f"got {max_examples!r}")
+    check_limit(max_examples, "read_parallel_corpus: max_examples")
     with open_text(path, encoding, what="corpus file") as f:
         pairs = parse_parallel_lines(f, max_examples)
         if not pairs:

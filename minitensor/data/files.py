@@ -97,13 +97,20 @@ def open_text(path, encoding="utf-8", what="file"):
             ) from None
 
 
+def check_limit(value, name):
+    """``value`` unless it is neither None nor a positive int (a ``max_chars``, ``max_examples``):
+    ValueError naming ``name`` ("char_lm_corpus: max_chars")."""
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+        raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
+    return value
+
+
 def read_text(path, encoding="utf-8", max_chars=None, what="file"):
     """The text of a file (its first ``max_chars`` characters if given), read as
     ``open_text`` reads it."""
-    if max_chars is not None and (not isinstance(max_chars, int) or isinstance(max_chars, bool) or max_chars < 1):
-        raise ValueError(f"max_chars must be a positive integer or None, got {max_chars!r}")
+    check_limit(max_chars, "max_chars")
     with open_text(path, encoding, what) as f:
         return f.read() if max_chars is None else f.read(max_chars)
 
 
-__all__ = ["TextDecodeError", "check_file", "open_text", "read_text"]
+__all__ = ["TextDecodeError", "check_file", "check_limit", "open_text", "read_text"]

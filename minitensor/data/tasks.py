@@ -19,7 +19,7 @@ import os
 import numpy
 
 from ..random import host_rng
-from .files import read_text
+from .files import check_limit, read_text
 from .vocab import Vocab
 
 # -- date normalisation ---------------------------------------------------------------------
@@ -165,8 +165,7 @@ def char_lm_corpus(path=None, vocab=None, max_chars=None, encoding="utf-8", *, t
     if (path is None) == (text is None):
         raise TypeError("char_lm_corpus: give the path of a text file, or the text itself as text=... "
                         f"(got {'both' if text is not None else 'neither'})")
-    if max_chars is not None and (not isinstance(max_chars, int) or isinstance(max_chars, bool) or max_chars < 1):
-        raise ValueError(f"char_lm_corpus: max_chars must be a positive integer or None, got {max_chars!r}")
+    check_limit(max_chars, "char_lm_corpus: max_chars")
     if path is not None:
         text, source = read_text(path, encoding, max_chars, what="text file"), f"{os.fspath(path)}:"
     elif isinstance(text, str):
