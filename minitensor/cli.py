@@ -68,6 +68,9 @@ def _plugins(args):
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
+    for row in rows:  # where a positional encoding acts: "positional encoding (scores)"
+        if "applies_to" in row:
+            row["kind"] = f"{row['kind']} ({row['applies_to']})"
     columns = [("name", "NAME"), ("kind", "KIND"), ("source", "SOURCE")]
     if args.verbose:
         columns.append(("class", "CLASS"))
@@ -90,7 +93,7 @@ _TRAIN_FIELDS = ("task", "data", "text", "model", "scorer", "pooling", "position
                  "num_heads", "num_blks", "dropout", "epochs", "steps", "batch_size", "lr", "device", "seed",
                  "label_smoothing", "num_train", "num_heldout", "heldout_fraction", "min_len", "max_len",
                  "max_examples", "optimizer", "weight_decay", "schedule", "warmup_steps", "clip_grad_norm",
-                 "lm_num_steps", "norm_first")
+                 "lm_num_steps", "norm_first", "input_positional", "num_kv_heads", "heldout_min_len", "heldout_max_len")
 
 
 def _options(items, what):
@@ -111,7 +114,8 @@ def explicit_settings(args):
             given[name] = os.path.abspath(given[name])
     if args.no_progress:
         given["progress"] = False
-    for name, flag in (("scorer_options", "scorer_opt"), ("pooling_options", "pooling_opt")):
+    for name, flag in (("scorer_options", "scorer_opt"), ("pooling_options", "pooling_opt"),
+                       ("positional_options", "positional_opt")):
         if getattr(args, flag):
             given[name] = _options(getattr(args, flag), "--" + flag.replace("_", "-"))
     if args.text and "model" not in given:
@@ -303,18 +307,30 @@ def _add_train_parser(sub, common):
     data.add_argument("--heldout-fraction", type=float, help="held-out part of a corpus or a text (default 0.1)")
     data.add_argument("--min-len", type=int, help="shortest sequence of reverse/copy/sort (default 1)")
     data.add_argument("--max-len", type=int, help="longest sequence of reverse/copy/sort (default 10)")
+    data.add_argument("--heldout-min-len", type=int, help="shortest held-out sequence (default: --min-len)")
+    data.add_argument("--heldout-max-len", type=int,
+                      help="longest held-out sequence (default: --max-len); longer than in training tests "
+                           "length extrapolation")
     data.add_argument("--max-examples", type=int, help="read only this many corpus lines / text characters")
     data.add_argument("--lm-num-steps", type=int, help="window length of the language model (default 64)")
     model = p.add_argument_group("model")
     model.add_argument("--model", choices=MODELS, help="default: transformer (lm with --text)")
     model.add_argument("--scorer", help="attention scorer plugin (default scaled_dot; additive for bahdanau)")
     model.add_argument("--pooling", help="attention pooling plugin (default softmax)")
-    model.add_argument("--positional", help="positional encoding plugin (default sinusoidal)")
+    model.add_argument("--positional", help="positional encoding plugin: added to the inputs (default sinusoidal), "
+                                            "on queries and keys (rotary) or a bias on the scores (alibi)")
+    model.add_argument("--input-positional", metavar="NAME",
+                       help="an inputs encoding beside a qk or scores --positional (default: none)")
+    model.add_argument("--positional-opt", action="append", metavar="KEY=VALUE",
+                       help="positional encoding option (repeatable), e.g. window=4")
     model.add_argument("--scorer-opt", action="append", metavar="KEY=VALUE", help="scorer option (repeatable)")
     model.add_argument("--pooling-opt", action="append", metavar="KEY=VALUE", help="pooling option (repeatable)")
     model.add_argument("--num-hiddens", type=int)
     model.add_argument("--ffn-num-hiddens", type=int)
     model.add_argument("--num-heads", type=int)
+    model.add_argument("--num-kv-heads", type=int, metavar="G",
+                       help="grouped-query attention: G key/value heads shared by the query heads (default: "
+                            "--num-heads; 1 is multi-query)")
     model.add_argument("--num-blks", type=int)
     model.add_argument("--dropout", type=float)
     model.add_argument("--norm-first", action=argparse.BooleanOptionalAction, default=None,

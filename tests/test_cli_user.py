@@ -170,13 +170,13 @@ def test_a_plugin_file_for_one_run(tmp_path):
         "        return q @ k.swapaxes(-1, -2)\n\n"
         "@hookimpl\n"
         "def minitensor_scorers():\n"
-        "    return {'cosine': Cosine}\n")
-    trained = minitensor("train", *TINY, "--epochs", "1", "--plugin", "my_scorer.py", "--scorer", "cosine",
+        "    return {'my_cosine': Cosine}\n")
+    trained = minitensor("train", *TINY, "--epochs", "1", "--plugin", "my_scorer.py", "--scorer", "my_cosine",
                          "--out", "run", cwd=tmp_path)
     assert trained.returncode == 0, trained.stderr
-    assert "scorer cosine" in trained.stdout
+    assert "scorer my_cosine" in trained.stdout
     missing = minitensor("translate", "--checkpoint", "run", "abc", cwd=tmp_path)
-    one_line(missing, 2, "cosine", "--plugin")
+    one_line(missing, 2, "my_cosine", "--plugin")
     loaded = minitensor("translate", "--checkpoint", "run", "--plugin", "my_scorer.py", "abc", cwd=tmp_path)
     assert loaded.returncode == 0, loaded.stderr
 

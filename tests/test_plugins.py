@@ -493,7 +493,7 @@ def test_the_example_cosine_plugin(monkeypatch):
 
     mtp.register(minitensor_cosine)
     try:
-        cls = mtp.lookup("scorer", "cosine")
+        cls = mtp.lookup("scorer", "cosine_temperature")
         assert cls is minitensor_cosine.CosineScorer
         rng = np.random.default_rng(0)
         q, k = rng.normal(size=(3, 4)), rng.normal(size=(5, 4))
@@ -524,9 +524,14 @@ def test_cli_plugins_prints_an_aligned_table(capsys):
     assert len(rows) == len(described)
     for line, row in zip(rows, described):  # every cell starts under its title
         assert line[:kind_at].rstrip() == row["name"]
-        assert line[kind_at:source_at].rstrip() == row["kind"]
+        kind = row["kind"] + (f" ({row['applies_to']})" if "applies_to" in row else "")
+        assert line[kind_at:source_at].rstrip() == kind
         assert line[source_at:] == row["source"]
     assert {row["kind"] for row in described} == {"scorer", "pooling", "positional encoding"}
+    # where each positional encoding acts is shown with its kind
+    assert {row.get("applies_to") for row in described if row["kind"] == "positional encoding"} == {
+        "inputs", "qk", "scores"}
+    assert any("positional encoding (scores)" in line for line in rows)
 
 
 def test_cli_plugins_json_and_verbose(capsys):

@@ -43,6 +43,11 @@ def causal_mask(num_queries, num_keys, device="cpu"):
     return j <= i + (num_keys - num_queries)
 
 
+# Where a positional encoding acts (its class attribute ``applies_to``): added to the inputs,
+# rotating queries and keys, or biasing the scores (the plugin contract, second edition).
+POSITIONAL_KINDS = ("inputs", "qk", "scores")
+
+
 def _describe(name, plugin):
     cls = type(plugin)
     return f"{name!r} ({cls.__module__}.{cls.__qualname__})"
@@ -92,10 +97,53 @@ def _as_tensor(value, like, dtype=None):
     return tensor(value, dtype=dtype, device=like.device)
 
 
+def positional_class(positional):
+    """The class of the positional encoding ``positional``: a registered name, or an
+    encoding already built."""
+    from .. import plugins  # on first use: the plugin machinery loads lazily
+
+    if isinstance(positional, Module):
+        return type(positional)
+    if isinstance(positional, str):
+        return plugins.lookup("positional encoding", positional)
+    raise TypeError(
+        f"positional is given by its registered name (a str), got {type(positional).__name__} {positional!r}"
+    )
+
+
+def positional_kind(positional):
+    """Where the positional encoding ``positional`` (a name or an encoding) acts, its class
+    attribute ``applies_to``: "inputs" (added to the embeddings), "qk" (rotates queries and
+    keys) or "scores" (a bias on the scores)."""
+    cls = positional_class(positional)
+    kind = getattr(cls, "applies_to", None)
+    if kind not in POSITIONAL_KINDS:
+        raise ValueError(
+            f"positional encoding {positional!r} ({cls.__module__}.{cls.__qualname__}) has applies_to={kind!r}; "
+            f"expected one of {', '.join(map(repr, POSITIONAL_KINDS))}"
+        )
+    return kind
+
+
+def score_bias_options(name, options, bidirectional):
+    """The options a model builds the "scores" encoding ``name`` with: the user's, plus
+    ``bidirectional`` (True for an encoder's self-attention, False for a decoder's) when the
+    encoding's constructor takes it, as T5's relative bias does."""
+    options = dict(options or {})
+    if "bidirectional" in inspect.signature(positional_class(name)).parameters:
+        if "bidirectional" in options:
+            raise ValueError(
+                f"positional encoding {name!r}: bidirectional is set by the model (True in the encoder's "
+                "self-attention, False in the decoder's), not by an option"
+            )
+        options["bidirectional"] = bidirectional
+    return options
+
+
 class Attention(Module):
     """One attention head with a scorer and a pooling chosen by name:
 
-        scores  = scorer(queries, keys)                      (..., Q, K)
+        scores  = scorer(queries, keys) + bias                (..., Q, K)
         weights = pooling(scores, valid_lens, mask)          (..., Q, K), rows sum to 1 (softmax)
         output  = dropout(weights) @ values                  (..., Q, dv)
 
@@ -108,14 +156,17 @@ class Attention(Module):
     parameters (additive) need; ``scorer_options``, ``pooling_options``: dicts passed to the
     plugins' constructors.
 
-    ``attn(queries, keys, values, valid_lens=None, mask=None, causal=False)``:
+    ``attn(queries, keys, values, valid_lens=None, mask=None, causal=False, bias=None)``:
 
     - queries (..., Q, dq), keys (..., K, dk), values (..., K, dv): key i pairs with value i;
     - ``valid_lens`` (integers, Tensor / array / list): (batch,) -- every query of example b
       sees the first valid_lens[b] keys -- or (batch, Q), one length per query (D2L);
     - ``mask``: bool, broadcastable to (..., Q, K), True = may attend;
     - ``causal=True``: query i may attend key j only when j <= i + (K - Q) (see
-      ``causal_mask``), combined with ``mask`` by AND.
+      ``causal_mask``), combined with ``mask`` by AND;
+    - ``bias``: added to the scores before the pooling, broadcastable to (..., Q, K); -inf
+      = may not attend. This is where a "scores" positional encoding (ALiBi, T5's relative
+      bias, a sliding window) enters, so it composes with every scorer and pooling.
 
     A query with no key left gets all-zero weights (and a zero output), never NaN.
     ``attn.attention_weights`` keeps the last weights (before dropout), detached.
@@ -130,30 +181,54 @@ class Attention(Module):
         self.dropout = Dropout(dropout)
         self.attention_weights = None
 
-    def forward(self, queries, keys, values, valid_lens=None, mask=None, causal=False):
-        Q, K = queries.shape[-2], keys.shape[-2]
-        if values.shape[-2] != K:
+    def forward(self, queries, keys, values, valid_lens=None, mask=None, causal=False, bias=None):
+        if values.shape[-2] != keys.shape[-2]:
             raise ShapeError(
                 f"Attention: keys {tuple(keys.shape)} and values {tuple(values.shape)} must pair up: "
-                f"{K} keys but {values.shape[-2]} values"
+                f"{keys.shape[-2]} keys but {values.shape[-2]} values"
             )
+        weights = self.weigh(self.score(queries, keys), valid_lens, mask, causal, bias)
+        return self.dropout(weights) @ values
+
+    def score(self, queries, keys):
+        """The scorer's scores (..., Q, K), checked against the contract's shape."""
         scores = self.scorer(queries, keys)
         # (shapes are tuples of ints: NumPy's broadcasting rule on them, not on tensor data)
-        expected = numpy.broadcast_shapes(queries.shape[:-2], keys.shape[:-2]) + (Q, K)
+        expected = numpy.broadcast_shapes(queries.shape[:-2], keys.shape[:-2]) + (queries.shape[-2], keys.shape[-2])
         self._check("scorer", self.scorer_name, self.scorer, "scores", scores, expected,
                     f"(..., Q, K) for queries {tuple(queries.shape)} and keys {tuple(keys.shape)}")
+        return scores
 
+    def weigh(self, scores, valid_lens=None, mask=None, causal=False, bias=None):
+        """Scores (..., Q, K) -> the pooling's weights, after the bias and the masks; kept
+        (detached) in ``attention_weights``."""
+        if bias is not None:
+            scores = scores + self._check_bias(bias, scores)
         valid_lens = _as_tensor(valid_lens, scores)
         mask = _as_tensor(mask, scores, dtype="bool")
         if causal:
-            allowed = causal_mask(Q, K, device=scores.device)
+            allowed = causal_mask(scores.shape[-2], scores.shape[-1], device=scores.device)
             mask = allowed if mask is None else mask & allowed
         weights = self.pooling(scores, valid_lens=valid_lens, mask=mask)
         self._check("pooling", self.pooling_name, self.pooling, "weights", weights, scores.shape,
                     "the shape of the scores")
-
         self.attention_weights = weights.detach()
-        return self.dropout(weights) @ values
+        return weights
+
+    @staticmethod
+    def _check_bias(bias, scores):
+        bias = _as_tensor(bias, scores, dtype=scores.dtype)
+        try:
+            fits = numpy.broadcast_shapes(tuple(bias.shape), tuple(scores.shape)) == tuple(scores.shape)
+        except ValueError:
+            fits = False
+        if not fits:
+            raise ShapeError(f"Attention: a bias of shape {tuple(bias.shape)} does not broadcast to the scores "
+                             f"{tuple(scores.shape)}")
+        if bias.dtype != scores.dtype:
+            raise TypeError(f"Attention: the bias is {bias.dtype} but the scores are {scores.dtype}; build the "
+                            "bias (its positional encoding) in the layer's dtype")
+        return bias
 
     @staticmethod
     def _check(kind, name, plugin, what, result, expected, explanation):
@@ -169,6 +244,11 @@ class Attention(Module):
 
     def extra_repr(self):
         return f"scorer={self.scorer_name!r}, pooling={self.pooling_name!r}"
+
+
+# Scorers whose score for a query depends on that query and the keys only, through one matrix
+# product: grouped heads can score all the queries of a group against the group's keys at once.
+_ROW_WISE_SCORERS = ("dot", "scaled_dot")
 
 
 class MultiHeadAttention(Module):
@@ -188,13 +268,25 @@ class MultiHeadAttention(Module):
     The heads are then one batch of independent attentions -- the scorer and pooling plugins
     see (batch, num_heads, Q, d_head) tensors -- with no Python loop over heads.
 
+    Grouped-query attention (Ainslie et al. 2023): with ``num_kv_heads=g`` only g heads of
+    keys and values are projected (W_k, W_v: size -> g * d_head), and each is shared by the
+    num_heads / g query heads of its group -- head i reads key/value head i // (num_heads / g).
+    g = 1 is multi-query attention (Shazeer 2019); g = num_heads (the default) is the layer
+    above, with the same parameters. Decoding keeps g heads in its key/value cache, so the
+    cache, and the memory read at every step, shrink by num_heads / g. Plugins still see
+    keys (batch, num_heads, K, d_head).
+
     Arguments: ``num_hiddens``, ``num_heads`` (num_hiddens % num_heads == 0); ``dropout`` on
     the attention weights; ``scorer``, ``pooling`` (registered names, with ``scorer_options``,
     ``pooling_options``); ``bias`` of the four Linear layers; ``query_size``, ``key_size``,
     ``value_size`` (default num_hiddens; keys and values of another size make
-    cross-attention to, e.g., an encoder of another width); ``positional``: the name of a
-    "qk" positional encoding such as ``"rotary"``, built with d_head, ``max_len`` and
-    ``positional_options`` and applied to the projected queries and keys of every head.
+    cross-attention to, e.g., an encoder of another width); ``num_kv_heads`` (see above);
+    ``positional``: a "qk" or "scores" positional encoding, by name (built with
+    ``max_len`` and ``positional_options``) or already built (layers may share one, as T5's
+    blocks share their bias table). A "qk" encoding (``"rotary"``), built with d_head,
+    transforms the projected queries and keys of every head; a "scores" encoding
+    (``"alibi"``, ``"t5_relative"``, ``"sliding_window"``), built with num_heads, adds its
+    bias (num_heads, Q, K) to the scores.
 
     ``mha(queries, keys, values, valid_lens=None, mask=None, causal=False, q_offset=None,
     k_offset=0)``: queries (batch, Q, query_size), keys (batch, K, key_size), values
@@ -204,50 +296,64 @@ class MultiHeadAttention(Module):
     key for the positional encoding; q_offset defaults to k_offset + K - Q (0 if negative),
     the rule ``causal`` uses: the queries are the last Q of the K positions (a decoder
     holding a cache of K - Q keys); with Q == K both start at 0.
+    ``mha.cached_self_attention(X, cache)``: the same layer decoding token by token.
     ``mha.attention_weights``: (batch, num_heads, Q, K), detached.
     """
 
     def __init__(self, num_hiddens, num_heads, dropout=0.0, scorer="scaled_dot", pooling="softmax", bias=False,
                  query_size=None, key_size=None, value_size=None, positional=None, scorer_options=None,
-                 pooling_options=None, positional_options=None, max_len=1000, dtype=None, device=None):
+                 pooling_options=None, positional_options=None, max_len=1000, num_kv_heads=None, dtype=None,
+                 device=None):
         super().__init__()
         if num_heads <= 0 or num_hiddens % num_heads:
             raise ValueError(
                 f"MultiHeadAttention: num_hiddens={num_hiddens} must split evenly into num_heads={num_heads} "
                 f"heads (num_hiddens % num_heads == {num_hiddens % num_heads if num_heads > 0 else 'undefined'})"
             )
-        self.num_hiddens, self.num_heads = num_hiddens, num_heads
+        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+        if not isinstance(num_kv_heads, int) or num_kv_heads <= 0 or num_heads % num_kv_heads:
+            raise ValueError(
+                f"MultiHeadAttention: num_kv_heads={num_kv_heads!r} must divide num_heads={num_heads} (each group "
+                f"of num_heads / num_kv_heads query heads shares one key/value head); try one of "
+                f"{[g for g in range(1, num_heads + 1) if num_heads % g == 0]}"
+            )
+        self.num_hiddens, self.num_heads, self.num_kv_heads = num_hiddens, num_heads, num_kv_heads
         self.head_size = num_hiddens // num_heads
         self.query_size = query_size or num_hiddens
         self.key_size = key_size or num_hiddens
         self.value_size = value_size or num_hiddens
+        kv_size = num_kv_heads * self.head_size
         self.W_q = Linear(self.query_size, num_hiddens, bias=bias, dtype=dtype, device=device)
-        self.W_k = Linear(self.key_size, num_hiddens, bias=bias, dtype=dtype, device=device)
-        self.W_v = Linear(self.value_size, num_hiddens, bias=bias, dtype=dtype, device=device)
+        self.W_k = Linear(self.key_size, kv_size, bias=bias, dtype=dtype, device=device)
+        self.W_v = Linear(self.value_size, kv_size, bias=bias, dtype=dtype, device=device)
         self.W_o = Linear(num_hiddens, num_hiddens, bias=bias, dtype=dtype, device=device)
         self.attention = Attention(scorer, pooling, dropout, self.head_size, self.head_size,
                                    scorer_options, pooling_options, dtype=dtype, device=device)
-        self.positional_name = positional
+        self.positional_name = positional if isinstance(positional, str) else None
         if positional is None or positional == "none":
-            self.positional = None
+            self.positional, self.positional_kind = None, None
         else:
-            self.positional = self._build_positional(positional, positional_options, max_len, dtype, device)
+            self.positional_kind = self._positional_kind(positional)
+            if isinstance(positional, Module):
+                self.positional = positional
+            else:
+                size = self.num_heads if self.positional_kind == "scores" else self.head_size
+                self.positional = _build_plugin("positional encoding", positional, (size,),
+                                                {"max_len": max_len, **(positional_options or {})}, dtype, device)
 
-    def _build_positional(self, name, options, max_len, dtype, device):
-        from .. import plugins
-
-        if not isinstance(name, str):
-            raise TypeError(f"positional is given by its registered name (a str), got {type(name).__name__} {name!r}")
-        cls = plugins.lookup("positional encoding", name)
-        if getattr(cls, "applies_to", None) != "qk":
+    @staticmethod
+    def _positional_kind(positional):
+        kind = positional_kind(positional)
+        if kind == "inputs":
+            cls = type(positional) if isinstance(positional, Module) else None
+            what = f"{cls.__module__}.{cls.__qualname__}" if cls else repr(positional)
             raise ValueError(
-                f"MultiHeadAttention: positional={name!r} ({cls.__module__}.{cls.__qualname__}) has "
-                f"applies_to={getattr(cls, 'applies_to', None)!r}; attention layers take \"qk\" encodings, "
-                "which act on queries and keys (such as 'rotary'). Add an \"inputs\" encoding to the "
-                "embeddings, before the first layer, instead"
+                f"MultiHeadAttention: positional={what} has applies_to='inputs'; attention layers take \"qk\" "
+                "encodings, which act on queries and keys (such as 'rotary'), and \"scores\" encodings, which "
+                "bias the scores (such as 'alibi'). Add an \"inputs\" encoding to the embeddings, before the "
+                "first layer, instead"
             )
-        return _build_plugin("positional encoding", name, (self.head_size,), {"max_len": max_len, **(options or {})},
-                             dtype, device)
+        return kind
 
     @property
     def attention_weights(self):
@@ -260,8 +366,9 @@ class MultiHeadAttention(Module):
                 f"MultiHeadAttention: {name} of shape {tuple(X.shape)}; expected (batch, steps, {size})"
             )
 
-    def project_and_split(self, W, X):
-        """X (batch, T, size) -> W(X) split into heads: (batch, num_heads, T, d_head).
+    def project_and_split(self, W, X, num_heads=None):
+        """X (batch, T, size) -> W(X) split into heads: (batch, num_heads, T, d_head)
+        (``num_heads`` defaults to the layer's; keys and values have num_kv_heads).
 
         Head i owns features i*d_head .. (i+1)*d_head - 1 of every projected position (D2L's
         ``transpose_qkv``, without folding the heads into the batch axis). The projection runs
@@ -270,7 +377,7 @@ class MultiHeadAttention(Module):
         """
         batch, steps, size = X.shape
         Y = W(X.reshape(batch * steps, size))
-        return Y.reshape(batch, steps, self.num_heads, self.head_size).permute(0, 2, 1, 3)
+        return Y.reshape(batch, steps, num_heads or self.num_heads, self.head_size).permute(0, 2, 1, 3)
 
     def merge_and_project(self, heads):
         """heads (batch, num_heads, T, d_head) -> concat(head_1, ..., head_h) W_o, (batch, T, num_hiddens)."""
@@ -278,26 +385,98 @@ class MultiHeadAttention(Module):
         concat = heads.permute(0, 2, 1, 3).reshape(batch * steps, self.num_hiddens)
         return self.W_o(concat).reshape(batch, steps, self.num_hiddens)
 
+    def project(self, queries, keys, values):
+        """The projected heads: q (batch, num_heads, Q, d_head); k, v (batch, num_kv_heads, K, d_head)."""
+        return (self.project_and_split(self.W_q, queries),
+                self.project_and_split(self.W_k, keys, self.num_kv_heads),
+                self.project_and_split(self.W_v, values, self.num_kv_heads))
+
     def forward(self, queries, keys, values, valid_lens=None, mask=None, causal=False, q_offset=None, k_offset=0):
         self._check_input("queries", queries, self.query_size)
         self._check_input("keys", keys, self.key_size)
         self._check_input("values", values, self.value_size)
-        q = self.project_and_split(self.W_q, queries)  # (batch, num_heads, Q, d_head)
-        k = self.project_and_split(self.W_k, keys)  # (batch, num_heads, K, d_head)
-        v = self.project_and_split(self.W_v, values)
-        if self.positional is not None:
-            if q_offset is None:  # the queries are the last Q of the K positions
-                q_offset = max(k_offset + keys.shape[1] - queries.shape[1], 0)
-            q, k = self.positional(q, k, q_offset=q_offset, k_offset=k_offset)
+        if q_offset is None:  # the queries are the last Q of the K positions
+            q_offset = max(k_offset + keys.shape[1] - queries.shape[1], 0)
+        q, k, v = self.project(queries, keys, values)
+        q, k = self._encode_qk(q, k, q_offset, k_offset)
+        return self.attend(q, k, v, valid_lens, mask, causal, q_offset, k_offset)
+
+    def cached_self_attention(self, X, cache=None):
+        """Causal self-attention for new tokens X (batch, T, num_hiddens) that follow the
+        positions held in ``cache``: what a decoder calls once per step.
+
+        ``cache``: None (nothing before X) or (keys, values), each (batch, num_kv_heads,
+        T_past, d_head): W_k x and W_v x of the T_past earlier positions, already split into
+        heads (and rotated, with a rotary encoding). Only X is projected; its queries, at
+        positions T_past .., attend the cached keys and their own, with query i seeing key j
+        when j <= i + T_past (``causal=True``: the cache is the past). Returns (output
+        (batch, T, num_hiddens), the cache extended to T_past + T).
+
+        This is ``self(X, X, X, causal=True)`` with the projections of the past kept instead
+        of recomputed: both run ``attend``, so a positional encoding, grouped heads and any
+        plugin act identically in training and in decoding
+        (``minitensor.testing.check_incremental_decoding`` checks it).
+        """
+        self._check_input("X", X, self.query_size)
+        past = 0 if cache is None else cache[0].shape[-2]
+        q, k, v = self.project(X, X, X)
+        q, k = self._encode_qk(q, k, past, past)  # the new tokens sit at positions past, past + 1, ...
+        if cache is not None:
+            k = ops.concat([cache[0], k], axis=2)
+            v = ops.concat([cache[1], v], axis=2)
+        return self.attend(q, k, v, causal=True, q_offset=past, k_offset=0), (k, v)
+
+    def _encode_qk(self, q, k, q_offset, k_offset):
+        if self.positional_kind == "qk":
+            return self.positional(q, k, q_offset=q_offset, k_offset=k_offset)
+        return q, k
+
+    def attend(self, q, k, v, valid_lens=None, mask=None, causal=False, q_offset=0, k_offset=0):
+        """The path every call takes, training or decoding: q (batch, num_heads, Q, d_head)
+        and k, v (batch, num_kv_heads, K, d_head), projected (and rotated) -> the layer's
+        output (batch, Q, num_hiddens). A "scores" encoding's bias for queries at positions
+        q_offset.. and keys at k_offset.. is added to the scores here."""
+        Q, K = q.shape[-2], k.shape[-2]
+        bias = None
+        if self.positional_kind == "scores":
+            bias = self.positional(Q, K, q_offset=q_offset, k_offset=k_offset)
         if mask is not None:
-            mask = _as_tensor(mask, queries, dtype="bool")
+            mask = _as_tensor(mask, q, dtype="bool")
             if mask.ndim == 3:  # (batch, Q, K): the same for every head
                 mask = ops.unsqueeze(mask, 1)
-        heads = self.attention(q, k, v, valid_lens=valid_lens, mask=mask, causal=causal)
+        if self.num_kv_heads == self.num_heads:
+            heads = self.attention(q, k, v, valid_lens=valid_lens, mask=mask, causal=causal, bias=bias)
+        else:
+            heads = self._attend_grouped(q, k, v, valid_lens, mask, causal, bias)
         return self.merge_and_project(heads)
+
+    def _attend_grouped(self, q, k, v, valid_lens, mask, causal, bias):
+        """Grouped heads: query head i reads key/value head i // r, r = num_heads / num_kv_heads.
+
+        Seen per group, the r query heads of a group are just r * Q queries against the same
+        keys: q (batch, g, r * Q, d) is a reshape of q (batch, num_heads, Q, d), as a group's
+        heads are adjacent. The weighted sum of the values is computed that way, reading each
+        key/value head once instead of r copies of it; so are the scores of the row-wise
+        scorers (dot products). Any other scorer sees keys repeated to (batch, num_heads, K, d),
+        as the contract promises.
+        """
+        batch, H, Q, d = q.shape
+        g, K = k.shape[1], k.shape[2]
+        r = H // g
+        attention = self.attention
+        if attention.scorer_name in _ROW_WISE_SCORERS:
+            scores = attention.score(q.reshape(batch, g, r * Q, d), k).reshape(batch, H, Q, K)
+        else:
+            repeated = k.unsqueeze(2).expand(batch, g, r, K, d).reshape(batch, H, K, d)
+            scores = attention.score(q, repeated)
+        weights = attention.weigh(scores, valid_lens, mask, causal, bias)
+        heads = attention.dropout(weights).reshape(batch, g, r * Q, K) @ v
+        return heads.reshape(batch, H, Q, v.shape[-1])
 
     def extra_repr(self):
         s = f"num_hiddens={self.num_hiddens}, num_heads={self.num_heads}"
-        if self.positional_name is not None:
-            s += f", positional={self.positional_name!r}"
+        if self.num_kv_heads != self.num_heads:
+            s += f", num_kv_heads={self.num_kv_heads}"
+        if self.positional is not None:
+            s += f", positional={self.positional_name or type(self.positional).__name__!r}"
         return s

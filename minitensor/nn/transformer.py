@@ -31,7 +31,7 @@ import math
 
 from .. import ops
 from ..tensor import Tensor, tensor
-from .attention import MultiHeadAttention, _build_plugin
+from .attention import MultiHeadAttention, _build_plugin, positional_class, positional_kind, score_bias_options
 from .container import ModuleList
 from .dropout import Dropout
 from .linear import Embedding, Linear
@@ -103,20 +103,39 @@ class AddNorm(Module):
         return f"norm_first={self.norm_first}"
 
 
-def _positional_kind(name):
-    """``applies_to`` of the positional encoding registered as ``name`` ("inputs" or "qk")."""
-    from .. import plugins  # on first use: the plugin machinery loads lazily
+def split_positional(positional, input_positional=None):
+    """Where a model's positions go: (the "inputs" encoding added to the embeddings, the "qk"
+    or "scores" encoding of the self-attention layers or None).
 
-    if not isinstance(name, str):
-        raise TypeError(f"positional is given by its registered name (a str), got {type(name).__name__} {name!r}")
-    cls = plugins.lookup("positional encoding", name)
-    kind = getattr(cls, "applies_to", None)
-    if kind not in ("inputs", "qk"):
+    ``positional`` may be of any kind; ``input_positional`` adds an "inputs" encoding beside
+    a "qk" or "scores" one (rotary or ALiBi plus, say, learned absolute positions)."""
+    kind = positional_kind(positional)
+    if input_positional is not None and positional_kind(input_positional) != "inputs":
         raise ValueError(
-            f"positional encoding {name!r} ({cls.__module__}.{cls.__qualname__}) has applies_to={kind!r}; "
-            "expected 'inputs' or 'qk'"
+            f"input_positional={input_positional!r} has applies_to={positional_kind(input_positional)!r}; it "
+            "names an \"inputs\" encoding added to the embeddings (such as 'sinusoidal' or 'learned')"
         )
-    return kind
+    if kind == "inputs":
+        if input_positional not in (None, "none"):
+            raise ValueError(
+                f"input_positional={input_positional!r} adds an \"inputs\" encoding beside a \"qk\" or "
+                f"\"scores\" one, but positional={positional!r} is an \"inputs\" encoding already; give one of them"
+            )
+        return positional, None
+    return input_positional, positional
+
+
+def attention_positional(positional, options, num_heads, max_len, bidirectional, dtype=None, device=None):
+    """What the attention layers get for ``positional`` (a "qk" or "scores" name, a built
+    encoding, or None): a "qk" name as it is (each layer builds its own rotation, a fixed
+    table), a "scores" one built here, once, to be shared by the layers of a stack -- as T5
+    shares one relative-bias table among the blocks of its encoder and one among those of its
+    decoder. ``bidirectional``: True for an encoder, False for a decoder (see
+    ``score_bias_options``)."""
+    if not isinstance(positional, str) or positional_kind(positional) != "scores":
+        return positional
+    options = {"max_len": max_len, **score_bias_options(positional, options, bidirectional)}
+    return _build_plugin("positional encoding", positional, (num_heads,), options, dtype, device)
 
 
 class TransformerEmbedding(Module):
@@ -128,7 +147,8 @@ class TransformerEmbedding(Module):
     ``offset`` is the position of the first token: 0, or the number of tokens already
     decoded. ``positional`` names the encoding: an "inputs" one supplies P (built with
     dropout 0, since the dropout here acts with any encoding, ``"none"`` included); with a
-    "qk" one (rotary) nothing is added here, as positions enter inside attention.
+    "qk" (rotary) or "scores" (ALiBi) one nothing is added here, as positions enter inside
+    attention.
 
     The table starts as N(0, 1/d), so that after the sqrt(d) scaling the embeddings have
     unit scale, like the positional encodings they are added to (D2L's N(0, 1) table times
@@ -141,7 +161,7 @@ class TransformerEmbedding(Module):
         self.num_hiddens = num_hiddens
         self.token_embedding = Embedding(vocab_size, num_hiddens, dtype=dtype, device=device)
         init.normal_(self.token_embedding.weight, 0.0, num_hiddens ** -0.5)
-        if _positional_kind(positional) == "inputs":
+        if positional is not None and positional_kind(positional) == "inputs":
             options = {"max_len": max_len, "dropout": 0.0, **(positional_options or {})}
             self.pos_encoding = _build_plugin("positional encoding", positional, (num_hiddens,), options,
                                               dtype, device)
@@ -154,13 +174,6 @@ class TransformerEmbedding(Module):
         if self.pos_encoding is not None:
             X = self.pos_encoding(X, offset=offset)
         return self.dropout(X)
-
-
-def _attention_options(positional, positional_options, max_len):
-    """The MultiHeadAttention arguments for self-attention: a "qk" encoding goes there."""
-    if _positional_kind(positional) == "qk":
-        return {"positional": positional, "positional_options": positional_options, "max_len": max_len}
-    return {}
 
 
 # -- the encoder --------------------------------------------------------------------------------
@@ -176,18 +189,24 @@ class TransformerEncoderBlock(Module):
 
     ``use_bias``: bias of the attention projections (D2L: False); ``scorer``, ``pooling``
     (with ``scorer_options``, ``pooling_options``): attention plugins by name;
-    ``positional``: a "qk" encoding name (``"rotary"``) for the self-attention, or None;
-    ``norm_first``: pre-LN instead of the book's post-LN (see ``AddNorm``).
+    ``positional``: a "qk" (``"rotary"``) or "scores" (``"alibi"``) encoding for the
+    self-attention, by name or built (shared by the blocks of an encoder), or None; a
+    "scores" one is bidirectional here (see ``attention_positional``); ``num_kv_heads``:
+    grouped-query attention (see ``MultiHeadAttention``); ``norm_first``: pre-LN instead of
+    the book's post-LN (see ``AddNorm``).
     """
 
     def __init__(self, num_hiddens, ffn_num_hiddens, num_heads, dropout, use_bias=False, scorer="scaled_dot",
                  pooling="softmax", scorer_options=None, pooling_options=None, positional=None,
-                 positional_options=None, max_len=1000, norm_first=False, dtype=None, device=None):
+                 positional_options=None, max_len=1000, norm_first=False, num_kv_heads=None, dtype=None,
+                 device=None):
         super().__init__()
+        positional = attention_positional(positional, positional_options, num_heads, max_len, True, dtype, device)
         self.attention = MultiHeadAttention(
             num_hiddens, num_heads, dropout, scorer=scorer, pooling=pooling, bias=use_bias,
             positional=positional, scorer_options=scorer_options, pooling_options=pooling_options,
-            positional_options=positional_options, max_len=max_len, dtype=dtype, device=device)
+            positional_options=positional_options, max_len=max_len, num_kv_heads=num_kv_heads, dtype=dtype,
+            device=device)
         self.addnorm1 = AddNorm(num_hiddens, dropout, norm_first, dtype=dtype, device=device)
         self.ffn = PositionWiseFFN(num_hiddens, ffn_num_hiddens, num_hiddens, dtype=dtype, device=device)
         self.addnorm2 = AddNorm(num_hiddens, dropout, norm_first, dtype=dtype, device=device)
@@ -208,8 +227,11 @@ class TransformerEncoder(Module):
     ``encoder(X, valid_lens=None)``: tokens (batch, T) -> (batch, T, num_hiddens).
 
     ``positional``: a registered name. An "inputs" encoding (``"sinusoidal"``, the book's,
-    ``"learned"``, ``"none"``) is added to the embeddings; a "qk" encoding (``"rotary"``) is
-    given to every block's self-attention instead, and nothing is added to the embeddings.
+    ``"learned"``, ``"none"``) is added to the embeddings; a "qk" encoding (``"rotary"``) or
+    a "scores" one (``"alibi"``, ``"t5_relative"``, ``"sliding_window"``) acts in every
+    block's self-attention instead -- a "scores" one built once, shared by the blocks -- and
+    ``input_positional`` may then name an "inputs" encoding for the embeddings as well
+    (default: none). ``num_kv_heads``: grouped-query attention in every block.
     ``norm_first=True`` (pre-LN) ends with a LayerNorm, since its blocks leave the residual
     stream unnormalised. ``encoder.attention_weights``: one (batch, num_heads, T, T) tensor
     per block from the last call (D2L's list).
@@ -218,16 +240,18 @@ class TransformerEncoder(Module):
     def __init__(self, vocab_size, num_hiddens, ffn_num_hiddens, num_heads, num_blks, dropout, max_len=1000,
                  positional="sinusoidal", use_bias=False, scorer="scaled_dot", pooling="softmax",
                  scorer_options=None, pooling_options=None, positional_options=None, norm_first=False,
-                 dtype=None, device=None):
+                 input_positional=None, num_kv_heads=None, dtype=None, device=None):
         super().__init__()
         self.num_hiddens = num_hiddens
-        self.embedding = TransformerEmbedding(vocab_size, num_hiddens, dropout, max_len, positional,
-                                              positional_options, dtype, device)
-        qk = _attention_options(positional, positional_options, max_len)
+        inputs, in_attention = split_positional(positional, input_positional)
+        self.embedding = TransformerEmbedding(vocab_size, num_hiddens, dropout, max_len, inputs,
+                                              positional_options if inputs == positional else None, dtype, device)
+        in_attention = attention_positional(in_attention, positional_options, num_heads, max_len, True, dtype,
+                                            device)
         self.blks = ModuleList(
             TransformerEncoderBlock(num_hiddens, ffn_num_hiddens, num_heads, dropout, use_bias, scorer, pooling,
-                                    scorer_options, pooling_options, norm_first=norm_first, dtype=dtype,
-                                    device=device, **qk)
+                                    scorer_options, pooling_options, in_attention, positional_options, max_len,
+                                    norm_first, num_kv_heads, dtype=dtype, device=device)
             for _ in range(num_blks)
         )
         self.ln = LayerNorm(num_hiddens, dtype=dtype, device=device) if norm_first else None
@@ -245,32 +269,6 @@ class TransformerEncoder(Module):
 
 
 # -- the decoder --------------------------------------------------------------------------------
-def cached_self_attention(attention, X, cache=None):
-    """Causal self-attention of ``attention`` (a MultiHeadAttention) for new tokens X
-    (batch, T, num_hiddens) that follow the positions held in ``cache``.
-
-    ``cache``: None (nothing before X) or (keys, values), each (batch, num_heads, T_past,
-    d_head): W_k x and W_v x of the T_past earlier positions, already split into heads (and
-    rotated, with a rotary encoding). Only X is projected; its queries attend the cached keys
-    and its own, with query i seeing key j when j <= i + T_past (``causal=True``: the cache is
-    the past). Returns (output (batch, T, num_hiddens), the cache extended to T_past + T).
-
-    This is ``attention(X, X, X, causal=True)`` unrolled into MultiHeadAttention's steps,
-    so that the projections of the past can be kept instead of recomputed.
-    """
-    past = 0 if cache is None else cache[0].shape[-2]
-    q = attention.project_and_split(attention.W_q, X)  # (batch, num_heads, T, d_head)
-    k = attention.project_and_split(attention.W_k, X)
-    v = attention.project_and_split(attention.W_v, X)
-    if attention.positional is not None:  # rotary: the new tokens sit at positions past, past + 1, ...
-        q, k = attention.positional(q, k, q_offset=past, k_offset=past)
-    if cache is not None:
-        k = ops.concat([cache[0], k], axis=2)
-        v = ops.concat([cache[1], v], axis=2)
-    heads = attention.attention(q, k, v, causal=True)
-    return attention.merge_and_project(heads), (k, v)
-
-
 class TransformerDecoderBlock(Module):
     """The ``i``-th decoder block (D2L 11.7.5): three sublayers, each wrapped in AddNorm:
 
@@ -280,29 +278,36 @@ class TransformerDecoderBlock(Module):
 
     ``block(X, state) -> (out, state)`` with D2L's state ``[enc_outputs, enc_valid_lens,
     caches]``: block i reads its key/value cache ``caches[i]`` (None at first, see
-    ``cached_self_attention``) and stores the extended one there, in place as in D2L
+    ``MultiHeadAttention.cached_self_attention``) and stores the extended one there, in place as in D2L
     (``TransformerDecoder`` hands each call a fresh list, so its callers' states stay
     valid). A query never sees a later position, so training on a whole target sequence at
     once (empty cache) and decoding it token by token give the same outputs.
 
     ``cross_attention=False`` drops the middle sublayer (and ignores the encoder entries of
     the state): the block of a decoder-only language model. The other arguments are those of
-    ``TransformerEncoderBlock``; ``positional`` ("rotary") acts on the self-attention only.
+    ``TransformerEncoderBlock``; ``positional`` ("rotary", "alibi") acts on the
+    self-attention, where a "scores" encoding is unidirectional (the decoder never looks
+    ahead). The encoder-decoder attention gets ``cross_positional`` only: a "scores" encoding
+    built for it, which ``TransformerDecoder`` supplies when the encoding's class says
+    ``cross = True`` (none of the built-ins does: distances between a target and a source
+    position mean little).
     """
 
     def __init__(self, num_hiddens, ffn_num_hiddens, num_heads, dropout, i, use_bias=False, scorer="scaled_dot",
                  pooling="softmax", scorer_options=None, pooling_options=None, positional=None,
-                 positional_options=None, max_len=1000, norm_first=False, cross_attention=True, dtype=None,
-                 device=None):
+                 positional_options=None, max_len=1000, norm_first=False, cross_attention=True, num_kv_heads=None,
+                 cross_positional=None, dtype=None, device=None):
         super().__init__()
         self.i = i
         attention = dict(scorer=scorer, pooling=pooling, bias=use_bias, scorer_options=scorer_options,
-                         pooling_options=pooling_options, dtype=dtype, device=device)
+                         pooling_options=pooling_options, num_kv_heads=num_kv_heads, dtype=dtype, device=device)
+        positional = attention_positional(positional, positional_options, num_heads, max_len, False, dtype, device)
         self.attention1 = MultiHeadAttention(num_hiddens, num_heads, dropout, positional=positional,
                                              positional_options=positional_options, max_len=max_len, **attention)
         self.addnorm1 = AddNorm(num_hiddens, dropout, norm_first, dtype=dtype, device=device)
         if cross_attention:
-            self.attention2 = MultiHeadAttention(num_hiddens, num_heads, dropout, **attention)
+            self.attention2 = MultiHeadAttention(num_hiddens, num_heads, dropout, positional=cross_positional,
+                                                 **attention)
             self.addnorm2 = AddNorm(num_hiddens, dropout, norm_first, dtype=dtype, device=device)
         else:
             self.attention2 = self.addnorm2 = None
@@ -311,10 +316,13 @@ class TransformerDecoderBlock(Module):
 
     def forward(self, X, state):
         enc_outputs, enc_valid_lens, caches = state
-        X2, caches[self.i] = cached_self_attention(self.attention1, self.addnorm1.sublayer_input(X), caches[self.i])
+        past = 0 if caches[self.i] is None else caches[self.i][0].shape[-2]
+        X2, caches[self.i] = self.attention1.cached_self_attention(self.addnorm1.sublayer_input(X), caches[self.i])
         Y = self.addnorm1(X, X2)
         if self.attention2 is not None:
-            Y2 = self.attention2(self.addnorm2.sublayer_input(Y), enc_outputs, enc_outputs, enc_valid_lens)
+            # target positions past.. against source positions 0..: for a "scores" encoding with cross = True
+            Y2 = self.attention2(self.addnorm2.sublayer_input(Y), enc_outputs, enc_outputs, enc_valid_lens,
+                                 q_offset=past, k_offset=0)
             Y = self.addnorm2(Y, Y2)
         return self.addnorm3(Y, self.ffn(self.addnorm3.sublayer_input(Y))), state
 
@@ -347,25 +355,32 @@ class TransformerDecoder(Module):
     ``decoder.reorder_state(state, indices)`` keeps (or repeats) the batch rows ``indices``.
     ``decoder.attention_weights``: [self-attention weights per block, encoder-decoder
     attention weights per block] from the last call (D2L's two lists; the second holds None
-    without cross-attention). Arguments as for ``TransformerEncoder``; ``cross_attention``
-    as for ``TransformerDecoderBlock``.
+    without cross-attention). Arguments as for ``TransformerEncoder`` (a "scores" encoding is
+    built once for the self-attention of all blocks, unidirectional, and once more for their
+    encoder-decoder attention if its class says ``cross = True``); ``cross_attention`` as for
+    ``TransformerDecoderBlock``.
     """
 
     def __init__(self, vocab_size, num_hiddens, ffn_num_hiddens, num_heads, num_blks, dropout, max_len=1000,
                  positional="sinusoidal", use_bias=False, scorer="scaled_dot", pooling="softmax",
                  scorer_options=None, pooling_options=None, positional_options=None, norm_first=False,
-                 cross_attention=True, dtype=None, device=None):
+                 cross_attention=True, input_positional=None, num_kv_heads=None, dtype=None, device=None):
         super().__init__()
         if num_blks < 1:
             raise ValueError(f"TransformerDecoder: num_blks must be at least 1, got {num_blks}")
         self.num_hiddens, self.num_blks = num_hiddens, num_blks
-        self.embedding = TransformerEmbedding(vocab_size, num_hiddens, dropout, max_len, positional,
-                                              positional_options, dtype, device)
-        qk = _attention_options(positional, positional_options, max_len)
+        inputs, in_attention = split_positional(positional, input_positional)
+        self.embedding = TransformerEmbedding(vocab_size, num_hiddens, dropout, max_len, inputs,
+                                              positional_options if inputs == positional else None, dtype, device)
+        cross = None
+        if cross_attention and in_attention is not None and getattr(positional_class(in_attention), "cross", False):
+            cross = attention_positional(in_attention, positional_options, num_heads, max_len, True, dtype, device)
+        in_attention = attention_positional(in_attention, positional_options, num_heads, max_len, False, dtype,
+                                            device)
         self.blks = ModuleList(
             TransformerDecoderBlock(num_hiddens, ffn_num_hiddens, num_heads, dropout, i, use_bias, scorer, pooling,
-                                    scorer_options, pooling_options, norm_first=norm_first,
-                                    cross_attention=cross_attention, dtype=dtype, device=device, **qk)
+                                    scorer_options, pooling_options, in_attention, positional_options, max_len,
+                                    norm_first, cross_attention, num_kv_heads, cross, dtype=dtype, device=device)
             for i in range(num_blks)
         )
         self.ln = LayerNorm(num_hiddens, dtype=dtype, device=device) if norm_first else None
@@ -479,11 +494,12 @@ class TransformerLM(Module):
     def __init__(self, vocab_size, num_hiddens, ffn_num_hiddens, num_heads, num_blks, dropout, max_len=1000,
                  positional="sinusoidal", use_bias=False, scorer="scaled_dot", pooling="softmax",
                  scorer_options=None, pooling_options=None, positional_options=None, norm_first=False,
-                 dtype=None, device=None):
+                 input_positional=None, num_kv_heads=None, dtype=None, device=None):
         super().__init__()
         self.decoder = TransformerDecoder(vocab_size, num_hiddens, ffn_num_hiddens, num_heads, num_blks, dropout,
                                           max_len, positional, use_bias, scorer, pooling, scorer_options,
                                           pooling_options, positional_options, norm_first, cross_attention=False,
+                                          input_positional=input_positional, num_kv_heads=num_kv_heads,
                                           dtype=dtype, device=device)
 
     def forward(self, X):

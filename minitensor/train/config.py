@@ -143,6 +143,9 @@ class TrainConfig:
     num_heldout: int = setting(1_000, integer(1, MAX_EXAMPLES))  # held-out (dates disjoint from training)
     min_len: int = setting(1, integer(1))                        # sequence lengths of reverse/copy/sort
     max_len: int = setting(10, integer(1))
+    # held-out lengths of reverse/copy/sort (None: as in training): longer ones test length extrapolation
+    heldout_min_len: Optional[int] = setting(None, optional(integer(1)))
+    heldout_max_len: Optional[int] = setting(None, optional(integer(1)))
     max_examples: Optional[int] = setting(None, optional(integer(1, 1 << 40)))  # corpus lines; text characters
     heldout_fraction: float = setting(0.1, number(0, 1, low_open=True))  # of a corpus or a text
     lm_num_steps: int = setting(64, integer(1))                  # window of the character LM
@@ -150,12 +153,15 @@ class TrainConfig:
     model: str = setting("transformer", one_of(MODELS))
     scorer: Optional[str] = setting(None, optional(identifier))  # None: scaled_dot (Transformer), additive (Bahdanau)
     pooling: str = setting("softmax", identifier)
-    positional: str = setting("sinusoidal", identifier)
+    positional: str = setting("sinusoidal", identifier)          # an "inputs", "qk" or "scores" encoding
+    input_positional: Optional[str] = setting(None, optional(identifier))  # "inputs" beside a "qk"/"scores" one
     scorer_options: dict = setting(factory=dict, check=plugin_options, flag="--scorer-opt")
     pooling_options: dict = setting(factory=dict, check=plugin_options, flag="--pooling-opt")
+    positional_options: dict = setting(factory=dict, check=plugin_options, flag="--positional-opt")
     num_hiddens: int = setting(32, integer(1))
     ffn_num_hiddens: int = setting(64, integer(1))
     num_heads: int = setting(4, integer(1))
+    num_kv_heads: Optional[int] = setting(None, optional(integer(1)))  # grouped-query attention; None: num_heads
     num_blks: int = setting(2, integer(1, 1024))
     dropout: float = setting(0.0, number(0, 1))                  # none: the held-out loss tracks the training loss
     norm_first: bool = setting(True, boolean)                    # pre-LN: trains at lr 1e-2; False: the book's post-LN
@@ -223,6 +229,19 @@ class TrainConfig:
                                       "language model), not both")
         if self.min_len > self.max_len:
             raise ConfigError("min_len", f"--min-len {self.min_len} is above --max-len {self.max_len}")
+        heldout_lens = (self.heldout_min_len, self.heldout_max_len)
+        if heldout_lens != (None, None):
+            if self.text or self.data or self.task not in ("reverse", "copy", "sort"):
+                raise ConfigError("heldout_min_len", "--heldout-min-len / --heldout-max-len set the held-out "
+                                                     "lengths of the reverse, copy and sort tasks")
+            low, high = self.heldout_lengths()
+            if low > high:
+                raise ConfigError("heldout_min_len", f"the held-out lengths {low}..{high} are empty: "
+                                                     f"--heldout-min-len {low} is above --heldout-max-len {high}")
+        if self.num_kv_heads is not None and (self.model == "bahdanau" or self.num_heads % self.num_kv_heads):
+            raise ConfigError("num_kv_heads", f"--num-kv-heads {self.num_kv_heads} must divide --num-heads "
+                                              f"{self.num_heads} (the query heads share key/value heads in "
+                                              "equal groups) and needs a Transformer model")
         if self.model != "bahdanau" and self.num_hiddens % self.num_heads:
             raise ConfigError("num_heads", f"--num-heads {self.num_heads} does not divide --num-hiddens "
                                            f"{self.num_hiddens}: each head gets num_hiddens / num_heads units")
@@ -234,6 +253,16 @@ class TrainConfig:
                                                                                   self.positional)):
             if plugin is not None:
                 plugins.lookup(kind, plugin)  # an unknown name lists the known ones
+        if self.model != "bahdanau":
+            from ..nn.transformer import split_positional
+
+            try:
+                split_positional(self.positional, self.input_positional)
+            except ValueError as e:
+                raise ConfigError("input_positional", str(e).replace("input_positional=", "--input-positional ")
+                                  .replace("positional=", "--positional ")) from None
+        elif self.input_positional is not None or self.positional_options:
+            raise ConfigError("input_positional", "the Bahdanau model (a GRU) has no positional encoding")
         for key in ("data", "text"):
             file = getattr(self, key)
             if file is not None and not os.path.isfile(file):
@@ -250,6 +279,13 @@ class TrainConfig:
         if "epochs" in changes:
             base.pop("steps", None)
         return cls(model=model, **{**base, **changes})
+
+    def heldout_lengths(self):
+        """The shortest and longest held-out sequence of reverse/copy/sort."""
+        low = self.min_len if self.heldout_min_len is None else self.heldout_min_len
+        if self.heldout_max_len is not None:
+            return low, self.heldout_max_len
+        return low, max(self.max_len, low)  # only the shortest given: up to the training lengths' longest
 
     def setting(self, name):
         """The value of field ``name`` as the run uses it: the scorer's None is the model's
@@ -350,7 +386,7 @@ def build_data(config, vocabs=None):
     else:
         make = {"reverse": reverse_task, "copy": copy_task, "sort": sort_task}[config.task]
         train = make(config.num_train, config.min_len, config.max_len)
-        heldout = make(config.num_heldout, config.min_len, config.max_len)
+        heldout = make(config.num_heldout, *config.heldout_lengths())
     src_vocab, tgt_vocab = vocabs if vocabs else build_vocabs(train)
     src_len, tgt_len = max_lengths(train + heldout)
     # + 1 for <eos>: every sequence keeps its end (see data.build_array)
@@ -383,7 +419,9 @@ def build_model(config, src_vocab, tgt_vocab):
         decoder = Seq2SeqAttentionDecoder(len(tgt_vocab), c.num_hiddens, c.num_hiddens, c.num_blks, c.dropout,
                                           device=c.device, **attention)
         return Seq2Seq(encoder, decoder)
-    shared = dict(positional=c.positional, norm_first=c.norm_first, device=c.device, **attention)
+    shared = dict(positional=c.positional, positional_options=dict(c.positional_options) or None,
+                  input_positional=c.input_positional, num_kv_heads=c.num_kv_heads, norm_first=c.norm_first,
+                  device=c.device, **attention)
     if c.model == "lm":
         return TransformerLM(len(tgt_vocab), c.num_hiddens, c.ffn_num_hiddens, c.num_heads, c.num_blks, c.dropout,
                              **shared)
@@ -404,7 +442,8 @@ def min_num_parameters(config, src_vocab_size, tgt_vocab_size):
     c, h = config, config.num_hiddens
     if c.model == "bahdanau":  # embeddings, a GRU layer's input and hidden weights, the output layer
         return (src_vocab_size + 2 * tgt_vocab_size) * h + c.num_blks * 2 * 3 * h * h
-    block = 4 * h * h + 2 * h * c.ffn_num_hiddens  # W_q, W_k, W_v, W_o and the FFN
+    kv = h // c.num_heads * (c.num_kv_heads or c.num_heads)  # the K and V heads (fewer when grouped)
+    block = 2 * h * h + 2 * h * kv + 2 * h * c.ffn_num_hiddens  # W_q, W_o, W_k, W_v and the FFN
     if c.model == "lm":
         return 2 * tgt_vocab_size * h + c.num_blks * block
     encoder = src_vocab_size * h + c.num_blks * block
