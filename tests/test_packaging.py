@@ -185,11 +185,11 @@ def test_example_plugin_installs_with_its_entry_point(example_install, tmp_path)
 def test_example_plugin_is_listed_by_the_cli(example_install, tmp_path):
     out = run([sys.executable, "-m", "minitensor", "plugins"], cwd=tmp_path, PYTHONPATH=str(example_install),
               MINITENSOR_STRICT_PLUGINS="1")
-    assert any(line.split() == ["cosine", "scorer", "minitensor-example-cosine", "0.1.0"]
+    assert any(line.split() == ["cosine_temperature", "scorer", "minitensor-example-cosine", "0.1.0"]
                for line in out.splitlines()), out
     out = run([sys.executable, "-m", "minitensor", "plugins"], cwd=tmp_path, PYTHONPATH=str(example_install),
               MINITENSOR_DISABLE_PLUGIN_AUTOLOAD="1")
-    assert "cosine" not in out.split() and "dot" in out.split()
+    assert "cosine_temperature" not in out.split() and "dot" in out.split()
 
 
 @pytest.mark.slow

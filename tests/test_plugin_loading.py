@@ -98,17 +98,17 @@ def test_the_readme_example_registers_itself_and_is_not_registered_twice(tmp_pat
         name = mtp.load_plugin(str(path))
         assert mtp.load_plugin(str(path)) == name == path.stem
     assert registered_names().count(name) == 1
-    row = next(row for row in mtp.describe() if row["name"] == "cosine")
+    row = next(row for row in mtp.describe() if row["name"] == "my_cosine")
     assert row["source"] == f"file {path}"  # not "registered at run time": it says where it came from
-    assert mtp.lookup("scorer", "cosine") is sys.modules[path.stem].Cosine
+    assert mtp.lookup("scorer", "my_cosine") is sys.modules[path.stem].Cosine
 
 
 def test_the_example_plugin_loads_from_its_file_and_refuses_unknown_options():
     path = REPO / "plugins" / "example-cosine" / "minitensor_cosine.py"
     mtp.load_plugin(str(path))
-    assert next(r for r in mtp.describe() if r["name"] == "cosine")["source"] == f"file {path}"
+    assert next(r for r in mtp.describe() if r["name"] == "cosine_temperature")["source"] == f"file {path}"
     with pytest.raises(TypeError, match=r"CosineScorer: unknown option\(s\) 'sclae'; it takes scale, eps"):
-        mt.nn.Attention("cosine", "softmax", 0.0, query_size=4, key_size=4, scorer_options={"sclae": 10.0})
+        mt.nn.Attention("cosine_temperature", "softmax", 0.0, query_size=4, key_size=4, scorer_options={"sclae": 10.0})
 
 
 # ---------------------------------------------------------------------------------------

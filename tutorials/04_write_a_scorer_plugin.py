@@ -450,7 +450,9 @@ shutil.rmtree(site, ignore_errors=True)
 #
 # 1. Write a **cosine** scorer with a temperature, $a(q, k) = \cos(q, k) / \tau$, run it
 #    through `check_scorer` (what happens with an all-zero query? compare with
-#    `plugins/example-cosine/minitensor_cosine.py`), and train the date task with it.
+#    `plugins/example-cosine/minitensor_cosine.py`, whose scorer is `cosine_temperature`),
+#    register it under a name of its own (`cosine` is taken: the built-in, which learns
+#    $1/\tau$), and train the date task with it.
 # 2. Start the bilinear $W$ at $I / \sqrt{d}$ when `query_size == key_size`, so that it begins
 #    as the scaled dot product. Does the date task (`minitensor train --scorer bilinear`)
 #    train faster than with the random start?

@@ -247,8 +247,9 @@ class Attention(Module):
 
 
 # Scorers whose score for a query depends on that query and the keys only, through one matrix
-# product: grouped heads can score all the queries of a group against the group's keys at once.
-_ROW_WISE_SCORERS = ("dot", "scaled_dot")
+# product (of normalised vectors, for cosine): grouped heads can then score all the queries of a
+# group against the group's keys at once.
+_ROW_WISE_SCORERS = ("dot", "scaled_dot", "cosine", "l2")
 
 
 class MultiHeadAttention(Module):

@@ -1,19 +1,21 @@
-"""A minitensor plugin that adds the ``cosine`` attention scorer.
+"""A minitensor plugin that adds the ``cosine_temperature`` attention scorer.
 
     score(q, k) = scale * <q, k> / (|q| |k|)
 
 Cosine similarity is the dot product of the *directions* of q and k: it ignores their lengths,
 so a score lies in [-scale, scale]. With scale = 1 the softmax over such scores is close to
 uniform (the weights differ at most by a factor e^2 ~ 7.4), which is why the option ``scale``
-exists (a fixed inverse temperature, as in cosine-similarity attention).
+exists (a fixed inverse temperature, as in cosine-similarity attention). minitensor's built-in
+``cosine`` scorer is the same with a learned scale; this plugin keeps it fixed, and registers
+under its own name because two plugins may not share one.
 
 Use it by name, like a built-in, once this distribution is installed::
 
-    attn = mt.nn.Attention("cosine", "softmax", 0.0, query_size=8, key_size=8,
+    attn = mt.nn.Attention("cosine_temperature", "softmax", 0.0, query_size=8, key_size=8,
                            scorer_options={"scale": 10.0})
 
 or, without installing it, for one run: ``minitensor train --plugin minitensor_cosine.py
---scorer cosine``.
+--scorer cosine_temperature``.
 """
 
 import minitensor as mt
@@ -58,4 +60,4 @@ def _norm(x, eps):
 # It takes no parameters and returns {name: class}.
 @hookimpl
 def minitensor_scorers():
-    return {"cosine": CosineScorer}
+    return {"cosine_temperature": CosineScorer}

@@ -17,6 +17,8 @@ than silently ignored.
 
 import math
 
+import numpy as np
+
 import minitensor as mt
 from minitensor import hookimpl, nn
 from minitensor.plugins import check_options
@@ -76,6 +78,101 @@ class ScaledDotProduct(nn.Module):
 
     def forward(self, queries, keys):
         return (queries @ keys.swapaxes(-1, -2)) * (1.0 / math.sqrt(queries.shape[-1]))
+
+
+class CosineScorer(nn.Module):
+    """Query-key normalisation (Henry, Dachapally, Pawar and Chen, "Query-Key Normalization
+    for Transformers", Findings of EMNLP 2020):
+
+        score(q, k) = g * <q / |q|, k / |k|> = g cos(q, k)
+
+    with one learned scalar g. A cosine lies in [-1, 1], so the scores lie in [-g, g] however
+    large q and k grow: softmax cannot saturate by accident, and how sharp the attention is
+    is left to g alone. (Cosines alone would be too flat: softmax weights within a factor
+    e^2 ~ 7.4 of each other; g is what lets the weights peak.)
+
+    Options:
+
+    - ``scale``: the starting value of g (its fixed value with ``learn_scale=False``).
+      Default 10.0, the paper's start for sequences of about 32 tokens: it sets
+      g0 = log2(L^2 - L), L the 97.5th percentile of the training sequence lengths (8.6 for
+      L = 20, 10 for L = 32, 12 for L = 64), and a scorer is not told L.
+    - ``seq_len``: L, to start at exactly that g0 instead (L >= 2; not together with ``scale``).
+    - ``learn_scale`` (default True): False keeps g fixed, a buffer rather than a parameter
+      (plain cosine attention with an inverse temperature).
+    - ``dtype``, ``device``: where g is made (the attention layers pass theirs).
+
+    A zero (or tiny) q or k would divide by |q| = 0: the norm is taken as max(|q|, eps),
+    eps = 1e-6, so a zero vector scores 0 against everything, with finite (if large, up to
+    about g / eps) gradients. The floor sits under the sqrt (on |q|^2), where sqrt's
+    derivative is still finite; float16 raises it to its smallest normal number, eps^2
+    being 0 there.
+    """
+
+    DEFAULT_SCALE = 10.0
+    eps = 1e-6
+
+    def __init__(self, query_size, key_size, scale=None, seq_len=None, learn_scale=True, dtype=None, device=None,
+                 **options):
+        super().__init__()
+        _same_sizes(type(self), query_size, key_size)
+        check_options(type(self), options, ("scale", "seq_len", "learn_scale"))
+        if scale is not None and seq_len is not None:
+            raise ValueError(f"CosineScorer: pass scale or seq_len, not both (got scale={scale}, seq_len={seq_len})")
+        if seq_len is not None:
+            if seq_len != int(seq_len) or seq_len < 2:
+                raise ValueError(f"CosineScorer: seq_len must be an integer >= 2, got {seq_len!r}")
+            scale = math.log2(seq_len * seq_len - seq_len)
+        scale = self.DEFAULT_SCALE if scale is None else float(scale)
+        if not (math.isfinite(scale) and scale > 0):
+            raise ValueError(f"CosineScorer: scale must be positive and finite, got {scale}")
+        if learn_scale not in (True, False):
+            # a string such as "no" would be truthy and silently learn g
+            raise TypeError(f"CosineScorer: learn_scale must be True or False, got {learn_scale!r}")
+        self.learn_scale = bool(learn_scale)
+        # shape (1,), like parametric_gaussian's w
+        g = mt.tensor([scale], dtype=dtype or mt.float32, device=device or "cpu")
+        if self.learn_scale:
+            self.scale = nn.Parameter(g)
+        else:
+            self.register_buffer("scale", g)
+
+    def forward(self, queries, keys):
+        floor = max(self.eps * self.eps, float(np.finfo(queries.dtype).tiny))
+        q = queries / (queries * queries).sum(axis=-1, keepdims=True).clip(floor, None).sqrt()
+        k = keys / (keys * keys).sum(axis=-1, keepdims=True).clip(floor, None).sqrt()
+        # g scales the Q x d unit queries rather than the Q x K scores: the same, for less work
+        return (q * self.scale) @ k.swapaxes(-1, -2)
+
+    def extra_repr(self):
+        return f"scale={float(self.scale.numpy()[0]):.4g}, learn_scale={self.learn_scale}"
+
+
+class L2Scorer(nn.Module):
+    """The negative squared Euclidean distance, scaled like ``scaled_dot``:
+
+        score(q, k) = -|q - k|^2 / sqrt(d)
+
+    the score of L2 self-attention (Kim, Papamakarios and Mnih, "The Lipschitz Constant of
+    Self-Attention", ICML 2021), which they prove Lipschitz (with tied query and key
+    projections) where dot-product self-attention is not. A key scores highest (0) where it
+    equals the query. Since -|q - k|^2 = 2 q.k - |k|^2 - |q|^2
+    and softmax ignores a constant per query, this is scaled_dot's 2 q.k / sqrt(d) with a
+    penalty -|k|^2 / sqrt(d) on long keys. It is also the ``kernel`` scorer's Gaussian with
+    width d^(1/4) / sqrt(2), which broadcasts the (..., Q, K, d) differences instead.
+
+    Computed as one matrix product (``_half_squared_distance``), so it costs what scaled_dot
+    does, with the Gaussian scorer's rounding: off by about eps (|q|^2 + |k|^2) / sqrt(d),
+    so q = k can score a hair above or below 0.
+    """
+
+    def __init__(self, query_size, key_size, **options):
+        super().__init__()
+        _same_sizes(type(self), query_size, key_size)
+        check_options(type(self), options)
+
+    def forward(self, queries, keys):
+        return _half_squared_distance(queries, keys) * (-2.0 / math.sqrt(queries.shape[-1]))
 
 
 class AdditiveScorer(nn.Module):
@@ -232,6 +329,8 @@ def minitensor_scorers():
     return {
         "dot": DotProduct,
         "scaled_dot": ScaledDotProduct,
+        "cosine": CosineScorer,
+        "l2": L2Scorer,
         "additive": AdditiveScorer,
         "gaussian": GaussianScorer,
         "parametric_gaussian": ParametricGaussianScorer,

@@ -40,6 +40,6 @@ def test_an_unknown_option_is_refused_by_name():
 
 def test_minitensor_finds_the_plugin_through_its_entry_point():
     mt.plugins._reset()  # load again, now with this distribution installed
-    assert mt.plugins.lookup("scorer", "cosine") is minitensor_cosine.CosineScorer
-    row = next(r for r in mt.plugins.describe() if r["name"] == "cosine")
+    assert mt.plugins.lookup("scorer", "cosine_temperature") is minitensor_cosine.CosineScorer
+    row = next(r for r in mt.plugins.describe() if r["name"] == "cosine_temperature")
     assert row["source"].startswith("minitensor-example-cosine ")
