@@ -6,6 +6,7 @@ Read ``elementwise.py`` first: each op is a few lines of forward and a line of b
 from .convert import astype, to_device
 from .dropout import dropout
 from .elementwise import abs, add, clamp, clip, div, exp, gelu, log, mul, neg, pow, relu, sigmoid, sqrt, sub, tanh
+from .entmax import alpha_entmax, entmax15
 from .indexing import embedding, getitem
 from .join import cat, concat, split, stack
 from .loss import cross_entropy
@@ -18,8 +19,9 @@ from .softmax import log_softmax, masked_softmax, softmax
 from .sparsemax import sparsemax
 
 __all__ = [
-    "abs", "add", "argmax", "argmin", "astype", "broadcast_to", "cat", "clamp", "clip", "concat",
-    "cross_entropy", "div", "dropout", "embedding", "exp", "expand", "flatten", "gelu", "getitem",
+    "abs", "add", "alpha_entmax", "argmax", "argmin", "astype", "broadcast_to", "cat", "clamp", "clip",
+    "concat", "cross_entropy", "div", "dropout", "embedding", "entmax15", "exp", "expand", "flatten",
+    "gelu", "getitem",
     "layer_norm", "log", "log_softmax", "masked_fill", "masked_softmax", "matmul", "max", "mean",
     "min", "mul", "neg", "permute", "pow", "relu", "reshape", "sigmoid", "softmax", "sparsemax",
     "split", "sqrt", "squeeze", "stack", "sub", "sum", "swapaxes", "tanh", "to_device", "transpose",

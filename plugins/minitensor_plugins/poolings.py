@@ -59,6 +59,9 @@ class SoftmaxPooling(nn.Module):
     on the fused numba kernels (``minitensor/kernels``).
     """
 
+    sparse = False  # every allowed key gets some weight
+    sums_to_one = True
+
     def __init__(self, **options):
         super().__init__()
         check_options(type(self), options)
@@ -76,6 +79,9 @@ class AveragePooling(nn.Module):
     attention does before it learns anything, and what Nadaraya-Watson improves on.
     The weights do not depend on the score *values*, so no gradient flows to the scores.
     """
+
+    sparse = False  # every allowed key gets 1 / n
+    sums_to_one = True
 
     def __init__(self, **options):
         super().__init__()
@@ -98,6 +104,9 @@ class SparsemaxPooling(nn.Module):
     ``minitensor/ops/sparsemax.py`` for tau and the backward pass.
     """
 
+    sparse = True  # exact zeros below the threshold
+    sums_to_one = True
+
     def __init__(self, **options):
         super().__init__()
         check_options(type(self), options)
@@ -106,6 +115,86 @@ class SparsemaxPooling(nn.Module):
         return mt.sparsemax(scores, valid_lens, mask)
 
 
+class Entmax15Pooling(nn.Module):
+    """1.5-entmax (Peters, Niculae & Martins, 2019), halfway between softmax and sparsemax:
+
+        alpha_i = [a_i / 2 - tau]_+^2
+
+    with the threshold tau making the weights sum to 1. Like sparsemax it gives low-scoring
+    keys weight exactly 0, but the weights of the others are smoother (quadratic, not
+    linear, in the scores). Exact and sort-based: ``minitensor/ops/entmax.py``.
+    """
+
+    sparse = True
+    sums_to_one = True
+
+    def __init__(self, **options):
+        super().__init__()
+        check_options(type(self), options)
+
+    def forward(self, scores, valid_lens=None, mask=None):
+        return mt.entmax15(scores, valid_lens, mask)
+
+
+class AlphaEntmaxPooling(nn.Module):
+    """alpha-entmax (Peters et al., 2019; Correia, Niculae & Martins, 2019): the weight of key i is
+
+        w_i = [(alpha - 1) a_i - tau]_+^(1 / (alpha - 1))
+
+    (w_i is D2L's alpha(q, k_i); alpha here is entmax's exponent).
+    alpha -> 1 tends to softmax, alpha = 1.5 is ``entmax15``, alpha = 2 is ``sparsemax``; for
+    every alpha > 1 low-scoring keys get weight exactly 0. tau by bisection
+    (``minitensor/ops/entmax.py``).
+
+    Options: ``alpha`` (default 1.5, must be > 1); ``learn_alpha`` (default False): learn
+    alpha by gradient descent ("Adaptively Sparse Transformers"). Then alpha is computed
+    from a parameter ``raw`` as
+
+        alpha = 1 + exp(raw),   raw initialised to log(alpha_option - 1),
+
+    so it stays > 1 whatever the optimiser does (in floating point it could round to 1 only
+    if training drove alpha - 1 below ~6e-8 in float32, and ``alpha_entmax`` then refuses it
+    clearly).
+    ``dtype``, ``device``: where ``raw`` is made (float32 on the CPU by default).
+    """
+
+    sparse = True
+    sums_to_one = True
+
+    def __init__(self, alpha=1.5, learn_alpha=False, dtype=None, device=None, **options):
+        super().__init__()
+        check_options(type(self), options, ("alpha", "learn_alpha"))
+        try:
+            alpha = float(alpha)
+        except (TypeError, ValueError):
+            raise TypeError(f"{type(self).__name__}: alpha must be a number > 1, got {alpha!r}") from None
+        if not alpha > 1:
+            raise ValueError(
+                f"{type(self).__name__}: alpha must be > 1, got {alpha} "
+                "(alpha = 1 is softmax: use the 'softmax' pooling)"
+            )
+        self.learn_alpha = bool(learn_alpha)
+        if self.learn_alpha:
+            raw = math.log(alpha - 1)
+            self.raw = nn.Parameter(mt.tensor(raw, dtype=dtype or mt.float32, device=device or "cpu"))
+        else:
+            self.fixed_alpha = alpha
+
+    @property
+    def alpha(self):
+        """The current alpha: a float, or a 0-d Tensor (in the graph) with ``learn_alpha``."""
+        return 1 + self.raw.exp() if self.learn_alpha else self.fixed_alpha
+
+    def forward(self, scores, valid_lens=None, mask=None):
+        return mt.alpha_entmax(scores, self.alpha, valid_lens, mask)
+
+
 @hookimpl
 def minitensor_poolings():
-    return {"softmax": SoftmaxPooling, "average": AveragePooling, "sparsemax": SparsemaxPooling}
+    return {
+        "softmax": SoftmaxPooling,
+        "average": AveragePooling,
+        "sparsemax": SparsemaxPooling,
+        "entmax15": Entmax15Pooling,
+        "alpha_entmax": AlphaEntmaxPooling,
+    }
