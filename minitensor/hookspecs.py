@@ -53,7 +53,7 @@ def minitensor_scorers():
 
         @minitensor.hookimpl
         def minitensor_scorers():
-            return {"cosine": Cosine}
+            return {"my_cosine": Cosine}  # not "cosine": that is a built-in's name
     """
 
 
@@ -75,6 +75,14 @@ def minitensor_poolings():
       pooling. ``MultiHeadAttention`` accepts (Q, K), (batch, Q, K) or (batch, num_heads,
       Q, K) masks and inserts the heads axis before calling the pooling.
 
+    Two optional class attributes declare properties that ``check_pooling`` then tests:
+
+    - ``sums_to_one`` (default True): every row with at least one allowed key sums to 1,
+      as attention weights do (all the built-ins); set it to False for a pooling that is
+      not meant to (e.g. gated weights that may leave some mass unused).
+    - ``sparse`` (default False): the pooling gives keys weight exactly 0 when others score
+      clearly higher (sparsemax, entmax15, alpha_entmax say True; softmax and average False).
+
     Example::
 
         @minitensor.hookimpl
@@ -87,14 +95,35 @@ def minitensor_poolings():
 def minitensor_positional_encodings():
     """Positional encodings: ``{name: class}``.
 
-    Contract: ``cls(num_hiddens, max_len=..., dropout=0.0, **options)`` is an
-    ``mt.nn.Module`` with a class attribute ``applies_to``:
+    Contract: ``cls(num_hiddens, max_len=..., dropout=0.0, **options)`` (for "scores":
+    ``cls(num_heads, ...)``, below) is an ``mt.nn.Module`` with a class attribute
+    ``applies_to``:
 
     - ``"inputs"``: ``forward(X, offset=0)`` returns X (batch, T, num_hiddens) plus the
       encodings of positions offset .. offset + T - 1 (added to the embeddings);
     - ``"qk"``: ``forward(q, k, q_offset=0, k_offset=0)`` returns the encoded (q, k), each
       (..., T, d); built with the per-head size and applied inside self-attention (rotary).
-      ``dropout`` has no meaning there (the built-in ``rotary`` refuses anything but 0).
+      ``dropout`` has no meaning there (the built-in ``rotary`` refuses anything but 0);
+    - ``"scores"``: an additive bias on the attention scores, built as
+      ``cls(num_heads, max_len=..., **options)`` (no ``dropout``; ``dtype=None, device=None``
+      keyword arguments as for the built-ins). ``forward(num_queries, num_keys, q_offset=0,
+      k_offset=0)`` returns a dense bias Tensor broadcastable to (batch, num_heads, Q, K),
+      normally (num_heads, Q, K), for queries at positions q_offset + i and keys at
+      k_offset + j; ``-inf`` means "may not attend". With a KV cache, K - Q earlier keys sit
+      in the cache, as for ``causal``. Its dtype and device are the module's (``module.to()``
+      converts them). Class attributes: ``relative = True`` when the bias depends only on the
+      distance j - i (key position - query position), and then a method
+      ``relative_bias(min_distance, max_distance)`` returns a Tensor
+      (num_heads, max_distance - min_distance + 1) whose column c is the bias at distance
+      min_distance + c (the same numbers as ``forward``, O(T) memory: what a streaming
+      kernel uses); ``window = None`` or an int w (keys with |j - i| > w are -inf);
+      ``cross = False`` unless it applies to cross-attention. A constructor may accept
+      ``bidirectional``: the Transformer models pass ``bidirectional=True`` for encoder
+      self-attention and ``False`` for decoder / LM self-attention to every "scores"
+      encoding whose constructor accepts it. Built-ins: ``alibi``, ``t5_relative``,
+      ``sliding_window``.
+
+    ``minitensor.testing.check_positional_encoding`` checks all three kinds.
 
     Example::
 

@@ -67,6 +67,7 @@ DEFAULT_PLUGINS = (
     "minitensor_plugins.scorers",
     "minitensor_plugins.poolings",
     "minitensor_plugins.positional",
+    "minitensor_plugins.score_biases",
 )
 BUILT_IN = "built-in"
 RUN_TIME = "registered at run time"
@@ -287,7 +288,7 @@ def load_plugin(spec):
     path) or the name of an importable module (``"my_pkg.scorers"``). This is what ``--plugin`` and
     ``MINITENSOR_PLUGINS`` do, so a plugin can be tried before it is packaged::
 
-        minitensor train --plugin my_scorer.py --scorer cosine
+        minitensor train --plugin my_scorer.py --scorer my_cosine
 
     A file is imported as the module named after it (``my_scorer``) and registered with the
     source ``FILE_SOURCE + absolute path``; a module with ``MODULE_SOURCE + its name``. The
@@ -516,7 +517,8 @@ def describe():
     """Every registered plugin class, kind by kind and sorted by name: a list of dicts with
     ``name``, ``kind``, ``source`` ("built-in", "<distribution> <version>", "file <absolute
     path>", "module <name>" or "registered at run time"), ``plugin`` (its name in the plugin
-    manager) and ``class`` (module.qualname)."""
+    manager) and ``class`` (module.qualname); a positional encoding's row also has
+    ``applies_to`` ("inputs", "qk" or "scores": where it acts)."""
     if not _registries:
         _build_registries()
     rows = []
@@ -526,6 +528,8 @@ def describe():
             cls = table[name]
             rows.append({"name": name, "kind": kind, "source": owners[name][1], "plugin": owners[name][0],
                          "class": f"{getattr(cls, '__module__', '?')}.{getattr(cls, '__qualname__', repr(cls))}"})
+            if kind == "positional encoding":
+                rows[-1]["applies_to"] = str(getattr(cls, "applies_to", "?"))
     return rows
 
 

@@ -261,6 +261,16 @@ def check_pooling(cls, *, device="cpu", **options):
     """Check a pooling class against the contract ``cls(**options)``,
     ``forward(scores (..., Q, K), valid_lens=None, mask=None) -> weights (..., Q, K)``.
 
+    Besides shapes, dtypes, masking and gradients, two properties that the class declares:
+
+    - ``sums_to_one`` (default True; say ``sums_to_one = False`` on the class to opt out):
+      every row with at least one allowed key sums to 1 ("weights sum to 1"; to 1e-6
+      relative in float64, 1e-4 in float32);
+    - ``sparse = True`` (default False): with one key per row scoring 100 above the others
+      (standard normal scores otherwise, float64), every row gives some allowed keys weight
+      exactly 0.0 ("sparse poolings give exact zeros"). softmax gives exp(-100) ~ 1e-44
+      there, not 0; alpha-entmax needs a margin of 1 / (alpha - 1), so alpha >= 1.01 passes.
+
     Returns True or raises AssertionError.
     """
     c = _Check("check_pooling", cls, device)
@@ -287,6 +297,7 @@ def check_pooling(cls, *, device="cpu", **options):
             weights = run(scores).numpy()
             if numpy.isnan(weights).any():
                 c.fail("no NaN", f"{describe(scores, None, None)} gave NaN weights: {_short(weights)}")
+            _check_sums_to_one(c, describe(scores, None, None), weights, True, dtype)
 
     B = 3
     lens_1d = c.ints([2, K, 1])
@@ -335,6 +346,7 @@ def check_pooling(cls, *, device="cpu", **options):
             "masked keys are ignored", f"{what}: changing only the scores of masked keys changed the weights",
             again, weights,
         )
+        _check_sums_to_one(c, what, weights, allowed)
     # valid_lens = K everywhere masks nothing.
     scores = c.randn((B, Q, K), "float64")
     c.close(
@@ -349,6 +361,7 @@ def check_pooling(cls, *, device="cpu", **options):
     scores = tensor(host, device=device)
     weights = run(scores, prop="masked keys").numpy()
     _zero_where_masked(c, "forward(scores with some -inf entries)", weights, host > -numpy.inf)
+    _check_sums_to_one(c, "forward(scores with some -inf entries)", weights, host > -numpy.inf)
 
     # Rows with no allowed key at all: zeros, never NaN, never uniform.
     host = c.rng.standard_normal((B, Q, K))
@@ -375,6 +388,9 @@ def check_pooling(cls, *, device="cpu", **options):
                 f"{what}: the rows with no allowed key {where} got weights {_short(rows)} "
                 "(expected all zeros: not NaN, not uniform)",
             )
+        _check_sums_to_one(c, what, weights, allowed)
+
+    _check_sparse(c, run)
 
     # Gradients to the scores (with masking) and to any parameters.
     scores = c.randn((2, 2, 2, 4), "float64", requires_grad=True)
@@ -386,6 +402,45 @@ def check_pooling(cls, *, device="cpu", **options):
 
     c.gradients(weights_fn, [scores] + [p for _, p in params], ["scores"] + _names(params))
     return True
+
+
+def _check_sums_to_one(c, what, weights, allowed, dtype="float64"):
+    """Each row with an allowed key sums to 1, unless the class says ``sums_to_one = False``."""
+    if not getattr(c.cls, "sums_to_one", True):
+        return
+    rtol = 1e-6 if numpy.dtype(dtype) == numpy.float64 else 1e-4
+    has_key = numpy.broadcast_to(allowed, weights.shape).any(axis=-1)
+    sums = weights.astype(numpy.float64).sum(axis=-1)
+    bad = has_key & ~(numpy.abs(sums - 1) <= rtol)  # NaN sums are bad too
+    if bad.any():
+        first = tuple(int(i) for i in numpy.argwhere(bad)[0])
+        c.fail(
+            "weights sum to 1",
+            f"{what}: row {first} (which has an allowed key) has weights {_short(weights[first])} "
+            f"summing to {float(sums[first])!r}, not 1 (set sums_to_one = False on the class "
+            "if it is not meant to)",
+        )
+
+
+def _check_sparse(c, run):
+    """A class saying ``sparse = True`` gives exact zeros when one key per row dominates."""
+    if getattr(c.cls, "sparse", False) is not True:
+        return
+    margin = 100.0
+    host = c.rng.standard_normal((2, Q, K))
+    top = c.rng.integers(K, size=(2, Q))
+    numpy.put_along_axis(host, top[..., None], host.max(axis=-1, keepdims=True) + margin, axis=-1)
+    scores = tensor(host, device=c.device)
+    weights = run(scores, prop="sparse poolings give exact zeros").numpy()
+    no_zero = ~(weights == 0.0).any(axis=-1)
+    if no_zero.any():
+        first = tuple(int(i) for i in numpy.argwhere(no_zero)[0])
+        c.fail(
+            "sparse poolings give exact zeros",
+            f"the class says sparse = True, but with one key per row scoring {margin:g} above the "
+            f"others, row {first} got no weight exactly 0.0: {_short(weights[first])} "
+            f"for scores {_short(host[first])}",
+        )
 
 
 def _zero_where_masked(c, what, weights, allowed):
@@ -400,17 +455,44 @@ def _zero_where_masked(c, what, weights, allowed):
 
 
 # -- positional encodings -------------------------------------------------------------------------
-def check_positional_encoding(cls, *, num_hiddens=8, max_len=16, device="cpu", **options):
-    """Check a positional-encoding class against the contract
-    ``cls(num_hiddens, max_len=..., dropout=0.0, **options)`` with ``applies_to``
-    "inputs" (``forward(X, offset=0)``) or "qk" (``forward(q, k, q_offset=0, k_offset=0)``).
+def check_positional_encoding(cls, *, num_hiddens=8, num_heads=4, max_len=16, device="cpu", **options):
+    """Check a positional-encoding class against its contract, by its ``applies_to``:
 
+    - "inputs": ``cls(num_hiddens, max_len=..., dropout=0.0, **options)``,
+      ``forward(X, offset=0)``;
+    - "qk": the same construction, ``forward(q, k, q_offset=0, k_offset=0) -> (q, k)``;
+    - "scores": ``cls(num_heads, max_len=..., **options)``,
+      ``forward(num_queries, num_keys, q_offset=0, k_offset=0)`` -> an additive bias on the
+      scores, broadcastable to (batch, num_heads, Q, K) (normally (num_heads, Q, K)), for
+      queries at positions q_offset + i and keys at k_offset + j; -inf means "may not
+      attend". Checked: the shape for several (Q, K), Q != K included; the dtype follows
+      ``module.to(float32 / float64)`` (a bias without parameters keeps its dtype in a
+      buffer); no NaN; the attributes ``relative`` (bool), ``window`` (None or an int >= 0)
+      and ``cross`` (bool) are well-formed (missing ones mean False, None, False);
+      "offsets shift the bias consistently": ``forward(Q, K, q_offset, k_offset)`` is the
+      [q_offset:, k_offset:] block of ``forward(q_offset + Q, k_offset + K)`` (one new query
+      against a long cache included); with ``relative = True``, "the bias depends only on
+      j - i" (equal along every diagonal, and at other offsets) and "relative_bias agrees
+      with forward" (``relative_bias(min_distance, max_distance)``, (num_heads, D), column c
+      the bias at distance min_distance + c, rebuilds forward's matrix); with a ``window``
+      w, "window is honoured" (-inf wherever |j - i| > w, finite at j = i); "lengths
+      beyond max_len": ``forward(2 max_len, 2 max_len)`` works or raises a ValueError that
+      mentions max_len; gradients to the parameters, by gradcheck in float64.
+
+    ``num_hiddens`` builds the "inputs" and "qk" kinds, ``num_heads`` the "scores" kind.
     Returns True or raises AssertionError.
     """
     c = _Check("check_positional_encoding", cls, device)
     applies_to = getattr(cls, "applies_to", None)
-    if applies_to not in ("inputs", "qk"):
-        c.fail("applies_to", f"the class attribute applies_to is {applies_to!r}; it must be 'inputs' or 'qk'")
+    if applies_to not in ("inputs", "qk", "scores"):
+        c.fail(
+            "applies_to",
+            f"the class attribute applies_to is {applies_to!r}; it must be 'inputs', 'qk' or 'scores'",
+        )
+    if applies_to == "scores":
+        encoding = c.build(lambda: cls(num_heads, max_len=max_len, **options))
+        _check_scores_encoding(c, encoding, num_heads, max_len)
+        return True
     encoding = c.build(lambda: cls(num_hiddens, max_len=max_len, dropout=0.0, **options))
     d, T = num_hiddens, 5
     if applies_to == "inputs":
@@ -418,6 +500,164 @@ def check_positional_encoding(cls, *, num_hiddens=8, max_len=16, device="cpu", *
     else:
         _check_qk_encoding(c, encoding, d, T)
     return True
+
+
+def _distance_grid(Q, K, q_offset, k_offset):
+    """(Q, K) host grid of j - i: key position k_offset + j minus query position q_offset + i."""
+    return (k_offset + numpy.arange(K))[None, :] - (q_offset + numpy.arange(Q))[:, None]
+
+
+def _beyond_max_len(c, prop, what, error):
+    """Past max_len an encoding may refuse, with a ValueError that says so; nothing else."""
+    if isinstance(error, ValueError) and "max_len" in str(error):
+        return
+    c.fail(prop, f"{what} raised {type(error).__name__}: {error} (an encoding that cannot go past max_len "
+                 "must raise ValueError naming max_len)")
+
+
+def _check_scores_encoding(c, encoding, H, max_len):
+    T = max_len  # positions 0 .. T - 1 are within reach of every encoding
+
+    def run(Q, K, q_offset=0, k_offset=0, prop="output shape", dtype=None):
+        """forward(...) as a host float64 array (H, Q, K), after the contract's checks."""
+        what = f"forward({Q}, {K}, q_offset={q_offset}, k_offset={k_offset})"
+        out = c.output(prop, what, c.call(prop, what, encoding, Q, K, q_offset=q_offset, k_offset=k_offset))
+        full = (2, H, Q, K)  # (batch, num_heads, Q, K)
+        if out.ndim > 4 or any(s not in (1, f) for s, f in zip(reversed(out.shape), reversed(full))):
+            c.fail(prop, f"{what} gave shape {out.shape}, which does not broadcast to (batch, num_heads, Q, K) = "
+                         f"(batch, {H}, {Q}, {K}); return (num_heads, Q, K)")
+        if dtype is not None and out.dtype != dtype:
+            c.fail("output dtype", f"{what} gave {out.dtype} after module.to({dtype}): the bias must take the "
+                                   "module's dtype (keep it in a parameter or buffer, a non-persistent one for a "
+                                   "constant, so that module.to() converts it)")
+        host = numpy.broadcast_to(out.numpy().astype(numpy.float64), (1, H, Q, K))[0]
+        if numpy.isnan(host).any():
+            where = tuple(int(i) for i in numpy.argwhere(numpy.isnan(host))[0])
+            c.fail("no NaN" if prop == "output shape" else f"{prop}: no NaN", f"{what} has NaN at {where}")
+        return host
+
+    # -- the attributes ---------------------------------------------------------------------------
+    relative, window, cross = (getattr(encoding, a, d) for a, d in (("relative", False), ("window", None),
+                                                                     ("cross", False)))
+    for name, value in (("relative", relative), ("cross", cross)):
+        if not isinstance(value, bool):
+            c.fail("attributes", f"{name} is {value!r}; it must be True or False")
+    if window is not None and (isinstance(window, bool) or not isinstance(window, (int, numpy.integer))
+                               or window < 0):
+        c.fail("attributes", f"window is {window!r}; it must be None or an int >= 0")
+    if relative and not callable(getattr(encoding, "relative_bias", None)):
+        c.fail("attributes", "relative is True but there is no method relative_bias(min_distance, max_distance)")
+
+    # -- shape, dtype, no NaN -----------------------------------------------------------------------
+    def fits(Q, K, q_offset, k_offset):
+        return min(Q, K, q_offset, k_offset) >= 0 and Q >= 1 and K >= 1 and q_offset + Q <= T and k_offset + K <= T
+
+    for dtype in ("float32", "float64"):
+        encoding.to(dtype=dtype)
+        for Q, K, q_offset, k_offset in ((1, 1, 0, 0), (3, 5, 0, 0), (5, 3, 0, 0), (4, 4, 0, 0), (1, 9, 8, 0),
+                                         (2, 3, 1, 4)):
+            if fits(Q, K, q_offset, k_offset):
+                run(Q, K, q_offset, k_offset, dtype=dtype)
+
+    # -- offsets: (Q, K, q_offset, k_offset); the first two are a KV cache (one new query, or a
+    # chunk of new queries, against every key so far) -------------------------------------------------
+    cases = [case for case in ((1, T, T - 1, 0), (3, T, T - 3, 0), (2, 3, 1, 4), (3, 2, 4, 1), (4, 4, T - 4, T - 4),
+                               (1, 1, T - 1, T - 1)) if fits(*case)]
+    dense = {}
+    for Q, K, q_offset, k_offset in cases:
+        prop = "offsets shift the bias consistently"
+        block = run(q_offset + Q, k_offset + K, prop=prop)[:, q_offset:, k_offset:]
+        dense[Q, K, q_offset, k_offset] = out = run(Q, K, q_offset, k_offset, prop=prop)
+        c.close(prop, f"forward({Q}, {K}, q_offset={q_offset}, k_offset={k_offset}) is not the "
+                      f"[{q_offset}:, {k_offset}:] block of forward({q_offset + Q}, {k_offset + K})", out, block)
+    dense[T, T, 0, 0] = run(T, T)
+
+    # -- relative: one value per distance, and relative_bias gives them --------------------------------
+    if relative:
+        prop = "the bias depends only on j - i"
+        full = dense[T, T, 0, 0]
+        for d in range(-(T - 1), T):
+            diagonal = numpy.diagonal(full, offset=d, axis1=1, axis2=2)  # (H, cells at distance d)
+            c.close(prop, f"relative = True, yet forward({T}, {T}) changes along the diagonal j - i = {d}",
+                    diagonal, numpy.repeat(diagonal[:, :1], diagonal.shape[1], axis=1))
+        per_distance = numpy.stack([numpy.diagonal(full, d, 1, 2)[:, 0] for d in range(-(T - 1), T)], axis=1)
+        # the same distances at other offsets, near and far (past max_len: allowed to refuse)
+        far = [(Q, K, q_offset + 3 * T, k_offset + 3 * T) for Q, K, q_offset, k_offset in cases[:3]]
+        for Q, K, q_offset, k_offset in cases + far:
+            what = f"forward({Q}, {K}, q_offset={q_offset}, k_offset={k_offset})"
+            try:
+                out = run(Q, K, q_offset, k_offset, prop=prop)
+            except AssertionError as e:
+                if q_offset < T or "raised ValueError" not in str(e) or "max_len" not in str(e):
+                    raise
+                continue
+            expected = per_distance[:, _distance_grid(Q, K, q_offset, k_offset) + (T - 1)]
+            c.close(prop, f"relative = True, yet {what} differs from forward({T}, {T}) at the same distances j - i",
+                    out, expected)
+
+        prop = "relative_bias agrees with forward"
+        for (Q, K, q_offset, k_offset), out in dense.items():
+            grid = _distance_grid(Q, K, q_offset, k_offset)
+            low, high = int(grid.min()), int(grid.max())
+            what = f"relative_bias({low}, {high})"
+            table = c.output(prop, what, c.call(prop, what, encoding.relative_bias, low, high))
+            if table.shape != (H, high - low + 1):
+                c.fail(prop, f"{what} gave shape {table.shape}, expected (num_heads, max_distance - min_distance + 1)"
+                             f" = {(H, high - low + 1)}")
+            c.close(prop, f"the bias rebuilt from {what} differs from forward({Q}, {K}, q_offset={q_offset}, "
+                          f"k_offset={k_offset})", table.numpy()[:, grid - low], out)
+
+    # -- window ---------------------------------------------------------------------------------------
+    if window is not None:
+        prop = "window is honoured"
+        checked = dict(dense)
+        if window + 2 > T:  # the cases above reach no key beyond the window: one more that does
+            try:
+                checked[1, window + 2, window + 1, 0] = run(1, window + 2, window + 1, 0, prop=prop)
+            except AssertionError as e:
+                if "raised ValueError" not in str(e) or "max_len" not in str(e):
+                    raise
+        for (Q, K, q_offset, k_offset), out in checked.items():
+            what = f"forward({Q}, {K}, q_offset={q_offset}, k_offset={k_offset})"
+            distance = numpy.broadcast_to(_distance_grid(Q, K, q_offset, k_offset), out.shape)
+            leaks = (numpy.abs(distance) > window) & (out != -numpy.inf)
+            if leaks.any():
+                h, i, j = (int(x) for x in numpy.argwhere(leaks)[0])
+                c.fail(prop, f"window = {window}, yet {what}[{h}, {i}, {j}] (distance j - i = {distance[h, i, j]}) "
+                             f"is {float(out[h, i, j])!r}, not -inf")
+            blocked = (distance == 0) & ~numpy.isfinite(out)
+            if blocked.any():
+                h, i, j = (int(x) for x in numpy.argwhere(blocked)[0])
+                c.fail(prop, f"{what}[{h}, {i}, {j}] is {float(out[h, i, j])!r} at distance 0: a query must see "
+                             "the key at its own position")
+
+    # -- lengths beyond max_len -----------------------------------------------------------------------
+    prop, L = "lengths beyond max_len", 2 * max_len
+    try:
+        result = encoding(L, L)
+    except Exception as e:
+        _beyond_max_len(c, prop, f"forward({L}, {L}) with max_len={max_len}", e)
+    else:
+        if not isinstance(result, Tensor):
+            c.fail(prop, f"forward({L}, {L}) returned a {type(result).__name__}, not a Tensor")
+        run(L, L, prop=prop)
+
+    # -- gradients to the parameters (float64; -inf cells, which carry no gradient, are set to 0) -------
+    params = _trainable(encoding)
+    if params:
+        Q, K, q_offset, k_offset = (3, 5, 2, 1) if fits(3, 5, 2, 1) else (1, 1, 0, 0)
+
+        def finite(t):
+            return ops.where(tensor(numpy.isfinite(t.numpy()), device=c.device), t, 0.0).reshape(-1)
+
+        def bias(*unused):
+            out = finite(encoding(Q, K, q_offset=q_offset, k_offset=k_offset))
+            if relative:
+                grid = _distance_grid(Q, K, q_offset, k_offset)
+                out = ops.concat([out, finite(encoding.relative_bias(int(grid.min()), int(grid.max())))])
+            return out
+
+        c.gradients(bias, [p for _, p in params], _names(params))
 
 
 def _check_inputs_encoding(c, encoding, d, T):

@@ -298,6 +298,50 @@ def test_rejects_a_pooling_mixing_batch_examples():
     _rejects(check_pooling, BatchMixingPooling, "batch independence")
 
 
+class LeakyMassPooling(nn.Module):
+    """Bug: masked softmax times 0.9, so the weights of a row sum to 0.9, not 1."""
+
+    def __init__(self, **options):
+        super().__init__()
+
+    def forward(self, scores, valid_lens=None, mask=None):
+        return mt.masked_softmax(scores, valid_lens, mask) * 0.9
+
+
+class NotReallySparsePooling(nn.Module):
+    """Bug: declares sparse = True but is plain (masked) softmax: no weight is ever exactly 0."""
+
+    sparse = True
+
+    def __init__(self, **options):
+        super().__init__()
+
+    def forward(self, scores, valid_lens=None, mask=None):
+        return mt.masked_softmax(scores, valid_lens, mask)
+
+
+def test_rejects_a_pooling_whose_weights_do_not_sum_to_one():
+    _rejects(check_pooling, LeakyMassPooling, "weights sum to 1", "0.9")
+
+
+def test_a_pooling_may_say_its_weights_need_not_sum_to_one():
+    class Gated(LeakyMassPooling):
+        sums_to_one = False
+
+    assert check_pooling(Gated) is True
+
+
+def test_rejects_a_pooling_that_says_sparse_but_has_no_exact_zeros():
+    _rejects(check_pooling, NotReallySparsePooling, "sparse poolings give exact zeros")
+
+
+def test_the_built_in_poolings_declare_sparse_and_sums_to_one():
+    poolings = mt.plugins.poolings()
+    assert {name for name in ("softmax", "average", "sparsemax", "entmax15", "alpha_entmax")
+            if poolings[name].sparse} == {"sparsemax", "entmax15", "alpha_entmax"}
+    assert all(poolings[name].sums_to_one for name in ("softmax", "average", "sparsemax", "entmax15", "alpha_entmax"))
+
+
 class IgnoresOffsetEncoding(nn.Module):
     """Bug: always encodes positions 0 .. T-1, whatever the offset (a KV cache breaks)."""
 
