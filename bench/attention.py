@@ -26,6 +26,20 @@ half the IQR. Forward and backward are timed separately within each sample.
 
 Target: minitensor's forward + backward median <= 1.3x PyTorch's.
 
+Two more tables, minitensor against itself (interleaved the same way):
+
+- Score biases: the same step with a "scores" positional encoding, ``alibi`` (a fixed bias
+  -m_h |i - j|) and ``t5_relative`` (a learned bias per head and distance bucket, so its
+  table gets a gradient too), against the plain layer. The bias is (num_heads, T, T),
+  built from (num_heads, 2T - 1) numbers and added to the (batch, num_heads, T, T) scores.
+  Target: <= 1.1x the plain layer's forward + backward.
+- Grouped-query decoding: one decoding step (``cached_self_attention``, one new token per
+  sequence) with 512 cached tokens, batch 16, for num_kv_heads g = 1 (multi-query) and
+  g = num_heads (the plain layer). The step reads and extends the key/value cache,
+  (batch, g, T, d_head) twice, so g = 1 moves num_heads times fewer bytes.
+  Targets: g = 1 takes <= 0.6x the time of g = num_heads; its cache is g / num_heads of
+  the bytes.
+
     python bench/attention.py [--quick] [--profile]
 """
 
@@ -156,6 +170,84 @@ def profile(X, G, W, threads):
     pstats.Stats(profiler).sort_stats("tottime").print_stats(15)
 
 
+# -- score biases and grouped heads: minitensor against its plain layer --------------------------
+BIAS_TARGET = 1.1  # with a score bias / plain, forward + backward
+DECODE_BATCH, CACHED_TOKENS = 16, 512
+DECODE_TARGET = 0.6  # g = 1 / g = num_heads, one decoding step
+
+
+def bias_cases(X, G, W):
+    """The plain layer and the layer with each score bias, same weights: forward + backward."""
+    cases = {}
+    for positional in (None, "alibi", "t5_relative"):
+        mha = mt.nn.MultiHeadAttention(NUM_HIDDENS, NUM_HEADS, dropout=0.0, positional=positional)
+        mha.load_state_dict({f"W_{n}.weight": W[n] for n in "qkvo"}, strict=positional is None)
+        mt_X, mt_G = mt.tensor(X, requires_grad=True), mt.tensor(G)
+        cases[positional or "plain"] = (lambda m=mha, x=mt_X, g=mt_G: minitensor_step(m, x, g)[1])
+    return cases
+
+
+def decode_cases(seed=0):
+    """One decoding step after CACHED_TOKENS tokens, for g = 1 and g = num_heads."""
+    rng = np.random.default_rng(seed)
+    cases, cache_bytes = {}, {}
+    for g in (1, NUM_HEADS):
+        mha = mt.nn.MultiHeadAttention(NUM_HIDDENS, NUM_HEADS, dropout=0.0, num_kv_heads=g)
+        with mt.no_grad():
+            prompt = mt.tensor(rng.standard_normal((DECODE_BATCH, CACHED_TOKENS, NUM_HIDDENS)).astype(np.float32))
+            _, cache = mha.cached_self_attention(prompt)
+        x = mt.tensor(rng.standard_normal((DECODE_BATCH, 1, NUM_HIDDENS)).astype(np.float32))
+        cache_bytes[g] = sum(t.numpy().nbytes for t in cache)
+
+        def step(m=mha, c=cache, x=x):
+            with mt.no_grad():
+                start = time.perf_counter()
+                m.cached_self_attention(x, c)
+                return time.perf_counter() - start
+
+        cases[f"g={g}"] = step
+    return cases, cache_bytes
+
+
+def bias_and_decode_tables(X, G, W, rounds, warmup):
+    rows, verdicts = [], []
+    for threads in THREAD_COUNTS:
+        with limit_threads(threads):
+            stats = interleaved(bias_cases(X, G, W), rounds, warmup)
+        plain = stats["plain/total"].median
+        for name in ("plain", "alibi", "t5_relative"):
+            ratio = stats[f"{name}/total"].median / plain
+            rows.append([threads, name, format_stats(stats[f"{name}/forward"]),
+                         format_stats(stats[f"{name}/backward"]), format_stats(stats[f"{name}/total"]),
+                         format_ratio(ratio)])
+            if name != "plain":
+                verdicts.append(f"{verdict(ratio <= BIAS_TARGET)}  {threads} thread(s): {name} forward+backward is "
+                                f"{ratio:.2f}x the plain layer's (target <= {BIAS_TARGET}x)")
+    print_table(["threads", "positional", "forward", "backward", "forward+backward", "vs plain"], rows,
+                title=f"Score biases: the step above with a \"scores\" positional encoding, vs the plain layer")
+    print("\n".join(verdicts))
+
+    rows, verdicts = [], []
+    for threads in THREAD_COUNTS:
+        cases, cache_bytes = decode_cases()
+        with limit_threads(threads):
+            stats = interleaved(cases, rounds * 5, warmup)
+        full = stats[f"g={NUM_HEADS}"].median
+        for g in (NUM_HEADS, 1):
+            ratio = stats[f"g={g}"].median / full
+            rows.append([threads, g, format_stats(stats[f"g={g}"]), format_ratio(ratio),
+                         f"{cache_bytes[g] / 2**20:.1f} MiB", format_ratio(cache_bytes[g] / cache_bytes[NUM_HEADS])])
+        ratio = stats["g=1"].median / full
+        bytes_ratio = cache_bytes[1] / cache_bytes[NUM_HEADS]
+        verdicts.append(f"{verdict(ratio <= DECODE_TARGET)}  {threads} thread(s): a decoding step with g = 1 takes "
+                        f"{ratio:.2f}x the time of g = {NUM_HEADS} (target <= {DECODE_TARGET}x); its cache is "
+                        f"{bytes_ratio:.3f} of the bytes (g / num_heads = {1 / NUM_HEADS:.3f})")
+    print_table(["threads", "num_kv_heads", "decoding step", "vs g=num_heads", "cache", "cache ratio"], rows,
+                title=f"Grouped-query decoding: one new token after {CACHED_TOKENS} cached, batch {DECODE_BATCH}, "
+                      f"{NUM_HEADS} query heads")
+    print("\n".join(verdicts))
+
+
 def main():
     import argparse
 
@@ -194,6 +286,7 @@ def main():
     for threads, ratio in verdicts:
         print(f"{verdict(ratio <= TARGET)}  {threads} thread(s): forward+backward is {ratio:.2f}x "
               f"torch's (target <= {TARGET}x)")
+    bias_and_decode_tables(X, G, W, rounds, warmup)
     if args.profile:
         for threads in THREAD_COUNTS:
             profile(X, G, W, threads)
