@@ -1,6 +1,7 @@
 """The conformance kit for plugin authors: does my scorer / pooling / encoding keep the contract?
 
-    from minitensor.testing import check_scorer, check_pooling, check_positional_encoding
+    from minitensor.testing import (check_incremental_decoding, check_pooling, check_positional_encoding,
+                                    check_scorer)
 
     def test_my_scorer():
         assert check_scorer(Cosine)                    # options go to the class:
@@ -16,11 +17,20 @@ attention layer relies on (``minitensor/hookspecs.py`` states the contracts):
 - gradients to the inputs and to the plugin's parameters, by ``mt.gradcheck`` in float64;
 - poolings: keys masked by ``valid_lens`` ((batch,) and (batch, Q)), by a bool ``mask`` or by
   a -inf score get weight exactly 0 and their scores change nothing; a row with no allowed
-  key gets all-zero weights (not NaN, not uniform);
+  key gets all-zero weights (not NaN, not uniform); the weights of a row sum to 1 (unless
+  the class says ``sums_to_one = False``); a class that says ``sparse = True`` gives exact
+  zeros;
 - positional encodings: ``applies_to``; with "inputs", ``forward(X, offset)`` keeps X's shape
   and encoding X[:, s:] with offset=s gives the tail of encoding X; with "qk",
   ``forward(q, k, q_offset, k_offset)`` returns two tensors of the inputs' shapes, with
-  the same offset consistency.
+  the same offset consistency; with "scores", ``forward(Q, K, q_offset, k_offset)`` is a
+  bias broadcastable to (batch, num_heads, Q, K) whose offsets shift it as a key/value
+  cache needs, that depends only on j - i and agrees with ``relative_bias`` when the class
+  says ``relative = True``, that is -inf beyond its ``window``, and that works (or refuses
+  clearly) beyond ``max_len``;
+- ``check_incremental_decoding(scorer=..., pooling=..., positional=...)``: a
+  MultiHeadAttention built from those names decodes token by token (with its key/value
+  cache) exactly as it computes the whole causal pass.
 
 A check returns True, or raises AssertionError naming the broken property, the plugin class
 and the shapes or values involved. Each runs in well under a second (tiny sizes).
@@ -724,3 +734,56 @@ def _check_qk_encoding(c, encoding, d, T):
         return ops.concat([q_out.reshape(-1), k_out.reshape(-1)])
 
     c.gradients(both, [q, k] + [p for _, p in params], ["q", "k"] + _names(params))
+
+
+def check_incremental_decoding(*, scorer="scaled_dot", pooling="softmax", positional=None, num_heads=4,
+                               num_kv_heads=None, num_hiddens=16, steps=7, batch=2, device="cpu", scorer_options=None,
+                               pooling_options=None, positional_options=None):
+    """Check that decoding token by token through ``MultiHeadAttention`` gives the full pass.
+
+    A decoder trains on a whole sequence at once, ``mha(X, X, X, causal=True)``, and decodes
+    one token at a time with ``mha.cached_self_attention(x_t, cache)``, which keeps the keys
+    and values of the past. The two must give the same outputs at every position, whatever
+    the scorer, pooling and positional encoding: a bias computed with the wrong offsets, a
+    rotation applied twice to cached keys, or a plugin that looks at the number of keys it
+    is given would break it. The layer is built (float64, no dropout) from the plugin names
+    and options given, then fed ``steps`` random tokens in three ways: whole, one at a time,
+    and a prompt of several tokens followed by single ones. ``num_kv_heads`` checks grouped
+    heads too (the cache then holds num_kv_heads heads).
+
+    Returns True, or raises AssertionError naming the plugins and the first position where
+    the outputs differ.
+    """
+    from .nn import MultiHeadAttention
+
+    what = (f"check_incremental_decoding(scorer={scorer!r}, pooling={pooling!r}, positional={positional!r}, "
+            f"num_heads={num_heads}, num_kv_heads={num_kv_heads})")
+    mha = MultiHeadAttention(num_hiddens, num_heads, 0.0, scorer=scorer, pooling=pooling, positional=positional,
+                             scorer_options=scorer_options, pooling_options=pooling_options,
+                             positional_options=positional_options, max_len=max(2 * steps, 16),
+                             num_kv_heads=num_kv_heads, dtype="float64", device=device)
+    mha.eval()
+    rng = numpy.random.default_rng(0)
+    X = tensor(rng.standard_normal((batch, steps, num_hiddens)), device=device)
+    with no_grad():
+        full = _host(mha(X, X, X, causal=True))
+        for pieces in ([1] * steps, [min(3, steps)] + [1] * (steps - min(3, steps))):
+            outputs, cache, start = [], None, 0
+            for size in pieces:
+                out, cache = mha.cached_self_attention(X[:, start : start + size], cache)
+                outputs.append(_host(out))
+                start += size
+            stepwise = numpy.concatenate(outputs, axis=1)
+            d_head, g = num_hiddens // num_heads, num_kv_heads or num_heads
+            if tuple(cache[0].shape) != (batch, g, steps, d_head):
+                raise AssertionError(f"{what}: the key cache after {steps} tokens has shape {tuple(cache[0].shape)}, "
+                                     f"expected (batch, num_kv_heads, steps, d_head) = {(batch, g, steps, d_head)}")
+            bad = ~numpy.isclose(stepwise, full, rtol=1e-9, atol=1e-12)
+            if bad.any():
+                position = int(numpy.argwhere(bad)[0][1])
+                raise AssertionError(
+                    f"{what}: decoding in pieces {pieces} differs from the full causal pass from position "
+                    f"{position} on (max difference {numpy.abs(stepwise - full).max():.3g}): the cached path and the "
+                    "full pass disagree about positions (an offset?) or the plugin depends on how many keys it sees"
+                )
+    return True
