@@ -120,10 +120,20 @@ def minitensor_positional_encodings():
       ``cross = False`` unless it applies to cross-attention. A constructor may accept
       ``bidirectional``: the Transformer models pass ``bidirectional=True`` for encoder
       self-attention and ``False`` for decoder / LM self-attention to every "scores"
-      encoding whose constructor accepts it. Built-ins: ``alibi``, ``t5_relative``,
-      ``sliding_window``.
+      encoding whose constructor accepts it (as a named parameter; setting it as an option
+      of a model is an error). The models build one such encoding per stack and share it
+      among the blocks (T5's one table for the encoder, one for the decoder). Built-ins:
+      ``alibi``, ``t5_relative``, ``sliding_window``.
 
-    ``minitensor.testing.check_positional_encoding`` checks all three kinds.
+    Where the bias goes: ``mt.nn.Attention.forward(queries, keys, values, valid_lens=None,
+    mask=None, causal=False, bias=None)`` adds ``bias`` (broadcastable to the scores
+    (..., Q, K), the scores' dtype) to the scores before the pooling, so it composes with
+    every scorer and pooling; ``MultiHeadAttention`` computes it from its "scores" encoding
+    for the queries' and keys' positions, in training and in cached decoding alike.
+
+    ``minitensor.testing.check_positional_encoding`` checks all three kinds, and
+    ``minitensor.testing.check_incremental_decoding(positional=name)`` that decoding token by
+    token with a key/value cache gives the full causal pass.
 
     Example::
 
