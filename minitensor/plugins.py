@@ -50,6 +50,7 @@ an unknown name lists the available ones and the closest match.
 import difflib
 import importlib
 import importlib.util
+import inspect
 import os
 import re
 import sys
@@ -145,10 +146,29 @@ def check_options(cls, options, accepted=()):
             minitensor.plugins.check_options(type(self), options)
     """
     if options:
+        accepted = list(accepted) or _named_options(cls)
         takes = ", ".join(accepted) if accepted else "no options"
+        close = [m for key in sorted(options) for m in difflib.get_close_matches(str(key), accepted, n=1)]
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise TypeError(
-            f"{cls.__name__}: unknown option(s) {', '.join(map(repr, sorted(options)))}; it takes {takes}"
+            f"{cls.__name__}: unknown option(s) {', '.join(map(repr, sorted(options)))}{hint}; it takes {takes}"
         )
+
+
+# Constructor parameters every plugin of a kind has (the contract's, and what the layers pass):
+# not options a user chooses.
+_CONTRACT_PARAMETERS = {"self", "query_size", "key_size", "num_hiddens", "num_heads", "max_len", "dropout", "dtype",
+                        "device"}
+
+
+def _named_options(cls):
+    """The options ``cls.__init__`` names, besides the contract's parameters."""
+    try:
+        parameters = inspect.signature(cls.__init__).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    return [p.name for p in parameters if p.name not in _CONTRACT_PARAMETERS
+            and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
 
 
 def _env_flag(name):

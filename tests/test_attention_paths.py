@@ -328,3 +328,47 @@ def test_held_out_lengths_come_from_their_own_range():
     assert {len(s) for s, _ in data.train} <= set(range(1, 11))
     assert {len(s) for s, _ in data.heldout} <= set(range(11, 15))
     assert data.num_steps == max(len(s) for s, _ in data.heldout) + 1
+
+
+# -- the command line ----------------------------------------------------------------------------
+TINY = ["--task", "reverse", "--num-train", "64", "--num-heldout", "8", "--max-len", "3", "--batch-size", "32",
+        "--num-blks", "1", "--num-hiddens", "8", "--ffn-num-hiddens", "16", "--num-heads", "2", "--no-progress"]
+
+
+def test_train_takes_the_new_settings_records_them_and_resumes_with_them(tmp_path, capsys):
+    from minitensor import cli
+    from minitensor.train.run import load_run_checkpoint
+
+    out = str(tmp_path / "run")
+    new = ["--positional", "sliding_window", "--positional-opt", "window=2", "--input-positional", "learned",
+           "--num-kv-heads", "1", "--heldout-min-len", "4", "--heldout-max-len", "5"]
+    assert cli.main(["train", *TINY, *new, "--epochs", "1", "--out", out]) == 0
+    assert "positional sliding_window" in capsys.readouterr().out
+    config, _ = load_run_checkpoint(os.path.join(out, "checkpoint"))
+    assert (config.positional, config.positional_options, config.input_positional, config.num_kv_heads,
+            config.heldout_min_len, config.heldout_max_len) == ("sliding_window", {"window": 2}, "learned", 1, 4, 5)
+    assert cli.main(["translate", "--checkpoint", out, "abc"]) == 0
+    assert cli.main(["train", "--out", out, "--resume", "--epochs", "2"]) == 0
+    capsys.readouterr()
+    assert cli.main(["train", "--out", out, "--resume", "--epochs", "3", "--num-kv-heads", "2"]) == 2
+    assert "refused: --num-kv-heads 2 (the run has 1)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--num-kv-heads", "3"], "--num-kv-heads 3 must divide --num-heads 2"),
+    (["--positional", "alibbi"], "did you mean 'alibi'?"),
+    (["--positional", "sliding_window", "--positional-opt", "windo=2"],
+     "unknown option(s) 'windo' (did you mean 'window'?); it takes window"),
+    (["--positional", "sliding_window", "--positional-opt", "window=-1"], "window must be >= 0, got -1"),
+    (["--positional", "alibi", "--input-positional", "rotary"], "--input-positional 'rotary' has applies_to='qk'"),
+    (["--input-positional", "learned"], "--positional 'sinusoidal' is an \"inputs\" encoding already"),
+    (["--heldout-min-len", "9", "--heldout-max-len", "8"], "the held-out lengths 9..8 are empty"),
+    (["--task", "date", "--heldout-max-len", "8"], "set the held-out lengths of the reverse, copy and sort tasks"),
+])
+def test_wrong_new_settings_are_one_line_errors(tmp_path, capsys, flags, message):
+    from minitensor import cli
+
+    assert cli.main(["train", *TINY, *flags, "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err
+    assert not (tmp_path / "run").exists()

@@ -349,7 +349,7 @@ def test_cosine_scale_defaults_and_the_papers_initialisation():
 
 
 def test_cosine_option_errors():
-    with pytest.raises(TypeError, match=r"CosineScorer: unknown option\(s\) 'sclae'; it takes scale, seq_len, learn_scale"):
+    with pytest.raises(TypeError, match=r"CosineScorer: unknown option\(s\) 'sclae' \(did you mean 'scale'\?\); it takes scale, seq_len, learn_scale"):
         CosineScorer(4, 4, sclae=2.0)
     with pytest.raises(ValueError, match="scale or seq_len, not both"):
         CosineScorer(4, 4, scale=2.0, seq_len=10)

@@ -67,6 +67,7 @@ def _build_plugin(kind, name, args, options, dtype, device):
         raise TypeError(f"the {kind} is given by its registered name (a str), got {type(name).__name__} {name!r}")
     cls = plugins.lookup(kind, name)
     options = dict(options or {})
+    given = dict(options)  # for a message: what the caller chose, not the layer's dtype and device
     factory = {"dtype": dtype, "device": device}
     accepted = inspect.signature(cls).parameters
     if all(key in accepted for key in factory) and not (factory.keys() & options.keys()):
@@ -77,7 +78,7 @@ def _build_plugin(kind, name, args, options, dtype, device):
     except Exception as e:
         # Say which plugin failed, keeping the original exception type (TypeError for an
         # unknown option, ValueError for a bad value...) so callers can still catch it.
-        where = f"while building the {kind} {name!r} ({cls.__module__}.{cls.__qualname__}) with options {options}"
+        where = f"while building the {kind} {name!r} ({cls.__module__}.{cls.__qualname__}) with options {given}"
         try:
             wrapped = type(e)(f"{e} ({where})")
         except Exception:  # an exception type that cannot be rebuilt from one message
