@@ -107,7 +107,7 @@ def test_the_example_plugin_loads_from_its_file_and_refuses_unknown_options():
     path = REPO / "plugins" / "example-cosine" / "minitensor_cosine.py"
     mtp.load_plugin(str(path))
     assert next(r for r in mtp.describe() if r["name"] == "cosine_temperature")["source"] == f"file {path}"
-    with pytest.raises(TypeError, match=r"CosineScorer: unknown option\(s\) 'sclae'; it takes scale, eps"):
+    with pytest.raises(TypeError, match=r"CosineScorer: unknown option\(s\) 'sclae' \(did you mean 'scale'\?\); it takes scale, eps"):
         mt.nn.Attention("cosine_temperature", "softmax", 0.0, query_size=4, key_size=4, scorer_options={"sclae": 10.0})
 
 
