@@ -89,3 +89,26 @@ def file_hashes(folder):
             with open(path, "rb") as f:
                 found[os.path.relpath(path, folder)] = hashlib.sha256(f.read()).hexdigest()
     return found
+
+
+def ints(values, device):
+    """An int64 tensor on ``device`` (valid lengths)."""
+    return mt.tensor(np.asarray(values, dtype=np.int64), device=device)
+
+
+def allowed_keys_np(shape, valid_lens=None, mask=None, scores=None):
+    """Which keys may be attended, in NumPy (D2L's valid_lens: (batch,) or (batch, Q)): the
+    reference the poolings' masking is tested against."""
+    allowed = np.ones(shape, dtype=bool)
+    if scores is not None:
+        allowed &= scores > -np.inf
+    if valid_lens is not None:
+        lens = np.asarray(valid_lens)
+        if lens.ndim == 1:
+            lens = lens.reshape(lens.shape + (1,) * (len(shape) - 1))
+        else:
+            lens = lens.reshape(lens.shape[:1] + (1,) * (len(shape) - 3) + lens.shape[1:] + (1,))
+        allowed &= np.arange(shape[-1]) < lens
+    if mask is not None:
+        allowed &= np.asarray(mask)
+    return allowed

@@ -2,7 +2,9 @@
 
 import numpy as np
 import pytest
+from helpers import allowed_keys_np as _allowed
 from helpers import check
+from helpers import ints as _ints
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -15,27 +17,6 @@ from minitensor_plugins.poolings import AlphaEntmaxPooling, Entmax15Pooling
 def _scores(device, shape, seed=0, scale=1.0, requires_grad=False):
     a = np.random.default_rng(seed).standard_normal(shape) * scale
     return a, mt.tensor(a, dtype=mt.float64, device=device, requires_grad=requires_grad)
-
-
-def _ints(values, device):
-    return mt.tensor(np.asarray(values, dtype=np.int64), device=device)
-
-
-def _allowed(shape, valid_lens=None, mask=None, scores=None):
-    """Which keys may be attended, in NumPy (D2L's valid_lens: (batch,) or (batch, Q))."""
-    allowed = np.ones(shape, dtype=bool)
-    if scores is not None:
-        allowed &= scores > -np.inf
-    if valid_lens is not None:
-        lens = np.asarray(valid_lens)
-        if lens.ndim == 1:
-            lens = lens.reshape(lens.shape + (1,) * (len(shape) - 1))
-        else:
-            lens = lens.reshape(lens.shape[:1] + (1,) * (len(shape) - 3) + lens.shape[1:] + (1,))
-        allowed &= np.arange(shape[-1]) < lens
-    if mask is not None:
-        allowed &= np.asarray(mask)
-    return allowed
 
 
 def _np_entmax(z, alpha, allowed):

@@ -51,28 +51,11 @@ scoring -inf are not candidates; they get weight 0 and no gradient, and a row wi
 candidate left gets all-zero weights (never NaN).
 """
 
-import math
-
 from ..autograd import Function
 from ..errors import ShapeError
-from .softmax import apply_mask, lens_per_row
+from .sparsemax import as_mask_tensors, candidate_rows, sorted_candidates
 
 BISECTION_STEPS = 60  # bracket width < 2^-60: float64 accuracy (see the module docstring)
-
-
-def _rows(xp, x, valid_lens, mask, op):
-    """The scores as a (rows, K) matrix, the bool matrix of allowed keys, and the shape."""
-    if mask is not None:
-        x = apply_mask(xp, x, mask, op)
-    shape = x.shape  # a mask may broadcast the scores up (backward sums it back)
-    K, rows = shape[-1], math.prod(shape[:-1])
-    z = xp.ascontiguousarray(x).reshape(rows, K)
-    allowed = z > -xp.inf  # -inf scores (and masked keys, set to -inf above) are out
-    if valid_lens is not None:
-        lens = lens_per_row(xp, valid_lens, shape, op)
-        allowed = allowed & (xp.arange(K)[None, :] < lens[:, None])
-    # Disallowed keys become 0 *and* stay flagged, so no inf ever enters the sums.
-    return xp.where(allowed, z, 0), allowed, shape
 
 
 def _grad_x(xp, gppr, g):
@@ -88,13 +71,10 @@ class Entmax15(Function):
     @staticmethod
     def forward(ctx, x, valid_lens=None, mask=None):
         xp = ctx.xp
-        z, allowed, shape = _rows(xp, x, valid_lens, mask, "entmax15")
+        z, allowed, shape = candidate_rows(xp, x, valid_lens, mask, "entmax15")
         K = shape[-1]
         z = z / 2
-        # Sort decreasing; disallowed keys sort as -inf, to the end, then are zeroed again.
-        z_sorted = -xp.sort(xp.where(allowed, -z, xp.inf), axis=-1)
-        allowed_sorted = z_sorted > -xp.inf
-        z_sorted = xp.where(allowed_sorted, z_sorted, 0)
+        z_sorted, allowed_sorted = sorted_candidates(xp, z, allowed)
         top = z_sorted[:, :1]  # the row maximum (0 on an empty row)
         z, z_sorted = z - top, (z_sorted - top) * allowed_sorted
         j = xp.arange(1, K + 1, dtype=z.dtype)
@@ -126,7 +106,7 @@ class AlphaEntmax(Function):
     @staticmethod
     def forward(ctx, x, alpha, valid_lens=None, mask=None):
         xp = ctx.xp
-        z, allowed, shape = _rows(xp, x, valid_lens, mask, "alpha_entmax")
+        z, allowed, shape = candidate_rows(xp, x, valid_lens, mask, "alpha_entmax")
         if isinstance(alpha, (int, float)):
             am1 = float(alpha) - 1.0  # a Python float keeps the scores' dtype
             ctx.alpha_shape = None
@@ -181,23 +161,13 @@ class AlphaEntmax(Function):
         return dx, d_alpha, None, None
 
 
-def _as_tensors(x, valid_lens, mask):
-    from ..tensor import Tensor
-
-    if valid_lens is not None and not isinstance(valid_lens, Tensor):
-        valid_lens = Tensor._make(x._backend.array(valid_lens), x._backend, None)
-    if mask is not None and not isinstance(mask, Tensor):
-        mask = Tensor._make(x._backend.array(mask, "bool"), x._backend, None)
-    return valid_lens, mask
-
-
 def entmax15(x, valid_lens=None, mask=None):
     """1.5-entmax over the last axis, keeping only valid keys (see ``Entmax15``).
 
     ``valid_lens`` (batch,) or (batch, Q) and ``mask`` (bool, True = may attend) as in
     ``masked_softmax``. Weights sum to 1 on every row with an allowed key, with exact zeros.
     """
-    valid_lens, mask = _as_tensors(x, valid_lens, mask)
+    valid_lens, mask = as_mask_tensors(x, valid_lens, mask)
     return Entmax15.apply(x, valid_lens, mask)
 
 
@@ -219,5 +189,5 @@ def alpha_entmax(x, alpha, valid_lens=None, mask=None):
             raise ValueError(
                 f"alpha_entmax: alpha must be > 1, got {alpha} (alpha = 1 is softmax: use mt.masked_softmax)"
             )
-    valid_lens, mask = _as_tensors(x, valid_lens, mask)
+    valid_lens, mask = as_mask_tensors(x, valid_lens, mask)
     return AlphaEntmax.apply(x, alpha, valid_lens, mask)

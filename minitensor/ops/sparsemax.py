@@ -31,30 +31,53 @@ from ..autograd import Function
 from .softmax import apply_mask, lens_per_row
 
 
+def candidate_rows(xp, x, valid_lens, mask, op):
+    """The scores as a (rows, K) matrix, the bool matrix of allowed keys (the candidates),
+    and the scores' shape; shared by the sparse maps (sparsemax, entmax).
+
+    Disallowed keys (beyond ``valid_lens``, where ``mask`` is False, or scoring -inf) are
+    replaced by 0 *and* flagged, so no inf ever enters the sums (inf - inf would be NaN);
+    the flag keeps them out of the support."""
+    if mask is not None:
+        x = apply_mask(xp, x, mask, op)
+    shape = x.shape  # a mask may broadcast the scores up (backward sums it back)
+    K, rows = shape[-1], math.prod(shape[:-1])
+    z = xp.ascontiguousarray(x).reshape(rows, K)
+    allowed = z > -xp.inf  # -inf scores (and masked keys, set to -inf above) are out
+    if valid_lens is not None:
+        lens = lens_per_row(xp, valid_lens, shape, op)
+        allowed = allowed & (xp.arange(K)[None, :] < lens[:, None])
+    return xp.where(allowed, z, 0), allowed, shape
+
+
+def sorted_candidates(xp, z, allowed):
+    """Each row of ``z`` sorted in decreasing order with its disallowed keys last (as 0), and
+    the flags of the allowed ones in that order."""
+    z_sorted = -xp.sort(xp.where(allowed, -z, xp.inf), axis=-1)  # disallowed sort as -inf
+    allowed_sorted = z_sorted > -xp.inf
+    return xp.where(allowed_sorted, z_sorted, 0), allowed_sorted
+
+
+def as_mask_tensors(x, valid_lens, mask):
+    """``valid_lens`` and ``mask`` given as lists or arrays -> Tensors on ``x``'s backend."""
+    from ..tensor import Tensor
+
+    if valid_lens is not None and not isinstance(valid_lens, Tensor):
+        valid_lens = Tensor._make(x._backend.array(valid_lens), x._backend, None)
+    if mask is not None and not isinstance(mask, Tensor):
+        mask = Tensor._make(x._backend.array(mask, "bool"), x._backend, None)
+    return valid_lens, mask
+
+
 class Sparsemax(Function):
     """p = sparsemax(x) over the last axis;  dL/dx = s * (g - mean_S(g)), s = (p > 0)."""
 
     @staticmethod
     def forward(ctx, x, valid_lens=None, mask=None):
         xp = ctx.xp
-        if mask is not None:
-            x = apply_mask(xp, x, mask, "sparsemax")
-        shape = x.shape  # a mask may broadcast the scores up (backward sums it back)
-        K, rows = shape[-1], math.prod(shape[:-1])
-        z = xp.ascontiguousarray(x).reshape(rows, K)
-        allowed = z > -xp.inf  # -inf scores (and masked keys, set to -inf above) are out
-        if valid_lens is not None:
-            lens = lens_per_row(xp, valid_lens, shape, "sparsemax")
-            allowed = allowed & (xp.arange(K)[None, :] < lens[:, None])
-        # Disallowed keys are replaced by 0 *and* flagged, so no inf ever enters the sums
-        # (inf - inf would be NaN); the flag keeps them out of the support.
-        z = xp.where(allowed, z, 0)
-
-        # Sort each row in decreasing order; disallowed keys sort as -inf, to the end, and
-        # are then flagged and zeroed again.
-        z_sorted = -xp.sort(xp.where(allowed, -z, xp.inf), axis=-1)
-        allowed_sorted = z_sorted > -xp.inf
-        z_sorted = xp.where(allowed_sorted, z_sorted, 0)
+        z, allowed, shape = candidate_rows(xp, x, valid_lens, mask, "sparsemax")
+        K = shape[-1]
+        z_sorted, allowed_sorted = sorted_candidates(xp, z, allowed)
         cumsum = xp.cumsum(z_sorted, axis=-1)
         j = xp.arange(1, K + 1, dtype=z.dtype)
         in_support = allowed_sorted & (1 + j * z_sorted > cumsum)  # True for j = 1 .. k
@@ -83,10 +106,5 @@ def sparsemax(x, valid_lens=None, mask=None):
     ``valid_lens`` (batch,) or (batch, Q) and ``mask`` (bool, True = may attend) as in
     ``masked_softmax``. Weights sum to 1 on every row with an allowed key, with exact zeros.
     """
-    from ..tensor import Tensor
-
-    if valid_lens is not None and not isinstance(valid_lens, Tensor):
-        valid_lens = Tensor._make(x._backend.array(valid_lens), x._backend, None)
-    if mask is not None and not isinstance(mask, Tensor):
-        mask = Tensor._make(x._backend.array(mask, "bool"), x._backend, None)
+    valid_lens, mask = as_mask_tensors(x, valid_lens, mask)
     return Sparsemax.apply(x, valid_lens, mask)
