@@ -29,7 +29,6 @@ so decoding token by token reproduces the full forward pass exactly.
 
 import math
 
-from .. import ops
 from ..tensor import Tensor, tensor
 from .attention import MultiHeadAttention, _build_plugin, positional_class, positional_kind, score_bias_options
 from .container import ModuleList
