@@ -13,9 +13,12 @@ The two pieces are plugins, looked up by name in ``minitensor.plugins``:
 - a *pooling* turns each row of scores into weights: ``softmax`` (weights >= 0 adding up
   to 1 over the keys a query may see), ``average``, ``sparsemax``, ...
 
-The layer owns the rest: masking (``valid_lens``, ``mask``, ``causal``), dropout on the
-weights and the weighted sum ``weights @ values``. A user's plugin registered under a new
-name is then usable here, and in every model built on these layers, without other changes.
+The layer owns the rest: masking (``valid_lens``, ``mask``, ``causal``), an additive
+``bias`` on the scores (where a "scores" positional encoding such as ALiBi enters), dropout
+on the weights and the weighted sum ``weights @ values``. A user's plugin registered under a
+new name is then usable here, and in every model built on these layers, without other
+changes: ``MultiHeadAttention.attend`` is the one path that training, cached decoding and
+grouped-query heads all take.
 """
 
 import inspect

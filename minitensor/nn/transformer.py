@@ -10,9 +10,12 @@ Read it bottom-up, as the book builds it:
 - ``EncoderDecoder``: an encoder and a decoder made into one model (D2L 10.6);
 - ``TransformerLM``: decoder blocks without the encoder (GPT-style language model).
 
-Two places for word order (see ``minitensor_plugins/positional.py``): an ``"inputs"``
-encoding (``sinusoidal``, ``learned``) is added to the embeddings; a ``"qk"`` encoding
-(``rotary``) is handed to every self-attention layer instead. Both are chosen by name.
+Three places for word order, each chosen by name (see ``minitensor_plugins/positional.py``
+and ``score_biases.py``): an ``"inputs"`` encoding (``sinusoidal``, ``learned``) is added to
+the embeddings; a ``"qk"`` encoding (``rotary``) is handed to every self-attention layer
+instead; a ``"scores"`` encoding (``alibi``, ``t5_relative``, ``sliding_window``) is built once
+per stack and biases the scores of every self-attention layer (``input_positional`` may add an
+"inputs" encoding beside either of the last two).
 
 Decoding one token at a time. In training the decoder sees the whole target sequence at
 once and a causal mask hides the future. At prediction time tokens come one by one, and
