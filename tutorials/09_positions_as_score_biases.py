@@ -650,9 +650,25 @@ if not SMOKE:  # one tiny model, end to end (well under a minute)
         assert 0.0 <= result.accuracy <= 1.0
 
 # %% [markdown]
-# **RESULTS TABLE** — placeholder: the table printed by
-# `python experiments/length_extrapolation.py` (exact match on lengths 1–10 and on 11–20,
-# per encoding, with the command, wall time, date and machine) goes here.
+# What `python experiments/length_extrapolation.py` measured (the default reverse-task model
+# and recipe, 20,000 examples, 4 epochs, 3 seeds; greedy exact match of the final model on 500
+# fresh examples per range; medians; 19 minutes on 2 CPU cores, 2026-12-01):
+#
+# | encoding | lengths 1–10 | lengths 11–20 |
+# |---|---:|---:|
+# | sinusoidal | 100.0% | 0.2% |
+# | learned | 100.0% | 0.0% |
+# | rotary | 100.0% | 7.2% |
+# | alibi | 100.0% | 18.0% |
+# | t5_relative | 100.0% | 0.0% |
+# | sliding_window (window 4) | 52.2% | 2.4% |
+#
+# Every encoding but the window learns the task, and none carries it far past length 10;
+# ALiBi goes furthest, as Press et al. found for language models, but 18% is far from their
+# near-lossless extrapolation. Reversal is a hard case: output t must read source position
+# L - 1 - t, and the cross-attention has no position bias of its own, so it can only find that
+# position through what the encoder wrote there about its distance from the end -- something
+# trained for lengths up to 10 only. (Per-seed figures: `experiments/results/`.)
 #
 # When reading it: the lengths 1–10 column asks whether a model learned the task at all,
 # the lengths 11–20 column whether what it learned carries over to positions it never saw.
