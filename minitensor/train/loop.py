@@ -203,7 +203,7 @@ def _complete_before_interrupt():
 
 
 # -- the loop -------------------------------------------------------------------------------------
-def train(config=None, log=print, *, resume=False, overwrite=False, stop_after_epochs=None):
+def train(config=None, log=print, *, resume=False, overwrite=False, stop_after_epochs=None, figures=True):
     """Train the model ``config`` describes (default: ``TrainConfig()``); returns a ``TrainResult``.
 
     The run lives in the folder ``config.out`` (see ``train.run``): a new run refuses a folder
@@ -214,6 +214,8 @@ def train(config=None, log=print, *, resume=False, overwrite=False, stop_after_e
     ``epochs`` or ``steps`` extend the run (a cosine schedule is stretched to the new end).
     ``stop_after_epochs``: stop after this many epochs *of this call*, as an interruption
     would (checkpoint written, no final report); ``result.finished`` is then False.
+    ``figures=False``: no loss curve or attention heatmaps at the end (a script training many
+    throw-away runs).
 
     After every epoch, ``out/checkpoint`` holds the latest state (for ``resume``) and
     ``out/best`` the weights with the lowest held-out loss so far (what ``translate`` and
@@ -225,10 +227,10 @@ def train(config=None, log=print, *, resume=False, overwrite=False, stop_after_e
     """
     config = (config or TrainConfig()).validate()
     with RunFolder(config.out, resume=resume, overwrite=overwrite) as run:
-        return _train(config, run, log, resume, stop_after_epochs)
+        return _train(config, run, log, resume, stop_after_epochs, figures)
 
 
-def _train(config, run, log, resume, stop_after_epochs):
+def _train(config, run, log, resume, stop_after_epochs, figures=True):
     import minitensor as mt
 
     from ..data import Batches
@@ -344,7 +346,7 @@ def _train(config, run, log, resume, stop_after_epochs):
     result = TrainResult(model, config, data.src_vocab, data.tgt_vocab, history, step, _epochs_done(loader),
                          heldout_loss=metrics.get("loss"), accuracy=metrics.get("exact_match"),
                          bleu=metrics.get("bleu"), checkpoint=run.checkpoint)
-    _report(result, data, log)
+    _report(result, data, log, figures)
     result.wall_time = time.perf_counter() - start_time
     log(f"wall time {result.wall_time:.1f} s; run folder {run.path}: best/ (the lowest held-out loss, "
         f"{best_loss:.4f}: what translate and generate load) and checkpoint/ (the latest, for --resume)")
@@ -367,7 +369,7 @@ def build_scorer_name(config):
 
 
 # -- the final report -----------------------------------------------------------------------------
-def _report(result, data, log, num_samples=5):
+def _report(result, data, log, figures=True, num_samples=5):
     """Sample outputs, the held-out scores, and the figures (loss curve, attention)."""
     from ..metrics import bleu
     from .decoding import translate
@@ -388,6 +390,8 @@ def _report(result, data, log, num_samples=5):
                 f"(reference {detokenize(config, tgt)!r}, BLEU {score:.3f})")
         log(f"held-out exact match {result.accuracy:.1%} ({len(data.heldout):,} examples, greedy decoding), "
             f"BLEU {result.bleu:.3f}, loss {result.heldout_loss:.4f}")
+    if not figures:
+        return
     try:
         result.figures.extend(save_figures(result, data))
     except ModuleNotFoundError as e:  # a broken installation: the run itself is saved, say what is missing
