@@ -236,7 +236,7 @@ def bias_and_decode_tables(X, G, W, rounds, warmup):
         for g in (NUM_HEADS, 1):
             ratio = stats[f"g={g}"].median / full
             rows.append([threads, g, format_stats(stats[f"g={g}"]), format_ratio(ratio),
-                         f"{cache_bytes[g] / 2**20:.1f} MiB", format_ratio(cache_bytes[g] / cache_bytes[NUM_HEADS])])
+                         f"{cache_bytes[g] / 2**20:.1f} MiB", f"{cache_bytes[g] / cache_bytes[NUM_HEADS]:.3f}"])
         ratio = stats["g=1"].median / full
         bytes_ratio = cache_bytes[1] / cache_bytes[NUM_HEADS]
         verdicts.append(f"{verdict(ratio <= DECODE_TARGET)}  {threads} thread(s): a decoding step with g = 1 takes "
