@@ -400,9 +400,10 @@ assert "did you mean 'scaled_dot'" in str(caught.error)
 # %% [markdown]
 # Every built-in scorer on the same six queries and eight keys of size 8 (the last two keys
 # masked out by `valid_lens`), each followed by a softmax. The scores differ in scale and in
-# what they reward — a large inner product (`dot`, `scaled_dot`), closeness (`gaussian`,
-# `parametric_gaussian`, `kernel`), or whatever a small MLP learns (`additive`, here
-# untrained) — but in every panel the masked keys get nothing and each row sums to 1.
+# what they reward — a large inner product (`dot`, `scaled_dot`), a small angle (`cosine`),
+# closeness (`gaussian`, `parametric_gaussian`, `kernel`, `l2`), or whatever a small MLP learns
+# (`additive`, here untrained) — but in every panel the masked keys get nothing and each row
+# sums to 1.
 
 # %%
 Qn, Kn, Vn = mt.randn(1, 6, 8), mt.randn(1, 8, 8), mt.randn(1, 8, 8)
@@ -416,7 +417,7 @@ for name in names:
     w = layer.attention_weights.numpy()[0]
     assert (w[:, 6:] == 0).all() and numpy.allclose(w.sum(axis=-1), 1.0, atol=1e-5), name
     panels.append(w)
-show_heatmaps(numpy.stack(panels)[None], xlabel="Keys", ylabel="Queries", titles=names, figsize=(14, 2.8),
+show_heatmaps(numpy.stack(panels)[None], xlabel="Keys", ylabel="Queries", titles=names, figsize=(16, 2.6),
               path=figure_path(TUTORIAL, "scorers_by_name.png"))
 
 # %% [markdown]
@@ -472,9 +473,9 @@ show_heatmaps(numpy.stack(panels)[None], xlabel="Keys", ylabel="Queries", titles
 # ## Where this lives in the engine
 #
 # - `plugins/minitensor_plugins/scorers.py` — `dot`, `scaled_dot`, `additive`, `gaussian`,
-#   `parametric_gaussian`, `kernel`.
-# - `plugins/minitensor_plugins/poolings.py` — `softmax`, `sparsemax`, `average`, and
-#   `allowed_keys` (valid_lens and masks).
+#   `parametric_gaussian`, `kernel`, `cosine`, `l2`.
+# - `plugins/minitensor_plugins/poolings.py` — `softmax`, `sparsemax`, `average`, `entmax15`,
+#   `alpha_entmax` (tutorial 9), and `allowed_keys` (valid_lens and masks).
 # - `minitensor/ops/softmax.py` — `masked_softmax` and its backward; `minitensor/kernels/cpu.py`
 #   — the fused numba kernel that gives a fully masked row zeros.
 # - `minitensor/nn/attention.py` — the `Attention` layer: scorer, pooling, dropout, weighted sum.
