@@ -7,6 +7,7 @@ import platform
 import shlex
 import sys
 import tempfile
+import time
 
 import numpy
 
@@ -56,6 +57,20 @@ def train_throwaway(prefix, **settings):
         except Exception:
             print("\n".join(messages), file=sys.stderr)
             raise
+
+
+def run_grid(names, seeds, run_one):
+    """{name: [run_one(name, seed) for each seed]}, one progress line per run on stderr;
+    each run returns {what: percent}."""
+    scores = {}
+    for name in names:
+        for seed in seeds:
+            start = time.perf_counter()
+            run = run_one(name, seed)
+            scores.setdefault(name, []).append(run)
+            print(f"{name} seed {seed}: " + ", ".join(f"{k} {v:.1f}%" for k, v in run.items())
+                  + f" ({time.perf_counter() - start:.0f} s)", file=sys.stderr, flush=True)
+    return scores
 
 
 def machine():

@@ -47,7 +47,8 @@ import time
 import numpy
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _common, beside this script
-from _common import add_training_arguments, finish_training_arguments, footer, train_throwaway  # noqa: E402
+from _common import (add_training_arguments, finish_training_arguments, footer, run_grid,  # noqa: E402
+                     train_throwaway)
 
 POOLINGS = ("softmax", "entmax15")
 KINDS = ("encoder self", "decoder self", "cross", "overall")
@@ -153,14 +154,7 @@ def main(argv=None):
         plugins.lookup("pooling", pooling)  # an unknown name fails now, listing the known ones
     start = time.perf_counter()
     seeds = list(range(args.seeds))
-    scores = {}
-    for pooling in args.poolings:
-        for seed in seeds:
-            t0 = time.perf_counter()
-            run = run_one(pooling, seed, args)
-            scores.setdefault(pooling, []).append(run)
-            print(f"{pooling} seed {seed}: " + ", ".join(f"{k} {v:.1f}%" for k, v in run.items())
-                  + f" ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
+    scores = run_grid(args.poolings, seeds, lambda name, seed: run_one(name, seed, args))
     wall = time.perf_counter() - start
     report = "\n".join([
         "## entmax15 against softmax pooling on the date task",

@@ -47,7 +47,8 @@ import time
 import numpy
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _common, beside this script
-from _common import add_training_arguments, finish_training_arguments, footer, train_throwaway  # noqa: E402
+from _common import (add_training_arguments, finish_training_arguments, footer, run_grid,  # noqa: E402
+                     train_throwaway)
 
 ENCODINGS = ("sinusoidal", "learned", "rotary", "alibi", "t5_relative", "sliding_window")
 WINDOW = 4  # sliding_window: each query sees the keys at most 4 positions away (5 back in the decoder, itself included)
@@ -133,14 +134,7 @@ def main(argv=None):
     start = time.perf_counter()
     eval_sets = evaluation_sets(args.num_eval)
     seeds = list(range(args.seeds))
-    scores = {}
-    for encoding in args.encodings:
-        for seed in seeds:
-            t0 = time.perf_counter()
-            run = run_one(encoding, seed, args, eval_sets)
-            scores.setdefault(encoding, []).append(run)
-            print(f"{encoding} seed {seed}: " + ", ".join(f"lengths {k} {v:.1f}%" for k, v in run.items())
-                  + f" ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
+    scores = run_grid(args.encodings, seeds, lambda name, seed: run_one(name, seed, args, eval_sets))
     wall = time.perf_counter() - start
     report = "\n".join([
         "## Length extrapolation on the reverse task",
