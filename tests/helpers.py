@@ -6,6 +6,9 @@ import os
 import numpy as np
 
 import minitensor as mt
+# Which keys may be attended, in NumPy (D2L's valid_lens, masks, -inf scores): the conformance
+# kit's reference, which the pooling tests check against too.
+from minitensor.testing import _allowed as allowed_keys_np  # noqa: E402,F401
 
 
 def rand(device, *shape, low=-2.0, high=2.0, away=0.0, seed=0, requires_grad=True, dtype=mt.float64):
@@ -94,21 +97,3 @@ def file_hashes(folder):
 def ints(values, device):
     """An int64 tensor on ``device`` (valid lengths)."""
     return mt.tensor(np.asarray(values, dtype=np.int64), device=device)
-
-
-def allowed_keys_np(shape, valid_lens=None, mask=None, scores=None):
-    """Which keys may be attended, in NumPy (D2L's valid_lens: (batch,) or (batch, Q)): the
-    reference the poolings' masking is tested against."""
-    allowed = np.ones(shape, dtype=bool)
-    if scores is not None:
-        allowed &= scores > -np.inf
-    if valid_lens is not None:
-        lens = np.asarray(valid_lens)
-        if lens.ndim == 1:
-            lens = lens.reshape(lens.shape + (1,) * (len(shape) - 1))
-        else:
-            lens = lens.reshape(lens.shape[:1] + (1,) * (len(shape) - 3) + lens.shape[1:] + (1,))
-        allowed &= np.arange(shape[-1]) < lens
-    if mask is not None:
-        allowed &= np.asarray(mask)
-    return allowed
