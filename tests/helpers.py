@@ -8,7 +8,7 @@ import numpy as np
 import minitensor as mt
 # Which keys may be attended, in NumPy (D2L's valid_lens, masks, -inf scores): the conformance
 # kit's reference, which the pooling tests check against too.
-from minitensor.testing import _allowed as allowed_keys_np  # noqa: E402,F401
+from minitensor.testing import _allowed as allowed_keys_np  # noqa: F401
 
 
 def rand(device, *shape, low=-2.0, high=2.0, away=0.0, seed=0, requires_grad=True, dtype=mt.float64):
