@@ -105,23 +105,25 @@ class AddNorm(Module):
         return f"norm_first={self.norm_first}"
 
 
-def split_positional(positional, input_positional=None):
+def split_positional(positional, input_positional=None, names=("positional=", "input_positional=")):
     """Where a model's positions go: (the "inputs" encoding added to the embeddings, the "qk"
     or "scores" encoding of the self-attention layers or None).
 
     ``positional`` may be of any kind; ``input_positional`` adds an "inputs" encoding beside
-    a "qk" or "scores" one (rotary or ALiBi plus, say, learned absolute positions)."""
+    a "qk" or "scores" one (rotary or ALiBi plus, say, learned absolute positions). ``names``:
+    how the messages name the two (the command line says "--positional ")."""
     kind = positional_kind(positional)
+    given, extra = f"{names[0]}{positional!r}", f"{names[1]}{input_positional!r}"
     if input_positional is not None and positional_kind(input_positional) != "inputs":
         raise ValueError(
-            f"input_positional={input_positional!r} has applies_to={positional_kind(input_positional)!r}; it "
-            "names an \"inputs\" encoding added to the embeddings (such as 'sinusoidal' or 'learned')"
+            f"{extra} has applies_to={positional_kind(input_positional)!r}; it names an \"inputs\" encoding "
+            "added to the embeddings (such as 'sinusoidal' or 'learned')"
         )
     if kind == "inputs":
         if input_positional not in (None, "none"):
             raise ValueError(
-                f"input_positional={input_positional!r} adds an \"inputs\" encoding beside a \"qk\" or "
-                f"\"scores\" one, but positional={positional!r} is an \"inputs\" encoding already; give one of them"
+                f"{extra} adds an \"inputs\" encoding beside a \"qk\" or \"scores\" one, but {given} is an "
+                "\"inputs\" encoding already; give one of them"
             )
         return positional, None
     return input_positional, positional

@@ -257,10 +257,9 @@ class TrainConfig:
             from ..nn.transformer import split_positional
 
             try:
-                split_positional(self.positional, self.input_positional)
+                split_positional(self.positional, self.input_positional, ("--positional ", "--input-positional "))
             except ValueError as e:
-                raise ConfigError("input_positional", str(e).replace("input_positional=", "--input-positional ")
-                                  .replace("positional=", "--positional ")) from None
+                raise ConfigError("input_positional", str(e)) from None
         elif self.input_positional is not None or self.positional_options:
             raise ConfigError("input_positional", "the Bahdanau model (a GRU) has no positional encoding")
         for key in ("data", "text"):
