@@ -175,9 +175,7 @@ def _record(samples, name, result):
 # -- subprocesses ---------------------------------------------------------------------------
 def run_python(args, env=None, cwd=None):
     """Run ``python ARGS`` in a fresh interpreter; return (stdout, stderr), raise if it fails."""
-    proc = subprocess.run(
-        [sys.executable, *args], env=env, cwd=cwd, capture_output=True, text=True, check=False
-    )
+    proc = subprocess.run([sys.executable, *args], env=env, cwd=cwd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"python {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")
     return proc.stdout, proc.stderr
@@ -227,8 +225,10 @@ def print_header(title, quick=False):
     import platform
 
     print(f"{title}{'  (--quick)' if quick else ''}")
-    print(f"Python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs, "
-          f"load average {os.getloadavg()[0]:.2f}{_cpu_governor()}")
+    print(
+        f"Python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs, "
+        f"load average {os.getloadavg()[0]:.2f}{_cpu_governor()}"
+    )
 
 
 def _cpu_governor():

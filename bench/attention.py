@@ -183,7 +183,7 @@ def bias_cases(X, G, W):
         mha = mt.nn.MultiHeadAttention(NUM_HIDDENS, NUM_HEADS, dropout=0.0, positional=positional)
         mha.load_state_dict({f"W_{n}.weight": W[n] for n in "qkvo"}, strict=positional is None)
         mt_X, mt_G = mt.tensor(X, requires_grad=True), mt.tensor(G)
-        cases[positional or "plain"] = (lambda m=mha, x=mt_X, g=mt_G: minitensor_step(m, x, g)[1])
+        cases[positional or "plain"] = lambda m=mha, x=mt_X, g=mt_G: minitensor_step(m, x, g)[1]
     return cases
 
 
@@ -217,14 +217,26 @@ def bias_and_decode_tables(X, G, W, rounds, warmup):
         plain = stats["plain/total"].median
         for name in ("plain", "alibi", "t5_relative"):
             ratio = stats[f"{name}/total"].median / plain
-            rows.append([threads, name, format_stats(stats[f"{name}/forward"]),
-                         format_stats(stats[f"{name}/backward"]), format_stats(stats[f"{name}/total"]),
-                         format_ratio(ratio)])
+            rows.append(
+                [
+                    threads,
+                    name,
+                    format_stats(stats[f"{name}/forward"]),
+                    format_stats(stats[f"{name}/backward"]),
+                    format_stats(stats[f"{name}/total"]),
+                    format_ratio(ratio),
+                ]
+            )
             if name != "plain":
-                verdicts.append(f"{verdict(ratio <= BIAS_TARGET)}  {threads} thread(s): {name} forward+backward is "
-                                f"{ratio:.2f}x the plain layer's (target <= {BIAS_TARGET}x)")
-    print_table(["threads", "positional", "forward", "backward", "forward+backward", "vs plain"], rows,
-                title=f"Score biases: the step above with a \"scores\" positional encoding, vs the plain layer")
+                verdicts.append(
+                    f"{verdict(ratio <= BIAS_TARGET)}  {threads} thread(s): {name} forward+backward is "
+                    f"{ratio:.2f}x the plain layer's (target <= {BIAS_TARGET}x)"
+                )
+    print_table(
+        ["threads", "positional", "forward", "backward", "forward+backward", "vs plain"],
+        rows,
+        title='Score biases: the step above with a "scores" positional encoding, vs the plain layer',
+    )
     print("\n".join(verdicts))
 
     rows, verdicts = [], []
@@ -235,16 +247,29 @@ def bias_and_decode_tables(X, G, W, rounds, warmup):
         full = stats[f"g={NUM_HEADS}"].median
         for g in (NUM_HEADS, 1):
             ratio = stats[f"g={g}"].median / full
-            rows.append([threads, g, format_stats(stats[f"g={g}"]), format_ratio(ratio),
-                         f"{cache_bytes[g] / 2**20:.1f} MiB", f"{cache_bytes[g] / cache_bytes[NUM_HEADS]:.3f}"])
+            rows.append(
+                [
+                    threads,
+                    g,
+                    format_stats(stats[f"g={g}"]),
+                    format_ratio(ratio),
+                    f"{cache_bytes[g] / 2**20:.1f} MiB",
+                    f"{cache_bytes[g] / cache_bytes[NUM_HEADS]:.3f}",
+                ]
+            )
         ratio = stats["g=1"].median / full
         bytes_ratio = cache_bytes[1] / cache_bytes[NUM_HEADS]
-        verdicts.append(f"{verdict(ratio <= DECODE_TARGET)}  {threads} thread(s): a decoding step with g = 1 takes "
-                        f"{ratio:.2f}x the time of g = {NUM_HEADS} (target <= {DECODE_TARGET}x); its cache is "
-                        f"{bytes_ratio:.3f} of the bytes (g / num_heads = {1 / NUM_HEADS:.3f})")
-    print_table(["threads", "num_kv_heads", "decoding step", "vs g=num_heads", "cache", "cache ratio"], rows,
-                title=f"Grouped-query decoding: one new token after {CACHED_TOKENS} cached, batch {DECODE_BATCH}, "
-                      f"{NUM_HEADS} query heads")
+        verdicts.append(
+            f"{verdict(ratio <= DECODE_TARGET)}  {threads} thread(s): a decoding step with g = 1 takes "
+            f"{ratio:.2f}x the time of g = {NUM_HEADS} (target <= {DECODE_TARGET}x); its cache is "
+            f"{bytes_ratio:.3f} of the bytes (g / num_heads = {1 / NUM_HEADS:.3f})"
+        )
+    print_table(
+        ["threads", "num_kv_heads", "decoding step", "vs g=num_heads", "cache", "cache ratio"],
+        rows,
+        title=f"Grouped-query decoding: one new token after {CACHED_TOKENS} cached, batch {DECODE_BATCH}, "
+        f"{NUM_HEADS} query heads",
+    )
     print("\n".join(verdicts))
 
 
@@ -259,7 +284,8 @@ def main():
     torch = import_torch()
     print_header(
         f"Multi-head self-attention, forward + backward: batch {BATCH}, {STEPS} tokens, num_hiddens "
-        f"{NUM_HIDDENS}, {NUM_HEADS} heads, scaled_dot + softmax, float32", args.quick
+        f"{NUM_HIDDENS}, {NUM_HEADS} heads, scaled_dot + softmax, float32",
+        args.quick,
     )
     print(f"{rounds} interleaved rounds after {warmup} warm-up rounds per thread count; median ±IQR/2")
     if torch is None:
@@ -284,8 +310,10 @@ def main():
     headers = ["threads", "phase", "minitensor"] + (["torch", "mt/torch"] if torch is not None else [])
     print_table(headers, rows)
     for threads, ratio in verdicts:
-        print(f"{verdict(ratio <= TARGET)}  {threads} thread(s): forward+backward is {ratio:.2f}x "
-              f"torch's (target <= {TARGET}x)")
+        print(
+            f"{verdict(ratio <= TARGET)}  {threads} thread(s): forward+backward is {ratio:.2f}x "
+            f"torch's (target <= {TARGET}x)"
+        )
     bias_and_decode_tables(X, G, W, rounds, warmup)
     if args.profile:
         for threads in THREAD_COUNTS:

@@ -112,8 +112,10 @@ def describe(device):
         cupy = device.xp
         props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
         name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
-        lines.append(f"cupy {cupy.__version__}, GPU {name}, {props['totalGlobalMem'] / 2**30:.0f} GiB, "
-                     f"CUDA runtime {cupy.cuda.runtime.runtimeGetVersion()}")
+        lines.append(
+            f"cupy {cupy.__version__}, GPU {name}, {props['totalGlobalMem'] / 2**30:.0f} GiB, "
+            f"CUDA runtime {cupy.cuda.runtime.runtimeGetVersion()}"
+        )
     if device.torch is not None:
         lines.append(f"torch {device.torch.__version__} on {device.torch_device or 'the CPU only (no CUDA build)'}")
     else:
@@ -125,8 +127,9 @@ def describe(device):
 def install():
     """Best effort: the checks below run from this checkout either way (see SOURCE_PATHS)."""
     print("$ pip install --no-deps --no-build-isolation -e .", flush=True)
-    done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "-e",
-                           "."], cwd=ROOT)
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "-e", "."], cwd=ROOT
+    )
     if done.returncode:
         print(f"gpu_check: pip install failed (exit code {done.returncode}); going on from the source tree", flush=True)
 
@@ -138,9 +141,15 @@ def preflight(device):
     import minitensor as mt
 
     checks = [
-        ("elementwise op + matrix product (CuPy on a GPU)", lambda: float(((device.xp.ones((64, 64)) * 2) @ device.xp.ones((64, 1))).sum())),
+        (
+            "elementwise op + matrix product (CuPy on a GPU)",
+            lambda: float(((device.xp.ones((64, 64)) * 2) @ device.xp.ones((64, 1))).sum()),
+        ),
         ("random numbers on the device (cuRAND on a GPU)", lambda: mt.randn(4, device=device.name).numpy()),
-        ("softmax kernel on a device array (numba CUDA on a GPU)", lambda: device.backend.kernels.softmax_forward(device.xp.zeros((3, 5), "f4"))),
+        (
+            "softmax kernel on a device array (numba CUDA on a GPU)",
+            lambda: device.backend.kernels.softmax_forward(device.xp.zeros((3, 5), "f4")),
+        ),
     ]
     ok = True
     for name, check in checks:
@@ -202,14 +211,22 @@ def kernel_cases(device, shape, kind, rng):
     y = kernels.softmax_forward(x)
     g = xp.asarray(rng.standard_normal(shape, dtype=np.float32))
     cases = {
-        "softmax forward": {"minitensor": lambda: kernels.softmax_forward(x),
-                            "naive": lambda: reference.softmax_forward(xp, x)},
-        "masked softmax forward": {"minitensor": lambda: kernels.softmax_forward(x, lens),
-                                   "naive": lambda: reference.softmax_forward(xp, x, lens)},
-        "softmax backward": {"minitensor": lambda: kernels.softmax_backward(y, g),
-                             "naive": lambda: reference.softmax_backward(xp, y, g)},
-        "log_softmax forward": {"minitensor": lambda: kernels.log_softmax_forward(x),
-                                "naive": lambda: reference.log_softmax_forward(xp, x)},
+        "softmax forward": {
+            "minitensor": lambda: kernels.softmax_forward(x),
+            "naive": lambda: reference.softmax_forward(xp, x),
+        },
+        "masked softmax forward": {
+            "minitensor": lambda: kernels.softmax_forward(x, lens),
+            "naive": lambda: reference.softmax_forward(xp, x, lens),
+        },
+        "softmax backward": {
+            "minitensor": lambda: kernels.softmax_backward(y, g),
+            "naive": lambda: reference.softmax_backward(xp, y, g),
+        },
+        "log_softmax forward": {
+            "minitensor": lambda: kernels.log_softmax_forward(x),
+            "naive": lambda: reference.log_softmax_forward(xp, x),
+        },
     }[kind]
     torch = device.torch
     if device.torch_device is not None:
@@ -238,8 +255,13 @@ def kernel_benchmark(device, quick):
             cases = kernel_cases(device, shape, kind, rng)
             stats = interleaved_stats({k: device.timed(f, repeat) for k, f in cases.items()}, rounds, warmup=2)
             ours = stats["minitensor"]
-            row = [kind, f"{shape}", format_stats(ours), format_stats(stats["naive"]),
-                   format_ratio(stats["naive"].median / ours.median)]
+            row = [
+                kind,
+                f"{shape}",
+                format_stats(ours),
+                format_stats(stats["naive"]),
+                format_ratio(stats["naive"].median / ours.median),
+            ]
             if "torch" in stats:
                 row += [format_stats(stats["torch"]), format_ratio(ours.median / stats["torch"].median)]
             rows.append(row)
@@ -267,8 +289,11 @@ def dropout_benchmark(device, quick):
         cases["torch"] = lambda: device.torch.rand(shape, device=device.torch_device)
     stats = interleaved_stats({k: device.timed(f, 10) for k, f in cases.items()}, 5 if quick else 15, warmup=2)
     headers = ["uniform samples", *stats, "mt/one generator"]
-    row = [f"{shape}", *(format_stats(v) for v in stats.values()),
-           format_ratio(stats["minitensor"].median / stats["one generator"].median)]
+    row = [
+        f"{shape}",
+        *(format_stats(v) for v in stats.values()),
+        format_ratio(stats["minitensor"].median / stats["one generator"].median),
+    ]
     print_table(headers, [row], title=f"Random numbers for a dropout mask on {device.name}: median per draw")
     return stats
 
@@ -279,7 +304,9 @@ def training_benchmark(device, quick):
 
     cfg = CONFIGS["large"]
     if quick:
-        cfg = replace(cfg, name="quick", num_hiddens=32, ffn_num_hiddens=64, num_heads=4, num_blks=1, batch_size=8, num_steps=8)
+        cfg = replace(
+            cfg, name="quick", num_hiddens=32, ffn_num_hiddens=64, num_heads=4, num_blks=1, batch_size=8, num_steps=8
+        )
     batches = make_batches(cfg, n=4)
     mt_model, mt_opt = build_minitensor(cfg)
     state = minitensor_state(mt_model)
@@ -307,14 +334,17 @@ def training_benchmark(device, quick):
         t_model, _ = build_torch(torch, cfg, state=state)
         t_model.to(device.torch_device)
         t_opt = torch.optim.Adam(t_model.parameters(), lr=mt_opt.param_groups[0]["lr"])
-        t_data = [{k: torch.from_numpy(np.ascontiguousarray(v)).to(device.torch_device) for k, v in b.items()}
-                  for b in batches]
+        t_data = [
+            {k: torch.from_numpy(np.ascontiguousarray(v)).to(device.torch_device) for k, v in b.items()}
+            for b in batches
+        ]
 
         def t_step(batch):
             t_opt.zero_grad()
             logits = t_model(batch["enc_X"], batch["dec_X"], batch["enc_valid_lens"])
-            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch["Y"].reshape(-1),
-                                                     ignore_index=PAD)
+            loss = torch.nn.functional.cross_entropy(
+                logits.reshape(-1, logits.shape[-1]), batch["Y"].reshape(-1), ignore_index=PAD
+            )
             loss.backward()
             t_opt.step()
             return loss
@@ -327,10 +357,13 @@ def training_benchmark(device, quick):
             ours = mt.cross_entropy(mt_model(b["enc_X"], b["dec_X"], b["enc_valid_lens"]), b["Y"], mask=b["mask"])
             tb = t_data[0]
             logits = t_model(tb["enc_X"], tb["dec_X"], tb["enc_valid_lens"])
-            theirs = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), tb["Y"].reshape(-1),
-                                                       ignore_index=PAD)
+            theirs = torch.nn.functional.cross_entropy(
+                logits.reshape(-1, logits.shape[-1]), tb["Y"].reshape(-1), ignore_index=PAD
+            )
         rel = abs(ours.item() - theirs.item()) / abs(theirs.item())
-        agreement = f"same weights, no dropout: loss {ours.item():.5f} vs torch {theirs.item():.5f} (rel. diff {rel:.1e})"
+        agreement = (
+            f"same weights, no dropout: loss {ours.item():.5f} vs torch {theirs.item():.5f} (rel. diff {rel:.1e})"
+        )
         if rel > 1e-2:
             raise SystemExit(f"minitensor and the PyTorch twin disagree on {device.name}: {agreement}")
         mt_model.train()
@@ -367,8 +400,10 @@ def main(argv=None):
     except mt.DeviceError as e:
         print(f"gpu_check: {e}", file=sys.stderr)
         return 1
-    print(f"minitensor {mt.__version__} from {os.path.dirname(mt.__file__)} on {args.device}: {describe(device)}",
-          flush=True)
+    print(
+        f"minitensor {mt.__version__} from {os.path.dirname(mt.__file__)} on {args.device}: {describe(device)}",
+        flush=True,
+    )
     failures = []
     if not preflight(device):
         failures.append("preflight")
@@ -377,15 +412,20 @@ def main(argv=None):
         if result:
             failures.append(f"GPU tests ({result})")
     # one failing section must not cost the others: this may be the only run on a GPU
-    for name, section in (("kernel benchmark", kernel_benchmark), ("dropout benchmark", dropout_benchmark),
-                          ("training benchmark", training_benchmark)):
+    for name, section in (
+        ("kernel benchmark", kernel_benchmark),
+        ("dropout benchmark", dropout_benchmark),
+        ("training benchmark", training_benchmark),
+    ):
         try:
             section(device, args.quick)
         except (Exception, SystemExit):
             failures.append(name)
             print(f"{name}: FAILED\n{traceback.format_exc()}", flush=True)
-    print(f"\ngpu_check finished in {format_time(time.perf_counter() - start)}"
-          + (f"; FAILED: {', '.join(failures)}" if failures else "; everything passed"))
+    print(
+        f"\ngpu_check finished in {format_time(time.perf_counter() - start)}"
+        + (f"; FAILED: {', '.join(failures)}" if failures else "; everything passed")
+    )
     return 1 if failures else 0
 
 

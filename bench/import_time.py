@@ -56,8 +56,16 @@ COMMANDS = {
 }
 # Must not be imported by `import minitensor` (each only by the feature that needs it).
 LAZY_MODULES = (
-    "numba", "llvmlite", "matplotlib", "tqdm", "safetensors", "cupy", "torch", "scipy",
-    "pluggy", "importlib.metadata",
+    "numba",
+    "llvmlite",
+    "matplotlib",
+    "tqdm",
+    "safetensors",
+    "cupy",
+    "torch",
+    "scipy",
+    "pluggy",
+    "importlib.metadata",
 )
 TOP_ENTRIES = 15
 
@@ -73,9 +81,7 @@ def child_env(threads, pycache):
 
 def make_cases(env):
     """name -> a callable that runs one fresh interpreter and returns its wall time."""
-    return {
-        name: timed(partial(run_python, ["-c", code], env=env, cwd=REPO)) for name, code in COMMANDS.items()
-    }
+    return {name: timed(partial(run_python, ["-c", code], env=env, cwd=REPO)) for name, code in COMMANDS.items()}
 
 
 def measure_wall_times(threads, runs, pycache):
@@ -101,7 +107,7 @@ def importtime_entries(env):
     for line in stderr.splitlines():
         if not line.startswith("import time:") or "imported package" in line:
             continue
-        own, cumulative, name = line[len("import time:"):].split("|")
+        own, cumulative, name = line[len("import time:") :].split("|")
         entries.append((int(own), int(cumulative), name.rstrip()))
     return entries
 
@@ -121,19 +127,21 @@ def report_importtime(entries):
     """Print the slowest imports under ``import minitensor`` and the time by package."""
     subtree = minitensor_subtree(entries)
     top = sorted(subtree, key=lambda e: e[1], reverse=True)[:TOP_ENTRIES]
-    rows = [
-        [name.lstrip(), format_time(cum * 1e-6), format_time(own * 1e-6), _depth(name)] for own, cum, name in top
-    ]
+    rows = [[name.lstrip(), format_time(cum * 1e-6), format_time(own * 1e-6), _depth(name)] for own, cum, name in top]
     print_table(
-        ["module", "cumulative", "self", "depth"], rows,
+        ["module", "cumulative", "self", "depth"],
+        rows,
         title=f'python -X importtime -c "import minitensor": top {TOP_ENTRIES} by cumulative time',
     )
     by_package = {"minitensor": 0, "numpy": 0, "other": 0}
     for own, _, name in subtree:
         package = name.strip().split(".")[0]
         by_package[package if package in by_package else "other"] += own
-    print("self time by package: " + ", ".join(f"{k} {format_time(v * 1e-6)}" for k, v in by_package.items())
-          + f" (total {format_time(subtree[-1][1] * 1e-6)})")
+    print(
+        "self time by package: "
+        + ", ".join(f"{k} {format_time(v * 1e-6)}" for k, v in by_package.items())
+        + f" (total {format_time(subtree[-1][1] * 1e-6)})"
+    )
 
 
 def _depth(indented_name):
@@ -148,8 +156,10 @@ def report_lazy_modules(env):
     after = loaded_modules("import minitensor", env)
     added = after - bare
     present = [m for m in LAZY_MODULES if m in added or any(a.startswith(m + ".") for a in added)]
-    print(f"\nimport minitensor adds {len(added)} modules to the bare interpreter's {len(bare)} "
-          f"(import numpy alone adds {len(after_numpy - bare)})")
+    print(
+        f"\nimport minitensor adds {len(added)} modules to the bare interpreter's {len(bare)} "
+        f"(import numpy alone adds {len(after_numpy - bare)})"
+    )
     beyond_numpy = _packages(after - after_numpy, after_numpy)
     print(f"public packages it loads beyond `import numpy`'s: {', '.join(beyond_numpy)}")
     print(f"lazy modules checked: {', '.join(LAZY_MODULES)}")
@@ -184,15 +194,22 @@ def main():
     args = parse_args(__doc__)
     runs = 3 if args.quick else 7
     print_header("Import time of minitensor", args.quick)
-    print(f"{runs} interleaved runs of each command per thread count (after one warm-up run), "
-          "median ±IQR/2 of the wall time")
+    print(
+        f"{runs} interleaved runs of each command per thread count (after one warm-up run), "
+        "median ±IQR/2 of the wall time"
+    )
     rows, costs = [], []
     with tempfile.TemporaryDirectory(prefix="mt-pycache-") as pycache:
         for threads in THREAD_COUNTS:
             stats = measure_wall_times(threads, runs, pycache)
             rows += wall_time_rows(threads, stats)
-            costs.append((threads, stats["minitensor"].median - stats["interpreter"].median,
-                          stats["numpy + numba"].median - stats["interpreter"].median))
+            costs.append(
+                (
+                    threads,
+                    stats["minitensor"].median - stats["interpreter"].median,
+                    stats["numpy + numba"].median - stats["interpreter"].median,
+                )
+            )
         print_table(["threads", "command", "wall time", "above interpreter"], rows)
         env = child_env(1, pycache)
         report_importtime(importtime_entries(env))
@@ -200,9 +217,11 @@ def main():
 
     print()
     for threads, cost, numba_cost in costs:
-        print(f"{verdict(cost <= TARGET)}  {threads} thread(s): import minitensor costs "
-              f"{format_time(cost)} above the interpreter (target <= {TARGET} s; numpy + numba "
-              f"alone: {format_time(numba_cost)})")
+        print(
+            f"{verdict(cost <= TARGET)}  {threads} thread(s): import minitensor costs "
+            f"{format_time(cost)} above the interpreter (target <= {TARGET} s; numpy + numba "
+            f"alone: {format_time(numba_cost)})"
+        )
     print(f"{verdict(lazy_ok)}  no lazy module is imported by `import minitensor`")
 
 

@@ -159,8 +159,7 @@ def main():
     print_header("Numba kernel cache: first-call time in a cold and a warm process", args.quick)
     if not kernels_available():
         raise SystemExit("minitensor.kernels.cpu does not exist yet: nothing to measure")
-    print(f"per thread count: {cold_runs} cold and {warm_runs} warm processes, interleaved; "
-          "median ±IQR/2")
+    print(f"per thread count: {cold_runs} cold and {warm_runs} warm processes, interleaved; median ±IQR/2")
 
     rows, verdicts, scipy_seen = [], [], False
     with tempfile.TemporaryDirectory(prefix="mt-numba-cache-") as workdir:
@@ -172,14 +171,19 @@ def main():
             verdicts.append((threads, files, reused, cold["first use"].median, warm["first use"].median))
     print_table(["threads", "step", "cold cache", "warm cache", "speedup"], rows)
     if scipy_seen:
-        print("note: the first kernel call imported scipy (numba's CPU target set-up loads "
-              "scipy.linalg when SciPy is installed): part of the warm first softmax")
+        print(
+            "note: the first kernel call imported scipy (numba's CPU target set-up loads "
+            "scipy.linalg when SciPy is installed): part of the warm first softmax"
+        )
     for threads, files, reused, cold_s, warm_s in verdicts:
         size = sum(size for size, _ in files.values())
-        print(f"{verdict(reused)}  {threads} thread(s): the warm processes compiled nothing "
-              f"({'reused' if reused else 'CHANGED'}: {len(files)} cache files, {size / 1024:.0f} KiB); "
-              f"first use {format_time(warm_s)} with the cache vs {format_time(cold_s)} without "
-              f"({cold_s / warm_s:.1f}x faster)")
+        print(
+            f"{verdict(reused)}  {threads} thread(s): the warm processes compiled nothing "
+            f"({'reused' if reused else 'CHANGED'}: {len(files)} cache files, {size / 1024:.0f} KiB); "
+            f"first use {format_time(warm_s)} with the cache vs {format_time(cold_s)} without "
+            f"({cold_s / warm_s:.1f}x faster)"
+        )
+
 
 if __name__ == "__main__":
     main()

@@ -117,8 +117,19 @@ def worker(framework, config, steps, checkpoint):
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     # The kernel updates VmHWM lazily (it can lag the RSS by a few pages): never below a sample.
     peak = max(peak, *rss.values())
-    print(json.dumps({"imported": imported, "warmed": warmed, "baseline": baseline, "peak": peak,
-                      "peak_is_reset": peak_is_reset, "rss": rss, "seconds_per_step": elapsed / steps}))
+    print(
+        json.dumps(
+            {
+                "imported": imported,
+                "warmed": warmed,
+                "baseline": baseline,
+                "peak": peak,
+                "peak_is_reset": peak_is_reset,
+                "rss": rss,
+                "seconds_per_step": elapsed / steps,
+            }
+        )
+    )
 
 
 # -- the driver -------------------------------------------------------------------------------------
@@ -172,19 +183,44 @@ def main():
             if have_torch:
                 t = results[config, "torch"]
                 ratio = above / (t["peak"] - t["baseline"])
-            rows.append([config, framework, steps, mib(r["imported"]), mib(r["warmed"] - r["imported"]),
-                         mib(r["baseline"]), mib(r["peak"]) + ("" if r["peak_is_reset"] else " *"), mib(above),
-                         format_ratio(ratio) if framework == "minitensor" else "",
-                         f"{r['seconds_per_step'] * 1e3:.0f} ms"])
+            rows.append(
+                [
+                    config,
+                    framework,
+                    steps,
+                    mib(r["imported"]),
+                    mib(r["warmed"] - r["imported"]),
+                    mib(r["baseline"]),
+                    mib(r["peak"]) + ("" if r["peak_is_reset"] else " *"),
+                    mib(above),
+                    format_ratio(ratio) if framework == "minitensor" else "",
+                    f"{r['seconds_per_step'] * 1e3:.0f} ms",
+                ]
+            )
         if have_torch:
             m, t = results[config, "minitensor"], results[config, "torch"]
             ratio = (m["peak"] - m["baseline"]) / (t["peak"] - t["baseline"])
-            verdicts.append(f"{verdict(ratio <= TARGET)}  {config}: peak above baseline is {ratio:.2f}x torch's "
-                            f"(target <= {TARGET}x)")
-    print_table(["config", "framework", "steps", "imported", "first use", "baseline", "peak", "peak - baseline",
-                 "mt/torch", "per step"], rows,
-                title="Resident memory: after import, + first use (a tiny model's steps), baseline (+ this model "
-                      "built), peak during training")
+            verdicts.append(
+                f"{verdict(ratio <= TARGET)}  {config}: peak above baseline is {ratio:.2f}x torch's "
+                f"(target <= {TARGET}x)"
+            )
+    print_table(
+        [
+            "config",
+            "framework",
+            "steps",
+            "imported",
+            "first use",
+            "baseline",
+            "peak",
+            "peak - baseline",
+            "mt/torch",
+            "per step",
+        ],
+        rows,
+        title="Resident memory: after import, + first use (a tiny model's steps), baseline (+ this model "
+        "built), peak during training",
+    )
     if any(not r["peak_is_reset"] for r in results.values()):
         print("* VmHWM could not be reset: peak since the process started (ru_maxrss)")
 
@@ -196,17 +232,37 @@ def main():
             rss = results[config, framework]["rss"]
             trail = sorted(k for k in rss if k >= checkpoint)
             growth = rss[steps] - rss[checkpoint]
-            growth_rows.append([config, framework, mib(rss[1]), mib(rss[checkpoint]), mib(rss[steps]),
-                                f"{growth / 2**20:+.2f} MiB",
-                                " ".join(f"{(rss[k] - rss[checkpoint]) / 2**20:+.1f}" for k in trail)])
+            growth_rows.append(
+                [
+                    config,
+                    framework,
+                    mib(rss[1]),
+                    mib(rss[checkpoint]),
+                    mib(rss[steps]),
+                    f"{growth / 2**20:+.2f} MiB",
+                    " ".join(f"{(rss[k] - rss[checkpoint]) / 2**20:+.1f}" for k in trail),
+                ]
+            )
             if framework == "minitensor":  # PyTorch's row is there for scale: its allocator wanders too
-                verdicts.append(f"{verdict(growth <= GROWTH_TOLERANCE)}  {config}, {framework}: RSS grows "
-                                f"{growth / 2**20:+.2f} MiB from step {checkpoint} to step {steps} "
-                                f"(target <= {GROWTH_TOLERANCE / 2**20:.0f} MiB)")
+                verdicts.append(
+                    f"{verdict(growth <= GROWTH_TOLERANCE)}  {config}, {framework}: RSS grows "
+                    f"{growth / 2**20:+.2f} MiB from step {checkpoint} to step {steps} "
+                    f"(target <= {GROWTH_TOLERANCE / 2**20:.0f} MiB)"
+                )
     if growth_rows:
-        print_table(["config", "framework", "RSS step 1", "RSS first ckpt", "RSS last", "growth",
-                     "RSS - first ckpt, every 50 steps (MiB)"], growth_rows,
-                    title="RSS over a long run (a leak keeps rising)")
+        print_table(
+            [
+                "config",
+                "framework",
+                "RSS step 1",
+                "RSS first ckpt",
+                "RSS last",
+                "growth",
+                "RSS - first ckpt, every 50 steps (MiB)",
+            ],
+            growth_rows,
+            title="RSS over a long run (a leak keeps rising)",
+        )
     for line in verdicts:
         print(line)
 

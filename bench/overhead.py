@@ -204,8 +204,10 @@ def main():
     rounds, warmup = (100, 20) if args.quick else (2000, 100)
     torch = import_torch()
     print_header("Autograd overhead: per-op cost of a chain of 100 ops on (4, 4) float32", args.quick)
-    print(f"{rounds} interleaved rounds after {warmup} warm-up rounds, per thread count; "
-          f"times are per op (iteration / {N_OPS}), median ±IQR/2")
+    print(
+        f"{rounds} interleaved rounds after {warmup} warm-up rounds, per thread count; "
+        f"times are per op (iteration / {N_OPS}), median ±IQR/2"
+    )
     if torch is None:
         print("PyTorch is not installed: its columns are left out")
     arrays = make_inputs()
@@ -225,8 +227,10 @@ def main():
     headers += ["NumPy floor", "mt - floor"]
     print_table(headers, rows)
     for threads, ratio in verdicts:
-        print(f"{verdict(ratio <= TARGET)}  {threads} thread(s): forward+backward per op is "
-              f"{ratio:.2f}x torch's (target <= {TARGET}x)")
+        print(
+            f"{verdict(ratio <= TARGET)}  {threads} thread(s): forward+backward per op is "
+            f"{ratio:.2f}x torch's (target <= {TARGET}x)"
+        )
 
 
 if __name__ == "__main__":

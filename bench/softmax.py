@@ -43,7 +43,7 @@ from minitensor.kernels import cpu, reference  # noqa: E402
 
 try:
     import torch
-except ImportError:                                 # torch columns are skipped
+except ImportError:  # torch columns are skipped
     torch = None
 
 try:
@@ -57,15 +57,16 @@ DTYPE = np.float32
 # Targets, specified for softmax at TARGET_THREADS threads (the other rows
 # are judged against the same numbers for information).
 TARGET_THREADS = 2
-FORWARD_VS_TORCH = 1.5          # numba time / torch time; stretch goal 1.0
+FORWARD_VS_TORCH = 1.5  # numba time / torch time; stretch goal 1.0
 BACKWARD_VS_TORCH = 1.2
-BACKWARD_COPY_FRACTION = 0.5    # of the machine's copy bandwidth
+BACKWARD_COPY_FRACTION = 0.5  # of the machine's copy bandwidth
 SPEEDUP_VS_NAIVE = 3.0
 
 
 # ---------------------------------------------------------------------------
 # Timing
 # ---------------------------------------------------------------------------
+
 
 def interleaved_medians(candidates, repeat, warmup=8):
     """Median seconds per call of each ``{name: fn}``, timed round-robin.
@@ -108,7 +109,7 @@ class OtherLoad:
     def _busy_seconds():
         with open("/proc/stat") as f:
             fields = [int(v) for v in f.readline().split()[1:]]
-        idle = fields[3] + fields[4]                    # idle + iowait
+        idle = fields[3] + fields[4]  # idle + iowait
         return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
     def __enter__(self):
@@ -142,6 +143,7 @@ def set_threads(n):
 # The candidates
 # ---------------------------------------------------------------------------
 
+
 def torch_candidates(tx, tg, kind):
     """torch forward and backward-only callables.
 
@@ -156,8 +158,7 @@ def torch_candidates(tx, tg, kind):
         return (lambda: fwd(tx, -1)), (lambda: raw(tg, ty, -1, tx.dtype))
     leaf = tx.clone().requires_grad_()
     out = fwd(leaf, -1)
-    return (lambda: fwd(tx, -1)), (
-        lambda: torch.autograd.grad(out, leaf, tg, retain_graph=True))
+    return (lambda: fwd(tx, -1)), (lambda: torch.autograd.grad(out, leaf, tg, retain_graph=True))
 
 
 def softmax_candidates(x, g, kind):
@@ -182,6 +183,7 @@ def softmax_candidates(x, g, kind):
 # Reporting
 # ---------------------------------------------------------------------------
 
+
 def verdicts(pass_name, t, gbps, copy_gbps):
     """PASS/MISS strings for one row of the table."""
     out = []
@@ -197,9 +199,11 @@ def verdicts(pass_name, t, gbps, copy_gbps):
     return out
 
 
-HEADER = (f"{'thr':>3} {'kernel':<12} {'shape':<11} {'pass':<8} "
-          f"{'numba µs':>9} {'naive µs':>9} {'torch µs':>9} "
-          f"{'numba GB/s':>10} {'torch GB/s':>10} {'/torch':>7} {'naive/':>7}  targets")
+HEADER = (
+    f"{'thr':>3} {'kernel':<12} {'shape':<11} {'pass':<8} "
+    f"{'numba µs':>9} {'naive µs':>9} {'torch µs':>9} "
+    f"{'numba GB/s':>10} {'torch GB/s':>10} {'/torch':>7} {'naive/':>7}  targets"
+)
 
 
 def format_row(threads, kind, shape, pass_name, t, nbytes, copy_gbps):
@@ -210,16 +214,17 @@ def format_row(threads, kind, shape, pass_name, t, nbytes, copy_gbps):
     vs_torch = f"{t['numba'] / t['torch']:6.2f}x" if "torch" in t else f"{'-':>7}"
     vs_naive = f"{t['naive'] / t['numba']:6.1f}x"
     checks = "  ".join(verdicts(pass_name, t, gbps, copy_gbps))
-    return (f"{threads:>3} {kind:<12} {str(shape):<11} {pass_name:<8} "
-            f"{us['numba']:9.0f} {us['naive']:9.0f} {torch_us} "
-            f"{gbps:10.1f} {torch_gbps} {vs_torch} {vs_naive}  {checks}")
+    return (
+        f"{threads:>3} {kind:<12} {str(shape):<11} {pass_name:<8} "
+        f"{us['numba']:9.0f} {us['naive']:9.0f} {torch_us} "
+        f"{gbps:10.1f} {torch_gbps} {vs_torch} {vs_naive}  {checks}"
+    )
 
 
 def measure(threads, kinds, data, repeat, copy_gbps):
     """Print (and return) one table row per kernel, shape and pass."""
     set_threads(threads)
-    limits = (threadpool_limits(limits=threads) if threadpool_limits
-              else contextlib.nullcontext())
+    limits = threadpool_limits(limits=threads) if threadpool_limits else contextlib.nullcontext()
     rows = []
     with limits:
         for kind in kinds:
@@ -227,55 +232,58 @@ def measure(threads, kinds, data, repeat, copy_gbps):
                 for pass_name, cands in softmax_candidates(x, g, kind).items():
                     t = interleaved_medians(cands, repeat)
                     arrays = 2 if pass_name == "forward" else 3
-                    rows.append(format_row(threads, kind, shape, pass_name, t,
-                                           arrays * x.nbytes, copy_gbps))
+                    rows.append(format_row(threads, kind, shape, pass_name, t, arrays * x.nbytes, copy_gbps))
                     print(rows[-1], flush=True)
     return rows
 
 
 def print_summary(rows, kinds, array_bytes, load):
-    print(f"\narrays are {array_bytes / 2**20:.0f} MB each: they fit in a large L3 "
-          "cache, so effective GB/s may exceed the copy bandwidth.")
-    print(f"targets (softmax, {TARGET_THREADS} threads): forward <= "
-          f"{FORWARD_VS_TORCH}x torch (stretch 1.0x); backward <= {BACKWARD_VS_TORCH}x "
-          f"torch and >= {BACKWARD_COPY_FRACTION:.0%} of copy bandwidth; both >= "
-          f"{SPEEDUP_VS_NAIVE:g}x faster than naive NumPy.")
+    print(
+        f"\narrays are {array_bytes / 2**20:.0f} MB each: they fit in a large L3 "
+        "cache, so effective GB/s may exceed the copy bandwidth."
+    )
+    print(
+        f"targets (softmax, {TARGET_THREADS} threads): forward <= "
+        f"{FORWARD_VS_TORCH}x torch (stretch 1.0x); backward <= {BACKWARD_VS_TORCH}x "
+        f"torch and >= {BACKWARD_COPY_FRACTION:.0%} of copy bandwidth; both >= "
+        f"{SPEEDUP_VS_NAIVE:g}x faster than naive NumPy."
+    )
     official = [r for r in rows if r.startswith(f"{TARGET_THREADS:>3} softmax ")]
     others = [r for r in rows if r not in official]
     misses = sum(r.count("MISS") for r in official)
     if official:
-        print(f"  softmax at {TARGET_THREADS} threads: "
-              + ("all targets met" if misses == 0 else f"{misses} target(s) missed"))
+        print(
+            f"  softmax at {TARGET_THREADS} threads: "
+            + ("all targets met" if misses == 0 else f"{misses} target(s) missed")
+        )
     if others:
-        print(f"  other rows (informational, same targets): "
-              f"{sum(r.count('MISS') for r in others)} miss(es)")
+        print(f"  other rows (informational, same targets): {sum(r.count('MISS') for r in others)} miss(es)")
     if load.fraction is not None:
-        note = ("  -- timings unreliable, rerun on a quiet machine"
-                if load.fraction > 0.05 else "")
-        print(f"other processes used {load.fraction:.0%} of the CPUs during the "
-              f"run{note}")
+        note = "  -- timings unreliable, rerun on a quiet machine" if load.fraction > 0.05 else ""
+        print(f"other processes used {load.fraction:.0%} of the CPUs during the run{note}")
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--repeat", type=int, default=40,
-                        help="timed calls per candidate (default 40)")
-    parser.add_argument("--quick", action="store_true",
-                        help="10 repeats and softmax only")
+    parser.add_argument("--repeat", type=int, default=40, help="timed calls per candidate (default 40)")
+    parser.add_argument("--quick", action="store_true", help="10 repeats and softmax only")
     args = parser.parse_args(argv)
     repeat = 10 if args.quick else args.repeat
     kinds = ["softmax"] if args.quick else ["softmax", "log_softmax"]
 
-    print(f"numpy {np.__version__}, numba {numba.__version__}, "
-          f"torch {torch.__version__ if torch is not None else 'not installed'}; "
-          f"{os.cpu_count()} CPUs, dtype float32, {repeat} repeats, median times")
+    print(
+        f"numpy {np.__version__}, numba {numba.__version__}, "
+        f"torch {torch.__version__ if torch is not None else 'not installed'}; "
+        f"{os.cpu_count()} CPUs, dtype float32, {repeat} repeats, median times"
+    )
     if threadpool_limits is None:
         print("threadpoolctl not installed: NumPy's thread pools are not limited")
 
     rng = np.random.default_rng(0)
-    data = {shape: (rng.standard_normal(shape, dtype=DTYPE),
-                    rng.standard_normal(shape, dtype=DTYPE)) for shape in SHAPES}
+    data = {
+        shape: (rng.standard_normal(shape, dtype=DTYPE), rng.standard_normal(shape, dtype=DTYPE)) for shape in SHAPES
+    }
     rows = []
     with OtherLoad() as load:
         copy_gbps = copy_bandwidth(max(repeat // 2, 5))
@@ -283,8 +291,7 @@ def main(argv=None):
         print(HEADER)
         for threads in args.threads:
             if threads > numba.config.NUMBA_NUM_THREADS:
-                print(f"skipping {threads} threads: numba was started with "
-                      f"{numba.config.NUMBA_NUM_THREADS}")
+                print(f"skipping {threads} threads: numba was started with {numba.config.NUMBA_NUM_THREADS}")
                 continue
             rows += measure(threads, kinds, data, repeat, copy_gbps)
     print_summary(rows, kinds, data[SHAPES[0]][0].nbytes, load)

@@ -102,9 +102,11 @@ class Config:
     warmup: int
 
     def describe(self):
-        return (f"num_hiddens {self.num_hiddens}, ffn {self.ffn_num_hiddens}, {self.num_heads} heads, "
-                f"{self.num_blks} + {self.num_blks} blocks, dropout {self.dropout}, batch {self.batch_size}, "
-                f"{self.num_steps} tokens")
+        return (
+            f"num_hiddens {self.num_hiddens}, ffn {self.ffn_num_hiddens}, {self.num_heads} heads, "
+            f"{self.num_blks} + {self.num_blks} blocks, dropout {self.dropout}, batch {self.batch_size}, "
+            f"{self.num_steps} tokens"
+        )
 
 
 CONFIGS = {
@@ -144,8 +146,7 @@ def build_minitensor(cfg, seed=0):
 
     mt.manual_seed(seed)
     args = (cfg.num_hiddens, cfg.ffn_num_hiddens, cfg.num_heads, cfg.num_blks, cfg.dropout)
-    model = mt.nn.EncoderDecoder(mt.nn.TransformerEncoder(SRC_VOCAB, *args),
-                                 mt.nn.TransformerDecoder(TGT_VOCAB, *args))
+    model = mt.nn.EncoderDecoder(mt.nn.TransformerEncoder(SRC_VOCAB, *args), mt.nn.TransformerDecoder(TGT_VOCAB, *args))
     model.train()
     return model, mt.optim.Adam(model.parameters(), lr=LR)
 
@@ -183,8 +184,12 @@ def timed_step(optimizer, compute_loss):
     after_backward = time.perf_counter()
     optimizer.step()
     end = time.perf_counter()
-    return loss, {"forward": middle - start, "backward": after_backward - middle,
-                  "optimizer": end - after_backward, "total": end - start}
+    return loss, {
+        "forward": middle - start,
+        "backward": after_backward - middle,
+        "optimizer": end - after_backward,
+        "total": end - start,
+    }
 
 
 def minitensor_step(model, optimizer, batch):
@@ -207,7 +212,7 @@ def minitensor_grads(model):
 
 
 # -- the PyTorch twin ---------------------------------------------------------------------------
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def torch_model_class(torch):
     """The PyTorch encoder-decoder, module for module and name for name minitensor's (the
     attention layers aside: ``in_proj_weight`` = [W_q; W_k; W_v], ``out_proj`` = W_o)."""
@@ -281,8 +286,7 @@ def torch_model_class(torch):
         def forward(self, X, enc_outputs, key_padding_mask, causal):
             X2 = self.attention1(X, X, X, attn_mask=causal, is_causal=True, need_weights=False)[0]
             Y = self.addnorm1(X, X2)
-            Y2 = self.attention2(Y, enc_outputs, enc_outputs, key_padding_mask=key_padding_mask,
-                                 need_weights=False)[0]
+            Y2 = self.attention2(Y, enc_outputs, enc_outputs, key_padding_mask=key_padding_mask, need_weights=False)[0]
             Y = self.addnorm2(Y, Y2)
             return self.addnorm3(Y, self.ffn(Y))
 
@@ -367,8 +371,9 @@ def torch_batches(torch, batches):
 def torch_step(torch, model, optimizer, batch):
     def compute_loss():
         logits = model(batch["enc_X"], batch["dec_X"], batch["enc_valid_lens"])
-        return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch["Y"].reshape(-1),
-                                                 ignore_index=PAD)
+        return torch.nn.functional.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), batch["Y"].reshape(-1), ignore_index=PAD
+        )
 
     return timed_step(optimizer, compute_loss)  # torch's zero_grad() sets grads to None by default
 
@@ -403,14 +408,18 @@ def check_twin(cfg, torch):
     # |a - b| / |b| per parameter (Frobenius norms): a ReLU input within rounding of 0 may go
     # either way, so single elements can differ more than float32 rounding at the larger size.
     worst_name, worst = max(
-        ((name, float(np.linalg.norm(ours[name] - theirs[name]) / (np.linalg.norm(theirs[name]) + 1e-30)))
-         for name in ours),
+        (
+            (name, float(np.linalg.norm(ours[name] - theirs[name]) / (np.linalg.norm(theirs[name]) + 1e-30)))
+            for name in ours
+        ),
         key=lambda pair: pair[1],
     )
     loss_diff = abs(mt_loss.item() - t_loss.item()) / abs(t_loss.item())
-    print(f"[{cfg.name}] parameters: minitensor {n_mt:,}, torch {n_t:,}; same weights, no dropout: loss "
-          f"{mt_loss.item():.5f} vs {t_loss.item():.5f} (rel. diff {loss_diff:.1e}), gradients' largest relative "
-          f"difference |a - b| / |b| {worst:.1e} ({worst_name})")
+    print(
+        f"[{cfg.name}] parameters: minitensor {n_mt:,}, torch {n_t:,}; same weights, no dropout: loss "
+        f"{mt_loss.item():.5f} vs {t_loss.item():.5f} (rel. diff {loss_diff:.1e}), gradients' largest relative "
+        f"difference |a - b| / |b| {worst:.1e} ({worst_name})"
+    )
     if n_mt != n_t or loss_diff > 1e-4 or worst > 1e-3:
         raise SystemExit(f"[{cfg.name}] minitensor and the PyTorch twin disagree: they do different work")
 
@@ -491,13 +500,15 @@ def fixed_cost(cfg, torch, threads, n=20):
         model, opt = build_minitensor(c)
         data = minitensor_batches(batches)
         it = iter(range(10**9))
+        step = functools.partial(minitensor_step, model, opt)
         out["minitensor", batch_size] = median_step(
-            lambda: minitensor_step(model, opt, data[next(it) % len(data)]), n)
+            lambda step=step, data=data, it=it: step(data[next(it) % len(data)]), n
+        )
         if torch is not None:
             t_model, t_opt = build_torch(torch, c)
             t_data = torch_batches(torch, batches)
-            out["torch", batch_size] = median_step(
-                lambda: torch_step(torch, t_model, t_opt, t_data[next(it) % len(t_data)]), n)
+            t_step = functools.partial(torch_step, torch, t_model, t_opt)
+            out["torch", batch_size] = median_step(lambda s=t_step, d=t_data, it=it: s(d[next(it) % len(d)]), n)
     return out
 
 
@@ -545,6 +556,7 @@ def op_body_times(step, steps):
                 key = (type(ctx).__name__, phase)
                 seconds[key] += time.perf_counter() - start
                 calls[key] += 1
+
         return staticmethod(timed_body)
 
     for cls in set(subclasses(Function)):
@@ -595,34 +607,59 @@ def profile(cfg, torch, threads=1, steps=30):
     stats = pstats.Stats(profiler)
     applies = sum(v[1] for k, v in stats.stats.items() if k[2] == "apply" and k[0].endswith("autograd.py")) / steps
     updates = sum(v[1] for k, v in stats.stats.items() if k[2] == "update" and "optim" in k[0]) / steps
-    print(f"\nminitensor, per step: {applies:.0f} Function.apply calls (ops run forward), {sum(nodes.values())} of "
-          f"them recorded in the graph (one backward call each), {updates:.0f} Adam updates (one per parameter "
-          "tensor, ~10 NumPy calls each)")
+    print(
+        f"\nminitensor, per step: {applies:.0f} Function.apply calls (ops run forward), {sum(nodes.values())} of "
+        f"them recorded in the graph (one backward call each), {updates:.0f} Adam updates (one per parameter "
+        "tensor, ~10 NumPy calls each)"
+    )
     if torch_ops is not None:
         top, every, _ = torch_ops
-        print(f"PyTorch, per step (torch.profiler): {top:.0f} top-level aten calls, {every:.0f} with the nested ones "
-              "(autograd's backward nodes and Adam's per-parameter ops included)")
+        print(
+            f"PyTorch, per step (torch.profiler): {top:.0f} top-level aten calls, {every:.0f} with the nested ones "
+            "(autograd's backward nodes and Adam's per-parameter ops included)"
+        )
 
     median = {phase: sorted(p[phase] for p in phases)[steps // 2] for phase in phases[0]}
-    kinds = sorted({name for name, _ in body},
-                   key=lambda n: -(body.get((n, "forward"), 0) + body.get((n, "backward"), 0)))
+    kinds = sorted(
+        {name for name, _ in body}, key=lambda n: -(body.get((n, "forward"), 0) + body.get((n, "backward"), 0))
+    )
     rows = []
     for name in kinds:
         f, b = body.get((name, "forward"), 0.0), body.get((name, "backward"), 0.0)
         n = body_calls.get((name, "forward"), 0)
-        rows.append([name, f"{n:.0f}", format_time(f), format_time(b), format_time(f + b),
-                     format_time((f + b) / n) if n else "-"])
+        rows.append(
+            [
+                name,
+                f"{n:.0f}",
+                format_time(f),
+                format_time(b),
+                format_time(f + b),
+                format_time((f + b) / n) if n else "-",
+            ]
+        )
     inside = sum(body.values())
-    rows.append(["all ops", f"{sum(v for (_, p), v in body_calls.items() if p == 'forward'):.0f}",
-                 format_time(sum(v for (_, p), v in body.items() if p == "forward")),
-                 format_time(sum(v for (_, p), v in body.items() if p == "backward")), format_time(inside), ""])
-    print_table(["op", "calls", "forward", "backward", "total", "per call"], rows,
-                title="Time per step inside each kind of op's forward and backward (NumPy / kernel work)")
-    print(f"median step {format_time(median['total'])} (forward {format_time(median['forward'])}, backward "
-          f"{format_time(median['backward'])}, Adam {format_time(median['optimizer'])}); with the op timers "
-          f"{format_time(body_step)}, of which {format_time(inside)} inside op bodies: the rest, "
-          f"{format_time(body_step - inside)}, is the engine's and the modules' Python around them "
-          f"({format_time((body_step - inside) / applies)} per op) and Adam")
+    rows.append(
+        [
+            "all ops",
+            f"{sum(v for (_, p), v in body_calls.items() if p == 'forward'):.0f}",
+            format_time(sum(v for (_, p), v in body.items() if p == "forward")),
+            format_time(sum(v for (_, p), v in body.items() if p == "backward")),
+            format_time(inside),
+            "",
+        ]
+    )
+    print_table(
+        ["op", "calls", "forward", "backward", "total", "per call"],
+        rows,
+        title="Time per step inside each kind of op's forward and backward (NumPy / kernel work)",
+    )
+    print(
+        f"median step {format_time(median['total'])} (forward {format_time(median['forward'])}, backward "
+        f"{format_time(median['backward'])}, Adam {format_time(median['optimizer'])}); with the op timers "
+        f"{format_time(body_step)}, of which {format_time(inside)} inside op bodies: the rest, "
+        f"{format_time(body_step - inside)}, is the engine's and the modules' Python around them "
+        f"({format_time((body_step - inside) / applies)} per op) and Adam"
+    )
 
     rows = []
     for lib in ("minitensor", "torch"):
@@ -630,10 +667,15 @@ def profile(cfg, torch, threads=1, steps=30):
             continue
         full, one = costs[lib, cfg.batch_size], costs[lib, 1]
         rows.append([lib, format_time(full), format_time(one), format_time(full - one), f"{one / full:.0%}"])
-    print_table(["library", f"step, batch {cfg.batch_size}", "step, batch 1", "difference", "batch-1 share"], rows,
-                title="The same step at batch 1, where the arithmetic is next to nothing: the fixed cost of the ops")
-    line = f"fixed cost per op: minitensor {format_time(costs['minitensor', 1] / applies)} (per forward op, with its " \
-           "backward and a share of Adam)"
+    print_table(
+        ["library", f"step, batch {cfg.batch_size}", "step, batch 1", "difference", "batch-1 share"],
+        rows,
+        title="The same step at batch 1, where the arithmetic is next to nothing: the fixed cost of the ops",
+    )
+    line = (
+        f"fixed cost per op: minitensor {format_time(costs['minitensor', 1] / applies)} (per forward op, with its "
+        "backward and a share of Adam)"
+    )
     if torch_ops is not None:
         line += f", PyTorch {format_time(costs['torch', 1] / torch_ops[0])} (per top-level aten call)"
     print(line)
@@ -660,18 +702,29 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="only D2L's configuration, few rounds (for CI)")
     parser.add_argument("--profile", action="store_true", help="also profile minitensor's D2L-configuration step")
-    parser.add_argument("--config", choices=[*CONFIGS, "all"], default=None,
-                        help="which configuration(s) to time (default: all; d2l with --quick)")
+    parser.add_argument(
+        "--config",
+        choices=[*CONFIGS, "all"],
+        default=None,
+        help="which configuration(s) to time (default: all; d2l with --quick)",
+    )
     args = parser.parse_args()
-    names = ["d2l"] if args.quick and args.config is None else list(CONFIGS) if args.config in (None, "all") \
+    names = (
+        ["d2l"]
+        if args.quick and args.config is None
+        else list(CONFIGS)
+        if args.config in (None, "all")
         else [args.config]
+    )
     torch = import_torch()
     print_header("Transformer training step (forward + loss + backward + Adam), minitensor vs PyTorch", args.quick)
     if torch is None:
         print("PyTorch is not installed: its columns are left out")
     if os.getloadavg()[0] >= 0.5:
-        print("note: other processes are running (load average >= 0.5); timings at 2 threads suffer most, as a "
-              "thread pool waits for its thread on the busy core at every parallel region")
+        print(
+            "note: other processes are running (load average >= 0.5); timings at 2 threads suffer most, as a "
+            "thread pool waits for its thread on the busy core at every parallel region"
+        )
     load_minitensor_kernels()
     rows, verdicts = [], []
     for name in names:
@@ -686,8 +739,10 @@ def main():
     headers = ["config", "threads", "phase", "minitensor"] + (["torch", "mt/torch"] if torch is not None else [])
     print_table(headers, rows, title="Median time per training step (±IQR/2)")
     for cfg, threads, ratio in verdicts:
-        print(f"{verdict(ratio <= cfg.target)}  {cfg.name}, {threads} thread(s): a step takes {ratio:.2f}x "
-              f"torch's (target <= {cfg.target}x)")
+        print(
+            f"{verdict(ratio <= cfg.target)}  {cfg.name}, {threads} thread(s): a step takes {ratio:.2f}x "
+            f"torch's (target <= {cfg.target}x)"
+        )
     if args.profile:
         profile(CONFIGS["d2l"], torch)
 

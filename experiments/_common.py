@@ -19,12 +19,18 @@ def add_training_arguments(parser, quick, what):
 
     defaults = TrainConfig()
     parser.add_argument("--seeds", type=int, default=None, help=f"training seeds 0 .. N-1 per {what} (default 3)")
-    parser.add_argument("--num-train", type=int, default=None,
-                        help=f"training examples (default: TrainConfig's, {defaults.num_train:,})")
+    parser.add_argument(
+        "--num-train",
+        type=int,
+        default=None,
+        help=f"training examples (default: TrainConfig's, {defaults.num_train:,})",
+    )
     parser.add_argument("--epochs", type=int, default=None, help=f"epochs (default: TrainConfig's, {defaults.epochs})")
-    parser.add_argument("--quick", action="store_true",
-                        help="a smoke test: " + ", ".join(f"{key.replace('_', ' ')} {value}"
-                                                          for key, value in quick.items()))
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a smoke test: " + ", ".join(f"{key.replace('_', ' ')} {value}" for key, value in quick.items()),
+    )
 
 
 def finish_training_arguments(parser, args, quick, extra=()):
@@ -68,15 +74,22 @@ def run_grid(names, seeds, run_one):
             start = time.perf_counter()
             run = run_one(name, seed)
             scores.setdefault(name, []).append(run)
-            print(f"{name} seed {seed}: " + ", ".join(f"{k} {v:.1f}%" for k, v in run.items())
-                  + f" ({time.perf_counter() - start:.0f} s)", file=sys.stderr, flush=True)
+            print(
+                f"{name} seed {seed}: "
+                + ", ".join(f"{k} {v:.1f}%" for k, v in run.items())
+                + f" ({time.perf_counter() - start:.0f} s)",
+                file=sys.stderr,
+                flush=True,
+            )
     return scores
 
 
 def machine():
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return (f"{cores} CPU cores ({platform.system()} {platform.machine()}), Python {platform.python_version()}, "
-            f"NumPy {numpy.__version__}")
+    return (
+        f"{cores} CPU cores ({platform.system()} {platform.machine()}), Python {platform.python_version()}, "
+        f"NumPy {numpy.__version__}"
+    )
 
 
 def footer(script, argv, wall):

@@ -47,8 +47,13 @@ import time
 import numpy
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _common, beside this script
-from _common import (add_training_arguments, finish_training_arguments, footer, run_grid,  # noqa: E402
-                     train_throwaway)
+from _common import (
+    add_training_arguments,
+    finish_training_arguments,
+    footer,
+    run_grid,  # noqa: E402
+    train_throwaway,
+)
 
 POOLINGS = ("softmax", "entmax15")
 KINDS = ("encoder self", "decoder self", "cross", "overall")
@@ -57,11 +62,13 @@ QUICK = dict(num_train=200, epochs=1, seeds=1, num_heldout=20)
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     add_training_arguments(parser, QUICK, "pooling")
-    parser.add_argument("--poolings", default=",".join(POOLINGS),
-                        help=f"comma-separated poolings (default: {','.join(POOLINGS)})")
+    parser.add_argument(
+        "--poolings", default=",".join(POOLINGS), help=f"comma-separated poolings (default: {','.join(POOLINGS)})"
+    )
     args = parser.parse_args(argv)
     args.poolings = [p.strip() for p in args.poolings.split(",") if p.strip()]
     if not args.poolings:
@@ -72,8 +79,8 @@ def parse_args(argv=None):
 def allowed_masks(enc_valid_lens, dec_valid_lens, num_enc_steps, num_dec_steps):
     """{kind: bool (batch, 1, Q, K)}: the (query, key) cells the masks allow, queries only
     at valid positions (True = counted)."""
-    enc_ok = numpy.arange(num_enc_steps)[None, :] < enc_valid_lens[:, None]       # (batch, T_enc)
-    dec_ok = numpy.arange(num_dec_steps)[None, :] < dec_valid_lens[:, None]       # (batch, T_dec)
+    enc_ok = numpy.arange(num_enc_steps)[None, :] < enc_valid_lens[:, None]  # (batch, T_enc)
+    dec_ok = numpy.arange(num_dec_steps)[None, :] < dec_valid_lens[:, None]  # (batch, T_dec)
     causal = numpy.tril(numpy.ones((num_dec_steps, num_dec_steps), dtype=bool))  # key j <= query i
     return {
         "encoder self": (enc_ok[:, :, None] & enc_ok[:, None, :])[:, None],
@@ -88,15 +95,19 @@ def zero_fractions(model, pairs, src_vocab, tgt_vocab, num_steps, tgt_num_steps)
     import minitensor as mt
     from minitensor.data import seq2seq_arrays
 
-    enc_X, enc_valid_lens, dec_X, dec_valid_lens, _ = seq2seq_arrays(pairs, src_vocab, tgt_vocab, num_steps,
-                                                                     tgt_num_steps)
+    enc_X, enc_valid_lens, dec_X, dec_valid_lens, _ = seq2seq_arrays(
+        pairs, src_vocab, tgt_vocab, num_steps, tgt_num_steps
+    )
     device = model.decoder.dense.weight.device
     was_training = model.training
     model.eval()
     try:
         with mt.no_grad():
-            model(mt.tensor(enc_X, device=device), mt.tensor(dec_X, device=device),
-                  mt.tensor(enc_valid_lens, device=device))
+            model(
+                mt.tensor(enc_X, device=device),
+                mt.tensor(dec_X, device=device),
+                mt.tensor(enc_valid_lens, device=device),
+            )
     finally:
         model.train(was_training)
     self_weights, cross_weights = model.decoder.attention_weights
@@ -106,7 +117,7 @@ def zero_fractions(model, pairs, src_vocab, tgt_vocab, num_steps, tgt_num_steps)
     for kind, weights in layers.items():
         zeros = allowed = 0
         for w in weights:
-            w = w.numpy()                                        # (batch, heads, Q, K)
+            w = w.numpy()  # (batch, heads, Q, K)
             mask = numpy.broadcast_to(masks[kind], w.shape)
             zeros += int(numpy.count_nonzero((w == 0) & mask))
             allowed += int(numpy.count_nonzero(mask))
@@ -120,26 +131,37 @@ def run_one(pooling, seed, args):
     import minitensor as mt
     from minitensor.train import build_data
 
-    result = train_throwaway("entmax_date_", task="date", pooling=pooling, num_train=args.num_train,
-                             num_heldout=args.num_heldout, epochs=args.epochs, seed=seed)
+    result = train_throwaway(
+        "entmax_date_",
+        task="date",
+        pooling=pooling,
+        num_train=args.num_train,
+        num_heldout=args.num_heldout,
+        epochs=args.epochs,
+        seed=seed,
+    )
     mt.manual_seed(seed)  # the run's data again: the same held-out examples
     data = build_data(result.config, vocabs=(result.src_vocab, result.tgt_vocab))
-    zeros = zero_fractions(result.model, data.heldout[:BATCH], data.src_vocab, data.tgt_vocab, data.num_steps,
-                           data.tgt_num_steps)
+    zeros = zero_fractions(
+        result.model, data.heldout[:BATCH], data.src_vocab, data.tgt_vocab, data.num_steps, data.tgt_num_steps
+    )
     return {"exact match": 100.0 * result.accuracy, **zeros}
 
 
 def table(scores, seeds):
     columns = ("exact match",) + KINDS
     n = len(seeds)
-    lines = [f"| pooling | held-out exact match (median of {n} seed{'s' * (n > 1)}) | "
-             + " | ".join(f"zero weights: {kind}" for kind in KINDS)
-             + " | per seed (exact match / zero weights overall) |",
-             "|---|" + "---:|" * len(columns) + "---|"]
+    lines = [
+        f"| pooling | held-out exact match (median of {n} seed{'s' * (n > 1)}) | "
+        + " | ".join(f"zero weights: {kind}" for kind in KINDS)
+        + " | per seed (exact match / zero weights overall) |",
+        "|---|" + "---:|" * len(columns) + "---|",
+    ]
     for pooling, runs in scores.items():
         medians = [statistics.median(run[c] for run in runs) for c in columns]
-        per_seed = ", ".join(f"seed {s}: {run['exact match']:.1f} / {run['overall']:.1f}"
-                             for s, run in zip(seeds, runs))
+        per_seed = ", ".join(
+            f"seed {s}: {run['exact match']:.1f} / {run['overall']:.1f}" for s, run in zip(seeds, runs)
+        )
         lines.append(f"| {pooling} | " + " | ".join(f"{m:.1f}%" for m in medians) + f" | {per_seed} |")
     return "\n".join(lines)
 
@@ -156,18 +178,20 @@ def main(argv=None):
     seeds = list(range(args.seeds))
     scores = run_grid(args.poolings, seeds, lambda name, seed: run_one(name, seed, args))
     wall = time.perf_counter() - start
-    report = "\n".join([
-        "## entmax15 against softmax pooling on the date task",
-        "",
-        f"{args.num_train:,} training examples, {args.epochs} epoch{'s' * (args.epochs > 1)}, TrainConfig's other "
-        f"defaults; exact match: greedy decoding of the final model on the {args.num_heldout:,} held-out examples; "
-        f"zero weights: percent of the attention weights over allowed keys that are exactly 0, on "
-        f"{min(BATCH, args.num_heldout):,} held-out examples (all blocks and heads).",
-        "",
-        table(scores, seeds),
-        "",
-        *footer("entmax_date.py", argv, wall),
-    ])
+    report = "\n".join(
+        [
+            "## entmax15 against softmax pooling on the date task",
+            "",
+            f"{args.num_train:,} training examples, {args.epochs} epoch{'s' * (args.epochs > 1)}, TrainConfig's other "
+            f"defaults; exact match: greedy decoding of the final model on the {args.num_heldout:,} held-out examples; "
+            f"zero weights: percent of the attention weights over allowed keys that are exactly 0, on "
+            f"{min(BATCH, args.num_heldout):,} held-out examples (all blocks and heads).",
+            "",
+            table(scores, seeds),
+            "",
+            *footer("entmax_date.py", argv, wall),
+        ]
+    )
     print(report, flush=True)
     return report
 

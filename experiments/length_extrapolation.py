@@ -47,25 +47,34 @@ import time
 import numpy
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _common, beside this script
-from _common import (add_training_arguments, finish_training_arguments, footer, run_grid,  # noqa: E402
-                     train_throwaway)
+from _common import (
+    add_training_arguments,
+    finish_training_arguments,
+    footer,
+    run_grid,  # noqa: E402
+    train_throwaway,
+)
 
 ENCODINGS = ("sinusoidal", "learned", "rotary", "alibi", "t5_relative", "sliding_window")
 WINDOW = 4  # sliding_window: each query sees the keys at most 4 positions away (5 back in the decoder, itself included)
 ENCODING_OPTIONS = {"sliding_window": {"window": WINDOW}}
-TRAIN_LENGTHS = (1, 10)   # TrainConfig's min_len, max_len
-LONG_LENGTHS = (11, 20)   # the held-out lengths
+TRAIN_LENGTHS = (1, 10)  # TrainConfig's min_len, max_len
+LONG_LENGTHS = (11, 20)  # the held-out lengths
 NUM_EVAL = 500
-EVAL_SEED = 20220101      # the evaluation sets, the same for every encoding and training seed
+EVAL_SEED = 20220101  # the evaluation sets, the same for every encoding and training seed
 QUICK = dict(num_train=200, epochs=1, seeds=1, num_eval=20, num_heldout=20)
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     add_training_arguments(parser, QUICK, "encoding")
-    parser.add_argument("--encodings", default=",".join(ENCODINGS),
-                        help=f"comma-separated positional encodings (default: {','.join(ENCODINGS)})")
+    parser.add_argument(
+        "--encodings",
+        default=",".join(ENCODINGS),
+        help=f"comma-separated positional encodings (default: {','.join(ENCODINGS)})",
+    )
     parser.add_argument("--num-eval", type=int, default=None, help=f"examples per evaluation set (default {NUM_EVAL})")
     args = parser.parse_args(argv)
     args.encodings = [e.strip() for e in args.encodings.split(",") if e.strip()]
@@ -88,12 +97,13 @@ def exact_match_percent(model, pairs, src_vocab, tgt_vocab, batch_size=500):
     from minitensor.metrics import exact_match
     from minitensor.train.decoding import translate
 
-    num_steps = max(len(src) for src, _ in pairs) + 1    # no source loses its tail or its <eos>
-    max_len = max(len(tgt) for _, tgt in pairs) + 1      # the longest target and its <eos>
+    num_steps = max(len(src) for src, _ in pairs) + 1  # no source loses its tail or its <eos>
+    max_len = max(len(tgt) for _, tgt in pairs) + 1  # the longest target and its <eos>
     preds = []
     for i in range(0, len(pairs), batch_size):
-        hyps = translate(model, [src for src, _ in pairs[i:i + batch_size]], src_vocab, tgt_vocab, num_steps,
-                         max_len=max_len)
+        hyps = translate(
+            model, [src for src, _ in pairs[i : i + batch_size]], src_vocab, tgt_vocab, num_steps, max_len=max_len
+        )
         preds.extend(h.tokens for h in hyps)
     return 100.0 * exact_match(preds, [tgt for _, tgt in pairs])
 
@@ -101,20 +111,33 @@ def exact_match_percent(model, pairs, src_vocab, tgt_vocab, batch_size=500):
 def run_one(encoding, seed, args, eval_sets):
     """Train one model (in a temporary folder) and score its final weights on each set."""
     result = train_throwaway(
-        "length_extrapolation_", task="reverse", positional=encoding,
-        positional_options=ENCODING_OPTIONS.get(encoding, {}), min_len=TRAIN_LENGTHS[0], max_len=TRAIN_LENGTHS[1],
-        heldout_min_len=LONG_LENGTHS[0], heldout_max_len=LONG_LENGTHS[1], num_train=args.num_train,
-        num_heldout=args.num_heldout, epochs=args.epochs, seed=seed)
+        "length_extrapolation_",
+        task="reverse",
+        positional=encoding,
+        positional_options=ENCODING_OPTIONS.get(encoding, {}),
+        min_len=TRAIN_LENGTHS[0],
+        max_len=TRAIN_LENGTHS[1],
+        heldout_min_len=LONG_LENGTHS[0],
+        heldout_max_len=LONG_LENGTHS[1],
+        num_train=args.num_train,
+        num_heldout=args.num_heldout,
+        epochs=args.epochs,
+        seed=seed,
+    )
     model = result.model  # the final weights
-    return {name: exact_match_percent(model, pairs, result.src_vocab, result.tgt_vocab, result.config.eval_batch_size)
-            for name, pairs in eval_sets.items()}
+    return {
+        name: exact_match_percent(model, pairs, result.src_vocab, result.tgt_vocab, result.config.eval_batch_size)
+        for name, pairs in eval_sets.items()
+    }
 
 
 def table(scores, seeds):
     names = list(next(iter(scores.values()))[0])  # "1-10", "11-20"
-    lines = [f"| encoding | exact match, lengths {names[0]} (median of {len(seeds)} seed{'s' * (len(seeds) > 1)}) "
-             f"| lengths {names[1]} (median) | per seed ({names[0]} / {names[1]}) |",
-             "|---|---:|---:|---|"]
+    lines = [
+        f"| encoding | exact match, lengths {names[0]} (median of {len(seeds)} seed{'s' * (len(seeds) > 1)}) "
+        f"| lengths {names[1]} (median) | per seed ({names[0]} / {names[1]}) |",
+        "|---|---:|---:|---|",
+    ]
     for encoding, runs in scores.items():
         medians = [statistics.median(run[name] for run in runs) for name in names]
         per_seed = ", ".join(f"seed {s}: {run[names[0]]:.1f} / {run[names[1]]:.1f}" for s, run in zip(seeds, runs))
@@ -136,17 +159,19 @@ def main(argv=None):
     seeds = list(range(args.seeds))
     scores = run_grid(args.encodings, seeds, lambda name, seed: run_one(name, seed, args, eval_sets))
     wall = time.perf_counter() - start
-    report = "\n".join([
-        "## Length extrapolation on the reverse task",
-        "",
-        f"Trained on lengths {TRAIN_LENGTHS[0]}-{TRAIN_LENGTHS[1]} ({args.num_train:,} examples, {args.epochs} "
-        f"epoch{'s' * (args.epochs > 1)}, TrainConfig's other defaults); greedy-decoding exact match of the final "
-        f"model on {args.num_eval:,} fresh examples per length range (evaluation seed {EVAL_SEED}).",
-        "",
-        table(scores, seeds),
-        "",
-        *footer("length_extrapolation.py", argv, wall),
-    ])
+    report = "\n".join(
+        [
+            "## Length extrapolation on the reverse task",
+            "",
+            f"Trained on lengths {TRAIN_LENGTHS[0]}-{TRAIN_LENGTHS[1]} ({args.num_train:,} examples, {args.epochs} "
+            f"epoch{'s' * (args.epochs > 1)}, TrainConfig's other defaults); greedy-decoding exact match of the final "
+            f"model on {args.num_eval:,} fresh examples per length range (evaluation seed {EVAL_SEED}).",
+            "",
+            table(scores, seeds),
+            "",
+            *footer("length_extrapolation.py", argv, wall),
+        ]
+    )
     print(report, flush=True)
     return report
 

@@ -12,22 +12,44 @@ kernels), ``nn/`` and ``optim/`` (layers and optimisers built on top).
 
 __version__ = "0.1.0"
 
-from . import backends, ops  # noqa: E402
-from . import _tensor_methods  # noqa: E402,F401  (attaches operators and methods to Tensor)
+from . import (  # noqa: E402  # noqa: E402
+    _tensor_methods,  # noqa: E402,F401  (attaches operators and methods to Tensor)
+    backends,
+    cuda,
+    nn,
+    ops,
+    optim,
+)
 from .autograd import Function  # noqa: E402
 from .backends import available_backends, get_backend  # noqa: E402
-from .creation import (arange, from_dlpack, full, ones, ones_like, rand, randint, randn, zeros,  # noqa: E402
-                       zeros_like)
-from .dtypes import bool_, float16, float32, float64, int32, int64, long  # noqa: E402
-from .dtypes import bool  # noqa: E402,A004
+from .creation import (
+    arange,
+    from_dlpack,
+    full,
+    ones,
+    ones_like,
+    rand,
+    randint,
+    randn,
+    zeros,  # noqa: E402
+    zeros_like,
+)
+from .dtypes import (  # noqa: E402
+    bool,  # noqa: E402,A004
+    bool_,
+    float16,
+    float32,
+    float64,
+    int32,
+    int64,
+    long,
+)
 from .errors import AxisError, DeviceError, DTypeError, GradcheckError, GraphError, ShapeError  # noqa: E402
 from .grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled  # noqa: E402
 from .gradcheck import gradcheck  # noqa: E402
 from .ops import *  # noqa: E402,F401,F403
 from .random import manual_seed  # noqa: E402
 from .tensor import Tensor, tensor  # noqa: E402
-
-from . import cuda, nn, optim  # noqa: E402
 
 
 def __getattr__(name):

@@ -34,6 +34,7 @@ def _at_least(low):
         if value < low:
             raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
         return value
+
     return convert
 
 
@@ -89,11 +90,44 @@ def _demo(args):
 
 # -- train ------------------------------------------------------------------------------------------
 # the flags of `minitensor train` that set a TrainConfig field of the same name
-_TRAIN_FIELDS = ("task", "data", "text", "model", "scorer", "pooling", "positional", "num_hiddens", "ffn_num_hiddens",
-                 "num_heads", "num_blks", "dropout", "epochs", "steps", "batch_size", "lr", "device", "seed",
-                 "label_smoothing", "num_train", "num_heldout", "heldout_fraction", "min_len", "max_len",
-                 "max_examples", "optimizer", "weight_decay", "schedule", "warmup_steps", "clip_grad_norm",
-                 "lm_num_steps", "norm_first", "input_positional", "num_kv_heads", "heldout_min_len", "heldout_max_len")
+_TRAIN_FIELDS = (
+    "task",
+    "data",
+    "text",
+    "model",
+    "scorer",
+    "pooling",
+    "positional",
+    "num_hiddens",
+    "ffn_num_hiddens",
+    "num_heads",
+    "num_blks",
+    "dropout",
+    "epochs",
+    "steps",
+    "batch_size",
+    "lr",
+    "device",
+    "seed",
+    "label_smoothing",
+    "num_train",
+    "num_heldout",
+    "heldout_fraction",
+    "min_len",
+    "max_len",
+    "max_examples",
+    "optimizer",
+    "weight_decay",
+    "schedule",
+    "warmup_steps",
+    "clip_grad_norm",
+    "lm_num_steps",
+    "norm_first",
+    "input_positional",
+    "num_kv_heads",
+    "heldout_min_len",
+    "heldout_max_len",
+)
 
 
 def _options(items, what):
@@ -114,8 +148,11 @@ def explicit_settings(args):
             given[name] = os.path.abspath(given[name])
     if args.no_progress:
         given["progress"] = False
-    for name, flag in (("scorer_options", "scorer_opt"), ("pooling_options", "pooling_opt"),
-                       ("positional_options", "positional_opt")):
+    for name, flag in (
+        ("scorer_options", "scorer_opt"),
+        ("pooling_options", "pooling_opt"),
+        ("positional_options", "positional_opt"),
+    ):
         if getattr(args, flag):
             given[name] = _options(getattr(args, flag), "--" + flag.replace("_", "-"))
     if args.text and "model" not in given:
@@ -154,12 +191,18 @@ def _resumed_config(args):
     saved, _ = load_run_checkpoint(find_checkpoint(out, CHECKPOINT_DIR))
     given = explicit_settings(args)
     resumable = TrainConfig.resumable_fields()
-    refused = [f"{flag_of(name)} {given[name]!r} (the run has {saved.setting(name)!r})"
-               for name in given if name not in resumable and given[name] != saved.setting(name)]
+    refused = [
+        f"{flag_of(name)} {given[name]!r} (the run has {saved.setting(name)!r})"
+        for name in given
+        if name not in resumable and given[name] != saved.setting(name)
+    ]
     if refused:
-        raise ConfigError(None, f"--resume continues {out} with its own settings; refused: {', '.join(refused)}. "
-                                f"A resumed run may change only {', '.join(flag_of(n) for n in resumable)}; "
-                                "train with other settings in another --out")
+        raise ConfigError(
+            None,
+            f"--resume continues {out} with its own settings; refused: {', '.join(refused)}. "
+            f"A resumed run may change only {', '.join(flag_of(n) for n in resumable)}; "
+            "train with other settings in another --out",
+        )
     return saved.replace(out=out, **{k: v for k, v in given.items() if k in resumable})
 
 
@@ -213,8 +256,11 @@ def _check_input(command, what, text, tokens, vocab, unit, spaces_are_text=False
     unseen = sorted({t for t in tokens if t not in vocab})
     if unseen:
         shown = ", ".join(map(repr, unseen[:10])) + (", ..." if len(unseen) > 10 else "")
-        print(f"minitensor {command}: warning: {what} has {unit} the model never saw in training: {shown} "
-              "(each is read as <unk>)", file=sys.stderr)
+        print(
+            f"minitensor {command}: warning: {what} has {unit} the model never saw in training: {shown} "
+            "(each is read as <unk>)",
+            file=sys.stderr,
+        )
 
 
 def _translate(args):
@@ -230,8 +276,9 @@ def _translate(args):
         # padded as in training (the Bahdanau encoder's GRU reads the padding too)
         steps = max(num_steps, len(src) + 1)
         max_len = args.max_len or tgt_num_steps or 2 * steps
-        hyp = translate(model, src, src_vocab, tgt_vocab, steps, beam_size=args.beam, max_len=max_len,
-                        attention=args.show_attention)
+        hyp = translate(
+            model, src, src_vocab, tgt_vocab, steps, beam_size=args.beam, max_len=max_len, attention=args.show_attention
+        )
         print(detokenize(config, hyp.tokens))
         if args.show_attention:
             path = _attention_png(args, config, model, src, hyp, i)
@@ -249,7 +296,7 @@ def _attention_png(args, config, model, src, hyp, i):
     path = os.path.join(args.attention_dir or run_dir, f"translate_attention_{i + 1}.png")
     rows = hyp.tokens + (["<eos>"] if hyp.ended else [])
     cols = src + ["<eos>"]
-    attention = hyp.attention[..., :len(cols)]  # the padding columns carry no weight
+    attention = hyp.attention[..., : len(cols)]  # the padding columns carry no weight
     if config.model == "bahdanau":
         plot_seq2seq_attention(attention, cols, rows, path=path)
     else:
@@ -265,13 +312,19 @@ def _generate(args):
 
     model, config, _, vocab, _, _ = _load_for_command(args, "generate")
     prompt = tokenize_text(config, args.prompt)
-    _check_input("generate", "the prompt (--prompt)", args.prompt, prompt, vocab, "characters",
-                 spaces_are_text=True)
+    _check_input("generate", "the prompt (--prompt)", args.prompt, prompt, vocab, "characters", spaces_are_text=True)
     mt.manual_seed(args.seed)
     search = args.greedy or args.beam is not None
     temperature = None if search else args.temperature or SAMPLE_TEMPERATURE
-    hyp = generate(model, prompt, vocab, args.max_len, beam_size=args.beam or 1, temperature=temperature,
-                   window=config.lm_num_steps)
+    hyp = generate(
+        model,
+        prompt,
+        vocab,
+        args.max_len,
+        beam_size=args.beam or 1,
+        temperature=temperature,
+        window=config.lm_num_steps,
+    )
     print(detokenize(config, hyp.tokens))
     return 0
 
@@ -280,11 +333,17 @@ def _generate(args):
 def _common_options():
     """Options every subcommand takes."""
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--plugin", action="append", default=[], metavar="PATH_OR_MODULE",
-                        help="load a plugin (.py file or module name) for this command (repeatable); "
-                             "MINITENSOR_PLUGINS=a,b does the same for every command")
-    common.add_argument("--debug", action="store_true", default=None,
-                        help="show the traceback of an error (also MINITENSOR_DEBUG=1)")
+    common.add_argument(
+        "--plugin",
+        action="append",
+        default=[],
+        metavar="PATH_OR_MODULE",
+        help="load a plugin (.py file or module name) for this command (repeatable); "
+        "MINITENSOR_PLUGINS=a,b does the same for every command",
+    )
+    common.add_argument(
+        "--debug", action="store_true", default=None, help="show the traceback of an error (also MINITENSOR_DEBUG=1)"
+    )
     return common
 
 
@@ -292,12 +351,14 @@ def _add_train_parser(sub, common):
     from .train.config import MODELS, OPTIMIZERS, SCHEDULES, TASKS
     from .train.decoding import SAMPLE_TEMPERATURE
 
-    p = sub.add_parser("train", parents=[common],
-                       help="train a Transformer (or Bahdanau model, or char LM) with progress, "
-                            "evaluation, checkpoints and figures",
-                       description="Train on a generated task (default: date normalisation), a tab-separated "
-                                   "corpus (--data) or a text (--text, character LM). Defaults: D2L's small "
-                                   "Transformer, scaled_dot attention, softmax pooling, sinusoidal positions, CPU.")
+    p = sub.add_parser(
+        "train",
+        parents=[common],
+        help="train a Transformer (or Bahdanau model, or char LM) with progress, evaluation, checkpoints and figures",
+        description="Train on a generated task (default: date normalisation), a tab-separated "
+        "corpus (--data) or a text (--text, character LM). Defaults: D2L's small "
+        "Transformer, scaled_dot attention, softmax pooling, sinusoidal positions, CPU.",
+    )
     data = p.add_argument_group("data")
     data.add_argument("--task", choices=TASKS, default=None, help="generated task (default: date)")
     data.add_argument("--data", metavar="FILE", help="tab-separated parallel corpus (D2L fra-eng format)")
@@ -308,34 +369,54 @@ def _add_train_parser(sub, common):
     data.add_argument("--min-len", type=int, help="shortest sequence of reverse/copy/sort (default 1)")
     data.add_argument("--max-len", type=int, help="longest sequence of reverse/copy/sort (default 10)")
     data.add_argument("--heldout-min-len", type=int, help="shortest held-out sequence (default: --min-len)")
-    data.add_argument("--heldout-max-len", type=int,
-                      help="longest held-out sequence (default: --max-len); longer than in training tests "
-                           "length extrapolation")
+    data.add_argument(
+        "--heldout-max-len",
+        type=int,
+        help="longest held-out sequence (default: --max-len); longer than in training tests length extrapolation",
+    )
     data.add_argument("--max-examples", type=int, help="read only this many corpus lines / text characters")
     data.add_argument("--lm-num-steps", type=int, help="window length of the language model (default 64)")
     model = p.add_argument_group("model")
     model.add_argument("--model", choices=MODELS, help="default: transformer (lm with --text)")
     model.add_argument("--scorer", help="attention scorer plugin (default scaled_dot; additive for bahdanau)")
     model.add_argument("--pooling", help="attention pooling plugin (default softmax)")
-    model.add_argument("--positional", help="positional encoding plugin: added to the inputs (default sinusoidal), "
-                                            "on queries and keys (rotary) or a bias on the scores (alibi)")
-    model.add_argument("--input-positional", metavar="NAME",
-                       help="an inputs encoding beside a qk or scores --positional (default: none)")
-    model.add_argument("--positional-opt", action="append", metavar="KEY=VALUE",
-                       help="positional encoding option (repeatable), e.g. window=4")
+    model.add_argument(
+        "--positional",
+        help="positional encoding plugin: added to the inputs (default sinusoidal), "
+        "on queries and keys (rotary) or a bias on the scores (alibi)",
+    )
+    model.add_argument(
+        "--input-positional",
+        metavar="NAME",
+        help="an inputs encoding beside a qk or scores --positional (default: none)",
+    )
+    model.add_argument(
+        "--positional-opt",
+        action="append",
+        metavar="KEY=VALUE",
+        help="positional encoding option (repeatable), e.g. window=4",
+    )
     model.add_argument("--scorer-opt", action="append", metavar="KEY=VALUE", help="scorer option (repeatable)")
     model.add_argument("--pooling-opt", action="append", metavar="KEY=VALUE", help="pooling option (repeatable)")
     model.add_argument("--num-hiddens", type=int)
     model.add_argument("--ffn-num-hiddens", type=int)
     model.add_argument("--num-heads", type=int)
-    model.add_argument("--num-kv-heads", type=int, metavar="G",
-                       help="grouped-query attention: G key/value heads shared by the query heads (default: "
-                            "--num-heads; 1 is multi-query)")
+    model.add_argument(
+        "--num-kv-heads",
+        type=int,
+        metavar="G",
+        help="grouped-query attention: G key/value heads shared by the query heads (default: "
+        "--num-heads; 1 is multi-query)",
+    )
     model.add_argument("--num-blks", type=int)
     model.add_argument("--dropout", type=float)
-    model.add_argument("--norm-first", action=argparse.BooleanOptionalAction, default=None,
-                       help="pre-LN blocks (the default, stable at a high learning rate); --no-norm-first "
-                            "gives the book's post-LN form (then --dropout 0.1 --lr 3e-3 is the book's recipe)")
+    model.add_argument(
+        "--norm-first",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="pre-LN blocks (the default, stable at a high learning rate); --no-norm-first "
+        "gives the book's post-LN form (then --dropout 0.1 --lr 3e-3 is the book's recipe)",
+    )
     opt = p.add_argument_group("optimisation")
     length = opt.add_mutually_exclusive_group()
     length.add_argument("--epochs", type=int, help="default 4")
@@ -351,26 +432,39 @@ def _add_train_parser(sub, common):
     run = p.add_argument_group("run")
     run.add_argument("--device", help="cpu (default) or cuda (needs the gpu extra and an NVIDIA GPU)")
     run.add_argument("--seed", type=int)
-    run.add_argument("--out", metavar="DIR", help="the run folder: checkpoints and figures (default runs/<task>, "
-                                                   "runs/lm for --text, runs/corpus for --data)")
-    run.add_argument("--resume", action="store_true",
-                     help="continue the run in --out from its checkpoint (only --epochs, --steps, --device and "
-                          "--no-progress may change)")
-    run.add_argument("--overwrite", action="store_true",
-                     help="delete the run already in --out (its checkpoints and figures) and start afresh")
+    run.add_argument(
+        "--out",
+        metavar="DIR",
+        help="the run folder: checkpoints and figures (default runs/<task>, "
+        "runs/lm for --text, runs/corpus for --data)",
+    )
+    run.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in --out from its checkpoint (only --epochs, --steps, --device and "
+        "--no-progress may change)",
+    )
+    run.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="delete the run already in --out (its checkpoints and figures) and start afresh",
+    )
     run.add_argument("--no-progress", action="store_true", help="no progress bar (also off when not a terminal)")
     p.set_defaults(func=_train)
 
-    where = ("a run folder (its best/ weights, else its latest checkpoint/) or a checkpoint folder")
+    where = "a run folder (its best/ weights, else its latest checkpoint/) or a checkpoint folder"
     t = sub.add_parser("translate", parents=[common], help="translate text with a trained encoder-decoder checkpoint")
-    t.add_argument("text", nargs="+", help="source text(s), e.g. \"3 May 2021\"")
+    t.add_argument("text", nargs="+", help='source text(s), e.g. "3 May 2021"')
     t.add_argument("--checkpoint", required=True, metavar="DIR", help=where)
-    t.add_argument("--beam", type=_at_least(1), default=1, metavar="K",
-                   help="beam search with K beams (default 1: greedy)")
+    t.add_argument(
+        "--beam", type=_at_least(1), default=1, metavar="K", help="beam search with K beams (default 1: greedy)"
+    )
     t.add_argument("--max-len", type=_at_least(1), help="longest output in tokens")
     t.add_argument("--show-attention", action="store_true", help="write the attention heatmap as a PNG")
     t.add_argument("--attention-dir", metavar="DIR", help="where the heatmap goes (default: the run directory)")
-    t.add_argument("--device", default="cpu", help="where the model runs (default cpu; a checkpoint loads on any device)")
+    t.add_argument(
+        "--device", default="cpu", help="where the model runs (default cpu; a checkpoint loads on any device)"
+    )
     t.set_defaults(func=_translate)
 
     g = sub.add_parser("generate", parents=[common], help="continue a prompt with a trained language-model checkpoint")
@@ -378,11 +472,14 @@ def _add_train_parser(sub, common):
     g.add_argument("--prompt", required=True, help="the text to continue")
     g.add_argument("--max-len", type=_at_least(1), default=100, help="tokens to generate (default 100)")
     search = g.add_mutually_exclusive_group()
-    search.add_argument("--temperature", type=_positive_number,
-                        help=f"sample at this temperature (default {SAMPLE_TEMPERATURE}: lower is safer, higher "
-                             "more inventive)")
-    search.add_argument("--greedy", action="store_true",
-                        help="greedy search instead of sampling (it tends to repeat a phrase)")
+    search.add_argument(
+        "--temperature",
+        type=_positive_number,
+        help=f"sample at this temperature (default {SAMPLE_TEMPERATURE}: lower is safer, higher more inventive)",
+    )
+    search.add_argument(
+        "--greedy", action="store_true", help="greedy search instead of sampling (it tends to repeat a phrase)"
+    )
     search.add_argument("--beam", type=_at_least(1), metavar="K", help="beam search with K beams instead of sampling")
     g.add_argument("--seed", type=_at_least(0), default=0, help="the seed of the sampling (default 0)")
     g.add_argument("--device", default="cpu", help="where the model runs (default cpu)")
@@ -398,12 +495,17 @@ def build_parser():
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
     sub.add_parser("info", parents=[common], help="version and available devices").set_defaults(func=_info)
-    plugins = sub.add_parser("plugins", parents=[common],
-                             help="list the scorers, poolings and positional encodings, and where each comes from")
+    plugins = sub.add_parser(
+        "plugins",
+        parents=[common],
+        help="list the scorers, poolings and positional encodings, and where each comes from",
+    )
     plugins.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
     plugins.add_argument("-v", "--verbose", action="store_true", help="add a column with each class")
     plugins.set_defaults(func=_plugins)
-    demo = sub.add_parser("demo", parents=[common], help="train a small MLP on generated spirals and print its progress")
+    demo = sub.add_parser(
+        "demo", parents=[common], help="train a small MLP on generated spirals and print its progress"
+    )
     demo.add_argument("--epochs", type=_at_least(1), default=30)
     demo.add_argument("--lr", type=_positive_number, default=1e-2)
     demo.add_argument("--seed", type=_at_least(0), default=0)
@@ -429,8 +531,9 @@ def _exit_code(error):
 
     if isinstance(error, (TrainingError, MemoryError)):
         return EXIT_FAILED
-    if isinstance(error, OSError) and not isinstance(error, (FileNotFoundError, IsADirectoryError,
-                                                             NotADirectoryError, PermissionError)):
+    if isinstance(error, OSError) and not isinstance(
+        error, (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
+    ):
         return EXIT_FAILED  # e.g. no space left on the device
     return EXIT_USAGE
 
@@ -441,8 +544,21 @@ def _expected(error):
     from .train.checkpoint import CheckpointError
     from .train.loop import TrainingError
 
-    return isinstance(error, (_UsageError, ValueError, TypeError, KeyError, OSError, MemoryError, CheckpointError,
-                              TrainingError, plugins.PluginError, errors.DeviceError))
+    return isinstance(
+        error,
+        (
+            _UsageError,
+            ValueError,
+            TypeError,
+            KeyError,
+            OSError,
+            MemoryError,
+            CheckpointError,
+            TrainingError,
+            plugins.PluginError,
+            errors.DeviceError,
+        ),
+    )
 
 
 def _one_line(error):
@@ -496,8 +612,11 @@ def main(argv=None):
             if _expected(e):
                 print(f"{prog}: error: {_one_line(e)}", file=sys.stderr)
                 return _exit_code(e)
-            print(f"{prog}: internal error: {type(e).__name__}: {_one_line(e)} (run it again with --debug for the "
-                  "traceback, and please report it)", file=sys.stderr)
+            print(
+                f"{prog}: internal error: {type(e).__name__}: {_one_line(e)} (run it again with --debug for the "
+                "traceback, and please report it)",
+                file=sys.stderr,
+            )
             return EXIT_FAILED
 
 

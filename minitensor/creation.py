@@ -85,7 +85,9 @@ def from_dlpack(obj):
     device_type, device_id = obj.__dlpack_device__()
     name = _DLPACK_DEVICES.get(int(device_type))
     if name is None:
-        raise ValueError(f"from_dlpack: DLPack device type {int(device_type)} (device {device_id}) is not supported; "
-                         f"minitensor holds CPU (1) and CUDA (2) memory")
+        raise ValueError(
+            f"from_dlpack: DLPack device type {int(device_type)} (device {device_id}) is not supported; "
+            f"minitensor holds CPU (1) and CUDA (2) memory"
+        )
     backend = get_backend(name)
     return Tensor._make(backend.xp.from_dlpack(obj), backend, None)

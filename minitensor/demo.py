@@ -28,7 +28,10 @@ def make_spirals(points_per_class=200, num_classes=3, noise=0.2, rng=None):
 
 def build_model(num_hiddens=64, num_classes=3):
     return nn.Sequential(
-        nn.Linear(2, num_hiddens), nn.ReLU(), nn.Linear(num_hiddens, num_hiddens), nn.ReLU(),
+        nn.Linear(2, num_hiddens),
+        nn.ReLU(),
+        nn.Linear(num_hiddens, num_hiddens),
+        nn.ReLU(),
         nn.Linear(num_hiddens, num_classes),
     )
 
@@ -51,8 +54,10 @@ def train(epochs=30, batch_size=32, lr=1e-2, num_hiddens=64, seed=0, device="cpu
 
     model = build_model(num_hiddens).to(device)
     optimizer = optim.Adam(model.parameters(), lr=lr)
-    log(f"minitensor demo: a {sum(p.numel() for p in model.parameters())}-parameter MLP learns three spirals "
-        f"({split} training points, {len(test_idx)} held out), Adam lr={lr}, device={device}")
+    log(
+        f"minitensor demo: a {sum(p.numel() for p in model.parameters())}-parameter MLP learns three spirals "
+        f"({split} training points, {len(test_idx)} held out), Adam lr={lr}, device={device}"
+    )
     start = time.perf_counter()
     for epoch in range(1, epochs + 1):
         model.train()
@@ -69,8 +74,11 @@ def train(epochs=30, batch_size=32, lr=1e-2, num_hiddens=64, seed=0, device="cpu
             count += len(idx)
         if epoch == 1 or epoch % 5 == 0 or epoch == epochs:
             model.eval()
-            log(f"epoch {epoch:3d}  loss {total / count:.4f}  held-out accuracy {accuracy(model, X_test, y_test):6.1%}  "
-                f"({time.perf_counter() - start:.1f} s)")
+            log(
+                f"epoch {epoch:3d}  loss {total / count:.4f}  "
+                f"held-out accuracy {accuracy(model, X_test, y_test):6.1%}  "
+                f"({time.perf_counter() - start:.1f} s)"
+            )
     model.eval()
     X_train = mt.tensor(features[train_idx], device=device)
     y_train = mt.tensor(labels[train_idx], device=device)

@@ -38,7 +38,7 @@ def _words(seq):
 
 
 def _ngrams(tokens, n):
-    return collections.Counter(tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1))
+    return collections.Counter(tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1))
 
 
 def bleu(pred_seq, label_seq, k):

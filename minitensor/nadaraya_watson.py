@@ -157,8 +157,9 @@ class NWKernelRegression(mt.nn.Module):
 
     def __init__(self, w_init=1.0):
         super().__init__()
-        self.attention = mt.nn.Attention("parametric_gaussian", "softmax", 0.0, query_size=1, key_size=1,
-                                         scorer_options={"w_init": w_init})
+        self.attention = mt.nn.Attention(
+            "parametric_gaussian", "softmax", 0.0, query_size=1, key_size=1, scorer_options={"w_init": w_init}
+        )
 
     @property
     def w(self):
@@ -254,8 +255,10 @@ def main(seed=0):
     for (kernel, width), prediction in compare_kernels(data).items():
         print(f"{f'{kernel}, width {width}':<32} mse {mse(prediction, data):.3f}")
     net, losses = train_parametric(data)
-    print(f"{f'parametric, learned w = {net.w.item():.2f}':<32} mse {mse(predict_parametric(net, data), data):.3f}"
-          f"   (training loss {losses[0]:.2f} -> {loss_at(net.w.item(), data):.2f})")
+    print(
+        f"{f'parametric, learned w = {net.w.item():.2f}':<32} mse {mse(predict_parametric(net, data), data):.3f}"
+        f"   (training loss {losses[0]:.2f} -> {loss_at(net.w.item(), data):.2f})"
+    )
     return 0
 
 

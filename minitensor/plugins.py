@@ -83,10 +83,14 @@ KINDS = {
 }
 # other spellings lookup() accepts for a kind (the hook names, plurals, underscores)
 _KIND_ALIASES = {
-    "scorers": "scorer", "minitensor_scorers": "scorer",
-    "poolings": "pooling", "minitensor_poolings": "pooling",
-    "positional": "positional encoding", "positional_encoding": "positional encoding",
-    "positional encodings": "positional encoding", "positional_encodings": "positional encoding",
+    "scorers": "scorer",
+    "minitensor_scorers": "scorer",
+    "poolings": "pooling",
+    "minitensor_poolings": "pooling",
+    "positional": "positional encoding",
+    "positional_encoding": "positional encoding",
+    "positional encodings": "positional encoding",
+    "positional_encodings": "positional encoding",
     "minitensor_positional_encodings": "positional encoding",
 }
 
@@ -157,8 +161,17 @@ def check_options(cls, options, accepted=()):
 
 # Constructor parameters every plugin of a kind has (the contract's, and what the layers pass):
 # not options a user chooses.
-_CONTRACT_PARAMETERS = {"self", "query_size", "key_size", "num_hiddens", "num_heads", "max_len", "dropout", "dtype",
-                        "device"}
+_CONTRACT_PARAMETERS = {
+    "self",
+    "query_size",
+    "key_size",
+    "num_hiddens",
+    "num_heads",
+    "max_len",
+    "dropout",
+    "dtype",
+    "device",
+}
 
 
 def _named_options(cls):
@@ -167,8 +180,11 @@ def _named_options(cls):
         parameters = inspect.signature(cls.__init__).parameters.values()
     except (TypeError, ValueError):
         return []
-    return [p.name for p in parameters if p.name not in _CONTRACT_PARAMETERS
-            and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    return [
+        p.name
+        for p in parameters
+        if p.name not in _CONTRACT_PARAMETERS and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+    ]
 
 
 def _env_flag(name):
@@ -203,15 +219,21 @@ def _load_entry_points(pm):
             if pm.has_plugin(name):
                 pm.unregister(name=name)
             _sources.pop(name, None)
-            message = f"minitensor: plugin {ep.name!r} ({ep.value}) from {source} failed to load: {type(e).__name__}: {e}"
+            message = (
+                f"minitensor: plugin {ep.name!r} ({ep.value}) from {source} failed to load: {type(e).__name__}: {e}"
+            )
             if strict:
                 raise PluginError(message + " (MINITENSOR_STRICT_PLUGINS is set)") from e
             warnings.warn(message + "; continuing without it", RuntimeWarning, stacklevel=2)
     unknown = sorted(disabled - found.keys())
     if unknown:  # a typo must not leave the plugin it meant quietly enabled
         there = ", ".join(f"{ep_name} ({source})" for ep_name, source in sorted(found.items())) or "(none)"
-        warnings.warn(f"minitensor: MINITENSOR_DISABLE_PLUGINS names no entry point {', '.join(map(repr, unknown))}; "
-                      f"the entry points in the group {ENTRY_POINT_GROUP!r} are: {there}", RuntimeWarning, stacklevel=2)
+        warnings.warn(
+            f"minitensor: MINITENSOR_DISABLE_PLUGINS names no entry point {', '.join(map(repr, unknown))}; "
+            f"the entry points in the group {ENTRY_POINT_GROUP!r} are: {there}",
+            RuntimeWarning,
+            stacklevel=2,
+        )
 
 
 def _check(pm):
@@ -279,8 +301,9 @@ def _register(pm, plugin, name, source, what):
         other = pm.get_name(plugin)
         raise PluginError(f"{what}: plugin {other!r} ({_describe_source(other)}) is already registered")
     if pm.has_plugin(name):
-        raise PluginError(f"{what}: the plugin name {name!r} is already registered, for another plugin "
-                          f"({_describe_source(name)})")
+        raise PluginError(
+            f"{what}: the plugin name {name!r} is already registered, for another plugin ({_describe_source(name)})"
+        )
     _sources[name] = source
     try:
         # pluggy checks the hook signatures while registering and can fail half-way through,
@@ -321,8 +344,13 @@ def load_plugin(spec):
     spec = os.fspath(spec).strip()
     if not spec:
         raise PluginError("load_plugin: no plugin given; give the path of a .py file or a module name")
-    is_path = (spec.endswith(".py") or "/" in spec or os.sep in spec or (os.altsep and os.altsep in spec)
-               or not all(part.isidentifier() for part in spec.split(".")))
+    is_path = (
+        spec.endswith(".py")
+        or "/" in spec
+        or os.sep in spec
+        or (os.altsep and os.altsep in spec)
+        or not all(part.isidentifier() for part in spec.split("."))
+    )
     module, source = _import_file(pm, spec) if is_path else _import_module(pm, spec)
     name = pm.get_name(module)
     if name is not None:  # loaded before, or it registered itself while it was imported
@@ -332,10 +360,14 @@ def load_plugin(spec):
         return name
     if not any(pm.parse_hookimpl_opts(module, attribute) is not None for attribute in dir(module)):
         undecorated = [hook for hook in _hook_names() if callable(getattr(module, hook, None))]
-        hint = (f"; {', '.join(undecorated)} is there but not decorated with @minitensor.hookimpl" if undecorated
-                else " (decorate them with @minitensor.hookimpl)")
-        raise PluginError(f"plugin {source} defines no @hookimpl function; the hooks are "
-                          f"{', '.join(_hook_names())}{hint}")
+        hint = (
+            f"; {', '.join(undecorated)} is there but not decorated with @minitensor.hookimpl"
+            if undecorated
+            else " (decorate them with @minitensor.hookimpl)"
+        )
+        raise PluginError(
+            f"plugin {source} defines no @hookimpl function; the hooks are {', '.join(_hook_names())}{hint}"
+        )
     return _register(pm, module, module.__name__, source, f"plugin {source}")
 
 
@@ -357,8 +389,10 @@ def _import_file(pm, spec):
         other = getattr(existing, "__file__", None)
         if other and os.path.exists(other) and os.path.samefile(other, path):
             return existing, source  # imported before (by load_plugin or by an import): not run twice
-        raise PluginError(f"plugin {source}: its module name {name!r} is already taken by "
-                          f"{other or 'a built-in module'}; rename the file")
+        raise PluginError(
+            f"plugin {source}: its module name {name!r} is already taken by "
+            f"{other or 'a built-in module'}; rename the file"
+        )
     module_spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(module_spec)
     sys.modules[name] = module  # before it runs: a file that registers itself looks itself up here
@@ -379,14 +413,17 @@ def _import_module(pm, spec):
         if e.name is not None and (spec == e.name or spec.startswith(e.name + ".")):  # not a missing dependency
             candidate = spec.replace(".", "/") + ".py"
             there = f"; to load the file {candidate}, give its path: ./{candidate}" if os.path.isfile(candidate) else ""
-            raise PluginError(f"plugin module {spec!r} is not importable ({e}): is it installed? is the current "
-                              f"directory on sys.path?{there}") from e
+            raise PluginError(
+                f"plugin module {spec!r} is not importable ({e}): is it installed? is the current "
+                f"directory on sys.path?{there}"
+            ) from e
         error = e
     except Exception as e:
         error = e
     _forget(pm, spec, sys.modules.get(spec))
-    raise PluginError(f"plugin {source} failed to import: {_raised_at(error, None)}: "
-                      f"{type(error).__name__}: {_message(error)}") from error
+    raise PluginError(
+        f"plugin {source} failed to import: {_raised_at(error, None)}: {type(error).__name__}: {_message(error)}"
+    ) from error
 
 
 def _forget(pm, name, module):
@@ -546,8 +583,15 @@ def describe():
         table, owners = _registries[kind]
         for name in sorted(table):
             cls = table[name]
-            rows.append({"name": name, "kind": kind, "source": owners[name][1], "plugin": owners[name][0],
-                         "class": f"{getattr(cls, '__module__', '?')}.{getattr(cls, '__qualname__', repr(cls))}"})
+            rows.append(
+                {
+                    "name": name,
+                    "kind": kind,
+                    "source": owners[name][1],
+                    "plugin": owners[name][0],
+                    "class": f"{getattr(cls, '__module__', '?')}.{getattr(cls, '__qualname__', repr(cls))}",
+                }
+            )
             if kind == "positional encoding":
                 rows[-1]["applies_to"] = str(getattr(cls, "applies_to", "?"))
     return rows

@@ -20,7 +20,6 @@ from .backends import get_backend
 from .dtypes import as_dtype
 from .errors import DeviceError, DTypeError, GraphError
 
-
 _creation_counter = itertools.count()
 
 
@@ -107,7 +106,9 @@ class Tensor:
     def item(self):
         """The value of a one-element tensor as a Python number."""
         if self.data.size != 1:
-            raise ValueError(f"item(): the tensor has {self.data.size} elements (shape {self.shape}); item() needs exactly one")
+            raise ValueError(
+                f"item(): the tensor has {self.data.size} elements (shape {self.shape}); item() needs exactly one"
+            )
         return self.data.item()
 
     def tolist(self):

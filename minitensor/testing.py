@@ -43,8 +43,8 @@ import numpy
 
 from . import ops
 from .errors import GradcheckError
-from .gradcheck import gradcheck
 from .grad_mode import no_grad
+from .gradcheck import gradcheck
 from .tensor import Tensor, tensor
 
 Q, K = 3, 5  # queries and keys per example: different, so a transposed result shows
@@ -190,7 +190,8 @@ def _check_independence(c, what_in, run, inputs, batched):
             c.close(
                 "batch independence",
                 f"changing example 1 of the {what_in} changed the output for example {b}",
-                out_after[b], out_before[b],
+                out_after[b],
+                out_before[b],
             )
 
 
@@ -231,7 +232,8 @@ def check_scorer(cls, *, query_size=4, key_size=None, device="cpu", **options):
             "batch independence",
             f"scores[{b}, {h}] of queries {q.shape} and keys {k.shape} differ from the scores of "
             f"queries[{b}, {h}] and keys[{b}, {h}] alone",
-            whole[b, h], alone,
+            whole[b, h],
+            alone,
         )
 
     # Gradients to queries, keys and parameters. Scores of -inf (outside a kernel's
@@ -316,8 +318,11 @@ def check_pooling(cls, *, device="cpu", **options):
     # Batch independence: examples and heads do not mix.
     scores = c.randn((B, 2, Q, K), "float64")
     _check_independence(
-        c, "scores", lambda s, lens: run(s, lens, None, "batch independence").numpy(),
-        [scores, lens_1d], [True, False],
+        c,
+        "scores",
+        lambda s, lens: run(s, lens, None, "batch independence").numpy(),
+        [scores, lens_1d],
+        [True, False],
     )
     whole = run(scores, lens_2d, None, "batch independence").numpy()
     for b, h in ((0, 1), (2, 0)):
@@ -325,7 +330,8 @@ def check_pooling(cls, *, device="cpu", **options):
         c.close(
             "batch independence",
             f"weights[{b}, {h}] of scores {scores.shape} differ from the weights of scores[{b}:{b + 1}, {h}] alone",
-            whole[b, h], alone[0],
+            whole[b, h],
+            alone[0],
         )
 
     # Masked keys: zero weight, and their scores must not matter. Every row keeps a key here.
@@ -353,8 +359,10 @@ def check_pooling(cls, *, device="cpu", **options):
         host = numpy.where(allowed, host, 10.0 * c.rng.standard_normal(shape))
         again = run(tensor(host, device=device), valid_lens, m, "masked keys").numpy()
         c.close(
-            "masked keys are ignored", f"{what}: changing only the scores of masked keys changed the weights",
-            again, weights,
+            "masked keys are ignored",
+            f"{what}: changing only the scores of masked keys changed the weights",
+            again,
+            weights,
         )
         _check_sums_to_one(c, what, weights, allowed)
     # valid_lens = K everywhere masks nothing.
@@ -362,7 +370,8 @@ def check_pooling(cls, *, device="cpu", **options):
     c.close(
         "masked keys",
         "valid_lens equal to K (nothing masked) changed the weights",
-        run(scores, c.ints([K] * B), None, "masked keys").numpy(), run(scores).numpy(),
+        run(scores, c.ints([K] * B), None, "masked keys").numpy(),
+        run(scores).numpy(),
     )
     # Scores of -inf are not allowed either.
     host = c.rng.standard_normal((B, Q, K))
@@ -521,8 +530,11 @@ def _beyond_max_len(c, prop, what, error):
     """Past max_len an encoding may refuse, with a ValueError that says so; nothing else."""
     if isinstance(error, ValueError) and "max_len" in str(error):
         return
-    c.fail(prop, f"{what} raised {type(error).__name__}: {error} (an encoding that cannot go past max_len "
-                 "must raise ValueError naming max_len)")
+    c.fail(
+        prop,
+        f"{what} raised {type(error).__name__}: {error} (an encoding that cannot go past max_len "
+        "must raise ValueError naming max_len)",
+    )
 
 
 def _check_scores_encoding(c, encoding, H, max_len):
@@ -534,12 +546,18 @@ def _check_scores_encoding(c, encoding, H, max_len):
         out = c.output(prop, what, c.call(prop, what, encoding, Q, K, q_offset=q_offset, k_offset=k_offset))
         full = (2, H, Q, K)  # (batch, num_heads, Q, K)
         if out.ndim > 4 or any(s not in (1, f) for s, f in zip(reversed(out.shape), reversed(full))):
-            c.fail(prop, f"{what} gave shape {out.shape}, which does not broadcast to (batch, num_heads, Q, K) = "
-                         f"(batch, {H}, {Q}, {K}); return (num_heads, Q, K)")
+            c.fail(
+                prop,
+                f"{what} gave shape {out.shape}, which does not broadcast to (batch, num_heads, Q, K) = "
+                f"(batch, {H}, {Q}, {K}); return (num_heads, Q, K)",
+            )
         if dtype is not None and out.dtype != dtype:
-            c.fail("output dtype", f"{what} gave {out.dtype} after module.to({dtype}): the bias must take the "
-                                   "module's dtype (keep it in a parameter or buffer, a non-persistent one for a "
-                                   "constant, so that module.to() converts it)")
+            c.fail(
+                "output dtype",
+                f"{what} gave {out.dtype} after module.to({dtype}): the bias must take the "
+                "module's dtype (keep it in a parameter or buffer, a non-persistent one for a "
+                "constant, so that module.to() converts it)",
+            )
         host = numpy.broadcast_to(out.numpy().astype(numpy.float64), (1, H, Q, K))[0]
         if numpy.isnan(host).any():
             where = tuple(int(i) for i in numpy.argwhere(numpy.isnan(host))[0])
@@ -547,13 +565,13 @@ def _check_scores_encoding(c, encoding, H, max_len):
         return host
 
     # -- the attributes ---------------------------------------------------------------------------
-    relative, window, cross = (getattr(encoding, a, d) for a, d in (("relative", False), ("window", None),
-                                                                     ("cross", False)))
+    relative, window, cross = (
+        getattr(encoding, a, d) for a, d in (("relative", False), ("window", None), ("cross", False))
+    )
     for name, value in (("relative", relative), ("cross", cross)):
         if not isinstance(value, bool):
             c.fail("attributes", f"{name} is {value!r}; it must be True or False")
-    if window is not None and (isinstance(window, bool) or not isinstance(window, (int, numpy.integer))
-                               or window < 0):
+    if window is not None and (isinstance(window, bool) or not isinstance(window, (int, numpy.integer)) or window < 0):
         c.fail("attributes", f"window is {window!r}; it must be None or an int >= 0")
     if relative and not callable(getattr(encoding, "relative_bias", None)):
         c.fail("attributes", "relative is True but there is no method relative_bias(min_distance, max_distance)")
@@ -564,22 +582,43 @@ def _check_scores_encoding(c, encoding, H, max_len):
 
     for dtype in ("float32", "float64"):
         encoding.to(dtype=dtype)
-        for Q, K, q_offset, k_offset in ((1, 1, 0, 0), (3, 5, 0, 0), (5, 3, 0, 0), (4, 4, 0, 0), (1, 9, 8, 0),
-                                         (2, 3, 1, 4)):
+        for Q, K, q_offset, k_offset in (
+            (1, 1, 0, 0),
+            (3, 5, 0, 0),
+            (5, 3, 0, 0),
+            (4, 4, 0, 0),
+            (1, 9, 8, 0),
+            (2, 3, 1, 4),
+        ):
             if fits(Q, K, q_offset, k_offset):
                 run(Q, K, q_offset, k_offset, dtype=dtype)
 
     # -- offsets: (Q, K, q_offset, k_offset); the first two are a KV cache (one new query, or a
     # chunk of new queries, against every key so far) -------------------------------------------------
-    cases = [case for case in ((1, T, T - 1, 0), (3, T, T - 3, 0), (2, 3, 1, 4), (3, 2, 4, 1), (4, 4, T - 4, T - 4),
-                               (1, 1, T - 1, T - 1)) if fits(*case)]
+    cases = [
+        case
+        for case in (
+            (1, T, T - 1, 0),
+            (3, T, T - 3, 0),
+            (2, 3, 1, 4),
+            (3, 2, 4, 1),
+            (4, 4, T - 4, T - 4),
+            (1, 1, T - 1, T - 1),
+        )
+        if fits(*case)
+    ]
     dense = {}
     for Q, K, q_offset, k_offset in cases:
         prop = "offsets shift the bias consistently"
         block = run(q_offset + Q, k_offset + K, prop=prop)[:, q_offset:, k_offset:]
         dense[Q, K, q_offset, k_offset] = out = run(Q, K, q_offset, k_offset, prop=prop)
-        c.close(prop, f"forward({Q}, {K}, q_offset={q_offset}, k_offset={k_offset}) is not the "
-                      f"[{q_offset}:, {k_offset}:] block of forward({q_offset + Q}, {k_offset + K})", out, block)
+        c.close(
+            prop,
+            f"forward({Q}, {K}, q_offset={q_offset}, k_offset={k_offset}) is not the "
+            f"[{q_offset}:, {k_offset}:] block of forward({q_offset + Q}, {k_offset + K})",
+            out,
+            block,
+        )
     dense[T, T, 0, 0] = run(T, T)
 
     # -- relative: one value per distance, and relative_bias gives them --------------------------------
@@ -588,8 +627,12 @@ def _check_scores_encoding(c, encoding, H, max_len):
         full = dense[T, T, 0, 0]
         for d in range(-(T - 1), T):
             diagonal = numpy.diagonal(full, offset=d, axis1=1, axis2=2)  # (H, cells at distance d)
-            c.close(prop, f"relative = True, yet forward({T}, {T}) changes along the diagonal j - i = {d}",
-                    diagonal, numpy.repeat(diagonal[:, :1], diagonal.shape[1], axis=1))
+            c.close(
+                prop,
+                f"relative = True, yet forward({T}, {T}) changes along the diagonal j - i = {d}",
+                diagonal,
+                numpy.repeat(diagonal[:, :1], diagonal.shape[1], axis=1),
+            )
         per_distance = numpy.stack([numpy.diagonal(full, d, 1, 2)[:, 0] for d in range(-(T - 1), T)], axis=1)
         # the same distances at other offsets, near and far (past max_len: allowed to refuse)
         far = [(Q, K, q_offset + 3 * T, k_offset + 3 * T) for Q, K, q_offset, k_offset in cases[:3]]
@@ -602,8 +645,12 @@ def _check_scores_encoding(c, encoding, H, max_len):
                     raise
                 continue
             expected = per_distance[:, _distance_grid(Q, K, q_offset, k_offset) + (T - 1)]
-            c.close(prop, f"relative = True, yet {what} differs from forward({T}, {T}) at the same distances j - i",
-                    out, expected)
+            c.close(
+                prop,
+                f"relative = True, yet {what} differs from forward({T}, {T}) at the same distances j - i",
+                out,
+                expected,
+            )
 
         prop = "relative_bias agrees with forward"
         for (Q, K, q_offset, k_offset), out in dense.items():
@@ -612,10 +659,18 @@ def _check_scores_encoding(c, encoding, H, max_len):
             what = f"relative_bias({low}, {high})"
             table = c.output(prop, what, c.call(prop, what, encoding.relative_bias, low, high))
             if table.shape != (H, high - low + 1):
-                c.fail(prop, f"{what} gave shape {table.shape}, expected (num_heads, max_distance - min_distance + 1)"
-                             f" = {(H, high - low + 1)}")
-            c.close(prop, f"the bias rebuilt from {what} differs from forward({Q}, {K}, q_offset={q_offset}, "
-                          f"k_offset={k_offset})", table.numpy()[:, grid - low], out)
+                c.fail(
+                    prop,
+                    f"{what} gave shape {table.shape}, expected (num_heads, max_distance - min_distance + 1)"
+                    f" = {(H, high - low + 1)}",
+                )
+            c.close(
+                prop,
+                f"the bias rebuilt from {what} differs from forward({Q}, {K}, q_offset={q_offset}, "
+                f"k_offset={k_offset})",
+                table.numpy()[:, grid - low],
+                out,
+            )
 
     # -- window ---------------------------------------------------------------------------------------
     if window is not None:
@@ -633,13 +688,19 @@ def _check_scores_encoding(c, encoding, H, max_len):
             leaks = (numpy.abs(distance) > window) & (out != -numpy.inf)
             if leaks.any():
                 h, i, j = (int(x) for x in numpy.argwhere(leaks)[0])
-                c.fail(prop, f"window = {window}, yet {what}[{h}, {i}, {j}] (distance j - i = {distance[h, i, j]}) "
-                             f"is {float(out[h, i, j])!r}, not -inf")
+                c.fail(
+                    prop,
+                    f"window = {window}, yet {what}[{h}, {i}, {j}] (distance j - i = {distance[h, i, j]}) "
+                    f"is {float(out[h, i, j])!r}, not -inf",
+                )
             blocked = (distance == 0) & ~numpy.isfinite(out)
             if blocked.any():
                 h, i, j = (int(x) for x in numpy.argwhere(blocked)[0])
-                c.fail(prop, f"{what}[{h}, {i}, {j}] is {float(out[h, i, j])!r} at distance 0: a query must see "
-                             "the key at its own position")
+                c.fail(
+                    prop,
+                    f"{what}[{h}, {i}, {j}] is {float(out[h, i, j])!r} at distance 0: a query must see "
+                    "the key at its own position",
+                )
 
     # -- lengths beyond max_len -----------------------------------------------------------------------
     prop, L = "lengths beyond max_len", 2 * max_len
@@ -690,9 +751,7 @@ def _check_inputs_encoding(c, encoding, d, T):
     _check_independence(c, "inputs X", lambda X: run(X, prop="batch independence").numpy(), [X], [True])
     X = c.randn((2, 3, d), "float64", requires_grad=True)
     params = _trainable(encoding)
-    c.gradients(
-        lambda X, *unused: encoding(X, offset=1), [X] + [p for _, p in params], ["X"] + _names(params)
-    )
+    c.gradients(lambda X, *unused: encoding(X, offset=1), [X] + [p for _, p in params], ["X"] + _names(params))
 
 
 def _check_qk_encoding(c, encoding, d, T):
@@ -718,12 +777,16 @@ def _check_qk_encoding(c, encoding, d, T):
             c.close(
                 "offset",
                 f"encoding {name}[..., {s}:, :] with {name}_offset={s} is not the tail of encoding {name} {q.shape}",
-                tail, full[..., s:, :],
+                tail,
+                full[..., s:, :],
             )
     q, k = c.randn((3, 2, T, d), "float64"), c.randn((3, 2, T, d), "float64")
     _check_independence(
-        c, "queries and keys", lambda q, k: tuple(t.numpy() for t in run(q, k, prop="batch independence")),
-        [q, k], [True, True],
+        c,
+        "queries and keys",
+        lambda q, k: tuple(t.numpy() for t in run(q, k, prop="batch independence")),
+        [q, k],
+        [True, True],
     )
     q = c.randn((2, 3, d), "float64", requires_grad=True)
     k = c.randn((2, 4, d), "float64", requires_grad=True)
@@ -736,9 +799,21 @@ def _check_qk_encoding(c, encoding, d, T):
     c.gradients(both, [q, k] + [p for _, p in params], ["q", "k"] + _names(params))
 
 
-def check_incremental_decoding(*, scorer="scaled_dot", pooling="softmax", positional=None, num_heads=4,
-                               num_kv_heads=None, num_hiddens=16, steps=7, batch=2, device="cpu", scorer_options=None,
-                               pooling_options=None, positional_options=None):
+def check_incremental_decoding(
+    *,
+    scorer="scaled_dot",
+    pooling="softmax",
+    positional=None,
+    num_heads=4,
+    num_kv_heads=None,
+    num_hiddens=16,
+    steps=7,
+    batch=2,
+    device="cpu",
+    scorer_options=None,
+    pooling_options=None,
+    positional_options=None,
+):
     """Check that decoding token by token through ``MultiHeadAttention`` gives the full pass.
 
     A decoder trains on a whole sequence at once, ``mha(X, X, X, causal=True)``, and decodes
@@ -756,12 +831,25 @@ def check_incremental_decoding(*, scorer="scaled_dot", pooling="softmax", positi
     """
     from .nn import MultiHeadAttention
 
-    what = (f"check_incremental_decoding(scorer={scorer!r}, pooling={pooling!r}, positional={positional!r}, "
-            f"num_heads={num_heads}, num_kv_heads={num_kv_heads})")
-    mha = MultiHeadAttention(num_hiddens, num_heads, 0.0, scorer=scorer, pooling=pooling, positional=positional,
-                             scorer_options=scorer_options, pooling_options=pooling_options,
-                             positional_options=positional_options, max_len=max(2 * steps, 16),
-                             num_kv_heads=num_kv_heads, dtype="float64", device=device)
+    what = (
+        f"check_incremental_decoding(scorer={scorer!r}, pooling={pooling!r}, positional={positional!r}, "
+        f"num_heads={num_heads}, num_kv_heads={num_kv_heads})"
+    )
+    mha = MultiHeadAttention(
+        num_hiddens,
+        num_heads,
+        0.0,
+        scorer=scorer,
+        pooling=pooling,
+        positional=positional,
+        scorer_options=scorer_options,
+        pooling_options=pooling_options,
+        positional_options=positional_options,
+        max_len=max(2 * steps, 16),
+        num_kv_heads=num_kv_heads,
+        dtype="float64",
+        device=device,
+    )
     mha.eval()
     rng = numpy.random.default_rng(0)
     X = tensor(rng.standard_normal((batch, steps, num_hiddens)), device=device)
@@ -776,8 +864,10 @@ def check_incremental_decoding(*, scorer="scaled_dot", pooling="softmax", positi
             stepwise = numpy.concatenate(outputs, axis=1)
             d_head, g = num_hiddens // num_heads, num_kv_heads or num_heads
             if tuple(cache[0].shape) != (batch, g, steps, d_head):
-                raise AssertionError(f"{what}: the key cache after {steps} tokens has shape {tuple(cache[0].shape)}, "
-                                     f"expected (batch, num_kv_heads, steps, d_head) = {(batch, g, steps, d_head)}")
+                raise AssertionError(
+                    f"{what}: the key cache after {steps} tokens has shape {tuple(cache[0].shape)}, "
+                    f"expected (batch, num_kv_heads, steps, d_head) = {(batch, g, steps, d_head)}"
+                )
             bad = ~numpy.isclose(stepwise, full, rtol=1e-9, atol=1e-12)
             if bad.any():
                 position = int(numpy.argwhere(bad)[0][1])

@@ -16,8 +16,6 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 
 from gpu import GPU  # noqa: E402  (sets NUMBA_ENABLE_CUDASIM before numba is imported)
-
-import minitensor  # noqa: E402
 from strict_backend import StrictArray, StrictBackend  # noqa: E402,F401
 
 DEVICES = ["cpu", "strict", pytest.param("cuda", marks=[pytest.mark.gpu])] if GPU else ["cpu", "strict"]

@@ -15,7 +15,6 @@ behind device-array checks) in their place.
 import types
 
 import numpy
-
 from strict_backend import StrictArray, StrictKernels, StrictNamespace
 
 

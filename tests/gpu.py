@@ -42,7 +42,8 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     import tempfile
 
     os.environ["NUMBA_CACHE_DIR"] = os.path.join(
-        os.environ.get("NUMBA_CACHE_DIR") or tempfile.gettempdir(), "minitensor-" + os.environ["PYTEST_XDIST_WORKER"])
+        os.environ.get("NUMBA_CACHE_DIR") or tempfile.gettempdir(), "minitensor-" + os.environ["PYTEST_XDIST_WORKER"]
+    )
 
 #: for tests that need a real GPU; never the only test of a feature
 requires_gpu = pytest.mark.skipif(not GPU, reason="needs CuPy and a CUDA GPU (cupy.is_available() is False)")

@@ -6,6 +6,7 @@ import os
 import numpy as np
 
 import minitensor as mt
+
 # Which keys may be attended, in NumPy (D2L's valid_lens, masks, -inf scores): the conformance
 # kit's reference, which the pooling tests check against too.
 from minitensor.testing import _allowed as allowed_keys_np  # noqa: F401
@@ -69,15 +70,18 @@ OPERATOR = {
 def special_rows(dtype):
     """Rows exercising every masking corner case of the softmax kernels, plus the lengths to use."""
     ninf = -np.inf
-    x = np.array([
-        [ninf, ninf, ninf, ninf, ninf],        # all -inf: empty
-        [ninf, 1.0, ninf, 2.0, ninf],          # -inf mixed with finite
-        [3.0, ninf, ninf, ninf, ninf],         # a single finite entry
-        [0.5, 0.5, 0.5, 0.5, 0.5],             # length 0: empty
-        [1.0, 2.0, 3.0, 4.0, 5.0],             # length beyond n: clipped
-        [ninf, ninf, 7.0, 8.0, 9.0],           # finite entries only masked
-        [1.0, 2.0, 3.0, 4.0, 5.0],             # negative length: empty
-    ], dtype=dtype)
+    x = np.array(
+        [
+            [ninf, ninf, ninf, ninf, ninf],  # all -inf: empty
+            [ninf, 1.0, ninf, 2.0, ninf],  # -inf mixed with finite
+            [3.0, ninf, ninf, ninf, ninf],  # a single finite entry
+            [0.5, 0.5, 0.5, 0.5, 0.5],  # length 0: empty
+            [1.0, 2.0, 3.0, 4.0, 5.0],  # length beyond n: clipped
+            [ninf, ninf, 7.0, 8.0, 9.0],  # finite entries only masked
+            [1.0, 2.0, 3.0, 4.0, 5.0],  # negative length: empty
+        ],
+        dtype=dtype,
+    )
     lens = np.array([5, 5, 5, 0, 99, 2, -4], dtype=np.int64)
     return x, lens
 

@@ -32,7 +32,9 @@ import numpy
 
 from minitensor.backends import Backend
 
-_IMPLICIT = "Implicit conversion to a NumPy array is not allowed. Please use `.get()` to construct a NumPy array explicitly."
+_IMPLICIT = (
+    "Implicit conversion to a NumPy array is not allowed. Please use `.get()` to construct a NumPy array explicitly."
+)
 
 
 def _unwrap(obj, host_ok=False, where="operation"):
@@ -212,18 +214,53 @@ def _method(name):
 
 # Methods (cupy.ndarray has them all): arguments unwrapped, array results wrapped.
 for _name in (
-    "reshape", "astype", "sum", "mean", "max", "min", "argmax", "argmin", "any", "all",
-    "copy", "transpose", "swapaxes", "squeeze", "ravel", "flatten", "clip", "prod", "var",
-    "std", "cumsum", "fill", "repeat", "take", "nonzero", "dot", "round", "sort", "argsort",
-    "view", "tolist",
+    "reshape",
+    "astype",
+    "sum",
+    "mean",
+    "max",
+    "min",
+    "argmax",
+    "argmin",
+    "any",
+    "all",
+    "copy",
+    "transpose",
+    "swapaxes",
+    "squeeze",
+    "ravel",
+    "flatten",
+    "clip",
+    "prod",
+    "var",
+    "std",
+    "cumsum",
+    "fill",
+    "repeat",
+    "take",
+    "nonzero",
+    "dot",
+    "round",
+    "sort",
+    "argsort",
+    "view",
+    "tolist",
 ):
     setattr(StrictArray, _name, _method(_name))
 
 # Arithmetic, comparison and logical operators, forward / reflected / in place.
 for _name, _op in (
-    ("add", operator.add), ("sub", operator.sub), ("mul", operator.mul), ("truediv", operator.truediv),
-    ("floordiv", operator.floordiv), ("mod", operator.mod), ("pow", operator.pow),
-    ("matmul", operator.matmul), ("and", operator.and_), ("or", operator.or_), ("xor", operator.xor),
+    ("add", operator.add),
+    ("sub", operator.sub),
+    ("mul", operator.mul),
+    ("truediv", operator.truediv),
+    ("floordiv", operator.floordiv),
+    ("mod", operator.mod),
+    ("pow", operator.pow),
+    ("matmul", operator.matmul),
+    ("and", operator.and_),
+    ("or", operator.or_),
+    ("xor", operator.xor),
 ):
     _f, _r, _i = _binary(_op, _name)
     setattr(StrictArray, f"__{_name}__", _f)
@@ -331,7 +368,9 @@ class StrictKernels:
         return StrictArray(self._impl().softmax_forward(a, _device_lens(lens, a.shape[0])))
 
     def softmax_backward(self, y, g):
-        return StrictArray(self._impl().softmax_backward(_device_rows(y, "softmax_backward"), _device_rows(g, "softmax_backward")))
+        return StrictArray(
+            self._impl().softmax_backward(_device_rows(y, "softmax_backward"), _device_rows(g, "softmax_backward"))
+        )
 
     def log_softmax_forward(self, x, lens=None):
         a = _device_rows(x, "log_softmax_forward")
@@ -339,7 +378,9 @@ class StrictKernels:
 
     def log_softmax_backward(self, y, g):
         return StrictArray(
-            self._impl().log_softmax_backward(_device_rows(y, "log_softmax_backward"), _device_rows(g, "log_softmax_backward"))
+            self._impl().log_softmax_backward(
+                _device_rows(y, "log_softmax_backward"), _device_rows(g, "log_softmax_backward")
+            )
         )
 
 

@@ -39,6 +39,7 @@ def np_mha(mha, queries, keys, values, allowed=None):
     """Multi-head attention written head by head from its own weights (loop over heads here,
     never in the code under test): head_i = attention(Q W_q^(i), K W_k^(i), V W_v^(i)),
     output = concat(heads) W_o. ``allowed``: bool (batch, Q, K) or (Q, K)."""
+
     def weight(layer):
         return layer.weight.numpy(), (0 if layer.bias is None else layer.bias.numpy())
 

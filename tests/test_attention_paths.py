@@ -59,12 +59,14 @@ def test_a_bias_of_the_wrong_shape_or_dtype_is_named():
 def test_num_kv_heads_equal_to_num_heads_is_the_first_edition_layer():
     plain = nn.MultiHeadAttention(16, 4, dtype="float64")
     grouped = nn.MultiHeadAttention(16, 4, num_kv_heads=4, dtype="float64")
-    assert {k: tuple(v.shape) for k, v in plain.state_dict().items()} == \
-           {k: tuple(v.shape) for k, v in grouped.state_dict().items()}
+    assert {k: tuple(v.shape) for k, v in plain.state_dict().items()} == {
+        k: tuple(v.shape) for k, v in grouped.state_dict().items()
+    }
     grouped.load_state_dict(plain.state_dict())
     X = randn(2, 5, 16)
-    numpy.testing.assert_array_equal(grouped(X, X, X, valid_lens=[5, 3]).numpy(),
-                                     plain(X, X, X, valid_lens=[5, 3]).numpy())
+    numpy.testing.assert_array_equal(
+        grouped(X, X, X, valid_lens=[5, 3]).numpy(), plain(X, X, X, valid_lens=[5, 3]).numpy()
+    )
 
 
 @pytest.mark.parametrize("scorer", ["scaled_dot", "additive"])  # the grouped fast path, and repeated keys
@@ -84,8 +86,9 @@ def test_grouped_heads_share_keys_and_values_within_a_group(scorer, g):
     plain.load_state_dict(state)
     Xq, Xkv = randn(2, 3, 16), randn(2, 6, 16)
     mask = rng.random((2, 3, 6)) < 0.8
-    numpy.testing.assert_allclose(grouped(Xq, Xkv, Xkv, mask=mask).numpy(), plain(Xq, Xkv, Xkv, mask=mask).numpy(),
-                                  rtol=1e-12, atol=1e-12)
+    numpy.testing.assert_allclose(
+        grouped(Xq, Xkv, Xkv, mask=mask).numpy(), plain(Xq, Xkv, Xkv, mask=mask).numpy(), rtol=1e-12, atol=1e-12
+    )
     assert grouped.attention_weights.shape == (2, H, 3, 6)
     X = mt.tensor(rng.standard_normal((2, 3, 16)), requires_grad=True)
     assert mt.gradcheck(lambda x: grouped(x, x, x, causal=True), [X])
@@ -174,7 +177,11 @@ def broken_encodings():
     class Plugin:
         @hookimpl
         def minitensor_positional_encodings(self):
-            return {"off_by_one": _OffByOne, "query_at_zero": _IgnoresQueryOffset, "rotates_from_zero": _RotatesFromZero}
+            return {
+                "off_by_one": _OffByOne,
+                "query_at_zero": _IgnoresQueryOffset,
+                "rotates_from_zero": _RotatesFromZero,
+            }
 
     plugin = Plugin()
     mtp.register(plugin, name="broken-encodings")
@@ -184,7 +191,9 @@ def broken_encodings():
 
 @pytest.mark.parametrize("name", ["query_at_zero", "rotates_from_zero"])
 def test_an_encoding_that_mishandles_the_cache_is_rejected(broken_encodings, name):
-    with pytest.raises(AssertionError, match=rf"positional='{name}'.*differs from the full causal pass from position 1"):
+    with pytest.raises(
+        AssertionError, match=rf"positional='{name}'.*differs from the full causal pass from position 1"
+    ):
         check_incremental_decoding(positional=name)
 
 
@@ -260,17 +269,20 @@ def test_a_cross_encoding_reaches_the_encoder_decoder_attention():
         mtp.unregister(plugin)
 
 
-@pytest.mark.parametrize("positional, input_positional, message", [
-    ("sinusoidal", "learned", "is an \"inputs\" encoding already"),
-    ("alibi", "rotary", "names an \"inputs\" encoding"),
-])
+@pytest.mark.parametrize(
+    "positional, input_positional, message",
+    [
+        ("sinusoidal", "learned", 'is an "inputs" encoding already'),
+        ("alibi", "rotary", 'names an "inputs" encoding'),
+    ],
+)
 def test_input_positional_goes_beside_a_qk_or_scores_encoding(positional, input_positional, message):
     with pytest.raises(ValueError, match=message):
         _seq2seq(positional, input_positional=input_positional)
 
 
 def test_an_inputs_encoding_is_refused_inside_attention():
-    with pytest.raises(ValueError, match="attention layers take \"qk\" encodings.*\"scores\" encodings"):
+    with pytest.raises(ValueError, match='attention layers take "qk" encodings.*"scores" encodings'):
         nn.MultiHeadAttention(16, 4, positional="sinusoidal")
 
 
@@ -290,13 +302,16 @@ def test_a_first_edition_checkpoint_loads_unchanged(tmp_path):
     numpy.testing.assert_allclose(logits.numpy().ravel(), expected["logits"], rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("field, value, message", [
-    ("num_kv_heads", "2", "field 'num_kv_heads' must be an integer"),
-    ("num_kv_heads", 0, "field 'num_kv_heads' must be"),
-    ("positional_options", {"window": [1]}, "field 'positional_options'"),
-    ("input_positional", "", "field 'input_positional' must be a non-empty name"),
-    ("heldout_max_len", -3, "field 'heldout_max_len'"),
-])
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("num_kv_heads", "2", "field 'num_kv_heads' must be an integer"),
+        ("num_kv_heads", 0, "field 'num_kv_heads' must be"),
+        ("positional_options", {"window": [1]}, "field 'positional_options'"),
+        ("input_positional", "", "field 'input_positional' must be a non-empty name"),
+        ("heldout_max_len", -3, "field 'heldout_max_len'"),
+    ],
+)
 def test_a_checkpoint_config_with_bad_new_settings_is_refused(field, value, message):
     saved = TrainConfig().to_dict()
     saved[field] = value
@@ -304,13 +319,16 @@ def test_a_checkpoint_config_with_bad_new_settings_is_refused(field, value, mess
         TrainConfig.from_dict(saved, "checkpoint config")
 
 
-@pytest.mark.parametrize("changes, field, message", [
-    (dict(num_kv_heads=3), "num_kv_heads", "--num-kv-heads 3 must divide --num-heads 4"),
-    (dict(heldout_max_len=20), "heldout_min_len", "reverse, copy and sort tasks"),
-    (dict(task="reverse", heldout_min_len=12, heldout_max_len=11), "heldout_min_len", "are empty"),
-    (dict(input_positional="learned"), "input_positional", "--positional 'sinusoidal' is an \"inputs\" encoding"),
-    (dict(model="bahdanau", positional_options={"window": 2}), "input_positional", "has no positional encoding"),
-])
+@pytest.mark.parametrize(
+    "changes, field, message",
+    [
+        (dict(num_kv_heads=3), "num_kv_heads", "--num-kv-heads 3 must divide --num-heads 4"),
+        (dict(heldout_max_len=20), "heldout_min_len", "reverse, copy and sort tasks"),
+        (dict(task="reverse", heldout_min_len=12, heldout_max_len=11), "heldout_min_len", "are empty"),
+        (dict(input_positional="learned"), "input_positional", "--positional 'sinusoidal' is an \"inputs\" encoding"),
+        (dict(model="bahdanau", positional_options={"window": 2}), "input_positional", "has no positional encoding"),
+    ],
+)
 def test_config_validation_of_the_new_settings(changes, field, message):
     with pytest.raises(ConfigError, match=message) as e:
         TrainConfig(**changes).validate()
@@ -321,16 +339,34 @@ def test_held_out_lengths_come_from_their_own_range():
     from minitensor.train.config import build_data
 
     mt.manual_seed(0)
-    data = build_data(TrainConfig(task="reverse", num_train=50, num_heldout=30, heldout_min_len=11,
-                                  heldout_max_len=14))
+    data = build_data(TrainConfig(task="reverse", num_train=50, num_heldout=30, heldout_min_len=11, heldout_max_len=14))
     assert {len(s) for s, _ in data.train} <= set(range(1, 11))
     assert {len(s) for s, _ in data.heldout} <= set(range(11, 15))
     assert data.num_steps == max(len(s) for s, _ in data.heldout) + 1
 
 
 # -- the command line ----------------------------------------------------------------------------
-TINY = ["--task", "reverse", "--num-train", "64", "--num-heldout", "8", "--max-len", "3", "--batch-size", "32",
-        "--num-blks", "1", "--num-hiddens", "8", "--ffn-num-hiddens", "16", "--num-heads", "2", "--no-progress"]
+TINY = [
+    "--task",
+    "reverse",
+    "--num-train",
+    "64",
+    "--num-heldout",
+    "8",
+    "--max-len",
+    "3",
+    "--batch-size",
+    "32",
+    "--num-blks",
+    "1",
+    "--num-hiddens",
+    "8",
+    "--ffn-num-hiddens",
+    "16",
+    "--num-heads",
+    "2",
+    "--no-progress",
+]
 
 
 def test_train_takes_the_new_settings_records_them_and_resumes_with_them(tmp_path, capsys):
@@ -338,13 +374,31 @@ def test_train_takes_the_new_settings_records_them_and_resumes_with_them(tmp_pat
     from minitensor.train.run import load_run_checkpoint
 
     out = str(tmp_path / "run")
-    new = ["--positional", "sliding_window", "--positional-opt", "window=2", "--input-positional", "learned",
-           "--num-kv-heads", "1", "--heldout-min-len", "4", "--heldout-max-len", "5"]
+    new = [
+        "--positional",
+        "sliding_window",
+        "--positional-opt",
+        "window=2",
+        "--input-positional",
+        "learned",
+        "--num-kv-heads",
+        "1",
+        "--heldout-min-len",
+        "4",
+        "--heldout-max-len",
+        "5",
+    ]
     assert cli.main(["train", *TINY, *new, "--epochs", "1", "--out", out]) == 0
     assert "positional sliding_window" in capsys.readouterr().out
     config, _ = load_run_checkpoint(os.path.join(out, "checkpoint"))
-    assert (config.positional, config.positional_options, config.input_positional, config.num_kv_heads,
-            config.heldout_min_len, config.heldout_max_len) == ("sliding_window", {"window": 2}, "learned", 1, 4, 5)
+    assert (
+        config.positional,
+        config.positional_options,
+        config.input_positional,
+        config.num_kv_heads,
+        config.heldout_min_len,
+        config.heldout_max_len,
+    ) == ("sliding_window", {"window": 2}, "learned", 1, 4, 5)
     assert cli.main(["translate", "--checkpoint", out, "abc"]) == 0
     assert cli.main(["train", "--out", out, "--resume", "--epochs", "2"]) == 0
     capsys.readouterr()
@@ -352,17 +406,22 @@ def test_train_takes_the_new_settings_records_them_and_resumes_with_them(tmp_pat
     assert "refused: --num-kv-heads 2 (the run has 1)" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--num-kv-heads", "3"], "--num-kv-heads 3 must divide --num-heads 2"),
-    (["--positional", "alibbi"], "did you mean 'alibi'?"),
-    (["--positional", "sliding_window", "--positional-opt", "windo=2"],
-     "unknown option(s) 'windo' (did you mean 'window'?); it takes window"),
-    (["--positional", "sliding_window", "--positional-opt", "window=-1"], "window must be >= 0, got -1"),
-    (["--positional", "alibi", "--input-positional", "rotary"], "--input-positional 'rotary' has applies_to='qk'"),
-    (["--input-positional", "learned"], "--positional 'sinusoidal' is an \"inputs\" encoding already"),
-    (["--heldout-min-len", "9", "--heldout-max-len", "8"], "the held-out lengths 9..8 are empty"),
-    (["--task", "date", "--heldout-max-len", "8"], "set the held-out lengths of the reverse, copy and sort tasks"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--num-kv-heads", "3"], "--num-kv-heads 3 must divide --num-heads 2"),
+        (["--positional", "alibbi"], "did you mean 'alibi'?"),
+        (
+            ["--positional", "sliding_window", "--positional-opt", "windo=2"],
+            "unknown option(s) 'windo' (did you mean 'window'?); it takes window",
+        ),
+        (["--positional", "sliding_window", "--positional-opt", "window=-1"], "window must be >= 0, got -1"),
+        (["--positional", "alibi", "--input-positional", "rotary"], "--input-positional 'rotary' has applies_to='qk'"),
+        (["--input-positional", "learned"], "--positional 'sinusoidal' is an \"inputs\" encoding already"),
+        (["--heldout-min-len", "9", "--heldout-max-len", "8"], "the held-out lengths 9..8 are empty"),
+        (["--task", "date", "--heldout-max-len", "8"], "set the held-out lengths of the reverse, copy and sort tasks"),
+    ],
+)
 def test_wrong_new_settings_are_one_line_errors(tmp_path, capsys, flags, message):
     from minitensor import cli
 

@@ -6,10 +6,10 @@ import weakref
 
 import numpy as np
 import pytest
+from helpers import rand
 
 import minitensor as mt
 from minitensor.autograd import Function
-from helpers import rand
 
 
 # -- accumulation -----------------------------------------------------------------------------
@@ -398,7 +398,9 @@ def test_custom_function(device):
     assert isinstance(y.grad_fn, Cube)
     np.testing.assert_allclose(y.numpy(), x.numpy() ** 3)
     assert mt.gradcheck(Cube.apply, [x])
-    assert mt.gradcheck(lambda a, b: ScaledAdd.apply(a, b, alpha=-2.5), [rand(device, 3, 1, seed=1), rand(device, 4, seed=2)])
+    assert mt.gradcheck(
+        lambda a, b: ScaledAdd.apply(a, b, alpha=-2.5), [rand(device, 3, 1, seed=1), rand(device, 4, seed=2)]
+    )
 
 
 def test_custom_function_under_no_grad(device):

@@ -229,8 +229,12 @@ def test_flatten_start_after_end_is_refused(device):
 
 def test_zero_d_tensors_have_no_axes(device):
     s = mt.tensor(2.0, device=device)
-    calls = {"sum": lambda: s.sum(axis=0), "softmax": lambda: mt.softmax(s), "unsqueeze": lambda: s.unsqueeze(2),
-             "masked_softmax": lambda: mt.masked_softmax(s)}
+    calls = {
+        "sum": lambda: s.sum(axis=0),
+        "softmax": lambda: mt.softmax(s),
+        "unsqueeze": lambda: s.unsqueeze(2),
+        "masked_softmax": lambda: mt.masked_softmax(s),
+    }
     for op, call in calls.items():
         with pytest.raises(AxisError, match=f"^{op}: axis -?[0-9] is out of bounds for a tensor of 0 dimensions"):
             call()

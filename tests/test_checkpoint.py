@@ -24,8 +24,7 @@ from minitensor import hookimpl, nn
 from minitensor import plugins as mtp
 from minitensor.data import Batches, Vocab, lm_arrays
 from minitensor.train import checkpoint as ckpt
-from minitensor.train.checkpoint import (CheckpointError, get_rng_state, load_checkpoint, save_checkpoint,
-                                         set_rng_state)
+from minitensor.train.checkpoint import CheckpointError, get_rng_state, load_checkpoint, save_checkpoint, set_rng_state
 
 V = 11
 CORPUS = np.random.default_rng(7).integers(0, V, 80)
@@ -34,8 +33,9 @@ TOKENS = [str(i) for i in range(V)]
 
 def make_lm(seed=0, num_hiddens=8, num_blks=2, dropout=0.2, device="cpu", scorer="scaled_dot"):
     mt.manual_seed(seed)
-    return nn.TransformerLM(V, num_hiddens, 2 * num_hiddens, 2, num_blks, dropout, max_len=32, scorer=scorer,
-                            device=device)
+    return nn.TransformerLM(
+        V, num_hiddens, 2 * num_hiddens, 2, num_blks, dropout, max_len=32, scorer=scorer, device=device
+    )
 
 
 def make_training(model, d_model=8):
@@ -80,9 +80,17 @@ def saved_run(tmp_path, steps=3):
     batches = forever(loader)
     for _ in range(steps):
         train_step(model, opt, sched, batches)
-    path = save_checkpoint(tmp_path / "ckpt", model, opt, sched, config={"num_hiddens": 8, "dropout": 0.2},
-                           vocabs={"tokens": Vocab(TOKENS)}, extra={"batches": loader.state_dict()}, step=steps,
-                           epoch=loader.epoch)
+    path = save_checkpoint(
+        tmp_path / "ckpt",
+        model,
+        opt,
+        sched,
+        config={"num_hiddens": 8, "dropout": 0.2},
+        vocabs={"tokens": Vocab(TOKENS)},
+        extra={"batches": loader.state_dict()},
+        step=steps,
+        epoch=loader.epoch,
+    )
     return model, opt, sched, batches, loader, path
 
 
@@ -97,8 +105,13 @@ def test_resume_continues_bit_for_bit(tmp_path, leave_out):
     fresh.train()
     opt2, sched2 = make_training(fresh)
     loader2 = Batches(*lm_arrays(CORPUS, 8), batch_size=4)
-    info = load_checkpoint(path, fresh, None if leave_out == "optimizer" else opt2,
-                           None if leave_out == "scheduler" else sched2, restore_rng=leave_out != "rng")
+    info = load_checkpoint(
+        path,
+        fresh,
+        None if leave_out == "optimizer" else opt2,
+        None if leave_out == "scheduler" else sched2,
+        restore_rng=leave_out != "rng",
+    )
     if leave_out != "batches":
         loader2.load_state_dict(info["extra"]["batches"])
     batches2 = forever(loader2)
@@ -134,7 +147,7 @@ def test_the_format_on_disk(tmp_path):
     assert body["vocabs"]["tokens"]["idx_to_token"][:4] == ["<pad>", "<bos>", "<eos>", "<unk>"]
     # safetensors files: an 8-byte header length, then a JSON header (no pickle opcodes)
     raw = Path(path, "model.safetensors").read_bytes()
-    header = json.loads(raw[8:8 + int.from_bytes(raw[:8], "little")])
+    header = json.loads(raw[8 : 8 + int.from_bytes(raw[:8], "little")])
     assert header["decoder.embedding.token_embedding.weight"]["shape"] == [V, 8]
 
 
@@ -161,24 +174,28 @@ def rewrite_index(path, edit):
     Path(path, "checkpoint.json").write_text(json.dumps(body))
 
 
-@pytest.mark.parametrize("damage, message", [
-    ("truncate model", "model.safetensors is truncated"),
-    ("flip model byte", "model.safetensors is corrupted"),
-    ("flip optimizer byte", "optimizer.safetensors is corrupted"),
-    ("delete model", "model.safetensors is missing"),
-    ("delete optimizer", "optimizer.safetensors is missing"),
-    ("delete index", "checkpoint.json is missing"),
-    ("garble index", "not valid JSON"),
-    ("edit index", "content hash does not match"),
-    ("not safetensors", "cannot be parsed as safetensors"),
-    ("future version", 'field "format_version" is 99: .* reads format version'),
-])
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        ("truncate model", "model.safetensors is truncated"),
+        ("flip model byte", "model.safetensors is corrupted"),
+        ("flip optimizer byte", "optimizer.safetensors is corrupted"),
+        ("delete model", "model.safetensors is missing"),
+        ("delete optimizer", "optimizer.safetensors is missing"),
+        ("delete index", "checkpoint.json is missing"),
+        ("garble index", "not valid JSON"),
+        ("edit index", "content hash does not match"),
+        ("not safetensors", "cannot be parsed as safetensors"),
+        ("future version", 'field "format_version" is 99: .* reads format version'),
+    ],
+)
 def test_a_damaged_checkpoint_is_refused_and_nothing_changes(tmp_path, damage, message):
     *_, path = saved_run(tmp_path)
-    model_file, opt_file, index = (Path(path, n) for n in ("model.safetensors", "optimizer.safetensors",
-                                                          "checkpoint.json"))
+    model_file, opt_file, index = (
+        Path(path, n) for n in ("model.safetensors", "optimizer.safetensors", "checkpoint.json")
+    )
     if damage == "truncate model":
-        model_file.write_bytes(model_file.read_bytes()[:model_file.stat().st_size // 2])
+        model_file.write_bytes(model_file.read_bytes()[: model_file.stat().st_size // 2])
     elif damage.startswith("flip"):
         f = model_file if "model" in damage else opt_file
         data = bytearray(f.read_bytes())
@@ -193,8 +210,12 @@ def test_a_damaged_checkpoint_is_refused_and_nothing_changes(tmp_path, damage, m
     elif damage == "not safetensors":
         junk = b"\x10\x00\x00\x00\x00\x00\x00\x00{not a header}!!"
         model_file.write_bytes(junk)
-        rewrite_index(path, lambda b: b["files"].update(
-            {"model.safetensors": {"sha256": hashlib.sha256(junk).hexdigest(), "bytes": len(junk)}}))
+        rewrite_index(
+            path,
+            lambda b: b["files"].update(
+                {"model.safetensors": {"sha256": hashlib.sha256(junk).hexdigest(), "bytes": len(junk)}}
+            ),
+        )
     elif damage == "future version":
         rewrite_index(path, lambda b: b.update(format_version=99))
     target = loaded_target(tmp_path)
@@ -274,8 +295,10 @@ def test_a_missing_plugin_names_the_plugin_and_its_distribution(tmp_path, source
     with pytest.raises(CheckpointError) as e:
         load_checkpoint(path, other)
     if source.startswith("minitensor-example-cosine"):
-        assert ("scorer 'cosine_ckpt' from minitensor-example-cosine 0.1.0 is not installed: "
-                "pip install minitensor-example-cosine") in str(e.value)
+        assert (
+            "scorer 'cosine_ckpt' from minitensor-example-cosine 0.1.0 is not installed: "
+            "pip install minitensor-example-cosine"
+        ) in str(e.value)
     else:
         assert "scorer 'cosine_ckpt'" in str(e.value) and "registered at run time" in str(e.value)
     assert_same(snapshot(other), params)
@@ -298,6 +321,7 @@ def test_a_crash_mid_save_keeps_the_previous_checkpoint(tmp_path, monkeypatch, c
             if p.endswith("checkpoint.json"):
                 raise OSError(28, "No space left on device")
             real(p, data)
+
         monkeypatch.setattr(ckpt.save, "_write_file", write)
     else:
         real = ckpt.save._rename
@@ -306,6 +330,7 @@ def test_a_crash_mid_save_keeps_the_previous_checkpoint(tmp_path, monkeypatch, c
             if os.path.basename(src).startswith(".ckpt.tmp-"):
                 raise OSError(5, "Input/output error")
             real(src, dst)
+
         monkeypatch.setattr(ckpt.save, "_rename", rename)
     with pytest.raises(OSError):
         save_checkpoint(path, model, opt, sched, step=4)
@@ -417,11 +442,13 @@ def test_rng_state_round_trips_through_json_and_bad_states_change_nothing(monkey
 
 
 def test_importing_minitensor_does_not_import_safetensors():
-    code = ("import sys, glob, os, minitensor, minitensor.train.checkpoint; "
-            "assert 'safetensors' not in sys.modules, 'safetensors imported'; "
-            "files = glob.glob(os.path.join(os.path.dirname(minitensor.train.checkpoint.__file__), '*.py')); "
-            "assert len(files) > 1, files; "
-            "src = ''.join(open(f).read() for f in files); "
-            "assert 'import pickle' not in src and 'allow_pickle=True' not in src")
+    code = (
+        "import sys, glob, os, minitensor, minitensor.train.checkpoint; "
+        "assert 'safetensors' not in sys.modules, 'safetensors imported'; "
+        "files = glob.glob(os.path.join(os.path.dirname(minitensor.train.checkpoint.__file__), '*.py')); "
+        "assert len(files) > 1, files; "
+        "src = ''.join(open(f).read() for f in files); "
+        "assert 'import pickle' not in src and 'allow_pickle=True' not in src"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr

@@ -17,7 +17,6 @@ import math
 import os
 import subprocess
 import sys
-import textwrap
 import time
 import tracemalloc
 import warnings
@@ -30,8 +29,13 @@ import minitensor as mt
 from minitensor import nn
 from minitensor.data import Vocab
 from minitensor.train import checkpoint as ckpt
-from minitensor.train.checkpoint import (CheckpointError, find_checkpoint, get_rng_state, load_checkpoint,
-                                         save_checkpoint)
+from minitensor.train.checkpoint import (
+    CheckpointError,
+    find_checkpoint,
+    get_rng_state,
+    load_checkpoint,
+    save_checkpoint,
+)
 
 V = 7
 
@@ -73,9 +77,17 @@ def saved(tmp_path_factory):
     loss.backward()
     opt.step()
     sched.step()
-    path = save_checkpoint(tmp_path_factory.mktemp("safety") / "checkpoint", model, opt, sched,
-                           config={"num_hiddens": 8}, vocabs={"src": Vocab(list("ab")), "tgt": Vocab(list("xy"))},
-                           extra={"note": "kept"}, step=1, epoch=0)
+    path = save_checkpoint(
+        tmp_path_factory.mktemp("safety") / "checkpoint",
+        model,
+        opt,
+        sched,
+        config={"num_hiddens": 8},
+        vocabs={"src": Vocab(list("ab")), "tgt": Vocab(list("xy"))},
+        extra={"note": "kept"},
+        step=1,
+        epoch=0,
+    )
     return path, Path(path, "checkpoint.json").read_text(), snapshot(model)
 
 
@@ -137,9 +149,11 @@ VALID = {
     # PCG64's state and increment are 128-bit numbers: 10**30 is one
     *((f"rng.{g}.state.{k}", "huge") for g in ("host", "backends.cpu", "backends.strict") for k in ("state", "inc")),
     # a device missing from rng.backends is one the saving process did not have: skipped
-    ("rng.backends.cpu", "missing"), ("rng.backends.strict", "missing"),
+    ("rng.backends.cpu", "missing"),
+    ("rng.backends.strict", "missing"),
     # vocabs is {name: vocab}: which vocabularies a program needs is its own business
-    ("vocabs.src", "missing"), ("vocabs.tgt", "missing"),
+    ("vocabs.src", "missing"),
+    ("vocabs.tgt", "missing"),
     # a scheduler's setting, not the optimiser's: the optimiser keeps its own
     ("optimizer.param_groups[0].initial_lr", "missing"),
 }
@@ -206,8 +220,12 @@ def test_every_field_of_checkpoint_json_is_checked(saved, kind, monkeypatch):
                     problems.append(f"{name} {kind}: refused, but valid: {message[:200]}")
                 elif "\n" in message or not any(f'"{named}{end}' in message for end in '".['):
                     problems.append(f"{name} {kind}: the message does not name the field in one line: {message[:300]}")
-                if not same(snapshot(model), before_model) or opt.state or sched.last_epoch != 0 \
-                        or rng_json() != before_rng:
+                if (
+                    not same(snapshot(model), before_model)
+                    or opt.state
+                    or sched.last_epoch != 0
+                    or rng_json() != before_rng
+                ):
                     problems.append(f"{name} {kind}: a failed load changed the model, optimiser, scheduler or RNG")
             except Exception as e:  # noqa: BLE001  (any other exception is the failure being tested)
                 problems.append(f"{name} {kind}: {type(e).__name__}: {str(e)[:200]}")
@@ -232,12 +250,26 @@ def test_the_walk_reaches_every_part_of_the_format(saved):
     assert ("optimizer", "param_groups", 0, "betas", 0) in set(fields(json.loads(saved[1])))
 
 
-@pytest.mark.parametrize("field, value", [
-    ("created", "yesterday"), ("minitensor_version", "9.9.9"), ("model.device", "cuda"), ("step", None),
-    ("epoch", None), ("step", 2**63 - 1), ("config", None), ("extra", None), ("config", {"anything": [1, "x"]}),
-    ("plugins[0].version", None), ("vocabs.src.idx_to_token[4]", "\n"), ("rng.backends.cuda", {"seed": 3, "draws": 0}),
-    ("rng.backends.tpu", None), ("optimizer.param_groups[0].lr", 0), ("scheduler.state.factor", 2),
-])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("created", "yesterday"),
+        ("minitensor_version", "9.9.9"),
+        ("model.device", "cuda"),
+        ("step", None),
+        ("epoch", None),
+        ("step", 2**63 - 1),
+        ("config", None),
+        ("extra", None),
+        ("config", {"anything": [1, "x"]}),
+        ("plugins[0].version", None),
+        ("vocabs.src.idx_to_token[4]", "\n"),
+        ("rng.backends.cuda", {"seed": 3, "draws": 0}),
+        ("rng.backends.tpu", None),
+        ("optimizer.param_groups[0].lr", 0),
+        ("scheduler.state.factor", 2),
+    ],
+)
 def test_valid_values_load(saved, field, value):
     path, text, weights = saved
     body = json.loads(text)
@@ -259,34 +291,58 @@ def test_valid_values_load(saved, field, value):
         assert info[field] == value
 
 
-@pytest.mark.parametrize("edit, named", [
-    (lambda b: b.update(config=[1]), '"config" must be a JSON object or null'),
-    (lambda b: b.update(extra="x"), '"extra" must be a JSON object or null'),
-    (lambda b: b.update(config={"a": json.loads("[" * 70 + "]" * 70)}), '"config" nests more than 64 levels'),
-    (lambda b: b["vocabs"]["src"].update(reserved_tokens=["<unk>"]), '"vocabs.src.reserved_tokens" must be the first'),
-    (lambda b: b["vocabs"]["src"]["idx_to_token"].append("a"), '"vocabs.src.idx_to_token[6]" repeats'),
-    (lambda b: b["vocabs"]["src"]["idx_to_token"].append("\ud800"), '"vocabs.src.idx_to_token[6]" must be text'),
-    (lambda b: b["model"].update(num_parameters=b["model"]["num_parameters"] + 1), '"model.num_parameters" is'),
-    (lambda b: b["model"]["keys"].pop(), '"model.keys" does not match the arrays in model.safetensors'),
-    (lambda b: b["optimizer"]["param_groups"][0].update(betas=[0.9, 1.0]), '"optimizer.param_groups[0]" does not '
-                                                                           'suit this Adam: Adam: betas'),
-    (lambda b: b["optimizer"]["state"].pop(str(b["optimizer"]["param_groups"][0]["params"].pop())),
-     '"optimizer.param_groups[0].params" lists 14 parameter(s), this Adam\'s group 0 has 15'),
-    (lambda b: b["optimizer"]["param_groups"][0]["params"].pop(), '"optimizer.state.14" must be the index of a '
-                                                                  'parameter that "optimizer.param_groups" lists'),
-    (lambda b: b["optimizer"]["param_groups"].append({"params": [99], "lr": 0.1}), '"optimizer.param_groups" has 2'),
-    (lambda b: b["optimizer"]["state"].update({"99": {}}), '"optimizer.state.99" must be the index of a parameter'),
-    (lambda b: b["scheduler"]["state"].update(last_epoch=[1]), '"scheduler.state.last_epoch" must be a number, as in'),
-    (lambda b: b["scheduler"]["state"].pop("d_model"), '"scheduler.state.d_model" is missing'),
-    (lambda b: b["rng"]["host"]["state"].update(state=2**128), '"rng.host.state.state" must be at most'),
-    (lambda b: b["rng"]["host"].update(bit_generator="MT19937"), '"rng.host.has_uint32" is not part of a MT19937 '
-                                                                  'state'),
-    (lambda b: b["rng"]["host"].pop("has_uint32"), '"rng.host.has_uint32" is missing'),
-    (lambda b: b["vocabs"]["src"]["idx_to_token"].append("x" * 10**7), '"vocabs.src.idx_to_token[6]" must be a '
-                                                                       'string of at most 1,000 characters'),
-    (lambda b: b["files"].update({"../../etc/passwd": b["files"]["model.safetensors"]}),
-     "\"files['../../etc/passwd']\" is not part of the checkpoint format"),
-])
+@pytest.mark.parametrize(
+    "edit, named",
+    [
+        (lambda b: b.update(config=[1]), '"config" must be a JSON object or null'),
+        (lambda b: b.update(extra="x"), '"extra" must be a JSON object or null'),
+        (lambda b: b.update(config={"a": json.loads("[" * 70 + "]" * 70)}), '"config" nests more than 64 levels'),
+        (
+            lambda b: b["vocabs"]["src"].update(reserved_tokens=["<unk>"]),
+            '"vocabs.src.reserved_tokens" must be the first',
+        ),
+        (lambda b: b["vocabs"]["src"]["idx_to_token"].append("a"), '"vocabs.src.idx_to_token[6]" repeats'),
+        (lambda b: b["vocabs"]["src"]["idx_to_token"].append("\ud800"), '"vocabs.src.idx_to_token[6]" must be text'),
+        (lambda b: b["model"].update(num_parameters=b["model"]["num_parameters"] + 1), '"model.num_parameters" is'),
+        (lambda b: b["model"]["keys"].pop(), '"model.keys" does not match the arrays in model.safetensors'),
+        (
+            lambda b: b["optimizer"]["param_groups"][0].update(betas=[0.9, 1.0]),
+            '"optimizer.param_groups[0]" does not suit this Adam: Adam: betas',
+        ),
+        (
+            lambda b: b["optimizer"]["state"].pop(str(b["optimizer"]["param_groups"][0]["params"].pop())),
+            '"optimizer.param_groups[0].params" lists 14 parameter(s), this Adam\'s group 0 has 15',
+        ),
+        (
+            lambda b: b["optimizer"]["param_groups"][0]["params"].pop(),
+            '"optimizer.state.14" must be the index of a parameter that "optimizer.param_groups" lists',
+        ),
+        (
+            lambda b: b["optimizer"]["param_groups"].append({"params": [99], "lr": 0.1}),
+            '"optimizer.param_groups" has 2',
+        ),
+        (lambda b: b["optimizer"]["state"].update({"99": {}}), '"optimizer.state.99" must be the index of a parameter'),
+        (
+            lambda b: b["scheduler"]["state"].update(last_epoch=[1]),
+            '"scheduler.state.last_epoch" must be a number, as in',
+        ),
+        (lambda b: b["scheduler"]["state"].pop("d_model"), '"scheduler.state.d_model" is missing'),
+        (lambda b: b["rng"]["host"]["state"].update(state=2**128), '"rng.host.state.state" must be at most'),
+        (
+            lambda b: b["rng"]["host"].update(bit_generator="MT19937"),
+            '"rng.host.has_uint32" is not part of a MT19937 state',
+        ),
+        (lambda b: b["rng"]["host"].pop("has_uint32"), '"rng.host.has_uint32" is missing'),
+        (
+            lambda b: b["vocabs"]["src"]["idx_to_token"].append("x" * 10**7),
+            '"vocabs.src.idx_to_token[6]" must be a string of at most 1,000 characters',
+        ),
+        (
+            lambda b: b["files"].update({"../../etc/passwd": b["files"]["model.safetensors"]}),
+            "\"files['../../etc/passwd']\" is not part of the checkpoint format",
+        ),
+    ],
+)
 def test_what_only_a_whole_view_catches_is_refused_by_name(saved, edit, named):
     """Consistency between fields, and with the model, the optimiser and the files."""
     path, text, _ = saved
@@ -349,9 +405,19 @@ def sparse_model_file(path, model, size):
     return f"{first!r}: checkpoint shape ({rest},), model shape {tuple(shapes[first])}"
 
 
-@pytest.mark.parametrize("swap", ["symlink to /dev/zero", "symlink to a copy", "FIFO", "directory",
-                                  "recorded 10**12 bytes", "2 GiB sparse file", "huge checkpoint.json",
-                                  "checkpoint.json symlink to /dev/zero"])
+@pytest.mark.parametrize(
+    "swap",
+    [
+        "symlink to /dev/zero",
+        "symlink to a copy",
+        "FIFO",
+        "directory",
+        "recorded 10**12 bytes",
+        "2 GiB sparse file",
+        "huge checkpoint.json",
+        "checkpoint.json symlink to /dev/zero",
+    ],
+)
 def test_files_that_are_not_what_they_claim_are_refused_quickly_in_bounded_memory(tmp_path, swap):
     model = make_lm(1)
     path = Path(save_checkpoint(tmp_path / "checkpoint", model))
@@ -416,19 +482,32 @@ def test_read_arrays_false_reads_the_json_and_the_header_alone(tmp_path):
 
 
 # -- the missing-plugin hint: checkpoint text is never a command unless it is a valid name ----------
-@pytest.mark.parametrize("source, distribution, expected, absent", [
-    ("good-dist 1.2", "good-dist", "from good-dist 1.2 is not installed: pip install good-dist;", None),
-    ("x 1", "x; rm -rf ~", "from 'x 1' (", "pip install"),
-    ("x 1", "-e git+https://evil", "from 'x 1' (", "pip install"),
-    ("file /home/me/my scorer.py", None,
-     "plugin file '/home/me/my scorer.py' when saved: pass --plugin '/home/me/my scorer.py' (or set "
-     "MINITENSOR_PLUGINS='/home/me/my scorer.py')", None),
-    ("file relative/$(rm).py", None, "from 'file relative/$(rm).py' (", "--plugin relative"),
-    ("module my_pkg.scorers", None, "pass --plugin my_pkg.scorers (or set MINITENSOR_PLUGINS=my_pkg.scorers)", None),
-    ("module my_pkg;rm -rf", None, "from 'module my_pkg;rm -rf' (", "--plugin my_pkg"),
-])
-def test_a_missing_plugin_hint_never_turns_checkpoint_text_into_a_command(saved, source, distribution, expected,
-                                                                        absent):
+@pytest.mark.parametrize(
+    "source, distribution, expected, absent",
+    [
+        ("good-dist 1.2", "good-dist", "from good-dist 1.2 is not installed: pip install good-dist;", None),
+        ("x 1", "x; rm -rf ~", "from 'x 1' (", "pip install"),
+        ("x 1", "-e git+https://evil", "from 'x 1' (", "pip install"),
+        (
+            "file /home/me/my scorer.py",
+            None,
+            "plugin file '/home/me/my scorer.py' when saved: pass --plugin '/home/me/my scorer.py' (or set "
+            "MINITENSOR_PLUGINS='/home/me/my scorer.py')",
+            None,
+        ),
+        ("file relative/$(rm).py", None, "from 'file relative/$(rm).py' (", "--plugin relative"),
+        (
+            "module my_pkg.scorers",
+            None,
+            "pass --plugin my_pkg.scorers (or set MINITENSOR_PLUGINS=my_pkg.scorers)",
+            None,
+        ),
+        ("module my_pkg;rm -rf", None, "from 'module my_pkg;rm -rf' (", "--plugin my_pkg"),
+    ],
+)
+def test_a_missing_plugin_hint_never_turns_checkpoint_text_into_a_command(
+    saved, source, distribution, expected, absent
+):
     path, text, _ = saved
     body = json.loads(text)
     body.pop("content_sha256")
@@ -459,9 +538,12 @@ def test_find_checkpoint_takes_a_run_folder_or_a_checkpoint_and_says_what_is_mis
     assert find_checkpoint(run) == path and find_checkpoint(path) == path
     (run / "other").mkdir()
     (run / "other" / ".checkpoint.tmp-123").mkdir()
-    with pytest.raises(CheckpointError, match=r"no checkpoint in .*other: it holds neither checkpoint.json \(a "
-                                              r"checkpoint\) nor checkpoint/ .*only .checkpoint.tmp-123, a save that "
-                                              "never completed"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"no checkpoint in .*other: it holds neither checkpoint.json \(a "
+        r"checkpoint\) nor checkpoint/ .*only .checkpoint.tmp-123, a save that "
+        "never completed",
+    ):
         find_checkpoint(run / "other")
     (run / "file").write_text("x")
     with pytest.raises(CheckpointError, match="is not a directory"):
@@ -487,8 +569,9 @@ def linear(seed):
 
 def killed_save(path, step, seed):
     env = {**os.environ, ckpt.KILL_AT_ENV: step}
-    done = subprocess.run([sys.executable, "-c", SAVE, str(path), str(seed)], env=env, capture_output=True,
-                          text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", SAVE, str(path), str(seed)], env=env, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == -9, (done.returncode, done.stderr[-2000:])
 
 
@@ -511,8 +594,13 @@ def loads_as(run, seed):
 
 # Which checkpoint a run folder holds after a save is killed at each step: the old one until
 # the new one is renamed into place. A step added to SAVE_STEPS fails here until it is listed.
-SURVIVOR = {"after-tmp-files": "old", "after-fsync": "old", "after-first-rename": "old",
-            "after-second-rename": "new", "before-cleanup": "new"}
+SURVIVOR = {
+    "after-tmp-files": "old",
+    "after-fsync": "old",
+    "after-first-rename": "old",
+    "after-second-rename": "new",
+    "before-cleanup": "new",
+}
 
 
 @pytest.mark.parametrize("step", ckpt.SAVE_STEPS)
@@ -545,8 +633,9 @@ def test_a_save_killed_while_recovering_from_a_kill_loses_nothing(tmp_path):
 
 def test_a_misspelt_kill_step_is_refused_before_anything_is_written(tmp_path, monkeypatch):
     monkeypatch.setenv(ckpt.KILL_AT_ENV, "after-frist-rename")
-    with pytest.raises(CheckpointError, match="'after-frist-rename' is not a save step; it must be one of "
-                                              "after-tmp-files, "):
+    with pytest.raises(
+        CheckpointError, match="'after-frist-rename' is not a save step; it must be one of after-tmp-files, "
+    ):
         save_checkpoint(tmp_path / "checkpoint", linear(1))
     assert os.listdir(tmp_path) == []
 

@@ -25,7 +25,7 @@ def test_demo_is_reproducible_with_a_seed():
     logs = []
     for _ in range(2):
         lines = []
-        demo.train(epochs=3, seed=7, log=lambda s: lines.append(s.split("(")[0]))
+        demo.train(epochs=3, seed=7, log=lambda s, lines=lines: lines.append(s.split("(")[0]))
         logs.append(lines)
     assert logs[0] == logs[1]
 

@@ -13,14 +13,39 @@ from helpers import file_hashes
 
 pytest.importorskip("safetensors")
 
-TINY = ["--task", "reverse", "--num-train", "64", "--num-heldout", "8", "--max-len", "3", "--batch-size", "32",
-        "--num-blks", "1", "--num-hiddens", "8", "--ffn-num-hiddens", "16", "--num-heads", "2", "--no-progress"]
+TINY = [
+    "--task",
+    "reverse",
+    "--num-train",
+    "64",
+    "--num-heldout",
+    "8",
+    "--max-len",
+    "3",
+    "--batch-size",
+    "32",
+    "--num-blks",
+    "1",
+    "--num-hiddens",
+    "8",
+    "--ffn-num-hiddens",
+    "16",
+    "--num-heads",
+    "2",
+    "--no-progress",
+]
 
 
 def minitensor(*args, cwd=None, env=None, timeout=120):
     """Run ``minitensor ARGS`` as a user would; the CompletedProcess (text)."""
-    return subprocess.run([sys.executable, "-m", "minitensor", *args], capture_output=True, text=True, cwd=cwd,
-                          env={**os.environ, **(env or {})}, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "minitensor", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        timeout=timeout,
+    )
 
 
 def one_line(result, code, *fragments):
@@ -44,16 +69,28 @@ def run(tmp_path_factory):
 def test_a_second_train_does_not_replace_the_first(run):
     before = file_hashes(run)
     again = minitensor("train", *TINY, "--epochs", "1", "--scorer", "dot", cwd=run.parent.parent)
-    one_line(again, 2, "runs/reverse already holds a run (a checkpoint at step 2 (epoch 1))", "--resume",
-             "--overwrite", "another --out")
+    one_line(
+        again,
+        2,
+        "runs/reverse already holds a run (a checkpoint at step 2 (epoch 1))",
+        "--resume",
+        "--overwrite",
+        "another --out",
+    )
     assert file_hashes(run) == before
 
 
 def test_resume_refuses_other_settings_by_name(run):
     before = file_hashes(run)
     refused = minitensor("train", "--out", str(run), "--resume", "--num-heads", "4", "--lr", "0.5", "--scorer", "dot")
-    one_line(refused, 2, "--num-heads 4 (the run has 2)", "--lr 0.5 (the run has 0.01)",
-             "--scorer 'dot' (the run has 'scaled_dot')", "may change only --epochs, --steps, --device, --no-progress")
+    one_line(
+        refused,
+        2,
+        "--num-heads 4 (the run has 2)",
+        "--lr 0.5 (the run has 0.01)",
+        "--scorer 'dot' (the run has 'scaled_dot')",
+        "may change only --epochs, --steps, --device, --no-progress",
+    )
     assert file_hashes(run) == before
 
 
@@ -70,8 +107,13 @@ def test_a_copied_run_resumes_into_the_copy_from_another_directory(run, tmp_path
 
 
 def test_two_trainers_on_one_folder(tmp_path):
-    first = subprocess.Popen([sys.executable, "-m", "minitensor", "train", *TINY, "--epochs", "3", "--out", "run"],
-                             cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    first = subprocess.Popen(
+        [sys.executable, "-m", "minitensor", "train", *TINY, "--epochs", "3", "--out", "run"],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 60
         while not (tmp_path / "run" / ".lock").exists():
@@ -88,8 +130,15 @@ def test_two_trainers_on_one_folder(tmp_path):
 
 def test_a_save_killed_between_its_renames_is_recovered_through_the_run_folder(run, tmp_path):
     shutil.copytree(run, tmp_path / "run", symlinks=True)
-    killed = minitensor("train", "--out", str(tmp_path / "run"), "--resume", "--epochs", "2",
-                        env={"MINITENSOR_TEST_KILL_AT": "after-first-rename"})
+    killed = minitensor(
+        "train",
+        "--out",
+        str(tmp_path / "run"),
+        "--resume",
+        "--epochs",
+        "2",
+        env={"MINITENSOR_TEST_KILL_AT": "after-first-rename"},
+    )
     assert killed.returncode == -signal.SIGKILL
     left = os.listdir(tmp_path / "run")
     assert any(name.startswith((".best.old-", ".checkpoint.old-")) for name in left), left
@@ -104,9 +153,13 @@ def test_a_save_killed_between_its_renames_is_recovered_through_the_run_folder(r
 
 
 def test_ctrl_c_keeps_the_last_checkpoint_and_says_how_to_go_on(tmp_path):
-    trainer = subprocess.Popen([sys.executable, "-m", "minitensor", "train", *TINY, "--epochs", "500",
-                                "--out", "run"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True)
+    trainer = subprocess.Popen(
+        [sys.executable, "-m", "minitensor", "train", *TINY, "--epochs", "500", "--out", "run"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 60
         while not (tmp_path / "run" / "checkpoint").exists():
@@ -122,18 +175,26 @@ def test_ctrl_c_keeps_the_last_checkpoint_and_says_how_to_go_on(tmp_path):
     assert info.returncode == 0, info.stderr
 
 
-@pytest.mark.parametrize("args,fragments", [
-    (["translate", "--checkpoint", "runs/reverse", "--beam", "0", "abc"], ["argument --beam: must be at least 1"]),
-    (["translate", "--checkpoint", "runs/reverse", "--max-len", "-3", "abc"], ["argument --max-len: must be at least 1"]),
-    (["generate", "--checkpoint", "runs/reverse", "--prompt", "a", "--temperature", "-1"],
-     ["argument --temperature: must be a finite number > 0"]),
-    (["train", "--text", "missing.txt"], ["--text", "missing.txt: the file does not exist"]),
-    (["train", *TINY, "--clip-grad-norm", "-1"], ["--clip-grad-norm must be a finite number >= 0, got -1.0"]),
-    (["train", *TINY, "--num-hiddens", "0"], ["--num-hiddens must be an integer from 1"]),
-    (["train", *TINY, "--num-heldout", "0"], ["--num-heldout must be an integer from 1"]),
-    (["demo", "--device", "cuda"], ["device 'cuda' is not available"]),
-    (["translate", "--checkpoint", "runs/reverse", "   "], ["input 1 is empty"]),
-])
+@pytest.mark.parametrize(
+    "args,fragments",
+    [
+        (["translate", "--checkpoint", "runs/reverse", "--beam", "0", "abc"], ["argument --beam: must be at least 1"]),
+        (
+            ["translate", "--checkpoint", "runs/reverse", "--max-len", "-3", "abc"],
+            ["argument --max-len: must be at least 1"],
+        ),
+        (
+            ["generate", "--checkpoint", "runs/reverse", "--prompt", "a", "--temperature", "-1"],
+            ["argument --temperature: must be a finite number > 0"],
+        ),
+        (["train", "--text", "missing.txt"], ["--text", "missing.txt: the file does not exist"]),
+        (["train", *TINY, "--clip-grad-norm", "-1"], ["--clip-grad-norm must be a finite number >= 0, got -1.0"]),
+        (["train", *TINY, "--num-hiddens", "0"], ["--num-hiddens must be an integer from 1"]),
+        (["train", *TINY, "--num-heldout", "0"], ["--num-heldout must be an integer from 1"]),
+        (["demo", "--device", "cuda"], ["device 'cuda' is not available"]),
+        (["translate", "--checkpoint", "runs/reverse", "   "], ["input 1 is empty"]),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_code_2(run, args, fragments):
     result = minitensor(*args, cwd=run.parent.parent)
     one_line(result, 2, *fragments)
@@ -143,14 +204,16 @@ def test_unknown_characters_are_named_and_debug_shows_the_traceback(run):
     translated = minitensor("translate", "--checkpoint", "runs/reverse", "abé", cwd=run.parent.parent)
     assert translated.returncode == 0
     assert "warning: input 1 has characters the model never saw in training: 'é' (each is read as <unk>)" in (
-        translated.stderr)
+        translated.stderr
+    )
     debug = minitensor("train", "--text", "missing.txt", "--debug")
     assert debug.returncode != 0 and "Traceback" in debug.stderr and "ConfigError" in debug.stderr
 
 
 def test_a_closed_stdout_ends_quietly():
-    with subprocess.Popen([sys.executable, "-m", "minitensor", "plugins"], stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE) as listing:
+    with subprocess.Popen(
+        [sys.executable, "-m", "minitensor", "plugins"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    ) as listing:
         listing.stdout.close()  # `minitensor plugins | head -0`: the reader is gone before the first line
         err = listing.stderr.read()
     assert listing.returncode == 141 and err == b""  # quietly, with SIGPIPE's status as `seq 9 | head -1`
@@ -170,9 +233,21 @@ def test_a_plugin_file_for_one_run(tmp_path):
         "        return q @ k.swapaxes(-1, -2)\n\n"
         "@hookimpl\n"
         "def minitensor_scorers():\n"
-        "    return {'my_cosine': Cosine}\n")
-    trained = minitensor("train", *TINY, "--epochs", "1", "--plugin", "my_scorer.py", "--scorer", "my_cosine",
-                         "--out", "run", cwd=tmp_path)
+        "    return {'my_cosine': Cosine}\n"
+    )
+    trained = minitensor(
+        "train",
+        *TINY,
+        "--epochs",
+        "1",
+        "--plugin",
+        "my_scorer.py",
+        "--scorer",
+        "my_cosine",
+        "--out",
+        "run",
+        cwd=tmp_path,
+    )
     assert trained.returncode == 0, trained.stderr
     assert "scorer my_cosine" in trained.stdout
     missing = minitensor("translate", "--checkpoint", "run", "abc", cwd=tmp_path)

@@ -337,8 +337,9 @@ def test_rejects_a_pooling_that_says_sparse_but_has_no_exact_zeros():
 
 def test_the_built_in_poolings_declare_sparse_and_sums_to_one():
     poolings = mt.plugins.poolings()
-    assert {name for name in ("softmax", "average", "sparsemax", "entmax15", "alpha_entmax")
-            if poolings[name].sparse} == {"sparsemax", "entmax15", "alpha_entmax"}
+    assert {
+        name for name in ("softmax", "average", "sparsemax", "entmax15", "alpha_entmax") if poolings[name].sparse
+    } == {"sparsemax", "entmax15", "alpha_entmax"}
     assert all(poolings[name].sums_to_one for name in ("softmax", "average", "sparsemax", "entmax15", "alpha_entmax"))
 
 

@@ -13,10 +13,10 @@ from functools import partial
 
 import numpy as np
 import pytest
-
-import minitensor as mt
 from fake_cupy import FakeCupy, fake_cuda_backend
 from gpu import GPU, requires_gpu
+
+import minitensor as mt
 from minitensor import backends
 from minitensor.backends.cupy_backend import CupyBackend, cuda_unavailable_reason
 from minitensor.train.checkpoint import load_checkpoint, save_checkpoint
@@ -29,7 +29,7 @@ OLD_DRIVER = "cudaErrorInsufficientDriver: CUDA driver version is insufficient f
 
 @pytest.fixture
 def cuda(monkeypatch):
-    """"cuda" served by the CuPy backend on FakeCupy (on a real GPU: the real one)."""
+    """ "cuda" served by the CuPy backend on FakeCupy (on a real GPU: the real one)."""
     if GPU:
         yield "cuda"
         return
@@ -225,9 +225,22 @@ def test_dlpack_keeps_cuda_memory_on_the_gpu():
 
 # -- a whole training run on the device -----------------------------------------------------------------
 def _reverse(tmp_path, device, **changes):
-    settings = dict(task="reverse", num_train=256, num_heldout=32, max_len=4, epochs=2, batch_size=32, num_blks=1,
-                    num_hiddens=16, ffn_num_hiddens=32, num_heads=2, dropout=0.1, progress=False, device=device,
-                    out=str(tmp_path))
+    settings = dict(
+        task="reverse",
+        num_train=256,
+        num_heldout=32,
+        max_len=4,
+        epochs=2,
+        batch_size=32,
+        num_blks=1,
+        num_hiddens=16,
+        ffn_num_hiddens=32,
+        num_heads=2,
+        dropout=0.1,
+        progress=False,
+        device=device,
+        out=str(tmp_path),
+    )
     settings.update(changes)
     return TrainConfig(**settings)
 
@@ -288,9 +301,33 @@ def test_cli_train_on_cuda(cuda, tmp_path, capsys):
     from minitensor import cli
 
     out = str(tmp_path / "run")
-    assert cli.main(["train", "--task", "reverse", "--num-train", "128", "--num-heldout", "16", "--max-len", "3",
-                     "--epochs", "1", "--batch-size", "32", "--num-blks", "1", "--device", cuda, "--out", out,
-                     "--no-progress"]) == 0
+    assert (
+        cli.main(
+            [
+                "train",
+                "--task",
+                "reverse",
+                "--num-train",
+                "128",
+                "--num-heldout",
+                "16",
+                "--max-len",
+                "3",
+                "--epochs",
+                "1",
+                "--batch-size",
+                "32",
+                "--num-blks",
+                "1",
+                "--device",
+                cuda,
+                "--out",
+                out,
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     assert "device cuda" in capsys.readouterr().out
     assert cli.main(["translate", "--checkpoint", out, "--device", cuda, "abc"]) == 0
 
@@ -299,8 +336,24 @@ def test_cli_train_without_a_gpu_fails_with_the_reason(monkeypatch, no_cuda, tmp
     from minitensor import cli
 
     monkeypatch.setitem(sys.modules, "cupy", FakeCupy(error=NO_DEVICE))
-    assert cli.main(["train", "--task", "reverse", "--num-train", "64", "--epochs", "1", "--device", "cuda",
-                     "--out", str(tmp_path)]) == 2
+    assert (
+        cli.main(
+            [
+                "train",
+                "--task",
+                "reverse",
+                "--num-train",
+                "64",
+                "--epochs",
+                "1",
+                "--device",
+                "cuda",
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert "device 'cuda' is not available" in err and "no CUDA GPU" in err and "Traceback" not in err
 
@@ -320,19 +373,23 @@ def test_every_model_and_decoder_runs_on_the_device(cuda):
     assert isinstance(x.grad.data, xp_array) and isinstance(conv.data, xp_array)
 
     from minitensor.data import build_vocabs
+
     src_vocab, tgt_vocab = build_vocabs([(list("abcd"), list("dcba"))])
     for model_name in ("bahdanau", "transformer"):
-        config = TrainConfig(task="reverse", model=model_name, num_hiddens=8, ffn_num_hiddens=16, num_heads=2,
-                             num_blks=1, device=cuda)
+        config = TrainConfig(
+            task="reverse", model=model_name, num_hiddens=8, ffn_num_hiddens=16, num_heads=2, num_blks=1, device=cuda
+        )
         from minitensor.train.config import build_model
+
         model = build_model(config, src_vocab, tgt_vocab)
         model.eval()
         enc_X = mt.tensor([[2, 3, 4, 0]], device=cuda)
         state = model.begin_decoding(enc_X, mt.tensor([3], device=cuda))
         hyps = beam_search(model, state, tgt_vocab.bos, tgt_vocab.eos, 5, beam_size=3)
         assert len(hyps) == 1 and len(hyps[0].tokens) <= 5
-    lm_config = TrainConfig(model="lm", text="x", num_hiddens=8, ffn_num_hiddens=16, num_heads=2, num_blks=1,
-                            device=cuda)
+    lm_config = TrainConfig(
+        model="lm", text="x", num_hiddens=8, ffn_num_hiddens=16, num_heads=2, num_blks=1, device=cuda
+    )
     lm = build_model(lm_config, tgt_vocab, tgt_vocab)
     lm.eval()
     logits = lm(mt.tensor([[2, 3, 4]], device=cuda))

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from gpu import GPU, SIMULATED, requires_gpu
+from helpers import special_rows
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpu import GPU, SIMULATED, requires_gpu
-from helpers import special_rows
 from minitensor.kernels import cpu, reference
 from minitensor.kernels.cuda import SIMULATOR_THREADS_PER_BLOCK, THREADS_PER_BLOCK, CudaKernels
 
@@ -96,6 +96,7 @@ def kernels():
 # Helpers
 # ---------------------------------------------------------------------------
 
+
 def rng_for(*key):
     return np.random.default_rng(zlib.crc32(repr(key).encode()))
 
@@ -151,10 +152,12 @@ def check(kernels, kind, x, lens, g, scale=1.0):
 # Forward and backward against reference.py and cpu.py
 # ---------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", [(1, 1), (3, 7), (2, 64), (4, 70)],
-                         ids=["n=1", "n<block", "n=2 blocks", "n not a multiple"])
+@pytest.mark.parametrize(
+    "shape", [(1, 1), (3, 7), (2, 64), (4, 70)], ids=["n=1", "n<block", "n=2 blocks", "n not a multiple"]
+)
 def test_random_rows_with_and_without_lens(kernels, kind, dtype, shape):
     rng = rng_for(kind, dtype, shape)
     x = rng.standard_normal(shape).astype(dtype)
@@ -168,7 +171,7 @@ def test_random_rows_with_and_without_lens(kernels, kind, dtype, shape):
 def test_huge_logits_are_stable(kernels, kind, dtype):
     rng = rng_for("huge", kind, dtype)
     x = (rng.standard_normal((3, 40)) * 1e4).astype(dtype)
-    x[0, :] = 1e4                                      # ties at a huge value
+    x[0, :] = 1e4  # ties at a huge value
     x[1, :] = -1e4
     g = rng.standard_normal(x.shape).astype(dtype)
     check(kernels, kind, x, None, g, scale=1e4)
@@ -185,9 +188,16 @@ def test_log_softmax_keeps_precision_next_to_a_large_max(kernels):
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(kind=st.sampled_from(KINDS), dtype=st.sampled_from(DTYPES),
-       rows=st.integers(1, 3), n=st.integers(1, 80), threads=st.sampled_from([8, 32]),
-       masked=st.booleans(), scale=st.sampled_from([1.0, 30.0, 1e4]), seed=st.integers(0, 2**32 - 1))
+@given(
+    kind=st.sampled_from(KINDS),
+    dtype=st.sampled_from(DTYPES),
+    rows=st.integers(1, 3),
+    n=st.integers(1, 80),
+    threads=st.sampled_from([8, 32]),
+    masked=st.booleans(),
+    scale=st.sampled_from([1.0, 30.0, 1e4]),
+    seed=st.integers(0, 2**32 - 1),
+)
 def test_hypothesis_shapes(kind, dtype, rows, n, threads, masked, scale, seed):
     rng = np.random.default_rng(seed)
     x = (rng.standard_normal((rows, n)) * scale).astype(dtype)
@@ -210,7 +220,6 @@ def test_every_power_of_two_block_size_reduces_correctly(threads):
 # ---------------------------------------------------------------------------
 
 
-
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_empty_rows_give_zeros_and_minus_inf_never_nan(kernels, dtype):
     x, lens = special_rows(dtype)
@@ -219,10 +228,10 @@ def test_empty_rows_give_zeros_and_minus_inf_never_nan(kernels, dtype):
         check(kernels, kind, x, lens, g)
     y, logy = kernels.softmax_forward(x, lens), kernels.log_softmax_forward(x, lens)
     empty = [0, 3, 5, 6]
-    assert np.all(y[empty] == 0)                        # never uniform weights
+    assert np.all(y[empty] == 0)  # never uniform weights
     assert np.all(logy[empty] == -np.inf)
     assert not np.isnan(y).any() and not np.isnan(logy).any()
-    np.testing.assert_array_equal(y[1, [0, 2, 4]], 0)   # the masked -inf entries of a row
+    np.testing.assert_array_equal(y[1, [0, 2, 4]], 0)  # the masked -inf entries of a row
     np.testing.assert_array_equal(logy[1, [0, 2, 4]], -np.inf)
     np.testing.assert_allclose(y[2], [1, 0, 0, 0, 0])
     np.testing.assert_allclose(y[4], cpu.softmax_forward(x[4:5])[0], rtol=1e-6)  # 99 -> 5
@@ -245,7 +254,7 @@ def test_nan_stays_in_its_row(kernels):
     x = np.zeros((4, 8), dtype=np.float32)
     x[1, 2] = np.nan
     x[3] = -np.inf
-    x[3, 5] = np.nan                                    # NaN must win the max over -inf too
+    x[3, 5] = np.nan  # NaN must win the max over -inf too
     for kind in KINDS:
         y = forward(kernels, kind, x)
         assert np.isnan(y[[1, 3]]).all() and not np.isnan(y[[0, 2]]).any()
@@ -255,6 +264,7 @@ def test_nan_stays_in_its_row(kernels):
 # ---------------------------------------------------------------------------
 # Launch configuration: the grid limit, the stream, empty arrays, errors
 # ---------------------------------------------------------------------------
+
 
 class RecordingKernel:
     """Stands in for a compiled kernel: records ``kernel[grid, block, stream](*args)``."""
@@ -272,7 +282,7 @@ def test_the_grid_is_one_block_per_row_up_to_max_blocks():
     CudaKernels(np, threads_per_block=THREADS)._launch(kernel, 7, x, y)
     CudaKernels(np, threads_per_block=THREADS, max_blocks=2)._launch(kernel, 7, x, y)
     assert [config for config, _ in kernel.launches] == [(7, THREADS, 0), (2, THREADS, 0)]
-    assert kernel.launches[0][1] == (x, y)              # NumPy arrays go in unchanged
+    assert kernel.launches[0][1] == (x, y)  # NumPy arrays go in unchanged
 
 
 @pytest.mark.parametrize("max_blocks", [1, 2, 3])
@@ -295,7 +305,7 @@ def test_every_launch_asks_the_stream_callable():
 
     def stream():
         calls.append(1)
-        return cuda.stream()                            # a simulated stream under the simulator
+        return cuda.stream()  # a simulated stream under the simulator
 
     on_stream = CudaKernels(np, stream=stream, threads_per_block=THREADS)
     x = rng_for("stream").standard_normal((2, 9))
@@ -365,9 +375,11 @@ def test_default_block_size():
 
 
 def test_importing_does_not_import_numba():
-    code = ("import minitensor, minitensor.kernels.cuda as k, sys, numpy\n"
-            "k.CudaKernels(numpy)\n"
-            "assert 'numba' not in sys.modules\n")
+    code = (
+        "import minitensor, minitensor.kernels.cuda as k, sys, numpy\n"
+        "k.CudaKernels(numpy)\n"
+        "assert 'numba' not in sys.modules\n"
+    )
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
 
@@ -375,6 +387,7 @@ def test_importing_does_not_import_numba():
 # ---------------------------------------------------------------------------
 # On a real GPU: CuPy arrays, CuPy's stream, nothing through the host
 # ---------------------------------------------------------------------------
+
 
 @pytest.fixture
 def cupy_kernels():
@@ -422,13 +435,13 @@ def test_on_cupy_arrays(cupy_kernels, no_host_traffic, dtype, shape):
             assert isinstance(y, cupy.ndarray) and isinstance(dx, cupy.ndarray)
             assert y.dtype == dtype and dx.dtype == dtype
             results[kind, masked is None] = (y, dx)
-    assert no_host_traffic == []                        # launches were not synchronized
+    assert no_host_traffic == []  # launches were not synchronized
     cupy.cuda.get_current_stream().synchronize()
     for (kind, unmasked), (y, dx) in results.items():
         lens_used = None if unmasked else lens_host
         y_host = cupy.asnumpy(y)
         want = forward("reference", kind, x_host.astype(np.float64), lens_used)
-        assert_close(y_host, want, dtype, scale=10, factor=10)   # expf may be off by 2 ulp
+        assert_close(y_host, want, dtype, scale=10, factor=10)  # expf may be off by 2 ulp
         want_dx = backward("reference", kind, y_host.astype(np.float64), g_host.astype(np.float64))
         assert_close(cupy.asnumpy(dx), want_dx, dtype, factor=100)
 
@@ -440,10 +453,10 @@ def test_on_a_non_default_cupy_stream_with_a_small_grid(cupy_kernels):
     strided = CudaKernels(cupy, stream=kernels.stream, threads_per_block=256, max_blocks=7)
     x_host = rng_for("stream-gpu").standard_normal((500, 777)).astype(np.float32)
     with cupy.cuda.Stream(non_blocking=True) as stream:
-        x = cupy.asarray(x_host) * 3                    # queued on `stream`
+        x = cupy.asarray(x_host) * 3  # queued on `stream`
         y = strided.softmax_forward(x)
         logy = kernels.log_softmax_forward(x, cupy.full(500, 600))
-        total = y.sum(axis=1)                           # CuPy reads the kernel's output in order
+        total = y.sum(axis=1)  # CuPy reads the kernel's output in order
     stream.synchronize()
     want = reference.softmax_forward(np, x_host.astype(np.float64) * 3)
     np.testing.assert_allclose(cupy.asnumpy(y), want, rtol=1e-4, atol=1e-6)

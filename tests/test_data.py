@@ -39,6 +39,7 @@ SAMPLE = pathlib.Path(__file__).parent / "data" / "fra_eng_sample.txt"
 
 # -- Vocab ----------------------------------------------------------------------------------------
 
+
 def test_vocab_reserved_first_then_by_frequency_then_alphabetically():
     vocab = Vocab([["b", "a", "c"], ["c", "b", "d"], ["c"]])
     assert vocab.idx_to_token == ["<pad>", "<bos>", "<eos>", "<unk>", "c", "b", "a", "d"]
@@ -180,8 +181,19 @@ def test_every_generated_source_means_its_target():
 
 
 def test_every_format_reads_back_on_edge_dates():
-    edges = [datetime.date(*d) for d in [(1950, 1, 1), (1999, 12, 31), (2000, 1, 1), (2000, 2, 29),
-                                          (2001, 11, 12), (2023, 3, 13), (2049, 12, 31), (1963, 8, 22)]]
+    edges = [
+        datetime.date(*d)
+        for d in [
+            (1950, 1, 1),
+            (1999, 12, 31),
+            (2000, 1, 1),
+            (2000, 2, 29),
+            (2001, 11, 12),
+            (2023, 3, 13),
+            (2049, 12, 31),
+            (1963, 8, 22),
+        ]
+    ]
     for date in edges:
         for fmt in DATE_FORMATS:
             assert read_date(format_date(date, fmt))[0] == date, (fmt, format_date(date, fmt))
@@ -201,8 +213,19 @@ def test_at_least_ten_formats_are_actually_produced():
 
 
 def test_ordinal_suffixes():
-    days = {1: "1st", 2: "2nd", 3: "3rd", 4: "4th", 11: "11th", 12: "12th", 13: "13th",
-            21: "21st", 22: "22nd", 23: "23rd", 31: "31st"}
+    days = {
+        1: "1st",
+        2: "2nd",
+        3: "3rd",
+        4: "4th",
+        11: "11th",
+        12: "12th",
+        13: "13th",
+        21: "21st",
+        22: "22nd",
+        23: "23rd",
+        31: "31st",
+    }
     for day, text in days.items():
         assert format_date(datetime.date(2021, 1, day), "ordinal_of_month_yyyy").startswith(text + " of")
 
@@ -258,11 +281,15 @@ def test_date_pairs_are_character_tokens():
 
 # -- reverse, copy, sort -----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("task, expected", [
-    (reverse_task, lambda s: s[::-1]),
-    (copy_task, lambda s: s),
-    (sort_task, sorted),
-])
+
+@pytest.mark.parametrize(
+    "task, expected",
+    [
+        (reverse_task, lambda s: s[::-1]),
+        (copy_task, lambda s: s),
+        (sort_task, sorted),
+    ],
+)
 def test_toy_task_targets(task, expected):
     pairs = task(500, min_len=2, max_len=7, rng=np.random.default_rng(0))
     assert len(pairs) == 500
@@ -291,6 +318,7 @@ def test_toy_tasks_follow_manual_seed_and_check_lengths():
 
 # -- character language model --------------------------------------------------------------------------
 
+
 def test_char_lm_corpus_from_text_and_from_files(tmp_path):
     text = "To be, or not to be:\nthat is the question.\n"
     corpus, vocab = char_lm_corpus(text=text)
@@ -307,13 +335,15 @@ def test_char_lm_corpus_from_text_and_from_files(tmp_path):
 
 # -- parallel corpus -------------------------------------------------------------------------------------
 
+
 def d2l_reference(raw_text):
     """D2L 10.5's _preprocess and _tokenize, transcribed (<eos> left off, and the attribution
     column of the newer Tatoeba files dropped, as read_parallel_corpus does)."""
     text = raw_text.replace("\u202f", " ").replace("\xa0", " ")
     no_space = lambda char, prev_char: char in ",.!?" and prev_char != " "  # noqa: E731
-    text = "".join([" " + char if i > 0 and no_space(char, text[i - 1]) else char
-                    for i, char in enumerate(text.lower())])
+    text = "".join(
+        [" " + char if i > 0 and no_space(char, text[i - 1]) else char for i, char in enumerate(text.lower())]
+    )
     pairs = []
     for line in text.split("\n"):
         parts = line.split("\t")
@@ -362,6 +392,7 @@ def test_heldout_split_is_seeded_and_keeps_source_sentences_apart():
 
 
 # -- batching ------------------------------------------------------------------------------------------
+
 
 def test_truncate_pad():
     assert truncate_pad([1, 2, 3], 5, 0) == [1, 2, 3, 0, 0]
@@ -421,8 +452,9 @@ def test_batches_order_is_seeded_and_changes_between_epochs():
     mt.manual_seed(12)
     assert epoch_rows_1d(Batches(data, batch_size=8)) != first_a
     assert epoch_rows_1d(Batches(data, batch_size=8, shuffle=False)) == list(range(40))
-    assert [t.numpy().tolist() for (t,) in batches(data, batch_size=8, rng=np.random.default_rng(0))] == \
-           [t.numpy().tolist() for (t,) in batches(data, batch_size=8, rng=np.random.default_rng(0))]
+    assert [t.numpy().tolist() for (t,) in batches(data, batch_size=8, rng=np.random.default_rng(0))] == [
+        t.numpy().tolist() for (t,) in batches(data, batch_size=8, rng=np.random.default_rng(0))
+    ]
 
 
 def epoch_rows_1d(loader):

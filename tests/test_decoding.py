@@ -40,8 +40,10 @@ def make_model(kind, seed=0, dropout=0.0, device="cpu"):
         args = (V, 8, 16, 2, 2, dropout)
         model = nn.EncoderDecoder(nn.TransformerEncoder(*args, **options), nn.TransformerDecoder(*args, **options))
     elif kind == "seq2seq":
-        model = nn.Seq2Seq(nn.Seq2SeqEncoder(V, 4, 8, 2, dropout, dtype=mt.float64),
-                           nn.Seq2SeqAttentionDecoder(V, 4, 8, 2, dropout, dtype=mt.float64))
+        model = nn.Seq2Seq(
+            nn.Seq2SeqEncoder(V, 4, 8, 2, dropout, dtype=mt.float64),
+            nn.Seq2SeqAttentionDecoder(V, 4, 8, 2, dropout, dtype=mt.float64),
+        )
     else:
         model = nn.TransformerLM(V, 8, 16, 2, 2, dropout, **options)
     sharpen(model.decoder.dense)
@@ -69,15 +71,15 @@ def full_forward_log_probs(model, kind, b, sequences, start=None):
     T = max(len(s) for s in sequences)
     if start is None:
         start = [BOS] if kind != "lm" else list(PROMPTS[b])
-    inputs = np.array([start + s[:-1] + [PAD] * (T - len(s)) if s else start + [PAD] * (T - 1)
-                       for s in sequences])
+    inputs = np.array([start + s[:-1] + [PAD] * (T - len(s)) if s else start + [PAD] * (T - 1) for s in sequences])
     N = len(sequences)
     if kind == "lm":
         logits = model(mt.tensor(inputs))
     else:
-        logits = model(mt.tensor(np.repeat(SRC[b:b + 1], N, 0)), mt.tensor(inputs),
-                       mt.tensor(np.repeat(SRC_LENS[b:b + 1], N)))
-    return mt.log_softmax(logits[:, len(start) - 1:], axis=-1).numpy()  # the start itself is not scored
+        logits = model(
+            mt.tensor(np.repeat(SRC[b : b + 1], N, 0)), mt.tensor(inputs), mt.tensor(np.repeat(SRC_LENS[b : b + 1], N))
+        )
+    return mt.log_softmax(logits[:, len(start) - 1 :], axis=-1).numpy()  # the start itself is not scored
 
 
 def sequence_log_prob(model, kind, b, sequences):
@@ -110,7 +112,7 @@ def test_a_beam_wide_enough_for_every_hypothesis_is_exhaustive_search(kind, alph
     model = make_model(kind, seed=1)
     state, bos, prompt = begin(model, kind)
     # |V|^max_len slots: nothing is ever pruned, so beam search sees every sequence
-    found = beam_search(model, state, bos, EOS, max_len, V ** max_len, alpha, prompt, n_best=n)
+    found = beam_search(model, state, bos, EOS, max_len, V**max_len, alpha, prompt, n_best=n)
     greedy_found = greedy(model, state, bos, EOS, max_len, prompt, length_penalty=alpha)
     differs = 0
     for b, (hyps, g) in enumerate(zip(found, greedy_found)):
@@ -126,9 +128,9 @@ def test_a_beam_wide_enough_for_every_hypothesis_is_exhaustive_search(kind, alph
 def test_greedy_is_argmax_recomputed_from_the_full_prefix(kind):
     max_len = 6
     model = make_model(kind, seed=2)
-    state, bos, prompt = begin(model, kind)
+    state, bos, lm_prompt = begin(model, kind)
     # an encoder-decoder also continues a forced target prefix, after <bos>
-    for prompt in [prompt] if kind == "lm" else [None, [A, B]]:
+    for prompt in [lm_prompt] if kind == "lm" else [None, [A, B]]:
         found = greedy(model, state, bos, EOS, max_len, prompt, length_penalty=0.0)
         for b, hyp in enumerate(found):
             start = None if prompt is None or kind == "lm" else [BOS] + prompt
@@ -150,17 +152,18 @@ def test_ended_and_cut_hypotheses_are_scored_with_and_without_eos():
     model = make_model("transformer", seed=3)
     state, bos, _ = begin(model, "transformer")
     for hyp_list in beam_search(model, state, bos, EOS, 5, beam_size=3, length_penalty=0.75, n_best=3):
-        for b, hyp in enumerate(hyp_list):
+        for hyp in hyp_list:
             assert EOS not in hyp.tokens and len(hyp.tokens) + hyp.ended <= 5
             assert hyp.ended or len(hyp.tokens) == 5
             length = len(hyp.tokens) + hyp.ended
-            np.testing.assert_allclose(hyp.score, hyp.log_prob / length ** 0.75, rtol=1e-12)
+            np.testing.assert_allclose(hyp.score, hyp.log_prob / length**0.75, rtol=1e-12)
         assert [h.score for h in hyp_list] == sorted((h.score for h in hyp_list), reverse=True)
     found = beam_search(model, state, bos, EOS, 5, beam_size=3, n_best=3)
     for b, hyp_list in enumerate(found):
         seqs = [h.tokens + [EOS] * h.ended for h in hyp_list]
-        np.testing.assert_allclose([h.log_prob for h in hyp_list], sequence_log_prob(model, "transformer", b, seqs),
-                                   rtol=1e-10)
+        np.testing.assert_allclose(
+            [h.log_prob for h in hyp_list], sequence_log_prob(model, "transformer", b, seqs), rtol=1e-10
+        )
 
 
 # -- the rules, by hand -----------------------------------------------------------------------------
@@ -213,7 +216,7 @@ def test_beam_search_finds_what_greedy_search_misses():
     assert model.fed == [[(BOS,)], [(BOS, A), (BOS, B)], [(BOS, A, A), (BOS, A, B)]]
     # the length penalty decides between candidates, not what the beam explores
     (normalised,) = beam_search(model, model.begin_decoding(), BOS, EOS, 10, beam_size=2, length_penalty=0.75)
-    np.testing.assert_allclose(normalised.score, np.log(0.36) / 2 ** 0.75)
+    np.testing.assert_allclose(normalised.score, np.log(0.36) / 2**0.75)
 
 
 def test_max_len_cuts_the_hypotheses_still_alive():
@@ -238,14 +241,17 @@ def test_eos_none_runs_every_sequence_to_max_len():
     (hyp,) = beam_search(model, model.begin_decoding(), BOS, None, 3, beam_size=2, length_penalty=0.0)
     assert len(hyp.tokens) == 3 and not hyp.ended
     # no token ends a sequence, id 2 included: a wide beam keeps all |V|^2 pairs
-    (hyps,) = beam_search(model, model.begin_decoding(), BOS, None, 2, beam_size=V ** 2, n_best=V ** 2)
+    (hyps,) = beam_search(model, model.begin_decoding(), BOS, None, 2, beam_size=V**2, n_best=V**2)
     assert sorted(h.tokens for h in hyps) == [[a, b] for a in range(V) for b in range(V)]
 
 
 def test_done_examples_leave_the_batch():
     """Example 0 ends at once; examples 1 and 2 go on: the later steps feed only their rows."""
-    table = {(0, ()): (0.01, 0.01, 0.9, 0.04, 0.04), (0, (A,)): (0.01, 0.01, 0.9, 0.04, 0.04),
-             (0, (B,)): (0.01, 0.01, 0.9, 0.04, 0.04)}
+    table = {
+        (0, ()): (0.01, 0.01, 0.9, 0.04, 0.04),
+        (0, (A,)): (0.01, 0.01, 0.9, 0.04, 0.04),
+        (0, (B,)): (0.01, 0.01, 0.9, 0.04, 0.04),
+    }
     for e in (1, 2):
         table[(e, ())] = (0.01, 0.01, 0.08, 0.5, 0.4)
     model = Scripted(table, default=(0.05, 0.05, 0.02, 0.5, 0.38))
@@ -277,8 +283,9 @@ def test_sampling_draws_from_softmax_of_logits_over_temperature():
         # the reported score is the model's log-probability, not the perturbed ranking key
         np.testing.assert_allclose([h.log_prob for h in found[:50]], np.log(probs[tokens[:50]]))
     # no temperature: greedy search
-    assert sample(model, model.begin_decoding(3), BOS, EOS, 4, 0.0) == greedy(model, model.begin_decoding(3),
-                                                                               BOS, EOS, 4)
+    assert sample(model, model.begin_decoding(3), BOS, EOS, 4, 0.0) == greedy(
+        model, model.begin_decoding(3), BOS, EOS, 4
+    )
 
 
 # -- batches, attention, the convenience functions ------------------------------------------------------
@@ -302,8 +309,8 @@ def expected_attention(model, kind, b, hyp):
         start = list(PROMPTS[b])
         model(mt.tensor([start + fed]))
         weights = np.stack([w.numpy()[0] for w in model.attention_weights])  # (blks, heads, T, T)
-        return weights[:, :, len(start) - 1:, :]
-    model(mt.tensor(SRC[b:b + 1]), mt.tensor([[BOS] + fed]), mt.tensor(SRC_LENS[b:b + 1]))
+        return weights[:, :, len(start) - 1 :, :]
+    model(mt.tensor(SRC[b : b + 1]), mt.tensor([[BOS] + fed]), mt.tensor(SRC_LENS[b : b + 1]))
     if kind == "seq2seq":
         return np.concatenate([w.numpy()[0] for w in model.decoder.attention_weights])  # (L, K)
     return np.stack([w.numpy()[0] for w in model.decoder.attention_weights[1]])  # cross: (blks, heads, L, K)
@@ -326,7 +333,7 @@ def test_attention_weights_of_the_returned_hypotheses(kind):
     # hypotheses of several lengths, ended and cut, were checked
     assert len({n for n, _ in checked}) >= 2 and {e for _, e in checked} == {True, False}
     if kind != "lm":
-        assert (found[2][0].attention[..., SRC_LENS[2]:] == 0).all()  # the padding is never attended
+        assert (found[2][0].attention[..., SRC_LENS[2] :] == 0).all()  # the padding is never attended
     assert beam_search(model, state, bos, EOS, 6, beam_size=3, prompt=prompt)[0].attention is None
 
 
@@ -352,8 +359,9 @@ def test_translate_encodes_the_source_as_the_training_data_do():
     src_vocab, tgt_vocab = vocabs()  # 7 tokens each: <pad> <bos> <eos> <unk> a b c
     mt.manual_seed(6)
     args = (len(src_vocab), 8, 16, 2, 2, 0.3)
-    model = nn.EncoderDecoder(nn.TransformerEncoder(*args, dtype=mt.float64),
-                              nn.TransformerDecoder(*args, dtype=mt.float64))
+    model = nn.EncoderDecoder(
+        nn.TransformerEncoder(*args, dtype=mt.float64), nn.TransformerDecoder(*args, dtype=mt.float64)
+    )
     sharpen(model.decoder.dense)
     sentences = [["a", "b", "c", "c"], ["b"], ["c", "a"]]
     assert model.training  # dropout 0.3 on: translate must switch it off, and back on after
@@ -378,8 +386,10 @@ def test_translate_encodes_the_source_as_the_training_data_do():
 def test_translate_with_the_bahdanau_model():
     src_vocab, tgt_vocab = vocabs()
     mt.manual_seed(7)
-    model = nn.Seq2Seq(nn.Seq2SeqEncoder(len(src_vocab), 4, 8, 2, dtype=mt.float64),
-                       nn.Seq2SeqAttentionDecoder(len(tgt_vocab), 4, 8, 2, dtype=mt.float64))
+    model = nn.Seq2Seq(
+        nn.Seq2SeqEncoder(len(src_vocab), 4, 8, 2, dtype=mt.float64),
+        nn.Seq2SeqAttentionDecoder(len(tgt_vocab), 4, 8, 2, dtype=mt.float64),
+    )
     sharpen(model.decoder.dense)
     found = translate(model, ["a", "b"], src_vocab, tgt_vocab, num_steps=5, beam_size=2, attention=True)
     state = model.begin_decoding(mt.tensor([[4, 5, 2, 0, 0]]), mt.tensor([3]))
@@ -470,8 +480,7 @@ def test_pad_and_bos_are_never_generated():
     (plain,) = greedy(model, model.begin_decoding(), BOS, EOS, 3)
     assert plain.tokens == [PAD, PAD, PAD]
     for k in (1, 2, 4):
-        for hyp in beam_search(model, model.begin_decoding(), BOS, EOS, 3, beam_size=k, n_best=k,
-                               forbid=(PAD, BOS))[0]:
+        for hyp in beam_search(model, model.begin_decoding(), BOS, EOS, 3, beam_size=k, n_best=k, forbid=(PAD, BOS))[0]:
             assert not {PAD, BOS} & set(hyp.tokens) and np.isfinite(hyp.score)
     mt.manual_seed(0)
     (drawn,) = sample(model, model.begin_decoding(), BOS, EOS, 20, temperature=2.0, forbid=(PAD, BOS))

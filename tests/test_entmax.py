@@ -7,11 +7,11 @@ from helpers import check
 from helpers import ints as _ints
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from minitensor_plugins.poolings import AlphaEntmaxPooling, Entmax15Pooling
 
 import minitensor as mt
 from minitensor.errors import ShapeError
 from minitensor.testing import check_pooling
-from minitensor_plugins.poolings import AlphaEntmaxPooling, Entmax15Pooling
 
 
 def _scores(device, shape, seed=0, scale=1.0, requires_grad=False):
@@ -59,9 +59,14 @@ def _case(device, shape, valid_lens, mask, seed=0):
 # -- the conformance kit ---------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "cls,options",
-    [(Entmax15Pooling, {}), (AlphaEntmaxPooling, {}), (AlphaEntmaxPooling, {"alpha": 1.2}),
-     (AlphaEntmaxPooling, {"alpha": 3.0}), (AlphaEntmaxPooling, {"learn_alpha": True}),
-     (AlphaEntmaxPooling, {"alpha": 1.3, "learn_alpha": True})],
+    [
+        (Entmax15Pooling, {}),
+        (AlphaEntmaxPooling, {}),
+        (AlphaEntmaxPooling, {"alpha": 1.2}),
+        (AlphaEntmaxPooling, {"alpha": 3.0}),
+        (AlphaEntmaxPooling, {"learn_alpha": True}),
+        (AlphaEntmaxPooling, {"alpha": 1.3, "learn_alpha": True}),
+    ],
 )
 def test_the_poolings_pass_the_conformance_kit(cls, options, device):
     assert cls.sparse is True and cls.sums_to_one is True
@@ -93,10 +98,12 @@ def test_entmax15_closed_forms():
 def test_alpha_1_5_is_entmax15_and_2_is_sparsemax(device):
     _, scores = _scores(device, (6, 7), seed=1, scale=3.0)
     lens = _ints([7, 3, 1, 0, 5, 7], device)
-    np.testing.assert_allclose(mt.alpha_entmax(scores, 1.5, lens).numpy(), mt.entmax15(scores, lens).numpy(),
-                               rtol=0, atol=1e-13)
-    np.testing.assert_allclose(mt.alpha_entmax(scores, 2.0, lens).numpy(), mt.sparsemax(scores, lens).numpy(),
-                               rtol=0, atol=1e-13)
+    np.testing.assert_allclose(
+        mt.alpha_entmax(scores, 1.5, lens).numpy(), mt.entmax15(scores, lens).numpy(), rtol=0, atol=1e-13
+    )
+    np.testing.assert_allclose(
+        mt.alpha_entmax(scores, 2.0, lens).numpy(), mt.sparsemax(scores, lens).numpy(), rtol=0, atol=1e-13
+    )
 
 
 def test_alpha_near_1_is_close_to_softmax(device):
@@ -195,8 +202,11 @@ def test_fully_masked_rows_are_zeros_with_zero_gradient(device):
 # -- properties -------------------------------------------------------------------------------------
 @settings(max_examples=40, deadline=None)
 @given(
-    rows=st.integers(1, 4), K=st.integers(1, 9), seed=st.integers(0, 2**16),
-    scale=st.sampled_from([1e-3, 0.1, 1.0, 10.0, 1e3]), alpha=st.sampled_from([None, 1.1, 1.5, 2.0, 4.0]),
+    rows=st.integers(1, 4),
+    K=st.integers(1, 9),
+    seed=st.integers(0, 2**16),
+    scale=st.sampled_from([1e-3, 0.1, 1.0, 10.0, 1e3]),
+    alpha=st.sampled_from([None, 1.1, 1.5, 2.0, 4.0]),
 )
 def test_property_simplex_and_order(rows, K, seed, scale, alpha):
     z = np.random.default_rng(seed).standard_normal((rows, K)) * scale
@@ -212,7 +222,7 @@ def test_property_simplex_and_order(rows, K, seed, scale, alpha):
 # -- learning alpha -------------------------------------------------------------------------------
 def test_learn_alpha_starts_at_the_option_and_gets_a_gradient():
     pooling = AlphaEntmaxPooling(alpha=1.7, learn_alpha=True, dtype=mt.float64)
-    (name, raw), = pooling.named_parameters()
+    ((name, raw),) = pooling.named_parameters()
     assert name == "raw" and raw.dtype == mt.float64
     assert abs(pooling.alpha.item() - 1.7) < 1e-12
     _, scores = _scores("cpu", (2, 3, 5), seed=11, scale=2.0, requires_grad=True)
@@ -228,8 +238,7 @@ def test_learn_alpha_starts_at_the_option_and_gets_a_gradient():
 
 
 def test_learn_alpha_in_an_attention_layer():
-    attn = mt.nn.Attention("dot", "alpha_entmax", 0.0, 4, 4, pooling_options={"learn_alpha": True},
-                           dtype=mt.float64)
+    attn = mt.nn.Attention("dot", "alpha_entmax", 0.0, 4, 4, pooling_options={"learn_alpha": True}, dtype=mt.float64)
     assert [n for n, _ in attn.named_parameters()] == ["pooling.raw"]
     q, k = mt.randn(2, 3, 4, dtype=mt.float64), mt.randn(2, 5, 4, dtype=mt.float64)
     attn(q, k, k, valid_lens=[3, 5]).sum().backward()
@@ -272,7 +281,11 @@ def test_agrees_with_the_entmax_package():
     entmax = pytest.importorskip("entmax")
     torch = pytest.importorskip("torch")
     z = np.random.default_rng(12).standard_normal((4, 7)) * 2
-    np.testing.assert_allclose(mt.entmax15(mt.tensor(z)).numpy(),
-                               entmax.entmax15(torch.tensor(z), dim=-1).numpy(), atol=1e-10)
-    np.testing.assert_allclose(mt.alpha_entmax(mt.tensor(z), 1.3).numpy(),
-                               entmax.entmax_bisect(torch.tensor(z), alpha=1.3, dim=-1).numpy(), atol=1e-6)
+    np.testing.assert_allclose(
+        mt.entmax15(mt.tensor(z)).numpy(), entmax.entmax15(torch.tensor(z), dim=-1).numpy(), atol=1e-10
+    )
+    np.testing.assert_allclose(
+        mt.alpha_entmax(mt.tensor(z), 1.3).numpy(),
+        entmax.entmax_bisect(torch.tensor(z), alpha=1.3, dim=-1).numpy(),
+        atol=1e-6,
+    )

@@ -44,7 +44,9 @@ def test_shape_error_is_a_value_error(device):
 def test_matmul_inner_dimension_mismatch(device, sa, sb, k1, k2):
     a, b = mt.ones(*sa, device=device), mt.ones(*sb, device=device)
     if k1 == k2:  # the batch axes are the problem here
-        raises(mt.ShapeError, lambda: a @ mt.ones(4, 3, 2, device=device), "matmul", "(5, 2, 3)", "(4, 3, 2)", "broadcast")
+        raises(
+            mt.ShapeError, lambda: a @ mt.ones(4, 3, 2, device=device), "matmul", "(5, 2, 3)", "(4, 3, 2)", "broadcast"
+        )
         return
     msg = raises(mt.ShapeError, lambda: a @ b, "matmul", str(sa), str(sb), f"{k1} != {k2}")
     assert "transpose" in msg  # what to do
@@ -168,17 +170,33 @@ def test_inplace_message_says_what_to_do(device):
 def test_cross_entropy_target_out_of_range(device):
     z = mt.zeros(2, 3, device=device)
     raises(IndexError, lambda: mt.cross_entropy(z, mt.tensor([0, 3], device=device)), "cross_entropy", "3", "0..2")
-    raises(IndexError, lambda: mt.cross_entropy(z, mt.tensor([-1, 0], device=device)), "cross_entropy", "-1", "ignore_index")
+    raises(
+        IndexError,
+        lambda: mt.cross_entropy(z, mt.tensor([-1, 0], device=device)),
+        "cross_entropy",
+        "-1",
+        "ignore_index",
+    )
     # an ignored position may hold anything
     assert mt.cross_entropy(z, mt.tensor([7, 0], device=device), ignore_index=7).item() == pytest.approx(np.log(3))
 
 
 def test_cross_entropy_bad_arguments(device):
     z = mt.zeros(2, 3, device=device)
-    raises(mt.ShapeError, lambda: mt.cross_entropy(z, mt.tensor([0, 1, 2], device=device)), "cross_entropy", "(2, 3)", "(3,)")
+    raises(
+        mt.ShapeError,
+        lambda: mt.cross_entropy(z, mt.tensor([0, 1, 2], device=device)),
+        "cross_entropy",
+        "(2, 3)",
+        "(3,)",
+    )
     raises(TypeError, lambda: mt.cross_entropy(z, mt.tensor([0.0, 1.0], device=device)), "integer", "float32")
     raises(ValueError, lambda: mt.cross_entropy(z, mt.tensor([0, 1], device=device), reduction="avg"), "'avg'", "mean")
-    raises(ValueError, lambda: mt.cross_entropy(z, mt.tensor([0, 1], device=device), label_smoothing=1.0), "label_smoothing")
+    raises(
+        ValueError,
+        lambda: mt.cross_entropy(z, mt.tensor([0, 1], device=device), label_smoothing=1.0),
+        "label_smoothing",
+    )
 
 
 def test_embedding_index_out_of_range(device):
@@ -186,7 +204,12 @@ def test_embedding_index_out_of_range(device):
     raises(IndexError, lambda: mt.embedding(mt.tensor([0, 5], device=device), w), "embedding", "5", "0..4")
     raises(IndexError, lambda: mt.embedding(mt.tensor([-1], device=device), w), "embedding", "-1")
     raises(TypeError, lambda: mt.embedding(mt.tensor([0.0], device=device), w), "embedding", "float32")
-    raises(mt.ShapeError, lambda: mt.embedding(mt.tensor([0], device=device), mt.ones(5, device=device)), "embedding", "2-D")
+    raises(
+        mt.ShapeError,
+        lambda: mt.embedding(mt.tensor([0], device=device), mt.ones(5, device=device)),
+        "embedding",
+        "2-D",
+    )
 
 
 def test_integer_array_index_out_of_range(device):
@@ -206,21 +229,46 @@ def test_the_array_index_check_made_for_gpu_arrays():
     from minitensor.ops.indexing import _check_array_parts
 
     shape = (3, 4, 5)
-    for index in [np.array([0, 3]), (slice(None), np.array([-5])), (Ellipsis, np.array([5])),
-                  (None, 0, np.array([1, 4])), (np.ones((3, 4), bool), np.array([5]))]:
+    for index in [
+        np.array([0, 3]),
+        (slice(None), np.array([-5])),
+        (Ellipsis, np.array([5])),
+        (None, 0, np.array([1, 4])),
+        (np.ones((3, 4), bool), np.array([5])),
+    ]:
         with pytest.raises(IndexError, match="out of bounds for axis"):
             _check_array_parts(shape, index)
-    for index in [np.array([0, -3]), (slice(None), np.array([3, -4])), (Ellipsis, np.array([4])),
-                  (None, 0, np.array([1, 3]), np.array([4])), (np.ones((3, 4), bool), np.array([4])), np.array([], int)]:
+    for index in [
+        np.array([0, -3]),
+        (slice(None), np.array([3, -4])),
+        (Ellipsis, np.array([4])),
+        (None, 0, np.array([1, 3]), np.array([4])),
+        (np.ones((3, 4), bool), np.array([4])),
+        np.array([], int),
+    ]:
         _check_array_parts(shape, index)
 
 
 def test_masked_softmax_valid_lens_of_a_wrong_shape(device):
     x = mt.zeros(2, 3, 4, device=device)
-    raises(mt.ShapeError, lambda: mt.masked_softmax(x, mt.tensor([1, 2, 3], device=device)), "masked_softmax", "(3,)", "(2, 3, 4)", "(2,)")
-    raises(mt.ShapeError, lambda: mt.masked_softmax(x, mt.tensor([[1, 2], [3, 4]], device=device)), "masked_softmax", "(2, 2)")
+    raises(
+        mt.ShapeError,
+        lambda: mt.masked_softmax(x, mt.tensor([1, 2, 3], device=device)),
+        "masked_softmax",
+        "(3,)",
+        "(2, 3, 4)",
+        "(2,)",
+    )
+    raises(
+        mt.ShapeError,
+        lambda: mt.masked_softmax(x, mt.tensor([[1, 2], [3, 4]], device=device)),
+        "masked_softmax",
+        "(2, 2)",
+    )
     raises(TypeError, lambda: mt.masked_softmax(x, mt.tensor([1.0, 2.0], device=device)), "valid_lens", "integers")
-    raises(mt.ShapeError, lambda: mt.masked_softmax(x, mask=mt.ones(3, 3, dtype=mt.bool, device=device)), "mask", "(3, 3)")
+    raises(
+        mt.ShapeError, lambda: mt.masked_softmax(x, mask=mt.ones(3, 3, dtype=mt.bool, device=device)), "mask", "(3, 3)"
+    )
     raises(TypeError, lambda: mt.masked_softmax(x, mask=mt.ones(2, 3, 4, device=device)), "mask", "bool")
 
 
@@ -261,7 +309,9 @@ class WrongSquare(Function):
 def test_gradcheck_failure_names_the_input_and_the_element(device):
     x = mt.tensor(np.arange(1.0, 7.0).reshape(2, 3), dtype=mt.float64, device=device, requires_grad=True)
     c = mt.tensor([1.0], dtype=mt.float64, device=device, requires_grad=True)
-    msg = raises(mt.GradcheckError, lambda: mt.gradcheck(lambda c, x: WrongSquare.apply(x) * c, [c, x]), "input 1", "(1, 2)")
+    msg = raises(
+        mt.GradcheckError, lambda: mt.gradcheck(lambda c, x: WrongSquare.apply(x) * c, [c, x]), "input 1", "(1, 2)"
+    )
     assert "(2, 3)" in msg  # the input's shape
     assert isinstance(mt.GradcheckError("x"), AssertionError)
 

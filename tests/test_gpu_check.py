@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 import pytest
-
 from gpu import GPU
 
 SCRIPT = pathlib.Path(__file__).resolve().parent.parent / "bench" / "gpu_check.py"
@@ -16,8 +15,9 @@ SCRIPT = pathlib.Path(__file__).resolve().parent.parent / "bench" / "gpu_check.p
 
 def run(*args):
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
-    return subprocess.run([sys.executable, str(SCRIPT), "--no-install", *args], capture_output=True, text=True,
-                          env=env, timeout=600)
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), "--no-install", *args], capture_output=True, text=True, env=env, timeout=600
+    )
 
 
 def test_the_benchmarks_run_on_the_cpu_and_check_their_results():

@@ -7,10 +7,10 @@ ties for max/min).
 
 import numpy as np
 import pytest
+from helpers import OPERATOR, check, distinct, rand
 
 import minitensor as mt
 from minitensor.autograd import Function
-from helpers import OPERATOR, check, distinct, rand
 
 BROADCAST_PAIRS = [
     ((3, 4), (3, 4)),
@@ -52,7 +52,23 @@ def test_binary_broadcasting(device, op, sa, sb):
         lambda x: -x,
         lambda x: mt.neg(x),
     ],
-    ids=["x+2", "2+x", "x-3", "3-x", "x*1.5", "-2*x", "x/4", "3/x", "x**2", "x**3.", "x**.5", "x**-1.5", "2**x", "-x", "neg"],
+    ids=[
+        "x+2",
+        "2+x",
+        "x-3",
+        "3-x",
+        "x*1.5",
+        "-2*x",
+        "x/4",
+        "3/x",
+        "x**2",
+        "x**3.",
+        "x**.5",
+        "x**-1.5",
+        "2**x",
+        "-x",
+        "neg",
+    ],
 )
 def test_scalar_constants(device, fn):
     check(fn, rand(device, 3, 4, low=0.5, high=2.0))
@@ -548,7 +564,9 @@ def test_cross_entropy_matches_torch(device):
                 zt.reshape(-1, 5), torch.tensor(target.reshape(-1)), reduction=reduction, label_smoothing=smoothing
             )
             logits.grad = None
-            out = mt.cross_entropy(logits, mt.tensor(target, device=device), reduction=reduction, label_smoothing=smoothing)
+            out = mt.cross_entropy(
+                logits, mt.tensor(target, device=device), reduction=reduction, label_smoothing=smoothing
+            )
             np.testing.assert_allclose(out.numpy().reshape(-1), ref.detach().numpy().reshape(-1), rtol=1e-10)
             out.sum().backward()
             ref.sum().backward()

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import special_rows
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from helpers import special_rows
 from minitensor.kernels import cpu, reference
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -35,6 +35,7 @@ TOLERANCE = {np.float32: (2e-5, 1e-6), np.float64: (1e-11, 1e-13)}
 # The oracle: float64, one row at a time, straight from the definitions
 # ---------------------------------------------------------------------------
 
+
 def _valid_lengths(rows, n, lens):
     if lens is None:
         return [n] * rows
@@ -47,7 +48,7 @@ def oracle_softmax(x, lens=None):
     for r, length in enumerate(_valid_lengths(*x.shape, lens)):
         v = x[r, :length]
         if length == 0 or np.all(v == -np.inf):
-            continue                                   # empty row: all zeros
+            continue  # empty row: all zeros
         e = np.exp(v - v.max())
         y[r, :length] = e / e.sum()
     return y
@@ -59,7 +60,7 @@ def oracle_log_softmax(x, lens=None):
     for r, length in enumerate(_valid_lengths(*x.shape, lens)):
         v = x[r, :length]
         if length == 0 or np.all(v == -np.inf):
-            continue                                   # empty row: all -inf
+            continue  # empty row: all -inf
         m = v.max()
         with np.errstate(divide="ignore"):
             y[r, :length] = (v - m) - np.log(np.exp(v - m).sum())
@@ -94,6 +95,7 @@ def oracle_log_softmax_backward(y, g):
 # Helpers
 # ---------------------------------------------------------------------------
 
+
 def make_logits(rng, rows, n, dtype, scale=1.0):
     return (rng.standard_normal((rows, n)) * scale).astype(dtype)
 
@@ -105,7 +107,7 @@ def make_lens(rng, rows, n, mode):
         return rng.integers(0, n + 1, size=rows).astype(np.int64)
     if mode == "zeros":
         return np.zeros(rows, dtype=np.int64)
-    if mode == "beyond":       # outside [0, n]: must be clipped
+    if mode == "beyond":  # outside [0, n]: must be clipped
         return rng.choice([-3, n + 1, 10 * n + 7], size=rows).astype(np.int64)
     raise ValueError(mode)
 
@@ -132,12 +134,12 @@ def reference_forward(kind, x, lens):
 
 
 ORACLE_FORWARD = {"softmax": oracle_softmax, "log_softmax": oracle_log_softmax}
-ORACLE_BACKWARD = {"softmax": oracle_softmax_backward,
-                   "log_softmax": oracle_log_softmax_backward}
-CPU_BACKWARD = {"softmax": cpu.softmax_backward,
-                "log_softmax": cpu.log_softmax_backward}
-REFERENCE_BACKWARD = {"softmax": lambda y, g: reference.softmax_backward(np, y, g),
-                      "log_softmax": lambda y, g: reference.log_softmax_backward(np, y, g)}
+ORACLE_BACKWARD = {"softmax": oracle_softmax_backward, "log_softmax": oracle_log_softmax_backward}
+CPU_BACKWARD = {"softmax": cpu.softmax_backward, "log_softmax": cpu.log_softmax_backward}
+REFERENCE_BACKWARD = {
+    "softmax": lambda y, g: reference.softmax_backward(np, y, g),
+    "log_softmax": lambda y, g: reference.log_softmax_backward(np, y, g),
+}
 
 
 def check_all(kind, x, lens, g, scale=1.0):
@@ -145,7 +147,7 @@ def check_all(kind, x, lens, g, scale=1.0):
     dtype = x.dtype.type
     want = ORACLE_FORWARD[kind](x, lens)
     with warnings.catch_warnings():
-        warnings.simplefilter("error")                 # no warning may leak
+        warnings.simplefilter("error")  # no warning may leak
         y_ref = reference_forward(kind, x, lens)
     y_cpu = cpu_forward(kind, x, lens)
     assert_matches(y_cpu, want, dtype, scale)
@@ -168,6 +170,7 @@ def check_all(kind, x, lens, g, scale=1.0):
 # Forward and backward on random inputs
 # ---------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("kind", ["softmax", "log_softmax"])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("lens_mode", LENS_MODES)
@@ -180,13 +183,15 @@ def test_random_inputs(kind, dtype, lens_mode, shape):
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(kind=st.sampled_from(["softmax", "log_softmax"]),
-       dtype=st.sampled_from(DTYPES),
-       rows=st.integers(1, 50),
-       n=st.integers(1, 300),
-       lens_mode=st.sampled_from(LENS_MODES),
-       scale=st.sampled_from([1.0, 30.0, 1e4]),
-       seed=st.integers(0, 2**32 - 1))
+@given(
+    kind=st.sampled_from(["softmax", "log_softmax"]),
+    dtype=st.sampled_from(DTYPES),
+    rows=st.integers(1, 50),
+    n=st.integers(1, 300),
+    lens_mode=st.sampled_from(LENS_MODES),
+    scale=st.sampled_from([1.0, 30.0, 1e4]),
+    seed=st.integers(0, 2**32 - 1),
+)
 def test_hypothesis_shapes(kind, dtype, rows, n, lens_mode, scale, seed):
     rng = np.random.default_rng(seed)
     x = make_logits(rng, rows, n, dtype, scale)
@@ -199,7 +204,7 @@ def test_hypothesis_shapes(kind, dtype, rows, n, lens_mode, scale, seed):
 def test_huge_logits_are_stable(kind, dtype):
     rng = np.random.default_rng(0)
     x = make_logits(rng, 32, 100, dtype, scale=1e4)
-    x[0, :] = 1e4                                      # ties at a huge value
+    x[0, :] = 1e4  # ties at a huge value
     x[1, :] = -1e4
     g = make_logits(rng, 32, 100, dtype)
     check_all(kind, x, None, g, scale=1e4)
@@ -243,7 +248,6 @@ def test_lens_argument_forms(lens):
 # ---------------------------------------------------------------------------
 
 
-
 @pytest.mark.parametrize("kind", ["softmax", "log_softmax"])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_special_rows(kind, dtype):
@@ -263,7 +267,7 @@ def test_empty_rows_give_zeros_and_minus_inf(dtype, impl):
         y = reference.softmax_forward(np, x, lens)
         logy = reference.log_softmax_forward(np, x, lens)
     empty = [0, 3, 5, 6]
-    assert np.all(y[empty] == 0)                        # never uniform weights
+    assert np.all(y[empty] == 0)  # never uniform weights
     assert np.all(logy[empty] == -np.inf)
     assert not np.isnan(y).any() and not np.isnan(logy).any()
     # the masked -inf entries of a non-empty row
@@ -324,6 +328,7 @@ def test_inputs_are_not_modified_and_outputs_are_new():
 # Gradients by finite differences (float64)
 # ---------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("kind", ["softmax", "log_softmax"])
 @pytest.mark.parametrize("lens_mode", ["none", "random"])
 def test_backward_matches_finite_differences(kind, lens_mode):
@@ -333,7 +338,7 @@ def test_backward_matches_finite_differences(kind, lens_mode):
     g = make_logits(rng, rows, n, np.float64)
     lens = make_lens(rng, rows, n, lens_mode)
     if lens is not None:
-        lens[0] = 0                                     # include an empty row
+        lens[0] = 0  # include an empty row
 
     def loss(x):
         """``sum(g * y)`` over the entries that are not masked to -inf."""
@@ -357,6 +362,7 @@ def test_backward_matches_finite_differences(kind, lens_mode):
 # The vectorisable float32 exp
 # ---------------------------------------------------------------------------
 
+
 def _vector_exp(values):
     import numba
 
@@ -372,18 +378,20 @@ def _vector_exp(values):
 
 def test_exp_f32_accuracy():
     rng = np.random.default_rng(4)
-    x = np.concatenate([
-        np.linspace(-100, 90, 1_000_001, dtype=np.float32),
-        rng.uniform(-100, 90, 1_000_000).astype(np.float32),
-        np.float32([0.0, -0.0, 1e-30, -1e-30, 88.72, 88.7228, -87.33, -87.3365]),
-    ])
+    x = np.concatenate(
+        [
+            np.linspace(-100, 90, 1_000_001, dtype=np.float32),
+            rng.uniform(-100, 90, 1_000_000).astype(np.float32),
+            np.float32([0.0, -0.0, 1e-30, -1e-30, 88.72, 88.7228, -87.33, -87.3365]),
+        ]
+    )
     got = _vector_exp(x)
     assert got.dtype == np.float32
     want = np.exp(x.astype(np.float64))
     tiny = np.finfo(np.float32).tiny
     normal = (want >= tiny) & (want <= np.finfo(np.float32).max)
     rel = np.abs(got[normal] - want[normal]) / want[normal]
-    assert rel.max() <= 2.5e-7                         # ~2 ulp of float32
+    assert rel.max() <= 2.5e-7  # ~2 ulp of float32
     # Results below the normal range are flushed to 0 (or left tiny).
     assert np.all(got[want < tiny] <= tiny)
     assert np.all(got[x < -88] == 0)
@@ -406,20 +414,21 @@ def test_exp_f32_is_monotone_near_zero():
 # Import hygiene
 # ---------------------------------------------------------------------------
 
+
 def test_importing_kernels_does_not_import_numba():
     code = "import minitensor.kernels, sys; assert 'numba' not in sys.modules"
-    result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT,
-                            capture_output=True, text=True)
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
 
 
 def test_kernels_compile_lazily():
     """Importing cpu.py must not compile anything: compilation is per call."""
-    code = ("import minitensor.kernels.cpu as cpu\n"
-            "for k in (cpu.softmax_forward, cpu.log_softmax_backward):\n"
-            "    assert not k.parallel.signatures and not k.serial.signatures\n")
-    result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT,
-                            capture_output=True, text=True)
+    code = (
+        "import minitensor.kernels.cpu as cpu\n"
+        "for k in (cpu.softmax_forward, cpu.log_softmax_backward):\n"
+        "    assert not k.parallel.signatures and not k.serial.signatures\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
 
 
@@ -438,7 +447,6 @@ def test_small_and_large_inputs_take_the_serial_and_parallel_paths(rows, n):
     np.testing.assert_allclose(cpu.softmax_forward(x), expected, rtol=1e-6, atol=1e-7)
 
 
-
 def test_the_size_threshold_picks_the_version(monkeypatch):
     calls = []
     monkeypatch.setattr(cpu.softmax_forward, "serial", lambda x, *a: calls.append("serial"))
@@ -446,4 +454,3 @@ def test_the_size_threshold_picks_the_version(monkeypatch):
     cpu.softmax_forward(np.zeros((1, cpu.PARALLEL_MIN_SIZE - 1), np.float32))
     cpu.softmax_forward(np.zeros((1, cpu.PARALLEL_MIN_SIZE), np.float32))
     assert calls == ["serial", "parallel"]
-

@@ -7,16 +7,19 @@ import pytest
 
 from minitensor.metrics import bleu, corpus_bleu, exact_match
 
-
 # -- D2L's bleu(pred_seq, label_seq, k) ---------------------------------------------------------------
 
-@pytest.mark.parametrize("pred, label", [
-    # Translations D2L's Transformer chapter prints with "bleu 1.000".
-    ("va !", "va !"),
-    ("j'ai perdu .", "j'ai perdu ."),
-    ("il est calme .", "il est calme ."),
-    ("je suis chez moi .", "je suis chez moi ."),
-])
+
+@pytest.mark.parametrize(
+    "pred, label",
+    [
+        # Translations D2L's Transformer chapter prints with "bleu 1.000".
+        ("va !", "va !"),
+        ("j'ai perdu .", "j'ai perdu ."),
+        ("il est calme .", "il est calme ."),
+        ("je suis chez moi .", "je suis chez moi ."),
+    ],
+)
 def test_d2l_book_exact_translations_score_one(pred, label):
     assert f"{bleu(pred, label, k=2):.3f}" == "1.000"
 
@@ -26,7 +29,7 @@ def test_d2l_book_partial_translation():
     # the bigrams "il est", "est paresseux", "paresseux ." only "il est" does (p2 = 1/3).
     # Equal lengths: no brevity penalty. 0.75**0.5 * (1/3)**0.25 = 0.658.
     score = bleu("il est paresseux .", "il est calme .", k=2)
-    assert score == pytest.approx(0.75 ** 0.5 * (1 / 3) ** 0.25)
+    assert score == pytest.approx(0.75**0.5 * (1 / 3) ** 0.25)
     assert f"{score:.3f}" == "0.658"
 
 
@@ -44,16 +47,16 @@ def test_brevity_penalty_for_short_predictions():
 
 def test_clipped_counts():
     # "le" occurs once in the label, so only one of the four "le" counts: p1 = 1/4.
-    assert bleu("le le le le", "le chat", k=1) == pytest.approx(0.25 ** 0.5)
+    assert bleu("le le le le", "le chat", k=1) == pytest.approx(0.25**0.5)
     # Twice in the label: two of four count (and the prediction is the longer: no penalty).
-    assert bleu("le le le le", "le le chat", k=1) == pytest.approx(0.5 ** 0.5)
+    assert bleu("le le le le", "le le chat", k=1) == pytest.approx(0.5**0.5)
 
 
 def test_hand_computed_three_gram_case():
     # label "the cat sat on the mat" (6), pred "the cat on the mat" (5), k=3:
     # BP = exp(1 - 6/5); p1 = 5/5; bigrams: the cat, cat on, on the, the mat -> 3/4 match
     # ("cat on" does not); trigrams: the cat on, cat on the, on the mat -> 1/3.
-    expected = math.exp(1 - 6 / 5) * 1.0 ** 0.5 * (3 / 4) ** 0.25 * (1 / 3) ** 0.125
+    expected = math.exp(1 - 6 / 5) * 1.0**0.5 * (3 / 4) ** 0.25 * (1 / 3) ** 0.125
     assert bleu("the cat on the mat", "the cat sat on the mat", k=3) == pytest.approx(expected)
 
 
@@ -61,10 +64,12 @@ def test_bleu_edge_cases_and_token_lists():
     assert bleu("va !", "va !", k=4) == 1.0  # orders longer than the prediction are skipped
     assert bleu("", "va !", k=2) == 0.0 and bleu([], ["va", "!"], k=2) == 0.0
     assert bleu(["il", "est", "paresseux", "."], ["il", "est", "calme", "."], 2) == bleu(
-        "il est paresseux .", "il est calme .", 2)
+        "il est paresseux .", "il est calme .", 2
+    )
 
 
 # -- corpus BLEU ------------------------------------------------------------------------------------------
+
 
 def test_corpus_bleu_hand_computed():
     assert corpus_bleu(["a b c d e"], ["a b c d e"]) == pytest.approx(1.0)
@@ -113,10 +118,13 @@ def test_corpus_bleu_equals_sacrebleu(smooth):
         assert ours == pytest.approx(theirs, rel=1e-9, abs=1e-12), (preds, labels)
     # sacrebleu's defaults are our defaults
     preds, labels = cases[0]
-    assert corpus_bleu(preds, labels) == pytest.approx(sacrebleu.corpus_bleu(preds, [labels], tokenize="none").score / 100)
+    assert corpus_bleu(preds, labels) == pytest.approx(
+        sacrebleu.corpus_bleu(preds, [labels], tokenize="none").score / 100
+    )
 
 
 # -- exact match ----------------------------------------------------------------------------------------
+
 
 def test_exact_match():
     assert exact_match(["2021-05-03", "1999-12-31"], ["2021-05-03", "1999-12-30"]) == 0.5

@@ -97,8 +97,9 @@ def test_every_kernel_is_its_direct_formula(data, kernel, width):
 
 
 def test_constant_kernel_is_average_pooling(data):
-    np.testing.assert_allclose(nw.nadaraya_watson(data, "constant", 0.3).y_hat, nw.average_pooling(data).y_hat,
-                               rtol=1e-5)
+    np.testing.assert_allclose(
+        nw.nadaraya_watson(data, "constant", 0.3).y_hat, nw.average_pooling(data).y_hat, rtol=1e-5
+    )
 
 
 def test_compare_kernels_covers_the_grid_and_beats_the_baseline(data):

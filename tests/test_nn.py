@@ -41,10 +41,18 @@ class Net(nn.Module):
 
 
 NET_PARAMS = [  # a module's own parameters come before its children's, as in PyTorch
-    "scale", "embedding.weight",
-    "blocks.0.dense.weight", "blocks.0.dense.bias", "blocks.0.norm.weight", "blocks.0.norm.bias",
-    "blocks.1.dense.weight", "blocks.1.dense.bias", "blocks.1.norm.weight", "blocks.1.norm.bias",
-    "head.weight", "head.bias",
+    "scale",
+    "embedding.weight",
+    "blocks.0.dense.weight",
+    "blocks.0.dense.bias",
+    "blocks.0.norm.weight",
+    "blocks.0.norm.bias",
+    "blocks.1.dense.weight",
+    "blocks.1.dense.bias",
+    "blocks.1.norm.weight",
+    "blocks.1.norm.bias",
+    "head.weight",
+    "head.bias",
 ]
 
 
@@ -53,6 +61,7 @@ def values(module):
 
 
 # -- Parameter ---------------------------------------------------------------------------------
+
 
 def test_parameter_is_a_float_leaf_that_shares_a_tensors_data():
     t = mt.randn(2, 3)
@@ -77,16 +86,29 @@ def test_parameter_from_a_non_leaf_is_cut_from_the_graph():
 
 # -- registration and naming ---------------------------------------------------------------------
 
+
 def test_named_parameters_follow_registration_order_with_dotted_names():
     net = Net()
     assert [name for name, _ in net.named_parameters()] == NET_PARAMS
     assert [name for name, _ in net.named_children()] == ["embedding", "blocks", "dropout", "head"]
     assert [name for name, _ in net.named_modules()] == [
-        "", "embedding", "blocks", "blocks.0", "blocks.0.dense", "blocks.0.norm",
-        "blocks.1", "blocks.1.dense", "blocks.1.norm", "dropout", "head",
+        "",
+        "embedding",
+        "blocks",
+        "blocks.0",
+        "blocks.0.dense",
+        "blocks.0.norm",
+        "blocks.1",
+        "blocks.1.dense",
+        "blocks.1.norm",
+        "dropout",
+        "head",
     ]
     assert [name for name, _ in net.named_buffers()] == [
-        "blocks.0.steps", "blocks.0.cache", "blocks.1.steps", "blocks.1.cache"
+        "blocks.0.steps",
+        "blocks.0.cache",
+        "blocks.1.steps",
+        "blocks.1.cache",
     ]
     assert [n for n, _ in net.blocks[0].named_parameters(recurse=False)] == []
     assert [n for n, _ in net.named_parameters(recurse=False)] == ["scale"]
@@ -212,6 +234,7 @@ def test_apply_zero_grad_and_requires_grad():
 
 # -- state_dict / load_state_dict ----------------------------------------------------------------
 
+
 def test_state_dict_round_trip_into_a_fresh_model_gives_identical_outputs():
     mt.manual_seed(0)
     a = Net()
@@ -305,6 +328,7 @@ def test_deepcopy_gives_an_independent_working_model():
 
 # -- dtypes and devices ------------------------------------------------------------------------
 
+
 def test_to_float64_keeps_parameter_identity_and_converts_grads():
     net = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))
     params = list(net.parameters())
@@ -326,6 +350,7 @@ def test_to_float64_keeps_parameter_identity_and_converts_grads():
 
 
 # -- Linear ------------------------------------------------------------------------------------
+
 
 def test_linear_shapes_and_init_bounds():
     mt.manual_seed(0)
@@ -381,6 +406,7 @@ def test_gradcheck_through_linear_layernorm_embedding_and_a_small_model():
 
 # -- Embedding ---------------------------------------------------------------------------------
 
+
 def test_embedding_init_lookup_and_padding():
     mt.manual_seed(0)
     emb = nn.Embedding(1000, 64)
@@ -412,6 +438,7 @@ def test_embedding_from_pretrained():
 
 
 # -- LayerNorm, Dropout, activations -------------------------------------------------------------
+
 
 def test_layernorm_matches_numpy_and_options():
     x = np.random.default_rng(1).standard_normal((2, 3, 4)).astype(np.float32)
@@ -447,9 +474,15 @@ def test_dropout_drops_only_in_training():
 
 def test_activation_modules_match_their_functions():
     x = mt.randn(3, 5)
-    pairs = [(nn.ReLU(), mt.relu), (nn.GELU(), mt.gelu), (nn.Tanh(), mt.tanh), (nn.Sigmoid(), mt.sigmoid),
-             (nn.Softmax(axis=0), lambda t: mt.softmax(t, axis=0)), (nn.LogSoftmax(), mt.log_softmax),
-             (nn.Identity(), lambda t: t)]
+    pairs = [
+        (nn.ReLU(), mt.relu),
+        (nn.GELU(), mt.gelu),
+        (nn.Tanh(), mt.tanh),
+        (nn.Sigmoid(), mt.sigmoid),
+        (nn.Softmax(axis=0), lambda t: mt.softmax(t, axis=0)),
+        (nn.LogSoftmax(), mt.log_softmax),
+        (nn.Identity(), lambda t: t),
+    ]
     for module, fn in pairs:
         np.testing.assert_array_equal(module(x).numpy(), fn(x).numpy())
     xs = x.numpy()
@@ -459,6 +492,7 @@ def test_activation_modules_match_their_functions():
 
 
 # -- containers --------------------------------------------------------------------------------
+
 
 def test_sequential_indexing_slicing_and_names():
     net = nn.Sequential(nn.Linear(2, 4), nn.ReLU(), nn.Linear(4, 1))
@@ -494,6 +528,7 @@ def test_module_list_and_dict_register_their_elements():
 
 
 # -- nn.init -----------------------------------------------------------------------------------
+
 
 def test_init_functions():
     mt.manual_seed(0)

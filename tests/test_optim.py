@@ -10,10 +10,10 @@ import math
 
 import numpy as np
 import pytest
+from strict_backend import StrictArray
 
 import minitensor as mt
 from minitensor import nn
-from strict_backend import StrictArray
 
 
 def make_params(seed=0, shapes=((3, 2), (2,)), dtype=np.float64, device="cpu"):
@@ -36,6 +36,7 @@ def run(opt, params, grads):
 
 
 # -- the update rules, written out -------------------------------------------------------------
+
 
 def sgd_reference(w, grads, lr, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False):
     """w <- w - lr d;  g' = g + wd w;  b1 = g',  b <- mu b + (1 - dampening) g';
@@ -132,6 +133,7 @@ def test_float32_parameters_stay_float32():
 
 # -- bookkeeping -------------------------------------------------------------------------------
 
+
 def test_parameters_without_gradient_are_skipped():
     a, b = make_params()
     before = b.numpy()
@@ -217,10 +219,15 @@ def test_step_with_closure_returns_the_loss():
 
 # -- state_dict --------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("make", [
-    lambda ps: mt.optim.SGD(ps, lr=0.1, momentum=0.9, nesterov=True),
-    lambda ps: mt.optim.Adam(ps, lr=0.01, weight_decay=0.01),
-], ids=["sgd", "adam"])
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda ps: mt.optim.SGD(ps, lr=0.1, momentum=0.9, nesterov=True),
+        lambda ps: mt.optim.Adam(ps, lr=0.01, weight_decay=0.01),
+    ],
+    ids=["sgd", "adam"],
+)
 def test_state_dict_round_trip_continues_identically(make):
     params = make_params()
     grads = gradient_sequence(params, 6)
@@ -235,10 +242,15 @@ def test_state_dict_round_trip_continues_identically(make):
     # A checkpoint format without pickle: JSON with lists (string keys, lists for tuples).
     def plain(x):
         return x.tolist() if isinstance(x, np.ndarray) else x
-    as_json = json.loads(json.dumps({
-        "state": {k: {n: plain(v) for n, v in s.items()} for k, s in saved["state"].items()},
-        "param_groups": saved["param_groups"],
-    }))
+
+    as_json = json.loads(
+        json.dumps(
+            {
+                "state": {k: {n: plain(v) for n, v in s.items()} for k, s in saved["state"].items()},
+                "param_groups": saved["param_groups"],
+            }
+        )
+    )
     for state_dict in (saved, as_json):
         fresh = [nn.Parameter(mt.tensor(w)) for w in snapshot]
         other = make(fresh)
@@ -278,20 +290,22 @@ def test_load_state_dict_refuses_a_mismatch_and_changes_nothing():
     with pytest.raises(ValueError, match="group 0 has 2 parameter"):
         mt.optim.Adam(make_params()[:1]).load_state_dict(good)
     with pytest.raises(ValueError, match="2 parameter group"):
-        mt.optim.Adam(make_params()).load_state_dict(
-            {"state": {}, "param_groups": good["param_groups"] * 2}
-        )
+        mt.optim.Adam(make_params()).load_state_dict({"state": {}, "param_groups": good["param_groups"] * 2})
 
 
 # -- against PyTorch (optional) ------------------------------------------------------------------
 
-@pytest.mark.parametrize("name,settings", [
-    ("SGD", dict(lr=0.1)),
-    ("SGD", dict(lr=0.1, momentum=0.9, dampening=0.2, weight_decay=0.05)),
-    ("SGD", dict(lr=0.1, momentum=0.9, nesterov=True)),
-    ("Adam", dict(lr=0.01)),
-    ("Adam", dict(lr=0.01, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.1)),
-])
+
+@pytest.mark.parametrize(
+    "name,settings",
+    [
+        ("SGD", dict(lr=0.1)),
+        ("SGD", dict(lr=0.1, momentum=0.9, dampening=0.2, weight_decay=0.05)),
+        ("SGD", dict(lr=0.1, momentum=0.9, nesterov=True)),
+        ("Adam", dict(lr=0.01)),
+        ("Adam", dict(lr=0.01, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.1)),
+    ],
+)
 def test_matches_torch_optim(name, settings):
     torch = pytest.importorskip("torch")
     params = make_params()
@@ -310,10 +324,15 @@ def test_matches_torch_optim(name, settings):
 # -- on the "strict" device (tests/strict_backend.py, registered by conftest.py) ---------------------
 # Its arrays refuse NumPy as CuPy's do: optimiser state and updates must stay on the device.
 
-@pytest.mark.parametrize("make", [
-    lambda ps: mt.optim.SGD(ps, lr=0.1, momentum=0.9, weight_decay=0.1, nesterov=True),
-    lambda ps: mt.optim.Adam(ps, lr=0.01, weight_decay=0.1),
-], ids=["sgd", "adam"])
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda ps: mt.optim.SGD(ps, lr=0.1, momentum=0.9, weight_decay=0.1, nesterov=True),
+        lambda ps: mt.optim.Adam(ps, lr=0.01, weight_decay=0.1),
+    ],
+    ids=["sgd", "adam"],
+)
 def test_model_and_optimiser_on_a_strict_device(make):
     strict_device = "strict"
     mt.manual_seed(0)
@@ -349,8 +368,11 @@ def test_model_and_optimiser_on_a_strict_device(make):
     device_model.load_state_dict(cpu_model.state_dict())  # CPU tensors into a device model
     assert isinstance(params[0].data, StrictArray)
     # Layers can also be built on the device directly (init draws from the device's generator).
-    layers = [nn.Linear(3, 2, device=strict_device), nn.Embedding(5, 2, padding_idx=0, device=strict_device),
-              nn.LayerNorm(2, device=strict_device)]
+    layers = [
+        nn.Linear(3, 2, device=strict_device),
+        nn.Embedding(5, 2, padding_idx=0, device=strict_device),
+        nn.LayerNorm(2, device=strict_device),
+    ]
     assert all(isinstance(p.data, StrictArray) for layer in layers for p in layer.parameters())
     looked_up = layers[1](mt.tensor([[0, 3]], device=strict_device))
     assert looked_up.device == strict_device and np.all(looked_up.numpy()[0, 0] == 0)
@@ -361,6 +383,7 @@ def test_model_and_optimiser_on_a_strict_device(make):
 
 
 # -- end to end --------------------------------------------------------------------------------
+
 
 def test_a_small_mlp_learns_xor_with_adam():
     mt.manual_seed(0)

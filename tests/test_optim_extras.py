@@ -81,8 +81,10 @@ def test_adamw_decay_is_decoupled_from_adam_l2():
     assert not np.allclose(decoupled[0], coupled[0])  # Adam's L2 goes through m and v: different
     plain_params = [nn.Parameter(mt.tensor(w)) for w in start]
     no_decay = [nn.Parameter(mt.tensor(w)) for w in start]
-    np.testing.assert_array_equal(run(optim.AdamW(plain_params, lr=0.1, weight_decay=0.0), plain_params, grads)[0],
-                                  run(optim.Adam(no_decay, lr=0.1), no_decay, grads)[0])
+    np.testing.assert_array_equal(
+        run(optim.AdamW(plain_params, lr=0.1, weight_decay=0.0), plain_params, grads)[0],
+        run(optim.Adam(no_decay, lr=0.1), no_decay, grads)[0],
+    )
     opt = optim.AdamW(make_params())
     assert opt.param_groups[0]["weight_decay"] == 0.01  # PyTorch's default
     run(opt, opt.param_groups[0]["params"], gradient_sequence(opt.param_groups[0]["params"], 1))
@@ -200,11 +202,15 @@ def test_lambda_lr_matches_pytorch():
         theirs.step()
 
 
-@pytest.mark.parametrize("make", [
-    lambda opt: optim.NoamLR(opt, d_model=8, warmup_steps=3),
-    lambda opt: optim.WarmupCosineLR(opt, warmup_steps=3, total_steps=9, min_lr=0.001),
-    lambda opt: optim.LambdaLR(opt, lambda e: 0.9**e),
-], ids=["noam", "warmup_cosine", "lambda"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda opt: optim.NoamLR(opt, d_model=8, warmup_steps=3),
+        lambda opt: optim.WarmupCosineLR(opt, warmup_steps=3, total_steps=9, min_lr=0.001),
+        lambda opt: optim.LambdaLR(opt, lambda e: 0.9**e),
+    ],
+    ids=["noam", "warmup_cosine", "lambda"],
+)
 def test_schedule_state_round_trip(make):
     sched = make(two_groups())
     for _ in range(4):

@@ -23,8 +23,19 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-JUNK = shutil.ignore_patterns(".git", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache",
-                              ".hypothesis", ".numba_cache", ".venv", "runs", "*.pyc")
+JUNK = shutil.ignore_patterns(
+    ".git",
+    "build",
+    "dist",
+    "*.egg-info",
+    "__pycache__",
+    ".pytest_cache",
+    ".hypothesis",
+    ".numba_cache",
+    ".venv",
+    "runs",
+    "*.pyc",
+)
 PIP_ENV = {"PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1"}
 
 
@@ -59,8 +70,11 @@ def wheel(source):
     pip("wheel", "-w", str(out), str(source), cwd=source.parent)
     (built,) = out.glob("minitensor-*.whl")
     with zipfile.ZipFile(built) as archive:
-        return set(archive.namelist()), {name: archive.read(name).decode() for name in archive.namelist()
-                                         if name.endswith((".dist-info/entry_points.txt", ".dist-info/METADATA"))}
+        return set(archive.namelist()), {
+            name: archive.read(name).decode()
+            for name in archive.namelist()
+            if name.endswith((".dist-info/entry_points.txt", ".dist-info/METADATA"))
+        }
 
 
 @pytest.fixture(scope="module")
@@ -85,14 +99,23 @@ def example_install(source):
 @pytest.mark.slow
 def test_wheel_holds_minitensor_and_minitensor_plugins(wheel, source):
     names, _ = wheel
-    for required in ("minitensor/__init__.py", "minitensor/plugins.py", "minitensor/hookspecs.py",
-                     "minitensor/cli.py", "minitensor_plugins/__init__.py", "minitensor_plugins/scorers.py",
-                     "minitensor_plugins/poolings.py", "minitensor_plugins/positional.py"):
+    for required in (
+        "minitensor/__init__.py",
+        "minitensor/plugins.py",
+        "minitensor/hookspecs.py",
+        "minitensor/cli.py",
+        "minitensor_plugins/__init__.py",
+        "minitensor_plugins/scorers.py",
+        "minitensor_plugins/poolings.py",
+        "minitensor_plugins/positional.py",
+    ):
         assert required in names, f"{required} is missing from the wheel"
     # every module of the two packages, subpackages included, is in it
     expected = {p.relative_to(source).as_posix() for p in (source / "minitensor").rglob("*.py")}
-    expected |= {"minitensor_plugins/" + p.relative_to(source / "plugins" / "minitensor_plugins").as_posix()
-                 for p in (source / "plugins" / "minitensor_plugins").rglob("*.py")}
+    expected |= {
+        "minitensor_plugins/" + p.relative_to(source / "plugins" / "minitensor_plugins").as_posix()
+        for p in (source / "plugins" / "minitensor_plugins").rglob("*.py")
+    }
     assert expected - names == set()
     # and the character LM's example text with its README (package data, not modules)
     assert {"minitensor/data/texts/time_machine.txt", "minitensor/data/texts/README.md"} <= names
@@ -123,9 +146,11 @@ def test_wheel_metadata(wheel):
 
 @pytest.mark.slow
 def test_target_install_imports_and_loads_the_builtins(target_install, tmp_path):
-    code = ("import minitensor_plugins, minitensor; "
-            "print(minitensor.__file__); print(minitensor_plugins.__file__); "
-            "print(sorted(minitensor.plugins.scorers()))")
+    code = (
+        "import minitensor_plugins, minitensor; "
+        "print(minitensor.__file__); print(minitensor_plugins.__file__); "
+        "print(sorted(minitensor.plugins.scorers()))"
+    )
     out = run([sys.executable, "-c", code], cwd=tmp_path, PYTHONPATH=str(target_install)).splitlines()
     # the installed copies, not the editable checkout
     assert Path(out[0]).resolve() == (target_install / "minitensor" / "__init__.py").resolve()
@@ -136,8 +161,7 @@ def test_target_install_imports_and_loads_the_builtins(target_install, tmp_path)
 
 @pytest.mark.slow
 def test_target_install_cli_lists_the_builtins(target_install, tmp_path):
-    out = run([sys.executable, "-m", "minitensor", "plugins", "--json"], cwd=tmp_path,
-              PYTHONPATH=str(target_install))
+    out = run([sys.executable, "-m", "minitensor", "plugins", "--json"], cwd=tmp_path, PYTHONPATH=str(target_install))
     rows = json.loads(out)
     assert {"dot", "softmax"} <= {row["name"] for row in rows}
     assert all(row["class"].startswith("minitensor_plugins.") for row in rows if row["source"] == "built-in")
@@ -155,15 +179,19 @@ def test_editable_install_imports_minitensor_plugins_from_the_repository(tmp_pat
     if not installs:
         pytest.skip("minitensor is not installed with pip (pip install -e .)")
     direct_url = installs[0]
-    if not direct_url.get("dir_info", {}).get("editable") or Path(direct_url["url"].removeprefix("file://")).resolve() != REPO:
+    if (
+        not direct_url.get("dir_info", {}).get("editable")
+        or Path(direct_url["url"].removeprefix("file://")).resolve() != REPO
+    ):
         pytest.skip(f"minitensor is not installed editable from {REPO}")
     # from another directory, so that the checkout is reached through the install, not the cwd
     code = "import minitensor_plugins, minitensor; print(minitensor_plugins.__file__); print(minitensor.__file__)"
     out = run([sys.executable, "-c", code], cwd=tmp_path).splitlines()
     assert Path(out[0]).resolve() == REPO / "plugins" / "minitensor_plugins" / "__init__.py"
     assert Path(out[1]).resolve() == REPO / "minitensor" / "__init__.py"
-    result = subprocess.run([sys.executable, "-c", "import plugins"], cwd=tmp_path, env=clean_env(),
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-c", "import plugins"], cwd=tmp_path, env=clean_env(), capture_output=True, text=True
+    )
     assert result.returncode != 0, "a bare top-level 'plugins' package is importable"
 
 
@@ -175,25 +203,41 @@ def test_editable_install_imports_minitensor_plugins_from_the_repository(tmp_pat
 def test_example_plugin_installs_with_its_entry_point(example_install, tmp_path):
     (info,) = example_install.glob("minitensor_example_cosine-*.dist-info")
     assert "[minitensor]\ncosine = minitensor_cosine" in (info / "entry_points.txt").read_text()
-    code = ("from importlib.metadata import entry_points; "
-            "print([(ep.name, ep.value, ep.dist.metadata['Name']) for ep in entry_points(group='minitensor')])")
+    code = (
+        "from importlib.metadata import entry_points; "
+        "print([(ep.name, ep.value, ep.dist.metadata['Name']) for ep in entry_points(group='minitensor')])"
+    )
     out = run([sys.executable, "-c", code], cwd=tmp_path, PYTHONPATH=str(example_install))
     assert ("cosine", "minitensor_cosine", "minitensor-example-cosine") in eval(out)
 
 
 @pytest.mark.slow
 def test_example_plugin_is_listed_by_the_cli(example_install, tmp_path):
-    out = run([sys.executable, "-m", "minitensor", "plugins"], cwd=tmp_path, PYTHONPATH=str(example_install),
-              MINITENSOR_STRICT_PLUGINS="1")
-    assert any(line.split() == ["cosine_temperature", "scorer", "minitensor-example-cosine", "0.1.0"]
-               for line in out.splitlines()), out
-    out = run([sys.executable, "-m", "minitensor", "plugins"], cwd=tmp_path, PYTHONPATH=str(example_install),
-              MINITENSOR_DISABLE_PLUGIN_AUTOLOAD="1")
+    out = run(
+        [sys.executable, "-m", "minitensor", "plugins"],
+        cwd=tmp_path,
+        PYTHONPATH=str(example_install),
+        MINITENSOR_STRICT_PLUGINS="1",
+    )
+    assert any(
+        line.split() == ["cosine_temperature", "scorer", "minitensor-example-cosine", "0.1.0"]
+        for line in out.splitlines()
+    ), out
+    out = run(
+        [sys.executable, "-m", "minitensor", "plugins"],
+        cwd=tmp_path,
+        PYTHONPATH=str(example_install),
+        MINITENSOR_DISABLE_PLUGIN_AUTOLOAD="1",
+    )
     assert "cosine_temperature" not in out.split() and "dot" in out.split()
 
 
 @pytest.mark.slow
 def test_example_plugin_passes_its_own_tests(example_install, source):
-    out = run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "plugins/example-cosine/tests"],
-              cwd=source, PYTHONPATH=str(example_install), MINITENSOR_STRICT_PLUGINS="1")
+    out = run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "plugins/example-cosine/tests"],
+        cwd=source,
+        PYTHONPATH=str(example_install),
+        MINITENSOR_STRICT_PLUGINS="1",
+    )
     assert "4 passed" in out, out

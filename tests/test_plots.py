@@ -50,8 +50,9 @@ def ticks(labels):
 def seq2seq(num_blks=2, num_heads=2, num_hiddens=8, seed=0):
     mt.manual_seed(seed)
     args = (V, num_hiddens, 2 * num_hiddens, num_heads, num_blks, 0.0)
-    model = nn.EncoderDecoder(nn.TransformerEncoder(*args, dtype=mt.float64),
-                              nn.TransformerDecoder(*args, dtype=mt.float64))
+    model = nn.EncoderDecoder(
+        nn.TransformerEncoder(*args, dtype=mt.float64), nn.TransformerDecoder(*args, dtype=mt.float64)
+    )
     return model.eval()
 
 
@@ -100,8 +101,9 @@ def test_heatmaps_of_a_tensor_on_any_device(device):
 def test_token_labels_on_the_axes_and_padding_cut_off(tmp_path):
     queries, keys = ["<bos>", "b", "a"], list("abc") + ["<eos>"]
     matrices = np.random.default_rng(0).random((2, 2, 5, 7))  # 2 query and 3 key positions of padding
-    fig = plots.show_heatmaps(matrices, "keys", "queries", row_labels=queries, col_labels=keys,
-                              path=tmp_path / "tokens.png")
+    fig = plots.show_heatmaps(
+        matrices, "keys", "queries", row_labels=queries, col_labels=keys, path=tmp_path / "tokens.png"
+    )
     read_png(tmp_path / "tokens.png", fig)
     panels = heatmap_axes(fig)  # row by row; shared axes: the outer panels carry the labels
     for ax in panels[2:]:
@@ -165,8 +167,10 @@ def test_loss_plot_smoothing_is_a_debiased_moving_average():
 
 def test_loss_plot_history_forms():
     # records with their own steps, metrics chosen by name, eval as a dict of lists
-    history = {"train": [{"step": 10, "loss": 2.0}, {"step": 20, "loss": 1.0}],
-               "eval": {"epoch": [1, 2], "step": [10, 20], "accuracy": [0.5, 0.9], "exact_match": [0.1, 0.2]}}
+    history = {
+        "train": [{"step": 10, "loss": 2.0}, {"step": 20, "loss": 1.0}],
+        "eval": {"epoch": [1, 2], "step": [10, 20], "accuracy": [0.5, 0.9], "exact_match": [0.1, 0.2]},
+    }
     fig = plots.plot_loss(history, metrics=["accuracy"])
     lines = {line.get_label(): line for ax in fig.axes for line in ax.get_lines()}
     assert set(lines) == {"training loss", "eval accuracy"}
@@ -213,8 +217,9 @@ def test_transformer_attention_three_figures_rows_blocks_cols_heads(tmp_path):
         assert ticks(panels[0].get_yticklabels()) == rows and ticks(panels[-1].get_xticklabels()) == cols
     # the panels hold the weights of example 1, block b, head h
     enc = model.encoder.attention_weights
-    np.testing.assert_allclose(heatmap_axes(figs["encoder_self"])[4].images[0].get_array(),
-                               enc[1].numpy()[1, 1, :4, :4])
+    np.testing.assert_allclose(
+        heatmap_axes(figs["encoder_self"])[4].images[0].get_array(), enc[1].numpy()[1, 1, :4, :4]
+    )
     cross = model.decoder.attention_weights[1]
     np.testing.assert_allclose(heatmap_axes(figs["cross"])[2].images[0].get_array(), cross[0].numpy()[1, 2, :, :4])
     dec_self = heatmap_axes(figs["decoder_self"])[0].images[0].get_array()
@@ -259,7 +264,7 @@ def test_decoding_step_by_step_gives_the_maps_of_one_forward_pass():
     full_self, full_cross = model.decoder.attention_weights
     state, recorded = model.begin_decoding(enc_X, valid_lens), []
     for t in range(4):
-        _, state = model.decode_step(dec_X[:, t:t + 1], state)
+        _, state = model.decode_step(dec_X[:, t : t + 1], state)
         recorded.append(model.decoder.attention_weights)
     dec_self, cross = plots.stack_decoding_steps(recorded)
     for b in range(2):
@@ -275,8 +280,9 @@ def test_bahdanau_attention_map(tmp_path):
     enc_X, dec_X = token_ids(2, 5), token_ids(2, 3)
     model(enc_X, dec_X, mt.tensor([5, 2]))
     weights = model.decoder.attention_weights  # one (batch, 1, 5) per step
-    fig = plots.plot_seq2seq_attention(weights, src_tokens=["a", "b"], tgt_tokens=["<bos>", "x", "y"],
-                                       path=tmp_path / "bahdanau.png", index=1)
+    fig = plots.plot_seq2seq_attention(
+        weights, src_tokens=["a", "b"], tgt_tokens=["<bos>", "x", "y"], path=tmp_path / "bahdanau.png", index=1
+    )
     read_png(tmp_path / "bahdanau.png", fig)
     (panel,) = heatmap_axes(fig)
     expected = np.concatenate([w.numpy()[1] for w in weights])[:, :2]
@@ -285,7 +291,7 @@ def test_bahdanau_attention_map(tmp_path):
     # decoding one token per call: a list of per-call lists
     state, calls = model.begin_decoding(enc_X, mt.tensor([5, 2])), []
     for t in range(3):
-        _, state = model.decode_step(dec_X[:, t:t + 1], state)
+        _, state = model.decode_step(dec_X[:, t : t + 1], state)
         calls.append(list(model.decoder.attention_weights))
     fig = plots.plot_seq2seq_attention(calls, "ab", ["<bos>", "x", "y"], index=1)
     np.testing.assert_allclose(heatmap_axes(fig)[0].images[0].get_array(), expected, atol=1e-6)
@@ -313,12 +319,14 @@ def test_writes_are_atomic_and_leave_no_temporary_file(tmp_path, monkeypatch):
     assert os.listdir(path.parent) == ["loss.png"]
 
 
-# -- matplotlib is imported only when a figure is drawn -----------------------------------------------------------------
+# -- matplotlib is imported only when a figure is drawn ----------------------------------------
 def test_import_minitensor_does_not_import_matplotlib():
-    code = ("import sys, minitensor, minitensor.train, minitensor.train.plots\n"
-            "assert 'matplotlib' not in sys.modules, 'matplotlib imported'\n"
-            "minitensor.train.plots.show_heatmaps([[1.0]], 'k', 'q')\n"
-            "assert 'matplotlib' in sys.modules and 'matplotlib.pyplot' not in sys.modules\n")
+    code = (
+        "import sys, minitensor, minitensor.train, minitensor.train.plots\n"
+        "assert 'matplotlib' not in sys.modules, 'matplotlib imported'\n"
+        "minitensor.train.plots.show_heatmaps([[1.0]], 'k', 'q')\n"
+        "assert 'matplotlib' in sys.modules and 'matplotlib.pyplot' not in sys.modules\n"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
 

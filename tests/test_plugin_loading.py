@@ -14,10 +14,10 @@ import warnings
 from pathlib import Path
 
 import pytest
+from test_plugins import SCORER_MODULE, fresh_plugins, make_distribution, run_python, unique  # noqa: F401
 
 import minitensor as mt
 from minitensor import plugins as mtp
-from test_plugins import SCORER_MODULE, fresh_plugins, make_distribution, run_python, unique  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[1]
 HOOKS = "minitensor_poolings, minitensor_positional_encodings, minitensor_scorers"
@@ -89,8 +89,11 @@ def test_loading_one_plugin_twice_registers_it_once_and_runs_it_once(tmp_path, m
 def test_the_readme_example_registers_itself_and_is_not_registered_twice(tmp_path, monkeypatch):
     """The README's in-process example, saved as a file, works with --plugin unchanged."""
     readme = (REPO / "README.md").read_text(encoding="utf-8")
-    example = next(block for block in re.findall(r"```python\n(.*?)```", readme, re.S)
-                   if "mt.plugins.register(sys.modules[__name__])" in block)
+    example = next(
+        block
+        for block in re.findall(r"```python\n(.*?)```", readme, re.S)
+        if "mt.plugins.register(sys.modules[__name__])" in block
+    )
     path = tmp_path / f"{unique('readme')}.py"
     path.write_text(example)
     with warnings.catch_warnings():
@@ -107,7 +110,9 @@ def test_the_example_plugin_loads_from_its_file_and_refuses_unknown_options():
     path = REPO / "plugins" / "example-cosine" / "minitensor_cosine.py"
     mtp.load_plugin(str(path))
     assert next(r for r in mtp.describe() if r["name"] == "cosine_temperature")["source"] == f"file {path}"
-    with pytest.raises(TypeError, match=r"CosineScorer: unknown option\(s\) 'sclae' \(did you mean 'scale'\?\); it takes scale, eps"):
+    with pytest.raises(
+        TypeError, match=r"CosineScorer: unknown option\(s\) 'sclae' \(did you mean 'scale'\?\); it takes scale, eps"
+    ):
         mt.nn.Attention("cosine_temperature", "softmax", 0.0, query_size=4, key_size=4, scorer_options={"sclae": 10.0})
 
 
@@ -122,8 +127,9 @@ def test_a_missing_file_or_something_else_than_a_py_file(tmp_path, monkeypatch):
     (tmp_path / "notes.txt").write_text("")
     assert load_error("./notes.txt") == "plugin './notes.txt' is not a .py file"
     (tmp_path / "folder").mkdir()
-    assert load_error("folder/") == ("plugin 'folder/' is not a .py file (it is a folder; a package is given "
-                                     "by its module name)")
+    assert load_error("folder/") == (
+        "plugin 'folder/' is not a .py file (it is a folder; a package is given by its module name)"
+    )
     assert load_error("  ") == "load_plugin: no plugin given; give the path of a .py file or a module name"
 
 
@@ -134,18 +140,23 @@ def test_an_error_while_importing_a_file_names_the_file_and_the_line(tmp_path):
     assert path.stem not in sys.modules  # as after a failed import
     # raised inside minitensor, called from the file: the file's line is the one to show
     path.write_text("import minitensor as mt\nmt.plugins.check_options(int, {'widht': 1})\n")
-    assert load_error(str(path)) == (f"plugin file {path}: line 2: TypeError: int: unknown option(s) 'widht'; "
-                                     f"it takes no options")
+    assert load_error(str(path)) == (
+        f"plugin file {path}: line 2: TypeError: int: unknown option(s) 'widht'; it takes no options"
+    )
     path.write_text("x = 1\ndef broken(:\n    pass\n")
     assert re.fullmatch(rf"plugin file {re.escape(str(path))}: line 2: SyntaxError: \S.*", load_error(str(path)))
 
 
 def test_a_file_that_registers_itself_and_then_fails_leaves_nothing_behind(tmp_path):
-    path = write_scorer(tmp_path, "half", extra="""
+    path = write_scorer(
+        tmp_path,
+        "half",
+        extra="""
         import sys
         mt.plugins.register(sys.modules[__name__])
         raise RuntimeError("a\\nmessage on two lines")
-    """)
+    """,
+    )
     line = path.read_text().splitlines().index('raise RuntimeError("a\\nmessage on two lines")') + 1
     assert load_error(str(path)) == f"plugin file {path}: line {line}: RuntimeError: a; message on two lines"
     assert path.stem not in sys.modules and path.stem not in registered_names()
@@ -154,8 +165,10 @@ def test_a_file_that_registers_itself_and_then_fails_leaves_nothing_behind(tmp_p
 
 def test_a_module_that_is_not_importable_or_fails_to_import(tmp_path, monkeypatch):
     missing = unique("missing")
-    assert load_error(missing) == (f"plugin module {missing!r} is not importable (No module named {missing!r}): "
-                                   "is it installed? is the current directory on sys.path?")
+    assert load_error(missing) == (
+        f"plugin module {missing!r} is not importable (No module named {missing!r}): "
+        "is it installed? is the current directory on sys.path?"
+    )
     write_scorer(tmp_path, "here", stem=missing)  # a file of that name here, the folder not on sys.path
     monkeypatch.chdir(tmp_path)
     assert load_error(missing).endswith(f"on sys.path?; to load the file {missing}.py, give its path: ./{missing}.py")
@@ -164,28 +177,37 @@ def test_a_module_that_is_not_importable_or_fails_to_import(tmp_path, monkeypatc
     broken, needs = unique("broken"), unique("needs")
     (tmp_path / f"{broken}.py").write_text("import minitensor\nraise ValueError('boom')\n")
     (tmp_path / f"{needs}.py").write_text("import mt_test_no_such_dependency\n")
-    assert load_error(broken) == (f"plugin module {broken} failed to import: {tmp_path}/{broken}.py, line 2: "
-                                  "ValueError: boom")
+    assert load_error(broken) == (
+        f"plugin module {broken} failed to import: {tmp_path}/{broken}.py, line 2: ValueError: boom"
+    )
     # a dependency the module imports is missing: that is not "the module is not importable"
-    assert load_error(needs) == (f"plugin module {needs} failed to import: {tmp_path}/{needs}.py, line 1: "
-                                 "ModuleNotFoundError: No module named 'mt_test_no_such_dependency'")
+    assert load_error(needs) == (
+        f"plugin module {needs} failed to import: {tmp_path}/{needs}.py, line 1: "
+        "ModuleNotFoundError: No module named 'mt_test_no_such_dependency'"
+    )
 
 
 def test_a_module_without_hooks(tmp_path):
     path = tmp_path / f"{unique('nohooks')}.py"
     path.write_text("def minitensor_scorers():\n    return {}\n")
-    assert load_error(str(path)) == (f"plugin file {path} defines no @hookimpl function; the hooks are {HOOKS}; "
-                                     "minitensor_scorers is there but not decorated with @minitensor.hookimpl")
+    assert load_error(str(path)) == (
+        f"plugin file {path} defines no @hookimpl function; the hooks are {HOOKS}; "
+        "minitensor_scorers is there but not decorated with @minitensor.hookimpl"
+    )
     path = tmp_path / f"{unique('empty')}.py"
     path.write_text("")
-    assert load_error(str(path)) == (f"plugin file {path} defines no @hookimpl function; the hooks are {HOOKS} "
-                                     "(decorate them with @minitensor.hookimpl)")
+    assert load_error(str(path)) == (
+        f"plugin file {path} defines no @hookimpl function; the hooks are {HOOKS} "
+        "(decorate them with @minitensor.hookimpl)"
+    )
 
 
 def test_what_register_refuses_is_refused_in_one_line_and_nothing_stays(tmp_path):
     path = write_scorer(tmp_path, "dot")  # a name the built-ins have
-    assert load_error(str(path)) == (f"two plugins claim the scorer name 'dot': 'minitensor_plugins.scorers' "
-                                     f"(built-in) and {path.stem!r} (file {path}); unregister or rename one")
+    assert load_error(str(path)) == (
+        f"two plugins claim the scorer name 'dot': 'minitensor_plugins.scorers' "
+        f"(built-in) and {path.stem!r} (file {path}); unregister or rename one"
+    )
     assert path.stem not in registered_names()
     assert mtp.lookup("scorer", "dot").__module__ == "minitensor_plugins.scorers"
 
@@ -203,8 +225,9 @@ def test_a_file_whose_module_name_is_taken_by_another_module(tmp_path):
     (tmp_path / "json.py").write_text("")
     import json
 
-    assert load_error(str(tmp_path / "json.py")) == (f"plugin file {tmp_path}/json.py: its module name 'json' is "
-                                                     f"already taken by {json.__file__}; rename the file")
+    assert load_error(str(tmp_path / "json.py")) == (
+        f"plugin file {tmp_path}/json.py: its module name 'json' is already taken by {json.__file__}; rename the file"
+    )
     assert sys.modules["json"] is json
 
 
@@ -253,10 +276,18 @@ def loud_and_good(tmp_path, monkeypatch):
     """Entry points "loud" (its import writes a marker file, then raises) and "good"."""
     loud, good = unique("loud"), unique("good")
     marker = tmp_path / "imported"
-    make_distribution(tmp_path / "site", "loud-plugin", {"loud": loud},
-                      {loud: f"open({str(marker)!r}, 'w').close()\nraise ImportError('loud plugin imported')\n"})
-    make_distribution(tmp_path / "site", "good-plugin", {"good": good},
-                      {good: SCORER_MODULE.format(cls="GoodScorer", name="good_scorer")})
+    make_distribution(
+        tmp_path / "site",
+        "loud-plugin",
+        {"loud": loud},
+        {loud: f"open({str(marker)!r}, 'w').close()\nraise ImportError('loud plugin imported')\n"},
+    )
+    make_distribution(
+        tmp_path / "site",
+        "good-plugin",
+        {"good": good},
+        {good: SCORER_MODULE.format(cls="GoodScorer", name="good_scorer")},
+    )
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
     mtp._reset()
     return marker
@@ -278,7 +309,9 @@ def test_disabling_a_name_that_matches_no_entry_point_warns_listing_them(loud_an
         assert "good_scorer" in mtp.scorers()  # the typo disables nothing
     assert len(record) == 1
     message = str(record[0].message)
-    assert message.startswith("minitensor: MINITENSOR_DISABLE_PLUGINS names no entry point 'goood'; the entry "
-                              "points in the group 'minitensor' are: ")
+    assert message.startswith(
+        "minitensor: MINITENSOR_DISABLE_PLUGINS names no entry point 'goood'; the entry "
+        "points in the group 'minitensor' are: "
+    )
     assert "good (good-plugin 1.0)" in message and "loud (loud-plugin 1.0)" in message  # among any installed
     assert not loud_and_good.exists()

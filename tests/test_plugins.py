@@ -52,8 +52,12 @@ def minitensor_scorers():
 def fresh_plugins(monkeypatch):
     """Every test starts and ends with an empty, not yet loaded, plugin manager and no
     plugin switches set, so no test sees another's plugins."""
-    for switch in ("MINITENSOR_STRICT_PLUGINS", "MINITENSOR_DISABLE_PLUGIN_AUTOLOAD", "MINITENSOR_PLUGINS",
-                   "MINITENSOR_DISABLE_PLUGINS"):
+    for switch in (
+        "MINITENSOR_STRICT_PLUGINS",
+        "MINITENSOR_DISABLE_PLUGIN_AUTOLOAD",
+        "MINITENSOR_PLUGINS",
+        "MINITENSOR_DISABLE_PLUGINS",
+    ):
         monkeypatch.delenv(switch, raising=False)
     before = set(sys.modules)
     mtp._reset()
@@ -87,8 +91,12 @@ def unique(prefix):
 def cosine_dist(tmp_path, monkeypatch):
     """A third-party distribution "minitensor-cosine-test 1.0" providing scorer "cosine_test"."""
     module = unique("cosine")
-    make_distribution(tmp_path / "site", "minitensor-cosine-test", {"cosine_test": module},
-                      {module: SCORER_MODULE.format(cls="CosineTest", name="cosine_test")})
+    make_distribution(
+        tmp_path / "site",
+        "minitensor-cosine-test",
+        {"cosine_test": module},
+        {module: SCORER_MODULE.format(cls="CosineTest", name="cosine_test")},
+    )
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
     mtp._reset()
     return types.SimpleNamespace(module=module, path=tmp_path / "site")
@@ -99,8 +107,9 @@ def run_python(code, extra_path=(), env=None, cwd=None):
     environment = {k: v for k, v in os.environ.items() if not k.startswith("MINITENSOR_")}
     environment.update(env or {})
     environment["PYTHONPATH"] = os.pathsep.join([*map(str, extra_path), environment.get("PYTHONPATH", "")])
-    return subprocess.run([sys.executable, *code], capture_output=True, text=True, env=environment,
-                          cwd=cwd, timeout=120)
+    return subprocess.run(
+        [sys.executable, *code], capture_output=True, text=True, env=environment, cwd=cwd, timeout=120
+    )
 
 
 def scorer_module(hooks_source):
@@ -130,7 +139,8 @@ def test_builtins_are_plugins_listed_as_built_in():
     rows = mtp.describe()
     assert all(row["source"] == "built-in" for row in rows if row["plugin"] in mtp.DEFAULT_PLUGINS)
     assert {"name": "dot", "kind": "scorer", "source": "built-in"}.items() <= next(
-        row for row in rows if row["name"] == "dot").items()
+        row for row in rows if row["name"] == "dot"
+    ).items()
 
 
 def test_builtins_are_importable_as_minitensor_plugins_not_plugins():
@@ -142,10 +152,15 @@ def test_builtins_are_importable_as_minitensor_plugins_not_plugins():
 
 
 def test_import_minitensor_loads_no_plugin_machinery():
-    out = run_python(["-c", "import minitensor, sys; "
-                            "assert 'pluggy' not in sys.modules, 'pluggy imported'; "
-                            "assert 'minitensor_plugins' not in sys.modules, 'plugins imported'; "
-                            "assert 'minitensor.plugins' not in sys.modules, 'manager imported'"])
+    out = run_python(
+        [
+            "-c",
+            "import minitensor, sys; "
+            "assert 'pluggy' not in sys.modules, 'pluggy imported'; "
+            "assert 'minitensor_plugins' not in sys.modules, 'plugins imported'; "
+            "assert 'minitensor.plugins' not in sys.modules, 'manager imported'",
+        ]
+    )
     assert out.returncode == 0, out.stderr
 
 
@@ -208,15 +223,17 @@ def test_entry_point_plugin_is_listed_by_the_cli(cosine_dist, capsys):
     assert cli.main(["plugins", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert {"name": "cosine_test", "kind": "scorer", "source": "minitensor-cosine-test 1.0"}.items() <= next(
-        row for row in rows if row["name"] == "cosine_test").items()
+        row for row in rows if row["name"] == "cosine_test"
+    ).items()
 
 
 def test_entry_point_plugin_is_listed_by_a_fresh_process(cosine_dist, tmp_path):
     # a new interpreter, as a user would run it: `python -m minitensor plugins`
     out = run_python(["-m", "minitensor", "plugins"], extra_path=[cosine_dist.path], cwd=tmp_path)
     assert out.returncode == 0, out.stderr
-    assert any(line.split() == ["cosine_test", "scorer", "minitensor-cosine-test", "1.0"]
-               for line in out.stdout.splitlines()), out.stdout
+    assert any(
+        line.split() == ["cosine_test", "scorer", "minitensor-cosine-test", "1.0"] for line in out.stdout.splitlines()
+    ), out.stdout
 
 
 def test_entry_point_plugin_in_attention_layers(cosine_dist):
@@ -246,10 +263,18 @@ def test_entry_point_plugin_in_attention_layers(cosine_dist):
 def broken_and_good(tmp_path, monkeypatch):
     """Two distributions: "broken-plugin" raises on import, "good-plugin" is fine."""
     bad, good = unique("broken"), unique("good")
-    make_distribution(tmp_path / "site", "broken-plugin", {"broken_ep": bad},
-                      {bad: "raise ImportError('this plugin needs a package that is missing')"})
-    make_distribution(tmp_path / "site", "good-plugin", {"good_ep": good},
-                      {good: SCORER_MODULE.format(cls="GoodScorer", name="good_scorer")})
+    make_distribution(
+        tmp_path / "site",
+        "broken-plugin",
+        {"broken_ep": bad},
+        {bad: "raise ImportError('this plugin needs a package that is missing')"},
+    )
+    make_distribution(
+        tmp_path / "site",
+        "good-plugin",
+        {"good_ep": good},
+        {good: SCORER_MODULE.format(cls="GoodScorer", name="good_scorer")},
+    )
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
     mtp._reset()
     return types.SimpleNamespace(bad=bad, good=good)
@@ -303,15 +328,22 @@ def test_an_entry_point_plugin_with_a_misspelled_hook_is_skipped_with_a_warning(
     make_distribution(tmp_path, "typo-plugin", {"typo_ep": module}, {module: source})
     monkeypatch.syspath_prepend(str(tmp_path))
     mtp._reset()
-    with pytest.warns(RuntimeWarning, match=r"typo_ep.*unknown hook 'minitensor_scorer'.*did you mean 'minitensor_scorers'"):
+    with pytest.warns(
+        RuntimeWarning, match=r"typo_ep.*unknown hook 'minitensor_scorer'.*did you mean 'minitensor_scorers'"
+    ):
         assert "dot" in mtp.scorers()
     assert not any(name.startswith("typo_ep") for name, _ in mtp.get_plugin_manager().list_name_plugin())
 
 
 def test_an_entry_point_plugin_claiming_a_taken_name_is_skipped_naming_both(tmp_path, monkeypatch):
     module = unique("clash")
-    make_distribution(tmp_path, "clash-plugin", {"clash_ep": module},
-                      {module: SCORER_MODULE.format(cls="MyDot", name="dot")}, version="2.3")
+    make_distribution(
+        tmp_path,
+        "clash-plugin",
+        {"clash_ep": module},
+        {module: SCORER_MODULE.format(cls="MyDot", name="dot")},
+        version="2.3",
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     mtp._reset()
     with pytest.warns(RuntimeWarning, match=r"'dot'.*minitensor_plugins\.scorers.*built-in.*clash-plugin 2\.3"):
@@ -360,8 +392,11 @@ def test_a_hook_parameter_with_a_default_is_an_error_at_registration():
         def minitensor_scorers(self, temperature=0.1):
             return {"defaulted": object}
 
-    with pytest.raises(mtp.PluginError, match=r"'Defaulted': minitensor_scorers\(\) gives its parameter\(s\) "
-                                              r"temperature a default value"):
+    with pytest.raises(
+        mtp.PluginError,
+        match=r"'Defaulted': minitensor_scorers\(\) gives its parameter\(s\) "
+        r"temperature a default value",
+    ):
         mtp.register(Defaulted())
     assert "defaulted" not in mtp.scorers()
     assert not mtp.get_plugin_manager().has_plugin("Defaulted")
@@ -530,7 +565,10 @@ def test_cli_plugins_prints_an_aligned_table(capsys):
     assert {row["kind"] for row in described} == {"scorer", "pooling", "positional encoding"}
     # where each positional encoding acts is shown with its kind
     assert {row.get("applies_to") for row in described if row["kind"] == "positional encoding"} == {
-        "inputs", "qk", "scores"}
+        "inputs",
+        "qk",
+        "scores",
+    }
     assert any("positional encoding (scores)" in line for line in rows)
 
 

@@ -7,10 +7,10 @@ import pytest
 from helpers import allowed_keys_np as _allowed
 from helpers import check
 from helpers import ints as _ints
+from minitensor_plugins.poolings import AveragePooling, SoftmaxPooling, SparsemaxPooling, allowed_keys
 
 import minitensor as mt
 from minitensor.errors import ShapeError
-from minitensor_plugins.poolings import AveragePooling, SoftmaxPooling, SparsemaxPooling, allowed_keys
 
 POOLINGS = {"softmax": SoftmaxPooling, "average": AveragePooling, "sparsemax": SparsemaxPooling}
 
@@ -179,7 +179,10 @@ def test_pooling_gradcheck_with_heads_and_masks(name, device):
     _, scores = _scores(device, (2, 2, 3, 4), seed=6, requires_grad=True)
     lens = _ints([[1, 2, 4], [3, 0, 4]], device)
     pooling = POOLINGS[name]()
-    check(lambda s: pooling(s, valid_lens=lens, mask=mt.tensor(np.tril(np.ones((3, 4), dtype=bool), 1), device=device)), scores)
+    check(
+        lambda s: pooling(s, valid_lens=lens, mask=mt.tensor(np.tril(np.ones((3, 4), dtype=bool), 1), device=device)),
+        scores,
+    )
 
 
 def test_sparsemax_errors():
@@ -226,7 +229,11 @@ def test_fully_masked_rows_get_zero_weights(name, shape, valid_lens, mask, inf_r
 
 @pytest.mark.parametrize("name", sorted(POOLINGS))
 def test_masked_scores_change_nothing(name, device):
-    shape, valid_lens, mask = (3, 2, 4, 6), [[1, 2, 3, 4], [6, 6, 5, 5], [1, 1, 6, 2]], np.tril(np.ones((4, 6), dtype=bool), 1)
+    shape, valid_lens, mask = (
+        (3, 2, 4, 6),
+        [[1, 2, 3, 4], [6, 6, 5, 5], [1, 1, 6, 2]],
+        np.tril(np.ones((4, 6), dtype=bool), 1),
+    )
     z, scores, lens, m, allowed = _case(device, shape, valid_lens, mask)
     changed = mt.tensor(np.where(allowed, z, 100.0 * np.random.default_rng(1).standard_normal(shape)), device=device)
     pooling = POOLINGS[name]()

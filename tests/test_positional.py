@@ -36,7 +36,10 @@ def table(enc, T, offset=0, device="cpu"):
 def test_built_in_encodings_are_registered_with_applies_to():
     registry = mt.plugins.positional_encodings()
     assert {name: registry[name].applies_to for name in ("none", "sinusoidal", "learned", "rotary")} == {
-        "none": "inputs", "sinusoidal": "inputs", "learned": "inputs", "rotary": "qk",
+        "none": "inputs",
+        "sinusoidal": "inputs",
+        "learned": "inputs",
+        "rotary": "qk",
     }
 
 

@@ -7,13 +7,13 @@ input's shape, and the gradient must equal the analytic one computed here indepe
 
 import numpy as np
 import pytest
+from conftest import DEVICES
+from helpers import OPERATOR
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import array_shapes, mutually_broadcastable_shapes
 
 import minitensor as mt
-from helpers import OPERATOR
-from conftest import DEVICES
 
 SETTINGS = settings(max_examples=30, deadline=None)
 
@@ -45,7 +45,9 @@ BINARY = {
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("op", list(BINARY))
 @SETTINGS
-@given(shapes=mutually_broadcastable_shapes(num_shapes=2, min_dims=0, max_dims=4, max_side=4), seed=st.integers(0, 2**16))
+@given(
+    shapes=mutually_broadcastable_shapes(num_shapes=2, min_dims=0, max_dims=4, max_side=4), seed=st.integers(0, 2**16)
+)
 def test_binary_broadcasting(device, op, shapes, seed):
     (sa, sb), out_shape = shapes.input_shapes, shapes.result_shape
     rng = np.random.default_rng(seed)

@@ -92,8 +92,14 @@ def test_gru_batch_first_is_the_same_gru_transposed():
 def test_gru_parameters_are_named_and_shaped_as_in_pytorch():
     gru = nn.GRU(3, 5, num_layers=2)
     assert [(n, p.shape) for n, p in gru.named_parameters()] == [
-        ("weight_ih_l0", (15, 3)), ("weight_hh_l0", (15, 5)), ("bias_ih_l0", (15,)), ("bias_hh_l0", (15,)),
-        ("weight_ih_l1", (15, 5)), ("weight_hh_l1", (15, 5)), ("bias_ih_l1", (15,)), ("bias_hh_l1", (15,)),
+        ("weight_ih_l0", (15, 3)),
+        ("weight_hh_l0", (15, 5)),
+        ("bias_ih_l0", (15,)),
+        ("bias_hh_l0", (15,)),
+        ("weight_ih_l1", (15, 5)),
+        ("weight_hh_l1", (15, 5)),
+        ("bias_ih_l1", (15,)),
+        ("bias_hh_l1", (15,)),
     ]
     bound = 1 / np.sqrt(5)
     assert all(np.abs(p.numpy()).max() <= bound for p in gru.parameters())
@@ -151,8 +157,11 @@ def test_grucell_is_one_gru_step(device):
     out = cell(mt.tensor(X, device=device), mt.tensor(H, device=device))
     assert out.shape == (2, 4) and isinstance(out.data, array_type(device))
     np.testing.assert_allclose(out.numpy(), expected, rtol=1e-10, atol=1e-12)
-    np.testing.assert_allclose(cell(mt.tensor(X, device=device)).numpy(),
-                               np_gru_layer(X[None], np.zeros((2, 4)), W_ih, W_hh, b_ih, b_hh)[0], rtol=1e-10)
+    np.testing.assert_allclose(
+        cell(mt.tensor(X, device=device)).numpy(),
+        np_gru_layer(X[None], np.zeros((2, 4)), W_ih, W_hh, b_ih, b_hh)[0],
+        rtol=1e-10,
+    )
     X_t = mt.tensor(X, device=device, requires_grad=True)
     H_t = mt.tensor(H, device=device, requires_grad=True)
     check(lambda X, H, *params: cell(X, H), X_t, H_t, *cell.parameters())
@@ -210,8 +219,9 @@ IDS = [f"k{k}-s{s}-p{p}-d{d}" for k, s, p, d in CONV_SETTINGS]
 @pytest.mark.parametrize("k,stride,padding,dilation", CONV_SETTINGS, ids=IDS)
 def test_conv1d_matches_the_direct_convolution(device, k, stride, padding, dilation):
     x, w, b = data(2, 3, 9), data(4, 3, k, seed=1), data(4, seed=2)
-    y = conv1d(mt.tensor(x, device=device), mt.tensor(w, device=device), mt.tensor(b, device=device),
-               stride, padding, dilation)
+    y = conv1d(
+        mt.tensor(x, device=device), mt.tensor(w, device=device), mt.tensor(b, device=device), stride, padding, dilation
+    )
     expected = np_conv1d(x, w, b, stride, padding, dilation)
     assert y.shape == expected.shape == (2, 4, conv1d_output_length(9, k, stride, padding, dilation))
     assert isinstance(y.data, array_type(device))

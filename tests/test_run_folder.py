@@ -14,8 +14,16 @@ from helpers import file_hashes
 from minitensor.train import checkpoint as ckpt
 from minitensor.train.config import ConfigError, TrainConfig
 from minitensor.train.loop import TrainingError, _complete_before_interrupt, train
-from minitensor.train.run import (BEST_DIR, CHECKPOINT_DIR, LOCK_FILE, RunBusyError, RunExistsError, RunFolder,
-                                  RunFolderError, load_run_checkpoint)
+from minitensor.train.run import (
+    BEST_DIR,
+    CHECKPOINT_DIR,
+    LOCK_FILE,
+    RunBusyError,
+    RunExistsError,
+    RunFolder,
+    RunFolderError,
+    load_run_checkpoint,
+)
 
 pytest.importorskip("safetensors")
 
@@ -26,8 +34,20 @@ def quiet(message):
 
 def tiny(out, **changes):
     """A run of a few steps: two epochs planned, so ``stop_after_epochs=1`` skips the figures."""
-    settings = dict(task="reverse", num_train=64, num_heldout=8, max_len=3, epochs=2, batch_size=32, num_blks=1,
-                    num_hiddens=8, ffn_num_hiddens=16, num_heads=2, progress=False, out=str(out))
+    settings = dict(
+        task="reverse",
+        num_train=64,
+        num_heldout=8,
+        max_len=3,
+        epochs=2,
+        batch_size=32,
+        num_blks=1,
+        num_hiddens=8,
+        ffn_num_hiddens=16,
+        num_heads=2,
+        progress=False,
+        out=str(out),
+    )
     settings.update(changes)
     return TrainConfig(**settings)
 
@@ -206,17 +226,33 @@ def test_a_config_too_big_for_its_weights_is_refused_before_building_the_model(f
     run = copy_of(finished_run, tmp_path)
     # in range for a field, but a model of 4 * 2**40 parameters: refused without allocating it
     rewrite(run / CHECKPOINT_DIR, lambda body: body["config"].update(num_hiddens=2**20, num_heads=1))
-    with pytest.raises(ckpt.CheckpointError, match=r"describes a model of at least [\d,]+ parameters, but the saved "
-                                                   r"weights hold [\d,]+"):
+    with pytest.raises(
+        ckpt.CheckpointError,
+        match=r"describes a model of at least [\d,]+ parameters, but the saved "
+        r"weights hold [\d,]+",
+    ):
         load_run_checkpoint(str(run / CHECKPOINT_DIR))
 
 
 EXTRA_MUTATIONS = [
-    ("num_steps", None), ("num_steps", "9"), ("num_steps", 10**9), ("num_steps", -3), ("num_steps", 0),
-    ("tgt_num_steps", 2.5), ("tgt_num_steps", 10**30),
-    ("batches", []), ("batches.seed", -1), ("batches.seed", "0"), ("batches.epoch", 10**30),
-    ("batches.position", None), ("history", None), ("history.loss", {"a": 1}), ("history.loss", [1.0, "x"]),
-    ("history.eval", [{"loss": "low"}]), ("history.eval", [3]), ("history.steps_per_epoch", 0),
+    ("num_steps", None),
+    ("num_steps", "9"),
+    ("num_steps", 10**9),
+    ("num_steps", -3),
+    ("num_steps", 0),
+    ("tgt_num_steps", 2.5),
+    ("tgt_num_steps", 10**30),
+    ("batches", []),
+    ("batches.seed", -1),
+    ("batches.seed", "0"),
+    ("batches.epoch", 10**30),
+    ("batches.position", None),
+    ("history", None),
+    ("history.loss", {"a": 1}),
+    ("history.loss", [1.0, "x"]),
+    ("history.eval", [{"loss": "low"}]),
+    ("history.eval", [3]),
+    ("history.steps_per_epoch", 0),
     ("history.steps_per_epoch", -2),
 ]
 
@@ -254,20 +290,32 @@ def test_ctrl_c_waits_for_the_checkpoint_being_written():
     with pytest.raises(KeyboardInterrupt):
         with _complete_before_interrupt():
             os.kill(os.getpid(), signal.SIGINT)  # arrives "during the save"
-            finished.append(True)                # ... which still completes
+            finished.append(True)  # ... which still completes
     assert finished == [True]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
 # -- the values a run is given --------------------------------------------------------------------
-@pytest.mark.parametrize("changes,flag", [
-    (dict(clip_grad_norm=-1.0), "--clip-grad-norm"), (dict(clip_grad_norm=math.nan), "--clip-grad-norm"),
-    (dict(lr=0.0), "--lr"), (dict(lr=math.inf), "--lr"), (dict(num_hiddens=0), "--num-hiddens"),
-    (dict(num_heldout=0), "--num-heldout"), (dict(dropout=1.0), "--dropout"), (dict(batch_size=-4), "--batch-size"),
-    (dict(epochs=0), "--epochs"), (dict(seed=-1), "--seed"), (dict(num_heads=3), "--num-heads"),
-    (dict(min_len=5, max_len=2), "--min-len"), (dict(heldout_fraction=0.0), "--heldout-fraction"),
-    (dict(warmup_steps=-1), "--warmup-steps"), (dict(label_smoothing=1.0), "--label-smoothing"),
-])
+@pytest.mark.parametrize(
+    "changes,flag",
+    [
+        (dict(clip_grad_norm=-1.0), "--clip-grad-norm"),
+        (dict(clip_grad_norm=math.nan), "--clip-grad-norm"),
+        (dict(lr=0.0), "--lr"),
+        (dict(lr=math.inf), "--lr"),
+        (dict(num_hiddens=0), "--num-hiddens"),
+        (dict(num_heldout=0), "--num-heldout"),
+        (dict(dropout=1.0), "--dropout"),
+        (dict(batch_size=-4), "--batch-size"),
+        (dict(epochs=0), "--epochs"),
+        (dict(seed=-1), "--seed"),
+        (dict(num_heads=3), "--num-heads"),
+        (dict(min_len=5, max_len=2), "--min-len"),
+        (dict(heldout_fraction=0.0), "--heldout-fraction"),
+        (dict(warmup_steps=-1), "--warmup-steps"),
+        (dict(label_smoothing=1.0), "--label-smoothing"),
+    ],
+)
 def test_bad_settings_are_refused_up_front_naming_the_flag(tmp_path, changes, flag):
     with pytest.raises(ConfigError) as info:
         train(tiny(tmp_path / "run", **changes), log=quiet)

@@ -36,18 +36,22 @@ def test_lookup_by_name_finds_the_score_biases():
     assert rows["t5_relative"]["source"] == "built-in" and rows["t5_relative"]["kind"] == "positional encoding"
 
 
-@pytest.mark.parametrize("name,options", [
-    ("alibi", {}),
-    ("alibi", {"num_heads": 6}),
-    ("t5_relative", {}),
-    ("t5_relative", {"bidirectional": False}),
-    ("t5_relative", {"num_buckets": 8, "max_distance": 6}),
-    ("t5_relative", {"num_buckets": 5, "max_distance": 5, "bidirectional": False}),
-    ("sliding_window", {}),
-    ("sliding_window", {"window": 0}),
-    ("sliding_window", {"window": 3}),
-    ("sliding_window", {"window": 40}),
-], ids=lambda v: v if isinstance(v, str) else "-".join(f"{k}={x}" for k, x in v.items()) or "defaults")
+@pytest.mark.parametrize(
+    "name,options",
+    [
+        ("alibi", {}),
+        ("alibi", {"num_heads": 6}),
+        ("t5_relative", {}),
+        ("t5_relative", {"bidirectional": False}),
+        ("t5_relative", {"num_buckets": 8, "max_distance": 6}),
+        ("t5_relative", {"num_buckets": 5, "max_distance": 5, "bidirectional": False}),
+        ("sliding_window", {}),
+        ("sliding_window", {"window": 0}),
+        ("sliding_window", {"window": 3}),
+        ("sliding_window", {"window": 40}),
+    ],
+    ids=lambda v: v if isinstance(v, str) else "-".join(f"{k}={x}" for k, x in v.items()) or "defaults",
+)
 def test_the_kit_passes_the_built_ins(name, options, device):
     cls = mt.plugins.lookup("positional encoding", name)
     assert check_positional_encoding(cls, device=device, **options) is True
@@ -56,6 +60,7 @@ def test_the_kit_passes_the_built_ins(name, options, device):
 # -- ALiBi -----------------------------------------------------------------------------------------
 def get_slopes(n):
     """The ALiBi paper's code (Press et al., attention_with_linear_biases), transcribed."""
+
     def get_slopes_power_of_2(n):
         start = 2 ** (-(2 ** -(math.log2(n) - 3)))
         ratio = start
@@ -64,8 +69,9 @@ def get_slopes(n):
     if math.log2(n).is_integer():
         return get_slopes_power_of_2(n)
     closest_power_of_2 = 2 ** math.floor(math.log2(n))
-    return (get_slopes_power_of_2(closest_power_of_2)
-            + get_slopes(2 * closest_power_of_2)[0::2][: n - closest_power_of_2])
+    return (
+        get_slopes_power_of_2(closest_power_of_2) + get_slopes(2 * closest_power_of_2)[0::2][: n - closest_power_of_2]
+    )
 
 
 def test_alibi_slopes_for_8_heads_are_powers_of_one_half():
@@ -111,8 +117,9 @@ def t5_bucket_reference(relative_position, bidirectional=True, num_buckets=32, m
     if is_small:
         return relative_buckets + relative_position
     log = f32(math.log(f32(relative_position) / f32(max_exact)))
-    relative_position_if_large = max_exact + int(log / f32(math.log(max_distance / max_exact))
-                                                 * f32(num_buckets - max_exact))
+    relative_position_if_large = max_exact + int(
+        log / f32(math.log(max_distance / max_exact)) * f32(num_buckets - max_exact)
+    )
     relative_position_if_large = min(relative_position_if_large, num_buckets - 1)
     return relative_buckets + relative_position_if_large
 
@@ -129,8 +136,9 @@ def t5_bucket_float64(relative_position, bidirectional=True, num_buckets=32, max
     max_exact = num_buckets // 2
     if relative_position < max_exact:
         return buckets + relative_position
-    large = max_exact + int(math.log(relative_position / max_exact) / math.log(max_distance / max_exact)
-                            * (num_buckets - max_exact))
+    large = max_exact + int(
+        math.log(relative_position / max_exact) / math.log(max_distance / max_exact) * (num_buckets - max_exact)
+    )
     return buckets + min(large, num_buckets - 1)
 
 
@@ -222,21 +230,24 @@ def test_float64_build_and_to(name):
 
 
 # -- errors ---------------------------------------------------------------------------------------
-@pytest.mark.parametrize("name,args,kwargs,error,words", [
-    ("alibi", (0,), {}, ValueError, ["ALiBi", "num_heads", "0"]),
-    ("t5_relative", (2.5,), {}, TypeError, ["T5RelativeBias", "num_heads", "2.5"]),
-    ("sliding_window", (2,), {"window": -1}, ValueError, ["SlidingWindow", "window", "-1"]),
-    ("sliding_window", (2,), {"window": 1.5}, TypeError, ["SlidingWindow", "window", "1.5"]),
-    ("sliding_window", (2,), {"window": True}, TypeError, ["SlidingWindow", "window", "True"]),
-    ("t5_relative", (2,), {"num_buckets": 1}, ValueError, ["T5RelativeBias", "num_buckets", "1"]),
-    ("t5_relative", (2,), {"num_buckets": 3}, ValueError, ["T5RelativeBias", "num_buckets=3", ">= 4"]),
-    ("t5_relative", (2,), {"max_distance": 0}, ValueError, ["T5RelativeBias", "max_distance", "0"]),
-    ("t5_relative", (2,), {"max_distance": 8}, ValueError, ["T5RelativeBias", "max_distance=8"]),
-    ("t5_relative", (2,), {"bidirectional": "yes"}, TypeError, ["T5RelativeBias", "bidirectional", "'yes'"]),
-    ("alibi", (2,), {"windw": 3}, TypeError, ["ALiBi", "windw"]),
-    ("sliding_window", (2,), {"windw": 3}, TypeError, ["SlidingWindow", "windw"]),
-    ("t5_relative", (2,), {"num_bucket": 3}, TypeError, ["T5RelativeBias", "num_bucket"]),
-])
+@pytest.mark.parametrize(
+    "name,args,kwargs,error,words",
+    [
+        ("alibi", (0,), {}, ValueError, ["ALiBi", "num_heads", "0"]),
+        ("t5_relative", (2.5,), {}, TypeError, ["T5RelativeBias", "num_heads", "2.5"]),
+        ("sliding_window", (2,), {"window": -1}, ValueError, ["SlidingWindow", "window", "-1"]),
+        ("sliding_window", (2,), {"window": 1.5}, TypeError, ["SlidingWindow", "window", "1.5"]),
+        ("sliding_window", (2,), {"window": True}, TypeError, ["SlidingWindow", "window", "True"]),
+        ("t5_relative", (2,), {"num_buckets": 1}, ValueError, ["T5RelativeBias", "num_buckets", "1"]),
+        ("t5_relative", (2,), {"num_buckets": 3}, ValueError, ["T5RelativeBias", "num_buckets=3", ">= 4"]),
+        ("t5_relative", (2,), {"max_distance": 0}, ValueError, ["T5RelativeBias", "max_distance", "0"]),
+        ("t5_relative", (2,), {"max_distance": 8}, ValueError, ["T5RelativeBias", "max_distance=8"]),
+        ("t5_relative", (2,), {"bidirectional": "yes"}, TypeError, ["T5RelativeBias", "bidirectional", "'yes'"]),
+        ("alibi", (2,), {"windw": 3}, TypeError, ["ALiBi", "windw"]),
+        ("sliding_window", (2,), {"windw": 3}, TypeError, ["SlidingWindow", "windw"]),
+        ("t5_relative", (2,), {"num_bucket": 3}, TypeError, ["T5RelativeBias", "num_bucket"]),
+    ],
+)
 def test_bad_options_are_refused_clearly(name, args, kwargs, error, words):
     with pytest.raises(error) as info:
         build(name, *args, **kwargs)
@@ -277,8 +288,9 @@ class LinearBias(nn.Module):
 
     def relative_bias(self, min_distance, max_distance):
         d = np.arange(min_distance, max_distance + 1)
-        return self.s.reshape(-1, 1) * mt.tensor(self.value(np.zeros_like(d), d), dtype=self.s.dtype,
-                                                 device=self.s.device)
+        return self.s.reshape(-1, 1) * mt.tensor(
+            self.value(np.zeros_like(d), d), dtype=self.s.dtype, device=self.s.device
+        )
 
 
 class WindowedBias(LinearBias):

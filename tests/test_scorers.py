@@ -5,8 +5,6 @@ import math
 import numpy as np
 import pytest
 from helpers import check
-
-import minitensor as mt
 from minitensor_plugins.scorers import (
     AdditiveScorer,
     CosineScorer,
@@ -17,6 +15,8 @@ from minitensor_plugins.scorers import (
     ParametricGaussianScorer,
     ScaledDotProduct,
 )
+
+import minitensor as mt
 
 KERNELS = ("gaussian", "boxcar", "epanechnikov", "triangular", "constant")
 
@@ -44,7 +44,9 @@ def test_the_registry_names_the_scorer_classes():
 def test_dot_and_scaled_dot_are_qk_over_sqrt_d(device):
     q, k, Qt, Kt = _qk(device, (2, 3, 4, 6), (2, 3, 5, 6))  # (batch, heads, Q/K, d)
     np.testing.assert_allclose(DotProduct(6, 6)(Qt, Kt).numpy(), q @ k.swapaxes(-1, -2), rtol=1e-12)
-    np.testing.assert_allclose(ScaledDotProduct(6, 6)(Qt, Kt).numpy(), q @ k.swapaxes(-1, -2) / math.sqrt(6), rtol=1e-12)
+    np.testing.assert_allclose(
+        ScaledDotProduct(6, 6)(Qt, Kt).numpy(), q @ k.swapaxes(-1, -2) / math.sqrt(6), rtol=1e-12
+    )
 
 
 def test_additive_is_wv_tanh_wq_q_plus_wk_k(device):
@@ -208,14 +210,17 @@ def test_kernel_errors():
 
 
 @pytest.mark.parametrize(
-    "cls", [DotProduct, ScaledDotProduct, GaussianScorer, ParametricGaussianScorer, KernelScorer, CosineScorer, L2Scorer]
+    "cls",
+    [DotProduct, ScaledDotProduct, GaussianScorer, ParametricGaussianScorer, KernelScorer, CosineScorer, L2Scorer],
 )
 def test_scorers_needing_one_length_refuse_two(cls):
     with pytest.raises(ValueError, match="one length d.*additive"):
         cls(3, 5)
 
 
-@pytest.mark.parametrize("cls", [DotProduct, AdditiveScorer, KernelScorer, ParametricGaussianScorer, CosineScorer, L2Scorer])
+@pytest.mark.parametrize(
+    "cls", [DotProduct, AdditiveScorer, KernelScorer, ParametricGaussianScorer, CosineScorer, L2Scorer]
+)
 def test_a_misspelt_option_is_an_error(cls):
     with pytest.raises(TypeError, match="unknown option.*'num_hidden'"):
         cls(4, 4, num_hidden=8)
@@ -272,8 +277,14 @@ def test_parametric_gaussian_learns_w():
 
 def test_scores_follow_the_input_dtype():
     q, k = mt.randn(2, 3, 4), mt.randn(2, 5, 4)
-    for name, options in [("additive", {}), ("gaussian", {}), ("parametric_gaussian", {}), ("kernel", {"kernel": "boxcar"}),
-                          ("cosine", {}), ("l2", {})]:
+    for name, options in [
+        ("additive", {}),
+        ("gaussian", {}),
+        ("parametric_gaussian", {}),
+        ("kernel", {"kernel": "boxcar"}),
+        ("cosine", {}),
+        ("l2", {}),
+    ]:
         assert mt.plugins.scorers()[name](4, 4, **options)(q, k).dtype == mt.float32
 
 
@@ -349,7 +360,11 @@ def test_cosine_scale_defaults_and_the_papers_initialisation():
 
 
 def test_cosine_option_errors():
-    with pytest.raises(TypeError, match=r"CosineScorer: unknown option\(s\) 'sclae' \(did you mean 'scale'\?\); it takes scale, seq_len, learn_scale"):
+    with pytest.raises(
+        TypeError,
+        match=r"CosineScorer: unknown option\(s\) 'sclae' \(did you mean 'scale'\?\); "
+        r"it takes scale, seq_len, learn_scale",
+    ):
         CosineScorer(4, 4, sclae=2.0)
     with pytest.raises(ValueError, match="scale or seq_len, not both"):
         CosineScorer(4, 4, scale=2.0, seq_len=10)
@@ -413,8 +428,10 @@ def test_l2_is_minus_squared_distance_over_sqrt_d(device):
     # the formula as the brief writes it, one head: -((q[:, None] - k[None]) ** 2).sum(-1) / sqrt(d)
     q0, k0 = q[0, 0], k[0, 0]
     np.testing.assert_allclose(
-        L2Scorer(6, 6)(Qt[0, 0], Kt[0, 0]).numpy(), -((q0[:, None] - k0[None]) ** 2).sum(-1) / math.sqrt(6),
-        rtol=1e-10, atol=1e-12,
+        L2Scorer(6, 6)(Qt[0, 0], Kt[0, 0]).numpy(),
+        -((q0[:, None] - k0[None]) ** 2).sum(-1) / math.sqrt(6),
+        rtol=1e-10,
+        atol=1e-12,
     )
 
 
@@ -431,7 +448,7 @@ def test_l2_is_largest_and_zero_where_the_key_is_the_query(device):
 def test_l2_matches_torch_cdist():
     torch = pytest.importorskip("torch")
     q, k, Qt, Kt = _qk("cpu", (2, 3, 4, 6), (2, 3, 5, 6))
-    expected = -torch.cdist(torch.from_numpy(q), torch.from_numpy(k)) ** 2 / math.sqrt(6)
+    expected = -(torch.cdist(torch.from_numpy(q), torch.from_numpy(k)) ** 2) / math.sqrt(6)
     np.testing.assert_allclose(L2Scorer(6, 6)(Qt, Kt).numpy(), expected.numpy(), rtol=1e-8, atol=1e-10)
 
 
@@ -446,8 +463,9 @@ def test_l2_is_the_gaussian_kernel_of_width_d_to_the_quarter_over_sqrt2():
 def test_cosine_and_l2_by_name_in_multi_head_attention(scorer, device):
     mt.manual_seed(0)
     mha = mt.nn.MultiHeadAttention(16, 2, scorer=scorer, dtype=mt.float64, device=device)
-    X = mt.tensor(np.random.default_rng(0).standard_normal((2, 5, 16)), dtype=mt.float64, device=device,
-                  requires_grad=True)
+    X = mt.tensor(
+        np.random.default_rng(0).standard_normal((2, 5, 16)), dtype=mt.float64, device=device, requires_grad=True
+    )
     out = mha(X, X, X, valid_lens=[3, 5])
     assert out.shape == (2, 5, 16) and np.isfinite(out.numpy()).all()
     out.sum().backward()
@@ -455,5 +473,6 @@ def test_cosine_and_l2_by_name_in_multi_head_attention(scorer, device):
     assert type(mha.attention.scorer) is {"cosine": CosineScorer, "l2": L2Scorer}[scorer]
     if scorer == "cosine":
         assert mha.attention.scorer.scale.grad is not None
-    assert mt.nn.MultiHeadAttention(16, 2, scorer=scorer)(mt.randn(1, 3, 16), mt.randn(1, 3, 16),
-                                                         mt.randn(1, 3, 16)).shape == (1, 3, 16)
+    assert mt.nn.MultiHeadAttention(16, 2, scorer=scorer)(
+        mt.randn(1, 3, 16), mt.randn(1, 3, 16), mt.randn(1, 3, 16)
+    ).shape == (1, 3, 16)

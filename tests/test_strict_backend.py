@@ -3,10 +3,11 @@ accepted NumPy calls, the op tests running on it would prove nothing."""
 
 import numpy as np
 import pytest
+from strict_backend import StrictArray
+from strict_backend import strict_xp as xp
 
 import minitensor as mt
 from minitensor.autograd import Function
-from strict_backend import StrictArray, strict_xp as xp
 
 
 def sa(values):
@@ -44,7 +45,7 @@ def test_works_like_an_array():
     a = sa([[1.0, -2.0], [3.0, 4.0]])
     assert a.shape == (2, 2) and a.ndim == 2 and a.size == 4 and a.dtype == np.float64 and len(a) == 2
     np.testing.assert_array_equal((a + 1).get(), [[2, -1], [4, 5]])
-    np.testing.assert_array_equal((2.0 ** a * np.float32(1)).get(), 2.0 ** np.array([[1, -2], [3, 4]]))
+    np.testing.assert_array_equal((2.0**a * np.float32(1)).get(), 2.0 ** np.array([[1, -2], [3, 4]]))
     np.testing.assert_array_equal((a @ a.T).get(), a.get() @ a.get().T)
     np.testing.assert_array_equal((-a).get(), -a.get())
     np.testing.assert_array_equal(((a > 0) & ~(a > 3)).get(), [[True, False], [True, False]])

@@ -2,9 +2,9 @@
 
 import numpy as np
 import pytest
+from strict_backend import StrictArray
 
 import minitensor as mt
-from strict_backend import StrictArray
 
 
 # -- mt.tensor: dtype inference --------------------------------------------------------------------
@@ -256,7 +256,16 @@ def test_int_meets_float(device):
 
 
 @pytest.mark.parametrize(
-    "fn", [lambda t: t * 2, lambda t: t + 1.5, lambda t: t / 3, lambda t: 2**t, lambda t: t**2, lambda t: 1 - t, lambda t: -t],
+    "fn",
+    [
+        lambda t: t * 2,
+        lambda t: t + 1.5,
+        lambda t: t / 3,
+        lambda t: 2**t,
+        lambda t: t**2,
+        lambda t: 1 - t,
+        lambda t: -t,
+    ],
 )
 def test_python_scalars_keep_float32(device, fn):
     t = mt.tensor([1.0, 2.0], device=device, requires_grad=True)

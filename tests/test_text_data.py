@@ -30,6 +30,7 @@ D2L_TIME_MACHINE_SHA1 = "090b5e7e70c295757f55df93cb0a180b9691891a"
 
 # -- the example text ------------------------------------------------------------------------------
 
+
 def test_example_text_is_d2ls_time_machine_with_its_readme():
     data = open(EXAMPLE_TEXT, "rb").read()
     assert TEXTS["time_machine"] == EXAMPLE_TEXT and os.path.isabs(EXAMPLE_TEXT)
@@ -41,8 +42,14 @@ def test_example_text_is_d2ls_time_machine_with_its_readme():
     words = collections.Counter(re.findall(r"[a-z]+", text.lower()))
     assert [w for w, _ in words.most_common(5)] == ["the", "i", "and", "of", "a"]  # English prose
     readme = open(os.path.join(os.path.dirname(EXAMPLE_TEXT), "README.md"), encoding="utf-8").read()
-    for fact in ("public domain", "H. G. Wells", "Project Gutenberg eBook #35", D2L_TIME_MACHINE_SHA1,
-                 "header and footer", f"{len(data):,} bytes"):
+    for fact in (
+        "public domain",
+        "H. G. Wells",
+        "Project Gutenberg eBook #35",
+        D2L_TIME_MACHINE_SHA1,
+        "header and footer",
+        f"{len(data):,} bytes",
+    ):
         assert fact in readme
 
 
@@ -51,10 +58,13 @@ def test_char_lm_corpus_reads_the_example_text():
     assert len(corpus) == 178_979 and "".join(vocab.to_tokens(corpus[:16])) == "The Time Machine"
     assert vocab.unk not in corpus
     split = int(len(corpus) * 0.9)  # the numbers unigram_baseline's docstring quotes
-    assert len(vocab) == 74 and unigram_baseline(corpus[:split], corpus[split:], len(vocab)) == pytest.approx(3.08, abs=0.005)
+    assert len(vocab) == 74 and unigram_baseline(corpus[:split], corpus[split:], len(vocab)) == pytest.approx(
+        3.08, abs=0.005
+    )
 
 
 # -- the unigram baseline --------------------------------------------------------------------------
+
 
 def test_unigram_baseline_by_hand():
     # V = 4; train counts: token 0 twice, token 1 once, tokens 2 and 3 never (3 tokens in all)
@@ -87,6 +97,7 @@ def test_unigram_baseline_refuses_what_it_cannot_score():
 
 # -- a path is a path ------------------------------------------------------------------------------
 
+
 def test_a_path_is_read_as_a_file_and_text_is_given_as_text(tmp_path, monkeypatch):
     path = tmp_path / "play.txt"
     path.write_text("to be or not", encoding="utf-8")
@@ -101,7 +112,9 @@ def test_a_path_is_read_as_a_file_and_text_is_given_as_text(tmp_path, monkeypatc
         char_lm_corpus("missing.txt")
     with pytest.raises(IsADirectoryError, match=re.escape(f"{tmp_path}: is a folder")):
         char_lm_corpus(tmp_path)
-    with pytest.raises(TypeError, match=r"give the path of a text file, or the text itself as text=\.\.\. \(got both\)"):
+    with pytest.raises(
+        TypeError, match=r"give the path of a text file, or the text itself as text=\.\.\. \(got both\)"
+    ):
         char_lm_corpus(path, text="abc")
     with pytest.raises(TypeError, match=r"\(got neither\)"):
         char_lm_corpus()
@@ -130,14 +143,17 @@ def test_max_chars_must_be_positive(tmp_path):
 
 # -- bytes that are not text -----------------------------------------------------------------------
 
+
 def test_a_byte_that_is_not_utf8_is_one_line_naming_file_line_and_offset(tmp_path):
     path = tmp_path / "latin1.txt"
     # "été" saved as Latin-1 on line 3: 0xe9 is not UTF-8; line 2's "café" is proper UTF-8
     data = b"first line\ncaf\xc3\xa9\tcoffee\n\xe9t\xe9\tsummer\n"
     path.write_bytes(data)
     offset = data.index(b"\xe9t")
-    message = (f"{path}, line 3: byte 0xe9 at byte offset {offset} is not valid utf-8 "
-               "(was the file saved in another encoding? save it again as utf-8)")
+    message = (
+        f"{path}, line 3: byte 0xe9 at byte offset {offset} is not valid utf-8 "
+        "(was the file saved in another encoding? save it again as utf-8)"
+    )
     for read in (char_lm_corpus, read_parallel_corpus):
         with pytest.raises(TextDecodeError) as info:
             read(path)
@@ -166,6 +182,7 @@ def test_windows_line_ends_and_byte_order_mark_read_as_plain_text(tmp_path):
 
 # -- empty and too short ---------------------------------------------------------------------------
 
+
 def test_empty_and_one_character_files_are_refused_with_the_count(tmp_path):
     empty, one = tmp_path / "empty.txt", tmp_path / "one.txt"
     empty.write_bytes(b"")
@@ -182,8 +199,10 @@ def test_a_corpus_without_pairs_is_refused_with_its_line_count(tmp_path):
     empty, prose = tmp_path / "empty.txt", tmp_path / "prose.txt"
     empty.write_bytes(b"")
     prose.write_text("no tabs here\nnor here\njust prose\n", encoding="utf-8")
-    with pytest.raises(ValueError, match=re.escape(f"{empty}: no sentence pairs in its 0 lines; a corpus has one "
-                                                   "pair a line, source<TAB>target")):
+    with pytest.raises(
+        ValueError,
+        match=re.escape(f"{empty}: no sentence pairs in its 0 lines; a corpus has one pair a line, source<TAB>target"),
+    ):
         read_parallel_corpus(empty)
     with pytest.raises(ValueError, match=re.escape(f"{prose}: no sentence pairs in its 3 lines")):
         read_parallel_corpus(prose)

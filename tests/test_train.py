@@ -19,8 +19,19 @@ def quiet(message):
 
 def reverse_config(tmp_path, **changes):
     """Small enough for seconds on a CPU, big enough that reversal is learnt."""
-    settings = dict(task="reverse", num_train=2400, num_heldout=100, max_len=5, epochs=5, batch_size=32,
-                    num_blks=1, dropout=0.0, lr=5e-3, progress=False, out=str(tmp_path / "run"))
+    settings = dict(
+        task="reverse",
+        num_train=2400,
+        num_heldout=100,
+        max_len=5,
+        epochs=5,
+        batch_size=32,
+        num_blks=1,
+        dropout=0.0,
+        lr=5e-3,
+        progress=False,
+        out=str(tmp_path / "run"),
+    )
     settings.update(changes)
     return TrainConfig(**settings)
 
@@ -107,19 +118,40 @@ def test_the_bahdanau_model_trains_through_the_loop(tmp_path):
 
 def test_scorer_options_are_parsed_by_type():
     assert parse_options(["a=3", "b=0.5", "c=true", "d=hello", "e=none", "f=1e-3"]) == {
-        "a": 3, "b": 0.5, "c": True, "d": "hello", "e": None, "f": 1e-3}
+        "a": 3,
+        "b": 0.5,
+        "c": True,
+        "d": "hello",
+        "e": None,
+        "f": 1e-3,
+    }
     with pytest.raises(ValueError, match="key=value"):
         parse_options(["oops"])
     parser = cli.build_parser()
-    config = cli.config_from_args(parser.parse_args(["train", "--scorer", "additive", "--scorer-opt", "num_hiddens=8",
-                                     "--pooling-opt", "temperature=0.5", "--task", "sort", "--norm-first"]))
+    config = cli.config_from_args(
+        parser.parse_args(
+            [
+                "train",
+                "--scorer",
+                "additive",
+                "--scorer-opt",
+                "num_hiddens=8",
+                "--pooling-opt",
+                "temperature=0.5",
+                "--task",
+                "sort",
+                "--norm-first",
+            ]
+        )
+    )
     assert config.scorer_options == {"num_hiddens": 8} and config.pooling_options == {"temperature": 0.5}
     assert config.task == "sort" and config.norm_first and config.out == "runs/sort"
     model = build_model(config.replace(num_blks=1, pooling_options={}), *_vocabs())
     from minitensor.train.checkpoint import model_plugins
 
-    assert {"scorer": "additive", "pooling": "softmax"}.items() <= {p["kind"]: p["name"] for p in
-                                                                    model_plugins(model)}.items()
+    assert {"scorer": "additive", "pooling": "softmax"}.items() <= {
+        p["kind"]: p["name"] for p in model_plugins(model)
+    }.items()
 
 
 def _vocabs():
@@ -130,8 +162,31 @@ def _vocabs():
 
 def test_cli_train_then_translate(tmp_path, capsys):
     out = str(tmp_path / "run")
-    assert cli.main(["train", "--task", "reverse", "--num-train", "800", "--num-heldout", "20", "--max-len", "4",
-                     "--epochs", "2", "--batch-size", "32", "--num-blks", "1", "--out", out, "--no-progress"]) == 0
+    assert (
+        cli.main(
+            [
+                "train",
+                "--task",
+                "reverse",
+                "--num-train",
+                "800",
+                "--num-heldout",
+                "20",
+                "--max-len",
+                "4",
+                "--epochs",
+                "2",
+                "--batch-size",
+                "32",
+                "--num-blks",
+                "1",
+                "--out",
+                out,
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "held-out exact match" in printed and "checkpoint/ (the latest" in printed and "wall time" in printed
     assert cli.main(["translate", "--checkpoint", out, "abc", "--show-attention"]) == 0
@@ -146,8 +201,24 @@ def test_cli_train_then_translate(tmp_path, capsys):
 
 
 def test_cli_reports_errors_without_a_traceback(tmp_path, capsys):
-    assert cli.main(["train", "--task", "reverse", "--num-train", "50", "--epochs", "1", "--out",
-                     str(tmp_path), "--scorer", "no_such_scorer"]) == 2
+    assert (
+        cli.main(
+            [
+                "train",
+                "--task",
+                "reverse",
+                "--num-train",
+                "50",
+                "--epochs",
+                "1",
+                "--out",
+                str(tmp_path),
+                "--scorer",
+                "no_such_scorer",
+            ]
+        )
+        == 2
+    )
     assert "unknown scorer 'no_such_scorer'" in capsys.readouterr().err
     assert cli.main(["translate", "--checkpoint", str(tmp_path / "nothing"), "abc"]) == 2
     err = capsys.readouterr().err
@@ -158,8 +229,27 @@ def test_cli_char_lm_train_and_generate(tmp_path, capsys):
     text = tmp_path / "text.txt"
     text.write_text("the time machine by h g wells " * 40)
     out = str(tmp_path / "lm")
-    assert cli.main(["train", "--text", str(text), "--lm-num-steps", "16", "--steps", "30", "--batch-size", "16",
-                     "--num-blks", "1", "--out", out, "--no-progress"]) == 0
+    assert (
+        cli.main(
+            [
+                "train",
+                "--text",
+                str(text),
+                "--lm-num-steps",
+                "16",
+                "--steps",
+                "30",
+                "--batch-size",
+                "16",
+                "--num-blks",
+                "1",
+                "--out",
+                out,
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "perplexity" in printed and "a unigram model (character frequencies alone) scores" in printed
     assert printed.count("held-out prompt") == 2 and os.path.isdir(os.path.join(out, "best"))
@@ -190,8 +280,16 @@ def test_a_parallel_corpus_trains_on_word_tokens_and_translates(tmp_path, capsys
     """``--data FILE``: D2L's fra-eng format, D2L's preprocessing, a held-out split."""
     from minitensor.train.decoding import translate
 
-    config = TrainConfig(data=SAMPLE, heldout_fraction=0.2, epochs=60, batch_size=8, num_blks=1, lr=1e-2,
-                         progress=False, out=str(tmp_path / "fra"))
+    config = TrainConfig(
+        data=SAMPLE,
+        heldout_fraction=0.2,
+        epochs=60,
+        batch_size=8,
+        num_blks=1,
+        lr=1e-2,
+        progress=False,
+        out=str(tmp_path / "fra"),
+    )
     result = train(config, log=quiet)
     # word tokens, lower-cased, punctuation split off (D2L 10.5)
     assert {"apples", ",", "tom", "!"} <= set(result.src_vocab.idx_to_token)
@@ -200,14 +298,32 @@ def test_a_parallel_corpus_trains_on_word_tokens_and_translates(tmp_path, capsys
     assert len(data.train) + len(data.heldout) == 16 and len(data.heldout) == 3
     assert not {" ".join(s) for s, _ in data.train} & {" ".join(s) for s, _ in data.heldout}
     # a model this size memorises its training pairs
-    hypotheses = translate(result.model, [s for s, _ in data.train], result.src_vocab, result.tgt_vocab,
-                           data.num_steps)
+    hypotheses = translate(result.model, [s for s, _ in data.train], result.src_vocab, result.tgt_vocab, data.num_steps)
     correct = sum(h.tokens == t for h, (_, t) in zip(hypotheses, data.train))
     assert correct >= 0.9 * len(data.train)
     # the command line reads the same file, and translate applies the same preprocessing
     out = str(tmp_path / "cli")
-    assert cli.main(["train", "--data", SAMPLE, "--epochs", "60", "--batch-size", "8", "--num-blks", "1",
-                     "--lr", "1e-2", "--out", out, "--no-progress"]) == 0
+    assert (
+        cli.main(
+            [
+                "train",
+                "--data",
+                SAMPLE,
+                "--epochs",
+                "60",
+                "--batch-size",
+                "8",
+                "--num-blks",
+                "1",
+                "--lr",
+                "1e-2",
+                "--out",
+                out,
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     assert "tab-separated" not in capsys.readouterr().err
     assert cli.main(["translate", "--checkpoint", out, "Hi."]) == 0
     assert capsys.readouterr().out.strip() in {"salut !", "qui ?", "va !", "cours !", "courez !"}

@@ -18,8 +18,18 @@ def tokens(batch, steps, seed=0, device="cpu", low=0):
     return mt.tensor(a, device=device)
 
 
-def seq2seq(positional="sinusoidal", norm_first=False, dtype=mt.float64, device="cpu", seed=0, num_hiddens=8,
-            num_heads=2, num_blks=2, dropout=0.0, **kwargs):
+def seq2seq(
+    positional="sinusoidal",
+    norm_first=False,
+    dtype=mt.float64,
+    device="cpu",
+    seed=0,
+    num_hiddens=8,
+    num_heads=2,
+    num_blks=2,
+    dropout=0.0,
+    **kwargs,
+):
     """A small float64 encoder-decoder Transformer (in eval mode: no dropout)."""
     mt.manual_seed(seed)
     args = (V, num_hiddens, 2 * num_hiddens, num_heads, num_blks, dropout)
@@ -29,11 +39,33 @@ def seq2seq(positional="sinusoidal", norm_first=False, dtype=mt.float64, device=
     return nn.EncoderDecoder(encoder, decoder).eval()
 
 
-def lm(positional="sinusoidal", norm_first=False, dtype=mt.float64, device="cpu", seed=0, num_hiddens=8,
-       num_heads=2, num_blks=2, dropout=0.0, **kwargs):
+def lm(
+    positional="sinusoidal",
+    norm_first=False,
+    dtype=mt.float64,
+    device="cpu",
+    seed=0,
+    num_hiddens=8,
+    num_heads=2,
+    num_blks=2,
+    dropout=0.0,
+    **kwargs,
+):
     mt.manual_seed(seed)
-    return nn.TransformerLM(V, num_hiddens, 2 * num_hiddens, num_heads, num_blks, dropout, positional=positional,
-                            norm_first=norm_first, dtype=dtype, device=device, max_len=50, **kwargs).eval()
+    return nn.TransformerLM(
+        V,
+        num_hiddens,
+        2 * num_hiddens,
+        num_heads,
+        num_blks,
+        dropout,
+        positional=positional,
+        norm_first=norm_first,
+        dtype=dtype,
+        device=device,
+        max_len=50,
+        **kwargs,
+    ).eval()
 
 
 def all_mha(model):
@@ -120,7 +152,7 @@ def test_the_causal_mask_hides_the_future(kind, positional):
     t = 2
     X = tokens(2, 6, seed=3)
     changed = X.numpy()
-    changed[:, t + 1:] = (changed[:, t + 1:] + 1) % V
+    changed[:, t + 1 :] = (changed[:, t + 1 :] + 1) % V
     changed = mt.tensor(changed)
     if kind == "seq2seq":
         model, enc_X = seq2seq(positional), tokens(2, 4)
@@ -129,14 +161,14 @@ def test_the_causal_mask_hides_the_future(kind, positional):
         model = lm(positional)
         before, after = model(X), model(changed)
     np.testing.assert_allclose(after.numpy()[:, : t + 1], before.numpy()[:, : t + 1], atol=1e-12)
-    assert not np.allclose(after.numpy()[:, t + 1:], before.numpy()[:, t + 1:])  # the future did change
+    assert not np.allclose(after.numpy()[:, t + 1 :], before.numpy()[:, t + 1 :])  # the future did change
 
 
 def decode_in_pieces(model, X, pieces, state):
     """Feed X (batch, T) in consecutive chunks of the given sizes; return all logits, the state."""
     outputs, start = [], 0
     for size in pieces:
-        logits, state = model.decode_step(X[:, start:start + size], state)
+        logits, state = model.decode_step(X[:, start : start + size], state)
         assert logits.shape == (X.shape[0], size, V)
         outputs.append(logits.numpy())
         start += size
@@ -268,8 +300,9 @@ def test_encoder_padding_does_not_change_valid_positions(norm_first):
 def test_post_ln_and_pre_ln_both_learn_a_copy_task(norm_first):
     """A few Adam steps on copying random sequences (teacher forcing) cut the loss."""
     bos = 1
-    model = seq2seq("sinusoidal", norm_first, dtype=mt.float32, num_hiddens=16, num_heads=2, dropout=0.1,
-                    seed=1).train()
+    model = seq2seq(
+        "sinusoidal", norm_first, dtype=mt.float32, num_hiddens=16, num_heads=2, dropout=0.1, seed=1
+    ).train()
     optimizer = mt.optim.Adam(model.parameters(), lr=0.01)
     src = tokens(16, 5, seed=8, low=2)
     dec_X = mt.tensor(np.concatenate([np.full((16, 1), bos), src.numpy()[:, :-1]], axis=1))
@@ -299,11 +332,11 @@ def test_gradcheck_decoder_block_through_the_cache(norm_first, positional):
     """Two new tokens after two cached ones: gradients reach the inputs of both calls, the
     encoder outputs and every parameter."""
     mt.manual_seed(0)
-    blk = nn.TransformerDecoderBlock(4, 6, 2, 0.0, 0, norm_first=norm_first, positional=positional,
-                                     dtype=mt.float64)
+    blk = nn.TransformerDecoderBlock(4, 6, 2, 0.0, 0, norm_first=norm_first, positional=positional, dtype=mt.float64)
     rng = np.random.default_rng(1)
-    past, new, enc = (mt.tensor(rng.standard_normal(shape), requires_grad=True)
-                      for shape in ((2, 2, 4), (2, 2, 4), (2, 3, 4)))
+    past, new, enc = (
+        mt.tensor(rng.standard_normal(shape), requires_grad=True) for shape in ((2, 2, 4), (2, 2, 4), (2, 3, 4))
+    )
 
     def fn(past, new, enc, *_):
         state = [enc, mt.tensor([3, 1]), [None]]
@@ -426,8 +459,9 @@ def test_encoder_block_equals_torch_transformer_encoder_layer(norm_first):
     mt.manual_seed(0)
     ours = nn.TransformerEncoderBlock(12, 20, 3, 0.0, use_bias=True, norm_first=norm_first, dtype=mt.float64)
     # train mode with dropout 0: PyTorch's inference fast path (which zeroes padded rows) stays off
-    theirs = torch.nn.TransformerEncoderLayer(12, 3, 20, dropout=0.0, batch_first=True, norm_first=norm_first,
-                                              dtype=torch.float64)
+    theirs = torch.nn.TransformerEncoderLayer(
+        12, 3, 20, dropout=0.0, batch_first=True, norm_first=norm_first, dtype=torch.float64
+    )
     copy_mha(torch, ours.attention, theirs.self_attn)
     copy_rest(torch, ours, theirs, [ours.addnorm1, ours.addnorm2])
     X = np.random.default_rng(0).standard_normal((2, 5, 12))
@@ -442,8 +476,9 @@ def test_decoder_block_equals_torch_transformer_decoder_layer(norm_first):
     torch = pytest.importorskip("torch")
     mt.manual_seed(0)
     ours = nn.TransformerDecoderBlock(12, 20, 3, 0.0, 0, use_bias=True, norm_first=norm_first, dtype=mt.float64)
-    theirs = torch.nn.TransformerDecoderLayer(12, 3, 20, dropout=0.0, batch_first=True, norm_first=norm_first,
-                                              dtype=torch.float64)
+    theirs = torch.nn.TransformerDecoderLayer(
+        12, 3, 20, dropout=0.0, batch_first=True, norm_first=norm_first, dtype=torch.float64
+    )
     copy_mha(torch, ours.attention1, theirs.self_attn)
     copy_mha(torch, ours.attention2, theirs.multihead_attn)
     copy_rest(torch, ours, theirs, [ours.addnorm1, ours.addnorm2, ours.addnorm3])
@@ -452,8 +487,11 @@ def test_decoder_block_equals_torch_transformer_decoder_layer(norm_first):
     lens = np.array([6, 2])
     future = torch.from_numpy(~np.tril(np.ones((4, 4), dtype=bool)))  # True = may not attend
     padding = torch.from_numpy(np.arange(6)[None, :] >= lens[:, None])
-    expected = theirs(torch.from_numpy(X), torch.from_numpy(enc), tgt_mask=future,
-                      memory_key_padding_mask=padding).detach().numpy()
+    expected = (
+        theirs(torch.from_numpy(X), torch.from_numpy(enc), tgt_mask=future, memory_key_padding_mask=padding)
+        .detach()
+        .numpy()
+    )
     out, _ = ours(mt.tensor(X), [mt.tensor(enc), mt.tensor(lens), [None]])
     np.testing.assert_allclose(out.numpy(), expected, atol=1e-10)
 

@@ -16,12 +16,24 @@ README = ROOT / "README.md"
 
 # D2L's attention chapter, section by section: the Chinese edition (zh.d2l.ai, chapter 10) and
 # the English one (d2l.ai, chapter 11). A citation gives the number with its title.
-D2L_ZH = {"10.1": "注意力提示", "10.2": "注意力汇聚：Nadaraya-Watson 核回归", "10.3": "注意力评分函数",
-          "10.4": "Bahdanau 注意力", "10.5": "多头注意力", "10.6": "自注意力和位置编码", "10.7": "Transformer"}
-D2L_EN = {"11.1": "Queries, Keys, and Values", "11.2": "Attention Pooling by Similarity",
-          "11.3": "Attention Scoring Functions", "11.4": "The Bahdanau Attention Mechanism",
-          "11.5": "Multi-Head Attention", "11.6": "Self-Attention and Positional Encoding",
-          "11.7": "The Transformer Architecture"}
+D2L_ZH = {
+    "10.1": "注意力提示",
+    "10.2": "注意力汇聚：Nadaraya-Watson 核回归",
+    "10.3": "注意力评分函数",
+    "10.4": "Bahdanau 注意力",
+    "10.5": "多头注意力",
+    "10.6": "自注意力和位置编码",
+    "10.7": "Transformer",
+}
+D2L_EN = {
+    "11.1": "Queries, Keys, and Values",
+    "11.2": "Attention Pooling by Similarity",
+    "11.3": "Attention Scoring Functions",
+    "11.4": "The Bahdanau Attention Mechanism",
+    "11.5": "Multi-Head Attention",
+    "11.6": "Self-Attention and Positional Encoding",
+    "11.7": "The Transformer Architecture",
+}
 
 # The tutorials were first written from two texts outside the repository, which no reader can
 # open. Nothing may point at them any more. (A *random* seed is fine: seed=0, manual_seed, "one
@@ -46,16 +58,19 @@ def prose(path):
 
 def private_source_mentions(path):
     text = path.read_text(encoding="utf-8")
-    return [f"{path.name}:{text.count(chr(10), 0, m.start()) + 1}: {what} ({m.group(0)!r})"
-            for what, pattern in PRIVATE_SOURCES.items()
-            for m in re.finditer(pattern, text, re.IGNORECASE)]
+    return [
+        f"{path.name}:{text.count(chr(10), 0, m.start()) + 1}: {what} ({m.group(0)!r})"
+        for what, pattern in PRIVATE_SOURCES.items()
+        for m in re.finditer(pattern, text, re.IGNORECASE)
+    ]
 
 
 @pytest.mark.parametrize("path", TUTORIALS, ids=[p.stem for p in TUTORIALS])
 def test_tutorial_runs_in_smoke_mode_and_draws_its_figures(path, tmp_path):
     env = dict(os.environ, MINITENSOR_TUTORIAL_SMOKE="1", MINITENSOR_TUTORIAL_OUT=str(tmp_path), MPLBACKEND="Agg")
-    done = subprocess.run([sys.executable, str(path)], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(
+        [sys.executable, str(path)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, f"{path.name} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     figures = list((tmp_path / path.stem).glob("*.png"))
     assert figures, f"{path.name} wrote no figure"
@@ -64,8 +79,9 @@ def test_tutorial_runs_in_smoke_mode_and_draws_its_figures(path, tmp_path):
     lines = done.stdout.splitlines()
     announced = [i for i, line in enumerate(lines) if line.startswith("(deliberate mistake: ")]
     shown = [i for i, line in enumerate(lines) if line.startswith("expected error: ")]
-    assert len(announced) == len(shown) and all(a < s for a, s in zip(announced, shown)), \
+    assert len(announced) == len(shown) and all(a < s for a, s in zip(announced, shown)), (
         f"{path.name}: {len(announced)} deliberate mistakes announced, {len(shown)} expected errors shown"
+    )
     if path.stem == "04_write_a_scorer_plugin":
         assert len(shown) >= 8, f"tutorial 4 provokes 8 errors on purpose, its output labels {len(shown)}"
 
@@ -110,8 +126,14 @@ def test_glossary_cites_d2l_sections_not_unpublished_texts():
     assert not private_source_mentions(GLOSSARY), private_source_mentions(GLOSSARY)
     for (zh, zh_title), (en, en_title) in zip(D2L_ZH.items(), D2L_EN.items()):
         assert f"| {zh} {zh_title} | {en} {en_title} |" in text, f"GLOSSARY.md's section table lacks {zh} / {en}"
-    rows = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| English")
-            and not line.startswith("| Chinese edition") and not line.startswith("|---")]
+    rows = [
+        line
+        for line in text.splitlines()
+        if line.startswith("| ")
+        and not line.startswith("| English")
+        and not line.startswith("| Chinese edition")
+        and not line.startswith("|---")
+    ]
     for row in rows:
         cells = [c.strip() for c in row.strip("|").split("|")]
         if len(cells) == 5:  # English | Chinese | D2L (zh / en) | Tutorial | Code
@@ -133,7 +155,8 @@ def test_expect_error_labels_the_mistake_and_insists_on_the_error(capsys):
     assert isinstance(caught.error, ZeroDivisionError)
     assert capsys.readouterr().out.splitlines() == [
         "(deliberate mistake: dividing by zero — the error below is expected)",
-        "expected error: ZeroDivisionError: division by zero"]
+        "expected error: ZeroDivisionError: division by zero",
+    ]
     with pytest.raises(AssertionError, match="deliberate mistake not caught: adding raised no ZeroDivisionError"):
         with expect_error("adding", ZeroDivisionError):
             1 + 1

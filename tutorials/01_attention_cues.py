@@ -16,12 +16,11 @@
 
 # %%
 import numpy
+from _tutorial import SMOKE, figure_path, pick  # noqa: F401  (every tutorial imports the same three)
 from matplotlib.figure import Figure  # a Figure without pyplot: no window, no global state
 
 import minitensor as mt
 from minitensor.train.plots import show_heatmaps
-
-from _tutorial import SMOKE, figure_path, pick  # noqa: F401  (every tutorial imports the same three)
 
 TUTORIAL = "01_attention_cues"
 mt.manual_seed(0)
@@ -52,14 +51,17 @@ mt.manual_seed(0)
 # %%
 objects = ["newspaper", "research paper", "coffee cup", "notebook", "book"]
 features = ["red", "printed", "drinkable", "bound", "blank pages"]
-keys = numpy.array([
-    # red printed drink bound blank
-    [0.0, 1.0, 0.0, 0.0, 0.0],  # newspaper
-    [0.0, 1.0, 0.0, 0.5, 0.0],  # research paper (stapled: a little bound)
-    [1.0, 0.0, 1.0, 0.0, 0.0],  # coffee cup, the only red thing
-    [0.0, 0.0, 0.0, 1.0, 1.0],  # notebook
-    [0.0, 1.0, 0.0, 1.0, 0.0],  # book
-], dtype=numpy.float32)
+keys = numpy.array(
+    [
+        # red printed drink bound blank
+        [0.0, 1.0, 0.0, 0.0, 0.0],  # newspaper
+        [0.0, 1.0, 0.0, 0.5, 0.0],  # research paper (stapled: a little bound)
+        [1.0, 0.0, 1.0, 0.0, 0.0],  # coffee cup, the only red thing
+        [0.0, 0.0, 0.0, 1.0, 1.0],  # notebook
+        [0.0, 1.0, 0.0, 1.0, 0.0],  # book
+    ],
+    dtype=numpy.float32,
+)
 
 # %% [markdown]
 # A non-volitional cue needs no intention: the eye is drawn by saliency, here the colour red.
@@ -112,12 +114,15 @@ assert abs(glance.sum() - 1.0) < 1e-6, "a softmax over the objects sums to 1"
 
 # %%
 intentions = ["(nothing in mind)", "I want coffee", "I want to read", "I want to take notes"]
-queries = 3.0 * numpy.array([
-    [1.0, 0.0, 0.0, 0.0, 0.0],  # no intention: only the red-detector of the eye is at work
-    [0.0, 0.0, 1.0, 0.0, 0.0],  # something to drink
-    [0.0, 1.0, 0.0, 1.0, 0.0],  # something printed and bound
-    [0.0, 0.0, 0.0, 1.0, 1.0],  # bound blank pages
-], dtype=numpy.float32)
+queries = 3.0 * numpy.array(
+    [
+        [1.0, 0.0, 0.0, 0.0, 0.0],  # no intention: only the red-detector of the eye is at work
+        [0.0, 0.0, 1.0, 0.0, 0.0],  # something to drink
+        [0.0, 1.0, 0.0, 1.0, 0.0],  # something printed and bound
+        [0.0, 0.0, 0.0, 1.0, 1.0],  # bound blank pages
+    ],
+    dtype=numpy.float32,
+)
 values = numpy.eye(len(objects), dtype=numpy.float32)  # what reaches the eye: object i itself
 
 attention = mt.nn.Attention(scorer="dot", pooling="softmax", dropout=0.0, query_size=5, key_size=5)
@@ -192,8 +197,9 @@ fig.savefig(figure_path(TUTORIAL, "desk_attention.png"), dpi=100)
 
 # %%
 identity = numpy.eye(10, dtype=numpy.float32)
-show_heatmaps(identity.reshape(1, 1, 10, 10), xlabel="Keys", ylabel="Queries",
-              path=figure_path(TUTORIAL, "identity_heatmap.png"))
+show_heatmaps(
+    identity.reshape(1, 1, 10, 10), xlabel="Keys", ylabel="Queries", path=figure_path(TUTORIAL, "identity_heatmap.png")
+)
 assert numpy.allclose(identity.sum(axis=1), 1.0) and (identity >= 0).all(), "a valid weight matrix"
 
 # %% [markdown]
@@ -201,8 +207,15 @@ assert numpy.allclose(identity.sum(axis=1), 1.0) and (identity >= 0).all(), "a v
 # query picks the column.
 
 # %%
-show_heatmaps(weights, xlabel="Keys (objects)", ylabel="Queries (intentions)", row_labels=intentions,
-              col_labels=objects, figsize=(6, 4), path=figure_path(TUTORIAL, "desk_heatmap.png"))
+show_heatmaps(
+    weights,
+    xlabel="Keys (objects)",
+    ylabel="Queries (intentions)",
+    row_labels=intentions,
+    col_labels=objects,
+    figsize=(6, 4),
+    path=figure_path(TUTORIAL, "desk_heatmap.png"),
+)
 
 # %% [markdown]
 # Such a matrix can also come out of real queries and keys. Put ten keys at the positions
@@ -218,14 +231,20 @@ positions = mt.arange(10, dtype=mt.float32).reshape(10, 1)  # 10 queries / keys 
 ws = [0.5, 1.0, 5.0]
 panels = []
 for w in ws:
-    layer = mt.nn.Attention("parametric_gaussian", "softmax", 0.0, query_size=1, key_size=1,
-                            scorer_options={"w_init": w})
+    layer = mt.nn.Attention(
+        "parametric_gaussian", "softmax", 0.0, query_size=1, key_size=1, scorer_options={"w_init": w}
+    )
     with mt.no_grad():
         layer(positions, positions, positions)
     panels.append(layer.attention_weights.numpy())
 panels = numpy.stack(panels)  # (3, 10, 10)
-show_heatmaps(panels.reshape(1, len(ws), 10, 10), xlabel="Keys", ylabel="Queries",
-              titles=[f"w = {w}" for w in ws], path=figure_path(TUTORIAL, "gaussian_heatmaps.png"))
+show_heatmaps(
+    panels.reshape(1, len(ws), 10, 10),
+    xlabel="Keys",
+    ylabel="Queries",
+    titles=[f"w = {w}" for w in ws],
+    path=figure_path(TUTORIAL, "gaussian_heatmaps.png"),
+)
 
 assert numpy.allclose(panels.sum(axis=-1), 1.0, atol=1e-6), "every row of weights sums to 1"
 assert numpy.abs(panels[-1] - identity).max() < 1e-4, "a narrow kernel gives (almost) the identity"

@@ -20,13 +20,12 @@
 
 # %%
 import numpy
+from _tutorial import SMOKE, figure_path, pick  # noqa: F401
 from matplotlib.figure import Figure  # a Figure without pyplot: no window, no global state
 
 import minitensor as mt
 from minitensor import nadaraya_watson as nw
 from minitensor.train.plots import show_heatmaps
-
-from _tutorial import SMOKE, figure_path, pick  # noqa: F401
 
 TUTORIAL = "02_attention_pooling"
 SEED = 0
@@ -140,10 +139,14 @@ draw_fit(ax_nw, data, gaussian, f"Nadaraya-Watson, Gaussian kernel (mse {mse_gau
 ax_avg.legend(fontsize="small", loc="upper right")
 fig.savefig(figure_path(TUTORIAL, "average_vs_gaussian.png"), dpi=100)
 
-show_heatmaps(numpy.stack([average.attention_weights, gaussian.attention_weights])[None],
-              xlabel="Sorted training inputs (keys)", ylabel="Sorted test inputs (queries)",
-              titles=["average pooling", "Gaussian kernel"], figsize=(8, 4.2),
-              path=figure_path(TUTORIAL, "weights_average_gaussian.png"))
+show_heatmaps(
+    numpy.stack([average.attention_weights, gaussian.attention_weights])[None],
+    xlabel="Sorted training inputs (keys)",
+    ylabel="Sorted test inputs (queries)",
+    titles=["average pooling", "Gaussian kernel"],
+    figsize=(8, 4.2),
+    path=figure_path(TUTORIAL, "weights_average_gaussian.png"),
+)
 
 # %% [markdown]
 # ## Other kernels, other widths
@@ -308,19 +311,26 @@ peak = lambda p: float(p.attention_weights.max(axis=1).mean())  # noqa: E731
 assert peak(parametric) > peak(gaussian), "a larger w concentrates each query's weights"
 
 fig = Figure(figsize=(12, 3.6), layout="constrained")
-for ax, (title, prediction) in zip(fig.subplots(1, 3, sharey=True), [
+for ax, (title, prediction) in zip(
+    fig.subplots(1, 3, sharey=True),
+    [
         (f"average pooling (mse {mse_average:.2f})", average),
         (f"Gaussian, w = 1 (mse {mse_gaussian:.2f})", gaussian),
-        (f"parametric, learned w = {w:.2f} (mse {mse_parametric:.2f})", parametric)]):
+        (f"parametric, learned w = {w:.2f} (mse {mse_parametric:.2f})", parametric),
+    ],
+):
     draw_fit(ax, data, prediction, title)
 fig.axes[0].legend(fontsize="small", loc="upper right")
 fig.savefig(figure_path(TUTORIAL, "three_poolings.png"), dpi=100)
 
-show_heatmaps(numpy.stack([gaussian.attention_weights, parametric.attention_weights])[None],
-              xlabel="Sorted training inputs (keys)", ylabel="Sorted test inputs (queries)",
-              titles=["non-parametric, w = 1", f"parametric, w = {w:.2f}"],
-              figsize=(8, 4.2),
-              path=figure_path(TUTORIAL, "weights_nonparametric_parametric.png"))
+show_heatmaps(
+    numpy.stack([gaussian.attention_weights, parametric.attention_weights])[None],
+    xlabel="Sorted training inputs (keys)",
+    ylabel="Sorted test inputs (queries)",
+    titles=["non-parametric, w = 1", f"parametric, w = {w:.2f}"],
+    figsize=(8, 4.2),
+    path=figure_path(TUTORIAL, "weights_nonparametric_parametric.png"),
+)
 
 # %% [markdown]
 # > **Common slips, and which version the code implements**

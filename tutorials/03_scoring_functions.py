@@ -18,12 +18,11 @@
 import time
 
 import numpy
+from _tutorial import SMOKE, expect_error, figure_path, pick  # noqa: F401
 from matplotlib.figure import Figure  # a Figure without pyplot: no window, no global state
 
 import minitensor as mt
 from minitensor.train.plots import show_heatmaps
-
-from _tutorial import SMOKE, expect_error, figure_path, pick  # noqa: F401
 
 TUTORIAL = "03_scoring_functions"
 mt.manual_seed(0)
@@ -137,9 +136,14 @@ assert (ours[0, -1] == 0.0).all() and not numpy.isnan(ours).any(), "minitensor: 
 assert numpy.allclose(ours[0, :3], naive[0, :3], atol=1e-6), "on rows with a valid key all three agree"
 assert (ours[~allowed] == 0.0).all(), "every masked weight is exactly zero"
 
-show_heatmaps(numpy.stack([naive[0], d2l[0], ours[0]])[None], xlabel="Keys", ylabel="Queries",
-              titles=["naive -inf: NaN row (blank)", "D2L -1e6: uniform row", "minitensor: zero row"],
-              figsize=(10, 3.2), path=figure_path(TUTORIAL, "masked_softmax.png"))
+show_heatmaps(
+    numpy.stack([naive[0], d2l[0], ours[0]])[None],
+    xlabel="Keys",
+    ylabel="Queries",
+    titles=["naive -inf: NaN row (blank)", "D2L -1e6: uniform row", "minitensor: zero row"],
+    figsize=(10, 3.2),
+    path=figure_path(TUTORIAL, "masked_softmax.png"),
+)
 
 # %% [markdown]
 # The backward pass agrees: through minitensor's masked softmax the masked scores, and the
@@ -178,8 +182,9 @@ keys = mt.ones(2, 10, 2)
 values = mt.tensor(numpy.tile(numpy.arange(40, dtype=numpy.float32).reshape(1, 10, 4), (2, 1, 1)))
 valid_lens = mt.tensor([2, 6])
 
-additive = mt.nn.Attention("additive", "softmax", dropout=0.1, query_size=20, key_size=2,
-                           scorer_options={"num_hiddens": 8})
+additive = mt.nn.Attention(
+    "additive", "softmax", dropout=0.1, query_size=20, key_size=2, scorer_options={"num_hiddens": 8}
+)
 additive.eval()  # no dropout on the weights when we look at them
 with mt.no_grad():
     out = additive(queries, keys, values, valid_lens)
@@ -190,8 +195,14 @@ assert out.shape == (2, 1, 4)
 assert numpy.allclose(weights[0, 0, :2], 1 / 2) and numpy.allclose(weights[1, 0, :6], 1 / 6)
 assert (weights[0, 0, 2:] == 0).all() and (weights[1, 0, 6:] == 0).all(), "masked weights are exactly zero"
 
-show_heatmaps(weights.reshape(1, 1, 2, 10), xlabel="Keys", ylabel="Queries", figsize=(6, 2.2),
-              row_labels=["example 1", "example 2"], path=figure_path(TUTORIAL, "additive_weights.png"))
+show_heatmaps(
+    weights.reshape(1, 1, 2, 10),
+    xlabel="Keys",
+    ylabel="Queries",
+    figsize=(6, 2.2),
+    row_labels=["example 1", "example 2"],
+    path=figure_path(TUTORIAL, "additive_weights.png"),
+)
 
 # %% [markdown]
 # Check the formula, and the MLP reading of it, against the layer's own parameters
@@ -323,6 +334,7 @@ with expect_error("scaled_dot with queries of length 20 and keys of length 2", V
 # $d = h = 32$; the best of a few runs — timings on a shared machine vary, so nothing is
 # asserted about them):
 
+
 # %%
 def best_time(layer, X, repeats=5):
     times = []
@@ -339,8 +351,10 @@ for n in lengths:
     X = mt.randn(4, n, 32, requires_grad=True)
     for name in timings:
         timings[name].append(best_time(mt.nn.Attention(name, "softmax", 0.0, 32, 32), X))
-    print(f"n = m = {n:>3}: scaled_dot {1e3 * timings['scaled_dot'][-1]:6.2f} ms, "
-          f"additive {1e3 * timings['additive'][-1]:6.2f} ms")
+    print(
+        f"n = m = {n:>3}: scaled_dot {1e3 * timings['scaled_dot'][-1]:6.2f} ms, "
+        f"additive {1e3 * timings['additive'][-1]:6.2f} ms"
+    )
 
 fig = Figure(figsize=(4.5, 3.2), layout="constrained")
 ax = fig.subplots()
@@ -417,8 +431,14 @@ for name in names:
     w = layer.attention_weights.numpy()[0]
     assert (w[:, 6:] == 0).all() and numpy.allclose(w.sum(axis=-1), 1.0, atol=1e-5), name
     panels.append(w)
-show_heatmaps(numpy.stack(panels)[None], xlabel="Keys", ylabel="Queries", titles=names, figsize=(16, 2.6),
-              path=figure_path(TUTORIAL, "scorers_by_name.png"))
+show_heatmaps(
+    numpy.stack(panels)[None],
+    xlabel="Keys",
+    ylabel="Queries",
+    titles=names,
+    figsize=(16, 2.6),
+    path=figure_path(TUTORIAL, "scorers_by_name.png"),
+)
 
 # %% [markdown]
 # The poolings are swapped the same way. On one set of `scaled_dot` scores: `softmax`;
@@ -438,8 +458,14 @@ for pooling in ("softmax", "sparsemax", "average"):
 assert (panels[1][:, :6] == 0).any(), "sparsemax drops some valid keys entirely"
 assert (panels[0][:, :6] > 0).all(), "softmax never does"
 assert numpy.allclose(panels[2][:, :6], 1 / 6), "average: 1/n over the valid keys"
-show_heatmaps(numpy.stack(panels)[None], xlabel="Keys", ylabel="Queries", titles=["softmax", "sparsemax", "average"],
-              figsize=(8, 2.8), path=figure_path(TUTORIAL, "poolings_by_name.png"))
+show_heatmaps(
+    numpy.stack(panels)[None],
+    xlabel="Keys",
+    ylabel="Queries",
+    titles=["softmax", "sparsemax", "average"],
+    figsize=(8, 2.8),
+    path=figure_path(TUTORIAL, "poolings_by_name.png"),
+)
 
 # %% [markdown]
 # The same names work in `mt.nn.MultiHeadAttention(..., scorer="additive")` (chapter 5), in the

@@ -40,14 +40,13 @@ import tempfile
 
 import numpy
 import pluggy
+from _tutorial import SMOKE, expect_error, figure_path, pick  # noqa: F401  (the helpers every tutorial shares)
 
 import minitensor as mt
 from minitensor import hookimpl, hookspecs
 from minitensor.plugins import PluginError, check_options
 from minitensor.testing import check_scorer
 from minitensor.train.plots import show_heatmaps
-
-from _tutorial import SMOKE, expect_error, figure_path, pick  # noqa: F401  (the helpers every tutorial shares)
 
 TUTORIAL = "04_write_a_scorer_plugin"
 mt.manual_seed(0)
@@ -74,6 +73,7 @@ mt.manual_seed(0)
 # (multi-head attention passes (batch, num_heads, Q, d_head)). Options arrive as keyword
 # arguments; `check_options` refuses one we do not know, so a typo such as
 # `scorer_options={"temprature": 0.5}` is an error instead of a silently ignored setting.
+
 
 # %%
 class BilinearScorer(mt.nn.Module):
@@ -129,6 +129,7 @@ print("BilinearScorer keeps the scorer contract")
 # the scores by their mean over the whole tensor (instead of per row) quietly mixes the
 # examples of a batch. The kit must reject both.
 
+
 # %%
 class TransposeEverything(BilinearScorer):
     def forward(self, queries, keys):
@@ -159,6 +160,7 @@ assert "batch independence" in str(caught.error), "the kit names the broken prop
 # at once (the registries are rebuilt at the next look-up) and `mt.plugins.unregister`
 # takes it away again.
 
+
 # %%
 class BilinearPlugin:
     """A plugin object: pluggy looks for methods named like hooks and marked @hookimpl."""
@@ -182,8 +184,9 @@ for row in mt.plugins.describe():
 # tensors; `scorer_options` passes the temperature through.
 
 # %%
-mha = mt.nn.MultiHeadAttention(num_hiddens=16, num_heads=2, dropout=0.0, scorer="bilinear",
-                               scorer_options={"temperature": 0.5})
+mha = mt.nn.MultiHeadAttention(
+    num_hiddens=16, num_heads=2, dropout=0.0, scorer="bilinear", scorer_options={"temperature": 0.5}
+)
 X = mt.randn(2, 5, 16)
 Y = mha(X, X, X, valid_lens=mt.tensor([5, 3]))
 print(mha.attention.scorer)
@@ -224,7 +227,7 @@ before = attn.attention_weights.numpy()
 
 optimizer = mt.optim.Adam(attn.parameters(), lr=0.1)
 losses = []
-for step in range(300):
+for _ in range(300):
     weights = attn(queries, keys, values)  # (8, 8): row i = where query i looks
     loss = -(weights.log() * values).sum() / num_items  # cross-entropy against "key i"
     optimizer.zero_grad()
@@ -244,9 +247,11 @@ def entropy(weights):
     return float(-(weights * numpy.log(weights + 1e-30)).sum(axis=-1).mean())
 
 
-print(f"loss {losses[0]:.3f} -> {losses[-1]:.3f}; mean weight on the matching key "
-      f"{numpy.diag(before).mean():.3f} -> {numpy.diag(after).mean():.3f} (tau=1) -> "
-      f"{numpy.diag(colder).mean():.3f} (tau=0.25)")
+print(
+    f"loss {losses[0]:.3f} -> {losses[-1]:.3f}; mean weight on the matching key "
+    f"{numpy.diag(before).mean():.3f} -> {numpy.diag(after).mean():.3f} (tau=1) -> "
+    f"{numpy.diag(colder).mean():.3f} (tau=0.25)"
+)
 print(f"entropy of the weights: tau=1 {entropy(after):.3f}, tau=0.25 {entropy(colder):.3f}")
 assert losses[-1] < 0.5 * losses[0], "training the bilinear W must lower the loss"
 assert (after.argmax(axis=1) == numpy.arange(num_items)).all(), "every query must find its own key"
@@ -259,9 +264,13 @@ assert entropy(colder) < entropy(after), "a lower temperature sharpens the weigh
 # sharper still.
 
 # %%
-show_heatmaps(numpy.stack([before, after, colder])[None], xlabel="keys (6-dim)", ylabel="queries (4-dim)",
-              titles=["before training", "trained, tau = 1", "trained, tau = 0.25"],
-              path=figure_path(TUTORIAL, "bilinear_attention.png"))
+show_heatmaps(
+    numpy.stack([before, after, colder])[None],
+    xlabel="keys (6-dim)",
+    ylabel="queries (4-dim)",
+    titles=["before training", "trained, tau = 1", "trained, tau = 0.25"],
+    path=figure_path(TUTORIAL, "bilinear_attention.png"),
+)
 
 # %% [markdown]
 # ## Two pluggy pitfalls, and what minitensor says
@@ -273,6 +282,7 @@ show_heatmaps(numpy.stack([before, after, colder])[None], xlabel="keys (6-dim)",
 # pluggy would register it and never call it. minitensor runs `pm.check_pending()` after
 # every registration, so the typo is an error, with the hook you probably meant (the typo is
 # deliberate here, and so is the error):
+
 
 # %%
 class Misspelt:
@@ -294,6 +304,7 @@ assert not mt.plugins.get_plugin_manager().has_plugin("misspelt"), "a rejected p
 # forever, whatever the caller meant. That is why a hook implementation must not give its
 # parameters defaults, and why minitensor checks for it: such a plugin is refused with a
 # `PluginError` that says so (pluggy alone would register it silently).
+
 
 # %%
 class ExtraParameter:
@@ -356,23 +367,25 @@ with expect_error("calling a hook with a positional argument", TypeError):
 site = tempfile.mkdtemp(prefix="minitensor-bilinear-")
 # The module is the class above, word for word (``inspect.getsource``), between the imports
 # it needs and its hook.
-module_source = "\n".join([
-    '"""A minitensor plugin: the bilinear attention scorer, score(q, k) = q^T W k / temperature."""',
-    "",
-    "import math",
-    "",
-    "import minitensor as mt",
-    "from minitensor import hookimpl",
-    "from minitensor.plugins import check_options",
-    "",
-    "",
-    inspect.getsource(BilinearScorer),
-    "",
-    "@hookimpl",
-    "def minitensor_scorers():",
-    '    return {"bilinear": BilinearScorer}',
-    "",
-])
+module_source = "\n".join(
+    [
+        '"""A minitensor plugin: the bilinear attention scorer, score(q, k) = q^T W k / temperature."""',
+        "",
+        "import math",
+        "",
+        "import minitensor as mt",
+        "from minitensor import hookimpl",
+        "from minitensor.plugins import check_options",
+        "",
+        "",
+        inspect.getsource(BilinearScorer),
+        "",
+        "@hookimpl",
+        "def minitensor_scorers():",
+        '    return {"bilinear": BilinearScorer}',
+        "",
+    ]
+)
 with open(os.path.join(site, "minitensor_bilinear.py"), "w", encoding="utf-8") as f:
     f.write(module_source)
 info = os.path.join(site, "minitensor_bilinear-0.1.dist-info")
@@ -395,12 +408,14 @@ for root, _, files in os.walk(site):
 env = {k: v for k, v in os.environ.items() if k != "MINITENSOR_DISABLE_PLUGIN_AUTOLOAD"}
 env["PYTHONPATH"] = os.pathsep.join(p for p in (site, env.get("PYTHONPATH")) if p)
 env["MINITENSOR_STRICT_PLUGINS"] = "1"
-listing = subprocess.run([sys.executable, "-m", "minitensor", "plugins"], env=env, capture_output=True,
-                         text=True, timeout=120)
+listing = subprocess.run(
+    [sys.executable, "-m", "minitensor", "plugins"], env=env, capture_output=True, text=True, timeout=120
+)
 print(listing.stdout)
 assert listing.returncode == 0, listing.stderr
-assert any(line.split() == ["bilinear", "scorer", "minitensor-bilinear", "0.1"]
-           for line in listing.stdout.splitlines()), "the entry point must be listed with its distribution"
+assert any(
+    line.split() == ["bilinear", "scorer", "minitensor-bilinear", "0.1"] for line in listing.stdout.splitlines()
+), "the entry point must be listed with its distribution"
 
 # %% [markdown]
 # And the whole training pipeline uses it: `minitensor train --scorer bilinear --scorer-opt
@@ -412,13 +427,64 @@ assert any(line.split() == ["bilinear", "scorer", "minitensor-bilinear", "0.1"]
 
 # %%
 run_dir = os.path.join(site, "run")
-size = pick(["--num-train", "4000", "--num-heldout", "200", "--epochs", "4", "--max-len", "6",
-             "--num-hiddens", "32", "--ffn-num-hiddens", "64", "--num-heads", "4", "--num-blks", "2"],
-            ["--num-train", "200", "--num-heldout", "20", "--epochs", "2", "--max-len", "4",
-             "--num-hiddens", "16", "--ffn-num-hiddens", "32", "--num-heads", "2", "--num-blks", "1"])
-command = [sys.executable, "-m", "minitensor", "train", "--task", "reverse", "--scorer", "bilinear",
-           "--scorer-opt", "temperature=0.5", "--batch-size", "32", "--seed", "0", "--no-progress",
-           "--out", run_dir, *size]
+size = pick(
+    [
+        "--num-train",
+        "4000",
+        "--num-heldout",
+        "200",
+        "--epochs",
+        "4",
+        "--max-len",
+        "6",
+        "--num-hiddens",
+        "32",
+        "--ffn-num-hiddens",
+        "64",
+        "--num-heads",
+        "4",
+        "--num-blks",
+        "2",
+    ],
+    [
+        "--num-train",
+        "200",
+        "--num-heldout",
+        "20",
+        "--epochs",
+        "2",
+        "--max-len",
+        "4",
+        "--num-hiddens",
+        "16",
+        "--ffn-num-hiddens",
+        "32",
+        "--num-heads",
+        "2",
+        "--num-blks",
+        "1",
+    ],
+)
+command = [
+    sys.executable,
+    "-m",
+    "minitensor",
+    "train",
+    "--task",
+    "reverse",
+    "--scorer",
+    "bilinear",
+    "--scorer-opt",
+    "temperature=0.5",
+    "--batch-size",
+    "32",
+    "--seed",
+    "0",
+    "--no-progress",
+    "--out",
+    run_dir,
+    *size,
+]
 print("$ minitensor " + " ".join(command[3:]).replace(run_dir, "RUN"))
 done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
 print(done.stdout[-2500:])

@@ -25,12 +25,11 @@
 import math
 
 import numpy
+from _tutorial import SMOKE, figure_path, pick  # noqa: F401  (every tutorial imports the same three)
 from matplotlib.figure import Figure
 
 import minitensor as mt
 from minitensor.train.plots import show_heatmaps
-
-from _tutorial import SMOKE, figure_path, pick  # noqa: F401  (every tutorial imports the same three)
 
 TUTORIAL = "05_multi_head_attention"
 mt.manual_seed(0)
@@ -127,6 +126,7 @@ print(len(heads_loop), "heads of shape", heads_loop[0].shape)
 # the batch; `transpose_output` undoes it, which places the heads' outputs side by side:
 # exactly the concatenation $[\mathbf{h}_1; \dots; \mathbf{h}_h]$.
 
+
 # %%
 def transpose_qkv(X, num_heads):
     """(batch, T, num_hiddens) -> (batch * num_heads, T, num_hiddens / num_heads)."""
@@ -160,8 +160,9 @@ assert queries.shape == (batch_size * num_heads, num_queries, d_head)
 assert keys.shape == values.shape == (batch_size * num_heads, num_kvpairs, d_head)
 assert heads.shape == (batch_size * num_heads, num_queries, d_head)
 assert concat.shape == (batch_size, num_queries, num_hiddens)
-assert numpy.array_equal(transpose_output(transpose_qkv(X, num_heads), num_heads).numpy(), X.numpy()), \
+assert numpy.array_equal(transpose_output(transpose_qkv(X, num_heads), num_heads).numpy(), X.numpy()), (
     "transpose_output undoes transpose_qkv"
+)
 by_head = heads.numpy().reshape(batch_size, num_heads, num_queries, d_head)
 for i in range(num_heads):
     assert numpy.allclose(by_head[:, i], heads_loop[i].numpy(), atol=1e-5), f"head {i}: reshaping == looping"
@@ -195,7 +196,7 @@ assert numpy.allclose(split.numpy().reshape(-1, num_queries, d_head), queries.nu
 # %%
 with mt.no_grad():
     concat_then_Wo = concat @ W_o.T
-    sum_over_heads = sum(heads_loop[i] @ W_o[:, i * d_head:(i + 1) * d_head].T for i in range(num_heads))
+    sum_over_heads = sum(heads_loop[i] @ W_o[:, i * d_head : (i + 1) * d_head].T for i in range(num_heads))
 gap_layer = numpy.abs(concat_then_Wo.numpy() - output.numpy()).max()
 gap_sum = numpy.abs(concat_then_Wo.numpy() - sum_over_heads.numpy()).max()
 print(f"|concat W_o - MultiHeadAttention| = {gap_layer:.1e}   |concat W_o - sum_i W_o^(i) h_i| = {gap_sum:.1e}")
@@ -258,7 +259,7 @@ class NeighbourModel(mt.nn.Module):
         super().__init__()
         self.embedding = mt.nn.TransformerEmbedding(vocab_size, width, 0.0, max_len=num_steps, positional="learned")
         self.attention = mt.nn.MultiHeadAttention(width, num_heads, dropout=0.0)
-        self.output = mt.nn.Linear(width, vocab_size ** 2)
+        self.output = mt.nn.Linear(width, vocab_size**2)
 
     def forward(self, tokens):
         X = self.embedding(tokens)
@@ -273,7 +274,7 @@ def train(num_heads, steps=400, seed=2):
     losses = []
     for _ in range(steps):
         x, y = make_batch(rng, 64)
-        loss = mt.cross_entropy(model(x).reshape(-1, vocab_size ** 2), y.reshape(-1))
+        loss = mt.cross_entropy(model(x).reshape(-1, vocab_size**2), y.reshape(-1))
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -324,11 +325,16 @@ assert min(prev1[0], next1[0]) > 0.15 and prev1[0] + next1[0] > 0.8, "one head s
 # %%
 tokens = [str(t) for t in make_batch(numpy.random.default_rng(123), 1)[0].numpy()[0]]
 panels = numpy.stack([weights2[0, 0], weights2[0, 1], weights1[0, 0]])[None]
-show_heatmaps(panels, xlabel="keys (position: token)", ylabel="queries",
-              titles=["2 heads: head 1", "2 heads: head 2", "1 head"], figsize=(10, 3.8),
-              row_labels=[f"{i}:{t}" for i, t in enumerate(tokens)],
-              col_labels=[f"{i}:{t}" for i, t in enumerate(tokens)],
-              path=figure_path(TUTORIAL, "heads.png"))
+show_heatmaps(
+    panels,
+    xlabel="keys (position: token)",
+    ylabel="queries",
+    titles=["2 heads: head 1", "2 heads: head 2", "1 head"],
+    figsize=(10, 3.8),
+    row_labels=[f"{i}:{t}" for i, t in enumerate(tokens)],
+    col_labels=[f"{i}:{t}" for i, t in enumerate(tokens)],
+    path=figure_path(TUTORIAL, "heads.png"),
+)
 
 fig = Figure(figsize=(5.5, 3.2), layout="constrained")
 ax = fig.subplots()

@@ -24,11 +24,10 @@ import time
 
 import numba
 import numpy
+from _tutorial import SMOKE, expect_error, figure_path, pick  # noqa: F401  (the helpers every tutorial shares)
 from matplotlib.figure import Figure
 
 import minitensor as mt
-
-from _tutorial import SMOKE, expect_error, figure_path, pick  # noqa: F401  (the helpers every tutorial shares)
 
 TUTORIAL = "06_self_attention_and_positional_encoding"
 mt.manual_seed(0)
@@ -205,6 +204,7 @@ def one_thread():
     BLAS threads are limited with threadpoolctl when it is installed, numba's directly."""
     try:
         from threadpoolctl import threadpool_limits
+
         blas = threadpool_limits(limits=1)
     except ImportError:
         blas = contextlib.nullcontext()
@@ -243,6 +243,7 @@ for name in layers:  # the slope of log(time) against log(n) over the longest se
 # $\partial \mathbf{y}_{n-1} / \partial \mathbf{x}_0$ nonzero yet? For a convolution with kernel
 # $k$ (padding keeping the length) each layer reaches $(k - 1)/2$ positions further, so it
 # takes $\lceil (n-1) / ((k-1)/2) \rceil$ layers, $O(n/k)$; self-attention takes one.
+
 
 # %%
 def conv_layer(kernel_size):
@@ -305,23 +306,33 @@ for name, layer in one_layer.items():
         row.append(float(numpy.abs(x0.grad.numpy()[0, 0]).sum()))
     profile[name] = numpy.array(row)
 gru_factor = math.exp(numpy.polyfit(numpy.arange(1, n_profile), numpy.log(profile["RNN (GRU)"][1:]), 1)[0])
-print(f"GRU: the gradient shrinks by a factor {gru_factor:.2f} per step; "
-      f"|dy_31/dx_0| / |dy_1/dx_0| = {profile['RNN (GRU)'][-1] / profile['RNN (GRU)'][1]:.1e}")
-print(f"self-attention: |dy_j/dx_0| between {profile['self-attention'][1:].min():.2f} and "
-      f"{profile['self-attention'][1:].max():.2f} for every j >= 1")
+print(
+    f"GRU: the gradient shrinks by a factor {gru_factor:.2f} per step; "
+    f"|dy_31/dx_0| / |dy_1/dx_0| = {profile['RNN (GRU)'][-1] / profile['RNN (GRU)'][1]:.1e}"
+)
+print(
+    f"self-attention: |dy_j/dx_0| between {profile['self-attention'][1:].min():.2f} and "
+    f"{profile['self-attention'][1:].max():.2f} for every j >= 1"
+)
 assert (profile["CNN (Conv1d, k=3)"][2:] == 0).all() and (profile["CNN (Conv1d, k=3)"][:2] > 0).all()
 assert (profile["RNN (GRU)"] > 0).all(), "one GRU layer reaches every later position ..."
 assert profile["RNN (GRU)"][-1] < 1e-3 * profile["RNN (GRU)"][1], "... but through a long path that fades"
-assert profile["self-attention"][1:].min() > 0.1 * profile["self-attention"][1:].max(), \
+assert profile["self-attention"][1:].min() > 0.1 * profile["self-attention"][1:].max(), (
     "attention reaches every position directly, about equally"
+)
 
 # %%
 fig = Figure(figsize=(14, 4), layout="constrained")
 ax_time, ax_path, ax_grad = fig.subplots(1, 3)
 for name in layers:
     ax_time.plot(lengths, numpy.array(times[name]) * 1e3, "o-", label=name)
-ax_time.set(xscale="log", yscale="log", xlabel="sequence length n", ylabel="forward time (ms)",
-            title=f"time vs n (d = {d}, batch {batch}, 1 thread)")
+ax_time.set(
+    xscale="log",
+    yscale="log",
+    xlabel="sequence length n",
+    ylabel="forward time (ms)",
+    title=f"time vs n (d = {d}, batch {batch}, 1 thread)",
+)
 ax_time.legend()
 for name, counts in reach.items():
     ax_path.plot(path_lengths, counts, "o-", label=f"{name}: layers")
@@ -390,8 +401,9 @@ sign_changes = (numpy.diff(numpy.sign(P[:, 0::2]), axis=0) != 0).sum(axis=0)  # 
 print("flips of bits 0, 1, 2 over 0..7:", bit_flips)
 print("sign changes of the sine columns over 60 positions:", sign_changes)
 assert list(bit_flips) == [7, 3, 1], "higher bits flip less often"
-assert (numpy.diff(sign_changes) <= 0).all() and sign_changes[0] > sign_changes[-1], \
+assert (numpy.diff(sign_changes) <= 0).all() and sign_changes[0] > sign_changes[-1], (
     "higher columns oscillate less often, like higher bits"
+)
 assert (numpy.diff(omega) < 0).all()
 
 # %%
@@ -431,10 +443,11 @@ fig.savefig(figure_path(TUTORIAL, "positional_encoding.png"), dpi=100)
 # %%
 worst = 0.0
 for j, w in enumerate(omega):
-    pair = P[:, 2 * j:2 * j + 2]  # rows: (p_{i,2j}, p_{i,2j+1})
+    pair = P[:, 2 * j : 2 * j + 2]  # rows: (p_{i,2j}, p_{i,2j+1})
     for delta in range(1, pick(num_steps, 20)):
-        rotation = numpy.array([[math.cos(delta * w), math.sin(delta * w)],
-                                [-math.sin(delta * w), math.cos(delta * w)]])
+        rotation = numpy.array(
+            [[math.cos(delta * w), math.sin(delta * w)], [-math.sin(delta * w), math.cos(delta * w)]]
+        )
         predicted = pair[:-delta] @ rotation.T  # rotation @ (column vector) for every i at once
         worst = max(worst, float(numpy.abs(pair[delta:] - predicted).max()))
 print(f"max |P[i + delta] - R(delta) P[i]| over all j, i, delta: {worst:.1e}")
@@ -500,8 +513,10 @@ assert numpy.abs(Y_perm - Y[permutation]).max() > 1e-3, "rotary attention depend
 
 fig = Figure(figsize=(14, 4), layout="constrained")
 ax_rot, ax_add, ax_rel = fig.subplots(1, 3)
-for ax, S, title in ((ax_rot, rotary_scores, "rotary: constant diagonals"),
-                     (ax_add, additive_scores, "sinusoidal added to the inputs")):
+for ax, S, title in (
+    (ax_rot, rotary_scores, "rotary: constant diagonals"),
+    (ax_add, additive_scores, "sinusoidal added to the inputs"),
+):
     fig.colorbar(ax.imshow(S, cmap="viridis"), ax=ax, shrink=0.8)
     ax.set(xlabel="key position n", ylabel="query position m", title=title)
 m_idx, n_idx = numpy.indices((length, length))

@@ -36,15 +36,15 @@
 import time
 
 import numpy as np
+from _tutorial import SMOKE, figure_path, pick
 
 import minitensor as mt
-from _tutorial import SMOKE, figure_path, pick
 from minitensor.metrics import bleu, corpus_bleu, exact_match
 from minitensor.train import TrainConfig, plot_loss, plot_transformer_attention, train, translate
 from minitensor.train.config import build_data
 
 T = "07_transformer"
-FIGURES = figure_path(T, "architecture.png").parent   # where every PNG of this tutorial goes
+FIGURES = figure_path(T, "architecture.png").parent  # where every PNG of this tutorial goes
 mt.manual_seed(0)
 print("smoke mode" if SMOKE else "full mode")
 
@@ -98,8 +98,17 @@ def draw_architecture(path):
     colours = {"attn": "#fbd7a8", "norm": "#f7f3b0", "ffn": "#b9e3f7", "emb": "#f4c6cf", "out": "#d4d4f7"}
 
     def box(x, y, text, kind, w=3.2, h=0.55):
-        ax.add_patch(FancyBboxPatch((x - w / 2, y - h / 2), w, h, boxstyle="round,pad=0.05",
-                                    facecolor=colours[kind], edgecolor="black", linewidth=0.8))
+        ax.add_patch(
+            FancyBboxPatch(
+                (x - w / 2, y - h / 2),
+                w,
+                h,
+                boxstyle="round,pad=0.05",
+                facecolor=colours[kind],
+                edgecolor="black",
+                linewidth=0.8,
+            )
+        )
         ax.text(x, y, text, ha="center", va="center", fontsize=8.5)
         return (x, y, h)
 
@@ -119,8 +128,11 @@ def draw_architecture(path):
     e4 = box(ex, 5.1, "add & norm", "norm")
     for a, b in ((e0, e1), (e1, e2), (e2, e3), (e3, e4)):
         up(a, b)
-    ax.add_patch(FancyBboxPatch((ex - 2.0, 1.95), 4.0, 3.55, boxstyle="round,pad=0.05", fill=False,
-                                linestyle="--", edgecolor="gray"))
+    ax.add_patch(
+        FancyBboxPatch(
+            (ex - 2.0, 1.95), 4.0, 3.55, boxstyle="round,pad=0.05", fill=False, linestyle="--", edgecolor="gray"
+        )
+    )
     ax.text(ex - 2.15, 3.7, "x num_blks", ha="right", va="center", fontsize=9, rotation=90, color="gray")
     ax.text(ex, 6.05, "encoder outputs H", ha="center", va="center", fontsize=9)
     arrow((ex, 5.45), (ex, 5.85))
@@ -137,8 +149,11 @@ def draw_architecture(path):
     d8 = box(dx, 9.6, "softmax: P(next token)", "out")
     for a, b in ((d0, d1), (d1, d2), (d2, d3), (d3, d4), (d4, d5), (d5, d6), (d6, d7), (d7, d8)):
         up(a, b)
-    ax.add_patch(FancyBboxPatch((dx - 2.0, 1.95), 4.0, 5.35, boxstyle="round,pad=0.05", fill=False,
-                                linestyle="--", edgecolor="gray"))
+    ax.add_patch(
+        FancyBboxPatch(
+            (dx - 2.0, 1.95), 4.0, 5.35, boxstyle="round,pad=0.05", fill=False, linestyle="--", edgecolor="gray"
+        )
+    )
     ax.text(dx + 2.15, 4.6, "x num_blks", ha="left", va="center", fontsize=9, rotation=270, color="gray")
     # cross-attention: keys and values from the encoder, queries from the decoder
     arrow((ex + 0.95, 6.05), (dx - 1.65, 4.3), connectionstyle="arc3,rad=-0.3", color="C3")
@@ -165,11 +180,11 @@ print("wrote", figure_path(T, "architecture.png"))
 # shuffling the positions shuffles the outputs the same way.
 
 # %%
-ffn = mt.nn.PositionWiseFFN(16, 32)          # (ffn_num_input, ffn_num_hiddens); output size 16
+ffn = mt.nn.PositionWiseFFN(16, 32)  # (ffn_num_input, ffn_num_hiddens); output size 16
 X = mt.randn(2, 5, 16)
 out = ffn(X).numpy()
 for t in range(5):
-    alone = ffn(X[:, t:t + 1]).numpy()
+    alone = ffn(X[:, t : t + 1]).numpy()
     assert np.allclose(alone[:, 0], out[:, t], atol=1e-6), "the FFN mixed positions"
 perm = np.random.default_rng(0).permutation(5)
 shuffled = ffn(mt.tensor(X.numpy()[:, perm])).numpy()
@@ -195,7 +210,7 @@ print("FFN output", out.shape, "- position by position: checked")
 # variance 1 at every position:
 
 # %%
-add_norm = mt.nn.AddNorm(16, dropout=0.0)    # norm_first=False: the book's (post-LN) form
+add_norm = mt.nn.AddNorm(16, dropout=0.0)  # norm_first=False: the book's (post-LN) form
 X, Y = mt.randn(2, 5, 16) * 3 + 1, mt.randn(2, 5, 16)
 Z = add_norm(X, Y).numpy()
 mean, var = Z.mean(axis=-1), Z.var(axis=-1)
@@ -253,7 +268,7 @@ enc_valid_lens = mt.tensor([6, 3])
 H = encoder(src, enc_valid_lens)
 print("encoder:", tuple(src.shape), "->", tuple(H.shape))
 assert H.shape == (2, 6, num_hiddens)
-for w in encoder.attention_weights:          # one (batch, num_heads, T, T) array per block
+for w in encoder.attention_weights:  # one (batch, num_heads, T, T) array per block
     w = w.numpy()
     assert w.shape == (2, num_heads, 6, 6)
     assert (w[1, :, :, 3:] == 0).all(), "padded source positions must get exactly zero weight"
@@ -289,15 +304,15 @@ for w in cross_weights:
     assert (w.numpy()[1, :, :, 3:] == 0).all(), "encoder-decoder attention must ignore the source padding"
 
 changed = dec_X.copy()
-changed[:, 3:] = (changed[:, 3:] + 1) % vocab_size       # new tokens at positions 3 and 4 only
+changed[:, 3:] = (changed[:, 3:] + 1) % vocab_size  # new tokens at positions 3 and 4 only
 logits_changed = model(src, mt.tensor(changed), enc_valid_lens).numpy()
 assert np.allclose(logits_changed[:, :3], logits[:, :3], atol=1e-6), "a future token changed an earlier output"
 assert not np.allclose(logits_changed[:, 3:], logits[:, 3:]), "...while the changed positions do change"
 
 state = model.begin_decoding(src, enc_valid_lens)
 steps = []
-for t in range(dec_X.shape[1]):                      # one token at a time, the cache growing
-    step_logits, state = model.decode_step(mt.tensor(dec_X[:, t:t + 1]), state)
+for t in range(dec_X.shape[1]):  # one token at a time, the cache growing
+    step_logits, state = model.decode_step(mt.tensor(dec_X[:, t : t + 1]), state)
     steps.append(step_logits.numpy())
 assert np.allclose(np.concatenate(steps, axis=1), logits, atol=1e-5), "token-by-token decoding != one pass"
 print("causal mask: zero above the diagonal, the future cannot leak, the cache reproduces the full pass")
@@ -325,19 +340,21 @@ print(f"decoder self-attention weights of block 1, head 1, example 1:\n{np.round
 # deleting its own earlier run; without it a second run would be refused.
 
 # %%
-run_dir = figure_path(T, "date_run")                # the checkpoint and the run's own figures
+run_dir = figure_path(T, "date_run")  # the checkpoint and the run's own figures
 # full: the defaults of `minitensor train`; smoke: 640 examples, 1 + 1 blocks, 3 epochs of 20 steps
 sizes = pick({}, dict(num_train=640, num_heldout=64, batch_size=32, epochs=3, num_blks=1))
 config = TrainConfig(task="date", out=str(run_dir), progress=False, seed=0, **sizes)
 start = time.perf_counter()
 first = train(config, overwrite=True, stop_after_epochs=1)  # one epoch, then "interrupted"
-result = train(config, resume=True)                   # ... and continued to the end
+result = train(config, resume=True)  # ... and continued to the end
 print(f"training took {time.perf_counter() - start:.1f} s")
 
 losses = np.array(result.history["loss"])
 head, tail = losses[:10].mean(), losses[-10:].mean()
-print(f"loss: first 10 steps {head:.3f}, last 10 steps {tail:.4f}; held-out exact match after epoch 1 "
-      f"{first.accuracy:.1%}, at the end {result.accuracy:.1%}")
+print(
+    f"loss: first 10 steps {head:.3f}, last 10 steps {tail:.4f}; held-out exact match after epoch 1 "
+    f"{first.accuracy:.1%}, at the end {result.accuracy:.1%}"
+)
 assert tail < 0.5 * head, "the training loss must fall"
 if not SMOKE:
     assert result.accuracy >= 0.95, "the default recipe reaches ~100% held-out exact match"
@@ -364,19 +381,23 @@ plot_loss(result.history, path=figure_path(T, "loss.png"), smooth=0.9, title="Tr
 # one greedy search commits to:
 
 # %%
-mt.manual_seed(config.seed)                            # the same data train() generated
+mt.manual_seed(config.seed)  # the same data train() generated
 data = build_data(config, vocabs=(result.src_vocab, result.tgt_vocab))
-assert [s for s, *_ in result.samples] == ["".join(s) for s, _ in data.heldout[:len(result.samples)]]
+assert [s for s, *_ in result.samples] == ["".join(s) for s, _ in data.heldout[: len(result.samples)]]
 sources = [s for s, _ in data.heldout]
 references = [t for _, t in data.heldout]
 
 
 def decode_heldout(model, beam_size):
-    hyps = translate(model, sources, data.src_vocab, data.tgt_vocab, data.num_steps, beam_size=beam_size,
-                     max_len=data.tgt_num_steps)
+    hyps = translate(
+        model, sources, data.src_vocab, data.tgt_vocab, data.num_steps, beam_size=beam_size, max_len=data.tgt_num_steps
+    )
     preds = [h.tokens for h in hyps]
-    return hyps, {"exact match": exact_match(preds, references), "corpus BLEU": corpus_bleu(preds, references),
-                  "mean score": float(np.mean([h.score for h in hyps]))}
+    return hyps, {
+        "exact match": exact_match(preds, references),
+        "corpus BLEU": corpus_bleu(preds, references),
+        "mean score": float(np.mean([h.score for h in hyps])),
+    }
 
 
 comparison = {}
@@ -386,8 +407,10 @@ for name, model_ in (("after epoch 1", first.model), ("trained", result.model)):
     diff = np.array([b.score - g.score for g, b in zip(greedy_hyps, beam_hyps)])
     comparison[name] = (greedy_hyps, beam_hyps, greedy_m, beam_m, diff)
     print(f"{name}:  greedy  {greedy_m}\n{' ' * len(name)}   beam 4  {beam_m}")
-    print(f"{' ' * len(name)}   beam's score higher on {(diff > 1e-9).sum()}, equal on {(abs(diff) <= 1e-9).sum()}, "
-          f"lower on {(diff < -1e-9).sum()} of {len(diff)} examples")
+    print(
+        f"{' ' * len(name)}   beam's score higher on {(diff > 1e-9).sum()}, equal on {(abs(diff) <= 1e-9).sum()}, "
+        f"lower on {(diff < -1e-9).sum()} of {len(diff)} examples"
+    )
 _, _, greedy_m, beam_m, diff = comparison["after epoch 1"]
 assert beam_m["mean score"] >= greedy_m["mean score"], "beam search should reach a higher mean score"
 assert (diff > 1e-9).any(), "on a half-trained model beam search finds likelier sequences than greedy search"
@@ -407,10 +430,20 @@ assert (diff > 1e-9).any(), "on a half-trained model beam search finds likelier 
 greedy_hyps, beam_hyps = comparison["trained"][:2]
 worse = [i for i, (g, b) in enumerate(zip(greedy_hyps, beam_hyps)) if b.score < g.score - 1e-9][:2]
 for i in worse:
-    n_best = translate(result.model, sources[i], data.src_vocab, data.tgt_vocab, data.num_steps, beam_size=4,
-                       max_len=data.tgt_num_steps, n_best=4)
-    print(f"{''.join(sources[i])!r}: greedy {''.join(greedy_hyps[i].tokens)!r} (score {greedy_hyps[i].score:.4f});"
-          " beam's finished hypotheses:")
+    n_best = translate(
+        result.model,
+        sources[i],
+        data.src_vocab,
+        data.tgt_vocab,
+        data.num_steps,
+        beam_size=4,
+        max_len=data.tgt_num_steps,
+        n_best=4,
+    )
+    print(
+        f"{''.join(sources[i])!r}: greedy {''.join(greedy_hyps[i].tokens)!r} (score {greedy_hyps[i].score:.4f});"
+        " beam's finished hypotheses:"
+    )
     for h in n_best:
         print(f"    {''.join(h.tokens)!r:14} score {h.score:8.4f}  log P {h.log_prob:8.4f}")
 print(f"{len(worse)} such example(s) shown")
@@ -438,12 +471,12 @@ pred, label = list("2021-05-30"), list("2021-05-03")
 
 
 def p_n(pred, label, n):
-    grams = Counter(tuple(pred[i:i + n]) for i in range(len(pred) - n + 1))
-    ref = Counter(tuple(label[i:i + n]) for i in range(len(label) - n + 1))
+    grams = Counter(tuple(pred[i : i + n]) for i in range(len(pred) - n + 1))
+    ref = Counter(tuple(label[i : i + n]) for i in range(len(label) - n + 1))
     return sum(min(c, ref[g]) for g, c in grams.items()) / (len(pred) - n + 1)
 
 
-by_hand = np.exp(min(0, 1 - len(label) / len(pred))) * np.prod([p_n(pred, label, n) ** 0.5 ** n for n in range(1, 5)])
+by_hand = np.exp(min(0, 1 - len(label) / len(pred))) * np.prod([p_n(pred, label, n) ** 0.5**n for n in range(1, 5)])
 print("p_1..p_4 =", [round(p_n(pred, label, n), 3) for n in range(1, 5)], f"BLEU = {by_hand:.4f}")
 assert abs(bleu(pred, label, k=4) - by_hand) < 1e-12
 assert bleu(label, label, k=4) == 1.0, "a perfect prediction scores 1"
@@ -477,15 +510,17 @@ from minitensor.data import build_array
 model = result.model
 example = next((s for s in sources if any(c.isalpha() for c in s)), sources[0])
 hyp = translate(model, example, data.src_vocab, data.tgt_vocab, data.num_steps, max_len=data.tgt_num_steps)
-enc_X, enc_valid = build_array([example], data.src_vocab, len(example) + 1)   # no padding: just its tokens
+enc_X, enc_valid = build_array([example], data.src_vocab, len(example) + 1)  # no padding: just its tokens
 dec_in = [data.tgt_vocab.bos] + data.tgt_vocab[list(hyp.tokens)]
 model.eval()
 with mt.no_grad():
     model(mt.tensor(enc_X), mt.tensor(np.array([dec_in])), mt.tensor(enc_valid))
 src_labels, tgt_labels = list(example) + ["<eos>"], ["<bos>"] + list(hyp.tokens)
 plot_transformer_attention(model, src_labels, tgt_labels, folder=FIGURES, prefix="date")
-print(f"{''.join(example)!r} => {''.join(hyp.tokens)!r}; heatmaps: date_encoder_self.png, date_decoder_self.png, "
-      "date_cross.png")
+print(
+    f"{''.join(example)!r} => {''.join(hyp.tokens)!r}; heatmaps: date_encoder_self.png, date_decoder_self.png, "
+    "date_cross.png"
+)
 
 self_w, cross_w = model.decoder.attention_weights
 for w in self_w:
@@ -493,7 +528,7 @@ for w in self_w:
     assert (np.triu(w, k=1) == 0).all() and np.allclose(w.sum(-1), 1, atol=1e-5)
 for w in cross_w:
     assert np.allclose(w.numpy()[0].sum(-1), 1, atol=1e-5), "each target position spreads weight 1 over the source"
-last = cross_w[-1].numpy()[0].mean(axis=0)          # last block, averaged over the heads: (target, source)
+last = cross_w[-1].numpy()[0].mean(axis=0)  # last block, averaged over the heads: (target, source)
 for i, ch in enumerate(tgt_labels[1:], start=1):
     top = np.argsort(-last[i - 1])[:2]
     print(f"  output {ch!r} (fed {tgt_labels[i - 1]!r}) looks most at source {[src_labels[j] for j in top]}")

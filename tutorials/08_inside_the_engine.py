@@ -34,9 +34,9 @@ import statistics
 import timeit
 
 import numpy as np
+from _tutorial import SMOKE, expect_error, figure_path, pick
 
 import minitensor as mt
-from _tutorial import SMOKE, expect_error, figure_path, pick
 
 T = "08_inside_the_engine"
 mt.manual_seed(0)
@@ -69,6 +69,7 @@ print("smoke mode" if SMOKE else "full mode")
 # derivative with respect to each of them. `backward` visits every value newest first and
 # adds "my gradient times my local derivative" to each parent's gradient.
 
+
 # %%
 class Value:
     """A scalar that remembers how it was made: its parents and d(self)/d(parent) for each."""
@@ -78,7 +79,7 @@ class Value:
     def __init__(self, data, parents=(), local_grads=(), op=""):
         self.data, self.grad = float(data), 0.0
         self.parents, self.local_grads, self.op = parents, local_grads, op
-        self.seq = next(Value._created)          # creation order = a topological order
+        self.seq = next(Value._created)  # creation order = a topological order
 
     def __add__(self, other):
         return Value(self.data + other.data, (self, other), (1.0, 1.0), "+")
@@ -102,13 +103,13 @@ class Value:
 
     def backward(self):
         self.grad = 1.0
-        for v in sorted(self.graph(), key=lambda v: v.seq, reverse=True):   # newest first
+        for v in sorted(self.graph(), key=lambda v: v.seq, reverse=True):  # newest first
             for parent, local in zip(v.parents, v.local_grads):
-                parent.grad += v.grad * local                                 # the chain rule
+                parent.grad += v.grad * local  # the chain rule
 
 
 a, b, c = Value(0.5), Value(-1.5), Value(0.25)
-L = (a * b + c).tanh() * a                   # a is used twice: its gradient has two terms
+L = (a * b + c).tanh() * a  # a is used twice: its gradient has two terms
 L.backward()
 print(f"L = {L.data:.6f};  dL/da = {a.grad:.6f}, dL/db = {b.grad:.6f}, dL/dc = {c.grad:.6f}")
 
@@ -169,6 +170,7 @@ assert z.grad_fn is None and not z.requires_grad, "no graph is recorded under no
 # computed stably, and the tanh form of $\sigma$ never evaluates $e^{-x}$ for large negative
 # $x$.
 
+
 # %%
 class Softplus(mt.Function):
     """y = log(1 + e^x);  dy/dx = sigmoid(x)."""
@@ -208,6 +210,7 @@ print(y.grad_fn, "- forward and backward pass gradcheck")
 # multiply by the incoming gradient. With $L = \sum_j y_j$ the incoming gradient is all
 # ones, and the bug is invisible:
 
+
 # %%
 class ForgetfulSoftplus(Softplus):
     """A wrong backward: returns dy/dx instead of dL/dy * dy/dx."""
@@ -237,6 +240,7 @@ with expect_error("ForgetfulSoftplus's backward, checked by gradcheck", mt.Gradc
 # Our `backward` returns a (3, 4) gradient for `b` anyway: `autograd.sum_to_shape` sums it
 # back to (4,) once, for every op, so no op has to.
 
+
 # %%
 class Hypot(mt.Function):
     """z = sqrt(a^2 + b^2);  dz/da = a / z, dz/db = b / z."""
@@ -250,7 +254,7 @@ class Hypot(mt.Function):
     @staticmethod
     def backward(ctx, grad):
         a, b, z = ctx.saved
-        return grad * a / z, grad * b / z      # both (3, 4): the engine sums b's back to (4,)
+        return grad * a / z, grad * b / z  # both (3, 4): the engine sums b's back to (4,)
 
 
 a = mt.randn(3, 4, dtype=mt.float64, requires_grad=True)
@@ -294,7 +298,7 @@ def walk(root):
                 if isinstance(p, mt.Tensor):
                     edges.append((p, t))
                     stack.append(p)
-    return sorted(tensors, key=lambda t: t._seq), edges     # in creation order
+    return sorted(tensors, key=lambda t: t._seq), edges  # in creation order
 
 
 tensors, edges = walk(loss)
@@ -307,14 +311,16 @@ for t in tensors:
     if t.grad_fn is None:
         print(f"  {names[id(t)]:>2}  leaf {tuple(t.shape)}")
     else:
-        args = ", ".join(names[id(p)] if isinstance(p, mt.Tensor) else f"{p:.4g}" if isinstance(p, float) else repr(p)
-                         for p in t.grad_fn.inputs)
+        args = ", ".join(
+            names[id(p)] if isinstance(p, mt.Tensor) else f"{p:.4g}" if isinstance(p, float) else repr(p)
+            for p in t.grad_fn.inputs
+        )
         print(f"  {names[id(t)]:>2} = {type(t.grad_fn).__name__}({args})  {tuple(t.shape)}")
 functions = [t for t in tensors if t.grad_fn is not None]
 backward_order = sorted(functions, key=lambda t: -t._seq)
 print("backward visits:", " -> ".join(type(t.grad_fn).__name__ for t in backward_order))
 rank = {id(t): i for i, t in enumerate(backward_order)}
-for p, t in edges:      # reverse topological: every output is handled before its inputs
+for p, t in edges:  # reverse topological: every output is handled before its inputs
     if p.grad_fn is not None:
         assert rank[id(t)] < rank[id(p)], "backward must reach an output before its inputs"
 
@@ -331,7 +337,7 @@ def draw_graph(tensors, edges, names, path):
     # Columns: a computed tensor one column right of its deepest input; a leaf just left of
     # its first consumer, drawn above the chain so that no arrow crosses a node.
     depth = {}
-    for t in tensors:                         # creation order: inputs are placed first
+    for t in tensors:  # creation order: inputs are placed first
         ins = [p for p in (t.grad_fn.inputs if t.grad_fn else ()) if isinstance(p, mt.Tensor)]
         depth[id(t)] = 1 + max((depth[id(p)] for p in ins), default=-1)
     leaf_column = {}
@@ -340,7 +346,7 @@ def draw_graph(tensors, edges, names, path):
             leaf_column[id(p)] = min(leaf_column.get(id(p), depth[id(t)]), depth[id(t)] - 1)
     depth.update(leaf_column)
     columns = {}
-    for t in sorted(tensors, key=lambda t: t.grad_fn is None):     # computed tensors first
+    for t in sorted(tensors, key=lambda t: t.grad_fn is None):  # computed tensors first
         columns.setdefault(depth[id(t)], []).append(t)
     pos = {id(t): (2.0 * k, float(i)) for k, column in columns.items() for i, t in enumerate(column)}
     fig = Figure(figsize=(1.6 * len(columns) + 1.5, 3.2))
@@ -352,13 +358,27 @@ def draw_graph(tensors, edges, names, path):
         x, y = pos[id(t)]
         label = f"{names[id(t)]}\n{tuple(t.shape)}"
         colour = "#c8e6c9" if t.grad_fn is None else "#e3f2fd"
-        ax.text(x, y, label, ha="center", va="center", fontsize=8,
-                bbox=dict(boxstyle="ellipse,pad=0.3", facecolor=colour, edgecolor="0.3"))
-        if t.grad_fn is not None:         # its Function box sits between its inputs and it
+        ax.text(
+            x,
+            y,
+            label,
+            ha="center",
+            va="center",
+            fontsize=8,
+            bbox=dict(boxstyle="ellipse,pad=0.3", facecolor=colour, edgecolor="0.3"),
+        )
+        if t.grad_fn is not None:  # its Function box sits between its inputs and it
             fx, fy = x - 1.0, y
             constants = "".join(f" {c:.3g}" for c in t.grad_fn.inputs if isinstance(c, (int, float)))
-            ax.text(fx, fy, f"{type(t.grad_fn).__name__}{constants}\n[{visit[id(t)]}]", ha="center", va="center",
-                    fontsize=8, bbox=dict(boxstyle="square,pad=0.3", facecolor="#ffe0b2", edgecolor="0.3"))
+            ax.text(
+                fx,
+                fy,
+                f"{type(t.grad_fn).__name__}{constants}\n[{visit[id(t)]}]",
+                ha="center",
+                va="center",
+                fontsize=8,
+                bbox=dict(boxstyle="square,pad=0.3", facecolor="#ffe0b2", edgecolor="0.3"),
+            )
             ax.annotate("", xy=(x, y), xytext=(fx, fy), arrowprops=arrow)
             for p in t.grad_fn.inputs:
                 if isinstance(p, mt.Tensor):
@@ -404,7 +424,7 @@ class Trace(mt.Function):
     @staticmethod
     def backward(ctx, grad):
         visited.append(ctx.label)
-        return grad, None                      # no gradient for the label
+        return grad, None  # no gradient for the label
 
 
 x = mt.randn(5, dtype=mt.float64, requires_grad=True)
@@ -416,16 +436,16 @@ L.backward()
 print("backward passed through:", " -> ".join(visited))
 assert visited == ["L", "v", "u", "h"], "newest first; h only after both of its consumers"
 xs = x.numpy()
-expected = 2 * xs * np.exp(xs ** 2) * ((1 - np.tanh(xs ** 2) ** 2) + np.tanh(xs ** 2))
+expected = 2 * xs * np.exp(xs**2) * ((1 - np.tanh(xs**2) ** 2) + np.tanh(xs**2))
 assert np.allclose(x.grad.numpy(), expected), "the two paths through h are added"
 
-n = pick(20_000, 3_000)                        # far deeper than Python's recursion limit
+n = pick(20_000, 3_000)  # far deeper than Python's recursion limit
 x = mt.tensor(1.0, dtype=mt.float64, requires_grad=True)
 y = x
 for _ in range(n):
     y = y * 1.0001
 y.backward()
-assert abs(x.grad.item() - 1.0001 ** n) < 1e-9 * 1.0001 ** n
+assert abs(x.grad.item() - 1.0001**n) < 1e-9 * 1.0001**n
 print(f"a chain of {n:,} multiplications: dL/dx = {x.grad.item():.6f} = 1.0001^{n}")
 
 # %% [markdown]
@@ -439,7 +459,7 @@ x = mt.randn(3, dtype=mt.float64, requires_grad=True)
 y = (x * x).sum()
 y.backward(retain_graph=True)
 first = x.grad.numpy()
-y.backward()                                   # allowed: the graph was retained
+y.backward()  # allowed: the graph was retained
 assert np.allclose(x.grad.numpy(), 2 * first), "gradients accumulate"
 with expect_error("a third backward through the graph the second one freed", mt.GraphError):
     y.backward()
@@ -469,15 +489,16 @@ with expect_error("a third backward through the graph the second one freed", mt.
 # overflowing: every exponent is $\le 0$.
 
 # %%
-import numba
 import tracemalloc
+
+import numba
 
 from minitensor.kernels import cpu, reference
 
 rows, cols = pick((4096, 512), (256, 128))
 scores = np.random.default_rng(0).standard_normal((rows, cols)).astype(np.float32) * 3
 
-fused = cpu.softmax_forward(scores)             # the first call loads (or compiles) the kernel
+fused = cpu.softmax_forward(scores)  # the first call loads (or compiles) the kernel
 plain = reference.softmax_forward(np, scores)
 print(f"largest |fused - plain| = {np.abs(fused - plain).max():.2e}")
 assert np.allclose(fused, plain, rtol=2e-5, atol=1e-7), "the fused kernel computes the same softmax"
@@ -493,14 +514,17 @@ tracemalloc.start()
 reference.softmax_forward(np, scores)
 _, peak = tracemalloc.get_traced_memory()
 tracemalloc.stop()
-print(f"plain NumPy softmax: at its peak {peak / scores.nbytes:.1f}x the input's size allocated (the output "
-      "and two temporaries); the fused kernel allocates only its output")
+print(
+    f"plain NumPy softmax: at its peak {peak / scores.nbytes:.1f}x the input's size allocated (the output "
+    "and two temporaries); the fused kernel allocates only its output"
+)
 assert peak >= 2 * scores.nbytes, "the plain version needs full-size temporaries"
 
 # %% [markdown]
 # Timing: medians of repeated `timeit` runs, the kernel on all threads and on one thread
 # (so that fusion alone is compared with NumPy, which runs these operations on one
 # thread).
+
 
 # %%
 def median_ms(fn, number, repeat):
@@ -510,7 +534,7 @@ def median_ms(fn, number, repeat):
 number, repeat = pick((5, 15), (20, 5))
 threads = numba.get_num_threads()
 times = {"plain NumPy\n(reference.py)": median_ms(lambda: reference.softmax_forward(np, scores), number, repeat)}
-if threads > 1 and scores.size >= cpu.PARALLEL_MIN_SIZE:   # smaller arrays always run on one thread
+if threads > 1 and scores.size >= cpu.PARALLEL_MIN_SIZE:  # smaller arrays always run on one thread
     times[f"numba kernel\n{threads} threads"] = median_ms(lambda: cpu.softmax_forward(scores), number, repeat)
 numba.set_num_threads(1)
 try:
@@ -521,12 +545,12 @@ for name, ms in times.items():
     print(f"{name.replace(chr(10), ', '):36} {ms:8.3f} ms")
 plain_ms, one_thread_ms = times["plain NumPy\n(reference.py)"], times["numba kernel\n1 thread"]
 print(f"fusion alone (1 thread): {plain_ms / one_thread_ms:.1f}x faster than plain NumPy")
-if not SMOKE:   # at full size; in smoke mode the arrays are too small for timings to mean much
+if not SMOKE:  # at full size; in smoke mode the arrays are too small for timings to mean much
     assert one_thread_ms < plain_ms, "the fused kernel beats plain NumPy even on one thread"
 
 fig = Figure(figsize=(6.0, 3.6), layout="constrained")
 ax = fig.add_subplot(1, 1, 1)
-bars = ax.bar(list(times), list(times.values()), color=["#9e9e9e", "#1e88e5", "#90caf9"][:len(times)])
+bars = ax.bar(list(times), list(times.values()), color=["#9e9e9e", "#1e88e5", "#90caf9"][: len(times)])
 ax.bar_label(bars, fmt="%.3g ms")
 ax.margins(y=0.15)
 ax.set_ylabel("median time per call (ms)")

@@ -45,6 +45,7 @@ import time
 
 import matplotlib
 import numpy
+from _tutorial import SMOKE, expect_error, figure_path, pick  # noqa: F401  (the helpers every tutorial shares)
 from matplotlib.figure import Figure
 
 import minitensor as mt
@@ -52,8 +53,6 @@ from minitensor.testing import check_incremental_decoding
 from minitensor.train import TrainConfig, train
 from minitensor.train.config import build_data
 from minitensor.train.plots import show_heatmaps
-
-from _tutorial import SMOKE, expect_error, figure_path, pick  # noqa: F401  (the helpers every tutorial shares)
 
 TUTORIAL = "09_positions_as_score_biases"
 mt.manual_seed(0)
@@ -150,8 +149,8 @@ i, j = numpy.indices((T, T))
 print("slopes for 8 heads: ", " ".join(f"2^{math.log2(m):.0f}" for m in slopes))
 print("slopes for 6 heads: ", " ".join(f"2^{math.log2(m):.0f}" for m in ALiBi.slopes_for(6)))
 print("slopes for 12 heads:", " ".join(f"2^{math.log2(m):g}" for m in ALiBi.slopes_for(12)))
-assert list(slopes) == [2.0 ** -h for h in range(1, 9)], "8 heads: 2^-1, 2^-2, ..., 2^-8"
-assert ALiBi.slopes_for(6) == [2.0 ** -2, 2.0 ** -4, 2.0 ** -6, 2.0 ** -8, 2.0 ** -1, 2.0 ** -3]
+assert list(slopes) == [2.0**-h for h in range(1, 9)], "8 heads: 2^-1, 2^-2, ..., 2^-8"
+assert ALiBi.slopes_for(6) == [2.0**-2, 2.0**-4, 2.0**-6, 2.0**-8, 2.0**-1, 2.0**-3]
 assert numpy.allclose(B, -slopes[:, None, None] * numpy.abs(i - j)), "B[h, i, j] = -m_h |i - j|"
 assert numpy.array_equal(B[:, 1:, 1:], B[:, :-1, :-1]), "depends only on the distance"
 # a distance of 1 / m_h costs head h one unit of score: 2, 4, ..., 256 positions
@@ -180,10 +179,16 @@ assert numpy.array_equal(B[:, j <= i], paper_causal[:, j <= i]), "equal on every
 assert numpy.abs(weights_symmetric - weights_paper).max() < 1e-6 and numpy.abs(out_symmetric - out_paper).max() < 1e-5
 assert (weights_symmetric[..., j > i] == 0).all(), "the future gets no weight"
 
-show_heatmaps(B.reshape(2, 4, T, T), xlabel="key position j", ylabel="query position i", cmap="viridis",
-              titles=[[f"head {h}: m = 1/{2 ** h}" for h in range(r * 4 + 1, r * 4 + 5)] for r in range(2)],
-              figsize=(11, 6.4), suptitle="ALiBi: B[h, i, j] = -m_h |i - j|, 8 heads",
-              path=figure_path(TUTORIAL, "alibi_heads.png"))
+show_heatmaps(
+    B.reshape(2, 4, T, T),
+    xlabel="key position j",
+    ylabel="query position i",
+    cmap="viridis",
+    titles=[[f"head {h}: m = 1/{2**h}" for h in range(r * 4 + 1, r * 4 + 5)] for r in range(2)],
+    figsize=(11, 6.4),
+    suptitle="ALiBi: B[h, i, j] = -m_h |i - j|, 8 heads",
+    path=figure_path(TUTORIAL, "alibi_heads.png"),
+)
 
 # %% [markdown]
 # > **Takeaway.** ALiBi is $-m_h |i - j|$ with fixed slopes $2^{-8h/n}$: no parameter, no
@@ -223,8 +228,9 @@ assert list(behind[:8]) == list(range(8)) and list(ahead[:7]) == list(range(17, 
 assert list(past[:16]) == list(range(16)), "a decoder has 16 exact buckets (all 32 serve the past)"
 for buckets in (behind, ahead, past):
     assert (numpy.diff(buckets) >= 0).all(), "monotone: a farther key never gets a nearer bucket"
-assert (behind[128:] == 15).all() and (ahead[127:] == 31).all() and (past[128:] == 31).all(), \
+assert (behind[128:] == 15).all() and (ahead[127:] == 31).all() and (past[128:] == 31).all(), (
     "saturating: from max_distance = 128 on, one bucket for every distance"
+)
 assert behind[64] < 15, "... but not before: 64 positions away is still a bucket of its own range"
 assert (t5_decoder.bucket(numpy.arange(1, 100)) == 0).all(), "a decoder puts every future key in bucket 0"
 widths = numpy.bincount(behind[:128])
@@ -238,8 +244,9 @@ print("distances per bucket (keys behind, up to 127):", widths.tolist())
 # once, and every block's gradient flows into that one table.
 
 # %%
-encoder = mt.nn.TransformerEncoder(vocab_size=20, num_hiddens=16, ffn_num_hiddens=32, num_heads=4, num_blks=3,
-                                   dropout=0.0, positional="t5_relative")
+encoder = mt.nn.TransformerEncoder(
+    vocab_size=20, num_hiddens=16, ffn_num_hiddens=32, num_heads=4, num_blks=3, dropout=0.0, positional="t5_relative"
+)
 biases = [blk.attention.positional for blk in encoder.blks]
 shared = biases[0]
 print("the bias module of each block:", [f"{type(b).__name__} at {hex(id(b))}" for b in biases])
@@ -248,8 +255,9 @@ assert shared.bidirectional and shared.table.shape == (32, 4)
 assert sum(p is shared.table for p in encoder.parameters()) == 1, "a shared parameter is counted once"
 encoder(mt.tensor(numpy.random.default_rng(0).integers(0, 20, size=(2, 9)))).sum().backward()
 assert shared.table.grad is not None and numpy.abs(shared.table.grad.numpy()).sum() > 0, "learned: it gets a gradient"
-decoder = mt.nn.TransformerDecoder(vocab_size=20, num_hiddens=16, ffn_num_hiddens=32, num_heads=4, num_blks=2,
-                                   dropout=0.0, positional="t5_relative")
+decoder = mt.nn.TransformerDecoder(
+    vocab_size=20, num_hiddens=16, ffn_num_hiddens=32, num_heads=4, num_blks=2, dropout=0.0, positional="t5_relative"
+)
 assert decoder.blks[0].attention1.positional is decoder.blks[1].attention1.positional
 assert not decoder.blks[0].attention1.positional.bidirectional, "a decoder's is unidirectional"
 
@@ -260,8 +268,11 @@ ax_buckets.step(rel, t5.bucket(rel), where="mid", label="bidirectional (encoder)
 ax_buckets.step(rel, t5_decoder.bucket(rel), where="mid", label="unidirectional (decoder)")
 for x in (-128, 128):
     ax_buckets.axvline(x, color="grey", linestyle=":")
-ax_buckets.set(xlabel="relative position j - i (key minus query)", ylabel="bucket",
-               title="T5 buckets: exact near 0, log-spaced to ±128, then one")
+ax_buckets.set(
+    xlabel="relative position j - i (key minus query)",
+    ylabel="bucket",
+    title="T5 buckets: exact near 0, log-spaced to ±128, then one",
+)
 ax_buckets.legend()
 image = ax_bias.imshow(t5(24, 24).detach().numpy()[0], cmap="viridis")
 fig.colorbar(image, ax=ax_bias, shrink=0.8)
@@ -301,13 +312,14 @@ mha = mt.nn.MultiHeadAttention(16, 2, positional="sliding_window", positional_op
 X = mt.randn(1, T, 16)
 with mt.no_grad():
     mha(X, X, X)
-    weights_window = mha.attention_weights.numpy()[0]          # (num_heads, Q, K)
+    weights_window = mha.attention_weights.numpy()[0]  # (num_heads, Q, K)
     mha(X, X, X, causal=True)
     weights_causal = mha.attention_weights.numpy()[0]
 inside = numpy.abs(j - i) <= window
 inside_causal = inside & (j <= i)
-assert (weights_window[:, ~inside] == 0).all() and (weights_window[:, inside] > 0).all(), \
+assert (weights_window[:, ~inside] == 0).all() and (weights_window[:, inside] > 0).all(), (
     "keys beyond the window get weight exactly 0, those inside some weight"
+)
 assert (weights_causal[:, ~inside_causal] == 0).all() and (weights_causal[:, inside_causal] > 0).all()
 assert list(inside_causal.sum(axis=1)) == [min(r, window) + 1 for r in range(T)], "causal: the last w + 1 positions"
 assert numpy.allclose(weights_causal.sum(axis=-1), 1.0, atol=1e-6)
@@ -318,8 +330,9 @@ def layers_to_reach(n, window, max_layers):
     x = mt.randn(1, n, 16, requires_grad=True)
     stack = []
     for num_layers in range(1, max_layers + 1):
-        stack.append(mt.nn.MultiHeadAttention(16, 2, positional="sliding_window",
-                                              positional_options={"window": window}))
+        stack.append(
+            mt.nn.MultiHeadAttention(16, 2, positional="sliding_window", positional_options={"window": window})
+        )
         x.grad = None
         y = x
         for layer in stack:
@@ -337,9 +350,11 @@ for n_tokens in (9, 13):
 
 fig = Figure(figsize=(12, 4), layout="constrained")
 reds = matplotlib.colormaps["Reds"].with_extremes(bad="white")  # exact zeros are masked: drawn white
-for ax, w, title in zip(fig.subplots(1, 3), (numpy.isfinite(B[0]) * 1.0, weights_window[0], weights_causal[0]),
-                        ("allowed by the bias (B = 0)", f"weights, window {window}",
-                         f"weights, window {window} + causal mask")):
+for ax, w, title in zip(
+    fig.subplots(1, 3),
+    (numpy.isfinite(B[0]) * 1.0, weights_window[0], weights_causal[0]),
+    ("allowed by the bias (B = 0)", f"weights, window {window}", f"weights, window {window} + causal mask"),
+):
     image = ax.imshow(numpy.ma.masked_equal(w, 0.0), cmap=reds, vmin=0, vmax=1)
     ax.set(xlabel="key position j", ylabel="query position i", title=title)
 fig.colorbar(image, ax=ax, shrink=0.8)
@@ -375,8 +390,9 @@ plain = mt.nn.MultiHeadAttention(num_hiddens, num_heads, positional="alibi")
 full_groups = mt.nn.MultiHeadAttention(num_hiddens, num_heads, positional="alibi", num_kv_heads=num_heads)
 full_groups.load_state_dict(plain.state_dict())
 with mt.no_grad():
-    assert numpy.array_equal(plain(X, X, X, causal=True).numpy(), full_groups(X, X, X, causal=True).numpy()), \
+    assert numpy.array_equal(plain(X, X, X, causal=True).numpy(), full_groups(X, X, X, causal=True).numpy()), (
         "num_kv_heads = num_heads is multi-head attention: same weights, same outputs"
+    )
 
 # %% [markdown]
 # And a grouped layer is a multi-head layer whose key and value projections are *tied* in
@@ -398,8 +414,14 @@ def repeat_heads(W):
 
 
 untied = mt.nn.MultiHeadAttention(num_hiddens, num_heads, positional="alibi")
-untied.load_state_dict({"W_q.weight": grouped.W_q.weight, "W_o.weight": grouped.W_o.weight,
-                        "W_k.weight": repeat_heads(grouped.W_k.weight), "W_v.weight": repeat_heads(grouped.W_v.weight)})
+untied.load_state_dict(
+    {
+        "W_q.weight": grouped.W_q.weight,
+        "W_o.weight": grouped.W_o.weight,
+        "W_k.weight": repeat_heads(grouped.W_k.weight),
+        "W_v.weight": repeat_heads(grouped.W_v.weight),
+    }
+)
 with mt.no_grad():
     gap = numpy.abs(grouped(X, X, X, causal=True).numpy() - untied(X, X, X, causal=True).numpy()).max()
 print(f"|grouped - plain with repeated key/value heads| = {gap:.1e}")
@@ -416,7 +438,7 @@ for g in (num_heads, 2, 1):
     cache = None
     with mt.no_grad():
         for t in range(T):
-            out, cache = layer.cached_self_attention(X[:, t:t + 1], cache)
+            out, cache = layer.cached_self_attention(X[:, t : t + 1], cache)
     keys, values = cache
     assert keys.shape == values.shape == (batch, g, T, d_head), "the cache holds g heads: (batch, g, T, d_head)"
     cached = keys.numel() + values.numel()
@@ -454,8 +476,10 @@ poolings = {name: mt.plugins.lookup("pooling", name) for name in ("softmax", "sp
 z = mt.tensor([[2.0, 1.5, 1.2, -0.5, 0.1, -2.0]], dtype=mt.float64)  # one peaked row of scores
 weights = {name: cls()(z).numpy()[0] for name, cls in poolings.items()}
 for name, w in weights.items():
-    print(f"{name:10} sparse = {poolings[name].sparse!s:5}  weights {numpy.round(w, 4)}  "
-          f"exact zeros: {int((w == 0).sum())}")
+    print(
+        f"{name:10} sparse = {poolings[name].sparse!s:5}  weights {numpy.round(w, 4)}  "
+        f"exact zeros: {int((w == 0).sum())}"
+    )
 assert not poolings["softmax"].sparse and poolings["sparsemax"].sparse and poolings["entmax15"].sparse
 assert (weights["softmax"] > 0).all(), "softmax: small, never zero"
 for name in ("sparsemax", "entmax15"):
@@ -520,14 +544,17 @@ assert check_incremental_decoding(positional="alibi", pooling="entmax15", num_kv
 # The check catches it for T5's buckets (every key's bias is read one distance too far back)
 # and for the window (its edge moves by one):
 
+
 # %%
 def one_position_late(cls):
     """``cls`` with a decoding bug: after a cache, the queries sit one position too late."""
+
     class OnePositionLate(cls):
         def forward(self, num_queries, num_keys, q_offset=0, k_offset=0):
             if num_keys > num_queries:
                 q_offset += 1
             return super().forward(num_queries, num_keys, q_offset, k_offset)
+
     return OnePositionLate
 
 
@@ -571,8 +598,13 @@ differs = softmax(scores + mt.tensor(right)).numpy() - softmax(scores + mt.tenso
 print(f"causal: max weight change {numpy.abs(same).max():.1e};  no mask (encoder): {numpy.abs(differs).max():.1e}")
 assert numpy.abs(same).max() < 1e-6 and numpy.abs(differs).max() > 1e-3
 key_only = (numpy.array(ALiBi.slopes_for(4))[:, None, None] * j).astype(numpy.float32)  # m_h j: no query position
-assert numpy.abs(softmax(scores + mt.tensor(key_only), mask=causal).numpy()
-                 - softmax(scores + mt.tensor(right), mask=causal).numpy()).max() < 1e-6, "m_h j works as well, causally"
+assert (
+    numpy.abs(
+        softmax(scores + mt.tensor(key_only), mask=causal).numpy()
+        - softmax(scores + mt.tensor(right), mask=causal).numpy()
+    ).max()
+    < 1e-6
+), "m_h j works as well, causally"
 
 
 class ForgetsQueryOffset(ALiBi):
@@ -627,9 +659,20 @@ with expect_error("ALiBi that ignores q_offset (every decoded query at position 
 # go end to end on lengths it has never seen.)
 
 # %%
-config = TrainConfig(task="reverse", positional="alibi", min_len=1, max_len=10, heldout_min_len=11,
-                     heldout_max_len=20, num_train=pick(300, 100), num_heldout=pick(100, 20), epochs=1,
-                     batch_size=pick(32, 50), seed=0, progress=False)
+config = TrainConfig(
+    task="reverse",
+    positional="alibi",
+    min_len=1,
+    max_len=10,
+    heldout_min_len=11,
+    heldout_max_len=20,
+    num_train=pick(300, 100),
+    num_heldout=pick(100, 20),
+    epochs=1,
+    batch_size=pick(32, 50),
+    seed=0,
+    progress=False,
+)
 mt.manual_seed(config.seed)
 data = build_data(config)
 train_lengths = sorted({len(src) for src, _ in data.train})
@@ -637,16 +680,19 @@ heldout_lengths = sorted({len(src) for src, _ in data.heldout})
 print("training source lengths:", train_lengths)
 print("held-out source lengths:", heldout_lengths)
 print("an example:", " ".join(data.heldout[0][0]), "->", " ".join(data.heldout[0][1]))
-assert max(train_lengths) <= 10 and min(heldout_lengths) >= 11 and max(heldout_lengths) <= 20, \
+assert max(train_lengths) <= 10 and min(heldout_lengths) >= 11 and max(heldout_lengths) <= 20, (
     "every held-out sequence is longer than every training sequence"
+)
 assert all(tgt == src[::-1] for src, tgt in data.heldout)
 
 if not SMOKE:  # one tiny model, end to end (well under a minute)
     with tempfile.TemporaryDirectory() as folder:
         start = time.perf_counter()
         result = train(dataclasses.replace(config, out=f"{folder}/run"), log=lambda message: None)
-        print(f"trained on {config.num_train} examples of lengths 1-10 for 1 epoch in "
-              f"{time.perf_counter() - start:.0f} s; held-out (lengths 11-20) exact match {result.accuracy:.0%}")
+        print(
+            f"trained on {config.num_train} examples of lengths 1-10 for 1 epoch in "
+            f"{time.perf_counter() - start:.0f} s; held-out (lengths 11-20) exact match {result.accuracy:.0%}"
+        )
         assert 0.0 <= result.accuracy <= 1.0
 
 # %% [markdown]

@@ -18,8 +18,10 @@ import numpy
 from .base import Backend
 
 #: what to install; the CUDA major version of the wheel must match the driver's
-INSTALL_HINT = ("pip install 'minitensor[gpu]' (CuPy for CUDA 12: cupy-cuda12x; for a CUDA 13 driver "
-                "install cupy-cuda13x instead, see the README)")
+INSTALL_HINT = (
+    "pip install 'minitensor[gpu]' (CuPy for CUDA 12: cupy-cuda12x; for a CUDA 13 driver "
+    "install cupy-cuda13x instead, see the README)"
+)
 
 
 def cuda_unavailable_reason(cupy=None):
@@ -41,8 +43,10 @@ def cuda_unavailable_reason(cupy=None):
         if "NoDevice" in text:
             return f"CuPy is installed but the machine has no CUDA GPU ({text})"
         if "Driver" in text or "libcuda" in text:
-            return (f"CuPy is installed but the NVIDIA driver is missing or too old for this CuPy build ({text}); "
-                    "install the driver, or the CuPy wheel that matches its CUDA version (cupy-cuda12x, cupy-cuda13x)")
+            return (
+                f"CuPy is installed but the NVIDIA driver is missing or too old for this CuPy build ({text}); "
+                "install the driver, or the CuPy wheel that matches its CUDA version (cupy-cuda12x, cupy-cuda13x)"
+            )
         return f"CuPy is installed but cannot reach a GPU ({text})"
     if count == 0:
         return "CuPy is installed but the machine has no CUDA GPU (0 devices)"

@@ -120,7 +120,7 @@ class Batches:
             self.epoch, self.position = self.epoch + 1, 0
         order = self.order(self.epoch)
         while self.position < len(self):
-            idx = order[self.position * self.batch_size:(self.position + 1) * self.batch_size]
+            idx = order[self.position * self.batch_size : (self.position + 1) * self.batch_size]
             # Count the batch as handed out before yielding it: a state saved while the
             # caller works on it resumes with the next one.
             self.position += 1
@@ -135,5 +135,4 @@ class Batches:
 
 def batches(*arrays, batch_size, shuffle=True, drop_last=False, device="cpu", rng=None):
     """One epoch of minibatches: tuples of Tensors, one per array, in a seeded order."""
-    return iter(Batches(*arrays, batch_size=batch_size, shuffle=shuffle, drop_last=drop_last,
-                        device=device, rng=rng))
+    return iter(Batches(*arrays, batch_size=batch_size, shuffle=shuffle, drop_last=drop_last, device=device, rng=rng))

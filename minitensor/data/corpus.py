@@ -70,9 +70,11 @@ def read_parallel_corpus(path, max_examples=None, encoding="utf-8"):
         if not pairs:
             f.seek(0)
             num_lines = sum(1 for _ in f)
-            raise ValueError(f"{os.fspath(path)}: no sentence pairs in its {num_lines:,} line"
-                             f"{'' if num_lines == 1 else 's'}; a corpus has one pair a line, "
-                             "source<TAB>target (the format of D2L's fra-eng file)")
+            raise ValueError(
+                f"{os.fspath(path)}: no sentence pairs in its {num_lines:,} line"
+                f"{'' if num_lines == 1 else 's'}; a corpus has one pair a line, "
+                "source<TAB>target (the format of D2L's fra-eng file)"
+            )
     return pairs
 
 

@@ -93,7 +93,10 @@ def open_text(path, encoding="utf-8", what="file"):
                 raise TextDecodeError(f"{path}: not valid {encoding} text", path) from None
             raise TextDecodeError(
                 f"{path}, line {line}: byte 0x{byte:02x} at byte offset {offset} is not valid {encoding} "
-                f"(was the file saved in another encoding? save it again as {encoding})", path, line, offset
+                f"(was the file saved in another encoding? save it again as {encoding})",
+                path,
+                line,
+                offset,
             ) from None
 
 

@@ -29,8 +29,20 @@ LAST_DATE = datetime.date(2049, 12, 31)
 
 # English names are spelled out here rather than taken from ``strftime``, which follows the
 # machine's locale: the data must not change from one computer to the next.
-MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August",
-          "September", "October", "November", "December")
+MONTHS = (
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+)
 WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
 
 
@@ -53,19 +65,19 @@ def _yy(d):
 #   "." is day first (Europe): 3.5.2021, 03.05.21
 #   "-" and digits only are year first (ISO 8601): 2021-05-03, 20210503
 DATE_FORMATS = {
-    "d_month_yyyy": lambda d: f"{d.day} {MONTHS[d.month - 1]} {d.year}",                 # 3 May 2021
-    "month_d_yyyy": lambda d: f"{MONTHS[d.month - 1]} {d.day}, {d.year}",                # May 3, 2021
+    "d_month_yyyy": lambda d: f"{d.day} {MONTHS[d.month - 1]} {d.year}",  # 3 May 2021
+    "month_d_yyyy": lambda d: f"{MONTHS[d.month - 1]} {d.day}, {d.year}",  # May 3, 2021
     "weekday_month_d_yyyy": lambda d: f"{WEEKDAYS[d.weekday()]}, {MONTHS[d.month - 1]} {d.day}, {d.year}",
     "ordinal_of_month_yyyy": lambda d: f"{_ordinal(d.day)} of {MONTHS[d.month - 1]} {d.year}",  # 3rd of May 2021
-    "mon_d_yyyy": lambda d: f"{MONTHS[d.month - 1][:3]} {d.day}, {d.year}",              # Sep 3, 2021
-    "lower_d_month_yy": lambda d: f"{d.day} {MONTHS[d.month - 1].lower()} {_yy(d)}",     # 3 may 21
-    "upper_month_d_yyyy": lambda d: f"{MONTHS[d.month - 1].upper()} {d.day} {d.year}",   # MAY 3 2021
-    "mm/dd/yyyy": lambda d: f"{d.month:02d}/{d.day:02d}/{d.year}",                      # 05/03/2021
-    "m/d/yy": lambda d: f"{d.month}/{d.day}/{_yy(d)}",                                  # 5/3/21
-    "d.m.yyyy": lambda d: f"{d.day}.{d.month}.{d.year}",                                # 3.5.2021
-    "dd.mm.yy": lambda d: f"{d.day:02d}.{d.month:02d}.{_yy(d)}",                        # 03.05.21
-    "iso": lambda d: d.isoformat(),                                                     # 2021-05-03
-    "yyyymmdd": lambda d: f"{d.year}{d.month:02d}{d.day:02d}",                          # 20210503
+    "mon_d_yyyy": lambda d: f"{MONTHS[d.month - 1][:3]} {d.day}, {d.year}",  # Sep 3, 2021
+    "lower_d_month_yy": lambda d: f"{d.day} {MONTHS[d.month - 1].lower()} {_yy(d)}",  # 3 may 21
+    "upper_month_d_yyyy": lambda d: f"{MONTHS[d.month - 1].upper()} {d.day} {d.year}",  # MAY 3 2021
+    "mm/dd/yyyy": lambda d: f"{d.month:02d}/{d.day:02d}/{d.year}",  # 05/03/2021
+    "m/d/yy": lambda d: f"{d.month}/{d.day}/{_yy(d)}",  # 5/3/21
+    "d.m.yyyy": lambda d: f"{d.day}.{d.month}.{d.year}",  # 3.5.2021
+    "dd.mm.yy": lambda d: f"{d.day:02d}.{d.month:02d}.{_yy(d)}",  # 03.05.21
+    "iso": lambda d: d.isoformat(),  # 2021-05-03
+    "yyyymmdd": lambda d: f"{d.year}{d.month:02d}{d.day:02d}",  # 20210503
 }
 
 
@@ -163,8 +175,10 @@ def char_lm_corpus(path=None, vocab=None, max_chars=None, encoding="utf-8", *, t
     next-character) windows.
     """
     if (path is None) == (text is None):
-        raise TypeError("char_lm_corpus: give the path of a text file, or the text itself as text=... "
-                        f"(got {'both' if text is not None else 'neither'})")
+        raise TypeError(
+            "char_lm_corpus: give the path of a text file, or the text itself as text=... "
+            f"(got {'both' if text is not None else 'neither'})"
+        )
     check_limit(max_chars, "char_lm_corpus: max_chars")
     if path is not None:
         text, source = read_text(path, encoding, max_chars, what="text file"), f"{os.fspath(path)}:"
@@ -174,8 +188,10 @@ def char_lm_corpus(path=None, vocab=None, max_chars=None, encoding="utf-8", *, t
         raise TypeError(f"char_lm_corpus: text must be a str, got {type(text).__name__}")
     # one character to read and the next to predict: the smallest corpus with one example
     if len(text) < 2:
-        raise ValueError(f"{source} {len(text)} character{'' if len(text) == 1 else 's'}; a language model "
-                         "needs at least 2 (one to read, the next to predict)")
+        raise ValueError(
+            f"{source} {len(text)} character{'' if len(text) == 1 else 's'}; a language model "
+            "needs at least 2 (one to read, the next to predict)"
+        )
     tokens = list(text)
     if vocab is None:
         vocab = Vocab(tokens)
@@ -207,8 +223,10 @@ def unigram_baseline(train, heldout, vocab_size):
     for name, ids in (("train", train), ("heldout", heldout)):
         outside = ids[(ids < 0) | (ids >= vocab_size)]
         if len(outside):
-            raise ValueError(f"unigram_baseline: {name} holds index {int(outside[0])}, outside a vocabulary "
-                             f"of {vocab_size} (indices 0 to {vocab_size - 1})")
+            raise ValueError(
+                f"unigram_baseline: {name} holds index {int(outside[0])}, outside a vocabulary "
+                f"of {vocab_size} (indices 0 to {vocab_size - 1})"
+            )
     counts = numpy.bincount(train, minlength=vocab_size)
     log_p = numpy.log(counts + 1.0) - numpy.log(len(train) + vocab_size)
     return float(-log_p[heldout].mean())
@@ -220,6 +238,19 @@ def max_lengths(pairs):
 
 
 __all__ = [
-    "DATE_FORMATS", "EXAMPLE_TEXT", "MONTHS", "TEXTS", "WEEKDAYS", "all_dates", "char_lm_corpus", "copy_task",
-    "date_pairs", "date_task", "format_date", "max_lengths", "reverse_task", "sort_task", "unigram_baseline",
+    "DATE_FORMATS",
+    "EXAMPLE_TEXT",
+    "MONTHS",
+    "TEXTS",
+    "WEEKDAYS",
+    "all_dates",
+    "char_lm_corpus",
+    "copy_task",
+    "date_pairs",
+    "date_task",
+    "format_date",
+    "max_lengths",
+    "reverse_task",
+    "sort_task",
+    "unigram_baseline",
 ]

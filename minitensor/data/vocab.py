@@ -77,7 +77,7 @@ class Vocab:
         out = []
         skip = {self.token_to_idx.get(t) for t in ("<pad>", "<bos>")}
         eos = self.token_to_idx.get("<eos>")
-        for index in (indices.tolist() if hasattr(indices, "tolist") else indices):
+        for index in indices.tolist() if hasattr(indices, "tolist") else indices:
             index = int(index)
             if index == eos:
                 break

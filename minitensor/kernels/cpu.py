@@ -97,8 +97,7 @@ FASTMATH = {"nsz", "arcp", "contract", "afn", "reassoc"}
 # flags.
 _STRICT = {"contract"}
 
-_KERNEL_OPTIONS = dict(cache=True, fastmath=FASTMATH, error_model="numpy",
-                       nogil=True)
+_KERNEL_OPTIONS = dict(cache=True, fastmath=FASTMATH, error_model="numpy", nogil=True)
 _HELPER_OPTIONS = dict(cache=True, fastmath=FASTMATH)
 
 # Below this many elements a kernel runs on one thread. Waking the thread pool
@@ -118,8 +117,7 @@ def _kernel(fn):
     cache is keyed by the function's name, not by the ``parallel`` flag, so the
     two versions must not share a name.
     """
-    twin = FunctionType(fn.__code__, fn.__globals__, fn.__name__ + "_serial",
-                              fn.__defaults__, fn.__closure__)
+    twin = FunctionType(fn.__code__, fn.__globals__, fn.__name__ + "_serial", fn.__defaults__, fn.__closure__)
     twin.__qualname__ = fn.__qualname__ + "_serial"
     parallel = numba.njit(parallel=True, **_KERNEL_OPTIONS)(fn)
     serial = numba.njit(parallel=False, **_KERNEL_OPTIONS)(twin)
@@ -135,6 +133,7 @@ def _kernel(fn):
 # ---------------------------------------------------------------------------
 # Two tiny LLVM intrinsics
 # ---------------------------------------------------------------------------
+
 
 @intrinsic
 def _add_to_exponent(typingctx, y, k_bits):
@@ -177,8 +176,7 @@ def _maximum(typingctx, a, b):
 
     def codegen(context, builder, signature, args):
         ty = args[0].type
-        fn = builder.module.declare_intrinsic(
-            "llvm.maximum", [ty], ir.FunctionType(ty, [ty, ty]))
+        fn = builder.module.declare_intrinsic("llvm.maximum", [ty], ir.FunctionType(ty, [ty, ty]))
         return builder.call(fn, args)
 
     return a(a, b), codegen
@@ -191,10 +189,10 @@ def _maximum(typingctx, a, b):
 # Float32 constants: module-level NumPy scalars are frozen into the compiled
 # code with their own type, so the arithmetic below stays in float32.
 _F32 = np.float32
-_LOG2E = _F32(1.44269504088896341)      # 1 / ln 2
-_ROUND_MAGIC = _F32(12582912.0)         # 1.5 * 2**23, see exp_f32
-_LN2_HI = _F32(0.693359375)             # ln 2 = _LN2_HI + _LN2_LO, and
-_LN2_LO = _F32(-2.12194440e-4)          # k * _LN2_HI is exact for |k| < 2**9
+_LOG2E = _F32(1.44269504088896341)  # 1 / ln 2
+_ROUND_MAGIC = _F32(12582912.0)  # 1.5 * 2**23, see exp_f32
+_LN2_HI = _F32(0.693359375)  # ln 2 = _LN2_HI + _LN2_LO, and
+_LN2_LO = _F32(-2.12194440e-4)  # k * _LN2_HI is exact for |k| < 2**9
 # exp(r) ~ 1 + r + r^2 (c2 + c3 r + c4 r^2 + c5 r^3 + c6 r^4): a minimax fit
 # of the relative error on |r| <= ln(2)/2 (approximation error 3e-9, far
 # below float32 rounding).
@@ -204,7 +202,7 @@ _EXP_C4 = _F32(0.04166839271783829)
 _EXP_C5 = _F32(0.008368780836462975)
 _EXP_C6 = _F32(0.001381446374580264)
 _EXP_MIN_ARG = _F32(-87.33654022216797)  # smallest x with exp(x) >= FLT_MIN
-_EXP_MAX_ARG = _F32(88.72283172607422)   # largest x with exp(x) <= FLT_MAX
+_EXP_MAX_ARG = _F32(88.72283172607422)  # largest x with exp(x) <= FLT_MAX
 _ONE = _F32(1.0)
 _ZERO = _F32(0.0)
 _INF = _F32(np.inf)
@@ -274,6 +272,7 @@ def _exp_overload(x):
 # ---------------------------------------------------------------------------
 # Row helpers: each is one simple loop that LLVM can vectorise
 # ---------------------------------------------------------------------------
+
 
 @numba.njit(**_HELPER_OPTIONS)
 def _check_lens(lens, rows):
@@ -377,6 +376,7 @@ def _sum_where_finite(g, y):
 # The kernels
 # ---------------------------------------------------------------------------
 
+
 @_kernel
 def softmax_forward(x, lens=None):
     """Row-wise softmax of a C-contiguous 2-D array.
@@ -397,11 +397,11 @@ def softmax_forward(x, lens=None):
         xr = x[r]
         yr = y[r]
         m = _row_max(xr, length)
-        if m == ninf:                         # empty distribution
+        if m == ninf:  # empty distribution
             _fill(yr, 0, zero)
             continue
         total = _exp_shifted_and_sum(xr, m, yr, length)
-        _scale(yr, one / total, length)       # total >= 1: the max gives e^0
+        _scale(yr, one / total, length)  # total >= 1: the max gives e^0
         _fill(yr, length, zero)
     return y
 
@@ -443,7 +443,7 @@ def log_softmax_forward(x, lens=None):
         xr = x[r]
         yr = y[r]
         m = _row_max(xr, length)
-        if m == ninf:                         # empty distribution: log 0
+        if m == ninf:  # empty distribution: log 0
             _fill(yr, 0, ninf)
             continue
         log_total = math.log(_sum_exp_shifted(xr, m, length))

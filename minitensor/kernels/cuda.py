@@ -90,7 +90,7 @@ def _import_numba_cuda():
     return cuda
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _compile(dtype, threads):
     """The six kernels for arrays of ``dtype`` launched with ``threads`` threads per block.
 
@@ -268,8 +268,7 @@ class CudaKernels:
         if threads_per_block is not None:
             threads = int(threads_per_block)
             if not 1 <= threads <= 1024 or threads & (threads - 1):  # the tree halves T each step
-                raise ValueError(f"threads_per_block must be a power of two in [1, 1024], "
-                                 f"got {threads_per_block}")
+                raise ValueError(f"threads_per_block must be a power of two in [1, 1024], got {threads_per_block}")
         if max_blocks < 1:
             raise ValueError(f"max_blocks must be at least 1, got {max_blocks}")
         self.xp = xp
@@ -349,8 +348,9 @@ class CudaKernels:
         else:
             stream = self.stream()
             # Same stream as the arrays' producer: stream order suffices, skip numba's sync.
-            arrays = [cuda.as_cuda_array(a, sync=False) if hasattr(a, "__cuda_array_interface__") else a
-                      for a in arrays]
+            arrays = [
+                cuda.as_cuda_array(a, sync=False) if hasattr(a, "__cuda_array_interface__") else a for a in arrays
+            ]
         with warnings.catch_warnings():
             # "Grid size N will likely result in GPU under-utilization": few rows, few blocks.
             # Matched by its text: numba and numba-cuda each raise it with their own class.

@@ -1,30 +1,60 @@
 """Layers and models: ``Module`` and ``Parameter`` (module.py), then one small file per kind
 of layer. ``functional`` holds the same computations as plain functions (PyTorch's ``F``)."""
 
-from . import functional, init
+from . import functional, init, utils
 from .activation import GELU, Identity, LogSoftmax, ReLU, Sigmoid, Softmax, Tanh
 from .attention import Attention, MultiHeadAttention
 from .container import ModuleDict, ModuleList, Sequential
+from .conv import Conv1d
 from .dropout import Dropout
 from .linear import Embedding, Linear
 from .module import Module, Parameter
 from .normalization import LayerNorm
-from .transformer import (
-    AddNorm, EncoderDecoder, PositionWiseFFN, TransformerDecoder, TransformerDecoderBlock, TransformerEmbedding,
-    TransformerEncoder, TransformerEncoderBlock, TransformerLM,
-)
-from . import utils
-from .conv import Conv1d
 from .rnn import GRU, GRUCell
 from .seq2seq import Seq2Seq, Seq2SeqAttentionDecoder, Seq2SeqEncoder
+from .transformer import (
+    AddNorm,
+    EncoderDecoder,
+    PositionWiseFFN,
+    TransformerDecoder,
+    TransformerDecoderBlock,
+    TransformerEmbedding,
+    TransformerEncoder,
+    TransformerEncoderBlock,
+    TransformerLM,
+)
 
 __all__ = [
-    "Attention", "Dropout", "Embedding", "GELU", "Identity", "LayerNorm", "Linear", "LogSoftmax", "Module",
-    "ModuleDict", "ModuleList", "MultiHeadAttention", "Parameter", "ReLU", "Sequential", "Sigmoid", "Softmax",
-    "Tanh", "functional", "init",
+    "Attention",
+    "Dropout",
+    "Embedding",
+    "GELU",
+    "Identity",
+    "LayerNorm",
+    "Linear",
+    "LogSoftmax",
+    "Module",
+    "ModuleDict",
+    "ModuleList",
+    "MultiHeadAttention",
+    "Parameter",
+    "ReLU",
+    "Sequential",
+    "Sigmoid",
+    "Softmax",
+    "Tanh",
+    "functional",
+    "init",
 ]
 __all__ += [
-    "AddNorm", "EncoderDecoder", "PositionWiseFFN", "TransformerDecoder", "TransformerDecoderBlock",
-    "TransformerEmbedding", "TransformerEncoder", "TransformerEncoderBlock", "TransformerLM",
+    "AddNorm",
+    "EncoderDecoder",
+    "PositionWiseFFN",
+    "TransformerDecoder",
+    "TransformerDecoderBlock",
+    "TransformerEmbedding",
+    "TransformerEncoder",
+    "TransformerEncoderBlock",
+    "TransformerLM",
 ]
 __all__ += ["Conv1d", "GRU", "GRUCell", "Seq2Seq", "Seq2SeqAttentionDecoder", "Seq2SeqEncoder", "utils"]

@@ -176,8 +176,18 @@ class Attention(Module):
     ``attn.attention_weights`` keeps the last weights (before dropout), detached.
     """
 
-    def __init__(self, scorer="scaled_dot", pooling="softmax", dropout=0.0, query_size=None, key_size=None,
-                 scorer_options=None, pooling_options=None, dtype=None, device=None):
+    def __init__(
+        self,
+        scorer="scaled_dot",
+        pooling="softmax",
+        dropout=0.0,
+        query_size=None,
+        key_size=None,
+        scorer_options=None,
+        pooling_options=None,
+        dtype=None,
+        device=None,
+    ):
         super().__init__()
         self.scorer_name, self.pooling_name = scorer, pooling
         self.scorer = _build_plugin("scorer", scorer, (query_size, key_size), scorer_options, dtype, device)
@@ -199,8 +209,15 @@ class Attention(Module):
         scores = self.scorer(queries, keys)
         # (shapes are tuples of ints: NumPy's broadcasting rule on them, not on tensor data)
         expected = numpy.broadcast_shapes(queries.shape[:-2], keys.shape[:-2]) + (queries.shape[-2], keys.shape[-2])
-        self._check("scorer", self.scorer_name, self.scorer, "scores", scores, expected,
-                    f"(..., Q, K) for queries {tuple(queries.shape)} and keys {tuple(keys.shape)}")
+        self._check(
+            "scorer",
+            self.scorer_name,
+            self.scorer,
+            "scores",
+            scores,
+            expected,
+            f"(..., Q, K) for queries {tuple(queries.shape)} and keys {tuple(keys.shape)}",
+        )
         return scores
 
     def weigh(self, scores, valid_lens=None, mask=None, causal=False, bias=None):
@@ -214,8 +231,9 @@ class Attention(Module):
             allowed = causal_mask(scores.shape[-2], scores.shape[-1], device=scores.device)
             mask = allowed if mask is None else mask & allowed
         weights = self.pooling(scores, valid_lens=valid_lens, mask=mask)
-        self._check("pooling", self.pooling_name, self.pooling, "weights", weights, scores.shape,
-                    "the shape of the scores")
+        self._check(
+            "pooling", self.pooling_name, self.pooling, "weights", weights, scores.shape, "the shape of the scores"
+        )
         self.attention_weights = weights.detach()
         return weights
 
@@ -227,11 +245,14 @@ class Attention(Module):
         except ValueError:
             fits = False
         if not fits:
-            raise ShapeError(f"Attention: a bias of shape {tuple(bias.shape)} does not broadcast to the scores "
-                             f"{tuple(scores.shape)}")
+            raise ShapeError(
+                f"Attention: a bias of shape {tuple(bias.shape)} does not broadcast to the scores {tuple(scores.shape)}"
+            )
         if bias.dtype != scores.dtype:
-            raise TypeError(f"Attention: the bias is {bias.dtype} but the scores are {scores.dtype}; build the "
-                            "bias (its positional encoding) in the layer's dtype")
+            raise TypeError(
+                f"Attention: the bias is {bias.dtype} but the scores are {scores.dtype}; build the "
+                "bias (its positional encoding) in the layer's dtype"
+            )
         return bias
 
     @staticmethod
@@ -305,10 +326,26 @@ class MultiHeadAttention(Module):
     ``mha.attention_weights``: (batch, num_heads, Q, K), detached.
     """
 
-    def __init__(self, num_hiddens, num_heads, dropout=0.0, scorer="scaled_dot", pooling="softmax", bias=False,
-                 query_size=None, key_size=None, value_size=None, positional=None, scorer_options=None,
-                 pooling_options=None, positional_options=None, max_len=1000, num_kv_heads=None, dtype=None,
-                 device=None):
+    def __init__(
+        self,
+        num_hiddens,
+        num_heads,
+        dropout=0.0,
+        scorer="scaled_dot",
+        pooling="softmax",
+        bias=False,
+        query_size=None,
+        key_size=None,
+        value_size=None,
+        positional=None,
+        scorer_options=None,
+        pooling_options=None,
+        positional_options=None,
+        max_len=1000,
+        num_kv_heads=None,
+        dtype=None,
+        device=None,
+    ):
         super().__init__()
         if num_heads <= 0 or num_hiddens % num_heads:
             raise ValueError(
@@ -332,8 +369,17 @@ class MultiHeadAttention(Module):
         self.W_k = Linear(self.key_size, kv_size, bias=bias, dtype=dtype, device=device)
         self.W_v = Linear(self.value_size, kv_size, bias=bias, dtype=dtype, device=device)
         self.W_o = Linear(num_hiddens, num_hiddens, bias=bias, dtype=dtype, device=device)
-        self.attention = Attention(scorer, pooling, dropout, self.head_size, self.head_size,
-                                   scorer_options, pooling_options, dtype=dtype, device=device)
+        self.attention = Attention(
+            scorer,
+            pooling,
+            dropout,
+            self.head_size,
+            self.head_size,
+            scorer_options,
+            pooling_options,
+            dtype=dtype,
+            device=device,
+        )
         self.positional_name = positional if isinstance(positional, str) else None
         if positional is None or positional == "none":
             self.positional, self.positional_kind = None, None
@@ -343,8 +389,14 @@ class MultiHeadAttention(Module):
                 self.positional = positional
             else:
                 size = self.num_heads if self.positional_kind == "scores" else self.head_size
-                self.positional = _build_plugin("positional encoding", positional, (size,),
-                                                {"max_len": max_len, **(positional_options or {})}, dtype, device)
+                self.positional = _build_plugin(
+                    "positional encoding",
+                    positional,
+                    (size,),
+                    {"max_len": max_len, **(positional_options or {})},
+                    dtype,
+                    device,
+                )
 
     @staticmethod
     def _positional_kind(positional):
@@ -367,9 +419,7 @@ class MultiHeadAttention(Module):
 
     def _check_input(self, name, X, size):
         if X.ndim != 3 or X.shape[-1] != size:
-            raise ShapeError(
-                f"MultiHeadAttention: {name} of shape {tuple(X.shape)}; expected (batch, steps, {size})"
-            )
+            raise ShapeError(f"MultiHeadAttention: {name} of shape {tuple(X.shape)}; expected (batch, steps, {size})")
 
     def project_and_split(self, W, X, num_heads=None):
         """X (batch, T, size) -> W(X) split into heads: (batch, num_heads, T, d_head)
@@ -392,9 +442,11 @@ class MultiHeadAttention(Module):
 
     def project(self, queries, keys, values):
         """The projected heads: q (batch, num_heads, Q, d_head); k, v (batch, num_kv_heads, K, d_head)."""
-        return (self.project_and_split(self.W_q, queries),
-                self.project_and_split(self.W_k, keys, self.num_kv_heads),
-                self.project_and_split(self.W_v, values, self.num_kv_heads))
+        return (
+            self.project_and_split(self.W_q, queries),
+            self.project_and_split(self.W_k, keys, self.num_kv_heads),
+            self.project_and_split(self.W_v, values, self.num_kv_heads),
+        )
 
     def forward(self, queries, keys, values, valid_lens=None, mask=None, causal=False, q_offset=None, k_offset=0):
         self._check_input("queries", queries, self.query_size)

@@ -114,8 +114,18 @@ class Conv1d(Module):
     ``X.swapaxes(1, 2)`` before and after.
     """
 
-    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, bias=True,
-                 dtype=None, device=None):
+    def __init__(
+        self,
+        in_channels,
+        out_channels,
+        kernel_size,
+        stride=1,
+        padding=0,
+        dilation=1,
+        bias=True,
+        dtype=None,
+        device=None,
+    ):
         super().__init__()
         self.in_channels, self.out_channels, self.kernel_size = in_channels, out_channels, kernel_size
         self.stride, self.padding, self.dilation = stride, padding, dilation

@@ -29,6 +29,16 @@ def linear(x, weight, bias=None):
 
 
 __all__ = [
-    "cross_entropy", "dropout", "embedding", "gelu", "layer_norm", "linear", "log_softmax",
-    "masked_softmax", "relu", "sigmoid", "softmax", "tanh",
+    "cross_entropy",
+    "dropout",
+    "embedding",
+    "gelu",
+    "layer_norm",
+    "linear",
+    "log_softmax",
+    "masked_softmax",
+    "relu",
+    "sigmoid",
+    "softmax",
+    "tanh",
 ]

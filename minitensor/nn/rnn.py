@@ -166,8 +166,9 @@ class GRU(Module):
     ``weight_hh_l{l}`` (3 num_hiddens, num_hiddens), ``bias_ih_l{l}``, ``bias_hh_l{l}``.
     """
 
-    def __init__(self, input_size, num_hiddens, num_layers=1, dropout=0.0, bias=True, batch_first=False,
-                 dtype=None, device=None):
+    def __init__(
+        self, input_size, num_hiddens, num_layers=1, dropout=0.0, bias=True, batch_first=False, dtype=None, device=None
+    ):
         super().__init__()
         if num_layers < 1:
             raise ValueError(f"GRU: num_layers must be >= 1, got {num_layers}")

@@ -94,12 +94,33 @@ class Seq2SeqAttentionDecoder(Module):
     the last call, detached.
     """
 
-    def __init__(self, vocab_size, embed_size, num_hiddens, num_layers, dropout=0.0, scorer="additive",
-                 pooling="softmax", scorer_options=None, pooling_options=None, dtype=None, device=None):
+    def __init__(
+        self,
+        vocab_size,
+        embed_size,
+        num_hiddens,
+        num_layers,
+        dropout=0.0,
+        scorer="additive",
+        pooling="softmax",
+        scorer_options=None,
+        pooling_options=None,
+        dtype=None,
+        device=None,
+    ):
         super().__init__()
         self.num_hiddens, self.num_layers = num_hiddens, num_layers
-        self.attention = Attention(scorer, pooling, dropout, num_hiddens, num_hiddens, scorer_options,
-                                   pooling_options, dtype=dtype, device=device)
+        self.attention = Attention(
+            scorer,
+            pooling,
+            dropout,
+            num_hiddens,
+            num_hiddens,
+            scorer_options,
+            pooling_options,
+            dtype=dtype,
+            device=device,
+        )
         self.embedding = Embedding(vocab_size, embed_size, dtype=dtype, device=device)
         self.rnn = GRU(num_hiddens + embed_size, num_hiddens, num_layers, dropout, dtype=dtype, device=device)
         self.dense = Linear(num_hiddens, vocab_size, dtype=dtype, device=device)

@@ -33,13 +33,13 @@ so decoding token by token reproduces the full forward pass exactly.
 import math
 
 from ..tensor import Tensor, tensor
+from . import init
 from .attention import MultiHeadAttention, _build_plugin, positional_class, positional_kind, score_bias_options
 from .container import ModuleList
 from .dropout import Dropout
 from .linear import Embedding, Linear
 from .module import Module
 from .normalization import LayerNorm
-from . import init
 
 
 class PositionWiseFFN(Module):
@@ -116,14 +116,14 @@ def split_positional(positional, input_positional=None, names=("positional=", "i
     given, extra = f"{names[0]}{positional!r}", f"{names[1]}{input_positional!r}"
     if input_positional is not None and positional_kind(input_positional) != "inputs":
         raise ValueError(
-            f"{extra} has applies_to={positional_kind(input_positional)!r}; it names an \"inputs\" encoding "
+            f'{extra} has applies_to={positional_kind(input_positional)!r}; it names an "inputs" encoding '
             "added to the embeddings (such as 'sinusoidal' or 'learned')"
         )
     if kind == "inputs":
         if input_positional not in (None, "none"):
             raise ValueError(
-                f"{extra} adds an \"inputs\" encoding beside a \"qk\" or \"scores\" one, but {given} is an "
-                "\"inputs\" encoding already; give one of them"
+                f'{extra} adds an "inputs" encoding beside a "qk" or "scores" one, but {given} is an '
+                '"inputs" encoding already; give one of them'
             )
         return positional, None
     return input_positional, positional
@@ -159,16 +159,24 @@ class TransformerEmbedding(Module):
     sqrt(d) would drown the sinusoidal positions, whose values lie in [-1, 1]).
     """
 
-    def __init__(self, vocab_size, num_hiddens, dropout, max_len=1000, positional="sinusoidal",
-                 positional_options=None, dtype=None, device=None):
+    def __init__(
+        self,
+        vocab_size,
+        num_hiddens,
+        dropout,
+        max_len=1000,
+        positional="sinusoidal",
+        positional_options=None,
+        dtype=None,
+        device=None,
+    ):
         super().__init__()
         self.num_hiddens = num_hiddens
         self.token_embedding = Embedding(vocab_size, num_hiddens, dtype=dtype, device=device)
-        init.normal_(self.token_embedding.weight, 0.0, num_hiddens ** -0.5)
+        init.normal_(self.token_embedding.weight, 0.0, num_hiddens**-0.5)
         if positional is not None and positional_kind(positional) == "inputs":
             options = {"max_len": max_len, "dropout": 0.0, **(positional_options or {})}
-            self.pos_encoding = _build_plugin("positional encoding", positional, (num_hiddens,), options,
-                                              dtype, device)
+            self.pos_encoding = _build_plugin("positional encoding", positional, (num_hiddens,), options, dtype, device)
         else:
             self.pos_encoding = None
         self.dropout = Dropout(dropout)
@@ -200,17 +208,43 @@ class TransformerEncoderBlock(Module):
     the book's post-LN (see ``AddNorm``).
     """
 
-    def __init__(self, num_hiddens, ffn_num_hiddens, num_heads, dropout, use_bias=False, scorer="scaled_dot",
-                 pooling="softmax", scorer_options=None, pooling_options=None, positional=None,
-                 positional_options=None, max_len=1000, norm_first=False, num_kv_heads=None, dtype=None,
-                 device=None):
+    def __init__(
+        self,
+        num_hiddens,
+        ffn_num_hiddens,
+        num_heads,
+        dropout,
+        use_bias=False,
+        scorer="scaled_dot",
+        pooling="softmax",
+        scorer_options=None,
+        pooling_options=None,
+        positional=None,
+        positional_options=None,
+        max_len=1000,
+        norm_first=False,
+        num_kv_heads=None,
+        dtype=None,
+        device=None,
+    ):
         super().__init__()
         positional = attention_positional(positional, positional_options, num_heads, max_len, True, dtype, device)
         self.attention = MultiHeadAttention(
-            num_hiddens, num_heads, dropout, scorer=scorer, pooling=pooling, bias=use_bias,
-            positional=positional, scorer_options=scorer_options, pooling_options=pooling_options,
-            positional_options=positional_options, max_len=max_len, num_kv_heads=num_kv_heads, dtype=dtype,
-            device=device)
+            num_hiddens,
+            num_heads,
+            dropout,
+            scorer=scorer,
+            pooling=pooling,
+            bias=use_bias,
+            positional=positional,
+            scorer_options=scorer_options,
+            pooling_options=pooling_options,
+            positional_options=positional_options,
+            max_len=max_len,
+            num_kv_heads=num_kv_heads,
+            dtype=dtype,
+            device=device,
+        )
         self.addnorm1 = AddNorm(num_hiddens, dropout, norm_first, dtype=dtype, device=device)
         self.ffn = PositionWiseFFN(num_hiddens, ffn_num_hiddens, num_hiddens, dtype=dtype, device=device)
         self.addnorm2 = AddNorm(num_hiddens, dropout, norm_first, dtype=dtype, device=device)
@@ -241,21 +275,61 @@ class TransformerEncoder(Module):
     per block from the last call (D2L's list).
     """
 
-    def __init__(self, vocab_size, num_hiddens, ffn_num_hiddens, num_heads, num_blks, dropout, max_len=1000,
-                 positional="sinusoidal", use_bias=False, scorer="scaled_dot", pooling="softmax",
-                 scorer_options=None, pooling_options=None, positional_options=None, norm_first=False,
-                 input_positional=None, num_kv_heads=None, dtype=None, device=None):
+    def __init__(
+        self,
+        vocab_size,
+        num_hiddens,
+        ffn_num_hiddens,
+        num_heads,
+        num_blks,
+        dropout,
+        max_len=1000,
+        positional="sinusoidal",
+        use_bias=False,
+        scorer="scaled_dot",
+        pooling="softmax",
+        scorer_options=None,
+        pooling_options=None,
+        positional_options=None,
+        norm_first=False,
+        input_positional=None,
+        num_kv_heads=None,
+        dtype=None,
+        device=None,
+    ):
         super().__init__()
         self.num_hiddens = num_hiddens
         inputs, in_attention = split_positional(positional, input_positional)
-        self.embedding = TransformerEmbedding(vocab_size, num_hiddens, dropout, max_len, inputs,
-                                              positional_options if inputs == positional else None, dtype, device)
-        in_attention = attention_positional(in_attention, positional_options, num_heads, max_len, True, dtype,
-                                            device)
+        self.embedding = TransformerEmbedding(
+            vocab_size,
+            num_hiddens,
+            dropout,
+            max_len,
+            inputs,
+            positional_options if inputs == positional else None,
+            dtype,
+            device,
+        )
+        in_attention = attention_positional(in_attention, positional_options, num_heads, max_len, True, dtype, device)
         self.blks = ModuleList(
-            TransformerEncoderBlock(num_hiddens, ffn_num_hiddens, num_heads, dropout, use_bias, scorer, pooling,
-                                    scorer_options, pooling_options, in_attention, positional_options, max_len,
-                                    norm_first, num_kv_heads, dtype=dtype, device=device)
+            TransformerEncoderBlock(
+                num_hiddens,
+                ffn_num_hiddens,
+                num_heads,
+                dropout,
+                use_bias,
+                scorer,
+                pooling,
+                scorer_options,
+                pooling_options,
+                in_attention,
+                positional_options,
+                max_len,
+                norm_first,
+                num_kv_heads,
+                dtype=dtype,
+                device=device,
+            )
             for _ in range(num_blks)
         )
         self.ln = LayerNorm(num_hiddens, dtype=dtype, device=device) if norm_first else None
@@ -297,21 +371,55 @@ class TransformerDecoderBlock(Module):
     position mean little).
     """
 
-    def __init__(self, num_hiddens, ffn_num_hiddens, num_heads, dropout, i, use_bias=False, scorer="scaled_dot",
-                 pooling="softmax", scorer_options=None, pooling_options=None, positional=None,
-                 positional_options=None, max_len=1000, norm_first=False, cross_attention=True, num_kv_heads=None,
-                 cross_positional=None, dtype=None, device=None):
+    def __init__(
+        self,
+        num_hiddens,
+        ffn_num_hiddens,
+        num_heads,
+        dropout,
+        i,
+        use_bias=False,
+        scorer="scaled_dot",
+        pooling="softmax",
+        scorer_options=None,
+        pooling_options=None,
+        positional=None,
+        positional_options=None,
+        max_len=1000,
+        norm_first=False,
+        cross_attention=True,
+        num_kv_heads=None,
+        cross_positional=None,
+        dtype=None,
+        device=None,
+    ):
         super().__init__()
         self.i = i
-        attention = dict(scorer=scorer, pooling=pooling, bias=use_bias, scorer_options=scorer_options,
-                         pooling_options=pooling_options, num_kv_heads=num_kv_heads, dtype=dtype, device=device)
+        attention = dict(
+            scorer=scorer,
+            pooling=pooling,
+            bias=use_bias,
+            scorer_options=scorer_options,
+            pooling_options=pooling_options,
+            num_kv_heads=num_kv_heads,
+            dtype=dtype,
+            device=device,
+        )
         positional = attention_positional(positional, positional_options, num_heads, max_len, False, dtype, device)
-        self.attention1 = MultiHeadAttention(num_hiddens, num_heads, dropout, positional=positional,
-                                             positional_options=positional_options, max_len=max_len, **attention)
+        self.attention1 = MultiHeadAttention(
+            num_hiddens,
+            num_heads,
+            dropout,
+            positional=positional,
+            positional_options=positional_options,
+            max_len=max_len,
+            **attention,
+        )
         self.addnorm1 = AddNorm(num_hiddens, dropout, norm_first, dtype=dtype, device=device)
         if cross_attention:
-            self.attention2 = MultiHeadAttention(num_hiddens, num_heads, dropout, positional=cross_positional,
-                                                 **attention)
+            self.attention2 = MultiHeadAttention(
+                num_hiddens, num_heads, dropout, positional=cross_positional, **attention
+            )
             self.addnorm2 = AddNorm(num_hiddens, dropout, norm_first, dtype=dtype, device=device)
         else:
             self.attention2 = self.addnorm2 = None
@@ -325,8 +433,9 @@ class TransformerDecoderBlock(Module):
         Y = self.addnorm1(X, X2)
         if self.attention2 is not None:
             # target positions past.. against source positions 0..: for a "scores" encoding with cross = True
-            Y2 = self.attention2(self.addnorm2.sublayer_input(Y), enc_outputs, enc_outputs, enc_valid_lens,
-                                 q_offset=past, k_offset=0)
+            Y2 = self.attention2(
+                self.addnorm2.sublayer_input(Y), enc_outputs, enc_outputs, enc_valid_lens, q_offset=past, k_offset=0
+            )
             Y = self.addnorm2(Y, Y2)
         return self.addnorm3(Y, self.ffn(self.addnorm3.sublayer_input(Y))), state
 
@@ -365,26 +474,70 @@ class TransformerDecoder(Module):
     ``TransformerDecoderBlock``.
     """
 
-    def __init__(self, vocab_size, num_hiddens, ffn_num_hiddens, num_heads, num_blks, dropout, max_len=1000,
-                 positional="sinusoidal", use_bias=False, scorer="scaled_dot", pooling="softmax",
-                 scorer_options=None, pooling_options=None, positional_options=None, norm_first=False,
-                 cross_attention=True, input_positional=None, num_kv_heads=None, dtype=None, device=None):
+    def __init__(
+        self,
+        vocab_size,
+        num_hiddens,
+        ffn_num_hiddens,
+        num_heads,
+        num_blks,
+        dropout,
+        max_len=1000,
+        positional="sinusoidal",
+        use_bias=False,
+        scorer="scaled_dot",
+        pooling="softmax",
+        scorer_options=None,
+        pooling_options=None,
+        positional_options=None,
+        norm_first=False,
+        cross_attention=True,
+        input_positional=None,
+        num_kv_heads=None,
+        dtype=None,
+        device=None,
+    ):
         super().__init__()
         if num_blks < 1:
             raise ValueError(f"TransformerDecoder: num_blks must be at least 1, got {num_blks}")
         self.num_hiddens, self.num_blks = num_hiddens, num_blks
         inputs, in_attention = split_positional(positional, input_positional)
-        self.embedding = TransformerEmbedding(vocab_size, num_hiddens, dropout, max_len, inputs,
-                                              positional_options if inputs == positional else None, dtype, device)
+        self.embedding = TransformerEmbedding(
+            vocab_size,
+            num_hiddens,
+            dropout,
+            max_len,
+            inputs,
+            positional_options if inputs == positional else None,
+            dtype,
+            device,
+        )
         cross = None
         if cross_attention and in_attention is not None and getattr(positional_class(in_attention), "cross", False):
             cross = attention_positional(in_attention, positional_options, num_heads, max_len, True, dtype, device)
-        in_attention = attention_positional(in_attention, positional_options, num_heads, max_len, False, dtype,
-                                            device)
+        in_attention = attention_positional(in_attention, positional_options, num_heads, max_len, False, dtype, device)
         self.blks = ModuleList(
-            TransformerDecoderBlock(num_hiddens, ffn_num_hiddens, num_heads, dropout, i, use_bias, scorer, pooling,
-                                    scorer_options, pooling_options, in_attention, positional_options, max_len,
-                                    norm_first, cross_attention, num_kv_heads, cross, dtype=dtype, device=device)
+            TransformerDecoderBlock(
+                num_hiddens,
+                ffn_num_hiddens,
+                num_heads,
+                dropout,
+                i,
+                use_bias,
+                scorer,
+                pooling,
+                scorer_options,
+                pooling_options,
+                in_attention,
+                positional_options,
+                max_len,
+                norm_first,
+                cross_attention,
+                num_kv_heads,
+                cross,
+                dtype=dtype,
+                device=device,
+            )
             for i in range(num_blks)
         )
         self.ln = LayerNorm(num_hiddens, dtype=dtype, device=device) if norm_first else None
@@ -423,8 +576,10 @@ class TransformerDecoder(Module):
 
     @property
     def attention_weights(self):
-        return [[blk.attention1.attention_weights for blk in self.blks],
-                [None if blk.attention2 is None else blk.attention2.attention_weights for blk in self.blks]]
+        return [
+            [blk.attention1.attention_weights for blk in self.blks],
+            [None if blk.attention2 is None else blk.attention2.attention_weights for blk in self.blks],
+        ]
 
 
 # -- whole models -------------------------------------------------------------------------------
@@ -495,16 +650,51 @@ class TransformerLM(Module):
     ``lm.attention_weights``: the self-attention weights of every block from the last call.
     """
 
-    def __init__(self, vocab_size, num_hiddens, ffn_num_hiddens, num_heads, num_blks, dropout, max_len=1000,
-                 positional="sinusoidal", use_bias=False, scorer="scaled_dot", pooling="softmax",
-                 scorer_options=None, pooling_options=None, positional_options=None, norm_first=False,
-                 input_positional=None, num_kv_heads=None, dtype=None, device=None):
+    def __init__(
+        self,
+        vocab_size,
+        num_hiddens,
+        ffn_num_hiddens,
+        num_heads,
+        num_blks,
+        dropout,
+        max_len=1000,
+        positional="sinusoidal",
+        use_bias=False,
+        scorer="scaled_dot",
+        pooling="softmax",
+        scorer_options=None,
+        pooling_options=None,
+        positional_options=None,
+        norm_first=False,
+        input_positional=None,
+        num_kv_heads=None,
+        dtype=None,
+        device=None,
+    ):
         super().__init__()
-        self.decoder = TransformerDecoder(vocab_size, num_hiddens, ffn_num_hiddens, num_heads, num_blks, dropout,
-                                          max_len, positional, use_bias, scorer, pooling, scorer_options,
-                                          pooling_options, positional_options, norm_first, cross_attention=False,
-                                          input_positional=input_positional, num_kv_heads=num_kv_heads,
-                                          dtype=dtype, device=device)
+        self.decoder = TransformerDecoder(
+            vocab_size,
+            num_hiddens,
+            ffn_num_hiddens,
+            num_heads,
+            num_blks,
+            dropout,
+            max_len,
+            positional,
+            use_bias,
+            scorer,
+            pooling,
+            scorer_options,
+            pooling_options,
+            positional_options,
+            norm_first,
+            cross_attention=False,
+            input_positional=input_positional,
+            num_kv_heads=num_kv_heads,
+            dtype=dtype,
+            device=device,
+        )
 
     def forward(self, X):
         return self.decoder(X, self.begin_decoding())[0]

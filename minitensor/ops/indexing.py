@@ -53,7 +53,7 @@ def _check_array_parts(shape, index):
     axis = 0
     for p in parts:
         if p is Ellipsis:
-            axis = len(shape) - sum(width(q) for q in parts[parts.index(Ellipsis) + 1:])
+            axis = len(shape) - sum(width(q) for q in parts[parts.index(Ellipsis) + 1 :])
             continue
         if hasattr(p, "dtype") and p.dtype.kind in "iu" and p.size and axis < len(shape):
             n = shape[axis]
@@ -105,7 +105,9 @@ class Embedding(Function):
         n = weight.shape[0]
         if indices.size and (int(indices.min()) < 0 or int(indices.max()) >= n):
             bad = int(indices.max()) if int(indices.max()) >= n else int(indices.min())
-            raise IndexError(f"embedding: index {bad} is out of range for a table of {n} embeddings (valid: 0..{n - 1})")
+            raise IndexError(
+                f"embedding: index {bad} is out of range for a table of {n} embeddings (valid: 0..{n - 1})"
+            )
         ctx.shape, ctx.indices = weight.shape, indices
         return weight[indices]
 

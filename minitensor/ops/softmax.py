@@ -89,8 +89,7 @@ def lens_per_row(xp, valid_lens, shape, op="masked_softmax"):
         lens = xp.broadcast_to(lens, lead)
     except ValueError:
         raise ShapeError(
-            f"{op}: valid_lens of shape {tuple(valid_lens.shape)} does not broadcast to "
-            f"the scores' rows {tuple(lead)}"
+            f"{op}: valid_lens of shape {tuple(valid_lens.shape)} does not broadcast to the scores' rows {tuple(lead)}"
         ) from None
     return xp.ascontiguousarray(lens.reshape(-1).astype("int64"))
 

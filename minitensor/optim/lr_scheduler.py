@@ -135,9 +135,7 @@ class WarmupCosineLR(LRScheduler):
 
     def __init__(self, optimizer, warmup_steps, total_steps, min_lr=0.0, last_epoch=-1):
         if not 0 <= warmup_steps < total_steps:
-            raise ValueError(
-                f"WarmupCosineLR: need 0 <= warmup_steps < total_steps, got {warmup_steps}, {total_steps}"
-            )
+            raise ValueError(f"WarmupCosineLR: need 0 <= warmup_steps < total_steps, got {warmup_steps}, {total_steps}")
         self.warmup_steps, self.total_steps, self.min_lr = warmup_steps, total_steps, min_lr
         super().__init__(optimizer, last_epoch)
 

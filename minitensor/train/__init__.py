@@ -1,10 +1,23 @@
 """Training: the loop, decoding, and pictures of what was learned."""
 
-from .plots import (plot_cross_attention, plot_decoder_self_attention, plot_encoder_attention,  # noqa: F401
-                    plot_loss, plot_seq2seq_attention, plot_transformer_attention, show_heatmaps,
-                    stack_decoding_steps)
-from .checkpoint import (CheckpointError, find_checkpoint, get_rng_state, load_checkpoint,  # noqa: F401
-                         save_checkpoint, set_rng_state)
-from .decoding import Hypothesis, beam_search, generate, greedy, sample, step_attention, translate  # noqa: F401
+from .checkpoint import (
+    CheckpointError,
+    find_checkpoint,
+    get_rng_state,
+    load_checkpoint,  # noqa: F401
+    save_checkpoint,
+    set_rng_state,
+)
 from .config import TrainConfig, build_data, build_model  # noqa: F401
+from .decoding import Hypothesis, beam_search, generate, greedy, sample, step_attention, translate  # noqa: F401
 from .loop import TrainingError, TrainResult, evaluate, train  # noqa: F401
+from .plots import (
+    plot_cross_attention,
+    plot_decoder_self_attention,
+    plot_encoder_attention,  # noqa: F401
+    plot_loss,
+    plot_seq2seq_attention,
+    plot_transformer_attention,
+    show_heatmaps,
+    stack_decoding_steps,
+)

@@ -14,7 +14,6 @@ import dataclasses
 import math
 import os
 from dataclasses import dataclass, field
-from typing import Optional
 
 TASKS = ("date", "reverse", "copy", "sort")
 MODELS = ("transformer", "bahdanau", "lm")
@@ -27,8 +26,8 @@ OPTIMIZERS = ("adam", "adamw")
 # field carries its own check: a check takes the value and returns None, or what is wrong with it.
 # The upper bounds are far above any run this framework is for; they exist so that an edited
 # checkpoint cannot ask for a model or a data set that fills the memory before it is refused.
-MAX_SIZE = 1 << 20          # hidden units, heads, blocks, sequence lengths, batch size
-MAX_EXAMPLES = 10_000_000   # generated examples, corpus lines
+MAX_SIZE = 1 << 20  # hidden units, heads, blocks, sequence lengths, batch size
+MAX_EXAMPLES = 10_000_000  # generated examples, corpus lines
 
 
 def is_integer(value):
@@ -45,18 +44,24 @@ def integer(low, high=MAX_SIZE):
     def check(value):
         if not is_integer(value) or not low <= value <= high:
             return f"must be an integer from {low:,} to {high:,}"
+
     return check
 
 
 def number(low=None, high=None, *, low_open=False, high_open=True):
     """A finite number in [low, high) (``low_open``/``high_open`` choose the brackets)."""
+
     def check(value):
-        inside = is_finite_number(value) and (low is None or (value > low if low_open else value >= low)) and (
-            high is None or (value < high if high_open else value <= high))
+        inside = (
+            is_finite_number(value)
+            and (low is None or (value > low if low_open else value >= low))
+            and (high is None or (value < high if high_open else value <= high))
+        )
         if not inside:
             lo = "" if low is None else f"{'>' if low_open else '>='} {low:g}"
             hi = "" if high is None else f"{'<' if high_open else '<='} {high:g}"
             return "must be a finite number " + " and ".join(b for b in (lo, hi) if b)
+
     return check
 
 
@@ -64,6 +69,7 @@ def one_of(choices):
     def check(value):
         if value not in choices:
             return f"must be one of {', '.join(choices)}"
+
     return check
 
 
@@ -96,16 +102,17 @@ def plugin_options(value):
 def optional(check):
     def check_optional(value):
         return None if value is None else check(value)
+
     return check_optional
 
 
-def setting(default=dataclasses.MISSING, check=None, *, factory=dataclasses.MISSING, resumable=False,
-            flag=None):
+def setting(default=dataclasses.MISSING, check=None, *, factory=dataclasses.MISSING, resumable=False, flag=None):
     """A TrainConfig field: its default, its ``check``, whether ``--resume`` may change it
     (``resumable``: it does not shape the model, the data or the order of the minibatches), and
     the command-line flag that sets it (default ``--field-name``), for error messages."""
-    return field(default=default, default_factory=factory,
-                 metadata={"check": check, "resumable": resumable, "flag": flag})
+    return field(
+        default=default, default_factory=factory, metadata={"check": check, "resumable": resumable, "flag": flag}
+    )
 
 
 class ConfigError(ValueError):
@@ -137,45 +144,45 @@ class TrainConfig:
 
     # data: a generated task, or a tab-separated corpus (``data``), or a text for a char LM
     task: str = setting("date", one_of(TASKS))
-    data: Optional[str] = setting(None, optional(file_path))
-    text: Optional[str] = setting(None, optional(file_path))
-    num_train: int = setting(20_000, integer(1, MAX_EXAMPLES))   # generated training examples
+    data: str | None = setting(None, optional(file_path))
+    text: str | None = setting(None, optional(file_path))
+    num_train: int = setting(20_000, integer(1, MAX_EXAMPLES))  # generated training examples
     num_heldout: int = setting(1_000, integer(1, MAX_EXAMPLES))  # held-out (dates disjoint from training)
-    min_len: int = setting(1, integer(1))                        # sequence lengths of reverse/copy/sort
+    min_len: int = setting(1, integer(1))  # sequence lengths of reverse/copy/sort
     max_len: int = setting(10, integer(1))
     # held-out lengths of reverse/copy/sort (None: as in training): longer ones test length extrapolation
-    heldout_min_len: Optional[int] = setting(None, optional(integer(1)))
-    heldout_max_len: Optional[int] = setting(None, optional(integer(1)))
-    max_examples: Optional[int] = setting(None, optional(integer(1, 1 << 40)))  # corpus lines; text characters
+    heldout_min_len: int | None = setting(None, optional(integer(1)))
+    heldout_max_len: int | None = setting(None, optional(integer(1)))
+    max_examples: int | None = setting(None, optional(integer(1, 1 << 40)))  # corpus lines; text characters
     heldout_fraction: float = setting(0.1, number(0, 1, low_open=True))  # of a corpus or a text
-    lm_num_steps: int = setting(64, integer(1))                  # window of the character LM
+    lm_num_steps: int = setting(64, integer(1))  # window of the character LM
     # model
     model: str = setting("transformer", one_of(MODELS))
-    scorer: Optional[str] = setting(None, optional(identifier))  # None: scaled_dot (Transformer), additive (Bahdanau)
+    scorer: str | None = setting(None, optional(identifier))  # None: scaled_dot (Transformer), additive (Bahdanau)
     pooling: str = setting("softmax", identifier)
-    positional: str = setting("sinusoidal", identifier)          # an "inputs", "qk" or "scores" encoding
-    input_positional: Optional[str] = setting(None, optional(identifier))  # "inputs" beside a "qk"/"scores" one
+    positional: str = setting("sinusoidal", identifier)  # an "inputs", "qk" or "scores" encoding
+    input_positional: str | None = setting(None, optional(identifier))  # "inputs" beside a "qk"/"scores" one
     scorer_options: dict = setting(factory=dict, check=plugin_options, flag="--scorer-opt")
     pooling_options: dict = setting(factory=dict, check=plugin_options, flag="--pooling-opt")
     positional_options: dict = setting(factory=dict, check=plugin_options, flag="--positional-opt")
     num_hiddens: int = setting(32, integer(1))
     ffn_num_hiddens: int = setting(64, integer(1))
     num_heads: int = setting(4, integer(1))
-    num_kv_heads: Optional[int] = setting(None, optional(integer(1)))  # grouped-query attention; None: num_heads
+    num_kv_heads: int | None = setting(None, optional(integer(1)))  # grouped-query attention; None: num_heads
     num_blks: int = setting(2, integer(1, 1024))
-    dropout: float = setting(0.0, number(0, 1))                  # none: the held-out loss tracks the training loss
-    norm_first: bool = setting(True, boolean)                    # pre-LN: trains at lr 1e-2; False: the book's post-LN
+    dropout: float = setting(0.0, number(0, 1))  # none: the held-out loss tracks the training loss
+    norm_first: bool = setting(True, boolean)  # pre-LN: trains at lr 1e-2; False: the book's post-LN
     # optimisation
     epochs: int = setting(4, integer(1, 1_000_000), resumable=True)
-    steps: Optional[int] = setting(None, optional(integer(1, 1 << 40)), resumable=True)  # instead of epochs
+    steps: int | None = setting(None, optional(integer(1, 1 << 40)), resumable=True)  # instead of epochs
     batch_size: int = setting(128, integer(1))
     optimizer: str = setting("adam", one_of(OPTIMIZERS))
     lr: float = setting(1e-2, number(0, low_open=True, high=None))  # peak; pre-LN takes it (post-LN wants ~3e-3)
-    weight_decay: Optional[float] = setting(None, optional(number(0)))  # None: Adam 0, AdamW 0.01
+    weight_decay: float | None = setting(None, optional(number(0)))  # None: Adam 0, AdamW 0.01
     schedule: str = setting("cosine", one_of(SCHEDULES))
-    warmup_steps: Optional[int] = setting(None, optional(integer(0, 1 << 40)))  # None: 5% of all steps
+    warmup_steps: int | None = setting(None, optional(integer(0, 1 << 40)))  # None: 5% of all steps
     label_smoothing: float = setting(0.0, number(0, 1))
-    clip_grad_norm: Optional[float] = setting(1.0, optional(number(0)))  # 0 or None: no clipping
+    clip_grad_norm: float | None = setting(1.0, optional(number(0)))  # 0 or None: no clipping
     # running
     device: str = setting("cpu", identifier, resumable=True)
     seed: int = setting(0, integer(0, 2**63 - 1))
@@ -225,32 +232,48 @@ class TrainConfig:
         if self.text and self.model != "lm":
             raise ConfigError("model", "a text file (--text) trains a language model: use --model lm")
         if self.text and self.data:
-            raise ConfigError("data", "give either --data (a translation corpus) or --text (a text for a "
-                                      "language model), not both")
+            raise ConfigError(
+                "data", "give either --data (a translation corpus) or --text (a text for a language model), not both"
+            )
         if self.min_len > self.max_len:
             raise ConfigError("min_len", f"--min-len {self.min_len} is above --max-len {self.max_len}")
         heldout_lens = (self.heldout_min_len, self.heldout_max_len)
         if heldout_lens != (None, None):
             if self.text or self.data or self.task not in ("reverse", "copy", "sort"):
-                raise ConfigError("heldout_min_len", "--heldout-min-len / --heldout-max-len set the held-out "
-                                                     "lengths of the reverse, copy and sort tasks")
+                raise ConfigError(
+                    "heldout_min_len",
+                    "--heldout-min-len / --heldout-max-len set the held-out "
+                    "lengths of the reverse, copy and sort tasks",
+                )
             low, high = self.heldout_lengths()
             if low > high:
-                raise ConfigError("heldout_min_len", f"the held-out lengths {low}..{high} are empty: "
-                                                     f"--heldout-min-len {low} is above --heldout-max-len {high}")
+                raise ConfigError(
+                    "heldout_min_len",
+                    f"the held-out lengths {low}..{high} are empty: "
+                    f"--heldout-min-len {low} is above --heldout-max-len {high}",
+                )
         if self.num_kv_heads is not None and (self.model == "bahdanau" or self.num_heads % self.num_kv_heads):
-            raise ConfigError("num_kv_heads", f"--num-kv-heads {self.num_kv_heads} must divide --num-heads "
-                                              f"{self.num_heads} (the query heads share key/value heads in "
-                                              "equal groups) and needs a Transformer model")
+            raise ConfigError(
+                "num_kv_heads",
+                f"--num-kv-heads {self.num_kv_heads} must divide --num-heads "
+                f"{self.num_heads} (the query heads share key/value heads in "
+                "equal groups) and needs a Transformer model",
+            )
         if self.model != "bahdanau" and self.num_hiddens % self.num_heads:
-            raise ConfigError("num_heads", f"--num-heads {self.num_heads} does not divide --num-hiddens "
-                                           f"{self.num_hiddens}: each head gets num_hiddens / num_heads units")
+            raise ConfigError(
+                "num_heads",
+                f"--num-heads {self.num_heads} does not divide --num-hiddens "
+                f"{self.num_hiddens}: each head gets num_hiddens / num_heads units",
+            )
         from .. import plugins
         from ..backends import get_backend
 
         get_backend(self.device)  # a DeviceError naming what is missing, before anything is made
-        for kind, plugin in (("scorer", self.scorer), ("pooling", self.pooling), ("positional encoding",
-                                                                                  self.positional)):
+        for kind, plugin in (
+            ("scorer", self.scorer),
+            ("pooling", self.pooling),
+            ("positional encoding", self.positional),
+        ):
             if plugin is not None:
                 plugins.lookup(kind, plugin)  # an unknown name lists the known ones
         if self.model != "bahdanau":
@@ -310,8 +333,9 @@ class TrainConfig:
 # On the example text (The Time Machine, 160,000 training characters) it ends ~46% below the
 # unigram baseline in about two minutes on 2 CPU cores (bench figures: README); the held-out
 # loss is still falling at the end, and longer runs overfit (best/ keeps the best epoch).
-LM_RECIPE = dict(num_hiddens=128, ffn_num_hiddens=512, num_heads=4, num_blks=2, lm_num_steps=128, batch_size=16,
-                 steps=1000, lr=5e-3)
+LM_RECIPE = dict(
+    num_hiddens=128, ffn_num_hiddens=512, num_heads=4, num_blks=2, lm_num_steps=128, batch_size=16, steps=1000, lr=5e-3
+)
 
 
 def parse_options(items, what="option"):
@@ -352,7 +376,7 @@ class TaskData:
     heldout: list
     src_vocab: object
     tgt_vocab: object
-    num_steps: int       # source length (seq2seq) or window (LM)
+    num_steps: int  # source length (seq2seq) or window (LM)
     tgt_num_steps: int
 
 
@@ -360,26 +384,41 @@ def build_data(config, vocabs=None):
     """Generate or read the data of ``config``, drawing from ``mt.random.host_rng()``
     (call ``mt.manual_seed`` first for a reproducible run). ``vocabs``: (src, tgt) to use
     instead of building them (a checkpoint's)."""
-    from ..data import (build_vocabs, char_lm_corpus, copy_task, date_task, max_lengths, read_parallel_corpus,
-                        reverse_task, sort_task, train_heldout_split)
+    from ..data import (
+        build_vocabs,
+        char_lm_corpus,
+        copy_task,
+        date_task,
+        max_lengths,
+        read_parallel_corpus,
+        reverse_task,
+        sort_task,
+        train_heldout_split,
+    )
 
     if config.text:
         vocab = vocabs[1] if vocabs else None
         corpus, vocab = char_lm_corpus(config.text, vocab=vocab, max_chars=config.max_examples)
         split = int(len(corpus) * (1 - config.heldout_fraction))
         if split <= config.lm_num_steps or len(corpus) - split <= config.lm_num_steps:
-            raise ConfigError("text", f"--text {config.text}: {len(corpus):,} characters are too few for a training "
-                                      f"and a held-out part with windows of {config.lm_num_steps} characters "
-                                      "(lower --lm-num-steps)")
+            raise ConfigError(
+                "text",
+                f"--text {config.text}: {len(corpus):,} characters are too few for a training "
+                f"and a held-out part with windows of {config.lm_num_steps} characters "
+                "(lower --lm-num-steps)",
+            )
         return TaskData(corpus[:split], corpus[split:], vocab, vocab, config.lm_num_steps, config.lm_num_steps)
     if config.data:
         pairs = read_parallel_corpus(config.data, max_examples=config.max_examples)
         train, heldout = train_heldout_split(pairs, heldout=config.heldout_fraction) if pairs else ([], [])
         if not train or not heldout:
             # refused now, not after an epoch of training without a held-out set
-            raise ConfigError("data", f"--data {config.data}: {len(pairs)} tab-separated sentence pairs leave "
-                                      f"{len(train)} for training and {len(heldout)} held out "
-                                      f"(--heldout-fraction {config.heldout_fraction:g}); give more pairs")
+            raise ConfigError(
+                "data",
+                f"--data {config.data}: {len(pairs)} tab-separated sentence pairs leave "
+                f"{len(train)} for training and {len(heldout)} held out "
+                f"(--heldout-fraction {config.heldout_fraction:g}); give more pairs",
+            )
     elif config.task == "date":
         train, heldout = date_task(config.num_train, config.num_heldout)
     else:
@@ -410,26 +449,39 @@ def build_model(config, src_vocab, tgt_vocab):
     from ..nn.transformer import EncoderDecoder, TransformerDecoder, TransformerEncoder, TransformerLM
 
     c = config
-    attention = dict(scorer=model_scorer(c), pooling=c.pooling, scorer_options=dict(c.scorer_options) or None,
-                     pooling_options=dict(c.pooling_options) or None)
+    attention = dict(
+        scorer=model_scorer(c),
+        pooling=c.pooling,
+        scorer_options=dict(c.scorer_options) or None,
+        pooling_options=dict(c.pooling_options) or None,
+    )
     if c.model == "bahdanau":
-        encoder = Seq2SeqEncoder(len(src_vocab), c.num_hiddens, c.num_hiddens, c.num_blks, c.dropout,
-                                 device=c.device)
-        decoder = Seq2SeqAttentionDecoder(len(tgt_vocab), c.num_hiddens, c.num_hiddens, c.num_blks, c.dropout,
-                                          device=c.device, **attention)
+        encoder = Seq2SeqEncoder(len(src_vocab), c.num_hiddens, c.num_hiddens, c.num_blks, c.dropout, device=c.device)
+        decoder = Seq2SeqAttentionDecoder(
+            len(tgt_vocab), c.num_hiddens, c.num_hiddens, c.num_blks, c.dropout, device=c.device, **attention
+        )
         return Seq2Seq(encoder, decoder)
-    shared = dict(positional=c.positional, positional_options=dict(c.positional_options) or None,
-                  input_positional=c.input_positional, num_kv_heads=c.num_kv_heads, norm_first=c.norm_first,
-                  device=c.device, **attention)
+    shared = dict(
+        positional=c.positional,
+        positional_options=dict(c.positional_options) or None,
+        input_positional=c.input_positional,
+        num_kv_heads=c.num_kv_heads,
+        norm_first=c.norm_first,
+        device=c.device,
+        **attention,
+    )
     if c.model == "lm":
-        return TransformerLM(len(tgt_vocab), c.num_hiddens, c.ffn_num_hiddens, c.num_heads, c.num_blks, c.dropout,
-                             **shared)
+        return TransformerLM(
+            len(tgt_vocab), c.num_hiddens, c.ffn_num_hiddens, c.num_heads, c.num_blks, c.dropout, **shared
+        )
     if c.model != "transformer":
         raise ValueError(f"model must be one of {MODELS}, got {c.model!r}")
-    encoder = TransformerEncoder(len(src_vocab), c.num_hiddens, c.ffn_num_hiddens, c.num_heads, c.num_blks,
-                                 c.dropout, **shared)
-    decoder = TransformerDecoder(len(tgt_vocab), c.num_hiddens, c.ffn_num_hiddens, c.num_heads, c.num_blks,
-                                 c.dropout, **shared)
+    encoder = TransformerEncoder(
+        len(src_vocab), c.num_hiddens, c.ffn_num_hiddens, c.num_heads, c.num_blks, c.dropout, **shared
+    )
+    decoder = TransformerDecoder(
+        len(tgt_vocab), c.num_hiddens, c.ffn_num_hiddens, c.num_heads, c.num_blks, c.dropout, **shared
+    )
     return EncoderDecoder(encoder, decoder)
 
 
@@ -469,8 +521,12 @@ def build_scheduler(config, optimizer, total_steps):
         return None
     if config.schedule == "noam":
         # peak at lr: factor chosen so that lr_at(warmup) == config.lr
-        return optim.NoamLR(optimizer, config.num_hiddens, max(1, warmup),
-                            factor=config.lr * (config.num_hiddens * max(1, warmup)) ** 0.5)
+        return optim.NoamLR(
+            optimizer,
+            config.num_hiddens,
+            max(1, warmup),
+            factor=config.lr * (config.num_hiddens * max(1, warmup)) ** 0.5,
+        )
     return optim.WarmupCosineLR(optimizer, min(warmup, total_steps - 1), total_steps)
 
 

@@ -71,7 +71,7 @@ The model is any object with D2L's incremental decoding API (``EncoderDecoder``,
 """
 
 import contextlib
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 import numpy
 
@@ -108,7 +108,7 @@ class Hypothesis(NamedTuple):
     score: float
     log_prob: float
     ended: bool
-    attention: Optional[numpy.ndarray] = None
+    attention: numpy.ndarray | None = None
 
 
 # -- what the loop needs from the model ------------------------------------------------------------
@@ -265,8 +265,11 @@ def _search(model, state, start, eos, max_len, beam_size, length_penalty, attent
             # k-th best extension is the bar; an -inf one is no hypothesis at all.
             flat = rank.reshape(n, width * V)
             best_ends = flat.argmax(axis=1) % V == eos  # for rule 4
-            bar = (numpy.partition(flat, width * V - k, axis=1)[:, width * V - k] if width * V > k
-                   else numpy.full(n, -numpy.inf))
+            bar = (
+                numpy.partition(flat, width * V - k, axis=1)[:, width * V - k]
+                if width * V > k
+                else numpy.full(n, -numpy.inf)
+            )
             ends = (rank[:, :, eos] >= bar[:, None]) & numpy.isfinite(total[:, :, eos])
             for a, j in zip(*numpy.nonzero(ends)):  # at most k per example
                 finished[examples[a]].append((total[a, j, eos], step, True, step - 1, a * width + j))
@@ -301,7 +304,7 @@ def _search(model, state, start, eos, max_len, beam_size, length_penalty, attent
         if len(parents) != rows_fed or (parents != numpy.arange(rows_fed)).any():
             state = model.reorder_state(state, parents)
         inputs = tokens[:, None]
-    return [[(lp / length ** length_penalty, lp, ended, s, r) for lp, length, ended, s, r in f] for f in finished]
+    return [[(lp / length**length_penalty, lp, ended, s, r) for lp, length, ended, s, r in f] for f in finished]
 
 
 def _backtrack(history, step, row):
@@ -345,8 +348,21 @@ def _hypotheses(history, finished, n_best, want_attention):
     return out
 
 
-def _run(model, state, bos, eos, max_len, beam_size, length_penalty, prompt, batch_size, attention, n_best,
-         noise=None, forbid=()):
+def _run(
+    model,
+    state,
+    bos,
+    eos,
+    max_len,
+    beam_size,
+    length_penalty,
+    prompt,
+    batch_size,
+    attention,
+    n_best,
+    noise=None,
+    forbid=(),
+):
     """Check the arguments, run ``_search`` in inference mode, read the hypotheses back."""
     if max_len < 1:
         raise ValueError(f"max_len must be at least 1, got {max_len}")
@@ -359,15 +375,29 @@ def _run(model, state, bos, eos, max_len, beam_size, length_penalty, prompt, bat
     attention_fn = step_attention if attention is True else (attention or None)
     history = []
     with _inference(model):
-        finished = _search(model, state, start, eos, max_len, beam_size, length_penalty, attention_fn, noise,
-                           history, forbid)
+        finished = _search(
+            model, state, start, eos, max_len, beam_size, length_penalty, attention_fn, noise, history, forbid
+        )
     hyps = _hypotheses(history, finished, n_best or 1, attention_fn is not None)
     return [h[0] for h in hyps] if n_best is None else hyps
 
 
 # -- the public searches ------------------------------------------------------------------------------
-def beam_search(model, state, bos, eos, max_len, beam_size=4, length_penalty=0.75, prompt=None, *,
-                n_best=None, batch_size=None, attention=False, forbid=()):
+def beam_search(
+    model,
+    state,
+    bos,
+    eos,
+    max_len,
+    beam_size=4,
+    length_penalty=0.75,
+    prompt=None,
+    *,
+    n_best=None,
+    batch_size=None,
+    attention=False,
+    forbid=(),
+):
     """Beam search (D2L 10.8.3) for every example of ``state``; see the module docstring.
 
     ``state``: from ``model.begin_decoding(...)``. ``bos``: the id fed first (None to start
@@ -391,21 +421,47 @@ def beam_search(model, state, bos, eos, max_len, beam_size=4, length_penalty=0.7
     Returns one ``Hypothesis`` per example (its best), or with ``n_best=n`` a list of the n
     best per example, best first.
     """
-    return _run(model, state, bos, eos, max_len, beam_size, length_penalty, prompt, batch_size, attention, n_best,
-                forbid=forbid)
+    return _run(
+        model, state, bos, eos, max_len, beam_size, length_penalty, prompt, batch_size, attention, n_best, forbid=forbid
+    )
 
 
-def greedy(model, state, bos, eos, max_len, prompt=None, *, length_penalty=0.75, batch_size=None,
-           attention=False, forbid=()):
+def greedy(
+    model, state, bos, eos, max_len, prompt=None, *, length_penalty=0.75, batch_size=None, attention=False, forbid=()
+):
     """Greedy search (D2L 10.8.1): the most likely token at every step, until <eos> or
     ``max_len`` tokens. Exactly ``beam_search`` with ``beam_size=1`` (the same loop); the
     arguments and the returned ``Hypothesis`` per example are as there."""
-    return beam_search(model, state, bos, eos, max_len, 1, length_penalty, prompt, batch_size=batch_size,
-                       attention=attention, forbid=forbid)
+    return beam_search(
+        model,
+        state,
+        bos,
+        eos,
+        max_len,
+        1,
+        length_penalty,
+        prompt,
+        batch_size=batch_size,
+        attention=attention,
+        forbid=forbid,
+    )
 
 
-def sample(model, state, bos, eos, max_len, temperature=1.0, prompt=None, *, length_penalty=0.75,
-           batch_size=None, attention=False, rng=None, forbid=()):
+def sample(
+    model,
+    state,
+    bos,
+    eos,
+    max_len,
+    temperature=1.0,
+    prompt=None,
+    *,
+    length_penalty=0.75,
+    batch_size=None,
+    attention=False,
+    rng=None,
+    forbid=(),
+):
     """Sampling: draw every next token from softmax(logits / temperature), until <eos> or
     ``max_len`` tokens. One ``Hypothesis`` per example; arguments as for ``beam_search``.
 
@@ -425,25 +481,34 @@ def sample(model, state, bos, eos, max_len, temperature=1.0, prompt=None, *, len
     def gumbel(shape):
         return -temperature * numpy.log(-numpy.log(rng.uniform(numpy.finfo(float).tiny, 1.0, shape)))
 
-    return _run(model, state, bos, eos, max_len, 1, length_penalty, prompt, batch_size, attention, None, gumbel,
-                forbid)
+    return _run(model, state, bos, eos, max_len, 1, length_penalty, prompt, batch_size, attention, None, gumbel, forbid)
 
 
 # -- from tokens to tokens ---------------------------------------------------------------------------
 def _token_lists(tokens, what):
     """(list of token lists, True if one sequence was given)."""
     if isinstance(tokens, str):
-        raise TypeError(
-            f"{what}: give a list of tokens, not a str (text.split() for words, list(text) for characters)"
-        )
+        raise TypeError(f"{what}: give a list of tokens, not a str (text.split() for words, list(text) for characters)")
     tokens = list(tokens)
     if tokens and isinstance(tokens[0], (list, tuple)):
         return [list(t) for t in tokens], False
     return [tokens], True
 
 
-def translate(model, src_tokens, src_vocab, tgt_vocab, num_steps, beam_size=1, device=None, *, max_len=None,
-              length_penalty=0.75, attention=False, n_best=None):
+def translate(
+    model,
+    src_tokens,
+    src_vocab,
+    tgt_vocab,
+    num_steps,
+    beam_size=1,
+    device=None,
+    *,
+    max_len=None,
+    length_penalty=0.75,
+    attention=False,
+    n_best=None,
+):
     """Translate source tokens with an encoder-decoder (D2L's ``predict_seq2seq``).
 
     ``src_tokens``: one sentence (a list of tokens) or a batch of them (a list of lists).
@@ -462,9 +527,19 @@ def translate(model, src_tokens, src_vocab, tgt_vocab, num_steps, beam_size=1, d
     enc_X, enc_valid_lens = build_array(lines, src_vocab, num_steps)
     with _inference(model):  # the encoder too runs without dropout and without a graph
         state = model.begin_decoding(tensor(enc_X, device=device), tensor(enc_valid_lens, device=device))
-        results = beam_search(model, state, tgt_vocab.bos, tgt_vocab.eos, num_steps if max_len is None else max_len,
-                              beam_size, length_penalty, n_best=n_best, batch_size=len(lines), attention=attention,
-                              forbid=_no_text(tgt_vocab))
+        results = beam_search(
+            model,
+            state,
+            tgt_vocab.bos,
+            tgt_vocab.eos,
+            num_steps if max_len is None else max_len,
+            beam_size,
+            length_penalty,
+            n_best=n_best,
+            batch_size=len(lines),
+            attention=attention,
+            forbid=_no_text(tgt_vocab),
+        )
     results = [_as_tokens(r, tgt_vocab) for r in results]
     return results[0] if single else results
 
@@ -480,8 +555,9 @@ def _as_tokens(result, vocab, prefix=()):
     return result._replace(tokens=list(prefix) + vocab.to_tokens(result.tokens))
 
 
-def generate(lm, prompt_tokens, vocab, max_len, beam_size=1, temperature=None, *, length_penalty=0.75, rng=None,
-             window=None):
+def generate(
+    lm, prompt_tokens, vocab, max_len, beam_size=1, temperature=None, *, length_penalty=0.75, rng=None, window=None
+):
     """Continue a prompt with a language model (D2L's ``predict_ch8``).
 
     ``prompt_tokens``: a list of tokens, or a batch of lists of equal length. The prompt is
@@ -507,8 +583,10 @@ def generate(lm, prompt_tokens, vocab, max_len, beam_size=1, temperature=None, *
     if window is not None and (len(prompts[0]) + max_len > window):
         if window < 2:
             raise ValueError(f"generate: window must be at least 2, got {window}")
-        results = [_generate_in_pieces(lm, p, vocab, max_len, beam_size, temperature, length_penalty, rng, window)
-                   for p in prompts]
+        results = [
+            _generate_in_pieces(lm, p, vocab, max_len, beam_size, temperature, length_penalty, rng, window)
+            for p in prompts
+        ]
         return results[0] if single else results
     eos = vocab.eos if "<eos>" in vocab else None
     ids = numpy.array([vocab[p] for p in prompts], dtype=numpy.int64).reshape(len(prompts), -1)
@@ -516,11 +594,32 @@ def generate(lm, prompt_tokens, vocab, max_len, beam_size=1, temperature=None, *
     with _inference(lm):
         state = lm.begin_decoding()
         if temperature is None:
-            results = beam_search(lm, state, bos, eos, max_len, beam_size, length_penalty, prompt,
-                                  batch_size=len(prompts), forbid=_no_text(vocab))
+            results = beam_search(
+                lm,
+                state,
+                bos,
+                eos,
+                max_len,
+                beam_size,
+                length_penalty,
+                prompt,
+                batch_size=len(prompts),
+                forbid=_no_text(vocab),
+            )
         else:
-            results = sample(lm, state, bos, eos, max_len, temperature, prompt, length_penalty=length_penalty,
-                             batch_size=len(prompts), rng=rng, forbid=_no_text(vocab))
+            results = sample(
+                lm,
+                state,
+                bos,
+                eos,
+                max_len,
+                temperature,
+                prompt,
+                length_penalty=length_penalty,
+                batch_size=len(prompts),
+                rng=rng,
+                forbid=_no_text(vocab),
+            )
     results = [_as_tokens(r, vocab, p) for r, p in zip(results, prompts)]
     return results[0] if single else results
 
@@ -533,7 +632,7 @@ def _generate_in_pieces(lm, prompt, vocab, max_len, beam_size, temperature, leng
         context = text[-keep:] if len(text) > window - 1 or len(text) > len(prompt) else text
         budget = min(window - len(context), max_len - (len(text) - len(prompt)))
         piece = generate(lm, context, vocab, budget, beam_size, temperature, length_penalty=length_penalty, rng=rng)
-        text += piece.tokens[len(context):]
+        text += piece.tokens[len(context) :]
         log_prob += piece.log_prob
         ended = piece.ended
     length = len(text) - len(prompt) + ended

@@ -29,7 +29,6 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Optional
 
 import numpy
 
@@ -57,14 +56,14 @@ class TrainResult:
     history: dict
     step: int
     epoch: int
-    accuracy: Optional[float] = None      # held-out exact match (seq2seq)
-    heldout_loss: Optional[float] = None
-    bleu: Optional[float] = None          # held-out corpus BLEU (seq2seq)
+    accuracy: float | None = None  # held-out exact match (seq2seq)
+    heldout_loss: float | None = None
+    bleu: float | None = None  # held-out corpus BLEU (seq2seq)
     samples: list = field(default_factory=list)  # (source, prediction, reference, BLEU) / generated text
-    checkpoint: Optional[str] = None
+    checkpoint: str | None = None
     figures: list = field(default_factory=list)
     wall_time: float = 0.0
-    finished: bool = True                 # False when stopped early by ``stop_after_epochs``
+    finished: bool = True  # False when stopped early by ``stop_after_epochs``
 
 
 # -- one step -------------------------------------------------------------------------------------
@@ -109,7 +108,7 @@ def heldout_loss(model, arrays, config, pad):
     try:
         with no_grad():
             for i in range(0, n, size):
-                batch = [tensor(a[i:i + size], device=config.device) for a in arrays]
+                batch = [tensor(a[i : i + size], device=config.device) for a in arrays]
                 if config.model == "lm":
                     X, Y = batch
                     loss, tokens = cross_entropy(model(X), Y, reduction="sum"), Y.numel()
@@ -130,9 +129,16 @@ def decode_heldout(model, pairs, data, config, beam_size=1):
 
     preds = []
     for i in range(0, len(pairs), config.eval_batch_size):
-        chunk = [s for s, _ in pairs[i:i + config.eval_batch_size]]
-        hyps = translate(model, chunk, data.src_vocab, data.tgt_vocab, data.num_steps, beam_size=beam_size,
-                         max_len=data.tgt_num_steps)
+        chunk = [s for s, _ in pairs[i : i + config.eval_batch_size]]
+        hyps = translate(
+            model,
+            chunk,
+            data.src_vocab,
+            data.tgt_vocab,
+            data.num_steps,
+            beam_size=beam_size,
+            max_len=data.tgt_num_steps,
+        )
         preds.extend(h.tokens for h in hyps)
     return preds
 
@@ -165,7 +171,8 @@ def _diverged(what, value, step, epoch, config):
     return TrainingError(
         f"the training {what} became {value} at step {step} (epoch {epoch + 1}): training diverged and was stopped. "
         f"Try a lower learning rate, e.g. --lr {config.lr / 10:g} (now {config.lr:g})"
-        + ("" if config.clip_grad_norm else ", or clip the gradients") + "."
+        + ("" if config.clip_grad_norm else ", or clip the gradients")
+        + "."
     )
 
 
@@ -174,11 +181,17 @@ def _check_resumable(saved, config):
     except those a resumed run may change (``TrainConfig.resumable_fields()``) and ``out``
     (where the run lives now)."""
     free = set(TrainConfig.resumable_fields()) | {"out"}
-    changed = [f"{k}: {saved.setting(k)!r} -> {config.setting(k)!r}" for k in config.to_dict()
-               if k not in free and saved.setting(k) != config.setting(k)]
+    changed = [
+        f"{k}: {saved.setting(k)!r} -> {config.setting(k)!r}"
+        for k in config.to_dict()
+        if k not in free and saved.setting(k) != config.setting(k)
+    ]
     if changed:
-        raise TrainingError("cannot resume: the checkpoint was trained with a different configuration ("
-                            + "; ".join(changed) + "); resume with the same settings, or start afresh in a new --out")
+        raise TrainingError(
+            "cannot resume: the checkpoint was trained with a different configuration ("
+            + "; ".join(changed)
+            + "); resume with the same settings, or start afresh in a new --out"
+        )
 
 
 def _epochs_done(loader):
@@ -266,12 +279,15 @@ def _train(config, run, log, resume, stop_after_epochs, figures=True):
             scheduler.total_steps = total_steps
         log(f"resuming {run.display} at step {step} (epoch {_epochs_done(loader)})")
     else:
-        what = (f"{len(data.train):,} training and {len(data.heldout):,} held-out "
-                + ("characters" if config.model == "lm" else "examples"))
-        log(f"minitensor train: {config.model} ({num_params:,} parameters; scorer {build_scorer_name(config)}, "
+        what = f"{len(data.train):,} training and {len(data.heldout):,} held-out " + (
+            "characters" if config.model == "lm" else "examples"
+        )
+        log(
+            f"minitensor train: {config.model} ({num_params:,} parameters; scorer {build_scorer_name(config)}, "
             f"pooling {config.pooling}, positional {config.positional}) on the {config.source_name}: {what}; "
             f"{steps_per_epoch} steps per epoch, {total_steps} steps, batch {config.batch_size}, "
-            f"{config.optimizer} lr {config.lr:g} ({config.schedule}), device {config.device}, seed {config.seed}")
+            f"{config.optimizer} lr {config.lr:g} ({config.schedule}), device {config.device}, seed {config.seed}"
+        )
 
     pad = data.tgt_vocab.pad
     bar = _progress_bar(config, total_steps, step)
@@ -308,13 +324,18 @@ def _train(config, run, log, resume, stop_after_epochs, figures=True):
             epoch = _epochs_done(loader)
             metrics = {"epoch": loader.epoch + 1, "step": step, **evaluate(model, data, heldout_arrays, config)}
             history["eval"].append(metrics)
-            recent = history["loss"][-min(steps_per_epoch, len(history["loss"])):]
+            recent = history["loss"][-min(steps_per_epoch, len(history["loss"])) :]
             rate = tokens_seen / max(time.perf_counter() - run_start, 1e-9)
-            extra = (f"perplexity {metrics['perplexity']:.2f}" if config.model == "lm"
-                     else f"exact match {metrics['exact_match']:6.1%}  BLEU {metrics['bleu']:.3f}")
-            message = (f"epoch {loader.epoch + 1:3d}  step {step:6d}  train loss {sum(recent) / len(recent):.4f}  "
-                       f"held-out loss {metrics['loss']:.4f}  {extra}  "
-                       f"({time.perf_counter() - start_time:.1f} s, {rate:,.0f} tokens/s)")
+            extra = (
+                f"perplexity {metrics['perplexity']:.2f}"
+                if config.model == "lm"
+                else f"exact match {metrics['exact_match']:6.1%}  BLEU {metrics['bleu']:.3f}"
+            )
+            message = (
+                f"epoch {loader.epoch + 1:3d}  step {step:6d}  train loss {sum(recent) / len(recent):.4f}  "
+                f"held-out loss {metrics['loss']:.4f}  {extra}  "
+                f"({time.perf_counter() - start_time:.1f} s, {rate:,.0f} tokens/s)"
+            )
             if bar is not None:
                 bar.write(message, file=sys.stderr) if log is print else log(message)
             else:
@@ -325,31 +346,69 @@ def _train(config, run, log, resume, stop_after_epochs, figures=True):
                 # and the repeat finds best/ already up to date
                 if metrics["loss"] < best_loss:
                     best_loss = metrics["loss"]
-                    save_checkpoint(run.best, model, config=config.to_dict(), vocabs=vocabs,
-                                    extra={**shapes, "heldout_loss": best_loss}, step=step, epoch=epoch)
-                save_checkpoint(run.checkpoint, model, optimizer, scheduler, config=config.to_dict(), vocabs=vocabs,
-                                extra={"batches": loader.state_dict(), "history": history, **shapes},
-                                step=step, epoch=epoch)
+                    save_checkpoint(
+                        run.best,
+                        model,
+                        config=config.to_dict(),
+                        vocabs=vocabs,
+                        extra={**shapes, "heldout_loss": best_loss},
+                        step=step,
+                        epoch=epoch,
+                    )
+                save_checkpoint(
+                    run.checkpoint,
+                    model,
+                    optimizer,
+                    scheduler,
+                    config=config.to_dict(),
+                    vocabs=vocabs,
+                    extra={"batches": loader.state_dict(), "history": history, **shapes},
+                    step=step,
+                    epoch=epoch,
+                )
                 saved_step = step  # before a held-back Ctrl-C is raised, so its message names this step
             epochs_this_call += 1
             if stop_after_epochs is not None and epochs_this_call >= stop_after_epochs and step < total_steps:
-                return TrainResult(model, config, data.src_vocab, data.tgt_vocab, history, step, epoch,
-                                   checkpoint=run.checkpoint, wall_time=time.perf_counter() - start_time,
-                                   finished=False, heldout_loss=metrics.get("loss"),
-                                   accuracy=metrics.get("exact_match"), bleu=metrics.get("bleu"))
+                return TrainResult(
+                    model,
+                    config,
+                    data.src_vocab,
+                    data.tgt_vocab,
+                    history,
+                    step,
+                    epoch,
+                    checkpoint=run.checkpoint,
+                    wall_time=time.perf_counter() - start_time,
+                    finished=False,
+                    heldout_loss=metrics.get("loss"),
+                    accuracy=metrics.get("exact_match"),
+                    bleu=metrics.get("bleu"),
+                )
     except KeyboardInterrupt:
         raise TrainingInterrupted(_interrupted_message(run, step, saved_step)) from None
     finally:
         if bar is not None:
             bar.close()
 
-    result = TrainResult(model, config, data.src_vocab, data.tgt_vocab, history, step, _epochs_done(loader),
-                         heldout_loss=metrics.get("loss"), accuracy=metrics.get("exact_match"),
-                         bleu=metrics.get("bleu"), checkpoint=run.checkpoint)
+    result = TrainResult(
+        model,
+        config,
+        data.src_vocab,
+        data.tgt_vocab,
+        history,
+        step,
+        _epochs_done(loader),
+        heldout_loss=metrics.get("loss"),
+        accuracy=metrics.get("exact_match"),
+        bleu=metrics.get("bleu"),
+        checkpoint=run.checkpoint,
+    )
     _report(result, data, log, figures)
     result.wall_time = time.perf_counter() - start_time
-    log(f"wall time {result.wall_time:.1f} s; run folder {run.path}: best/ (the lowest held-out loss, "
-        f"{best_loss:.4f}: what translate and generate load) and checkpoint/ (the latest, for --resume)")
+    log(
+        f"wall time {result.wall_time:.1f} s; run folder {run.path}: best/ (the lowest held-out loss, "
+        f"{best_loss:.4f}: what translate and generate load) and checkpoint/ (the latest, for --resume)"
+    )
     if result.figures:
         log("figures: " + ", ".join(os.path.abspath(f) for f in result.figures))
     return result
@@ -358,8 +417,10 @@ def _train(config, run, log, resume, stop_after_epochs, figures=True):
 def _interrupted_message(run, step, saved_step):
     if saved_step is None:
         return f"interrupted at step {step}, before the first checkpoint: nothing was saved in {run.display}"
-    return f"interrupted at step {step}; the checkpoint of step {saved_step} is safe in {run.display}: continue " \
-           f"with {run.command('--resume')}"
+    return (
+        f"interrupted at step {step}; the checkpoint of step {saved_step} is safe in {run.display}: continue "
+        f"with {run.command('--resume')}"
+    )
 
 
 def build_scorer_name(config):
@@ -379,17 +440,23 @@ def _report(result, data, log, figures=True, num_samples=5):
         _report_lm(result, data, log)
     else:
         examples = data.heldout[:num_samples]
-        hyps = translate(model, [s for s, _ in examples], data.src_vocab, data.tgt_vocab, data.num_steps,
-                         max_len=data.tgt_num_steps)
+        hyps = translate(
+            model, [s for s, _ in examples], data.src_vocab, data.tgt_vocab, data.num_steps, max_len=data.tgt_num_steps
+        )
         for (src, tgt), hyp in zip(examples, hyps):
             score = bleu(hyp.tokens, tgt, k=min(4, len(tgt)))
-            result.samples.append((detokenize(config, src), detokenize(config, hyp.tokens), detokenize(config, tgt),
-                                   score))
+            result.samples.append(
+                (detokenize(config, src), detokenize(config, hyp.tokens), detokenize(config, tgt), score)
+            )
             mark = "ok " if hyp.tokens == list(tgt) else "BAD"
-            log(f"  {mark} {detokenize(config, src)!r} => {detokenize(config, hyp.tokens)!r}  "
-                f"(reference {detokenize(config, tgt)!r}, BLEU {score:.3f})")
-        log(f"held-out exact match {result.accuracy:.1%} ({len(data.heldout):,} examples, greedy decoding), "
-            f"BLEU {result.bleu:.3f}, loss {result.heldout_loss:.4f}")
+            log(
+                f"  {mark} {detokenize(config, src)!r} => {detokenize(config, hyp.tokens)!r}  "
+                f"(reference {detokenize(config, tgt)!r}, BLEU {score:.3f})"
+            )
+        log(
+            f"held-out exact match {result.accuracy:.1%} ({len(data.heldout):,} examples, greedy decoding), "
+            f"BLEU {result.bleu:.3f}, loss {result.heldout_loss:.4f}"
+        )
     if not figures:
         return
     try:
@@ -410,21 +477,23 @@ def _report_lm(result, data, log, num_samples=2, length=160):
     model = build_model(config, vocab, vocab)  # the best weights, what generate will load; result.model is the last
     load_checkpoint(os.path.join(config.out, BEST_DIR), model, restore_rng=False, map_device=config.device)
     baseline = unigram_baseline(data.train, data.heldout, len(vocab))
-    log(f"held-out loss {best['loss']:.4f} nats per character (the best, after step {best['step']}; perplexity "
+    log(
+        f"held-out loss {best['loss']:.4f} nats per character (the best, after step {best['step']}; perplexity "
         f"{math.exp(min(best['loss'], 50)):.2f}); a unigram model (character frequencies alone) scores "
-        f"{baseline:.4f}: {1 - best['loss'] / baseline:.0%} lower")
+        f"{baseline:.4f}: {1 - best['loss'] / baseline:.0%} lower"
+    )
     text = vocab.to_tokens(list(data.heldout))
     starts = [i + 1 for i, c in enumerate(text[:-40]) if c == " " and text[i + 1].isalpha()]
     rng = numpy.random.default_rng(config.seed)  # the same samples for the same run
     for k in range(num_samples):
         start = starts[k * len(starts) // num_samples] if starts else 0
-        prompt = text[start:start + 24]
-        hyp = generate(model, prompt, vocab, length, temperature=SAMPLE_TEMPERATURE, rng=rng,
-                       window=config.lm_num_steps)
+        prompt = text[start : start + 24]
+        hyp = generate(
+            model, prompt, vocab, length, temperature=SAMPLE_TEMPERATURE, rng=rng, window=config.lm_num_steps
+        )
         sample = "".join(hyp.tokens)
         result.samples.append(sample)
-        log(f"sample {k + 1} (held-out prompt {''.join(prompt)!r}, temperature {SAMPLE_TEMPERATURE}): "
-            f"{sample!r}")
+        log(f"sample {k + 1} (held-out prompt {''.join(prompt)!r}, temperature {SAMPLE_TEMPERATURE}): {sample!r}")
 
 
 def save_figures(result, data):
@@ -440,8 +509,9 @@ def save_figures(result, data):
         return paths
     src, _ = data.heldout[0]
     if config.model == "bahdanau":
-        hyp = translate(model, src, data.src_vocab, data.tgt_vocab, data.num_steps, max_len=data.tgt_num_steps,
-                        attention=True)
+        hyp = translate(
+            model, src, data.src_vocab, data.tgt_vocab, data.num_steps, max_len=data.tgt_num_steps, attention=True
+        )
         rows = hyp.tokens + (["<eos>"] if hyp.ended else [])
         path = os.path.join(config.out, "attention.png")
         plot_seq2seq_attention(hyp.attention, list(src) + ["<eos>"], rows, path=path)
@@ -466,10 +536,14 @@ def attention_figures(model, src, src_vocab, tgt_vocab, max_len, folder, prefix=
     model.eval()
     try:
         with no_grad():
-            model(tensor(enc_X, device=device), tensor(numpy.array([dec_in]), device=device),
-                  tensor(enc_valid_lens, device=device))
-        plot_transformer_attention(model, list(src) + ["<eos>"], ["<bos>"] + list(hyp.tokens), folder=folder,
-                                   prefix=prefix)
+            model(
+                tensor(enc_X, device=device),
+                tensor(numpy.array([dec_in]), device=device),
+                tensor(enc_valid_lens, device=device),
+            )
+        plot_transformer_attention(
+            model, list(src) + ["<eos>"], ["<bos>"] + list(hyp.tokens), folder=folder, prefix=prefix
+        )
     finally:
         model.train(was_training)
     return [os.path.join(folder, f"{prefix}_{k}.png") for k in ("encoder_self", "decoder_self", "cross")]

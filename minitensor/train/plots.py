@@ -165,12 +165,11 @@ def _ema(values, weight):
     out, s = numpy.empty_like(values), 0.0
     for t, x in enumerate(values, 1):
         s = weight * s + (1.0 - weight) * x
-        out[t - 1] = s / (1.0 - weight ** t)
+        out[t - 1] = s / (1.0 - weight**t)
     return out
 
 
-def plot_loss(history, path=None, smooth=None, metrics=None, title=None, logy=False, figsize=(6.4, 4.0),
-              dpi=100):
+def plot_loss(history, path=None, smooth=None, metrics=None, title=None, logy=False, figsize=(6.4, 4.0), dpi=100):
     """Draw the training loss per step and the evaluation metrics per epoch; write a PNG.
 
     ``history``: a mapping (or an object with these attributes):
@@ -202,8 +201,11 @@ def plot_loss(history, path=None, smooth=None, metrics=None, title=None, logy=Fa
     if metrics is None:
         metrics = []
         for r in records:
-            metrics += [k for k, v in r.items()
-                        if k not in ("epoch", "step") and not k.startswith("_") and _is_number(v) and k not in metrics]
+            metrics += [
+                k
+                for k, v in r.items()
+                if k not in ("epoch", "step") and not k.startswith("_") and _is_number(v) and k not in metrics
+            ]
     else:
         metrics = [metrics] if isinstance(metrics, str) else list(metrics)
     if not len(losses) and not (records and metrics):
@@ -229,8 +231,9 @@ def plot_loss(history, path=None, smooth=None, metrics=None, title=None, logy=Fa
     if len(losses):
         if smooth:
             ax.plot(steps, losses, color="C0", alpha=0.25, linewidth=1.0)
-            lines += ax.plot(steps, _ema(losses, smooth), color="C0", linewidth=1.8,
-                             label=f"training loss (EMA {smooth:g})")
+            lines += ax.plot(
+                steps, _ema(losses, smooth), color="C0", linewidth=1.8, label=f"training loss (EMA {smooth:g})"
+            )
         else:
             lines += ax.plot(steps, losses, color="C0", linewidth=1.2, label="training loss")
     ax.set_xlabel("step" if len(steps) else "epoch")
@@ -253,14 +256,21 @@ def plot_loss(history, path=None, smooth=None, metrics=None, title=None, logy=Fa
                 right = ax.twinx()
             lines += right.plot(xs, ys, **style)
     if right is not None:
-        names = [line.get_label()[len("eval "):] for line in right.get_lines()]
+        names = [line.get_label()[len("eval ") :] for line in right.get_lines()]
         right.set_ylabel(names[0] if len(names) == 1 else "metric")
         values = numpy.concatenate([line.get_ydata() for line in right.get_lines()])
         if values.size and values.min() >= 0.0 and values.max() <= 1.0:
             right.set_ylim(0.0, 1.02)  # accuracies: the whole [0, 1] range reads honestly
     if lines:  # under the plot: inside, the second axis would draw its curves over it
-        ax.legend(lines, [line.get_label() for line in lines], loc="upper center", bbox_to_anchor=(0.5, -0.14),
-                  ncol=min(len(lines), 3), fontsize="small", frameon=False)
+        ax.legend(
+            lines,
+            [line.get_label() for line in lines],
+            loc="upper center",
+            bbox_to_anchor=(0.5, -0.14),
+            ncol=min(len(lines), 3),
+            fontsize="small",
+            frameon=False,
+        )
     if title:
         ax.set_title(title)
     _save(fig, path)
@@ -268,8 +278,22 @@ def plot_loss(history, path=None, smooth=None, metrics=None, title=None, logy=Fa
 
 
 # -- heatmaps --------------------------------------------------------------------------------------
-def show_heatmaps(matrices, xlabel, ylabel, titles=None, path=None, figsize=None, cmap="Reds", row_labels=None,
-                  col_labels=None, row_titles=None, suptitle=None, vmin=None, vmax=None, dpi=100):
+def show_heatmaps(
+    matrices,
+    xlabel,
+    ylabel,
+    titles=None,
+    path=None,
+    figsize=None,
+    cmap="Reds",
+    row_labels=None,
+    col_labels=None,
+    row_titles=None,
+    suptitle=None,
+    vmin=None,
+    vmax=None,
+    dpi=100,
+):
     """D2L's ``show_heatmaps``: a grid of heatmaps with one colour bar; write a PNG.
 
     ``matrices``: shape (num_rows, num_cols, Q, K) -- a Tensor, an array, or nested lists of
@@ -291,11 +315,12 @@ def show_heatmaps(matrices, xlabel, ylabel, titles=None, path=None, figsize=None
     for labels, axis, what in ((row_labels, 2, "row_labels (queries)"), (col_labels, 3, "col_labels (keys)")):
         if labels is not None and len(labels) > data.shape[axis]:
             raise ValueError(
-                f"show_heatmaps: {len(labels)} {what} for matrices of shape {data.shape} (only {data.shape[axis]})")
+                f"show_heatmaps: {len(labels)} {what} for matrices of shape {data.shape} (only {data.shape[axis]})"
+            )
     if row_labels is not None:
-        data = data[:, :, :len(row_labels), :]
+        data = data[:, :, : len(row_labels), :]
     if col_labels is not None:
-        data = data[:, :, :, :len(col_labels)]
+        data = data[:, :, :, : len(col_labels)]
     num_rows, num_cols, Q, K = data.shape
     if not Q or not K:
         raise ValueError(f"show_heatmaps: nothing to draw in matrices of shape {data.shape}")
@@ -369,7 +394,8 @@ def _per_block(weights, index, what):
     if any(b.ndim != 4 for b in blocks) or len(shapes) != 1:
         raise ValueError(
             f"{what} weights: expected one (batch, num_heads, Q, K) array per block, got shapes "
-            f"{[b.shape for b in blocks]}")
+            f"{[b.shape for b in blocks]}"
+        )
     return numpy.stack([b[index] for b in blocks])
 
 
@@ -377,9 +403,17 @@ def _heads_figure(weights, index, what, xlabel, ylabel, row_labels, col_labels, 
     data = _per_block(weights, index, what)
     num_blocks, num_heads = data.shape[:2]
     kwargs.setdefault("suptitle", what)
-    return show_heatmaps(data, xlabel, ylabel, titles=[f"head {h + 1}" for h in range(num_heads)], path=path,
-                         row_titles=[f"block {b + 1}" for b in range(num_blocks)], row_labels=row_labels,
-                         col_labels=col_labels, **kwargs)
+    return show_heatmaps(
+        data,
+        xlabel,
+        ylabel,
+        titles=[f"head {h + 1}" for h in range(num_heads)],
+        path=path,
+        row_titles=[f"block {b + 1}" for b in range(num_blocks)],
+        row_labels=row_labels,
+        col_labels=col_labels,
+        **kwargs,
+    )
 
 
 def plot_encoder_attention(weights, src_tokens=None, path=None, index=0, **kwargs):
@@ -390,8 +424,17 @@ def plot_encoder_attention(weights, src_tokens=None, path=None, index=0, **kwarg
     a single example. ``index``: which example of the batch (for a list). ``src_tokens``: its tokens
     (padding beyond them is cut off). One row of panels per block, one column per head;
     ``kwargs`` go to ``show_heatmaps``. Returns the Figure."""
-    return _heads_figure(weights, index, "encoder self-attention", "keys (source)", "queries (source)",
-                         src_tokens, src_tokens, path, **kwargs)
+    return _heads_figure(
+        weights,
+        index,
+        "encoder self-attention",
+        "keys (source)",
+        "queries (source)",
+        src_tokens,
+        src_tokens,
+        path,
+        **kwargs,
+    )
 
 
 def plot_decoder_self_attention(weights, tgt_tokens=None, path=None, index=0, **kwargs):
@@ -402,8 +445,17 @@ def plot_decoder_self_attention(weights, tgt_tokens=None, path=None, index=0, **
     tensor per block) after a teacher-forced forward pass, or ``stack_decoding_steps(...)[0]``
     after decoding token by token. ``tgt_tokens``: the decoder's input tokens (``<bos>``
     and the tokens fed back), which are both the queries and the keys. Returns the Figure."""
-    return _heads_figure(weights, index, "decoder self-attention", "keys (target)", "queries (target)",
-                         tgt_tokens, tgt_tokens, path, **kwargs)
+    return _heads_figure(
+        weights,
+        index,
+        "decoder self-attention",
+        "keys (target)",
+        "queries (target)",
+        tgt_tokens,
+        tgt_tokens,
+        path,
+        **kwargs,
+    )
 
 
 def plot_cross_attention(weights, src_tokens=None, tgt_tokens=None, path=None, index=0, **kwargs):
@@ -414,8 +466,17 @@ def plot_cross_attention(weights, src_tokens=None, tgt_tokens=None, path=None, i
     S) tensor per block), or ``stack_decoding_steps(...)[1]``, or the (num_blocks, num_heads,
     L, S) array of one example such as ``Hypothesis.attention`` from ``beam_search(...,
     attention=True)`` (a row per generated token). Returns the Figure."""
-    return _heads_figure(weights, index, "encoder-decoder attention", "keys (source)", "queries (target)",
-                         tgt_tokens, src_tokens, path, **kwargs)
+    return _heads_figure(
+        weights,
+        index,
+        "encoder-decoder attention",
+        "keys (source)",
+        "queries (target)",
+        tgt_tokens,
+        src_tokens,
+        path,
+        **kwargs,
+    )
 
 
 def stack_decoding_steps(steps):
@@ -436,16 +497,19 @@ def stack_decoding_steps(steps):
         parts = [_to_numpy(step[0][b]) for step in steps]
         total = sum(p.shape[2] for p in parts)
         width = max(total, max(p.shape[3] for p in parts))
-        self_blocks.append(numpy.concatenate(
-            [numpy.pad(p, [(0, 0), (0, 0), (0, 0), (0, width - p.shape[3])]) for p in parts], axis=2))
+        self_blocks.append(
+            numpy.concatenate([numpy.pad(p, [(0, 0), (0, 0), (0, 0), (0, width - p.shape[3])]) for p in parts], axis=2)
+        )
         cross = [step[1][b] for step in steps]
-        cross_blocks.append(None if any(c is None for c in cross)
-                            else numpy.concatenate([_to_numpy(c) for c in cross], axis=2))
+        cross_blocks.append(
+            None if any(c is None for c in cross) else numpy.concatenate([_to_numpy(c) for c in cross], axis=2)
+        )
     return self_blocks, cross_blocks
 
 
-def plot_transformer_attention(model, src_tokens=None, tgt_tokens=None, folder=".", prefix="attention", index=0,
-                               decoder_weights=None, **kwargs):
+def plot_transformer_attention(
+    model, src_tokens=None, tgt_tokens=None, folder=".", prefix="attention", index=0, decoder_weights=None, **kwargs
+):
     """Draw the three kinds of attention of an encoder-decoder Transformer, one PNG each:
 
         {folder}/{prefix}_encoder_self.png      encoder self-attention (source x source)
@@ -483,15 +547,18 @@ def plot_seq2seq_attention(weights, src_tokens=None, tgt_tokens=None, path=None,
     if weights is not None and not isinstance(weights, (list, tuple)):
         data = _to_numpy(weights)
         if data.ndim != 2:
-            raise ValueError(f"Bahdanau attention weights: expected a list of steps or one (L, S) array, "
-                             f"got shape {data.shape}")
-        return show_heatmaps(data, "keys (source)", "queries (target)", path=path, row_labels=tgt_tokens,
-                             col_labels=src_tokens, **kwargs)
+            raise ValueError(
+                f"Bahdanau attention weights: expected a list of steps or one (L, S) array, got shape {data.shape}"
+            )
+        return show_heatmaps(
+            data, "keys (source)", "queries (target)", path=path, row_labels=tgt_tokens, col_labels=src_tokens, **kwargs
+        )
     steps = list(weights or [])
     if steps and isinstance(steps[0], (list, tuple)):  # one list per decoding call
         steps = [w for call in steps for w in call]
     if not steps:
         raise ValueError("no Bahdanau attention weights recorded: run the decoder first")
     data = numpy.concatenate([_to_numpy(w)[index] for w in steps], axis=0)  # (T, S)
-    return show_heatmaps(data, "keys (source)", "queries (target)", path=path, row_labels=tgt_tokens,
-                         col_labels=src_tokens, **kwargs)
+    return show_heatmaps(
+        data, "keys (source)", "queries (target)", path=path, row_labels=tgt_tokens, col_labels=src_tokens, **kwargs
+    )

@@ -45,8 +45,13 @@ BEST_DIR = "best"
 LOCK_FILE = ".lock"
 # the files a run writes into its folder (besides the two checkpoint folders); translate's
 # heatmaps are the user's and stay
-FIGURES = ("loss.png", "attention.png", "attention_encoder_self.png", "attention_decoder_self.png",
-           "attention_cross.png")
+FIGURES = (
+    "loss.png",
+    "attention.png",
+    "attention_encoder_self.png",
+    "attention_decoder_self.png",
+    "attention_cross.png",
+)
 
 
 class RunFolderError(ValueError):
@@ -80,8 +85,10 @@ def holds_run(folder):
 
 def nothing_to_resume(folder):
     """The error for ``--resume`` of a folder that holds no run."""
-    return RunFolderError(f"{folder} holds no run to resume (no {CHECKPOINT_DIR}/ in it); start one with: "
-                          f"minitensor train --out {shlex.quote(os.fspath(folder))}")
+    return RunFolderError(
+        f"{folder} holds no run to resume (no {CHECKPOINT_DIR}/ in it); start one with: "
+        f"minitensor train --out {shlex.quote(os.fspath(folder))}"
+    )
 
 
 def describe_run(folder):
@@ -100,20 +107,24 @@ def check_weights_fit(config, info, where):
     *before* ``build_model`` allocates it (an edited config must not fill the memory)."""
     vocabs = info["vocabs"]
     if "src" not in vocabs or "tgt" not in vocabs:
-        raise CheckpointError(f"{where}: the checkpoint holds no 'src' and 'tgt' vocabularies; it was not written "
-                              "by minitensor train")
+        raise CheckpointError(
+            f"{where}: the checkpoint holds no 'src' and 'tgt' vocabularies; it was not written by minitensor train"
+        )
     saved = sum(math.prod(shape) for shape in info["shapes"].values())
     needed = min_num_parameters(config, len(vocabs["src"]), len(vocabs["tgt"]))
     if needed > saved:
-        raise CheckpointError(f"{where}: its config describes a model of at least {needed:,} parameters, but the "
-                              f"saved weights hold {saved:,}: the config does not belong to these weights")
+        raise CheckpointError(
+            f"{where}: its config describes a model of at least {needed:,} parameters, but the "
+            f"saved weights hold {saved:,}: the config does not belong to these weights"
+        )
 
 
 def _check_extra(extra, where):
     """The training loop's own fields of a checkpoint ("extra"), checked before use: a
     ``CheckpointError`` naming the field, never a KeyError or a huge allocation later."""
+
     def fail(name, what, value):
-        raise CheckpointError(f"{where}: field \"extra.{name}\" must be {what}, got {value!r:.60}")
+        raise CheckpointError(f'{where}: field "extra.{name}" must be {what}, got {value!r:.60}')
 
     if not isinstance(extra, dict):
         fail("", "a dict", extra)
@@ -136,7 +147,8 @@ def _check_extra(extra, where):
             fail("history.loss", "a list of finite numbers", losses)
         evals = history.get("eval")
         if not isinstance(evals, list) or not all(
-                isinstance(e, dict) and all(is_finite_number(v) for v in e.values()) for e in evals):
+            isinstance(e, dict) and all(is_finite_number(v) for v in e.values()) for e in evals
+        ):
             fail("history.eval", "a list of dicts of numbers", evals)
         value = history.get("steps_per_epoch")
         if not is_integer(value) or value < 1:
@@ -238,7 +250,8 @@ class RunFolder:
             return
         raise RunExistsError(
             f"{self.display} already holds a run ({describe_run(self.path)}); continue it with --resume, "
-            f"delete it and start afresh with --overwrite, or choose another --out")
+            f"delete it and start afresh with --overwrite, or choose another --out"
+        )
 
     def _delete_run_files(self):
         for name in run_files(self.path):
@@ -259,8 +272,10 @@ class RunFolder:
             if not _try_lock(fd):
                 owner = _read_owner(fd)
                 os.close(fd)
-                raise RunBusyError(f"{self.display} is in use by another training run ({owner}); wait for it to "
-                                   f"finish or choose another --out")
+                raise RunBusyError(
+                    f"{self.display} is in use by another training run ({owner}); wait for it to "
+                    f"finish or choose another --out"
+                )
             # A finishing owner deletes the lock file: make sure we locked the file that is
             # still there, not one just unlinked (else two processes could both "own" it).
             try:
@@ -272,8 +287,12 @@ class RunFolder:
             os.close(fd)
         left = _read_owner(fd, raw=True)
         if left:
-            warnings.warn(f"{self.display}: took over the lock left by {left}, which ended without releasing it "
-                          f"(killed?); its last saved checkpoint is intact", RuntimeWarning, stacklevel=3)
+            warnings.warn(
+                f"{self.display}: took over the lock left by {left}, which ended without releasing it "
+                f"(killed?); its last saved checkpoint is intact",
+                RuntimeWarning,
+                stacklevel=3,
+            )
         started = datetime.datetime.now().isoformat(timespec="seconds")
         os.ftruncate(fd, 0)
         os.lseek(fd, 0, os.SEEK_SET)

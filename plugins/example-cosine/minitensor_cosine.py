@@ -36,8 +36,10 @@ class CosineScorer(mt.nn.Module):
         # for another scorer: refuse it by name rather than train with the default scale.
         mt.plugins.check_options(type(self), options, ("scale", "eps"))
         if query_size != key_size:
-            raise ValueError(f"cosine scorer: queries and keys need one length, got query_size={query_size}, "
-                             f"key_size={key_size} (use the 'additive' scorer for different lengths)")
+            raise ValueError(
+                f"cosine scorer: queries and keys need one length, got query_size={query_size}, "
+                f"key_size={key_size} (use the 'additive' scorer for different lengths)"
+            )
         self.scale = float(scale)
         self.eps = float(eps)
 

@@ -12,10 +12,8 @@ import math
 
 import minitensor as mt
 from minitensor import hookimpl, nn
-from minitensor.plugins import check_options
 from minitensor.errors import ShapeError
-
-
+from minitensor.plugins import check_options
 
 
 def allowed_keys(scores, valid_lens=None, mask=None):

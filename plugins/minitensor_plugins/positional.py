@@ -31,8 +31,6 @@ from minitensor import hookimpl, nn
 from minitensor.plugins import check_options
 
 
-
-
 def _check_window(name, offset, length, max_len):
     """Positions offset .. offset + length - 1 must exist in a table of max_len rows;
     returns offset as a Python int."""

@@ -165,8 +165,18 @@ class T5RelativeBias(_RelativeScoreBias):
     nudge next to the content scores, grown by training).
     """
 
-    def __init__(self, num_heads, max_len=1000, num_buckets=32, max_distance=128, bidirectional=True, std=0.02,
-                 dtype=None, device=None, **options):
+    def __init__(
+        self,
+        num_heads,
+        max_len=1000,
+        num_buckets=32,
+        max_distance=128,
+        bidirectional=True,
+        std=0.02,
+        dtype=None,
+        device=None,
+        **options,
+    ):
         super().__init__(num_heads, max_len)
         check_options(type(self), options)
         name = type(self).__name__
@@ -200,8 +210,10 @@ class T5RelativeBias(_RelativeScoreBias):
         return self.table[mt.tensor(buckets, device=self.table.device)].swapaxes(0, 1)
 
     def extra_repr(self):
-        return (f"num_heads={self.num_heads}, num_buckets={self.num_buckets}, max_distance={self.max_distance}, "
-                f"bidirectional={self.bidirectional}")
+        return (
+            f"num_heads={self.num_heads}, num_buckets={self.num_buckets}, max_distance={self.max_distance}, "
+            f"bidirectional={self.bidirectional}"
+        )
 
 
 def t5_bucket(relative_position, bidirectional=True, num_buckets=32, max_distance=128):

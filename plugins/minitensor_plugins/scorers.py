@@ -112,8 +112,9 @@ class CosineScorer(nn.Module):
     DEFAULT_SCALE = 10.0
     eps = 1e-6
 
-    def __init__(self, query_size, key_size, scale=None, seq_len=None, learn_scale=True, dtype=None, device=None,
-                 **options):
+    def __init__(
+        self, query_size, key_size, scale=None, seq_len=None, learn_scale=True, dtype=None, device=None, **options
+    ):
         super().__init__()
         _same_sizes(type(self), query_size, key_size)
         check_options(type(self), options, ("scale", "seq_len", "learn_scale"))

@@ -95,6 +95,20 @@ from .load import find_checkpoint, load_checkpoint  # noqa: F401
 from .plugins import _split_source, model_plugins  # noqa: F401
 from .rng import get_rng_state, set_rng_state  # noqa: F401
 from .save import KILL_AT_ENV, SAVE_STEPS, save_checkpoint  # noqa: F401
-from .spec import (CHECKPOINT_JSON, FORMAT, FORMAT_VERSION, MAX_DEPTH, MAX_ENTRIES, MAX_INT,  # noqa: F401
-                   MAX_JSON_BYTES, MAX_TENSOR_FILE_BYTES, MAX_TENSORS, MAX_TEXT_CHARS, MAX_TOKEN_CHARS,
-                   MAX_VOCAB_SIZE, MODEL_FILE, OPTIMIZER_FILE, CheckpointError)
+from .spec import (
+    CHECKPOINT_JSON,
+    FORMAT,
+    FORMAT_VERSION,
+    MAX_DEPTH,
+    MAX_ENTRIES,
+    MAX_INT,  # noqa: F401
+    MAX_JSON_BYTES,
+    MAX_TENSOR_FILE_BYTES,
+    MAX_TENSORS,
+    MAX_TEXT_CHARS,
+    MAX_TOKEN_CHARS,
+    MAX_VOCAB_SIZE,
+    MODEL_FILE,
+    OPTIMIZER_FILE,
+    CheckpointError,
+)

@@ -8,7 +8,7 @@ import shutil
 import stat
 import uuid
 
-from .spec import CHECKPOINT_JSON, _OWN_FILES, CheckpointError
+from .spec import _OWN_FILES, CHECKPOINT_JSON, CheckpointError
 
 
 def _write_file(path, data):

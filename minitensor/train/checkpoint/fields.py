@@ -8,8 +8,21 @@ import re
 import numpy
 
 from .rng import _backend_generator, _encode_state
-from .spec import (FORMAT, FORMAT_VERSION, MAX_DEPTH, MAX_ENTRIES, MAX_TENSOR_FILE_BYTES, MAX_TENSORS, MAX_TOKEN_CHARS,
-                   MAX_VOCAB_SIZE, MODEL_FILE, OPTIMIZER_FILE, _NDARRAY, _TENSOR, _FieldError)
+from .spec import (
+    _NDARRAY,
+    _TENSOR,
+    FORMAT,
+    FORMAT_VERSION,
+    MAX_DEPTH,
+    MAX_ENTRIES,
+    MAX_TENSOR_FILE_BYTES,
+    MAX_TENSORS,
+    MAX_TOKEN_CHARS,
+    MAX_VOCAB_SIZE,
+    MODEL_FILE,
+    OPTIMIZER_FILE,
+    _FieldError,
+)
 from .values import _at, _bad, _digest, _int, _list, _missing, _number, _object, _setting, _show, _text, _unique
 
 _STATE_INDEX = re.compile(r"0|[1-9][0-9]{0,8}")
@@ -28,8 +41,23 @@ def _check_depth(body):
             stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
 
 
-_BODY_FIELDS = ("format", "format_version", "minitensor_version", "created", "model", "config", "plugins", "vocabs",
-                "rng", "optimizer", "scheduler", "step", "epoch", "extra", "files")
+_BODY_FIELDS = (
+    "format",
+    "format_version",
+    "minitensor_version",
+    "created",
+    "model",
+    "config",
+    "plugins",
+    "vocabs",
+    "rng",
+    "optimizer",
+    "scheduler",
+    "step",
+    "epoch",
+    "extra",
+    "files",
+)
 
 
 def _check_fields(body):
@@ -103,12 +131,15 @@ def _check_vocab_fields(vocabs):
         reserved = _list(saved["reserved_tokens"], f"{path}.reserved_tokens", MAX_ENTRIES)
         for i, token in enumerate(reserved):
             _text(token, f"{path}.reserved_tokens[{i}]", MAX_TOKEN_CHARS, one_line=False)
-        if tokens[:len(reserved)] != reserved:
-            raise _FieldError(f'field "{path}.reserved_tokens" must be the first entries of "{path}.idx_to_token" '
-                              f"(a Vocab numbers them first), got {_show(reserved)}")
+        if tokens[: len(reserved)] != reserved:
+            raise _FieldError(
+                f'field "{path}.reserved_tokens" must be the first entries of "{path}.idx_to_token" '
+                f"(a Vocab numbers them first), got {_show(reserved)}"
+            )
         if "<unk>" not in reserved:
-            raise _FieldError(f'field "{path}.reserved_tokens" must include "<unk>" (every Vocab has it), got '
-                              f"{reserved[:8]!r:.200}")
+            raise _FieldError(
+                f'field "{path}.reserved_tokens" must include "<unk>" (every Vocab has it), got {reserved[:8]!r:.200}'
+            )
 
 
 def _encodable(text):
@@ -138,7 +169,8 @@ def _check_rng_fields(rng):
         if backend is not None and hasattr(backend, "get_rng_state"):  # that backend's own kind of state
             _like(state, _encode_state(backend.get_rng_state()), path, of=f"a {device!r} backend's generator state")
         elif (backend is not None and _backend_generator(backend) is not None) or (
-                isinstance(state, dict) and "bit_generator" in state):
+            isinstance(state, dict) and "bit_generator" in state
+        ):
             _check_generator_state(state, path)
         else:  # the state of a backend that is not here (a GPU's): kept, not used
             for key, value in _object(state, path, max_items=16).items():
@@ -203,8 +235,9 @@ def _check_optimizer_fields(saved):
             _missing(f"{path}.params")
         for j, index in enumerate(_list(group["params"], f"{path}.params", MAX_TENSORS)):
             if _int(index, f"{path}.params[{j}]", MAX_TENSORS - 1) in listed:
-                raise _FieldError(f'field "{path}.params[{j}]" repeats parameter {index}; each parameter is in one '
-                                  "place")
+                raise _FieldError(
+                    f'field "{path}.params[{j}]" repeats parameter {index}; each parameter is in one place'
+                )
             listed.add(index)
         for key, value in group.items():
             if key != "params":

@@ -7,12 +7,12 @@ import copy
 import json
 
 from .content import _qualname
-from .spec import OPTIMIZER_FILE, _TENSOR, CheckpointError, _FieldError
+from .spec import _TENSOR, OPTIMIZER_FILE, CheckpointError, _FieldError
 from .values import _at, _missing, _same_kind
 
 
 def _key_difference(wanted, found):
-    """"'a', 'b' and 3 more": a few names, however many differ."""
+    """ "'a', 'b' and 3 more": a few names, however many differ."""
     names = sorted(wanted - found)
     shown = ", ".join(repr(n[:80]) for n in names[:3])
     return shown + (f" and {len(names) - 3:,} more" if len(names) > 3 else "")
@@ -21,8 +21,10 @@ def _key_difference(wanted, found):
 def _check_keys(entries, keys, field, fname):
     """The arrays of ``fname`` (its header) are those the field ``field`` lists."""
     if set(entries) != set(keys):
-        parts = [f"{fname} lacks {_key_difference(set(keys), set(entries))}" if set(keys) - set(entries) else "",
-                 f"it does not list {_key_difference(set(entries), set(keys))}" if set(entries) - set(keys) else ""]
+        parts = [
+            f"{fname} lacks {_key_difference(set(keys), set(entries))}" if set(keys) - set(entries) else "",
+            f"it does not list {_key_difference(set(entries), set(keys))}" if set(entries) - set(keys) else "",
+        ]
         raise _FieldError(f'field "{field}" does not match the arrays in {fname}: ' + "; ".join(p for p in parts if p))
 
 
@@ -52,8 +54,10 @@ def _check_model(model, arrays, body):
             "changed:\n  " + "\n  ".join(problems)
         )
     if body["model"]["num_parameters"] != model.num_parameters():
-        raise _FieldError(f'field "model.num_parameters" is {body["model"]["num_parameters"]:,}, but this '
-                          f"{type(model).__name__}, with the same arrays, has {model.num_parameters():,} parameters")
+        raise _FieldError(
+            f'field "model.num_parameters" is {body["model"]["num_parameters"]:,}, but this '
+            f"{type(model).__name__}, with the same arrays, has {model.num_parameters():,} parameters"
+        )
 
 
 def _saved_record(body, kind, a_kind, live):
@@ -63,8 +67,9 @@ def _saved_record(body, kind, a_kind, live):
     if saved is None:
         raise CheckpointError(f"the checkpoint has no {kind} state (saved without {a_kind}); nothing was changed")
     if saved["class"] != _qualname(live):
-        raise CheckpointError(f"the checkpoint's {kind} is a {saved['class']}, not a {_qualname(live)}; "
-                              "nothing was changed")
+        raise CheckpointError(
+            f"the checkpoint's {kind} is a {saved['class']}, not a {_qualname(live)}; nothing was changed"
+        )
     return saved
 
 
@@ -75,14 +80,17 @@ def _check_optimizer(optimizer, body):
     name = type(optimizer).__name__
     groups = saved["param_groups"]
     if len(groups) != len(optimizer.param_groups):
-        raise _FieldError(f'field "optimizer.param_groups" has {len(groups)} group(s), this {name} '
-                          f"{len(optimizer.param_groups)}")
+        raise _FieldError(
+            f'field "optimizer.param_groups" has {len(groups)} group(s), this {name} {len(optimizer.param_groups)}'
+        )
     by_index = {}
     for i, (group, live) in enumerate(zip(groups, optimizer.param_groups)):
         path = f"optimizer.param_groups[{i}]"
         if len(group["params"]) != len(live["params"]):
-            raise _FieldError(f'field "{path}.params" lists {len(group["params"])} parameter(s), this {name}\'s group '
-                              f"{i} has {len(live['params'])}")
+            raise _FieldError(
+                f'field "{path}.params" lists {len(group["params"])} parameter(s), this {name}\'s group '
+                f"{i} has {len(live['params'])}"
+            )
         by_index.update(zip(group["params"], live["params"]))
         for key in optimizer.defaults:
             if key not in group:
@@ -101,23 +109,30 @@ def _check_optimizer(optimizer, body):
 def _check_optimizer_header(entries, body, by_index):
     """The arrays of optimizer.safetensors are those the state refers to, each of its parameter's
     shape (or a scalar), floating point."""
-    refs = {value[_TENSOR]: by_index[int(i)] for i, values in body["optimizer"]["state"].items()
-            for value in values.values() if isinstance(value, dict)}
+    refs = {
+        value[_TENSOR]: by_index[int(i)]
+        for i, values in body["optimizer"]["state"].items()
+        for value in values.values()
+        if isinstance(value, dict)
+    }
     _check_keys(entries, refs, "optimizer.state", OPTIMIZER_FILE)
     for key, (shape, dtype) in entries.items():
         param = refs[key]
         if shape not in (tuple(param.shape), ()) or dtype.kind != "f":
-            raise CheckpointError(f"the checkpoint's optimizer state does not fit this optimizer: {OPTIMIZER_FILE} "
-                                  f"holds {key!r} as {dtype} of shape {shape}, for a parameter of shape "
-                                  f"{tuple(param.shape)}; nothing was changed")
+            raise CheckpointError(
+                f"the checkpoint's optimizer state does not fit this optimizer: {OPTIMIZER_FILE} "
+                f"holds {key!r} as {dtype} of shape {shape}, for a parameter of shape "
+                f"{tuple(param.shape)}; nothing was changed"
+            )
 
 
 def _optimizer_state(body, arrays):
     saved = body["optimizer"]
     state = {}
     for i, values in saved["state"].items():
-        state[int(i)] = {key: arrays[value[_TENSOR]] if isinstance(value, dict) else value
-                         for key, value in values.items()}
+        state[int(i)] = {
+            key: arrays[value[_TENSOR]] if isinstance(value, dict) else value for key, value in values.items()
+        }
     return {"state": state, "param_groups": saved["param_groups"]}
 
 
@@ -129,8 +144,9 @@ def _dry_run_optimizer(optimizer, state_dict):
     try:
         clone.load_state_dict(state_dict)
     except Exception as e:
-        raise CheckpointError(f"the checkpoint's optimizer state does not fit this optimizer: {e}; "
-                              "nothing was changed") from e
+        raise CheckpointError(
+            f"the checkpoint's optimizer state does not fit this optimizer: {e}; nothing was changed"
+        ) from e
 
 
 def _check_scheduler(scheduler, body):

@@ -11,8 +11,15 @@ from collections import OrderedDict
 
 from .disk import _backup, _siblings
 from .fields import _check_fields
-from .fit import (_check_keys, _check_model, _check_optimizer, _check_optimizer_header, _check_scheduler,
-                  _dry_run_optimizer, _optimizer_state)
+from .fit import (
+    _check_keys,
+    _check_model,
+    _check_optimizer,
+    _check_optimizer_header,
+    _check_scheduler,
+    _dry_run_optimizer,
+    _optimizer_state,
+)
 from .plugins import _check_plugins
 from .reading import _read_index, _read_tensors
 from .rng import _check_rng_state, set_rng_state
@@ -39,8 +46,8 @@ def find_checkpoint(path, name="checkpoint"):
         unfinished = _siblings(target, "tmp")
         raise CheckpointError(
             f"no checkpoint in {path}: it holds neither {CHECKPOINT_JSON} (a checkpoint) nor {name}/ (a run's "
-            "checkpoint)" + (f"; only {os.path.basename(unfinished[0])}, a save that never completed" if unfinished
-                             else "")
+            "checkpoint)"
+            + (f"; only {os.path.basename(unfinished[0])}, a save that never completed" if unfinished else "")
         )
     if not os.path.lexists(path) and _backup(path) is not None:
         return path  # the checkpoint itself, renamed away by a save that was killed
@@ -49,8 +56,9 @@ def find_checkpoint(path, name="checkpoint"):
     raise CheckpointError(f"no checkpoint at {path}: it does not exist")
 
 
-def load_checkpoint(directory, model=None, optimizer=None, scheduler=None, map_device="cpu", *, restore_rng=True,
-                    read_arrays=True):
+def load_checkpoint(
+    directory, model=None, optimizer=None, scheduler=None, map_device="cpu", *, restore_rng=True, read_arrays=True
+):
     """Load the checkpoint ``directory``: into ``model``, ``optimizer`` and ``scheduler`` when
     given, and restore the random generators (``restore_rng``) so training resumes exactly.
 
@@ -99,8 +107,12 @@ def load_checkpoint(directory, model=None, optimizer=None, scheduler=None, map_d
         opt_state = None
         if optimizer is not None:
             by_index = _check_optimizer(optimizer, body)
-            _, opt_arrays = _read_tensors(source, OPTIMIZER_FILE, files[OPTIMIZER_FILE],
-                                          lambda entries: _check_optimizer_header(entries, body, by_index))
+            _, opt_arrays = _read_tensors(
+                source,
+                OPTIMIZER_FILE,
+                files[OPTIMIZER_FILE],
+                lambda entries: _check_optimizer_header(entries, body, by_index),
+            )
             opt_state = _optimizer_state(body, opt_arrays)
             _dry_run_optimizer(optimizer, opt_state)
         sched_state = _check_scheduler(scheduler, body) if scheduler is not None else None
@@ -136,14 +148,16 @@ def load_checkpoint(directory, model=None, optimizer=None, scheduler=None, map_d
         "step": body["step"],
         "epoch": body["epoch"],
         "extra": body["extra"],
-        "optimizer": None if body["optimizer"] is None else
-        {"class": body["optimizer"]["class"], "param_groups": body["optimizer"]["param_groups"]},
+        "optimizer": None
+        if body["optimizer"] is None
+        else {"class": body["optimizer"]["class"], "param_groups": body["optimizer"]["param_groups"]},
         "scheduler": body["scheduler"] and body["scheduler"]["state"],
         "rng_state": rng_state,
         "rng_skipped": skipped,
         "shapes": shapes,
-        "state_dict": None if weights is None else
-        OrderedDict((k, tensor(v, device=map_device)) for k, v in weights.items()),
+        "state_dict": None
+        if weights is None
+        else OrderedDict((k, tensor(v, device=map_device)) for k, v in weights.items()),
     }
 
 
@@ -154,8 +168,12 @@ def _where_to_read(directory):
         backup = _backup(directory)
         if backup is None:
             raise CheckpointError(f"no checkpoint at {directory}: the directory does not exist")
-        warnings.warn(f"checkpoint {directory} is missing: a save was interrupted; reading the previous checkpoint "
-                      f"from {backup} (the next save_checkpoint there renames it back)", RuntimeWarning, stacklevel=3)
+        warnings.warn(
+            f"checkpoint {directory} is missing: a save was interrupted; reading the previous checkpoint "
+            f"from {backup} (the next save_checkpoint there renames it back)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
         return backup, backup
     if not os.path.isdir(directory):
         raise CheckpointError(f"{directory} is not a checkpoint directory")

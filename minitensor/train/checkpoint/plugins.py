@@ -12,7 +12,7 @@ from .spec import CheckpointError
 
 
 def _split_source(source):
-    """"minitensor-example-cosine 0.1.0" -> ("minitensor-example-cosine", "0.1.0"); a source that is
+    """ "minitensor-example-cosine 0.1.0" -> ("minitensor-example-cosine", "0.1.0"); a source that is
     not an installed distribution (built in, a plugin file or module, run time) -> (None, None)."""
     from ... import plugins
 
@@ -44,12 +44,21 @@ def model_plugins(model):
         row = rows.get((kind, name))
         source = row["source"] if row else "unknown"
         distribution, version = _split_source(source)
-        used[(kind, name)] = {"kind": kind, "name": name, "source": source, "distribution": distribution,
-                              "version": version, "class": row["class"] if row else None}
+        used[(kind, name)] = {
+            "kind": kind,
+            "name": name,
+            "source": source,
+            "distribution": distribution,
+            "version": version,
+            "class": row["class"] if row else None,
+        }
 
     for module in model.modules():
-        for kind, attribute, part in (("scorer", "scorer_name", "scorer"), ("pooling", "pooling_name", "pooling"),
-                                      ("positional encoding", "positional_name", "positional")):
+        for kind, attribute, part in (
+            ("scorer", "scorer_name", "scorer"),
+            ("pooling", "pooling_name", "pooling"),
+            ("positional encoding", "positional_name", "positional"),
+        ):
             name = module.__dict__.get(attribute)
             if isinstance(name, str):
                 add(kind, name)
@@ -83,28 +92,37 @@ def _missing_plugin(entry):
     source, distribution, version = entry["source"], entry["distribution"], entry["version"]
     what = f"{entry['kind']} {entry['name']!r}"
     if source == plugins.BUILT_IN:
-        return (f"built-in {what} is not registered (was it unregistered? the checkpoint was written by minitensor "
-                "with it built in)")
+        return (
+            f"built-in {what} is not registered (was it unregistered? the checkpoint was written by minitensor "
+            "with it built in)"
+        )
     if source == plugins.RUN_TIME:
-        return (f"{what} ({entry['class']!r}) was registered at run time when saved; register it again with "
-                "minitensor.plugins.register(...) before loading, or put it in a file and pass --plugin PATH "
-                "(or MINITENSOR_PLUGINS=PATH)")
+        return (
+            f"{what} ({entry['class']!r}) was registered at run time when saved; register it again with "
+            "minitensor.plugins.register(...) before loading, or put it in a file and pass --plugin PATH "
+            "(or MINITENSOR_PLUGINS=PATH)"
+        )
     if source.startswith(file_source):
-        path = source[len(file_source):]
+        path = source[len(file_source) :]
         if os.path.isabs(path) and path.isprintable():
-            return (f"{what} came from the plugin file {path!r} when saved: pass --plugin {shlex.quote(path)} "
-                    f"(or set MINITENSOR_PLUGINS={shlex.quote(path)})")
+            return (
+                f"{what} came from the plugin file {path!r} when saved: pass --plugin {shlex.quote(path)} "
+                f"(or set MINITENSOR_PLUGINS={shlex.quote(path)})"
+            )
     elif source.startswith(module_source):
-        module = source[len(module_source):]
+        module = source[len(module_source) :]
         if _MODULE_NAME.fullmatch(module):
-            return (f"{what} came from the plugin module {module!r} when saved: pass --plugin {module} "
-                    f"(or set MINITENSOR_PLUGINS={module})")
+            return (
+                f"{what} came from the plugin module {module!r} when saved: pass --plugin {module} "
+                f"(or set MINITENSOR_PLUGINS={module})"
+            )
     elif distribution is not None and _DISTRIBUTION_NAME.fullmatch(distribution):
         saved_from = distribution + (f" {version}" if version is not None and _VERSION.fullmatch(version) else "")
-        return (f"{what} from {saved_from} is not installed: pip install {distribution}; or load its plugin file "
-                f"or module with {_PLUGIN_OPTION}")
-    return (f"{what} from {source!r} ({entry['class']!r}) is not installed; install it, or load it with "
-            f"{_PLUGIN_OPTION}")
+        return (
+            f"{what} from {saved_from} is not installed: pip install {distribution}; or load its plugin file "
+            f"or module with {_PLUGIN_OPTION}"
+        )
+    return f"{what} from {source!r} ({entry['class']!r}) is not installed; install it, or load it with {_PLUGIN_OPTION}"
 
 
 def _check_plugins(saved):
@@ -118,8 +136,13 @@ def _check_plugins(saved):
         if here is None:
             missing.append(_missing_plugin(entry))
         elif entry["distribution"] and _split_source(here["source"])[0] != entry["distribution"]:
-            warnings.warn(f"checkpoint: {entry['kind']} {entry['name']!r} was saved from {entry['source']!r}; here "
-                          f"it comes from {here['source']}", RuntimeWarning, stacklevel=3)
+            warnings.warn(
+                f"checkpoint: {entry['kind']} {entry['name']!r} was saved from {entry['source']!r}; here "
+                f"it comes from {here['source']}",
+                RuntimeWarning,
+                stacklevel=3,
+            )
     if missing:
-        raise CheckpointError("the checkpoint needs plugin(s) that are not installed; nothing was changed:\n  "
-                              + "\n  ".join(missing))
+        raise CheckpointError(
+            "the checkpoint needs plugin(s) that are not installed; nothing was changed:\n  " + "\n  ".join(missing)
+        )

@@ -17,9 +17,14 @@ from .values import _bad, _digest, _missing, _show
 
 
 def _file_kind(mode):
-    for test, kind in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a directory"),
-                       (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"),
-                       (stat.S_ISSOCK, "a socket")):
+    for test, kind in (
+        (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISCHR, "a device"),
+        (stat.S_ISBLK, "a device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
         if test(mode):
             return kind
     return "not a regular file"
@@ -54,8 +59,10 @@ def _open_regular(directory, fname, size=None, limit=None):
             what = "truncated" if info.st_size < size else "damaged"
             raise CheckpointError(f"{path} is {what}: {info.st_size:,} bytes, {size:,} were written")
         if limit is not None and info.st_size > limit:
-            raise CheckpointError(f"{path} is {info.st_size:,} bytes, more than the {limit:,} a checkpoint's "
-                                  f"{fname} may have; it is not one minitensor wrote")
+            raise CheckpointError(
+                f"{path} is {info.st_size:,} bytes, more than the {limit:,} a checkpoint's "
+                f"{fname} may have; it is not one minitensor wrote"
+            )
         return os.fdopen(fd, "rb"), info.st_size
     except BaseException:
         os.close(fd)
@@ -83,8 +90,9 @@ def _read_index(directory):
     except (UnicodeDecodeError, ValueError, RecursionError) as e:  # ValueError: JSON, or an int of 4,300+ digits
         raise CheckpointError(f"{path} is corrupted (not valid JSON: {e})") from e
     if not isinstance(body, dict):
-        raise CheckpointError(f"{directory} is not a minitensor checkpoint ({CHECKPOINT_JSON} holds {_show(body)}, "
-                              "not a JSON object)")
+        raise CheckpointError(
+            f"{directory} is not a minitensor checkpoint ({CHECKPOINT_JSON} holds {_show(body)}, not a JSON object)"
+        )
     _check_depth(body)
     if body.get("format") != FORMAT:
         if "format" not in body:
@@ -97,8 +105,10 @@ def _read_index(directory):
         _bad("format_version", "an integer", version)
     if not 1 <= version <= FORMAT_VERSION:
         writer = f" (it was written by minitensor {_show(body.get('minitensor_version'))}: upgrade)"
-        raise _FieldError(f'field "format_version" is {_show(version)}: this minitensor ({_minitensor_version()}) '
-                          f"reads format version(s) 1..{FORMAT_VERSION}" + (writer if version > FORMAT_VERSION else ""))
+        raise _FieldError(
+            f'field "format_version" is {_show(version)}: this minitensor ({_minitensor_version()}) '
+            f"reads format version(s) 1..{FORMAT_VERSION}" + (writer if version > FORMAT_VERSION else "")
+        )
     if "content_sha256" not in body:
         _missing("content_sha256")
     claimed = _digest(body.pop("content_sha256"), "content_sha256")
@@ -108,14 +118,26 @@ def _read_index(directory):
 
 
 # safetensors dtype -> NumPy dtype, for those safetensors.numpy reads
-_SAFETENSORS_DTYPES = {"BOOL": "bool", "U8": "uint8", "I8": "int8", "U16": "uint16", "I16": "int16", "F16": "float16",
-                       "U32": "uint32", "I32": "int32", "F32": "float32", "U64": "uint64", "I64": "int64",
-                       "F64": "float64"}
+_SAFETENSORS_DTYPES = {
+    "BOOL": "bool",
+    "U8": "uint8",
+    "I8": "int8",
+    "U16": "uint16",
+    "I16": "int16",
+    "F16": "float16",
+    "U32": "uint32",
+    "I32": "int32",
+    "F32": "float32",
+    "U64": "uint64",
+    "I64": "int64",
+    "F64": "float64",
+}
 
 
 def _parse_header(raw, data_bytes, path):
     """A safetensors header (JSON: name -> dtype, shape, data_offsets) as {name: (shape, dtype)},
     after checking that the arrays exactly tile the ``data_bytes`` that follow it."""
+
     def bad(reason):
         raise CheckpointError(f"{path} cannot be parsed as safetensors (damaged?): {reason}")
 
@@ -129,11 +151,16 @@ def _parse_header(raw, data_bytes, path):
     for name, info in header.items():
         if name == "__metadata__":
             continue
-        if not (isinstance(info, dict) and set(info) == {"dtype", "shape", "data_offsets"}
-                and info["dtype"] in _SAFETENSORS_DTYPES and isinstance(info["shape"], list)
-                and all(type(n) is int and 0 <= n <= MAX_INT for n in info["shape"])
-                and isinstance(info["data_offsets"], list) and len(info["data_offsets"]) == 2
-                and all(type(n) is int for n in info["data_offsets"])):
+        if not (
+            isinstance(info, dict)
+            and set(info) == {"dtype", "shape", "data_offsets"}
+            and info["dtype"] in _SAFETENSORS_DTYPES
+            and isinstance(info["shape"], list)
+            and all(type(n) is int and 0 <= n <= MAX_INT for n in info["shape"])
+            and isinstance(info["data_offsets"], list)
+            and len(info["data_offsets"]) == 2
+            and all(type(n) is int for n in info["data_offsets"])
+        ):
             bad(f"array {name[:80]!r} is not described by a dtype NumPy reads, a shape and two data offsets")
         dtype = numpy.dtype(_SAFETENSORS_DTYPES[info["dtype"]])
         begin, end = info["data_offsets"]
@@ -167,8 +194,10 @@ def _read_tensors(directory, fname, record, check_header, read_arrays=True):
             raise CheckpointError(f"{path} cannot be parsed as safetensors (damaged?): it has {size} bytes")
         header_bytes = int.from_bytes(_read_exactly(f, 8, path), "little")
         if header_bytes > min(size - 8, MAX_JSON_BYTES):
-            raise CheckpointError(f"{path} cannot be parsed as safetensors (damaged?): a header of "
-                                  f"{header_bytes:,} bytes in a file of {size:,}")
+            raise CheckpointError(
+                f"{path} cannot be parsed as safetensors (damaged?): a header of "
+                f"{header_bytes:,} bytes in a file of {size:,}"
+            )
         entries = _parse_header(_read_exactly(f, header_bytes, path), size - 8 - header_bytes, path)
         check_header(entries)
         if not read_arrays:

@@ -19,8 +19,17 @@ from .disk import _backup, _check_target, _fsync_dir, _remove_leftovers, _rename
 from .fields import _check_depth, _check_fields
 from .plugins import model_plugins
 from .rng import get_rng_state
-from .spec import (CHECKPOINT_JSON, FORMAT, FORMAT_VERSION, MAX_JSON_BYTES, MODEL_FILE, OPTIMIZER_FILE, _TENSOR,
-                   CheckpointError, _FieldError)
+from .spec import (
+    _TENSOR,
+    CHECKPOINT_JSON,
+    FORMAT,
+    FORMAT_VERSION,
+    MAX_JSON_BYTES,
+    MODEL_FILE,
+    OPTIMIZER_FILE,
+    CheckpointError,
+    _FieldError,
+)
 
 # -- fault injection, for tests only ---------------------------------------------------------------
 KILL_AT_ENV = "MINITENSOR_TEST_KILL_AT"
@@ -34,8 +43,9 @@ SAVE_STEPS = (
 )
 
 
-def save_checkpoint(directory, model, optimizer=None, scheduler=None, config=None, vocabs=None, extra=None, *,
-                    step=None, epoch=None):
+def save_checkpoint(
+    directory, model, optimizer=None, scheduler=None, config=None, vocabs=None, extra=None, *, step=None, epoch=None
+):
     """Save ``model`` (and optionally the training state) as the checkpoint ``directory``.
 
     ``config``: a dict of JSON data describing how the model was built (enough to build it
@@ -104,8 +114,12 @@ def _contents(directory, model, optimizer, scheduler, config, vocabs, extra, ste
         "format_version": FORMAT_VERSION,
         "minitensor_version": _minitensor_version(),
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "model": {"class": _qualname(model), "device": params[0].device if params else "cpu",
-                  "num_parameters": model.num_parameters(), "keys": list(weights)},
+        "model": {
+            "class": _qualname(model),
+            "device": params[0].device if params else "cpu",
+            "num_parameters": model.num_parameters(),
+            "keys": list(weights),
+        },
         "config": _jsonable(config, "config"),
         "plugins": model_plugins(model),
         "vocabs": _vocab_dicts(vocabs),
@@ -119,8 +133,10 @@ def _contents(directory, model, optimizer, scheduler, config, vocabs, extra, ste
     if optimizer is not None:
         files[OPTIMIZER_FILE], body["optimizer"] = _optimizer_record(optimizer)
     if scheduler is not None:
-        body["scheduler"] = {"class": _qualname(scheduler),
-                             "state": _jsonable(scheduler.state_dict(), "scheduler state")}
+        body["scheduler"] = {
+            "class": _qualname(scheduler),
+            "state": _jsonable(scheduler.state_dict(), "scheduler state"),
+        }
     body["files"] = {fname: {"sha256": _sha256(data), "bytes": len(data)} for fname, data in files.items()}
     try:  # what load_checkpoint would refuse is refused now, while the previous checkpoint is intact
         _check_depth(body)
@@ -130,9 +146,11 @@ def _contents(directory, model, optimizer, scheduler, config, vocabs, extra, ste
     body["content_sha256"] = _sha256(_canonical(body))
     files[CHECKPOINT_JSON] = (json.dumps(body, indent=1) + "\n").encode()
     if len(files[CHECKPOINT_JSON]) > MAX_JSON_BYTES:
-        raise CheckpointError(f"cannot save a checkpoint to {directory}: its {CHECKPOINT_JSON} would be "
-                              f"{len(files[CHECKPOINT_JSON]):,} bytes, more than the {MAX_JSON_BYTES:,} a loader "
-                              "accepts (MAX_JSON_BYTES); keep large data out of config and extra")
+        raise CheckpointError(
+            f"cannot save a checkpoint to {directory}: its {CHECKPOINT_JSON} would be "
+            f"{len(files[CHECKPOINT_JSON]):,} bytes, more than the {MAX_JSON_BYTES:,} a loader "
+            "accepts (MAX_JSON_BYTES); keep large data out of config and extra"
+        )
     return files
 
 
@@ -154,8 +172,12 @@ def _optimizer_record(optimizer):
                 entry[key] = _jsonable(value, f"optimizer state[{i}][{key!r}]")
         index[str(i)] = entry
     data = safetensors_save(arrays, metadata={"format": FORMAT})
-    return data, {"class": _qualname(optimizer), "file": OPTIMIZER_FILE,
-                  "param_groups": _jsonable(saved["param_groups"], "optimizer param_groups"), "state": index}
+    return data, {
+        "class": _qualname(optimizer),
+        "file": OPTIMIZER_FILE,
+        "param_groups": _jsonable(saved["param_groups"], "optimizer param_groups"),
+        "state": index,
+    }
 
 
 def _vocab_dicts(vocabs):
@@ -172,8 +194,10 @@ def _kill_step():
     """The save step named by MINITENSOR_TEST_KILL_AT, or None (it is unset in normal use)."""
     step = os.environ.get(KILL_AT_ENV)
     if step and step not in SAVE_STEPS:
-        raise CheckpointError(f"{KILL_AT_ENV}={step!r} is not a save step; it must be one of {', '.join(SAVE_STEPS)} "
-                              "(it is meant for tests only)")
+        raise CheckpointError(
+            f"{KILL_AT_ENV}={step!r} is not a save step; it must be one of {', '.join(SAVE_STEPS)} "
+            "(it is meant for tests only)"
+        )
     return step or None
 
 

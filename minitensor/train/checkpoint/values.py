@@ -58,8 +58,10 @@ def _object(value, path, fields=None, max_items=MAX_ENTRIES, of=None):
             _missing(_at(path, key))
     for key in value:
         if key not in fields:
-            raise _FieldError(f'field "{_at(path, key)}" is not part of '
-                              + (of or f"the checkpoint format (version {FORMAT_VERSION})"))
+            raise _FieldError(
+                f'field "{_at(path, key)}" is not part of '
+                + (of or f"the checkpoint format (version {FORMAT_VERSION})")
+            )
     return value
 
 

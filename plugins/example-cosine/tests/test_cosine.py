@@ -18,8 +18,11 @@ def test_scores_are_cosine_similarities():
     rng = np.random.default_rng(0)
     q, k = rng.normal(size=(2, 3, 4)), rng.normal(size=(2, 5, 4))
     scores = minitensor_cosine.CosineScorer(4, 4, scale=2.0)(mt.tensor(q), mt.tensor(k)).numpy()
-    expected = 2.0 * np.einsum("bqd,bkd->bqk", q, k) / (
-        np.linalg.norm(q, axis=-1)[:, :, None] * np.linalg.norm(k, axis=-1)[:, None, :])
+    expected = (
+        2.0
+        * np.einsum("bqd,bkd->bqk", q, k)
+        / (np.linalg.norm(q, axis=-1)[:, :, None] * np.linalg.norm(k, axis=-1)[:, None, :])
+    )
     assert scores.shape == (2, 3, 5)
     np.testing.assert_allclose(scores, expected, rtol=1e-5, atol=1e-6)
 
