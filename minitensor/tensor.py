@@ -7,15 +7,17 @@ A Tensor holds
 - ``grad``: after ``backward()``, a Tensor with dL/d(this), for leaves (and ``retain_grad()``);
 - ``_ctx``: the Function call that produced it (None for leaves), the link into the graph.
 
-The arithmetic lives in ``minitensor/ops``, one Function per operation; the methods here
-only forward to those, so ``x.exp()`` and ``mt.exp(x)`` are the same call.
+The arithmetic lives in ``minitensor/ops``, one Function per operation; the operators and
+methods here are one line each that calls it: ``x * y`` is ``Mul.apply(x, y)``, ``x.exp()``
+and ``mt.exp(x)`` are the same call.
 """
 
 import itertools
+import operator
 
 import numpy
 
-from . import grad_mode
+from . import _printing, grad_mode
 from .backends import get_backend
 from .dtypes import as_dtype
 from .errors import DeviceError, DTypeError, GraphError
@@ -82,8 +84,6 @@ class Tensor:
         """The shape (PyTorch's ``x.size()``), or its length along ``axis``."""
         if axis is None:
             return self.shape
-        from .ops.axes import normalize_axis
-
         return self.data.shape[normalize_axis(axis, self.data.ndim, "size")]
 
     def numel(self):
@@ -152,8 +152,6 @@ class Tensor:
     def to(self, target=None, dtype=None, device=None):
         """A copy on another device and/or with another dtype: ``x.to("cuda")``,
         ``x.to(mt.float64)``. Returns ``self`` when nothing changes. Differentiable."""
-        from . import ops
-
         if target is not None:
             # A string names a device ("cpu", "cuda") unless it is a dtype name ("float64").
             if isinstance(target, str) and not _is_dtype_name(target):
@@ -189,9 +187,7 @@ class Tensor:
         ``self`` must be a scalar unless ``grad`` (dL/dself, same shape) is given. The graph
         is freed afterwards unless ``retain_graph=True``.
         """
-        from .autograd import backward
-
-        backward(self, grad, retain_graph)
+        autograd.backward(self, grad, retain_graph)
 
     def requires_grad_(self, requires_grad=True):
         if requires_grad and self.data.dtype.kind != "f":
@@ -258,17 +254,226 @@ class Tensor:
 
     def __setitem__(self, index, value):
         self._check_inplace("__setitem__")
-        from .ops.indexing import normalize_index
-
         self.data[normalize_index(index, self)] = self._value(value)
+
+    # -- arithmetic: ``x * y`` is ``Mul.apply(x, y)`` (ops/elementwise.py) -------------------------
+    # ``2 * x``: int.__mul__ does not know Tensors, so Python calls ``x.__rmul__(2)``.
+    def __add__(self, other):
+        return _binary(Add, self, other)
+
+    def __radd__(self, other):
+        return _reflected(Add, self, other)
+
+    def __sub__(self, other):
+        return _binary(Sub, self, other)
+
+    def __rsub__(self, other):
+        return _reflected(Sub, self, other)
+
+    def __mul__(self, other):
+        return _binary(Mul, self, other)
+
+    def __rmul__(self, other):
+        return _reflected(Mul, self, other)
+
+    def __truediv__(self, other):
+        return _binary(Div, self, other)
+
+    def __rtruediv__(self, other):
+        return _reflected(Div, self, other)
+
+    def __pow__(self, other):
+        return _binary(Pow, self, other)
+
+    def __rpow__(self, other):
+        return _reflected(Pow, self, other)
+
+    def __matmul__(self, other):
+        return _binary(MatMul, self, other)
+
+    def __rmatmul__(self, other):
+        return _reflected(MatMul, self, other)
+
+    def __neg__(self):
+        return ops.neg(self)
+
+    def __getitem__(self, index):
+        return ops.getitem(self, index)
+
+    # the same as named methods, as in PyTorch: x.add(y), x.matmul(w)
+    def add(self, other):
+        return _binary(Add, self, other)
+
+    def sub(self, other):
+        return _binary(Sub, self, other)
+
+    def mul(self, other):
+        return _binary(Mul, self, other)
+
+    def div(self, other):
+        return _binary(Div, self, other)
+
+    def pow(self, other):
+        return _binary(Pow, self, other)
+
+    def matmul(self, other):
+        return _binary(MatMul, self, other)
+
+    # -- comparisons and logic: bool tensors outside the graph (no useful derivative) -----------
+    def __eq__(self, other):
+        return _compare(operator.eq, self, other)
+
+    def __ne__(self, other):
+        return _compare(operator.ne, self, other)
+
+    def __lt__(self, other):
+        return _compare(operator.lt, self, other)
+
+    def __le__(self, other):
+        return _compare(operator.le, self, other)
+
+    def __gt__(self, other):
+        return _compare(operator.gt, self, other)
+
+    def __ge__(self, other):
+        return _compare(operator.ge, self, other)
+
+    __hash__ = object.__hash__  # == is elementwise (as in PyTorch), identity hashing stays
+
+    def __and__(self, other):
+        return _logical(operator.and_, self, other)
+
+    def __or__(self, other):
+        return _logical(operator.or_, self, other)
+
+    def __xor__(self, other):
+        return _logical(operator.xor, self, other)
+
+    def __invert__(self):
+        return Tensor._make(~self.data, self._backend, None)
+
+    def any(self, axis=None):
+        """Whether any element is true (nonzero), over all or along ``axis``: a bool tensor."""
+        if axis is not None:
+            axis = normalize_axes(axis, self.ndim, "any")
+        return Tensor._make(self.data.any(axis=axis), self._backend, None)
+
+    def all(self, axis=None):
+        """Whether every element is true (nonzero), over all or along ``axis``: a bool tensor."""
+        if axis is not None:
+            axis = normalize_axes(axis, self.ndim, "all")
+        return Tensor._make(self.data.all(axis=axis), self._backend, None)
+
+    # -- the ops as methods: ``x.exp()`` is ``mt.exp(x)``, same parameters ------------------------
+    def neg(self):
+        return ops.neg(self)
+
+    def exp(self):
+        return ops.exp(self)
+
+    def log(self):
+        return ops.log(self)
+
+    def sqrt(self):
+        return ops.sqrt(self)
+
+    def tanh(self):
+        return ops.tanh(self)
+
+    def sigmoid(self):
+        return ops.sigmoid(self)
+
+    def relu(self):
+        return ops.relu(self)
+
+    def gelu(self, approximate="none"):
+        return ops.gelu(self, approximate=approximate)
+
+    def abs(self):
+        return ops.abs(self)
+
+    def clip(self, min=None, max=None):
+        return ops.clip(self, min=min, max=max)
+
+    def clamp(self, min=None, max=None):
+        return ops.clamp(self, min=min, max=max)
+
+    def sum(self, axis=None, keepdims=False):
+        return ops.sum(self, axis=axis, keepdims=keepdims)
+
+    def mean(self, axis=None, keepdims=False):
+        return ops.mean(self, axis=axis, keepdims=keepdims)
+
+    def max(self, axis=None, keepdims=False):
+        return ops.max(self, axis=axis, keepdims=keepdims)
+
+    def min(self, axis=None, keepdims=False):
+        return ops.min(self, axis=axis, keepdims=keepdims)
+
+    def var(self, axis=None, keepdims=False, correction=1):
+        return ops.var(self, axis=axis, keepdims=keepdims, correction=correction)
+
+    def argmax(self, axis=None, keepdims=False):
+        return ops.argmax(self, axis=axis, keepdims=keepdims)
+
+    def argmin(self, axis=None, keepdims=False):
+        return ops.argmin(self, axis=axis, keepdims=keepdims)
+
+    def reshape(self, *shape):
+        return ops.reshape(self, *shape)
+
+    def view(self, *shape):
+        return ops.reshape(self, *shape)
+
+    def flatten(self, start_axis=0, end_axis=-1):
+        return ops.flatten(self, start_axis=start_axis, end_axis=end_axis)
+
+    def permute(self, *axes):
+        return ops.permute(self, *axes)
+
+    def transpose(self, axis0=-2, axis1=-1):
+        return ops.transpose(self, axis0=axis0, axis1=axis1)
+
+    def swapaxes(self, axis0=-2, axis1=-1):
+        return ops.swapaxes(self, axis0=axis0, axis1=axis1)
+
+    @property
+    def T(self):
+        """All axes reversed (the transpose of a matrix)."""
+        return ops.permute(self, tuple(reversed(range(self.ndim))))
+
+    def broadcast_to(self, *shape):
+        return ops.broadcast_to(self, *shape)
+
+    def expand(self, *shape):
+        return ops.expand(self, *shape)
+
+    def squeeze(self, axis=None):
+        return ops.squeeze(self, axis=axis)
+
+    def unsqueeze(self, axis):
+        return ops.unsqueeze(self, axis=axis)
+
+    def softmax(self, axis=-1):
+        return ops.softmax(self, axis=axis)
+
+    def log_softmax(self, axis=-1):
+        return ops.log_softmax(self, axis=axis)
+
+    def masked_fill(self, mask, value):
+        return ops.masked_fill(self, mask, value)
+
+    def split(self, split_size_or_sections, axis=0):
+        return ops.split(self, split_size_or_sections, axis=axis)
 
     # -- printing ---------------------------------------------------------------------------
     def __repr__(self):
-        body = numpy.array2string(
-            self.numpy(), precision=4, threshold=20, edgeitems=2, separator=", ", prefix="tensor("
-        )
+        """``tensor([...], dtype=..., device=..., grad_fn=...)``, laid out as PyTorch does (_printing.py)."""
+        data = self.numpy()
         extras = []
-        if self.dtype.kind == "f" and self.dtype != numpy.float32:
+        if data.size > _printing.OPTIONS.threshold or (data.size == 0 and data.ndim != 1):
+            extras.append(f"shape={self.shape}")  # abbreviated (or empty): the shape is not on show
+        if self.dtype not in _DTYPES_NOT_SHOWN or (data.size == 0 and self.dtype != numpy.float32):
             extras.append(f"dtype={self.dtype}")
         if self.device != "cpu":
             extras.append(f"device={self.device!r}")
@@ -276,11 +481,45 @@ class Tensor:
             extras.append(f"grad_fn={type(self._ctx).__name__}")
         elif self.requires_grad:
             extras.append("requires_grad=True")
-        if self.data.size > 20:
-            extras.insert(0, f"shape={self.shape}")
-        return "tensor(" + body + "".join(", " + e for e in extras) + ")"
+        return _printing.tensor_repr("tensor(", data, extras)
 
-    __hash__ = object.__hash__  # == is elementwise (as in PyTorch), identity hashing stays
+
+# PyTorch's defaults, left out of the repr; an empty tensor shows any dtype but float32
+_DTYPES_NOT_SHOWN = (numpy.dtype("float32"), numpy.dtype("int64"), numpy.dtype("bool"))
+_PLAIN_NUMBER = {int, float}  # exact types: np.float64 subclasses float but is not weak
+
+
+def _binary(function, a, b):
+    """``a <op> b`` for the Function ``function`` (Add, Mul, MatMul...), ``a`` a Tensor.
+
+    The common cases, two tensors of one dtype or a float tensor and a Python number, go
+    straight to ``function.apply``; the rest (NumPy scalars, lists, int meets float) goes
+    through ``promote`` first (ops/promote.py).
+    """
+    if (isinstance(b, Tensor) and b.data.dtype == a.data.dtype) or (
+        type(b) in _PLAIN_NUMBER and a.data.dtype.kind == "f"
+    ):
+        return function.apply(a, b)
+    return function.apply(*promote(a, b))
+
+
+def _reflected(function, a, b):
+    """``b <op> a`` where ``b`` is not a Tensor: ``2 - x`` is ``x.__rsub__(2)``."""
+    a, b = promote(a, b)
+    return function.apply(b, a)
+
+
+def _compare(compare, a, b):
+    """``compare(a, b)`` (operator.eq, operator.lt...) elementwise, as a bool tensor outside the graph."""
+    a, b = promote(a, b)
+    b = b.data if isinstance(b, Tensor) else b
+    return Tensor._make(compare(a.data, b), a._backend, None)
+
+
+def _logical(combine, a, b):
+    """``a & b``, ``a | b``, ``a ^ b`` on bool (or integer) tensors, outside the graph."""
+    b = b.data if isinstance(b, Tensor) else b
+    return Tensor._make(combine(a.data, b), a._backend, None)
 
 
 def _is_dtype_name(name):
@@ -322,3 +561,14 @@ def tensor(data, requires_grad=False, dtype=None, device=None):
     if requires_grad:
         t.requires_grad_(True)
     return t
+
+
+# The one import cycle: autograd and the ops make Tensors (they import this module) and the
+# methods above call them, so they load here, once Tensor and tensor() exist. Hence
+# minitensor/__init__.py imports this module before the others.
+from . import autograd, ops  # noqa: E402
+from .ops.axes import normalize_axes, normalize_axis  # noqa: E402
+from .ops.elementwise import Add, Div, Mul, Pow, Sub  # noqa: E402
+from .ops.indexing import normalize_index  # noqa: E402
+from .ops.matmul import MatMul  # noqa: E402
+from .ops.promote import promote  # noqa: E402

@@ -1,5 +1,7 @@
 """The Tensor object: construction, dtypes, creation functions, seeding, conversions, repr."""
 
+import inspect
+
 import numpy as np
 import pytest
 from strict_backend import StrictArray
@@ -223,6 +225,8 @@ def test_repr_large_is_summarised(device):
     assert "shape=(100, 100)" in r
     assert "..." in r
     assert len(r) < 400
+    r = repr(mt.zeros(40, 25, device=device))  # 1,000 elements: all shown, as in PyTorch
+    assert "..." not in r and "shape=" not in r and r.count("0.") == 1000
 
 
 # -- operators --------------------------------------------------------------------------------------------
@@ -304,6 +308,51 @@ def test_size_numel_len_T_view(device):
     assert t.view(6, 4).shape == (6, 4) and t.view((4, -1)).shape == (4, 6)
     with pytest.raises(TypeError):
         len(mt.tensor(1.0, device=device))
+
+
+# -- the operators and methods are written in the class, each calling its op -------------------------------
+OP_METHODS = [
+    "neg", "exp", "log", "sqrt", "tanh", "sigmoid", "relu", "gelu", "abs", "clip", "clamp",
+    "sum", "mean", "max", "min", "var", "argmax", "argmin",
+    "reshape", "flatten", "permute", "transpose", "swapaxes", "broadcast_to", "expand", "squeeze", "unsqueeze",
+    "softmax", "log_softmax", "masked_fill", "split",
+]  # fmt: skip
+OPERATORS = [
+    "__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__", "__rtruediv__",
+    "__pow__", "__rpow__", "__matmul__", "__rmatmul__", "__neg__", "__getitem__",
+    "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__and__", "__or__", "__xor__", "__invert__",
+    "add", "sub", "mul", "div", "pow", "matmul", "any", "all", "view",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", OP_METHODS + OPERATORS)
+def test_methods_are_defined_in_the_class_body(name):
+    """Go-to-definition on ``x.sum`` or ``x * y`` lands in the class, not on a setattr loop."""
+    assert mt.Tensor.__dict__[name].__qualname__ == f"Tensor.{name}"
+    assert isinstance(mt.Tensor.__dict__["T"], property)
+
+
+@pytest.mark.parametrize("name", OP_METHODS)
+def test_method_has_the_parameters_of_its_op(name):
+    """``x.sum(axis=0)`` takes what ``mt.sum(x, axis=0)`` takes, as help() and IDEs show."""
+    method = list(inspect.signature(getattr(mt.Tensor, name)).parameters.values())
+    op = list(inspect.signature(getattr(mt.ops, name)).parameters.values())
+    assert method[0].name == "self" and method[1:] == op[1:]
+
+
+def test_named_arithmetic_methods_match_the_operators(device):
+    x, y = mt.tensor([1.0, 2.0], device=device), mt.tensor([3.0, 4.0], device=device)
+    for method, result in [
+        (x.add(y), x + y),
+        (x.sub(y), x - y),
+        (x.mul(y), x * y),
+        (x.div(y), x / y),
+        (x.pow(y), x**y),
+        (x.matmul(y), x @ y),
+        (x.view(2, 1), x.reshape(2, 1)),
+    ]:
+        np.testing.assert_array_equal(method.numpy(), result.numpy())
+        assert method.grad_fn is None and type(method) is mt.Tensor
 
 
 def test_tensors_hash_by_identity(device):

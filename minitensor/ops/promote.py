@@ -12,13 +12,13 @@
 
 import numpy
 
+from ..tensor import Tensor, tensor
+
 _NUMBER = (int, float, bool)
 
 
 def promote(a, b):
     """The operands ``a``, ``b`` (at least one a Tensor) made fit for one arithmetic op."""
-    from ..tensor import Tensor
-
     if not isinstance(a, Tensor):
         b, a = promote(b, a)
         return a, b
@@ -29,8 +29,6 @@ def promote(a, b):
             a = _as_float(a, None)
         return a, b
     if not isinstance(b, Tensor):
-        from ..tensor import tensor
-
         b = tensor(b, device=a.device, dtype=a.dtype if a.dtype.kind == "f" else None)
     ka, kb = a.data.dtype.kind, b.data.dtype.kind
     if ka == "f" and kb != "f":
@@ -42,6 +40,4 @@ def promote(a, b):
 
 def _as_float(t, dtype):
     """A float copy of integer data, outside the graph (integers carry no gradient)."""
-    from ..tensor import Tensor
-
     return Tensor._make(t.data.astype(dtype or "float32"), t._backend, None)
