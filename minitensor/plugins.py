@@ -56,6 +56,7 @@ import re
 import sys
 import traceback
 import warnings
+from importlib.metadata import entry_points
 
 import pluggy
 
@@ -198,8 +199,6 @@ def _env_list(name):
 
 def _load_entry_points(pm):
     """Register the entry points of group "minitensor" one at a time (see the module doc)."""
-    from importlib.metadata import entry_points
-
     strict = _env_flag("MINITENSOR_STRICT_PLUGINS")
     disabled = set(_env_list("MINITENSOR_DISABLE_PLUGINS"))
     found = {}  # entry-point name -> its source, for the warning about a disabled name that matches none

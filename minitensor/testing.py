@@ -45,6 +45,7 @@ from . import ops
 from .errors import GradcheckError
 from .grad_mode import no_grad
 from .gradcheck import gradcheck
+from .nn import Module, MultiHeadAttention
 from .tensor import Tensor, tensor
 
 Q, K = 3, 5  # queries and keys per example: different, so a transposed result shows
@@ -63,8 +64,6 @@ class _Check:
         raise AssertionError(f"{self.prefix}: {prop}: {detail}")
 
     def build(self, make):
-        from .nn import Module
-
         try:
             module = make()
         except Exception as e:
@@ -829,8 +828,6 @@ def check_incremental_decoding(
     Returns True, or raises AssertionError naming the plugins and the first position where
     the outputs differ.
     """
-    from .nn import MultiHeadAttention
-
     what = (
         f"check_incremental_decoding(scorer={scorer!r}, pooling={pooling!r}, positional={positional!r}, "
         f"num_heads={num_heads}, num_kv_heads={num_kv_heads})"

@@ -1,7 +1,8 @@
-"""nn.GRU, nn.GRUCell and nn.Conv1d: against NumPy references written step by step from the
-formulas (never with the code under test), gradient checks in float64 on "cpu" and "strict",
-state hand-over between calls, dropout between layers, shape errors, and (optionally)
-PyTorch's GRU, GRUCell and conv1d with the same weights."""
+"""nn.GRU, nn.GRUCell and nn.Conv1d, and the Functions under them (ops/rnn.py: GRUSequence,
+ops/conv.py: conv1d): against NumPy references written step by step from the formulas
+(never with the code under test), gradient checks in float64 on "cpu" and "strict", state
+hand-over between calls, dropout between layers, shape errors, and (optionally) PyTorch's
+GRU, GRUCell and conv1d with the same weights."""
 
 import numpy as np
 import pytest
@@ -9,7 +10,8 @@ from helpers import array_type, check
 
 import minitensor as mt
 from minitensor import nn
-from minitensor.nn.conv import conv1d, conv1d_output_length
+from minitensor.ops.conv import conv1d, conv1d_output_length
+from minitensor.ops.rnn import GRUSequence
 
 
 # -- GRU: the NumPy reference ---------------------------------------------------------------
@@ -119,6 +121,29 @@ def test_gru_gradients(device, bias):
         return mt.concat([outputs.reshape(-1), state.reshape(-1)])
 
     check(fn, X, H0, *gru.parameters())
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_gru_sequence_function_matches_the_reference_and_its_gradients(device, bias):
+    """The Function alone, fed the inputs' share of the gates directly: its outputs are the
+    reference's with W_ih = I (so gates_x = X + b_ih), and every input's gradient, the initial
+    state's included, passes gradcheck."""
+    h, steps, batch = 3, 4, 2
+    gates_x = data(steps, batch, 3 * h)
+    H0, W_hh, b_hh = data(batch, h, seed=1) * 0.5, data(3 * h, h, seed=2) * 0.5, data(3 * h, seed=3) * 0.5
+    out = GRUSequence.apply(
+        *(mt.tensor(a, device=device) for a in (gates_x, H0, W_hh)), mt.tensor(b_hh, device=device) if bias else None
+    )
+    zeros = np.zeros(3 * h)
+    expected = np_gru_layer(gates_x, H0, np.eye(3 * h), W_hh, zeros, b_hh if bias else zeros)
+    assert out.shape == (steps, batch, h)
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-10, atol=1e-12)
+
+    inputs = [mt.tensor(a, device=device, requires_grad=True) for a in (gates_x, H0, W_hh, b_hh)]
+    if bias:
+        check(GRUSequence.apply, *inputs)
+    else:
+        check(lambda g, H, W: GRUSequence.apply(g, H, W, None), *inputs[:3])
 
 
 def test_gru_dropout_acts_between_layers_in_training_only():
@@ -249,6 +274,18 @@ def test_conv1d_module(device):
     no_bias = nn.Conv1d(3, 5, 3, bias=False)
     assert no_bias.bias is None and [n for n, _ in no_bias.named_parameters()] == ["weight"]
     assert "stride" not in repr(no_bias) and "stride=2" in repr(nn.Conv1d(3, 5, 3, stride=2))
+
+
+def test_conv1d_functional_form_is_exported_as_in_pytorch():
+    """``mt.conv1d`` and ``nn.functional.conv1d`` (torch.conv1d, torch.nn.functional.conv1d) are
+    the op in ops/conv.py, with PyTorch's keyword arguments."""
+    assert mt.conv1d is mt.ops.conv1d is nn.functional.conv1d is conv1d
+    x, w = mt.tensor(data(1, 2, 5)), mt.tensor(data(3, 2, 3, seed=1))
+    np.testing.assert_allclose(
+        mt.conv1d(x, w, stride=2, padding=1).numpy(),
+        np_conv1d(data(1, 2, 5), data(3, 2, 3, seed=1), np.zeros(3), 2, 1, 1),
+        rtol=1e-12,
+    )
 
 
 def test_conv1d_errors():

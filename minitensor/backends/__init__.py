@@ -8,6 +8,7 @@ missing. Other backends register themselves with ``register_backend`` (the tests
 
 from ..errors import DeviceError
 from .base import Backend
+from .cupy_backend import CupyBackend, cuda_unavailable_reason
 from .numpy_backend import NumpyBackend
 
 _BACKENDS = {}
@@ -24,8 +25,6 @@ def register_backend(backend):
 
 
 def _load_cuda():
-    from .cupy_backend import CupyBackend, cuda_unavailable_reason
-
     reason = cuda_unavailable_reason()
     if reason is not None:
         raise DeviceError(f"device 'cuda' is not available: {reason}")

@@ -15,6 +15,7 @@ import os
 
 import numpy
 
+from ..kernels.cuda import CudaKernels
 from .base import Backend
 
 #: what to install; the CUDA major version of the wheel must match the driver's
@@ -109,8 +110,6 @@ class CupyBackend(Backend):
     @property
     def kernels(self):
         if self._kernels is None:
-            from ..kernels.cuda import CudaKernels
-
             cupy = self.xp
 
             def current_stream():

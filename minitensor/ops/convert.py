@@ -1,5 +1,6 @@
 """Changing dtype or device, differentiably: the gradient goes back the same way."""
 
+from .. import grad_mode
 from ..autograd import Function
 from ..tensor import Tensor
 
@@ -35,8 +36,6 @@ class ToDevice(Function):
 
 
 def to_device(a, target):
-    from .. import grad_mode
-
     data = target.array(a._backend.to_numpy(a.data))
     if not (a.requires_grad and grad_mode.is_grad_enabled()):
         return Tensor._make(data, target, None)

@@ -53,6 +53,7 @@ candidate left gets all-zero weights (never NaN).
 
 from ..autograd import Function
 from ..errors import ShapeError
+from ..tensor import Tensor
 from .sparsemax import as_mask_tensors, candidate_rows, sorted_candidates
 
 BISECTION_STEPS = 60  # bracket width < 2^-60: float64 accuracy (see the module docstring)
@@ -178,8 +179,6 @@ def alpha_entmax(x, alpha, valid_lens=None, mask=None):
     learned). alpha -> 1 tends to softmax, 1.5 is ``entmax15``, 2 is ``sparsemax``.
     ``valid_lens`` and ``mask`` as in ``masked_softmax``.
     """
-    from ..tensor import Tensor
-
     if not isinstance(alpha, Tensor):
         try:
             alpha = float(alpha)

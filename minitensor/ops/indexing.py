@@ -8,11 +8,11 @@ plain assignment does; with integer-array indexing one element can be read many 
 
 from ..autograd import Function
 from ..errors import DeviceError, ShapeError
+from ..tensor import Tensor
 
 
 def normalize_index(index, like=None):
     """Replace Tensors inside an index by their arrays (which must be on ``like``'s device)."""
-    from ..tensor import Tensor
 
     def unwrap(i):
         if not isinstance(i, Tensor):
@@ -120,8 +120,6 @@ class Embedding(Function):
 
 def embedding(indices, weight):
     """Rows of ``weight`` (num_embeddings, embedding_dim) picked by integer ``indices``."""
-    from ..tensor import Tensor
-
     if weight.ndim != 2:
         raise ShapeError(f"embedding: weight must be 2-D (num_embeddings, embedding_dim), got shape {weight.shape}")
     if not isinstance(indices, Tensor):

@@ -4,6 +4,7 @@ of the gradient."""
 from ..autograd import Function
 from ..errors import ShapeError
 from .axes import normalize_axis
+from .indexing import getitem
 
 
 class Concat(Function):
@@ -68,8 +69,6 @@ def stack(tensors, axis=0):
 def split(a, split_size_or_sections, axis=0):
     """Split into pieces along ``axis`` (PyTorch's rule): an int is the size of each piece
     (the last may be smaller); a list gives every piece's size and must add up."""
-    from .indexing import getitem
-
     axis = normalize_axis(axis, a.ndim, "split")
     n = a.shape[axis]
     if isinstance(split_size_or_sections, int):

@@ -14,6 +14,7 @@ loss does per token. With no valid position at all the loss is 0 and so is its g
 
 from ..autograd import Function
 from ..errors import ShapeError
+from ..tensor import Tensor
 
 
 class CrossEntropy(Function):
@@ -74,8 +75,6 @@ def cross_entropy(logits, target, ignore_index=-100, mask=None, reduction="mean"
     ``reduction``: "mean" over valid positions, "sum", or "none" (per position, 0 where ignored).
     ``label_smoothing``: e in [0, 1), see the module docstring.
     """
-    from ..tensor import Tensor
-
     if not isinstance(target, Tensor):
         target = Tensor._make(logits._backend.array(target), logits._backend, None)
     if target.dtype.kind not in "iu":

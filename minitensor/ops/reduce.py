@@ -7,6 +7,7 @@ reshaped as if ``keepdims=True`` and broadcast back over the reduced axes.
 import builtins
 
 from ..autograd import Function
+from ..tensor import Tensor
 from .axes import normalize_axes, normalize_axis
 
 
@@ -128,8 +129,6 @@ def var(a, axis=None, keepdims=False, correction=1):
 
 
 def _arg_extreme(a, which, axis, keepdims):
-    from ..tensor import Tensor
-
     if axis is not None:
         axis = normalize_axis(axis, a.ndim, which)
     out = getattr(a.data, which)(axis=axis)

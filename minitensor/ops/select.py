@@ -1,6 +1,7 @@
 """Choosing between values elementwise: where and masked_fill."""
 
 from ..autograd import Function
+from ..tensor import Tensor
 from .promote import promote
 
 
@@ -23,8 +24,6 @@ class Where(Function):
 
 
 def _as_bool(cond, like):
-    from ..tensor import Tensor
-
     if isinstance(cond, Tensor):
         if cond.dtype.kind != "b":
             raise TypeError(f"where/masked_fill: the condition must be a bool tensor, got {cond.dtype}")
@@ -34,8 +33,6 @@ def _as_bool(cond, like):
 
 def where(cond, a, b):
     """Elementwise ``a if cond else b`` (all three broadcast together)."""
-    from ..tensor import Tensor
-
     a, b = promote(a, b)
     like = a if isinstance(a, Tensor) else b
     return Where.apply(_as_bool(cond, like), a, b)

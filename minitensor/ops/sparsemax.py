@@ -28,6 +28,7 @@ gradient; a row with no candidate left gets all-zero weights (never NaN).
 import math
 
 from ..autograd import Function
+from ..tensor import Tensor
 from .softmax import apply_mask, lens_per_row
 
 
@@ -60,8 +61,6 @@ def sorted_candidates(xp, z, allowed):
 
 def as_mask_tensors(x, valid_lens, mask):
     """``valid_lens`` and ``mask`` given as lists or arrays -> Tensors on ``x``'s backend."""
-    from ..tensor import Tensor
-
     if valid_lens is not None and not isinstance(valid_lens, Tensor):
         valid_lens = Tensor._make(x._backend.array(valid_lens), x._backend, None)
     if mask is not None and not isinstance(mask, Tensor):

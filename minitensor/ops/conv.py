@@ -1,0 +1,94 @@
+"""One-dimensional convolution, ``conv1d`` (PyTorch's ``F.conv1d``), with its derivative.
+
+With X (N, C, L) "channels first", W (O, C, k) and X_pad = X with ``padding`` zeros on both ends:
+
+    Y[b, o, i] = bias[o] + sum_{c, j} W[o, c, j] * X_pad[b, c, i * stride + j * dilation]
+
+Output length L_out = floor((L + 2 padding - dilation (k - 1) - 1) / stride) + 1. Like
+PyTorch, this is cross-correlation: the filter is not flipped. The Function here, ``Conv1d``,
+computes the sum; the layer of the same name that owns W and the bias is ``nn.Conv1d``.
+
+**How it is computed (im2col).** Tap j of the filter multiplies the inputs at positions
+j * dilation, j * dilation + stride, ..., a strided slice of X_pad. Stacking the k slices
+gives every window as one row, cols (N * L_out, C * k), and the whole convolution becomes one
+matrix product with the filters flattened to (O, C * k): the work lands in BLAS. Backward
+reverses it ("col2im"): the gradient of each tap's slice is added back where the slice came
+from. Slices of different taps overlap when the window is wider than the stride, so the k
+contributions are *added* (+=), one strided slice per tap; within one tap no position
+repeats, so no scatter-add is needed.
+"""
+
+from ..autograd import Function
+from ..errors import ShapeError
+
+
+def conv1d_output_length(length, kernel_size, stride=1, padding=0, dilation=1):
+    """L_out = floor((L + 2 padding - dilation (kernel_size - 1) - 1) / stride) + 1."""
+    return (length + 2 * padding - dilation * (kernel_size - 1) - 1) // stride + 1
+
+
+class Conv1d(Function):
+    """Y = conv1d(X, W) without bias: X (N, C, L), W (O, C, k) -> Y (N, O, L_out).
+
+    Forward: cols = im2col(X_pad) (N L_out, C k);  Y = cols W^T, back to (N, O, L_out).
+    Backward, with G = dL/dY as (N L_out, O):
+        dL/dW    = G^T cols                      (O, C k), then (O, C, k)
+        dL/dcols = G W                           (N L_out, C k)
+        dL/dX    = col2im(dL/dcols), the padding cut off again.
+    """
+
+    @staticmethod
+    def forward(ctx, x, weight, stride, padding, dilation):
+        xp = ctx.xp
+        N, C, L = x.shape
+        O, _, k = weight.shape
+        L_out = conv1d_output_length(L, k, stride, padding, dilation)
+        if padding:
+            x = xp.pad(x, ((0, 0), (0, 0), (padding, padding)))
+        span = stride * (L_out - 1) + 1  # from a tap's first input to its last
+        taps = [x[:, :, j * dilation : j * dilation + span : stride] for j in range(k)]  # k x (N, C, L_out)
+        cols = xp.stack(taps, axis=-1).transpose(0, 2, 1, 3).reshape(N * L_out, C * k)
+        ctx.save_for_backward(cols, weight)
+        ctx.geometry = (N, C, L, L_out, stride, padding, dilation)
+        out = cols @ weight.reshape(O, C * k).T  # (N L_out, O)
+        return out.reshape(N, L_out, O).transpose(0, 2, 1)
+
+    @staticmethod
+    def backward(ctx, grad):
+        xp = ctx.xp
+        cols, weight = ctx.saved
+        N, C, L, L_out, stride, padding, dilation = ctx.geometry
+        O, _, k = weight.shape
+        need_x, need_w = ctx.needs_input_grad[:2]
+        G = grad.transpose(0, 2, 1).reshape(N * L_out, O)
+        d_weight = (G.T @ cols).reshape(weight.shape) if need_w else None
+        d_x = None
+        if need_x:
+            d_cols = (G @ weight.reshape(O, C * k)).reshape(N, L_out, C, k).transpose(0, 2, 1, 3)  # (N, C, L_out, k)
+            d_x = xp.zeros((N, C, L + 2 * padding), dtype=grad.dtype)
+            span = stride * (L_out - 1) + 1
+            for j in range(k):  # col2im: each tap's gradient goes back to the slice it read
+                d_x[:, :, j * dilation : j * dilation + span : stride] += d_cols[..., j]
+            d_x = d_x[:, :, padding : padding + L]
+        return d_x, d_weight, None, None, None
+
+
+def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1):
+    """The functional form (PyTorch's ``F.conv1d``, without ``groups``): x (N, C, L),
+    weight (O, C, k), bias (O,) or None -> (N, O, L_out)."""
+    if x.ndim != 3:
+        raise ShapeError(f"conv1d: input of shape {tuple(x.shape)}; expected (batch, channels, length)")
+    if weight.ndim != 3 or weight.shape[1] != x.shape[1]:
+        raise ShapeError(
+            f"conv1d: weight of shape {tuple(weight.shape)} for an input with {x.shape[1]} channels; "
+            f"expected (out_channels, {x.shape[1]}, kernel_size)"
+        )
+    if stride < 1 or dilation < 1 or padding < 0:
+        raise ValueError(f"conv1d: need stride >= 1, dilation >= 1, padding >= 0; got {stride}, {dilation}, {padding}")
+    if conv1d_output_length(x.shape[2], weight.shape[2], stride, padding, dilation) < 1:
+        raise ShapeError(
+            f"conv1d: an input of length {x.shape[2]} (padding {padding}) is shorter than the kernel's "
+            f"reach, dilation * (kernel_size - 1) + 1 = {dilation * (weight.shape[2] - 1) + 1}"
+        )
+    y = Conv1d.apply(x, weight, stride, padding, dilation)
+    return y if bias is None else y + bias.reshape(-1, 1)  # bias (O,) -> (O, 1): one per channel
