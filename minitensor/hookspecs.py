@@ -1,31 +1,216 @@
-"""The hooks a minitensor plugin can implement (pluggy hook specifications).
+"""The plugin contract: the hooks a minitensor plugin implements, and what each kind of plugin
+class must accept and return.
 
-A plugin is any module or object with functions marked ``@minitensor.hookimpl`` whose names
-are the hooks below. Each hook takes no arguments and returns a dict ``{name: class}``; the
-registries (``minitensor.plugins.scorers()`` ...) merge the dicts of every plugin, and layers
-look classes up by name, so a user's plugin works everywhere a built-in does.
+This docstring is the one place the contract is written down (plugin authors depend on it).
+The built-ins (``plugins/minitensor_plugins/``), the attention layers
+(``minitensor/nn/attention.py``), the conformance kit (``minitensor/testing.py``) and the
+README point here; how plugins are found and loaded is ``minitensor/plugins.py``'s part.
 
-How minitensor finds a plugin (the details and the order are in ``minitensor/plugins.py``):
-an entry point in the group ``"minitensor"`` of an installed distribution; a ``.py`` file or
-module named by ``--plugin`` (any subcommand) or ``MINITENSOR_PLUGINS=a.py,my_pkg.mod``;
-or ``minitensor.plugins.load_plugin(...)`` / ``register(...)`` from Python.
+Where plugins act
+-----------------
+An attention layer is three exchangeable parts (D2L's attention pooling, split up)::
 
-Two pluggy habits to keep in mind: hooks are always *called* with keyword arguments, and a
-hook implementation must not give its parameters default values (pluggy would not pass them).
-These three hooks have no parameters: an implementation that declares one is refused at
-registration, and so is one that gives a parameter a default (pluggy alone would accept it and
-silently never pass the value; ``minitensor.plugins`` checks for it).
+    scores  = scorer(queries, keys) + bias         (..., Q, K)
+    weights = pooling(scores, valid_lens, mask)    (..., Q, K)
+    output  = dropout(weights) @ values            (..., Q, dv)
 
-Rules shared by the three kinds:
+A *scorer* turns every query-key pair into a number, a *pooling* turns each row of scores
+into weights, and a *positional encoding* tells the order-blind layer where the tokens are:
+added to the inputs, rotating queries and keys, or as the ``bias`` above. The layer owns
+the rest: the causal mask, adding the bias, dropout on the weights and the weighted sum of
+the values. (Nadaraya-Watson kernel regression, for one, is the ``kernel`` scorer followed
+by the ``softmax`` pooling.)
 
-- Options come from the user (``scorer_options={...}``, ``--scorer-opt key=value``); a plugin
-  should refuse one it does not know (``minitensor.plugins.check_options``), so a typo is
-  an error rather than a silently ignored setting. The built-ins do.
-- If the constructor also accepts ``dtype=`` and ``device=`` keyword arguments, the layers
-  pass theirs (so tables and parameters are created directly in them); otherwise the
-  plugin is built in float32 on the CPU and moved with ``.to()``, as a model would be.
+The hooks
+---------
+- ``minitensor_scorers()``, ``minitensor_poolings()``, ``minitensor_positional_encodings()``:
+  no parameters, each returns a dict ``{name: class}``. These three names are fixed; more
+  hooks may come.
+- An implementation is a function marked ``@minitensor.hookimpl`` (the same marker as
+  ``minitensor.plugins.hookimpl``) and named exactly like its hook. Registration refuses a
+  name that matches no hook (``minitensor_scorer``: the error names the closest hook), an
+  implementation that declares a parameter, and one that gives a parameter a default value
+  (pluggy alone would accept that and silently never pass the value: pluggy calls hooks with
+  keyword arguments and fills only the parameters without defaults). A hook that raises, or
+  returns anything but a dict, is a ``PluginError`` naming the plugin.
+- The registries (``minitensor.plugins.scorers()``, ``poolings()``,
+  ``positional_encodings()``) merge the dicts of every plugin. A name claimed by two plugins
+  is an error naming both (a plugin cannot replace a built-in: pick a name of your own); an
+  unknown name lists the available ones and the closest match. Layers, models, the command
+  line and checkpoints take plugins by *name*, so a registered class works everywhere a
+  built-in does; ``minitensor plugins`` lists every name with its kind and source.
+- A plugin is any module or object carrying hook implementations: an entry point in the group
+  ``"minitensor"`` of an installed distribution, a ``.py`` file or module named by
+  ``--plugin`` (any subcommand) or ``MINITENSOR_PLUGINS=a.py,my_pkg.mod``, or
+  ``minitensor.plugins.load_plugin(...)`` / ``register(...)`` from Python (the loading order,
+  the switches and what happens to a broken plugin: ``minitensor/plugins.py``).
+
+Rules for every plugin class
+----------------------------
+- It is an ``mt.nn.Module`` (a layer refuses anything else with a TypeError), built with the
+  positional arguments of its kind (below) and the user's options as keyword arguments.
+- Options come from the user (``scorer_options={...}``, ``pooling_options``,
+  ``positional_options``; ``--scorer-opt key=value`` and the like on the command line). A
+  plugin refuses an option it does not know by passing its leftover ``**options`` to
+  ``minitensor.plugins.check_options(type(self), options)``, so a typo is an error rather
+  than a silently ignored setting. The built-ins do.
+- dtype and device: if the constructor also accepts both ``dtype=`` and ``device=`` keyword
+  arguments, the layers pass theirs, so parameters and tables are created directly in them;
+  otherwise the plugin is built with its own defaults (normally float32, on the CPU) and
+  moved with ``.to()``, as a model is. Either way, keep every tensor the output depends on
+  in a parameter or a buffer, so that ``module.to()`` converts it; a constant (a fixed
+  table) belongs in a non-persistent buffer (``register_buffer(name, t,
+  persistent=False)``), which moves with the module but is not saved in checkpoints.
+- Outputs are Tensors in the dtype of the inputs (of the module, for the "scores" kind) and
+  on their device, without NaN, and differentiable with respect to the inputs and the
+  plugin's parameters: the layers train through them.
+- "..." in the shapes below is any number of leading batch axes -- none, (batch,), or
+  (batch, num_heads) inside ``MultiHeadAttention`` -- and examples and heads must not mix:
+  changing one changes no other's output.
 - ``minitensor.testing.check_scorer`` / ``check_pooling`` / ``check_positional_encoding``
-  check a class against its contract (shapes, gradients, masking, batch independence).
+  check a class against the rules of its kind (shapes, dtypes, gradients, masking, batch
+  independence and the declared properties below), and ``check_incremental_decoding(
+  scorer=..., pooling=..., positional=...)`` that decoding token by token with a key/value
+  cache gives the full causal pass.
+
+Scorers (``minitensor_scorers``)
+--------------------------------
+- Built as ``cls(query_size, key_size, **options)``, the feature sizes dq and dk.
+  ``MultiHeadAttention`` passes d_head for both; ``Attention`` passes what it was given,
+  which may be None (a scorer that needs the sizes, such as ``additive`` with its learned
+  W_q and W_k, says so).
+- ``forward(queries, keys)``: queries (..., Q, dq) and keys (..., K, dk), whose leading axes
+  broadcast, -> scores (..., Q, K). ``Attention`` checks that shape and names the plugin and
+  both shapes if it is wrong (broadcasting would otherwise turn a wrong shape into a wrong
+  answer, silently).
+- A score is any real number, an unnormalised log weight; -inf means "this key is
+  impossible": every pooling gives it weight 0.
+- The score of a pair (q_i, k_j) depends on that query, that key and the parameters only,
+  not on the other queries and keys nor on how many there are: cached decoding scores a new
+  query against the cached keys and must get what the full pass got.
+- Inside ``MultiHeadAttention`` a scorer sees queries (batch, num_heads, Q, d_head) and keys
+  (batch, num_heads, K, d_head), with grouped heads (``num_kv_heads``) too: the shared keys
+  are repeated for it. (The built-ins ``dot``, ``scaled_dot``, ``cosine`` and ``l2``,
+  recognised by name, are instead called once per group, queries (batch, num_kv_heads,
+  r * Q, d_head) with r = num_heads / num_kv_heads: their scores are row-wise, so only the
+  work changes.)
+
+Poolings (``minitensor_poolings``)
+----------------------------------
+- Built as ``cls(**options)``.
+- ``forward(scores, valid_lens=None, mask=None)``: scores (..., Q, K) -> weights of exactly
+  that shape (checked and named, as for scorers).
+- A key is *allowed* when its position is below its row's valid length, ``mask`` is True
+  there and its score is not -inf. Every other key gets weight exactly 0, and its score
+  must not change the other weights. A row with no allowed key gets all-zero weights: never
+  NaN, never uniform. (``minitensor_plugins.poolings.allowed_keys`` implements this rule
+  for a pooling to reuse; ``minitensor.ops.softmax.lens_per_row`` spreads ``valid_lens``
+  over the rows as described next.)
+- ``valid_lens``: None, or an integer Tensor on the scores' device (the layer converts lists
+  and arrays), (batch,) -- every query of example b sees the first valid_lens[b] keys -- or
+  (batch, Q), one length per query, as in D2L. The scores may have axes between batch and Q
+  (multi-head attention passes (batch, num_heads, Q, K)): the first axis of ``valid_lens``
+  is the batch, its last the queries, and the axes in between share the lengths.
+- ``mask``: None, or a bool Tensor broadcastable to the scores as given to the pooling, True
+  = may attend (the built-ins refuse another dtype with a TypeError). The layer combines
+  ``causal=True`` with it by AND: query i may attend key j when j <= i + (K - Q), so the
+  K - Q keys of a cache are all in the past. ``MultiHeadAttention`` accepts (Q, K),
+  (batch, Q, K) or (batch, num_heads, Q, K) masks and inserts the heads axis into a
+  (batch, Q, K) one before calling the pooling.
+- A pooling only weighs: the layer applies dropout and takes the weighted sum of the
+  values, and keeps the pooling's output (before dropout, detached) as
+  ``attention_weights``.
+- Two optional class attributes declare properties that ``check_pooling`` then tests:
+  ``sums_to_one`` (default True): every row with at least one allowed key sums to 1, as
+  attention weights do (all the built-ins); False for a pooling not meant to (gated weights
+  that may leave some mass unused). ``sparse`` (default False): True for a pooling that
+  gives keys weight exactly 0 when others score clearly higher (``sparsemax``,
+  ``entmax15`` and ``alpha_entmax`` say True; ``softmax`` and ``average`` False).
+
+Positional encodings (``minitensor_positional_encodings``)
+----------------------------------------------------------
+A class attribute ``applies_to`` says where the encoding acts; the layers refuse any value
+but these three (a ValueError):
+
+- ``"inputs"``: built as ``cls(num_hiddens, max_len=..., dropout=0.0, **options)``;
+  ``forward(X, offset=0)`` returns X (batch, T, num_hiddens) plus the encodings of positions
+  offset .. offset + T - 1 (then the encoding's own dropout). ``offset`` is the position of
+  the first of the T tokens: 0 for a whole sequence, the number of tokens already decoded
+  when a decoder feeds new ones. The models add it to the embeddings and build it with
+  ``dropout=0.0`` (their embedding layer applies dropout itself, whatever the encoding).
+  The built-in ``none`` adds nothing.
+- ``"qk"``: transforms the queries and keys of every self-attention layer (``rotary``).
+  ``MultiHeadAttention`` builds it with the per-head size, ``cls(d_head, max_len=...,
+  **options)``; the kit also passes ``dropout=0.0``, so accept it, although dropout has no
+  meaning here (the built-in ``rotary`` refuses anything but 0).
+  ``forward(q, k, q_offset=0, k_offset=0)`` takes q (..., Tq, d) and k (..., Tk, d) whose
+  first rows sit at positions q_offset and k_offset and returns the encoded (q, k), of the
+  same shapes. It runs after the projections and before the key/value cache, which
+  therefore holds encoded keys.
+- ``"scores"``: an additive bias on the attention scores (``alibi``, ``t5_relative``,
+  ``sliding_window``). Built as ``cls(num_heads, max_len=..., **options)`` (no
+  ``dropout``). ``forward(num_queries, num_keys, q_offset=0, k_offset=0)`` returns a dense
+  bias Tensor broadcastable to (batch, num_heads, Q, K), normally (num_heads, Q, K), for
+  queries at positions q_offset + i and keys at k_offset + j; -inf means "may not attend".
+  With a key/value cache the K - Q earlier keys sit in the cache, as for ``causal``
+  (``MultiHeadAttention``'s q_offset defaults to k_offset + K - Q). The offsets shift the
+  bias consistently: ``forward(Q, K, qo, ko)`` is the [:, qo:, ko:] block of
+  ``forward(qo + Q, ko + K)``. The bias has the module's dtype and device (``module.to()``
+  converts them). Optional class attributes:
+
+  - ``relative`` (default False): True when the bias depends only on the distance j - i
+    (key position minus query position). Such a class has a method
+    ``relative_bias(min_distance, max_distance)`` returning a Tensor
+    (num_heads, max_distance - min_distance + 1) whose column c is the bias at distance
+    min_distance + c: the same numbers as ``forward`` in O(T) memory instead of O(T^2),
+    what a streaming (fused) attention kernel would read (minitensor's layers call only
+    ``forward`` so far; the kit checks that the two agree);
+  - ``window`` (default None): an int w >= 0 when keys with |j - i| > w always get -inf
+    (and j = i never does);
+  - ``cross`` (default False): True when the bias applies to cross-attention too; then
+    ``TransformerDecoder`` builds a second instance for its encoder-decoder attention (with
+    ``bidirectional=True`` where accepted) and calls it with the target positions as
+    queries and the source positions, from 0, as keys.
+
+  A constructor may accept ``bidirectional`` (as a named parameter): the Transformer models
+  pass True for encoder self-attention and False for decoder and LM self-attention (setting
+  it as an option of a model is an error). The models build one "scores" encoding per stack
+  and share it among the blocks (T5's one table for the encoder, one for the decoder).
+
+An encoding of any kind that cannot go past ``max_len`` raises a ValueError naming
+``max_len``; the built-in score biases have no limit.
+
+Where the pieces meet: ``mt.nn.Attention.forward(queries, keys, values, valid_lens=None,
+mask=None, causal=False, bias=None)`` adds ``bias`` (broadcastable to the scores and in
+their dtype, or an error) to the scores before the pooling, so a bias composes with every
+scorer and pooling. ``MultiHeadAttention.attend`` -- the one path of training and cached
+decoding -- computes that bias from the layer's "scores" encoding for the positions of the
+queries and keys. ``positional=`` (``--positional``) names an encoding of any kind;
+``input_positional=`` (``--input-positional``) adds an "inputs" one beside a "qk" or
+"scores" one; ``MultiHeadAttention(positional=...)`` takes "qk" and "scores" encodings
+only, by name or already built (so that layers can share one).
+
+A scorer plugin in full
+-----------------------
+::
+
+    import minitensor as mt
+
+    class Cosine(mt.nn.Module):
+        "score(q, k) = <q, k> / (|q| |k|)"
+
+        def __init__(self, query_size, key_size, **options):
+            super().__init__()
+            mt.plugins.check_options(type(self), options)
+
+        def forward(self, queries, keys):  # (..., Q, d), (..., K, d) -> (..., Q, K)
+            q = queries / (queries * queries).sum(axis=-1, keepdims=True).sqrt()
+            k = keys / (keys * keys).sum(axis=-1, keepdims=True).sqrt()
+            return q @ k.swapaxes(-1, -2)
+
+    @mt.hookimpl
+    def minitensor_scorers():
+        return {"my_cosine": Cosine}  # not "cosine": that is a built-in's name
 """
 
 import pluggy
@@ -35,109 +220,14 @@ hookspec = pluggy.HookspecMarker("minitensor")
 
 @hookspec
 def minitensor_scorers():
-    """Attention scoring functions: ``{name: class}``.
-
-    Contract: ``cls(query_size, key_size, **options)`` is an ``mt.nn.Module`` whose
-    ``forward(queries, keys)`` maps queries (..., Q, dq) and keys (..., K, dk) to scores
-    (..., Q, K). A score of -inf means "this key is impossible" and gets weight 0.
-
-    Example::
-
-        class Cosine(mt.nn.Module):
-            def __init__(self, query_size, key_size, **options):
-                super().__init__()
-            def forward(self, queries, keys):
-                q = queries / (queries * queries).sum(axis=-1, keepdims=True).sqrt()
-                k = keys / (keys * keys).sum(axis=-1, keepdims=True).sqrt()
-                return q @ k.swapaxes(-1, -2)
-
-        @minitensor.hookimpl
-        def minitensor_scorers():
-            return {"my_cosine": Cosine}  # not "cosine": that is a built-in's name
-    """
+    """Attention scoring functions, ``{name: class}``: queries and keys -> scores (see "Scorers")."""
 
 
 @hookspec
 def minitensor_poolings():
-    """Attention poolings, which turn scores into weights: ``{name: class}``.
-
-    Contract: ``cls(**options)`` is an ``mt.nn.Module`` whose ``forward(scores,
-    valid_lens=None, mask=None)`` maps scores (..., Q, K) to weights (..., Q, K). Keys beyond
-    ``valid_lens`` or where ``mask`` is False get weight 0, and so do keys scored -inf; a row
-    with no allowed key gets all-zero weights (never NaN, never uniform). The attention
-    layer applies dropout and the weighted sum of values itself.
-
-    - ``valid_lens``: integers, (batch,) or (batch, Q) as in D2L. The scores may have axes
-      between batch and Q (multi-head attention passes (batch, num_heads, Q, K)): the first
-      axis of ``valid_lens`` is the batch, its last the queries, and the axes in between
-      share the lengths (``minitensor.ops.softmax.lens_per_row`` does exactly this).
-    - ``mask``: bool, True = may attend, broadcastable to the scores as given to the
-      pooling. ``MultiHeadAttention`` accepts (Q, K), (batch, Q, K) or (batch, num_heads,
-      Q, K) masks and inserts the heads axis before calling the pooling.
-
-    Two optional class attributes declare properties that ``check_pooling`` then tests:
-
-    - ``sums_to_one`` (default True): every row with at least one allowed key sums to 1,
-      as attention weights do (all the built-ins); set it to False for a pooling that is
-      not meant to (e.g. gated weights that may leave some mass unused).
-    - ``sparse`` (default False): the pooling gives keys weight exactly 0 when others score
-      clearly higher (sparsemax, entmax15, alpha_entmax say True; softmax and average False).
-
-    Example::
-
-        @minitensor.hookimpl
-        def minitensor_poolings():
-            return {"softmax": SoftmaxPooling}
-    """
+    """Attention poolings, ``{name: class}``: scores -> weights, masks honoured (see "Poolings")."""
 
 
 @hookspec
 def minitensor_positional_encodings():
-    """Positional encodings: ``{name: class}``.
-
-    Contract: ``cls(num_hiddens, max_len=..., dropout=0.0, **options)`` (for "scores":
-    ``cls(num_heads, ...)``, below) is an ``mt.nn.Module`` with a class attribute
-    ``applies_to``:
-
-    - ``"inputs"``: ``forward(X, offset=0)`` returns X (batch, T, num_hiddens) plus the
-      encodings of positions offset .. offset + T - 1 (added to the embeddings);
-    - ``"qk"``: ``forward(q, k, q_offset=0, k_offset=0)`` returns the encoded (q, k), each
-      (..., T, d); built with the per-head size and applied inside self-attention (rotary).
-      ``dropout`` has no meaning there (the built-in ``rotary`` refuses anything but 0);
-    - ``"scores"``: an additive bias on the attention scores, built as
-      ``cls(num_heads, max_len=..., **options)`` (no ``dropout``; ``dtype=None, device=None``
-      keyword arguments as for the built-ins). ``forward(num_queries, num_keys, q_offset=0,
-      k_offset=0)`` returns a dense bias Tensor broadcastable to (batch, num_heads, Q, K),
-      normally (num_heads, Q, K), for queries at positions q_offset + i and keys at
-      k_offset + j; ``-inf`` means "may not attend". With a KV cache, K - Q earlier keys sit
-      in the cache, as for ``causal``. Its dtype and device are the module's (``module.to()``
-      converts them). Class attributes: ``relative = True`` when the bias depends only on the
-      distance j - i (key position - query position), and then a method
-      ``relative_bias(min_distance, max_distance)`` returns a Tensor
-      (num_heads, max_distance - min_distance + 1) whose column c is the bias at distance
-      min_distance + c (the same numbers as ``forward``, O(T) memory: what a streaming
-      kernel uses); ``window = None`` or an int w (keys with |j - i| > w are -inf);
-      ``cross = False`` unless it applies to cross-attention. A constructor may accept
-      ``bidirectional``: the Transformer models pass ``bidirectional=True`` for encoder
-      self-attention and ``False`` for decoder / LM self-attention to every "scores"
-      encoding whose constructor accepts it (as a named parameter; setting it as an option
-      of a model is an error). The models build one such encoding per stack and share it
-      among the blocks (T5's one table for the encoder, one for the decoder). Built-ins:
-      ``alibi``, ``t5_relative``, ``sliding_window``.
-
-    Where the bias goes: ``mt.nn.Attention.forward(queries, keys, values, valid_lens=None,
-    mask=None, causal=False, bias=None)`` adds ``bias`` (broadcastable to the scores
-    (..., Q, K), the scores' dtype) to the scores before the pooling, so it composes with
-    every scorer and pooling; ``MultiHeadAttention`` computes it from its "scores" encoding
-    for the queries' and keys' positions, in training and in cached decoding alike.
-
-    ``minitensor.testing.check_positional_encoding`` checks all three kinds, and
-    ``minitensor.testing.check_incremental_decoding(positional=name)`` that decoding token by
-    token with a key/value cache gives the full causal pass.
-
-    Example::
-
-        @minitensor.hookimpl
-        def minitensor_positional_encodings():
-            return {"sinusoidal": SinusoidalEncoding}
-    """
+    """Positional encodings, ``{name: class}``: added to inputs, on queries and keys, or on scores."""

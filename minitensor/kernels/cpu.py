@@ -47,18 +47,18 @@ Making it fast
 Each row is processed by a few small loops (max; exp and sum; scale), each
 simple enough for LLVM to turn into SIMD code; rows are spread over threads.
 Four obstacles had to be removed, each found by measuring with
-``bench/softmax.py`` (float32, 4096 x 512, 2 threads):
+``bench/softmax.py`` (its figures, before and after, are in bench/README.md):
 
 1. ``math.exp`` compiles to one scalar libm call per element (llvmlite ships
-   no vector math library): ~5-8 ms against ~0.6-1.2 ms for PyTorch.  For
-   float32 we therefore use :func:`exp_f32`, an exp written with plain
-   arithmetic and two bit tricks that LLVM vectorises (about 20 AVX-512
-   instructions per 16 values).  float64 keeps ``math.exp``: float64 is used
+   no vector math library), which left the kernel several times slower than
+   PyTorch's.  For float32 we therefore use :func:`exp_f32`, an exp written
+   with plain arithmetic and two bit tricks that LLVM vectorises (about 20
+   AVX-512 instructions per 16 values).  float64 keeps ``math.exp``: float64 is used
    for gradient checks, where accuracy matters more than speed.
 2. A running max written as ``if v > m: m = v`` or ``max(m, v)`` stayed
    scalar, even with fastmath ``nnan``.  :func:`_maximum` calls LLVM's
    ``llvm.maximum`` (the NaN-propagating max) instead, which LLVM vectorises
-   as a reduction: 5x faster.
+   as a reduction.
 3. Floating-point sums are only vectorised if re-association is allowed.  We
    enable the fastmath flags that permit that (``reassoc``) and a few other
    harmless ones, but *not* ``nnan``/``ninf``: with those LLVM may assume no
@@ -103,9 +103,9 @@ _HELPER_OPTIONS = dict(cache=True, fastmath=FASTMATH)
 # Below this many elements a kernel runs on one thread. Waking the thread pool
 # costs microseconds, more than a small softmax takes, and milliseconds when the
 # other cores are busy -- with other processes, or with NumPy's own BLAS threads
-# in the same training step (measured at 2 threads: a (64, 128) softmax took
-# 5 us alone and 10-20 ms on a loaded machine; the D2L-size Transformer step went
-# from 254 ms to 25 ms with attention softmaxes of 51,200 elements kept serial).
+# in the same training step, whose attention softmaxes (51,200 elements at D2L's
+# size) are far below this threshold. bench/train_step.py shows the effect on a
+# whole step; the measurements behind the threshold are in bench/README.md.
 PARALLEL_MIN_SIZE = 2**18
 
 

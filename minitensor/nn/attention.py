@@ -8,8 +8,7 @@ An attention layer pools values (v_1, ..., v_n) according to how well their keys
 The two pieces are plugins, looked up by name in ``minitensor.plugins``:
 
 - a *scorer* turns every (query, key) pair into a number: ``dot`` q.k, ``scaled_dot``
-  q.k / sqrt(d), ``additive`` w_v^T tanh(W_q q + W_k k), ... (queries (..., Q, dq) and keys
-  (..., K, dk) -> scores (..., Q, K));
+  q.k / sqrt(d), ``additive`` w_v^T tanh(W_q q + W_k k), ...;
 - a *pooling* turns each row of scores into weights: ``softmax`` (weights >= 0 adding up
   to 1 over the keys a query may see), ``average``, ``sparsemax``, ...
 
@@ -19,6 +18,10 @@ on the weights and the weighted sum ``weights @ values``. A user's plugin regist
 new name is then usable here, and in every model built on these layers, without other
 changes: ``MultiHeadAttention.attend`` is the one path that training, cached decoding and
 grouped-query heads all take.
+
+What a plugin is built with, receives and must return (shapes, masks, -inf, the three kinds
+of positional encoding) is the contract in ``minitensor/hookspecs.py``; this module builds
+plugins as it says and checks the shapes of what they return.
 """
 
 import inspect
@@ -60,10 +63,10 @@ def _build_plugin(kind, name, args, options, dtype, device):
     """Look ``name`` up in the registry of ``kind`` and instantiate it as its contract says,
     ``cls(*args, **options)``, in the layer's dtype and on its device.
 
-    The contract has no dtype or device: a plugin whose constructor accepts ``dtype=`` and
-    ``device=`` anyway (as minitensor's layers and built-in encodings do) gets them and builds
-    its tables directly in them (a float64 rotary table computed in float64, not a float32
-    one converted); any other is built in float32 on the CPU and moved, like a model."""
+    The rule (``minitensor/hookspecs.py``): a plugin whose constructor accepts ``dtype=`` and
+    ``device=`` gets the layer's and builds its tables directly in them (a float64 rotary
+    table computed in float64, not a float32 one converted); any other is built with its own
+    defaults and moved, like a model."""
     from .. import plugins  # on first use: the plugin machinery loads lazily
 
     if not isinstance(name, str):
@@ -173,7 +176,8 @@ class Attention(Module):
       bias, a sliding window) enters, so it composes with every scorer and pooling.
 
     A query with no key left gets all-zero weights (and a zero output), never NaN.
-    ``attn.attention_weights`` keeps the last weights (before dropout), detached.
+    ``attn.attention_weights`` keeps the last weights (before dropout), detached. What the
+    scorer and the pooling receive and must return: ``minitensor/hookspecs.py``.
     """
 
     def __init__(
@@ -428,7 +432,8 @@ class MultiHeadAttention(Module):
         Head i owns features i*d_head .. (i+1)*d_head - 1 of every projected position (D2L's
         ``transpose_qkv``, without folding the heads into the batch axis). The projection runs
         on X seen as one (batch * T, size) matrix: a single large BLAS product, where a
-        (batch, T, size) operand would make NumPy loop over the examples (~1.5x slower here).
+        (batch, T, size) operand would make NumPy loop over the examples, one smaller product
+        each (slower; the measurement is in bench/README.md).
         """
         batch, steps, size = X.shape
         Y = W(X.reshape(batch * steps, size))

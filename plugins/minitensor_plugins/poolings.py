@@ -1,11 +1,9 @@
 """Built-in attention poolings: scores (..., Q, K) -> weights (..., Q, K).
 
-Contract (see ``minitensor/hookspecs.py``): ``cls(**options)``;
-``forward(scores, valid_lens=None, mask=None) -> weights``. Keys beyond ``valid_lens``
-((batch,) or (batch, Q), as in D2L; axes in between, such as heads, share them), keys where
-the bool ``mask`` is False and keys scoring -inf are not allowed: they get weight exactly 0.
-A row with no allowed key gets all-zero weights, never NaN and never uniform. The attention
-layer applies dropout and takes the weighted sum of the values; a pooling only weighs.
+The contract -- which keys are allowed (``valid_lens``, ``mask``, -inf scores), the
+all-zero rows, the ``sums_to_one`` and ``sparse`` attributes -- is in
+``minitensor/hookspecs.py``. ``allowed_keys`` below implements its masking rule, for a
+pooling of your own to reuse.
 """
 
 import math

@@ -1,24 +1,21 @@
 """Built-in positional encodings: telling an order-blind attention layer where tokens are.
 
 Self-attention treats its inputs as a *set*: permute the tokens and the outputs are permuted
-the same way. Word order has to be put in by hand, and there are two places to put it:
+the same way. Word order has to be put in by hand; this module puts it in two places:
 
 - ``applies_to = "inputs"``: add a vector P[i] to the embedding of the token at position i,
-  before the first layer (``sinusoidal``, ``learned``, ``none``);
-  ``forward(X, offset=0) -> dropout(X + P[offset : offset + T])``;
+  before the first layer (``sinusoidal``, ``learned``, ``none``): X + P[offset : offset + T];
 - ``applies_to = "qk"``: rotate the queries and keys inside every attention layer, so that
-  the scores see relative positions directly (``rotary``);
-  ``forward(q, k, q_offset=0, k_offset=0) -> (q, k)``, built with the per-head size.
+  the scores see relative positions directly (``rotary``).
 
-``offset`` is the position of the first of the T tokens: 0 for a whole sequence, the number
-of tokens already decoded when a decoder feeds one new token at a time.
+The third place, a bias on the scores, is ``score_biases.py``. What each kind is built and
+called with, and what the offsets mean: the contract, ``minitensor/hookspecs.py``.
 
-Contract (see ``minitensor/hookspecs.py``): ``cls(num_hiddens, max_len=..., dropout=0.0,
-**options)``. The fixed tables (sinusoidal, rotary) are computed once on the host in float64
-with NumPy -- they are constants of the positions, not tensor data in any graph, like data
-loaded from a file -- copied to the device in the layer's dtype, and kept as non-persistent
-buffers: they move with ``module.to(...)`` but are not saved in checkpoints (a formula, not
-learned state). Build the layer with ``dtype=mt.float64`` for float64-accurate tables:
+The fixed tables (sinusoidal, rotary) are computed once on the host in float64 with NumPy
+-- they are constants of the positions, not tensor data in any graph, like data loaded from
+a file -- copied to the device in the layer's dtype, and kept as non-persistent buffers:
+they move with ``module.to(...)`` but are not saved in checkpoints (a formula, not learned
+state). Build the layer with ``dtype=mt.float64`` for float64-accurate tables:
 ``.double()`` afterwards converts the float32 ones.
 """
 

@@ -6,20 +6,17 @@ scores of every attention layer, before the pooling,
 
     weights = pooling(scorer(q, k) + B),    B[h, i, j] = bias of head h for query i, key j,
 
-and ``-inf`` in B means "may not attend" (the pooling gives that key weight 0).
-
-Contract (see ``minitensor/hookspecs.py``): ``cls(num_heads, max_len=..., **options)``, called
-as ``forward(num_queries, num_keys, q_offset=0, k_offset=0)`` -> B of shape
-(num_heads, Q, K) for queries at positions q_offset .. q_offset + Q - 1 and keys at
-k_offset .. k_offset + K - 1 (with a KV cache the K - Q earlier keys sit in the cache).
+and ``-inf`` in B means "may not attend" (the pooling gives that key weight 0). What such
+an encoding is built with, what ``forward`` returns for which positions, and the attributes
+``relative``, ``window`` and ``cross``: the contract, ``minitensor/hookspecs.py``.
 
 All three built-ins here are *relative*: B[h, i, j] depends only on the distance
 j - i (key position minus query position), so each offers ``relative_bias(min_distance,
 max_distance)``, the (num_heads, D) table of the D = max - min + 1 distinct values, O(T)
-numbers instead of O(T^2): what a streaming (fused) attention kernel reads. ``forward`` is
-built from it by indexing with a distance grid computed on the host, so both give the same
-numbers and gradients reach a learned table through either. None has a length limit:
-``max_len`` is accepted (the models pass it to every encoding) and ignored.
+numbers instead of O(T^2): what a streaming (fused) attention kernel would read.
+``forward`` is built from it by indexing with a distance grid computed on the host, so both
+give the same numbers and gradients reach a learned table through either. None has a length
+limit: ``max_len`` is accepted (the models pass it to every encoding) and ignored.
 """
 
 import math
@@ -249,7 +246,7 @@ class SlidingWindow(_RelativeScoreBias):
     so a layer costs O(T * window) useful scores instead of O(T^2), and a stack of L layers
     still sees L * window positions away. With a causal mask (decoders) a query sees the
     last window + 1 positions, itself included. ``window`` (an int >= 0, default 8) is also
-    the instance's ``window`` attribute, which a fused kernel uses to skip key blocks.
+    the instance's ``window`` attribute, with which a fused kernel could skip key blocks.
     The two values 0 and -inf are kept as a non-persistent buffer, so the bias takes the
     module's dtype and device.
     """

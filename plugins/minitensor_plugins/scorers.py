@@ -1,18 +1,13 @@
 """Built-in attention scoring functions: score(q, k) for every query-key pair.
 
-Contract (see ``minitensor/hookspecs.py``): ``cls(query_size, key_size, **options)``;
-``forward(queries (..., Q, dq), keys (..., K, dk)) -> scores (..., Q, K)``. The leading axes
-"..." are any batch axes, e.g. (batch,) or (batch, num_heads); queries and keys broadcast
-over them. A score of -inf means "this key is impossible": the pooling gives it weight 0.
+The contract -- what a scorer is built with, takes and returns, what a score of -inf means,
+how options arrive -- is in ``minitensor/hookspecs.py``.
 
 An attention weight is a pooling of these scores, usually softmax: alpha(q, k_i) =
 exp(a(q, k_i)) / sum_j exp(a(q, k_j)). So every scorer below is an *unnormalised log
 weight*; the kernel scorers make that literal, score = log K(q - k), and then softmax gives
-Nadaraya-Watson's K(q - k_i) / sum_j K(q - k_j).
-
-Options arrive as keyword arguments (``scorer_options={"num_hiddens": 16}`` on a layer,
-``--scorer-opt num_hiddens=16`` on the command line); a misspelt option is an error rather
-than silently ignored.
+Nadaraya-Watson's K(q - k_i) / sum_j K(q - k_j). Each refuses options it does not know
+(``check_options``).
 """
 
 import math
