@@ -28,7 +28,10 @@ Afterwards the graph is freed (the saved arrays and the links to the inputs are 
 memory returns at once; ``retain_graph=True`` keeps it for a second backward.
 """
 
+import sys
 from heapq import heappop, heappush
+
+import numpy
 
 from . import grad_mode
 from .errors import DeviceError, DTypeError, GraphError, ShapeError
@@ -151,6 +154,48 @@ def backward(root, grad=None, retain_graph=False):
     holding the tensors that have received some gradient so far) is a reverse topological
     order: no recursion, no separate sorting pass.
     """
+    grads = {root: _root_gradient(root, grad)}  # dL/dt so far (tensors hash by identity)
+    heap = [(-root._seq, root)]
+    while heap:
+        t = heappop(heap)[1]
+        g = grads.pop(t)  # complete: every tensor made from t has passed its part back
+        if t._ctx is None or t._retain_grad:
+            _accumulate(t, g)
+        if t._ctx is not None:
+            _pass_back(t._ctx, g, grads, heap)
+            if not retain_graph:
+                # Drop the saved arrays and the links to the inputs; the emptied node stays
+                # so that a second backward can say what happened instead of doing nothing.
+                t._ctx.inputs = t._ctx.saved = None
+                t._ctx.__dict__.clear()
+
+
+def _pass_back(ctx, g, grads, heap):
+    """The chain rule at one node: its backward turns dL/d(output) into dL/d(each input),
+    which is added to what that input has received along other paths."""
+    if ctx.inputs is None:
+        raise GraphError(
+            f"backward through a freed graph: the graph through {type(ctx).__name__} was "
+            "freed by an earlier backward(); pass retain_graph=True to the first "
+            "backward() to run backward twice, or recompute the forward pass"
+        )
+    input_grads = ctx.backward(ctx, g)
+    if type(input_grads) is not tuple:
+        input_grads = (input_grads,)
+    for p, pg in zip(ctx.inputs, input_grads):
+        if pg is None or not isinstance(p, Tensor) or not p.requires_grad:
+            continue
+        if pg.shape != p.data.shape:
+            pg = sum_to_shape(pg, p.data.shape)
+        if p in grads:
+            grads[p] = grads[p] + pg
+        else:
+            grads[p] = pg
+            heappush(heap, (-p._seq, p))
+
+
+def _root_gradient(root, grad):
+    """dL/d(root) as a backend array: ones for a scalar, else ``grad``, checked."""
     if not root.requires_grad:
         raise GraphError(
             "backward: this tensor does not require grad and has no graph (create the inputs "
@@ -163,72 +208,72 @@ def backward(root, grad=None, retain_graph=False):
                 "gradient needs a scalar (one element). Reduce it first (loss.sum(), "
                 f"loss.mean()) or pass a gradient of shape {tuple(root.shape)}"
             )
-        grad = root._backend.xp.ones_like(root.data)
+        return root._backend.xp.ones_like(root.data)
+    if isinstance(grad, Tensor):
+        if grad._backend is not root._backend:
+            raise DeviceError(
+                f"backward: the gradient is on {grad.device!r} but the output on "
+                f"{root.device!r}; move it with .to({root.device!r})"
+            )
+        grad = grad.data
     else:
-        if isinstance(grad, Tensor):
-            if grad._backend is not root._backend:
-                raise DeviceError(
-                    f"backward: the gradient is on {grad.device!r} but the output on "
-                    f"{root.device!r}; move it with .to({root.device!r})"
-                )
-            grad = grad.data
-        else:
-            grad = root._backend.array(grad)
-        if grad.dtype != root.data.dtype:
-            grad = grad.astype(root.data.dtype)
-        if grad.shape != root.data.shape:
-            raise ShapeError(
-                f"backward: gradient of shape {tuple(grad.shape)} for an output of shape "
-                f"{tuple(root.shape)}; they must be equal"
-            )
-
-    # Tensors hash by identity (``==`` is elementwise, but a dict compares identity first
-    # and distinct live objects never share a hash), so they key the dict directly.
-    grads = {root: grad}
-    heap = [(-root._seq, root)]
-    while heap:
-        t = heappop(heap)[1]
-        g = grads.pop(t)
-        ctx = t._ctx
-        if ctx is None or t._retain_grad:
-            _accumulate(t, g)
-            if ctx is None:
-                continue
-        inputs = ctx.inputs
-        if inputs is None:
-            raise GraphError(
-                f"backward through a freed graph: the graph through {type(ctx).__name__} was "
-                "freed by an earlier backward(); pass retain_graph=True to the first "
-                "backward() to run backward twice, or recompute the forward pass"
-            )
-        input_grads = ctx.backward(ctx, g)
-        if type(input_grads) is not tuple:
-            input_grads = (input_grads,)
-        for p, pg in zip(inputs, input_grads):
-            if pg is None or not isinstance(p, Tensor) or not p.requires_grad:
-                continue
-            if pg.shape != p.data.shape:
-                pg = sum_to_shape(pg, p.data.shape)
-            if p in grads:
-                grads[p] = grads[p] + pg
-            else:
-                grads[p] = pg
-                heappush(heap, (-p._seq, p))
-        if not retain_graph:
-            # Drop the saved arrays and the links to the inputs; the emptied node stays so
-            # that a second backward can say what happened instead of doing nothing.
-            ctx.inputs = ctx.saved = None
-            ctx.__dict__.clear()
+        grad = root._backend.array(grad)
+    if grad.dtype != root.data.dtype:
+        grad = grad.astype(root.data.dtype)
+    if grad.shape != root.data.shape:
+        raise ShapeError(
+            f"backward: gradient of shape {tuple(grad.shape)} for an output of shape "
+            f"{tuple(root.shape)}; they must be equal"
+        )
+    return grad
 
 
 def _accumulate(t, g):
     """Add ``g`` to ``t.grad``, which always ends up an array of its own.
 
-    ``g`` may be shared with other tensors (``Add`` hands one gradient to both inputs), be a
-    read-only broadcast view (from ``sum``) or the caller's array; ``.grad`` must be safe to
-    update in place (gradient clipping, weight decay), so it is a fresh array either way.
+    ``.grad`` must be safe to update in place (gradient clipping, weight decay). ``g`` may
+    be shared with other tensors (``Add`` hands one gradient to both inputs), be a
+    read-only broadcast view (from ``sum``) or the caller's array: then ``.grad`` is a copy.
+    But most often ``g`` is a fresh array that nothing else holds (a product's, a
+    softmax's), and copying it would cost a pass over memory for nothing: then the leaf
+    takes it as it is, as PyTorch does (it too counts the references to decide).
     """
-    if t.grad is None:
-        t.grad = Tensor._make(g.astype(t.data.dtype, copy=True), t._backend, None)
-    else:
+    if t.grad is not None:
         t.grad = Tensor._make(t.grad.data + g, t._backend, None)
+    elif t._ctx is None and g.dtype == t.data.dtype and sys.getrefcount(g) == _UNSHARED and _owns_memory(g):
+        t.grad = Tensor._make(g, t._backend, None)
+    else:
+        t.grad = Tensor._make(g.astype(t.data.dtype, copy=True), t._backend, None)
+
+
+def _owns_memory(g):
+    """True if ``g`` is a writeable NumPy array whose memory no other array can reach: it
+    owns it, or it is a view of an array that nothing but this view holds."""
+    if type(g) is not numpy.ndarray or not g.flags.writeable:
+        return False
+    base = g.base
+    return base is None or (type(base) is numpy.ndarray and base.base is None and _base_refcount(g) == _ONLY_VIEWED)
+
+
+def _base_refcount(view):
+    base = view.base
+    return sys.getrefcount(base)
+
+
+def _count_references():
+    """What ``sys.getrefcount`` reports in ``_accumulate`` for an array that nothing but
+    ``backward``'s variable holds, and in ``_base_refcount`` for the base of a view that
+    nothing but the view holds. Measured once, along the same calls, because Python
+    versions count their own temporary references differently."""
+
+    def backward_like():
+        g = numpy.empty(2)
+        return accumulate_like(g), _base_refcount(numpy.empty(2)[:1])
+
+    def accumulate_like(g):
+        return sys.getrefcount(g)
+
+    return backward_like()
+
+
+_UNSHARED, _ONLY_VIEWED = _count_references()

@@ -415,8 +415,11 @@ def test_saved_on_one_device_loads_on_another(tmp_path, src, dst):
     loss = train_step(model, opt, sched, iter([(X, Y)]), k=8)
     loss2 = train_step(other, opt2, sched2, iter([(X.to(dst), Y.to(dst))]), k=8)
     assert loss2 == pytest.approx(loss, rel=1e-6)
+    # The CPU runs the fused numba kernels, the strict backend their NumPy twins: float32
+    # rounding differs a little, and Adam's m / sqrt(v) magnifies it where gradients are
+    # tiny (embedding rows of rare tokens).
     for (k, a), b in zip(snapshot(model).items(), snapshot(other).values()):
-        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6, err_msg=k)
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-5, err_msg=k)
 
 
 # -- RNG helpers and imports ----------------------------------------------------------------------

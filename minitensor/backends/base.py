@@ -24,7 +24,7 @@ class Backend:
     def __reduce__(self):
         # One backend object per device: copy.deepcopy and pickle of a tensor must find
         # the registered backend again, not clone it (ops compare backends by identity).
-        from . import get_backend
+        from . import get_backend  # cycle: backends/__init__.py imports this module first
 
         return (get_backend, (self.device,))
 
@@ -73,6 +73,15 @@ class Backend:
         unbuffered sum.
         """
         raise NotImplementedError
+
+    def fused(self, name):
+        """The fused kernel ``name`` of ``minitensor/kernels/fused.py`` for this device, or None.
+
+        None tells the op to run its own array-library code (the definition the kernel is
+        tested against). Only the CPU backend has these kernels: on a GPU, CuPy's operators
+        are device kernels already.
+        """
+        return None
 
     @property
     def kernels(self):

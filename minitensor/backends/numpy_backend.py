@@ -38,7 +38,8 @@ class NumpyBackend(Backend):
         if isinstance(index, numpy.ndarray) and index.ndim == 1 and index.dtype.kind in "iu" and index.size:
             # Rows picked by one integer array (embedding backward): sort the indices and
             # add each run of equal ones with one reduceat -- the same sums as add.at,
-            # ~5x faster, because add.at is unbuffered, element by element.
+            # several times faster, because add.at is unbuffered, element by element
+            # (figure: bench/README.md).
             index = numpy.where(index < 0, index + target.shape[0], index)  # -1 and n-1 are one row
             order = numpy.argsort(index, kind="stable")
             unique, starts = numpy.unique(index[order], return_index=True)
@@ -46,9 +47,21 @@ class NumpyBackend(Backend):
         else:
             numpy.add.at(target, index, values)
 
+    # Tests set this to False to run the ops' plain NumPy code instead of the fused kernels.
+    use_fused_kernels = True
+
+    def fused(self, name):
+        if not self.use_fused_kernels:
+            return None
+        # numba loads on first use (see ``kernels`` below).
+        from ..kernels import fused
+
+        return getattr(fused, name)
+
     @property
     def kernels(self):
-        # Imported on first use: numba costs ~0.3 s to import and compiles lazily anyway.
+        # Imported on first use: numba is slow to import (bench/import_time.py measures
+        # it) and compiles lazily anyway.
         if self._kernels is None:
             from ..kernels import cpu
 

@@ -6,14 +6,31 @@ rescaling. The random mask comes from the tensor's backend (generated on its dev
 reproducible through ``mt.manual_seed``.
 """
 
+import numpy
+
 from ..autograd import Function
 
 
 class Dropout(Function):
-    """z = a * m / (1 - p), m_i ~ Bernoulli(1 - p);  dL/da = dL/dz * m / (1 - p)."""
+    """z = a * m / (1 - p), m_i ~ Bernoulli(1 - p);  dL/da = dL/dz * m / (1 - p).
+
+    On the CPU the mask comes from a counter-based generator (``kernels/fused.py``): the
+    random number of element i is a hash of (seed, i), so one pass makes the mask and the
+    product on every thread, and backward makes the same mask again from the seed instead
+    of keeping it (what PyTorch's GPU dropout does). Elsewhere the scaled mask is drawn
+    from the backend's generator and saved.
+    """
 
     @staticmethod
     def forward(ctx, a, p):
+        kernel = ctx.backend.fused("dropout_forward")
+        if kernel is not None and p < 1:
+            # The seed comes from the backend's generator: mt.manual_seed and checkpoints
+            # reproduce it like any other draw.
+            ctx.seed = numpy.uint64(int(ctx.backend.integers(0, 2**62, ())))
+            ctx.threshold = numpy.uint64(round(p * 2**32))  # kept where bits >= p * 2^32
+            ctx.scale = a.dtype.type(1.0 / (1.0 - p))
+            return kernel(ctx.xp.ascontiguousarray(a), ctx.seed, ctx.threshold, ctx.scale)
         keep = ctx.backend.uniform(a.shape, a.dtype) >= p
         scale = keep * a.dtype.type(1.0 / (1.0 - p)) if p < 1 else keep * a.dtype.type(0)
         ctx.save_for_backward(scale)
@@ -21,6 +38,9 @@ class Dropout(Function):
 
     @staticmethod
     def backward(ctx, grad):
+        if hasattr(ctx, "seed"):
+            kernel = ctx.backend.fused("dropout_backward")
+            return kernel(ctx.xp.ascontiguousarray(grad), ctx.seed, ctx.threshold, ctx.scale)
         (scale,) = ctx.saved
         return grad * scale
 

@@ -20,9 +20,10 @@ from ..errors import ShapeError
 class LayerNorm(Function):
     """The normalised axes are flattened into one of size D, so x is a matrix (N, D).
 
-    Its row means are computed as a matrix-vector product with the constant vector 1/D:
-    the same numbers, but BLAS does it several times faster than NumPy's reduction over a
-    short last axis (32 us vs 4 us for (1280, 32)), and layer norm runs on every block.
+    On the CPU forward and backward are numba loops over rows (``kernels/fused.py``), one
+    pass each. The NumPy form below is their definition (and the path on other devices);
+    it computes row means as a matrix-vector product with the constant vector 1/D: the
+    same numbers, but BLAS does it faster than NumPy's reduction over a short last axis.
     """
 
     @staticmethod
@@ -31,13 +32,24 @@ class LayerNorm(Function):
         D = 1
         for n in x.shape[x.ndim - num_axes :]:
             D *= n
+        ctx.normalized_shape = x.shape[x.ndim - num_axes :]
         x2 = x.reshape(-1, D)
+        kernel = ctx.backend.fused("layer_norm_forward")
+        if kernel is not None:
+            ctx.kernel_weight = xp.ones(D, x.dtype) if weight is None else weight.reshape(D)
+            y, xhat, rstd = kernel(
+                xp.ascontiguousarray(x2),
+                ctx.kernel_weight,
+                xp.zeros(D, x.dtype) if bias is None else bias.reshape(D),
+                x.dtype.type(eps),
+            )
+            ctx.save_for_backward(xhat, rstd)
+            return y.reshape(x.shape)
         mean_weights = xp.full((D, 1), 1.0 / D, dtype=x.dtype)  # row @ mean_weights = row mean
         centered = x2 - x2 @ mean_weights
         rstd = 1.0 / xp.sqrt((centered * centered) @ mean_weights + eps)
         xhat = centered * rstd  # (N, D)
         ctx.save_for_backward(xhat, rstd, weight, mean_weights)
-        ctx.normalized_shape = x.shape[x.ndim - num_axes :]
         y = xhat.reshape(x.shape)
         if weight is not None:
             y = y * weight
@@ -47,8 +59,14 @@ class LayerNorm(Function):
 
     @staticmethod
     def backward(ctx, grad):
-        xhat, rstd, weight, mean_weights = ctx.saved
         need_w, need_b = ctx.needs_input_grad[1:3]
+        if len(ctx.saved) == 2:  # the forward kernel ran: so does the backward one
+            xhat, rstd = ctx.saved
+            kernel = ctx.backend.fused("layer_norm_backward")
+            gx, gw, gb = kernel(ctx.xp.ascontiguousarray(grad.reshape(xhat.shape)), xhat, rstd, ctx.kernel_weight)
+            shape = ctx.normalized_shape
+            return gx.reshape(grad.shape), gw.reshape(shape) if need_w else None, gb.reshape(shape) if need_b else None
+        xhat, rstd, weight, mean_weights = ctx.saved
         g = grad.reshape(xhat.shape)
         gw = (g * xhat).sum(axis=0).reshape(ctx.normalized_shape) if need_w else None
         gb = g.sum(axis=0).reshape(ctx.normalized_shape) if need_b else None

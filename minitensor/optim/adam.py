@@ -18,8 +18,14 @@ class Adam(Optimizer):
     scale of its gradient. (As in PyTorch, eps is added to sqrt(v) / sqrt(1 - beta2^t).)
     """
 
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, fused=None):
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay))
+        if fused not in (None, True, False):
+            raise ValueError(f"{type(self).__name__}: fused must be None, True or False, got {fused!r}")
+        # As PyTorch's ``fused=``: the whole update of a parameter in one kernel (a numba loop
+        # on the CPU, kernels/fused.py). None: wherever there is one; False: the textbook
+        # lines below everywhere (they are what the kernel is tested against).
+        self.fused = fused
 
     def check_hyperparameters(self, group):
         super().check_hyperparameters(group)
@@ -37,6 +43,23 @@ class Adam(Optimizer):
             state["exp_avg_sq"] = xp.zeros_like(param.data)  # v
         state["step"] += 1
         t, m, v = state["step"], state["exp_avg"], state["exp_avg_sq"]
+        kernel = self._kernel(param)
+        if kernel is not None and all(a.flags.c_contiguous for a in (param.data, m, v)):
+            # The same rule in one pass over memory; the scalars in the parameter's dtype.
+            f = param.data.dtype.type
+            kernel(
+                param.data,
+                param._backend.xp.ascontiguousarray(grad),
+                m,
+                v,
+                f(group["lr"] / (1 - beta1**t)),
+                (f(beta1), f(1 - beta1)),
+                (f(beta2), f(1 - beta2)),
+                f(group["eps"]),
+                f(group["weight_decay"]),
+                f(math.sqrt(1 - beta2**t)),
+            )
+            return
         if group["weight_decay"]:
             grad = grad + group["weight_decay"] * param.data
         m *= beta1
@@ -45,3 +68,15 @@ class Adam(Optimizer):
         v += (1 - beta2) * (grad * grad)
         denom = param._backend.xp.sqrt(v) / math.sqrt(1 - beta2**t) + group["eps"]
         param.add_(m / denom, alpha=-group["lr"] / (1 - beta1**t))
+
+    def _kernel(self, param):
+        """The fused update for ``param``, or None for the textbook lines."""
+        if self.fused is False:
+            return None
+        kernel = param._backend.fused("adam_update")
+        if kernel is None and self.fused:
+            raise ValueError(
+                f"{type(self).__name__}(fused=True): no fused update on {param.device!r} (the CPU has "
+                "one); use fused=None to fall back to the textbook update there"
+            )
+        return kernel

@@ -16,8 +16,8 @@ class AdamW(Adam):
     This is PyTorch's rule (``torch.optim.AdamW``), default weight_decay = 0.01.
     """
 
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
-        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, fused=None):
+        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, fused=fused)
 
     def update(self, param, grad, state, group):
         if group["weight_decay"]:

@@ -1,0 +1,252 @@
+"""What makes a training step fast without changing its numbers: the fused CPU kernels
+(``minitensor/kernels/fused.py``) against their plain NumPy twins (the ops' own code, run
+with the kernels switched off), ``Linear`` as one node, and the autograd engine's taking
+of gradients that nothing else holds."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import minitensor as mt
+from minitensor.backends import get_backend
+
+CPU = get_backend("cpu")
+
+
+@pytest.fixture
+def plain():
+    """Run the block inside with the ops' NumPy code instead of the kernels."""
+
+    class Switch:
+        def __enter__(self):
+            CPU.use_fused_kernels = False
+
+        def __exit__(self, *exc):
+            CPU.use_fused_kernels = True
+
+    yield Switch()
+    CPU.use_fused_kernels = True
+
+
+def both_paths(plain, fn):
+    """fn() with the kernels, then with the NumPy twins."""
+    fused = fn()
+    with plain:
+        reference = fn()
+    return fused, reference
+
+
+def rand(*shape, dtype="float64", seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+
+
+# -- ReLU ----------------------------------------------------------------------------------------
+@settings(max_examples=25, deadline=None)
+@given(shape=st.lists(st.integers(1, 6), min_size=1, max_size=3), seed=st.integers(0, 100))
+def test_relu_kernel_equals_numpy(shape, seed):
+    x = rand(*shape, seed=seed)
+    x.flat[0] = 0.0  # the kink: no gradient at 0, as in PyTorch
+
+    def run():
+        t = mt.tensor(x, requires_grad=True)
+        y = t.relu()
+        y.backward(mt.tensor(rand(*shape, seed=seed + 1)))
+        return y.numpy(), t.grad.numpy()
+
+    CPU.use_fused_kernels = False
+    try:
+        reference = run()
+    finally:
+        CPU.use_fused_kernels = True
+    fused = run()
+    for a, b in zip(fused, reference):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_relu_kernel_keeps_nan_and_takes_any_layout():
+    x = np.array([[np.nan, -1.0, 2.0], [np.inf, -np.inf, -0.0]], dtype=np.float32)
+    y = mt.tensor(x).T.relu().numpy()  # a transposed (non-contiguous) input
+    np.testing.assert_array_equal(y, np.array([[np.nan, np.inf], [0, 0], [2, 0]], dtype=np.float32))
+
+
+# -- dropout -------------------------------------------------------------------------------------
+def test_dropout_kernel_keeps_1_minus_p_and_backward_uses_the_same_mask():
+    mt.manual_seed(0)
+    x = mt.ones(256, 1024, requires_grad=True)
+    y = mt.nn.functional.dropout(x, 0.3)
+    kept = y.numpy() != 0
+    # 262,144 Bernoulli(0.7) draws: the kept fraction is within 5 standard deviations
+    assert abs(kept.mean() - 0.7) < 5 * np.sqrt(0.7 * 0.3 / kept.size)
+    np.testing.assert_allclose(y.numpy()[kept], 1 / 0.7, rtol=1e-6)
+    y.backward(mt.full((256, 1024), 2.0))
+    np.testing.assert_array_equal(x.grad.numpy(), np.where(kept, np.float32(2 / 0.7), 0))
+    # rows and columns are independent: no stripes from the counter-based generator
+    assert abs(kept.mean(axis=1) - 0.7).max() < 0.07 and abs(kept.mean(axis=0) - 0.7).max() < 0.15
+
+
+def test_dropout_kernel_is_reproducible_and_differs_call_to_call():
+    x = mt.ones(64, 64)
+    mt.manual_seed(3)
+    a, b = mt.nn.functional.dropout(x, 0.5).numpy(), mt.nn.functional.dropout(x, 0.5).numpy()
+    mt.manual_seed(3)
+    assert np.array_equal(mt.nn.functional.dropout(x, 0.5).numpy(), a)
+    assert not np.array_equal(a, b)
+
+
+def test_dropout_kernel_edge_probabilities_and_layout():
+    x = mt.tensor(rand(8, 5, dtype="float32"))
+    assert np.all(mt.nn.functional.dropout(x, 1.0).numpy() == 0)
+    np.testing.assert_array_equal(mt.nn.functional.dropout(x, 0.0).numpy(), x.numpy())
+    y = mt.nn.functional.dropout(x.T, 0.5).numpy()  # non-contiguous input, right values
+    kept = y != 0
+    np.testing.assert_allclose(y[kept], (x.numpy().T * 2)[kept], rtol=1e-6)
+
+
+def test_dropout_gradient_matches_finite_differences_with_the_kernel():
+    # the mask is random, so check d(sum(w * dropout(x)))/dx = w * mask / (1 - p) directly
+    mt.manual_seed(1)
+    x = mt.tensor(rand(6, 7), requires_grad=True)
+    w = rand(6, 7, seed=2)
+    y = mt.nn.functional.dropout(x, 0.25)
+    (y * mt.tensor(w)).sum().backward()
+    mask_over_keep = y.numpy() / x.numpy()
+    np.testing.assert_allclose(x.grad.numpy(), w * mask_over_keep, rtol=1e-12)
+
+
+# -- layer norm ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype, tol", [("float64", 1e-12), ("float32", 2e-5)])
+@pytest.mark.parametrize("affine", [True, False])
+@pytest.mark.parametrize("shape, normalized", [((4, 5, 16), (16,)), ((3, 4, 6), (4, 6)), ((300, 33), (33,))])
+def test_layer_norm_kernel_equals_numpy(plain, dtype, tol, affine, shape, normalized):
+    x = rand(*shape, dtype=dtype)
+    g = rand(*shape, dtype=dtype, seed=1)
+    w = rand(*normalized, dtype=dtype, seed=2) if affine else None
+    b = rand(*normalized, dtype=dtype, seed=3) if affine else None
+
+    def run():
+        tx = mt.tensor(x, requires_grad=True)
+        tw = mt.tensor(w, requires_grad=True) if affine else None
+        tb = mt.tensor(b, requires_grad=True) if affine else None
+        y = mt.nn.functional.layer_norm(tx, normalized, tw, tb)
+        y.backward(mt.tensor(g))
+        grads = [tx.grad.numpy()] + ([tw.grad.numpy(), tb.grad.numpy()] if affine else [])
+        return [y.numpy(), *grads]
+
+    for a, r in zip(*both_paths(plain, run)):
+        np.testing.assert_allclose(a, r, rtol=tol, atol=tol)
+
+
+def test_layer_norm_kernel_gradcheck():
+    x = mt.tensor(rand(5, 8), requires_grad=True)
+    w = mt.tensor(rand(8, seed=1), requires_grad=True)
+    b = mt.tensor(rand(8, seed=2), requires_grad=True)
+    assert mt.gradcheck(lambda x, w, b: mt.nn.functional.layer_norm(x, 8, w, b), (x, w, b))
+
+
+# -- Adam ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype, tol", [("float64", 1e-13), ("float32", 1e-6)])
+@pytest.mark.parametrize("name, weight_decay", [("Adam", 0.0), ("Adam", 0.1), ("AdamW", 0.01)])
+def test_fused_adam_equals_the_textbook_update(dtype, tol, name, weight_decay):
+    def train(fused):
+        params = [mt.tensor(rand(*s, dtype=dtype, seed=i), requires_grad=True) for i, s in enumerate([(7, 5), (5,)])]
+        opt = getattr(mt.optim, name)(params, lr=0.05, weight_decay=weight_decay, fused=fused)
+        for step in range(6):
+            opt.zero_grad()
+            loss = ((params[0] @ params[1] - 1.0) ** 2).sum() + (params[0].T * (step + 1)).sum()
+            loss.backward()
+            opt.step()
+        return [p.numpy() for p in params], opt.state_dict()
+
+    (fused, fused_state), (textbook, textbook_state) = train(None), train(False)
+    for a, b in zip(fused, textbook):
+        np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
+    for i, s in textbook_state["state"].items():
+        assert fused_state["state"][i]["step"] == s["step"] == 6
+        np.testing.assert_allclose(fused_state["state"][i]["exp_avg_sq"], s["exp_avg_sq"], rtol=tol, atol=tol)
+
+
+def test_fused_adam_options_are_checked():
+    p = mt.zeros(3, requires_grad=True)
+    with pytest.raises(ValueError, match="fused must be None, True or False, got 'yes'"):
+        mt.optim.Adam([p], fused="yes")
+    q = mt.zeros(3, requires_grad=True, device="strict")  # a backend without the kernels
+    q.grad = mt.ones(3, device="strict")
+    with pytest.raises(ValueError, match=r"fused=True\): no fused update on 'strict'"):
+        mt.optim.Adam([q], fused=True).step()
+    mt.optim.Adam([q]).step()  # fused=None falls back to the textbook update
+    np.testing.assert_allclose(q.numpy(), -1e-3, rtol=1e-6)
+
+
+# -- Linear: one node ----------------------------------------------------------------------------
+@pytest.mark.parametrize("x_shape", [(4,), (3, 4), (2, 3, 4)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_linear_gradcheck_and_values(x_shape, bias):
+    x = mt.tensor(rand(*x_shape), requires_grad=True)
+    w = mt.tensor(rand(5, 4, seed=1), requires_grad=True)
+    b = mt.tensor(rand(5, seed=2), requires_grad=True) if bias else None
+    expected = x.numpy() @ w.numpy().T + (b.numpy() if bias else 0)
+    np.testing.assert_allclose(mt.nn.functional.linear(x, w, b).numpy(), expected, rtol=1e-12)
+    inputs = (x, w, b) if bias else (x, w)
+    assert mt.gradcheck(lambda *a: mt.nn.functional.linear(*a), inputs)
+
+
+def test_linear_weight_gradient_is_contiguous_and_shapes_are_checked():
+    lin = mt.nn.Linear(4, 3)
+    lin(mt.randn(2, 5, 4)).sum().backward()
+    assert lin.weight.grad.data.flags.c_contiguous and lin.weight.grad.shape == (3, 4)
+    with pytest.raises(mt.ShapeError, match=r"linear: input of shape \(2, 5\) and weight of shape \(3, 4\)"):
+        lin(mt.randn(2, 5))
+    with pytest.raises(mt.ShapeError, match=r"linear: bias of shape \(4,\), expected \(3,\)"):
+        mt.nn.functional.linear(mt.randn(2, 4), lin.weight, mt.zeros(4))
+
+
+# -- the leaf takes a gradient nothing else holds ------------------------------------------------
+class Fresh(mt.Function):
+    """The identity, whose backward hands back a new array and remembers it."""
+
+    returned = []
+
+    @staticmethod
+    def forward(ctx, a):
+        return a.copy()
+
+    @staticmethod
+    def backward(ctx, grad):
+        out = grad * 1.0
+        Fresh.returned.append(out.__array_interface__["data"][0])
+        return out
+
+
+def test_a_fresh_gradient_becomes_the_leaf_grad_without_a_copy():
+    Fresh.returned.clear()
+    x = mt.randn(4, 3, requires_grad=True)
+    Fresh.apply(x).sum().backward()
+    assert x.grad.data.__array_interface__["data"][0] == Fresh.returned[0]
+    # a softmax too (its backward reshapes the kernel's output: a view nothing else sees)
+    x = mt.randn(64, 32, requires_grad=True)
+    g = mt.randn(64, 32)
+    x.softmax(-1).backward(g)
+    x.grad.data[...] = 0  # ours to change
+    assert np.abs(g.numpy()).sum() > 0
+
+
+def test_a_shared_gradient_is_copied():
+    a, b = mt.randn(3, requires_grad=True), mt.randn(3, requires_grad=True)
+    (a + b).sum().backward()  # Add hands one array to both
+    assert not np.shares_memory(a.grad.data, b.grad.data)
+    # the caller's gradient, passed straight through
+    x = mt.randn(2, 3, requires_grad=True)
+    g = mt.randn(2, 3)
+    x.reshape(3, 2).backward(g.reshape(3, 2))
+    assert not np.shares_memory(x.grad.data, g.data)
+    x.grad.data[...] = 0
+    assert np.abs(g.numpy()).sum() > 0
+    # kept by the graph for a second backward
+    Fresh.returned.clear()
+    x = mt.randn(4, requires_grad=True)
+    y = Fresh.apply(x).sum()
+    y.backward(retain_graph=True)
+    first = x.grad.numpy()
+    y.backward()
+    np.testing.assert_array_equal(x.grad.numpy(), 2 * first)
