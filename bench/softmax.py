@@ -13,6 +13,13 @@ For float32 inputs of shapes (4096, 512) and (32768, 64) it times
 * ``torch``: ``torch.softmax`` / ``torch._softmax_backward_data`` (and the
   log-softmax equivalents), if torch is importable.
 
+and then the same softmax through each library's autograd, as a model meets it
+("autograd" rows): a leaf x that requires grad, ``y = softmax(x)``,
+``y.backward(g)``, ``x.grad`` read. Besides the two kernels that includes the
+engine's work: building the node, walking the graph, and handing the gradient
+to the leaf (which minitensor takes without a copy when nothing else holds it,
+as PyTorch does).
+
 Method: every library gets the same thread count (``numba.set_num_threads``,
 ``torch.set_num_threads`` and ``threadpoolctl`` for NumPy's thread pools);
 each function is warmed up first (so numba compiles outside the timing) and
@@ -39,6 +46,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import numba  # noqa: E402
 
+import minitensor as mt  # noqa: E402
 from minitensor.kernels import cpu, reference  # noqa: E402
 
 try:
@@ -60,6 +68,7 @@ TARGET_THREADS = 2
 FORWARD_VS_TORCH = 1.5  # numba time / torch time; stretch goal 1.0
 BACKWARD_VS_TORCH = 1.2
 BACKWARD_COPY_FRACTION = 0.5  # of the machine's copy bandwidth
+AUTOGRAD_VS_TORCH = 1.0  # forward + backward through autograd on a leaf, at every thread count
 SPEEDUP_VS_NAIVE = 3.0
 
 
@@ -179,6 +188,51 @@ def softmax_candidates(x, g, kind):
     return {"forward": forward, "backward": backward}
 
 
+def autograd_candidates(x, g):
+    """Forward + backward through each library's autograd on a leaf: {library: fn}."""
+    leaf, grad = mt.tensor(x, requires_grad=True), mt.tensor(g)
+
+    def minitensor_step():
+        leaf.grad = None
+        leaf.softmax(-1).backward(grad)
+        return leaf.grad
+
+    candidates = {"minitensor": minitensor_step}
+    if torch is not None:
+        t_leaf, t_grad = torch.from_numpy(x.copy()).requires_grad_(), torch.from_numpy(g)
+
+        def torch_step():
+            t_leaf.grad = None
+            torch.softmax(t_leaf, -1).backward(t_grad)
+            return t_leaf.grad
+
+        candidates["torch"] = torch_step
+    return candidates
+
+
+def measure_autograd(threads, data, repeat):
+    """One row per shape: softmax forward + backward through autograd, minitensor vs torch."""
+    set_threads(threads)
+    limits = threadpool_limits(limits=threads) if threadpool_limits else contextlib.nullcontext()
+    rows = []
+    with limits:
+        for shape, (x, g) in data.items():
+            t = interleaved_medians(autograd_candidates(x, g), repeat)
+            torch_us = f"{t['torch'] * 1e6:9.0f}" if "torch" in t else f"{'-':>9}"
+            ratio = t["minitensor"] / t["torch"] if "torch" in t else None
+            verdict = (
+                ""
+                if ratio is None
+                else f"torch<={AUTOGRAD_VS_TORCH}x:{'PASS' if ratio <= AUTOGRAD_VS_TORCH else 'MISS'}"
+            )
+            rows.append(
+                f"{threads:>3} {'autograd':<12} {str(shape):<11} {'fwd+bwd':<8} {t['minitensor'] * 1e6:9.0f} "
+                f"{'-':>9} {torch_us} {'-':>10} {'-':>10} {f'{ratio:6.2f}x' if ratio else '-':>7} {'-':>7}  {verdict}"
+            )
+            print(rows[-1], flush=True)
+    return rows
+
+
 # ---------------------------------------------------------------------------
 # Reporting
 # ---------------------------------------------------------------------------
@@ -248,8 +302,15 @@ def print_summary(rows, kinds, array_bytes, load):
         f"torch and >= {BACKWARD_COPY_FRACTION:.0%} of copy bandwidth; both >= "
         f"{SPEEDUP_VS_NAIVE:g}x faster than naive NumPy."
     )
+    print(
+        f"autograd rows: minitensor <= {AUTOGRAD_VS_TORCH}x torch at every thread count "
+        "(the numba column is minitensor)"
+    )
+    autograd = [r for r in rows if " autograd " in r]
+    if autograd:
+        print(f"  autograd: {sum(r.count('MISS') for r in autograd)} miss(es) in {len(autograd)} rows")
     official = [r for r in rows if r.startswith(f"{TARGET_THREADS:>3} softmax ")]
-    others = [r for r in rows if r not in official]
+    others = [r for r in rows if r not in official and r not in autograd]
     misses = sum(r.count("MISS") for r in official)
     if official:
         print(
@@ -294,6 +355,7 @@ def main(argv=None):
                 print(f"skipping {threads} threads: numba was started with {numba.config.NUMBA_NUM_THREADS}")
                 continue
             rows += measure(threads, kinds, data, repeat, copy_gbps)
+            rows += measure_autograd(threads, data, repeat)
     print_summary(rows, kinds, data[SHAPES[0]][0].nbytes, load)
 
 

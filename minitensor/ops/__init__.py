@@ -3,6 +3,7 @@
 Read ``elementwise.py`` first: each op is a few lines of forward and a line of backward.
 """
 
+from .conv import conv1d
 from .convert import astype, to_device
 from .dropout import dropout
 from .elementwise import abs, add, clamp, clip, div, exp, gelu, log, mul, neg, pow, relu, sigmoid, sqrt, sub, tanh
@@ -10,7 +11,7 @@ from .entmax import alpha_entmax, entmax15
 from .indexing import embedding, getitem
 from .join import cat, concat, split, stack
 from .loss import cross_entropy
-from .matmul import matmul
+from .matmul import linear, matmul
 from .norm import layer_norm
 from .reduce import argmax, argmin, max, mean, min, sum, var
 from .select import masked_fill, where
@@ -30,6 +31,7 @@ __all__ = [
     "clamp",
     "clip",
     "concat",
+    "conv1d",
     "cross_entropy",
     "div",
     "dropout",
@@ -45,6 +47,7 @@ __all__ = [
     "log_softmax",
     "masked_fill",
     "masked_softmax",
+    "linear",
     "matmul",
     "max",
     "mean",

@@ -18,6 +18,7 @@ Functions first move ``axis`` to the end and flatten the rest.
 
 from ..autograd import Function
 from ..errors import ShapeError
+from ..tensor import Tensor
 from .axes import normalize_axis
 
 
@@ -142,8 +143,6 @@ def log_softmax(x, axis=-1):
 
 def masked_softmax(x, valid_lens=None, mask=None):
     """Softmax over the last axis keeping only valid keys (see ``MaskedSoftmax``)."""
-    from ..tensor import Tensor
-
     if valid_lens is not None and not isinstance(valid_lens, Tensor):
         valid_lens = Tensor._make(x._backend.array(valid_lens), x._backend, None)
     if mask is not None and not isinstance(mask, Tensor):
