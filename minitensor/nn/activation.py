@@ -12,11 +12,23 @@ class ReLU(Module):
 
 
 class GELU(Module):
-    """gelu(x) ~ x Phi(x), in the tanh approximation (PyTorch's approximate="tanh"):
-    x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
+    """gelu(x) = x Phi(x) = x/2 (1 + erf(x / sqrt 2)), Phi the standard normal CDF.
+
+    ``approximate="tanh"``: x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), the approximation
+    of BERT and GPT-2. The same argument and default as PyTorch's ``nn.GELU``.
+    """
+
+    def __init__(self, approximate="none"):
+        super().__init__()
+        if approximate not in ("none", "tanh"):  # say so now, not at the first forward
+            raise ValueError(f"GELU: approximate must be 'none' or 'tanh', got {approximate!r}")
+        self.approximate = approximate
 
     def forward(self, X):
-        return F.gelu(X)
+        return F.gelu(X, approximate=self.approximate)
+
+    def extra_repr(self):
+        return f"approximate={self.approximate!r}"
 
 
 class Tanh(Module):

@@ -185,29 +185,65 @@ class Sigmoid(Function):
 
 
 class ReLU(Function):
-    """z = max(a, 0);  dz/da = 1 where a > 0, else 0."""
+    """z = max(a, 0);  dz/da = 1 where a > 0, else 0.
+
+    z > 0 exactly where a > 0, so backward needs only the output. On the CPU both
+    directions are one-pass numba loops (``kernels/fused.py``).
+    """
 
     @staticmethod
     def forward(ctx, a):
-        positive = a > 0
-        ctx.save_for_backward(positive)
-        return a * positive
+        kernel = ctx.backend.fused("relu_forward")
+        z = kernel(ctx.xp.ascontiguousarray(a)) if kernel is not None else a * (a > 0)
+        ctx.save_for_backward(z)
+        return z
 
     @staticmethod
     def backward(ctx, grad):
-        (positive,) = ctx.saved
-        return grad * positive
+        (z,) = ctx.saved
+        kernel = ctx.backend.fused("relu_backward")
+        return kernel(z, ctx.xp.ascontiguousarray(grad)) if kernel is not None else grad * (z > 0)
+
+
+class GELU(Function):
+    """z = a Phi(a) = a/2 (1 + erf(a / sqrt 2));  dz/da = Phi(a) + a phi(a).
+
+    The Gaussian Error Linear Unit, exactly: the input scaled by the probability that a
+    standard normal variable is below it. Phi is the standard normal CDF and
+    phi(a) = exp(-a^2/2) / sqrt(2 pi) its density (Phi' = phi, then the product rule).
+    NumPy has no erf, so the arithmetic lives in ``kernels/gelu.py``: numba on the CPU, CUDA
+    on a GPU, plain array operations on any other backend.
+    """
+
+    @staticmethod
+    def forward(ctx, a):
+        ctx.kernels = _gelu_kernels(ctx.backend)
+        ctx.save_for_backward(a)
+        return ctx.kernels.forward(a)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (a,) = ctx.saved
+        return ctx.kernels.backward(a, grad)
+
+
+def _gelu_kernels(backend):
+    # Imported on the first exact GELU: kernels/gelu.py imports numba, which is slow to
+    # import (bench/import_time.py measures it) and which ``import minitensor`` does not.
+    from ..kernels.gelu import for_backend
+
+    return for_backend(backend)
 
 
 _GELU_C = math.sqrt(2.0 / math.pi)
 
 
-class GELU(Function):
+class GELUTanh(Function):
     """z = a/2 (1 + tanh(c (a + 0.044715 a^3))),  c = sqrt(2/pi).
 
-    The tanh approximation of a * Phi(a) used by BERT and GPT-2 (PyTorch's
-    ``gelu(approximate="tanh")``); NumPy has no erf. With u = c (a + 0.044715 a^3), t = tanh u:
-    dz/da = (1 + t)/2 + a/2 (1 - t^2) c (1 + 3 * 0.044715 a^2).
+    The tanh approximation of a Phi(a) used by BERT and GPT-2 (``gelu(approximate="tanh")``,
+    as in PyTorch): cheaper than erf and within 5e-4 of it. With u = c (a + 0.044715 a^3),
+    t = tanh u:  dz/da = (1 + t)/2 + a/2 (1 - t^2) c (1 + 3 * 0.044715 a^2).
     """
 
     @staticmethod
@@ -323,8 +359,17 @@ def relu(a):
     return ReLU.apply(a)
 
 
-def gelu(a):
-    return GELU.apply(a)
+_GELU_FORMS = {"none": GELU, "tanh": GELUTanh}
+
+
+def gelu(a, approximate="none"):
+    """a Phi(a), exactly (``approximate="none"``) or in the tanh approximation ("tanh"):
+    PyTorch's ``gelu``, with its argument and default."""
+    try:
+        op = _GELU_FORMS[approximate]
+    except (KeyError, TypeError):
+        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}") from None
+    return op.apply(a)
 
 
 def abs(a):  # noqa: A001

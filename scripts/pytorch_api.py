@@ -1,0 +1,786 @@
+"""Compare minitensor's public API with PyTorch's and write docs/pytorch_differences.md.
+
+    python scripts/pytorch_api.py            # rewrite the page
+    python scripts/pytorch_api.py --check    # exit 1 if the page is out of date
+
+For every public name of ``minitensor``, ``minitensor.nn``, ``minitensor.nn.functional``,
+``minitensor.optim`` and ``minitensor.optim.lr_scheduler``, and every public attribute of
+``minitensor.Tensor``, the page says whether PyTorch has it and, where both do, which parameter
+names and defaults differ (read with ``inspect.signature``). Every difference needs a line in
+``REASONS`` below -- why minitensor differs, or "not yet aligned" and what aligning would take --
+and every name that was made to match PyTorch says so in ``ALIGNED``. A difference without
+either is printed as "MISSING" and fails ``tests/test_pytorch_api.py``, which also checks that
+the committed page is exactly what this script writes (so neither can go stale).
+
+PyTorch's functions are mostly C builtins, whose signatures ``inspect`` cannot read. For those
+the script reads the signature lines of the builtin's docstring (``softmax(input, dim, *,
+dtype=None) -> Tensor``, and the ``.. function::`` lines of overloads) and says so in the row;
+where there is none, the row says that the signature cannot be read. Nothing is guessed.
+"""
+
+import argparse
+import ast
+import importlib
+import inspect
+import re
+import sys
+import types
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGE = ROOT / "docs" / "pytorch_differences.md"
+
+#: (minitensor module, its PyTorch counterpart, the prefix names get on the page)
+MODULES = [
+    ("minitensor", "torch", "mt."),
+    ("minitensor.nn", "torch.nn", "mt.nn."),
+    ("minitensor.nn.functional", "torch.nn.functional", "mt.nn.functional."),
+    ("minitensor.optim", "torch.optim", "mt.optim."),
+    ("minitensor.optim.lr_scheduler", "torch.optim.lr_scheduler", "mt.optim.lr_scheduler."),
+]
+
+#: minitensor names whose PyTorch counterpart lives elsewhere (or has another name)
+ELSEWHERE = {
+    "mt.gelu": "torch.nn.functional.gelu",
+    "mt.linear": "torch.nn.functional.linear",
+    "mt.cross_entropy": "torch.nn.functional.cross_entropy",
+    "mt.gradcheck": "torch.autograd.gradcheck",
+    "mt.Function": "torch.autograd.Function",
+    "mt.nn.MultiHeadAttention": "torch.nn.MultiheadAttention",
+    "mt.nn.TransformerEncoderBlock": "torch.nn.TransformerEncoderLayer",
+    "mt.nn.TransformerDecoderBlock": "torch.nn.TransformerDecoderLayer",
+    "mt.optim.clip_grad_norm_": "torch.nn.utils.clip_grad_norm_",
+    "mt.optim.LRScheduler": "torch.optim.lr_scheduler.LRScheduler",
+    "mt.optim.LambdaLR": "torch.optim.lr_scheduler.LambdaLR",
+}
+
+#: PyTorch classes whose own signature is ``(*args, **kwargs)`` and which pass their arguments
+#: on to a base class: (the base class, how many of its leading parameters the class fills in)
+SIGNATURE_OF_BASE = {"torch.nn.GRU": ("torch.nn.RNNBase", 1)}  # GRU passes mode="GRU" first
+
+#: parameters that name the same thing: minitensor's spelling -> PyTorch's spellings
+RENAMES = {
+    "axis": ("dim",),
+    "axes": ("dims", "dim"),
+    "keepdims": ("keepdim",),
+    "axis0": ("dim0",),
+    "axis1": ("dim1",),
+    "start_axis": ("start_dim",),
+    "end_axis": ("end_dim",),
+    "stop": ("end",),
+    "shape": ("size",),
+    "grad": ("gradient",),
+    "num_hiddens": ("hidden_size", "embed_dim", "d_model"),
+    "num_heads": ("nhead",),
+    "ffn_num_hiddens": ("dim_feedforward",),
+    "use_bias": ("bias",),
+    "key_size": ("kdim",),
+    "value_size": ("vdim",),
+    "fn": ("func",),
+}
+
+#: PyTorch parameters not compared: performance, memory layout and legacy switches that have
+#: nothing to select in minitensor (see the page's "How to read it")
+IGNORED = {
+    "out",
+    "layout",
+    "pin_memory",
+    "memory_format",
+    "non_blocking",
+    "foreach",
+    "fused",
+    "capturable",
+    "differentiable",
+    "size_average",
+    "reduce",
+    "_stacklevel",
+    "_weight",
+    "_freeze",
+}
+
+# -- why: one line per difference ----------------------------------------------------------------
+# Shared reasons first, then REASONS by name. "teaching choice": minitensor differs on purpose;
+# "extra": not in PyTorch; "not yet aligned": an oversight or missing feature, with what it takes.
+AXIS = "teaching choice: NumPy's `axis`/`keepdims` for `dim`/`keepdim` (not yet aligned, see above the table)"
+DTYPE_ARG = "no `dtype=` (not yet aligned: it would be a cast before the op; `x.to(dtype)` does it)"
+DEVICE = "`device='cpu'`: no global default device (see above the table)"
+INPLACE = (
+    "teaching choice: no in-place ops on the autograd graph (in-place updates happen only under no_grad, in the "
+    "optimisers), so no `inplace=`"
+)
+SAME_FUNCTION = "the same function as `{}`, whose row compares it with PyTorch's documented one"
+UNREADABLE = "torch's {} has no readable signature; minitensor's matches the documented PyTorch use"
+D2L_MODEL = (
+    "teaching choice: D2L's class and argument names (`num_hiddens`, `ffn_num_hiddens`, `num_heads`, `num_blks`, "
+    "`use_bias=False`), with the scorer / pooling / positional-encoding plugins; it builds its own attention, "
+    "embedding and blocks, where PyTorch's takes ready-made layers (`encoder_layer`, `num_layers`)"
+)
+ERROR = "extra: minitensor's exception for {}, a {}; its message says how to fix the call"
+MAX_MIN = (
+    AXIS + "; with an axis it returns the values only (PyTorch: a (values, indices) pair; use argmax for indices); "
+    "no elementwise `max(a, b)` overload (not yet aligned: `mt.where(a > b, a, b)`)"
+)
+ALPHA = "not yet aligned: no `alpha=` (a {} alpha * b; one keyword in ops/elementwise.py)"
+TRANSPOSE = (
+    AXIS + "; the two axes default to the last two (the transpose of a batch of matrices, as in attention scores), "
+    "where PyTorch requires both"
+)
+SWAPAXES = (
+    "minitensor default: the last two axes (the transpose of a batch of matrices, as in attention scores), where "
+    "PyTorch requires both"
+)
+SCHEDULE = "extra: {} (PyTorch builds it from LambdaLR or by chaining its schedulers)"
+
+REASONS = {
+    # -- minitensor ------------------------------------------------------------------------------
+    "mt.AxisError": ERROR.format(
+        "an axis out of range", "ShapeError and NumPy's AxisError (an IndexError, as PyTorch raises)"
+    ),
+    "mt.DTypeError": ERROR.format("mixed float precisions", "TypeError (PyTorch raises RuntimeError)"),
+    "mt.DeviceError": ERROR.format("mixed or missing devices", "RuntimeError, as PyTorch raises"),
+    "mt.GradcheckError": "extra: what `mt.gradcheck` raises, an AssertionError saying which gradients disagree",
+    "mt.GraphError": ERROR.format("a misused backward pass", "RuntimeError, as PyTorch raises"),
+    "mt.ShapeError": ERROR.format("shapes that do not fit", "ValueError (PyTorch raises RuntimeError)"),
+    "mt.Function": (
+        "teaching choice: subclassed as in PyTorch (`forward(ctx, ...)`, `backward(ctx, grad)`, `apply`, "
+        "`ctx.save_for_backward`), but forward and backward receive and return backend arrays, not Tensors "
+        "(so backward never builds a graph: no double backward), and saved arrays are `ctx.saved` (PyTorch: "
+        "`ctx.saved_tensors`)"
+    ),
+    "mt.Tensor": (
+        "`mt.Tensor(data, requires_grad=False, dtype=None, device=None)` builds a tensor from data like "
+        "`mt.tensor`; PyTorch's `torch.Tensor(...)` is a legacy constructor; use `mt.tensor` / `torch.tensor`"
+    ),
+    "mt.add": ALPHA.format("+"),
+    "mt.sub": ALPHA.format("-"),
+    "mt.alpha_entmax": "extra: alpha-entmax (Peters et al., 2019), a sparse softmax for attention weights",
+    "mt.entmax15": "extra: 1.5-entmax (Peters et al., 2019), a sparse softmax for attention weights",
+    "mt.sparsemax": "extra: sparsemax (Martins and Astudillo, 2016), attention weights that can be exactly 0",
+    "mt.masked_softmax": "extra: D2L's `masked_softmax` (valid_lens or a bool mask; a fully masked row gives zeros)",
+    "mt.arange": (
+        "teaching choice: NumPy's `arange(start, stop, step)` (`arange(5)` works in both); " + DEVICE + "; "
+        "no `requires_grad=` (not yet aligned: one argument in creation.py)"
+    ),
+    "mt.argmax": AXIS,
+    "mt.argmin": AXIS,
+    "mt.astype": "extra: NumPy's name for a (differentiable) dtype cast; `x.to(dtype)` as in PyTorch works too",
+    "mt.available_backends": "extra: the registered device names (backends/); PyTorch asks `torch.cuda.is_available()`",
+    "mt.get_backend": "extra: the Backend object (array module and kernels) of a device, for ops and plugins",
+    "mt.bool_": "extra: NumPy's name for `mt.bool`",
+    "mt.float16": "behaviour: minitensor's dtypes are NumPy's (`numpy.float16`), as the data are NumPy/CuPy arrays",
+    "mt.float32": "behaviour: minitensor's dtypes are NumPy's (`numpy.float32`), as the data are NumPy/CuPy arrays",
+    "mt.float64": "behaviour: minitensor's dtypes are NumPy's (`numpy.float64`), as the data are NumPy/CuPy arrays",
+    "mt.int32": "behaviour: minitensor's dtypes are NumPy's (`numpy.int32`), as the data are NumPy/CuPy arrays",
+    "mt.int64": "behaviour: minitensor's dtypes are NumPy's (`numpy.int64`), as the data are NumPy/CuPy arrays",
+    "mt.long": "behaviour: minitensor's dtypes are NumPy's (`numpy.int64`), as the data are NumPy/CuPy arrays",
+    "mt.bool": "behaviour: minitensor's dtypes are NumPy's (`numpy.bool_`), as the data are NumPy/CuPy arrays",
+    "mt.cat": AXIS,
+    "mt.concat": AXIS,
+    "mt.stack": AXIS,
+    "mt.split": AXIS,
+    "mt.squeeze": AXIS,
+    "mt.flatten": AXIS,
+    "mt.var": AXIS,
+    "mt.max": MAX_MIN,
+    "mt.min": MAX_MIN,
+    "mt.sum": AXIS + "; " + DTYPE_ARG,
+    "mt.mean": AXIS + "; " + DTYPE_ARG,
+    "mt.softmax": AXIS + "; " + DTYPE_ARG,
+    "mt.transpose": TRANSPOSE,
+    "mt.swapaxes": SWAPAXES,
+    "mt.conv1d": "not yet aligned: no grouped convolution (`groups=`, in ops/conv.py)",
+    "mt.cross_entropy": (
+        "extra: `mask=` (D2L's padding mask over target tokens, besides `ignore_index`); not yet aligned: no "
+        "per-class `weight=` (a weighted mean in ops/loss.py)"
+    ),
+    "mt.div": "not yet aligned: true division only; no `rounding_mode=` (floor or trunc division)",
+    "mt.dropout": SAME_FUNCTION.format("mt.nn.functional.dropout"),
+    "mt.embedding": SAME_FUNCTION.format("mt.nn.functional.embedding"),
+    "mt.layer_norm": SAME_FUNCTION.format("mt.nn.functional.layer_norm"),
+    "mt.log_softmax": SAME_FUNCTION.format("mt.nn.functional.log_softmax"),
+    "mt.relu": SAME_FUNCTION.format("mt.nn.functional.relu"),
+    "mt.masked_fill": UNREADABLE.format("`masked_fill` function") + " (`Tensor.masked_fill(mask, value)`)",
+    "mt.enable_grad": (
+        "not yet aligned: a context manager and a decorator with parentheses (`@mt.enable_grad()`); PyTorch also "
+        "takes the bare `@torch.enable_grad` (`orig_func`), which an `__init__(self, orig_func=None)` in "
+        "grad_mode.py would allow"
+    ),
+    "mt.expand": "extra: the function form of `Tensor.expand`, which PyTorch has only as a method",
+    "mt.from_dlpack": (
+        "not yet aligned: always zero-copy, on the producer's device; DLPack 1.0's `device=` and `copy=` are not taken"
+    ),
+    "mt.full": "teaching choice: " + DEVICE,
+    "mt.ones": "teaching choice: " + DEVICE,
+    "mt.zeros": "teaching choice: " + DEVICE,
+    "mt.ones_like": "not yet aligned: the result is always on the input's device (`device=` would be one argument)",
+    "mt.zeros_like": "not yet aligned: the result is always on the input's device (`device=` would be one argument)",
+    "mt.rand": ("teaching choice: one seeded generator per device (`mt.manual_seed`), no generator objects; " + DEVICE),
+    "mt.randn": (
+        "teaching choice: one seeded generator per device (`mt.manual_seed`), no generator objects; " + DEVICE
+    ),
+    "mt.randint": (
+        "teaching choice: NumPy's `integers(low, high, shape)`, always int64, no generator objects; " + DEVICE + "; "
+        "not yet aligned: `low` has no default and `shape` is PyTorch's `size`, no `requires_grad=`"
+    ),
+    "mt.get_printoptions": "extra: reads back what `set_printoptions` set (PyTorch has no public getter)",
+    "mt.getitem": "extra: the function behind `x[index]` (as `operator.getitem`)",
+    "mt.gradcheck": (
+        "teaching choice: a small gradcheck for learners: central differences in float64 on a random weighting of "
+        "the outputs (`seed`), True or a GradcheckError naming the worst entry; PyTorch's switches check "
+        "features minitensor lacks (forward mode, batched and sparse gradients)"
+    ),
+    "mt.to_device": "extra: the differentiable function behind `Tensor.to(device)`",
+    # -- minitensor.nn ---------------------------------------------------------------------------
+    "mt.nn.AddNorm": "extra: D2L's residual connection plus layer norm (post-LN, or pre-LN with `norm_first`)",
+    "mt.nn.Attention": "extra: one attention layer built from a scorer and a pooling plugin (D2L's scoring functions)",
+    "mt.nn.EncoderDecoder": "extra: D2L's encoder-decoder base class (encoder, decoder, `init_state`)",
+    "mt.nn.PositionWiseFFN": "extra: D2L's position-wise feed-forward network",
+    "mt.nn.Seq2Seq": "extra: D2L's RNN encoder-decoder for sequence to sequence learning",
+    "mt.nn.Seq2SeqAttentionDecoder": "extra: D2L's GRU decoder with additive (Bahdanau) attention",
+    "mt.nn.Seq2SeqEncoder": "extra: D2L's GRU encoder",
+    "mt.nn.TransformerEmbedding": "extra: token embedding scaled by sqrt(num_hiddens) plus positional encoding",
+    "mt.nn.TransformerLM": "extra: a decoder-only Transformer language model (the `--text` task)",
+    "mt.nn.TransformerEncoder": D2L_MODEL,
+    "mt.nn.TransformerDecoder": D2L_MODEL,
+    "mt.nn.TransformerEncoderBlock": D2L_MODEL + "; `dropout` has no default; no `activation=` (ReLU, as in D2L)",
+    "mt.nn.TransformerDecoderBlock": D2L_MODEL
+    + "; `i` is the block's index, its slot in the decoder's cache (as in D2L)",
+    "mt.nn.MultiHeadAttention": (
+        "teaching choice: D2L's `MultiHeadAttention(num_hiddens, num_heads, dropout, bias=False)`, batch first, "
+        "called with valid_lens or a mask; scorer, pooling and positional encoding are plugins; PyTorch's "
+        "`add_bias_kv` / `add_zero_attn` are not implemented"
+    ),
+    "mt.nn.Conv1d": (
+        "not yet aligned: no grouped convolution (`groups=`) and zero padding only (`padding_mode='zeros'`), "
+        "in nn/conv.py and ops/conv.py"
+    ),
+    "mt.nn.Dropout": INPLACE,
+    "mt.nn.ReLU": INPLACE,
+    "mt.nn.Embedding": (
+        "not yet aligned: no `max_norm` renormalisation, no `scale_grad_by_freq`, no sparse gradients (minitensor "
+        "has no sparse tensors)"
+    ),
+    "mt.nn.GRU": (
+        "teaching choice: D2L's `num_hiddens` for PyTorch's `hidden_size`; not yet aligned: no bidirectional GRU, "
+        "no projections (`proj_size`)"
+    ),
+    "mt.nn.GRUCell": "teaching choice: D2L's `num_hiddens` for PyTorch's `hidden_size`",
+    "mt.nn.Identity": (
+        "not yet aligned: PyTorch's Identity accepts and ignores any arguments (to stand in for a configurable "
+        "layer); minitensor's takes none (one line in nn/activation.py)"
+    ),
+    "mt.nn.Softmax": AXIS + "; the axis defaults to the last, where PyTorch's None picks one (with a warning)",
+    "mt.nn.LogSoftmax": AXIS + "; the axis defaults to the last, where PyTorch's None picks one (with a warning)",
+    "mt.nn.ModuleList": "not yet aligned: `modules=()` where PyTorch says None; both mean no modules",
+    # -- minitensor.nn.functional ----------------------------------------------------------------
+    "mt.nn.functional.conv1d": "not yet aligned: no grouped convolution (`groups=`), in ops/conv.py",
+    "mt.nn.functional.cross_entropy": (
+        "extra: `mask=` (D2L's padding mask over target tokens, besides `ignore_index`); not yet aligned: no "
+        "per-class `weight=` (a weighted mean in ops/loss.py)"
+    ),
+    "mt.nn.functional.dropout": INPLACE,
+    "mt.nn.functional.relu": INPLACE,
+    "mt.nn.functional.embedding": (
+        "not yet aligned: `padding_idx` lives in `nn.Embedding` (its row gets no gradient); no `max_norm`, "
+        "`scale_grad_by_freq` or sparse gradients"
+    ),
+    "mt.nn.functional.log_softmax": AXIS + "; the axis defaults to the last; " + DTYPE_ARG,
+    "mt.nn.functional.softmax": AXIS + "; the axis defaults to the last; " + DTYPE_ARG,
+    "mt.nn.functional.masked_softmax": (
+        "extra: D2L's `masked_softmax` (valid_lens or a bool mask; a fully masked row gives zeros)"
+    ),
+    # -- minitensor.optim ------------------------------------------------------------------------
+    "mt.optim.Adam": (
+        "not yet aligned: no AMSGrad (`amsgrad`), no `maximize`; `decoupled_weight_decay=True` is `AdamW`"
+    ),
+    "mt.optim.AdamW": "not yet aligned: no AMSGrad (`amsgrad`), no `maximize`",
+    "mt.optim.SGD": (
+        "not yet aligned: `lr` has no default (PyTorch's is 0.001; one default in optim/sgd.py); no `maximize`"
+    ),
+    "mt.optim.NoamLR": SCHEDULE.format("the warm-up then 1/sqrt(step) schedule of *Attention Is All You Need*"),
+    "mt.optim.WarmupCosineLR": SCHEDULE.format("linear warm-up then cosine decay, `minitensor train`'s default"),
+    "mt.optim.lr_scheduler.NoamLR": SCHEDULE.format(
+        "the warm-up then 1/sqrt(step) schedule of *Attention Is All You Need*"
+    ),
+    "mt.optim.lr_scheduler.WarmupCosineLR": SCHEDULE.format(
+        "linear warm-up then cosine decay, `minitensor train`'s default"
+    ),
+    "mt.optim.grad_norm": (
+        "extra: the norm of all gradients, without clipping, for logging (PyTorch: "
+        "`torch.nn.utils.get_total_norm` of the gradients)"
+    ),
+    # -- Tensor ------------------------------------------------------------------------------------
+    "Tensor.add": ALPHA.format("+"),
+    "Tensor.sub": ALPHA.format("-"),
+    "Tensor.all": AXIS + "; no `keepdim` (not yet aligned)",
+    "Tensor.any": AXIS + "; no `keepdim` (not yet aligned)",
+    "Tensor.argmax": AXIS,
+    "Tensor.argmin": AXIS,
+    "Tensor.flatten": AXIS,
+    "Tensor.size": AXIS,
+    "Tensor.split": AXIS,
+    "Tensor.squeeze": AXIS,
+    "Tensor.var": AXIS,
+    "Tensor.max": MAX_MIN,
+    "Tensor.min": MAX_MIN,
+    "Tensor.sum": AXIS + "; " + DTYPE_ARG,
+    "Tensor.mean": AXIS + "; " + DTYPE_ARG,
+    "Tensor.softmax": AXIS + "; the axis defaults to the last",
+    "Tensor.log_softmax": UNREADABLE.format("`Tensor.log_softmax`") + "; see `mt.nn.functional.log_softmax`",
+    "Tensor.relu": UNREADABLE.format("`Tensor.relu`") + " (`x.relu()`)",
+    "Tensor.detach": UNREADABLE.format("`Tensor.detach`") + " (`x.detach()`)",
+    "Tensor.transpose": TRANSPOSE,
+    "Tensor.swapaxes": SWAPAXES,
+    "Tensor.astype": "extra: NumPy's name for a (differentiable) dtype cast; `x.to(dtype)` works too",
+    "Tensor.gelu": (
+        "extra: PyTorch has `F.gelu` but no `Tensor.gelu`; a method here like `relu` and `tanh`, with "
+        "`approximate='none'` as in `F.gelu`"
+    ),
+    "Tensor.backward": (
+        "teaching choice: no double backward (backward works on arrays, see `mt.Function`), so no `create_graph`, "
+        "and `retain_graph` is a plain False; not yet aligned: the gradient is `grad=` (PyTorch: `gradient=`), no "
+        "`inputs=`"
+    ),
+    "Tensor.div": "not yet aligned: true division only; no `rounding_mode=` (floor or trunc division)",
+    "Tensor.numpy": (
+        "teaching choice: `numpy()` always returns a host copy (never a view of the tensor's memory), so there is "
+        "nothing for `force=` to force"
+    ),
+    "Tensor.to": (
+        "`x.to('cuda')`, `x.to(mt.float64)`, `x.to(dtype=..., device=...)` as in PyTorch: the first argument "
+        "(`target`) is a device or a dtype; not yet aligned: no `x.to(other_tensor)`, no `copy=`"
+    ),
+    "Tensor.data": "behaviour: the backend array itself (a NumPy or CuPy array), not a Tensor",
+    "Tensor.device": "behaviour: the device name as a string ('cpu', 'cuda'), not a `torch.device`",
+    "Tensor.dtype": "behaviour: a NumPy dtype (`mt.float32` is `numpy.float32`'s dtype), not a `torch.dtype`",
+    "Tensor.grad_fn": "behaviour: the node of minitensor's graph, the `Function` instance (ctx) that made the tensor",
+}
+
+#: names made to match PyTorch, and what was done
+ALIGNED = {
+    "mt.gelu": "aligned: exact erf form by default, `approximate='tanh'` as an option",
+    "mt.nn.GELU": "aligned: `approximate='none'`, the exact form by default",
+    "mt.nn.functional.gelu": "aligned: `approximate='none'`, the exact form by default",
+}
+
+# -- reading signatures --------------------------------------------------------------------------
+REQUIRED = "<required>"  # a parameter without a default
+SOME_OVERLOADS = "<some overloads>"  # a PyTorch parameter that only some documented overloads take
+
+
+class Param:
+    """One parameter: its name, its kind (inspect.Parameter kinds) and its default, as text."""
+
+    VAR_POSITIONAL, VAR_KEYWORD = inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD
+    KEYWORD_ONLY = inspect.Parameter.KEYWORD_ONLY
+
+    def __init__(self, name, kind, default):
+        self.name, self.kind, self.default = name, kind, default
+
+    def __repr__(self):
+        if self.kind == inspect.Parameter.VAR_POSITIONAL:
+            return f"*{self.name}"
+        if self.kind == inspect.Parameter.VAR_KEYWORD:
+            return f"**{self.name}"
+        if self.default == REQUIRED:
+            return self.name
+        if self.default == SOME_OVERLOADS:
+            return f"{self.name} (some overloads)"
+        return f"{self.name}={self.default}"
+
+
+def _default_text(value):
+    """A default as stable text: no memory addresses, functions by their dotted name."""
+    if value is inspect.Parameter.empty:
+        return REQUIRED
+    if callable(value) and hasattr(value, "__qualname__"):
+        return f"{value.__module__}.{value.__qualname__}"
+    return re.sub(r" at 0x[0-9a-fA-F]+", "", repr(value))
+
+
+def _from_inspect(obj):
+    """Parameters from inspect.signature, without ``self``; None if it cannot read them."""
+    try:
+        sig = inspect.signature(obj)
+    except (TypeError, ValueError):
+        return None
+    params = [Param(p.name, p.kind, _default_text(p.default)) for p in sig.parameters.values()]
+    if params and params[0].name == "self":
+        params = params[1:]
+    return params
+
+
+def _split_top_level(text):
+    """Split a parameter list at the commas outside brackets."""
+    parts, depth, current = [], 0, ""
+    for ch in text:
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += ch
+    if current.strip():
+        parts.append(current)
+    return [p.strip() for p in parts]
+
+
+def _parse_documented(params_text):
+    """``input, dim, *, dtype=None`` -> Params (documented signatures need not be valid Python:
+    ``arange(start=0, end, ...)``)."""
+    params, keyword_only = [], False
+    for part in _split_top_level(params_text.replace("\\*", "*")):
+        if part == "*":
+            keyword_only = True
+            continue
+        if part.startswith("**"):
+            params.append(Param(part[2:].split(":")[0].strip(), inspect.Parameter.VAR_KEYWORD, REQUIRED))
+            continue
+        if part.startswith("*"):
+            params.append(Param(part[1:].split(":")[0].strip(), inspect.Parameter.VAR_POSITIONAL, REQUIRED))
+            keyword_only = True
+            continue
+        m = re.match(r"^(\w+)\s*(?::[^=]*)?(?:=\s*(.*))?$", part)
+        if m is None:
+            return None
+        name, default = m.group(1), m.group(2)
+        if default is None:
+            default = REQUIRED
+        else:
+            try:
+                default = _default_text(ast.literal_eval(default))
+            except (ValueError, SyntaxError):
+                default = default.strip()
+        kind = inspect.Parameter.KEYWORD_ONLY if keyword_only else inspect.Parameter.POSITIONAL_OR_KEYWORD
+        params.append(Param(name, kind, default))
+    return params
+
+
+def _from_docstring(obj, name):
+    """Parameters from the signature lines of a builtin's docstring, overloads merged; None if
+    it documents none."""
+    doc = getattr(obj, "__doc__", None) or ""
+    pattern = rf"^\s*(?:\.\.\s+(?:function|method)::\s+)?{re.escape(name)}\((.*?)\)\s*(?:->.*)?$"
+    overloads = []
+    for line in re.findall(pattern, doc, re.M):
+        params = _parse_documented(line)
+        if params is not None:
+            if params and params[0].name == "self":  # pow(self, exponent): a number as the base
+                params[0].name = "input"
+            overloads.append(params)
+    # "to(*args, **kwargs)" heads a list of the real overloads: drop it when they follow
+    specific = [o for o in overloads if not _only_var_args(o)]
+    overloads = specific or overloads
+    if not overloads:
+        return None
+    merged = {}
+    for params in overloads:
+        for p in params:
+            if p.name not in merged:
+                merged[p.name] = p
+            elif merged[p.name].default != p.default:
+                merged[p.name] = Param(p.name, p.kind, SOME_OVERLOADS)
+    for p in merged.values():
+        if any(p.name not in {q.name for q in o} for o in overloads) and p.kind not in (
+            p.VAR_POSITIONAL,
+            p.VAR_KEYWORD,
+        ):
+            p.default = SOME_OVERLOADS
+    return list(merged.values())
+
+
+def _resolve(dotted):
+    """``torch.nn.utils.clip_grad_norm_`` -> the object, or None. Attributes first:
+    ``torch.autograd.gradcheck`` is the function, not the module of that name."""
+    parts = dotted.split(".")
+    obj = importlib.import_module(parts[0])
+    for i, attr in enumerate(parts[1:], start=1):
+        found = getattr(obj, attr, None)
+        if found is None:
+            try:
+                found = importlib.import_module(".".join(parts[: i + 1]))
+            except ImportError:
+                return None
+        obj = found
+    return obj
+
+
+def torch_params(obj, dotted):
+    """(params or None, where they came from: "" for inspect, a note otherwise)."""
+    if dotted in SIGNATURE_OF_BASE:
+        base, skip = SIGNATURE_OF_BASE[dotted]
+        params = _from_inspect(_resolve(base))
+        return params[skip:], f"signature of `{base}`, to which it passes its arguments"
+    params = _from_inspect(obj)
+    if (
+        params is not None
+        and isinstance(obj, type)
+        and {p.kind for p in params} == {Param.VAR_POSITIONAL, Param.VAR_KEYWORD}
+    ):
+        # torch.nn.Module subclasses without an __init__ of their own show Module's
+        # (*args, **kwargs), which refuses any argument: they take none.
+        import torch
+
+        if issubclass(obj, torch.nn.Module) and obj.__init__ is torch.nn.Module.__init__:
+            return [], ""
+        return None, "signature reads `(*args, **kwargs)`"
+    if params is not None:
+        return params, ""
+    params = _from_docstring(obj, dotted.rsplit(".", 1)[-1])
+    if params is not None:
+        return params, "signature from torch's docstring"
+    return None, "builtin; inspect cannot read its signature and its docstring gives none"
+
+
+def _only_var_args(params):
+    return bool(params) and all(p.kind in (Param.VAR_POSITIONAL, Param.VAR_KEYWORD) for p in params)
+
+
+# -- comparing -----------------------------------------------------------------------------------
+def _same_default(a, b):
+    """Do two defaults (as text) agree? 1 and 1.0 do; an overload-dependent one agrees with any."""
+    if a == b or (SOME_OVERLOADS in (a, b) and REQUIRED not in (a, b)):
+        return True
+    try:
+        va, vb = ast.literal_eval(a), ast.literal_eval(b)
+    except (ValueError, SyntaxError):
+        return False
+    numbers = (int, float)
+    if isinstance(va, numbers) and isinstance(vb, numbers) and not isinstance(va, bool) and not isinstance(vb, bool):
+        return va == vb
+    return False
+
+
+def _positional_operand(p):
+    return p.kind == p.VAR_POSITIONAL or (p.default in (REQUIRED, SOME_OVERLOADS) and p.kind != p.KEYWORD_ONLY)
+
+
+def compare(mine, theirs, function=True):
+    """The differences between two parameter lists, as short phrases.
+
+    Leading required arguments of a function (the tensors it works on: ``a``, ``x`` here,
+    ``input``, ``other`` in PyTorch) are matched by position, since they are passed by
+    position; everything else by name, with the spellings in ``RENAMES`` counted as one name.
+    """
+    mine_names = {p.name for p in mine}
+    theirs = [p for p in theirs if p.name not in IGNORED or p.name in mine_names]
+    their_names = {p.name for p in theirs}
+    pairs, left, right = [], list(mine), list(theirs)
+    if function:
+        while left and right and _positional_operand(left[0]) and _positional_operand(right[0]):
+            a, b = left[0], right[0]
+            if a.name != b.name and (a.name in their_names or b.name in mine_names):
+                break
+            left.pop(0), right.pop(0)
+    by_name = {p.name: p for p in right}
+    var_positional = [p.name for p in right if p.kind == p.VAR_POSITIONAL]
+    unmatched = []
+    for a in left:
+        b = by_name.pop(a.name, None)
+        if b is None and a.kind == a.VAR_POSITIONAL and var_positional:
+            b = by_name.pop(var_positional[0])  # *shape and *size: positional either way
+        if b is None:
+            for alias in RENAMES.get(a.name, ()):
+                if alias in by_name and alias not in mine_names:
+                    b = by_name.pop(alias)
+                    break
+        if b is None:
+            unmatched.append(a)
+        else:
+            pairs.append((a, b))
+    diffs = []
+    for a, b in pairs:
+        if a.kind == b.kind == a.VAR_POSITIONAL:
+            continue
+        if a.name != b.name:
+            diffs.append(f"`{a!r}` (torch: `{b!r}`)")
+        elif a.kind != b.kind and inspect.Parameter.VAR_POSITIONAL in (a.kind, b.kind):
+            diffs.append(f"`{a!r}` (torch: `{b!r}`)")
+        elif not _same_default(a.default, b.default):
+            diffs.append(f"`{a!r}` (torch: `{b!r}`)")
+    if unmatched:
+        diffs.append("only here: " + ", ".join(f"`{p!r}`" for p in unmatched))
+    if by_name:
+        diffs.append("only torch: " + ", ".join(f"`{p!r}`" for p in by_name.values()))
+    return diffs
+
+
+# -- the rows ------------------------------------------------------------------------------------
+def _public_names(module):
+    names = getattr(module, "__all__", None)
+    if names is None:
+        names = [n for n in dir(module) if not n.startswith("_")]
+    return sorted(n for n in names if not isinstance(getattr(module, n), types.ModuleType))
+
+
+def _kind(obj):
+    if isinstance(obj, type):
+        return "class"
+    if callable(obj):
+        return "function"
+    return type(obj).__name__
+
+
+def _row(name, obj, torch_name, torch_obj):
+    """(name, torch column, differences, reason) for one public name."""
+    if torch_obj is None:
+        return name, "—", "not in PyTorch", REASONS.get(name, "MISSING")
+    torch_col = f"`{torch_name}`"
+    if not callable(obj) or isinstance(obj, property) or not callable(torch_obj):
+        diff = "" if callable(obj) == callable(torch_obj) else f"{_kind(obj)} (torch: {_kind(torch_obj)})"
+    else:
+        if isinstance(obj, type) and issubclass(obj, BaseException):
+            mine = _from_inspect(obj.__init__)
+        else:
+            mine = _from_inspect(obj)
+        theirs, source = torch_params(torch_obj, torch_name)
+        if mine is None:
+            diff = "minitensor's signature cannot be read"
+        elif theirs is None:
+            diff = f"torch's {source}"
+        else:
+            diffs = compare(mine, theirs, function=not isinstance(obj, type))
+            diff = "; ".join(diffs)
+            if source and diffs:
+                diff += f" ({source})"
+    if name in REASONS:
+        return name, torch_col, diff or "behaviour (see why)", REASONS[name]
+    if not diff:
+        return name, torch_col, "—", ALIGNED.get(name, "same")
+    return name, torch_col, diff, "MISSING"
+
+
+def module_rows():
+    import torch  # noqa: F401  (the counterparts are looked up by name)
+
+    rows = []
+    for mt_name, torch_name, prefix in MODULES:
+        module = importlib.import_module(mt_name)
+        for n in _public_names(module):
+            name = prefix + n
+            counterpart = ELSEWHERE.get(name, f"{torch_name}.{n}")
+            rows.append(_row(name, getattr(module, n), counterpart, _resolve(counterpart)))
+    return rows
+
+
+def tensor_rows():
+    import torch
+
+    import minitensor as mt
+
+    rows = []
+    for n in sorted(n for n in dir(mt.Tensor) if not n.startswith("_")):
+        obj = inspect.getattr_static(mt.Tensor, n)
+        if isinstance(obj, (staticmethod, classmethod)):
+            obj = getattr(mt.Tensor, n)
+        torch_obj = getattr(torch.Tensor, n, None)
+        rows.append(_row(f"Tensor.{n}", obj, f"torch.Tensor.{n}", torch_obj))
+    return rows
+
+
+def _table(rows):
+    lines = ["| minitensor | PyTorch | differences | status, or why |", "|---|---|---|---|"]
+    for name, torch_col, diff, reason in rows:
+        cells = [f"`{name}`", torch_col, diff, reason]
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(lines)
+
+
+INTRO = """\
+# minitensor and PyTorch: the differences
+
+This page lists every public name of `minitensor`, `minitensor.nn`, `minitensor.nn.functional`, \
+`minitensor.optim` and `minitensor.optim.lr_scheduler`, and every public attribute of \
+`minitensor.Tensor`, beside its PyTorch counterpart (`torch`, `torch.nn`, `torch.nn.functional`, \
+`torch.optim`, `torch.optim.lr_scheduler`, `torch.Tensor`): whether PyTorch has it, which \
+parameter names and defaults differ, and either "aligned" (made to match) or why it differs — \
+a teaching choice, a D2L extra, or "not yet aligned" with what aligning would take. It is \
+generated, with the reasons kept in the script, by `python scripts/pytorch_api.py`; run it after \
+changing the public API (`tests/test_pytorch_api.py` fails while this page is stale). \
+Generated with torch {torch_version}.
+
+How to read it:
+
+- Signatures come from `inspect.signature`. Most of PyTorch's functions are C builtins that \
+`inspect` cannot read; for those the documented signature lines of the docstring are used \
+(overloads merged; "some overloads" marks a parameter only some take), and the row says so. \
+Where there is no such line the row says the signature cannot be read.
+- The leading required arguments of a function — the tensors it works on, `a`/`x` here and \
+`input`/`other` in PyTorch — are matched by position, as they are passed; all other parameters \
+by name, with minitensor's spellings of one thing counted as the same name (`axis` = `dim`, \
+`keepdims` = `keepdim`, `num_hiddens` = `hidden_size`).
+- "only here" / "only torch": parameters that one side lacks. PyTorch's performance, memory-layout \
+and legacy switches are left out everywhere, since minitensor has nothing for them to select: \
+{ignored}.
+- Order and keyword-only-ness of parameters are not compared; "—" in the differences column means \
+the names and defaults agree.
+
+Two differences run through the whole API:
+
+- `axis`, `keepdims` (and `axis0`, `start_axis`, ...): minitensor uses NumPy's words throughout, \
+those of the arrays underneath; PyTorch says `dim`, `keepdim`. \
+Not yet aligned: accepting PyTorch's words as aliases would touch ops/reduce.py, ops/shape.py, \
+ops/join.py, ops/softmax.py and the Tensor methods.
+- `device='cpu'`: minitensor has no global default device, so creation functions say 'cpu' where \
+PyTorch's `device=None` means its current default device (`torch.set_default_device`). Not yet \
+aligned: a default device would be new state in backends/.
+"""
+
+
+def torch_version():
+    import torch
+
+    return torch.__version__.split("+")[0]
+
+
+def page(rows=None):
+    """The whole markdown page, as ``scripts/pytorch_api.py`` writes it. ``rows``: the
+    (module rows, Tensor rows) pair, if already computed."""
+    modules, tensor = rows or (module_rows(), tensor_rows())
+    intro = INTRO.format(torch_version=torch_version(), ignored=", ".join(f"`{n}`" for n in sorted(IGNORED)))
+    return (
+        intro
+        + "\n## Modules\n\n"
+        + _table(modules)
+        + "\n\n## Tensor methods and attributes\n\n"
+        + _table(tensor)
+        + "\n"
+    )
+
+
+def stale_entries(rows):
+    """Names in REASONS, ALIGNED or ELSEWHERE that no row has any more (renamed or removed)."""
+    names = {row[0] for part in rows for row in part}
+    return sorted((set(REASONS) | set(ALIGNED) | set(ELSEWHERE)) - names)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if the page differs from what would be written")
+    args = parser.parse_args(argv)
+    sys.path.insert(0, str(ROOT))
+    rows = module_rows(), tensor_rows()
+    text = page(rows)
+    if args.check:
+        current = PAGE.read_text(encoding="utf-8") if PAGE.exists() else ""
+        if current != text:
+            print(f"{PAGE.relative_to(ROOT)} is out of date: run python scripts/pytorch_api.py", file=sys.stderr)
+            return 1
+        return 0
+    PAGE.parent.mkdir(exist_ok=True)
+    PAGE.write_text(text, encoding="utf-8")
+    print(f"wrote {PAGE.relative_to(ROOT)}")
+    missing = [row[0] for part in rows for row in part if row[3] == "MISSING"]
+    if missing:
+        print(f"rows without a reason (add them to REASONS): {', '.join(missing)}", file=sys.stderr)
+    stale = stale_entries(rows)
+    if stale:
+        print(f"entries for names that no longer exist (remove them): {', '.join(stale)}", file=sys.stderr)
+    return 1 if missing or stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
