@@ -9,10 +9,37 @@ the traceback instead. ``--plugin PATH_OR_MODULE`` loads a plugin for that one c
 """
 
 import argparse
+import dataclasses
+import json
 import math
 import os
 import sys
 import warnings
+
+import minitensor as mt
+
+from . import demo, errors
+from .train.checkpoint import CheckpointError, find_checkpoint, load_checkpoint
+from .train.config import (
+    MODELS,
+    OPTIMIZERS,
+    SCHEDULES,
+    TASKS,
+    ConfigError,
+    TrainConfig,
+    build_model,
+    detokenize,
+    flag_of,
+    parse_options,
+    tokenize_text,
+)
+from .train.decoding import SAMPLE_TEMPERATURE, generate, translate
+from .train.loop import TrainingError, train
+from .train.plots import plot_cross_attention, plot_seq2seq_attention
+from .train.run import BEST_DIR, CHECKPOINT_DIR, holds_run, load_run_checkpoint, nothing_to_resume
+
+# `minitensor.plugins` is imported inside the functions that use it: it imports pluggy, which
+# `minitensor --help` never needs.
 
 EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 1, 2, 130, 141
 
@@ -50,8 +77,6 @@ def _positive_number(text):
 
 # -- subcommands ------------------------------------------------------------------------------------
 def _info(args):
-    import minitensor as mt
-
     print(f"minitensor {mt.__version__}")
     print(f"devices: {', '.join(mt.available_backends())}")
     reason = mt.cuda.unavailable_reason()
@@ -61,9 +86,7 @@ def _info(args):
 
 def _plugins(args):
     """List every scorer, pooling and positional encoding with the plugin it comes from."""
-    import json
-
-    from . import plugins
+    from . import plugins  # lazily: see the note under the imports
 
     rows = plugins.describe()
     if args.json:
@@ -83,56 +106,26 @@ def _plugins(args):
 
 
 def _demo(args):
-    from . import demo
-
     return demo.main(args)
 
 
 # -- train ------------------------------------------------------------------------------------------
-# the flags of `minitensor train` that set a TrainConfig field of the same name
-_TRAIN_FIELDS = (
-    "task",
-    "data",
-    "text",
-    "model",
-    "scorer",
-    "pooling",
-    "positional",
-    "num_hiddens",
-    "ffn_num_hiddens",
-    "num_heads",
-    "num_blks",
-    "dropout",
-    "epochs",
-    "steps",
-    "batch_size",
-    "lr",
-    "device",
-    "seed",
-    "label_smoothing",
-    "num_train",
-    "num_heldout",
-    "heldout_fraction",
-    "min_len",
-    "max_len",
-    "max_examples",
-    "optimizer",
-    "weight_decay",
-    "schedule",
-    "warmup_steps",
-    "clip_grad_norm",
-    "lm_num_steps",
-    "norm_first",
-    "input_positional",
-    "num_kv_heads",
-    "heldout_min_len",
-    "heldout_max_len",
-)
+# `minitensor train --field-name VALUE` sets the TrainConfig field `field_name`: every field has
+# the flag of its own name, except these, each set another way or on purpose not at all. A new
+# field needs either a flag of its name (in _add_train_parser) or a line here; tests/test_cli.py
+# fails until it has one or the other.
+_PLUGIN_OPTIONS = ("scorer_options", "pooling_options", "positional_options")  # --scorer-opt K=V ... -> a dict
+_NOT_SET_BY_OWN_FLAG = {
+    **{name: f"{flag_of(name)} KEY=VALUE, repeatable" for name in _PLUGIN_OPTIONS},
+    "progress": "--no-progress sets it to False",
+    "out": "--out, or runs/<task> without it (default_out): where the run lives, not a setting",
+    "eval_batch_size": None,  # no flag: how many held-out examples are evaluated at once (the Python API's)
+}
+# the fields set by the flag of their own name, in TrainConfig's order
+_OWN_FLAG_FIELDS = tuple(f.name for f in dataclasses.fields(TrainConfig) if f.name not in _NOT_SET_BY_OWN_FLAG)
 
 
 def _options(items, what):
-    from .train.config import ConfigError, parse_options
-
     try:
         return parse_options(items, what)
     except ValueError as e:
@@ -142,19 +135,17 @@ def _options(items, what):
 def explicit_settings(args):
     """The TrainConfig fields the user set on the command line ({field: value}), and only
     those: a resumed run compares exactly these with the saved ones."""
-    given = {name: getattr(args, name) for name in _TRAIN_FIELDS if getattr(args, name, None) is not None}
+    given = {name: getattr(args, name) for name in _OWN_FLAG_FIELDS if getattr(args, name) is not None}
     for name in ("data", "text"):  # a run must find its data from any directory, e.g. on --resume
         if name in given:
             given[name] = os.path.abspath(given[name])
     if args.no_progress:
         given["progress"] = False
-    for name, flag in (
-        ("scorer_options", "scorer_opt"),
-        ("pooling_options", "pooling_opt"),
-        ("positional_options", "positional_opt"),
-    ):
-        if getattr(args, flag):
-            given[name] = _options(getattr(args, flag), "--" + flag.replace("_", "-"))
+    for name in _PLUGIN_OPTIONS:
+        flag = flag_of(name)  # "--scorer-opt", argparse's args.scorer_opt
+        items = getattr(args, flag.removeprefix("--").replace("-", "_"))
+        if items:
+            given[name] = _options(items, flag)
     if args.text and "model" not in given:
         given["model"] = "lm"
     return given
@@ -172,8 +163,6 @@ def default_out(args):
 def config_from_args(args):
     """A TrainConfig from ``minitensor train``'s arguments (flags left out keep the defaults,
     the model's: a character LM has its own sizes)."""
-    from .train.config import TrainConfig
-
     given = explicit_settings(args)
     return TrainConfig.recipe(given.pop("model", "transformer"), out=default_out(args), **given)
 
@@ -181,10 +170,6 @@ def config_from_args(args):
 def _resumed_config(args):
     """The saved run's config with what ``--resume`` may change; flags that would change
     anything else are refused, each named, rather than silently ignored."""
-    from .train.checkpoint import find_checkpoint
-    from .train.config import ConfigError, TrainConfig, flag_of
-    from .train.run import CHECKPOINT_DIR, holds_run, load_run_checkpoint, nothing_to_resume
-
     out = default_out(args)
     if not holds_run(out):
         raise nothing_to_resume(out)
@@ -207,8 +192,6 @@ def _resumed_config(args):
 
 
 def _train(args):
-    from .train.loop import train
-
     if args.resume and args.overwrite:
         raise _usage("--resume continues the run, --overwrite deletes it: give one of them")
     config = _resumed_config(args) if args.resume else config_from_args(args)
@@ -220,10 +203,6 @@ def _train(args):
 def _load_for_inference(directory, device="cpu"):
     """(model in eval mode on ``device``, config, src vocab, tgt vocab, num_steps, tgt_num_steps)
     from a run folder (its best/ weights, else its latest checkpoint/) or a checkpoint folder."""
-    from .train.checkpoint import CheckpointError, find_checkpoint, load_checkpoint
-    from .train.config import build_model
-    from .train.run import BEST_DIR, CHECKPOINT_DIR, load_run_checkpoint
-
     try:
         found = find_checkpoint(directory, BEST_DIR)
     except CheckpointError:
@@ -264,9 +243,6 @@ def _check_input(command, what, text, tokens, vocab, unit, spaces_are_text=False
 
 
 def _translate(args):
-    from .train.config import detokenize, tokenize_text
-    from .train.decoding import translate
-
     model, config, src_vocab, tgt_vocab, num_steps, tgt_num_steps = _load_for_command(args, "translate")
     unit = "words" if config.tokens == "word" else "characters"
     sources = [tokenize_text(config, line) for line in args.text]
@@ -287,9 +263,6 @@ def _translate(args):
 
 
 def _attention_png(args, config, model, src, hyp, i):
-    from .train.plots import plot_cross_attention, plot_seq2seq_attention
-    from .train.run import BEST_DIR, CHECKPOINT_DIR
-
     run_dir = os.path.abspath(args.checkpoint.rstrip("/\\"))
     if os.path.basename(run_dir) in (CHECKPOINT_DIR, BEST_DIR):  # given a checkpoint itself: its run folder
         run_dir = os.path.dirname(run_dir)
@@ -305,11 +278,6 @@ def _attention_png(args, config, model, src, hyp, i):
 
 
 def _generate(args):
-    import minitensor as mt
-
-    from .train.config import detokenize, tokenize_text
-    from .train.decoding import SAMPLE_TEMPERATURE, generate
-
     model, config, _, vocab, _, _ = _load_for_command(args, "generate")
     prompt = tokenize_text(config, args.prompt)
     _check_input("generate", "the prompt (--prompt)", args.prompt, prompt, vocab, "characters", spaces_are_text=True)
@@ -348,9 +316,6 @@ def _common_options():
 
 
 def _add_train_parser(sub, common):
-    from .train.config import MODELS, OPTIMIZERS, SCHEDULES, TASKS
-    from .train.decoding import SAMPLE_TEMPERATURE
-
     p = sub.add_parser(
         "train",
         parents=[common],
@@ -495,22 +460,22 @@ def build_parser():
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
     sub.add_parser("info", parents=[common], help="version and available devices").set_defaults(func=_info)
-    plugins = sub.add_parser(
+    plugins_parser = sub.add_parser(
         "plugins",
         parents=[common],
         help="list the scorers, poolings and positional encodings, and where each comes from",
     )
-    plugins.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
-    plugins.add_argument("-v", "--verbose", action="store_true", help="add a column with each class")
-    plugins.set_defaults(func=_plugins)
-    demo = sub.add_parser(
+    plugins_parser.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
+    plugins_parser.add_argument("-v", "--verbose", action="store_true", help="add a column with each class")
+    plugins_parser.set_defaults(func=_plugins)
+    demo_parser = sub.add_parser(
         "demo", parents=[common], help="train a small MLP on generated spirals and print its progress"
     )
-    demo.add_argument("--epochs", type=_at_least(1), default=30)
-    demo.add_argument("--lr", type=_positive_number, default=1e-2)
-    demo.add_argument("--seed", type=_at_least(0), default=0)
-    demo.add_argument("--device", default="cpu")
-    demo.set_defaults(func=_demo)
+    demo_parser.add_argument("--epochs", type=_at_least(1), default=30)
+    demo_parser.add_argument("--lr", type=_positive_number, default=1e-2)
+    demo_parser.add_argument("--seed", type=_at_least(0), default=0)
+    demo_parser.add_argument("--device", default="cpu")
+    demo_parser.set_defaults(func=_demo)
     _add_train_parser(sub, common)
     return parser
 
@@ -527,8 +492,6 @@ def _usage(message):
 def _exit_code(error):
     """2 for what the user can fix in the command (input, files, plugins, devices), 1 for a run
     that failed on the way (divergence, a full disk, memory)."""
-    from .train.loop import TrainingError
-
     if isinstance(error, (TrainingError, MemoryError)):
         return EXIT_FAILED
     if isinstance(error, OSError) and not isinstance(
@@ -540,9 +503,7 @@ def _exit_code(error):
 
 def _expected(error):
     """The errors minitensor raises on purpose, with messages meant for the user."""
-    from . import errors, plugins
-    from .train.checkpoint import CheckpointError
-    from .train.loop import TrainingError
+    from . import plugins  # lazily: see the note under the imports
 
     return isinstance(
         error,
@@ -574,7 +535,7 @@ def _show_warning(message, category, filename, lineno, file=None, line=None):
 
 
 def _run(args):
-    from . import plugins
+    from . import plugins  # lazily: see the note under the imports
 
     for spec in getattr(args, "plugin", ()):
         plugins.load_plugin(spec)

@@ -1,10 +1,14 @@
 """The command line and the demo it runs (the README's first command)."""
 
+import argparse
+import dataclasses
+import os
 import subprocess
 import sys
 
 import minitensor as mt
 from minitensor import cli, demo
+from minitensor.train.config import TrainConfig, flag_of
 
 
 def test_python_dash_m_prints_version_and_devices():
@@ -43,3 +47,67 @@ def test_spirals_are_not_linearly_separable():
         loss.backward()
         opt.step()
     assert demo.accuracy(model, Xt, yt) < 0.7
+
+
+# -- `minitensor train` and TrainConfig cannot drift apart -------------------------------------------
+def _train_parser():
+    parser = cli.build_parser()
+    subcommands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return subcommands.choices["train"]
+
+
+def _a_value_for(action, default):
+    """Command-line words for ``action`` that give a value other than the field's default."""
+    if isinstance(action, argparse.BooleanOptionalAction):
+        return [action.option_strings[0] if default is False else action.option_strings[1]], (default is False)
+    if action.choices:
+        choice = next(c for c in reversed(action.choices) if c != default)
+        return [action.option_strings[0], choice], choice
+    value = {int: 3, float: 0.25}.get(action.type, "x")
+    assert value != default
+    return [action.option_strings[0], str(value)], value
+
+
+def test_every_train_config_field_has_its_flag_or_is_listed_as_set_otherwise():
+    """A field of TrainConfig is set by `minitensor train --its-name` or named in
+    cli._NOT_SET_BY_OWN_FLAG: a new field with neither fails here, not silently in use."""
+    actions = {a.dest: a for a in _train_parser()._actions}
+    option_strings = {s for a in actions.values() for s in a.option_strings}
+    fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    assert set(cli._NOT_SET_BY_OWN_FLAG) <= fields  # no stale entries
+    assert set(cli._OWN_FLAG_FIELDS) == fields - set(cli._NOT_SET_BY_OWN_FLAG)
+    for name in cli._OWN_FLAG_FIELDS:
+        assert name in actions, f"TrainConfig.{name} has no `minitensor train` flag and is not in _NOT_SET_BY_OWN_FLAG"
+        assert flag_of(name) in actions[name].option_strings  # error messages name the real flag
+    for name, how in cli._NOT_SET_BY_OWN_FLAG.items():
+        if how is not None:  # set by another flag: the one the error messages name exists
+            assert flag_of(name) in option_strings, name
+    # and the other way round: every flag of `minitensor train` sets a field, or runs the command
+    setting_dests = {flag_of(name).removeprefix("--").replace("-", "_") for name in fields}
+    assert set(actions) - setting_dests == {"help", "plugin", "debug", "resume", "overwrite"}
+
+
+def test_each_flag_of_a_field_sets_that_field_and_nothing_else():
+    parser, actions = cli.build_parser(), {a.dest: a for a in _train_parser()._actions}
+    defaults = TrainConfig()
+    assert cli.explicit_settings(parser.parse_args(["train"])) == {}
+    for name in cli._OWN_FLAG_FIELDS:
+        words, value = _a_value_for(actions[name], getattr(defaults, name))
+        given = cli.explicit_settings(parser.parse_args(["train", *words]))
+        if name in ("data", "text"):  # made absolute; --text also picks the language model
+            value = os.path.abspath(value)
+            given.pop("model", None)
+        assert given == {name: value}, words
+
+
+def test_the_flags_set_otherwise_set_their_fields():
+    parser = cli.build_parser()
+    args = parser.parse_args(
+        ["train", "--no-progress", "--out", "somewhere", "--scorer-opt", "a=1", "--pooling-opt", "b=x"]
+        + ["--positional-opt", "c=0.5"]
+    )
+    config = cli.config_from_args(args)
+    assert config.progress is False and config.out == "somewhere"
+    assert config.scorer_options == {"a": 1} and config.pooling_options == {"b": "x"}
+    assert config.positional_options == {"c": 0.5}
+    assert config.eval_batch_size == TrainConfig().eval_batch_size  # no flag

@@ -15,6 +15,30 @@ import math
 import os
 from dataclasses import dataclass, field
 
+from .. import optim
+from ..backends import get_backend
+from ..data import (
+    build_vocabs,
+    char_lm_corpus,
+    copy_task,
+    date_task,
+    max_lengths,
+    preprocess,
+    read_parallel_corpus,
+    reverse_task,
+    sort_task,
+    tokenize,
+    train_heldout_split,
+)
+from ..nn.seq2seq import Seq2Seq, Seq2SeqAttentionDecoder, Seq2SeqEncoder
+from ..nn.transformer import (
+    EncoderDecoder,
+    TransformerDecoder,
+    TransformerEncoder,
+    TransformerLM,
+    split_positional,
+)
+
 TASKS = ("date", "reverse", "copy", "sort")
 MODELS = ("transformer", "bahdanau", "lm")
 SCHEDULES = ("cosine", "noam", "constant")
@@ -265,8 +289,7 @@ class TrainConfig:
                 f"--num-heads {self.num_heads} does not divide --num-hiddens "
                 f"{self.num_hiddens}: each head gets num_hiddens / num_heads units",
             )
-        from .. import plugins
-        from ..backends import get_backend
+        from .. import plugins  # lazily: pluggy is imported when a config is checked, not by `minitensor --help`
 
         get_backend(self.device)  # a DeviceError naming what is missing, before anything is made
         for kind, plugin in (
@@ -277,8 +300,6 @@ class TrainConfig:
             if plugin is not None:
                 plugins.lookup(kind, plugin)  # an unknown name lists the known ones
         if self.model != "bahdanau":
-            from ..nn.transformer import split_positional
-
             try:
                 split_positional(self.positional, self.input_positional, ("--positional ", "--input-positional "))
             except ValueError as e:
@@ -384,18 +405,6 @@ def build_data(config, vocabs=None):
     """Generate or read the data of ``config``, drawing from ``mt.random.host_rng()``
     (call ``mt.manual_seed`` first for a reproducible run). ``vocabs``: (src, tgt) to use
     instead of building them (a checkpoint's)."""
-    from ..data import (
-        build_vocabs,
-        char_lm_corpus,
-        copy_task,
-        date_task,
-        max_lengths,
-        read_parallel_corpus,
-        reverse_task,
-        sort_task,
-        train_heldout_split,
-    )
-
     if config.text:
         vocab = vocabs[1] if vocabs else None
         corpus, vocab = char_lm_corpus(config.text, vocab=vocab, max_chars=config.max_examples)
@@ -445,9 +454,6 @@ def build_model(config, src_vocab, tgt_vocab):
       ``num_blks`` layers with additive attention (D2L 11.4; embed size = num_hiddens);
     - "lm": ``TransformerLM`` over ``tgt_vocab`` (decoder blocks only).
     """
-    from ..nn.seq2seq import Seq2Seq, Seq2SeqAttentionDecoder, Seq2SeqEncoder
-    from ..nn.transformer import EncoderDecoder, TransformerDecoder, TransformerEncoder, TransformerLM
-
     c = config
     attention = dict(
         scorer=model_scorer(c),
@@ -503,8 +509,6 @@ def min_num_parameters(config, src_vocab_size, tgt_vocab_size):
 
 
 def build_optimizer(config, model):
-    from .. import optim
-
     cls = optim.AdamW if config.optimizer == "adamw" else optim.Adam
     kwargs = {"lr": config.lr}
     if config.weight_decay is not None:
@@ -514,8 +518,6 @@ def build_optimizer(config, model):
 
 def build_scheduler(config, optimizer, total_steps):
     """Warm-up then cosine decay to 0 (default), the Noam schedule, or none."""
-    from .. import optim
-
     warmup = config.warmup_steps if config.warmup_steps is not None else max(1, total_steps // 20)
     if config.schedule == "constant":
         return None
@@ -533,8 +535,6 @@ def build_scheduler(config, optimizer, total_steps):
 def tokenize_text(config, text):
     """A line the user typed as the model's source tokens."""
     if config.tokens == "word":
-        from ..data import preprocess, tokenize
-
         return tokenize(preprocess(text))
     return list(text)
 

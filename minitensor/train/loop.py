@@ -19,6 +19,11 @@ losses match bit for bit.
 
 A loss that becomes NaN or inf stops the run at once with a ``TrainingError`` naming the
 step: continuing would only turn every weight into NaN.
+
+Reading order: ``train`` is the loop, one comment per phase; the phases follow it, in the
+order they run: ``set_up`` (fresh, or from the checkpoint), ``train_step`` (one minibatch),
+``end_of_epoch`` (evaluate, log, ``save_checkpoints``) and ``finish`` (the final report).
+What they share is a ``TrainState``.
 """
 
 import contextlib
@@ -32,7 +37,25 @@ from dataclasses import dataclass, field
 
 import numpy
 
-from .config import TrainConfig, build_data, build_model, build_optimizer, build_scheduler, detokenize
+from ..data import Batches, build_array, lm_arrays, seq2seq_arrays, unigram_baseline
+from ..grad_mode import no_grad
+from ..metrics import bleu, corpus_bleu, exact_match
+from ..ops.loss import cross_entropy
+from ..optim import WarmupCosineLR, clip_grad_norm_
+from ..random import manual_seed
+from ..tensor import tensor
+from .checkpoint import load_checkpoint, save_checkpoint
+from .config import (
+    TrainConfig,
+    build_data,
+    build_model,
+    build_optimizer,
+    build_scheduler,
+    detokenize,
+    model_scorer,
+)
+from .decoding import SAMPLE_TEMPERATURE, generate, translate
+from .plots import plot_loss, plot_seq2seq_attention, plot_transformer_attention
 from .run import BEST_DIR, RunFolder, load_run_checkpoint
 
 
@@ -66,11 +89,9 @@ class TrainResult:
     finished: bool = True  # False when stopped early by ``stop_after_epochs``
 
 
-# -- one step -------------------------------------------------------------------------------------
+# -- the loss of a minibatch, and the arrays it comes from ---------------------------------------
 def _loss(model, batch, config, pad):
     """(loss, number of target tokens) of one minibatch."""
-    from ..ops.loss import cross_entropy
-
     if config.model == "lm":
         X, Y = batch
         return cross_entropy(model(X), Y, label_smoothing=config.label_smoothing), Y.numel()
@@ -83,8 +104,6 @@ def _loss(model, batch, config, pad):
 
 
 def _arrays(config, data, which):
-    from ..data import lm_arrays, seq2seq_arrays
-
     if config.model == "lm":
         corpus = data.train if which == "train" else data.heldout
         X, Y = lm_arrays(corpus, data.num_steps)
@@ -97,10 +116,6 @@ def _arrays(config, data, which):
 # -- evaluation -----------------------------------------------------------------------------------
 def heldout_loss(model, arrays, config, pad):
     """Mean token loss over the held-out arrays (no dropout, no graph, no label smoothing)."""
-    from .. import no_grad
-    from ..ops.loss import cross_entropy
-    from ..tensor import tensor
-
     was_training = model.training
     model.eval()
     total, count = 0.0, 0
@@ -125,8 +140,6 @@ def heldout_loss(model, arrays, config, pad):
 
 def decode_heldout(model, pairs, data, config, beam_size=1):
     """Greedy (or beam) translations of every held-out source, in batches: token lists."""
-    from .decoding import translate
-
     preds = []
     for i in range(0, len(pairs), config.eval_batch_size):
         chunk = [s for s, _ in pairs[i : i + config.eval_batch_size]]
@@ -145,8 +158,6 @@ def decode_heldout(model, pairs, data, config, beam_size=1):
 
 def evaluate(model, data, heldout_arrays, config):
     """{"loss": held-out loss, "exact_match", "bleu"} (seq2seq) or {"loss", "perplexity"} (LM)."""
-    from ..metrics import corpus_bleu, exact_match
-
     loss = heldout_loss(model, heldout_arrays, config, data.tgt_vocab.pad)
     if config.model == "lm":
         return {"loss": loss, "perplexity": math.exp(min(loss, 50.0))}
@@ -161,7 +172,7 @@ def _progress_bar(config, total, initial):
     if not config.progress or not sys.stderr.isatty():
         return None
     try:
-        from tqdm.auto import tqdm
+        from tqdm.auto import tqdm  # lazily: only a run on a terminal draws a bar (and tqdm is optional)
     except ImportError:
         return None
     return tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True, leave=False, file=sys.stderr)
@@ -196,6 +207,15 @@ def _check_resumable(saved, config):
 
 def _epochs_done(loader):
     return loader.epoch + (1 if loader.position >= len(loader) else 0)
+
+
+def _interrupted_message(run, step, saved_step):
+    if saved_step is None:
+        return f"interrupted at step {step}, before the first checkpoint: nothing was saved in {run.display}"
+    return (
+        f"interrupted at step {step}; the checkpoint of step {saved_step} is safe in {run.display}: continue "
+        f"with {run.command('--resume')}"
+    )
 
 
 @contextlib.contextmanager
@@ -240,22 +260,91 @@ def train(config=None, log=print, *, resume=False, overwrite=False, stop_after_e
     """
     config = (config or TrainConfig()).validate()
     with RunFolder(config.out, resume=resume, overwrite=overwrite) as run:
-        return _train(config, run, log, resume, stop_after_epochs, figures)
+        # set up: the data, model, optimiser and schedule, made afresh or as the checkpoint left them
+        state = set_up(config, run, log, resume)
+        epochs_this_call = 0
+        try:
+            while state.step < state.total_steps:
+                state.model.train()
+                for batch in state.loader:  # this epoch's minibatches (after a resume: the rest of them)
+                    # one step: forward, loss, backward, clip, update (stopped if the loss diverged)
+                    train_step(state, batch)
+                    if state.step >= state.total_steps:
+                        break
+                # the end of an epoch, or of the run in the middle of one: evaluate, log, checkpoint
+                end_of_epoch(state)
+                epochs_this_call += 1
+                stop = stop_after_epochs is not None and epochs_this_call >= stop_after_epochs
+                if stop and state.step < state.total_steps:
+                    # as an interruption would: the checkpoint is written, no final report
+                    return state.result(finished=False, wall_time=time.perf_counter() - state.start_time)
+        except KeyboardInterrupt:
+            raise TrainingInterrupted(_interrupted_message(run, state.step, state.saved_step)) from None
+        finally:
+            if state.bar is not None:
+                state.bar.close()
+        # finish: sample outputs, the held-out scores, the figures, and where everything is
+        return finish(state, figures)
 
 
-def _train(config, run, log, resume, stop_after_epochs, figures=True):
-    import minitensor as mt
+@dataclass
+class TrainState:
+    """What one call of ``train`` works on: made by ``set_up``, advanced by ``train_step`` and
+    ``end_of_epoch``, summed up by ``finish``."""
 
-    from ..data import Batches
-    from ..optim import WarmupCosineLR, clip_grad_norm_
-    from .checkpoint import load_checkpoint, save_checkpoint
+    config: TrainConfig
+    run: RunFolder
+    log: object  # where the messages go
+    data: object  # a TaskData: the examples (or text) and the vocabularies
+    model: object
+    optimizer: object
+    scheduler: object  # None: a constant learning rate
+    loader: object  # the training minibatches (Batches): it knows the epoch and the position in it
+    heldout_arrays: tuple
+    total_steps: int
+    history: dict  # {"loss": one per step, "eval": one per epoch, "steps_per_epoch"}: saved with the checkpoint
+    start_time: float  # when this call of train began
+    step: int = 0  # the steps taken, by every call together
+    saved_step: int | None = None  # the step of the checkpoint on disk; None: nothing saved yet
+    best_loss: float = math.inf  # the held-out loss of the weights in best/
+    metrics: dict = field(default_factory=dict)  # the latest evaluation
+    bar: object = None  # the progress bar, on a terminal
+    steps_start: float = 0.0  # when this call's first step began (for tokens/s)
+    tokens_seen: int = 0  # the target tokens this call has trained on (for tokens/s)
 
+    def result(self, **changes):
+        """The ``TrainResult`` of the run as it stands."""
+        return TrainResult(
+            self.model,
+            self.config,
+            self.data.src_vocab,
+            self.data.tgt_vocab,
+            self.history,
+            self.step,
+            _epochs_done(self.loader),
+            heldout_loss=self.metrics.get("loss"),
+            accuracy=self.metrics.get("exact_match"),
+            bleu=self.metrics.get("bleu"),
+            checkpoint=self.run.checkpoint,
+            **changes,
+        )
+
+    def tokens_per_second(self):
+        return self.tokens_seen / max(time.perf_counter() - self.steps_start, 1e-9)
+
+
+# -- set up ---------------------------------------------------------------------------------------
+def set_up(config, run, log, resume):
+    """The ``TrainState`` of a run about to train: data, model, minibatches, optimiser and
+    schedule made from ``config`` (the seed first, so the same config makes the same run); with
+    ``resume``, the weights, optimiser, schedule, minibatch position and history are then
+    loaded from the checkpoint in ``run``. Logs what is about to train."""
     start_time = time.perf_counter()
     if resume:
         # the config first: a different model would fail below with a list of shapes instead
-        saved, info = load_run_checkpoint(run.checkpoint)
+        saved, _ = load_run_checkpoint(run.checkpoint)
         _check_resumable(saved, config)
-    mt.manual_seed(config.seed)
+    manual_seed(config.seed)
     data = build_data(config)
     model = build_model(config, data.src_vocab, data.tgt_vocab)
     train_arrays, heldout_arrays = _arrays(config, data, "train"), _arrays(config, data, "heldout")
@@ -266,8 +355,6 @@ def _train(config, run, log, resume, stop_after_epochs, figures=True):
     scheduler = build_scheduler(config, optimizer, total_steps)
     history = {"loss": [], "eval": [], "steps_per_epoch": steps_per_epoch}
     step, saved_step, best_loss = 0, None, math.inf
-    num_params = sum(p.numel() for p in model.parameters())
-    vocabs = {"src": data.src_vocab, "tgt": data.tgt_vocab}
 
     if resume:
         info = load_checkpoint(run.checkpoint, model, optimizer, scheduler, map_device=config.device)
@@ -279,162 +366,147 @@ def _train(config, run, log, resume, stop_after_epochs, figures=True):
             scheduler.total_steps = total_steps
         log(f"resuming {run.display} at step {step} (epoch {_epochs_done(loader)})")
     else:
+        num_params = sum(p.numel() for p in model.parameters())
         what = f"{len(data.train):,} training and {len(data.heldout):,} held-out " + (
             "characters" if config.model == "lm" else "examples"
         )
         log(
-            f"minitensor train: {config.model} ({num_params:,} parameters; scorer {build_scorer_name(config)}, "
+            f"minitensor train: {config.model} ({num_params:,} parameters; scorer {model_scorer(config)}, "
             f"pooling {config.pooling}, positional {config.positional}) on the {config.source_name}: {what}; "
             f"{steps_per_epoch} steps per epoch, {total_steps} steps, batch {config.batch_size}, "
             f"{config.optimizer} lr {config.lr:g} ({config.schedule}), device {config.device}, seed {config.seed}"
         )
 
-    pad = data.tgt_vocab.pad
-    bar = _progress_bar(config, total_steps, step)
-    epochs_this_call, tokens_seen, run_start = 0, 0, time.perf_counter()
-    metrics = history["eval"][-1] if history["eval"] else {}
-    try:
-        while step < total_steps:
-            model.train()
-            for batch in loader:
-                step += 1
-                loss, num_tokens = _loss(model, batch, config, pad)
-                value = loss.item()
-                if not math.isfinite(value):
-                    raise _diverged("loss", value, step, loader.epoch, config)
-                optimizer.zero_grad()
-                loss.backward()
-                if config.clip_grad_norm:
-                    norm = float(clip_grad_norm_(model.parameters(), config.clip_grad_norm).item())
-                    if not math.isfinite(norm):
-                        raise _diverged("gradient norm", norm, step, loader.epoch, config)
-                optimizer.step()
-                if scheduler is not None:
-                    scheduler.step()
-                history["loss"].append(value)
-                tokens_seen += num_tokens
-                if bar is not None:
-                    if step % 10 == 0 or step == total_steps:  # shown by the update below
-                        rate = tokens_seen / max(time.perf_counter() - run_start, 1e-9)
-                        bar.set_postfix(loss=f"{value:.3f}", tok_s=f"{rate:,.0f}", refresh=False)
-                    bar.update(1)
-                if step >= total_steps:
-                    break
-            # the end of an epoch, or of the run in the middle of one
-            epoch = _epochs_done(loader)
-            metrics = {"epoch": loader.epoch + 1, "step": step, **evaluate(model, data, heldout_arrays, config)}
-            history["eval"].append(metrics)
-            recent = history["loss"][-min(steps_per_epoch, len(history["loss"])) :]
-            rate = tokens_seen / max(time.perf_counter() - run_start, 1e-9)
-            extra = (
-                f"perplexity {metrics['perplexity']:.2f}"
-                if config.model == "lm"
-                else f"exact match {metrics['exact_match']:6.1%}  BLEU {metrics['bleu']:.3f}"
-            )
-            message = (
-                f"epoch {loader.epoch + 1:3d}  step {step:6d}  train loss {sum(recent) / len(recent):.4f}  "
-                f"held-out loss {metrics['loss']:.4f}  {extra}  "
-                f"({time.perf_counter() - start_time:.1f} s, {rate:,.0f} tokens/s)"
-            )
-            if bar is not None:
-                bar.write(message, file=sys.stderr) if log is print else log(message)
-            else:
-                log(message)
-            shapes = {"num_steps": data.num_steps, "tgt_num_steps": data.tgt_num_steps}
-            with _complete_before_interrupt():
-                # best/ first: a kill between the two saves then repeats this epoch on resume,
-                # and the repeat finds best/ already up to date
-                if metrics["loss"] < best_loss:
-                    best_loss = metrics["loss"]
-                    save_checkpoint(
-                        run.best,
-                        model,
-                        config=config.to_dict(),
-                        vocabs=vocabs,
-                        extra={**shapes, "heldout_loss": best_loss},
-                        step=step,
-                        epoch=epoch,
-                    )
-                save_checkpoint(
-                    run.checkpoint,
-                    model,
-                    optimizer,
-                    scheduler,
-                    config=config.to_dict(),
-                    vocabs=vocabs,
-                    extra={"batches": loader.state_dict(), "history": history, **shapes},
-                    step=step,
-                    epoch=epoch,
-                )
-                saved_step = step  # before a held-back Ctrl-C is raised, so its message names this step
-            epochs_this_call += 1
-            if stop_after_epochs is not None and epochs_this_call >= stop_after_epochs and step < total_steps:
-                return TrainResult(
-                    model,
-                    config,
-                    data.src_vocab,
-                    data.tgt_vocab,
-                    history,
-                    step,
-                    epoch,
-                    checkpoint=run.checkpoint,
-                    wall_time=time.perf_counter() - start_time,
-                    finished=False,
-                    heldout_loss=metrics.get("loss"),
-                    accuracy=metrics.get("exact_match"),
-                    bleu=metrics.get("bleu"),
-                )
-    except KeyboardInterrupt:
-        raise TrainingInterrupted(_interrupted_message(run, step, saved_step)) from None
-    finally:
-        if bar is not None:
-            bar.close()
-
-    result = TrainResult(
-        model,
+    return TrainState(
         config,
-        data.src_vocab,
-        data.tgt_vocab,
+        run,
+        log,
+        data,
+        model,
+        optimizer,
+        scheduler,
+        loader,
+        heldout_arrays,
+        total_steps,
         history,
-        step,
-        _epochs_done(loader),
-        heldout_loss=metrics.get("loss"),
-        accuracy=metrics.get("exact_match"),
-        bleu=metrics.get("bleu"),
-        checkpoint=run.checkpoint,
+        start_time,
+        step=step,
+        saved_step=saved_step,
+        best_loss=best_loss,
+        metrics=history["eval"][-1] if history["eval"] else {},
+        bar=_progress_bar(config, total_steps, step),
+        steps_start=time.perf_counter(),
     )
-    _report(result, data, log, figures)
-    result.wall_time = time.perf_counter() - start_time
-    log(
-        f"wall time {result.wall_time:.1f} s; run folder {run.path}: best/ (the lowest held-out loss, "
-        f"{best_loss:.4f}: what translate and generate load) and checkpoint/ (the latest, for --resume)"
+
+
+# -- one step -------------------------------------------------------------------------------------
+def train_step(state, batch):
+    """One step on a minibatch: the loss (teacher forcing), its gradients, clipped to
+    ``config.clip_grad_norm``, the optimiser's update and the schedule's next learning rate.
+    A loss or gradient norm that is NaN or inf raises ``TrainingError`` before any weight changes."""
+    config, model = state.config, state.model
+    state.step += 1  # the step being taken: messages count from 1
+    loss, num_tokens = _loss(model, batch, config, state.data.tgt_vocab.pad)
+    value = loss.item()
+    if not math.isfinite(value):
+        raise _diverged("loss", value, state.step, state.loader.epoch, config)
+    state.optimizer.zero_grad()
+    loss.backward()
+    if config.clip_grad_norm:
+        norm = float(clip_grad_norm_(model.parameters(), config.clip_grad_norm).item())
+        if not math.isfinite(norm):
+            raise _diverged("gradient norm", norm, state.step, state.loader.epoch, config)
+    state.optimizer.step()
+    if state.scheduler is not None:
+        state.scheduler.step()
+    state.history["loss"].append(value)
+    state.tokens_seen += num_tokens
+    if state.bar is not None:
+        if state.step % 10 == 0 or state.step == state.total_steps:  # shown by the update below
+            state.bar.set_postfix(loss=f"{value:.3f}", tok_s=f"{state.tokens_per_second():,.0f}", refresh=False)
+        state.bar.update(1)
+
+
+# -- the end of an epoch --------------------------------------------------------------------------
+def end_of_epoch(state):
+    """Evaluate on the held-out set, log the epoch's line, and save the checkpoint (and best/,
+    when the held-out loss is the lowest so far)."""
+    config, data, loader, step = state.config, state.data, state.loader, state.step
+    metrics = {"epoch": loader.epoch + 1, "step": step, **evaluate(state.model, data, state.heldout_arrays, config)}
+    state.metrics = metrics
+    state.history["eval"].append(metrics)
+
+    recent = state.history["loss"][-min(len(loader), len(state.history["loss"])) :]  # the last epoch's
+    extra = (
+        f"perplexity {metrics['perplexity']:.2f}"
+        if config.model == "lm"
+        else f"exact match {metrics['exact_match']:6.1%}  BLEU {metrics['bleu']:.3f}"
+    )
+    message = (
+        f"epoch {loader.epoch + 1:3d}  step {step:6d}  train loss {sum(recent) / len(recent):.4f}  "
+        f"held-out loss {metrics['loss']:.4f}  {extra}  "
+        f"({time.perf_counter() - state.start_time:.1f} s, {state.tokens_per_second():,.0f} tokens/s)"
+    )
+    if state.bar is not None and state.log is print:
+        state.bar.write(message, file=sys.stderr)  # above the bar, not through it
+    else:
+        state.log(message)
+
+    save_checkpoints(state)
+
+
+def save_checkpoints(state):
+    """best/ (when the latest held-out loss is the lowest so far) and checkpoint/, with Ctrl-C
+    held back until both are written."""
+    config, data, step, epoch = state.config, state.data, state.step, _epochs_done(state.loader)
+    vocabs = {"src": data.src_vocab, "tgt": data.tgt_vocab}
+    shapes = {"num_steps": data.num_steps, "tgt_num_steps": data.tgt_num_steps}
+    with _complete_before_interrupt():
+        # best/ first: a kill between the two saves then repeats this epoch on resume,
+        # and the repeat finds best/ already up to date
+        if state.metrics["loss"] < state.best_loss:
+            state.best_loss = state.metrics["loss"]
+            save_checkpoint(
+                state.run.best,
+                state.model,
+                config=config.to_dict(),
+                vocabs=vocabs,
+                extra={**shapes, "heldout_loss": state.best_loss},
+                step=step,
+                epoch=epoch,
+            )
+        save_checkpoint(
+            state.run.checkpoint,
+            state.model,
+            state.optimizer,
+            state.scheduler,
+            config=config.to_dict(),
+            vocabs=vocabs,
+            extra={"batches": state.loader.state_dict(), "history": state.history, **shapes},
+            step=step,
+            epoch=epoch,
+        )
+        state.saved_step = step  # before a held-back Ctrl-C is raised, so its message names this step
+
+
+# -- finish ---------------------------------------------------------------------------------------
+def finish(state, figures=True):
+    """The final report (sample outputs, the held-out scores, the figures) and the result."""
+    result = state.result()
+    _report(result, state.data, state.log, figures)
+    result.wall_time = time.perf_counter() - state.start_time
+    state.log(
+        f"wall time {result.wall_time:.1f} s; run folder {state.run.path}: best/ (the lowest held-out loss, "
+        f"{state.best_loss:.4f}: what translate and generate load) and checkpoint/ (the latest, for --resume)"
     )
     if result.figures:
-        log("figures: " + ", ".join(os.path.abspath(f) for f in result.figures))
+        state.log("figures: " + ", ".join(os.path.abspath(f) for f in result.figures))
     return result
-
-
-def _interrupted_message(run, step, saved_step):
-    if saved_step is None:
-        return f"interrupted at step {step}, before the first checkpoint: nothing was saved in {run.display}"
-    return (
-        f"interrupted at step {step}; the checkpoint of step {saved_step} is safe in {run.display}: continue "
-        f"with {run.command('--resume')}"
-    )
-
-
-def build_scorer_name(config):
-    from .config import model_scorer
-
-    return model_scorer(config)
 
 
 # -- the final report -----------------------------------------------------------------------------
 def _report(result, data, log, figures=True, num_samples=5):
     """Sample outputs, the held-out scores, and the figures (loss curve, attention)."""
-    from ..metrics import bleu
-    from .decoding import translate
-
     config, model = result.config, result.model
     if config.model == "lm":
         _report_lm(result, data, log)
@@ -468,10 +540,6 @@ def _report(result, data, log, figures=True, num_samples=5):
 def _report_lm(result, data, log, num_samples=2, length=160):
     """The best held-out loss against the unigram baseline, and samples from the best weights,
     each continuing held-out text that starts at a word."""
-    from ..data import unigram_baseline
-    from .checkpoint import load_checkpoint
-    from .decoding import SAMPLE_TEMPERATURE, generate
-
     config, vocab = result.config, data.tgt_vocab
     best = min(result.history["eval"], key=lambda e: e["loss"])
     model = build_model(config, vocab, vocab)  # the best weights, what generate will load; result.model is the last
@@ -498,9 +566,6 @@ def _report_lm(result, data, log, num_samples=2, length=160):
 
 def save_figures(result, data):
     """The loss curve and, for a seq2seq model, the attention on the first held-out example."""
-    from .decoding import translate
-    from .plots import plot_loss, plot_seq2seq_attention
-
     config, model = result.config, result.model
     os.makedirs(config.out, exist_ok=True)
     paths = [os.path.join(config.out, "loss.png")]
@@ -522,12 +587,6 @@ def save_figures(result, data):
 def attention_figures(model, src, src_vocab, tgt_vocab, max_len, folder, prefix="attention"):
     """Greedy-decode ``src``, run the model once more teacher-forced on its own output, and draw
     the three attention maps of a Transformer (no padding: the source is exactly its tokens)."""
-    from .. import no_grad
-    from ..data import build_array
-    from ..tensor import tensor
-    from .decoding import translate
-    from .plots import plot_transformer_attention
-
     hyp = translate(model, list(src), src_vocab, tgt_vocab, len(src) + 1, max_len=max_len)
     enc_X, enc_valid_lens = build_array([list(src)], src_vocab, len(src) + 1)
     dec_in = [tgt_vocab.bos] + tgt_vocab[list(hyp.tokens)]

@@ -51,7 +51,7 @@ def _new_figure(figsize, dpi, layout=None):
     No ``matplotlib.pyplot``: a Figure attached to ``FigureCanvasAgg`` renders to PNG with no
     GUI and no display, whatever backend the session uses, and is freed like any Python
     object (pyplot would keep it in its list of open figures until closed)."""
-    try:
+    try:  # lazily: importing minitensor.train (and `minitensor --help`) stays free of matplotlib
         import matplotlib  # noqa: F401
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure

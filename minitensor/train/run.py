@@ -40,6 +40,13 @@ import warnings
 from .checkpoint import CheckpointError, find_checkpoint, load_checkpoint
 from .config import MAX_SIZE, TrainConfig, is_finite_number, is_integer, min_num_parameters
 
+try:  # the lock of a run folder: fcntl on POSIX, msvcrt on Windows
+    import fcntl
+except ImportError:
+    import msvcrt
+
+    fcntl = None
+
 CHECKPOINT_DIR = "checkpoint"
 BEST_DIR = "best"
 LOCK_FILE = ".lock"
@@ -313,11 +320,7 @@ class RunFolder:
 
 def _try_lock(fd):
     """Lock ``fd`` exclusively without waiting; False if another process holds it."""
-    try:
-        import fcntl
-    except ImportError:  # Windows
-        import msvcrt
-
+    if fcntl is None:  # Windows
         try:
             msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
         except OSError:

@@ -8,6 +8,7 @@ import json
 
 import numpy
 
+from ... import __version__
 from .spec import CheckpointError
 
 
@@ -47,6 +48,4 @@ def _qualname(obj):
 
 
 def _minitensor_version():
-    import minitensor
-
-    return minitensor.__version__
+    return __version__

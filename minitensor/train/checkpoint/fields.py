@@ -7,6 +7,7 @@ import re
 
 import numpy
 
+from ...backends import _BACKENDS
 from .rng import _backend_generator, _encode_state
 from .spec import (
     _NDARRAY,
@@ -93,7 +94,7 @@ def _check_fields(body):
 
 
 def _check_plugin_fields(saved):
-    from ... import plugins
+    from ... import plugins  # lazily: it imports pluggy, which `minitensor --help` never needs
 
     for i, entry in enumerate(_list(saved, "plugins", MAX_ENTRIES)):
         path = f"plugins[{i}]"
@@ -156,8 +157,6 @@ _RNG_INT_LIMITS = {"has_uint32": 1, "uinteger": 2**32 - 1, "pos": 624, "buffer_p
 
 
 def _check_rng_fields(rng):
-    from ...backends import _BACKENDS
-
     _object(rng, "rng", ("host", "backends"))
     _check_generator_state(rng["host"], "rng.host")
     for device, state in _object(rng["backends"], "rng.backends", max_items=64).items():

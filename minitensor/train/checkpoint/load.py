@@ -9,6 +9,9 @@ import os
 import warnings
 from collections import OrderedDict
 
+from ...backends import get_backend
+from ...data.vocab import Vocab
+from ...tensor import tensor
 from .disk import _backup, _siblings
 from .fields import _check_fields
 from .fit import (
@@ -77,9 +80,6 @@ def load_checkpoint(
     ``recovered_from`` (the backup read when a save died between its renames, else None).
     A run folder is turned into its checkpoint directory by ``find_checkpoint``.
     """
-    from ...backends import get_backend
-    from ...tensor import tensor
-
     if not read_arrays and (model is not None or optimizer is not None):
         raise ValueError("load_checkpoint: read_arrays=False reads no arrays to load into a model or optimizer")
     directory = os.path.abspath(os.fspath(directory))
@@ -181,8 +181,6 @@ def _where_to_read(directory):
 
 
 def _rebuild_vocabs(body):
-    from ...data.vocab import Vocab
-
     vocabs = {}
     for name, saved in body["vocabs"].items():
         try:

@@ -14,7 +14,7 @@ from .spec import CheckpointError
 def _split_source(source):
     """ "minitensor-example-cosine 0.1.0" -> ("minitensor-example-cosine", "0.1.0"); a source that is
     not an installed distribution (built in, a plugin file or module, run time) -> (None, None)."""
-    from ... import plugins
+    from ... import plugins  # lazily: it imports pluggy, which `minitensor --help` never needs
 
     local = (getattr(plugins, "FILE_SOURCE", "file "), getattr(plugins, "MODULE_SOURCE", "module "), "entry point ")
     if source in (plugins.BUILT_IN, plugins.RUN_TIME, "unknown") or source.startswith(local):
@@ -32,7 +32,7 @@ def model_plugins(model):
     "inputs" positional encoding of a TransformerEmbedding, a scorer used on its own) is
     found by its class.
     """
-    from ... import plugins
+    from ... import plugins  # lazily: it imports pluggy, which `minitensor --help` never needs
 
     rows = {(r["kind"], r["name"]): r for r in plugins.describe()}
     by_class = {}
@@ -86,7 +86,7 @@ def _missing_plugin(entry):
     The checkpoint's record of it is data from a file: it goes into a command only when it is a
     valid distribution name or a plausible path or module name (shell-quoted), and is shown
     quoted otherwise."""
-    from ... import plugins
+    from ... import plugins  # lazily: it imports pluggy, which `minitensor --help` never needs
 
     file_source, module_source = getattr(plugins, "FILE_SOURCE", "file "), getattr(plugins, "MODULE_SOURCE", "module ")
     source, distribution, version = entry["source"], entry["distribution"], entry["version"]
@@ -127,7 +127,7 @@ def _missing_plugin(entry):
 
 def _check_plugins(saved):
     """CheckpointError naming every saved plugin (validated entries) that is not installed now."""
-    from ... import plugins
+    from ... import plugins  # lazily: it imports pluggy, which `minitensor --help` never needs
 
     installed = {(r["kind"], r["name"]): r for r in plugins.describe()}
     missing = []

@@ -184,7 +184,7 @@ def _read_tensors(directory, fname, record, check_header, read_arrays=True):
     Its size is checked against ``record`` before anything is read; its header (names, dtypes,
     shapes) by ``check_header(entries)`` before the arrays are read (``read_arrays=False``: not
     at all); its SHA-256 before they are built."""
-    from safetensors.numpy import load as safetensors_load
+    from safetensors.numpy import load as safetensors_load  # lazily: `import minitensor.train` stays light
 
     path = os.path.join(directory, fname)
     size = record["bytes"]

@@ -5,6 +5,8 @@ structure; load.py checks its values with ``_check_rng_state`` before anything i
 
 import numpy
 
+from ... import random as mt_random
+from ...backends import _BACKENDS
 from .spec import _NDARRAY
 
 
@@ -61,9 +63,6 @@ def get_rng_state():
     NumPy's) is asked for its own: a flat dict of numbers (a checkpoint's copy must have the
     same fields when loaded); one with neither is recorded as None (not restorable).
     """
-    from ... import random as mt_random
-    from ...backends import _BACKENDS
-
     backends = {}
     for device, backend in _BACKENDS.items():
         if hasattr(backend, "get_rng_state"):
@@ -77,8 +76,6 @@ def get_rng_state():
 def _check_rng_state(state):
     """Validate ``state`` (from ``get_rng_state``) completely; ValueError if it cannot be set.
     Returns (host generator, {device: generator or raw state}, skipped devices)."""
-    from ...backends import _BACKENDS
-
     if not isinstance(state, dict) or "host" not in state or not isinstance(state.get("backends", {}), dict):
         raise ValueError("an RNG state must be a dict {'host': ..., 'backends': {...}} as get_rng_state() returns")
     host = _prepared_generator(state["host"], "RNG state 'host'")
@@ -110,9 +107,6 @@ def set_rng_state(state):
     checked first; an invalid state raises ValueError and changes nothing. Backends that are
     not registered here (a checkpoint from a GPU machine loaded on a laptop) are skipped;
     returns the list of skipped device names."""
-    from ... import random as mt_random
-    from ...backends import _BACKENDS
-
     host, prepared, skipped = _check_rng_state(state)
     mt_random._host = _adopt(mt_random.host_rng(), host)
     for device, value in prepared.items():

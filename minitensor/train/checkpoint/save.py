@@ -103,7 +103,7 @@ def save_checkpoint(
 def _contents(directory, model, optimizer, scheduler, config, vocabs, extra, step, epoch):
     """The checkpoint's files, {file name: bytes}, built in memory from what save_checkpoint was
     given and checked as load_checkpoint checks them."""
-    from safetensors.numpy import save as safetensors_save  # lazily: `import minitensor` stays light
+    from safetensors.numpy import save as safetensors_save  # lazily: `import minitensor.train` stays light
 
     state = model.state_dict()
     weights = {key: numpy.ascontiguousarray(t.numpy()) for key, t in state.items()}
@@ -157,7 +157,7 @@ def _contents(directory, model, optimizer, scheduler, config, vocabs, extra, ste
 def _optimizer_record(optimizer):
     """optimizer.safetensors (the optimiser's arrays, as bytes) and the optimiser's record in
     checkpoint.json, where each array is {"__tensor__": "<its key in that file>"}."""
-    from safetensors.numpy import save as safetensors_save
+    from safetensors.numpy import save as safetensors_save  # lazily: `import minitensor.train` stays light
 
     saved = optimizer.state_dict()
     arrays, index = {}, {}
