@@ -11,7 +11,7 @@ def _stacked(xp, a, b):
 
     NumPy's batched matmul hands a matrix to BLAS only when its rows are contiguous in
     memory; a transposed or head-split view (K^T in attention, heads as a strided axis)
-    goes through a plain loop 4-5x slower than the copy (bench/README.md). 2-D products
+    goes through a plain loop, several times slower than the copy (bench/README.md). 2-D products
     pass transposes to BLAS as a flag and need no copy.
     """
     if a.ndim > 2:
