@@ -77,6 +77,12 @@ SPEEDUP_VS_NAIVE = 3.0
 # ---------------------------------------------------------------------------
 
 
+# A pause before every timed call. After its work each library's idle threads keep spinning
+# for a while (PyTorch's OpenMP threads for milliseconds, OpenBLAS's too), holding a core:
+# without the pause, whichever library runs next finds one of its 2 threads' cores busy.
+SETTLE = 0.02  # seconds
+
+
 def interleaved_medians(candidates, repeat, warmup=8):
     """Median seconds per call of each ``{name: fn}``, timed round-robin.
 
@@ -92,6 +98,7 @@ def interleaved_medians(candidates, repeat, warmup=8):
     times = {name: [] for name in candidates}
     for _ in range(repeat):
         for name, fn in candidates.items():
+            time.sleep(SETTLE)
             start = time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - start)

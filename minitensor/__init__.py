@@ -6,8 +6,9 @@
     loss.backward()          # x.grad now holds d loss / d x
 
 Where to read: ``tensor.py`` (what a tensor is), ``autograd.py`` (Function and the backward
-pass), ``ops/`` (each operation with its derivative), ``kernels/`` (the numba softmax
-kernels), ``nn/`` and ``optim/`` (layers and optimisers built on top).
+pass), ``ops/`` (each operation with its derivative), ``kernels/`` (the numba loops: softmax,
+the fused pieces of a training step, GELU), ``nn/`` and ``optim/`` (layers and optimisers
+built on top).
 """
 
 # First: tensor.py loads autograd and the ops at its end (see there), which only works when

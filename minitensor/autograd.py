@@ -37,6 +37,8 @@ from . import grad_mode
 from .errors import DeviceError, DTypeError, GraphError, ShapeError
 from .tensor import Tensor
 
+_new_object = object.__new__  # a Function instance without running __init__ (the per-op path)
+
 
 class Function:
     """Base class of differentiable operations; an instance is the ``ctx`` of one call."""
@@ -77,7 +79,9 @@ class Function:
             if isinstance(a, Tensor):
                 if first is None:
                     first = a
-                elif a._backend is not first._backend or a.data.dtype != first.data.dtype:
+                elif a._backend is not first._backend or (
+                    a.data.dtype is not first.data.dtype and a.data.dtype != first.data.dtype
+                ):
                     _check_compatible(cls, first, a)
                 if a.requires_grad:
                     requires_grad = True
@@ -87,7 +91,7 @@ class Function:
         if first is None:
             raise TypeError(f"{cls.__name__.lower()}: needs at least one Tensor argument")
         backend = first._backend
-        ctx = cls.__new__(cls)
+        ctx = _new_object(cls)
         ctx.xp = backend.xp
         ctx.backend = backend
         try:
@@ -159,39 +163,43 @@ def backward(root, grad=None, retain_graph=False):
     while heap:
         t = heappop(heap)[1]
         g = grads.pop(t)  # complete: every tensor made from t has passed its part back
-        if t._ctx is None or t._retain_grad:
+        ctx = t._ctx
+        if ctx is None or t._retain_grad:
             _accumulate(t, g)
-        if t._ctx is not None:
-            _pass_back(t._ctx, g, grads, heap)
-            if not retain_graph:
-                # Drop the saved arrays and the links to the inputs; the emptied node stays
-                # so that a second backward can say what happened instead of doing nothing.
-                t._ctx.inputs = t._ctx.saved = None
-                t._ctx.__dict__.clear()
+            if ctx is None:
+                continue
+        if ctx.inputs is None:
+            raise _freed_graph_error(ctx)
+        # The chain rule at this node: dL/d(output) -> dL/d(each input), added to what that
+        # input has received along other paths.
+        input_grads = ctx.backward(ctx, g)
+        if type(input_grads) is not tuple:
+            input_grads = (input_grads,)
+        for p, pg in zip(ctx.inputs, input_grads):
+            if pg is None or not isinstance(p, Tensor) or not p.requires_grad:
+                continue
+            if pg.shape != p.data.shape:
+                pg = sum_to_shape(pg, p.data.shape)
+            if p in grads:
+                grads[p] = grads[p] + pg
+            else:
+                grads[p] = pg
+                heappush(heap, (-p._seq, p))
+        # Hold no gradient into the next node: a leaf takes one that nothing else holds.
+        input_grads = pg = None
+        if not retain_graph:
+            # Drop the saved arrays and the links to the inputs; the emptied node stays so
+            # that a second backward can say what happened instead of doing nothing.
+            ctx.inputs = ctx.saved = None
+            ctx.__dict__.clear()
 
 
-def _pass_back(ctx, g, grads, heap):
-    """The chain rule at one node: its backward turns dL/d(output) into dL/d(each input),
-    which is added to what that input has received along other paths."""
-    if ctx.inputs is None:
-        raise GraphError(
-            f"backward through a freed graph: the graph through {type(ctx).__name__} was "
-            "freed by an earlier backward(); pass retain_graph=True to the first "
-            "backward() to run backward twice, or recompute the forward pass"
-        )
-    input_grads = ctx.backward(ctx, g)
-    if type(input_grads) is not tuple:
-        input_grads = (input_grads,)
-    for p, pg in zip(ctx.inputs, input_grads):
-        if pg is None or not isinstance(p, Tensor) or not p.requires_grad:
-            continue
-        if pg.shape != p.data.shape:
-            pg = sum_to_shape(pg, p.data.shape)
-        if p in grads:
-            grads[p] = grads[p] + pg
-        else:
-            grads[p] = pg
-            heappush(heap, (-p._seq, p))
+def _freed_graph_error(ctx):
+    return GraphError(
+        f"backward through a freed graph: the graph through {type(ctx).__name__} was "
+        "freed by an earlier backward(); pass retain_graph=True to the first "
+        "backward() to run backward twice, or recompute the forward pass"
+    )
 
 
 def _root_gradient(root, grad):
@@ -247,12 +255,20 @@ def _accumulate(t, g):
 
 
 def _owns_memory(g):
-    """True if ``g`` is a writeable NumPy array whose memory no other array can reach: it
-    owns it, or it is a view of an array that nothing but this view holds."""
+    """True if ``g`` is a writeable NumPy array whose memory nothing else can reach.
+
+    Following ``.base`` -- the array a view was taken from, or, for an array a numba kernel
+    allocated, the MemInfo that owns its memory -- every link must be held by the one before
+    it alone; a MemInfo also counts the arrays inside numba that share it.
+    """
     if type(g) is not numpy.ndarray or not g.flags.writeable:
         return False
-    base = g.base
-    return base is None or (type(base) is numpy.ndarray and base.base is None and _base_refcount(g) == _ONLY_VIEWED)
+    link = g
+    while getattr(link, "base", None) is not None:
+        if _base_refcount(link) != _ONLY_VIEWED:
+            return False
+        link = link.base
+    return getattr(link, "refcount", 1) == 1
 
 
 def _base_refcount(view):

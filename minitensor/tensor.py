@@ -41,7 +41,7 @@ class Tensor:
     @classmethod
     def _make(cls, data, backend, ctx):
         """The fast internal constructor used by every operation (no checks, no copies)."""
-        if not data.shape:
+        if data.ndim == 0:
             # NumPy turns 0-d results into NumPy scalars; keep tensors backed by arrays.
             data = backend.xp.asarray(data)
         t = object.__new__(cls)
@@ -295,7 +295,7 @@ class Tensor:
         return _reflected(MatMul, self, other)
 
     def __neg__(self):
-        return ops.neg(self)
+        return Neg.apply(self)
 
     def __getitem__(self, index):
         return ops.getitem(self, index)
@@ -366,31 +366,31 @@ class Tensor:
 
     # -- the ops as methods: ``x.exp()`` is ``mt.exp(x)``, same parameters ------------------------
     def neg(self):
-        return ops.neg(self)
+        return Neg.apply(self)
 
     def exp(self):
-        return ops.exp(self)
+        return Exp.apply(self)
 
     def log(self):
-        return ops.log(self)
+        return Log.apply(self)
 
     def sqrt(self):
-        return ops.sqrt(self)
+        return Sqrt.apply(self)
 
     def tanh(self):
-        return ops.tanh(self)
+        return Tanh.apply(self)
 
     def sigmoid(self):
-        return ops.sigmoid(self)
+        return Sigmoid.apply(self)
 
     def relu(self):
-        return ops.relu(self)
+        return ReLU.apply(self)
 
     def gelu(self, approximate="none"):
         return ops.gelu(self, approximate=approximate)
 
     def abs(self):
-        return ops.abs(self)
+        return Abs.apply(self)
 
     def clip(self, min=None, max=None):
         return ops.clip(self, min=min, max=max)
@@ -568,7 +568,7 @@ def tensor(data, requires_grad=False, dtype=None, device=None):
 # minitensor/__init__.py imports this module before the others.
 from . import autograd, ops  # noqa: E402
 from .ops.axes import normalize_axes, normalize_axis  # noqa: E402
-from .ops.elementwise import Add, Div, Mul, Pow, Sub  # noqa: E402
+from .ops.elementwise import Abs, Add, Div, Exp, Log, Mul, Neg, Pow, ReLU, Sigmoid, Sqrt, Sub, Tanh  # noqa: E402
 from .ops.indexing import normalize_index  # noqa: E402
 from .ops.matmul import MatMul  # noqa: E402
 from .ops.promote import promote  # noqa: E402

@@ -218,15 +218,27 @@ class Fresh(mt.Function):
         return out
 
 
-def test_a_fresh_gradient_becomes_the_leaf_grad_without_a_copy():
+def test_a_fresh_gradient_becomes_the_leaf_grad_without_a_copy(monkeypatch):
     Fresh.returned.clear()
     x = mt.randn(4, 3, requires_grad=True)
     Fresh.apply(x).sum().backward()
     assert x.grad.data.__array_interface__["data"][0] == Fresh.returned[0]
-    # a softmax too (its backward reshapes the kernel's output: a view nothing else sees)
+    # a softmax too: its backward returns a view of an array the numba kernel allocated
+    # (owned by numba's MemInfo), which nothing else sees
+    from minitensor.kernels import cpu
+
+    kernel, returned = cpu.softmax_backward, []
+
+    def spy(y, g):
+        out = kernel(y, g)
+        returned.append(out.__array_interface__["data"][0])
+        return out
+
+    monkeypatch.setattr(cpu, "softmax_backward", spy)
     x = mt.randn(64, 32, requires_grad=True)
     g = mt.randn(64, 32)
     x.softmax(-1).backward(g)
+    assert x.grad.data.__array_interface__["data"][0] == returned[0]
     x.grad.data[...] = 0  # ours to change
     assert np.abs(g.numpy()).sum() > 0
 
@@ -250,3 +262,35 @@ def test_a_shared_gradient_is_copied():
     first = x.grad.numpy()
     y.backward()
     np.testing.assert_array_equal(x.grad.numpy(), 2 * first)
+
+
+# -- threads -------------------------------------------------------------------------------------
+def test_kernels_called_from_several_threads_at_once_give_the_same_results():
+    # numba's workqueue pool serves one caller at a time (two at once would abort the
+    # process): the others run the serial twin
+    from concurrent.futures import ThreadPoolExecutor
+
+    from minitensor.kernels import cpu, fused
+
+    x = rand(512, 1024, dtype="float32")  # above PARALLEL_MIN_SIZE: the parallel twin
+    expected_softmax, expected_relu = cpu.softmax_forward(x), fused.relu_forward(x)
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda _: (cpu.softmax_forward(x), fused.relu_forward(x)), range(16)))
+    for softmax, relu in results:
+        np.testing.assert_array_equal(softmax, expected_softmax)
+        np.testing.assert_array_equal(relu, expected_relu)
+
+
+def test_malloc_keeps_freed_blocks_unless_the_user_set_it(monkeypatch):
+    from minitensor.backends.numpy_backend import keep_freed_memory
+
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "0")
+    assert keep_freed_memory() is False  # the user's setting wins
+    monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_")
+    import ctypes
+
+    try:
+        ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        pytest.skip("not glibc: nothing to set")
+    assert keep_freed_memory() is True

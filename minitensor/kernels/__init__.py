@@ -1,16 +1,28 @@
-"""Softmax and log-softmax kernels.
+"""Kernels: the few loops that NumPy's operators cannot write fast enough.
 
 ``cpu.py``
-    Numba kernels for C-contiguous 2-D NumPy arrays, parallel over rows and
-    vectorised within a row (including a float32 ``exp`` written so that it
-    can be vectorised).  They are compiled on first use, so importing this
-    package does not import numba.
+    Softmax and log-softmax: numba kernels for C-contiguous 2-D NumPy arrays,
+    parallel over rows and vectorised within a row (including a float32 ``exp``
+    written so that it can be vectorised).
+
+``cuda.py``
+    The same four as numba CUDA kernels, on CuPy's arrays and stream.
 
 ``reference.py``
-    The same four functions written with plain array-library calls on any
-    NumPy-compatible module (NumPy, CuPy).  They define the semantics, serve
-    as the test oracle and are the "naive NumPy" baseline of
-    ``bench/softmax.py``.
+    The same four written with plain array-library calls on any NumPy-compatible
+    module (NumPy, CuPy).  They define the semantics, serve as the test oracle
+    and are the "naive NumPy" baseline of ``bench/softmax.py``.
 
+``fused.py``
+    The elementwise work of a training step fused into one pass each on the
+    CPU: dropout (with counter-based random numbers), ReLU, layer norm and
+    Adam's update. Their definitions are the ops' own NumPy code (and the
+    textbook update in ``optim/adam.py``); ``backend.fused(name)`` picks them.
+
+``gelu.py``
+    The exact GELU without SciPy: ``math.erfc`` in numba on the CPU and in
+    numba.cuda on a GPU, and an array-arithmetic erfc everywhere else.
+
+All are compiled on first use, so ``import minitensor`` does not import numba.
 Import the submodule you need: ``from minitensor.kernels import cpu``.
 """

@@ -77,6 +77,8 @@ set ``{"contract"}``.
 
 import functools
 import math
+import os
+import threading
 from types import FunctionType
 
 import numba
@@ -109,9 +111,24 @@ _HELPER_OPTIONS = dict(cache=True, fastmath=FASTMATH)
 PARALLEL_MIN_SIZE = 2**18
 
 
-def _kernel(fn):
-    """Compile ``fn`` twice, each lazily on first use: with ``prange`` spread over
-    threads for large arrays, and as a plain loop for small ones.
+# Which thread pool runs ``prange``: numba's own ("workqueue"), not OpenMP. A training step
+# alternates numba kernels with matrix products on OpenBLAS's threads, and OpenMP's threads
+# spin for milliseconds after each kernel, holding the cores that OpenBLAS needs next: at 2
+# threads a Transformer step was slower than at 1 (bench/train_step.py, bench/README.md).
+# The workqueue's threads sleep as soon as they are done. (A process that has loaded
+# PyTorch shares PyTorch's OpenMP runtime too, so its settings cannot fix this.) Set before
+# numba starts its threads; a layer the user chose through NUMBA_THREADING_LAYER is kept.
+if "NUMBA_THREADING_LAYER" not in os.environ:
+    numba.config.THREADING_LAYER = "workqueue"
+
+# The workqueue serves one caller at a time and aborts the process if two threads launch
+# kernels at once: a kernel called while another thread holds the pool runs serially.
+_POOL = threading.Lock()
+
+
+def _kernel(fn, options=_KERNEL_OPTIONS):
+    """Compile ``fn`` twice (with numba's ``options``), each lazily on first use: with
+    ``prange`` spread over threads for large arrays, and as a plain loop for small ones.
 
     The serial twin is a copy of the function under another name: numba's disk
     cache is keyed by the function's name, not by the ``parallel`` flag, so the
@@ -119,12 +136,17 @@ def _kernel(fn):
     """
     twin = FunctionType(fn.__code__, fn.__globals__, fn.__name__ + "_serial", fn.__defaults__, fn.__closure__)
     twin.__qualname__ = fn.__qualname__ + "_serial"
-    parallel = numba.njit(parallel=True, **_KERNEL_OPTIONS)(fn)
-    serial = numba.njit(parallel=False, **_KERNEL_OPTIONS)(twin)
+    parallel = numba.njit(parallel=True, **options)(fn)
+    serial = numba.njit(parallel=False, **options)(twin)
 
     @functools.wraps(fn)
     def run(x, *args):
-        return (run.parallel if x.size >= PARALLEL_MIN_SIZE else run.serial)(x, *args)
+        if x.size >= PARALLEL_MIN_SIZE and _POOL.acquire(blocking=False):
+            try:
+                return run.parallel(x, *args)
+            finally:
+                _POOL.release()
+        return run.serial(x, *args)
 
     run.parallel, run.serial = parallel, serial
     return run

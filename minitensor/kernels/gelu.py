@@ -43,11 +43,11 @@ GELU, never at ``import minitensor``; ``numba.cuda`` only when a CuPy array arri
 import functools
 import math
 import warnings
-from types import FunctionType
 
 import numba
 import numpy as np
 
+from .cpu import _kernel
 from .reference import _quiet
 
 SQRT1_2 = math.sqrt(0.5)  # 1 / sqrt 2
@@ -131,27 +131,6 @@ def _like(y, x):
 _OPTIONS = dict(cache=True, nogil=True, error_model="numpy")
 
 
-def _serial_and_parallel(fn):
-    """Compile ``fn`` (a loop over ``numba.prange``) lazily twice: threaded, for arrays of at
-    least ``cpu.PARALLEL_MIN_SIZE`` elements, and as a plain loop for smaller ones, where
-    waking the thread pool costs more than the work. The serial twin is a copy under another
-    name because numba's disk cache is keyed by the function's name (as in ``cpu._kernel``).
-    """
-    from .cpu import PARALLEL_MIN_SIZE
-
-    twin = FunctionType(fn.__code__, fn.__globals__, fn.__name__ + "_serial", fn.__defaults__, fn.__closure__)
-    twin.__qualname__ = fn.__qualname__ + "_serial"
-    parallel = numba.njit(parallel=True, **_OPTIONS)(fn)
-    serial = numba.njit(parallel=False, **_OPTIONS)(twin)
-
-    @functools.wraps(fn)
-    def run(x, *args):
-        return (run.parallel if x.size >= PARALLEL_MIN_SIZE else run.serial)(x, *args)
-
-    run.parallel, run.serial = parallel, serial
-    return run
-
-
 def _gelu_loop(x, y):
     for i in numba.prange(x.size):
         v = x[i]
@@ -166,8 +145,9 @@ def _gelu_backward_loop(x, g, dx):
         dx[i] = g[i] * (cdf + v * pdf)
 
 
-_gelu_loop = _serial_and_parallel(_gelu_loop)
-_gelu_backward_loop = _serial_and_parallel(_gelu_backward_loop)
+# threaded for large arrays, a plain loop for small ones (see cpu._kernel)
+_gelu_loop = _kernel(_gelu_loop, _OPTIONS)
+_gelu_backward_loop = _kernel(_gelu_backward_loop, _OPTIONS)
 
 
 class CpuGelu:

@@ -11,8 +11,9 @@ def _stacked(xp, a, b):
 
     NumPy's batched matmul hands a matrix to BLAS only when its rows are contiguous in
     memory; a transposed or head-split view (K^T in attention, heads as a strided axis)
-    goes through a plain loop, several times slower than the copy (bench/README.md). 2-D products
-    pass transposes to BLAS as a flag and need no copy.
+    goes through a plain loop, several times slower than the copy (bench/README.md). 2-D
+    products pass transposes to BLAS as a flag and need no copy (nor this function: the
+    callers test ``ndim`` first, as most products are 2-D and this is the per-op path).
     """
     if a.ndim > 2:
         a = xp.ascontiguousarray(a)
@@ -28,7 +29,7 @@ class MatMul(Function):
     def forward(ctx, a, b):
         ctx.save_for_backward(a, b)
         try:
-            return _stacked(ctx.xp, a, b)
+            return a @ b if a.ndim <= 2 and b.ndim <= 2 else _stacked(ctx.xp, a, b)
         except ValueError:
             pass  # explain NumPy's terse message in the user's terms
         if a.ndim == 0 or b.ndim == 0:
