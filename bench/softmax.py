@@ -77,14 +77,17 @@ SPEEDUP_VS_NAIVE = 3.0
 # ---------------------------------------------------------------------------
 
 
-# A pause before every timed call. After its work each library's idle threads keep spinning
-# for a while (PyTorch's OpenMP threads for milliseconds, OpenBLAS's too), holding a core:
-# without the pause, whichever library runs next finds one of its 2 threads' cores busy.
-SETTLE = 0.02  # seconds
+# Candidates take turns in blocks of BLOCK calls, and the first SKIP calls of each block are
+# not timed. After its work a library's idle threads keep spinning for a while (PyTorch's
+# OpenMP threads for milliseconds, OpenBLAS's too), holding a core: a call right after the
+# other library's finds one of its 2 threads' cores busy. Within a block each library runs in
+# its own steady state, as it does inside a model, and the turns still spread slow spells of
+# the machine over all of them.
+BLOCK, SKIP = 5, 2
 
 
 def interleaved_medians(candidates, repeat, warmup=8):
-    """Median seconds per call of each ``{name: fn}``, timed round-robin.
+    """Median seconds per call of each ``{name: fn}``, timed round-robin in blocks.
 
     The warm-up rounds are interleaved too: besides compiling, they let
     malloc settle.  Three libraries allocating 8 MB outputs of slightly
@@ -96,12 +99,13 @@ def interleaved_medians(candidates, repeat, warmup=8):
         for fn in candidates.values():
             fn()
     times = {name: [] for name in candidates}
-    for _ in range(repeat):
+    for _ in range(max(repeat // (BLOCK - SKIP), 1)):
         for name, fn in candidates.items():
-            time.sleep(SETTLE)
-            start = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - start)
+            for call in range(BLOCK):
+                start = time.perf_counter()
+                fn()
+                if call >= SKIP:
+                    times[name].append(time.perf_counter() - start)
     return {name: statistics.median(t) for name, t in times.items()}
 
 

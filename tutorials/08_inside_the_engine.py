@@ -2,7 +2,7 @@
 # # 8. Inside the engine: reverse-mode autograd and a fused softmax kernel
 #
 # Every model of the previous tutorials was trained by gradient descent, and every
-# gradient came from one place: `minitensor/autograd.py`, about 230 lines. This tutorial
+# gradient came from one place: `minitensor/autograd.py`, about 300 lines. This tutorial
 # opens it. We
 #
 # 1. write reverse-mode automatic differentiation (反向模式自动微分) from scratch for scalars,
@@ -588,12 +588,17 @@ print("wrote", figure_path(T, "softmax_timing.png"))
 # ## Where this lives in the engine
 #
 # * `minitensor/tensor.py` — `Tensor`: `data`, `grad`, `requires_grad`, `grad_fn` (`_ctx`),
-#   the creation number `_seq`;
+#   the creation number `_seq`, and every operator in the class body: `x * w` is
+#   `Tensor.__mul__`, one line calling `Mul.apply`;
 # * `minitensor/autograd.py` — `Function` (`apply`, `save_for_backward`, `needs_input_grad`),
-#   `backward` (the heap), `sum_to_shape` (undoing broadcasting);
+#   `backward` (the heap), `sum_to_shape` (undoing broadcasting), `_accumulate` (how a leaf
+#   takes a gradient that nothing else holds without copying it, as PyTorch does);
 # * `minitensor/ops/elementwise.py` — the simplest ops, each forward beside its backward;
 #   `minitensor/ops/softmax.py` — the softmax Functions on top of the kernels;
 # * `minitensor/gradcheck.py` — `mt.gradcheck`;
 # * `minitensor/kernels/cpu.py` (the fused numba kernels) and `minitensor/kernels/reference.py`
 #   (the same in plain NumPy: the oracle of the tests and the baseline of the benchmark);
+#   `minitensor/kernels/fused.py` fuses the rest of a training step's elementwise work the
+#   same way (dropout, ReLU, layer norm, Adam's update), each tested against its op's NumPy
+#   code;
 # * `bench/softmax.py` — the proper benchmark.

@@ -29,7 +29,7 @@ def cuda_unavailable_reason(cupy=None):
     """None if CuPy can use a GPU here, else a sentence that says what is missing."""
     if cupy is None:
         try:
-            import cupy
+            import cupy  # lazy: CuPy is optional (the gpu extra)
         except ImportError as e:
             return f"CuPy is not installed ({e}); {INSTALL_HINT}"
     try:
@@ -59,7 +59,7 @@ class CupyBackend(Backend):
 
     def __init__(self, cupy=None):
         if cupy is None:
-            import cupy
+            import cupy  # lazy: CuPy is optional (the gpu extra)
         self.xp = cupy
         self._kernels = None
         self.seed(int.from_bytes(os.urandom(8), "little"))

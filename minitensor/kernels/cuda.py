@@ -84,7 +84,7 @@ MAX_BLOCKS = 65535
 def _import_numba_cuda():
     global cuda
     if cuda is None:
-        from numba import cuda as numba_cuda
+        from numba import cuda as numba_cuda  # lazy: numba.cuda loads the CUDA toolkit
 
         cuda = numba_cuda
     return cuda
@@ -98,7 +98,7 @@ def _compile(dtype, threads):
     same two for ``log_softmax``, ``softmax_backward(y, g, dx)`` and
     ``log_softmax_backward(y, g, dx)``. Each writes its last argument.
     """
-    import numba
+    import numba  # lazy: import minitensor must not import numba
 
     scalar = numba.from_dtype(dtype)
     # Constants of the input's own type, as in cpu.py: a bare 0.0 would be float64.
@@ -331,7 +331,7 @@ class CudaKernels:
     def _threads(self):
         if self.threads_per_block is not None:
             return int(self.threads_per_block)
-        from numba import config
+        from numba import config  # lazy: numba loads on first use
 
         return SIMULATOR_THREADS_PER_BLOCK if config.ENABLE_CUDASIM else THREADS_PER_BLOCK
 

@@ -184,7 +184,7 @@ MAX_BLOCKS = 65535  # more elements than blocks x threads: each thread strides o
 def _import_numba_cuda():
     global cuda
     if cuda is None:
-        from numba import cuda as numba_cuda
+        from numba import cuda as numba_cuda  # lazy: numba.cuda loads the CUDA toolkit
 
         cuda = numba_cuda
     return cuda
@@ -252,7 +252,7 @@ class CudaGelu:
         kernel = _compile_cuda(np.dtype(arrays[0].dtype))[which]
         threads = self.threads_per_block
         if threads is None:
-            from numba import config
+            from numba import config  # lazy: numba loads on first use
 
             threads = SIMULATOR_THREADS_PER_BLOCK if config.ENABLE_CUDASIM else THREADS_PER_BLOCK
         arrays = [a.reshape(-1) for a in arrays]  # contiguous: views, the output is written through

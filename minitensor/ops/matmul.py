@@ -7,19 +7,24 @@ from .promote import promote
 
 
 def _stacked(xp, a, b):
-    """``a @ b``, copying a stack of matrices that is not C-contiguous first.
+    """``a @ b`` for stacks of matrices, copying a strided stack first where that pays.
 
     NumPy's batched matmul hands a matrix to BLAS only when its rows are contiguous in
     memory; a transposed or head-split view (K^T in attention, heads as a strided axis)
-    goes through a plain loop, several times slower than the copy (bench/README.md). 2-D
-    products pass transposes to BLAS as a flag and need no copy (nor this function: the
-    callers test ``ndim`` first, as most products are 2-D and this is the per-op path).
+    goes through a plain loop, several times slower than a copy (bench/README.md). A copy
+    pays when each element of the operand is used many times, that is when the other
+    operand has many rows (columns): not for one decoding query against a long cache, where
+    the copy would move as many bytes as the product reads. 2-D products pass transposes to
+    BLAS as a flag and need none of this (the callers test ``ndim`` first).
     """
-    if a.ndim > 2:
+    if a.ndim > 2 and (b.shape[-1] if b.ndim > 1 else 1) >= _REUSE:
         a = xp.ascontiguousarray(a)
-    if b.ndim > 2:
+    if b.ndim > 2 and (a.shape[-2] if a.ndim > 1 else 1) >= _REUSE:
         b = xp.ascontiguousarray(b)
     return a @ b
+
+
+_REUSE = 8  # uses of each element below which a strided stack is not copied
 
 
 class MatMul(Function):
