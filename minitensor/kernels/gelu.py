@@ -47,7 +47,9 @@ import warnings
 import numba
 import numpy as np
 
+from . import cuda as softmax_cuda
 from .cpu import _kernel
+from .cuda import MAX_BLOCKS, SIMULATOR_THREADS_PER_BLOCK
 from .reference import _quiet
 
 SQRT1_2 = math.sqrt(0.5)  # 1 / sqrt 2
@@ -177,16 +179,13 @@ class CpuGelu:
 #: numba.cuda, imported on first use; a module global, where the simulator looks for it
 cuda = None
 THREADS_PER_BLOCK = 256
-SIMULATOR_THREADS_PER_BLOCK = 32  # the simulator runs every thread as a Python thread
-MAX_BLOCKS = 65535  # more elements than blocks x threads: each thread strides over several
 
 
 def _import_numba_cuda():
+    """numba.cuda, loaded once by ``cuda.py`` and bound here too (the kernels below name it)."""
     global cuda
     if cuda is None:
-        from numba import cuda as numba_cuda  # lazy: numba.cuda loads the CUDA toolkit
-
-        cuda = numba_cuda
+        cuda = softmax_cuda._import_numba_cuda()
     return cuda
 
 
