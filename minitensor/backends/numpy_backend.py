@@ -38,7 +38,7 @@ class NumpyBackend(Backend):
 
     def __init__(self):
         self._rng = numpy.random.default_rng()
-        self._kernels = None
+        self._kernels = self._fused = None
         keep_freed_memory()
 
     def array(self, data, dtype=None):
@@ -81,10 +81,12 @@ class NumpyBackend(Backend):
     def fused(self, name):
         if not self.use_fused_kernels:
             return None
-        # numba loads on first use (see ``kernels`` below).
-        from ..kernels import fused
+        if self._fused is None:
+            # numba loads on first use (see ``kernels`` below)
+            from ..kernels import fused
 
-        return getattr(fused, name)
+            self._fused = fused
+        return getattr(self._fused, name)
 
     @property
     def kernels(self):
