@@ -294,3 +294,13 @@ def test_malloc_keeps_freed_blocks_unless_the_user_set_it(monkeypatch):
     except (OSError, AttributeError):
         pytest.skip("not glibc: nothing to set")
     assert keep_freed_memory() is True
+
+
+def test_float16_runs_the_numpy_code():
+    # the kernels are compiled for float32 and float64; other dtypes take the ops' own code
+    assert CPU.fused("relu_forward", np.dtype("float16")) is None
+    assert CPU.fused("relu_forward", np.dtype("float32")) is not None
+    x = mt.tensor(rand(64, 48, dtype="float16"), requires_grad=True)
+    y = mt.nn.functional.layer_norm(mt.nn.functional.dropout(x.relu(), 0.25), 48)
+    y.sum().backward()
+    assert y.dtype == x.grad.dtype == np.float16 and np.isfinite(x.grad.numpy()).all()

@@ -74,12 +74,13 @@ class Backend:
         """
         raise NotImplementedError
 
-    def fused(self, name):
-        """The fused kernel ``name`` of ``minitensor/kernels/fused.py`` for this device, or None.
+    def fused(self, name, dtype):
+        """The fused kernel ``name`` of ``minitensor/kernels/fused.py`` for arrays of
+        ``dtype`` on this device, or None.
 
         None tells the op to run its own array-library code (the definition the kernel is
-        tested against). Only the CPU backend has these kernels: on a GPU, CuPy's operators
-        are device kernels already.
+        tested against). Only the CPU backend has these kernels, for float32 and float64: on
+        a GPU, CuPy's operators are device kernels already.
         """
         return None
 

@@ -32,6 +32,11 @@ def keep_freed_memory():
     return bool(mallopt(M_MMAP_THRESHOLD, 32 * 2**20)) and bool(mallopt(M_TRIM_THRESHOLD, 2**30))
 
 
+# the dtypes the fused kernels are compiled for (and NumPy's generator draws); float16 and
+# anything else runs NumPy's code
+_KERNEL_DTYPES = (numpy.dtype(numpy.float32), numpy.dtype(numpy.float64))
+
+
 class NumpyBackend(Backend):
     device = "cpu"
     xp = numpy
@@ -57,7 +62,10 @@ class NumpyBackend(Backend):
         return self._rng.standard_normal(shape, dtype=dtype)
 
     def random(self, shape, dtype):
-        return self._rng.random(shape, dtype=dtype)
+        if numpy.dtype(dtype) in _KERNEL_DTYPES:
+            return self._rng.random(shape, dtype=dtype)
+        # NumPy's generator draws only float32 and float64 (float16 dropout masks, say)
+        return self._rng.random(shape, dtype=numpy.float32).astype(dtype)
 
     def integers(self, low, high, shape):
         return self._rng.integers(low, high, shape, dtype=numpy.int64)
@@ -78,8 +86,8 @@ class NumpyBackend(Backend):
     # Tests set this to False to run the ops' plain NumPy code instead of the fused kernels.
     use_fused_kernels = True
 
-    def fused(self, name):
-        if not self.use_fused_kernels:
+    def fused(self, name, dtype):
+        if not self.use_fused_kernels or dtype not in _KERNEL_DTYPES:
             return None
         if self._fused is None:
             # numba loads on first use (see ``kernels`` below)

@@ -17,7 +17,7 @@
     The elementwise work of a training step fused into one pass each on the
     CPU: dropout (with counter-based random numbers), ReLU, layer norm and
     Adam's update. Their definitions are the ops' own NumPy code (and the
-    textbook update in ``optim/adam.py``); ``backend.fused(name)`` picks them.
+    textbook update in ``optim/adam.py``); ``backend.fused(name, dtype)`` picks them.
 
 ``gelu.py``
     The exact GELU without SciPy: ``math.erfc`` in numba on the CPU and in

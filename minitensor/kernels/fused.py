@@ -11,7 +11,7 @@ does: one pass, no temporaries, rows or chunks spread over the threads.
 Each kernel has a plain array-library twin, which is the definition: the op's own
 NumPy/CuPy code in ``minitensor/ops`` (``Dropout``, ``ReLU``, ``LayerNorm``) and the
 textbook update in ``minitensor/optim/adam.py``. The ops use a kernel only on the CPU
-backend (``backend.fused(name)``); on "cuda" they run their twin, whose CuPy operators
+backend (``backend.fused(name, dtype)``, float32 and float64); on "cuda" they run their twin, whose CuPy operators
 are GPU kernels already. The tests run both and compare them; ``bench/train_step.py``
 measures what the kernels buy.
 

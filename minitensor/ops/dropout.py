@@ -23,7 +23,7 @@ class Dropout(Function):
 
     @staticmethod
     def forward(ctx, a, p):
-        kernel = ctx.backend.fused("dropout_forward")
+        kernel = ctx.backend.fused("dropout_forward", a.dtype)
         if kernel is not None and p < 1:
             # The seed comes from the backend's generator: mt.manual_seed and checkpoints
             # reproduce it like any other draw.
@@ -39,7 +39,7 @@ class Dropout(Function):
     @staticmethod
     def backward(ctx, grad):
         if hasattr(ctx, "seed"):
-            kernel = ctx.backend.fused("dropout_backward")
+            kernel = ctx.backend.fused("dropout_backward", grad.dtype)
             return kernel(ctx.xp.ascontiguousarray(grad), ctx.seed, ctx.threshold, ctx.scale)
         (scale,) = ctx.saved
         return grad * scale

@@ -193,7 +193,7 @@ class ReLU(Function):
 
     @staticmethod
     def forward(ctx, a):
-        kernel = ctx.backend.fused("relu_forward")
+        kernel = ctx.backend.fused("relu_forward", a.dtype)
         z = kernel(ctx.xp.ascontiguousarray(a)) if kernel is not None else a * (a > 0)
         ctx.save_for_backward(z)
         return z
@@ -201,7 +201,7 @@ class ReLU(Function):
     @staticmethod
     def backward(ctx, grad):
         (z,) = ctx.saved
-        kernel = ctx.backend.fused("relu_backward")
+        kernel = ctx.backend.fused("relu_backward", z.dtype)
         return kernel(z, ctx.xp.ascontiguousarray(grad)) if kernel is not None else grad * (z > 0)
 
 

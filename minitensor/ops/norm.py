@@ -34,7 +34,7 @@ class LayerNorm(Function):
             D *= n
         ctx.normalized_shape = x.shape[x.ndim - num_axes :]
         x2 = x.reshape(-1, D)
-        kernel = ctx.backend.fused("layer_norm_forward")
+        kernel = ctx.backend.fused("layer_norm_forward", x.dtype)
         if kernel is not None:
             ctx.kernel_weight = xp.ones(D, x.dtype) if weight is None else weight.reshape(D)
             y, xhat, rstd = kernel(
@@ -62,7 +62,7 @@ class LayerNorm(Function):
         need_w, need_b = ctx.needs_input_grad[1:3]
         if len(ctx.saved) == 2:  # the forward kernel ran: so does the backward one
             xhat, rstd = ctx.saved
-            kernel = ctx.backend.fused("layer_norm_backward")
+            kernel = ctx.backend.fused("layer_norm_backward", xhat.dtype)
             gx, gw, gb = kernel(ctx.xp.ascontiguousarray(grad.reshape(xhat.shape)), xhat, rstd, ctx.kernel_weight)
             shape = ctx.normalized_shape
             return gx.reshape(grad.shape), gw.reshape(shape) if need_w else None, gb.reshape(shape) if need_b else None

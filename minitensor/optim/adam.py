@@ -73,7 +73,7 @@ class Adam(Optimizer):
         """The fused update for ``param``, or None for the textbook lines."""
         if self.fused is False:
             return None
-        kernel = param._backend.fused("adam_update")
+        kernel = param._backend.fused("adam_update", param.data.dtype)
         if kernel is None and self.fused:
             raise ValueError(
                 f"{type(self).__name__}(fused=True): no fused update on {param.device!r} (the CPU has "
