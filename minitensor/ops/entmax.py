@@ -54,7 +54,8 @@ candidate left gets all-zero weights (never NaN).
 from ..autograd import Function
 from ..errors import ShapeError
 from ..tensor import Tensor
-from .sparsemax import as_mask_tensors, candidate_rows, sorted_candidates
+from .softmax import as_mask_tensors
+from .sparsemax import candidate_rows, sorted_candidates
 
 BISECTION_STEPS = 60  # bracket width < 2^-60: float64 accuracy (see the module docstring)
 

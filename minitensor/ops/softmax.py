@@ -107,6 +107,15 @@ def apply_mask(xp, scores, mask, op="masked_softmax"):
         ) from None
 
 
+def as_mask_tensors(x, valid_lens, mask):
+    """``valid_lens`` and ``mask`` given as lists or arrays -> Tensors on ``x``'s backend."""
+    if valid_lens is not None and not isinstance(valid_lens, Tensor):
+        valid_lens = Tensor._make(x._backend.array(valid_lens), x._backend, None)
+    if mask is not None and not isinstance(mask, Tensor):
+        mask = Tensor._make(x._backend.array(mask, "bool"), x._backend, None)
+    return valid_lens, mask
+
+
 class MaskedSoftmax(Function):
     """Softmax over the last axis in which masked-out keys get weight exactly 0.
 
@@ -143,8 +152,4 @@ def log_softmax(x, axis=-1):
 
 def masked_softmax(x, valid_lens=None, mask=None):
     """Softmax over the last axis keeping only valid keys (see ``MaskedSoftmax``)."""
-    if valid_lens is not None and not isinstance(valid_lens, Tensor):
-        valid_lens = Tensor._make(x._backend.array(valid_lens), x._backend, None)
-    if mask is not None and not isinstance(mask, Tensor):
-        mask = Tensor._make(x._backend.array(mask, "bool"), x._backend, None)
-    return MaskedSoftmax.apply(x, valid_lens, mask)
+    return MaskedSoftmax.apply(x, *as_mask_tensors(x, valid_lens, mask))

@@ -28,8 +28,7 @@ gradient; a row with no candidate left gets all-zero weights (never NaN).
 import math
 
 from ..autograd import Function
-from ..tensor import Tensor
-from .softmax import apply_mask, lens_per_row
+from .softmax import apply_mask, as_mask_tensors, lens_per_row
 
 
 def candidate_rows(xp, x, valid_lens, mask, op):
@@ -57,15 +56,6 @@ def sorted_candidates(xp, z, allowed):
     z_sorted = -xp.sort(xp.where(allowed, -z, xp.inf), axis=-1)  # disallowed sort as -inf
     allowed_sorted = z_sorted > -xp.inf
     return xp.where(allowed_sorted, z_sorted, 0), allowed_sorted
-
-
-def as_mask_tensors(x, valid_lens, mask):
-    """``valid_lens`` and ``mask`` given as lists or arrays -> Tensors on ``x``'s backend."""
-    if valid_lens is not None and not isinstance(valid_lens, Tensor):
-        valid_lens = Tensor._make(x._backend.array(valid_lens), x._backend, None)
-    if mask is not None and not isinstance(mask, Tensor):
-        mask = Tensor._make(x._backend.array(mask, "bool"), x._backend, None)
-    return valid_lens, mask
 
 
 class Sparsemax(Function):
