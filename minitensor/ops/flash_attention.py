@@ -1,0 +1,450 @@
+"""Streaming attention (FlashAttention): softmax(S) V without ever holding the (Q, K) scores.
+
+Plain attention computes the scores S = scale Q K^T + B for every query and key, turns each
+row into weights with the masked softmax, and multiplies by V: two (batch, heads, Q, K)
+arrays, both kept for backward. FlashAttention (Dao, Fu, Ermon, Rudra and Re 2022) computes
+the same output one *tile* (a block of queries against a block of keys) at a time, with the
+online softmax (Milakov and Gimelshein 2018, "Online normalizer calculation for softmax"):
+for each query row it keeps the largest score seen so far m, the sum of exponentials
+l = sum_j exp(s_j - m) and the unnormalised output o = sum_j exp(s_j - m) v_j. A new block of
+scores s_j (j in the block) updates them as
+
+    m' = max(m, max_j s_j)
+    l' = l exp(m - m') + sum_j exp(s_j - m')                       (rescale, then add)
+    o' = o exp(m - m') + sum_j exp(s_j - m') v_j
+
+and after the last block softmax(s) V = o / l exactly (every term carries the same factor
+exp(-m), which cancels). Only the output and one number per row, the log-sum-exp
+lse = m + log l, are kept for backward.
+
+Backward (FlashAttention's, in FlashAttention-2's loop order: key blocks outside, query
+blocks inside, so dK and dV of a key block accumulate in place) recomputes each tile's
+weights from the saved lse, P = exp(S - lse), and with dO the output's gradient and
+D_i = sum_c dO_ic O_ic (= sum_j P_ij dP_ij, one number per row):
+
+    dV = P^T dO        dP = dO V^T        dS = P * (dP - D)
+    dQ = scale dS K    dK = scale dS^T Q  dB[h, j - i] += dS[h, i, j]   (summed per distance)
+
+Masks and biases act on each tile as they act on the whole matrix: a key that may not be
+attended gets the score -inf. ``valid_lens``, ``causal`` and a bool ``mask`` are read one
+tile at a time, and a tile that they (or a sliding ``window``) leave entirely empty is
+skipped, not computed. A bias that depends only on the distance j - i (a "scores"
+positional encoding with ``relative = True``) enters as its ``relative_bias`` table,
+(num_heads, Q + K - 1): O(T) numbers instead of a dense (Q, K) bias. A row with no key
+left gets zeros, never NaN (its lse is +inf, so every exp(s - lse) is 0).
+
+Grouped heads: with keys and values of g heads and queries of H = g r heads, query head
+h reads key/value head h // r. The r query heads of a group are stacked into one block of
+r * n queries, (batch, g, r * n, d), so each tile is a single matrix product with the
+group's keys: K and V are never repeated.
+
+Why the tiles are BLAS products, not a numba kernel: a tile's two products (Q_b K_b^T and
+P V_b) are where the arithmetic is, and BLAS (NumPy) or cuBLAS (CuPy) runs them at close
+to the machine's peak, where a hand-written numba loop would be several times slower. The
+same code then runs on both backends. What is left between the products is a few
+elementwise passes over the tile (max, exp, sum), which NumPy and CuPy vectorise; the
+measurements that chose the block sizes are in bench/README.md (``long_attention.py``).
+"""
+
+import numpy
+
+from ..autograd import Function
+from ..errors import ShapeError
+from ..tensor import Tensor
+
+# Tile sizes (queries x keys): large enough that a tile's matrix products run at BLAS speed
+# and the Python loop is short, small enough that a tile of batch * heads * 256 * 256 floats
+# stays a few MiB whatever the sequence length. Measured in bench/long_attention.py.
+BLOCK_Q = 256
+BLOCK_K = 256
+
+
+def _blocks(n, size):
+    return [(start, min(start + size, n)) for start in range(0, n, size)]
+
+
+class StreamPlan:
+    """One streamed attention call, apart from Q, K and V themselves: the shapes, the tiles
+    that run, and how a tile's scores are scaled, biased and masked.
+
+    Shapes: queries (batch, H, Q, d), keys and values (batch, g, K, d) with H = g * r.
+    ``lens``: valid_lens, (batch,) or (batch, Q); ``mask``: bool, broadcastable to
+    (batch, H, Q, K), True = may attend; ``table``: the (H, Q + K - 1) relative bias (column
+    c is the bias at distance (key position - query position) = min_distance + c), or None;
+    ``window``: keys farther than this from the query are -inf in ``table`` (so tiles that
+    lie entirely beyond it are skipped); ``q_offset``, ``k_offset``: positions of the first
+    query and key. ``causal``: query i may attend key j when j <= i + (K - Q).
+    """
+
+    def __init__(
+        self,
+        xp,
+        q_shape,
+        k_shape,
+        scale,
+        causal=False,
+        lens=None,
+        mask=None,
+        table=None,
+        window=None,
+        q_offset=0,
+        k_offset=0,
+        block_q=None,
+        block_k=None,
+    ):
+        self.xp = xp
+        self.batch, self.num_heads, self.Q, self.d = q_shape
+        _, self.g, self.K, _ = k_shape
+        self.r = self.num_heads // self.g
+        self.scale, self.causal, self.window = scale, causal, window
+        self.q_offset, self.k_offset = q_offset, k_offset
+        self.block_q, self.block_k = block_q or BLOCK_Q, block_k or BLOCK_K
+        self.table = table
+        self.lens = self._lens(lens)
+        self.mask = self._mask(mask)
+        # j - i + (Q - 1) over a full tile: the table's column of each cell, less (j0 - i0)
+        bq, bk = self.block_q, self.block_k
+        self._diagonals = xp.arange(bk)[None, :] - xp.arange(bq)[:, None] + (self.Q - 1)
+        self._cell = (xp.arange(bq)[:, None], xp.arange(bk)[None, :])
+        self.lse = self.q = self.k = None  # set by the forward pass, for ``weights``
+
+    # -- the masks, shaped to broadcast over a tile (batch, g, r, n_q, n_k) ------------------
+    def _lens(self, lens):
+        if lens is None:
+            return None
+        B, Q = self.batch, self.Q
+        if lens.dtype.kind not in "iu":
+            raise TypeError(f"flash_attention: valid_lens must be integers, got {lens.dtype}")
+        if lens.shape not in ((B,), (B, Q)):
+            raise ShapeError(
+                f"flash_attention: valid_lens of shape {tuple(lens.shape)} does not fit queries of shape "
+                f"{(B, self.num_heads, Q, self.d)}; expected (batch,) = ({B},) or (batch, Q) = ({B}, {Q})"
+            )
+        # on the host too: which key blocks can be skipped is decided in Python
+        self._lens_host = numpy.asarray(lens.get() if hasattr(lens, "get") else lens).reshape(B, -1)
+        return lens.reshape(B, 1, 1, -1, 1)
+
+    def _mask(self, mask):
+        if mask is None:
+            return None
+        if mask.dtype.kind != "b":
+            raise TypeError(f"flash_attention: mask must be a bool tensor (True = may attend), got {mask.dtype}")
+        full = (self.batch, self.num_heads, self.Q, self.K)
+        try:
+            fits = numpy.broadcast_shapes(mask.shape, full) == full
+        except ValueError:
+            fits = False
+        if not fits or mask.ndim > 4:
+            raise ShapeError(
+                f"flash_attention: mask of shape {tuple(mask.shape)} does not broadcast to "
+                f"(batch, heads, Q, K) = {full}"
+            )
+        mask = mask.reshape((1,) * (4 - mask.ndim) + mask.shape)
+        B, H, Qm, Km = mask.shape
+        # (batch, g, r, Q, K): the heads axis split into groups like the queries'
+        return mask.reshape(B, self.g, self.r, Qm, Km) if H > 1 else mask.reshape(B, 1, 1, Qm, Km)
+
+    # -- which tiles run ---------------------------------------------------------------------
+    def query_blocks(self):
+        return _blocks(self.Q, self.block_q)
+
+    def key_blocks(self):
+        return _blocks(self.K, self.block_k)
+
+    def visits(self, i0, i1, j0, j1):
+        """Does the tile (queries i0..i1-1, keys j0..j1-1) hold any key a query may attend?"""
+        if self.causal and j0 > (i1 - 1) + (self.K - self.Q):  # every key in the future
+            return False
+        if self.window is not None:
+            nearest = self.k_offset + j0 - (self.q_offset + i1 - 1)  # the smallest distance j - i
+            farthest = self.k_offset + j1 - 1 - (self.q_offset + i0)  # the largest
+            if nearest > self.window or farthest < -self.window:
+                return False
+        if self.lens is not None and j0 >= self._lens_host[:, i0:i1].max(initial=0):
+            return False
+        return True
+
+    def _allowed(self, i0, i1, j0, j1):
+        """The tile's bool mask (True = may attend), or None when it allows every cell."""
+        allowed = None
+        if self.causal and j1 - 1 > i0 + (self.K - self.Q):  # the tile crosses the diagonal
+            i, j = self._cell[0][: i1 - i0] + i0, self._cell[1][:, : j1 - j0] + j0
+            allowed = j - i <= self.K - self.Q
+        if self.lens is not None and j1 > self._lens_host[:, i0:i1].min(initial=0):
+            rows = self.lens[..., i0:i1, :] if self.lens.shape[3] > 1 else self.lens
+            inside = self._cell[1][:, : j1 - j0] + j0 < rows
+            allowed = inside if allowed is None else allowed & inside
+        if self.mask is not None:
+            m = self.mask
+            m = m[..., i0:i1, :] if m.shape[3] > 1 else m
+            m = m[..., j0:j1] if m.shape[4] > 1 else m
+            allowed = m if allowed is None else allowed & m
+        return allowed
+
+    def bias(self, i0, i1, j0, j1):
+        """The relative bias on the tile, (g, r, n_q, n_k): table[h, (j - i) + (Q - 1)]."""
+        columns = self._diagonals[: i1 - i0, : j1 - j0] + (j0 - i0)
+        return self.table[:, columns].reshape(self.g, self.r, i1 - i0, j1 - j0)
+
+    def scores(self, q_block, k, i0, i1, j0, j1):
+        """The tile's scores, (batch, g, r * n_q, n_k): scale q k^T + bias, -inf where masked.
+        ``q_block`` holds the queries already multiplied by ``scale``."""
+        xp = self.xp
+        S = xp.matmul(q_block, k[:, :, j0:j1].swapaxes(-1, -2))
+        S5 = S.reshape(self.batch, self.g, self.r, i1 - i0, j1 - j0)  # a view: heads of a group apart
+        if self.table is not None:
+            S5 += self.bias(i0, i1, j0, j1)
+        allowed = self._allowed(i0, i1, j0, j1)
+        if allowed is not None:
+            xp.copyto(S5, -xp.inf, where=~allowed)
+        return S
+
+    def query_block(self, q5, i0, i1):
+        """Queries i0..i1-1 of every head as (batch, g, r * n, d): the r heads of a group stacked
+        (a copy when r > 1; a view otherwise)."""
+        return q5[:, :, :, i0:i1].reshape(self.batch, self.g, self.r * (i1 - i0), q5.shape[-1])
+
+    # -- weights on demand -------------------------------------------------------------------
+    def weights(self, heads=None, rows=None):
+        """The attention weights of the last call, recomputed from its saved log-sum-exp for
+        the query ``heads`` and ``rows`` asked for (all by default):
+        (batch, len(heads), len(rows), K), exp(S - lse) tile by tile."""
+        xp = self.xp
+        if self.lse is None:
+            raise RuntimeError("attention weights: the streamed attention has not run yet")
+        heads = _indices("heads", heads, self.num_heads)
+        rows = _indices("rows", rows, self.Q)
+        out = xp.zeros((self.batch, len(heads), len(rows), self.K), dtype=self.lse.dtype)
+        lse = self.lse.reshape(self.batch, self.num_heads, self.Q)
+        for i0, i1 in self.query_blocks():
+            wanted = [n for n, i in enumerate(rows) if i0 <= i < i1]
+            if not wanted:
+                continue
+            q_block = self.query_block(self.q, i0, i1)
+            for j0, j1 in self.key_blocks():
+                if not self.visits(i0, i1, j0, j1):
+                    continue
+                S = self.scores(q_block, self.k, i0, i1, j0, j1).reshape(self.batch, self.num_heads, i1 - i0, j1 - j0)
+                picked = [rows[n] - i0 for n in wanted]
+                S = S[:, heads][:, :, picked] - lse[:, heads][:, :, [rows[n] for n in wanted], None]
+                out[:, :, wanted, j0:j1] = xp.exp(S)
+        return out
+
+
+def _indices(what, chosen, n):
+    """``heads`` / ``rows`` as a list of ints in 0..n-1 (None = all)."""
+    if chosen is None:
+        return list(range(n))
+    if isinstance(chosen, (int, numpy.integer)):
+        chosen = [chosen]
+    chosen = [int(c) for c in chosen]
+    bad = [c for c in chosen if not -n <= c < n]
+    if bad:
+        raise IndexError(f"attention_weights_for: {what} {bad} out of range for {n} {what}")
+    return [c % n for c in chosen]
+
+
+class FlashAttention(Function):
+    """out = softmax(scale Q K^T + B, masked) V, streamed over tiles (see the module docstring).
+
+    Inputs: q (batch, H, Q, d), k and v (batch, g, K, d), ``table`` the relative bias
+    (H, Q + K - 1) or None; everything else is in ``plan`` (a ``StreamPlan``). Saves q, k, v,
+    the output and the log-sum-exp per row: nothing of size Q x K.
+    """
+
+    @staticmethod
+    def forward(ctx, q, k, v, table, plan):
+        xp = ctx.xp
+        B, g, r, Q = plan.batch, plan.g, plan.r, plan.Q
+        dv = v.shape[-1]
+        plan.table = table
+        q5 = (q * q.dtype.type(plan.scale)).reshape(B, g, r, Q, q.shape[-1])
+        out = xp.zeros((B, g, r, Q, dv), dtype=q.dtype)
+        lse = xp.full((B, g, r, Q), xp.inf, dtype=q.dtype)
+        for i0, i1 in plan.query_blocks():
+            n = i1 - i0
+            q_block = plan.query_block(q5, i0, i1)
+            m = xp.full((B, g, r * n), -xp.inf, dtype=q.dtype)  # running max
+            l = xp.zeros((B, g, r * n), dtype=q.dtype)  # running sum of exp(s - m)
+            o = xp.zeros((B, g, r * n, dv), dtype=q.dtype)  # running sum of exp(s - m) v
+            shift = m
+            for j0, j1 in plan.key_blocks():
+                if not plan.visits(i0, i1, j0, j1):
+                    continue
+                S = plan.scores(q_block, k, i0, i1, j0, j1)
+                m_new = xp.maximum(m, S.max(axis=-1))
+                # a row that has seen no allowed key yet (max -inf) shifts by 0, so exp(-inf) = 0, not NaN
+                shift = xp.where(m_new == -xp.inf, 0, m_new)
+                S -= shift[..., None]
+                P = xp.exp(S, out=S)
+                rescale = xp.exp(m - shift)  # exp(m - m'): 0 for the first block a row sees
+                l = l * rescale + P.sum(axis=-1)
+                o *= rescale[..., None]
+                o += xp.matmul(P, v[:, :, j0:j1])
+                m = m_new
+            seen = l > 0
+            o /= xp.where(seen, l, 1)[..., None]  # rows with no key keep o = 0
+            out[:, :, :, i0:i1] = o.reshape(B, g, r, n, dv)
+            lse[:, :, :, i0:i1] = xp.where(seen, shift + xp.log(xp.where(seen, l, 1)), xp.inf).reshape(B, g, r, n)
+        plan.q, plan.k, plan.lse = q5, k, lse
+        ctx.plan = plan
+        ctx.save_for_backward(q5, k, v, out, lse)
+        return out.reshape(q.shape[:-1] + (dv,))
+
+    @staticmethod
+    def backward(ctx, grad):
+        xp = ctx.xp
+        plan = ctx.plan
+        q5, k, v, out, lse = ctx.saved
+        B, g, r, Q, d = q5.shape
+        dv = v.shape[-1]
+        table = plan.table
+        want_table = table is not None and ctx.needs_input_grad[3]
+        dO = grad.reshape(B, g, r, Q, dv)
+        D = (dO * out).sum(axis=-1)  # (B, g, r, Q): sum_j P_ij dP_ij for each row
+        rows = [
+            (
+                i0,
+                i1,
+                plan.query_block(q5, i0, i1),
+                plan.query_block(dO, i0, i1),
+                lse[:, :, :, i0:i1].reshape(B, g, r * (i1 - i0), 1),
+                D[:, :, :, i0:i1].reshape(B, g, r * (i1 - i0), 1),
+            )
+            for i0, i1 in plan.query_blocks()
+        ]
+        dq = [xp.zeros_like(block[2]) for block in rows]
+        dk, dvalues = xp.zeros_like(k), xp.zeros_like(v)
+        dtable = xp.zeros(table.shape, dtype=numpy.float64).reshape(-1) if want_table else None
+        for j0, j1 in plan.key_blocks():
+            k_block, v_block = k[:, :, j0:j1], v[:, :, j0:j1]
+            for n, (i0, i1, q_block, dO_block, lse_block, D_block) in enumerate(rows):
+                if not plan.visits(i0, i1, j0, j1):
+                    continue
+                S = plan.scores(q_block, k, i0, i1, j0, j1)
+                S -= lse_block
+                P = xp.exp(S, out=S)  # the tile's weights, as the forward pass had them
+                dvalues[:, :, j0:j1] += xp.matmul(P.swapaxes(-1, -2), dO_block)
+                dS = xp.matmul(dO_block, v_block.swapaxes(-1, -2))  # dP
+                dS -= D_block
+                dS *= P
+                dq[n] += xp.matmul(dS, k_block)
+                dk[:, :, j0:j1] += xp.matmul(dS.swapaxes(-1, -2), q_block)  # q_block already holds scale q
+                if want_table:
+                    per_head = dS.reshape(B, plan.num_heads, i1 - i0, j1 - j0).sum(axis=0)
+                    columns = plan._diagonals[: i1 - i0, : j1 - j0] + (j0 - i0)
+                    cells = columns[None] + (xp.arange(plan.num_heads) * table.shape[1])[:, None, None]
+                    dtable += xp.bincount(cells.reshape(-1), weights=per_head.reshape(-1), minlength=dtable.size)
+        dq5 = xp.empty_like(q5)
+        for (i0, i1, *_), block in zip(rows, dq):
+            dq5[:, :, :, i0:i1] = block.reshape(B, g, r, i1 - i0, d)
+        dq5 *= q5.dtype.type(plan.scale)
+        grad_table = dtable.reshape(table.shape).astype(table.dtype) if want_table else None
+        return dq5.reshape(B, g * r, Q, d), dk, dvalues, grad_table
+
+
+def flash_attention(
+    queries,
+    keys,
+    values,
+    valid_lens=None,
+    mask=None,
+    causal=False,
+    scale=None,
+    relative_bias=None,
+    window=None,
+    q_offset=0,
+    k_offset=0,
+    block_q=None,
+    block_k=None,
+    return_lse=False,
+):
+    """softmax(scale Q K^T + B) V with the masked softmax's rules, streamed over tiles (no
+    (Q, K) array is ever built; see this module's docstring).
+
+    queries (batch, H, Q, d); keys, values (batch, g, K, d) with g dividing H (query head h
+    reads key/value head h // (H / g)); ``scale`` defaults to 1 / sqrt(d). Masks as in
+    ``mt.nn.Attention``: ``valid_lens`` (batch,) or (batch, Q); ``mask`` bool broadcastable to
+    (batch, H, Q, K); ``causal``: j <= i + (K - Q). ``relative_bias``: a Tensor
+    (H, Q + K - 1) whose column c is the bias at distance (key position - query position)
+    = k_offset - (q_offset + Q - 1) + c, as a "scores" encoding's ``relative_bias`` returns
+    it (it gets a gradient if it requires one); ``window``: that bias is -inf beyond this
+    distance (tiles entirely beyond it are skipped). Returns the output (batch, H, Q, d) and,
+    with ``return_lse=True``, also the log-sum-exp of each row's scores (batch, H, Q),
+    detached (+inf for a row with no key).
+    """
+    plan = stream_plan(
+        queries,
+        keys,
+        values,
+        valid_lens,
+        mask,
+        causal,
+        scale,
+        relative_bias,
+        window,
+        q_offset=q_offset,
+        k_offset=k_offset,
+        block_q=block_q,
+        block_k=block_k,
+    )
+    out = FlashAttention.apply(queries, keys, values, relative_bias, plan=plan)
+    if return_lse:
+        lse = Tensor._make(plan.lse.reshape(queries.shape[:-1]), queries._backend, None)
+        return out, lse
+    return out
+
+
+def stream_plan(
+    queries,
+    keys,
+    values,
+    valid_lens=None,
+    mask=None,
+    causal=False,
+    scale=None,
+    relative_bias=None,
+    window=None,
+    q_offset=0,
+    k_offset=0,
+    block_q=None,
+    block_k=None,
+):
+    """Check the arguments of ``flash_attention`` and build its ``StreamPlan``."""
+    for name, x in (("queries", queries), ("keys", keys), ("values", values)):
+        if not isinstance(x, Tensor) or x.ndim != 4:
+            shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+            raise ShapeError(f"flash_attention: {name} must be a 4-D Tensor (batch, heads, steps, d), got {shape}")
+    B, H, Q, d = queries.shape
+    Bk, g, K, dk = keys.shape
+    if Bk != B or dk != d or g == 0 or H % g or values.shape[:3] != keys.shape[:3]:
+        raise ShapeError(
+            f"flash_attention: queries {tuple(queries.shape)}, keys {tuple(keys.shape)} and values "
+            f"{tuple(values.shape)} do not fit: expected (batch, H, Q, d), (batch, g, K, d) and (batch, g, K, d_v) "
+            "with g dividing H"
+        )
+    xp = queries._backend.xp
+    if relative_bias is not None:
+        want = (H, Q + K - 1)
+        if not isinstance(relative_bias, Tensor) or tuple(relative_bias.shape) != want:
+            got = tuple(relative_bias.shape) if isinstance(relative_bias, Tensor) else type(relative_bias).__name__
+            raise ShapeError(
+                f"flash_attention: relative_bias of shape {got}; expected (num_heads, Q + K - 1) = {want}, one "
+                "column per distance"
+            )
+    data = [None if x is None else (x.data if isinstance(x, Tensor) else xp.asarray(x)) for x in (valid_lens, mask)]
+    return StreamPlan(
+        xp,
+        queries.shape,
+        keys.shape,
+        1.0 / numpy.sqrt(d) if scale is None else float(scale),
+        bool(causal),
+        data[0],
+        data[1],
+        None if relative_bias is None else relative_bias.data,
+        window,
+        q_offset,
+        k_offset,
+        block_q,
+        block_k,
+    )
