@@ -25,12 +25,14 @@ plugins as it says and checks the shapes of what they return.
 """
 
 import inspect
+import math
 
 import numpy
 
 from .. import ops
 from ..creation import arange
 from ..errors import ShapeError
+from ..ops.flash_attention import FlashAttention, _indices, stream_plan
 from ..tensor import Tensor, tensor
 from .dropout import Dropout
 from .linear import Linear
@@ -280,6 +282,14 @@ class Attention(Module):
 # group against the group's keys at once.
 _ROW_WISE_SCORERS = ("dot", "scaled_dot", "cosine", "l2")
 
+# The scorers whose scores streamed attention computes itself (scale q.k), and their scale.
+_STREAMED_SCORERS = {"dot": lambda d_head: 1.0, "scaled_dot": lambda d_head: 1.0 / math.sqrt(d_head)}
+
+# fused="auto" streams when both Q and K reach this length: below it the plain path's few
+# large array operations beat the tile loop (bench/long_attention.py measures both; the
+# date recipe's sequences, ~30 tokens, stay on the plain path).
+FUSED_MIN_LENGTH = 512
+
 
 class MultiHeadAttention(Module):
     """Multi-head attention (Vaswani et al. 2017; D2L 11.5): h heads attend in parallel, each
@@ -327,7 +337,19 @@ class MultiHeadAttention(Module):
     the rule ``causal`` uses: the queries are the last Q of the K positions (a decoder
     holding a cache of K - Q keys); with Q == K both start at 0.
     ``mha.cached_self_attention(X, cache)``: the same layer decoding token by token.
-    ``mha.attention_weights``: (batch, num_heads, Q, K), detached.
+    ``mha.attention_weights``: (batch, num_heads, Q, K), detached (None after a streamed call).
+
+    Streamed (fused) attention, ``fused="auto" | True | False``: with the scorer ``dot`` or
+    ``scaled_dot`` and the pooling ``softmax``, the layer can compute its heads with
+    ``ops.flash_attention`` (FlashAttention: the online softmax over blocks of keys), which
+    never builds the (batch, num_heads, Q, K) scores and weights, so memory grows linearly
+    with the sequence instead of quadratically; the result is the same to rounding, masks,
+    grouped heads and "scores" encodings with ``relative = True`` (through their
+    ``relative_bias`` and ``window``) included. ``True`` always streams (and says why when
+    it cannot), ``False`` never does, and ``"auto"`` (the default) streams where it is
+    exact and faster: Q and K both at least ``FUSED_MIN_LENGTH`` and no dropout on the
+    weights in training. The weights of a streamed call are not kept:
+    ``mha.attention_weights_for(heads, rows)`` recomputes those asked for.
     """
 
     def __init__(
@@ -347,10 +369,13 @@ class MultiHeadAttention(Module):
         positional_options=None,
         max_len=1000,
         num_kv_heads=None,
+        fused="auto",
         dtype=None,
         device=None,
     ):
         super().__init__()
+        if fused not in ("auto", True, False) or isinstance(fused, (int, float)) and not isinstance(fused, bool):
+            raise ValueError(f"MultiHeadAttention: fused must be 'auto', True or False, got {fused!r}")
         if num_heads <= 0 or num_hiddens % num_heads:
             raise ValueError(
                 f"MultiHeadAttention: num_hiddens={num_hiddens} must split evenly into num_heads={num_heads} "
@@ -401,6 +426,44 @@ class MultiHeadAttention(Module):
                     dtype,
                     device,
                 )
+        self.fused = fused
+        self._stream = None  # the last streamed call's plan (for attention_weights_for)
+        if fused is True and self.why_not_fused(training=False):
+            raise ValueError(f"MultiHeadAttention(fused=True): {self.why_not_fused(training=False)}")
+
+    def why_not_fused(self, training=None):
+        """Why this layer cannot stream its attention (a sentence), or None when it can.
+        ``training`` (default: the layer's mode) decides whether weight dropout counts."""
+        attention = self.attention
+        if attention.scorer_name not in _STREAMED_SCORERS:
+            name = attention.scorer_name
+            return f"the scorer {name!r} is not 'dot' or 'scaled_dot', whose scores the stream computes"
+        if attention.pooling_name != "softmax":
+            return f"the pooling {attention.pooling_name!r} is not 'softmax', which the online softmax computes"
+        if self.positional_kind == "scores" and not getattr(self.positional, "relative", False):
+            name = self.positional_name or type(self.positional).__name__
+            return (
+                f"the score bias {name!r} is not relative (relative = True with a relative_bias table), so it "
+                "exists only as a dense (Q, K) matrix"
+            )
+        training = self.training if training is None else training
+        if training and attention.dropout.p > 0:
+            return (
+                f"dropout={attention.dropout.p} on the attention weights in training needs the weights themselves; "
+                "use dropout=0 or call it in eval mode"
+            )
+        return None
+
+    def _streams(self, Q, K):
+        """Take the streamed path for Q queries and K keys?"""
+        if self.fused is False:
+            return False
+        if self.fused is True:
+            reason = self.why_not_fused()
+            if reason:
+                raise ValueError(f"MultiHeadAttention(fused=True): {reason}")
+            return True
+        return Q >= FUSED_MIN_LENGTH and K >= FUSED_MIN_LENGTH and self.why_not_fused() is None
 
     @staticmethod
     def _positional_kind(positional):
@@ -418,8 +481,27 @@ class MultiHeadAttention(Module):
 
     @property
     def attention_weights(self):
-        """The last attention weights, (batch, num_heads, Q, K), detached (None before a call)."""
+        """The last attention weights, (batch, num_heads, Q, K), detached (None before a call
+        and after a streamed one: see ``attention_weights_for``)."""
         return self.attention.attention_weights
+
+    def attention_weights_for(self, heads=None, rows=None):
+        """The last call's attention weights of the query ``heads`` and ``rows`` asked for (an
+        int or a list of ints each; None = all): (batch, len(heads), len(rows), K), detached.
+
+        After a streamed call they are recomputed from what it saved, the queries, the keys
+        and one log-sum-exp per row (weights = exp(score - lse)), at the cost of those rows'
+        scores only: a heatmap of a few heads and rows of a long sequence needs no (Q, K)
+        array per head. After a plain call they are read from ``attention_weights``."""
+        if self._stream is not None:
+            plan = self._stream
+            return Tensor._make(plan.weights(heads, rows), self.W_q.weight._backend, None)
+        weights = self.attention.attention_weights
+        if weights is None:
+            raise RuntimeError("MultiHeadAttention.attention_weights_for: the layer has not been called yet")
+        heads = _indices("heads", heads, weights.shape[1])
+        rows = _indices("rows", rows, weights.shape[2])
+        return weights[:, heads][:, :, rows]
 
     def _check_input(self, name, X, size):
         if X.ndim != 3 or X.shape[-1] != size:
@@ -499,18 +581,37 @@ class MultiHeadAttention(Module):
         output (batch, Q, num_hiddens). A "scores" encoding's bias for queries at positions
         q_offset.. and keys at k_offset.. is added to the scores here."""
         Q, K = q.shape[-2], k.shape[-2]
-        bias = None
-        if self.positional_kind == "scores":
-            bias = self.positional(Q, K, q_offset=q_offset, k_offset=k_offset)
         if mask is not None:
             mask = _as_tensor(mask, q, dtype="bool")
             if mask.ndim == 3:  # (batch, Q, K): the same for every head
                 mask = ops.unsqueeze(mask, 1)
+        self._stream = None
+        if self._streams(Q, K):
+            return self.merge_and_project(self._attend_streamed(q, k, v, valid_lens, mask, causal, q_offset, k_offset))
+        bias = None
+        if self.positional_kind == "scores":
+            bias = self.positional(Q, K, q_offset=q_offset, k_offset=k_offset)
         if self.num_kv_heads == self.num_heads:
             heads = self.attention(q, k, v, valid_lens=valid_lens, mask=mask, causal=causal, bias=bias)
         else:
             heads = self._attend_grouped(q, k, v, valid_lens, mask, causal, bias)
         return self.merge_and_project(heads)
+
+    def _attend_streamed(self, q, k, v, valid_lens, mask, causal, q_offset, k_offset):
+        """The heads by ``ops.flash_attention``: a "scores" encoding enters as its
+        ``relative_bias`` table over the Q + K - 1 distances of these positions (and its
+        ``window``, which lets the stream skip key blocks); grouped heads stream as they are."""
+        Q, K = q.shape[-2], k.shape[-2]
+        table, window = None, None
+        if self.positional_kind == "scores":
+            smallest = k_offset - (q_offset + Q - 1)  # the last query against the first key
+            table = self.positional.relative_bias(smallest, k_offset + K - 1 - q_offset)
+            window = getattr(self.positional, "window", None)
+        scale = _STREAMED_SCORERS[self.attention.scorer_name](self.head_size)
+        plan = stream_plan(q, k, v, valid_lens, mask, causal, scale, table, window, q_offset, k_offset)
+        heads = FlashAttention.apply(q, k, v, table, plan=plan)
+        self._stream, self.attention.attention_weights = plan, None
+        return heads
 
     def _attend_grouped(self, q, k, v, valid_lens, mask, causal, bias):
         """Grouped heads: query head i reads key/value head i // r, r = num_heads / num_kv_heads.
@@ -541,4 +642,6 @@ class MultiHeadAttention(Module):
             s += f", num_kv_heads={self.num_kv_heads}"
         if self.positional is not None:
             s += f", positional={self.positional_name or type(self.positional).__name__!r}"
+        if self.fused != "auto":
+            s += f", fused={self.fused}"
         return s

@@ -51,6 +51,7 @@ import numpy
 from ..autograd import Function
 from ..errors import ShapeError
 from ..tensor import Tensor
+from .softmax import as_mask_tensors
 
 # Tile sizes (queries x keys): large enough that a tile's matrix products run at BLAS speed
 # and the Python loop is short, small enough that a tile of batch * heads * 256 * 256 floats
@@ -78,7 +79,7 @@ class StreamPlan:
 
     def __init__(
         self,
-        xp,
+        backend,
         q_shape,
         k_shape,
         scale,
@@ -92,7 +93,8 @@ class StreamPlan:
         block_q=None,
         block_k=None,
     ):
-        self.xp = xp
+        self.backend = backend
+        self.xp = xp = backend.xp
         self.batch, self.num_heads, self.Q, self.d = q_shape
         _, self.g, self.K, _ = k_shape
         self.r = self.num_heads // self.g
@@ -121,7 +123,7 @@ class StreamPlan:
                 f"{(B, self.num_heads, Q, self.d)}; expected (batch,) = ({B},) or (batch, Q) = ({B}, {Q})"
             )
         # on the host too: which key blocks can be skipped is decided in Python
-        self._lens_host = numpy.asarray(lens.get() if hasattr(lens, "get") else lens).reshape(B, -1)
+        self._lens_host = self.backend.to_numpy(lens).reshape(B, -1)
         return lens.reshape(B, 1, 1, -1, 1)
 
     def _mask(self, mask):
@@ -160,9 +162,13 @@ class StreamPlan:
             farthest = self.k_offset + j1 - 1 - (self.q_offset + i0)  # the largest
             if nearest > self.window or farthest < -self.window:
                 return False
-        if self.lens is not None and j0 >= self._lens_host[:, i0:i1].max(initial=0):
+        if self.lens is not None and j0 >= self._lens_of(i0, i1).max():
             return False
         return True
+
+    def _lens_of(self, i0, i1):
+        """The valid lengths of queries i0..i1-1, on the host."""
+        return self._lens_host if self._lens_host.shape[1] == 1 else self._lens_host[:, i0:i1]
 
     def _allowed(self, i0, i1, j0, j1):
         """The tile's bool mask (True = may attend), or None when it allows every cell."""
@@ -170,7 +176,7 @@ class StreamPlan:
         if self.causal and j1 - 1 > i0 + (self.K - self.Q):  # the tile crosses the diagonal
             i, j = self._cell[0][: i1 - i0] + i0, self._cell[1][:, : j1 - j0] + j0
             allowed = j - i <= self.K - self.Q
-        if self.lens is not None and j1 > self._lens_host[:, i0:i1].min(initial=0):
+        if self.lens is not None and j1 > self._lens_of(i0, i1).min():
             rows = self.lens[..., i0:i1, :] if self.lens.shape[3] > 1 else self.lens
             inside = self._cell[1][:, : j1 - j0] + j0 < rows
             allowed = inside if allowed is None else allowed & inside
@@ -423,7 +429,6 @@ def stream_plan(
             f"{tuple(values.shape)} do not fit: expected (batch, H, Q, d), (batch, g, K, d) and (batch, g, K, d_v) "
             "with g dividing H"
         )
-    xp = queries._backend.xp
     if relative_bias is not None:
         want = (H, Q + K - 1)
         if not isinstance(relative_bias, Tensor) or tuple(relative_bias.shape) != want:
@@ -432,9 +437,9 @@ def stream_plan(
                 f"flash_attention: relative_bias of shape {got}; expected (num_heads, Q + K - 1) = {want}, one "
                 "column per distance"
             )
-    data = [None if x is None else (x.data if isinstance(x, Tensor) else xp.asarray(x)) for x in (valid_lens, mask)]
+    data = [None if x is None else x.data for x in as_mask_tensors(queries, valid_lens, mask)]
     return StreamPlan(
-        xp,
+        queries._backend,
         queries.shape,
         keys.shape,
         1.0 / numpy.sqrt(d) if scale is None else float(scale),
