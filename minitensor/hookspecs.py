@@ -95,6 +95,18 @@ Scorers (``minitensor_scorers``)
   r * Q, d_head) with r = num_heads / num_kv_heads: their scores are row-wise, so only the
   work changes.)
 
+Streamed attention
+------------------
+``MultiHeadAttention(..., fused="auto" | True | False)`` may compute its heads with
+``minitensor.ops.flash_attention`` (FlashAttention: the online softmax over blocks of keys),
+which never builds the (batch, num_heads, Q, K) scores. It does so only with the scorers
+``dot`` and ``scaled_dot`` and the pooling ``softmax``, whose arithmetic it does itself (no
+plugin is called), and with a "scores" encoding only when it is ``relative`` (its
+``relative_bias`` table, and its ``window``, replace the dense bias); any other plugin takes
+the plain path, so a plugin needs nothing to work with streamed layers. The weights of a
+streamed call are not kept (``attention_weights`` is None);
+``attention_weights_for(heads, rows)`` recomputes those asked for.
+
 Poolings (``minitensor_poolings``)
 ----------------------------------
 - Built as ``cls(**options)``.
@@ -163,10 +175,10 @@ but these three (a ValueError):
     ``relative_bias(min_distance, max_distance)`` returning a Tensor
     (num_heads, max_distance - min_distance + 1) whose column c is the bias at distance
     min_distance + c: the same numbers as ``forward`` in O(T) memory instead of O(T^2),
-    what a streaming (fused) attention kernel would read (minitensor's layers call only
-    ``forward`` so far; the kit checks that the two agree);
+    what streamed attention reads (``MultiHeadAttention`` calls it instead of ``forward``
+    when it streams, see "Streamed attention" below; the kit checks that the two agree);
   - ``window`` (default None): an int w >= 0 when keys with |j - i| > w always get -inf
-    (and j = i never does);
+    (and j = i never does); streamed attention then skips the blocks of keys beyond it;
   - ``cross`` (default False): True when the bias applies to cross-attention too; then
     ``TransformerDecoder`` builds a second instance for its encoder-decoder attention (with
     ``bidirectional=True`` where accepted) and calls it with the target positions as

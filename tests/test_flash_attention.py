@@ -338,3 +338,14 @@ def test_wrong_inputs_are_named():
         flash_attention(q, q, q, valid_lens=mt.tensor([1.5]))
     with pytest.raises(mt.ShapeError, match="mask of shape"):
         flash_attention(q, q, q, mask=mt.tensor(np.ones((2, 2), dtype=bool)))
+
+
+def test_plain_attention_keeps_the_weights_of_a_pass_that_would_stream():
+    mt.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 8))
+    model.attn = nn.MultiHeadAttention(8, 2, fused=True)
+    X = mt.randn(1, 6, 8)
+    with nn.attention.plain_attention(model):
+        model.attn(X, X, X)
+        assert model.attn._stream is None and model.attn.attention_weights.shape == (1, 2, 6, 6)
+    assert model.attn.fused is True

@@ -24,6 +24,7 @@ of positional encoding) is the contract in ``minitensor/hookspecs.py``; this mod
 plugins as it says and checks the shapes of what they return.
 """
 
+import contextlib
 import inspect
 import math
 
@@ -289,6 +290,22 @@ _STREAMED_SCORERS = {"dot": lambda d_head: 1.0, "scaled_dot": lambda d_head: 1.0
 # large array operations beat the tile loop (bench/long_attention.py measures both; the
 # date recipe's sequences, ~30 tokens, stay on the plain path).
 FUSED_MIN_LENGTH = 512
+
+
+@contextlib.contextmanager
+def plain_attention(model):
+    """Within the ``with`` block every ``MultiHeadAttention`` in ``model`` takes the plain
+    path (``fused=False``), so that each keeps its full ``attention_weights``: for drawing
+    heatmaps after a pass that would otherwise stream. The layers' settings come back after."""
+    layers = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
+    settings = [layer.fused for layer in layers]
+    try:
+        for layer in layers:
+            layer.fused = False
+        yield model
+    finally:
+        for layer, fused in zip(layers, settings, strict=True):
+            layer.fused = fused
 
 
 class MultiHeadAttention(Module):

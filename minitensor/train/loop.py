@@ -40,6 +40,7 @@ import numpy
 from ..data import Batches, build_array, lm_arrays, seq2seq_arrays, unigram_baseline
 from ..grad_mode import no_grad
 from ..metrics import bleu, corpus_bleu, exact_match
+from ..nn.attention import plain_attention
 from ..ops.loss import cross_entropy
 from ..optim import WarmupCosineLR, clip_grad_norm_
 from ..random import manual_seed
@@ -594,7 +595,7 @@ def attention_figures(model, src, src_vocab, tgt_vocab, max_len, folder, prefix=
     was_training = model.training
     model.eval()
     try:
-        with no_grad():
+        with no_grad(), plain_attention(model):  # a long source would stream and keep no weights
             model(
                 tensor(enc_X, device=device),
                 tensor(numpy.array([dec_in]), device=device),
