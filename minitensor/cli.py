@@ -21,6 +21,7 @@ import minitensor as mt
 from . import demo, errors
 from .train.checkpoint import CheckpointError, find_checkpoint, load_checkpoint
 from .train.config import (
+    FUSED,
     MODELS,
     OPTIMIZERS,
     SCHEDULES,
@@ -373,6 +374,12 @@ def _add_train_parser(sub, common):
         help="grouped-query attention: G key/value heads shared by the query heads (default: "
         "--num-heads; 1 is multi-query)",
     )
+    model.add_argument(
+        "--fused",
+        choices=FUSED,
+        help="streamed (FlashAttention) attention: auto streams long sequences where exact; on/off force it "
+        "(default: auto; a resumed run may change it)",
+    )
     model.add_argument("--num-blks", type=int)
     model.add_argument("--dropout", type=float)
     model.add_argument(
@@ -406,8 +413,8 @@ def _add_train_parser(sub, common):
     run.add_argument(
         "--resume",
         action="store_true",
-        help="continue the run in --out from its checkpoint (only --epochs, --steps, --device and "
-        "--no-progress may change)",
+        help="continue the run in --out from its checkpoint (only --epochs, --steps, --fused, --device "
+        "and --no-progress may change)",
     )
     run.add_argument(
         "--overwrite",

@@ -205,7 +205,7 @@ class TransformerEncoderBlock(Module):
     self-attention, by name or built (shared by the blocks of an encoder), or None; a
     "scores" one is bidirectional here (see ``attention_positional``); ``num_kv_heads``:
     grouped-query attention (see ``MultiHeadAttention``); ``norm_first``: pre-LN instead of
-    the book's post-LN (see ``AddNorm``).
+    the book's post-LN (see ``AddNorm``); ``fused``: streamed attention, see ``MultiHeadAttention``.
     """
 
     def __init__(
@@ -224,6 +224,7 @@ class TransformerEncoderBlock(Module):
         max_len=1000,
         norm_first=False,
         num_kv_heads=None,
+        fused="auto",
         dtype=None,
         device=None,
     ):
@@ -242,6 +243,7 @@ class TransformerEncoderBlock(Module):
             positional_options=positional_options,
             max_len=max_len,
             num_kv_heads=num_kv_heads,
+            fused=fused,
             dtype=dtype,
             device=device,
         )
@@ -269,7 +271,8 @@ class TransformerEncoder(Module):
     a "scores" one (``"alibi"``, ``"t5_relative"``, ``"sliding_window"``) acts in every
     block's self-attention instead -- a "scores" one built once, shared by the blocks -- and
     ``input_positional`` may then name an "inputs" encoding for the embeddings as well
-    (default: none). ``num_kv_heads``: grouped-query attention in every block.
+    (default: none). ``num_kv_heads``: grouped-query attention in every block; ``fused``:
+    streamed attention in every block, see ``MultiHeadAttention``.
     ``norm_first=True`` (pre-LN) ends with a LayerNorm, since its blocks leave the residual
     stream unnormalised. ``encoder.attention_weights``: one (batch, num_heads, T, T) tensor
     per block from the last call (D2L's list).
@@ -294,6 +297,7 @@ class TransformerEncoder(Module):
         norm_first=False,
         input_positional=None,
         num_kv_heads=None,
+        fused="auto",
         dtype=None,
         device=None,
     ):
@@ -327,6 +331,7 @@ class TransformerEncoder(Module):
                 max_len,
                 norm_first,
                 num_kv_heads,
+                fused=fused,
                 dtype=dtype,
                 device=device,
             )
@@ -390,6 +395,7 @@ class TransformerDecoderBlock(Module):
         cross_attention=True,
         num_kv_heads=None,
         cross_positional=None,
+        fused="auto",
         dtype=None,
         device=None,
     ):
@@ -402,6 +408,7 @@ class TransformerDecoderBlock(Module):
             scorer_options=scorer_options,
             pooling_options=pooling_options,
             num_kv_heads=num_kv_heads,
+            fused=fused,
             dtype=dtype,
             device=device,
         )
@@ -494,6 +501,7 @@ class TransformerDecoder(Module):
         cross_attention=True,
         input_positional=None,
         num_kv_heads=None,
+        fused="auto",
         dtype=None,
         device=None,
     ):
@@ -535,6 +543,7 @@ class TransformerDecoder(Module):
                 cross_attention,
                 num_kv_heads,
                 cross,
+                fused=fused,
                 dtype=dtype,
                 device=device,
             )
@@ -669,6 +678,7 @@ class TransformerLM(Module):
         norm_first=False,
         input_positional=None,
         num_kv_heads=None,
+        fused="auto",
         dtype=None,
         device=None,
     ):
@@ -692,6 +702,7 @@ class TransformerLM(Module):
             cross_attention=False,
             input_positional=input_positional,
             num_kv_heads=num_kv_heads,
+            fused=fused,
             dtype=dtype,
             device=device,
         )

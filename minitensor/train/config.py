@@ -43,6 +43,7 @@ TASKS = ("date", "reverse", "copy", "sort")
 MODELS = ("transformer", "bahdanau", "lm")
 SCHEDULES = ("cosine", "noam", "constant")
 OPTIMIZERS = ("adam", "adamw")
+FUSED = ("auto", "on", "off")  # --fused: MultiHeadAttention's fused="auto" / True / False
 
 
 # -- what each field may hold ------------------------------------------------------------------------
@@ -193,6 +194,8 @@ class TrainConfig:
     ffn_num_hiddens: int = setting(64, integer(1))
     num_heads: int = setting(4, integer(1))
     num_kv_heads: int | None = setting(None, optional(integer(1)))  # grouped-query attention; None: num_heads
+    # streamed (FlashAttention) attention: the same parameters and results, other speed and memory
+    fused: str = setting("auto", one_of(FUSED), resumable=True)
     num_blks: int = setting(2, integer(1, 1024))
     dropout: float = setting(0.0, number(0, 1))  # none: the held-out loss tracks the training loss
     norm_first: bool = setting(True, boolean)  # pre-LN: trains at lr 1e-2; False: the book's post-LN
@@ -282,6 +285,17 @@ class TrainConfig:
                 f"--num-kv-heads {self.num_kv_heads} must divide --num-heads "
                 f"{self.num_heads} (the query heads share key/value heads in "
                 "equal groups) and needs a Transformer model",
+            )
+        if self.fused == "on" and self.model == "bahdanau":
+            raise ConfigError(
+                "fused",
+                "--fused on streams multi-head attention, which the Bahdanau model (a GRU) has not: use --fused auto",
+            )
+        if self.fused == "on" and self.dropout > 0:
+            raise ConfigError(
+                "fused",
+                f"--fused on keeps no attention weights to drop out in training: use --dropout 0 (not "
+                f"{self.dropout:g}) or --fused auto",
             )
         if self.model != "bahdanau" and self.num_hiddens % self.num_heads:
             raise ConfigError(
@@ -445,6 +459,11 @@ def model_scorer(config):
     return config.scorer or ("additive" if config.model == "bahdanau" else "scaled_dot")
 
 
+def model_fused(config):
+    """The models' ``fused`` argument for ``config.fused``: "on" -> True, "off" -> False, "auto"."""
+    return {"on": True, "off": False}.get(config.fused, "auto")
+
+
 def build_model(config, src_vocab, tgt_vocab):
     """The model ``config`` describes, freshly initialised (from the backend's generator,
     which ``mt.manual_seed`` seeds), on ``config.device``.
@@ -472,22 +491,24 @@ def build_model(config, src_vocab, tgt_vocab):
         positional_options=dict(c.positional_options) or None,
         input_positional=c.input_positional,
         num_kv_heads=c.num_kv_heads,
+        fused=model_fused(c),
         norm_first=c.norm_first,
         device=c.device,
         **attention,
     )
-    if c.model == "lm":
-        return TransformerLM(
-            len(tgt_vocab), c.num_hiddens, c.ffn_num_hiddens, c.num_heads, c.num_blks, c.dropout, **shared
-        )
-    if c.model != "transformer":
+    if c.model not in ("lm", "transformer"):
         raise ValueError(f"model must be one of {MODELS}, got {c.model!r}")
-    encoder = TransformerEncoder(
-        len(src_vocab), c.num_hiddens, c.ffn_num_hiddens, c.num_heads, c.num_blks, c.dropout, **shared
-    )
-    decoder = TransformerDecoder(
-        len(tgt_vocab), c.num_hiddens, c.ffn_num_hiddens, c.num_heads, c.num_blks, c.dropout, **shared
-    )
+    sizes = (c.num_hiddens, c.ffn_num_hiddens, c.num_heads, c.num_blks, c.dropout)
+    try:
+        if c.model == "lm":
+            return TransformerLM(len(tgt_vocab), *sizes, **shared)
+        encoder = TransformerEncoder(len(src_vocab), *sizes, **shared)
+        decoder = TransformerDecoder(len(tgt_vocab), *sizes, **shared)
+    except ValueError as e:  # the attention cannot stream (its scorer, pooling or score bias): name the flag
+        prefix = "MultiHeadAttention(fused=True): "
+        if c.fused == "on" and str(e).startswith(prefix):
+            raise ConfigError("fused", f"--fused on: {str(e).removeprefix(prefix)}; use --fused auto") from None
+        raise
     return EncoderDecoder(encoder, decoder)
 
 

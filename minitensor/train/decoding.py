@@ -77,6 +77,7 @@ import numpy
 
 from ..data.batching import build_array
 from ..grad_mode import no_grad
+from ..nn.attention import plain_attention
 from ..ops import log_softmax
 from ..random import host_rng
 from ..tensor import Tensor, tensor
@@ -374,7 +375,9 @@ def _run(
     start = _start_tokens(bos, prompt, _batch_size(state, prompt, batch_size))
     attention_fn = step_attention if attention is True else (attention or None)
     history = []
-    with _inference(model):
+    # recording attention needs each step's weights, which a streamed layer does not keep
+    keep_weights = plain_attention(model) if attention_fn is not None else contextlib.nullcontext()
+    with _inference(model), keep_weights:
         finished = _search(
             model, state, start, eos, max_len, beam_size, length_penalty, attention_fn, noise, history, forbid
         )
