@@ -224,7 +224,10 @@ def test_decode_step_leaves_the_state_it_was_given_usable():
     logits_a, _ = model.decode_step(a, state)
     model.decode_step(b, state)  # a second continuation of the same state ...
     again, _ = model.decode_step(a, state)  # ... does not disturb the first
-    np.testing.assert_array_equal(again.numpy(), logits_a.numpy())
+    # equal to the last bit or two: BLAS may round a product differently when its operands
+    # sit at other addresses (alignment), which varies from call to call; a disturbed state
+    # would differ in the first digits
+    np.testing.assert_allclose(again.numpy(), logits_a.numpy(), rtol=0, atol=1e-13)
     full = model(mt.tensor(np.concatenate([prompt.numpy(), a.numpy()], axis=1)))
     np.testing.assert_allclose(logits_a.numpy()[:, 0], full.numpy()[:, -1], atol=1e-12)
 
