@@ -2,6 +2,7 @@
 numbers as the plain path for every mask, bias and head layout, nothing of size Q x K kept or
 allocated, tiles skipped where masks leave them empty, and weights on demand."""
 
+import importlib
 import tracemalloc
 
 import numpy as np
@@ -12,8 +13,9 @@ from hypothesis import strategies as st
 import minitensor as mt
 from minitensor import nn
 from minitensor.nn.attention import causal_mask
-from minitensor.ops import flash_attention as fa
 from minitensor.ops.flash_attention import flash_attention
+
+fa = importlib.import_module("minitensor.ops.flash_attention")  # the module (mt.ops.flash_attention is the function)
 
 TOLERANCE = {"float64": 1e-10, "float32": 1e-5}
 
@@ -338,6 +340,9 @@ def test_wrong_inputs_are_named():
         flash_attention(q, q, q, valid_lens=mt.tensor([1.5]))
     with pytest.raises(mt.ShapeError, match="mask of shape"):
         flash_attention(q, q, q, mask=mt.tensor(np.ones((2, 2), dtype=bool)))
+    with pytest.raises(ValueError, match="window=2 comes with the relative_bias table"):
+        flash_attention(q, q, q, window=2)
+    assert mt.flash_attention is flash_attention
 
 
 def test_plain_attention_keeps_the_weights_of_a_pass_that_would_stream():

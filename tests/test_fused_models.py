@@ -157,3 +157,17 @@ def test_a_resumed_run_may_change_fused(tmp_path):
     assert resumed.fused == "on" and resumed.epochs == 2 and resumed.num_hiddens == 8
     result = train(resumed, log=lambda message: None, resume=True, figures=False)
     assert result.step == 4 and all(m.fused is True for m in attentions(result.model))
+
+
+@pytest.mark.parametrize("positional", ["sinusoidal", "learned", "rotary"])
+def test_an_lm_window_longer_than_1000_gets_position_tables_that_long(positional):
+    """--lm-num-steps 2048 (what streaming makes affordable) must not stop at max_len=1000."""
+    from minitensor.data import Vocab
+
+    config = TrainConfig.recipe("lm", text="unused.txt", lm_num_steps=1200, positional=positional)
+    config = config.replace(num_hiddens=8, ffn_num_hiddens=8, num_heads=2, num_blks=1)
+    vocab = Vocab(list("abc"))
+    model = build_model(config, vocab, vocab)
+    with mt.no_grad():
+        out = model(mt.tensor(np.zeros((1, 1200), dtype=np.int64)))
+    assert out.shape == (1, 1200, len(vocab))

@@ -8,6 +8,7 @@ from .convert import astype, to_device
 from .dropout import dropout
 from .elementwise import abs, add, clamp, clip, div, exp, gelu, log, mul, neg, pow, relu, sigmoid, sqrt, sub, tanh
 from .entmax import alpha_entmax, entmax15
+from .flash_attention import flash_attention
 from .indexing import embedding, getitem
 from .join import cat, concat, split, stack
 from .loss import cross_entropy
@@ -39,6 +40,7 @@ __all__ = [
     "entmax15",
     "exp",
     "expand",
+    "flash_attention",
     "flatten",
     "gelu",
     "getitem",

@@ -496,6 +496,8 @@ def build_model(config, src_vocab, tgt_vocab):
         device=c.device,
         **attention,
     )
+    if c.model == "lm":  # positional tables long enough for the LM's windows (1000: the models' default)
+        shared["max_len"] = max(1000, c.lm_num_steps)
     if c.model not in ("lm", "transformer"):
         raise ValueError(f"model must be one of {MODELS}, got {c.model!r}")
     sizes = (c.num_hiddens, c.ffn_num_hiddens, c.num_heads, c.num_blks, c.dropout)
