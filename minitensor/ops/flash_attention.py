@@ -17,10 +17,12 @@ and after the last block softmax(s) V = o / l exactly (every term carries the sa
 exp(-m), which cancels). Only the output and one number per row, the log-sum-exp
 lse = m + log l, are kept for backward.
 
-Backward (FlashAttention's, in FlashAttention-2's loop order: key blocks outside, query
-blocks inside, so dK and dV of a key block accumulate in place) recomputes each tile's
-weights from the saved lse, P = exp(S - lse), and with dO the output's gradient and
-D_i = sum_c dO_ic O_ic (= sum_j P_ij dP_ij, one number per row):
+The forward pass loops over blocks of queries outside and blocks of keys inside, and saves
+only the log-sum-exp (FlashAttention-2's order, Dao 2023). Backward loops the other way, key
+blocks outside and query blocks inside, so that dK and dV of a key block accumulate in
+place (both papers do); it recomputes each tile's weights from the saved lse,
+P = exp(S - lse), and with dO the output's gradient and D_i = sum_c dO_ic O_ic
+(= sum_j P_ij dP_ij, one number per row):
 
     dV = P^T dO        dP = dO V^T        dS = P * (dP - D)
     dQ = scale dS K    dK = scale dS^T Q  dB[h, j - i] += dS[h, i, j]   (summed per distance)
@@ -31,7 +33,9 @@ tile at a time, and a tile that they (or a sliding ``window``) leave entirely em
 skipped, not computed. A bias that depends only on the distance j - i (a "scores"
 positional encoding with ``relative = True``) enters as its ``relative_bias`` table,
 (num_heads, Q + K - 1): O(T) numbers instead of a dense (Q, K) bias. A row with no key
-left gets zeros, never NaN (its lse is +inf, so every exp(s - lse) is 0).
+left gets zeros, never NaN. Its log-sum-exp would be log 0 = -inf; it is stored as +inf
+instead, so that backward's exp(s - lse) is exp(-inf) = 0 for every key of the row,
+where -inf would give exp(-inf - (-inf)) = NaN.
 
 Grouped heads: with keys and values of g heads and queries of H = g r heads, query head
 h reads key/value head h // r. The r query heads of a group are stacked into one block of
@@ -42,8 +46,10 @@ Why the tiles are BLAS products, not a numba kernel: a tile's two products (Q_b 
 P V_b) are where the arithmetic is, and BLAS (NumPy) or cuBLAS (CuPy) runs them at close
 to the machine's peak, where a hand-written numba loop would be several times slower. The
 same code then runs on both backends. What is left between the products is a few
-elementwise passes over the tile (max, exp, sum), which NumPy and CuPy vectorise; the
-measurements that chose the block sizes are in bench/README.md (``long_attention.py``).
+elementwise passes over the tile (max, exp, sum), which NumPy and CuPy vectorise; on the
+CPU backend a numba kernel per pass (``kernels/fused.py``: ``online_softmax_block``,
+``exp_minus_rows``, ``softmax_block_backward``) does each row in one go instead. What
+both cost is in bench/README.md (``long_attention.py``).
 """
 
 import numpy
@@ -214,7 +220,9 @@ class StreamPlan:
     def weights(self, heads=None, rows=None):
         """The attention weights of the last call, recomputed from its saved log-sum-exp for
         the query ``heads`` and ``rows`` asked for (all by default):
-        (batch, len(heads), len(rows), K), exp(S - lse) tile by tile."""
+        (batch, len(heads), len(rows), K), exp(S - lse) tile by tile. The work is that of
+        the forward pass over the query blocks that hold those rows (only those blocks run),
+        and the memory one tile and the result."""
         xp = self.xp
         if self.lse is None:
             raise RuntimeError("attention weights: the streamed attention has not run yet")
@@ -273,25 +281,30 @@ class FlashAttention(Function):
             m = xp.full((B, g, r * n), -xp.inf, dtype=q.dtype)  # running max
             l = xp.zeros((B, g, r * n), dtype=q.dtype)  # running sum of exp(s - m)
             o = xp.zeros((B, g, r * n, dv), dtype=q.dtype)  # running sum of exp(s - m) v
-            shift = m
+            kernel = ctx.backend.fused("online_softmax_block", q.dtype)
             for j0, j1 in plan.key_blocks():
                 if not plan.visits(i0, i1, j0, j1):
                     continue
                 S = plan.scores(q_block, k, i0, i1, j0, j1)
-                m_new = xp.maximum(m, S.max(axis=-1))
-                # a row that has seen no allowed key yet (max -inf) shifts by 0, so exp(-inf) = 0, not NaN
-                shift = xp.where(m_new == -xp.inf, 0, m_new)
-                S -= shift[..., None]
-                P = xp.exp(S, out=S)
-                rescale = xp.exp(m - shift)  # exp(m - m'): 0 for the first block a row sees
-                l = l * rescale + P.sum(axis=-1)
+                if kernel is not None:  # the same steps in one pass per row (kernels/fused.py)
+                    rescale = kernel(S.reshape(-1, j1 - j0), m.reshape(-1), l.reshape(-1)).reshape(m.shape)
+                else:
+                    m_new = xp.maximum(m, S.max(axis=-1))
+                    # a row that has seen no allowed key yet (max -inf) shifts by 0: exp(-inf) = 0, not NaN
+                    shift = xp.where(m_new == -xp.inf, 0, m_new)
+                    S -= shift[..., None]
+                    xp.exp(S, out=S)
+                    rescale = xp.exp(m - shift)  # exp(m - m'): 0 for the first block a row sees
+                    l = l * rescale + S.sum(axis=-1)
+                    m = m_new
                 o *= rescale[..., None]
-                o += xp.matmul(P, v[:, :, j0:j1])
-                m = m_new
+                o += xp.matmul(S, v[:, :, j0:j1])  # S now holds the block's exp(s - m')
             seen = l > 0
             o /= xp.where(seen, l, 1)[..., None]  # rows with no key keep o = 0
             out[:, :, :, i0:i1] = o.reshape(B, g, r, n, dv)
-            lse[:, :, :, i0:i1] = xp.where(seen, shift + xp.log(xp.where(seen, l, 1)), xp.inf).reshape(B, g, r, n)
+            # lse = m + log l; +inf marks a row with no key (exp(s - inf) = 0 in backward)
+            row_lse = xp.where(seen, xp.where(m == -xp.inf, 0, m) + xp.log(xp.where(seen, l, 1)), xp.inf)
+            lse[:, :, :, i0:i1] = row_lse.reshape(B, g, r, n)
         plan.q, plan.k, plan.lse = q5, k, lse
         ctx.plan = plan
         ctx.save_for_backward(q5, k, v, out, lse)
@@ -322,18 +335,26 @@ class FlashAttention(Function):
         dq = [xp.zeros_like(block[2]) for block in rows]
         dk, dvalues = xp.zeros_like(k), xp.zeros_like(v)
         dtable = xp.zeros(table.shape, dtype=numpy.float64).reshape(-1) if want_table else None
+        exp_minus_rows = ctx.backend.fused("exp_minus_rows", q5.dtype)
+        softmax_block_backward = ctx.backend.fused("softmax_block_backward", q5.dtype)
         for j0, j1 in plan.key_blocks():
             k_block, v_block = k[:, :, j0:j1], v[:, :, j0:j1]
             for n, (i0, i1, q_block, dO_block, lse_block, D_block) in enumerate(rows):
                 if not plan.visits(i0, i1, j0, j1):
                     continue
-                S = plan.scores(q_block, k, i0, i1, j0, j1)
-                S -= lse_block
-                P = xp.exp(S, out=S)  # the tile's weights, as the forward pass had them
+                P = plan.scores(q_block, k, i0, i1, j0, j1)
+                if exp_minus_rows is not None:  # the two lines below in one pass (kernels/fused.py)
+                    exp_minus_rows(P.reshape(-1, j1 - j0), lse_block.reshape(-1))
+                else:
+                    P -= lse_block
+                    xp.exp(P, out=P)  # the tile's weights, as the forward pass had them
                 dvalues[:, :, j0:j1] += xp.matmul(P.swapaxes(-1, -2), dO_block)
                 dS = xp.matmul(dO_block, v_block.swapaxes(-1, -2))  # dP
-                dS -= D_block
-                dS *= P
+                if softmax_block_backward is not None:
+                    softmax_block_backward(dS.reshape(-1, j1 - j0), P.reshape(-1, j1 - j0), D_block.reshape(-1))
+                else:
+                    dS -= D_block
+                    dS *= P
                 dq[n] += xp.matmul(dS, k_block)
                 dk[:, :, j0:j1] += xp.matmul(dS.swapaxes(-1, -2), q_block)  # q_block already holds scale q
                 if want_table:
@@ -428,6 +449,11 @@ def stream_plan(
             f"flash_attention: queries {tuple(queries.shape)}, keys {tuple(keys.shape)} and values "
             f"{tuple(values.shape)} do not fit: expected (batch, H, Q, d), (batch, g, K, d) and (batch, g, K, d_v) "
             "with g dividing H"
+        )
+    if window is not None and relative_bias is None:
+        raise ValueError(
+            f"flash_attention: window={window} comes with the relative_bias table that is -inf beyond it (the "
+            "window only lets the stream skip key blocks; the table masks within a block)"
         )
     if relative_bias is not None:
         want = (H, Q + K - 1)
