@@ -1,5 +1,5 @@
 """Numba CPU kernels for the elementwise work of a training step: dropout, ReLU, layer
-norm, Adam's update and the passes between the matrix products of streamed attention.
+norm and Adam's update.
 
 Why they exist. In a Transformer step most of the time is matrix products, which BLAS
 spreads over every core. What is left is elementwise: masks, residual adds, layer norms,
@@ -26,7 +26,7 @@ import numba
 import numpy as np
 from numba import prange
 
-from .cpu import PARALLEL_MIN_SIZE, _exp, _exp_shifted_and_sum, _kernel, _maximum, _row_max
+from .cpu import PARALLEL_MIN_SIZE, _kernel
 
 _OPTIONS = dict(cache=True, fastmath={"nsz", "arcp", "contract", "afn", "reassoc"}, nogil=True)
 
@@ -195,75 +195,13 @@ def adam_update(param, grad, exp_avg, exp_avg_sq, step_size, beta1, beta2, eps, 
         w[i] -= step_size * mi / (math.sqrt(vi) / bias_sqrt2 + eps)
 
 
-# ---------------------------------------------------------------------------
-# The elementwise passes of streamed attention (ops/flash_attention.py)
-# ---------------------------------------------------------------------------
-# Between a tile's two matrix products, NumPy makes five passes over the tile (row max, subtract,
-# exp, row sum; in backward subtract and exp, then subtract and multiply). These kernels make one
-# per row, with the vectorised float32 exp of the softmax kernels, on every thread.
-
-
-@_kernel
-def online_softmax_block(s, m, l):
-    """One block of keys of the online softmax, row by row, in place:
-
-        m' = max(m, max_j s_j)
-        s_j <- exp(s_j - m')          (shifted by 0 while m' = -inf: exp(-inf) = 0, never NaN)
-        l  <- l exp(m - m') + sum_j s_j,   m <- m'
-
-    ``s`` (rows, n) holds the block's scores, ``m`` and ``l`` (rows,) the running max and sum.
-    Returns the factors exp(m - m') (rows,), by which the caller rescales its running output.
-    """
-    rows, n = s.shape
-    rescale = np.empty(rows, dtype=s.dtype)
-    zero = s.dtype.type(0)
-    ninf = s.dtype.type(-np.inf)
-    for r in prange(rows):
-        sr = s[r]
-        new = _maximum(m[r], _row_max(sr, n))
-        shift = new if new != ninf else zero
-        total = _exp_shifted_and_sum(sr, shift, sr, n)
-        factor = _exp(m[r] - shift)
-        l[r] = l[r] * factor + total
-        m[r] = new
-        rescale[r] = factor
-    return rescale
-
-
-@_kernel
-def exp_minus_rows(s, lse):
-    """``s[r, j] <- exp(s[r, j] - lse[r])`` in place: a tile's weights from its scores and each
-    row's log-sum-exp (lse = +inf for a row with no key gives zeros)."""
-    rows, n = s.shape
-    for r in prange(rows):
-        sr = s[r]
-        shift = lse[r]
-        for j in range(n):
-            sr[j] = _exp(sr[j] - shift)
-
-
-@_kernel
-def softmax_block_backward(dp, p, d):
-    """``dp[r, j] <- p[r, j] * (dp[r, j] - d[r])`` in place: the scores' gradient dS of a tile
-    from the weights' gradient dP, the weights P and D = sum_j P_j dP_j per row."""
-    rows, n = dp.shape
-    for r in prange(rows):
-        dpr, pr = dp[r], p[r]
-        dr = d[r]
-        for j in range(n):
-            dpr[j] = pr[j] * (dpr[j] - dr)
-
-
 __all__ = [
     "PARALLEL_MIN_SIZE",
     "adam_update",
     "dropout_backward",
     "dropout_forward",
-    "exp_minus_rows",
     "layer_norm_backward",
     "layer_norm_forward",
-    "online_softmax_block",
     "relu_backward",
     "relu_forward",
-    "softmax_block_backward",
 ]

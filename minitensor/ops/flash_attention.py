@@ -46,10 +46,11 @@ Why the tiles are BLAS products, not a numba kernel: a tile's two products (Q_b 
 P V_b) are where the arithmetic is, and BLAS (NumPy) or cuBLAS (CuPy) runs them at close
 to the machine's peak, where a hand-written numba loop would be several times slower. The
 same code then runs on both backends. What is left between the products is a few
-elementwise passes over the tile (max, exp, sum), which NumPy and CuPy vectorise; on the
-CPU backend a numba kernel per pass (``kernels/fused.py``: ``online_softmax_block``,
-``exp_minus_rows``, ``softmax_block_backward``) does each row in one go instead. What
-both cost is in bench/README.md (``long_attention.py``).
+elementwise passes over the tile (max, subtract, exp, sum), which NumPy and CuPy vectorise.
+Numba kernels doing each row of those passes in one go were tried and measured against
+these lines (bench/README.md, ``long_attention.py``): no steady gain on the CPU, and slower
+when their threads and BLAS's took turns on the same cores, so the passes stay plain array
+code, the same on both backends.
 """
 
 import numpy
@@ -281,24 +282,20 @@ class FlashAttention(Function):
             m = xp.full((B, g, r * n), -xp.inf, dtype=q.dtype)  # running max
             l = xp.zeros((B, g, r * n), dtype=q.dtype)  # running sum of exp(s - m)
             o = xp.zeros((B, g, r * n, dv), dtype=q.dtype)  # running sum of exp(s - m) v
-            kernel = ctx.backend.fused("online_softmax_block", q.dtype)
             for j0, j1 in plan.key_blocks():
                 if not plan.visits(i0, i1, j0, j1):
                     continue
                 S = plan.scores(q_block, k, i0, i1, j0, j1)
-                if kernel is not None:  # the same steps in one pass per row (kernels/fused.py)
-                    rescale = kernel(S.reshape(-1, j1 - j0), m.reshape(-1), l.reshape(-1)).reshape(m.shape)
-                else:
-                    m_new = xp.maximum(m, S.max(axis=-1))
-                    # a row that has seen no allowed key yet (max -inf) shifts by 0: exp(-inf) = 0, not NaN
-                    shift = xp.where(m_new == -xp.inf, 0, m_new)
-                    S -= shift[..., None]
-                    xp.exp(S, out=S)
-                    rescale = xp.exp(m - shift)  # exp(m - m'): 0 for the first block a row sees
-                    l = l * rescale + S.sum(axis=-1)
-                    m = m_new
+                m_new = xp.maximum(m, S.max(axis=-1))
+                # a row that has seen no allowed key yet (max -inf) shifts by 0: exp(-inf) = 0, not NaN
+                shift = xp.where(m_new == -xp.inf, 0, m_new)
+                S -= shift[..., None]
+                P = xp.exp(S, out=S)  # exp(s - m'), in the scores' memory
+                rescale = xp.exp(m - shift)  # exp(m - m'): 0 for the first block a row sees
+                l = l * rescale + P.sum(axis=-1)
                 o *= rescale[..., None]
-                o += xp.matmul(S, v[:, :, j0:j1])  # S now holds the block's exp(s - m')
+                o += xp.matmul(P, v[:, :, j0:j1])
+                m = m_new
             seen = l > 0
             o /= xp.where(seen, l, 1)[..., None]  # rows with no key keep o = 0
             out[:, :, :, i0:i1] = o.reshape(B, g, r, n, dv)
@@ -335,26 +332,18 @@ class FlashAttention(Function):
         dq = [xp.zeros_like(block[2]) for block in rows]
         dk, dvalues = xp.zeros_like(k), xp.zeros_like(v)
         dtable = xp.zeros(table.shape, dtype=numpy.float64).reshape(-1) if want_table else None
-        exp_minus_rows = ctx.backend.fused("exp_minus_rows", q5.dtype)
-        softmax_block_backward = ctx.backend.fused("softmax_block_backward", q5.dtype)
         for j0, j1 in plan.key_blocks():
             k_block, v_block = k[:, :, j0:j1], v[:, :, j0:j1]
             for n, (i0, i1, q_block, dO_block, lse_block, D_block) in enumerate(rows):
                 if not plan.visits(i0, i1, j0, j1):
                     continue
-                P = plan.scores(q_block, k, i0, i1, j0, j1)
-                if exp_minus_rows is not None:  # the two lines below in one pass (kernels/fused.py)
-                    exp_minus_rows(P.reshape(-1, j1 - j0), lse_block.reshape(-1))
-                else:
-                    P -= lse_block
-                    xp.exp(P, out=P)  # the tile's weights, as the forward pass had them
+                S = plan.scores(q_block, k, i0, i1, j0, j1)
+                S -= lse_block
+                P = xp.exp(S, out=S)  # the tile's weights, as the forward pass had them
                 dvalues[:, :, j0:j1] += xp.matmul(P.swapaxes(-1, -2), dO_block)
                 dS = xp.matmul(dO_block, v_block.swapaxes(-1, -2))  # dP
-                if softmax_block_backward is not None:
-                    softmax_block_backward(dS.reshape(-1, j1 - j0), P.reshape(-1, j1 - j0), D_block.reshape(-1))
-                else:
-                    dS -= D_block
-                    dS *= P
+                dS -= D_block
+                dS *= P
                 dq[n] += xp.matmul(dS, k_block)
                 dk[:, :, j0:j1] += xp.matmul(dS.swapaxes(-1, -2), q_block)  # q_block already holds scale q
                 if want_table:
