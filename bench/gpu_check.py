@@ -17,12 +17,17 @@ target, pluggy, safetensors, pytest; PyTorch optional) and no network:
    that checkpoints can restore its state) against one long-lived generator and torch;
 5. times a training step of the larger Transformer of ``bench/train_step.py`` (num_hiddens
    256, 8 heads, ffn 1024, 4 + 4 blocks, batch 64, 64 tokens) against its PyTorch twin on the
-   same GPU, after checking that both compute the same loss from the same weights.
+   same GPU, after checking that both compute the same loss from the same weights;
+6. times causal attention at long T (``bench/long_attention.py`` on the GPU, time only: batch
+   1, 8 heads, d_head 64, float32, T = 1024 and 4096, forward + backward): minitensor's
+   streamed ``flash_attention`` against its plain ``Attention`` (the (T, T) scores and
+   weights) and ``torch.nn.functional.scaled_dot_product_attention``, after checking that
+   they agree.
 
 It prints medians and ratios, and is meant to finish well within 5 minutes. GPU work is
 asynchronous, so every sample ends with a synchronisation of the device and of PyTorch.
 
-``--device cpu`` runs steps 3 and 4 on the CPU instead (numba CPU kernels, naive NumPy,
+``--device cpu`` runs steps 3 to 6 on the CPU instead (numba CPU kernels, naive NumPy,
 PyTorch CPU), which is how the test suite checks this script on machines without a GPU;
 ``--no-install`` and ``--no-tests`` skip steps 1 and 2; ``--quick`` shrinks the sizes.
 """
@@ -52,6 +57,8 @@ from train_step import CONFIGS, PAD, build_minitensor, build_torch, make_batches
 KERNEL_SHAPES = [(4096, 512), (32768, 64)]
 TEST_BUDGET_S = 150  # of the 5 minutes the whole check may take
 QUICK_KERNEL_SHAPES = [(256, 64)]
+LONG_ATTENTION_T = (1024, 4096)
+QUICK_LONG_ATTENTION_T = (128,)
 
 
 # -- the device, for both libraries ------------------------------------------------------------------
@@ -383,6 +390,76 @@ def training_benchmark(device, quick):
     return stats
 
 
+# -- 6: causal attention at long T: streamed vs plain vs SDPA -----------------------------------------------
+def long_attention_benchmark(device, quick):
+    """Forward + backward of causal self-attention, batch 1, 8 heads, d_head 64, float32 (the
+    cases of ``bench/long_attention.py``, time only): ``flash_attention`` (streamed over
+    tiles) against the plain ``Attention`` and torch's ``scaled_dot_product_attention``."""
+    import minitensor as mt
+    from minitensor.ops.flash_attention import flash_attention
+
+    rng = np.random.default_rng(0)
+    attn = mt.nn.Attention("scaled_dot", "softmax")
+    torch = device.torch
+    rows, agreement = [], []
+    for T in QUICK_LONG_ATTENTION_T if quick else LONG_ATTENTION_T:
+        q, k, v, g = (rng.standard_normal((1, 8, T, 64), dtype=np.float32) for _ in range(4))
+        leaves = [mt.tensor(x, requires_grad=True, device=device.name) for x in (q, k, v)]
+        grad = mt.tensor(g, device=device.name)
+
+        def mt_step(fused, leaves=leaves, grad=grad):
+            for leaf in leaves:
+                leaf.grad = None
+            out = flash_attention(*leaves, causal=True) if fused else attn(*leaves, causal=True)
+            out.backward(grad)
+            return [out] + [leaf.grad for leaf in leaves]
+
+        cases = {"fused": lambda step=mt_step: step(True), "plain": lambda step=mt_step: step(False)}
+        to_numpy = {"fused": mt.Tensor.numpy, "plain": mt.Tensor.numpy}
+        if device.torch_device is not None:
+            t_leaves = [torch.from_numpy(x).to(device.torch_device).requires_grad_() for x in (q, k, v)]
+            t_grad = torch.from_numpy(g).to(device.torch_device)
+
+            def sdpa_step(leaves=t_leaves, grad=t_grad):
+                for leaf in leaves:
+                    leaf.grad = None
+                out = torch.nn.functional.scaled_dot_product_attention(*leaves, is_causal=True)
+                out.backward(grad)
+                return [out] + [leaf.grad for leaf in leaves]
+
+            cases["SDPA"] = sdpa_step
+            to_numpy["SDPA"] = lambda x: x.detach().cpu().numpy()
+        # agreement first: output and the gradients of q, k, v, against the plain path
+        results = {name: [to_numpy[name](x) for x in fn()] for name, fn in cases.items()}
+        worst = 0.0
+        for name in cases:
+            for what, got, want in zip(("output", "dq", "dk", "dv"), results[name], results["plain"]):
+                np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3, err_msg=f"T={T} {name} vs plain: {what}")
+                worst = max(worst, float(np.abs(got - want).max()))
+        agreement.append(f"T={T}: {worst:.1e}")
+        rounds, warmup = (2, 0) if quick else (10, 2)  # (the agreement check warmed them up)
+        stats = interleaved_stats({name: device.timed(fn, 1) for name, fn in cases.items()}, rounds, warmup)
+        row = [T, format_stats(stats["fused"]), format_stats(stats["plain"])]
+        row.append(format_ratio(stats["fused"].median / stats["plain"].median))
+        if "SDPA" in stats:
+            row += [format_stats(stats["SDPA"]), format_ratio(stats["fused"].median / stats["SDPA"].median)]
+        rows.append(row)
+    headers = ["T", "fused", "plain", "fused/plain"]
+    if device.torch_device is not None:
+        headers += ["SDPA", "fused/SDPA"]
+    print(
+        "\nlong attention: outputs and gradients agree with the plain path, largest |difference| "
+        + ", ".join(agreement)
+    )
+    print_table(
+        headers,
+        rows,
+        title=f"Causal attention, batch 1, 8 heads, d_head 64, float32, forward + backward on {device.name}: "
+        "median per call (±IQR/2)",
+    )
+    return rows
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", default="cuda", help="cuda (default) or cpu (for machines without a GPU)")
@@ -416,6 +493,7 @@ def main(argv=None):
         ("kernel benchmark", kernel_benchmark),
         ("dropout benchmark", dropout_benchmark),
         ("training benchmark", training_benchmark),
+        ("long attention benchmark", long_attention_benchmark),
     ):
         try:
             section(device, args.quick)

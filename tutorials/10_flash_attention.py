@@ -579,7 +579,7 @@ print("wrote", figure_path(TUTORIAL, "flash_attention.png"))
 # `MultiHeadAttention(..., fused=...)` takes three values. `False`: always the plain path.
 # `True`: always stream, and an error at once if this layer cannot. `"auto"`, the default:
 # stream when it is exact and worth it — the queries and the keys both at least
-# `FUSED_MIN_LENGTH` = 512 long (below that the plain path's few large array operations beat
+# `FUSED_MIN_LENGTH` = 384 long (below that the plain path's few large array operations beat
 # the tile loop), and nothing in the layer that needs the weights themselves.
 # `layer.why_not_fused()` says in a sentence what stands in the way, or None. The streamed
 # computation computes scores as $\text{scale} \cdot \mathbf{q}^\top\mathbf{k}$ and pools
@@ -620,7 +620,7 @@ assert "additive" in str(caught.error)
 # "off")`, `minitensor train --fused auto|on|off`. A run may change it on `--resume`, since it
 # changes neither the parameters nor the results.
 #
-# > **Takeaway.** `fused="auto"` streams sequences of 512 tokens or more when the scorer is a
+# > **Takeaway.** `fused="auto"` streams sequences of 384 tokens or more when the scorer is a
 # > dot product, the pooling a softmax, any score bias relative, and no dropout acts on the
 # > weights; `why_not_fused()` names the reason when it cannot, and `fused=True` turns that
 # > reason into an error.
@@ -646,7 +646,7 @@ config = TrainConfig.recipe(
     "lm",
     text=TEXT,
     positional="alibi",
-    lm_num_steps=pick(2048, FUSED_MIN_LENGTH + 88),
+    lm_num_steps=pick(2048, 600),
     batch_size=1,
     steps=pick(24, 2),
     progress=False,
@@ -778,7 +778,7 @@ print(
 #   weights from lse with $D_i = dO_i \cdot O_i$; memory grows as $T$ instead of $T^2$.
 # - Causal and windowed tiles that hold no allowed key are skipped; relative biases enter
 #   as (heads, Q + K - 1) tables; grouped heads as stacked query blocks.
-# - `MultiHeadAttention(fused="auto")` streams at 512 tokens and more when exact;
+# - `MultiHeadAttention(fused="auto")` streams at 384 tokens and more when exact;
 #   `why_not_fused()` says why not; `attention_weights_for(heads, rows)` recomputes weights on
 #   demand.
 #

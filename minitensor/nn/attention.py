@@ -286,10 +286,11 @@ _ROW_WISE_SCORERS = ("dot", "scaled_dot", "cosine", "l2")
 # The scorers whose scores streamed attention computes itself (scale q.k), and their scale.
 _STREAMED_SCORERS = {"dot": lambda d_head: 1.0, "scaled_dot": lambda d_head: 1.0 / math.sqrt(d_head)}
 
-# fused="auto" streams when both Q and K reach this length: below it the plain path's few
-# large array operations beat the tile loop (bench/long_attention.py measures both; the
-# date recipe's sequences, ~30 tokens, stay on the plain path).
-FUSED_MIN_LENGTH = 512
+# fused="auto" streams when both Q and K reach this length: the shortest at which streaming
+# measured faster than the plain path's few large array operations, for one long sequence
+# and for a batch of them (``python bench/long_attention.py --crossover``). The date
+# recipe's sequences, ~30 tokens, and the LM's 128-character windows stay on the plain path.
+FUSED_MIN_LENGTH = 384
 
 
 @contextlib.contextmanager
