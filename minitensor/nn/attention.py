@@ -393,7 +393,8 @@ class MultiHeadAttention(Module):
     ):
         super().__init__()
         if fused not in ("auto", True, False) or isinstance(fused, (int, float)) and not isinstance(fused, bool):
-            raise ValueError(f"MultiHeadAttention: fused must be 'auto', True or False, got {fused!r}")
+            hint = " (the command line's --fused on / off are True / False here)" if fused in ("on", "off") else ""
+            raise ValueError(f"MultiHeadAttention: fused must be 'auto', True or False, got {fused!r}{hint}")
         if num_heads <= 0 or num_hiddens % num_heads:
             raise ValueError(
                 f"MultiHeadAttention: num_hiddens={num_hiddens} must split evenly into num_heads={num_heads} "

@@ -549,7 +549,7 @@ def _report_lm(result, data, log, num_samples=2, length=160):
     log(
         f"held-out loss {best['loss']:.4f} nats per character (the best, after step {best['step']}; perplexity "
         f"{math.exp(min(best['loss'], 50)):.2f}); a unigram model (character frequencies alone) scores "
-        f"{baseline:.4f}: {1 - best['loss'] / baseline:.0%} lower"
+        f"{baseline:.4f}: {_compared(best['loss'], baseline)}"
     )
     text = vocab.to_tokens(list(data.heldout))
     starts = [i + 1 for i, c in enumerate(text[:-40]) if c == " " and text[i + 1].isalpha()]
@@ -563,6 +563,12 @@ def _report_lm(result, data, log, num_samples=2, length=160):
         sample = "".join(hyp.tokens)
         result.samples.append(sample)
         log(f"sample {k + 1} (held-out prompt {''.join(prompt)!r}, temperature {SAMPLE_TEMPERATURE}): {sample!r}")
+
+
+def _compared(loss, baseline):
+    """'46% lower' (or 'higher': a model not yet better than character frequencies)."""
+    change = 1 - loss / baseline
+    return f"{abs(change):.0%} {'lower' if change >= 0 else 'higher'}"
 
 
 def save_figures(result, data):
