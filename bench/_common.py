@@ -190,6 +190,11 @@ def format_time(seconds):
     return f"{seconds / 1e-9:.3g} ns"
 
 
+def format_mib(n):
+    """Bytes as MiB with one decimal: ``format_mib(3 * 2**20)`` -> "3.0 MiB"."""
+    return f"{n / 2**20:.1f} MiB"
+
+
 def format_stats(stats):
     """``median ±IQR/2``: the median with half the interquartile range (alone for 1 sample)."""
     if stats.n == 1:

@@ -85,6 +85,7 @@ import time
 
 import numpy as np
 from _common import (
+    format_mib,
     format_ratio,
     format_stats,
     import_torch,
@@ -287,10 +288,6 @@ def estimate(memory, name, T):
 
 
 # -- the driver --------------------------------------------------------------------------------------
-def mib(n):
-    return f"{n / 2**20:.1f} MiB"
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="T = 256 and 512, 3 samples (a smoke test)")
@@ -449,7 +446,7 @@ def print_per_T(T, names, times, memory, skipped):
                 format_stats(t["forward"]),
                 format_stats(t["backward"]),
                 format_ratio(fused_t["total"].median / t["total"].median),
-                "-" if m is None else mib(m["above"]) + ("" if m["is_reset"] else " *"),
+                "-" if m is None else format_mib(m["above"]) + ("" if m["is_reset"] else " *"),
                 "-" if m is None or fused_m is None else format_ratio(fused_m["above"] / m["above"]),
             ]
         )
@@ -467,7 +464,7 @@ def print_summary(sizes, names, times, memory):
 
     def cell_m(name, T):
         m = memory.get((name, T))
-        return mib(m["above"]) if m else ("skipped" if (name, T) not in times else "-")
+        return format_mib(m["above"]) if m else ("skipped" if (name, T) not in times else "-")
 
     def ratio(table, a, b, T):
         x, y = table.get((a, T)), table.get((b, T))

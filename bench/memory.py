@@ -36,7 +36,7 @@ import resource
 import sys
 import time
 
-from _common import format_ratio, print_header, print_table, run_python, thread_env, verdict
+from _common import format_mib, format_ratio, print_header, print_table, run_python, thread_env, verdict
 
 TARGET = 1.5  # minitensor's peak above baseline / PyTorch's
 GROWTH_TOLERANCE = 4 * 2**20  # bytes of RSS growth allowed between the first and the last checkpoint
@@ -143,10 +143,6 @@ def measure(framework, config, steps, checkpoint, threads):
     return result
 
 
-def mib(n):
-    return f"{n / 2**20:.1f} MiB"
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="D2L's configuration only, 200 steps (for CI)")
@@ -188,11 +184,11 @@ def main():
                     config,
                     framework,
                     steps,
-                    mib(r["imported"]),
-                    mib(r["warmed"] - r["imported"]),
-                    mib(r["baseline"]),
-                    mib(r["peak"]) + ("" if r["peak_is_reset"] else " *"),
-                    mib(above),
+                    format_mib(r["imported"]),
+                    format_mib(r["warmed"] - r["imported"]),
+                    format_mib(r["baseline"]),
+                    format_mib(r["peak"]) + ("" if r["peak_is_reset"] else " *"),
+                    format_mib(above),
                     format_ratio(ratio) if framework == "minitensor" else "",
                     f"{r['seconds_per_step'] * 1e3:.0f} ms",
                 ]
@@ -236,9 +232,9 @@ def main():
                 [
                     config,
                     framework,
-                    mib(rss[1]),
-                    mib(rss[checkpoint]),
-                    mib(rss[steps]),
+                    format_mib(rss[1]),
+                    format_mib(rss[checkpoint]),
+                    format_mib(rss[steps]),
                     f"{growth / 2**20:+.2f} MiB",
                     " ".join(f"{(rss[k] - rss[checkpoint]) / 2**20:+.1f}" for k in trail),
                 ]
