@@ -509,9 +509,11 @@ class MultiHeadAttention(Module):
         int or a list of ints each; None = all): (batch, len(heads), len(rows), K), detached.
 
         After a streamed call they are recomputed from what it saved, the queries, the keys
-        and one log-sum-exp per row (weights = exp(score - lse)), at the cost of those rows'
-        scores only: a heatmap of a few heads and rows of a long sequence needs no (Q, K)
-        array per head. After a plain call they are read from ``attention_weights``."""
+        and one log-sum-exp per row (weights = exp(score - lse)), tile by tile over the blocks
+        of queries that hold the rows asked for: a heatmap of a few heads and rows of a long
+        sequence needs no (Q, K) array per head. (So the layer keeps that call's queries,
+        keys and log-sum-exp until its next call: O(T) memory.) After a plain call they are
+        read from ``attention_weights``."""
         if self._stream is not None:
             plan = self._stream
             return Tensor._make(plan.weights(heads, rows), self.W_q.weight._backend, None)
