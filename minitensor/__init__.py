@@ -38,6 +38,6 @@ def __getattr__(name):
     if name in ("hookimpl", "plugins"):
         plugins = importlib.import_module("minitensor.plugins")  # sets mt.plugins too
         return plugins if name == "plugins" else plugins.hookimpl
-    if name == "testing":
-        return importlib.import_module("minitensor.testing")
+    if name in ("testing", "viz"):  # the conformance kit and the drawings: on first use too
+        return importlib.import_module(f"minitensor.{name}")
     raise AttributeError(f"module 'minitensor' has no attribute {name!r}")
