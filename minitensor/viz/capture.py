@@ -1,0 +1,115 @@
+"""``with mt.viz.capture(model) as cap:`` -- what every attention layer computed, step by step.
+
+An attention layer keeps only its weights (``attention_weights``), after the pooling. To
+show a learner how scores become weights, a picture needs more: the scorer's scores before
+anything is added, the positional bias, which keys were masked out, and the weights. Inside
+the ``with`` block every ``mt.nn.Attention`` of ``model`` records those at each call, and
+every ``MultiHeadAttention`` takes the plain path (a streamed layer builds no scores to
+record):
+
+    with mt.viz.capture(model) as cap:
+        model(enc_X, dec_X, enc_valid_lens)
+    for record in cap.records:       # in call order
+        record.name, record.scores, record.bias, record.allowed, record.weights
+
+Arrays are host NumPy copies: ``scores`` and ``weights`` (..., Q, K) as the scorer and the
+pooling returned them ((batch, num_heads, Q, K) inside multi-head attention); ``bias`` the
+score bias as given to the layer (None without one); ``allowed`` the bool mask of the keys
+each query may attend (valid_lens, mask, causal and -inf biases combined), of the scores'
+shape. Nothing changes in what the model computes.
+"""
+
+import contextlib
+from dataclasses import dataclass
+
+import numpy
+
+from ..nn.attention import Attention, causal_mask, plain_attention
+from ..ops.softmax import lens_per_row
+
+
+@dataclass
+class AttentionRecord:
+    """One call of one attention layer (see the module docstring)."""
+
+    name: str  # the layer's dotted name in the model, e.g. "encoder.blks.0.attention.attention"
+    scores: numpy.ndarray
+    bias: numpy.ndarray | None
+    allowed: numpy.ndarray
+    weights: numpy.ndarray
+
+
+class Capture:
+    """What ``capture`` hands out: ``records``, one ``AttentionRecord`` per attention call,
+    in call order; ``for_layer(name)`` the records of one layer."""
+
+    def __init__(self):
+        self.records = []
+
+    def for_layer(self, name):
+        return [r for r in self.records if r.name == name]
+
+    def __repr__(self):
+        return f"Capture({len(self.records)} attention calls)"
+
+
+def _allowed(backend, scores, valid_lens, mask, causal, bias):
+    """The keys each query may attend, as the pooling sees them: a bool host array."""
+    shape = scores.shape
+    allowed = numpy.ones(shape, dtype=bool)
+    if valid_lens is not None:
+        lens = backend.to_numpy(lens_per_row(backend.xp, valid_lens.data, shape)).reshape(shape[:-1] + (1,))
+        allowed &= numpy.arange(shape[-1]) < lens
+    if mask is not None:
+        allowed &= backend.to_numpy(mask.data).astype(bool)
+    if causal:
+        allowed &= backend.to_numpy(causal_mask(shape[-2], shape[-1], device=scores.device).data)
+    if bias is not None:
+        allowed &= numpy.isfinite(backend.to_numpy(bias.data))
+    return allowed
+
+
+def _recording(layer, name, cap):
+    """A ``weigh`` for ``layer`` that records its inputs and output, then does what it did."""
+    weigh = type(layer).weigh
+
+    def recording_weigh(scores, valid_lens=None, mask=None, causal=False, bias=None):
+        weights = weigh(layer, scores, valid_lens, mask, causal, bias)
+        backend = scores._backend
+        # the layer converted lists and arrays into tensors inside weigh: do the same here
+        valid_lens = None if valid_lens is None else _tensor_like(valid_lens, scores)
+        mask = None if mask is None else _tensor_like(mask, scores, "bool")
+        bias = None if bias is None else _tensor_like(bias, scores, scores.dtype)
+        cap.records.append(
+            AttentionRecord(
+                name,
+                backend.to_numpy(scores.data).copy(),
+                None if bias is None else backend.to_numpy(bias.data).copy(),
+                _allowed(backend, scores, valid_lens, mask, causal, bias),
+                backend.to_numpy(weights.data).copy(),
+            )
+        )
+        return weights
+
+    return recording_weigh
+
+
+def _tensor_like(value, like, dtype=None):
+    from ..tensor import Tensor, tensor
+
+    return value if isinstance(value, Tensor) else tensor(value, dtype=dtype, device=like.device)
+
+
+@contextlib.contextmanager
+def capture(model):
+    """Record every attention call of ``model`` inside the block (see the module docstring)."""
+    cap = Capture()
+    layers = [(name or type(model).__name__, m) for name, m in model.named_modules() if isinstance(m, Attention)]
+    with plain_attention(model):
+        for name, layer in layers:
+            layer.weigh = _recording(layer, name, cap)  # an instance attribute: hides the method
+        try:
+            yield cap
+        finally:
+            for _, layer in layers:
+                del layer.weigh
