@@ -264,10 +264,7 @@ def _translate(args):
 
 
 def _attention_png(args, config, model, src, hyp, i):
-    run_dir = os.path.abspath(args.checkpoint.rstrip("/\\"))
-    if os.path.basename(run_dir) in (CHECKPOINT_DIR, BEST_DIR):  # given a checkpoint itself: its run folder
-        run_dir = os.path.dirname(run_dir)
-    path = os.path.join(args.attention_dir or run_dir, f"translate_attention_{i + 1}.png")
+    path = os.path.join(args.attention_dir or _run_folder(args.checkpoint), f"translate_attention_{i + 1}.png")
     rows = hyp.tokens + (["<eos>"] if hyp.ended else [])
     cols = src + ["<eos>"]
     attention = hyp.attention[..., : len(cols)]  # the padding columns carry no weight
@@ -276,6 +273,43 @@ def _attention_png(args, config, model, src, hyp, i):
     else:
         plot_cross_attention(attention, cols, rows, path=path)
     return path
+
+
+def _explain(args):
+    from .viz import attention_page  # the page's code loads only for this command
+
+    model, config, src_vocab, tgt_vocab, num_steps, tgt_num_steps = _load_for_inference(args.checkpoint, args.device)
+    is_lm = config.model == "lm"
+    tokens = tokenize_text(config, args.text)
+    unit = "words" if config.tokens == "word" else "characters"
+    what = "the prompt" if is_lm else "the input"
+    _check_input("explain", what, args.text, tokens, src_vocab, unit, spaces_are_text=is_lm)
+    if is_lm:
+        if args.beam != 1:
+            raise _usage("--beam: a language model's page shows its greedy continuation; leave --beam out")
+        page = attention_page(model, tokens, tgt_vocab, max_len=args.max_len or 40, lang=args.lang)
+    else:
+        steps = max(num_steps, len(tokens) + 1)
+        max_len = args.max_len or tgt_num_steps or 2 * steps
+        # padded as in training only where the encoder reads the padding (the Bahdanau GRU); a
+        # Transformer's valid_lens hide it, and the page is clearer without it
+        padded = num_steps if config.model == "bahdanau" else None
+        options = dict(max_len=max_len, beam_size=args.beam, num_steps=padded, lang=args.lang)
+        page = attention_page(model, tokens, src_vocab, tgt_vocab, **options)
+    out = args.out or os.path.join(_run_folder(args.checkpoint), "explain.html")
+    page.save(out)
+    print(f"{detokenize(config, page.output)}")
+    size = os.path.getsize(out) / 1024
+    print(f"page: {os.path.abspath(out)} ({size:.0f} KiB; open it in a browser, no network needed)")
+    return 0
+
+
+def _run_folder(checkpoint):
+    """The run folder of ``checkpoint`` (a run folder, or its best/ or checkpoint/ inside)."""
+    run_dir = os.path.abspath(checkpoint.rstrip("/\\"))
+    if os.path.basename(run_dir) in (CHECKPOINT_DIR, BEST_DIR):
+        run_dir = os.path.dirname(run_dir)
+    return run_dir
 
 
 def _generate(args):
@@ -456,6 +490,22 @@ def _add_train_parser(sub, common):
     g.add_argument("--seed", type=_at_least(0), default=0, help="the seed of the sampling (default 0)")
     g.add_argument("--device", default="cpu", help="where the model runs (default cpu)")
     g.set_defaults(func=_generate)
+
+    e = sub.add_parser(
+        "explain",
+        parents=[common],
+        help="write one offline HTML page of a model's attention on an input (scores, weights, graph)",
+    )
+    e.add_argument("text", help='the input: a sentence to translate, or a language model\'s prompt, e.g. "3 May 2021"')
+    e.add_argument("--checkpoint", required=True, metavar="DIR", help=where)
+    e.add_argument("--out", metavar="FILE", help="the page (default: explain.html in the run folder)")
+    e.add_argument("--lang", choices=("en", "zh"), default="en", help="the language the page opens in (default en)")
+    e.add_argument(
+        "--beam", type=_at_least(1), default=1, metavar="K", help="beam search with K beams (default 1: greedy)"
+    )
+    e.add_argument("--max-len", type=_at_least(1), help="longest output in tokens (a prompt's continuation: 40)")
+    e.add_argument("--device", default="cpu", help="where the model runs (default cpu)")
+    e.set_defaults(func=_explain)
 
 
 def build_parser():

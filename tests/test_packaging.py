@@ -119,6 +119,7 @@ def test_wheel_holds_minitensor_and_minitensor_plugins(wheel, source):
     assert expected - names == set()
     # and the character LM's example text with its README (package data, not modules)
     assert {"minitensor/data/texts/time_machine.txt", "minitensor/data/texts/README.md"} <= names
+    assert {"minitensor/viz/page.js", "minitensor/viz/page.css"} <= names  # what every explain page inlines
 
 
 @pytest.mark.slow

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy
 
-from ..nn.attention import Attention, causal_mask, plain_attention
+from ..nn.attention import Attention, MultiHeadAttention, causal_mask, plain_attention
 from ..ops.softmax import lens_per_row
 
 
@@ -41,10 +41,13 @@ class AttentionRecord:
 
 class Capture:
     """What ``capture`` hands out: ``records``, one ``AttentionRecord`` per attention call,
-    in call order; ``for_layer(name)`` the records of one layer."""
+    in call order; ``for_layer(name)`` the records of one layer; ``outputs``: {layer name:
+    the output Tensor of its last call}, for every ``Attention`` and ``MultiHeadAttention``,
+    with its graph when the pass was differentiable (``mt.viz.graph(cap.outputs[name])``)."""
 
     def __init__(self):
         self.records = []
+        self.outputs = {}
 
     def for_layer(self, name):
         return [r for r in self.records if r.name == name]
@@ -100,16 +103,36 @@ def _tensor_like(value, like, dtype=None):
     return value if isinstance(value, Tensor) else tensor(value, dtype=dtype, device=like.device)
 
 
+def _keeping_output(layer, method, name, cap):
+    """``layer.<method>`` that also keeps its result in ``cap.outputs[name]``."""
+    bound = getattr(type(layer), method)
+
+    def keeping(*args, **kwargs):
+        out = bound(layer, *args, **kwargs)
+        cap.outputs[name] = out
+        return out
+
+    return keeping
+
+
 @contextlib.contextmanager
 def capture(model):
     """Record every attention call of ``model`` inside the block (see the module docstring)."""
     cap = Capture()
-    layers = [(name or type(model).__name__, m) for name, m in model.named_modules() if isinstance(m, Attention)]
+    named = [(name or type(model).__name__, m) for name, m in model.named_modules()]
+    layers = [(name, m) for name, m in named if isinstance(m, Attention)]
+    multi = [(name, m) for name, m in named if isinstance(m, MultiHeadAttention)]
+    patched = []
     with plain_attention(model):
-        for name, layer in layers:
-            layer.weigh = _recording(layer, name, cap)  # an instance attribute: hides the method
-        try:
+        try:  # instance attributes hide the methods until they are deleted
+            for name, layer in layers:
+                layer.weigh = _recording(layer, name, cap)
+                layer.forward = _keeping_output(layer, "forward", name, cap)
+                patched += [(layer, "weigh"), (layer, "forward")]
+            for name, layer in multi:  # attend: the one path of training and cached decoding
+                layer.attend = _keeping_output(layer, "attend", name, cap)
+                patched.append((layer, "attend"))
             yield cap
         finally:
-            for _, layer in layers:
-                del layer.weigh
+            for layer, method in patched:
+                delattr(layer, method)

@@ -115,15 +115,17 @@ class Graph:
             self.nodes.append(Node(index, "op", label, shape, dtype, saved, order[id(t)], inputs=inputs))
 
     # -- gradients -------------------------------------------------------------------------
-    def backward(self, grad=None):
-        """Run ``root.backward(grad)`` and record every node's gradient norm |dL/d(output)|.
-        Leaves keep their ``.grad`` as usual; the intermediate gradients are read and dropped."""
+    def backward(self, grad=None, loss=None):
+        """Run ``root.backward(grad)`` -- or ``loss.backward()``, for a ``loss`` computed from
+        the root, as a training step would -- and record every node's gradient norm
+        |dL/d(output)|. Leaves keep their ``.grad`` as usual; the intermediate gradients are
+        read and dropped."""
         kept = [t._retain_grad for t in self._tensors]
         for t in self._tensors:
             if t._ctx is not None:
                 t.retain_grad()
         try:
-            self.root.backward(grad)
+            (self.root if loss is None else loss).backward(grad)
             for node, t in zip(self.nodes, self._tensors, strict=True):
                 if t.grad is not None:
                     g = t._backend.to_numpy(t.grad.data if isinstance(t.grad, Tensor) else t.grad)

@@ -1,0 +1,145 @@
+// The attention page: draws the heatmap of the chosen layer, head and view from the data that
+// page.py embedded (window.PAGE), shows a cell's numbers on hover, lists each query's entropy
+// and top keys, and switches every label between English and Chinese (remembered in the page).
+"use strict";
+(function () {
+  const page = JSON.parse(document.getElementById("page-data").textContent);
+  const svgNS = "http://www.w3.org/2000/svg";
+  const state = { layer: 0, head: 0, view: "weights", lang: "en" };
+  try { state.lang = localStorage.getItem("minitensor-lang") || page.lang; } catch (e) { state.lang = page.lang; }
+
+  const t = (key) => (page.labels[state.lang] || page.labels.en)[key] || key;
+  const el = (id) => document.getElementById(id);
+
+  function translate() {
+    document.documentElement.lang = state.lang === "zh" ? "zh-CN" : "en";
+    document.querySelectorAll("[data-label]").forEach((node) => { node.textContent = t(node.dataset.label); });
+    el("lang").value = state.lang;
+    fillLayers();
+  }
+
+  function fillLayers() {
+    const select = el("layer");
+    select.innerHTML = "";
+    page.layers.forEach((layer, i) => {
+      const option = document.createElement("option");
+      option.value = i;
+      option.textContent = t(layer.kind) + (layer.block ? " · " + t("block") + " " + layer.block : "");
+      select.appendChild(option);
+    });
+    select.value = state.layer;
+    fillHeads();
+  }
+
+  function fillHeads() {
+    const select = el("head");
+    select.innerHTML = "";
+    const layer = page.layers[state.layer];
+    for (let h = 0; h < layer.weights.length; h++) {
+      const option = document.createElement("option");
+      option.value = h;
+      option.textContent = t("head") + " " + (h + 1);
+      select.appendChild(option);
+    }
+    state.head = Math.min(state.head, layer.weights.length - 1);
+    select.value = state.head;
+    el("view-bias").disabled = !layer.bias;
+    if (!layer.bias && state.view === "bias") state.view = "weights";
+    el("view").value = state.view;
+    draw();
+  }
+
+  function colour(value, low, high) {
+    if (!isFinite(value)) return "#ffffff";
+    const x = high > low ? (value - low) / (high - low) : 0;
+    const light = Math.round(96 - 62 * x);  // a single blue hue, darker = larger
+    return "hsl(215, 70%, " + light + "%)";
+  }
+
+  function draw() {
+    const layer = page.layers[state.layer];
+    const matrix = layer[state.view] ? layer[state.view][state.view === "bias" ? Math.min(state.head, layer.bias.length - 1) : state.head] : null;
+    const weights = layer.weights[state.head], scores = layer.scores[state.head];
+    const allowed = layer.allowed[state.head];
+    const rows = layer.queries, cols = layer.keys;
+    const cell = 22, left = 90, top = 70;
+    const svg = document.createElementNS(svgNS, "svg");
+    svg.setAttribute("width", left + cols.length * cell + 10);
+    svg.setAttribute("height", top + rows.length * cell + 10);
+    svg.setAttribute("id", "heatmap");
+    const finite = matrix.flat().filter((v, k) => v !== null && allowed.flat()[k]);
+    const low = Math.min(...finite), high = Math.max(...finite);
+    cols.forEach((token, j) => {
+      const label = document.createElementNS(svgNS, "text");
+      label.setAttribute("transform", "translate(" + (left + j * cell + cell / 2 + 4) + "," + (top - 6) + ") rotate(-60)");
+      label.textContent = token;
+      svg.appendChild(label);
+    });
+    rows.forEach((token, i) => {
+      const label = document.createElementNS(svgNS, "text");
+      label.setAttribute("x", left - 6);
+      label.setAttribute("y", top + i * cell + cell / 2 + 4);
+      label.setAttribute("text-anchor", "end");
+      label.textContent = token;
+      svg.appendChild(label);
+      cols.forEach((key, j) => {
+        const rect = document.createElementNS(svgNS, "rect");
+        const value = matrix[i][j];
+        rect.setAttribute("x", left + j * cell);
+        rect.setAttribute("y", top + i * cell);
+        rect.setAttribute("width", cell - 1);
+        rect.setAttribute("height", cell - 1);
+        rect.setAttribute("class", allowed[i][j] ? "cell" : "cell masked");
+        rect.setAttribute("fill", allowed[i][j] ? colour(value === null ? -Infinity : value, low, high) : "#e4e4e4");
+        rect.dataset.row = i;
+        rect.dataset.col = j;
+        rect.dataset.weight = weights[i][j];
+        rect.dataset.score = scores[i][j] === null ? "-inf" : scores[i][j];
+        rect.addEventListener("mouseenter", () => hover(i, j));
+        svg.appendChild(rect);
+      });
+    });
+    el("heatmap-box").replaceChildren(svg);
+    el("tooltip").textContent = t("hover");
+    listQueries(weights, allowed, rows, cols);
+  }
+
+  function hover(i, j) {
+    const layer = page.layers[state.layer];
+    const score = layer.scores[state.head][i][j];
+    const parts = [
+      t("query") + " " + (i + 1) + " “" + layer.queries[i] + "” → " + t("key") + " " + (j + 1) + " “" + layer.keys[j] + "”",
+      t("score") + " " + (score === null ? "−∞" : score.toFixed(4)),
+      t("weights") + " " + layer.weights[state.head][i][j].toFixed(4),
+    ];
+    if (layer.bias) parts.push(t("bias") + " " + fmt(layer.bias[Math.min(state.head, layer.bias.length - 1)][i][j]));
+    if (!layer.allowed[state.head][i][j]) parts.push(t("masked"));
+    el("tooltip").textContent = parts.join(" · ");
+  }
+
+  const fmt = (v) => (v === null ? "−∞" : v.toFixed(4));
+
+  function listQueries(weights, allowed, rows, cols) {
+    const list = el("queries");
+    list.innerHTML = "";
+    rows.forEach((token, i) => {
+      let entropy = 0;
+      weights[i].forEach((w) => { if (w > 0) entropy -= w * Math.log(w); });
+      const top = weights[i].map((w, j) => [w, j]).filter(([w, j]) => allowed[i][j]).sort((a, b) => b[0] - a[0]).slice(0, 3);
+      const item = document.createElement("li");
+      item.textContent = "“" + token + "”: " + t("entropy") + " " + entropy.toFixed(3) + " · " + t("top") + " " +
+        top.map(([w, j]) => "“" + cols[j] + "” " + w.toFixed(3)).join(", ");
+      list.appendChild(item);
+    });
+  }
+
+  el("layer").addEventListener("change", (e) => { state.layer = +e.target.value; fillHeads(); });
+  el("head").addEventListener("change", (e) => { state.head = +e.target.value; draw(); });
+  el("view").addEventListener("change", (e) => { state.view = e.target.value; draw(); });
+  el("lang").addEventListener("change", (e) => {
+    state.lang = e.target.value;
+    try { localStorage.setItem("minitensor-lang", state.lang); } catch (err) { /* file:// may refuse storage */ }
+    translate();
+  });
+  translate();
+})();

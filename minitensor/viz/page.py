@@ -1,0 +1,253 @@
+"""One self-contained HTML page of a model's attention and of the graph autograd walks.
+
+``AttentionPage(capture, tokens, output)`` turns what ``mt.viz.capture`` recorded into a page:
+for every attention layer and head, the scores before the pooling, the weights after it and
+the positional bias (where a "scores" encoding gave one), with masked keys greyed out; a
+cell's numbers on hover; each query's entropy and top keys; the autograd graph of one
+attention call (``mt.viz.graph``); every label in English or Chinese (the terms of
+``tutorials/GLOSSARY.md``), the choice remembered by the browser.
+
+The page is one file and needs nothing else: the data travel as JSON inside it, the drawing
+is ``page.js`` and the style ``page.css``, both inlined, and a Content-Security-Policy that
+allows nothing but the page itself makes the browser refuse any request that would leave it.
+Blocks and heads are numbered from 1, as in the PNG heatmaps.
+"""
+
+import html
+import json
+import math
+import re
+from importlib import resources
+
+import numpy
+
+# Every label of the page, in both languages (terms as in tutorials/GLOSSARY.md).
+LABELS = {
+    "en": {
+        "title": "Attention, step by step",
+        "output": "Output, token by token",
+        "alternatives": "Other hypotheses of the beam (score)",
+        "attention": "Attention",
+        "layer": "Layer",
+        "head": "head",
+        "block": "block",
+        "view": "Show",
+        "weights": "attention weights",
+        "scores": "attention scores (before the pooling)",
+        "bias": "positional bias",
+        "encoder_self": "encoder self-attention",
+        "decoder_self": "decoder self-attention",
+        "cross": "encoder–decoder attention",
+        "self": "self-attention",
+        "query": "query",
+        "key": "key",
+        "score": "score",
+        "masked": "masked (may not attend)",
+        "entropy": "entropy",
+        "top": "top keys",
+        "queries": "Per query",
+        "hover": "Hover a cell to see its query, key, score and weight.",
+        "graph": "The autograd graph of one attention call",
+        "graph_note": "One box per operation, numbered in the order backward visits them; "
+        "shape, dtype, bytes saved for backward and, after backward, the gradient norm.",
+        "language": "Language",
+    },
+    "zh": {
+        "title": "逐步看注意力",
+        "output": "输出（逐个词元）",
+        "alternatives": "束搜索的其他假设（分数）",
+        "attention": "注意力",
+        "layer": "层",
+        "head": "头",
+        "block": "块",
+        "view": "显示",
+        "weights": "注意力权重",
+        "scores": "注意力分数（汇聚之前）",
+        "bias": "位置偏置",
+        "encoder_self": "编码器自注意力",
+        "decoder_self": "解码器自注意力",
+        "cross": "编码器－解码器注意力",
+        "self": "自注意力",
+        "query": "查询",
+        "key": "键",
+        "score": "分数",
+        "masked": "已遮蔽（不可关注）",
+        "entropy": "熵",
+        "top": "权重最大的键",
+        "queries": "每个查询",
+        "hover": "将鼠标悬停在格子上，查看其查询、键、分数和权重。",
+        "graph": "一次注意力计算的计算图",
+        "graph_note": "每个方框是一个运算，编号是反向传播访问它们的顺序；"
+        "形状、数据类型、为反向传播保存的字节数，以及反向传播之后的梯度范数。",
+        "language": "语言",
+    },
+}
+
+CSP = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:"
+_BLOCK = re.compile(r"\.blks\.(\d+)\.")
+
+
+def _kind(name):
+    """Which attention a layer's dotted name is: cross, encoder or decoder self-attention."""
+    if "attention2" in name or name.endswith("decoder.attention"):  # (the Bahdanau decoder's)
+        return "cross"
+    if name.startswith("encoder"):
+        return "encoder_self"
+    if name.startswith("decoder") and "attention1" in name:
+        return "decoder_self"
+    return "self"
+
+
+def _rounded(array, digits=6):
+    """A nested list for JSON, rounded; -inf and NaN become None (JSON has no infinities)."""
+    rounded = numpy.round(numpy.asarray(array, dtype=numpy.float64), digits)
+    if rounded.ndim == 1:
+        return [float(v) if math.isfinite(v) else None for v in rounded]
+    return [_rounded(part, digits) for part in rounded]
+
+
+def _shown(tokens):
+    """Tokens as labels: a space (a character model's token) as the visible ␣."""
+    return ["␣" if t == " " else str(t) for t in tokens]
+
+
+def _stacked(records):
+    """One record per layer: a layer called once per decoded token (queries of length 1 each,
+    as a Bahdanau decoder is) has its calls stacked along the queries; otherwise the last call."""
+    if len(records) == 1 or any(r.scores.shape[-2] != 1 for r in records):
+        return records[-1]
+    keys = records[0].scores.shape[-1]
+    if any(r.scores.shape[-1] != keys for r in records):  # a growing cache: the last call sees every key
+        return records[-1]
+
+    def join(what):
+        parts = [getattr(r, what) for r in records]
+        if any(p is None for p in parts):
+            return None
+        return numpy.concatenate([numpy.broadcast_to(p, r.scores.shape) for p, r in zip(parts, records)], axis=-2)
+
+    first = records[0]
+    return type(first)(first.name, join("scores"), join("bias"), join("allowed"), join("weights"))
+
+
+def _heads(array):
+    """(batch 1, heads, Q, K) or (batch 1, Q, K) -> (heads, Q, K) of the first example."""
+    array = numpy.asarray(array)
+    return array[0] if array.ndim == 4 else array[:1] if array.ndim == 3 else array[None]
+
+
+class AttentionPage:
+    """The page (see the module docstring): ``html``, ``save(path)``, ``_repr_html_``.
+
+    ``capture``: a ``mt.viz.Capture`` of ONE example (batch 1), or a list of its records;
+    ``tokens``: {"encoder": source tokens, "decoder": decoder input tokens} (an LM: only
+    "decoder"), labelling the queries and keys of each kind of layer; ``output``: the
+    decoded tokens; ``alternatives``: other hypotheses as (tokens, score) pairs;
+    ``graph``: a ``mt.viz.Graph`` to show; ``lang``: "en" or "zh", the first language shown.
+    """
+
+    def __init__(self, capture, tokens, output=(), alternatives=(), graph=None, title=None, lang="en"):
+        if lang not in LABELS:
+            raise ValueError(f"AttentionPage: lang must be one of {sorted(LABELS)}, got {lang!r}")
+        records = getattr(capture, "records", capture)
+        self.lang, self.title = lang, title
+        self.output, self.alternatives, self.graph = list(output), list(alternatives), graph
+        self.layers = []
+        calls = {}
+        for record in records:
+            calls.setdefault(record.name, []).append(record)
+        for name, group in calls.items():
+            record = _stacked(group)
+            kind = _kind(name)
+            queries = tokens.get("encoder" if kind == "encoder_self" else "decoder", [])
+            keys = tokens.get("decoder" if kind in ("decoder_self", "self") else "encoder", [])
+            weights = _heads(record.weights)
+            if weights.shape[1:] != (len(queries), len(keys)):
+                raise ValueError(
+                    f"AttentionPage: layer {name!r} attends {weights.shape[1]} queries to {weights.shape[2]} keys, "
+                    f"but {len(queries)} query and {len(keys)} key tokens were given"
+                )
+            queries, keys = map(_shown, (queries, keys))
+            block = _BLOCK.search(name)
+            bias = None if record.bias is None else numpy.broadcast_to(record.bias, record.scores.shape)
+            self.layers.append(
+                {
+                    "name": name,
+                    "kind": kind,
+                    "block": int(block.group(1)) + 1 if block else None,
+                    "queries": queries,
+                    "keys": keys,
+                    "scores": _rounded(_heads(record.scores)),
+                    "weights": _rounded(weights),
+                    "bias": None if bias is None else _rounded(_heads(bias)),
+                    "allowed": _heads(record.allowed).tolist(),
+                }
+            )
+
+    @property
+    def html(self):
+        data = {"lang": self.lang, "labels": LABELS, "layers": self.layers}
+        assets = resources.files(__package__)
+        script = assets.joinpath("page.js").read_text(encoding="utf-8")
+        style = assets.joinpath("page.css").read_text(encoding="utf-8")
+        labels = LABELS[self.lang]
+
+        def label(key, tag="span", extra=""):
+            return f'<{tag} data-label="{key}"{extra}>{html.escape(labels[key])}</{tag}>'
+
+        tokens = "".join(f"<span>{html.escape(str(t))}</span>" for t in self.output)
+        alternatives = ""
+        if self.alternatives:
+            items = "".join(
+                f"<li>{html.escape(' '.join(map(str, toks)))} ({score:.3f})</li>" for toks, score in self.alternatives
+            )
+            alternatives = f"{label('alternatives', 'h3')}<ol>{items}</ol>"
+        graph = ""
+        if self.graph is not None:
+            note = label("graph_note", "p", ' class="note"')
+            graph = f'{label("graph", "h2")}{note}<div class="graph">{self.graph.svg}</div>'
+
+        # </script> inside the JSON would end the script element: escape the slash
+        payload = json.dumps(data, ensure_ascii=False, separators=(",", ":")).replace("</", "<\\/")
+        return f"""<!DOCTYPE html>
+<html lang="{"zh-CN" if self.lang == "zh" else "en"}">
+<head>
+<meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="{CSP}">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{html.escape(self.title or labels["title"])}</title>
+<style>{style}</style>
+</head>
+<body>
+<div class="controls">{label("language")} <select id="lang"><option value="en">English</option>\
+<option value="zh">中文</option></select></div>
+{label("title", "h1")}
+{label("output", "h2")}<div class="tokens" id="output">{tokens}</div>{alternatives}
+{label("attention", "h2")}
+<div class="controls">{label("layer")} <select id="layer"></select> <select id="head"></select>
+{label("view")} <select id="view"><option value="weights" data-label="weights">{labels["weights"]}</option>\
+<option value="scores" data-label="scores">{labels["scores"]}</option>\
+<option value="bias" id="view-bias" data-label="bias">{labels["bias"]}</option></select></div>
+<div id="tooltip"></div>
+<div id="heatmap-box"></div>
+{label("queries", "h3")}<ul id="queries"></ul>
+{graph}
+<script type="application/json" id="page-data">{payload}</script>
+<script>{script}</script>
+</body>
+</html>
+"""
+
+    def _repr_html_(self):
+        return self.html
+
+    def save(self, path):
+        """Write the page to ``path`` (UTF-8, atomically enough for one file: write, then rename)."""
+        import os
+
+        path = os.fspath(path)
+        partial = path + ".partial"
+        with open(partial, "w", encoding="utf-8") as f:
+            f.write(self.html)
+        os.replace(partial, path)
+        return path
