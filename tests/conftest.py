@@ -49,3 +49,27 @@ def pytest_collection_modifyitems(items):
         for item in items:
             if "cuda" in getattr(item, "fixturenames", ()):
                 item.add_marker(pytest.mark.gpu)
+
+
+# A small Transformer trained once per test session, for the tests that need a trained model
+# (the explain page in a browser, ...): the reverse task, 2 blocks of 4 heads, one epoch.
+TRAINED_RUN = ["--task", "reverse", "--num-train", "128", "--num-heldout", "8", "--max-len", "5"]
+TRAINED_RUN += ["--batch-size", "32", "--num-blks", "2", "--num-hiddens", "16", "--ffn-num-hiddens", "32"]
+TRAINED_RUN += ["--num-heads", "4", "--epochs", "1", "--no-progress"]
+
+
+@pytest.fixture(scope="session")
+def trained_run(tmp_path_factory):
+    """The run folder of ``TRAINED_RUN``, trained by ``minitensor train`` as a user would."""
+    import subprocess
+
+    home = tmp_path_factory.mktemp("trained")
+    done = subprocess.run(
+        [sys.executable, "-m", "minitensor", "train", *TRAINED_RUN, "--out", "run"],
+        capture_output=True,
+        text=True,
+        cwd=home,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    return home / "run"
