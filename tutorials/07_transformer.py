@@ -544,6 +544,23 @@ for i, ch in enumerate(tgt_labels[1:], start=1):
 # loss curve and the same three maps for the first held-out date, and the checkpoint:
 # `minitensor translate --checkpoint tutorial_figures/07_transformer/date_run/checkpoint "3 May 2021"`.
 #
+# The same maps can be explored instead of looked at: `mt.viz.attention_page` decodes the
+# date, runs the model teacher-forced inside `mt.viz.capture` (which records every layer's
+# scores before the pooling, its positional bias, the keys it may see and its weights) and
+# writes one HTML page that opens offline in a browser. Pick a block and a head, switch
+# between scores and weights, hover a cell for its numbers, read each query's entropy, and
+# switch the labels to Chinese; `minitensor explain --checkpoint RUN "3 May 2021"` writes the
+# same page from the command line.
+
+# %%
+page = mt.viz.attention_page(model, example, data.src_vocab, data.tgt_vocab, max_len=data.tgt_num_steps)
+page.save(figure_path(T, "date_explain.html"))
+kinds = [(layer["kind"], layer["block"]) for layer in page.layers]
+shown = np.array(page.layers[kinds.index(("cross", len(cross_w)))]["weights"])
+assert page.output == list(hyp.tokens) and np.allclose(shown, cross_w[-1].numpy()[0], atol=1e-6)
+print("wrote", figure_path(T, "date_explain.html"), f"({len(page.html) / 1024:.0f} KiB)")
+
+# %% [markdown]
 # ## Exercises
 #
 # 1. Train the book's post-LN model, `config.replace(norm_first=False)` (the command line's

@@ -395,6 +395,25 @@ draw_graph(tensors, edges, names, figure_path(T, "graph_attention.png"))
 print("wrote", figure_path(T, "graph_attention.png"))
 
 # %% [markdown]
+# minitensor draws the same graph itself: `mt.viz.graph(loss)` walks it as `walk` did and
+# lays it out in layers (inputs on top, $L$ at the bottom) as an SVG, one box per Function
+# with its output's shape and dtype, the bytes it saved for backward and its number in
+# backward's order; `.backward()` runs the pass and adds each node's gradient norm. It shows
+# itself in a notebook and `.save(path)` writes the file; `minitensor explain` puts the graph
+# of a real attention layer into its page.
+
+# %%
+drawing = mt.viz.graph(loss, names={"Q": Q, "K": K, "V": V})
+assert len(drawing.ops) == len(functions), "one node per Function"
+assert [n.label for n in sorted(drawing.ops, key=lambda n: n.order)] == [
+    type(t.grad_fn).__name__ for t in backward_order
+], "numbered in backward's order"
+drawing.backward()
+assert drawing.ops[-1].grad_norm == 1.0, "dL/dL = 1 at the bottom"
+drawing.save(figure_path(T, "graph_attention.svg"))
+print(drawing, "- saved", figure_path(T, "graph_attention.svg"))
+
+# %% [markdown]
 # ## How `backward` orders the nodes
 #
 # `autograd.backward` does what our `Value.backward` did, without sorting the whole graph
