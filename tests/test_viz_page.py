@@ -74,6 +74,14 @@ def test_masked_keys_are_marked_and_scores_keep_minus_infinity_as_null():
     assert all(w == 0 for w in decoder["weights"][0][0][1:])
 
 
+def test_a_plugin_scorer_and_pooling_show_as_the_built_ins_do():
+    model, vocab = tiny_model(scorer="additive", pooling="sparsemax")
+    page = mt.viz.attention_page(model, list("abc"), vocab, vocab, max_len=3)
+    data, _ = page_data(page.html)
+    weights = np.array(data["layers"][0]["weights"])
+    assert weights.shape == (2, 4, 4) and np.allclose(weights.sum(-1), 1, atol=1e-6)
+
+
 @pytest.mark.parametrize("kind", ["bahdanau", "lm"])
 def test_every_model_the_cli_trains_has_a_page(kind):
     model, vocab = tiny_model(kind, **({"text": "x.txt"} if kind == "lm" else {}))
