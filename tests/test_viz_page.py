@@ -121,3 +121,16 @@ def test_minitensor_explain_writes_the_page_of_a_trained_run(tmp_path):
     assert len(data["layers"]) == 6
     empty = run("explain", "--checkpoint", "run", " ")
     assert empty.returncode == 2 and "the input is empty" in empty.stderr
+
+
+def test_the_chinese_labels_use_the_glossarys_terms():
+    from pathlib import Path
+
+    from minitensor.viz.page import LABELS
+
+    glossary = (Path(__file__).resolve().parents[1] / "tutorials" / "GLOSSARY.md").read_text(encoding="utf-8")
+    terms = {"weights": "注意力权重", "head": "头", "cross": "编码器－解码器注意力", "bias": "注意力偏置"}
+    terms |= {"masked": "掩蔽", "graph": "计算图", "output": "词元", "alternatives": "束搜索"}
+    for key, term in terms.items():
+        assert term in LABELS["zh"][key] and term in glossary, key
+    assert LABELS["en"].keys() == LABELS["zh"].keys()
