@@ -35,7 +35,13 @@ def main():
         subprocess.run(command + ["--lang", "zh", "--out", page], check=True)
         options = webdriver.ChromeOptions()
         options.binary_location = shutil.which("chromium") or shutil.which("chromium-browser")
-        for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1000,900"):
+        for flag in (
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--window-size=1000,900",
+        ):
             options.add_argument(flag)
         driver = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
         try:
