@@ -26,6 +26,7 @@ import numpy
 
 from ..nn.attention import Attention, MultiHeadAttention, causal_mask, plain_attention
 from ..ops.softmax import lens_per_row
+from ..tensor import Tensor, tensor
 
 
 @dataclass
@@ -98,8 +99,6 @@ def _recording(layer, name, cap):
 
 
 def _tensor_like(value, like, dtype=None):
-    from ..tensor import Tensor, tensor
-
     return value if isinstance(value, Tensor) else tensor(value, dtype=dtype, device=like.device)
 
 

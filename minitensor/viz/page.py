@@ -16,6 +16,7 @@ Blocks and heads are numbered from 1, as in the PNG heatmaps.
 import html
 import json
 import math
+import os
 import re
 from importlib import resources
 
@@ -242,9 +243,7 @@ class AttentionPage:
         return self.html
 
     def save(self, path):
-        """Write the page to ``path`` (UTF-8, atomically enough for one file: write, then rename)."""
-        import os
-
+        """Write the page to ``path`` (UTF-8; written beside it, then renamed: never half a page)."""
         path = os.fspath(path)
         partial = path + ".partial"
         with open(partial, "w", encoding="utf-8") as f:
