@@ -67,7 +67,8 @@
     svg.setAttribute("width", left + cols.length * cell + 10);
     svg.setAttribute("height", top + rows.length * cell + 10);
     svg.setAttribute("id", "heatmap");
-    const finite = matrix.flat().filter((v, k) => v !== null && allowed.flat()[k]);
+    const open = allowed.flat();
+    const finite = matrix.flat().filter((v, k) => v !== null && open[k]);  // the colour scale: allowed cells
     const low = Math.min(...finite), high = Math.max(...finite);
     cols.forEach((token, j) => {
       const label = document.createElementNS(svgNS, "text");
