@@ -33,7 +33,7 @@ import numpy
 from .. import ops
 from ..creation import arange
 from ..errors import ShapeError
-from ..ops.flash_attention import FlashAttention, _indices, stream_plan
+from ..ops.flash_attention import FlashAttention, pick_indices, stream_plan
 from ..tensor import Tensor, tensor
 from .dropout import Dropout
 from .linear import Linear
@@ -520,8 +520,8 @@ class MultiHeadAttention(Module):
         weights = self.attention.attention_weights
         if weights is None:
             raise RuntimeError("MultiHeadAttention.attention_weights_for: the layer has not been called yet")
-        heads = _indices("heads", heads, weights.shape[1])
-        rows = _indices("rows", rows, weights.shape[2])
+        heads = pick_indices("heads", heads, weights.shape[1])
+        rows = pick_indices("rows", rows, weights.shape[2])
         return weights[:, heads][:, :, rows]
 
     def _check_input(self, name, X, size):

@@ -227,8 +227,8 @@ class StreamPlan:
         xp = self.xp
         if self.lse is None:
             raise RuntimeError("attention weights: the streamed attention has not run yet")
-        heads = _indices("heads", heads, self.num_heads)
-        rows = _indices("rows", rows, self.Q)
+        heads = pick_indices("heads", heads, self.num_heads)
+        rows = pick_indices("rows", rows, self.Q)
         out = xp.zeros((self.batch, len(heads), len(rows), self.K), dtype=self.lse.dtype)
         lse = self.lse.reshape(self.batch, self.num_heads, self.Q)
         for i0, i1 in self.query_blocks():
@@ -246,7 +246,7 @@ class StreamPlan:
         return out
 
 
-def _indices(what, chosen, n):
+def pick_indices(what, chosen, n):
     """``heads`` / ``rows`` as a list of ints in 0..n-1 (None = all)."""
     if chosen is None:
         return list(range(n))
@@ -269,10 +269,11 @@ class FlashAttention(Function):
 
     @staticmethod
     def forward(ctx, q, k, v, table, plan):
+        # ``table`` is an input so that autograd gives it a gradient; the tiles read it as
+        # plan.table (the same array), where ``plan.scores`` adds it
         xp = ctx.xp
         B, g, r, Q = plan.batch, plan.g, plan.r, plan.Q
         dv = v.shape[-1]
-        plan.table = table
         q5 = (q * q.dtype.type(plan.scale)).reshape(B, g, r, Q, q.shape[-1])
         out = xp.zeros((B, g, r, Q, dv), dtype=q.dtype)
         lse = xp.full((B, g, r, Q), xp.inf, dtype=q.dtype)

@@ -24,9 +24,8 @@ from dataclasses import dataclass
 
 import numpy
 
-from ..nn.attention import Attention, MultiHeadAttention, causal_mask, plain_attention
+from ..nn.attention import Attention, MultiHeadAttention, _as_tensor, causal_mask, plain_attention
 from ..ops.softmax import lens_per_row
-from ..tensor import Tensor, tensor
 
 
 @dataclass
@@ -81,9 +80,9 @@ def _recording(layer, name, cap):
         weights = weigh(layer, scores, valid_lens, mask, causal, bias)
         backend = scores._backend
         # the layer converted lists and arrays into tensors inside weigh: do the same here
-        valid_lens = None if valid_lens is None else _tensor_like(valid_lens, scores)
-        mask = None if mask is None else _tensor_like(mask, scores, "bool")
-        bias = None if bias is None else _tensor_like(bias, scores, scores.dtype)
+        valid_lens = _as_tensor(valid_lens, scores)
+        mask = _as_tensor(mask, scores, "bool")
+        bias = _as_tensor(bias, scores, scores.dtype)
         cap.records.append(
             AttentionRecord(
                 name,
@@ -96,10 +95,6 @@ def _recording(layer, name, cap):
         return weights
 
     return recording_weigh
-
-
-def _tensor_like(value, like, dtype=None):
-    return value if isinstance(value, Tensor) else tensor(value, dtype=dtype, device=like.device)
 
 
 def _keeping_output(layer, method, name, cap):

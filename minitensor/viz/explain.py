@@ -16,14 +16,10 @@ from ..data.batching import build_array
 from ..grad_mode import enable_grad
 from ..ops.loss import cross_entropy
 from ..tensor import tensor
-from ..train.decoding import generate, translate
+from ..train.decoding import _device, generate, translate
 from .capture import capture
 from .graph import graph
 from .page import AttentionPage
-
-
-def _device(model):
-    return next(iter(model.parameters())).device
 
 
 def attention_page(
