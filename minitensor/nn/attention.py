@@ -157,7 +157,7 @@ class Attention(Module):
         weights = pooling(scores, valid_lens, mask)          (..., Q, K), rows sum to 1 (softmax)
         output  = dropout(weights) @ values                  (..., Q, dv)
 
-    With ``scorer="scaled_dot"`` and ``pooling="softmax"`` this is the seeds' and D2L's
+    With ``scorer="scaled_dot"`` and ``pooling="softmax"`` this is D2L's (10.3 / 11.3)
     scaled dot-product attention, softmax(Q K^T / sqrt(d)) V.
 
     Arguments: ``scorer``, ``pooling``: registered names (``mt.plugins.scorers()`` and
@@ -318,7 +318,8 @@ class MultiHeadAttention(Module):
         output = concat(head_1, ..., head_h) W_o                 d_head = num_hiddens / h
 
     Splitting W_o into h blocks of rows W_o^(i) gives output = sum_i head_i W_o^(i): the
-    seeds' "weighted sum of the heads", with a matrix for each weight.
+    "weighted sum of the heads" some summaries describe is this same map, with a matrix (not a
+    number) for each weight.
 
     W_q, W_k, W_v (query_size / key_size / value_size -> num_hiddens) hold the projections of
     all heads side by side, as in D2L and PyTorch: one matrix product projects for every head,

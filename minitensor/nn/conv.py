@@ -8,7 +8,7 @@ X (batch, in_channels, L) is "channels first", as in PyTorch; X_pad is X with ``
 zeros on both ends. Output length L_out = floor((L + 2 padding - dilation (k - 1) - 1) / stride) + 1.
 (Like PyTorch, this is cross-correlation: the filter is not flipped.)
 
-In the seeds' comparison of CNNs, RNNs and self-attention on a sequence of n tokens with d
+In D2L's comparison (10.6 / 11.6) of CNNs, RNNs and self-attention on a sequence of n tokens with d
 channels, a convolution of width k costs O(k n d^2), its n outputs are computed in parallel,
 and two tokens n apart are linked only after O(n / k) stacked layers.
 

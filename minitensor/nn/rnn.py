@@ -23,8 +23,8 @@ its parameters are PyTorch's, name for name (``weight_ih_l0``, ``weight_hh_l0``,
 
 **Speed.** The inputs' share of the gates, X_t W_ih^T + b_ih, does not depend on H, so it is
 computed for all time steps in one matrix product before the loop. The loop itself -- T
-dependent steps, the O(n) sequential path that the seeds' CNN / RNN / self-attention
-comparison is about -- runs inside one Function, ``GRUSequence`` (``ops/rnn.py``), with
+dependent steps, the O(n) sequential path that D2L's CNN / RNN / self-attention
+comparison (10.6 / 11.6) is about -- runs inside one Function, ``GRUSequence`` (``ops/rnn.py``), with
 backpropagation through time written out beside it: a few array operations per step instead
 of a graph node per operation and a gradient per node.
 """

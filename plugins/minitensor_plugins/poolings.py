@@ -67,7 +67,7 @@ class SoftmaxPooling(nn.Module):
 
 
 class AveragePooling(nn.Module):
-    """The seeds' baseline, average pooling: f(q) = 1/n sum_i v_i, so
+    """D2L 10.2's baseline, average pooling: f(q) = 1/n sum_i v_i, so
 
         alpha(q, k_i) = 1 / n   for each of the n allowed keys (0 for the others)
 

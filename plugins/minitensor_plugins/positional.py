@@ -76,7 +76,7 @@ class SinusoidalEncoding(nn.Module):
     w_j = 1 / base^(2j/d): fast in the first columns, slow in the last ones, like the bits of
     a binary counter but continuous. Moving delta positions turns every circle by a fixed
     angle delta * w_j, whatever i is, so P[i + delta] is a linear function of P[i] (the
-    relative-position property of the seeds):
+    relative-position property of D2L 10.6 / 11.6):
 
         [P[i+delta, 2j]  ]   [ cos(delta w_j)  sin(delta w_j)] [P[i, 2j]  ]
         [P[i+delta, 2j+1]] = [-sin(delta w_j)  cos(delta w_j)] [P[i, 2j+1]]

@@ -213,7 +213,7 @@ class AdditiveScorer(nn.Module):
 
 
 class GaussianScorer(nn.Module):
-    """The Gaussian kernel as a score (the seeds' non-parametric attention pooling):
+    """The Gaussian kernel as a score (D2L 10.2's non-parametric attention pooling):
 
         score(q, k) = -1/2 |q - k|^2
 
@@ -238,7 +238,7 @@ class GaussianScorer(nn.Module):
 
 
 class ParametricGaussianScorer(nn.Module):
-    """The seeds' *parametric* attention pooling (D2L's ``NWKernelRegression``):
+    """D2L 10.2's *parametric* attention pooling (its ``NWKernelRegression``):
 
         score(q, k) = -1/2 ((q - k) w)^2 = -1/2 w^2 |q - k|^2
 
