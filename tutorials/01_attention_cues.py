@@ -16,7 +16,7 @@
 
 # %%
 import numpy
-from _tutorial import SMOKE, figure_path, pick  # noqa: F401  (every tutorial imports the same three)
+from _tutorial import SMOKE, figure_path, pick, text  # noqa: F401  (shared helpers; text(): figure labels in the tutorial's language)
 from matplotlib.figure import Figure  # a Figure without pyplot: no window, no global state
 
 import minitensor as mt
@@ -168,9 +168,9 @@ panels = list(zip(intentions, weights)) + [("average pooling (any query)", numpy
 for ax, (title, row) in zip(axes, panels):
     colours = ["tab:red" if name == "coffee cup" else "0.4" for name in objects]
     ax.bar(range(len(objects)), row, color=colours)
-    ax.set_xticks(range(len(objects)), objects, rotation=60, ha="right", fontsize="small")
-    ax.set_title(title, fontsize="medium")
-axes[0].set_ylabel("attention weight")
+    ax.set_xticks(range(len(objects)), [text(name) for name in objects], rotation=60, ha="right", fontsize="small")
+    ax.set_title(text(title), fontsize="medium")
+axes[0].set_ylabel(text("attention weight"))
 fig.savefig(figure_path(TUTORIAL, "desk_attention.png"), dpi=100)
 
 # %% [markdown]
@@ -198,7 +198,10 @@ fig.savefig(figure_path(TUTORIAL, "desk_attention.png"), dpi=100)
 # %%
 identity = numpy.eye(10, dtype=numpy.float32)
 show_heatmaps(
-    identity.reshape(1, 1, 10, 10), xlabel="Keys", ylabel="Queries", path=figure_path(TUTORIAL, "identity_heatmap.png")
+    identity.reshape(1, 1, 10, 10),
+    xlabel=text("Keys"),
+    ylabel=text("Queries"),
+    path=figure_path(TUTORIAL, "identity_heatmap.png"),
 )
 assert numpy.allclose(identity.sum(axis=1), 1.0) and (identity >= 0).all(), "a valid weight matrix"
 
@@ -209,10 +212,10 @@ assert numpy.allclose(identity.sum(axis=1), 1.0) and (identity >= 0).all(), "a v
 # %%
 show_heatmaps(
     weights,
-    xlabel="Keys (objects)",
-    ylabel="Queries (intentions)",
-    row_labels=intentions,
-    col_labels=objects,
+    xlabel=text("Keys (objects)"),
+    ylabel=text("Queries (intentions)"),
+    row_labels=[text(intention) for intention in intentions],
+    col_labels=[text(name) for name in objects],
     figsize=(6, 4),
     path=figure_path(TUTORIAL, "desk_heatmap.png"),
 )
@@ -240,8 +243,8 @@ for w in ws:
 panels = numpy.stack(panels)  # (3, 10, 10)
 show_heatmaps(
     panels.reshape(1, len(ws), 10, 10),
-    xlabel="Keys",
-    ylabel="Queries",
+    xlabel=text("Keys"),
+    ylabel=text("Queries"),
     titles=[f"w = {w}" for w in ws],
     path=figure_path(TUTORIAL, "gaussian_heatmaps.png"),
 )

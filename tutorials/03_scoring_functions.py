@@ -3,10 +3,12 @@
 #
 # Chapter 2 computed attention weights as a softmax of $-\frac12 (q - k_i)^2$. This chapter
 # takes that apart: a **scoring function** rates each query–key pair, a **softmax** — masked,
-# so that padding is never attended — turns the ratings into weights, and the two scoring
-# functions every modern model uses, **additive** and **scaled dot-product** attention, are
-# built, checked against their formulas and compared. At the end we pick scorers and poolings
-# by name from minitensor's plugin registry.
+# so that padding is never attended — turns the ratings into weights, and the two classic
+# scoring functions that D2L presents are built, checked against their formulas and compared:
+# **additive** attention, the scorer of the RNN encoder–decoder where attention began (Bahdanau
+# et al. 2015), and **scaled dot-product** attention, the one that the Transformer (Vaswani et
+# al. 2017) and nearly every model since use. At the end we pick scorers and poolings by name
+# from minitensor's plugin registry.
 #
 # Sources: D2L's attention chapter, in the Chinese edition 《动手学深度学习》 (zh.d2l.ai),
 # 10.3 注意力评分函数, and in the English edition *Dive into Deep Learning* (d2l.ai), 11.3
@@ -18,7 +20,7 @@
 import time
 
 import numpy
-from _tutorial import SMOKE, expect_error, figure_path, pick  # noqa: F401
+from _tutorial import SMOKE, expect_error, figure_path, pick, text  # noqa: F401  (the helpers every tutorial shares)
 from matplotlib.figure import Figure  # a Figure without pyplot: no window, no global state
 
 import minitensor as mt
@@ -138,9 +140,9 @@ assert (ours[~allowed] == 0.0).all(), "every masked weight is exactly zero"
 
 show_heatmaps(
     numpy.stack([naive[0], d2l[0], ours[0]])[None],
-    xlabel="Keys",
-    ylabel="Queries",
-    titles=["naive -inf: NaN row (blank)", "D2L -1e6: uniform row", "minitensor: zero row"],
+    xlabel=text("Keys"),
+    ylabel=text("Queries"),
+    titles=[text("naive -inf: NaN row (blank)"), text("D2L -1e6: uniform row"), text("minitensor: zero row")],
     figsize=(10, 3.2),
     path=figure_path(TUTORIAL, "masked_softmax.png"),
 )
@@ -197,10 +199,10 @@ assert (weights[0, 0, 2:] == 0).all() and (weights[1, 0, 6:] == 0).all(), "maske
 
 show_heatmaps(
     weights.reshape(1, 1, 2, 10),
-    xlabel="Keys",
-    ylabel="Queries",
+    xlabel=text("Keys"),
+    ylabel=text("Queries"),
     figsize=(6, 2.2),
-    row_labels=["example 1", "example 2"],
+    row_labels=[text("example 1"), text("example 2")],
     path=figure_path(TUTORIAL, "additive_weights.png"),
 )
 
@@ -307,8 +309,8 @@ ax_raw, ax_scaled = fig.subplots(1, 2)
 for d in dims:
     ax_raw.hist(raw_samples[d], bins=80, histtype="step", density=True, label=f"d = {d}")
     ax_scaled.hist(scaled_samples[d], bins=80, histtype="step", density=True, label=f"d = {d}")
-ax_raw.set_title("$q^\\top k$: variance $d$", fontsize="medium")
-ax_scaled.set_title("$q^\\top k / \\sqrt{d}$: variance 1", fontsize="medium")
+ax_raw.set_title(text("$q^\\top k$: variance $d$"), fontsize="medium")
+ax_scaled.set_title(text("$q^\\top k / \\sqrt{d}$: variance 1"), fontsize="medium")
 ax_scaled.legend(fontsize="small")
 fig.savefig(figure_path(TUTORIAL, "dot_product_variance.png"), dpi=100)
 
@@ -360,8 +362,8 @@ fig = Figure(figsize=(4.5, 3.2), layout="constrained")
 ax = fig.subplots()
 for name, ts in timings.items():
     ax.loglog(lengths, [1e3 * t for t in ts], "o-", label=name)
-ax.set_xlabel("sequence length n = m")
-ax.set_ylabel("forward + backward (ms)")
+ax.set_xlabel(text("sequence length n = m"))
+ax.set_ylabel(text("forward + backward (ms)"))
 ax.legend()
 fig.savefig(figure_path(TUTORIAL, "scorer_cost.png"), dpi=100)
 
@@ -433,8 +435,8 @@ for name in names:
     panels.append(w)
 show_heatmaps(
     numpy.stack(panels)[None],
-    xlabel="Keys",
-    ylabel="Queries",
+    xlabel=text("Keys"),
+    ylabel=text("Queries"),
     titles=names,
     figsize=(16, 2.6),
     path=figure_path(TUTORIAL, "scorers_by_name.png"),
@@ -460,8 +462,8 @@ assert (panels[0][:, :6] > 0).all(), "softmax never does"
 assert numpy.allclose(panels[2][:, :6], 1 / 6), "average: 1/n over the valid keys"
 show_heatmaps(
     numpy.stack(panels)[None],
-    xlabel="Keys",
-    ylabel="Queries",
+    xlabel=text("Keys"),
+    ylabel=text("Queries"),
     titles=["softmax", "sparsemax", "average"],
     figsize=(8, 2.8),
     path=figure_path(TUTORIAL, "poolings_by_name.png"),
@@ -478,10 +480,11 @@ show_heatmaps(
 # - The masked softmax gives keys beyond `valid_lens` weight exactly 0, and a query with no
 #   valid key all-zero weights: not NaN, not uniform.
 # - Additive attention, $\mathbf w_v^\top \tanh(\mathbf W_q \mathbf q + \mathbf W_k \mathbf k)$,
-#   works for queries and keys of different lengths; it is a one-hidden-layer MLP.
+#   works for queries and keys of different lengths; it is a one-hidden-layer MLP, and the
+#   scorer of the RNN encoder–decoder where attention began (Bahdanau et al. 2015).
 # - Scaled dot-product attention, $\mathbf q^\top \mathbf k / \sqrt d$, needs one length and is
 #   one matrix product; the $\sqrt d$ keeps the scores' variance at 1 and the softmax out of
-#   saturation.
+#   saturation. It is the scorer of the Transformer and of nearly every model since.
 
 # %% [markdown]
 # ## Exercises

@@ -13,8 +13,8 @@
 # In this tutorial we build it by hand from the weights of `mt.nn.MultiHeadAttention`, see
 # how the heads run in parallel by *reshaping* rather than in a loop, check that D2L's
 # "concatenate, then $W_o$" is one and the same linear map as a weighted sum of the heads
-# (with matrices as weights), and train a small model in which two heads visibly split the
-# work.
+# (with matrices as weights), and train a small model on a task that one head can learn too
+# but that two heads visibly split between them.
 #
 # Sources: D2L's attention chapter, in the Chinese edition 《动手学深度学习》 (zh.d2l.ai),
 # 10.5 多头注意力, and in the English edition *Dive into Deep Learning* (d2l.ai), 11.5
@@ -25,7 +25,7 @@
 import math
 
 import numpy
-from _tutorial import SMOKE, figure_path, pick  # noqa: F401  (every tutorial imports the same three)
+from _tutorial import SMOKE, figure_path, pick, text  # noqa: F401  (shared helpers; text(): figure labels in the tutorial's language)
 from matplotlib.figure import Figure
 
 import minitensor as mt
@@ -51,16 +51,25 @@ mt.manual_seed(0)
 # $$\mathbf{W}_o \begin{bmatrix} \mathbf{h}_1 \\ \vdots \\ \mathbf{h}_h \end{bmatrix} \in \mathbb{R}^{p_o},
 # \qquad \mathbf{W}_o \in \mathbb{R}^{p_o \times h p_v}.$$
 #
-# As pooling $f$ one usually takes scaled dot-product attention (缩放点积注意力, D2L 10.3);
-# for whole matrices of queries, keys and values:
+# These are D2L's equations (10.5 / 11.5): vectors are columns and a weight matrix multiplies
+# them from the left, so every matrix is (output size) × (input size). The Transformer paper
+# writes the same maps on row vectors, $\mathbf{Q} W_i^Q$ and
+# $\operatorname{Concat}(\text{head}_1, \dots, \text{head}_h) W^O$ with
+# $W_i^Q \in \mathbb{R}^{d_{\text{model}} \times d_k}$ and
+# $W^O \in \mathbb{R}^{h d_v \times d_{\text{model}}}$: the transposes, (input size) × (output size).
 #
-# $$\mathbf{Q}_i = f_{Q_i}(\mathbf{Q}),\; \mathbf{K}_i = f_{K_i}(\mathbf{K}),\; \mathbf{V}_i = f_{V_i}(\mathbf{V}),
+# As pooling $f$ one usually takes scaled dot-product attention (缩放点积注意力, D2L 10.3).
+# For whole matrices of queries, keys and values, one per row (the layout of the code's
+# tensors too), a column vector's $\mathbf{W} \mathbf{x}$ becomes a row vector's
+# $\mathbf{x}^\top \mathbf{W}^\top$, so head $i$ computes
+#
+# $$\mathbf{Q}_i = \mathbf{Q} \mathbf{W}_i^{(q)\top},\; \mathbf{K}_i = \mathbf{K} \mathbf{W}_i^{(k)\top},\;
+# \mathbf{V}_i = \mathbf{V} \mathbf{W}_i^{(v)\top},
 # \qquad \mathbf{h}_i = \operatorname{softmax}\left(\frac{\mathbf{Q}_i \mathbf{K}_i^\top}{\sqrt{d}}\right) \mathbf{V}_i ,$$
 #
-# where $f_{Q_i}, f_{K_i}, f_{V_i}$ are head $i$'s linear projections (multiplication by
-# $\mathbf{W}_i^{(q)}, \mathbf{W}_i^{(k)}, \mathbf{W}_i^{(v)}$) and $d$ is the size of one
-# head's queries and keys, $p_q = p_k$ (the code divides by
-# $\sqrt{\texttt{num\_hiddens} / h}$).
+# where $d$ is the size of one head's queries and keys, $p_q = p_k$ (the code divides by
+# $\sqrt{\texttt{num\_hiddens} / h}$), and the rows of $\mathbf{h}_i$ are head $i$'s outputs
+# $\mathbf{h}_i^\top$, one per query.
 #
 # D2L's example sizes: $p_o$ = `num_hiddens` = 100 and $h$ = 5 heads, so that each head
 # works in $p_q = p_k = p_v = p_o / h = 20$ dimensions; a batch of 2 examples with 4 queries
@@ -90,14 +99,21 @@ assert numpy.allclose(weights.sum(axis=-1), 1.0, atol=1e-6), "each head's rows s
 # %% [markdown]
 # ## h projections in one matrix
 #
-# The layer holds four `Linear` layers, `W_q`, `W_k`, `W_v`, `W_o`. `W_q.weight` has shape
-# (num_hiddens, query_size) = (100, 100) (PyTorch's layout, $y = x W^\top$): its rows
-# $20 i, \dots, 20 i + 19$ are head $i$'s $\mathbf{W}_i^{(q)}$. Projecting with the whole
-# matrix projects for all heads at once. First the slow, literal reading of the formula: a
-# Python loop over the heads, each with its own slice of the weights.
+# The layer holds four `Linear` layers, `W_q`, `W_k`, `W_v`, `W_o`. `mt.nn.Linear` stores its
+# weight as PyTorch's `nn.Linear` does, (out_features, in_features), and computes
+# $y = x W^\top + b$ on row vectors $x$ (`minitensor/nn/linear.py`): the stored matrix is in
+# D2L's (output × input) layout, and the transpose in the product is the switch to rows.
+# So `W_q.weight`, of shape (num_hiddens, query_size) = (100, 100) (square here: the shape
+# alone does not tell the layout), stacks the $h$ matrices
+# $\mathbf{W}_i^{(q)} \in \mathbb{R}^{20 \times 100}$ on top of one another. The code counts
+# heads from 0: rows $20 i, \dots, 20 i + 19$ are the $\mathbf{W}^{(q)}$ of head $i$ (the
+# formula's head $i + 1$), and a row of queries goes through it as `queries @ W_q[rows].T`. Projecting with the whole matrix
+# projects for all heads at once. First the slow, literal reading of the formula: a Python
+# loop over the heads, each with its own slice of the weights.
 
 # %%
 d_head = num_hiddens // num_heads
+# Each stored as (out_features, in_features), D2L's layout; a row vector x maps to x @ W.T.
 W_q, W_k, W_v, W_o = (layer.weight for layer in (attention.W_q, attention.W_k, attention.W_v, attention.W_o))
 print("W_q", W_q.shape, " W_o", W_o.shape, " d_head", d_head)
 
@@ -105,7 +121,7 @@ print("W_q", W_q.shape, " W_o", W_o.shape, " d_head", d_head)
 def one_head(i, queries, keys, values, valid_lens):
     """Head i alone: its slices of W_q, W_k, W_v, then scaled dot-product attention."""
     rows = slice(i * d_head, (i + 1) * d_head)
-    Q_i = queries @ W_q[rows].T  # (batch, Q, d_head)
+    Q_i = queries @ W_q[rows].T  # rows are vectors: x W_i^T, (batch, Q, d_head)
     K_i = keys @ W_k[rows].T  # (batch, K, d_head)
     V_i = values @ W_v[rows].T
     scores = Q_i @ K_i.swapaxes(-1, -2) / math.sqrt(d_head)  # (batch, Q, K)
@@ -123,8 +139,9 @@ print(len(heads_loop), "heads of shape", heads_loop[0].shape)
 # once, with the full (100, 100) matrices, and *reshapes* so that the heads become extra
 # batch entries; then one batched attention computes all heads of all examples together.
 # `transpose_qkv` splits the last axis into (num_heads, d_head) and moves the heads next to
-# the batch; `transpose_output` undoes it, which places the heads' outputs side by side:
-# exactly the concatenation $[\mathbf{h}_1; \dots; \mathbf{h}_h]$.
+# the batch; `transpose_output` undoes it, which places the heads' outputs side by side
+# along the last axis: each row is exactly the concatenation, written as a row,
+# $[\mathbf{h}_1^\top, \dots, \mathbf{h}_h^\top]$ (D2L's stacked column, transposed).
 
 
 # %%
@@ -183,19 +200,23 @@ assert numpy.allclose(split.numpy().reshape(-1, num_queries, d_head), queries.nu
 # %% [markdown]
 # ## Concatenate, then $W_o$, which is a sum of the heads
 #
-# The output is the concatenation times $\mathbf{W}_o$. Cut $\mathbf{W}_o$ (math layout,
-# $p_o \times h p_v$) into $h$ column blocks $\mathbf{W}_o^{(i)} \in \mathbb{R}^{p_o \times p_v}$; a
-# block matrix times a stacked vector is the sum of the blocks times the pieces:
+# The output is $\mathbf{W}_o$ times the concatenation. Cut D2L's
+# $\mathbf{W}_o \in \mathbb{R}^{p_o \times h p_v}$ (output × input) into $h$ column blocks
+# $\mathbf{W}_o^{(i)} \in \mathbb{R}^{p_o \times p_v}$, one per head; a block matrix times a
+# stacked vector is the sum of the blocks times the pieces:
 #
 # $$\mathbf{W}_o \begin{bmatrix} \mathbf{h}_1 \\ \vdots \\ \mathbf{h}_h \end{bmatrix}
 # = \sum_{i=1}^{h} \mathbf{W}_o^{(i)} \mathbf{h}_i .$$
 #
-# In code, with `W_o.weight` stored as (out, in), block $i$ is `W_o[:, 20 i : 20 i + 20]`
-# and a row of outputs is `head_i @ block.T`.
+# (In the Transformer paper's row layout, $W^O = \mathbf{W}_o^\top \in \mathbb{R}^{h p_v \times p_o}$,
+# the same blocks are its $h$ row blocks.) In code, `W_o.weight` is stored (out, in), like
+# D2L's $\mathbf{W}_o$, so block $i$ (heads from 0) is `W_o[:, 20 i : 20 i + 20]`; the heads
+# are rows, so a head's share of a row of outputs is
+# $\mathbf{h}_i^\top \mathbf{W}_o^{(i)\top}$, `head_i @ block.T`.
 
 # %%
 with mt.no_grad():
-    concat_then_Wo = concat @ W_o.T
+    concat_then_Wo = concat @ W_o.T  # rows: [h_1^T, ..., h_h^T] W_o^T
     sum_over_heads = sum(heads_loop[i] @ W_o[:, i * d_head : (i + 1) * d_head].T for i in range(num_heads))
 gap_layer = numpy.abs(concat_then_Wo.numpy() - output.numpy()).max()
 gap_sum = numpy.abs(concat_then_Wo.numpy() - sum_over_heads.numpy()).max()
@@ -204,19 +225,20 @@ assert gap_layer < 1e-5, "the by-hand computation reproduces mt.nn.MultiHeadAtte
 assert gap_sum < 1e-5, "concatenation then W_o equals the sum over heads of W_o's column blocks times each head"
 
 # %% [markdown]
-# > **A common misreading: "the heads are added up with weights"**
+# > **A common summary: "the heads are combined by a linear weighting"**
 # >
-# > Multi-head attention is often summed up as a weighted sum of the heads,
-# > $f(\mathbf{Q}) = \sum_i \omega_i \mathbf{h}_i$, while D2L and the Transformer paper
-# > concatenate the $h$ outputs and apply one more linear layer $\mathbf{W}_o$ (10.5:
-# > 将这$h$个注意力汇聚的输出拼接在一起，并且通过另一个可以学习的线性投影进行变换).
+# > A common summary of multi-head attention describes its last step as a linear weighting
+# > of the heads' outputs, $f(\mathbf{Q}) = \sum_i \omega_i \mathbf{h}_i$. The definition to go
+# > by is D2L's (10.5 / 11.5) and the Transformer paper's (Vaswani et al. 2017, section
+# > 3.2.2): concatenate the $h$ outputs and apply one more learned linear projection
+# > $\mathbf{W}_o$ (10.5: 将这$h$个注意力汇聚的输出拼接在一起，并且通过另一个可以学习的线性投影进行变换).
 # > minitensor implements the concatenation followed by
 # > $\mathbf{W}_o$ (`MultiHeadAttention.merge_and_project`): it is one large matrix product,
-# > and it is what D2L, PyTorch and the Transformer paper do. The two are the *same* linear
-# > map, as the identity above shows (and the cell checks to 1e-5), provided each weight
-# > $\omega_i$ is read as a matrix, the column block $\mathbf{W}_o^{(i)}$. With scalar $\omega_i$
-# > (or $\mathbf{W}_o^{(i)} = \omega_i I$) the sum would be a strictly smaller model that can only
-# > rescale each head, not mix its features into the output's.
+# > and it is what D2L, PyTorch and the Transformer paper do. The summary describes the
+# > *same* linear map, as the identity above shows (and the cell checks to 1e-5), provided
+# > each weight $\omega_i$ is read as a matrix, the column block $\mathbf{W}_o^{(i)}$. With scalar
+# > $\omega_i$ (or $\mathbf{W}_o^{(i)} = \omega_i I$) the sum would be a strictly smaller model
+# > that can only rescale each head, not mix its features into the output's.
 
 # %% [markdown]
 # ## What it costs
@@ -236,13 +258,15 @@ for h in (1, 2, 4, 5, 10):
 # ## What different heads attend to
 #
 # "Each head may attend to different parts of the input" (每个头都可能会关注输入的不同部分),
-# which lets multi-head attention represent more complex functions than one weighted
-# average. A task where that is needed: a sequence of 8 tokens from an alphabet of 5; the
-# answer at position $i$ names *both* neighbours, the pair $(x_{i-1}, x_{i+1})$ as one of
-# 25 classes (positions wrap around at the ends). One self-attention layer sees the tokens
-# through `mt.nn.TransformerEmbedding` with the `learned` positional encoding (a plugin,
-# by name; chapter 6 is about positions), and a linear layer reads the answer off its
-# output. We train it with 2 heads and, for comparison, with 1.
+# which lets multi-head attention represent more complex functions than a simple weighted
+# average (D2L 10.5). A small task shows heads doing so: a sequence of 8 tokens from an
+# alphabet of 5; the answer at position $i$ names *both* neighbours, the pair
+# $(x_{i-1}, x_{i+1})$ as one of 25 classes (positions wrap around at the ends). One
+# self-attention layer sees the tokens through `mt.nn.TransformerEmbedding` with the
+# `learned` positional encoding (a plugin, by name; chapter 6 is about positions), and a
+# linear layer reads the answer off its output. We train it with 2 heads and, for
+# comparison, with 1. The task does not *need* two heads: one head learns it too, and the
+# cell checks that. What it shows is how two heads specialise, each taking one neighbour.
 
 # %%
 vocab_size, num_steps, width = 5, 8, 16
@@ -307,6 +331,7 @@ print(f"1 head:  loss {losses1[0]:.2f} -> {losses1[-1]:.1e}, accuracy {acc1:.1%}
 print(f"   head 1: weight on x_(i-1) {prev1[0]:.2f}, on x_(i+1) {next1[0]:.2f}")
 
 assert losses2[-1] < 0.1 * losses2[0] and acc2 > 0.95, "two heads learn the task"
+assert losses1[-1] < 0.1 * losses1[0] and acc1 > 0.95, "one head learns the task too: it does not need two"
 # The heads specialise: one looks left, the other right.
 left, right = int(prev2.argmax()), int(next2.argmax())
 assert left != right, "the two heads must attend to different neighbours"
@@ -317,19 +342,20 @@ assert min(prev1[0], next1[0]) > 0.15 and prev1[0] + next1[0] > 0.8, "one head s
 # %% [markdown]
 # A heatmap per head for one sequence (row = query position, column = key position). Head
 # 1 and head 2 of the 2-head model each pick one off-diagonal, the neighbour on one side,
-# wrapping around at the ends; the lone head of the 1-head model spreads over both. (It
-# still solves the task here, by mixing the two neighbours' values with unequal weights:
-# with 16 dimensions a single head has room to spare. Heads earn their keep when there are
-# more things to look at than one weighted average can keep apart.)
+# wrapping around at the ends; the lone head of the 1-head model spreads its weight over
+# both. It solves the task all the same, by mixing the two neighbours' values with unequal
+# weights: with 16 dimensions a single head has room to spare. So two heads are not needed
+# here; they divide the work. Whether one head still copes when there are more positions
+# to look at is exercise 1.
 
 # %%
 tokens = [str(t) for t in make_batch(numpy.random.default_rng(123), 1)[0].numpy()[0]]
 panels = numpy.stack([weights2[0, 0], weights2[0, 1], weights1[0, 0]])[None]
 show_heatmaps(
     panels,
-    xlabel="keys (position: token)",
-    ylabel="queries",
-    titles=["2 heads: head 1", "2 heads: head 2", "1 head"],
+    xlabel=text("keys (position: token)"),
+    ylabel=text("queries"),
+    titles=[text("2 heads: head 1"), text("2 heads: head 2"), text("1 head")],
     figsize=(10, 3.8),
     row_labels=[f"{i}:{t}" for i, t in enumerate(tokens)],
     col_labels=[f"{i}:{t}" for i, t in enumerate(tokens)],
@@ -338,16 +364,16 @@ show_heatmaps(
 
 fig = Figure(figsize=(5.5, 3.2), layout="constrained")
 ax = fig.subplots()
-ax.plot(losses2, label="2 heads")
-ax.plot(losses1, label="1 head")
-ax.set(xlabel="step", ylabel="cross-entropy", yscale="log", title="training the neighbour task")
+ax.plot(losses2, label=text("2 heads"))
+ax.plot(losses1, label=text("1 head"))
+ax.set(xlabel=text("step"), ylabel=text("cross-entropy"), yscale="log", title=text("training the neighbour task"))
 ax.legend()
 fig.savefig(figure_path(TUTORIAL, "neighbour_loss.png"), dpi=100)
 
 # %% [markdown]
 # ## Exercises
 #
-# 1. Make the task need more than two things at once: the answer at $i$ names
+# 1. Give the task three positions to look at: the answer at $i$ names
 #    $(x_{i-2}, x_{i-1}, x_{i+1})$. How many heads does it take for each head to keep one
 #    position, and what happens to a model with fewer heads than positions to look at?
 # 2. Replace the concatenation by a *scalar* weighting $\sum_i \omega_i \mathbf{h}_i$

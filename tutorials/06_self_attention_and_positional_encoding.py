@@ -24,7 +24,7 @@ import time
 
 import numba
 import numpy
-from _tutorial import SMOKE, expect_error, figure_path, pick  # noqa: F401  (the helpers every tutorial shares)
+from _tutorial import SMOKE, expect_error, figure_path, pick, text  # noqa: F401  (shared helpers; text(): figure labels in the tutorial's language)
 from matplotlib.figure import Figure
 
 import minitensor as mt
@@ -107,9 +107,18 @@ with expect_error("the scores written as X W_Q X^T W_K, with n = 6 tokens of d =
 # %% [markdown]
 # ## Self-attention has no idea of order
 #
-# Nothing in $f(\mathbf{X})$ refers to positions: permute the tokens and the outputs come out
-# permuted the same way (self-attention is *permutation-equivariant*). Two tokens far apart
-# in the sequence are, for the computation, no farther apart than neighbours.
+# Nothing in $f(\mathbf{X})$ refers to positions: the weights depend only on the contents of
+# the tokens. Permute the tokens and the outputs come out permuted the same way:
+# self-attention is *permutation-equivariant*. In one line: for a permutation matrix
+# $\boldsymbol{\Pi}$ the scores $\mathbf{S} = \mathbf{X}\mathbf{W}_Q(\mathbf{X}\mathbf{W}_K)^\top / \sqrt{d}$
+# become $\boldsymbol{\Pi}\mathbf{S}\boldsymbol{\Pi}^\top$, a row-wise softmax commutes with
+# permuting rows and columns, and $\boldsymbol{\Pi}^\top\boldsymbol{\Pi} = \mathbf{I}$, so
+#
+# $$f(\boldsymbol{\Pi}\mathbf{X}) = \boldsymbol{\Pi}\operatorname{softmax}(\mathbf{S})\boldsymbol{\Pi}^\top\boldsymbol{\Pi}\mathbf{X}\mathbf{W}_V = \boldsymbol{\Pi} f(\mathbf{X})$$
+#
+# (and $\mathbf{W}_o$, applied to each row, changes nothing). A token's output depends on what
+# the tokens are, never on where they stand: "dog bites man" and "man bites dog" give "dog"
+# the same output. The cell checks it on the layer above:
 
 # %%
 permutation = numpy.random.default_rng(0).permutation(n)
@@ -148,8 +157,10 @@ assert (cross.attention_weights.numpy()[1, :, :, 5:] == 0).all(), "padding of th
 # in and out. They differ in three ways (D2L 10.6, 比较卷积神经网络、循环神经网络和自注意力 /
 # 11.6.2 "Comparing CNNs, RNNs, and Self-Attention"): **computational complexity**
 # (计算复杂度), **sequential operations** (顺序操作), which hinder parallel computation, and
-# the **maximum path length** (最大路径长度), the longest route a signal takes between two
-# positions of the sequence:
+# the **maximum path length** (最大路径长度). For each pair of positions, take the length of
+# the *shortest* path through the network between them (how many layers, or recurrent steps,
+# a signal must cross from one to the other); the maximum path length is the largest of these
+# over all pairs. The shorter the paths, the easier long-range dependencies are to learn.
 #
 # | layer | computational complexity | sequential operations (parallelism) | maximum path length |
 # |---|---|---|---|
@@ -157,15 +168,16 @@ assert (cross.attention_weights.numpy()[1, :, :, 5:] == 0).all(), "padding of th
 # | RNN | $O(nd^2)$ | $O(n)$ (parallelism $O(1)$) | $O(n)$ |
 # | self-attention | $O(n^2d)$ | $O(1)$ (parallelism $O(n)$) | $O(1)$ |
 #
-# - **CNN**: each of the $n$ outputs multiplies $k$ windows of $d$ channels by $d \times d$
-#   weights, $O(knd^2)$; all outputs can be computed independently; two distant tokens meet
-#   only after enough stacked layers, each widening the receptive field by about $k$.
+# - **CNN**: each of the $n$ output positions multiplies a window of $k$ positions $\times$ $d$
+#   input channels by a $(k d) \times d$ weight ($d$ output channels), $O(knd^2)$; all outputs
+#   can be computed independently; two distant tokens meet only after enough stacked layers,
+#   each widening the receptive field by about $k$.
 # - **RNN**: updating the state multiplies a $d \times d$ matrix by a $d$-vector, $n$ times,
 #   $O(nd^2)$; step $t$ needs step $t - 1$, so nothing runs in parallel along the sequence;
 #   token 1 reaches token $n$ through $n - 1$ state updates.
 # - **Self-attention**: queries, keys and values are $n \times d$; every token scores against
 #   every token at cost $d$, $O(n^2 d)$; all outputs are independent; every token sees every
-#   other in one step.
+#   other in one layer.
 #
 # (Counting *parallelism* instead turns the column around: $O(1)$ sequential operations
 # leave $O(n)$ work that can run at once, and vice versa. D2L: 顺序操作会妨碍并行计算,
@@ -238,11 +250,15 @@ for name in layers:  # the slope of log(time) against log(n) over the longest se
 # linear in $n$; attention's $n^2 d$ takes over once $n$ is well above $d$. (These are
 # timings on a shared machine: the tutorial prints them and asserts nothing about them.)
 #
-# Now the **path length**: how many layers must a signal from token 0 cross before output
-# $n - 1$ depends on it? We stack layers one at a time and ask autograd: is
-# $\partial \mathbf{y}_{n-1} / \partial \mathbf{x}_0$ nonzero yet? For a convolution with kernel
-# $k$ (padding keeping the length) each layer reaches $(k - 1)/2$ positions further, so it
-# takes $\lceil (n-1) / ((k-1)/2) \rceil$ layers, $O(n/k)$; self-attention takes one.
+# Now the **path length** between the two ends of the sequence, token 0 and output $n - 1$, the
+# pair farthest apart. What it counts depends on the architecture: *layers* for the CNN and
+# self-attention, which connect positions by stacking, *time steps* for the RNN, whose single
+# layer connects them through its recurrence (the next cell). How many layers must a signal
+# from token 0 cross before output $n - 1$ depends on it? We stack layers one at a time and
+# ask autograd: is $\partial \mathbf{y}_{n-1} / \partial \mathbf{x}_0$ nonzero yet? For a
+# convolution with kernel $k$ (padding keeping the length) each layer reaches $(k - 1)/2$
+# positions further, so it takes $\lceil (n-1) / ((k-1)/2) \rceil$ layers, $O(n/k)$;
+# self-attention takes one.
 
 
 # %%
@@ -325,24 +341,35 @@ assert profile["self-attention"][1:].min() > 0.1 * profile["self-attention"][1:]
 fig = Figure(figsize=(14, 4), layout="constrained")
 ax_time, ax_path, ax_grad = fig.subplots(1, 3)
 for name in layers:
-    ax_time.plot(lengths, numpy.array(times[name]) * 1e3, "o-", label=name)
+    ax_time.plot(lengths, numpy.array(times[name]) * 1e3, "o-", label=text(name))
 ax_time.set(
     xscale="log",
     yscale="log",
-    xlabel="sequence length n",
-    ylabel="forward time (ms)",
-    title=f"time vs n (d = {d}, batch {batch}, 1 thread)",
+    xlabel=text("sequence length n"),
+    ylabel=text("forward time (ms)"),
+    title=text("time vs n (d = {d}, batch {batch}, 1 thread)", d=d, batch=batch),
 )
 ax_time.legend()
 for name, counts in reach.items():
-    ax_path.plot(path_lengths, counts, "o-", label=f"{name}: layers")
-ax_path.plot(path_lengths, [length - 1 for length in path_lengths], "k--", label="RNN: n - 1 recurrent steps")
-ax_path.set(xlabel="sequence length n", ylabel="layers (steps) from x_0 to y_(n-1)", title="maximum path length")
+    ax_path.plot(path_lengths, counts, "o-", label=text("{name}: layers", name=text(name)))
+ax_path.plot(
+    path_lengths, [length - 1 for length in path_lengths], "k--", label=text("RNN, one layer: n - 1 time steps")
+)
+ax_path.set(
+    xlabel=text("sequence length n"),
+    ylabel=text("layers (CNN, self-attention) or\ntime steps (RNN) from x_0 to y_(n-1)"),
+    title=text("maximum path length"),
+)
 ax_path.legend()
 for name, row in profile.items():
     js = numpy.flatnonzero(row)
-    ax_grad.plot(js, row[js], "o-", markersize=3, label=name)
-ax_grad.set(yscale="log", xlabel="output position j", ylabel="|dy_j / dx_0|", title="how far one layer carries x_0")
+    ax_grad.plot(js, row[js], "o-", markersize=3, label=text(name))
+ax_grad.set(
+    yscale="log",
+    xlabel=text("output position j"),
+    ylabel="|dy_j / dx_0|",
+    title=text("how far one layer carries x_0"),
+)
 ax_grad.legend()
 fig.savefig(figure_path(TUTORIAL, "cnn_rnn_self_attention.png"), dpi=100)
 
@@ -354,8 +381,10 @@ fig.savefig(figure_path(TUTORIAL, "cnn_rnn_self_attention.png"), dpi=100)
 #
 # ## Positional encoding
 #
-# A path length of 1 also means that two tokens far apart are, to the computation, not far
-# apart at all: self-attention records no position. To put positions in without giving up
+# Self-attention records no position because it is permutation-equivariant, as checked above,
+# not because its path length is 1: a path length says how far information must travel
+# between two positions, not whether their order is seen (the rotary attention at the end of
+# this tutorial has path length 1 too, and sees order). To put positions in without giving up
 # its parallel computation, we leave the attention alone and *encode* positions into the
 # input: for $\mathbf{X} \in \mathbb{R}^{n \times d}$ compute a matrix
 # $\mathbf{P} \in \mathbb{R}^{n \times d}$ of the same shape (D2L: 位置嵌入矩阵, the positional
@@ -410,14 +439,20 @@ assert (numpy.diff(omega) < 0).all()
 fig = Figure(figsize=(14, 4), layout="constrained")
 ax_heat, ax_cols, ax_bits = fig.subplots(1, 3, gridspec_kw={"width_ratios": [1.2, 1.3, 0.5]})
 image = ax_heat.imshow(P, cmap="Blues", aspect="auto")
-ax_heat.set(xlabel="encoding dimension", ylabel="position i", title="P (sinusoidal, d = 32)")
+ax_heat.set(xlabel=text("encoding dimension"), ylabel=text("position i"), title=text("P (sinusoidal, d = 32)"))
 fig.colorbar(image, ax=ax_heat)
 for col in range(6, 10):
-    ax_cols.plot(numpy.arange(num_steps), P[:, col], label=f"col {col}")
-ax_cols.set(xlabel="position i", title="columns 6 to 9")
+    ax_cols.plot(numpy.arange(num_steps), P[:, col], label=text("col {col}", col=col))
+ax_cols.set(xlabel=text("position i"), title=text("columns 6 to 9"))
 ax_cols.legend()
 ax_bits.imshow(bits, cmap="Blues", aspect="auto")
-ax_bits.set(xlabel="bit (lowest first)", ylabel="number", title="0..7 in binary", xticks=range(3), yticks=range(8))
+ax_bits.set(
+    xlabel=text("bit (lowest first)"),
+    ylabel=text("number"),
+    title=text("0..7 in binary"),
+    xticks=range(3),
+    yticks=range(8),
+)
 fig.savefig(figure_path(TUTORIAL, "positional_encoding.png"), dpi=100)
 
 # %% [markdown]
@@ -514,15 +549,15 @@ assert numpy.abs(Y_perm - Y[permutation]).max() > 1e-3, "rotary attention depend
 fig = Figure(figsize=(14, 4), layout="constrained")
 ax_rot, ax_add, ax_rel = fig.subplots(1, 3)
 for ax, S, title in (
-    (ax_rot, rotary_scores, "rotary: constant diagonals"),
-    (ax_add, additive_scores, "sinusoidal added to the inputs"),
+    (ax_rot, rotary_scores, text("rotary: constant diagonals")),
+    (ax_add, additive_scores, text("sinusoidal added to the inputs")),
 ):
     fig.colorbar(ax.imshow(S, cmap="viridis"), ax=ax, shrink=0.8)
-    ax.set(xlabel="key position n", ylabel="query position m", title=title)
+    ax.set(xlabel=text("key position n"), ylabel=text("query position m"), title=title)
 m_idx, n_idx = numpy.indices((length, length))
-ax_rel.plot((n_idx - m_idx).ravel(), additive_scores.ravel(), ".", alpha=0.5, label="sinusoidal added")
-ax_rel.plot((n_idx - m_idx).ravel(), rotary_scores.ravel(), "o", markersize=3, label="rotary")
-ax_rel.set(xlabel="relative position n - m", ylabel="score", title="every score against n - m")
+ax_rel.plot((n_idx - m_idx).ravel(), additive_scores.ravel(), ".", alpha=0.5, label=text("sinusoidal added"))
+ax_rel.plot((n_idx - m_idx).ravel(), rotary_scores.ravel(), "o", markersize=3, label=text("rotary"))
+ax_rel.set(xlabel=text("relative position n - m"), ylabel=text("score"), title=text("every score against n - m"))
 ax_rel.legend()
 fig.savefig(figure_path(TUTORIAL, "rotary_scores.png"), dpi=100)
 

@@ -36,7 +36,7 @@
 import time
 
 import numpy as np
-from _tutorial import SMOKE, figure_path, pick
+from _tutorial import LANG, SMOKE, figure_path, pick, text  # text(): figure labels in the tutorial's language
 
 import minitensor as mt
 from minitensor.metrics import bleu, corpus_bleu, exact_match
@@ -97,7 +97,7 @@ def draw_architecture(path):
     ax.axis("off")
     colours = {"attn": "#fbd7a8", "norm": "#f7f3b0", "ffn": "#b9e3f7", "emb": "#f4c6cf", "out": "#d4d4f7"}
 
-    def box(x, y, text, kind, w=3.2, h=0.55):
+    def box(x, y, label, kind, w=3.2, h=0.55):
         ax.add_patch(
             FancyBboxPatch(
                 (x - w / 2, y - h / 2),
@@ -109,7 +109,7 @@ def draw_architecture(path):
                 linewidth=0.8,
             )
         )
-        ax.text(x, y, text, ha="center", va="center", fontsize=8.5)
+        ax.text(x, y, label, ha="center", va="center", fontsize=8.5)
         return (x, y, h)
 
     def arrow(a, b, **kw):
@@ -120,12 +120,12 @@ def draw_architecture(path):
 
     ex, dx = 2.6, 7.2
     # the encoder
-    ax.text(ex, 0.35, "source tokens", ha="center", fontsize=9)
-    e0 = box(ex, 1.1, "embedding x sqrt(d) + positional encoding", "emb", w=3.9)
-    e1 = box(ex, 2.5, "multi-head self-attention", "attn")
-    e2 = box(ex, 3.3, "add & norm", "norm")
-    e3 = box(ex, 4.3, "position-wise FFN", "ffn")
-    e4 = box(ex, 5.1, "add & norm", "norm")
+    ax.text(ex, 0.35, text("source tokens"), ha="center", fontsize=9)
+    e0 = box(ex, 1.1, text("embedding x sqrt(d) + positional encoding"), "emb", w=3.9)
+    e1 = box(ex, 2.5, text("multi-head self-attention"), "attn")
+    e2 = box(ex, 3.3, text("add & norm"), "norm")
+    e3 = box(ex, 4.3, text("position-wise FFN"), "ffn")
+    e4 = box(ex, 5.1, text("add & norm"), "norm")
     for a, b in ((e0, e1), (e1, e2), (e2, e3), (e3, e4)):
         up(a, b)
     ax.add_patch(
@@ -134,19 +134,19 @@ def draw_architecture(path):
         )
     )
     ax.text(ex - 2.15, 3.7, "x num_blks", ha="right", va="center", fontsize=9, rotation=90, color="gray")
-    ax.text(ex, 6.05, "encoder outputs H", ha="center", va="center", fontsize=9)
+    ax.text(ex, 6.05, text("encoder outputs H"), ha="center", va="center", fontsize=9)
     arrow((ex, 5.45), (ex, 5.85))
     # the decoder
-    ax.text(dx, 0.35, "target tokens, shifted right (<bos> first)", ha="center", fontsize=9)
-    d0 = box(dx, 1.1, "embedding x sqrt(d) + positional encoding", "emb", w=3.9)
-    d1 = box(dx, 2.5, "masked multi-head self-attention", "attn")
-    d2 = box(dx, 3.3, "add & norm", "norm")
-    d3 = box(dx, 4.3, "encoder-decoder attention", "attn")
-    d4 = box(dx, 5.1, "add & norm", "norm")
-    d5 = box(dx, 6.1, "position-wise FFN", "ffn")
-    d6 = box(dx, 6.9, "add & norm", "norm")
-    d7 = box(dx, 8.6, "linear -> vocabulary logits", "out")
-    d8 = box(dx, 9.6, "softmax: P(next token)", "out")
+    ax.text(dx, 0.35, text("target tokens, shifted right (<bos> first)"), ha="center", fontsize=9)
+    d0 = box(dx, 1.1, text("embedding x sqrt(d) + positional encoding"), "emb", w=3.9)
+    d1 = box(dx, 2.5, text("masked multi-head self-attention"), "attn")
+    d2 = box(dx, 3.3, text("add & norm"), "norm")
+    d3 = box(dx, 4.3, text("encoder-decoder attention"), "attn")
+    d4 = box(dx, 5.1, text("add & norm"), "norm")
+    d5 = box(dx, 6.1, text("position-wise FFN"), "ffn")
+    d6 = box(dx, 6.9, text("add & norm"), "norm")
+    d7 = box(dx, 8.6, text("linear -> vocabulary logits"), "out")
+    d8 = box(dx, 9.6, text("softmax: P(next token)"), "out")
     for a, b in ((d0, d1), (d1, d2), (d2, d3), (d3, d4), (d4, d5), (d5, d6), (d6, d7), (d7, d8)):
         up(a, b)
     ax.add_patch(
@@ -157,9 +157,9 @@ def draw_architecture(path):
     ax.text(dx + 2.15, 4.6, "x num_blks", ha="left", va="center", fontsize=9, rotation=270, color="gray")
     # cross-attention: keys and values from the encoder, queries from the decoder
     arrow((ex + 0.95, 6.05), (dx - 1.65, 4.3), connectionstyle="arc3,rad=-0.3", color="C3")
-    ax.text(5.0, 6.15, "keys, values", color="C3", fontsize=9, ha="center")
-    ax.text(dx + 0.12, 3.8, "queries", color="C3", fontsize=8, ha="left", va="center")
-    ax.text(5.0, 10.5, "The Transformer: an encoder-decoder for sequence pairs", ha="center", fontsize=11)
+    ax.text(5.0, 6.15, text("keys, values"), color="C3", fontsize=9, ha="center")
+    ax.text(dx + 0.12, 3.8, text("queries"), color="C3", fontsize=8, ha="left", va="center")
+    ax.text(5.0, 10.5, text("The Transformer: an encoder-decoder for sequence pairs"), ha="center", fontsize=11)
     fig.savefig(path, dpi=110)
 
 
@@ -358,7 +358,7 @@ print(
 assert tail < 0.5 * head, "the training loss must fall"
 if not SMOKE:
     assert result.accuracy >= 0.95, "the default recipe reaches ~100% held-out exact match"
-plot_loss(result.history, path=figure_path(T, "loss.png"), smooth=0.9, title="Transformer on the date task")
+plot_loss(result.history, path=figure_path(T, "loss.png"), smooth=0.9, title=text("Transformer on the date task"))
 
 # %% [markdown]
 # ## Greedy search and beam search
@@ -553,7 +553,7 @@ for i, ch in enumerate(tgt_labels[1:], start=1):
 # same page from the command line.
 
 # %%
-page = mt.viz.attention_page(model, example, data.src_vocab, data.tgt_vocab, max_len=data.tgt_num_steps)
+page = mt.viz.attention_page(model, example, data.src_vocab, data.tgt_vocab, max_len=data.tgt_num_steps, lang=LANG)
 page.save(figure_path(T, "date_explain.html"))
 kinds = [(layer["kind"], layer["block"]) for layer in page.layers]
 shown = np.array(page.layers[kinds.index(("cross", len(cross_w)))]["weights"])

@@ -34,7 +34,7 @@ import statistics
 import timeit
 
 import numpy as np
-from _tutorial import SMOKE, expect_error, figure_path, pick
+from _tutorial import SMOKE, expect_error, figure_path, pick, text  # text: figure labels in the tutorial's language
 
 import minitensor as mt
 
@@ -387,7 +387,7 @@ def draw_graph(tensors, edges, names, path):
     ys = [p[1] for p in pos.values()]
     ax.set_xlim(min(xs) - 0.8, max(xs) + 0.8)
     ax.set_ylim(min(ys) - 0.8, max(ys) + 0.8)
-    ax.set_title("L = sum(softmax(Q K^T / sqrt(d)) V): tensors, Functions [backward order]", fontsize=10)
+    ax.set_title(text("L = sum(softmax(Q K^T / sqrt(d)) V): tensors, Functions [backward order]"), fontsize=10)
     fig.savefig(path, dpi=110, bbox_inches="tight")
 
 
@@ -552,17 +552,19 @@ def median_ms(fn, number, repeat):
 
 number, repeat = pick((5, 15), (20, 5))
 threads = numba.get_num_threads()
-times = {"plain NumPy\n(reference.py)": median_ms(lambda: reference.softmax_forward(np, scores), number, repeat)}
+plain_bar, one_thread_bar = text("plain NumPy\n(reference.py)"), text("numba kernel\n1 thread")  # the bars' names
+times = {plain_bar: median_ms(lambda: reference.softmax_forward(np, scores), number, repeat)}
 if threads > 1 and scores.size >= cpu.PARALLEL_MIN_SIZE:  # smaller arrays always run on one thread
-    times[f"numba kernel\n{threads} threads"] = median_ms(lambda: cpu.softmax_forward(scores), number, repeat)
+    threads_bar = text("numba kernel\n{threads} threads", threads=threads)
+    times[threads_bar] = median_ms(lambda: cpu.softmax_forward(scores), number, repeat)
 numba.set_num_threads(1)
 try:
-    times["numba kernel\n1 thread"] = median_ms(lambda: cpu.softmax_forward(scores), number, repeat)
+    times[one_thread_bar] = median_ms(lambda: cpu.softmax_forward(scores), number, repeat)
 finally:
     numba.set_num_threads(threads)
 for name, ms in times.items():
     print(f"{name.replace(chr(10), ', '):36} {ms:8.3f} ms")
-plain_ms, one_thread_ms = times["plain NumPy\n(reference.py)"], times["numba kernel\n1 thread"]
+plain_ms, one_thread_ms = times[plain_bar], times[one_thread_bar]
 print(f"fusion alone (1 thread): {plain_ms / one_thread_ms:.1f}x faster than plain NumPy")
 if not SMOKE:  # at full size; in smoke mode the arrays are too small for timings to mean much
     assert one_thread_ms < plain_ms, "the fused kernel beats plain NumPy even on one thread"
@@ -572,8 +574,8 @@ ax = fig.add_subplot(1, 1, 1)
 bars = ax.bar(list(times), list(times.values()), color=["#9e9e9e", "#1e88e5", "#90caf9"][: len(times)])
 ax.bar_label(bars, fmt="%.3g ms")
 ax.margins(y=0.15)
-ax.set_ylabel("median time per call (ms)")
-ax.set_title(f"softmax over the rows of a ({rows}, {cols}) float32 array")
+ax.set_ylabel(text("median time per call (ms)"))
+ax.set_title(text("softmax over the rows of a ({rows}, {cols}) float32 array", rows=rows, cols=cols))
 fig.savefig(figure_path(T, "softmax_timing.png"), dpi=110)
 print("wrote", figure_path(T, "softmax_timing.png"))
 

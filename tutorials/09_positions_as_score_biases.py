@@ -45,7 +45,7 @@ import time
 
 import matplotlib
 import numpy
-from _tutorial import SMOKE, expect_error, figure_path, pick  # noqa: F401  (the helpers every tutorial shares)
+from _tutorial import SMOKE, expect_error, figure_path, pick, text  # the shared helpers; text: labels in LANG
 from matplotlib.figure import Figure
 
 import minitensor as mt
@@ -181,12 +181,12 @@ assert (weights_symmetric[..., j > i] == 0).all(), "the future gets no weight"
 
 show_heatmaps(
     B.reshape(2, 4, T, T),
-    xlabel="key position j",
-    ylabel="query position i",
+    xlabel=text("key position j"),
+    ylabel=text("query position i"),
     cmap="viridis",
-    titles=[[f"head {h}: m = 1/{2**h}" for h in range(r * 4 + 1, r * 4 + 5)] for r in range(2)],
+    titles=[[text("head {h}: m = 1/{n}", h=h, n=2**h) for h in range(r * 4 + 1, r * 4 + 5)] for r in range(2)],
     figsize=(11, 6.4),
-    suptitle="ALiBi: B[h, i, j] = -m_h |i - j|, 8 heads",
+    suptitle=text("ALiBi: B[h, i, j] = -m_h |i - j|, 8 heads"),
     path=figure_path(TUTORIAL, "alibi_heads.png"),
 )
 
@@ -264,19 +264,23 @@ assert not decoder.blks[0].attention1.positional.bidirectional, "a decoder's is 
 fig = Figure(figsize=(12, 3.8), layout="constrained")
 ax_buckets, ax_bias = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.4, 1]})
 rel = numpy.arange(-300, 301)
-ax_buckets.step(rel, t5.bucket(rel), where="mid", label="bidirectional (encoder)")
-ax_buckets.step(rel, t5_decoder.bucket(rel), where="mid", label="unidirectional (decoder)")
+ax_buckets.step(rel, t5.bucket(rel), where="mid", label=text("bidirectional (encoder)"))
+ax_buckets.step(rel, t5_decoder.bucket(rel), where="mid", label=text("unidirectional (decoder)"))
 for x in (-128, 128):
     ax_buckets.axvline(x, color="grey", linestyle=":")
 ax_buckets.set(
-    xlabel="relative position j - i (key minus query)",
-    ylabel="bucket",
-    title="T5 buckets: exact near 0, log-spaced to ±128, then one",
+    xlabel=text("relative position j - i (key minus query)"),
+    ylabel=text("bucket"),
+    title=text("T5 buckets: exact near 0, log-spaced to ±128, then one"),
 )
 ax_buckets.legend()
 image = ax_bias.imshow(t5(24, 24).detach().numpy()[0], cmap="viridis")
 fig.colorbar(image, ax=ax_bias, shrink=0.8)
-ax_bias.set(xlabel="key position j", ylabel="query position i", title="head 1's bias (random init., std 0.02)")
+ax_bias.set(
+    xlabel=text("key position j"),
+    ylabel=text("query position i"),
+    title=text("head 1's bias (random init., std 0.02)"),
+)
 fig.savefig(figure_path(TUTORIAL, "t5_buckets.png"), dpi=100)
 
 # %% [markdown]
@@ -353,12 +357,16 @@ reds = matplotlib.colormaps["Reds"].with_extremes(bad="white")  # exact zeros ar
 for ax, w, title in zip(
     fig.subplots(1, 3),
     (numpy.isfinite(B[0]) * 1.0, weights_window[0], weights_causal[0]),
-    ("allowed by the bias (B = 0)", f"weights, window {window}", f"weights, window {window} + causal mask"),
+    (
+        text("allowed by the bias (B = 0)"),
+        text("weights, window {window}", window=window),
+        text("weights, window {window} + causal mask", window=window),
+    ),
 ):
     image = ax.imshow(numpy.ma.masked_equal(w, 0.0), cmap=reds, vmin=0, vmax=1)
-    ax.set(xlabel="key position j", ylabel="query position i", title=title)
+    ax.set(xlabel=text("key position j"), ylabel=text("query position i"), title=title)
 fig.colorbar(image, ax=ax, shrink=0.8)
-fig.suptitle("sliding window, head 1 (white: exactly 0)")
+fig.suptitle(text("sliding window, head 1 (white: exactly 0)"))
 fig.savefig(figure_path(TUTORIAL, "sliding_window.png"), dpi=100)
 
 # %% [markdown]

@@ -39,7 +39,7 @@ import time
 import tracemalloc
 
 import numpy
-from _tutorial import SMOKE, expect_error, figure_path, pick  # noqa: F401  (the helpers every tutorial shares)
+from _tutorial import SMOKE, expect_error, figure_path, pick, text  # noqa: F401  (shared helpers; text: figure labels)
 from matplotlib.figure import Figure
 
 import minitensor as mt
@@ -554,18 +554,24 @@ fig = Figure(figsize=(13, 3.8), layout="constrained")
 ax_memory, *ax_heads = fig.subplots(1, 3, gridspec_kw={"width_ratios": [1.3, 1, 1]})
 lengths = numpy.array(LENGTHS)
 for name, style in (("plain", "o-"), ("fused", "s-")):
-    ax_memory.loglog(lengths, numpy.array(memory[name]) / MiB, style, base=2, label=f"{name} (measured)")
-ax_memory.loglog(lengths, HEADS * lengths**2 * 4 / MiB, "k:", base=2, label="one (T, T) array")
+    ax_memory.loglog(lengths, numpy.array(memory[name]) / MiB, style, base=2, label=text(f"{name} (measured)"))
+ax_memory.loglog(lengths, HEADS * lengths**2 * 4 / MiB, "k:", base=2, label=text("one (T, T) array"))
 ax_memory.set(
-    xlabel="sequence length T", ylabel="peak memory (MiB)", title=f"causal, forward + backward, {HEADS} heads"
+    xlabel=text("sequence length T"),
+    ylabel=text("peak memory (MiB)"),
+    title=text("causal, forward + backward, {heads} heads", heads=HEADS),
 )
 ax_memory.legend()
 slopes = streaming.positional.slopes.numpy()
 for ax, h, w in zip(ax_heads, heads, last_rows):
     image = ax.imshow(w, cmap="Reds", extent=(Tw - 48.5, Tw - 0.5, Tw - 0.5, Tw - 48.5))
-    ax.set(xlabel="key position", ylabel="query position", title=f"head {h} (ALiBi slope 1/{1 / slopes[h]:.0f})")
+    ax.set(
+        xlabel=text("key position"),
+        ylabel=text("query position"),
+        title=text("head {h} (ALiBi slope 1/{inverse:.0f})", h=h, inverse=1 / slopes[h]),
+    )
     fig.colorbar(image, ax=ax, shrink=0.8)
-fig.suptitle("streamed attention: memory linear in T; weights recomputed on demand from lse (last 48 queries)")
+fig.suptitle(text("streamed attention: memory linear in T; weights recomputed on demand from lse (last 48 queries)"))
 fig.savefig(figure_path(TUTORIAL, "flash_attention.png"), dpi=100)
 print("wrote", figure_path(TUTORIAL, "flash_attention.png"))
 

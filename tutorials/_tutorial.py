@@ -90,42 +90,180 @@ class expect_error:
 LABELS = {"zh": {}}
 LABELS["zh"].update(
     {  # 01_attention_cues
+        "newspaper": "报纸",
+        "research paper": "研究论文",
+        "coffee cup": "咖啡杯",
+        "notebook": "笔记本",
+        "book": "书",
+        "(nothing in mind)": "（心中无所求）",
+        "I want coffee": "我想喝咖啡",
+        "I want to read": "我想读书",
+        "I want to take notes": "我想记笔记",
+        "average pooling (any query)": "平均汇聚（任意查询）",
+        "attention weight": "注意力权重",
+        "Keys (objects)": "键（物品）",
+        "Queries (intentions)": "查询（意图）",
     }
 )
 LABELS["zh"].update(
     {  # 02_attention_pooling
+        "truth  $2\\sin x + x^{0.8}$": "真实函数  $2\\sin x + x^{0.8}$",
+        "prediction": "预测",
+        "training samples": "训练样本",
+        "average pooling (mse {mse:.2f})": "平均汇聚（mse {mse:.2f}）",
+        "Nadaraya-Watson, Gaussian kernel (mse {mse:.2f})": "Nadaraya-Watson，高斯核（mse {mse:.2f}）",
+        "Sorted training inputs (keys)": "排序后的训练输入（键）",
+        "Sorted test inputs (queries)": "排序后的测试输入（查询）",
+        "average pooling": "平均汇聚",
+        "Gaussian kernel": "高斯核",
+        "training points n": "训练点数 n",
+        "mse against the truth": "相对真实函数的 mse",
+        "Gaussian kernel, width $0.3\\,(n/50)^{-1/5}$": "高斯核，带宽 $0.3\\,(n/50)^{-1/5}$",
+        "epoch": "迭代周期",
+        "leave-one-out training loss": "留一法训练损失",
+        "learned w = {w:.2f}": "学到的 w = {w:.2f}",
+        "Gaussian, w = 1 (mse {mse:.2f})": "高斯核，w = 1（mse {mse:.2f}）",
+        "parametric, learned w = {w:.2f} (mse {mse:.2f})": "带参数，学到的 w = {w:.2f}（mse {mse:.2f}）",
+        "non-parametric, w = 1": "非参数，w = 1",
+        "parametric, w = {w:.2f}": "带参数，w = {w:.2f}",
     }
 )
 LABELS["zh"].update(
     {  # 03_scoring_functions
+        "Keys": "键",
+        "Queries": "查询",
+        "naive -inf: NaN row (blank)": "朴素的 -inf：NaN 行（空白）",
+        "D2L -1e6: uniform row": "D2L 的 -1e6：均匀的行",
+        "minitensor: zero row": "minitensor：全零的行",
+        "example 1": "样本 1",
+        "example 2": "样本 2",
+        "$q^\\top k$: variance $d$": "$q^\\top k$：方差为 $d$",
+        "$q^\\top k / \\sqrt{d}$: variance 1": "$q^\\top k / \\sqrt{d}$：方差为 1",
+        "sequence length n = m": "序列长度 n = m",
+        "forward + backward (ms)": "前向 + 反向传播（ms）",
     }
 )
 LABELS["zh"].update(
     {  # 04_write_a_scorer_plugin
+        "keys (6-dim)": "键（6 维）",
+        "queries (4-dim)": "查询（4 维）",
+        "before training": "训练前",
+        "trained, tau = 1": "训练后，tau = 1",
+        "trained, tau = 0.25": "训练后，tau = 0.25",
     }
 )
 LABELS["zh"].update(
     {  # 05_multi_head_attention
+        "keys (position: token)": "键（位置：词元）",
+        "2 heads: head 1": "2 个头：头 1",
+        "2 heads: head 2": "2 个头：头 2",
+        "1 head": "1 个头",
+        "2 heads": "2 个头",
+        "step": "训练步数",
+        "cross-entropy": "交叉熵",
+        "training the neighbour task": "训练相邻词元任务",
     }
 )
 LABELS["zh"].update(
     {  # 06_self_attention_and_positional_encoding
+        "CNN (Conv1d, k=3)": "CNN（Conv1d，k=3）",
+        "RNN (GRU)": "RNN（GRU）",
+        "self-attention": "自注意力",
+        "CNN, k=3": "CNN，k=3",
+        "CNN, k=5": "CNN，k=5",
+        "sequence length n": "序列长度 n",
+        "forward time (ms)": "前向传播时间（ms）",
+        "time vs n (d = {d}, batch {batch}, 1 thread)": "时间随 n 的变化（d = {d}，批量 {batch}，单线程）",
+        "{name}: layers": "{name}：层数",
+        "RNN, one layer: n - 1 time steps": "RNN，单层：n - 1 个时间步",
+        "layers (CNN, self-attention) or\ntime steps (RNN) from x_0 to y_(n-1)": (
+            "从 x_0 到 y_(n-1) 的层数（CNN、自注意力）\n或时间步数（RNN）"
+        ),
+        "maximum path length": "最大路径长度",
+        "output position j": "输出位置 j",
+        "how far one layer carries x_0": "一层能把 x_0 传多远",
+        "encoding dimension": "编码维度",
+        "position i": "位置 i",
+        "P (sinusoidal, d = 32)": "P（正弦位置编码，d = 32）",
+        "col {col}": "第 {col} 列",
+        "columns 6 to 9": "第 6 到 9 列",
+        "bit (lowest first)": "二进制位（最低位在前）",
+        "number": "数",
+        "0..7 in binary": "0..7 的二进制表示",
+        "rotary: constant diagonals": "旋转位置编码：对角线上为常数",
+        "rotary": "旋转位置编码",
+        "sinusoidal added to the inputs": "正弦位置编码加到输入上",
+        "key position n": "键的位置 n",
+        "query position m": "查询的位置 m",
+        "sinusoidal added": "加上正弦位置编码",
+        "relative position n - m": "相对位置 n - m",
+        "score": "评分",
+        "every score against n - m": "每个评分随 n - m 的分布",
     }
 )
 LABELS["zh"].update(
     {  # 07_transformer
+        "source tokens": "源词元",
+        "embedding x sqrt(d) + positional encoding": "嵌入 × sqrt(d) + 位置编码",
+        "multi-head self-attention": "多头自注意力",
+        "add & norm": "加法和规范化",
+        "position-wise FFN": "基于位置的前馈网络",
+        "encoder outputs H": "编码器输出 H",
+        "target tokens, shifted right (<bos> first)": "目标词元，右移一位（<bos> 在前）",
+        "masked multi-head self-attention": "掩蔽多头自注意力",
+        "encoder-decoder attention": "编码器－解码器注意力",
+        "linear -> vocabulary logits": "线性层 → 词表上的 logits",
+        "softmax: P(next token)": "softmax：P(下一个词元)",
+        "keys, values": "键、值",
+        "queries": "查询",
+        "The Transformer: an encoder-decoder for sequence pairs": "Transformer：处理序列对的编码器－解码器",
+        "Transformer on the date task": "Transformer 在日期任务上的训练",
     }
 )
 LABELS["zh"].update(
     {  # 08_inside_the_engine
+        "L = sum(softmax(Q K^T / sqrt(d)) V): tensors, Functions [backward order]": (
+            "L = sum(softmax(Q K^T / sqrt(d)) V)：张量与 Function［反向传播的访问顺序］"
+        ),
+        "plain NumPy\n(reference.py)": "纯 NumPy\n(reference.py)",
+        "numba kernel\n{threads} threads": "numba 融合核\n{threads} 个线程",
+        "numba kernel\n1 thread": "numba 融合核\n1 个线程",
+        "median time per call (ms)": "每次调用耗时的中位数（ms）",
+        "softmax over the rows of a ({rows}, {cols}) float32 array": "对形状为 ({rows}, {cols}) 的 float32 数组逐行计算 softmax",
     }
 )
 LABELS["zh"].update(
     {  # 09_positions_as_score_biases
+        "key position j": "键的位置 j",
+        "query position i": "查询的位置 i",
+        "head {h}: m = 1/{n}": "头 {h}：m = 1/{n}",
+        "ALiBi: B[h, i, j] = -m_h |i - j|, 8 heads": "ALiBi：B[h, i, j] = -m_h |i - j|，8 个头",
+        "bidirectional (encoder)": "双向（编码器）",
+        "unidirectional (decoder)": "单向（解码器）",
+        "relative position j - i (key minus query)": "相对位置 j - i（键的位置减查询的位置）",
+        "bucket": "桶",
+        "T5 buckets: exact near 0, log-spaced to ±128, then one": "T5 的分桶：0 附近逐个精确，到 ±128 按对数间隔，此后合为一个",
+        "head 1's bias (random init., std 0.02)": "头 1 的偏置（随机初始化，标准差 0.02）",
+        "allowed by the bias (B = 0)": "偏置允许的位置（B = 0）",
+        "weights, window {window}": "权重，窗口 {window}",
+        "weights, window {window} + causal mask": "权重，窗口 {window} + 因果掩蔽",
+        "sliding window, head 1 (white: exactly 0)": "滑动窗口，头 1（白色：恰好为 0）",
     }
 )
 LABELS["zh"].update(
     {  # 10_flash_attention
+        "plain (measured)": "普通路径（实测）",
+        "fused (measured)": "流式路径（实测）",
+        "one (T, T) array": "一个 (T, T) 数组",
+        "sequence length T": "序列长度 T",
+        "peak memory (MiB)": "峰值内存（MiB）",
+        "causal, forward + backward, {heads} heads": "因果掩蔽，前向 + 反向传播，{heads} 个头",
+        "key position": "键的位置",
+        "query position": "查询的位置",
+        "head {h} (ALiBi slope 1/{inverse:.0f})": "头 {h}（ALiBi 斜率 1/{inverse:.0f}）",
+        "streamed attention: memory linear in T; weights recomputed on demand from lse (last 48 queries)": (
+            "流式注意力：内存随 T 线性增长；权重由 lse 按需重算（最后 48 个查询）"
+        ),
     }
 )
 

@@ -1,0 +1,605 @@
+# %% [markdown]
+# # 8. 引擎内部：反向模式自动微分与融合的 softmax 核
+#
+# 前面各个教程中的每个模型都是用梯度下降训练的，而每个梯度都出自同一个地方：
+# `minitensor/autograd.py`，大约 300 行代码。本教程就来打开它。我们将：
+#
+# 1. 从零开始为标量编写反向模式自动微分（reverse-mode automatic differentiation），
+#    只用 30 行，并与 minitensor 的结果相互核对；
+# 2. 看看 minitensor 如何记录计算图（computational graph）：
+#    一个 `Tensor` 会记住产生它的那次 `Function` 调用；
+# 3. 编写我们自己的可微运算，即一个带有 `forward` 和 `backward`（前向传播 / 反向传播）的
+#    `mt.Function`，并用梯度检验（gradient check）`mt.gradcheck` 检查它——
+#    它也能查出一个故意写错的 `backward`；
+# 4. 画出缩放点积注意力的计算图，观察 `backward` 访问各个节点的顺序；
+# 5. 弄清注意力核心处的 softmax 为什么以*融合*的 numba 核（fused kernel）运行，
+#    并与普通的 NumPy 实现比较运行时间。
+#
+# 可以用 `python tutorials/zh/08_inside_the_engine.py` 运行它（几秒钟），
+# 也可以借助 jupytext 把它作为笔记本打开；设置 `MINITENSOR_TUTORIAL_SMOKE=1` 会让数组变小。
+#
+# 参考资料：D2L 的中文版《动手学深度学习》（zh.d2l.ai）2.4 微积分（链式法则）、
+# 2.5 自动微分和 4.7 前向传播、反向传播和计算图，以及英文版 *Dive into Deep Learning*（d2l.ai）
+# 2.4 "Calculus"、2.5 "Automatic Differentiation" 和 5.3 "Forward Propagation, Backward
+# Propagation, and Computational Graphs"；我们要遍历其计算图的注意力，
+# 是 10.3 注意力评分函数 / 11.3 "Attention Scoring Functions" 中的缩放点积注意力。
+
+# %%
+import itertools
+import math
+import statistics
+import timeit
+
+import numpy as np
+from _tutorial import SMOKE, expect_error, figure_path, pick, text  # text：以教程的语言给出图中的标签
+
+import minitensor as mt
+
+T = "08_inside_the_engine"
+mt.manual_seed(0)
+print("smoke mode" if SMOKE else "full mode")
+
+# %% [markdown]
+# ## 用一段话讲清反向模式
+#
+# 程序从输入出发，经过一系列基本运算 $z = f(x, y)$ 算出一个标量损失 $L$，
+# 每个运算的局部导数 $\partial z/\partial x$、$\partial z/\partial y$ 都是已知的。
+# 链式法则（chain rule）告诉我们，如果 $z$ 还被后续的运算使用，那么
+#
+# $$\frac{\partial L}{\partial x} \mathrel{+}= \frac{\partial L}{\partial z}\,\frac{\partial z}{\partial x}
+#   \qquad\text{对每个由 } x \text{ 算出的 } z .$$
+#
+# *反向*模式从输出处的 $\partial L/\partial L = 1$ 出发，沿计算图倒着走，
+# 每个节点把“自己的梯度乘以自己的局部导数”传给它的输入——这就是反向传播（backpropagation）。
+# 一次反向传播就能同时得到*每个*输入 $w$ 的 $\partial L/\partial w$，
+# 代价只是前向传播的一个小倍数：这正是训练所需要的，因为训练只有一个标量损失，却有许多参数。
+# （前向模式则要对每个输入各做一遍。）唯一需要留意的是顺序：
+# 一个节点只有收到了*所有*由它算出的节点传回的梯度之后，才能把自己的梯度继续往下传。
+# 任何让每个节点都排在它的全部使用者之后的顺序——即逆拓扑排序（reverse topological order）——都可行，
+# 而创建顺序本身就白送了一个拓扑排序：一个运算的输入总是先于它的输出而存在。
+#
+# ## 从零实现标量的自动微分
+#
+# 每个 `Value` 记录它的父节点，以及在前向传播中算出的、它对每个父节点的局部导数。
+# `backward` 从最新的值开始依次访问每个值，
+# 把“我的梯度乘以我的局部导数”累加到每个父节点的梯度上。
+
+
+# %%
+class Value:
+    """A scalar that remembers how it was made: its parents and d(self)/d(parent) for each."""
+
+    _created = itertools.count()
+
+    def __init__(self, data, parents=(), local_grads=(), op=""):
+        self.data, self.grad = float(data), 0.0
+        self.parents, self.local_grads, self.op = parents, local_grads, op
+        self.seq = next(Value._created)  # 创建顺序即一种拓扑排序
+
+    def __add__(self, other):
+        return Value(self.data + other.data, (self, other), (1.0, 1.0), "+")
+
+    def __mul__(self, other):
+        return Value(self.data * other.data, (self, other), (other.data, self.data), "*")
+
+    def tanh(self):
+        t = math.tanh(self.data)
+        return Value(t, (self,), (1.0 - t * t,), "tanh")
+
+    def graph(self):
+        """Every Value this one was computed from (an explicit stack: no recursion limit)."""
+        seen, stack = {}, [self]
+        while stack:
+            v = stack.pop()
+            if id(v) not in seen:
+                seen[id(v)] = v
+                stack.extend(v.parents)
+        return seen.values()
+
+    def backward(self):
+        self.grad = 1.0
+        for v in sorted(self.graph(), key=lambda v: v.seq, reverse=True):  # 最新的先处理
+            for parent, local in zip(v.parents, v.local_grads):
+                parent.grad += v.grad * local  # 链式法则
+
+
+a, b, c = Value(0.5), Value(-1.5), Value(0.25)
+L = (a * b + c).tanh() * a  # a 被用了两次：它的梯度有两项
+L.backward()
+print(f"L = {L.data:.6f};  dL/da = {a.grad:.6f}, dL/db = {b.grad:.6f}, dL/dc = {c.grad:.6f}")
+
+# %% [markdown]
+# 同一个表达式在 minitensor 中（float64 的 0 维张量）得到相同的数值；
+# 手算的话，记 $u = \tanh(ab + c)$，则 $\partial L/\partial a = u + a(1-u^2)b$——
+# 这是从 $a$ 到 $L$ 的两条路径之和。
+
+# %%
+ta, tb, tc = (mt.tensor(v, dtype=mt.float64, requires_grad=True) for v in (0.5, -1.5, 0.25))
+tL = (ta * tb + tc).tanh() * ta
+tL.backward()
+u = math.tanh(0.5 * -1.5 + 0.25)
+for name, ours, theirs in (("a", a.grad, ta.grad.item()), ("b", b.grad, tb.grad.item()), ("c", c.grad, tc.grad.item())):
+    assert abs(ours - theirs) < 1e-12, f"dL/d{name}: from scratch {ours} vs minitensor {theirs}"
+assert abs(a.grad - (u + 0.5 * (1 - u * u) * -1.5)) < 1e-12, "dL/da is the sum over both paths"
+print("from-scratch gradients == minitensor's == the chain rule by hand")
+
+# %% [markdown]
+# ## minitensor 如何存储计算图
+#
+# minitensor 在数组上做的是同一件事。`Tensor`（`minitensor/tensor.py`）保存
+# `data`（一个 NumPy 或 CuPy 数组）、`requires_grad`、`grad` 和 `_ctx`；
+# `_ctx` 以 `grad_fn` 之名对外公开，它是产生该张量的那次调用的 `Function` 对象
+# （对叶子节点（leaf）而言为 None）。这个对象就是计算图中的节点：
+# 它保存 `inputs`（它所作用的张量）和 `saved`（`forward` 为 `backward` 留下的任何东西），
+# 而两个静态方法则定义在它的类中。`Function.apply`（`minitensor/autograd.py`）
+# 取出张量中的数组，在原始数组上调用 `forward`，再把结果包装成张量并附上 `ctx`——
+# 但只有当某个输入需要梯度、且不在 `mt.no_grad()` 之内时才这样做。
+
+# %%
+x = mt.randn(2, 3, requires_grad=True)
+w = mt.randn(2, 3, requires_grad=True)
+y = x * w
+print("y.grad_fn:", y.grad_fn, "| y.is_leaf:", y.is_leaf, "| x.is_leaf:", x.is_leaf, "| x.grad_fn:", x.grad_fn)
+print("y.grad_fn.inputs are x and w:", y.grad_fn.inputs[0] is x and y.grad_fn.inputs[1] is w)
+print("Mul saved for backward:", [tuple(s.shape) for s in y.grad_fn.saved], "(a and b: dz/da = b, dz/db = a)")
+with mt.no_grad():
+    z = x * w
+assert z.grad_fn is None and not z.requires_grad, "no graph is recorded under no_grad"
+
+# %% [markdown]
+# ## 我们自己的 Function
+#
+# 一个运算就是 `mt.Function` 的一个子类，其中 `forward(ctx, ...)` 和 `backward(ctx, grad)`
+# 并排写在一起——这是 PyTorch 的惯用写法，`minitensor/ops/` 中的每个运算都遵循它
+# （`elementwise.py` 中的最简单）。`forward` 接收原始数组，并用 `ctx.xp`
+# （NumPy 或 CuPy：同一份代码可以在两种后端上运行）进行计算；
+# 它用 `ctx.save_for_backward` 留下 `backward` 需要的东西。
+# `backward` 接收 $\partial L/\partial y$，并为每个输入返回 $\partial L/\partial x$
+# （对非张量的参数返回 None）。
+#
+# Softplus，一个平滑的 ReLU：
+#
+# $$y = \log(1 + e^x), \qquad \frac{dy}{dx} = \frac{e^x}{1+e^x} = \sigma(x)
+#   = \tfrac12\big(1 + \tanh(x/2)\big).$$
+#
+# 两者的写法都不会溢出：`logaddexp(0, x)` 以数值稳定的方式计算 $\log(e^0 + e^x)$，
+# 而 $\sigma$ 的 tanh 形式在 $x$ 是很大的负数时也从不计算 $e^{-x}$。
+
+
+# %%
+class Softplus(mt.Function):
+    """y = log(1 + e^x);  dy/dx = sigmoid(x)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return ctx.xp.logaddexp(x.dtype.type(0), x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved
+        return grad * 0.5 * (1 + ctx.xp.tanh(x / 2))
+
+
+def softplus(x):
+    return Softplus.apply(x)
+
+
+x = mt.randn(3, 4, dtype=mt.float64, requires_grad=True)
+y = softplus(x)
+assert np.allclose(y.numpy(), np.log1p(np.exp(x.numpy()))), "forward: log(1 + e^x)"
+assert mt.gradcheck(softplus, [x]), "backward: sigmoid(x)"
+print(y.grad_fn, "- forward and backward pass gradcheck")
+
+# %% [markdown]
+# `mt.gradcheck(fn, inputs)`（`minitensor/gradcheck.py`）把解析梯度与中心有限差分（finite differences）相比较：
+#
+# $$\frac{\partial L}{\partial x_i} \approx \frac{L(x + \epsilon e_i) - L(x - \epsilon e_i)}{2\epsilon},$$
+#
+# 其误差为 $O(\epsilon^2)$。比较在 float64 中进行（若用 float32，
+# $L$ 的舍入误差约为 $10^{-7}|L|/\epsilon$，会淹没这个差分）。
+# 输出为张量的函数会用固定的*随机*权重归约成一个标量，$L = \sum_j v_j\, \text{fn}(x)_j$。
+#
+# 为什么要用随机权重？下面是手写 `backward` 时最常见的错误：忘了乘以传入的梯度。
+# 若 $L = \sum_j y_j$，传入的梯度全是 1，这个错误就无从察觉：
+
+
+# %%
+class ForgetfulSoftplus(Softplus):
+    """A wrong backward: returns dy/dx instead of dL/dy * dy/dx."""
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved
+        return 0.5 * (1 + ctx.xp.tanh(x / 2))
+
+
+x_wrong = mt.tensor(x.numpy(), requires_grad=True)
+ForgetfulSoftplus.apply(x_wrong).sum().backward()
+x.grad = None
+softplus(x).sum().backward()
+assert np.allclose(x_wrong.grad.numpy(), x.grad.numpy()), "with L = sum(y) the bug hides"
+print("L = sum(y): the wrong backward gives the right gradient")
+
+with expect_error("ForgetfulSoftplus's backward, checked by gradcheck", mt.GradcheckError):
+    mt.gradcheck(ForgetfulSoftplus.apply, [mt.tensor(x.numpy(), requires_grad=True)])
+
+# %% [markdown]
+# ### 广播由引擎撤销，而不由每个运算各自处理
+#
+# 一个双输入的运算：$z = \sqrt{a^2 + b^2}$（`hypot`），$\partial z/\partial a = a/z$，
+# $\partial z/\partial b = b/z$。如果 `b` 的形状是 (4,)，`a` 的形状是 (3, 4)，
+# NumPy 就会把 `b` 广播（broadcasting）到各行上，每个 `b[j]` 影响 3 个输出，
+# 因此它的梯度是对这些输出的求和。我们的 `backward` 照样为 `b` 返回一个 (3, 4) 的梯度：
+# `autograd.sum_to_shape` 会一次性把它求和回 (4,)，对所有运算都如此，因此哪个运算都不必自己处理。
+
+
+# %%
+class Hypot(mt.Function):
+    """z = sqrt(a^2 + b^2);  dz/da = a / z, dz/db = b / z."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        z = ctx.xp.sqrt(a * a + b * b)
+        ctx.save_for_backward(a, b, z)
+        return z
+
+    @staticmethod
+    def backward(ctx, grad):
+        a, b, z = ctx.saved
+        return grad * a / z, grad * b / z  # 两者的形状都是 (3, 4)：由引擎把 b 的梯度求和回 (4,)
+
+
+a = mt.randn(3, 4, dtype=mt.float64, requires_grad=True)
+b = mt.randn(4, dtype=mt.float64, requires_grad=True)
+assert mt.gradcheck(Hypot.apply, [a, b]), "Hypot's backward, broadcasting included"
+a.grad = b.grad = None
+Hypot.apply(a, b).sum().backward()
+ref_a, ref_b = (mt.tensor(t.numpy(), requires_grad=True) for t in (a, b))
+(ref_a * ref_a + ref_b * ref_b).sqrt().sum().backward()
+assert b.grad.shape == (4,) and np.allclose(b.grad.numpy(), ref_b.grad.numpy())
+assert np.allclose(a.grad.numpy(), ref_a.grad.numpy())
+print("Hypot: gradcheck passes; b.grad has b's shape", b.grad.shape)
+
+# %% [markdown]
+# ## 缩放点积注意力的计算图
+#
+# 现在来看本章中的一个小表达式：单个头的缩放点积注意力，再加上一个损失，
+# $L = \sum \text{softmax}(\mathbf Q\mathbf K^\top/\sqrt d)\mathbf V$。
+# 我们从 $L$ 出发，沿着每个张量的 `grad_fn` 及其 `inputs` 遍历计算图
+# （像 $\sqrt d$ 这样的 Python 数值是常量，不是节点），
+# 把它打印成构建它的那段程序，再把它画出来。
+
+# %%
+d = 4
+Q = mt.randn(2, d, requires_grad=True)
+K = mt.randn(3, d, requires_grad=True)
+V = mt.randn(3, d, requires_grad=True)
+loss = ((Q @ K.T / math.sqrt(d)).softmax(axis=-1) @ V).sum()
+
+
+def walk(root):
+    """Every tensor of the graph behind ``root`` and the edges (input -> output)."""
+    tensors, edges, stack, seen = [], [], [root], set()
+    while stack:
+        t = stack.pop()
+        if id(t) in seen:
+            continue
+        seen.add(id(t))
+        tensors.append(t)
+        if t.grad_fn is not None:
+            for p in t.grad_fn.inputs:
+                if isinstance(p, mt.Tensor):
+                    edges.append((p, t))
+                    stack.append(p)
+    return sorted(tensors, key=lambda t: t._seq), edges  # 按创建顺序
+
+
+tensors, edges = walk(loss)
+names = {id(Q): "Q", id(K): "K", id(V): "V"}
+for t in tensors:
+    names.setdefault(id(t), f"t{len([n for n in names.values() if n.startswith('t')]) + 1}")
+names[id(loss)] = "L"
+print("the graph, in creation order (a topological order):")
+for t in tensors:
+    if t.grad_fn is None:
+        print(f"  {names[id(t)]:>2}  leaf {tuple(t.shape)}")
+    else:
+        args = ", ".join(
+            names[id(p)] if isinstance(p, mt.Tensor) else f"{p:.4g}" if isinstance(p, float) else repr(p)
+            for p in t.grad_fn.inputs
+        )
+        print(f"  {names[id(t)]:>2} = {type(t.grad_fn).__name__}({args})  {tuple(t.shape)}")
+functions = [t for t in tensors if t.grad_fn is not None]
+backward_order = sorted(functions, key=lambda t: -t._seq)
+print("backward visits:", " -> ".join(type(t.grad_fn).__name__ for t in backward_order))
+rank = {id(t): i for i, t in enumerate(backward_order)}
+for p, t in edges:  # 逆拓扑排序：每个输出都先于它的输入处理
+    if p.grad_fn is not None:
+        assert rank[id(t)] < rank[id(p)], "backward must reach an output before its inputs"
+
+# %% [markdown]
+# 图中，张量画成椭圆（叶子节点为绿色），Function 节点画成方框，
+# 并按 `backward` 访问它们的顺序编号。箭头顺着前向的方向，从输入指向输出；梯度则逆着箭头流动。
+
+# %%
+from matplotlib.figure import Figure
+
+
+def draw_graph(tensors, edges, names, path):
+    # 分列：算出的张量放在它最深的输入右边一列；叶子节点放在它的第一个使用者左边一列，
+    # 画在链的上方，使箭头不穿过任何节点。
+    depth = {}
+    for t in tensors:  # 按创建顺序：先放置输入
+        ins = [p for p in (t.grad_fn.inputs if t.grad_fn else ()) if isinstance(p, mt.Tensor)]
+        depth[id(t)] = 1 + max((depth[id(p)] for p in ins), default=-1)
+    leaf_column = {}
+    for p, t in edges:
+        if p.grad_fn is None:
+            leaf_column[id(p)] = min(leaf_column.get(id(p), depth[id(t)]), depth[id(t)] - 1)
+    depth.update(leaf_column)
+    columns = {}
+    for t in sorted(tensors, key=lambda t: t.grad_fn is None):  # 先放算出的张量
+        columns.setdefault(depth[id(t)], []).append(t)
+    pos = {id(t): (2.0 * k, float(i)) for k, column in columns.items() for i, t in enumerate(column)}
+    fig = Figure(figsize=(1.6 * len(columns) + 1.5, 3.2))
+    ax = fig.add_subplot(1, 1, 1)
+    ax.axis("off")
+    visit = {id(t): i + 1 for i, t in enumerate(sorted((t for t in tensors if t.grad_fn), key=lambda t: -t._seq))}
+    arrow = dict(arrowstyle="-|>", color="0.35", linewidth=0.9, shrinkA=14, shrinkB=14)
+    for t in tensors:
+        x, y = pos[id(t)]
+        label = f"{names[id(t)]}\n{tuple(t.shape)}"
+        colour = "#c8e6c9" if t.grad_fn is None else "#e3f2fd"
+        ax.text(
+            x,
+            y,
+            label,
+            ha="center",
+            va="center",
+            fontsize=8,
+            bbox=dict(boxstyle="ellipse,pad=0.3", facecolor=colour, edgecolor="0.3"),
+        )
+        if t.grad_fn is not None:  # 它的 Function 方框位于它的输入与它之间
+            fx, fy = x - 1.0, y
+            constants = "".join(f" {c:.3g}" for c in t.grad_fn.inputs if isinstance(c, (int, float)))
+            ax.text(
+                fx,
+                fy,
+                f"{type(t.grad_fn).__name__}{constants}\n[{visit[id(t)]}]",
+                ha="center",
+                va="center",
+                fontsize=8,
+                bbox=dict(boxstyle="square,pad=0.3", facecolor="#ffe0b2", edgecolor="0.3"),
+            )
+            ax.annotate("", xy=(x, y), xytext=(fx, fy), arrowprops=arrow)
+            for p in t.grad_fn.inputs:
+                if isinstance(p, mt.Tensor):
+                    ax.annotate("", xy=(fx, fy), xytext=pos[id(p)], arrowprops=arrow)
+    xs = [p[0] for p in pos.values()]
+    ys = [p[1] for p in pos.values()]
+    ax.set_xlim(min(xs) - 0.8, max(xs) + 0.8)
+    ax.set_ylim(min(ys) - 0.8, max(ys) + 0.8)
+    ax.set_title(text("L = sum(softmax(Q K^T / sqrt(d)) V): tensors, Functions [backward order]"), fontsize=10)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+
+
+draw_graph(tensors, edges, names, figure_path(T, "graph_attention.png"))
+print("wrote", figure_path(T, "graph_attention.png"))
+
+# %% [markdown]
+# minitensor 自己也能画出同样的计算图：`mt.viz.graph(loss)` 像 `walk` 那样遍历它，
+# 并把它分层排成一幅 SVG（输入在上，$L$ 在下）：每个 Function 一个方框，
+# 标出其输出的形状和 dtype、它为反向传播保存的字节数，以及它在反向传播顺序中的编号；
+# `.backward()` 执行反向传播，并为每个节点添上其梯度的范数。
+# 它在笔记本中会直接显示出来，`.save(path)` 则把它写入文件；
+# `minitensor explain` 会把一个真实注意力层的计算图放进它生成的页面。
+
+# %%
+drawing = mt.viz.graph(loss, names={"Q": Q, "K": K, "V": V})
+assert len(drawing.ops) == len(functions), "one node per Function"
+assert [n.label for n in sorted(drawing.ops, key=lambda n: n.order)] == [
+    type(t.grad_fn).__name__ for t in backward_order
+], "numbered in backward's order"
+drawing.backward()
+assert drawing.ops[-1].grad_norm == 1.0, "dL/dL = 1 at the bottom"
+drawing.save(figure_path(T, "graph_attention.svg"))
+print(drawing, "- saved", figure_path(T, "graph_attention.svg"))
+
+# %% [markdown]
+# ## `backward` 如何排定节点的顺序
+#
+# `autograd.backward` 做的正是我们的 `Value.backward` 所做的事，只是不必先对整个计算图排序：
+# 每个张量都有一个创建编号 `_seq`，一个堆每次从已经收到梯度的张量中取出编号最大的那个。
+# 由于输出总是比它的输入更新，一个张量只有在由它算出的每个张量都把梯度传回之后，才会从堆中取出；
+# 沿不同路径到达的梯度会相加。整个过程不涉及递归，所以包含数千个运算的链也没有问题
+# （递归的深度优先搜索会撞上 Python 约 1000 层的递归上限）。
+#
+# 我们可以用一个前向时什么也不做、在 `backward` 中记下自己名字的 `Function` 来观察这个顺序。
+# 下面的 `h` 同时输入到 `u` 和 `v` 两个分支中（形成一个菱形）：`h` 必须等这两个分支都传回梯度。
+
+# %%
+visited = []
+
+
+class Trace(mt.Function):
+    """The identity, which records its label when the gradient passes through."""
+
+    @staticmethod
+    def forward(ctx, x, label):
+        ctx.label = label
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        visited.append(ctx.label)
+        return grad, None  # 标签没有梯度
+
+
+x = mt.randn(5, dtype=mt.float64, requires_grad=True)
+h = Trace.apply(x * x, "h")
+u = Trace.apply(h.tanh(), "u")
+v = Trace.apply(h.exp(), "v")
+L = Trace.apply((u * v).sum(), "L")
+L.backward()
+print("backward passed through:", " -> ".join(visited))
+assert visited == ["L", "v", "u", "h"], "newest first; h only after both of its consumers"
+xs = x.numpy()
+expected = 2 * xs * np.exp(xs**2) * ((1 - np.tanh(xs**2) ** 2) + np.tanh(xs**2))
+assert np.allclose(x.grad.numpy(), expected), "the two paths through h are added"
+
+n = pick(20_000, 3_000)  # 远远超过 Python 的递归深度上限
+x = mt.tensor(1.0, dtype=mt.float64, requires_grad=True)
+y = x
+for _ in range(n):
+    y = y * 1.0001
+y.backward()
+assert abs(x.grad.item() - 1.0001**n) < 1e-9 * 1.0001**n
+print(f"a chain of {n:,} multiplications: dL/dx = {x.grad.item():.6f} = 1.0001^{n}")
+
+# %% [markdown]
+# `backward` 结束后，计算图即被释放——保存的数组和指向输入的链接都被丢弃，内存立即归还。
+# 第二次沿同一个计算图调用 `backward` 是一个错误，错误信息会说明这一点，
+# 除非第一次调用时传入了 `retain_graph=True`；梯度会在 `.grad` 中*累加*
+# （这正是优化器要调用 `zero_grad()` 的原因）。
+
+# %%
+x = mt.randn(3, dtype=mt.float64, requires_grad=True)
+y = (x * x).sum()
+y.backward(retain_graph=True)
+first = x.grad.numpy()
+y.backward()  # 允许：计算图被保留了
+assert np.allclose(x.grad.numpy(), 2 * first), "gradients accumulate"
+with expect_error("a third backward through the graph the second one freed", mt.GraphError):
+    y.backward()
+
+# %% [markdown]
+# ## 为什么 softmax 核是融合的
+#
+# 注意力要对形状为（批量大小, 头数, 查询数, 键数）的分数的每一行计算 softmax；
+# 在教程 7 中规范化日期的那个 Transformer 里，它是最频繁的运算之一。
+# 用 NumPy 编写时（`minitensor/kernels/reference.py`），数值稳定的 softmax
+#
+# $$\text{softmax}(\mathbf x)_j = \frac{e^{x_j - m}}{\sum_k e^{x_k - m}},\qquad m = \max_k x_k,$$
+#
+# 是一串针对整个数组的运算：行最大值（读 $\mathbf x$）、$\mathbf x - m$（读 $\mathbf x$，写一个临时数组）、
+# `exp`（读它，再写一个临时数组）、行和（读这个数组）、除法（再读一遍，写出输出）。
+# 对内存走了五遍，还有两个与输入一样大的临时数组：对一个 (4096, 512) 的 float32 数组来说，
+# 每个 8 MiB，总共约读 40 MiB、写 24 MiB——远超缓存的容量，所以时间都花在了搬运数据上。
+#
+# numba 核（`minitensor/kernels/cpu.py`）是*融合*的（算子融合，operator fusion）：
+# 一个函数逐行遍历数组，一行 512 个浮点数（2 KiB）始终留在 L1 缓存中，
+# 在这一行上依次完成最大值、指数及其求和，以及缩放。主存只看到输入被读一次、输出被写一次：16 MiB。
+# 各行相互独立，因此还把它们分配到多个线程上（`prange`）；float32 的 `exp` 用普通的算术写成，
+# 由 LLVM 将其向量化。减去 $m$ 在数学上不改变任何结果（分子和分母都乘以 $e^{-m}$），
+# 但能防止 `exp` 溢出：每个指数都 $\le 0$。
+
+# %%
+import tracemalloc
+
+import numba
+
+from minitensor.kernels import cpu, reference
+
+rows, cols = pick((4096, 512), (256, 128))
+scores = np.random.default_rng(0).standard_normal((rows, cols)).astype(np.float32) * 3
+
+fused = cpu.softmax_forward(scores)  # 第一次调用会加载（或编译）这个核
+plain = reference.softmax_forward(np, scores)
+print(f"largest |fused - plain| = {np.abs(fused - plain).max():.2e}")
+assert np.allclose(fused, plain, rtol=2e-5, atol=1e-7), "the fused kernel computes the same softmax"
+assert np.array_equal(mt.tensor(scores).softmax(axis=-1).numpy(), fused), "mt.softmax runs this kernel"
+
+big = np.array([[1e4, 1e4 - 1, 0.0]], dtype=np.float32)
+with np.errstate(over="ignore", invalid="ignore"):
+    unstable = np.exp(big) / np.exp(big).sum(axis=-1, keepdims=True)
+assert np.isnan(unstable).any() and np.allclose(cpu.softmax_forward(big).sum(), 1), "why m is subtracted"
+print("exp without the max: ", unstable[0], "| with it:", cpu.softmax_forward(big)[0])
+
+tracemalloc.start()
+reference.softmax_forward(np, scores)
+_, peak = tracemalloc.get_traced_memory()
+tracemalloc.stop()
+print(
+    f"plain NumPy softmax: at its peak {peak / scores.nbytes:.1f}x the input's size allocated (the output "
+    "and two temporaries); the fused kernel allocates only its output"
+)
+assert peak >= 2 * scores.nbytes, "the plain version needs full-size temporaries"
+
+# %% [markdown]
+# 计时：取多次重复 `timeit` 运行的中位数，融合核分别在全部线程和单个线程上运行
+# （单线程是为了只拿融合本身与 NumPy 比较，因为 NumPy 在单个线程上执行这些运算）。
+
+
+# %%
+def median_ms(fn, number, repeat):
+    return 1e3 * statistics.median(timeit.repeat(fn, number=number, repeat=repeat)) / number
+
+
+number, repeat = pick((5, 15), (20, 5))
+threads = numba.get_num_threads()
+plain_bar, one_thread_bar = text("plain NumPy\n(reference.py)"), text("numba kernel\n1 thread")  # 各个柱子的名称
+times = {plain_bar: median_ms(lambda: reference.softmax_forward(np, scores), number, repeat)}
+if threads > 1 and scores.size >= cpu.PARALLEL_MIN_SIZE:  # 更小的数组总在单线程上运行
+    threads_bar = text("numba kernel\n{threads} threads", threads=threads)
+    times[threads_bar] = median_ms(lambda: cpu.softmax_forward(scores), number, repeat)
+numba.set_num_threads(1)
+try:
+    times[one_thread_bar] = median_ms(lambda: cpu.softmax_forward(scores), number, repeat)
+finally:
+    numba.set_num_threads(threads)
+for name, ms in times.items():
+    print(f"{name.replace(chr(10), ', '):36} {ms:8.3f} ms")
+plain_ms, one_thread_ms = times[plain_bar], times[one_thread_bar]
+print(f"fusion alone (1 thread): {plain_ms / one_thread_ms:.1f}x faster than plain NumPy")
+if not SMOKE:  # 只在完整规模下断言；冒烟模式下数组太小，计时没有多大意义
+    assert one_thread_ms < plain_ms, "the fused kernel beats plain NumPy even on one thread"
+
+fig = Figure(figsize=(6.0, 3.6), layout="constrained")
+ax = fig.add_subplot(1, 1, 1)
+bars = ax.bar(list(times), list(times.values()), color=["#9e9e9e", "#1e88e5", "#90caf9"][: len(times)])
+ax.bar_label(bars, fmt="%.3g ms")
+ax.margins(y=0.15)
+ax.set_ylabel(text("median time per call (ms)"))
+ax.set_title(text("softmax over the rows of a ({rows}, {cols}) float32 array", rows=rows, cols=cols))
+fig.savefig(figure_path(T, "softmax_timing.png"), dpi=110)
+print("wrote", figure_path(T, "softmax_timing.png"))
+
+# %% [markdown]
+# 即便只用一个线程，单靠融合就比 NumPy 快好几倍：同样的算术，四分之一的内存流量。
+# 更多线程只有在核心空闲时才有帮助：在一台忙于其他工作的机器上，
+# 线程池在每个并行循环处都要等待最慢的那个线程，2 个线程的耗时可能比 1 个线程*更长*
+# （这也是元素少于 `cpu.PARALLEL_MIN_SIZE` 个的数组总在单线程上运行的原因）。
+#
+# 这只是在机器同时忙着别的事情时的一次粗略观察。正式的基准测试是 `python bench/softmax.py`：
+# 前向与反向、softmax 与 log-softmax、两种形状、1 个和 2 个线程，与普通 NumPy *以及*
+# `torch.softmax` 交替运行，并给出该核达到的内存带宽
+# （README 列出了它的结果：在一台双核机器上，比普通 NumPy 快约 4 倍，也比 PyTorch 快）。
+#
+# ## 练习
+#
+# 1. 把 `Sigmoid` 和 `LogCosh` 写成 `mt.Function`（其中 $\frac{d}{dx}\log\cosh x = \tanh x$），
+#    并用 `mt.gradcheck` 检查它们。然后用不同的方式弄坏每个 `backward`
+#    （符号写反、漏掉因子 2、在原地修改某个输入*之后*才保存它），读一读 gradcheck 给出的信息。
+# 2. 为从零实现的 `Value` 添加 `__pow__`、`exp` 和除法，并用它训练一个单神经元的回归模型。
+#    然后把 `graph()` 改成递归实现，找出 `Value` 链长到多深时会出错。
+# 3. 用 numba 为形状为 (rows, n) 的分数和 `valid_lens` 编写一个融合的*掩蔽* softmax
+#    （每次 `prange` 迭代处理一行，有效长度之外为零，没有有效元素的行全为零），
+#    把它与 `reference.softmax_forward(np, x, lens)` 和 `cpu.softmax_forward(x, lens)` 相比较，
+#    并对三者计时。
+#
+# ## 这些内容在引擎中的位置
+#
+# * `minitensor/tensor.py` —— `Tensor`：`data`、`grad`、`requires_grad`、`grad_fn`（`_ctx`）、
+#   创建编号 `_seq`，以及类体中的每个运算符：`x * w` 就是 `Tensor.__mul__`，一行调用 `Mul.apply` 的代码；
+# * `minitensor/autograd.py` —— `Function`（`apply`、`save_for_backward`、`needs_input_grad`）、
+#   `backward`（堆）、`sum_to_shape`（撤销广播）、`_accumulate`
+#   （叶子节点如何像 PyTorch 那样，不加复制地接收一个别处都不持有的梯度）；
+# * `minitensor/ops/elementwise.py` —— 最简单的运算，每个运算的前向都紧挨着它的反向；
+#   `minitensor/ops/softmax.py` —— 建立在这些核之上的 softmax Function；
+# * `minitensor/gradcheck.py` —— `mt.gradcheck`；
+# * `minitensor/kernels/cpu.py`（融合的 numba 核）和 `minitensor/kernels/reference.py`
+#   （用普通 NumPy 写的同样计算：测试的参照，也是基准测试的基线）；
+#   `minitensor/kernels/fused.py` 以同样的方式融合了一个训练步骤中其余的逐元素运算
+#   （暂退法、ReLU、层规范化、Adam 的更新），每一个都与其运算的 NumPy 代码对照测试；
+# * `bench/softmax.py` —— 正式的基准测试。
