@@ -9,6 +9,7 @@ kernels are tested on every machine.
 """
 
 import os
+import pathlib
 import sys
 
 import pytest
@@ -73,3 +74,42 @@ def trained_run(tmp_path_factory):
     )
     assert done.returncode == 0, done.stderr
     return home / "run"
+
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+class TutorialRuns:
+    """Each tutorial, in each language, run once per test session in smoke mode.
+
+    ``docs/_hooks/render_tutorial.py`` runs it (as ``python tutorial.py`` would) and writes its
+    page for the documentation site. tests/test_tutorials.py checks the run, tests/test_docs.py
+    builds the site from the pages: a tutorial is never run twice for the two.
+    """
+
+    def __init__(self, folder):
+        self.folder = folder  # <folder>/<lang>/<stem>.md and <folder>/<lang>/<stem>/*.png
+        self.done = {}
+
+    def run(self, path):
+        import subprocess
+
+        lang = "zh" if path.parent.name == "zh" else "en"
+        if (lang, path.stem) not in self.done:
+            out = self.folder / lang
+            out.mkdir(parents=True, exist_ok=True)
+            env = dict(os.environ, MINITENSOR_TUTORIAL_SMOKE="1", MPLBACKEND="Agg")
+            self.done[lang, path.stem] = subprocess.run(
+                [sys.executable, str(ROOT / "docs" / "_hooks" / "render_tutorial.py"), str(path), str(out)],
+                cwd=out,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+        return self.done[lang, path.stem]
+
+
+@pytest.fixture(scope="session")
+def tutorial_runs(tmp_path_factory):
+    return TutorialRuns(tmp_path_factory.mktemp("tutorials"))

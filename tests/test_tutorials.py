@@ -1,16 +1,18 @@
 """Every tutorial runs, in smoke mode, and asserts its own claims on the way; the tutorials cite
 sources a reader can open."""
 
-import os
 import pathlib
 import re
-import subprocess
 import sys
 
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TUTORIALS = sorted(ROOT.joinpath("tutorials").glob("[0-9][0-9]_*.py"))
+# Both editions: English (tutorials/) and Chinese (tutorials/zh/, held to the English code by
+# tests/test_tutorials_zh.py).
+EDITIONS = TUTORIALS + sorted(ROOT.joinpath("tutorials", "zh").glob("[0-9][0-9]_*.py"))
+EDITION_IDS = [("zh/" if p.parent.name == "zh" else "") + p.stem for p in EDITIONS]
 GLOSSARY = ROOT / "tutorials" / "GLOSSARY.md"
 README = ROOT / "README.md"
 
@@ -65,16 +67,16 @@ def private_source_mentions(path):
     ]
 
 
-@pytest.mark.parametrize("path", TUTORIALS, ids=[p.stem for p in TUTORIALS])
-def test_tutorial_runs_in_smoke_mode_and_draws_its_figures(path, tmp_path):
-    env = dict(os.environ, MINITENSOR_TUTORIAL_SMOKE="1", MINITENSOR_TUTORIAL_OUT=str(tmp_path), MPLBACKEND="Agg")
-    done = subprocess.run(
-        [sys.executable, str(path)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
-    )
+@pytest.mark.parametrize("path", EDITIONS, ids=EDITION_IDS)
+def test_tutorial_runs_in_smoke_mode_and_draws_its_figures(path, tutorial_runs):
+    done = tutorial_runs.run(path)
     assert done.returncode == 0, f"{path.name} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-    figures = list((tmp_path / path.stem).glob("*.png"))
+    lang = "zh" if path.parent.name == "zh" else "en"
+    figures = list((tutorial_runs.folder / lang / path.stem).glob("*.png"))
     assert figures, f"{path.name} wrote no figure"
     assert all(f.stat().st_size > 1000 for f in figures)
+    # Chinese labels are drawn with a font that has the glyphs: no box in place of a character.
+    assert "missing from font" not in done.stderr, f"{path.name}: {done.stderr[-2000:]}"
     # Every error a tutorial provokes on purpose is announced before it and labelled after it.
     lines = done.stdout.splitlines()
     announced = [i for i, line in enumerate(lines) if line.startswith("(deliberate mistake: ")]
@@ -84,23 +86,26 @@ def test_tutorial_runs_in_smoke_mode_and_draws_its_figures(path, tmp_path):
     )
     if path.stem == "04_write_a_scorer_plugin":
         assert len(shown) >= 8, f"tutorial 4 provokes 8 errors on purpose, its output labels {len(shown)}"
+    # The run is also the tutorial's page: prose, code and what it printed.
+    page = (tutorial_runs.folder / lang / f"{path.stem}.md").read_text(encoding="utf-8")
+    assert "```python" in page and all(f"]({path.stem}/{f.name})" in page for f in figures)
 
 
 def test_tutorials_are_jupytext_percent_scripts():
     """Prose in markdown cells, code in code cells: the file opens as a notebook."""
     assert len(TUTORIALS) == 10
-    for path in TUTORIALS:
+    for path in EDITIONS:
         text = path.read_text(encoding="utf-8")
         assert text.count("# %% [markdown]") >= 3, path.name
-        assert "Exercises" in text, path.name
+        assert ("练习" if path.parent.name == "zh" else "Exercises") in text, path.name
     jupytext = pytest.importorskip("jupytext")
-    for path in TUTORIALS:
+    for path in EDITIONS:
         notebook = jupytext.read(path)
         kinds = {cell.cell_type for cell in notebook.cells}
         assert kinds == {"markdown", "code"}, path.name
 
 
-@pytest.mark.parametrize("path", TUTORIALS, ids=[p.stem for p in TUTORIALS])
+@pytest.mark.parametrize("path", EDITIONS, ids=EDITION_IDS)
 def test_tutorial_cites_d2l_in_both_editions(path):
     """Sources a reader can open: a section of the Chinese and one of the English edition,
     each by number and title, not a file outside the repository."""
@@ -115,7 +120,7 @@ def test_tutorial_cites_d2l_in_both_editions(path):
 
 def test_deliberate_errors_are_caught_only_under_expect_error():
     """A tutorial that catches an error only to print it would show an unlabelled error."""
-    for path in TUTORIALS:
+    for path in EDITIONS:
         text = path.read_text(encoding="utf-8")
         bare = re.search(r"^[ \t]*except\b[^\n]*:[ \t]*\n[ \t]*print\(", text, re.MULTILINE)
         assert bare is None, f"{path.name}:{text.count(chr(10), 0, bare.start()) + 1}: use expect_error"

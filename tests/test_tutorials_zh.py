@@ -3,9 +3,9 @@ same code token for token (only comments are translated), prose that is Chinese,
 terms; and their figures draw Chinese labels with a font that has the glyphs."""
 
 import io
+import os
 import pathlib
 import re
-import sys
 import tokenize
 import warnings
 
@@ -85,3 +85,95 @@ def test_chinese_prose_is_chinese(english):
     # The English edition's own language check fails on the English files: it measures something.
     english_share, _ = prose_share("\n".join(c.source for c in cells(english) if c.cell_type == "markdown"))
     assert english_share < 0.1
+
+
+GLOSSARY = ROOT / "tutorials" / "GLOSSARY.md"
+
+
+def glossary_terms():
+    """Every Chinese term of GLOSSARY.md's tables: the Chinese column split at ';' and ',', with
+    the English in brackets, the ‡ mark and quotes dropped; only pieces with CJK characters."""
+    terms = set()
+    for line in GLOSSARY.read_text(encoding="utf-8").splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if not line.startswith("| ") or len(cells) != 5 or cells[0] == "English":
+            continue
+        chinese = re.sub(r"\([^)]*\)|（[^）]*）|`[^`]*`|‡", "", cells[1])
+        for piece in re.split(r"[;,，；]|:", chinese):
+            piece = piece.strip(" 「」“”\"'")
+            if CJK.search(piece) and len(piece) >= 2:
+                terms.add(piece)
+    return terms
+
+
+def test_glossary_has_terms():
+    terms = glossary_terms()
+    assert len(terms) > 100 and "注意力汇聚" in terms and "掩蔽" not in {t for t in terms if "(" in t}
+
+
+@pytest.mark.parametrize("english", ENGLISH, ids=[p.stem for p in ENGLISH])
+def test_chinese_tutorial_uses_the_glossary_terms_of_its_english_twin(english):
+    """The English tutorials give the Chinese term of each concept in brackets, from GLOSSARY.md;
+    the Chinese edition must use those same terms, not synonyms of its own."""
+    def plain(text):  # spacing between Chinese and Latin, emphasis and line breaks are style
+        return re.sub(r"[\s*#]", "", text)
+
+    en = plain(english.read_text(encoding="utf-8"))
+    zh = plain((CHINESE / english.name).read_text(encoding="utf-8"))
+    missing = sorted(term for term in glossary_terms() if plain(term) in en and plain(term) not in zh)
+    assert not missing, f"zh/{english.name} does not use these GLOSSARY terms its English twin uses: {missing}"
+
+
+def load_tutorial_helpers(folder, name):
+    """``_tutorial.py`` as a tutorial in ``folder`` imports it, as a fresh module named ``name``."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, folder / "_tutorial.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_chinese_figures_draw_with_a_cjk_font():
+    """A Chinese tutorial's figure takes its labels from LABELS and draws them with a font that has
+    the glyphs (the one cjk_font found), with no "Glyph missing" warning: characters, not boxes."""
+    pytest.importorskip("matplotlib")
+    from matplotlib import font_manager
+    from matplotlib.figure import Figure
+
+    zh = load_tutorial_helpers(CHINESE, "_tutorial_zh_test")
+    assert zh.LANG == "zh"
+    if zh.FONT is None:
+        message = "no CJK font on this machine (.ci/run installs fonts-wqy-microhei; or pip install '.[zh]')"
+        if os.environ.get("CI") == "true":
+            pytest.fail("under CI=true the Chinese figures must be tested: " + message)
+        pytest.skip(message)
+    label = next(iter(zh.LABELS["zh"]))
+    title = zh.text(label)
+    assert CJK.search(title), f"LABELS['zh'][{label!r}] = {title!r} has no Chinese character"
+    figure = Figure()
+    ax = figure.subplots()
+    artist = ax.set_title(title)
+    ax.set_xlabel(zh.text(label))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        figure.savefig(io.BytesIO(), format="png")
+    missing = [str(w.message) for w in caught if "missing from" in str(w.message)]
+    assert not missing, missing
+    used = font_manager.findfont(artist.get_fontproperties(), fallback_to_default=False)
+    assert font_manager.FontProperties(fname=used).get_name() == zh.FONT or zh.FONT in used.replace("-", " ")
+    with pytest.raises(KeyError, match="no 'zh' label"):
+        zh.text("a label nobody translated")
+
+
+def test_english_figures_keep_english_and_no_font_means_one_warning(monkeypatch):
+    en = load_tutorial_helpers(ROOT / "tutorials", "_tutorial_en_test")
+    assert en.LANG == "en" and en.FONT is None
+    assert en.text("learned w = {w:.2f}", w=0.5) == "learned w = 0.50"
+    zh = load_tutorial_helpers(CHINESE, "_tutorial_zh_nofont_test")
+    monkeypatch.setattr(zh, "cjk_font", lambda: None)
+    with pytest.warns(UserWarning, match="keep their English labels") as caught:
+        zh.FONT = zh._use_cjk_font()
+    assert len(caught) == 1 and zh.FONT is None
+    label = next(iter(zh.LABELS["zh"]), "attention weight")
+    assert zh.text(label) == label  # English, not boxes

@@ -1,0 +1,191 @@
+"""MkDocs hook: the pages of the site that are made from files kept elsewhere in the repository.
+
+Before each build it writes them into ``docs/`` (those paths are in .gitignore: edit the
+originals, never the copies), so that MkDocs and mkdocs-static-i18n see them as ordinary pages:
+
+- the home page is README.md (English) and README.zh-CN.md (Chinese);
+- the glossary is tutorials/GLOSSARY.md, the benchmarks page is bench/README.md;
+- every tutorial, in both languages, is the page ``docs/_hooks/render_tutorial.py`` writes
+  when it runs the tutorial: prose, code, printed output and figures.
+
+Links between repository files are rewritten to the pages that show them (a tutorial's ``.py``
+becomes its page, ``bench/README.md`` the benchmarks page); a link to a file the site does not
+show (a source file, a script) becomes its path in code type, so ``mkdocs build --strict``
+finds no broken link.
+
+Where the rendered tutorials come from: ``MINITENSOR_DOCS_TUTORIALS`` names a folder holding
+``en/`` and ``zh/`` as the test suite's smoke runs leave them (tests/test_docs.py), so the site
+costs no second run; without it, each tutorial runs once, in smoke mode unless
+``MINITENSOR_TUTORIAL_SMOKE=0``, and the result is kept in ``.cache/docs/`` until the tutorial
+changes.
+"""
+
+import hashlib
+import logging
+import os
+import pathlib
+import posixpath
+import re
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs"
+RENDER = pathlib.Path(__file__).with_name("render_tutorial.py")
+LANGS = ("en", "zh")
+log = logging.getLogger("mkdocs.hooks.minitensor")
+
+# Repository path -> site path, for the files the site shows as pages.
+PAGES = {
+    "README.md": "index.md",
+    "README.zh-CN.md": "index.zh.md",
+    "tutorials/GLOSSARY.md": "glossary.md",
+    "bench/README.md": "benchmarks.md",
+    "minitensor/hookspecs.py": "plugin_contract.md",
+    "docs/pytorch_differences.md": "pytorch_differences.md",
+}
+
+SMOKE_NOTE = {
+    "en": (
+        '!!! note "Run for this page"\n    The outputs and figures below come from one run of '
+        "`{source}` in smoke mode (`MINITENSOR_TUTORIAL_SMOKE=1`): smaller data "
+        "and fewer epochs than the prose describes, so numbers differ from a full run."
+    ),
+    "zh": (
+        '!!! note "本页的运行"\n    下面的输出和图来自 `{source}` 在冒烟模式'
+        "（`MINITENSOR_TUTORIAL_SMOKE=1`）下的一次运行：数据更小、轮数更少，所以数字与完整运行不同。"
+    ),
+}
+FULL_NOTE = {
+    "en": '!!! note "Run for this page"\n    The outputs and figures below come from one full run of `{source}`.',
+    "zh": '!!! note "本页的运行"\n    下面的输出和图来自 `{source}` 的一次完整运行。',
+}
+
+
+def tutorials(lang):
+    folder = ROOT / "tutorials" / ("zh" if lang == "zh" else "")
+    return sorted(folder.glob("[0-9][0-9]_*.py"))
+
+
+def tutorial_page(stem, lang):
+    return f"tutorials/{stem}.zh.md" if lang == "zh" else f"tutorials/{stem}.md"
+
+
+def site_path(repo_path):
+    """The site path that shows a repository file, or None if the site does not show it."""
+    if repo_path in PAGES:
+        return PAGES[repo_path]
+    match = re.fullmatch(r"tutorials/(zh/)?(\d\d_\w+)\.py", repo_path)
+    if match:
+        return tutorial_page(match[2], "zh" if match[1] else "en")
+    if repo_path.startswith("docs/"):
+        return repo_path[len("docs/") :]
+    if repo_path.startswith("tutorials/figures/"):  # the README's thumbnails, copied as they are
+        return repo_path
+    return None
+
+
+LINK = re.compile(r"(?P<bang>!?)\[(?P<text>[^\]]*)\]\((?P<target>[^)\s]+)(?P<title>\s+\"[^\"]*\")?\)")
+IMG_SRC = re.compile(r'(<img\s[^>]*src=")([^"]+)(")')
+
+
+def rewrite_links(markdown, repo_path, page_path):
+    """Point the relative links of ``repo_path``'s text, shown at ``page_path``, at site pages."""
+    here = posixpath.dirname(repo_path)
+
+    def resolve(target):
+        if re.match(r"[a-z]+:|#|/", target):
+            return None, target  # a URL, an anchor on this page, or already absolute
+        path, _, anchor = target.partition("#")
+        repo_target = posixpath.normpath(posixpath.join(here, path))
+        site = site_path(repo_target)
+        if site is None:
+            return repo_target, None
+        link = posixpath.relpath(site, posixpath.dirname(page_path) or ".")
+        return repo_target, link + (f"#{anchor}" if anchor else "")
+
+    def link(match):
+        repo_target, new = resolve(match["target"])
+        if {repo_path, repo_target} == {"README.md", "README.zh-CN.md"}:
+            # The other language's home: the site's language switch goes there, and MkDocs
+            # checks no link between the two builds, so it is plain HTML.
+            return f'<a href="{"zh/" if repo_target.endswith("zh-CN.md") else "../"}">{match["text"]}</a>'
+
+        if new is not None:
+            return f"{match['bang']}[{match['text']}]({new}{match['title'] or ''})"
+        text = match["text"]  # a file the site does not show: its path, in code type
+        return text if text.startswith("`") else f"{text} (`{repo_target}`)"
+
+    def img(match):
+        _, new = resolve(match[2])
+        return f"{match[1]}{new or match[2]}{match[3]}"
+
+    return IMG_SRC.sub(img, LINK.sub(link, markdown))
+
+
+def write(relative, data):
+    """Write a generated file into docs/, only if it changed (``mkdocs serve`` watches docs/)."""
+    target = DOCS / relative
+    if target.exists() and target.read_bytes() == data:
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(target.name + ".partial")
+    partial.write_bytes(data)
+    partial.replace(target)
+
+
+def rendered_tutorials(lang):
+    """{stem: folder holding ``<stem>.md`` and ``<stem>/`` figures} for every tutorial of ``lang``."""
+    given = os.environ.get("MINITENSOR_DOCS_TUTORIALS")
+    if given:
+        folder = pathlib.Path(given) / lang
+        missing = [p.stem for p in tutorials(lang) if not (folder / f"{p.stem}.md").exists()]
+        if missing:
+            raise RuntimeError(f"MINITENSOR_DOCS_TUTORIALS={given}: no rendered {lang} page for {missing}")
+        return {p.stem: folder for p in tutorials(lang)}
+    smoke = os.environ.get("MINITENSOR_TUTORIAL_SMOKE", "1") not in ("", "0")
+    found = {}
+    for path in tutorials(lang):
+        key = hashlib.sha256()
+        for part in (path, ROOT / "tutorials" / "_tutorial.py", RENDER):
+            key.update(part.read_bytes())
+        key.update(b"smoke" if smoke else b"full")
+        folder = ROOT / ".cache" / "docs" / lang / f"{path.stem}-{key.hexdigest()[:12]}"
+        if not (folder / f"{path.stem}.md").exists():
+            log.info(f"running {path.relative_to(ROOT)} for its page ({'smoke' if smoke else 'full'} mode)")
+            env = dict(os.environ, MINITENSOR_TUTORIAL_SMOKE="1" if smoke else "0", MPLBACKEND="Agg")
+            folder.mkdir(parents=True, exist_ok=True)
+            done = subprocess.run(
+                [sys.executable, str(RENDER), str(path), str(folder)],
+                cwd=folder,
+                env=env,
+                capture_output=True,
+                text=True,
+            )
+            if done.returncode != 0:
+                raise RuntimeError(f"{path.relative_to(ROOT)} failed while rendering its page:\n{done.stderr[-3000:]}")
+        found[path.stem] = folder
+    return found
+
+
+def on_pre_build(config):
+    """Generate the pages before MkDocs looks for files, so they are pages like any other (and
+    mkdocs-static-i18n sees each page's ``.zh.md`` twin)."""
+    for repo_path, page in PAGES.items():
+        if repo_path.endswith(".md") and not repo_path.startswith("docs/"):
+            text = (ROOT / repo_path).read_text(encoding="utf-8")
+            write(page, rewrite_links(text, repo_path, page).encode("utf-8"))
+    for figure in sorted((ROOT / "tutorials" / "figures").glob("*.png")):  # the README's thumbnails
+        write(f"tutorials/figures/{figure.name}", figure.read_bytes())
+    smoke = os.environ.get("MINITENSOR_DOCS_TUTORIALS") or os.environ.get("MINITENSOR_TUTORIAL_SMOKE", "1") != "0"
+    for lang in LANGS:
+        for stem, folder in rendered_tutorials(lang).items():
+            source = f"tutorials/{'zh/' if lang == 'zh' else ''}{stem}.py"
+            page = tutorial_page(stem, lang)
+            markdown = (folder / f"{stem}.md").read_text(encoding="utf-8")
+            # Figures: <stem>/x.png beside the rendered page -> tutorials/<lang>/<stem>/x.png on the site.
+            markdown = re.sub(rf"(!?\[[^\]]*\]\()({re.escape(stem)}/)", rf"\g<1>{lang}/\g<2>", markdown)
+            for figure in sorted((folder / stem).glob("*")):
+                write(f"tutorials/{lang}/{stem}/{figure.name}", figure.read_bytes())
+            note = (SMOKE_NOTE if smoke else FULL_NOTE)[lang].format(source=source)
+            write(page, (note + "\n\n" + rewrite_links(markdown, source, page)).encode("utf-8"))

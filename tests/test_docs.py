@@ -1,0 +1,112 @@
+"""The documentation site (mkdocs.yml) builds with ``mkdocs build --strict``: home pages in both
+languages, every tutorial in both languages from the runs tests/test_tutorials.py makes anyway
+(each tutorial runs once per session, see ``tutorial_runs`` in conftest.py), the API reference,
+the plugin contract, the glossary and the benchmarks; every link inside the site resolves."""
+
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import time
+import urllib.parse
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+EDITIONS = sorted(ROOT.joinpath("tutorials").glob("[0-9][0-9]_*.py"))
+EDITIONS += sorted(ROOT.joinpath("tutorials", "zh").glob("[0-9][0-9]_*.py"))
+
+
+def _need(module):
+    try:
+        __import__(module)
+    except ImportError:
+        message = f'{module} is not installed: pip install -e ".[docs]"'
+        if os.environ.get("CI") == "true":
+            pytest.fail("under CI=true the site must be built (.ci/run installs the docs extra): " + message)
+        pytest.skip(message)
+
+
+@pytest.fixture(scope="module")
+def site(tutorial_runs, tmp_path_factory):
+    for module in ("mkdocs", "material", "mkdocstrings_handlers.python", "mkdocs_static_i18n", "jieba"):
+        _need(module)
+    for path in EDITIONS:
+        done = tutorial_runs.run(path)
+        assert done.returncode == 0, f"{path.name} failed, so its page cannot be built:\n{done.stderr[-2000:]}"
+    out = tmp_path_factory.mktemp("site") / "site"
+    env = dict(os.environ, MINITENSOR_DOCS_TUTORIALS=str(tutorial_runs.folder))
+    start = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    print(f"mkdocs build --strict: {time.perf_counter() - start:.1f} s")
+    assert done.returncode == 0, f"mkdocs build --strict failed:\n{done.stderr[-6000:]}"
+    return out
+
+
+def html(site, page):
+    return (site / page / "index.html").read_text(encoding="utf-8")
+
+
+def test_home_pages_in_both_languages_link_each_other(site):
+    en, zh = html(site, ""), html(site, "zh")
+    assert "Quickstart" in en and 'href="zh/"' in en
+    assert "快速上手" in zh and 'href="../"' in zh
+    assert 'hreflang="zh"' in en  # the language switch
+
+
+@pytest.mark.parametrize("path", EDITIONS, ids=[("zh/" if p.parent.name == "zh" else "") + p.stem for p in EDITIONS])
+def test_every_tutorial_has_its_page_with_code_outputs_and_figures(site, path):
+    zh = path.parent.name == "zh"
+    page = html(site, f"{'zh/' if zh else ''}tutorials/{path.stem}")
+    assert 'class="language-python' in page or "highlight" in page
+    assert "冒烟模式" in page if zh else "smoke mode" in page
+    figures = re.findall(r'<img[^>]+src="([^"]+\.(?:png|svg))"', page)
+    assert figures, f"{path.name}: its page shows no figure"
+    assert all(f"/{'zh' if zh else 'en'}/{path.stem}/" in src for src in figures)
+
+
+def test_api_reference_and_contract_come_from_the_docstrings(site):
+    nn = html(site, "api/nn")
+    assert "MultiHeadAttention" in nn and "num_heads" in nn
+    assert "Adam" in html(site, "api/optim")
+    contract = html(site, "plugin_contract")
+    for hook in ("minitensor_scorers", "minitensor_poolings", "minitensor_positional_encodings"):
+        assert hook in contract
+    assert "long_attention.py" in html(site, "benchmarks")
+    assert "注意力汇聚" in html(site, "glossary")
+
+
+def test_search_finds_chinese_words(site):
+    """Material's search splits Chinese into words (jieba) at build time; the index holds both languages."""
+    index = json.loads((site / "search" / "search_index.json").read_text(encoding="utf-8"))
+    separator = re.compile(index["config"]["separator"])
+    words = {w for doc in index["docs"] for w in separator.split(re.sub(r"<[^>]+>", " ", doc["text"]))}
+    assert "注意力" in words and "attention" in words
+    assert any(doc["location"].startswith("zh/tutorials/") for doc in index["docs"])
+
+
+def test_every_link_inside_the_site_resolves(site):
+    """Beyond what --strict checks in the Markdown: every relative href/src in every built page,
+    and nothing is fetched from a web font service."""
+    broken = []
+    for page in site.rglob("*.html"):
+        text = page.read_text(encoding="utf-8")
+        assert "fonts.googleapis" not in text, page
+        for target in re.findall(r'(?:href|src)="([^"#?]+)', text):
+            if re.match(r"[a-z]+:|//", target):
+                continue
+            resolved = (page.parent / urllib.parse.unquote(target)).resolve()
+            if resolved.is_dir():
+                resolved = resolved / "index.html"
+            if not resolved.exists():
+                broken.append(f"{page.relative_to(site)} -> {target}")
+    assert not broken, broken[:20]
