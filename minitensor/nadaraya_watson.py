@@ -1,8 +1,8 @@
 """Nadaraya-Watson kernel regression: attention pooling before deep learning (D2L 10.2).
 
-The seeds' first example. We are given n pairs (x_i, y_i), the *keys* and *values*, and want
-f(x) at a new point x, the *query*. Three answers, each an attention pooling
-f(q) = sum_i alpha(q, k_i) v_i with different weights alpha:
+The attention chapter's first example. We are given n pairs (x_i, y_i), the *keys* and
+*values*, and want f(x) at a new point x, the *query*. Three answers, each an attention
+pooling f(q) = sum_i alpha(q, k_i) v_i with different weights alpha:
 
 1. average pooling, the baseline that ignores the query:
 
@@ -19,10 +19,12 @@ f(q) = sum_i alpha(q, k_i) v_i with different weights alpha:
    i.e. attention with the score a(q, k) = -1/2 (q - k)^2 and softmax pooling. In general
    K / sum K = softmax(log K), so *any* kernel is a scorer log K(q - k) plus softmax: the
    built-in ``kernel`` scorer, option ``kernel=`` gaussian / boxcar / epanechnikov / constant
-   (D2L 11.2's four kernels) and ``width=`` (K((q - k) / width)). No parameters are
-   learned; with enough data it converges to the best predictor (the seeds' remark).
+   (the English D2L 11.2's four kernels) and ``width=`` h (K((q - k) / h); for the Gaussian,
+   h is the standard deviation sigma). No parameters are learned; it converges to the true
+   function as n grows (D2L 10.2), provided the width shrinks with n, h -> 0, but slowly
+   enough that n h -> infinity (D2L 11.2: narrow the kernel as the data grow).
 
-3. parametric Nadaraya-Watson: one learned scalar w, the inverse width of the Gaussian,
+3. parametric Nadaraya-Watson: one learned scalar w = 1/h, the inverse width of the Gaussian,
 
        f(q) = sum_i softmax(-1/2 ((q - k_i) w)^2) v_i
 
@@ -49,7 +51,7 @@ import numpy
 import minitensor as mt
 
 KERNELS = ("gaussian", "boxcar", "epanechnikov", "constant")
-WIDTHS = (0.1, 0.2, 0.5, 1.0)  # D2L 11.2's widths
+WIDTHS = (0.1, 0.2, 0.5, 1.0)  # the English D2L 11.2's widths (its sigmas, for the Gaussian kernel)
 
 
 def f(x):
@@ -58,7 +60,7 @@ def f(x):
 
 
 class Data(NamedTuple):
-    """D2L 10.2's data set, as float32 NumPy arrays.
+    """The Chinese D2L 10.2's data set, as float32 NumPy arrays.
 
     x_train (n_train,): sorted, uniform on [0, 5);  y_train = f(x_train) + N(0, noise^2) noise;
     x_test (n_test,) = 0, 0.1, ..., 4.9;             y_truth = f(x_test), without noise.
@@ -80,8 +82,9 @@ class Prediction(NamedTuple):
 
 
 def make_data(n_train=50, noise=0.5, seed=None):
-    """Generate D2L's data: ``x_train = sort(rand(n_train) * 5)``, ``y_train = f(x_train) +
-    normal(0, noise)``, ``x_test = arange(0, 5, 0.1)``, ``y_truth = f(x_test)``.
+    """Generate the Chinese D2L 10.2's data: ``x_train = sort(rand(n_train) * 5)``,
+    ``y_train = f(x_train) + normal(0, noise)``, ``x_test = arange(0, 5, 0.1)``,
+    ``y_truth = f(x_test)``.
 
     Random numbers come from ``mt.random.host_rng()``; ``seed`` calls ``mt.manual_seed(seed)``
     first (which seeds everything else too), so one seed gives one data set.
@@ -141,7 +144,8 @@ def nadaraya_watson(data, kernel="gaussian", width=1.0):
 
 
 def compare_kernels(data, kernels=KERNELS, widths=WIDTHS):
-    """{(kernel, width): Prediction} for every kernel and width (D2L 11.2's figure grid)."""
+    """{(kernel, width): Prediction} for every kernel at every width: tutorial 2's grid (the
+    English D2L 11.2 draws the four kernels at width 1, and the Gaussian alone at each width)."""
     return {(kernel, width): nadaraya_watson(data, kernel, width) for kernel in kernels for width in widths}
 
 

@@ -5,7 +5,7 @@
 # working example of it, from the 1960s: **Nadaraya–Watson kernel regression**
 # (Nadaraya-Watson核回归). We fit a noisy one-dimensional function three ways —
 # average pooling, non-parametric attention pooling with a kernel, and parametric attention
-# pooling with one learned weight $w$ — following D2L formula by formula, and look at the
+# pooling with one learned parameter $w$ — following D2L formula by formula, and look at the
 # predictions and at the attention weights behind them.
 #
 # Everything below comes from `minitensor/nadaraya_watson.py`, which builds each method as an
@@ -13,14 +13,19 @@
 #
 # Sources: D2L's attention chapter, in the Chinese edition 《动手学深度学习》 (zh.d2l.ai),
 # 10.2 注意力汇聚：Nadaraya-Watson 核回归, and in the English edition *Dive into Deep
-# Learning* (d2l.ai), 11.2 "Attention Pooling by Similarity". The Chinese 10.2 has the
-# parametric pooling with its leave-one-out training; the English 11.2 has the four kernels
-# at four widths and leaves learning the width to an exercise. The estimator is Nadaraya
-# (1964), "On Estimating Regression", and Watson (1964), "Smooth Regression Analysis".
+# Learning* (d2l.ai), 11.2 "Attention Pooling by Similarity". The two editions contribute
+# different pieces. The Chinese 10.2 has the data set used throughout, average pooling, the
+# Gaussian kernel and the parametric pooling with its leave-one-out training. The English
+# 11.2 has the four kernels, the Gaussian kernel at four widths, and the condition under
+# which the estimator converges; it uses data of its own and leaves learning the width to an
+# exercise. Drawing every kernel at every width is this tutorial's own combination. The
+# estimator is Nadaraya (1964), "On Estimating Regression", and Watson (1964), "Smooth
+# Regression Analysis"; the convergence result the English 11.2 cites is Mack and Silverman
+# (1982), "Weak and Strong Uniform Consistency of Kernel Regression Estimates".
 
 # %%
 import numpy
-from _tutorial import SMOKE, figure_path, pick  # noqa: F401
+from _tutorial import SMOKE, figure_path, pick, text  # noqa: F401  (shared helpers; text: figure labels in the language)
 from matplotlib.figure import Figure  # a Figure without pyplot: no window, no global state
 
 import minitensor as mt
@@ -33,9 +38,9 @@ SEED = 0
 
 def draw_fit(ax, data, prediction, title):
     """Truth, noisy training samples and one prediction curve on one axes."""
-    ax.plot(data.x_test, data.y_truth, label="truth  $2\\sin x + x^{0.8}$")
-    ax.plot(data.x_test, prediction.y_hat, "--", label="prediction")
-    ax.plot(data.x_train, data.y_train, "o", alpha=0.5, markersize=4, label="training samples")
+    ax.plot(data.x_test, data.y_truth, label=text("truth  $2\\sin x + x^{0.8}$"))
+    ax.plot(data.x_test, prediction.y_hat, "--", label=text("prediction"))
+    ax.plot(data.x_train, data.y_train, "o", alpha=0.5, markersize=4, label=text("training samples"))
     ax.set_title(title, fontsize="medium")
     ax.set_xlim(0, 5)
     ax.set_ylim(-1, 5)
@@ -44,10 +49,13 @@ def draw_fit(ax, data, prediction, title):
 # %% [markdown]
 # ## The data: keys, values and queries
 #
-# D2L's regression problem (10.2): $n = 50$ training inputs $x_i$ drawn uniformly from $[0, 5)$
-# (sorted, so that the heatmaps below show a band), with outputs
+# The regression problem of the Chinese 10.2: $n = 50$ training inputs $x_i$ drawn uniformly
+# from $[0, 5)$ (sorted, so that the heatmaps below show a band), with outputs
 #
 # $$y_i = 2 \sin(x_i) + x_i^{0.8} + \epsilon, \qquad \epsilon \sim \mathcal N(0, 0.5^2).$$
+#
+# (The English 11.2 draws 40 points of $2 \sin(x_i) + x_i + \epsilon$ with $\epsilon \sim
+# \mathcal N(0, 1)$; every figure here uses the data above.)
 #
 # In attention words the training inputs are the **keys** $k_i = x_i$, the training outputs
 # the **values** $v_i = y_i$ (键值对, key–value pairs), and every test input $x = 0, 0.1,
@@ -134,16 +142,16 @@ assert mse_gaussian < mse_average, "weighing by closeness beats the flat average
 # %%
 fig = Figure(figsize=(10, 3.6), layout="constrained")
 ax_avg, ax_nw = fig.subplots(1, 2, sharey=True)
-draw_fit(ax_avg, data, average, f"average pooling (mse {mse_average:.2f})")
-draw_fit(ax_nw, data, gaussian, f"Nadaraya-Watson, Gaussian kernel (mse {mse_gaussian:.2f})")
+draw_fit(ax_avg, data, average, text("average pooling (mse {mse:.2f})", mse=mse_average))
+draw_fit(ax_nw, data, gaussian, text("Nadaraya-Watson, Gaussian kernel (mse {mse:.2f})", mse=mse_gaussian))
 ax_avg.legend(fontsize="small", loc="upper right")
 fig.savefig(figure_path(TUTORIAL, "average_vs_gaussian.png"), dpi=100)
 
 show_heatmaps(
     numpy.stack([average.attention_weights, gaussian.attention_weights])[None],
-    xlabel="Sorted training inputs (keys)",
-    ylabel="Sorted test inputs (queries)",
-    titles=["average pooling", "Gaussian kernel"],
+    xlabel=text("Sorted training inputs (keys)"),
+    ylabel=text("Sorted test inputs (queries)"),
+    titles=[text("average pooling"), text("Gaussian kernel")],
     figsize=(8, 4.2),
     path=figure_path(TUTORIAL, "weights_average_gaussian.png"),
 )
@@ -151,8 +159,12 @@ show_heatmaps(
 # %% [markdown]
 # ## Other kernels, other widths
 #
-# Any kernel will do. The English 11.2 lists four, each of the scaled distance $u = |q - k| / h$ with a
-# **width** (bandwidth) $h$:
+# Any kernel will do. The English 11.2 draws four: Gaussian, boxcar, constant and
+# Epanechikov (its spelling). Here each is a function of the scaled distance
+# $u = |q - k| / h$, where the **width** $h > 0$ (also called the bandwidth) says how far from
+# the query a key still counts; the English 11.2 draws them with $h = 1$. For the Gaussian,
+# $h$ is the standard deviation: it is the $\sigma$ of the English 11.2's
+# $\exp\big(-\|q - k\|^2 / (2\sigma^2)\big)$.
 #
 # | kernel | $K(u)$ | score $\log K(u)$ |
 # |---|---|---|
@@ -179,9 +191,11 @@ for ax, name in zip(fig.subplots(1, len(nw.KERNELS), sharey=True), nw.KERNELS):
 fig.savefig(figure_path(TUTORIAL, "kernels.png"), dpi=100)
 
 # %% [markdown]
-# Then every kernel at the four widths of the English 11.2, $h = 0.1, 0.2, 0.5, 1$. A narrow kernel trusts only
-# the nearest training points and follows the noise; a wide one averages over a long stretch
-# and flattens the curve; the constant kernel is average pooling again, whatever the width.
+# Then the width. The English 11.2 varies it for the Gaussian kernel alone, $\sigma = 0.1,
+# 0.2, 0.5, 1$; here every kernel is drawn at each of those four widths $h$, a grid of this
+# tutorial's own. A narrow kernel (small $h$) trusts only the nearest training points and
+# follows the noise; a wide one (large $h$) averages over a long stretch and flattens the
+# curve; the constant kernel is average pooling again, whatever the width.
 
 # %%
 grid = nw.compare_kernels(data)  # {(kernel, width): Prediction}
@@ -216,12 +230,17 @@ for width in nw.WIDTHS:
 # %% [markdown]
 # ### With enough data, non-parametric pooling converges
 #
-# D2L calls this the *consistency* (一致性) of non-parametric Nadaraya–Watson regression:
-# 如果有足够的数据，此模型会收敛到最优结果 (given enough data, the model converges to the
-# optimal result); the English 11.2 adds the condition that the kernel be narrowed as the
-# data grow. Nothing is learned, so all the improvement must come from more keys and values:
-# with $n$ training points and a width that shrinks slowly as $n$ grows (the classical choice
-# $h \propto n^{-1/5}$), the error against the true function goes to zero.
+# D2L calls this the *consistency* (一致性) of non-parametric Nadaraya–Watson regression. The
+# Chinese 10.2 says 如果有足够的数据，此模型会收敛到最优结果 (given enough data, the model
+# converges to the optimal result); the English 11.2 states the condition this needs: the
+# kernel must be narrowed as the data grow. Precisely, with $n$ training points the width
+# must shrink, $h \to 0$, but slowly enough that $n h \to \infty$, so that every query still
+# has more and more keys within reach. A fixed width converges to a smoothed copy of the true
+# function, never the function itself; a width that shrinks as fast as $1/n$ keeps a bounded
+# number of keys within reach, and their noise never averages out. Nothing is learned, so all
+# the improvement must come from more keys and values: with the classical choice
+# $h \propto n^{-1/5}$, which meets both conditions, the error against the true function
+# goes to zero.
 
 # %%
 sizes = pick((50, 500, 5_000, 50_000), (50, 500, 5_000))
@@ -235,9 +254,9 @@ assert errors[-1] < errors[0] / 4, "more data, smaller error"
 fig = Figure(figsize=(4.5, 3.2), layout="constrained")
 ax = fig.subplots()
 ax.loglog(sizes, errors, "o-")
-ax.set_xlabel("training points n")
-ax.set_ylabel("mse against the truth")
-ax.set_title("Gaussian kernel, width $0.3\\,(n/50)^{-1/5}$", fontsize="medium")
+ax.set_xlabel(text("training points n"))
+ax.set_ylabel(text("mse against the truth"))
+ax.set_title(text("Gaussian kernel, width $0.3\\,(n/50)^{-1/5}$"), fontsize="medium")
 fig.savefig(figure_path(TUTORIAL, "convergence.png"), dpi=100)
 
 # %% [markdown]
@@ -247,12 +266,14 @@ fig.savefig(figure_path(TUTORIAL, "convergence.png"), dpi=100)
 # (带参数注意力汇聚) lets the data choose it: multiply the distance between query and key by
 # one learnable parameter $w$ (可学习参数$w$) inside the Gaussian,
 #
-# $$f(q) = \sum_{i=1}^{n} \mathrm{softmax}\big(-\tfrac12 ((q - k_i)\, w)^2\big)\, v_i ,$$
+# $$f(q) = \sum_{i=1}^{n} \mathrm{softmax}\big(-\tfrac12 ((q - k_i)\, w)^2\big)\, v_i .$$
 #
-# so $1/w$ is the kernel's width: a large $w$ makes the weights peak on the nearest keys, a
-# small one spreads them out. This is D2L's `NWKernelRegression`, here `nw.NWKernelRegression`
-# — the scorer plugin `parametric_gaussian` with the `softmax` pooling — and $w$ starts at 1,
-# the plain Gaussian kernel of the previous section.
+# The score $-\tfrac12 ((q - k)\, w)^2$ is the Gaussian kernel's $-\tfrac12 ((q - k) / h)^2$
+# with $w = 1/h$: $w$ is the inverse of the width. A large $w$ (a narrow kernel) makes the
+# weights peak on the nearest keys, a small one spreads them out. This is D2L's
+# `NWKernelRegression`, here `nw.NWKernelRegression` — the scorer plugin
+# `parametric_gaussian` with the `softmax` pooling — and $w$ starts at 1, the Gaussian
+# kernel of width $h = 1$ used above.
 #
 # **Training.** We minimise the squared error on the training set itself, by SGD. One trap:
 # if the query $x_i$ may see its own key–value pair $(x_i, y_i)$, the best $w$ is infinite —
@@ -287,10 +308,10 @@ assert loss_end < 1.05 * best_loss, "SGD reaches (nearly) the best loss the grid
 fig = Figure(figsize=(10, 3.4), layout="constrained")
 ax_epochs, ax_w = fig.subplots(1, 2)
 ax_epochs.plot(range(1, epochs + 1), losses)
-ax_epochs.set_xlabel("epoch")
-ax_epochs.set_ylabel("leave-one-out training loss")
+ax_epochs.set_xlabel(text("epoch"))
+ax_epochs.set_ylabel(text("leave-one-out training loss"))
 ax_w.plot(ws, grid_losses)
-ax_w.axvline(w, color="tab:orange", linestyle="--", label=f"learned w = {w:.2f}")
+ax_w.axvline(w, color="tab:orange", linestyle="--", label=text("learned w = {w:.2f}", w=w))
 ax_w.set_xlabel("w")
 ax_w.legend()
 fig.savefig(figure_path(TUTORIAL, "parametric_training.png"), dpi=100)
@@ -298,8 +319,8 @@ fig.savefig(figure_path(TUTORIAL, "parametric_training.png"), dpi=100)
 # %% [markdown]
 # The trained model predicts on the test queries with every training pair available (the
 # test points are not in the training set, so nothing needs masking). Its weights are
-# concentrated on a narrower band than the $w = 1$ Gaussian's: a larger $w$, a sharper kernel,
-# a curve that follows $2\sin x + x^{0.8}$ more closely.
+# concentrated on a narrower band than the $w = 1$ Gaussian's: a larger $w$, a smaller width
+# $h = 1/w$, a curve that follows $2\sin x + x^{0.8}$ more closely.
 
 # %%
 parametric = nw.predict_parametric(net, data)
@@ -314,9 +335,9 @@ fig = Figure(figsize=(12, 3.6), layout="constrained")
 for ax, (title, prediction) in zip(
     fig.subplots(1, 3, sharey=True),
     [
-        (f"average pooling (mse {mse_average:.2f})", average),
-        (f"Gaussian, w = 1 (mse {mse_gaussian:.2f})", gaussian),
-        (f"parametric, learned w = {w:.2f} (mse {mse_parametric:.2f})", parametric),
+        (text("average pooling (mse {mse:.2f})", mse=mse_average), average),
+        (text("Gaussian, w = 1 (mse {mse:.2f})", mse=mse_gaussian), gaussian),
+        (text("parametric, learned w = {w:.2f} (mse {mse:.2f})", w=w, mse=mse_parametric), parametric),
     ],
 ):
     draw_fit(ax, data, prediction, title)
@@ -325,9 +346,9 @@ fig.savefig(figure_path(TUTORIAL, "three_poolings.png"), dpi=100)
 
 show_heatmaps(
     numpy.stack([gaussian.attention_weights, parametric.attention_weights])[None],
-    xlabel="Sorted training inputs (keys)",
-    ylabel="Sorted test inputs (queries)",
-    titles=["non-parametric, w = 1", f"parametric, w = {w:.2f}"],
+    xlabel=text("Sorted training inputs (keys)"),
+    ylabel=text("Sorted test inputs (queries)"),
+    titles=[text("non-parametric, w = 1"), text("parametric, w = {w:.2f}", w=w)],
     figsize=(8, 4.2),
     path=figure_path(TUTORIAL, "weights_nonparametric_parametric.png"),
 )
@@ -345,8 +366,8 @@ show_heatmaps(
 # >   the score by a learnable $\omega$, $\mathrm{softmax}\big(\omega\, a(q, k_i)\big)$; D2L
 # >   puts $w$ *inside* the square, $\mathrm{softmax}\big(-\frac12 ((q - k_i) w)^2\big)$. For the
 # >   Gaussian score the two agree with $\omega = w^2$; D2L's form cannot make $\omega$
-# >   negative (which would favour the *farthest* keys), and $w$ reads directly as an inverse
-# >   width. minitensor implements D2L's: the `parametric_gaussian` scorer,
+# >   negative (which would favour the *farthest* keys), and $w$ reads directly as the inverse
+# >   of the width, $w = 1/h$. minitensor implements D2L's: the `parametric_gaussian` scorer,
 # >   $-\frac12 w^2 |q - k|^2$.
 # > - *The constant.* The Gaussian kernel's $1/\sqrt{2\pi}$ (in D2L's definition) cancels in
 # >   the ratio, so the code leaves it out; the check above keeps it and gets the same weights.
@@ -365,17 +386,19 @@ show_heatmaps(
 # a weighted average of the values with **attention weights** (注意力权重) $\alpha(q, k_i)$,
 # and designing attention means designing how those weights are computed. Here a score
 # ($-\frac12 (q - k)^2$, with or without $w$) went through a softmax; chapter 3 separates the
-# two steps — **scoring functions** and the softmax with its mask — and meets the two scores
-# every Transformer uses.
+# two steps — **scoring functions** and the softmax with its mask — and meets D2L's two
+# scoring functions, additive attention and the scaled dot product that every Transformer
+# uses.
 #
 # ## Summary
 #
 # - Average pooling ignores the query: one flat prediction.
 # - Nadaraya–Watson kernel regression weighs values by kernel similarity of their keys to the
-#   query: non-parametric attention pooling, which converges with enough data.
+#   query: non-parametric attention pooling. It converges to the true function as the data
+#   grow, provided the width shrinks with $n$ but slowly enough ($h \to 0$, $n h \to \infty$).
 # - A Gaussian kernel makes the weights a softmax of $-\frac12 (q - k_i)^2$; any kernel is a
 #   softmax of $\log K$.
-# - Parametric pooling learns $w$, the inverse width; training must hide each point's own
+# - Parametric pooling learns $w = 1/h$, the inverse of the width; training must hide each point's own
 #   pair from it (leave-one-out), or $w$ runs away to infinity.
 
 # %% [markdown]
@@ -386,7 +409,7 @@ show_heatmaps(
 # 2. Increase `noise` in `nw.make_data` to 1.0. Does the learned $w$ get larger or smaller?
 #    Why is that the right direction?
 # 3. Give the parametric model one more parameter, a learnable width per *key*
-#    ($w_i$ for each $k_i$). Write the scorer (chapter 4 shows how to register it) and train
+#    ($w_i = 1/h_i$ for each $k_i$). Write the scorer (chapter 4 shows how to register it) and train
 #    it. Does the test error improve, or does it overfit?
 #
 # ## Where this lives in the engine

@@ -40,7 +40,7 @@ import tempfile
 
 import numpy
 import pluggy
-from _tutorial import SMOKE, expect_error, figure_path, pick  # noqa: F401  (the helpers every tutorial shares)
+from _tutorial import SMOKE, expect_error, figure_path, pick, text  # noqa: F401  (shared helpers; text: figure labels in the language)
 
 import minitensor as mt
 from minitensor import hookimpl, hookspecs
@@ -266,9 +266,9 @@ assert entropy(colder) < entropy(after), "a lower temperature sharpens the weigh
 # %%
 show_heatmaps(
     numpy.stack([before, after, colder])[None],
-    xlabel="keys (6-dim)",
-    ylabel="queries (4-dim)",
-    titles=["before training", "trained, tau = 1", "trained, tau = 0.25"],
+    xlabel=text("keys (6-dim)"),
+    ylabel=text("queries (4-dim)"),
+    titles=[text("before training"), text("trained, tau = 1"), text("trained, tau = 0.25")],
     path=figure_path(TUTORIAL, "bilinear_attention.png"),
 )
 

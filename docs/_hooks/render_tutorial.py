@@ -22,6 +22,7 @@ import pathlib
 import re
 import sys
 import traceback
+import types
 
 MARKER = re.compile(r"^# %%(?P<markdown>\s*\[markdown\])?")
 FIGURES = (".png", ".svg", ".jpg")
@@ -72,7 +73,12 @@ def run(path, out):
     os.environ["MINITENSOR_TUTORIAL_OUT"] = str(out)
     sys.path.insert(0, str(path.parent))
     sys.argv = [str(path)]
-    namespace = {"__name__": "__main__", "__file__": str(path), "__builtins__": __builtins__}
+    # The cells run in a module that *is* __main__ and whose file is the tutorial, so that
+    # inspect.getsource, pickle and dataclasses find what the tutorial defines.
+    main = types.ModuleType("__main__")
+    main.__file__ = str(path)
+    sys.modules["__main__"] = main
+    namespace = main.__dict__
     figures = out / path.stem
     done = []
     for kind, start, source in cells(path):
