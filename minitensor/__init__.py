@@ -29,6 +29,57 @@ from .gradcheck import gradcheck
 from .ops import *  # noqa: F403  (mt.exp, mt.softmax...: every op, listed in ops.__all__)
 from .random import manual_seed
 
+# The public API, as ``from minitensor import *`` and the API reference see it: the names
+# imported above for users, every op (``ops.__all__``, not copied here) and the four names
+# ``__getattr__`` loads on first use. Listing those is only strings: nothing is imported until
+# one is used (a star import would import them, pluggy included; nothing in minitensor does one).
+__all__ = [
+    "AxisError",
+    "DTypeError",
+    "DeviceError",
+    "Function",
+    "GradcheckError",
+    "GraphError",
+    "ShapeError",
+    "Tensor",
+    "arange",
+    "available_backends",
+    "backends",
+    "bool",
+    "bool_",
+    "cuda",
+    "enable_grad",
+    "float16",
+    "float32",
+    "float64",
+    "from_dlpack",
+    "full",
+    "get_backend",
+    "get_printoptions",
+    "gradcheck",
+    "int32",
+    "int64",
+    "is_grad_enabled",
+    "long",
+    "manual_seed",
+    "nn",
+    "no_grad",
+    "ones",
+    "ones_like",
+    "ops",
+    "optim",
+    "rand",
+    "randint",
+    "randn",
+    "set_grad_enabled",
+    "set_printoptions",
+    "tensor",
+    "zeros",
+    "zeros_like",
+]
+__all__ += ops.__all__
+__all__ += ["hookimpl", "plugins", "testing", "viz"]  # noqa: F405 -- not imported here: see __getattr__
+
 __version__ = "0.1.0"
 
 

@@ -41,7 +41,13 @@ _new_object = object.__new__  # a Function instance without running __init__ (th
 
 
 class Function:
-    """Base class of differentiable operations; an instance is the ``ctx`` of one call."""
+    """Base class of differentiable operations; an instance is the ``ctx`` of one call.
+
+    A subclass writes ``forward`` and ``backward`` as static methods, side by side;
+    ``Op.apply(x, ...)`` runs ``forward`` on the Tensors' arrays and, when an input requires
+    grad and grad mode is on, records the call as the node of the graph that ``backward``
+    visits (reverse-mode automatic differentiation, D2L 2.5).
+    """
 
     # Slots for what every node has (faster than a dict on the per-op path); ops may still
     # store anything else on ctx (it lands in __dict__).
@@ -60,10 +66,28 @@ class Function:
     # -- to be written by each operation ----------------------------------------------
     @staticmethod
     def forward(ctx, *args, **kwargs):
+        """The op's computation, written by each subclass as a ``@staticmethod``:
+        ``forward(ctx, *args, **kwargs)`` gets the arguments of ``apply`` with every Tensor
+        replaced by its backend array (other values pass as they are) and returns one backend
+        array.
+
+        Work through ``ctx.xp`` (NumPy or CuPy) to stay device-agnostic; keep what ``backward``
+        needs with ``ctx.save_for_backward(...)`` or as attributes of ``ctx``. ``apply`` calls it
+        and wraps the result in a Tensor.
+        """
         raise NotImplementedError
 
     @staticmethod
     def backward(ctx, grad):
+        """The op's chain rule, written by each subclass as a ``@staticmethod``:
+        ``backward(ctx, grad)`` gets dL/d(output) as a backend array and returns dL/d(input)
+        for each positional input of ``forward``, in order -- a tuple, or one array for a
+        single input.
+
+        Return None for an input that gets no gradient (a constant, an index, or one for which
+        ``ctx.needs_input_grad`` is False). A gradient may keep the broadcast output's shape: the
+        engine sums it back to the input's shape.
+        """
         raise NotImplementedError
 
     # -- the machinery ----------------------------------------------------------------

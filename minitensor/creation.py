@@ -17,23 +17,34 @@ def _leaf(data, backend, requires_grad):
 
 
 def zeros(*shape, dtype=None, device="cpu", requires_grad=False):
+    """A new leaf tensor of the given shape filled with 0: ``zeros(2, 3)`` or ``zeros((2, 3))``.
+
+    ``dtype`` defaults to float32; ``device`` is ``"cpu"`` or ``"cuda"``; ``requires_grad=True``
+    makes it a leaf that collects gradients (floating-point dtypes only).
+    """
     b = get_backend(device)
     return _leaf(b.xp.zeros(_shape(shape), dtype=as_dtype(dtype) or float32), b, requires_grad)
 
 
 def ones(*shape, dtype=None, device="cpu", requires_grad=False):
+    """A new leaf tensor of the given shape filled with 1: ``ones(2, 3)`` or ``ones((2, 3))``;
+    ``dtype`` (default float32), ``device`` and ``requires_grad`` as for ``zeros``."""
     b = get_backend(device)
     return _leaf(b.xp.ones(_shape(shape), dtype=as_dtype(dtype) or float32), b, requires_grad)
 
 
 def full(shape, fill_value, dtype=None, device="cpu", requires_grad=False):
+    """A new leaf tensor of shape ``shape`` (an int or a tuple) filled with ``fill_value``;
+    ``dtype`` (default float32), ``device`` and ``requires_grad`` as for ``zeros``."""
     b = get_backend(device)
     shape = (shape,) if isinstance(shape, int) else tuple(shape)
     return _leaf(b.xp.full(shape, fill_value, dtype=as_dtype(dtype) or float32), b, requires_grad)
 
 
 def arange(start, stop=None, step=1, dtype=None, device="cpu"):
-    """Like ``range``: integers give int64, any float argument gives float32."""
+    """``arange(stop)`` or ``arange(start, stop, step=1)``: the numbers start, start + step, ...
+    below ``stop``, as a 1-D tensor, like ``range``. Integers give int64, any float argument
+    gives float32 (unless ``dtype`` says otherwise)."""
     b = get_backend(device)
     if stop is None:
         start, stop = 0, start
@@ -49,23 +60,30 @@ def randn(*shape, dtype=None, device="cpu", requires_grad=False):
 
 
 def rand(*shape, dtype=None, device="cpu", requires_grad=False):
-    """Uniform samples in [0, 1)."""
+    """A new tensor of the given shape with samples of U(0, 1), uniform in [0, 1): ``rand(2, 3)``
+    or ``rand((2, 3))``; ``dtype`` (default float32), ``device`` and ``requires_grad`` as for
+    ``zeros``."""
     b = get_backend(device)
     return _leaf(b.uniform(_shape(shape), as_dtype(dtype) or float32), b, requires_grad)
 
 
 def randint(low, high, shape, device="cpu"):
-    """Random int64 in [low, high)."""
+    """A tensor of shape ``shape`` (an int or a tuple) of random int64 drawn uniformly from
+    [low, high), on ``device``."""
     b = get_backend(device)
     shape = (shape,) if isinstance(shape, int) else tuple(shape)
     return Tensor._make(b.integers(low, high, shape), b, None)
 
 
 def zeros_like(t, dtype=None, requires_grad=False):
+    """Zeros of ``t``'s shape on ``t``'s device, with ``t``'s dtype unless ``dtype`` is given (a new
+    leaf; ``requires_grad`` as for ``zeros``)."""
     return zeros(t.shape, dtype=dtype or t.dtype, device=t.device, requires_grad=requires_grad)
 
 
 def ones_like(t, dtype=None, requires_grad=False):
+    """Ones of ``t``'s shape on ``t``'s device, with ``t``'s dtype unless ``dtype`` is given (a new
+    leaf; ``requires_grad`` as for ``zeros``)."""
     return ones(t.shape, dtype=dtype or t.dtype, device=t.device, requires_grad=requires_grad)
 
 

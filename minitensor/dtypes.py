@@ -9,15 +9,35 @@ indices and class labels.
 import numpy
 
 float16 = numpy.dtype("float16")
+"""Half precision (16-bit) floating point. The numba kernels are compiled for float32 and float64 only,
+so float16 data takes NumPy's plain array code."""
+
 float32 = numpy.dtype("float32")
+"""Single precision (32-bit) floating point, the default for floating-point data and parameters."""
+
 float64 = numpy.dtype("float64")
+"""Double precision (64-bit) floating point: for gradient checks (``mt.gradcheck``) and reference values."""
+
 int32 = numpy.dtype("int32")
+"""32-bit signed integers."""
+
 int64 = numpy.dtype("int64")
+"""64-bit signed integers, the default integer dtype: token indices, class labels, lengths (``valid_lens``)."""
+
 bool_ = numpy.dtype("bool")
+"""Booleans, NumPy's name (``numpy.bool_``): the dtype of masks and comparisons."""
+
 bool = bool_  # noqa: A001 -- PyTorch spells it torch.bool
+"""Booleans, PyTorch's name (``torch.bool``): the same dtype as ``bool_``, that of masks (True = may attend)."""
+
 long = int64
+"""PyTorch's name for ``int64`` (``x.long()`` converts to it)."""
+
 double = float64
+"""PyTorch's name for ``float64`` (``x.double()`` converts to it)."""
+
 default_float = float32
+"""The dtype of floating-point data given without one (``mt.tensor([0.5])``, ``mt.randn(3)``)."""
 
 
 def as_dtype(dtype):

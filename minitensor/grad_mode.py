@@ -15,6 +15,9 @@ def is_grad_enabled():
 
 
 def set_grad_enabled(mode):
+    """Turn graph recording on (``True``) or off (``False``) from here on, for every operation
+    until it is changed again; ``no_grad`` and ``enable_grad`` do it for a block and restore
+    the previous mode."""
     global _enabled
     _enabled = bool(mode)
 

@@ -62,26 +62,75 @@ import pluggy
 
 from . import hookspecs
 
+__all__ = [
+    "BUILT_IN",
+    "DEFAULT_PLUGINS",
+    "ENTRY_POINT_GROUP",
+    "FILE_SOURCE",
+    "KINDS",
+    "MODULE_SOURCE",
+    "PluginError",
+    "RUN_TIME",
+    "UnknownPluginError",
+    "check_options",
+    "describe",
+    "get_plugin_manager",
+    "hookimpl",
+    "load_plugin",
+    "lookup",
+    "poolings",
+    "positional_encodings",
+    "register",
+    "scorers",
+    "unregister",
+]
+
 hookimpl = pluggy.HookimplMarker("minitensor")
+"""The decorator that marks a plugin's hook implementations (also ``minitensor.hookimpl``).
+
+A function decorated with ``@hookimpl`` and named after a hook in ``minitensor/hookspecs.py``
+(``minitensor_scorers``, ``minitensor_poolings``, ``minitensor_positional_encodings``)
+answers that hook; its plugin returns ``{name: class}``::
+
+    @minitensor.hookimpl
+    def minitensor_scorers():
+        return {"my_cosine": Cosine}
+"""
 
 ENTRY_POINT_GROUP = "minitensor"
+"""The entry-point group a distribution declares its plugins in:
+``[project.entry-points.minitensor]`` in its ``pyproject.toml``."""
+
 DEFAULT_PLUGINS = (
     "minitensor_plugins.scorers",
     "minitensor_plugins.poolings",
     "minitensor_plugins.positional",
     "minitensor_plugins.score_biases",
 )
-BUILT_IN = "built-in"
-RUN_TIME = "registered at run time"
-FILE_SOURCE = "file "  # + the absolute path: the source of a plugin loaded from a .py file
-MODULE_SOURCE = "module "  # + the module name: the source of a plugin loaded by module name
+"""The modules of the built-in plugins, registered first, in this order, exactly as a user's
+plugin is (the autoload switches do not apply to them)."""
 
-# kind -> the hook that fills its registry
+BUILT_IN = "built-in"
+"""The source ``describe()`` gives a built-in plugin (one of ``DEFAULT_PLUGINS``)."""
+
+RUN_TIME = "registered at run time"
+"""The source ``describe()`` gives a plugin passed to ``register()``."""
+
+FILE_SOURCE = "file "
+"""Prefix of the source of a plugin ``load_plugin()`` imported from a ``.py`` file:
+``FILE_SOURCE + "/absolute/path/my_scorer.py"``."""
+
+MODULE_SOURCE = "module "
+"""Prefix of the source of a plugin ``load_plugin()`` imported by module name:
+``MODULE_SOURCE + "my_pkg.scorers"``."""
+
 KINDS = {
     "scorer": "minitensor_scorers",
     "pooling": "minitensor_poolings",
     "positional encoding": "minitensor_positional_encodings",
 }
+"""The plugin kinds, each with the hook that fills its registry: ``{kind: hook name}``.
+``lookup()`` also accepts the hook names, the plurals and underscores for a kind."""
 # other spellings lookup() accepts for a kind (the hook names, plurals, underscores)
 _KIND_ALIASES = {
     "scorers": "scorer",
@@ -101,7 +150,9 @@ class PluginError(RuntimeError):
 
 
 class UnknownPluginError(KeyError):
-    """No plugin of that kind has that name."""
+    """No plugin of that kind has that name: raised by ``lookup`` (and so by every layer built
+    with an unknown scorer, pooling or positional encoding). A ``KeyError`` whose message lists
+    the available names and the closest match."""
 
     def __str__(self):  # KeyError would print the message in quotes
         return self.args[0]
@@ -536,17 +587,20 @@ def _registry(kind):
 
 
 def scorers():
-    """Scorer name -> class, from every plugin."""
+    """Scorer name -> class, from every plugin: a new dict, the registry as it is now (the plugins
+    load at the first look-up). A scorer turns queries and keys into scores a(q, k_i)."""
     return dict(_registry("scorer"))
 
 
 def poolings():
-    """Pooling name -> class, from every plugin."""
+    """Pooling name -> class, from every plugin: a new dict, the registry as it is now. A pooling
+    turns each row of scores into attention weights alpha(q, k_i)."""
     return dict(_registry("pooling"))
 
 
 def positional_encodings():
-    """Positional-encoding name -> class, from every plugin."""
+    """Positional-encoding name -> class, from every plugin: a new dict, the registry as it is now.
+    An encoding's ``applies_to`` says where it acts: "inputs", "qk" or "scores"."""
     return dict(_registry("positional encoding"))
 
 

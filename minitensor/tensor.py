@@ -26,6 +26,29 @@ _creation_counter = itertools.count()
 
 
 class Tensor:
+    """An n-dimensional array on a device, plus what autograd needs to differentiate through it.
+
+    ``Tensor(data, requires_grad=False, dtype=None, device=None)`` is ``mt.tensor(data, ...)``:
+    a new leaf holding a copy of ``data``; tensors also come from the creation functions
+    (``mt.zeros``, ``mt.randn``, ...) and from every operation. A tensor holds
+
+    - ``data``: the backend array, ``numpy.ndarray`` on ``"cpu"``, ``cupy.ndarray`` on ``"cuda"``;
+    - ``requires_grad``: whether gradients flow back to it;
+    - ``grad``: after ``backward()``, a Tensor holding dL/d(this tensor), for leaves (and for
+      tensors that called ``retain_grad()``);
+    - ``grad_fn``: the Function call that produced it (None for a leaf), its link into the graph.
+
+    The operators ``+ - * / ** @``, unary ``-`` and indexing ``x[...]`` record operations in the
+    graph; so do the methods named after ops, one line each that calls the op: ``x.exp()`` is
+    ``mt.exp(x)``, ``x.sum(axis)`` is ``mt.sum(x, axis)``. Python numbers are constants that keep
+    the tensor's dtype (``x * 2`` stays float32). Comparisons (``==``, ``<``, ...), ``& | ^ ~``,
+    ``any`` and ``all`` give bool tensors outside the graph. Methods ending in ``_`` change the
+    tensor in place and are refused (``GraphError``) on a tensor that requires grad unless grad
+    mode is off (``mt.no_grad()``), since values saved for backward would silently change.
+
+    D2L 2.1 (data manipulation) and 2.5 (automatic differentiation).
+    """
+
     __slots__ = ("data", "grad", "requires_grad", "_ctx", "_backend", "_retain_grad", "_seq", "__weakref__")
 
     # NumPy must hand ``ndarray * tensor`` back to Tensor.__rmul__ instead of looping
@@ -57,22 +80,31 @@ class Tensor:
     # -- what a tensor is ---------------------------------------------------------------
     @property
     def shape(self):
+        """The length of every axis, a tuple of ints: ``(batch_size, num_steps, num_hiddens)`` for a
+        batch of sequences of feature vectors, ``()`` for a 0-d tensor."""
         return tuple(self.data.shape)
 
     @property
     def ndim(self):
+        """The number of axes, ``len(x.shape)`` (0 for a 0-d tensor, a single number)."""
         return self.data.ndim
 
     @property
     def dtype(self):
+        """The element type, a NumPy dtype: ``mt.float32`` (the default for floating-point data),
+        ``mt.float64``, ``mt.int64`` (indices, labels), ``mt.bool``, ..."""
         return self.data.dtype
 
     @property
     def device(self):
+        """Where the data lives: the device name of the tensor's backend, ``"cpu"`` (NumPy) or
+        ``"cuda"`` (CuPy). Operands of one operation must share it."""
         return self._backend.device
 
     @property
     def is_leaf(self):
+        """True when no recorded operation produced this tensor (it was created, or computed with
+        grad mode off): backward stops here and stores ``.grad`` on leaves that require grad."""
         return self._ctx is None
 
     @property
@@ -87,6 +119,7 @@ class Tensor:
         return self.data.shape[normalize_axis(axis, self.data.ndim, "size")]
 
     def numel(self):
+        """The number of elements, the product of ``shape`` (1 for a 0-d tensor), as a Python int."""
         return int(self.data.size)
 
     def __len__(self):
@@ -112,6 +145,7 @@ class Tensor:
         return self.data.item()
 
     def tolist(self):
+        """The values as nested Python lists (a plain number for a 0-d tensor), copied to the host."""
         return self.numpy().tolist()
 
     def __array__(self, dtype=None, copy=None):
@@ -166,18 +200,27 @@ class Tensor:
         return out
 
     def float(self):
+        """``x.to(mt.float32)``: a float32 copy (``x`` itself if it is float32 already); differentiable."""
         return self.to(dtype="float32")
 
     def double(self):
+        """``x.to(mt.float64)``: a float64 copy (``x`` itself if it is float64 already); what
+        ``mt.gradcheck`` needs."""
         return self.to(dtype="float64")
 
     def long(self):
+        """``x.to(mt.int64)``: an int64 copy (``x`` itself if it is int64 already), the dtype of token
+        indices and class labels."""
         return self.to(dtype="int64")
 
     def astype(self, dtype):
+        """``x.to(dtype=dtype)``: a copy with another dtype (``x`` itself when nothing changes),
+        NumPy's name for it; differentiable (the gradient is converted back)."""
         return self.to(dtype=dtype)
 
     def cpu(self):
+        """``x.to("cpu")``: a copy in host memory (``x`` itself if it is there already);
+        differentiable, the gradient goes back to the original device."""
         return self.to(device="cpu")
 
     # -- autograd -------------------------------------------------------------------------
@@ -190,6 +233,12 @@ class Tensor:
         autograd.backward(self, grad, retain_graph)
 
     def requires_grad_(self, requires_grad=True):
+        """Start (or, with ``False``, stop) recording operations on this tensor for backward, in
+        place; returns ``self``.
+
+        Only floating-point tensors can require gradients (``DTypeError`` otherwise: convert with
+        ``.float()`` first); a non-leaf cannot stop (``GraphError``: use ``detach()``).
+        """
         if requires_grad and self.data.dtype.kind != "f":
             raise DTypeError(
                 f"requires_grad: only floating-point tensors can require gradients, this one "
@@ -231,11 +280,18 @@ class Tensor:
         return self
 
     def zero_(self):
+        """Set every element to 0, in place; returns ``self``.
+
+        Refused (``GraphError``) on a tensor that requires grad while grad mode is on: do it inside
+        ``with mt.no_grad():``, as optimisers and initialisers do.
+        """
         self._check_inplace("zero_")
         self.data[...] = 0
         return self
 
     def fill_(self, value):
+        """Set every element to ``value`` (a number), in place; returns ``self``. The rule of
+        ``zero_``: not on a tensor that requires grad unless grad mode is off."""
         self._check_inplace("fill_")
         self.data[...] = value
         return self
@@ -248,6 +304,9 @@ class Tensor:
         return self
 
     def mul_(self, other):
+        """self *= other, in place: ``other`` a number or a tensor on the same device, broadcast to
+        this shape; returns ``self``. The rule of ``zero_``: not on a tensor that requires grad
+        unless grad mode is off."""
         self._check_inplace("mul_")
         self.data *= self._value(other)
         return self
@@ -302,21 +361,28 @@ class Tensor:
 
     # the same as named methods, as in PyTorch: x.add(y), x.matmul(w)
     def add(self, other):
+        """``x.add(y)`` is ``x + y`` (``mt.add``): the elementwise sum, with broadcasting."""
         return _binary(Add, self, other)
 
     def sub(self, other):
+        """``x.sub(y)`` is ``x - y`` (``mt.sub``): the elementwise difference, with broadcasting."""
         return _binary(Sub, self, other)
 
     def mul(self, other):
+        """``x.mul(y)`` is ``x * y`` (``mt.mul``): the elementwise product, with broadcasting."""
         return _binary(Mul, self, other)
 
     def div(self, other):
+        """``x.div(y)`` is ``x / y`` (``mt.div``): the elementwise quotient, with broadcasting."""
         return _binary(Div, self, other)
 
     def pow(self, other):
+        """``x.pow(p)`` is ``x ** p`` (``mt.pow``): the elementwise power; ``p`` a number or a tensor."""
         return _binary(Pow, self, other)
 
     def matmul(self, other):
+        """``x.matmul(y)`` is ``x @ y`` (``mt.matmul``): the matrix product, batched over leading axes
+        by NumPy's rules."""
         return _binary(MatMul, self, other)
 
     # -- comparisons and logic: bool tensors outside the graph (no useful derivative) -----------
@@ -366,75 +432,110 @@ class Tensor:
 
     # -- the ops as methods: ``x.exp()`` is ``mt.exp(x)``, same parameters ------------------------
     def neg(self):
+        """``x.neg()`` is ``-x`` (``mt.neg``): every element with its sign flipped."""
         return Neg.apply(self)
 
     def exp(self):
+        """``mt.exp(x)``: e^x elementwise; its derivative is the output itself."""
         return Exp.apply(self)
 
     def log(self):
+        """``mt.log(x)``: the natural logarithm ln x elementwise; derivative 1/x."""
         return Log.apply(self)
 
     def sqrt(self):
+        """``mt.sqrt(x)``: the square root elementwise; derivative 1 / (2 sqrt(x))."""
         return Sqrt.apply(self)
 
     def tanh(self):
+        """``mt.tanh(x)``: the hyperbolic tangent elementwise, in (-1, 1); derivative 1 - tanh(x)^2."""
         return Tanh.apply(self)
 
     def sigmoid(self):
+        """``mt.sigmoid(x)``: 1 / (1 + exp(-x)) elementwise, in (0, 1); derivative s (1 - s)."""
         return Sigmoid.apply(self)
 
     def relu(self):
+        """``mt.relu(x)``: max(x, 0) elementwise; derivative 1 where x > 0, else 0."""
         return ReLU.apply(self)
 
     def gelu(self, approximate="none"):
+        """``mt.gelu(x, approximate)``: x Phi(x) (Phi the standard normal CDF), exactly with
+        ``approximate="none"`` or in the tanh approximation with ``"tanh"``."""
         return ops.gelu(self, approximate=approximate)
 
     def abs(self):
+        """``mt.abs(x)``: |x| elementwise; derivative sign(x) (0 at x = 0, as in PyTorch)."""
         return Abs.apply(self)
 
     def clip(self, min=None, max=None):
+        """``mt.clip(x, min, max)``: every element clamped to [min, max] (either bound may be None, not
+        both); the gradient passes only where the element was inside."""
         return ops.clip(self, min=min, max=max)
 
     def clamp(self, min=None, max=None):
+        """``mt.clamp(x, min, max)``, PyTorch's name for ``clip``: every element clamped to [min, max]."""
         return ops.clamp(self, min=min, max=max)
 
     def sum(self, axis=None, keepdims=False):
+        """``mt.sum(x, axis, keepdims)``: the sum over ``axis`` (an int, a tuple of ints, or None for
+        every axis); ``keepdims=True`` keeps the reduced axes with length 1."""
         return ops.sum(self, axis=axis, keepdims=keepdims)
 
     def mean(self, axis=None, keepdims=False):
+        """``mt.mean(x, axis, keepdims)``: the average over ``axis`` (None: every axis)."""
         return ops.mean(self, axis=axis, keepdims=keepdims)
 
     def max(self, axis=None, keepdims=False):
+        """``mt.max(x, axis, keepdims)``: the largest value over ``axis`` (None: every axis); tied
+        maxima share the gradient. Values only: ``argmax`` gives positions."""
         return ops.max(self, axis=axis, keepdims=keepdims)
 
     def min(self, axis=None, keepdims=False):
+        """``mt.min(x, axis, keepdims)``: the smallest value over ``axis``, computed as -max(-x)."""
         return ops.min(self, axis=axis, keepdims=keepdims)
 
     def var(self, axis=None, keepdims=False, correction=1):
+        """``mt.var(x, axis, keepdims, correction)``: sum (x - mean)^2 / (N - correction) over
+        ``axis``; ``correction=1`` (the default) is the unbiased estimate, 0 the population variance."""
         return ops.var(self, axis=axis, keepdims=keepdims, correction=correction)
 
     def argmax(self, axis=None, keepdims=False):
+        """``mt.argmax(x, axis, keepdims)``: the positions of the maxima (int64, outside the graph);
+        over the flattened tensor when ``axis`` is None."""
         return ops.argmax(self, axis=axis, keepdims=keepdims)
 
     def argmin(self, axis=None, keepdims=False):
+        """``mt.argmin(x, axis, keepdims)``: the positions of the minima (int64, outside the graph);
+        over the flattened tensor when ``axis`` is None."""
         return ops.argmin(self, axis=axis, keepdims=keepdims)
 
     def reshape(self, *shape):
+        """``mt.reshape(x, *shape)``: the same elements in a new shape, ``x.reshape(2, 3)`` or
+        ``x.reshape((2, 3))``; one axis may be -1, inferred from the others."""
         return ops.reshape(self, *shape)
 
     def view(self, *shape):
+        """PyTorch's ``view``: here the same as ``reshape`` (``mt.reshape(x, *shape)``)."""
         return ops.reshape(self, *shape)
 
     def flatten(self, start_axis=0, end_axis=-1):
+        """``mt.flatten(x, start_axis, end_axis)``: axes start_axis..end_axis merged into one (all of
+        them by default: a 1-D tensor)."""
         return ops.flatten(self, start_axis=start_axis, end_axis=end_axis)
 
     def permute(self, *axes):
+        """``mt.permute(x, *axes)``: the axes reordered, ``x.permute(0, 2, 1, 3)`` or with a tuple;
+        every axis must be named once."""
         return ops.permute(self, *axes)
 
     def transpose(self, axis0=-2, axis1=-1):
+        """``mt.transpose(x, axis0, axis1)``: two axes swapped, by default the last two (PyTorch's
+        ``transpose``, NumPy's ``swapaxes``)."""
         return ops.transpose(self, axis0=axis0, axis1=axis1)
 
     def swapaxes(self, axis0=-2, axis1=-1):
+        """``mt.swapaxes(x, axis0, axis1)``, NumPy's name for ``transpose``: two axes swapped."""
         return ops.swapaxes(self, axis0=axis0, axis1=axis1)
 
     @property
@@ -443,27 +544,43 @@ class Tensor:
         return ops.permute(self, tuple(reversed(range(self.ndim))))
 
     def broadcast_to(self, *shape):
+        """``mt.broadcast_to(x, *shape)``: repeated along axes of length 1 (and new leading axes) to
+        ``shape``; the gradient is summed back."""
         return ops.broadcast_to(self, *shape)
 
     def expand(self, *shape):
+        """``mt.expand(x, *shape)``, PyTorch's ``expand``: ``broadcast_to`` where -1 keeps an axis's
+        length."""
         return ops.expand(self, *shape)
 
     def squeeze(self, axis=None):
+        """``mt.squeeze(x, axis)``: axes of length 1 removed, all of them (``axis=None``) or the ones
+        given (``ShapeError`` if one of those is longer)."""
         return ops.squeeze(self, axis=axis)
 
     def unsqueeze(self, axis):
+        """``mt.unsqueeze(x, axis)``: a new axis of length 1 inserted at ``axis`` (negative counts from
+        the end of the new shape)."""
         return ops.unsqueeze(self, axis=axis)
 
     def softmax(self, axis=-1):
+        """``mt.softmax(x, axis)``: softmax(x)_i = exp(x_i) / sum_j exp(x_j) along ``axis`` (the last
+        by default)."""
         return ops.softmax(self, axis=axis)
 
     def log_softmax(self, axis=-1):
+        """``mt.log_softmax(x, axis)``: x_i - log sum_j exp(x_j) along ``axis``, computed without
+        overflow."""
         return ops.log_softmax(self, axis=axis)
 
     def masked_fill(self, mask, value):
+        """``mt.masked_fill(x, mask, value)``: ``x`` with ``value`` wherever the bool ``mask`` (broadcast
+        to x's shape) is True."""
         return ops.masked_fill(self, mask, value)
 
     def split(self, split_size_or_sections, axis=0):
+        """``mt.split(x, split_size_or_sections, axis)``: a list of pieces along ``axis``, each of the
+        given size (an int; the last may be smaller) or of the sizes listed."""
         return ops.split(self, split_size_or_sections, axis=axis)
 
     # -- printing ---------------------------------------------------------------------------

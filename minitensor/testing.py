@@ -48,6 +48,8 @@ from .gradcheck import gradcheck
 from .nn import Module, MultiHeadAttention
 from .tensor import Tensor, tensor
 
+__all__ = ["check_incremental_decoding", "check_pooling", "check_positional_encoding", "check_scorer"]
+
 Q, K = 3, 5  # queries and keys per example: different, so a transposed result shows
 LEADS = ((), (2,), (2, 3))  # no batch axis, (batch,), (batch, num_heads)
 

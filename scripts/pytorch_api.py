@@ -170,6 +170,9 @@ REASONS = {
     "mt.astype": "extra: NumPy's name for a (differentiable) dtype cast; `x.to(dtype)` as in PyTorch works too",
     "mt.available_backends": "extra: the registered device names (backends/); PyTorch asks `torch.cuda.is_available()`",
     "mt.get_backend": "extra: the Backend object (array module and kernels) of a device, for ops and plugins",
+    "mt.hookimpl": (
+        "extra: marks a plugin hook implementation (`minitensor.plugins.hookimpl`); PyTorch has no plugin registry"
+    ),
     "mt.bool_": "extra: NumPy's name for `mt.bool`",
     "mt.float16": "behaviour: minitensor's dtypes are NumPy's (`numpy.float16`), as the data are NumPy/CuPy arrays",
     "mt.float32": "behaviour: minitensor's dtypes are NumPy's (`numpy.float32`), as the data are NumPy/CuPy arrays",

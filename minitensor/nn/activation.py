@@ -8,6 +8,7 @@ class ReLU(Module):
     """relu(x) = max(x, 0)."""
 
     def forward(self, X):
+        """relu(X) = max(X, 0) elementwise (``mt.relu``); X of any shape."""
         return F.relu(X)
 
 
@@ -25,9 +26,11 @@ class GELU(Module):
         self.approximate = approximate
 
     def forward(self, X):
+        """gelu(X) elementwise (``mt.gelu``), exact or tanh-approximated as the layer was built; any shape."""
         return F.gelu(X, approximate=self.approximate)
 
     def extra_repr(self):
+        """The setting shown in the repr: ``approximate='none'`` or ``approximate='tanh'``."""
         return f"approximate={self.approximate!r}"
 
 
@@ -35,6 +38,7 @@ class Tanh(Module):
     """tanh(x) = (1 - exp(-2x)) / (1 + exp(-2x))."""
 
     def forward(self, X):
+        """tanh(X) elementwise (``mt.tanh``), values in (-1, 1); X of any shape."""
         return F.tanh(X)
 
 
@@ -42,6 +46,7 @@ class Sigmoid(Module):
     """sigmoid(x) = 1 / (1 + exp(-x))."""
 
     def forward(self, X):
+        """sigmoid(X) = 1 / (1 + exp(-X)) elementwise (``mt.sigmoid``), values in (0, 1); any shape."""
         return F.sigmoid(X)
 
 
@@ -53,9 +58,11 @@ class Softmax(Module):
         self.axis = axis
 
     def forward(self, X):
+        """softmax(X) along the layer's ``axis`` (``mt.softmax``): every slice along it sums to 1."""
         return F.softmax(X, axis=self.axis)
 
     def extra_repr(self):
+        """The setting shown in the repr: ``axis=-1``, the axis the softmax normalises."""
         return f"axis={self.axis}"
 
 
@@ -63,6 +70,7 @@ class LogSoftmax(Softmax):
     """log_softmax(x)_j = x_j - log sum_k exp(x_k) along ``axis``."""
 
     def forward(self, X):
+        """log_softmax(X) along the layer's ``axis`` (``mt.log_softmax``): log-probabilities."""
         return F.log_softmax(X, axis=self.axis)
 
 
@@ -70,4 +78,5 @@ class Identity(Module):
     """Returns its input: a placeholder where a layer is optional."""
 
     def forward(self, X):
+        """Return ``X`` unchanged (the same tensor object, no operation recorded)."""
         return X

@@ -203,6 +203,17 @@ class Attention(Module):
         self.attention_weights = None
 
     def forward(self, queries, keys, values, valid_lens=None, mask=None, causal=False, bias=None):
+        """Attention pooling (D2L 10.3 / 11.3): f(q) = sum_i alpha(q, k_i) v_i for every query.
+
+            scores  = scorer(queries, keys) + bias             (..., Q, K)
+            weights = pooling(scores, valid_lens, mask)         (..., Q, K)
+            output  = dropout(weights) @ values                 (..., Q, dv)
+
+        queries (..., Q, dq), keys (..., K, dk), values (..., K, dv), e.g. (batch_size, num_steps,
+        d); ``valid_lens``, ``mask``, ``causal`` and ``bias`` as in the class docstring. Returns the
+        output (..., Q, dv) and keeps the weights (detached) in ``attention_weights``. A
+        ``ShapeError`` if keys and values do not pair up, or if a plugin returns the wrong shape.
+        """
         if values.shape[-2] != keys.shape[-2]:
             raise ShapeError(
                 f"Attention: keys {tuple(keys.shape)} and values {tuple(values.shape)} must pair up: "
@@ -275,6 +286,7 @@ class Attention(Module):
             )
 
     def extra_repr(self):
+        """The settings shown in the repr: the names of the scorer and the pooling."""
         return f"scorer={self.scorer_name!r}, pooling={self.pooling_name!r}"
 
 
@@ -558,6 +570,17 @@ class MultiHeadAttention(Module):
         )
 
     def forward(self, queries, keys, values, valid_lens=None, mask=None, causal=False, q_offset=None, k_offset=0):
+        """Multi-head attention (D2L 10.5 / 11.5): h heads of attention on learned projections,
+        concatenated and projected again,
+
+            head_i = Attention(q W_q^(i), k W_k^(i), v W_v^(i)),    MultiHead(q, k, v) = [head_1; ...; head_h] W_o
+
+        queries (batch_size, Q, query_size), keys (batch_size, K, key_size), values (batch_size, K,
+        value_size) -> (batch_size, Q, num_hiddens). ``valid_lens``, ``mask``, ``causal``,
+        ``q_offset`` and ``k_offset`` as in the class docstring; a ``ShapeError`` for inputs of
+        another shape. The heads run as one batch (batch_size, num_heads, Q, d_head), through
+        ``attend``.
+        """
         self._check_input("queries", queries, self.query_size)
         self._check_input("keys", keys, self.key_size)
         self._check_input("values", values, self.value_size)
@@ -659,6 +682,8 @@ class MultiHeadAttention(Module):
         return heads.reshape(batch, H, Q, v.shape[-1])
 
     def extra_repr(self):
+        """The settings shown in the repr: ``num_hiddens``, ``num_heads``, plus ``num_kv_heads``,
+        ``positional`` and ``fused`` where they differ from the defaults."""
         s = f"num_hiddens={self.num_hiddens}, num_heads={self.num_heads}"
         if self.num_kv_heads != self.num_heads:
             s += f", num_kv_heads={self.num_kv_heads}"

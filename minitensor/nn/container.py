@@ -27,11 +27,15 @@ class Sequential(Module):
                 self.add_module(str(i), module)
 
     def forward(self, X):
+        """Apply the layers in order, each to the previous one's output: X -> layer_0(X) -> layer_1(...)
+        -> ...; returns the last output (the input itself for an empty Sequential)."""
         for module in self._modules.values():
             X = module(X)
         return X
 
     def append(self, module):
+        """Add ``module`` at the end (named by its position, ``str(len(self))``); returns the
+        Sequential."""
         self.add_module(str(len(self)), module)
         return self
 
@@ -57,10 +61,12 @@ class ModuleList(Module):
         self.extend(modules)
 
     def append(self, module):
+        """Add ``module`` at the end, registered under its index ("0", "1", ...); returns the list."""
         self.add_module(str(len(self)), module)
         return self
 
     def extend(self, modules):
+        """Append every module of the iterable ``modules``, in order; returns the list."""
         for module in modules:
             self.append(module)
         return self
@@ -88,6 +94,8 @@ class ModuleDict(Module):
             self.update(modules)
 
     def update(self, modules):
+        """Add (or replace) the modules of ``modules``, a dict or an iterable of (name, module) pairs,
+        each registered under its name."""
         for name, module in dict(modules).items():
             self.add_module(name, module)
 
@@ -110,10 +118,13 @@ class ModuleDict(Module):
         return iter(self._modules)
 
     def keys(self):
+        """The names of the modules, in insertion order (as ``dict.keys``)."""
         return self._modules.keys()
 
     def values(self):
+        """The modules, in insertion order (as ``dict.values``)."""
         return self._modules.values()
 
     def items(self):
+        """(name, module) pairs, in insertion order (as ``dict.items``)."""
         return self._modules.items()

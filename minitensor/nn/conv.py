@@ -59,6 +59,8 @@ class Conv1d(Module):
         self.reset_parameters()
 
     def reset_parameters(self):
+        """Draw new weights and biases from U(-b, b), b = 1 / sqrt(in_channels * kernel_size), as
+        PyTorch initialises ``nn.Conv1d``."""
         fan_in = self.in_channels * self.kernel_size
         bound = 1.0 / math.sqrt(fan_in) if fan_in > 0 else 0.0
         init.uniform_(self.weight, -bound, bound)
@@ -66,9 +68,19 @@ class Conv1d(Module):
             init.uniform_(self.bias, -bound, bound)
 
     def forward(self, X):
+        """The convolution (``mt.conv1d``, a cross-correlation: the filter is not flipped), with
+        X_pad = X with ``padding`` zeros at both ends and k = kernel_size:
+
+            Y[b, o, i] = bias[o] + sum_{c, j} W[o, c, j] * X_pad[b, c, i * stride + j * dilation]
+
+        X (batch_size, in_channels, L) -> Y (batch_size, out_channels, L_out), with
+        L_out = floor((L + 2 padding - dilation (k - 1) - 1) / stride) + 1.
+        """
         return conv1d(X, self.weight, self.bias, self.stride, self.padding, self.dilation)
 
     def extra_repr(self):
+        """The settings shown in the repr: the channels and ``kernel_size``, plus ``stride``,
+        ``padding``, ``dilation`` and ``bias`` where they differ from the defaults."""
         s = f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}"
         for name, default in (("stride", 1), ("padding", 0), ("dilation", 1)):
             if getattr(self, name) != default:

@@ -17,7 +17,11 @@ class Dropout(Module):
         self.p = p
 
     def forward(self, X):
+        """``mt.dropout(X, p, training)``: in training mode each element is zeroed with probability p
+        and the rest scaled by 1/(1 - p); in evaluation mode (``model.eval()``) X is returned as it
+        is (D2L 4.6 / 5.6)."""
         return F.dropout(X, self.p, self.training)
 
     def extra_repr(self):
+        """The setting shown in the repr: ``p=0.5``, the probability of dropping an element."""
         return f"p={self.p}"

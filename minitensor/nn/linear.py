@@ -29,6 +29,8 @@ class Linear(Module):
         self.reset_parameters()
 
     def reset_parameters(self):
+        """Draw new weights and biases from U(-k, k), k = 1 / sqrt(in_features), PyTorch's
+        initialisation (its ``kaiming_uniform_(W, a=sqrt(5))`` comes to this bound)."""
         # = init.kaiming_uniform_(W, a=sqrt(5)), PyTorch's spelling of the same bound.
         bound = 1.0 / math.sqrt(self.in_features) if self.in_features > 0 else 0.0
         init.uniform_(self.weight, -bound, bound)
@@ -36,9 +38,12 @@ class Linear(Module):
             init.uniform_(self.bias, -bound, bound)
 
     def forward(self, X):
+        """Y = X W^T + b (``mt.linear``): X (..., in_features) -> Y (..., out_features), any number
+        of leading axes, e.g. (batch_size, num_steps, num_hiddens) position by position."""
         return F.linear(X, self.weight, self.bias)
 
     def extra_repr(self):
+        """The settings shown in the repr: ``in_features=..., out_features=..., bias=True``."""
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
 
@@ -64,6 +69,8 @@ class Embedding(Module):
         self.reset_parameters()
 
     def reset_parameters(self):
+        """Draw a new table from N(0, 1), as PyTorch does; the ``padding_idx`` row, if any, is set back
+        to zero."""
         init.normal_(self.weight)
         if self.padding_idx is not None:
             with no_grad():
@@ -81,6 +88,9 @@ class Embedding(Module):
         return layer
 
     def forward(self, indices):
+        """Look up rows of the table: integer ``indices`` of any shape, e.g. (batch_size, num_steps)
+        token ids, -> (*indices.shape, embedding_dim). ``indices`` may be a list or array; it
+        becomes a tensor on the table's device. Positions holding ``padding_idx`` give zero vectors."""
         if not isinstance(indices, Tensor):
             indices = tensor(indices, device=self.weight.device)
         Y = F.embedding(indices, self.weight)
@@ -89,5 +99,6 @@ class Embedding(Module):
         return Y
 
     def extra_repr(self):
+        """The settings shown in the repr: ``num_embeddings, embedding_dim`` and ``padding_idx``."""
         s = f"{self.num_embeddings}, {self.embedding_dim}"
         return s if self.padding_idx is None else s + f", padding_idx={self.padding_idx}"

@@ -65,6 +65,9 @@ class Module:
         object.__setattr__(self, "_modules", OrderedDict())
 
     def forward(self, *args, **kwargs):
+        """The layer's computation, written by every subclass: ``model(*args, **kwargs)`` calls
+        ``forward(*args, **kwargs)`` and returns what it returns. The base class raises
+        ``NotImplementedError``."""
         raise NotImplementedError(f"{type(self).__name__} has no forward(); define forward(self, ...) in the class")
 
     def __call__(self, *args, **kwargs):
@@ -190,6 +193,8 @@ class Module:
                 yield from child.named_modules(prefix + "." + name if prefix else name, _seen)
 
     def modules(self):
+        """Every module of the tree, this one first, each once (a module shared by two parents is
+        visited once): ``named_modules()`` without the names."""
         for _, m in self.named_modules():
             yield m
 
@@ -202,6 +207,8 @@ class Module:
                 yield name, child
 
     def children(self):
+        """The direct sub-modules, in registration order, each once: ``named_children()`` without the
+        names."""
         for _, m in self.named_children():
             yield m
 
@@ -226,9 +233,13 @@ class Module:
             yield p
 
     def named_buffers(self, prefix="", recurse=True):
+        """(dotted name, Tensor) for every buffer of this module (and, with ``recurse``, of the modules
+        below it), in registration order; a buffer shared by two modules is listed once."""
         return self._named_members("_buffers", prefix, recurse)
 
     def buffers(self, recurse=True):
+        """Every buffer (state that is not learned, see ``register_buffer``) of this module and, with
+        ``recurse``, of its sub-modules, each once."""
         for _, b in self.named_buffers(recurse=recurse):
             yield b
 
@@ -299,6 +310,8 @@ class Module:
         return self
 
     def float(self):
+        """``to(mt.float32)``: every floating-point parameter and buffer converted to float32, in
+        place; returns the module."""
         return self.to(dtype="float32")
 
     def double(self):
@@ -306,9 +319,13 @@ class Module:
         return self.to(dtype="float64")
 
     def cpu(self):
+        """``to("cpu")``: every parameter and buffer (and gradient) moved to host memory, in place;
+        returns the module."""
         return self.to(device="cpu")
 
     def cuda(self):
+        """``to("cuda")``: every parameter and buffer (and gradient) moved to the GPU, in place;
+        returns the module. A ``DeviceError`` says what is missing where CUDA is not available."""
         return self.to(device="cuda")
 
     # -- saving and loading -----------------------------------------------------------------

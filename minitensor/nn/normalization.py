@@ -30,7 +30,11 @@ class LayerNorm(Module):
             self.register_parameter("bias", None)
 
     def forward(self, X):
+        """y = (X - mean) / sqrt(var + eps) * weight + bias (``mt.layer_norm``), the statistics over
+        the last ``len(normalized_shape)`` axes of each position, e.g. (batch_size, num_steps,
+        num_hiddens) with ``normalized_shape=num_hiddens``. Output of X's shape."""
         return F.layer_norm(X, self.normalized_shape, self.weight, self.bias, self.eps)
 
     def extra_repr(self):
+        """The settings shown in the repr: ``normalized_shape``, ``eps`` and ``elementwise_affine``."""
         return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"

@@ -61,6 +61,9 @@ class GRUCell(Module):
         _make_weights(self, "", input_size, num_hiddens, bias, dtype, device)
 
     def forward(self, X, H=None):
+        """One GRU step: X (batch_size, input_size) and H (batch_size, num_hiddens), zeros if None ->
+        H_new (batch_size, num_hiddens), by the equations of ``GRU`` (D2L 9.1 / 10.2). A
+        ``ShapeError`` if X or H has another shape."""
         if X.ndim != 2 or X.shape[-1] != self.input_size:
             raise ShapeError(f"GRUCell: input of shape {tuple(X.shape)}; expected (batch, {self.input_size})")
         batch = X.shape[0]
@@ -71,6 +74,7 @@ class GRUCell(Module):
         return GRUSequence.apply(gates_x, H, self.weight_hh, self.bias_hh).reshape(batch, self.num_hiddens)
 
     def extra_repr(self):
+        """The settings shown in the repr: ``input_size, num_hiddens, bias=...``."""
         return f"{self.input_size}, {self.num_hiddens}, bias={self.bias_ih is not None}"
 
 
@@ -113,6 +117,19 @@ class GRU(Module):
         return tuple(getattr(self, f"{name}_l{layer}") for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"))
 
     def forward(self, inputs, H=None):
+        """Run every layer over the whole sequence: inputs (num_steps, batch_size, input_size)
+        (batch-major with ``batch_first=True``) and H (num_layers, batch_size, num_hiddens), zeros if
+        None -> (outputs (num_steps, batch_size, num_hiddens), the last layer's H_t at every step;
+        state (num_layers, batch_size, num_hiddens), every layer's last H_t).
+
+        Per step and layer (PyTorch's equations; D2L 9.1 / 10.2 writes the reset gate before the
+        product with W_hn):
+
+            R_t = sigmoid(X_t W_ir^T + b_ir + H_{t-1} W_hr^T + b_hr)
+            Z_t = sigmoid(X_t W_iz^T + b_iz + H_{t-1} W_hz^T + b_hz)
+            N_t = tanh(X_t W_in^T + b_in + R_t * (H_{t-1} W_hn^T + b_hn))
+            H_t = Z_t * H_{t-1} + (1 - Z_t) * N_t
+        """
         if self.batch_first:
             inputs = inputs.swapaxes(0, 1)
         if inputs.ndim != 3 or inputs.shape[-1] != self.input_size:
@@ -137,6 +154,8 @@ class GRU(Module):
         return outputs, stack(last_states)
 
     def extra_repr(self):
+        """The settings shown in the repr: ``input_size, num_hiddens``, plus ``num_layers``,
+        ``dropout``, ``bias`` and ``batch_first`` where they differ from the defaults."""
         s = f"{self.input_size}, {self.num_hiddens}"
         if self.num_layers != 1:
             s += f", num_layers={self.num_layers}"

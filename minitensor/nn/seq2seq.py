@@ -61,6 +61,9 @@ class Seq2SeqEncoder(Module):
         self.apply(init_seq2seq)
 
     def forward(self, X, valid_lens=None):
+        """tokens X (batch_size, num_steps) -> (outputs (num_steps, batch_size, num_hiddens), state
+        (num_layers, batch_size, num_hiddens)): the embeddings run through the GRU, time-major.
+        ``valid_lens`` is accepted and ignored (D2L's encoder signature)."""
         embs = self.embedding(X).swapaxes(0, 1)  # (num_steps, batch, embed_size)
         return self.rnn(embs)
 
@@ -129,6 +132,9 @@ class Seq2SeqAttentionDecoder(Module):
         self._attention_weights = []
 
     def init_state(self, enc_outputs, enc_valid_lens=None):
+        """From the encoder's ``(outputs, state)``: an ``AttentionDecoderState`` holding the outputs
+        batch-major (batch_size, num_enc_steps, num_hiddens) as keys and values, the encoder's last
+        state as the GRU's first, and ``enc_valid_lens`` (a list or array becomes a tensor)."""
         outputs, hidden_state = enc_outputs
         if enc_valid_lens is not None and not isinstance(enc_valid_lens, Tensor):
             enc_valid_lens = tensor(enc_valid_lens, device=outputs.device)
@@ -136,6 +142,10 @@ class Seq2SeqAttentionDecoder(Module):
         return AttentionDecoderState(outputs.swapaxes(0, 1), hidden_state, enc_valid_lens)
 
     def forward(self, X, state):
+        """Decode the tokens X (batch_size, T), one GRU step per token: at step t the last layer's
+        state s_{t-1} attends the encoder's outputs, the context c_t joins the token's embedding as
+        the GRU's input, and dense(s_t) gives the logits. Returns (logits (batch_size, T,
+        vocab_size), new state); the state passed in is not changed."""
         enc_outputs, H, enc_valid_lens = state
         embs = self.embedding(X).swapaxes(0, 1)  # (T, batch, embed_size): one row per step
         steps, batch = embs.shape[:2]
@@ -161,6 +171,8 @@ class Seq2SeqAttentionDecoder(Module):
 
     @property
     def attention_weights(self):
+        """The attention weights of the last call, one (batch_size, 1, num_enc_steps) tensor per
+        decoded step, detached: which source positions each output step looked at."""
         return self._attention_weights
 
 

@@ -64,6 +64,8 @@ class PositionWiseFFN(Module):
         self.dense2 = Linear(ffn_num_hiddens, ffn_num_outputs, dtype=dtype, device=device)
 
     def forward(self, X):
+        """FFN(X) = dense2(relu(dense1(X))): X (batch_size, num_steps, ffn_num_input) ->
+        (batch_size, num_steps, ffn_num_outputs), every position on its own."""
         return self.dense2(self.dense1(X).relu())
 
 
@@ -97,11 +99,15 @@ class AddNorm(Module):
         return self.ln(X) if self.norm_first else X
 
     def forward(self, X, Y):
+        """The residual connection around a sublayer with output ``Y``: LayerNorm(X + dropout(Y))
+        (post-LN), or X + dropout(Y) with ``norm_first=True`` (pre-LN, where the sublayer was given
+        ``sublayer_input(X)``). X and Y (batch_size, num_steps, num_hiddens); output likewise."""
         if self.norm_first:
             return X + self.dropout(Y)
         return self.ln(self.dropout(Y) + X)
 
     def extra_repr(self):
+        """The setting shown in the repr: ``norm_first=False`` (post-LN) or ``True`` (pre-LN)."""
         return f"norm_first={self.norm_first}"
 
 
@@ -182,6 +188,9 @@ class TransformerEmbedding(Module):
         self.dropout = Dropout(dropout)
 
     def forward(self, tokens, offset=0):
+        """tokens (batch_size, num_steps) -> dropout(embedding(tokens) * sqrt(num_hiddens) + P), with
+        the "inputs" encoding's positions ``offset``, ``offset + 1``, ... (nothing added for a "qk"
+        or "scores" one): (batch_size, num_steps, num_hiddens)."""
         X = self.token_embedding(tokens) * math.sqrt(self.num_hiddens)
         if self.pos_encoding is not None:
             X = self.pos_encoding(X, offset=offset)
@@ -252,6 +261,9 @@ class TransformerEncoderBlock(Module):
         self.addnorm2 = AddNorm(num_hiddens, dropout, norm_first, dtype=dtype, device=device)
 
     def forward(self, X, valid_lens=None):
+        """Y = AddNorm(X, MultiHeadAttention(X, X, X, valid_lens)), then AddNorm(Y, FFN(Y)) (pre-LN:
+        each sublayer reads the normalised input): X (batch_size, num_steps, num_hiddens) ->
+        the same shape. ``valid_lens`` (batch_size,) hides the padding keys of each sequence."""
         Z = self.addnorm1.sublayer_input(X)
         Y = self.addnorm1(X, self.attention(Z, Z, Z, valid_lens))
         return self.addnorm2(Y, self.ffn(self.addnorm2.sublayer_input(Y)))
@@ -340,6 +352,10 @@ class TransformerEncoder(Module):
         self.ln = LayerNorm(num_hiddens, dtype=dtype, device=device) if norm_first else None
 
     def forward(self, X, valid_lens=None):
+        """Encode the source: tokens X (batch_size, num_steps) -> (batch_size, num_steps, num_hiddens),
+        embeddings with positions through every block (and a final LayerNorm in pre-LN).
+        ``valid_lens`` (batch_size,): the number of real tokens of each sequence; the padding after
+        them is never attended."""
         X = self.embedding(X)
         for blk in self.blks:
             X = blk(X, valid_lens)
@@ -434,6 +450,11 @@ class TransformerDecoderBlock(Module):
         self.addnorm3 = AddNorm(num_hiddens, dropout, norm_first, dtype=dtype, device=device)
 
     def forward(self, X, state):
+        """The block over X (batch_size, num_steps, num_hiddens), the positions that follow the
+        cached ones: causal self-attention over the cache and X, then (unless
+        ``cross_attention=False``) attention to the encoder's outputs, then the FFN, each in
+        AddNorm. ``state`` is ``[enc_outputs, enc_valid_lens, caches]``; ``caches[i]`` is replaced
+        by the extended key/value cache. Returns (output of X's shape, state)."""
         enc_outputs, enc_valid_lens, caches = state
         past = 0 if caches[self.i] is None else caches[self.i][0].shape[-2]
         X2, caches[self.i] = self.attention1.cached_self_attention(self.addnorm1.sublayer_input(X), caches[self.i])
@@ -553,6 +574,10 @@ class TransformerDecoder(Module):
         self.dense = Linear(num_hiddens, vocab_size, dtype=dtype, device=device)
 
     def init_state(self, enc_outputs, enc_valid_lens=None):
+        """D2L's decoder state for a new batch: ``[enc_outputs, enc_valid_lens, [None] * num_blks]``,
+        enc_outputs (batch_size, num_steps, num_hiddens) from the encoder (None for a language
+        model), enc_valid_lens (batch_size,) or None (a list or array becomes a tensor on the
+        decoder's device), and an empty key/value cache per block."""
         if enc_valid_lens is not None and not isinstance(enc_valid_lens, Tensor):
             # a Tensor on the encoder's device, so that reorder_state can index it
             enc_valid_lens = tensor(enc_valid_lens, device=self.dense.weight.device)
@@ -565,6 +590,10 @@ class TransformerDecoder(Module):
         return 0 if cache is None else cache[0].shape[-2]
 
     def forward(self, X, state):
+        """Decode the tokens X (batch_size, num_steps) that follow the cached ones -> (logits
+        (batch_size, num_steps, vocab_size), new state): the whole shifted target in training, one
+        token (or a few) per step when decoding. Positions continue from the cache; the state
+        passed in is left as it was (a new list is returned)."""
         state = [state[0], state[1], list(state[2])]  # a new list: the caller's state stays valid
         X = self.embedding(X, offset=self.num_cached_steps(state))
         for blk in self.blks:
@@ -585,6 +614,9 @@ class TransformerDecoder(Module):
 
     @property
     def attention_weights(self):
+        """The weights of the last call: [self-attention weights per block, encoder-decoder attention
+        weights per block], each (batch_size, num_heads, Q, K), detached (D2L's two lists; the
+        second holds None without cross-attention)."""
         return [
             [blk.attention1.attention_weights for blk in self.blks],
             [None if blk.attention2 is None else blk.attention2.attention_weights for blk in self.blks],
@@ -622,17 +654,27 @@ class EncoderDecoder(Module):
         self.encoder, self.decoder = encoder, decoder
 
     def forward(self, enc_X, dec_X, enc_valid_lens=None):
+        """Training with teacher forcing: encode ``enc_X`` (batch_size, num_steps) once, then decode
+        ``dec_X`` (batch_size, T), the target shifted right by ``<bos>``, in one call -> logits
+        (batch_size, T, vocab_size) for the next token at every position."""
         state = self.begin_decoding(enc_X, enc_valid_lens)
         return self.decoder(dec_X, state)[0]
 
     def begin_decoding(self, enc_X, enc_valid_lens=None):
+        """Run the encoder on ``enc_X`` (batch_size, num_steps) and return the decoder's initial
+        state, ``decoder.init_state(encoder(enc_X, enc_valid_lens), enc_valid_lens)``."""
         enc_outputs = self.encoder(enc_X, enc_valid_lens)
         return self.decoder.init_state(enc_outputs, enc_valid_lens)
 
     def decode_step(self, tokens, state):
+        """Feed ``tokens`` (batch_size, t), those that follow the ones already decoded -> (logits
+        (batch_size, t, vocab_size), new state); the next token's distribution is ``logits[:, -1]``."""
         return self.decoder(tokens, state)
 
     def reorder_state(self, state, indices):
+        """The state of the batch made of rows ``indices`` of this one (rows may repeat: beam search
+        keeps one row per hypothesis), by ``decoder.reorder_state``; a ``TypeError`` if the decoder
+        has none."""
         reorder = getattr(self.decoder, "reorder_state", None)
         if reorder is None:
             raise TypeError(
@@ -708,17 +750,27 @@ class TransformerLM(Module):
         )
 
     def forward(self, X):
+        """Next-token logits for every position: tokens X (batch_size, num_steps) -> (batch_size,
+        num_steps, vocab_size), each position seeing only itself and the past (causal)."""
         return self.decoder(X, self.begin_decoding())[0]
 
     def begin_decoding(self):
+        """An empty state for generation (no encoder, an empty key/value cache per block), for any
+        batch size: the first ``decode_step`` fixes it."""
         return self.decoder.init_state(None, None)
 
     def decode_step(self, tokens, state):
+        """Feed ``tokens`` (batch_size, t) that follow the cached ones -- the prompt at once, then one
+        token per step -> (logits (batch_size, t, vocab_size), new state)."""
         return self.decoder(tokens, state)
 
     def reorder_state(self, state, indices):
+        """The state of the batch made of rows ``indices`` of this one (rows may repeat), as beam
+        search or sampling several continuations needs."""
         return self.decoder.reorder_state(state, indices)
 
     @property
     def attention_weights(self):
+        """The self-attention weights of every block from the last call, (batch_size, num_heads, Q, K)
+        each, detached."""
         return self.decoder.attention_weights[0]

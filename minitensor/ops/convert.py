@@ -19,6 +19,8 @@ class AsType(Function):
 
 
 def astype(a, dtype):
+    """``a`` converted to ``dtype`` (a dtype, or its name such as ``"float64"``); the gradient is
+    converted back to a's dtype. ``x.to(dtype)`` and ``x.astype(dtype)`` call it."""
     return AsType.apply(a, dtype)
 
 
@@ -36,6 +38,11 @@ class ToDevice(Function):
 
 
 def to_device(a, target):
+    """``a`` copied to the backend ``target`` (a ``Backend``, e.g. ``mt.get_backend("cuda")``),
+    through host memory; the gradient is copied back to a's device. ``x.to(device)`` calls it.
+
+    The result is recorded in the graph only when ``a`` requires grad and grad mode is on.
+    """
     data = target.array(a._backend.to_numpy(a.data))
     if not (a.requires_grad and grad_mode.is_grad_enabled()):
         return Tensor._make(data, target, None)

@@ -46,7 +46,14 @@ class Dropout(Function):
 
 
 def dropout(a, p=0.5, training=True):
-    """Zero elements with probability ``p`` in training; the identity otherwise."""
+    """Inverted dropout (Srivastava et al. 2014; D2L 4.6 / 5.6): in training each element is
+    zeroed with probability ``p`` and the others scaled by 1/(1 - p),
+
+        z = a * m / (1 - p),   m_i ~ Bernoulli(1 - p),   so E[z] = a;
+
+    with ``training=False`` (or p = 0) ``a`` is returned as it is. ``p`` outside [0, 1] is a
+    ``ValueError``.
+    """
     if not 0.0 <= p <= 1.0:
         raise ValueError(f"dropout: p must be a probability in [0, 1], got {p}")
     if not training or p == 0.0:

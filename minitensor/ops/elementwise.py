@@ -312,50 +312,72 @@ class _quiet:
 
 # -- the functional API ------------------------------------------------------------------
 def add(a, b):
+    """z = a + b elementwise, broadcasting (``a + b`` on tensors); dz/da = dz/db = 1.
+
+    At least one operand is a Tensor; a Python number is a constant in the tensor's dtype, an
+    integer tensor meeting a float one becomes float (``promote``).
+    """
     return Add.apply(*promote(a, b))
 
 
 def sub(a, b):
+    """z = a - b elementwise, broadcasting (``a - b`` on tensors); dz/da = 1, dz/db = -1."""
     return Sub.apply(*promote(a, b))
 
 
 def mul(a, b):
+    """z = a * b elementwise, broadcasting (``a * b`` on tensors); dz/da = b, dz/db = a."""
     return Mul.apply(*promote(a, b))
 
 
 def div(a, b):
+    """z = a / b elementwise, broadcasting (``a / b`` on tensors); dz/da = 1/b, dz/db = -a/b^2."""
     return Div.apply(*promote(a, b))
 
 
 def pow(a, p):  # noqa: A001
+    """z = a ** p elementwise (``a ** p`` on tensors), the exponent a number or a tensor;
+    dz/da = p a^(p-1), and dz/dp = a^p ln a when the exponent is a tensor (0 where a^p = 0)."""
     return Pow.apply(*promote(a, p))
 
 
 def neg(a):
+    """z = -a elementwise (``-a`` on a tensor); dz/da = -1."""
     return Neg.apply(a)
 
 
 def exp(a):
+    """z = e^a elementwise; dz/da = e^a = z."""
     return Exp.apply(a)
 
 
 def log(a):
+    """z = ln a, the natural logarithm, elementwise; dz/da = 1/a (-inf at 0, nan below, as in NumPy)."""
     return Log.apply(a)
 
 
 def sqrt(a):
+    """z = sqrt(a) elementwise; dz/da = 1 / (2 sqrt(a))."""
     return Sqrt.apply(a)
 
 
 def tanh(a):
+    """z = tanh(a) = (1 - e^(-2a)) / (1 + e^(-2a)) elementwise, in (-1, 1); dz/da = 1 - z^2."""
     return Tanh.apply(a)
 
 
 def sigmoid(a):
+    """z = sigmoid(a) = 1 / (1 + e^(-a)) elementwise, in (0, 1); dz/da = z (1 - z).
+
+    Computed as (1 + tanh(a/2)) / 2, the same function, which never overflows e^(-a).
+    An activation function of D2L 4.1 / 5.1 (multilayer perceptrons) and the gates of a GRU.
+    """
     return Sigmoid.apply(a)
 
 
 def relu(a):
+    """z = max(a, 0) elementwise, the rectified linear unit of D2L 4.1 / 5.1 (multilayer
+    perceptrons); dz/da = 1 where a > 0, else 0."""
     return ReLU.apply(a)
 
 
@@ -373,6 +395,7 @@ def gelu(a, approximate="none"):
 
 
 def abs(a):  # noqa: A001
+    """z = |a| elementwise; dz/da = sign(a), 0 at a = 0 (as in PyTorch)."""
     return Abs.apply(a)
 
 
@@ -384,3 +407,4 @@ def clip(a, min=None, max=None):  # noqa: A002
 
 
 clamp = clip
+"""PyTorch's name for ``clip``, the same function: every element clamped to [min, max]."""

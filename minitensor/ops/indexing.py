@@ -88,6 +88,12 @@ class GetItem(Function):
 
 
 def getitem(a, index):
+    """``a[index]`` (what indexing a tensor calls): ints, slices, ``None``, ``...``, integer and
+    bool arrays or tensors (on a's device), as in NumPy.
+
+    Backward writes the gradient into zeros of a's shape at the positions read, adding it up
+    where integer-array indexing read one element several times (``x[[0, 0, 1]]``).
+    """
     return GetItem.apply(a, normalize_index(index, a))
 
 
@@ -119,7 +125,9 @@ class Embedding(Function):
 
 
 def embedding(indices, weight):
-    """Rows of ``weight`` (num_embeddings, embedding_dim) picked by integer ``indices``."""
+    """Rows of ``weight`` (num_embeddings, embedding_dim) picked by integer ``indices`` of any
+    shape: (*indices.shape, embedding_dim), the same as one_hot(indices) @ weight without
+    building the one-hot vectors. The gradient adds up into the rows that were used."""
     if weight.ndim != 2:
         raise ShapeError(f"embedding: weight must be 2-D (num_embeddings, embedding_dim), got shape {weight.shape}")
     if not isinstance(indices, Tensor):

@@ -50,6 +50,12 @@ class Stack(Function):
 
 
 def concat(tensors, axis=0):
+    """Join ``tensors`` (a sequence, at least one) end to end along an existing ``axis``:
+    z = [a_1 | a_2 | ...]; each input gets its own block of the gradient back.
+
+    The shapes must agree except along ``axis`` (a ``ShapeError`` lists them otherwise).
+    ``cat`` is the same function (PyTorch's name).
+    """
     tensors = list(tensors)
     if not tensors:
         raise ValueError("concat: needs at least one tensor")
@@ -57,9 +63,12 @@ def concat(tensors, axis=0):
 
 
 cat = concat
+"""PyTorch's name for ``concat``, the same function: tensors joined along an existing axis."""
 
 
 def stack(tensors, axis=0):
+    """Join ``tensors`` (a sequence of tensors of one shape, at least one) along a new axis:
+    z[..., k, ...] = a_k at position ``axis`` of the result; a_k's gradient is slice k."""
     tensors = list(tensors)
     if not tensors:
         raise ValueError("stack: needs at least one tensor")

@@ -84,6 +84,14 @@ class MatMul(Function):
 
 
 def matmul(a, b):
+    """The matrix product Z = A @ B with NumPy's rules (``a @ b`` on tensors): (..., n, k) @
+    (..., k, m) -> (..., n, m), the leading (batch) axes broadcast; a 1-D operand is a row
+    (left) or column (right) vector whose axis is dropped again.
+
+    dL/dA = dL/dZ @ B^T, dL/dB = A^T @ dL/dZ, summed over broadcast batch axes. Attention's
+    scores Q K^T are one such batched product (D2L 10.3 / 11.3). A ``ShapeError`` names the
+    axes that do not fit.
+    """
     return MatMul.apply(*promote(a, b))
 
 

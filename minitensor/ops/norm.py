@@ -76,7 +76,15 @@ class LayerNorm(Function):
 
 
 def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
-    """Normalise the last ``len(normalized_shape)`` axes of ``x`` (PyTorch's signature)."""
+    """Layer normalisation (Ba et al. 2016; D2L 10.7 / 11.7) over the last
+    ``len(normalized_shape)`` axes of ``x``, per position, with PyTorch's signature:
+
+        mu = mean(x),  var = mean((x - mu)^2),  y = (x - mu) / sqrt(var + eps) * weight + bias
+
+    ``normalized_shape`` (an int or a tuple) must equal those last axes, e.g. num_hiddens for
+    X (batch_size, num_steps, num_hiddens); ``weight`` (gamma) and ``bias`` (beta), of that
+    shape, are optional. Output of x's shape; a ``ShapeError`` if the shapes do not fit.
+    """
     if isinstance(normalized_shape, int):
         normalized_shape = (normalized_shape,)
     normalized_shape = tuple(normalized_shape)

@@ -106,25 +106,41 @@ class Var(Function):
 
 
 def sum(a, axis=None, keepdims=False):  # noqa: A001
+    """z = sum_i a_i over ``axis`` (an int, a tuple of ints, or None for every axis); dz/da_i = 1.
+
+    ``keepdims=True`` keeps the reduced axes with length 1, so the result broadcasts against
+    ``a``. Repeated or out-of-range axes are an ``AxisError``.
+    """
     return Sum.apply(a, axis=axis, keepdims=keepdims)
 
 
 def mean(a, axis=None, keepdims=False):
+    """z = (1/N) sum_i a_i over ``axis`` (an int, a tuple of ints, or None for every axis), N the
+    number of elements averaged; dz/da_i = 1/N. ``keepdims`` as for ``sum``."""
     return Mean.apply(a, axis=axis, keepdims=keepdims)
 
 
 def max(a, axis=None, keepdims=False):  # noqa: A001
-    """The largest element(s) (values only; see ``argmax`` for positions)."""
+    """z = max_i a_i over ``axis`` (an int, a tuple of ints, or None for every axis), values
+    only (see ``argmax`` for positions); ``keepdims`` as for ``sum``. The gradient goes to the
+    maxima, shared equally among tied ones (1/m each for m ties)."""
     return Max.apply(a, axis=axis, keepdims=keepdims)
 
 
 def min(a, axis=None, keepdims=False):  # noqa: A001
-    """min(a) = -max(-a)."""
+    """The smallest element(s) over ``axis`` (values only; see ``argmin`` for positions),
+    computed as min(a) = -max(-a), so tied minima share the gradient as ``max``'s maxima do."""
     reduced_axes(axis, a.ndim, "min")  # so that an error names min, not max
     return -Max.apply(-a, axis=axis, keepdims=keepdims)
 
 
 def var(a, axis=None, keepdims=False, correction=1):
+    """z = sum_i (a_i - mean)^2 / (N - correction) over ``axis`` (None: every axis);
+    dz/da_i = 2 (a_i - mean) / (N - correction).
+
+    ``correction=1`` (the default, as in PyTorch) is the unbiased estimate; ``correction=0``
+    the population variance, which layer normalisation uses. ``keepdims`` as for ``sum``.
+    """
     return Var.apply(a, axis=axis, keepdims=keepdims, correction=correction)
 
 

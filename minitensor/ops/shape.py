@@ -74,6 +74,9 @@ def _shape_arg(shape):
 
 
 def reshape(a, *shape):
+    """The same elements in a new shape: ``reshape(x, 2, 3)`` or ``reshape(x, (2, 3))``; one axis
+    may be -1, inferred from the others. A ``ShapeError`` if the element counts differ;
+    backward reshapes the gradient back."""
     return Reshape.apply(a, _shape_arg(shape))
 
 
@@ -97,6 +100,10 @@ def flatten(a, start_axis=0, end_axis=-1):
 
 
 def permute(a, *axes):
+    """The axes reordered: axis i of the result is axis ``axes[i]`` of ``a``. For instance
+    ``permute(X, 0, 2, 1, 3)`` turns (batch_size, num_steps, num_heads, d) into (batch_size,
+    num_heads, num_steps, d), as multi-head attention does (D2L 10.5 / 11.5). Every axis must
+    be named once (``AxisError`` otherwise); backward applies the inverse permutation."""
     return Permute.apply(a, _shape_arg(axes))
 
 
@@ -110,9 +117,12 @@ def transpose(a, axis0=-2, axis1=-1):
 
 
 swapaxes = transpose
+"""NumPy's name for ``transpose``, the same function: two axes swapped (by default the last two)."""
 
 
 def broadcast_to(a, *shape):
+    """``a`` repeated along its axes of length 1 (and new leading axes) to ``shape``, NumPy's
+    broadcasting rule made explicit; the gradient is summed back over the repeated axes."""
     return BroadcastTo.apply(a, _shape_arg(shape))
 
 

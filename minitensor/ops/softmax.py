@@ -143,13 +143,35 @@ class MaskedSoftmax(Function):
 
 
 def softmax(x, axis=-1):
+    """softmax(x)_i = exp(x_i) / sum_j exp(x_j) along ``axis`` (the last by default): weights
+    >= 0 that sum to 1 (D2L 3.4 / 4.1, softmax regression).
+
+    Computed as exp(x_i - m) / sum_j exp(x_j - m) with m = max_j x_j, which is the same
+    number and never overflows. Backward, with y = softmax(x) and g = dL/dy:
+    dL/dx_i = y_i (g_i - sum_j g_j y_j). Same shape as ``x``; a masked version for attention
+    is ``masked_softmax``.
+    """
     return Softmax.apply(x, axis=axis)
 
 
 def log_softmax(x, axis=-1):
+    """log_softmax(x)_i = x_i - log sum_j exp(x_j) along ``axis`` (the last by default), computed
+    as x_i - m - log sum_j exp(x_j - m) with m = max_j x_j, so no exp overflows.
+
+    The log-probabilities a cross-entropy loss needs, without the round trip through a
+    softmax that underflows to log 0. Backward: dL/dx_i = g_i - softmax(x)_i sum_j g_j.
+    """
     return LogSoftmax.apply(x, axis=axis)
 
 
 def masked_softmax(x, valid_lens=None, mask=None):
-    """Softmax over the last axis keeping only valid keys (see ``MaskedSoftmax``)."""
+    """D2L's ``masked_softmax`` (10.3 / 11.3): softmax over the last axis of the scores ``x``
+    (..., Q, K) in which the keys a query may not attend get weight exactly 0.
+
+    ``valid_lens`` (integers): (batch_size,) -- every query of example b sees the first
+    valid_lens[b] keys -- or (batch_size, Q), one length per query; axes in between (heads)
+    share them. ``mask``: bool, broadcastable to x, True = may attend. Either may be a list or
+    array. A query with no key left gets all-zero weights (never NaN, never uniform). Returns
+    weights of x's shape; masked keys receive no gradient.
+    """
     return MaskedSoftmax.apply(x, *as_mask_tensors(x, valid_lens, mask))

@@ -28,6 +28,8 @@ class Adam(Optimizer):
         self.fused = fused
 
     def check_hyperparameters(self, group):
+        """The base checks (lr, weight_decay >= 0), plus ``betas``: two numbers in [0, 1), and
+        eps >= 0. Raises ``ValueError``."""
         super().check_hyperparameters(group)
         if len(group["betas"]) != 2 or not all(0.0 <= b < 1.0 for b in group["betas"]):
             raise ValueError(f"Adam: betas must be two numbers in [0, 1), got {group['betas']}")
@@ -35,6 +37,15 @@ class Adam(Optimizer):
             raise ValueError(f"Adam: eps must be >= 0, got {group['eps']}")
 
     def update(self, param, grad, state, group):
+        """One Adam step for one parameter, in place (D2L 11.10 / 12.10; Kingma and Ba 2015), t the
+        parameter's step count and g its gradient (+ weight_decay * w if set):
+
+            m <- beta1 m + (1 - beta1) g,    v <- beta2 v + (1 - beta2) g^2
+            w <- w - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+
+        The state holds ``step``, ``exp_avg`` (m) and ``exp_avg_sq`` (v). On the CPU the same rule
+        runs as one fused kernel unless the optimiser was built with ``fused=False``.
+        """
         beta1, beta2 = group["betas"]
         if not state:
             xp = param._backend.xp

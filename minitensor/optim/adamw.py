@@ -20,6 +20,9 @@ class AdamW(Adam):
         super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, fused=fused)
 
     def update(self, param, grad, state, group):
+        """One AdamW step for one parameter, in place: first the decoupled decay
+        w <- w (1 - lr * weight_decay), then Adam's update (see ``Adam.update``) with the raw
+        gradient, m and v never seeing the decay (Loshchilov and Hutter 2019)."""
         if group["weight_decay"]:
             param.mul_(1 - group["lr"] * group["weight_decay"])
         # Adam's rule, told there is no (coupled) weight decay: a copy of the group, so the

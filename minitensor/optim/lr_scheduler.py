@@ -43,6 +43,8 @@ class LRScheduler:
         self.step()
 
     def get_lr(self):
+        """The learning rate of every parameter group for the current ``last_epoch``, a list; written
+        by each subclass (the base class raises ``NotImplementedError``). ``step()`` applies it."""
         raise NotImplementedError(f"{type(self).__name__} must define get_lr()")
 
     def step(self):
@@ -87,9 +89,12 @@ class LambdaLR(LRScheduler):
         super().__init__(optimizer, last_epoch)
 
     def get_lr(self):
+        """lr = base_lr * lr_lambda(last_epoch) for every parameter group, a list."""
         return [base * fn(self.last_epoch) for base, fn in zip(self.base_lrs, self.lr_lambdas)]
 
     def state_dict(self):
+        """The base class's state without ``lr_lambdas`` (functions are code, not state): pass them to
+        the constructor again when resuming."""
         state = super().state_dict()
         state.pop("lr_lambdas", None)
         return state
@@ -115,9 +120,12 @@ class NoamLR(LRScheduler):
         super().__init__(optimizer, last_epoch)
 
     def lr_at(self, t):
+        """The learning rate for training step t = 1, 2, ...:
+        lr(t) = factor * d_model^(-1/2) * min(t^(-1/2), t * warmup_steps^(-3/2))."""
         return self.factor * self.d_model**-0.5 * min(t**-0.5, t * self.warmup_steps**-1.5)
 
     def get_lr(self):
+        """``lr_at(last_epoch + 1)`` for every parameter group (the same rate for all), a list."""
         return [self.lr_at(self.last_epoch + 1)] * len(self.base_lrs)
 
 
@@ -140,6 +148,9 @@ class WarmupCosineLR(LRScheduler):
         super().__init__(optimizer, last_epoch)
 
     def lr_at(self, t, base_lr):
+        """The learning rate for training step t = 1, 2, ... and a group's ``base_lr``: base_lr * t / W
+        while t <= W, then min_lr + (base_lr - min_lr) (1 + cos(pi (t - W) / (S - W))) / 2, held at
+        min_lr after S (W = warmup_steps, S = total_steps)."""
         W, S = self.warmup_steps, self.total_steps
         if t <= W:
             return base_lr * t / W
@@ -147,4 +158,5 @@ class WarmupCosineLR(LRScheduler):
         return self.min_lr + (base_lr - self.min_lr) * 0.5 * (1 + math.cos(math.pi * progress))
 
     def get_lr(self):
+        """``lr_at(last_epoch + 1, base_lr)`` for every parameter group, a list."""
         return [self.lr_at(self.last_epoch + 1, base) for base in self.base_lrs]

@@ -16,6 +16,24 @@ from ..tensor import Tensor
 
 
 class Optimizer:
+    """Base class of the optimisers: holds the parameters in ``param_groups`` and, per parameter, a
+    ``state`` dict; a subclass writes only ``update(param, grad, state, group)``, the rule for one
+    parameter (D2L 11 / 12, optimisation algorithms).
+
+    ``Optimizer(params, defaults)``: ``params`` is an iterable of parameters (``model.parameters()``),
+    a single tensor, or a list of dicts ``{"params": [...], "lr": ..., ...}`` -- parameter groups
+    with settings of their own; a setting a group leaves out comes from ``defaults``. Parameters
+    must be floating-point leaves, each in one group (listed twice, it is kept once); an empty
+    list is a ``ValueError``.
+
+    The training step, as in PyTorch::
+
+        loss.backward(); optimizer.step(); optimizer.zero_grad()
+
+    ``state_dict()`` / ``load_state_dict()`` save and restore the settings and the state (host
+    NumPy arrays, no pickle).
+    """
+
     def __init__(self, params, defaults):
         self.defaults = dict(defaults)
         self.state = {}  # Parameter -> dict (tensors hash by identity)

@@ -20,6 +20,8 @@ class SGD(Optimizer):
         super().__init__(params, defaults)
 
     def check_hyperparameters(self, group):
+        """The base checks (lr, weight_decay >= 0), plus momentum >= 0; ``nesterov=True`` needs
+        momentum > 0 and dampening = 0. Raises ``ValueError``."""
         super().check_hyperparameters(group)
         if group["momentum"] < 0:
             raise ValueError(f"SGD: momentum must be >= 0, got {group['momentum']}")
@@ -27,6 +29,9 @@ class SGD(Optimizer):
             raise ValueError("SGD: nesterov momentum needs momentum > 0 and dampening = 0")
 
     def update(self, param, grad, state, group):
+        """One SGD step for one parameter, in place (D2L 11.4 / 12.4, with momentum 11.6 / 12.6):
+        g += weight_decay * w; with momentum, b <- momentum b + (1 - dampening) g (b = g at the
+        first step) and d = b, or g + momentum b with Nesterov; w <- w - lr d."""
         lr, momentum, weight_decay = group["lr"], group["momentum"], group["weight_decay"]
         if weight_decay:
             grad = grad + weight_decay * param.data

@@ -30,7 +30,16 @@ from ..ops.softmax import lens_per_row
 
 @dataclass
 class AttentionRecord:
-    """One call of one attention layer (see the module docstring)."""
+    """One call of one attention layer, as ``mt.viz.capture`` records it (host NumPy arrays):
+
+    - ``name``: the layer's dotted name in the model, e.g. ``"encoder.blks.0.attention.attention"``;
+    - ``scores``: the scorer's output (..., Q, K), before the bias and the masks
+      ((batch_size, num_heads, Q, K) inside multi-head attention);
+    - ``bias``: the score bias given to the layer (a "scores" positional encoding), or None;
+    - ``allowed``: bool, of the scores' shape, the keys each query may attend (``valid_lens``,
+      ``mask``, ``causal`` and -inf biases combined);
+    - ``weights``: the pooling's output, of the scores' shape.
+    """
 
     name: str  # the layer's dotted name in the model, e.g. "encoder.blks.0.attention.attention"
     scores: numpy.ndarray
@@ -50,6 +59,8 @@ class Capture:
         self.outputs = {}
 
     def for_layer(self, name):
+        """The records of the layer named ``name`` (its dotted name in the model, as in
+        ``AttentionRecord.name``), in call order: one per call, e.g. per decoding step."""
         return [r for r in self.records if r.name == name]
 
     def __repr__(self):
@@ -111,7 +122,15 @@ def _keeping_output(layer, method, name, cap):
 
 @contextlib.contextmanager
 def capture(model):
-    """Record every attention call of ``model`` inside the block (see the module docstring)."""
+    """``with mt.viz.capture(model) as cap:``: record what every attention layer of ``model``
+    computes inside the block; ``cap`` is a ``Capture``.
+
+    Every ``mt.nn.Attention`` adds one ``AttentionRecord`` (scores, bias, allowed keys,
+    weights) per call to ``cap.records``, and ``cap.outputs`` keeps the last output of every
+    ``Attention`` and ``MultiHeadAttention``. Inside the block every ``MultiHeadAttention``
+    takes the plain path (a streamed layer builds no scores); what the model computes does not
+    change, and the layers are restored on leaving the block.
+    """
     cap = Capture()
     named = [(name or type(model).__name__, m) for name, m in model.named_modules()]
     layers = [(name, m) for name, m in named if isinstance(m, Attention)]

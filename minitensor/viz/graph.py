@@ -72,10 +72,13 @@ class Graph:
 
     @property
     def ops(self):
+        """The nodes of Functions (``kind == "op"``), one per operation recorded, in the order of ``nodes``."""
         return [n for n in self.nodes if n.kind == "op"]
 
     @property
     def leaves(self):
+        """The nodes of leaves that require grad (``kind == "leaf"``): parameters and inputs, where
+        the gradients end."""
         return [n for n in self.nodes if n.kind == "leaf"]
 
     # -- collecting ------------------------------------------------------------------------

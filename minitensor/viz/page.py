@@ -187,6 +187,8 @@ class AttentionPage:
 
     @property
     def html(self):
+        """The whole page as one HTML string: the data of every layer as JSON, the script and the
+        style inlined, so that the file works offline and on its own (what ``save`` writes)."""
         data = {"lang": self.lang, "labels": LABELS, "layers": self.layers}
         assets = resources.files(__package__)
         script = assets.joinpath("page.js").read_text(encoding="utf-8")
