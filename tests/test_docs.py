@@ -104,7 +104,8 @@ def test_every_link_inside_the_site_resolves(site):
         for target in re.findall(r'(?:href|src)="([^"#?]+)', text):
             if re.match(r"[a-z]+:|//", target):
                 continue
-            resolved = (page.parent / urllib.parse.unquote(target)).resolve()
+            base = site if target.startswith("/") else page.parent  # 404.html links from the root
+            resolved = (base / urllib.parse.unquote(target).lstrip("/")).resolve()
             if resolved.is_dir():
                 resolved = resolved / "index.html"
             if not resolved.exists():

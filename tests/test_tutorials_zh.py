@@ -115,6 +115,7 @@ def test_glossary_has_terms():
 def test_chinese_tutorial_uses_the_glossary_terms_of_its_english_twin(english):
     """The English tutorials give the Chinese term of each concept in brackets, from GLOSSARY.md;
     the Chinese edition must use those same terms, not synonyms of its own."""
+
     def plain(text):  # spacing between Chinese and Latin, emphasis and line breaks are style
         return re.sub(r"[\s*#]", "", text)
 

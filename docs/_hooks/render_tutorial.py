@@ -112,8 +112,9 @@ def page(done, out):
             relative = file.relative_to(out).as_posix()
             if file.suffix in FIGURES:
                 parts.append(f"![{file.stem.replace('_', ' ')}]({relative})")
-            else:
+            elif file.suffix == ".html":  # a page the tutorial wrote (mt.viz): a link to open it
                 parts.append(f"[{file.name}]({relative})")
+            # anything else it wrote (a checkpoint, a run's JSON) is no part of the page
     return "\n\n".join(parts) + "\n"
 
 

@@ -89,12 +89,13 @@ LINK = re.compile(r"(?P<bang>!?)\[(?P<text>[^\]]*)\]\((?P<target>[^)\s]+)(?P<tit
 IMG_SRC = re.compile(r'(<img\s[^>]*src=")([^"]+)(")')
 
 
-def rewrite_links(markdown, repo_path, page_path):
-    """Point the relative links of ``repo_path``'s text, shown at ``page_path``, at site pages."""
+def rewrite_links(markdown, repo_path, page_path, keep=None):
+    """Point the relative links of ``repo_path``'s text, shown at ``page_path``, at site pages
+    (links starting with ``keep``, files written beside the page, stay as they are)."""
     here = posixpath.dirname(repo_path)
 
     def resolve(target):
-        if re.match(r"[a-z]+:|#|/", target):
+        if re.match(r"[a-z]+:|#|/", target) or (keep and target.startswith(keep)):
             return None, target  # a URL, an anchor on this page, or already absolute
         path, _, anchor = target.partition("#")
         repo_target = posixpath.normpath(posixpath.join(here, path))
@@ -182,10 +183,10 @@ def on_pre_build(config):
         for stem, folder in rendered_tutorials(lang).items():
             source = f"tutorials/{'zh/' if lang == 'zh' else ''}{stem}.py"
             page = tutorial_page(stem, lang)
-            markdown = (folder / f"{stem}.md").read_text(encoding="utf-8")
+            markdown = rewrite_links((folder / f"{stem}.md").read_text(encoding="utf-8"), source, page, keep=f"{stem}/")
             # Figures: <stem>/x.png beside the rendered page -> tutorials/<lang>/<stem>/x.png on the site.
             markdown = re.sub(rf"(!?\[[^\]]*\]\()({re.escape(stem)}/)", rf"\g<1>{lang}/\g<2>", markdown)
-            for figure in sorted((folder / stem).glob("*")):
-                write(f"tutorials/{lang}/{stem}/{figure.name}", figure.read_bytes())
+            for shown in sorted(set(re.findall(rf"\]\({lang}/({re.escape(stem)}/[^)\s]+)\)", markdown))):
+                write(f"tutorials/{lang}/{shown}", (folder / shown).read_bytes())  # what the page shows
             note = (SMOKE_NOTE if smoke else FULL_NOTE)[lang].format(source=source)
-            write(page, (note + "\n\n" + rewrite_links(markdown, source, page)).encode("utf-8"))
+            write(page, (note + "\n\n" + markdown).encode("utf-8"))
