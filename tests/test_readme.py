@@ -12,8 +12,13 @@ import minitensor as mt
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+README_ZH = ROOT / "README.zh-CN.md"  # the first screen of the README, in Chinese
 BENCH_README = ROOT / "bench" / "README.md"
-BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.S)
+BLOCKS = [
+    block
+    for readme in (README, README_ZH)
+    for block in re.findall(r"```python\n(.*?)```", readme.read_text(encoding="utf-8"), flags=re.S)
+]
 BENCH_SCRIPTS = sorted(path.name for path in (ROOT / "bench").glob("*.py"))
 BENCHMARKS = [name for name in BENCH_SCRIPTS if not name.startswith("_")]  # _common.py is a helper
 
@@ -49,12 +54,19 @@ def local_links(text):
     return [t.split("#")[0] for t in targets if not re.match(r"[a-z]+:|#", t)]
 
 
-@pytest.mark.parametrize("path", [README, BENCH_README], ids=["README.md", "bench/README.md"])
+@pytest.mark.parametrize(
+    "path", [README, README_ZH, BENCH_README], ids=["README.md", "README.zh-CN.md", "bench/README.md"]
+)
 def test_every_local_link_resolves(path):
     links = local_links(path.read_text(encoding="utf-8"))
     assert links, f"{path.name}: no local links found (is the link pattern still right?)"
     missing = [link for link in links if not (path.parent / link).exists()]
     assert not missing, f"{path.relative_to(ROOT)} links to files that do not exist: {missing}"
+
+
+def test_the_two_readmes_link_each_other_at_the_top():
+    assert "[中文](README.zh-CN.md)" in README.read_text(encoding="utf-8").split("## ")[0]
+    assert "[English](README.md)" in README_ZH.read_text(encoding="utf-8").split("## ")[0]
 
 
 def test_the_readme_points_to_the_plugin_contract():

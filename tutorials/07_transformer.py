@@ -494,7 +494,8 @@ for src_, pred_, ref_, score in result.samples:
 # A trained encoder–decoder Transformer has three attention maps per block and head:
 #
 # 1. **encoder self-attention**: source × source — queries, keys and values from the same
-#    sequence (D2L: 在编码器的自注意力中，查询和键都来自相同的输入序列);
+#    sequence, the previous encoder layer's output (D2L 10.7: 在计算编码器的自注意力时，查询、键和值都来自
+#    前一个编码器层的输出);
 # 2. **decoder self-attention**: target × target, a lower triangle (the causal mask);
 # 3. **encoder–decoder attention**: target × source — where the alignment shows: which
 #    source characters each output character looked at.

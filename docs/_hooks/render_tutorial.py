@@ -8,7 +8,7 @@ and prints what it prints. On the way it notes, for every code cell, what the ce
 which figures it wrote, and at the end it writes ``OUT/<name>.md``: the markdown cells as they
 are, each code cell as a Python block followed by its output and its figures. So one run of a
 tutorial is both the test (tests/test_tutorials.py) and the page of the documentation site
-(docs/_hooks/site.py), and no tutorial runs twice to be documented.
+(docs/_hooks/pages.py), and no tutorial runs twice to be documented.
 
 A tutorial is a jupytext "percent" script: ``# %% [markdown]`` opens a prose cell (every line a
 comment), ``# %%`` a code cell. The cells run in one namespace, as the script would; a cell's

@@ -124,6 +124,21 @@ def rewrite_links(markdown, repo_path, page_path, keep=None):
     return IMG_SRC.sub(img, LINK.sub(link, markdown))
 
 
+CJK = "\u3000-\u303f\u3400-\u9fff\uff00-\uffef"  # CJK punctuation, ideographs, full-width forms
+CJK_BREAK = re.compile(rf"(?<=[{CJK}])\n(?=[{CJK}])")
+FENCE = re.compile(r"^(```|````).*?^\1[ \t]*$", re.MULTILINE | re.DOTALL)
+
+
+def join_cjk_lines(markdown):
+    """Join prose lines broken between two Chinese characters: a browser shows such a line break
+    as a space, which Chinese does not have. Code blocks are left as they are."""
+    out, last = [], 0
+    for block in FENCE.finditer(markdown):
+        out += [CJK_BREAK.sub("", markdown[last : block.start()]), block.group(0)]
+        last = block.end()
+    return "".join(out) + CJK_BREAK.sub("", markdown[last:])
+
+
 def write(relative, data):
     """Write a generated file into docs/, only if it changed (``mkdocs serve`` watches docs/)."""
     target = DOCS / relative
@@ -174,8 +189,8 @@ def on_pre_build(config):
     mkdocs-static-i18n sees each page's ``.zh.md`` twin)."""
     for repo_path, page in PAGES.items():
         if repo_path.endswith(".md") and not repo_path.startswith("docs/"):
-            text = (ROOT / repo_path).read_text(encoding="utf-8")
-            write(page, rewrite_links(text, repo_path, page).encode("utf-8"))
+            text = rewrite_links((ROOT / repo_path).read_text(encoding="utf-8"), repo_path, page)
+            write(page, (join_cjk_lines(text) if page.endswith(".zh.md") else text).encode("utf-8"))
     for figure in sorted((ROOT / "tutorials" / "figures").glob("*.png")):  # the README's thumbnails
         write(f"tutorials/figures/{figure.name}", figure.read_bytes())
     smoke = os.environ.get("MINITENSOR_DOCS_TUTORIALS") or os.environ.get("MINITENSOR_TUTORIAL_SMOKE", "1") != "0"
@@ -189,4 +204,6 @@ def on_pre_build(config):
             for shown in sorted(set(re.findall(rf"\]\({lang}/({re.escape(stem)}/[^)\s]+)\)", markdown))):
                 write(f"tutorials/{lang}/{shown}", (folder / shown).read_bytes())  # what the page shows
             note = (SMOKE_NOTE if smoke else FULL_NOTE)[lang].format(source=source)
+            if lang == "zh":
+                markdown = join_cjk_lines(markdown)
             write(page, (note + "\n\n" + markdown).encode("utf-8"))
