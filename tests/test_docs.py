@@ -111,3 +111,62 @@ def test_every_link_inside_the_site_resolves(site):
             if not resolved.exists():
                 broken.append(f"{page.relative_to(site)} -> {target}")
     assert not broken, broken[:20]
+
+
+def test_every_public_name_has_its_docstring_in_the_api_reference(site):
+    """Every name of the ``__all__`` of the six documented modules is on that module's API page
+    with its docstring: as a heading mkdocstrings made (``id`` = the public path, e.g.
+    ``minitensor.abs``, or the path where it is defined, e.g. ``minitensor.ops.softmax.softmax``,
+    for the functions whose module has the same name and that griffe hides), or as a link to
+    such a heading on another API page (``mt.nn``, ``mt.hookimpl``)."""
+    import importlib
+    import inspect
+
+    pages = {
+        "minitensor": "minitensor",
+        "minitensor.nn": "nn",
+        "minitensor.optim": "optim",
+        "minitensor.plugins": "plugins",
+        "minitensor.testing": "testing",
+        "minitensor.viz": "viz",
+    }
+    modules = {name: importlib.import_module(name) for name in pages}
+
+    def documented(text, anchor):
+        """The docstring under the heading ``id=anchor``: the text of its contents before any
+        child block, without the 'Bases:' line of a class."""
+        heading = re.search(
+            rf'<h[1-6] id="{re.escape(anchor)}" class="doc doc-heading">.*?</h[1-6]>\s*'
+            rf'<div class="doc doc-contents[^"]*">(.*?)<(?:/?div\b)',
+            text,
+            re.S,
+        )
+        if heading is None:
+            return False
+        body = re.sub(r'<p class="doc doc-class-bases">.*?</p>', "", heading.group(1), flags=re.S)
+        return bool(re.sub(r"<[^>]+>", "", body).strip())
+
+    missing = []
+    for module_name, page in pages.items():
+        module = modules[module_name]
+        text = html(site, f"api/{page}")
+        for name in module.__all__:
+            obj = getattr(module, name)
+            # the public paths of the object (mt.hookimpl is minitensor.plugins.hookimpl too)...
+            anchors = {f"{m}.{name}" for m, mod in modules.items() if name in mod.__all__ and getattr(mod, name) is obj}
+            # ...and the path where it is defined
+            if inspect.ismodule(obj):
+                anchors.add(obj.__name__)
+            elif inspect.isclass(obj) or inspect.isroutine(obj):
+                anchors.add(f"{obj.__module__}.{obj.__qualname__}")
+            if any(documented(text, anchor) for anchor in anchors):
+                continue
+            # a link to another API page: <a href="../plugins/#minitensor.plugins.hookimpl">
+            links = re.findall(r'<a href="\.\./(\w+)/#([^"]+)"', text)
+            if not any(
+                documented(html(site, f"api/{other}"), anchor)
+                for other, anchor in links
+                if other in pages.values() and anchor in anchors
+            ):
+                missing.append(f"{module_name}.{name} (api/{page}: none of {sorted(anchors)})")
+    assert not missing, "names of __all__ missing from the API reference:\n" + "\n".join(missing)

@@ -26,6 +26,7 @@ import os
 import pathlib
 import posixpath
 import re
+import shutil
 import subprocess
 import sys
 
@@ -60,6 +61,14 @@ FULL_NOTE = {
     "en": '!!! note "Run for this page"\n    The outputs and figures below come from one full run of `{source}`.',
     "zh": '!!! note "本页的运行"\n    下面的输出和图来自 `{source}` 的一次完整运行。',
 }
+
+
+def smoke_mode():
+    """The site's tutorials run in smoke mode unless ``MINITENSOR_TUTORIAL_SMOKE=0`` (the test
+    suite's runs, ``MINITENSOR_DOCS_TUTORIALS``, are smoke runs)."""
+    if os.environ.get("MINITENSOR_DOCS_TUTORIALS"):
+        return True
+    return os.environ.get("MINITENSOR_TUTORIAL_SMOKE", "1") not in ("", "0")
 
 
 def tutorials(lang):
@@ -159,7 +168,7 @@ def rendered_tutorials(lang):
         if missing:
             raise RuntimeError(f"MINITENSOR_DOCS_TUTORIALS={given}: no rendered {lang} page for {missing}")
         return {p.stem: folder for p in tutorials(lang)}
-    smoke = os.environ.get("MINITENSOR_TUTORIAL_SMOKE", "1") not in ("", "0")
+    smoke = smoke_mode()
     found = {}
     for path in tutorials(lang):
         key = hashlib.sha256()
@@ -168,6 +177,8 @@ def rendered_tutorials(lang):
         key.update(b"smoke" if smoke else b"full")
         folder = ROOT / ".cache" / "docs" / lang / f"{path.stem}-{key.hexdigest()[:12]}"
         if not (folder / f"{path.stem}.md").exists():
+            for old in folder.parent.glob(f"{path.stem}-*"):  # an earlier version's run
+                shutil.rmtree(old)
             log.info(f"running {path.relative_to(ROOT)} for its page ({'smoke' if smoke else 'full'} mode)")
             env = dict(os.environ, MINITENSOR_TUTORIAL_SMOKE="1" if smoke else "0", MPLBACKEND="Agg")
             folder.mkdir(parents=True, exist_ok=True)
@@ -191,9 +202,10 @@ def on_pre_build(config):
         if repo_path.endswith(".md") and not repo_path.startswith("docs/"):
             text = rewrite_links((ROOT / repo_path).read_text(encoding="utf-8"), repo_path, page)
             write(page, (join_cjk_lines(text) if page.endswith(".zh.md") else text).encode("utf-8"))
+    smoke, written = smoke_mode(), set()
     for figure in sorted((ROOT / "tutorials" / "figures").glob("*.png")):  # the README's thumbnails
         write(f"tutorials/figures/{figure.name}", figure.read_bytes())
-    smoke = os.environ.get("MINITENSOR_DOCS_TUTORIALS") or os.environ.get("MINITENSOR_TUTORIAL_SMOKE", "1") != "0"
+        written.add(DOCS / "tutorials" / "figures" / figure.name)
     for lang in LANGS:
         for stem, folder in rendered_tutorials(lang).items():
             source = f"tutorials/{'zh/' if lang == 'zh' else ''}{stem}.py"
@@ -203,7 +215,12 @@ def on_pre_build(config):
             markdown = re.sub(rf"(!?\[[^\]]*\]\()({re.escape(stem)}/)", rf"\g<1>{lang}/\g<2>", markdown)
             for shown in sorted(set(re.findall(rf"\]\({lang}/({re.escape(stem)}/[^)\s]+)\)", markdown))):
                 write(f"tutorials/{lang}/{shown}", (folder / shown).read_bytes())  # what the page shows
+                written.add(DOCS / "tutorials" / lang / shown)
             note = (SMOKE_NOTE if smoke else FULL_NOTE)[lang].format(source=source)
             if lang == "zh":
                 markdown = join_cjk_lines(markdown)
             write(page, (note + "\n\n" + markdown).encode("utf-8"))
+            written.add(DOCS / page)
+    for stale in (DOCS / "tutorials").rglob("*"):  # pages and figures of an earlier build
+        if stale.is_file() and stale not in written:
+            stale.unlink()

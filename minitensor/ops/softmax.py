@@ -143,8 +143,8 @@ class MaskedSoftmax(Function):
 
 
 def softmax(x, axis=-1):
-    """softmax(x)_i = exp(x_i) / sum_j exp(x_j) along ``axis`` (the last by default): weights
-    >= 0 that sum to 1 (D2L 3.4 / 4.1, softmax regression).
+    """softmax(x)_i = exp(x_i) / sum_j exp(x_j) along ``axis`` (the last by default): weights,
+    each at least 0, that sum to 1 (D2L 3.4 / 4.1, softmax regression).
 
     Computed as exp(x_i - m) / sum_j exp(x_j - m) with m = max_j x_j, which is the same
     number and never overflows. Backward, with y = softmax(x) and g = dL/dy:
