@@ -219,7 +219,8 @@ def on_pre_build(config):
             note = (SMOKE_NOTE if smoke else FULL_NOTE)[lang].format(source=source)
             if lang == "zh":
                 markdown = join_cjk_lines(markdown)
-            write(page, (note + "\n\n" + markdown).encode("utf-8"))
+            title, _, body = markdown.partition("\n")  # the note goes under the tutorial's title
+            write(page, (f"{title}\n\n{note}\n{body}" if title.startswith("# ") else f"{note}\n\n{markdown}").encode())
             written.add(DOCS / page)
     for stale in (DOCS / "tutorials").rglob("*"):  # pages and figures of an earlier build
         if stale.is_file() and stale not in written:
