@@ -30,6 +30,8 @@ import shutil
 import subprocess
 import sys
 
+from mkdocs.exceptions import PluginError
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 RENDER = pathlib.Path(__file__).with_name("render_tutorial.py")
@@ -166,7 +168,7 @@ def rendered_tutorials(lang):
         folder = pathlib.Path(given) / lang
         missing = [p.stem for p in tutorials(lang) if not (folder / f"{p.stem}.md").exists()]
         if missing:
-            raise RuntimeError(f"MINITENSOR_DOCS_TUTORIALS={given}: no rendered {lang} page for {missing}")
+            raise PluginError(f"MINITENSOR_DOCS_TUTORIALS={given}: no rendered {lang} page for {missing}")
         return {p.stem: folder for p in tutorials(lang)}
     smoke = smoke_mode()
     found = {}
@@ -190,7 +192,7 @@ def rendered_tutorials(lang):
                 text=True,
             )
             if done.returncode != 0:
-                raise RuntimeError(f"{path.relative_to(ROOT)} failed while rendering its page:\n{done.stderr[-3000:]}")
+                raise PluginError(f"{path.relative_to(ROOT)} failed while rendering its page:\n{done.stderr[-3000:]}")
         found[path.stem] = folder
     return found
 
