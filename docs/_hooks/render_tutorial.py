@@ -71,7 +71,7 @@ def run(path, out):
     """Execute the tutorial at ``path`` with figures under ``out``; return [(kind, source, printed, files)]."""
     path, out = pathlib.Path(path).resolve(), pathlib.Path(out).resolve()
     os.environ["MINITENSOR_TUTORIAL_OUT"] = str(out)
-    sys.path.insert(0, str(path.parent))
+    sys.path[0] = str(path.parent)  # as `python tutorial.py` sets it (not this script's folder)
     sys.argv = [str(path)]
     # The cells run in a module that *is* __main__ and whose file is the tutorial, so that
     # inspect.getsource, pickle and dataclasses find what the tutorial defines.
