@@ -35,6 +35,7 @@ from .train.config import (
     tokenize_text,
 )
 from .train.decoding import SAMPLE_TEMPERATURE, generate, translate
+from .train.distributed import DIST_EXTRA, DistributedError, launched_size
 from .train.loop import TrainingError, train
 from .train.plots import plot_cross_attention, plot_seq2seq_attention
 from .train.run import BEST_DIR, CHECKPOINT_DIR, holds_run, load_run_checkpoint, nothing_to_resume
@@ -195,9 +196,32 @@ def _resumed_config(args):
 def _train(args):
     if args.resume and args.overwrite:
         raise _usage("--resume continues the run, --overwrite deletes it: give one of them")
+    if args.workers is not None and args.workers > 1 and launched_size() == 1:
+        return _launch_workers(args.argv, args.workers)
     config = _resumed_config(args) if args.resume else config_from_args(args)
     train(config, resume=args.resume, overwrite=args.overwrite)
     return 0
+
+
+def _launch_workers(argv, workers):
+    """``minitensor train --workers N``: the same command line, N times, under this machine's
+    mpiexec (the MPICH wheel puts one beside the Python of the virtual environment). Each
+    process gets cores / N BLAS and numba threads unless the environment already sets them."""
+    import importlib.util
+    import shutil
+    import subprocess
+
+    if importlib.util.find_spec("mpi4py") is None:
+        raise DistributedError(f"--workers {workers} needs MPI, which is not installed: {DIST_EXTRA}")
+    search = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
+    mpiexec = shutil.which("mpiexec", path=search)
+    if mpiexec is None:
+        raise DistributedError(f"--workers {workers}: no mpiexec found beside Python or on PATH: {DIST_EXTRA}")
+    threads = str(max(1, (os.cpu_count() or 1) // workers))
+    env = dict(os.environ)
+    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
+        env.setdefault(name, threads)
+    return subprocess.call([mpiexec, "-n", str(workers), sys.executable, "-m", "minitensor", *argv], env=env)
 
 
 # -- translate / generate ---------------------------------------------------------------------------
@@ -439,6 +463,13 @@ def _add_train_parser(sub, common):
     run.add_argument("--device", help="cpu (default) or cuda (needs the gpu extra and an NVIDIA GPU)")
     run.add_argument("--seed", type=int)
     run.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        help="train on N processes of this machine (data parallelism over MPI: starts mpiexec; needs the "
+        "dist extra); `mpiexec -n N minitensor train ...` does the same on several hosts (default 1)",
+    )
+    run.add_argument(
         "--out",
         metavar="DIR",
         help="the run folder: checkpoints and figures (default runs/<task>, "
@@ -447,8 +478,8 @@ def _add_train_parser(sub, common):
     run.add_argument(
         "--resume",
         action="store_true",
-        help="continue the run in --out from its checkpoint (only --epochs, --steps, --fused, --device "
-        "and --no-progress may change)",
+        help="continue the run in --out from its checkpoint (only --epochs, --steps, --fused, --device, "
+        "--workers and --no-progress may change)",
     )
     run.add_argument(
         "--overwrite",
@@ -575,6 +606,7 @@ def _expected(error):
             TrainingError,
             plugins.PluginError,
             errors.DeviceError,
+            DistributedError,
         ),
     )
 
@@ -602,8 +634,12 @@ def _run(args):
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
+    args.argv = argv  # --workers starts mpiexec with this same command line
     prog = f"minitensor {args.command}" if args.command else "minitensor"
+    if launched_size() > 1:  # one of the processes of `mpiexec -n N minitensor train`: say which
+        prog += f" (rank {_launched_rank()} of {launched_size()})"
     debug = getattr(args, "debug", None) or os.environ.get("MINITENSOR_DEBUG", "").strip() not in ("", "0")
     with warnings.catch_warnings():
         if not debug:
@@ -623,19 +659,41 @@ def main(argv=None):
             if debug:
                 raise
             print(f"\n{prog}: {e or 'interrupted'}", file=sys.stderr)
-            return EXIT_INTERRUPTED
+            return _end_job(EXIT_INTERRUPTED)
         except Exception as e:
             if debug:
+                _end_job(EXIT_FAILED, traceback_of=e)
                 raise
             if _expected(e):
                 print(f"{prog}: error: {_one_line(e)}", file=sys.stderr)
-                return _exit_code(e)
+                return _end_job(_exit_code(e))
             print(
                 f"{prog}: internal error: {type(e).__name__}: {_one_line(e)} (run it again with --debug for the "
                 "traceback, and please report it)",
                 file=sys.stderr,
             )
-            return EXIT_FAILED
+            return _end_job(EXIT_FAILED)
+
+
+def _launched_rank():
+    for name in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"):
+        if os.environ.get(name, "").isdigit():
+            return int(os.environ[name])
+    return 0
+
+
+def _end_job(code, traceback_of=None):
+    """``code``; but in one process of a data-parallel job, the others may be waiting for this one
+    in a collective that will never complete: end them all (MPI_Abort), after this one has said why."""
+    if launched_size() > 1 and "mpi4py.MPI" in sys.modules:
+        if traceback_of is not None:
+            import traceback
+
+            traceback.print_exception(traceback_of)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        sys.modules["mpi4py.MPI"].COMM_WORLD.Abort(code)
+    return code
 
 
 if __name__ == "__main__":

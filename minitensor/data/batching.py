@@ -83,9 +83,14 @@ class Batches:
 
     A ``for`` loop continues the current epoch where it stopped: after a ``break`` (or a
     resume) the next loop finishes that epoch first.
+
+    ``shard=(rank, size)``: data parallelism (``train/distributed.py``). Every process draws the
+    same global minibatches, and this one yields only its rows of each: contiguous, the
+    ``rank``-th of ``size`` parts whose lengths differ by at most one (``shard_bounds``). The
+    position in the data is the global one, so a checkpoint resumes with any number of processes.
     """
 
-    def __init__(self, *arrays, batch_size, shuffle=True, drop_last=False, device="cpu", rng=None):
+    def __init__(self, *arrays, batch_size, shuffle=True, drop_last=False, device="cpu", rng=None, shard=None):
         if not arrays:
             raise ValueError("Batches: give at least one array")
         self.arrays = [a if isinstance(a, numpy.ndarray) else numpy.asarray(a) for a in arrays]
@@ -96,6 +101,9 @@ class Batches:
             raise ValueError(f"Batches: batch_size must be >= 1, got {batch_size}")
         self.num_examples, self.batch_size = n, batch_size
         self.shuffle, self.drop_last, self.device = shuffle, drop_last, device
+        self.shard = (0, 1) if shard is None else (int(shard[0]), int(shard[1]))
+        if not 0 <= self.shard[0] < self.shard[1]:
+            raise ValueError(f"Batches: shard must be (rank, size) with 0 <= rank < size, got {shard}")
         rng = host_rng() if rng is None else rng
         self.seed = int(rng.integers(0, 2**63 - 1))
         # The epoch under way and how many of its minibatches were handed out.
@@ -121,6 +129,9 @@ class Batches:
         order = self.order(self.epoch)
         while self.position < len(self):
             idx = order[self.position * self.batch_size : (self.position + 1) * self.batch_size]
+            if self.shard[1] > 1:
+                start, stop = shard_bounds(len(idx), *self.shard)
+                idx = idx[start:stop]
             # Count the batch as handed out before yielding it: a state saved while the
             # caller works on it resumes with the next one.
             self.position += 1
@@ -131,6 +142,14 @@ class Batches:
 
     def load_state_dict(self, state):
         self.seed, self.epoch, self.position = int(state["seed"]), int(state["epoch"]), int(state["position"])
+
+
+def shard_bounds(n, rank, size):
+    """(start, stop) of part ``rank`` of ``n`` rows cut into ``size`` contiguous parts whose
+    lengths differ by at most one (the first ``n % size`` parts are one row longer)."""
+    base, extra = divmod(n, size)
+    start = rank * base + min(rank, extra)
+    return start, start + base + (1 if rank < extra else 0)
 
 
 def batches(*arrays, batch_size, shuffle=True, drop_last=False, device="cpu", rng=None):

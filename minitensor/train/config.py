@@ -212,6 +212,9 @@ class TrainConfig:
     clip_grad_norm: float | None = setting(1.0, optional(number(0)))  # 0 or None: no clipping
     # running
     device: str = setting("cpu", identifier, resumable=True)
+    # processes training one model (data parallelism over MPI, train/distributed.py); a resumed
+    # run may use another number: the global minibatches, and so the run, are the same
+    workers: int = setting(1, integer(1, 4096), resumable=True)
     seed: int = setting(0, integer(0, 2**63 - 1))
     out: str = setting("runs/train", file_path)
     progress: bool = setting(True, boolean, resumable=True, flag="--no-progress")

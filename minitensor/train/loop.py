@@ -56,6 +56,7 @@ from .config import (
     model_scorer,
 )
 from .decoding import SAMPLE_TEMPERATURE, generate, translate
+from .distributed import allreduce_gradients, broadcast_parameters, rank_seed, world
 from .plots import plot_loss, plot_seq2seq_attention, plot_transformer_attention
 from .run import BEST_DIR, RunFolder, load_run_checkpoint
 
@@ -260,9 +261,15 @@ def train(config=None, log=print, *, resume=False, overwrite=False, stop_after_e
     KeyboardInterrupt) on Ctrl-C, once the checkpoint is safe.
     """
     config = (config or TrainConfig()).validate()
-    with RunFolder(config.out, resume=resume, overwrite=overwrite) as run:
+    # data parallelism: this process's place among the N that an MPI launcher started (one: alone)
+    ranks = world(config.workers)
+    config = config.replace(workers=ranks.size)
+    if not ranks.is_main:
+        log = _silent  # rank 0 alone speaks and writes; the others train
+    run = RunFolder(config.out, resume=resume, overwrite=overwrite)
+    with run if ranks.is_main else contextlib.nullcontext(run):
         # set up: the data, model, optimiser and schedule, made afresh or as the checkpoint left them
-        state = set_up(config, run, log, resume)
+        state = set_up(config, run, log, resume, ranks)
         epochs_this_call = 0
         try:
             while state.step < state.total_steps:
@@ -273,7 +280,8 @@ def train(config=None, log=print, *, resume=False, overwrite=False, stop_after_e
                     if state.step >= state.total_steps:
                         break
                 # the end of an epoch, or of the run in the middle of one: evaluate, log, checkpoint
-                end_of_epoch(state)
+                if ranks.is_main:
+                    end_of_epoch(state)
                 epochs_this_call += 1
                 stop = stop_after_epochs is not None and epochs_this_call >= stop_after_epochs
                 if stop and state.step < state.total_steps:
@@ -285,6 +293,8 @@ def train(config=None, log=print, *, resume=False, overwrite=False, stop_after_e
             if state.bar is not None:
                 state.bar.close()
         # finish: sample outputs, the held-out scores, the figures, and where everything is
+        if not ranks.is_main:
+            return state.result(wall_time=time.perf_counter() - state.start_time)
         return finish(state, figures)
 
 
@@ -311,7 +321,8 @@ class TrainState:
     metrics: dict = field(default_factory=dict)  # the latest evaluation
     bar: object = None  # the progress bar, on a terminal
     steps_start: float = 0.0  # when this call's first step began (for tokens/s)
-    tokens_seen: int = 0  # the target tokens this call has trained on (for tokens/s)
+    tokens_seen: int = 0  # the target tokens this call has trained on, on every rank (for tokens/s)
+    world: object = None  # the processes training together (distributed.World); None: this one alone
 
     def result(self, **changes):
         """The ``TrainResult`` of the run as it stands."""
@@ -335,11 +346,15 @@ class TrainState:
 
 
 # -- set up ---------------------------------------------------------------------------------------
-def set_up(config, run, log, resume):
+def set_up(config, run, log, resume, ranks=None):
     """The ``TrainState`` of a run about to train: data, model, minibatches, optimiser and
     schedule made from ``config`` (the seed first, so the same config makes the same run); with
     ``resume``, the weights, optimiser, schedule, minibatch position and history are then
-    loaded from the checkpoint in ``run``. Logs what is about to train."""
+    loaded from the checkpoint in ``run``. Logs what is about to train.
+
+    With several ``ranks`` (data parallelism), every rank does the same, reads only its shard of
+    each minibatch, takes rank 0's parameters, and draws dropout from a stream of its own."""
+    ranks = ranks or world()
     start_time = time.perf_counter()
     if resume:
         # the config first: a different model would fail below with a list of shapes instead
@@ -349,7 +364,9 @@ def set_up(config, run, log, resume):
     data = build_data(config)
     model = build_model(config, data.src_vocab, data.tgt_vocab)
     train_arrays, heldout_arrays = _arrays(config, data, "train"), _arrays(config, data, "heldout")
-    loader = Batches(*train_arrays, batch_size=config.batch_size, shuffle=True, device=config.device)
+    loader = Batches(
+        *train_arrays, batch_size=config.batch_size, shuffle=True, device=config.device, shard=(ranks.rank, ranks.size)
+    )
     steps_per_epoch = len(loader)
     total_steps = config.steps or config.epochs * steps_per_epoch
     optimizer = build_optimizer(config, model)
@@ -365,7 +382,7 @@ def set_up(config, run, log, resume):
         if isinstance(scheduler, WarmupCosineLR) and scheduler.total_steps != total_steps:
             log(f"note: the cosine schedule now ends at step {total_steps} instead of {scheduler.total_steps}")
             scheduler.total_steps = total_steps
-        log(f"resuming {run.display} at step {step} (epoch {_epochs_done(loader)})")
+        log(f"resuming {run.display} at step {step} (epoch {_epochs_done(loader)})" + _workers(ranks))
     else:
         num_params = sum(p.numel() for p in model.parameters())
         what = f"{len(data.train):,} training and {len(data.heldout):,} held-out " + (
@@ -376,7 +393,12 @@ def set_up(config, run, log, resume):
             f"pooling {config.pooling}, positional {config.positional}) on the {config.source_name}: {what}; "
             f"{steps_per_epoch} steps per epoch, {total_steps} steps, batch {config.batch_size}, "
             f"{config.optimizer} lr {config.lr:g} ({config.schedule}), device {config.device}, seed {config.seed}"
+            + _workers(ranks)
         )
+    if ranks.size > 1:
+        broadcast_parameters(model.parameters(), ranks)  # identical replicas, whatever each rank did
+        if ranks.rank > 0:  # dropout: a stream per rank, reproducible from (seed, rank, step)
+            manual_seed(rank_seed(config.seed, ranks.rank, step))
 
     return TrainState(
         config,
@@ -395,9 +417,18 @@ def set_up(config, run, log, resume):
         saved_step=saved_step,
         best_loss=best_loss,
         metrics=history["eval"][-1] if history["eval"] else {},
-        bar=_progress_bar(config, total_steps, step),
+        bar=_progress_bar(config, total_steps, step) if ranks.is_main else None,
         steps_start=time.perf_counter(),
+        world=ranks,
     )
+
+
+def _workers(ranks):
+    return f", {ranks.size} workers (data parallel over MPI)" if ranks.size > 1 else ""
+
+
+def _silent(*_):
+    """The log of ranks other than 0."""
 
 
 # -- one step -------------------------------------------------------------------------------------
@@ -407,13 +438,16 @@ def train_step(state, batch):
     A loss or gradient norm that is NaN or inf raises ``TrainingError`` before any weight changes."""
     config, model = state.config, state.model
     state.step += 1  # the step being taken: messages count from 1
-    loss, num_tokens = _loss(model, batch, config, state.data.tgt_vocab.pad)
-    value = loss.item()
-    if not math.isfinite(value):
-        raise _diverged("loss", value, state.step, state.loader.epoch, config)
-    state.optimizer.zero_grad()
-    loss.backward()
-    if config.clip_grad_norm:
+    if state.world is not None and state.world.size > 1:
+        value, num_tokens = _distributed_backward(state, batch)
+    else:
+        loss, num_tokens = _loss(model, batch, config, state.data.tgt_vocab.pad)
+        value = loss.item()
+        if not math.isfinite(value):
+            raise _diverged("loss", value, state.step, state.loader.epoch, config)
+        state.optimizer.zero_grad()
+        loss.backward()
+    if config.clip_grad_norm:  # on the global gradient: every rank clips the same way
         norm = float(clip_grad_norm_(model.parameters(), config.clip_grad_norm).item())
         if not math.isfinite(norm):
             raise _diverged("gradient norm", norm, state.step, state.loader.epoch, config)
@@ -426,6 +460,28 @@ def train_step(state, batch):
         if state.step % 10 == 0 or state.step == state.total_steps:  # shown by the update below
             state.bar.set_postfix(loss=f"{value:.3f}", tok_s=f"{state.tokens_per_second():,.0f}", refresh=False)
         state.bar.update(1)
+
+
+def _distributed_backward(state, batch):
+    """This rank's forward and backward on its shard, then the all-reduce: every rank ends with
+    the gradient of the global mean loss. Returns (global mean loss, global token count)."""
+    config, model, ranks = state.config, state.model, state.world
+    state.optimizer.zero_grad()
+    if len(batch[0]):
+        loss, num_tokens = _loss(model, batch, config, state.data.tgt_vocab.pad)
+        local = loss.item()
+    else:  # more ranks than rows in this minibatch: nothing to add but zeros
+        loss, num_tokens, local = None, 0, 0.0
+    # the global loss, sum_r n_r loss_r / N, and N: one small Allreduce, before any backward,
+    # so that every rank stops together on a NaN
+    total_loss, total_tokens = ranks.sum([local * num_tokens, num_tokens])
+    value = total_loss / max(total_tokens, 1)
+    if not math.isfinite(value):
+        raise _diverged("loss", value, state.step, state.loader.epoch, config)
+    if loss is not None:
+        loss.backward()
+    allreduce_gradients(model.parameters(), num_tokens, ranks)
+    return value, int(total_tokens)
 
 
 # -- the end of an epoch --------------------------------------------------------------------------
