@@ -35,7 +35,7 @@ from .train.config import (
     tokenize_text,
 )
 from .train.decoding import SAMPLE_TEMPERATURE, generate, translate
-from .train.distributed import DIST_EXTRA, DistributedError, launched_size
+from .train.distributed import DIST_EXTRA, DistributedError, check_workers, launched_size
 from .train.loop import TrainingError, train
 from .train.plots import plot_cross_attention, plot_seq2seq_attention
 from .train.run import BEST_DIR, CHECKPOINT_DIR, holds_run, load_run_checkpoint, nothing_to_resume
@@ -196,8 +196,10 @@ def _resumed_config(args):
 def _train(args):
     if args.resume and args.overwrite:
         raise _usage("--resume continues the run, --overwrite deletes it: give one of them")
-    if args.workers is not None and args.workers > 1 and launched_size() == 1:
-        return _launch_workers(args.argv, args.workers)
+    if args.workers is not None:
+        if args.workers > 1 and launched_size() == 1:
+            return _launch_workers(args.argv, args.workers)
+        check_workers(args.workers)
     config = _resumed_config(args) if args.resume else config_from_args(args)
     train(config, resume=args.resume, overwrite=args.overwrite)
     return 0

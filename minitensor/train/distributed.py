@@ -122,23 +122,21 @@ def _mpi():
     return import_mpi()
 
 
-def world(workers=None):
+def world():
     """The World this process is part of: COMM_WORLD when an MPI launcher started several
-    processes, else a world of one. ``workers`` (the ``--workers`` setting), when given and
-    above 1, must match the launch."""
+    processes, else a world of one."""
+    return World(import_mpi().COMM_WORLD) if launched_size() > 1 else World()
+
+
+def check_workers(workers):
+    """Refuse ``--workers N`` given to a process that an MPI launcher started as one of another number."""
     size = launched_size()
-    if size > 1:
-        MPI = import_mpi()
-        current = World(MPI.COMM_WORLD)
-    else:
-        current = World()
-    if workers is not None and workers > 1 and workers != current.size:
+    if size > 1 and workers != size:
         raise DistributedError(
-            f"--workers {workers} but this process was started as one of {current.size}: run "
-            f"`minitensor train --workers {workers} ...` (it starts mpiexec itself) or "
-            f"`mpiexec -n {workers} minitensor train ...`"
+            f"--workers {workers} but mpiexec started {size} processes: give one of them (`minitensor train "
+            f"--workers {workers} ...` starts mpiexec itself; `mpiexec -n {size} minitensor train ...` "
+            "needs no --workers)"
         )
-    return current
 
 
 # -- the model's parameters and gradients, as host buffers ------------------------------------------

@@ -261,8 +261,9 @@ def train(config=None, log=print, *, resume=False, overwrite=False, stop_after_e
     KeyboardInterrupt) on Ctrl-C, once the checkpoint is safe.
     """
     config = (config or TrainConfig()).validate()
-    # data parallelism: this process's place among the N that an MPI launcher started (one: alone)
-    ranks = world(config.workers)
+    # data parallelism: this process's place among the N that an MPI launcher started (one: alone);
+    # the run records how many trained it this time (a resumed run may use another number)
+    ranks = world()
     config = config.replace(workers=ranks.size)
     if not ranks.is_main:
         log = _silent  # rank 0 alone speaks and writes; the others train
