@@ -128,6 +128,24 @@ def world():
     return World(import_mpi().COMM_WORLD) if launched_size() > 1 else World()
 
 
+def local_rank():
+    """This process's index among those of the job on the same host (None if the launcher says not)."""
+    for name in ("MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "PMIX_LOCAL_RANK", "PMI_LOCAL_RANK"):
+        if os.environ.get(name, "").isdigit():
+            return int(os.environ[name])
+    return None
+
+
+def select_gpu(ranks, cupy=None):
+    """On ``device="cuda"``, each rank its own GPU: the local rank (else the rank) modulo the
+    host's GPUs, made CuPy's current device before anything is allocated. Returns its index."""
+    if cupy is None:
+        import cupy  # lazy: the gpu extra
+    index = (local_rank() if local_rank() is not None else ranks.rank) % cupy.cuda.runtime.getDeviceCount()
+    cupy.cuda.Device(index).use()
+    return index
+
+
 def check_workers(workers):
     """Refuse ``--workers N`` given to a process that an MPI launcher started as one of another number."""
     size = launched_size()

@@ -56,7 +56,7 @@ from .config import (
     model_scorer,
 )
 from .decoding import SAMPLE_TEMPERATURE, generate, translate
-from .distributed import allreduce_gradients, broadcast_parameters, rank_seed, world
+from .distributed import allreduce_gradients, broadcast_parameters, rank_seed, select_gpu, world
 from .plots import plot_loss, plot_seq2seq_attention, plot_transformer_attention
 from .run import BEST_DIR, RunFolder, load_run_checkpoint
 
@@ -265,6 +265,8 @@ def train(config=None, log=print, *, resume=False, overwrite=False, stop_after_e
     # the run records how many trained it this time (a resumed run may use another number)
     ranks = world()
     config = config.replace(workers=ranks.size)
+    if ranks.size > 1 and config.device == "cuda":
+        select_gpu(ranks)  # one GPU per rank; the gradients meet in host buffers (any MPI will do)
     if not ranks.is_main:
         log = _silent  # rank 0 alone speaks and writes; the others train
     run = RunFolder(config.out, resume=resume, overwrite=overwrite)
