@@ -15,7 +15,9 @@
 # 4. draw the graph of scaled dot-product attention and watch the order in which
 #    `backward` visits its nodes;
 # 5. see why the softmax at the heart of attention runs as a *fused* numba kernel (融合核), and
-#    time it against plain NumPy.
+#    time it against plain NumPy;
+# 6. leave the single process: trace one step of data-parallel training over three simulated
+#    ranks, and see why their gradients are summed weighted by their tokens.
 #
 # Run it as `python tutorials/08_inside_the_engine.py` (seconds) or open it as a notebook
 # with jupytext; `MINITENSOR_TUTORIAL_SMOKE=1` makes the arrays smaller.
@@ -25,7 +27,8 @@
 # Deep Learning* (d2l.ai) 2.4 "Calculus", 2.5 "Automatic Differentiation" and 5.3 "Forward
 # Propagation, Backward Propagation, and Computational Graphs"; the attention whose graph we
 # walk is the scaled dot-product attention of 10.3 注意力评分函数 / 11.3 "Attention Scoring
-# Functions".
+# Functions"; data parallelism is 12.5 多GPU训练 / 13.5 "Training on Multiple GPUs" (with 12.6
+# / 13.6 and, for the ring, 12.7 / 13.7 of the chapter on computational performance).
 
 # %%
 import itertools
@@ -592,6 +595,310 @@ print("wrote", figure_path(T, "softmax_timing.png"))
 # memory bandwidth the kernel reaches (the README lists its results: about 4x faster than
 # plain NumPy, and faster than PyTorch, on a 2-core machine).
 #
+# ## Beyond one process: data parallelism and the all-reduce
+#
+# Everything so far ran in one process. `minitensor train --workers 2` trains one model in
+# several at once: data parallelism (数据并行), the simplest of the ways D2L lists to split
+# training over devices (12.5 多GPU训练 / 13.5 "Training on Multiple GPUs"), and the one
+# every framework wraps for its users (12.6 多GPU的简洁实现 / 13.6 "Concise Implementation for
+# Multiple GPUs"). Each process, a *rank* (进程号) numbered 0 to R − 1, holds a whole copy
+# of the model, a *replica* (模型副本), and every step
+#
+# 1. the R ranks draw the same global minibatch, the one a single process would draw, and
+#    each takes its own *shard* (分片) of its rows;
+# 2. each rank runs forward and backward on its shard alone;
+# 3. the ranks **all-reduce** (全归约) their gradients: each puts in a vector, and every rank
+#    gets back the sum of all of them (D2L's `allreduce`);
+# 4. every rank now holds the same gradient and takes the same optimiser step, so the
+#    replicas, identical at the start because rank 0's parameters are *broadcast* (广播) to
+#    the others, stay identical.
+#
+# Which sum? The loss is a mean over the valid target tokens of the minibatch, and shards
+# hold different numbers of them: rows differ in how much padding they carry. With $n_r$
+# valid tokens on rank $r$, $N = \sum_r n_r$, $L_r$ the mean loss of rank $r$'s shard and
+# $g_r$ its gradient,
+#
+# $$L = \frac1N \sum_{\text{valid } t} \ell_t = \sum_r \frac{n_r}{N}\,L_r
+#   \qquad\Longrightarrow\qquad g = \nabla L = \sum_r \frac{n_r}{N}\, g_r :$$
+#
+# each rank scales its gradient by $n_r$, one all-reduce sums the scaled gradients, and every
+# rank divides by $N$ (itself the all-reduce of the $n_r$).
+#
+# Here is one step, traced in this process: R = 3 ranks, a small Transformer in float64 on
+# the reverse task (1 to 10 letters, so rows carry different amounts of padding), a global
+# minibatch of 10 rows cut by `shard_bounds` exactly as `Batches(shard=(rank, size))` cuts
+# it. In training every rank builds its model from the same seed; here the three replicas
+# are drawn one after another, so they differ until the broadcast makes them one.
+
+# %%
+import threading
+
+from minitensor.data import build_vocabs, reverse_task, seq2seq_arrays
+from minitensor.data.batching import shard_bounds
+from minitensor.train.distributed import allreduce_gradients, broadcast_parameters, buckets, rank_seed, world
+
+R, B = 3, 10  # ranks; rows of the global minibatch
+pairs = reverse_task(B, rng=np.random.default_rng(1))
+src_vocab, tgt_vocab = build_vocabs(pairs)
+arrays = seq2seq_arrays(pairs, src_vocab, tgt_vocab, num_steps=11)  # enc_X, enc_valid_lens, dec_X, dec_valid_lens, Y
+print("valid target tokens of the 10 rows:", arrays[3])
+
+
+def make_replica():
+    """A small encoder-decoder Transformer in float64, without dropout: its gradients are deterministic."""
+    sizes = dict(num_hiddens=16, ffn_num_hiddens=32, num_heads=2, num_blks=1, dropout=0.0, dtype=mt.float64)
+    encoder = mt.nn.TransformerEncoder(len(src_vocab), **sizes)
+    return mt.nn.EncoderDecoder(encoder, mt.nn.TransformerDecoder(len(tgt_vocab), **sizes))
+
+
+def mean_loss(model, rows):
+    """(mean loss over the valid target tokens of ``rows``, their number), as the training loop's ``_loss``."""
+    enc_X, enc_valid_lens, dec_X, dec_valid_lens, Y = (mt.tensor(a[rows]) for a in arrays)
+    loss = mt.cross_entropy(model(enc_X, dec_X, enc_valid_lens), Y, ignore_index=tgt_vocab.pad)
+    return loss, int(dec_valid_lens.numpy().sum())
+
+
+def flat(model):
+    return np.concatenate([p.numpy().ravel() for p in model.parameters()])
+
+
+mt.manual_seed(0)  # the trace's numbers do not depend on what the cells above drew
+replicas = [make_replica() for _ in range(R)]
+print(
+    "largest |replica r - replica 0| before the broadcast:",
+    [f"{np.abs(flat(m) - flat(replicas[0])).max():.3f}" for m in replicas],
+)
+
+# %% [markdown]
+# To run the library's own collective code without MPI we need a stand-in for its `World`
+# (`minitensor/train/distributed.py`): R threads play the R processes, each with its replica,
+# and a barrier stands in for the network. `sum`, `allreduce_` and `broadcast_` do what
+# `World` does with `MPI_Allreduce` and `MPI_Bcast`: every rank puts in its buffer, waits
+# until every rank has, and takes the sum (or rank 0's).
+
+
+# %%
+class ThreadWorld:
+    """Rank ``rank`` of ``size`` ranks that are threads of this process: MPI's collectives, with
+    a barrier where MPI would use the network."""
+
+    def __init__(self, rank, size, slots, barrier):
+        self.rank, self.size, self.slots, self.barrier = rank, size, slots, barrier
+        self.allreduces = 0  # how many buffers this rank all-reduced
+
+    def _exchange(self, buffer):
+        """Every rank's buffer, in rank order."""
+        self.slots[self.rank] = np.array(buffer)  # a copy: what this rank sends
+        self.barrier.wait()  # every rank has sent
+        everyone = list(self.slots)
+        self.barrier.wait()  # every rank has received: the slots may be used again
+        return everyone
+
+    def sum(self, values):
+        return np.sum(self._exchange(np.asarray(values, dtype=np.float64)), axis=0)
+
+    def allreduce_(self, buffer):
+        self.allreduces += 1
+        buffer[...] = np.sum(self._exchange(buffer), axis=0)
+
+    def broadcast_(self, buffer):
+        buffer[...] = self._exchange(buffer)[0]
+
+
+def on_every_rank(fn):
+    """``fn(world)`` on R threads, one per rank: (the results in rank order, the R worlds)."""
+    slots, barrier = [None] * R, threading.Barrier(R, timeout=60)
+    worlds, results, errors = [ThreadWorld(r, R, slots, barrier) for r in range(R)], [None] * R, []
+
+    def rank_main(world):
+        try:
+            results[world.rank] = fn(world)
+        except BaseException as e:  # no rank is left waiting at the barrier
+            errors.append(e)
+            barrier.abort()
+
+    threads = [threading.Thread(target=rank_main, args=(w,)) for w in worlds]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    return results, worlds
+
+
+on_every_rank(lambda world: broadcast_parameters(replicas[world.rank].parameters(), world))
+assert all(np.array_equal(flat(m), flat(replicas[0])) for m in replicas), "the broadcast makes the replicas one"
+one_process = make_replica()  # the model of a single process, for comparison: the same weights
+one_process.load_state_dict(replicas[0].state_dict())
+print("after the broadcast: the replicas are identical")
+
+# %% [markdown]
+# Now the step. Each rank runs forward and backward on its shard; the single process does the
+# same on all 10 rows. The trace prints each rank's rows, its valid tokens $n_r$, its mean loss
+# $L_r$ and the norm of its gradient $g_r$.
+
+
+# %%
+def gradients(model):
+    return [p.grad.numpy().copy() for p in model.parameters()]
+
+
+def norm(grads):
+    return math.sqrt(sum(float((g * g).sum()) for g in grads))
+
+
+def largest_difference(grads, others):
+    return max(float(np.abs(a - b).max()) for a, b in zip(grads, others))
+
+
+counts, losses, local = [], [], []  # n_r, L_r, g_r
+print(f"{'rank':>4}  {'rows':<5} {'n_r':>3}  {'loss_r':>8}  {'|g_r|':>8}")
+for r, model in enumerate(replicas):
+    start, stop = shard_bounds(B, r, R)
+    loss, n = mean_loss(model, slice(start, stop))
+    loss.backward()
+    counts.append(n)
+    losses.append(loss.item())
+    local.append(gradients(model))
+    print(f"{r:>4}  {f'{start}-{stop - 1}':<5} {n:>3}  {losses[-1]:8.5f}  {norm(local[-1]):8.5f}")
+loss, N = mean_loss(one_process, slice(0, B))
+loss.backward()
+full = gradients(one_process)
+assert N == sum(counts) and abs(sum(n * l for n, l in zip(counts, losses)) / N - loss.item()) < 1e-12
+print(f"N = {N}: sum_r n_r L_r / N = {loss.item():.5f}, the loss of one process on all 10 rows")
+
+weighted = [sum(n * g[i] for n, g in zip(counts, local)) / N for i in range(len(full))]  # parameter by parameter
+plain = [sum(g[i] for g in local) / R for i in range(len(full))]
+terms = " + ".join(f"{n} g_{r}" for r, n in enumerate(counts))
+print(f"all-reduce: g = ({terms}) / {N};  |g| = {norm(weighted):.5f}")
+error_weighted, error_plain = largest_difference(weighted, full), largest_difference(plain, full)
+print(f"largest |g - one process's gradient|: {error_weighted:.1e}")
+print(f"the same for the plain average (1/R) sum_r g_r: {error_plain:.1e}")
+assert error_weighted < 1e-12, "the token-weighted sum is the gradient of the global loss"
+assert error_plain > 1e-4, "the plain average weighs a token of a short shard more: another gradient"
+
+# %% [markdown]
+# The library computes the same sum with MPI. After each rank's backward the training loop
+# (`_distributed_backward` in `minitensor/train/loop.py`) calls
+# `allreduce_gradients(model.parameters(), n_r, world)`: one small all-reduce adds up $N$ and
+# which parameters have a gradient anywhere, then the gradients travel packed in *buckets*
+# (梯度分桶): consecutive parameters copied into one contiguous host buffer, multiplied by
+# $n_r$, all-reduced in one `MPI_Allreduce`, divided by $N$ and copied back. Every rank ends
+# with the same numbers — bit for bit, since every rank adds the same buffers in the same
+# order.
+
+# %%
+results, worlds = on_every_rank(
+    lambda world: allreduce_gradients(replicas[world.rank].parameters(), counts[world.rank], world)
+)
+reduced = [gradients(m) for m in replicas]
+assert results == [N] * R, "allreduce_gradients returns N on every rank"
+assert all(all(np.array_equal(a, b) for a, b in zip(reduced[0], g)) for g in reduced), "the same gradient on every rank"
+assert largest_difference(reduced[0], full) < 1e-12, "the gradient of one process"
+print(
+    f"allreduce_gradients: every rank now holds one process's gradient ({worlds[0].allreduces} Allreduce: one bucket)"
+)
+
+# %% [markdown]
+# Why buckets? A message costs a fixed latency plus its size over the bandwidth, and a
+# Transformer has many small tensors (biases, layer norms): one message per tensor would be
+# mostly latency. Buckets of up to `BUCKET_BYTES` = 4 MiB make a few large messages instead —
+# PyTorch's `DistributedDataParallel` packs 25 MiB buckets (Li et al. 2020, "PyTorch Distributed:
+# Experiences on Accelerating Data Parallel Training", arXiv:2006.15704), Horovod calls it
+# tensor fusion (Sergeev and Del Balso 2018, "Horovod: fast and easy distributed deep learning
+# in TensorFlow", arXiv:1802.05799). A large message is then all-reduced by a bandwidth-optimal
+# algorithm such as the ring (环同步, D2L 12.7 参数服务器 / 13.7 "Parameter Servers"; Patarasuk
+# and Yuan 2009, "Bandwidth optimal all-reduce algorithms for clusters of workstations"): each
+# rank sends and receives about $2(R-1)/R$ times the buffer, nearly independent of $R$. MPI
+# chooses the algorithm; the library chooses the buckets.
+#
+# Our small model fits in one 4 MiB bucket: one Allreduce per step. With 16 KiB buckets it
+# takes four, and the numbers do not change, since bucketing decides only which additions
+# travel together:
+
+# %%
+names = {id(p): name for name, p in replicas[0].named_parameters()}
+groups = buckets(list(replicas[0].parameters()), bucket_bytes=16 << 10)
+for i, group in enumerate(groups):
+    size, first, last = sum(p.data.nbytes for p in group), names[id(group[0])], names[id(group[-1])]
+    print(f"bucket {i}: {len(group):2} parameters, {size / 1024:4.1f} KiB  ({first} ... {last})")
+assert len(buckets(list(replicas[0].parameters()))) == 1, "one 4 MiB bucket holds this whole model"
+assert [p for group in groups for p in group] == list(replicas[0].parameters()), "consecutive parameters, in order"
+
+for model, grads in zip(replicas, local):  # back to each rank's own gradient, and all-reduce again
+    for p, g in zip(model.parameters(), grads):
+        p.grad = mt.tensor(g)
+_, worlds = on_every_rank(
+    lambda world: allreduce_gradients(replicas[world.rank].parameters(), counts[world.rank], world, 16 << 10)
+)
+assert [w.allreduces for w in worlds] == [len(groups)] * R, "one Allreduce per bucket"
+assert all(np.array_equal(p.grad.numpy(), g) for p, g in zip(replicas[0].parameters(), reduced[0])), "the same bits"
+print(f"{len(groups)} buckets: {len(groups)} Allreduce calls, the same gradient to the last bit")
+
+# %% [markdown]
+# After the all-reduce every rank clips the gradient norm (`--clip-grad-norm`, 1.0 by default)
+# and steps its optimiser. The order matters: clipping comes *after* the all-reduce, on the
+# global gradient, as in one process. A mean over fewer tokens is noisier: here some of the
+# shards' gradients are longer than 1.0 while the global one is not, so clipping them first
+# would shrink a gradient that one process leaves alone. Then Adam takes the same step on
+# every rank: the replicas stay identical, bit for bit, and equal to the single process's
+# model up to rounding.
+
+# %%
+assert max(norm(g) for g in local) > 1.0 > norm(full), "a shard's gradient is longer than 1.0, g is not"
+clipped_first = [sum(n * g[i] * min(1.0, 1.0 / norm(g)) for n, g in zip(counts, local)) / N for i in range(len(full))]
+change = largest_difference(clipped_first, full)
+print(f"|g_r| = {', '.join(f'{norm(g):.3f}' for g in local)}; |g| = {norm(full):.3f}")
+print(f"clipping each g_r to 1.0 before the all-reduce would change g by up to {change:.1e}")
+assert change > 1e-3, "clipping first is another gradient"
+
+for model in replicas + [one_process]:
+    mt.optim.clip_grad_norm_(model.parameters(), 1.0)  # on the global gradient: the same on every rank
+    mt.optim.Adam(model.parameters(), lr=1e-2).step()
+assert all(np.array_equal(flat(m), flat(replicas[0])) for m in replicas), "identical steps keep the replicas identical"
+difference = np.abs(flat(replicas[0]) - flat(one_process)).max()
+print(f"after the step: the replicas are identical; largest |replica - one process| = {difference:.1e}")
+assert difference < 1e-12, "N processes train the model of one, up to rounding"
+
+# %% [markdown]
+# The rest of the loop stays with rank 0: it alone prints, draws the progress bar, evaluates
+# on the held-out set and writes the checkpoints (`World.is_main`), while the other ranks
+# train silently and meet it at the next all-reduce. One thing must differ from rank to rank:
+# dropout's random masks. Each shard should get masks of its own, as each row does in one
+# process, and a run must stay reproducible, so rank 0 keeps the run's own stream and rank
+# $r > 0$ reseeds with `rank_seed(seed, r, step)` when training starts (or resumes at `step`):
+# a different stream per rank, the same one for the same (seed, rank, step). Run as a plain
+# script, this process is a world of one, and `train` does exactly what it did before.
+
+# %%
+seeds = [rank_seed(0, r, 0) for r in range(1, 4)]
+print("dropout seeds of ranks 1, 2, 3 (seed 0, step 0):", seeds)
+assert len(set(seeds)) == 3 and seeds == [rank_seed(0, r, 0) for r in range(1, 4)], "different, and reproducible"
+assert rank_seed(0, 1, 100) != seeds[0], "resumed at step 100, rank 1 does not draw its first masks again"
+here = world()
+assert here.size == 1 and here.rank == 0 and here.is_main, "not started by mpiexec: a world of one"
+print(f"this process: rank {here.rank} of {here.size}")
+
+# %% [markdown]
+# ### Running it
+#
+# Data parallelism needs the `dist` extra, mpi4py and the MPICH wheel, which brings `mpiexec`:
+#
+# ```bash
+# pip install -e ".[dist]"
+# minitensor train --workers 2                   # starts mpiexec -n 2 itself, on this machine
+# mpiexec -n 2 minitensor train --epochs 8       # the same, started by hand (several hosts: see the README)
+# ```
+#
+# What stays exact: the global minibatch, the learning rate and its schedule are those of one
+# process, so N processes train the same model as one, up to float rounding (the sums are
+# added in another order), and a checkpoint resumes with any number of processes
+# (`--resume --workers 4`). On `--device cuda` each rank takes its own GPU, and the buckets
+# travel through host memory (NCCL, which all-reduces on the GPUs directly, would spare the
+# copies). How much faster N processes train depends on the machine and the model: shards get
+# smaller while the all-reduce does not; `python bench/data_parallel.py` measures it.
+#
 # ## Exercises
 #
 # 1. Write `Sigmoid` and `LogCosh` as `mt.Function`s (with $\frac{d}{dx}\log\cosh x = \tanh x$)
@@ -605,6 +912,10 @@ print("wrote", figure_path(T, "softmax_timing.png"))
 #    `prange` iteration, zeros past the valid length, zeros for a row with none), compare it
 #    with `reference.softmax_forward(np, x, lens)` and with `cpu.softmax_forward(x, lens)`,
 #    and time the three.
+# 4. Run the trace with `R = 12` ranks for the 10 rows: two shards are empty. What does
+#    `allreduce_gradients` add for them, and does every rank still hold one process's
+#    gradient? Then build replica 1 with `dropout=0.1`: why do the replicas stay identical
+#    after the step, although the gradient no longer equals one process's?
 #
 # ## Where this lives in the engine
 #
@@ -622,4 +933,10 @@ print("wrote", figure_path(T, "softmax_timing.png"))
 #   `minitensor/kernels/fused.py` fuses the rest of a training step's elementwise work the
 #   same way (dropout, ReLU, layer norm, Adam's update), each tested against its op's NumPy
 #   code;
-# * `bench/softmax.py` — the proper benchmark.
+# * `bench/softmax.py` — the proper benchmark;
+# * `minitensor/train/distributed.py` — data parallelism: `World` (MPI's `COMM_WORLD`, or this
+#   process alone), `broadcast_parameters`, `buckets`, `allreduce_gradients`, `rank_seed`; its
+#   docstring is this section's theory in brief. `shard_bounds` and `Batches(shard=)` in
+#   `minitensor/data/batching.py` cut the global minibatch; `_distributed_backward` in
+#   `minitensor/train/loop.py` is one step; `--workers` in `minitensor/cli.py` starts
+#   `mpiexec`; `bench/data_parallel.py` measures the speed-up.

@@ -13,7 +13,9 @@
 #    它也能查出一个故意写错的 `backward`；
 # 4. 画出缩放点积注意力的计算图，观察 `backward` 访问各个节点的顺序；
 # 5. 弄清注意力核心处的 softmax 为什么以*融合*的 numba 核（fused kernel）运行，
-#    并与普通的 NumPy 实现比较运行时间。
+#    并与普通的 NumPy 实现比较运行时间；
+# 6. 走出单个进程：在三个模拟的进程上追踪数据并行训练的一步，看看为什么它们的梯度要按
+#    各自的词元数加权求和。
 #
 # 可以用 `python tutorials/zh/08_inside_the_engine.py` 运行它（几秒钟），
 # 也可以借助 jupytext 把它作为笔记本打开；设置 `MINITENSOR_TUTORIAL_SMOKE=1` 会让数组变小。
@@ -22,7 +24,9 @@
 # 2.5 自动微分和 4.7 前向传播、反向传播和计算图，以及英文版 *Dive into Deep Learning*（d2l.ai）
 # 2.4 "Calculus"、2.5 "Automatic Differentiation" 和 5.3 "Forward Propagation, Backward
 # Propagation, and Computational Graphs"；我们要遍历其计算图的注意力，
-# 是 10.3 注意力评分函数 / 11.3 "Attention Scoring Functions" 中的缩放点积注意力。
+# 是 10.3 注意力评分函数 / 11.3 "Attention Scoring Functions" 中的缩放点积注意力；
+# 数据并行见计算性能一章的 12.5 多GPU训练 / 13.5 "Training on Multiple GPUs"
+# （以及 12.6 / 13.6；环同步见 12.7 / 13.7）。
 
 # %%
 import itertools
@@ -576,6 +580,299 @@ print("wrote", figure_path(T, "softmax_timing.png"))
 # `torch.softmax` 交替运行，并给出该核达到的内存带宽
 # （README 列出了它的结果：在一台双核机器上，比普通 NumPy 快约 4 倍，也比 PyTorch 快）。
 #
+# ## 走出单个进程：数据并行与全归约
+#
+# 到目前为止，一切都在一个进程里运行。`minitensor train --workers 2` 让多个进程同时训练同一个
+# 模型：这就是数据并行（data parallelism）。在 D2L 列举的几种把训练拆分到多个设备上的方法中，
+# 它最简单（12.5 多GPU训练 / 13.5 "Training on Multiple GPUs"），也是各个框架替用户封装好的
+# 那一种（12.6 多GPU的简洁实现 / 13.6 "Concise Implementation for Multiple GPUs"）。
+# 每个进程有一个*进程号*（rank，从 0 到 R − 1），持有模型的一份完整拷贝，即*模型副本*
+# （replica）。每一步：
+#
+# 1. R 个进程抽取同一个全局小批量，也就是单个进程会抽到的那一个，每个进程取走其中属于
+#    自己的那些行，即它的*分片*（shard）；
+# 2. 每个进程只在自己的分片上执行前向传播和反向传播；
+# 3. 各进程对梯度做**全归约**（all-reduce）：每个进程放入一个向量，每个进程都拿回所有
+#    向量之和（即 D2L 中的 `allreduce` 函数）；
+# 4. 于是每个进程都持有相同的梯度，执行相同的优化器更新；各副本在开始时相同，因为进程 0
+#    的参数被*广播*（broadcast）给了其他进程，此后也一直相同。
+#
+# 该求哪一种和？损失是小批量中有效目标词元上的平均值，而各个分片含有的有效词元数各不相同：
+# 每一行带有的填充多少不一。设进程 $r$ 上有 $n_r$ 个有效词元，$N = \sum_r n_r$，$L_r$ 是
+# 进程 $r$ 的分片上的平均损失，$g_r$ 是它的梯度，则
+#
+# $$L = \frac1N \sum_{\text{valid } t} \ell_t = \sum_r \frac{n_r}{N}\,L_r
+#   \qquad\Longrightarrow\qquad g = \nabla L = \sum_r \frac{n_r}{N}\, g_r :$$
+#
+# 每个进程把自己的梯度乘以 $n_r$，一次全归约把这些缩放后的梯度加起来，每个进程再除以 $N$
+# （$N$ 本身就是各个 $n_r$ 的全归约）。
+#
+# 下面在本进程内追踪一步：R = 3 个进程，一个 float64 的小型 Transformer，任务是反转序列
+# （长 1 到 10 个字母，因此各行带有的填充多少不一），一个 10 行的全局小批量，用
+# `shard_bounds` 切分，切法与 `Batches(shard=(rank, size))` 完全相同。真正训练时，每个进程
+# 都用同一个随机种子构建模型；这里三个副本是依次抽取的，所以在广播让它们合而为一之前，
+# 它们各不相同。
+
+# %%
+import threading
+
+from minitensor.data import build_vocabs, reverse_task, seq2seq_arrays
+from minitensor.data.batching import shard_bounds
+from minitensor.train.distributed import allreduce_gradients, broadcast_parameters, buckets, rank_seed, world
+
+R, B = 3, 10  # 进程数；全局小批量的行数
+pairs = reverse_task(B, rng=np.random.default_rng(1))
+src_vocab, tgt_vocab = build_vocabs(pairs)
+arrays = seq2seq_arrays(pairs, src_vocab, tgt_vocab, num_steps=11)  # enc_X, enc_valid_lens, dec_X, dec_valid_lens, Y
+print("valid target tokens of the 10 rows:", arrays[3])
+
+
+def make_replica():
+    """A small encoder-decoder Transformer in float64, without dropout: its gradients are deterministic."""
+    sizes = dict(num_hiddens=16, ffn_num_hiddens=32, num_heads=2, num_blks=1, dropout=0.0, dtype=mt.float64)
+    encoder = mt.nn.TransformerEncoder(len(src_vocab), **sizes)
+    return mt.nn.EncoderDecoder(encoder, mt.nn.TransformerDecoder(len(tgt_vocab), **sizes))
+
+
+def mean_loss(model, rows):
+    """(mean loss over the valid target tokens of ``rows``, their number), as the training loop's ``_loss``."""
+    enc_X, enc_valid_lens, dec_X, dec_valid_lens, Y = (mt.tensor(a[rows]) for a in arrays)
+    loss = mt.cross_entropy(model(enc_X, dec_X, enc_valid_lens), Y, ignore_index=tgt_vocab.pad)
+    return loss, int(dec_valid_lens.numpy().sum())
+
+
+def flat(model):
+    return np.concatenate([p.numpy().ravel() for p in model.parameters()])
+
+
+mt.manual_seed(0)  # 追踪的数值不取决于上面各单元抽取过的随机数
+replicas = [make_replica() for _ in range(R)]
+print(
+    "largest |replica r - replica 0| before the broadcast:",
+    [f"{np.abs(flat(m) - flat(replicas[0])).max():.3f}" for m in replicas],
+)
+
+# %% [markdown]
+# 为了在没有 MPI 的情况下运行库自己的集合通信代码，我们需要一个替身来代替它的 `World`
+# （`minitensor/train/distributed.py`）：用 R 个线程扮演 R 个进程，每个线程持有自己的副本，
+# 并用一道屏障（barrier）代替网络。`sum`、`allreduce_` 和 `broadcast_` 所做的，正是 `World`
+# 用 `MPI_Allreduce` 和 `MPI_Bcast` 所做的事：每个进程放入自己的缓冲区，等到所有进程都放入
+# 之后，取走它们的和（或者进程 0 的缓冲区）。
+
+
+# %%
+class ThreadWorld:
+    """Rank ``rank`` of ``size`` ranks that are threads of this process: MPI's collectives, with
+    a barrier where MPI would use the network."""
+
+    def __init__(self, rank, size, slots, barrier):
+        self.rank, self.size, self.slots, self.barrier = rank, size, slots, barrier
+        self.allreduces = 0  # 本进程全归约过的缓冲区个数
+
+    def _exchange(self, buffer):
+        """Every rank's buffer, in rank order."""
+        self.slots[self.rank] = np.array(buffer)  # 一份拷贝：本进程发送的内容
+        self.barrier.wait()  # 每个进程都已发送
+        everyone = list(self.slots)
+        self.barrier.wait()  # 每个进程都已接收：这些槽位可以再次使用
+        return everyone
+
+    def sum(self, values):
+        return np.sum(self._exchange(np.asarray(values, dtype=np.float64)), axis=0)
+
+    def allreduce_(self, buffer):
+        self.allreduces += 1
+        buffer[...] = np.sum(self._exchange(buffer), axis=0)
+
+    def broadcast_(self, buffer):
+        buffer[...] = self._exchange(buffer)[0]
+
+
+def on_every_rank(fn):
+    """``fn(world)`` on R threads, one per rank: (the results in rank order, the R worlds)."""
+    slots, barrier = [None] * R, threading.Barrier(R, timeout=60)
+    worlds, results, errors = [ThreadWorld(r, R, slots, barrier) for r in range(R)], [None] * R, []
+
+    def rank_main(world):
+        try:
+            results[world.rank] = fn(world)
+        except BaseException as e:  # 不让任何进程一直等在屏障处
+            errors.append(e)
+            barrier.abort()
+
+    threads = [threading.Thread(target=rank_main, args=(w,)) for w in worlds]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    return results, worlds
+
+
+on_every_rank(lambda world: broadcast_parameters(replicas[world.rank].parameters(), world))
+assert all(np.array_equal(flat(m), flat(replicas[0])) for m in replicas), "the broadcast makes the replicas one"
+one_process = make_replica()  # 单个进程的模型，用于比较：权重相同
+one_process.load_state_dict(replicas[0].state_dict())
+print("after the broadcast: the replicas are identical")
+
+# %% [markdown]
+# 现在执行这一步。每个进程在自己的分片上执行前向传播和反向传播；单个进程则在全部 10 行上
+# 做同样的事。追踪结果打印出每个进程的行、有效词元数 $n_r$、平均损失 $L_r$ 以及梯度 $g_r$
+# 的范数。
+
+
+# %%
+def gradients(model):
+    return [p.grad.numpy().copy() for p in model.parameters()]
+
+
+def norm(grads):
+    return math.sqrt(sum(float((g * g).sum()) for g in grads))
+
+
+def largest_difference(grads, others):
+    return max(float(np.abs(a - b).max()) for a, b in zip(grads, others))
+
+
+counts, losses, local = [], [], []  # n_r, L_r, g_r
+print(f"{'rank':>4}  {'rows':<5} {'n_r':>3}  {'loss_r':>8}  {'|g_r|':>8}")
+for r, model in enumerate(replicas):
+    start, stop = shard_bounds(B, r, R)
+    loss, n = mean_loss(model, slice(start, stop))
+    loss.backward()
+    counts.append(n)
+    losses.append(loss.item())
+    local.append(gradients(model))
+    print(f"{r:>4}  {f'{start}-{stop - 1}':<5} {n:>3}  {losses[-1]:8.5f}  {norm(local[-1]):8.5f}")
+loss, N = mean_loss(one_process, slice(0, B))
+loss.backward()
+full = gradients(one_process)
+assert N == sum(counts) and abs(sum(n * l for n, l in zip(counts, losses)) / N - loss.item()) < 1e-12
+print(f"N = {N}: sum_r n_r L_r / N = {loss.item():.5f}, the loss of one process on all 10 rows")
+
+weighted = [sum(n * g[i] for n, g in zip(counts, local)) / N for i in range(len(full))]  # 逐个参数
+plain = [sum(g[i] for g in local) / R for i in range(len(full))]
+terms = " + ".join(f"{n} g_{r}" for r, n in enumerate(counts))
+print(f"all-reduce: g = ({terms}) / {N};  |g| = {norm(weighted):.5f}")
+error_weighted, error_plain = largest_difference(weighted, full), largest_difference(plain, full)
+print(f"largest |g - one process's gradient|: {error_weighted:.1e}")
+print(f"the same for the plain average (1/R) sum_r g_r: {error_plain:.1e}")
+assert error_weighted < 1e-12, "the token-weighted sum is the gradient of the global loss"
+assert error_plain > 1e-4, "the plain average weighs a token of a short shard more: another gradient"
+
+# %% [markdown]
+# 库用 MPI 计算的正是同一个和。每个进程完成反向传播之后，训练循环（`minitensor/train/loop.py`
+# 中的 `_distributed_backward`）调用 `allreduce_gradients(model.parameters(), n_r, world)`：
+# 先用一次很小的全归约求出 $N$，以及哪些参数在某个进程上有梯度；然后梯度打包成*桶*来传输
+# （梯度分桶，bucket）：相邻的参数被复制进一块连续的主机缓冲区，乘以 $n_r$，用一次
+# `MPI_Allreduce` 做全归约，除以 $N$，再复制回去。每个进程最终得到的数完全相同，而且逐位
+# 相同，因为每个进程都按同样的顺序把同样的缓冲区相加。
+
+# %%
+results, worlds = on_every_rank(
+    lambda world: allreduce_gradients(replicas[world.rank].parameters(), counts[world.rank], world)
+)
+reduced = [gradients(m) for m in replicas]
+assert results == [N] * R, "allreduce_gradients returns N on every rank"
+assert all(all(np.array_equal(a, b) for a, b in zip(reduced[0], g)) for g in reduced), "the same gradient on every rank"
+assert largest_difference(reduced[0], full) < 1e-12, "the gradient of one process"
+print(
+    f"allreduce_gradients: every rank now holds one process's gradient ({worlds[0].allreduces} Allreduce: one bucket)"
+)
+
+# %% [markdown]
+# 为什么要分桶？一条消息的代价是一个固定的延迟，加上它的大小除以带宽；而 Transformer 有许多
+# 小张量（偏置、层规范化的参数）：每个张量发一条消息，时间大多会花在延迟上。大小不超过
+# `BUCKET_BYTES` = 4 MiB 的桶则把它们合成少数几条大消息。PyTorch 的 `DistributedDataParallel`
+# 使用 25 MiB 的桶（Li et al. 2020, "PyTorch Distributed: Experiences on Accelerating Data
+# Parallel Training", arXiv:2006.15704），Horovod 称之为张量融合（tensor fusion；Sergeev and
+# Del Balso 2018, "Horovod: fast and easy distributed deep learning in TensorFlow",
+# arXiv:1802.05799）。大消息随后由带宽最优的算法做全归约，例如环形算法（环同步，
+# D2L 12.7 参数服务器 / 13.7 "Parameter Servers"；Patarasuk and Yuan 2009, "Bandwidth optimal
+# all-reduce algorithms for clusters of workstations"）：每个进程发送和接收的数据量约为缓冲区
+# 的 $2(R-1)/R$ 倍，几乎与 $R$ 无关。算法由 MPI 选择，桶由库来划分。
+#
+# 我们的小模型放得进一个 4 MiB 的桶：每步一次 Allreduce。换成 16 KiB 的桶就需要四个，而数值
+# 不变，因为分桶只决定哪些加法一起传输：
+
+# %%
+names = {id(p): name for name, p in replicas[0].named_parameters()}
+groups = buckets(list(replicas[0].parameters()), bucket_bytes=16 << 10)
+for i, group in enumerate(groups):
+    size, first, last = sum(p.data.nbytes for p in group), names[id(group[0])], names[id(group[-1])]
+    print(f"bucket {i}: {len(group):2} parameters, {size / 1024:4.1f} KiB  ({first} ... {last})")
+assert len(buckets(list(replicas[0].parameters()))) == 1, "one 4 MiB bucket holds this whole model"
+assert [p for group in groups for p in group] == list(replicas[0].parameters()), "consecutive parameters, in order"
+
+for model, grads in zip(replicas, local):  # 恢复每个进程自己的梯度，再全归约一次
+    for p, g in zip(model.parameters(), grads):
+        p.grad = mt.tensor(g)
+_, worlds = on_every_rank(
+    lambda world: allreduce_gradients(replicas[world.rank].parameters(), counts[world.rank], world, 16 << 10)
+)
+assert [w.allreduces for w in worlds] == [len(groups)] * R, "one Allreduce per bucket"
+assert all(np.array_equal(p.grad.numpy(), g) for p, g in zip(replicas[0].parameters(), reduced[0])), "the same bits"
+print(f"{len(groups)} buckets: {len(groups)} Allreduce calls, the same gradient to the last bit")
+
+# %% [markdown]
+# 全归约之后，每个进程裁剪梯度范数（`--clip-grad-norm`，默认为 1.0），再让优化器更新一步。
+# 顺序很重要：裁剪在全归约*之后*进行，作用于全局梯度，与单个进程中一样。在较少词元上求得
+# 的平均值噪声更大：这里有的分片的梯度长度超过 1.0，而全局梯度没有，所以先裁剪它们会缩短
+# 一个单个进程根本不会去动的梯度。然后 Adam 在每个进程上执行相同的一步：各副本保持相同，
+# 逐位相同，并且在舍入误差范围内等于单个进程的模型。
+
+# %%
+assert max(norm(g) for g in local) > 1.0 > norm(full), "a shard's gradient is longer than 1.0, g is not"
+clipped_first = [sum(n * g[i] * min(1.0, 1.0 / norm(g)) for n, g in zip(counts, local)) / N for i in range(len(full))]
+change = largest_difference(clipped_first, full)
+print(f"|g_r| = {', '.join(f'{norm(g):.3f}' for g in local)}; |g| = {norm(full):.3f}")
+print(f"clipping each g_r to 1.0 before the all-reduce would change g by up to {change:.1e}")
+assert change > 1e-3, "clipping first is another gradient"
+
+for model in replicas + [one_process]:
+    mt.optim.clip_grad_norm_(model.parameters(), 1.0)  # 作用于全局梯度：每个进程上都相同
+    mt.optim.Adam(model.parameters(), lr=1e-2).step()
+assert all(np.array_equal(flat(m), flat(replicas[0])) for m in replicas), "identical steps keep the replicas identical"
+difference = np.abs(flat(replicas[0]) - flat(one_process)).max()
+print(f"after the step: the replicas are identical; largest |replica - one process| = {difference:.1e}")
+assert difference < 1e-12, "N processes train the model of one, up to rounding"
+
+# %% [markdown]
+# 训练循环的其余部分留给进程 0：只有它打印输出、绘制进度条、在留出集上评估并写入检查点
+# （`World.is_main`），其他进程则默默训练，在下一次全归约时与它会合。有一样东西必须因进程
+# 而异：暂退法（dropout）的随机掩码。每个分片都应当得到自己的掩码，就像单个进程中每一行都有
+# 自己的掩码一样；而一次运行又必须可复现。因此进程 0 沿用这次运行自己的随机数流，进程
+# $r > 0$ 则在训练开始（或在第 `step` 步恢复）时用 `rank_seed(seed, r, step)` 重新设置种子：
+# 每个进程一条不同的随机数流，相同的 (seed, rank, step) 给出同一条流。作为普通脚本运行时，
+# 本进程就是只有一个成员的 world，`train` 的行为与以前完全相同。
+
+# %%
+seeds = [rank_seed(0, r, 0) for r in range(1, 4)]
+print("dropout seeds of ranks 1, 2, 3 (seed 0, step 0):", seeds)
+assert len(set(seeds)) == 3 and seeds == [rank_seed(0, r, 0) for r in range(1, 4)], "different, and reproducible"
+assert rank_seed(0, 1, 100) != seeds[0], "resumed at step 100, rank 1 does not draw its first masks again"
+here = world()
+assert here.size == 1 and here.rank == 0 and here.is_main, "not started by mpiexec: a world of one"
+print(f"this process: rank {here.rank} of {here.size}")
+
+# %% [markdown]
+# ### 运行它
+#
+# 数据并行需要 `dist` 这个额外依赖，即 mpi4py 和 MPICH 的 wheel（它带来 `mpiexec`）：
+#
+# ```bash
+# pip install -e ".[dist]"
+# minitensor train --workers 2                   # 自己启动 mpiexec -n 2，在本机上运行
+# mpiexec -n 2 minitensor train --epochs 8       # 效果相同，手动启动（多台主机：见 README）
+# ```
+#
+# 哪些是精确的：全局小批量、学习率及其调度都与单个进程相同，因此 N 个进程训练出的模型与
+# 一个进程训练出的相同，只差浮点舍入（求和的顺序不同）；检查点可以用任意数量的进程恢复
+# （`--resume --workers 4`）。在 `--device cuda` 上，每个进程使用自己的 GPU，桶经由主机内存
+# 传输（NCCL 直接在 GPU 上做全归约，可以省去这些拷贝）。N 个进程能让训练快多少，取决于机器
+# 和模型：分片变小了，全归约却没有变小；`python bench/data_parallel.py` 会测量它。
+#
 # ## 练习
 #
 # 1. 把 `Sigmoid` 和 `LogCosh` 写成 `mt.Function`（其中 $\frac{d}{dx}\log\cosh x = \tanh x$），
@@ -587,6 +884,9 @@ print("wrote", figure_path(T, "softmax_timing.png"))
 #    （每次 `prange` 迭代处理一行，有效长度之外为零，没有有效元素的行全为零），
 #    把它与 `reference.softmax_forward(np, x, lens)` 和 `cpu.softmax_forward(x, lens)` 相比较，
 #    并对三者计时。
+# 4. 用 `R = 12` 个进程对这 10 行运行追踪：有两个分片是空的。`allreduce_gradients` 为它们
+#    加上了什么？每个进程是否仍然持有单个进程的梯度？然后用 `dropout=0.1` 构建副本 1：
+#    为什么更新之后各副本仍然相同，尽管梯度已经不再等于单个进程的梯度？
 #
 # ## 这些内容在引擎中的位置
 #
@@ -602,4 +902,10 @@ print("wrote", figure_path(T, "softmax_timing.png"))
 #   （用普通 NumPy 写的同样计算：测试的参照，也是基准测试的基线）；
 #   `minitensor/kernels/fused.py` 以同样的方式融合了一个训练步骤中其余的逐元素运算
 #   （暂退法、ReLU、层规范化、Adam 的更新），每一个都与其运算的 NumPy 代码对照测试；
-# * `bench/softmax.py` —— 正式的基准测试。
+# * `bench/softmax.py` —— 正式的基准测试；
+# * `minitensor/train/distributed.py` —— 数据并行：`World`（MPI 的 `COMM_WORLD`，或者只有
+#   本进程）、`broadcast_parameters`、`buckets`、`allreduce_gradients`、`rank_seed`；它的
+#   文档字符串就是本节理论的简述。`minitensor/data/batching.py` 中的 `shard_bounds` 和
+#   `Batches(shard=)` 切分全局小批量；`minitensor/train/loop.py` 中的 `_distributed_backward`
+#   是一步训练；`minitensor/cli.py` 中的 `--workers` 启动 `mpiexec`；
+#   `bench/data_parallel.py` 测量加速比。
