@@ -78,7 +78,7 @@ __all__ = [
     "zeros_like",
 ]
 __all__ += ops.__all__
-__all__ += ["hookimpl", "plugins", "testing", "viz"]  # noqa: F405 -- not imported here: see __getattr__
+__all__ += ["hookimpl", "plugins", "testing", "viz", "onnx"]  # noqa: F405 -- not imported here: see __getattr__
 
 __version__ = "0.1.0"
 
@@ -89,6 +89,6 @@ def __getattr__(name):
     if name in ("hookimpl", "plugins"):
         plugins = importlib.import_module("minitensor.plugins")  # sets mt.plugins too
         return plugins if name == "plugins" else plugins.hookimpl
-    if name in ("testing", "viz"):  # the conformance kit and the drawings: on first use too
+    if name in ("testing", "viz", "onnx"):  # the conformance kit, the drawings, the export: on first use too
         return importlib.import_module(f"minitensor.{name}")
     raise AttributeError(f"module 'minitensor' has no attribute {name!r}")

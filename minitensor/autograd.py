@@ -33,7 +33,7 @@ from heapq import heappop, heappush
 
 import numpy
 
-from . import grad_mode
+from . import _trace, grad_mode
 from .errors import DeviceError, DTypeError, GraphError, ShapeError
 from .tensor import Tensor
 
@@ -130,8 +130,12 @@ class Function:
             ) from None
         if requires_grad and grad_mode._enabled:
             ctx.inputs = args
-            return Tensor._make(out, backend, ctx)
-        return Tensor._make(out, backend, None)
+            result = Tensor._make(out, backend, ctx)
+        else:
+            result = Tensor._make(out, backend, None)
+        if _trace.active is not None:  # mt.onnx.export is recording this forward pass
+            _trace.active.function(cls, args, kwargs, result)
+        return result
 
     def __repr__(self):
         return f"<{type(self).__name__}>"

@@ -35,7 +35,7 @@ from .train.config import (
     tokenize_text,
 )
 from .train.decoding import SAMPLE_TEMPERATURE, generate, translate
-from .train.distributed import DIST_EXTRA, DistributedError, check_workers, launched_size
+from .train.distributed import DIST_EXTRA, DistributedError, check_workers, import_mpi, launched_size
 from .train.loop import TrainingError, train
 from .train.plots import plot_cross_attention, plot_seq2seq_attention
 from .train.run import BEST_DIR, CHECKPOINT_DIR, holds_run, load_run_checkpoint, nothing_to_resume
@@ -628,6 +628,11 @@ def _show_warning(message, category, filename, lineno, file=None, line=None):
 def _run(args):
     from . import plugins  # lazily: see the note under the imports
 
+    if args.command == "train" and launched_size() > 1:
+        # MPI first, in every rank: a rank that fails from here on (a plugin, a checkpoint missing on
+        # its host) ends the whole job (_end_job); one that exited before MPI_Init would leave the
+        # others waiting in MPI_Init for ever
+        import_mpi()
     for spec in getattr(args, "plugin", ()):
         plugins.load_plugin(spec)
     if args.version or args.command is None:

@@ -2,7 +2,7 @@
 
 from .backends import get_backend
 from .dtypes import as_dtype, float32
-from .tensor import Tensor, tensor  # noqa: F401  (tensor is re-exported)
+from .tensor import Tensor, _traced, tensor  # noqa: F401  (tensor is re-exported)
 
 
 def _shape(shape):
@@ -50,7 +50,8 @@ def arange(start, stop=None, step=1, dtype=None, device="cpu"):
         start, stop = 0, start
     if dtype is None:
         dtype = "float32" if any(isinstance(v, float) for v in (start, stop, step)) else "int64"
-    return Tensor._make(b.xp.arange(start, stop, step, dtype=as_dtype(dtype)), b, None)
+    out = Tensor._make(b.xp.arange(start, stop, step, dtype=as_dtype(dtype)), b, None)
+    return _traced("arange", [start, stop, step], {"dtype": out.data.dtype}, out)
 
 
 def randn(*shape, dtype=None, device="cpu", requires_grad=False):

@@ -17,7 +17,7 @@ import operator
 
 import numpy
 
-from . import _printing, grad_mode
+from . import _printing, _trace, grad_mode
 from .backends import get_backend
 from .dtypes import as_dtype
 from .errors import DeviceError, DTypeError, GraphError
@@ -82,6 +82,8 @@ class Tensor:
     def shape(self):
         """The length of every axis, a tuple of ints: ``(batch_size, num_steps, num_hiddens)`` for a
         batch of sequences of feature vectors, ``()`` for a 0-d tensor."""
+        if _trace.active is not None:  # mt.onnx.export: lengths that remember where they came from
+            return _trace.active.shape(self)
         return tuple(self.data.shape)
 
     @property
@@ -416,19 +418,19 @@ class Tensor:
         return _logical(operator.xor, self, other)
 
     def __invert__(self):
-        return Tensor._make(~self.data, self._backend, None)
+        return _traced("invert", [self], {}, Tensor._make(~self.data, self._backend, None))
 
     def any(self, axis=None):
         """Whether any element is true (nonzero), over all or along ``axis``: a bool tensor."""
         if axis is not None:
             axis = normalize_axes(axis, self.ndim, "any")
-        return Tensor._make(self.data.any(axis=axis), self._backend, None)
+        return _traced("any", [self], {"axis": axis}, Tensor._make(self.data.any(axis=axis), self._backend, None))
 
     def all(self, axis=None):
         """Whether every element is true (nonzero), over all or along ``axis``: a bool tensor."""
         if axis is not None:
             axis = normalize_axes(axis, self.ndim, "all")
-        return Tensor._make(self.data.all(axis=axis), self._backend, None)
+        return _traced("all", [self], {"axis": axis}, Tensor._make(self.data.all(axis=axis), self._backend, None))
 
     # -- the ops as methods: ``x.exp()`` is ``mt.exp(x)``, same parameters ------------------------
     def neg(self):
@@ -629,14 +631,22 @@ def _reflected(function, a, b):
 def _compare(compare, a, b):
     """``compare(a, b)`` (operator.eq, operator.lt...) elementwise, as a bool tensor outside the graph."""
     a, b = promote(a, b)
-    b = b.data if isinstance(b, Tensor) else b
-    return Tensor._make(compare(a.data, b), a._backend, None)
+    out = Tensor._make(compare(a.data, b.data if isinstance(b, Tensor) else b), a._backend, None)
+    return _traced(compare.__name__, [a, b], {}, out)
 
 
 def _logical(combine, a, b):
     """``a & b``, ``a | b``, ``a ^ b`` on bool (or integer) tensors, outside the graph."""
-    b = b.data if isinstance(b, Tensor) else b
-    return Tensor._make(combine(a.data, b), a._backend, None)
+    out = Tensor._make(combine(a.data, b.data if isinstance(b, Tensor) else b), a._backend, None)
+    return _traced(combine.__name__.rstrip("_"), [a, b], {}, out)
+
+
+def _traced(name, inputs, attrs, out):
+    """``out``, made outside the graph by ``name`` (a comparison, ``arange``...), reported to
+    ``mt.onnx.export`` when it is recording (see ``_trace``)."""
+    if _trace.active is not None:
+        _trace.active.plain(name, inputs, attrs, out)
+    return out
 
 
 def _is_dtype_name(name):

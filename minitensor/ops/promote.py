@@ -12,7 +12,7 @@
 
 import numpy
 
-from ..tensor import Tensor, tensor
+from ..tensor import Tensor, _traced, tensor
 
 _NUMBER = (int, float, bool)
 
@@ -40,4 +40,5 @@ def promote(a, b):
 
 def _as_float(t, dtype):
     """A float copy of integer data, outside the graph (integers carry no gradient)."""
-    return Tensor._make(t.data.astype(dtype or "float32"), t._backend, None)
+    out = Tensor._make(t.data.astype(dtype or "float32"), t._backend, None)
+    return _traced("astype", [t], {"dtype": out.data.dtype}, out)

@@ -7,7 +7,7 @@ reshaped as if ``keepdims=True`` and broadcast back over the reduced axes.
 import builtins
 
 from ..autograd import Function
-from ..tensor import Tensor
+from ..tensor import Tensor, _traced
 from .axes import normalize_axes, normalize_axis
 
 
@@ -150,7 +150,9 @@ def _arg_extreme(a, which, axis, keepdims):
     out = getattr(a.data, which)(axis=axis)
     if keepdims and axis is not None:
         out = a._backend.xp.expand_dims(out, axis)
-    return Tensor._make(out.astype("int64"), a._backend, None)
+    return _traced(
+        which, [a], {"axis": axis, "keepdims": keepdims}, Tensor._make(out.astype("int64"), a._backend, None)
+    )
 
 
 def argmax(a, axis=None, keepdims=False):
