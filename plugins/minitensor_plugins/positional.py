@@ -32,7 +32,8 @@ def _check_window(name, offset, length, max_len):
     """Positions offset .. offset + length - 1 must exist in a table of max_len rows;
     returns offset as a Python int."""
     try:
-        offset = operator.index(offset)  # ints, NumPy integers; not floats
+        # ints (kept as they are: a length mt.onnx traces is an int subclass), NumPy integers; not floats
+        offset = offset if isinstance(offset, int) else operator.index(offset)
     except TypeError:
         raise TypeError(f"{name}: offset must be an int, got {offset!r}") from None
     if offset < 0:

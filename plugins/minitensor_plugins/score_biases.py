@@ -34,7 +34,8 @@ def _check_int(name, what, value, minimum=None):
     if isinstance(value, (bool, numpy.bool_)):
         raise TypeError(f"{name}: {what} must be an int, got {value!r}")
     try:
-        value = operator.index(value)
+        # ints kept as they are (a length mt.onnx traces is an int subclass), NumPy integers converted
+        value = value if isinstance(value, int) else operator.index(value)
     except TypeError:
         raise TypeError(f"{name}: {what} must be an int, got {value!r}") from None
     if minimum is not None and value < minimum:
