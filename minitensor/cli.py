@@ -32,6 +32,7 @@ from .train.config import (
     detokenize,
     flag_of,
     parse_options,
+    tokenize_line,
     tokenize_text,
 )
 from .train.decoding import SAMPLE_TEMPERATURE, generate, translate
@@ -269,7 +270,42 @@ def _check_input(command, what, text, tokens, vocab, unit, spaces_are_text=False
         )
 
 
+def _export(args):
+    from .onnx.seq2seq import export_encoder_decoder  # the onnx package loads only for this command
+
+    model, config, src_vocab, tgt_vocab, num_steps, tgt_num_steps = _load_for_inference(args.checkpoint)
+    if config.model != "transformer":
+        raise _usage(
+            f"minitensor export writes encoder-decoder Transformers; this checkpoint is a {config.model} model "
+            "(mt.onnx.export writes any module's forward pass from Python)"
+        )
+    paths = export_encoder_decoder(
+        model, args.onnx, src_vocab, tgt_vocab, num_steps, tgt_num_steps or 2 * num_steps, tokens=config.tokens
+    )
+    for path in paths:
+        print(os.path.abspath(path))
+    print(f'translate with: minitensor translate --onnx {args.onnx} "<text>"')
+    return 0
+
+
+def _translate_onnx(args):
+    from .onnx.seq2seq import OnnxTranslator  # ONNX Runtime loads only for this command
+
+    if args.beam != 1 or args.show_attention:
+        raise _usage("--onnx decodes greedily and keeps no attention weights: leave out --beam and --show-attention")
+    translator = OnnxTranslator(args.onnx)
+    word = translator.tokens == "word"
+    for i, line in enumerate(args.text):
+        src = tokenize_line(translator.tokens, line)
+        _check_input("translate", f"input {i + 1}", line, src, translator.src_vocab, "words" if word else "characters")
+        (tokens,) = translator.translate([src], max_len=args.max_len)
+        print((" " if word else "").join(tokens))
+    return 0
+
+
 def _translate(args):
+    if args.onnx:
+        return _translate_onnx(args)
     model, config, src_vocab, tgt_vocab, num_steps, tgt_num_steps = _load_for_command(args, "translate")
     unit = "words" if config.tokens == "word" else "characters"
     sources = [tokenize_text(config, line) for line in args.text]
@@ -494,7 +530,13 @@ def _add_train_parser(sub, common):
     where = "a run folder (its best/ weights, else its latest checkpoint/) or a checkpoint folder"
     t = sub.add_parser("translate", parents=[common], help="translate text with a trained encoder-decoder checkpoint")
     t.add_argument("text", nargs="+", help='source text(s), e.g. "3 May 2021"')
-    t.add_argument("--checkpoint", required=True, metavar="DIR", help=where)
+    model_from = t.add_mutually_exclusive_group(required=True)
+    model_from.add_argument("--checkpoint", metavar="DIR", help=where)
+    model_from.add_argument(
+        "--onnx",
+        metavar="DIR",
+        help="an exported model (minitensor export): greedy decoding with ONNX Runtime, no minitensor model code",
+    )
     t.add_argument(
         "--beam", type=_at_least(1), default=1, metavar="K", help="beam search with K beams (default 1: greedy)"
     )
@@ -505,6 +547,17 @@ def _add_train_parser(sub, common):
         "--device", default="cpu", help="where the model runs (default cpu; a checkpoint loads on any device)"
     )
     t.set_defaults(func=_translate)
+
+    x = sub.add_parser(
+        "export",
+        parents=[common],
+        help="write a trained encoder-decoder Transformer as ONNX graphs (needs the onnx extra)",
+    )
+    x.add_argument("--checkpoint", required=True, metavar="DIR", help=where)
+    x.add_argument(
+        "--onnx", required=True, metavar="DIR", help="the folder for encoder.onnx, decoder_step.onnx, vocab.json"
+    )
+    x.set_defaults(func=_export)
 
     g = sub.add_parser("generate", parents=[common], help="continue a prompt with a trained language-model checkpoint")
     g.add_argument("--checkpoint", required=True, metavar="DIR", help=where)

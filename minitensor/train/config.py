@@ -560,9 +560,12 @@ def build_scheduler(config, optimizer, total_steps):
 
 def tokenize_text(config, text):
     """A line the user typed as the model's source tokens."""
-    if config.tokens == "word":
-        return tokenize(preprocess(text))
-    return list(text)
+    return tokenize_line(config.tokens, text)
+
+
+def tokenize_line(kind, text):
+    """``text`` as tokens of ``kind``: "word" (D2L's preprocessing, then words) or "char"."""
+    return tokenize(preprocess(text)) if kind == "word" else list(text)
 
 
 def detokenize(config, tokens):
