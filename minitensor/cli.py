@@ -271,20 +271,23 @@ def _check_input(command, what, text, tokens, vocab, unit, spaces_are_text=False
 
 
 def _export(args):
-    from .onnx.seq2seq import export_encoder_decoder  # the onnx package loads only for this command
+    # the onnx package loads only for this command
+    from .onnx.lm import export_language_model
+    from .onnx.seq2seq import export_encoder_decoder
 
     model, config, src_vocab, tgt_vocab, num_steps, tgt_num_steps = _load_for_inference(args.checkpoint)
-    if config.model != "transformer":
-        raise _usage(
-            f"minitensor export writes encoder-decoder Transformers; this checkpoint is a {config.model} model "
-            "(mt.onnx.export writes any module's forward pass from Python)"
+    if config.model == "lm":
+        paths = export_language_model(model, args.onnx, tgt_vocab, num_steps, tokens=config.tokens)
+    else:  # a Transformer or a GRU with Bahdanau attention
+        paths = export_encoder_decoder(
+            model, args.onnx, src_vocab, tgt_vocab, num_steps, tgt_num_steps or 2 * num_steps, tokens=config.tokens
         )
-    paths = export_encoder_decoder(
-        model, args.onnx, src_vocab, tgt_vocab, num_steps, tgt_num_steps or 2 * num_steps, tokens=config.tokens
-    )
     for path in paths:
         print(os.path.abspath(path))
-    print(f'translate with: minitensor translate --onnx {args.onnx} "<text>"')
+    if config.model == "lm":
+        print("model.onnx: tokens (batch, num_steps) -> logits (batch, num_steps, vocab), the full-window forward pass")
+    else:
+        print(f'translate with: minitensor translate --onnx {args.onnx} "<text>"')
     return 0
 
 
@@ -293,7 +296,10 @@ def _translate_onnx(args):
 
     if args.beam != 1 or args.show_attention:
         raise _usage("--onnx decodes greedily and keeps no attention weights: leave out --beam and --show-attention")
-    translator = OnnxTranslator(args.onnx)
+    try:
+        translator = OnnxTranslator(args.onnx)
+    except ValueError as e:  # a language model's export: nothing to translate with
+        raise _usage(str(e)) from None
     word = translator.tokens == "word"
     for i, line in enumerate(args.text):
         src = tokenize_line(translator.tokens, line)
@@ -535,7 +541,8 @@ def _add_train_parser(sub, common):
     model_from.add_argument(
         "--onnx",
         metavar="DIR",
-        help="an exported model (minitensor export): greedy decoding with ONNX Runtime, no minitensor model code",
+        help="an exported encoder-decoder (minitensor export of a Transformer or Bahdanau checkpoint): greedy "
+        "decoding with ONNX Runtime, no minitensor model code",
     )
     t.add_argument(
         "--beam", type=_at_least(1), default=1, metavar="K", help="beam search with K beams (default 1: greedy)"
@@ -551,11 +558,20 @@ def _add_train_parser(sub, common):
     x = sub.add_parser(
         "export",
         parents=[common],
-        help="write a trained encoder-decoder Transformer as ONNX graphs (needs the onnx extra)",
+        help="write a trained model as ONNX graphs (needs the onnx extra)",
+        description="Write a trained model as ONNX graphs that ONNX Runtime runs without minitensor. "
+        "An encoder-decoder (Transformer or Bahdanau): encoder.onnx, decoder_step.onnx (one decoding step, "
+        "the decoder's state in and out) and vocab.json, for minitensor translate --onnx DIR. "
+        "A language model: model.onnx, its full-window forward pass (tokens (batch, num_steps) -> logits "
+        "(batch, num_steps, vocab), no key/value cache), and vocab.json.",
     )
     x.add_argument("--checkpoint", required=True, metavar="DIR", help=where)
     x.add_argument(
-        "--onnx", required=True, metavar="DIR", help="the folder for encoder.onnx, decoder_step.onnx, vocab.json"
+        "--onnx",
+        required=True,
+        metavar="DIR",
+        help="the folder for the graphs and vocab.json (encoder.onnx + decoder_step.onnx, or a language "
+        "model's model.onnx)",
     )
     x.set_defaults(func=_export)
 

@@ -66,7 +66,7 @@ class GraphBuilder:
     # -- values ----------------------------------------------------------------------------------
     def constant(self, array, hint="const"):
         """An initializer holding ``array`` (equal constants share one)."""
-        array = numpy.ascontiguousarray(array)
+        array = numpy.asarray(array, order="C")  # (ascontiguousarray would make a 0-d array 1-d)
         key = (array.dtype.str, array.shape, array.tobytes())
         if key not in self._constants:
             name = self.fresh(hint)

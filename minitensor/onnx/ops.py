@@ -20,14 +20,17 @@ import importlib
 
 import numpy
 
-from ..ops import convert, elementwise, indexing, join, norm, reduce, select, shape
+from ..ops import convert, elementwise, entmax, indexing, join, norm, reduce, select, shape
+from ..tensor import Tensor
 from .graph import ExportError, onnx_dtype
 from .trace import SymDim
 
-# ops.matmul, ops.softmax and ops.dropout are also functions of ``minitensor.ops``: the modules by path
+# ops.matmul, ops.softmax... are also functions of ``minitensor.ops``: the modules by path
 matmul = importlib.import_module("minitensor.ops.matmul")
 softmax = importlib.import_module("minitensor.ops.softmax")
 dropout = importlib.import_module("minitensor.ops.dropout")
+sparsemax_ = importlib.import_module("minitensor.ops.sparsemax")
+flash = importlib.import_module("minitensor.ops.flash_attention")
 
 MAPPINGS = {}
 INT64_MAX = numpy.iinfo(numpy.int64).max
@@ -63,8 +66,9 @@ def axes_tensor(g, axes):
 # -- elementwise --------------------------------------------------------------------------------
 def _binary(onnx_op):
     def write(g, node):
-        a, b = node.args
-        return g.op(onnx_op, g.value(a), g.value(b, dtype=node.out.data.dtype))
+        a, b = node.args  # a number on either side (``1 + x`` is Add(1, x)) takes the output's dtype
+        like = node.out.data.dtype
+        return g.op(onnx_op, g.value(a, dtype=like), g.value(b, dtype=like))
 
     return write
 
@@ -181,12 +185,13 @@ def softmax_(g, node):
     return g.op("Softmax", g.value(x), axis=axis)
 
 
-def allowed_positions(g, x, valid_lens, mask):
-    """The bool tensor (broadcastable to ``x``'s (..., Q, K)) of the keys each row may attend
-    to: ``arange(K) < valid_len`` of its row (``lens_per_row``), and ``mask``."""
+def allowed_positions(g, ndim, keys, valid_lens, mask):
+    """The bool tensor (broadcastable to scores (..., Q, K) of ``ndim`` axes, K = ``keys``) of
+    the keys each row may attend to: ``arange(K) < valid_len`` of its row (``lens_per_row``),
+    and ``mask``; None when neither is given."""
     allowed = None
     if valid_lens is not None:
-        lead = x.data.ndim - 1  # the axes of the rows: (batch, ..., Q)
+        lead = ndim - 1  # the axes of the rows: (batch, ..., Q)
         middle = lead - valid_lens.data.ndim
         lens = g.value(valid_lens)
         if valid_lens.data.dtype != numpy.int64:
@@ -194,26 +199,186 @@ def allowed_positions(g, x, valid_lens, mask):
         # (batch, 1 x middle, rest..., 1): batch first, the rest aligned with the last row axes
         new_axes = list(range(1, 1 + middle)) + [lead]
         lens = g.op("Unsqueeze", lens, axes_tensor(g, new_axes))
-        keys = dims(g, x)[-1]
-        positions = g.op("Range", g.scalar(0), g.scalar(keys), g.scalar(1))
-        allowed = g.op("Less", positions, lens)
+        allowed = g.op("Less", _range(g, keys), lens)
     if mask is not None:
         allowed = g.value(mask) if allowed is None else g.op("And", allowed, g.value(mask))
     return allowed
 
 
+def _range(g, n, start=0):
+    """start, start + 1, ..., n - 1 (int64; ``n`` may be a SymDim)."""
+    return g.op("Range", g.scalar(start), g.scalar(n), g.scalar(1))
+
+
+def _arg(node, i, name):
+    """The argument ``name`` of the op, given at position ``i`` or by keyword (None if absent)."""
+    return node.args[i] if len(node.args) > i else node.kwargs.get(name)
+
+
 @maps(softmax.MaskedSoftmax)
 def masked_softmax(g, node):
+    """Softmax over the allowed keys (``allowed_positions``, and scores > -inf), 0 elsewhere:
+    a row with no allowed finite score is zeros, as minitensor's kernel gives (Softmax is NaN)."""
     x = node.args[0]
-    rest = list(node.args[1:]) + [None, None]
-    valid_lens = node.kwargs.get("valid_lens", rest[0])
-    mask = node.kwargs.get("mask", rest[1])
-    allowed = allowed_positions(g, x, valid_lens, mask)
-    if allowed is None:
-        return g.op("Softmax", g.value(x), axis=-1)
+    allowed = allowed_positions(g, x.data.ndim, dims(g, x)[-1], _arg(node, 1, "valid_lens"), _arg(node, 2, "mask"))
+    scores = g.value(x)
+    if allowed is not None:
+        scores = g.op("Where", allowed, scores, _constant_like(g, -numpy.inf, x))
+    weights = g.op("Softmax", scores, axis=-1)
+    # -inf scores (masked, or from a bias) get exactly 0; so does a row that has nothing else
+    kept = g.op("Greater", scores, _constant_like(g, -numpy.inf, x))
+    return g.op("Where", kept, weights, _constant_like(g, 0.0, x))
+
+
+# -- sparse poolings: sparsemax, 1.5-entmax, alpha-entmax ------------------------------------------
+# Each is written from its formula on the scores' own shape (..., K), masked as ``candidate_rows``
+# masks them: a key is a candidate when it is allowed (``valid_lens``, ``mask``) and its score is
+# not -inf; the others are 0 in the sums and get weight 0, so a row with no candidate is zeros.
+def _candidates(g, node, x, valid_lens, mask):
+    """(z, allowed, K): the scores with the non-candidates set to 0, the bool candidates, and
+    the number of keys (a SymDim); as ``candidate_rows``."""
+    scores = g.value(x)
+    if mask is not None:
+        scores = g.op("Where", g.value(mask), scores, _constant_like(g, -numpy.inf, x))
+    allowed = g.op("Greater", scores, _constant_like(g, -numpy.inf, x))
+    keys = dims(g, x)[-1]
+    lens = allowed_positions(g, node.out.data.ndim, keys, valid_lens, None)
+    if lens is not None:
+        allowed = g.op("And", allowed, lens)
+    return g.op("Where", allowed, scores, _constant_like(g, 0.0, x)), allowed, keys
+
+
+def _sorted_candidates(g, z, allowed, keys, x):
+    """Each row sorted in decreasing order (TopK with k = K), its non-candidates last as 0, and
+    the candidates' flags in that order; as ``sorted_candidates``."""
     minus_inf = _constant_like(g, -numpy.inf, x)
-    weights = g.op("Softmax", g.op("Where", allowed, g.value(x), minus_inf), axis=-1)
-    return g.op("Where", allowed, weights, _constant_like(g, 0.0, x))  # a fully masked row: zeros, not NaN
+    values = g.op("TopK", g.op("Where", allowed, z, minus_inf), g.dim(keys), axis=-1, outputs=2)[0]
+    allowed_sorted = g.op("Greater", values, minus_inf)
+    return g.op("Where", allowed_sorted, values, _constant_like(g, 0.0, x)), allowed_sorted
+
+
+def _one_to_k(g, keys, x):
+    """j = 1, 2, ..., K in the scores' dtype."""
+    return g.op("Cast", _range(g, keys + 1, start=1), to=onnx_dtype(x.data.dtype))
+
+
+def _row_sum(g, value):
+    return g.op("ReduceSum", value, axes_tensor(g, [-1]), keepdims=1)
+
+
+@maps(sparsemax_.Sparsemax)
+def sparsemax(g, node):
+    """max(z - tau, 0), tau = (z_(1) + ... + z_(k) - 1) / k: z_(j) the row sorted decreasingly,
+    k the last j with 1 + j z_(j) > z_(1) + ... + z_(j) (CumSum)."""
+    x = node.args[0]
+    z, allowed, keys = _candidates(g, node, x, _arg(node, 1, "valid_lens"), _arg(node, 2, "mask"))
+    z_sorted, allowed_sorted = _sorted_candidates(g, z, allowed, keys, x)
+    cumsum = g.op("CumSum", z_sorted, g.value(-1))
+    j = _one_to_k(g, keys, x)
+    bound = g.op("Add", g.op("Mul", j, z_sorted), _constant_like(g, 1.0, x))
+    in_support = g.op("Cast", g.op("And", allowed_sorted, g.op("Greater", bound, cumsum)), to=onnx_dtype(x.data.dtype))
+    k = _row_sum(g, in_support)
+    top_sum = _row_sum(g, g.op("Mul", z_sorted, in_support))
+    tau = g.op("Div", g.op("Sub", top_sum, _constant_like(g, 1.0, x)), g.op("Max", k, _constant_like(g, 1.0, x)))
+    weights = g.op("Relu", g.op("Sub", z, tau))  # max(z - tau, 0)
+    return g.op("Where", allowed, weights, _constant_like(g, 0.0, x))
+
+
+@maps(entmax.Entmax15)
+def entmax15(g, node):
+    """[z - tau]_+^2 with z = x / 2 shifted by the row max: tau = tau_k, the last k with
+    tau_k <= z_(k), tau_k = M_k - sqrt(max((1 - k (M2_k - M_k^2)) / k, 0)), M_k and M2_k the
+    means of the top k z_(j) and of their squares (CumSum / k)."""
+    x = node.args[0]
+    z, allowed, keys = _candidates(g, node, x, _arg(node, 1, "valid_lens"), _arg(node, 2, "mask"))
+    z = g.op("Div", z, _constant_like(g, 2.0, x))
+    z_sorted, allowed_sorted = _sorted_candidates(g, z, allowed, keys, x)
+    top = g.op("Slice", z_sorted, g.shape([0]), g.shape([1]), axes_tensor(g, [-1]))  # the row max (0: no key)
+    z = g.op("Sub", z, top)
+    z_sorted = g.op("Mul", g.op("Sub", z_sorted, top), g.op("Cast", allowed_sorted, to=onnx_dtype(x.data.dtype)))
+    j = _one_to_k(g, keys, x)
+    mean = g.op("Div", g.op("CumSum", z_sorted, g.value(-1)), j)
+    mean_sq = g.op("Div", g.op("CumSum", g.op("Mul", z_sorted, z_sorted), g.value(-1)), j)
+    spread = g.op("Mul", j, g.op("Sub", mean_sq, g.op("Mul", mean, mean)))
+    delta = g.op("Div", g.op("Sub", _constant_like(g, 1.0, x), spread), j)
+    tau = g.op("Sub", mean, g.op("Sqrt", g.op("Max", delta, _constant_like(g, 0.0, x))))
+    in_support = g.op("And", allowed_sorted, g.op("LessOrEqual", tau, z_sorted))
+    k = _row_sum(g, g.op("Cast", in_support, to=onnx_dtype(numpy.int64)))
+    tau_star = g.op("GatherElements", tau, g.op("Max", g.op("Sub", k, g.value(1)), g.value(0)), axis=-1)
+    shifted = g.op("Relu", g.op("Sub", z, tau_star))
+    return g.op("Where", allowed, g.op("Mul", shifted, shifted), _constant_like(g, 0.0, x))
+
+
+@maps(entmax.AlphaEntmax)
+def alpha_entmax(g, node):
+    """[X - tau]_+^(1 / (alpha - 1)), X = (alpha - 1) z shifted to max 0 (non-candidates at -2),
+    tau by the forward's bisection: from tau = -1 and a bracket of width 1 - (1/d)^(alpha - 1)
+    (d candidates), ``BISECTION_STEPS`` halvings (a Loop) keeping tau where the weights sum to
+    >= 1; then the weights at the bracket's middle, divided by their sum."""
+    x, alpha = node.args[0], node.args[1]
+    z, allowed, _ = _candidates(g, node, x, _arg(node, 2, "valid_lens"), _arg(node, 3, "mask"))
+    if isinstance(alpha, Tensor):  # learned: 0-d or one element, in the graph
+        am1 = g.op("Reshape", g.value(alpha), g.shape([]))
+        if alpha.data.dtype != x.data.dtype:
+            am1 = g.op("Cast", am1, to=onnx_dtype(x.data.dtype))
+        am1 = g.op("Sub", am1, _constant_like(g, 1.0, x))
+        power = g.op("Div", _constant_like(g, 1.0, x), am1)
+    else:  # a float: alpha - 1 and 1 / (alpha - 1) in double, then the scores' dtype, as NumPy
+        am1 = _constant_like(g, float(alpha) - 1.0, x)
+        power = _constant_like(g, 1 / (float(alpha) - 1.0), x)
+    zero, one = _constant_like(g, 0.0, x), _constant_like(g, 1.0, x)
+    X = g.op("Mul", z, am1)
+    top = g.op("ReduceMax", g.op("Where", allowed, X, _constant_like(g, -numpy.inf, x)), axes=[-1], keepdims=1)
+    count = _row_sum(g, g.op("Cast", allowed, to=onnx_dtype(x.data.dtype)))
+    top = g.op("Where", g.op("Greater", count, zero), top, zero)
+    X = g.op("Where", allowed, g.op("Sub", X, top), _constant_like(g, -2.0, x))
+    d = g.op("Max", count, one)
+
+    def weights(tau):
+        return g.op("Pow", g.op("Relu", g.op("Sub", X, tau)), power)
+
+    tau_lo = g.op("Sub", g.op("Mul", d, zero), one)  # -1, one per row
+    width = g.op("Sub", one, g.op("Pow", g.op("Div", one, d), am1))
+    half = _constant_like(g, 0.5, x)
+
+    def bisect(lo, width):
+        width = g.op("Div", width, _constant_like(g, 2.0, x))
+        mid = g.op("Add", lo, width)
+        enough = g.op("GreaterOrEqual", _row_sum(g, weights(mid)), one)
+        return g.op("Where", enough, mid, lo), width
+
+    tau_lo, width = _loop(g, entmax.BISECTION_STEPS, bisect, [tau_lo, width], x.data.dtype)
+    p = g.op("Where", allowed, weights(g.op("Add", tau_lo, g.op("Mul", width, half))), zero)
+    total = _row_sum(g, p)
+    return g.op("Div", p, g.op("Where", g.op("Greater", total, zero), total, one))
+
+
+def _loop(g, steps, body, carried, dtype):
+    """``carried`` (value names of ``dtype``) after ``steps`` runs of ``body(*carried) ->
+    carried``, as one ONNX Loop whose body graph ``body`` writes with ``g`` (outer values are
+    read by name, as ONNX allows)."""
+    from onnx import TensorProto, helper
+
+    outer, g.nodes = g.nodes, []
+    inputs = [g.fresh("step"), g.fresh("cond")] + [g.fresh("carried") for _ in carried]
+    try:
+        results = body(*inputs[2:])
+        cond_out = g.op("Identity", inputs[1])
+    finally:
+        body_nodes, g.nodes = g.nodes, outer
+    element = onnx_dtype(dtype)
+    graph = helper.make_graph(
+        body_nodes,
+        "loop_body",
+        [
+            helper.make_tensor_value_info(inputs[0], TensorProto.INT64, []),
+            helper.make_tensor_value_info(inputs[1], TensorProto.BOOL, []),
+        ]
+        + [helper.make_tensor_value_info(name, element, None) for name in inputs[2:]],
+        [helper.make_tensor_value_info(cond_out, TensorProto.BOOL, [])]
+        + [helper.make_tensor_value_info(name, element, None) for name in results],
+    )
+    return g.op("Loop", g.value(steps), "", *carried, outputs=len(carried), body=graph)
 
 
 # -- shapes ---------------------------------------------------------------------------------------
@@ -250,51 +415,149 @@ def stack(g, node):
 
 @maps(indexing.GetItem)
 def getitem(g, node):
-    """Basic indexing (ints, slices, None, ...): Slice, then Squeeze the int axes, then Unsqueeze
-    the new ones. Lengths in the slices may be SymDims (``P[:, :num_steps]``)."""
+    """``a[index]`` with NumPy's rules: basic parts (ints, slices, None, ...) by Slice, Squeeze
+    and Unsqueeze; integer or bool arrays and tensors (advanced indexing) by Gather or GatherND
+    (``_advanced_getitem``). Lengths in the slices may be SymDims (``P[:, :num_steps]``)."""
     a, index = node.args
-    parts = list(index) if isinstance(index, tuple) else [index]
+    parts = [_index_part(p) for p in (index if isinstance(index, tuple) else (index,))]
+    if any(isinstance(p, (Tensor, numpy.ndarray)) for p in parts):
+        return _advanced_getitem(g, a, parts)
     if not all(p is None or p is Ellipsis or isinstance(p, (int, slice)) for p in parts):
-        raise ExportError(
-            "mt.onnx: indexing with an array or a tensor (advanced indexing) cannot be exported yet; "
-            "use mt.embedding / gather-style ops"
-        )
+        raise ExportError(f"mt.onnx: cannot export indexing with {index!r}")
     ndim = a.data.ndim
     if Ellipsis in parts:
         at = parts.index(Ellipsis)
         used = sum(1 for p in parts if p is not None and p is not Ellipsis)
         parts[at : at + 1] = [slice(None)] * (ndim - used)
-    axis, starts, ends, steps, axes, squeeze, unsqueeze = 0, [], [], [], [], [], []
+    axis, squeeze, unsqueeze = 0, [], []
     out_axis = 0
+    sliced = {}  # axis -> the slice that reads it
     for p in parts:
         if p is None:
             unsqueeze.append(out_axis)
             out_axis += 1
             continue
         if isinstance(p, slice):
-            step = 1 if p.step is None else p.step
-            if (p.start, p.stop, step) != (None, None, 1):
-                default_end = INT64_MAX if step > 0 else -INT64_MAX
-                starts.append(0 if p.start is None and step > 0 else (-1 if p.start is None else p.start))
-                ends.append(default_end if p.stop is None else p.stop)
-                steps.append(step)
-                axes.append(axis)
+            sliced[axis] = p
             out_axis += 1
         else:  # an int: a one-long slice, squeezed away below
-            starts.append(p)
-            ends.append(INT64_MAX if p == -1 else p + 1)
-            steps.append(1)
-            axes.append(axis)
+            sliced[axis] = slice(p, INT64_MAX if p == -1 else p + 1)
             squeeze.append(axis)
         axis += 1
-    out = g.value(a)
-    if axes:
-        out = g.op("Slice", out, g.shape(starts), g.shape(ends), axes_tensor(g, axes), axes_tensor(g, steps))
+    out = _slice(g, g.value(a), sliced)
     if squeeze:
         out = g.op("Squeeze", out, axes_tensor(g, squeeze))
     if unsqueeze:
         out = g.op("Unsqueeze", out, axes_tensor(g, unsqueeze))
     return out if out != g.value(a) else g.op("Identity", out)
+
+
+def _index_part(p):
+    """One part of an index, with lists as arrays and NumPy integers as ints."""
+    if isinstance(p, list):
+        return numpy.asarray(p)
+    if isinstance(p, numpy.integer):
+        return int(p)
+    return p
+
+
+def _slice(g, x, slices):
+    """``x`` read through ``slices`` ({axis: slice}; full slices are skipped): one Slice node."""
+    starts, ends, steps, axes = [], [], [], []
+    for axis, p in slices.items():
+        step = 1 if p.step is None else p.step
+        if (p.start, p.stop, step) == (None, None, 1):
+            continue
+        default_end = INT64_MAX if step > 0 else -INT64_MAX
+        starts.append(0 if p.start is None and step > 0 else (-1 if p.start is None else p.start))
+        ends.append(default_end if p.stop is None else p.stop)
+        steps.append(step)
+        axes.append(axis)
+    if not axes:
+        return x
+    return g.op("Slice", x, g.shape(starts), g.shape(ends), axes_tensor(g, axes), axes_tensor(g, steps))
+
+
+def _advanced_getitem(g, a, parts):
+    """Integer-array indexing, NumPy's rules: the index arrays (and the ints beside them)
+    broadcast together; their shape replaces the axes they index, in place when those axes are
+    adjacent, first otherwise. A bool array stands for its ``nonzero()`` (NonZero for a traced
+    one); ``None`` is a new axis of length 1, read whole; slices are applied first.
+
+    One index array: ``Gather`` on its axis. Several: the indexed axes moved first, the arrays
+    broadcast and stacked on a last axis, ``GatherND``, the result's axes moved in place."""
+
+    def array(p):
+        return p.data if isinstance(p, Tensor) else p
+
+    ndim = a.data.ndim
+    at = next((k for k, p in enumerate(parts) if p is Ellipsis), None)  # (``in`` would compare arrays)
+    if at is not None:
+        used = sum(array(p).ndim if _is_bool(p) else (p is not None and p is not Ellipsis) for p in parts)
+        parts[at : at + 1] = [slice(None)] * (ndim - used)
+    axes, new_axes = [], []  # one entry per axis of ``a`` with its new axes: a slice or an index
+    for p in parts:
+        if p is None:
+            new_axes.append(len(axes))
+            axes.append(slice(None))
+        elif isinstance(p, (slice, int)):
+            axes.append(p)
+        elif _is_bool(p):  # True cells, axis by axis: NumPy's nonzero(), ONNX's NonZero rows
+            if isinstance(p, Tensor):
+                nonzero = g.op("NonZero", g.value(p))
+                axes += [(g.op("Gather", nonzero, g.scalar(k), axis=0), 1) for k in range(p.data.ndim)]
+            else:
+                axes += [c.astype(numpy.int64) for c in numpy.nonzero(p)]
+        elif array(p).dtype.kind in "iu":
+            axes.append(p)
+        else:
+            raise ExportError(f"mt.onnx: cannot index with an array of {array(p).dtype}")
+    x = g.value(a)
+    if new_axes:
+        x = g.op("Unsqueeze", x, axes_tensor(g, new_axes))
+    axes += [slice(None)] * (ndim + len(new_axes) - len(axes))
+    x = _slice(g, x, {axis: p for axis, p in enumerate(axes) if isinstance(p, slice)})
+    picked = [axis for axis, p in enumerate(axes) if not isinstance(p, slice)]
+    ranks = [axes[i][1] if isinstance(axes[i], tuple) else numpy.ndim(array(axes[i])) for i in picked]
+    if len(picked) == 1:
+        return g.op("Gather", x, _index_value(g, axes[picked[0]]), axis=picked[0])
+    rest = [axis for axis in range(len(axes)) if axis not in picked]
+    if picked != list(range(len(picked))):
+        x = g.op("Transpose", x, perm=picked + rest)
+    indices = [axes[i] for i in picked]
+    if all(isinstance(i, (int, numpy.ndarray)) for i in indices):  # all constants: stacked here
+        stacked = g.constant(numpy.stack(numpy.broadcast_arrays(*indices), axis=-1).astype(numpy.int64), "index")
+    else:  # i + (0 * i_1 + 0 * i_2 + ...): each index broadcast to their common shape
+        names = [_index_value(g, i) for i in indices]
+        zero = g.value(0)
+        common = names[0] if len(names) == 1 else g.op("Mul", names[0], zero)
+        for name in names[1:]:
+            common = g.op("Add", common, g.op("Mul", name, zero))
+        last = axes_tensor(g, [-1])
+        stacked = g.op("Concat", *[g.op("Unsqueeze", g.op("Add", n, common), last) for n in names], axis=-1)
+    out = g.op("GatherND", x, stacked)  # (broadcast shape..., the other axes...)
+    first, nb = picked[0], max(ranks)
+    if picked == list(range(first, first + len(picked))) and first > 0:  # adjacent: back in place
+        perm = [nb + i for i in range(first)] + list(range(nb)) + [nb + i for i in range(first, len(rest))]
+        out = g.op("Transpose", out, perm=perm)
+    return out
+
+
+def _is_bool(p):
+    return isinstance(p, (Tensor, numpy.ndarray)) and (p.data if isinstance(p, Tensor) else p).dtype.kind == "b"
+
+
+def _index_value(g, index):
+    """An index part as an int64 value: an int, an integer array or Tensor, or (name, ndim) of
+    one computed in the graph."""
+    if isinstance(index, tuple):
+        return index[0]
+    if isinstance(index, int):
+        return g.value(index)
+    if isinstance(index, numpy.ndarray):
+        return g.constant(index.astype(numpy.int64), "index")
+    name = g.value(index)
+    return name if index.data.dtype == numpy.int64 else g.op("Cast", name, to=onnx_dtype(numpy.int64))
 
 
 # -- reductions -----------------------------------------------------------------------------------

@@ -69,6 +69,9 @@ class GetItem(Function):
 
     @staticmethod
     def forward(ctx, a, index):
+        index = normalize_index(index)  # index tensors come inside ``index``, seen by mt.onnx's tracer
+        if type(index) is tuple and len(index) == 1 and not _is_basic(index):
+            index = index[0]  # x[(i,)] is x[i]: one array, for the backends' fast scatter-add
         ctx.shape, ctx.dtype, ctx.index = a.shape, a.dtype, index
         if ctx.backend.device != "cpu" and not _is_basic(index):
             _check_array_parts(a.shape, index)
@@ -94,7 +97,10 @@ def getitem(a, index):
     Backward writes the gradient into zeros of a's shape at the positions read, adding it up
     where integer-array indexing read one element several times (``x[[0, 0, 1]]``).
     """
-    return GetItem.apply(a, normalize_index(index, a))
+    normalize_index(index, a)  # index tensors on another device: a clear error now
+    if isinstance(index, Tensor):  # kept inside the index (not a second input of the op)
+        index = (index,)
+    return GetItem.apply(a, index)
 
 
 class Embedding(Function):
