@@ -11,8 +11,10 @@ def _shape(shape):
     return tuple(shape)
 
 
-def _leaf(data, backend, requires_grad):
+def _leaf(data, backend, requires_grad, shape=None, fill=None):
     t = Tensor._make(data, backend, None)
+    if shape is not None:  # zeros/ones/full: mt.onnx keeps a traced length in the shape computed
+        _traced("full", [shape, fill], {}, t)
     return t.requires_grad_(True) if requires_grad else t
 
 
@@ -22,15 +24,15 @@ def zeros(*shape, dtype=None, device="cpu", requires_grad=False):
     ``dtype`` defaults to float32; ``device`` is ``"cpu"`` or ``"cuda"``; ``requires_grad=True``
     makes it a leaf that collects gradients (floating-point dtypes only).
     """
-    b = get_backend(device)
-    return _leaf(b.xp.zeros(_shape(shape), dtype=as_dtype(dtype) or float32), b, requires_grad)
+    b, shape = get_backend(device), _shape(shape)
+    return _leaf(b.xp.zeros(shape, dtype=as_dtype(dtype) or float32), b, requires_grad, shape, 0)
 
 
 def ones(*shape, dtype=None, device="cpu", requires_grad=False):
     """A new leaf tensor of the given shape filled with 1: ``ones(2, 3)`` or ``ones((2, 3))``;
     ``dtype`` (default float32), ``device`` and ``requires_grad`` as for ``zeros``."""
-    b = get_backend(device)
-    return _leaf(b.xp.ones(_shape(shape), dtype=as_dtype(dtype) or float32), b, requires_grad)
+    b, shape = get_backend(device), _shape(shape)
+    return _leaf(b.xp.ones(shape, dtype=as_dtype(dtype) or float32), b, requires_grad, shape, 1)
 
 
 def full(shape, fill_value, dtype=None, device="cpu", requires_grad=False):
@@ -38,7 +40,7 @@ def full(shape, fill_value, dtype=None, device="cpu", requires_grad=False):
     ``dtype`` (default float32), ``device`` and ``requires_grad`` as for ``zeros``."""
     b = get_backend(device)
     shape = (shape,) if isinstance(shape, int) else tuple(shape)
-    return _leaf(b.xp.full(shape, fill_value, dtype=as_dtype(dtype) or float32), b, requires_grad)
+    return _leaf(b.xp.full(shape, fill_value, dtype=as_dtype(dtype) or float32), b, requires_grad, shape, fill_value)
 
 
 def arange(start, stop=None, step=1, dtype=None, device="cpu"):

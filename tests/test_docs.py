@@ -129,6 +129,7 @@ def test_every_public_name_has_its_docstring_in_the_api_reference(site):
         "minitensor.plugins": "plugins",
         "minitensor.testing": "testing",
         "minitensor.viz": "viz",
+        "minitensor.onnx": "onnx",
     }
     modules = {name: importlib.import_module(name) for name in pages}
 

@@ -654,7 +654,7 @@ class MultiHeadAttention(Module):
             window = getattr(self.positional, "window", None)
         scale = _STREAMED_SCORERS[self.attention.scorer_name](self.head_size)
         plan = stream_plan(q, k, v, valid_lens, mask, causal, scale, table, window, q_offset, k_offset)
-        heads = FlashAttention.apply(q, k, v, table, plan=plan)
+        heads = FlashAttention.apply(q, k, v, table, plan=plan, masks=plan.masks)
         self._stream, self.attention.attention_weights = plan, None
         return heads
 

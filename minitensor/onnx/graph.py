@@ -96,6 +96,10 @@ class GraphBuilder:
             return self.constant(x if dtype is None else x.astype(dtype))
         raise ExportError(f"mt.onnx: cannot write {type(x).__name__} {x!r} as an ONNX value")
 
+    def tensor_attribute(self, array):
+        """``array`` as a TensorProto, for an attribute that holds a tensor (ConstantOfShape's value)."""
+        return self._numpy_helper.from_array(numpy.asarray(array), "value")
+
     # -- lengths ---------------------------------------------------------------------------------
     def dim(self, d):
         """A length as a 1-D int64 tensor of one element: computed in the graph for a SymDim of

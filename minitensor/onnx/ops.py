@@ -6,14 +6,20 @@ recorded ``Node`` (``node.args``, ``node.kwargs``, ``node.out``: what the op got
 way, as a ``to_onnx(g, node)`` static method on the class; one with neither is an
 ``ExportError`` that names it.
 
-Two ops need more than one ONNX operator to mean the same thing:
+Some ops need more than one ONNX operator to mean the same thing:
 
-- ``masked_softmax``: ONNX's Softmax of a row whose every score is -inf is NaN; minitensor's
-  is zeros (a query with nothing to attend to attends to nothing). So the allowed positions
-  are computed once (``arange(K) < valid_len``, and the mask), the scores outside them set to
-  -inf, and the weights outside them set to exactly 0 after the Softmax: a fully masked row
-  comes out zeros, its NaNs never leave the node.
+- ``masked_softmax`` (and ``softmax``): ONNX's Softmax of a row whose every score is -inf is
+  NaN; minitensor's is zeros (a query with nothing to attend to attends to nothing). So the
+  allowed positions are computed once (``arange(K) < valid_len``, and the mask), the scores
+  outside them set to -inf, and every -inf score's weight set to exactly 0 after the Softmax:
+  a fully masked row (or one that a -inf bias, a sliding window, leaves empty) comes out
+  zeros, its NaNs never leave the node.
 - ``Linear`` stores W as (out, in), PyTorch's layout: y = x W^T + b is MatMul(x, Transpose(W)).
+- indexing with integer or bool arrays (NumPy's advanced indexing): Gather or GatherND, the
+  axes moved as NumPy moves them (``getitem``).
+- the sparse poolings (``sparsemax``, ``entmax15``, ``alpha_entmax``): their forward passes'
+  formulas, the sort by TopK, the cumulative sums by CumSum, the bisection by a Loop.
+- ``FlashAttention`` (streamed attention): the same attention computed on whole arrays.
 """
 
 import importlib
@@ -33,6 +39,8 @@ sparsemax_ = importlib.import_module("minitensor.ops.sparsemax")
 flash = importlib.import_module("minitensor.ops.flash_attention")
 
 MAPPINGS = {}
+"""{op: function(g, node) -> output name}: the ONNX form of each built-in op (a Function class, or
+the name of an op made outside the graph such as "lt" or "arange"); ``maps`` fills it."""
 INT64_MAX = numpy.iinfo(numpy.int64).max
 
 
@@ -60,12 +68,29 @@ def dims(g, tensor):
 
 
 def axes_tensor(g, axes):
+    """``axes`` as the 1-D int64 constant that Squeeze, Unsqueeze, Slice and ReduceSum take."""
     return g.constant(numpy.array(list(axes), dtype=numpy.int64), "axes")
+
+
+def _range(g, n, start=0):
+    """start, start + 1, ..., n - 1 (int64; ``n`` may be a SymDim)."""
+    return g.op("Range", g.scalar(start), g.scalar(n), g.scalar(1))
+
+
+def _arg(node, i, name):
+    """The argument ``name`` of the op, given at position ``i`` or by keyword (None if absent)."""
+    return node.args[i] if len(node.args) > i else node.kwargs.get(name)
+
+
+def _row_sum(g, value):
+    """The sum over the last axis, kept as an axis of length 1."""
+    return g.op("ReduceSum", value, axes_tensor(g, [-1]), keepdims=1)
 
 
 # -- elementwise --------------------------------------------------------------------------------
 def _binary(onnx_op):
     def write(g, node):
+        """a <op> b, elementwise with broadcasting (or the matrix product)."""
         a, b = node.args  # a number on either side (``1 + x`` is Add(1, x)) takes the output's dtype
         like = node.out.data.dtype
         return g.op(onnx_op, g.value(a, dtype=like), g.value(b, dtype=like))
@@ -86,6 +111,7 @@ for _op, _onnx in [
 
 def _unary(onnx_op):
     def write(g, node):
+        """f(a), elementwise."""
         return g.op(onnx_op, g.value(node.args[0]))
 
     return write
@@ -105,6 +131,7 @@ for _op, _onnx in [
 
 
 def _constant_like(g, value, tensor):
+    """The number ``value`` as a 0-d constant of ``tensor``'s dtype."""
     return g.value(value, dtype=tensor.data.dtype)
 
 
@@ -128,6 +155,7 @@ def gelu_tanh(g, node):
 
 @maps(elementwise.Clip)
 def clip(g, node):
+    """min(max(a, low), high), either bound may be absent."""
     a = node.args[0]
     low, high = (
         node.kwargs.get("low", node.args[1] if len(node.args) > 1 else None),
@@ -139,6 +167,7 @@ def clip(g, node):
 
 @maps(select.Where)
 def where(g, node):
+    """a where cond, else b."""
     cond, a, b = node.args
     like = node.out.data.dtype
     return g.op("Where", g.value(cond), g.value(a, dtype=like), g.value(b, dtype=like))
@@ -146,17 +175,20 @@ def where(g, node):
 
 @maps(convert.AsType)
 def astype(g, node):
+    """a converted to the output's dtype."""
     return g.op("Cast", g.value(node.args[0]), to=onnx_dtype(node.out.data.dtype))
 
 
 @maps(dropout.Dropout)
 def dropout_in_training(g, node):
+    """Refused: dropout in eval mode is the identity and never records a node."""
     raise ExportError("mt.onnx: dropout ran in training mode; export a model in eval mode (model.eval())")
 
 
 # -- products and normalisation -------------------------------------------------------------------
 @maps(matmul.Linear)
 def linear(g, node):
+    """x W^T + b."""
     x, weight, bias = node.args
     y = g.op("MatMul", g.value(x), g.op("Transpose", g.value(weight), perm=[1, 0]))
     return y if bias is None else g.op("Add", y, g.value(bias))
@@ -164,6 +196,7 @@ def linear(g, node):
 
 @maps(norm.LayerNorm)
 def layer_norm(g, node):
+    """(x - mean) / sqrt(var + eps) * weight + bias over the last ``num_axes`` axes."""
     x, weight, bias, num_axes, eps = node.args
     normalized = x.data.shape[x.data.ndim - num_axes :]
     scale = g.value(weight) if weight is not None else g.constant(numpy.ones(normalized, x.data.dtype), "ones")
@@ -173,6 +206,7 @@ def layer_norm(g, node):
 
 @maps(indexing.Embedding)
 def embedding(g, node):
+    """weight[indices]: the rows picked."""
     weight, indices = node.args
     return g.op("Gather", g.value(weight), g.value(indices), axis=0)
 
@@ -180,9 +214,12 @@ def embedding(g, node):
 # -- softmax and friends --------------------------------------------------------------------------
 @maps(softmax.Softmax)
 def softmax_(g, node):
+    """exp(x - max) / sum exp(x - max) along ``axis``; a row of -inf is zeros, as minitensor's kernel gives."""
     x = node.args[0]
     axis = node.kwargs.get("axis", node.args[1] if len(node.args) > 1 else -1)
-    return g.op("Softmax", g.value(x), axis=axis)
+    scores = g.value(x)
+    kept = g.op("Greater", scores, _constant_like(g, -numpy.inf, x))
+    return g.op("Where", kept, g.op("Softmax", scores, axis=axis), _constant_like(g, 0.0, x))
 
 
 def allowed_positions(g, ndim, keys, valid_lens, mask):
@@ -203,16 +240,6 @@ def allowed_positions(g, ndim, keys, valid_lens, mask):
     if mask is not None:
         allowed = g.value(mask) if allowed is None else g.op("And", allowed, g.value(mask))
     return allowed
-
-
-def _range(g, n, start=0):
-    """start, start + 1, ..., n - 1 (int64; ``n`` may be a SymDim)."""
-    return g.op("Range", g.scalar(start), g.scalar(n), g.scalar(1))
-
-
-def _arg(node, i, name):
-    """The argument ``name`` of the op, given at position ``i`` or by keyword (None if absent)."""
-    return node.args[i] if len(node.args) > i else node.kwargs.get(name)
 
 
 @maps(softmax.MaskedSoftmax)
@@ -260,10 +287,6 @@ def _sorted_candidates(g, z, allowed, keys, x):
 def _one_to_k(g, keys, x):
     """j = 1, 2, ..., K in the scores' dtype."""
     return g.op("Cast", _range(g, keys + 1, start=1), to=onnx_dtype(x.data.dtype))
-
-
-def _row_sum(g, value):
-    return g.op("ReduceSum", value, axes_tensor(g, [-1]), keepdims=1)
 
 
 @maps(sparsemax_.Sparsemax)
@@ -381,33 +404,79 @@ def _loop(g, steps, body, carried, dtype):
     return g.op("Loop", g.value(steps), "", *carried, outputs=len(carried), body=graph)
 
 
+# -- streamed attention ---------------------------------------------------------------------------
+@maps(flash.FlashAttention)
+def flash_attention(g, node):
+    """The attention FlashAttention streams, as whole arrays: S = (scale q) k^T (+ table[h,
+    j - i + Q - 1]), -inf where masked (valid_lens, mask, causal: j - i <= K - Q), then
+    exp(S - m) with m the row max (0 for a row of -inf), normalised after the product with v:
+    a row with no key is zeros. Query head h reads key/value head h // (H / g)."""
+    q, k, v, table = node.args
+    plan = node.kwargs["plan"]
+    valid_lens, mask = node.kwargs.get("masks") or (None, None)
+    heads, groups, d = q.data.shape[1], k.data.shape[1], q.data.shape[-1]
+    queries, keys = dims(g, q)[2], dims(g, k)[2]
+    scaled = g.op("Mul", g.value(q), _constant_like(g, q.data.dtype.type(plan.scale), q))
+    # the r = H / g query heads of a group stacked, (batch, g, r Q, d), against the group's keys
+    grouped = g.op("Reshape", scaled, g.shape([0, groups, -1, d]))
+    scores = g.op("MatMul", grouped, g.op("Transpose", g.value(k), perm=[0, 1, 3, 2]))
+    scores = g.op("Reshape", scores, g.shape([0, heads, -1, 0]))  # (batch, H, Q, K)
+    if table is not None:
+        i = g.op("Unsqueeze", _range(g, queries), axes_tensor(g, [1]))
+        j = g.op("Unsqueeze", _range(g, keys), axes_tensor(g, [0]))
+        columns = g.op("Add", g.op("Sub", j, i), g.scalar(queries - 1))  # (j - i) + (Q - 1)
+        scores = g.op("Add", scores, g.op("Gather", g.value(table), columns, axis=1))
+    allowed = allowed_positions(g, 4, keys, valid_lens, mask)
+    if plan.causal:
+        i = g.op("Unsqueeze", _range(g, queries), axes_tensor(g, [1]))
+        future = g.op("Sub", g.op("Unsqueeze", _range(g, keys), axes_tensor(g, [0])), i)
+        causal = g.op("LessOrEqual", future, g.scalar(keys - queries))
+        allowed = causal if allowed is None else g.op("And", allowed, causal)
+    minus_inf = _constant_like(g, -numpy.inf, q)
+    if allowed is not None:
+        scores = g.op("Where", allowed, scores, minus_inf)
+    top = g.op("ReduceMax", scores, axes=[-1], keepdims=1)
+    shift = g.op("Where", g.op("Equal", top, minus_inf), _constant_like(g, 0.0, q), top)
+    weights = g.op("Exp", g.op("Sub", scores, shift))  # unnormalised: exp(-inf) = 0 for masked keys
+    total = _row_sum(g, weights)
+    grouped = g.op("Reshape", weights, g.shape([0, groups, -1, 0]))  # (batch, g, r Q, K)
+    out = g.op("Reshape", g.op("MatMul", grouped, g.value(v)), g.shape([0, heads, -1, v.data.shape[-1]]))
+    seen = g.op("Greater", total, _constant_like(g, 0.0, q))
+    return g.op("Div", out, g.op("Where", seen, total, _constant_like(g, 1.0, q)))
+
+
 # -- shapes ---------------------------------------------------------------------------------------
 @maps(shape.Reshape)
 def reshape(g, node):
+    """a with the new shape (its lengths computed in the graph where they are traced)."""
     a, new_shape = node.args
     return g.op("Reshape", g.value(a), g.shape(tuple(new_shape)))
 
 
 @maps(shape.Permute)
 def permute(g, node):
+    """a with its axes reordered."""
     a, axes = node.args
     return g.op("Transpose", g.value(a), perm=[int(x) % a.data.ndim for x in axes])
 
 
 @maps(shape.BroadcastTo)
 def broadcast_to(g, node):
+    """a repeated along its axes of length 1 to the new shape."""
     a, new_shape = node.args
     return g.op("Expand", g.value(a), g.shape(tuple(new_shape)))
 
 
 @maps(join.Concat)
 def concat(g, node):
+    """The tensors joined along an existing axis."""
     axis = node.kwargs.get("axis", 0)
     return g.op("Concat", *[g.value(t) for t in node.args], axis=axis)
 
 
 @maps(join.Stack)
 def stack(g, node):
+    """The tensors joined along a new axis."""
     axis = node.kwargs.get("axis", 0) % (node.out.data.ndim)
     parts = [g.op("Unsqueeze", g.value(t), axes_tensor(g, [axis])) for t in node.args]
     return g.op("Concat", *parts, axis=axis)
@@ -574,6 +643,7 @@ def _keepdims(node):
 
 @maps(reduce.Sum)
 def sum_(g, node):
+    """The sum over ``axis`` (all axes by default)."""
     a = node.args[0]
     axes = _axes(node, a.data.ndim)
     inputs = [g.value(a)] + ([] if axes is None else [axes_tensor(g, axes)])
@@ -582,6 +652,7 @@ def sum_(g, node):
 
 def _reduce_attr(onnx_op):
     def write(g, node):
+        """The mean / max over ``axis`` (all axes by default)."""
         a = node.args[0]
         axes = _axes(node, a.data.ndim)
         attrs = {"keepdims": _keepdims(node)} | ({} if axes is None else {"axes": axes})
@@ -596,6 +667,7 @@ MAPPINGS[reduce.Max] = _reduce_attr("ReduceMax")
 
 @maps(reduce.Var)
 def var(g, node):
+    """sum (a - mean)^2 / max(n - correction, 0) over ``axis``."""
     a = node.args[0]
     axes = _axes(node, a.data.ndim) or list(range(a.data.ndim))
     correction = node.kwargs.get("correction", 1)
@@ -620,6 +692,7 @@ for _name, _onnx in [
 ]:
 
     def _compare(g, node, _onnx=_onnx):
+        """a < b, a <= b, ... elementwise, as bools."""
         a, b = node.args
         return g.op(_onnx, g.value(a), g.value(b, dtype=a.data.dtype))
 
@@ -628,6 +701,7 @@ for _name, _onnx in [
 
 @maps("ne")
 def not_equal(g, node):
+    """a != b elementwise, as bools."""
     a, b = node.args
     return g.op("Not", g.op("Equal", g.value(a), g.value(b, dtype=a.data.dtype)))
 
@@ -635,6 +709,7 @@ def not_equal(g, node):
 for _name, _onnx in [("and", "And"), ("or", "Or"), ("xor", "Xor")]:
 
     def _logical(g, node, _onnx=_onnx):
+        """a & b, a | b, a ^ b of bool tensors."""
         a, b = node.args
         if a.data.dtype != numpy.bool_:
             raise ExportError(f"mt.onnx: {_onnx.lower()} of {a.data.dtype} tensors (bitwise) cannot be exported")
@@ -645,6 +720,7 @@ for _name, _onnx in [("and", "And"), ("or", "Or"), ("xor", "Xor")]:
 
 @maps("invert")
 def invert(g, node):
+    """~a of a bool tensor."""
     (a,) = node.args
     if a.data.dtype != numpy.bool_:
         raise ExportError(f"mt.onnx: ~ of a {a.data.dtype} tensor (bitwise not) cannot be exported")
@@ -653,6 +729,7 @@ def invert(g, node):
 
 @maps("any", "all")
 def any_all(g, node):
+    """Whether any / every element along ``axis`` is True."""
     (a,) = node.args
     axis = node.kwargs.get("axis")
     as_int = g.op("Cast", g.value(a), to=onnx_dtype(numpy.int64))
@@ -663,6 +740,7 @@ def any_all(g, node):
 
 @maps("arange")
 def arange(g, node):
+    """start, start + step, ... below stop (the bounds may be traced lengths)."""
     start, stop, step = node.args
     dtype = node.out.data.dtype
     if dtype == numpy.int64:
@@ -676,6 +754,7 @@ def arange(g, node):
 
 @maps("argmax", "argmin")
 def arg_extreme(g, node):
+    """The index of the largest / smallest element along ``axis`` (of all, flattened, by default)."""
     (a,) = node.args
     axis, keepdims = node.kwargs["axis"], node.kwargs["keepdims"]
     x = g.value(a)
@@ -686,4 +765,13 @@ def arg_extreme(g, node):
 
 @maps("astype")
 def cast(g, node):
+    """a converted to the output's dtype (made outside the graph)."""
     return g.op("Cast", g.value(node.args[0]), to=onnx_dtype(node.out.data.dtype))
+
+
+@maps("full")
+def full(g, node):
+    """zeros / ones / full of a shape that may hold traced lengths: ConstantOfShape."""
+    shape, fill = node.args
+    value = numpy.array([fill], dtype=node.out.data.dtype)
+    return g.op("ConstantOfShape", g.shape(tuple(shape)), value=g.tensor_attribute(value))

@@ -263,12 +263,14 @@ class FlashAttention(Function):
     """out = softmax(scale Q K^T + B, masked) V, streamed over tiles (see the module docstring).
 
     Inputs: q (batch, H, Q, d), k and v (batch, g, K, d), ``table`` the relative bias
-    (H, Q + K - 1) or None; everything else is in ``plan`` (a ``StreamPlan``). Saves q, k, v,
-    the output and the log-sum-exp per row: nothing of size Q x K.
+    (H, Q + K - 1) or None; everything else is in ``plan`` (a ``StreamPlan``). ``masks``: the
+    plan's ``masks``, the valid_lens and mask Tensors its arrays came from, unused here but
+    given so that ``mt.onnx``'s tracer records them. Saves q, k, v, the output and the
+    log-sum-exp per row: nothing of size Q x K.
     """
 
     @staticmethod
-    def forward(ctx, q, k, v, table, plan):
+    def forward(ctx, q, k, v, table, plan, masks=None):
         # ``table`` is an input so that autograd gives it a gradient; the tiles read it as
         # plan.table (the same array), where ``plan.scores`` adds it
         xp = ctx.xp
@@ -405,7 +407,7 @@ def flash_attention(
         block_q=block_q,
         block_k=block_k,
     )
-    out = FlashAttention.apply(queries, keys, values, relative_bias, plan=plan)
+    out = FlashAttention.apply(queries, keys, values, relative_bias, plan=plan, masks=plan.masks)
     if return_lse:
         lse = Tensor._make(plan.lse.reshape(queries.shape[:-1]), queries._backend, None)
         return out, lse
@@ -453,8 +455,9 @@ def stream_plan(
                 f"flash_attention: relative_bias of shape {got}; expected (num_heads, Q + K - 1) = {want}, one "
                 "column per distance"
             )
-    data = [None if x is None else x.data for x in as_mask_tensors(queries, valid_lens, mask)]
-    return StreamPlan(
+    masks = as_mask_tensors(queries, valid_lens, mask)
+    data = [None if x is None else x.data for x in masks]
+    plan = StreamPlan(
         queries._backend,
         queries.shape,
         keys.shape,
@@ -469,3 +472,5 @@ def stream_plan(
         block_q,
         block_k,
     )
+    plan.masks = masks  # the Tensors (valid_lens, mask), for FlashAttention.apply
+    return plan

@@ -14,9 +14,11 @@ All three built-ins here are *relative*: B[h, i, j] depends only on the distance
 j - i (key position minus query position), so each offers ``relative_bias(min_distance,
 max_distance)``, the (num_heads, D) table of the D = max - min + 1 distinct values, O(T)
 numbers instead of O(T^2): what a streaming (fused) attention kernel would read.
-``forward`` is built from it by indexing with a distance grid computed on the host, so both
-give the same numbers and gradients reach a learned table through either. None has a length
-limit: ``max_len`` is accepted (the models pass it to every encoding) and ignored.
+``forward`` is built from it by indexing with the grid of distances, so both give the same
+numbers and gradients reach a learned table through either. The distances are made with
+tensor ops (``mt.arange``, arithmetic, comparisons), not NumPy, so that ``mt.onnx.export``
+records them and the exported graph computes them for any length. None has a length limit:
+``max_len`` is accepted (the models pass it to every encoding) and ignored.
 """
 
 import math
@@ -59,14 +61,14 @@ class _RelativeScoreBias(nn.Module):
         self.num_heads = _check_int(name, "num_heads", num_heads, 1)
         self.max_len = max_len  # no limit: any length works
 
-    def _distances(self, min_distance, max_distance):
-        """The distances min .. max as a host int64 array (checked)."""
+    def _distances(self, min_distance, max_distance, device):
+        """The distances min .. max as an int64 tensor on ``device`` (checked)."""
         name = f"{type(self).__name__}.relative_bias"
         low = _check_int(name, "min_distance", min_distance)
         high = _check_int(name, "max_distance", max_distance)
         if high < low:
             raise ValueError(f"{name}: max_distance={high} is below min_distance={low}")
-        return numpy.arange(low, high + 1, dtype=numpy.int64)
+        return mt.arange(low, high + 1, dtype=mt.int64, device=device)
 
     def forward(self, num_queries, num_keys, q_offset=0, k_offset=0):
         """B (num_heads, Q, K) with B[h, i, j] = relative_bias at distance
@@ -82,9 +84,10 @@ class _RelativeScoreBias(nn.Module):
         low = k_offset - (q_offset + Q - 1)  # the smallest distance: last query, first key
         table = self.relative_bias(low, k_offset + K - 1 - q_offset)  # (num_heads, Q + K - 1)
         # column of cell (i, j): its distance minus the smallest one, (j - i) + (Q - 1)
-        columns = numpy.arange(K, dtype=numpy.int64)[None, :] - numpy.arange(Q, dtype=numpy.int64)[:, None] + (Q - 1)
+        keys, queries = mt.arange(K, device=table.device), mt.arange(Q, device=table.device)
+        columns = keys.reshape(1, K) - queries.reshape(Q, 1) + (Q - 1)
         # integer-array indexing is differentiable: a learned table's gradient is scatter-added
-        return table[:, mt.tensor(columns, device=table.device)]
+        return table[:, columns]
 
 
 class ALiBi(_RelativeScoreBias):
@@ -125,8 +128,8 @@ class ALiBi(_RelativeScoreBias):
 
     def relative_bias(self, min_distance, max_distance):
         """(num_heads, D): column c is -m_h |d| at distance d = min_distance + c."""
-        minus_d = (-numpy.abs(self._distances(min_distance, max_distance))).astype(numpy.float64)  # 0, not -0
-        minus_d = mt.tensor(minus_d, dtype=self.slopes.dtype, device=self.slopes.device)
+        distances = self._distances(min_distance, max_distance, self.slopes.device)
+        minus_d = (-distances.abs()).astype(self.slopes.dtype)  # negated as integers: 0, not -0
         return self.slopes.reshape(self.num_heads, 1) * minus_d.reshape(1, -1)
 
     def extra_repr(self):
@@ -197,6 +200,12 @@ class T5RelativeBias(_RelativeScoreBias):
             )
         self.table = nn.Parameter(mt.zeros(self.num_buckets, self.num_heads, dtype=dtype, device=device))
         nn.init.normal_(self.table, 0.0, std)
+        # The buckets of the distances -L .. L, L = 2 max_distance, computed once: every distance
+        # beyond +-L is in the last bucket of its sign, as +-L is (the buckets grow with |d| and
+        # reach the last one by |d| = max_distance, up to the float32 rounding of the log step).
+        self.reach = 2 * self.max_distance
+        lookup = self.bucket(numpy.arange(-self.reach, self.reach + 1))
+        self.register_buffer("buckets", mt.tensor(lookup, dtype=mt.int64, device=device), persistent=False)
 
     def bucket(self, relative_position):
         """T5's bucket of each distance (key position - query position), a host int64 array."""
@@ -204,8 +213,9 @@ class T5RelativeBias(_RelativeScoreBias):
 
     def relative_bias(self, min_distance, max_distance):
         """(num_heads, D): column c is table[bucket(min_distance + c)], differentiable w.r.t. the table."""
-        buckets = self.bucket(self._distances(min_distance, max_distance))
-        return self.table[mt.tensor(buckets, device=self.table.device)].swapaxes(0, 1)
+        distances = self._distances(min_distance, max_distance, self.table.device)
+        buckets = self.buckets[distances.clip(-self.reach, self.reach) + self.reach]  # bucket(d), any d
+        return self.table[buckets].swapaxes(0, 1)
 
     def extra_repr(self):
         return (
@@ -261,9 +271,9 @@ class SlidingWindow(_RelativeScoreBias):
 
     def relative_bias(self, min_distance, max_distance):
         """(num_heads, D): 0 at distances |d| <= window, -inf beyond."""
-        outside = (numpy.abs(self._distances(min_distance, max_distance)) > self.window).astype(numpy.int64)
-        pick = numpy.broadcast_to(outside, (self.num_heads, outside.size)).copy()
-        return self.values[mt.tensor(pick, device=self.values.device)]
+        distances = self._distances(min_distance, max_distance, self.values.device)
+        outside = (distances.abs() > self.window).astype(mt.int64)  # 1 picks values[1] = -inf
+        return self.values[outside.reshape(1, -1).expand(self.num_heads, -1)]
 
     def extra_repr(self):
         return f"num_heads={self.num_heads}, window={self.window}"
