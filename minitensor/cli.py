@@ -36,7 +36,15 @@ from .train.config import (
     tokenize_text,
 )
 from .train.decoding import SAMPLE_TEMPERATURE, generate, translate
-from .train.distributed import DIST_EXTRA, DistributedError, check_workers, import_mpi, launched_size
+from .train.distributed import (
+    DIST_EXTRA,
+    DistributedError,
+    check_workers,
+    import_mpi,
+    launched_rank,
+    launched_size,
+    world,
+)
 from .train.loop import TrainingError, train
 from .train.plots import plot_cross_attention, plot_seq2seq_attention
 from .train.run import BEST_DIR, CHECKPOINT_DIR, holds_run, load_run_checkpoint, nothing_to_resume
@@ -715,7 +723,7 @@ def main(argv=None):
     args.argv = argv  # --workers starts mpiexec with this same command line
     prog = f"minitensor {args.command}" if args.command else "minitensor"
     if launched_size() > 1:  # one of the processes of `mpiexec -n N minitensor train`: say which
-        prog += f" (rank {_launched_rank()} of {launched_size()})"
+        prog += f" (rank {launched_rank()} of {launched_size()})"
     debug = getattr(args, "debug", None) or os.environ.get("MINITENSOR_DEBUG", "").strip() not in ("", "0")
     with warnings.catch_warnings():
         if not debug:
@@ -751,24 +759,15 @@ def main(argv=None):
             return _end_job(EXIT_FAILED)
 
 
-def _launched_rank():
-    for name in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"):
-        if os.environ.get(name, "").isdigit():
-            return int(os.environ[name])
-    return 0
-
-
 def _end_job(code, traceback_of=None):
     """``code``; but in one process of a data-parallel job, the others may be waiting for this one
     in a collective that will never complete: end them all (MPI_Abort), after this one has said why."""
-    if launched_size() > 1 and "mpi4py.MPI" in sys.modules:
+    if launched_size() > 1 and "mpi4py.MPI" in sys.modules:  # MPI started (else no rank waits)
         if traceback_of is not None:
             import traceback
 
             traceback.print_exception(traceback_of)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        sys.modules["mpi4py.MPI"].COMM_WORLD.Abort(code)
+        world().abort(code)
     return code
 
 

@@ -92,21 +92,14 @@ class TutorialRuns:
         self.done = {}
 
     def run(self, path):
-        import subprocess
+        import importlib.util
 
         lang = "zh" if path.parent.name == "zh" else "en"
         if (lang, path.stem) not in self.done:
-            out = self.folder / lang
-            out.mkdir(parents=True, exist_ok=True)
-            env = dict(os.environ, MINITENSOR_TUTORIAL_SMOKE="1", MPLBACKEND="Agg")
-            self.done[lang, path.stem] = subprocess.run(
-                [sys.executable, str(ROOT / "docs" / "_hooks" / "render_tutorial.py"), str(path), str(out)],
-                cwd=out,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=300,
-            )
+            spec = importlib.util.spec_from_file_location("render_tutorial", ROOT / "docs/_hooks/render_tutorial.py")
+            render = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(render)
+            self.done[lang, path.stem] = render.run_in_subprocess(path, self.folder / lang, timeout=300)
         return self.done[lang, path.stem]
 
 

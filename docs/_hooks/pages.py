@@ -21,20 +21,23 @@ changes.
 """
 
 import hashlib
+import importlib.util
 import logging
 import os
 import pathlib
 import posixpath
 import re
 import shutil
-import subprocess
-import sys
 
 from mkdocs.exceptions import PluginError
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 RENDER = pathlib.Path(__file__).with_name("render_tutorial.py")
+# MkDocs loads a hook from its path, not as a package: its sibling is loaded the same way
+_spec = importlib.util.spec_from_file_location("render_tutorial", RENDER)
+_render = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_render)
 LANGS = ("en", "zh")
 log = logging.getLogger("mkdocs.hooks.minitensor")
 
@@ -182,15 +185,7 @@ def rendered_tutorials(lang):
             for old in folder.parent.glob(f"{path.stem}-*"):  # an earlier version's run
                 shutil.rmtree(old)
             log.info(f"running {path.relative_to(ROOT)} for its page ({'smoke' if smoke else 'full'} mode)")
-            env = dict(os.environ, MINITENSOR_TUTORIAL_SMOKE="1" if smoke else "0", MPLBACKEND="Agg")
-            folder.mkdir(parents=True, exist_ok=True)
-            done = subprocess.run(
-                [sys.executable, str(RENDER), str(path), str(folder)],
-                cwd=folder,
-                env=env,
-                capture_output=True,
-                text=True,
-            )
+            done = _render.run_in_subprocess(path, folder, smoke=smoke)
             if done.returncode != 0:
                 raise PluginError(f"{path.relative_to(ROOT)} failed while rendering its page:\n{done.stderr[-3000:]}")
         found[path.stem] = folder

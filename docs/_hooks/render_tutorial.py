@@ -20,6 +20,7 @@ import io
 import os
 import pathlib
 import re
+import subprocess
 import sys
 import traceback
 import types
@@ -116,6 +117,24 @@ def page(done, out):
                 parts.append(f"[{file.name}]({relative})")
             # anything else it wrote (a checkpoint, a run's JSON) is no part of the page
     return "\n\n".join(parts) + "\n"
+
+
+def run_in_subprocess(path, out, smoke=True, timeout=None):
+    """Run the tutorial at ``path`` as this script, in a fresh Python (so that no tutorial sees
+    another's state), writing its page and figures into ``out``; smoke mode unless
+    ``smoke=False``. Returns the ``subprocess.CompletedProcess`` (its stdout is the tutorial's).
+    What the test suite and the documentation site both call."""
+    out = pathlib.Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, MINITENSOR_TUTORIAL_SMOKE="1" if smoke else "0", MPLBACKEND="Agg")
+    return subprocess.run(
+        [sys.executable, str(pathlib.Path(__file__).resolve()), str(path), str(out)],
+        cwd=out,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def main(argv=None):

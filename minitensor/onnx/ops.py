@@ -29,7 +29,7 @@ import numpy
 from ..ops import convert, elementwise, entmax, indexing, join, norm, reduce, select, shape
 from ..tensor import Tensor
 from .graph import ExportError, onnx_dtype
-from .trace import SymDim
+from .trace import symbolic_shape
 
 # ops.matmul, ops.softmax... are also functions of ``minitensor.ops``: the modules by path
 matmul = importlib.import_module("minitensor.ops.matmul")
@@ -64,7 +64,7 @@ def mapping_of(op):
 
 def dims(g, tensor):
     """``tensor``'s shape as lengths ``g`` can compute (SymDims of a traced tensor)."""
-    return tuple(SymDim(n, ("dim", tensor, axis)) for axis, n in enumerate(tensor.data.shape))
+    return symbolic_shape(tensor)
 
 
 def axes_tensor(g, axes):

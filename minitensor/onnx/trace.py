@@ -97,7 +97,12 @@ class Trace:
         self.nodes.append(Node(name, inputs, attrs, out))
 
     def shape(self, tensor):
-        return tuple(SymDim(n, ("dim", tensor, axis)) for axis, n in enumerate(tensor.data.shape))
+        return symbolic_shape(tensor)
+
+
+def symbolic_shape(tensor):
+    """``tensor``'s shape as SymDims: each length with the tensor and axis it is read from."""
+    return tuple(SymDim(n, ("dim", tensor, axis)) for axis, n in enumerate(tensor.data.shape))
 
 
 @contextlib.contextmanager

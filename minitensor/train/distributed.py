@@ -40,8 +40,10 @@ from ..tensor import Tensor
 
 BUCKET_BYTES = 4 << 20  # 4 MiB of gradients per Allreduce (PyTorch's DDP uses 25 MiB buckets)
 
-# What MPI launchers set in every process they start: MPICH/Hydra (PMI_*), Open MPI, PMIx.
+# What MPI launchers set in every process they start: MPICH/Hydra (PMI_*, MPI_LOCAL*), Open MPI, PMIx.
 _SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS")
+_RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")
+_LOCAL_RANK_VARIABLES = ("MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "PMIX_LOCAL_RANK", "PMI_LOCAL_RANK")
 
 DIST_EXTRA = 'pip install -e ".[dist]"'
 
@@ -50,13 +52,23 @@ class DistributedError(RuntimeError):
     """Data-parallel training cannot start: MPI is missing, or the launch does not add up."""
 
 
-def launched_size():
-    """The number of processes an MPI launcher started this one among (1 when not launched)."""
-    for name in _SIZE_VARIABLES:
+def _from_launcher(names, default):
+    """The first of the environment variables ``names`` an MPI launcher set, as an int, else ``default``."""
+    for name in names:
         value = os.environ.get(name, "")
         if value.isdigit():
             return int(value)
-    return 1
+    return default
+
+
+def launched_size():
+    """The number of processes an MPI launcher started this one among (1 when not launched)."""
+    return _from_launcher(_SIZE_VARIABLES, 1)
+
+
+def launched_rank():
+    """This process's rank as the MPI launcher numbered it (0 when not launched), before MPI starts."""
+    return _from_launcher(_RANK_VARIABLES, 0)
 
 
 def import_mpi():
@@ -98,7 +110,7 @@ class World:
     def allreduce_(self, buffer):
         """Sum the contiguous NumPy ``buffer`` over the ranks, in place."""
         if self.comm is not None:
-            self.comm.Allreduce(_mpi().IN_PLACE, buffer)
+            self.comm.Allreduce(import_mpi().IN_PLACE, buffer)
 
     def broadcast_(self, buffer):
         """Overwrite the contiguous NumPy ``buffer`` with rank 0's, in place."""
@@ -118,10 +130,6 @@ class World:
             self.comm.Abort(code)
 
 
-def _mpi():
-    return import_mpi()
-
-
 def world():
     """The World this process is part of: COMM_WORLD when an MPI launcher started several
     processes, else a world of one."""
@@ -130,10 +138,7 @@ def world():
 
 def local_rank():
     """This process's index among those of the job on the same host (None if the launcher says not)."""
-    for name in ("MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "PMIX_LOCAL_RANK", "PMI_LOCAL_RANK"):
-        if os.environ.get(name, "").isdigit():
-            return int(os.environ[name])
-    return None
+    return _from_launcher(_LOCAL_RANK_VARIABLES, None)
 
 
 def select_gpu(ranks, cupy=None):
@@ -168,6 +173,16 @@ def _back(p, host):
     return p._backend.xp.asarray(host)
 
 
+def _pieces(group, flat):
+    """(p, the part of the flat buffer ``flat`` that holds p, in p's shape) for each p of ``group``,
+    packed one after another."""
+    offset = 0
+    for p in group:
+        n = p.data.size
+        yield p, flat[offset : offset + n].reshape(p.data.shape)
+        offset += n
+
+
 def buckets(params, bucket_bytes=BUCKET_BYTES):
     """Consecutive parameters grouped so that each group's gradients fill at most
     ``bucket_bytes`` (a larger parameter is a bucket of its own), one dtype per bucket."""
@@ -191,11 +206,8 @@ def broadcast_parameters(params, world):
     for group in buckets(params):
         flat = numpy.concatenate([_host(p, p.data).ravel() for p in group])
         world.broadcast_(flat)
-        offset = 0
-        for p in group:
-            n = p.data.size
-            p.data = _back(p, flat[offset : offset + n].reshape(p.data.shape))
-            offset += n
+        for p, piece in _pieces(group, flat):
+            p.data = _back(p, piece)
 
 
 def allreduce_gradients(params, num_tokens, world, bucket_bytes=BUCKET_BYTES):
@@ -214,25 +226,18 @@ def allreduce_gradients(params, num_tokens, world, bucket_bytes=BUCKET_BYTES):
     if total == 0:
         return 0
     for group in buckets([p for p, used in zip(params, anywhere) if used], bucket_bytes):
-        dtype = group[0].data.dtype
-        flat = numpy.empty(sum(p.data.size for p in group), dtype=dtype)
-        offset = 0
-        for p in group:
-            n = p.data.size
-            flat[offset : offset + n] = 0 if p.grad is None else _host(p, p.grad.data).ravel()
-            offset += n
+        flat = numpy.empty(sum(p.data.size for p in group), dtype=group[0].data.dtype)
+        for p, piece in _pieces(group, flat):
+            piece[...] = 0 if p.grad is None else _host(p, p.grad.data)
         flat *= num_tokens  # n_r g_r ...
         world.allreduce_(flat)  # ... summed over the ranks ...
         flat /= total  # ... over N
-        offset = 0
-        for p in group:
-            n = p.data.size
-            grad = _back(p, flat[offset : offset + n].reshape(p.data.shape))
+        for p, piece in _pieces(group, flat):
+            grad = _back(p, piece)
             if p.grad is None:
                 p.grad = Tensor._make(grad, p._backend, None)
             else:
                 p.grad.data = grad
-            offset += n
     return int(total)
 
 
