@@ -173,9 +173,9 @@ def where(g, node):
     return g.op("Where", g.value(cond), g.value(a, dtype=like), g.value(b, dtype=like))
 
 
-@maps(convert.AsType)
+@maps(convert.AsType, "astype")
 def astype(g, node):
-    """a converted to the output's dtype."""
+    """a converted to the output's dtype (``astype``, or a cast made outside the graph by ``promote``)."""
     return g.op("Cast", g.value(node.args[0]), to=onnx_dtype(node.out.data.dtype))
 
 
@@ -421,16 +421,15 @@ def flash_attention(g, node):
     grouped = g.op("Reshape", scaled, g.shape([0, groups, -1, d]))
     scores = g.op("MatMul", grouped, g.op("Transpose", g.value(k), perm=[0, 1, 3, 2]))
     scores = g.op("Reshape", scores, g.shape([0, heads, -1, 0]))  # (batch, H, Q, K)
-    if table is not None:
+    if table is not None or plan.causal:  # j - i, (Q, K): what the table and the causal mask read
         i = g.op("Unsqueeze", _range(g, queries), axes_tensor(g, [1]))
-        j = g.op("Unsqueeze", _range(g, keys), axes_tensor(g, [0]))
-        columns = g.op("Add", g.op("Sub", j, i), g.scalar(queries - 1))  # (j - i) + (Q - 1)
+        distance = g.op("Sub", g.op("Unsqueeze", _range(g, keys), axes_tensor(g, [0])), i)
+    if table is not None:
+        columns = g.op("Add", distance, g.scalar(queries - 1))  # (j - i) + (Q - 1)
         scores = g.op("Add", scores, g.op("Gather", g.value(table), columns, axis=1))
     allowed = allowed_positions(g, 4, keys, valid_lens, mask)
     if plan.causal:
-        i = g.op("Unsqueeze", _range(g, queries), axes_tensor(g, [1]))
-        future = g.op("Sub", g.op("Unsqueeze", _range(g, keys), axes_tensor(g, [0])), i)
-        causal = g.op("LessOrEqual", future, g.scalar(keys - queries))
+        causal = g.op("LessOrEqual", distance, g.scalar(keys - queries))
         allowed = causal if allowed is None else g.op("And", allowed, causal)
     minus_inf = _constant_like(g, -numpy.inf, q)
     if allowed is not None:
@@ -761,12 +760,6 @@ def arg_extreme(g, node):
     if axis is None:
         x, axis = g.op("Reshape", x, g.shape((-1,))), 0
     return g.op("ArgMax" if node.op == "argmax" else "ArgMin", x, axis=axis, keepdims=int(bool(keepdims)))
-
-
-@maps("astype")
-def cast(g, node):
-    """a converted to the output's dtype (made outside the graph)."""
-    return g.op("Cast", g.value(node.args[0]), to=onnx_dtype(node.out.data.dtype))
 
 
 @maps("full")
