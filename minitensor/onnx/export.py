@@ -153,18 +153,19 @@ def export(module, example_inputs, path, *, input_names=None, output_names=None,
         graph, opset_imports=[helper.make_opsetid("", opset or DEFAULT_OPSET)], producer_name="minitensor"
     )
     onnx.checker.check_model(model)
-    _write(model, path)
+    write_file(path, model.SerializeToString())
     return model
 
 
-def _write(model, path):
-    """Save ``model`` to ``path`` through a temporary file in the same folder: complete or absent."""
+def write_file(path, data):
+    """Write the bytes ``data`` to ``path`` through a temporary file in the same folder: the
+    file is complete or absent, never half written (the graphs and vocab.json alike)."""
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
     fd, partial = tempfile.mkstemp(prefix=".onnx-", dir=folder)
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(model.SerializeToString())
+            f.write(data)
         os.replace(partial, path)
     except BaseException:
         if os.path.exists(partial):

@@ -28,7 +28,7 @@ import numpy
 
 from ..nn.transformer import TransformerLM
 from ..tensor import tensor
-from .export import export
+from .export import export, write_file
 from .graph import ExportError
 
 FILES = ("model.onnx", "vocab.json")
@@ -62,16 +62,12 @@ def export_language_model(model, folder, vocab, num_steps, tokens="char"):
         output_names=["logits"],
         dynamic_axes={"tokens": {0: "batch", 1: "num_steps"}, "logits": {0: "batch", 1: "num_steps"}},
     )
-    with open(paths[1], "w", encoding="utf-8") as f:
-        json.dump(
-            {
-                "model": "lm",
-                "vocab": vocab.to_dict(),
-                "num_steps": num_steps,
-                "max_len": positional_max_len(model),  # the longest window the graph takes
-                "tokens": tokens,
-            },
-            f,
-            ensure_ascii=False,
-        )
+    meta = {
+        "model": "lm",
+        "vocab": vocab.to_dict(),
+        "num_steps": num_steps,
+        "max_len": positional_max_len(model),  # the longest window the graph takes
+        "tokens": tokens,
+    }
+    write_file(paths[1], json.dumps(meta, ensure_ascii=False).encode("utf-8"))
     return paths

@@ -36,7 +36,7 @@ from ..nn import Module
 from ..nn.seq2seq import AttentionDecoderState, Seq2SeqAttentionDecoder
 from ..nn.transformer import TransformerDecoder
 from ..tensor import tensor
-from .export import export
+from .export import export, write_file
 from .graph import ExportError
 
 FILES = ("encoder.onnx", "decoder_step.onnx", "vocab.json")
@@ -180,20 +180,16 @@ def export_encoder_decoder(model, folder, src_vocab, tgt_vocab, num_steps, max_l
     finally:
         model.train(was_training)
     num_blks = len(model.decoder.blks) if kind == "transformer" else model.decoder.num_layers
-    with open(paths[2], "w", encoding="utf-8") as f:
-        json.dump(
-            {
-                "model": kind,
-                "src_vocab": src_vocab.to_dict(),
-                "tgt_vocab": tgt_vocab.to_dict(),
-                "num_steps": num_steps,
-                "max_len": max_len,
-                "tokens": tokens,  # "char" or "word": how a typed line becomes source tokens
-                "num_blks": num_blks,  # Transformer blocks, or GRU layers
-            },
-            f,
-            ensure_ascii=False,
-        )
+    meta = {
+        "model": kind,
+        "src_vocab": src_vocab.to_dict(),
+        "tgt_vocab": tgt_vocab.to_dict(),
+        "num_steps": num_steps,
+        "max_len": max_len,
+        "tokens": tokens,  # "char" or "word": how a typed line becomes source tokens
+        "num_blks": num_blks,  # Transformer blocks, or GRU layers
+    }
+    write_file(paths[2], json.dumps(meta, ensure_ascii=False).encode("utf-8"))
     return paths
 
 
