@@ -38,11 +38,14 @@ from .train.config import (
 from .train.decoding import SAMPLE_TEMPERATURE, generate, translate
 from .train.distributed import (
     DIST_EXTRA,
+    OVERSUBSCRIBE_FACTOR,
     DistributedError,
+    check_local_workers,
     check_workers,
     import_mpi,
     launched_rank,
     launched_size,
+    usable_cpus,
     world,
 )
 from .train.loop import TrainingError, train
@@ -205,11 +208,18 @@ def _resumed_config(args):
 def _train(args):
     if args.resume and args.overwrite:
         raise _usage("--resume continues the run, --overwrite deletes it: give one of them")
-    if args.workers is not None:
-        if args.workers > 1 and launched_size() == 1:
-            return _launch_workers(args.argv, args.workers)
+    if args.oversubscribe and args.workers is None:
+        raise _usage("--oversubscribe lets --workers N exceed this machine's CPUs: give it with --workers N")
+    launching = args.workers is not None and args.workers > 1 and launched_size() == 1
+    if launching:  # before anything starts: a typo must not become a thousand processes
+        check_local_workers(args.workers, oversubscribe=args.oversubscribe)
+    elif args.workers is not None:
         check_workers(args.workers)
+    # the settings are checked here too when mpiexec is to start the processes: one error, not N
     config = _resumed_config(args) if args.resume else config_from_args(args)
+    if launching:
+        config.validate()
+        return _launch_workers(args.argv, args.workers)
     train(config, resume=args.resume, overwrite=args.overwrite)
     return 0
 
@@ -228,7 +238,7 @@ def _launch_workers(argv, workers):
     mpiexec = shutil.which("mpiexec", path=search)
     if mpiexec is None:
         raise DistributedError(f"--workers {workers}: no mpiexec found beside Python or on PATH: {DIST_EXTRA}")
-    threads = str(max(1, (os.cpu_count() or 1) // workers))
+    threads = str(max(1, usable_cpus() // workers))
     env = dict(os.environ)
     for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
         env.setdefault(name, threads)
@@ -519,7 +529,14 @@ def _add_train_parser(sub, common):
         type=int,
         metavar="N",
         help="train on N processes of this machine (data parallelism over MPI: starts mpiexec; needs the "
-        "dist extra); `mpiexec -n N minitensor train ...` does the same on several hosts (default 1)",
+        "dist extra), at most one per CPU this process may use; `mpiexec -n N minitensor train ...` does the "
+        "same on several hosts (default 1)",
+    )
+    run.add_argument(
+        "--oversubscribe",
+        action="store_true",
+        help=f"let --workers exceed the CPUs this process may use, up to {OVERSUBSCRIBE_FACTOR} processes per CPU "
+        "(they then take turns on the cores: slower, not faster)",
     )
     run.add_argument(
         "--out",

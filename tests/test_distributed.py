@@ -41,8 +41,10 @@ import minitensor as mt
 from minitensor import backends, cli
 from minitensor.data import Batches
 from minitensor.data.batching import shard_bounds
+from minitensor.train import distributed
 from minitensor.train.distributed import (
     DIST_EXTRA,
+    OVERSUBSCRIBE_FACTOR,
     World,
     allreduce_gradients,
     broadcast_parameters,
@@ -627,6 +629,99 @@ def test_workers_0_is_refused_by_name(monkeypatch, capsys, tmp_path):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--workers" in err and re.search(r"\b0\b", err), err
     assert not (tmp_path / "runs").exists()
+
+
+# -- --workers N is bounded by the CPUs, checked before anything starts (nothing is launched here) --
+@pytest.fixture
+def launcher(monkeypatch, tmp_path):
+    """A machine with 2 usable CPUs whose mpiexec is never run: mpi4py "installed", an mpiexec
+    file beside Python, and every way of starting a process recorded instead of taken."""
+    for name in LAUNCHER_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    fake = types.ModuleType("mpi4py")
+    fake.__spec__ = importlib.machinery.ModuleSpec("mpi4py", None)
+    monkeypatch.setitem(sys.modules, "mpi4py", fake)
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "mpiexec").write_text("#!/bin/sh\nexit 99\n")
+    (tmp_path / "bin" / "mpiexec").chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "bin" / "python"))
+    started = []
+
+    def record(command, **kwargs):
+        started.append((command, kwargs.get("env")))
+        return 0
+
+    monkeypatch.setattr(subprocess, "call", record)
+    monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: pytest.fail(f"a process was started: {a}"))
+    monkeypatch.chdir(tmp_path)
+    return started
+
+
+@pytest.mark.parametrize(
+    "flags,fragments,absent",
+    [
+        (
+            ["--workers", "1000"],
+            [
+                "--workers 1000 would start 1000",
+                "the 2 CPUs this process may use",
+                "os.sched_getaffinity",
+                "give --workers 2 or fewer",
+                "mpiexec -n 1000 -f HOSTFILE minitensor train",
+            ],
+            ["--oversubscribe"],  # 1000 is beyond what --oversubscribe allows too: not offered
+        ),
+        (
+            ["--workers", "3"],
+            ["--workers 3 would start 3", f"add --oversubscribe (up to {2 * OVERSUBSCRIBE_FACTOR}"],
+            [],
+        ),
+        (
+            ["--workers", str(2 * OVERSUBSCRIBE_FACTOR + 1), "--oversubscribe"],
+            [f"at most {2 * OVERSUBSCRIBE_FACTOR} processes here", "mpiexec -n"],
+            [],
+        ),
+        (["--oversubscribe"], ["--oversubscribe", "give it with --workers N"], []),
+    ],
+    ids=["1000-on-2-cpus", "3-on-2-cpus", "past-the-oversubscribe-cap", "oversubscribe-alone"],
+)
+def test_workers_beyond_the_cpus_are_one_line_and_start_nothing(launcher, capsys, tmp_path, flags, fragments, absent):
+    assert cli.main(["train", *TINY, "--steps", "1", *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("minitensor train: error: ") and "Traceback" not in err, err
+    assert all(f in err for f in fragments) and not any(a in err for a in absent), err
+    assert launcher == [] and not (tmp_path / "runs").exists()
+
+
+def test_workers_within_the_cpus_or_oversubscribed_start_mpiexec_with_a_share_of_the_threads(launcher, monkeypatch):
+    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
+        monkeypatch.delenv(name, raising=False)
+    assert cli.main(["train", *TINY, "--steps", "1", "--workers", "2"]) == 0
+    assert cli.main(["train", *TINY, "--steps", "1", "--workers", "5", "--oversubscribe"]) == 0
+    (two, env_two), (five, env_five) = launcher
+    assert two[1:3] == ["-n", "2"] and five[1:3] == ["-n", "5"] and two[0].endswith("mpiexec")
+    assert env_two["NUMBA_NUM_THREADS"] == env_five["NUMBA_NUM_THREADS"] == "1"  # 2 CPUs // N, at least 1
+    assert "--oversubscribe" in five  # each rank gets the same command line (and checks nothing more)
+
+
+def test_bad_settings_are_one_error_before_mpiexec_starts(launcher, capsys):
+    assert cli.main(["train", *TINY, "--steps", "1", "--workers", "2", "--num-hiddens", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--num-hiddens" in err and "rank" not in err, err
+    assert launcher == []
+
+
+def test_usable_cpus_follow_the_affinity_mask(monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3, 5, 7}, raising=False)
+    assert distributed.usable_cpus() == 3
+    distributed.check_local_workers(3)
+    distributed.check_local_workers(3 * OVERSUBSCRIBE_FACTOR, oversubscribe=True)
+    with pytest.raises(distributed.DistributedError, match="give --workers 3 or fewer"):
+        distributed.check_local_workers(4)
+    monkeypatch.delattr(os, "sched_getaffinity")  # macOS, Windows: the machine's count
+    monkeypatch.setattr(os, "cpu_count", lambda: 6)
+    assert distributed.usable_cpus() == 6
 
 
 def test_mpiexec_with_another_number_of_workers_is_refused(tmp_path):

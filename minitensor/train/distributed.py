@@ -151,6 +151,47 @@ def select_gpu(ranks, cupy=None):
     return index
 
 
+# ``--workers N --oversubscribe``: at most this many processes per CPU. Past one per CPU every
+# process waits for a core (a speed-up turns into a slow-down); past a few, the machine spends
+# its memory and time on processes that cannot run at once.
+OVERSUBSCRIBE_FACTOR = 4
+
+
+def usable_cpus():
+    """The CPUs this process may run on: its affinity mask (which ``taskset``, a container's
+    cpuset or a batch scheduler narrows), else the machine's count where there is no mask."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows: no affinity mask
+        return os.cpu_count() or 1
+
+
+def check_local_workers(workers, oversubscribe=False, cpus=None):
+    """Refuse ``--workers N`` (N processes started here by ``mpiexec -n N``) when N is more than
+    the CPUs this process may use, or than ``OVERSUBSCRIBE_FACTOR`` times as many with
+    ``--oversubscribe``; checked before anything is started. More processes than that belong
+    on several hosts, which ``mpiexec`` itself starts with a host file."""
+    cpus = usable_cpus() if cpus is None else cpus
+    limit = cpus * OVERSUBSCRIBE_FACTOR if oversubscribe else cpus
+    if workers <= limit:
+        return
+    across_hosts = f"`mpiexec -n {workers} -f HOSTFILE minitensor train ...` (no --workers; see the README)"
+    if oversubscribe:
+        raise DistributedError(
+            f"--workers {workers} --oversubscribe: at most {limit} processes here ({OVERSUBSCRIBE_FACTOR} per "
+            f"CPU, {cpus} CPUs this process may use); to train on {workers} processes run {across_hosts}"
+        )
+    expert = (
+        f", add --oversubscribe (up to {cpus * OVERSUBSCRIBE_FACTOR} here)"
+        if workers <= cpus * OVERSUBSCRIBE_FACTOR
+        else ""
+    )
+    raise DistributedError(
+        f"--workers {workers} would start {workers} training processes on the {cpus} CPUs this process may "
+        f"use (os.sched_getaffinity): give --workers {cpus} or fewer{expert}, or across hosts run {across_hosts}"
+    )
+
+
 def check_workers(workers):
     """Refuse ``--workers N`` given to a process that an MPI launcher started as one of another number."""
     size = launched_size()
