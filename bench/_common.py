@@ -43,6 +43,20 @@ def parse_args(description, quick_help="a short smoke run with fewer samples (fo
     return parser.parse_args()
 
 
+def thread_count(text):
+    """The argparse type of a ``--threads`` option: an integer from 1 to the CPUs this process
+    may use (its affinity mask). More threads than cores measure waiting, not work, and a typo
+    must not start thousands of threads."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of threads") from None
+    if not 1 <= n <= cpus:
+        raise argparse.ArgumentTypeError(f"{n} threads: give 1 to {cpus}, the CPUs this process may use")
+    return n
+
+
 # -- optional peers -------------------------------------------------------------------------
 def import_torch():
     """The ``torch`` module, or None when PyTorch is not installed (its columns are skipped)."""

@@ -94,6 +94,7 @@ from _common import (
     print_header,
     print_table,
     run_python,
+    thread_count,
     thread_env,
     verdict,
 )
@@ -291,7 +292,7 @@ def estimate(memory, name, T):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="T = 256 and 512, 3 samples (a smoke test)")
-    parser.add_argument("--threads", type=int, default=2, help="threads for every library (default 2)")
+    parser.add_argument("--threads", type=thread_count, default=2, help="threads for every library (default 2)")
     parser.add_argument("--blocks", action="store_true", help="time the fused path's tile sizes instead")
     parser.add_argument("--seq", type=int, help="T for --blocks (default 2048)")
     parser.add_argument(

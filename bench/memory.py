@@ -36,7 +36,7 @@ import resource
 import sys
 import time
 
-from _common import format_mib, format_ratio, print_header, print_table, run_python, thread_env, verdict
+from _common import format_mib, format_ratio, print_header, print_table, run_python, thread_count, thread_env, verdict
 
 TARGET = 1.5  # minitensor's peak above baseline / PyTorch's
 GROWTH_TOLERANCE = 4 * 2**20  # bytes of RSS growth allowed between the first and the last checkpoint
@@ -146,7 +146,7 @@ def measure(framework, config, steps, checkpoint, threads):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="D2L's configuration only, 200 steps (for CI)")
-    parser.add_argument("--threads", type=int, default=1, help="threads for every library (default 1)")
+    parser.add_argument("--threads", type=thread_count, default=1, help="threads for every library (default 1)")
     parser.add_argument("--worker", choices=FRAMEWORKS, help=argparse.SUPPRESS)
     parser.add_argument("--config", help=argparse.SUPPRESS)
     parser.add_argument("--steps", type=int, help=argparse.SUPPRESS)

@@ -45,6 +45,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import numba  # noqa: E402
+from _common import thread_count  # noqa: E402
 
 import minitensor as mt  # noqa: E402
 from minitensor.kernels import cpu, reference  # noqa: E402
@@ -337,7 +338,7 @@ def print_summary(rows, kinds, array_bytes, load):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--threads", type=thread_count, nargs="+", default=[1, 2])
     parser.add_argument("--repeat", type=int, default=40, help="timed calls per candidate (default 40)")
     parser.add_argument("--quick", action="store_true", help="10 repeats and softmax only")
     args = parser.parse_args(argv)

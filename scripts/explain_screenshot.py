@@ -28,6 +28,7 @@ def main():
     from selenium import webdriver
     from selenium.webdriver import ActionChains
     from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.support.ui import WebDriverWait
 
     with tempfile.TemporaryDirectory() as folder:
         page = os.path.join(folder, "explain.html")
@@ -45,13 +46,22 @@ def main():
             options.add_argument(flag)
         driver = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
         try:
+            # each step waits (a few seconds at most) for the page's script to have drawn what
+            # the next one uses, as tests/browser.py does: never a fixed sleep
+            wait = WebDriverWait(driver, 20, poll_frequency=0.05)
             driver.get("file://" + page)
             data = json.loads(driver.find_element("id", "page-data").get_attribute("textContent"))
             layer = [(layer["kind"], layer["block"]) for layer in data["layers"]].index(("cross", 2))
+            wait.until(lambda d: d.find_elements("css selector", "#heatmap rect"))
             choose = "const s = document.getElementById('layer'); s.value = arguments[0];"
             driver.execute_script(choose + "s.dispatchEvent(new Event('change'));", str(layer))
-            cells = driver.find_elements("css selector", "#heatmap rect")
+            wanted = len(data["layers"][layer]["queries"]) * len(data["layers"][layer]["keys"])
+            cells = wait.until(
+                lambda d: (found := d.find_elements("css selector", "#heatmap rect")) and len(found) == wanted and found
+            )
+            hint = driver.find_element("id", "tooltip").text
             ActionChains(driver).move_to_element(cells[len(cells) // 2]).perform()
+            wait.until(lambda d: d.find_element("id", "tooltip").text != hint)
             driver.save_screenshot(args.out)
         finally:
             driver.quit()

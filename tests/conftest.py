@@ -13,11 +13,18 @@ import pathlib
 import sys
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 sys.path.insert(0, os.path.dirname(__file__))
 
 from gpu import GPU  # noqa: E402  (sets NUMBA_ENABLE_CUDASIM before numba is imported)
 from strict_backend import StrictArray, StrictBackend  # noqa: E402,F401
+
+# A property test checks results, never speed: on a loaded machine (CI's 2 cores beside other
+# work) no example may fail for taking long (Hypothesis's per-example deadline) or for being
+# slow to generate (its too_slow health check). A test's own @settings still sets the rest.
+settings.register_profile("minitensor", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("minitensor")
 
 DEVICES = ["cpu", "strict", pytest.param("cuda", marks=[pytest.mark.gpu])] if GPU else ["cpu", "strict"]
 

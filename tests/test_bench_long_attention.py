@@ -8,6 +8,8 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 SCRIPT = pathlib.Path(__file__).resolve().parent.parent / "bench" / "long_attention.py"
 
 
@@ -34,3 +36,20 @@ def test_the_quick_run_prints_its_tables():
         assert "torch SDPA" in out and "torch eager" in out and "mem fused/SDPA" in out
     else:
         assert "PyTorch is not installed" in out
+
+
+def test_a_threads_option_is_bounded_by_the_cpus_this_process_may_use(monkeypatch):
+    """Every benchmark's ``--threads`` (bench/_common.thread_count): 1 to the CPUs of the
+    process's affinity mask; a typo is an argparse error, not thousands of threads."""
+    import argparse
+
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        from _common import thread_count
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
+    assert [thread_count(n) for n in ("1", "3")] == [1, 3]
+    for wrong, message in [("4", "give 1 to 3"), ("0", "give 1 to 3"), ("1000", "1000 threads"), ("two", "'two'")]:
+        with pytest.raises(argparse.ArgumentTypeError, match=message):
+            thread_count(wrong)

@@ -106,22 +106,33 @@ def test_a_copied_run_resumes_into_the_copy_from_another_directory(run, tmp_path
     assert translated.returncode == 0 and "<pad>" not in translated.stdout and "<bos>" not in translated.stdout
 
 
+def wait_for_path(path, process, what, seconds=60):
+    """Poll (every 20 ms, at most ``seconds``) until ``path`` exists, while ``process`` runs."""
+    deadline = time.monotonic() + seconds
+    while not path.exists():
+        assert process.poll() is None, f"{what}: the process ended first ({process.returncode})"
+        assert time.monotonic() < deadline, f"{what}: not within {seconds} s"
+        time.sleep(0.02)
+
+
 def test_two_trainers_on_one_folder(tmp_path):
+    # the first trainer has far more epochs than the test needs, and is stopped once the second
+    # has been refused: on a loaded machine it must still hold the folder when the second starts
     first = subprocess.Popen(
-        [sys.executable, "-m", "minitensor", "train", *TINY, "--epochs", "3", "--out", "run"],
+        [sys.executable, "-m", "minitensor", "train", *TINY, "--epochs", "500", "--out", "run"],
         cwd=tmp_path,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
     )
     try:
-        deadline = time.monotonic() + 60
-        while not (tmp_path / "run" / ".lock").exists():
-            assert first.poll() is None and time.monotonic() < deadline, "the first trainer never took the lock"
-            time.sleep(0.02)
+        wait_for_path(tmp_path / "run" / ".lock", first, "the first trainer takes the lock")
         second = minitensor("train", *TINY, "--epochs", "3", "--out", "run", cwd=tmp_path)
         one_line(second, 2, "run is in use by another training run (process", "choose another --out")
-        assert first.wait(timeout=120) == 0, first.stderr.read()
+        assert first.poll() is None, "the first trainer ended before the second was refused"
+        first.send_signal(signal.SIGINT)
+        _, err = first.communicate(timeout=120)
+        assert first.returncode == 130, err
     finally:
         first.kill()
         first.wait()
@@ -161,10 +172,7 @@ def test_ctrl_c_keeps_the_last_checkpoint_and_says_how_to_go_on(tmp_path):
         text=True,
     )
     try:
-        deadline = time.monotonic() + 60
-        while not (tmp_path / "run" / "checkpoint").exists():
-            assert trainer.poll() is None and time.monotonic() < deadline
-            time.sleep(0.02)
+        wait_for_path(tmp_path / "run" / "checkpoint", trainer, "the first checkpoint is written")
         trainer.send_signal(signal.SIGINT)
         _, err = trainer.communicate(timeout=60)
     finally:

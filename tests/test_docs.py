@@ -3,16 +3,20 @@ languages, every tutorial in both languages from the runs tests/test_tutorials.p
 (each tutorial runs once per session, see ``tutorial_runs`` in conftest.py), the API reference,
 the plugin contract, the glossary and the benchmarks; every link inside the site resolves."""
 
+import functools
+import http.server
 import json
 import os
 import pathlib
 import re
 import subprocess
 import sys
+import threading
 import time
 import urllib.parse
 
 import pytest
+from browser import chrome, closed_port, load, requests, wait_for
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 EDITIONS = sorted(ROOT.joinpath("tutorials").glob("[0-9][0-9]_*.py"))
@@ -171,3 +175,80 @@ def test_every_public_name_has_its_docstring_in_the_api_reference(site):
             ):
                 missing.append(f"{module_name}.{name} (api/{page}: none of {sorted(anchors)})")
     assert not missing, "names of __all__ missing from the API reference:\n" + "\n".join(missing)
+
+
+# -- read offline: MathJax is served with the site, and no request leaves the machine ----------
+@pytest.fixture(scope="module")
+def served(site):
+    """The built site on a loopback port, as ``mkdocs serve`` shows it to a reader (one server
+    thread, shut down after the module)."""
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(site)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+# The text of the page a reader sees that still holds TeX's delimiters: a formula MathJax has
+# not typeset (code, and MathJax's own output, left out)
+RAW_TEX = r"""
+const raw = [];
+const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+  if (node.parentElement.closest("pre, code, script, style, mjx-container")) continue;
+  const text = node.textContent;
+  if (["\\(", "\\)", "\\[", "\\]"].some((d) => text.includes(d))) raw.push(text.trim().slice(0, 80));
+}
+return raw;
+"""
+
+TYPESET = """
+const formulas = document.querySelectorAll("article .arithmatex");
+const done = [...formulas].filter((f) => f.querySelector("mjx-container")).length;
+return formulas.length > 0 && done === formulas.length ? done : 0;
+"""
+
+
+def test_the_site_loads_no_script_or_style_from_the_web():
+    """mkdocs.yml and the theme's overrides name no http(s):// script or stylesheet."""
+    config = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    web = re.findall(r"^\s*-\s*(https?://\S+)", config, re.M)
+    assert web == [], f"mkdocs.yml loads {web} from the web"
+    for path in [ROOT / "docs" / "javascripts" / "mathjax.js", *ROOT.joinpath("docs").glob("overrides/**/*")]:
+        if path.is_file():
+            assert not re.search(r"(src|href)=[\"']https?://|import .*https?://", path.read_text(encoding="utf-8")), (
+                path
+            )
+
+
+@pytest.mark.parametrize(
+    "page",
+    ["tutorials/03_scoring_functions/", "zh/tutorials/06_self_attention_and_positional_encoding/", "glossary/"],
+)
+def test_formulas_are_typeset_with_the_network_off_and_no_request_leaves_the_machine(served, page):
+    """A reader without a network: Chromium reaches this machine's loopback alone (everything
+    else goes to a proxy on a closed port). Every formula is typeset by the MathJax the site
+    serves, none is left as raw TeX (the table of contents included), MathJax's fonts come from
+    the site, and every request the page made went to the site itself."""
+    with chrome(proxy=f"127.0.0.1:{closed_port()}") as browser:
+        load(browser, served + page)
+        count = wait_for(browser, lambda d: d.execute_script(TYPESET), f"MathJax to typeset every formula of {page}")
+        raw = browser.execute_script(RAW_TEX)
+        urls = requests(browser)
+        failed = [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    print(f"{page}: {count} formulas typeset, {len(urls)} requests")
+    assert raw == [], f"raw TeX left on {page}: {raw}"
+    assert [u for u in urls if not u.startswith((served, "data:", "blob:"))] == []
+    assert any(u.startswith(served + "javascripts/mathjax/") and u.endswith(".woff") for u in urls)
+    # Material's language selector looks for a sitemap.xml beside each alternate page, which
+    # mkdocs-static-i18n's pages never have (a 404 from this machine, with or without a network)
+    assert [m for m in failed if "/sitemap.xml " not in m] == []

@@ -13,6 +13,11 @@ becomes its page, ``bench/README.md`` the benchmarks page); a link to a file the
 show (a source file, a script) becomes its path in code type, so ``mkdocs build --strict``
 finds no broken link.
 
+The formulas are typeset by MathJax 3 served with the site, never fetched from the web: after
+each build, ``on_post_build`` copies it from the ``django-static-mathjax`` package (the docs
+extra; MathJax's own files, no Django needed) into ``javascripts/mathjax/``, so the site reads
+the same without a network and sends no reader's request elsewhere.
+
 Where the rendered tutorials come from: ``MINITENSOR_DOCS_TUTORIALS`` names a folder holding
 ``en/`` and ``zh/`` as the test suite's smoke runs leave them (tests/test_docs.py), so the site
 costs no second run; without it, each tutorial runs once, in smoke mode unless
@@ -190,6 +195,40 @@ def rendered_tutorials(lang):
                 raise PluginError(f"{path.relative_to(ROOT)} failed while rendering its page:\n{done.stderr[-3000:]}")
         found[path.stem] = folder
     return found
+
+
+# MathJax, as the package lays it out: the combined component the pages load
+# (mkdocs.yml's extra_javascript) and what it loads at run time from beside itself (fonts, TeX
+# extensions on first use, the menu's accessibility and renderer options, the speech rules)
+MATHJAX_PACKAGE = "mathjax"  # the import name of django-static-mathjax
+MATHJAX_FILES = ("tex-mml-chtml.js", "input", "output", "a11y", "ui", "adaptors", "sre", "../LICENSE")
+MATHJAX_DEST = "javascripts/mathjax"
+
+
+def mathjax_folder():
+    """MathJax's ``es5`` folder, as the docs extra installs it; else a one-line error saying so."""
+    spec = importlib.util.find_spec(MATHJAX_PACKAGE)
+    for location in spec.submodule_search_locations if spec else ():
+        es5 = pathlib.Path(location, "static", "mathjax", "es5")
+        if (es5 / MATHJAX_FILES[0]).is_file():
+            return es5
+    raise PluginError(
+        'MathJax is not installed: pip install -e ".[docs]" (the django-static-mathjax package brings MathJax 3\'s '
+        "files, which the site serves itself so that formulas need no network)"
+    )
+
+
+def on_post_build(config):
+    """Serve MathJax from the site itself (see the module docstring)."""
+    es5, dest = mathjax_folder(), pathlib.Path(config["site_dir"], MATHJAX_DEST)
+    for name in MATHJAX_FILES:
+        source = (es5 / name).resolve()
+        target = dest / source.name
+        if source.is_dir():
+            shutil.copytree(source, target, dirs_exist_ok=True)
+        else:
+            dest.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
 
 
 def on_pre_build(config):
