@@ -12,8 +12,15 @@ import pytest
 from helpers import file_hashes
 
 from minitensor.train import checkpoint as ckpt
+from minitensor.train import loop
 from minitensor.train.config import ConfigError, TrainConfig
-from minitensor.train.loop import TrainingError, _complete_before_interrupt, train
+from minitensor.train.loop import (
+    TrainingError,
+    TrainingInterrupted,
+    _complete_before_interrupt,
+    _interrupt_between_steps,
+    train,
+)
 from minitensor.train.run import (
     BEST_DIR,
     CHECKPOINT_DIR,
@@ -293,6 +300,33 @@ def test_ctrl_c_waits_for_the_checkpoint_being_written():
             finished.append(True)  # ... which still completes
     assert finished == [True]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_ctrl_c_takes_effect_between_steps_and_a_second_one_at_once():
+    with _interrupt_between_steps() as interrupted:
+        os.kill(os.getpid(), signal.SIGINT)  # the first: noted, the step goes on
+        with pytest.raises(KeyboardInterrupt):
+            interrupted()  # ... until the loop asks
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)  # the second: at once
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_ctrl_c_inside_a_step_ends_the_run_after_that_step(tmp_path, monkeypatch):
+    """A Ctrl-C that lands inside the second step (in numba's compiler, llvmlite's callbacks
+    would swallow it) stops the run once that step is done: at step 2, not in the middle."""
+    real, steps = loop.train_step, []
+
+    def step_pressing_ctrl_c(state, batch):
+        real(state, batch)
+        steps.append(state.step)
+        if len(steps) == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(loop, "train_step", step_pressing_ctrl_c)
+    with pytest.raises(TrainingInterrupted, match="interrupted at step 2, before the first checkpoint"):
+        train(tiny(tmp_path / "run", epochs=5), log=quiet)
+    assert steps == [1, 2] and signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
 # -- the values a run is given --------------------------------------------------------------------

@@ -237,6 +237,38 @@ def _complete_before_interrupt():
         raise KeyboardInterrupt
 
 
+@contextlib.contextmanager
+def _interrupt_between_steps():
+    """Ctrl-C ends the run between two steps, never inside one; yields ``check()``, which raises
+    the KeyboardInterrupt of a Ctrl-C pressed since.
+
+    Python raises KeyboardInterrupt wherever the main thread happens to be, and inside a step
+    that may be compiled code that cannot pass it on: a Ctrl-C that lands while numba loads or
+    compiles a kernel is swallowed by llvmlite's callbacks ("Exception ignored") and the run goes
+    on, or is reported and the process still ends by SIGINT instead of with its status. So the
+    first Ctrl-C is noted and raised by the loop at the end of the step in progress; a second one
+    raises at once, as Ctrl-C always does."""
+    if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
+        yield lambda: None
+        return
+    pressed = []
+
+    def note(signum, frame):
+        if pressed:
+            raise KeyboardInterrupt
+        pressed.append(True)
+
+    def check():
+        if pressed:
+            raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, note)
+    try:
+        yield check
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 # -- the loop -------------------------------------------------------------------------------------
 def train(config=None, log=print, *, resume=False, overwrite=False, stop_after_epochs=None, figures=True):
     """Train the model ``config`` describes (default: ``TrainConfig()``); returns a ``TrainResult``.
@@ -275,21 +307,24 @@ def train(config=None, log=print, *, resume=False, overwrite=False, stop_after_e
         state = set_up(config, run, log, resume, ranks)
         epochs_this_call = 0
         try:
-            while state.step < state.total_steps:
-                state.model.train()
-                for batch in state.loader:  # this epoch's minibatches (after a resume: the rest of them)
-                    # one step: forward, loss, backward, clip, update (stopped if the loss diverged)
-                    train_step(state, batch)
-                    if state.step >= state.total_steps:
-                        break
-                # the end of an epoch, or of the run in the middle of one: evaluate, log, checkpoint
-                if ranks.is_main:
-                    end_of_epoch(state)
-                epochs_this_call += 1
-                stop = stop_after_epochs is not None and epochs_this_call >= stop_after_epochs
-                if stop and state.step < state.total_steps:
-                    # as an interruption would: the checkpoint is written, no final report
-                    return state.result(finished=False, wall_time=time.perf_counter() - state.start_time)
+            with _interrupt_between_steps() as interrupted:
+                while state.step < state.total_steps:
+                    state.model.train()
+                    for batch in state.loader:  # this epoch's minibatches (after a resume: the rest of them)
+                        # one step: forward, loss, backward, clip, update (stopped if the loss diverged)
+                        train_step(state, batch)
+                        interrupted()  # a Ctrl-C during the step takes effect here
+                        if state.step >= state.total_steps:
+                            break
+                    # the end of an epoch, or of the run in the middle of one: evaluate, log, checkpoint
+                    if ranks.is_main:
+                        end_of_epoch(state)
+                    interrupted()
+                    epochs_this_call += 1
+                    stop = stop_after_epochs is not None and epochs_this_call >= stop_after_epochs
+                    if stop and state.step < state.total_steps:
+                        # as an interruption would: the checkpoint is written, no final report
+                        return state.result(finished=False, wall_time=time.perf_counter() - state.start_time)
         except KeyboardInterrupt:
             raise TrainingInterrupted(_interrupted_message(run, state.step, state.saved_step)) from None
         finally:
