@@ -166,12 +166,12 @@ def usable_cpus():
         return os.cpu_count() or 1
 
 
-def check_local_workers(workers, oversubscribe=False, cpus=None):
+def check_local_workers(workers, oversubscribe=False):
     """Refuse ``--workers N`` (N processes started here by ``mpiexec -n N``) when N is more than
     the CPUs this process may use, or than ``OVERSUBSCRIBE_FACTOR`` times as many with
     ``--oversubscribe``; checked before anything is started. More processes than that belong
     on several hosts, which ``mpiexec`` itself starts with a host file."""
-    cpus = usable_cpus() if cpus is None else cpus
+    cpus = usable_cpus()
     limit = cpus * OVERSUBSCRIBE_FACTOR if oversubscribe else cpus
     if workers <= limit:
         return

@@ -66,7 +66,8 @@ class TrainingError(RuntimeError):
 
 
 class TrainingInterrupted(KeyboardInterrupt):
-    """Ctrl-C during ``train``: raised once the checkpoint being written (if any) is complete.
+    """Ctrl-C during ``train``: raised at the end of the step in progress, once the checkpoint
+    being written (if any) is complete.
     ``str()`` says where the run stopped and how to continue it."""
 
 
@@ -290,7 +291,7 @@ def train(config=None, log=print, *, resume=False, overwrite=False, stop_after_e
 
     Raises ``TrainingError`` when the loss (or the gradient norm) becomes NaN or inf,
     ``RunFolderError`` for an unusable or occupied folder, ``TrainingInterrupted`` (a
-    KeyboardInterrupt) on Ctrl-C, once the checkpoint is safe.
+    KeyboardInterrupt) on Ctrl-C, at the end of the step in progress and once the checkpoint is safe.
     """
     config = (config or TrainConfig()).validate()
     # data parallelism: this process's place among the N that an MPI launcher started (one: alone);
