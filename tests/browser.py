@@ -125,15 +125,32 @@ def wait_for_text(driver, css, expected):
     )
 
 
+def _loaded(driver):
+    """The current document has loaded: its load event (and so every inline script) is done."""
+    return driver.execute_script(
+        "const t = performance.getEntriesByType('navigation')[0];"
+        "return document.readyState === 'complete' && location.href !== 'about:blank' && !!t && t.loadEventEnd > 0"
+    )
+
+
 def load(driver, url):
     """Open ``url`` and wait until its document has loaded (a new document, not the old one)."""
     driver.get("about:blank")  # the old document goes first, so a same-URL load is a real one
     driver.get(url)
-    wait_for(
-        driver,
-        lambda d: d.execute_script(
-            "const t = performance.getEntriesByType('navigation')[0];"
-            "return document.readyState === 'complete' && location.href !== 'about:blank' && !!t && t.loadEventEnd > 0"
-        ),
-        f"{url} to load",
-    )
+    wait_for(driver, _loaded, f"{url} to load")
+
+
+def reload(driver):
+    """Reload the page, as a reader's F5 does, and wait until the new document has loaded."""
+    from selenium.webdriver.support import expected_conditions
+
+    old = driver.find_element("tag name", "html")
+    driver.refresh()
+    wait_for(driver, lambda d: expected_conditions.staleness_of(old)(d) and _loaded(d), "the page to reload")
+
+
+def reload_until(driver, condition, what):
+    """Reload until ``condition(driver)`` holds on the new document. For what a page keeps
+    between documents (localStorage): Chromium hands a write to the next document a moment
+    after the page made it, and on a loaded machine that moment can outlast one reload."""
+    return wait_for(driver, lambda d: reload(d) or condition(d), what)

@@ -6,7 +6,13 @@
   const page = JSON.parse(document.getElementById("page-data").textContent);
   const svgNS = "http://www.w3.org/2000/svg";
   const state = { layer: 0, head: 0, view: "weights", lang: "en" };
-  try { state.lang = localStorage.getItem("minitensor-lang") || page.lang; } catch (e) { state.lang = page.lang; }
+  // The reader's language: the page's address (#lang=zh, kept by a reload), else the one chosen
+  // on an earlier visit (localStorage, which Chromium may fail to hand a file:// page), else the
+  // page's own.
+  const inAddress = /(?:^#|&)lang=([\w-]+)/.exec(location.hash);
+  let remembered = null;
+  try { remembered = localStorage.getItem("minitensor-lang"); } catch (e) { /* file:// may refuse storage */ }
+  state.lang = (inAddress && page.labels[inAddress[1]] ? inAddress[1] : null) || remembered || page.lang;
 
   const t = (key) => (page.labels[state.lang] || page.labels.en)[key] || key;
   const el = (id) => document.getElementById(id);
@@ -139,6 +145,7 @@
   el("view").addEventListener("change", (e) => { state.view = e.target.value; draw(); });
   el("lang").addEventListener("change", (e) => {
     state.lang = e.target.value;
+    location.replace("#lang=" + state.lang);  // the address, without a new history entry or a load
     try { localStorage.setItem("minitensor-lang", state.lang); } catch (err) { /* file:// may refuse storage */ }
     translate();
   });
