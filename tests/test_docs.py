@@ -214,7 +214,9 @@ return raw;
 TYPESET = """
 const formulas = document.querySelectorAll("article .arithmatex");
 const done = [...formulas].filter((f) => f.querySelector("mjx-container")).length;
-return formulas.length > 0 && done === formulas.length ? done : 0;
+// and the fonts MathJax asked for have arrived (the browser fetches them after the typesetting)
+const fonts = performance.getEntriesByType("resource").some((r) => r.name.endsWith(".woff"));
+return formulas.length > 0 && done === formulas.length && fonts && document.fonts.status === "loaded" ? done : 0;
 """
 
 
@@ -241,7 +243,11 @@ def test_formulas_are_typeset_with_the_network_off_and_no_request_leaves_the_mac
     the site, and every request the page made went to the site itself."""
     with chrome(proxy=f"127.0.0.1:{closed_port()}") as browser:
         load(browser, served + page)
-        count = wait_for(browser, lambda d: d.execute_script(TYPESET), f"MathJax to typeset every formula of {page}")
+        count = wait_for(
+            browser,
+            lambda d: d.execute_script(TYPESET),
+            f"MathJax to typeset every formula of {page} and its fonts to load",
+        )
         raw = browser.execute_script(RAW_TEX)
         urls = requests(browser)
         failed = [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"]
