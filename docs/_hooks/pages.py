@@ -218,6 +218,12 @@ def mathjax_folder():
     )
 
 
+def on_config(config):
+    """Before anything is built: MathJax is there (else the one-line error, not a site whose
+    formulas would show as TeX)."""
+    mathjax_folder()
+
+
 def on_post_build(config):
     """Serve MathJax from the site itself (see the module docstring)."""
     es5, dest = mathjax_folder(), pathlib.Path(config["site_dir"], MATHJAX_DEST)
