@@ -101,7 +101,7 @@ def test_every_model_the_cli_trains_has_a_page(kind):
 def test_the_page_speaks_chinese_saves_itself_and_refuses_an_unknown_language(tmp_path):
     model, vocab = tiny_model()
     page = mt.viz.attention_page(model, list("abc"), vocab, vocab, max_len=3, lang="zh")
-    assert '<html lang="zh-CN">' in page.html and "逐步看注意力" in page.html
+    assert '<html lang="zh-CN" data-minitensor-page>' in page.html and "逐步看注意力" in page.html
     path = page.save(tmp_path / "page.html")
     assert open(path, encoding="utf-8").read() == page.html == page._repr_html_()
     with pytest.raises(ValueError, match="lang must be one of"):

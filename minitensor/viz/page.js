@@ -8,8 +8,10 @@
   const state = { layer: 0, head: 0, view: "weights", lang: "en" };
   // The reader's language: the page's address (#lang=zh, kept by a reload), else the one chosen
   // on an earlier visit (localStorage, which Chromium may fail to hand a file:// page), else the
-  // page's own.
-  const inAddress = /(?:^#|&)lang=([\w-]+)/.exec(location.hash);
+  // page's own. The address is the page's only when it is the whole document (<html
+  // data-minitensor-page>), not a notebook's output cell.
+  const ownsAddress = document.documentElement.hasAttribute("data-minitensor-page");
+  const inAddress = ownsAddress ? /(?:^#|&)lang=([\w-]+)/.exec(location.hash) : null;
   let remembered = null;
   try { remembered = localStorage.getItem("minitensor-lang"); } catch (e) { /* file:// may refuse storage */ }
   state.lang = (inAddress && page.labels[inAddress[1]] ? inAddress[1] : null) || remembered || page.lang;
@@ -145,7 +147,7 @@
   el("view").addEventListener("change", (e) => { state.view = e.target.value; draw(); });
   el("lang").addEventListener("change", (e) => {
     state.lang = e.target.value;
-    location.replace("#lang=" + state.lang);  // the address, without a new history entry or a load
+    if (ownsAddress) location.replace("#lang=" + state.lang);  // no new history entry, no load
     try { localStorage.setItem("minitensor-lang", state.lang); } catch (err) { /* file:// may refuse storage */ }
     translate();
   });

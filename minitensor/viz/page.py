@@ -213,7 +213,7 @@ class AttentionPage:
         # </script> inside the JSON would end the script element: escape the slash
         payload = json.dumps(data, ensure_ascii=False, separators=(",", ":")).replace("</", "<\\/")
         return f"""<!DOCTYPE html>
-<html lang="{"zh-CN" if self.lang == "zh" else "en"}">
+<html lang="{"zh-CN" if self.lang == "zh" else "en"}" data-minitensor-page>
 <head>
 <meta charset="utf-8">
 <meta http-equiv="Content-Security-Policy" content="{CSP}">
