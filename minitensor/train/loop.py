@@ -222,40 +222,18 @@ def _interrupted_message(run, step, saved_step):
 
 
 @contextlib.contextmanager
-def _complete_before_interrupt():
-    """Hold back Ctrl-C while a checkpoint is written: it is raised as soon as the save is
-    complete, so an interrupted run always keeps its newest checkpoint."""
+def _held_ctrl_c(second_raises):
+    """Note Ctrl-C instead of raising it where the main thread happens to be; yields ``check()``,
+    which raises the KeyboardInterrupt of a Ctrl-C noted so far. With ``second_raises``, a
+    second Ctrl-C raises at once, as Ctrl-C always does. (Signals reach the main thread only:
+    elsewhere nothing is held and ``check()`` does nothing.)"""
     if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    pressed = []
-    previous = signal.signal(signal.SIGINT, lambda *_: pressed.append(True))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    if pressed:
-        raise KeyboardInterrupt
-
-
-@contextlib.contextmanager
-def _interrupt_between_steps():
-    """Ctrl-C ends the run between two steps, never inside one; yields ``check()``, which raises
-    the KeyboardInterrupt of a Ctrl-C pressed since.
-
-    Python raises KeyboardInterrupt wherever the main thread happens to be, and inside a step
-    that may be compiled code that cannot pass it on: a Ctrl-C that lands while numba loads or
-    compiles a kernel is swallowed by llvmlite's callbacks ("Exception ignored") and the run goes
-    on, or is reported and the process still ends by SIGINT instead of with its status. So the
-    first Ctrl-C is noted and raised by the loop at the end of the step in progress; a second one
-    raises at once, as Ctrl-C always does."""
-    if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
         yield lambda: None
         return
     pressed = []
 
     def note(signum, frame):
-        if pressed:
+        if pressed and second_raises:
             raise KeyboardInterrupt
         pressed.append(True)
 
@@ -268,6 +246,28 @@ def _interrupt_between_steps():
         yield check
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+@contextlib.contextmanager
+def _complete_before_interrupt():
+    """Hold back Ctrl-C while a checkpoint is written: it is raised as soon as the save is
+    complete, so an interrupted run always keeps its newest checkpoint."""
+    with _held_ctrl_c(second_raises=False) as interrupted:
+        yield
+    interrupted()
+
+
+def _interrupt_between_steps():
+    """Ctrl-C ends the run between two steps, never inside one; yields ``check()``, which raises
+    the KeyboardInterrupt of a Ctrl-C pressed since.
+
+    Python raises KeyboardInterrupt wherever the main thread happens to be, and inside a step
+    that may be compiled code that cannot pass it on: a Ctrl-C that lands while numba loads or
+    compiles a kernel is swallowed by llvmlite's callbacks ("Exception ignored") and the run goes
+    on, or is reported and the process still ends by SIGINT instead of with its status. So the
+    first Ctrl-C is noted and raised by the loop at the end of the step in progress; a second one
+    raises at once, as Ctrl-C always does."""
+    return _held_ctrl_c(second_raises=True)
 
 
 # -- the loop -------------------------------------------------------------------------------------
