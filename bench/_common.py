@@ -47,7 +47,9 @@ def thread_count(text):
     """The argparse type of a ``--threads`` option: an integer from 1 to the CPUs this process
     may use (its affinity mask). More threads than cores measure waiting, not work, and a typo
     must not start thousands of threads."""
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    from minitensor.train.distributed import usable_cpus  # the count --workers is bounded by
+
+    cpus = usable_cpus()
     try:
         n = int(text)
     except ValueError:

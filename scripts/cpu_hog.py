@@ -32,6 +32,8 @@ while os.getppid() == parent:
 
 
 def usable_cpus():
+    # minitensor.train.distributed.usable_cpus counts the same way; this script runs before
+    # .ci/run has installed anything on a fresh machine, so it imports nothing of the project
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 

@@ -607,12 +607,17 @@ def test_workers_without_mpi4py_names_the_extra_to_install(monkeypatch, capsys, 
     assert not (tmp_path / "runs").exists()
 
 
-def test_workers_without_mpiexec_says_so(monkeypatch, capsys, tmp_path):
+def _alone_with_mpi4py(monkeypatch):
+    """This process as a user's: no MPI launcher around it, mpi4py "installed" (a stand-in)."""
     for name in LAUNCHER_VARIABLES:
         monkeypatch.delenv(name, raising=False)
-    fake = types.ModuleType("mpi4py")  # "installed", but no mpiexec beside Python or on PATH
+    fake = types.ModuleType("mpi4py")
     fake.__spec__ = importlib.machinery.ModuleSpec("mpi4py", None)
     monkeypatch.setitem(sys.modules, "mpi4py", fake)
+
+
+def test_workers_without_mpiexec_says_so(monkeypatch, capsys, tmp_path):
+    _alone_with_mpi4py(monkeypatch)  # but no mpiexec beside Python or on PATH
     monkeypatch.setattr(sys, "executable", str(tmp_path / "bin" / "python"))
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     monkeypatch.chdir(tmp_path)
@@ -636,12 +641,8 @@ def test_workers_0_is_refused_by_name(monkeypatch, capsys, tmp_path):
 def launcher(monkeypatch, tmp_path):
     """A machine with 2 usable CPUs whose mpiexec is never run: mpi4py "installed", an mpiexec
     file beside Python, and every way of starting a process recorded instead of taken."""
-    for name in LAUNCHER_VARIABLES:
-        monkeypatch.delenv(name, raising=False)
+    _alone_with_mpi4py(monkeypatch)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
-    fake = types.ModuleType("mpi4py")
-    fake.__spec__ = importlib.machinery.ModuleSpec("mpi4py", None)
-    monkeypatch.setitem(sys.modules, "mpi4py", fake)
     (tmp_path / "bin").mkdir()
     (tmp_path / "bin" / "mpiexec").write_text("#!/bin/sh\nexit 99\n")
     (tmp_path / "bin" / "mpiexec").chmod(0o755)
