@@ -458,7 +458,6 @@ def launch(framework, processes, threads, args, check, mpiexec):
     command = [sys.executable, os.path.abspath(__file__), "--worker", framework, "--warmup", str(args.warmup)]
     command += ["--steps", str(args.steps)] + (["--quick"] if args.quick else []) + (["--check"] if check else [])
     env = thread_env(threads)
-    env.pop("NUMBA_ENABLE_CUDASIM", None)
     if framework == "minitensor" and processes > 1:
         procs = [subprocess.Popen([mpiexec, "-n", str(processes), *command], env=env, **_pipes())]
     elif processes > 1:  # PyTorch: its own launcher's environment (torchrun's), one process per rank

@@ -94,7 +94,19 @@ def _info(args):
     print(f"minitensor {mt.__version__}")
     print(f"devices: {', '.join(mt.available_backends())}")
     reason = mt.cuda.unavailable_reason()
-    print("cuda: available" if reason is None else f"cuda: not available ({reason})")
+    if reason is not None:
+        print(f"cuda: not available ({reason})")
+        return 0
+    from .backends.cupy_backend import cuda_summary
+
+    backend = mt.get_backend("cuda")
+    print(f"cuda: available ({cuda_summary(backend.xp)})")
+    try:  # the kernels compile with NVRTC on first use: check now, not in the middle of training
+        names = backend.kernels.compile_all()
+        print(f"cuda kernels: {len(names)} compiled (minitensor/kernels/cuda/*.cu, by NVRTC through CuPy)")
+    except mt.DeviceError as e:
+        print(f"cuda kernels: FAILED: {e}")
+        return 1
     return 0
 
 

@@ -4,8 +4,8 @@ Every op test that takes ``device`` runs on "cpu" (NumPy) and on "strict", a bac
 arrays refuse implicit conversion to NumPy as CuPy's do (``tests/strict_backend.py``): an
 op that reaches for ``numpy`` on tensor data passes on "cpu" and fails on "strict". Where
 CuPy finds a usable GPU, the same tests also run on "cuda" (marked ``gpu``: ``pytest -m gpu``
-runs just those); elsewhere numba's CUDA simulator stands in for the GPU, so the CUDA
-kernels are tested on every machine.
+runs just those); elsewhere the tests' CUDA emulator runs the CUDA kernels
+(``tests/cuda_emulator``), so they are tested on every machine.
 """
 
 import os
@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, settings
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from gpu import GPU  # noqa: E402  (sets NUMBA_ENABLE_CUDASIM before numba is imported)
+from gpu import GPU  # noqa: E402
 from strict_backend import StrictArray, StrictBackend  # noqa: E402,F401
 
 # A property test checks results, never speed: on a loaded machine (CI's 2 cores beside other

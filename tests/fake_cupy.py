@@ -7,9 +7,9 @@ implicit host conversion, see ``strict_backend.py``) plus the few CuPy names tha
 ``cuda.runtime.getDeviceCount`` / ``cuda.curand``. Its ``is_available`` and
 ``getDeviceCount`` answer as a machine without a driver or without a GPU would, on request.
 
-The kernels are not faked: ``tests/test_cuda_kernels.py`` runs the real numba CUDA kernels in
-numba's simulator. A backend built on FakeCupy gets the strict kernels (numba CPU kernels
-behind device-array checks) in their place.
+The kernels are not faked: ``tests/test_cuda_kernels.py`` runs the real CUDA C++ kernels in
+the tests' CUDA emulator. A backend built on FakeCupy gets the strict kernels (numba CPU
+kernels behind device-array checks) in their place.
 """
 
 import types

@@ -1,13 +1,12 @@
-"""Is there a real GPU for the tests? Decided once, before numba is imported.
+"""Is there a real GPU for the tests? Decided once, when the tests start.
 
 ``GPU`` is True where CuPy is installed and finds a usable device (``cupy.is_available()``;
 on a machine without one ``import cupy`` works and only the first allocation fails). Set
 ``MINITENSOR_TEST_GPU=0`` to test as if there were none.
 
-Without a GPU, numba's CUDA simulator is switched on (``NUMBA_ENABLE_CUDASIM=1``) so the CUDA
-kernels still run, thread by thread in Python, on any machine. numba reads the variable
-when it is first imported, which is why this module must be imported before anything that
-imports numba (``conftest.py`` imports it first).
+Without a GPU the GPU's code is still tested: the CUDA C++ kernels run in the tests' CUDA
+emulator (``tests/cuda_emulator``) and the CuPy backend on a stand-in for CuPy
+(``tests/fake_cupy.py``).
 """
 
 import os
@@ -28,13 +27,7 @@ def _usable_gpu():
         return False
 
 
-# A GPU with the simulator forced on (NUMBA_ENABLE_CUDASIM=1 set by the user) is treated as
-# no GPU: the simulator cannot run kernels on CuPy's device arrays.
-GPU = os.environ.get("NUMBA_ENABLE_CUDASIM") != "1" and _usable_gpu()
-if not GPU:
-    os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
-
-SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
+GPU = _usable_gpu()
 
 # numba's on-disk kernel cache is not safe for processes compiling the same kernels at once
 # (its index names a data file without a lock): pytest-xdist workers get one cache each.

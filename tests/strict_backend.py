@@ -355,7 +355,14 @@ def _device_lens(lens, rows):
 
 
 class StrictKernels:
-    """The four fused kernels of ``minitensor.kernels`` on StrictArrays."""
+    """The four softmax kernels of ``minitensor.kernels`` on StrictArrays, and the GPU's dropout
+    (the CPU's fused kernel: the CUDA one makes the same mask)."""
+
+    def dropout(self, x, seed, threshold, scale):
+        from minitensor.kernels import fused
+
+        a = numpy.ascontiguousarray(_unwrap(x, where="dropout"))
+        return StrictArray(fused.dropout_forward(a, numpy.uint64(seed), numpy.uint64(threshold), a.dtype.type(scale)))
 
     @staticmethod
     def _impl():

@@ -4,7 +4,7 @@ training run on it -- without a GPU.
 ``fake_cupy.FakeCupy`` stands in for the ``cupy`` module: the CuPy backend's own code runs
 unchanged on arrays that refuse to turn into NumPy arrays implicitly, so a hidden host
 round trip anywhere (ops, layers, optimisers, the training loop, checkpoints) fails here as
-it would on a GPU. The CUDA kernels themselves run in numba's simulator
+it would on a GPU. The CUDA kernels themselves run in the tests' CUDA emulator
 (``test_cuda_kernels.py``); the tests marked ``gpu`` repeat the essentials on a real GPU.
 """
 
@@ -396,3 +396,32 @@ def test_every_model_and_decoder_runs_on_the_device(cuda):
     assert isinstance(logits.data, xp_array)
     text = generate(lm, ["a", "b"], tgt_vocab, 4, beam_size=2)
     assert len(text) <= 6
+
+
+def test_the_gpu_stack_is_summarised_in_one_line():
+    """What `minitensor info` prints about a usable GPU (the runtime's answers, faked)."""
+    from types import SimpleNamespace
+
+    from minitensor.backends.cupy_backend import cuda_summary
+
+    runtime = SimpleNamespace(
+        getDeviceProperties=lambda i: {"name": b"NVIDIA H200", "major": 9, "minor": 0},
+        runtimeGetVersion=lambda: 13000,
+        driverGetVersion=lambda: 13010,
+    )
+    cupy = SimpleNamespace(__version__="14.2.0", cuda=SimpleNamespace(runtime=runtime))
+    assert cuda_summary(cupy) == ("CuPy 14.2.0, CUDA runtime 13.0, driver 13.1, NVIDIA H200 (compute capability 9.0)")
+
+
+def test_dropout_on_the_gpu_backend_is_the_cpus_mask_with_a_seed_made_on_the_host():
+    """The GPU's dropout hashes (seed, index) like the CPU's: no generator, no device read."""
+    fake = FakeCupy()
+    backend = fake_cuda_backend(fake)
+    assert backend.fused("dropout_forward", np.float32) is not None
+    assert backend.fused("dropout_forward", np.float16) is None and backend.fused("relu_forward", np.float32) is None
+    backend.seed(5)
+    first = backend.draw_seed()
+    assert 0 <= first < 2**62 and backend.draw_seed() != first
+    backend.seed(5)
+    assert backend.draw_seed() == first  # (seed, draws) on the host: restorable by set_rng_state
+    assert fake.created_generators == []

@@ -1,7 +1,7 @@
 """GELU, exact (the default, as in PyTorch) and in the tanh approximation.
 
 gelu(x) = x Phi(x) = x/2 (1 + erf(x / sqrt 2)); its erf comes from ``minitensor/kernels/gelu.py``
-(numba on the CPU, numba.cuda on a GPU, array arithmetic on other backends). The oracle is
+(numba on the CPU, CUDA C++ on a GPU, array arithmetic on other backends). The oracle is
 ``math.erf``, evaluated one number at a time in float64.
 """
 
@@ -190,10 +190,16 @@ def test_float16_takes_the_reference_path():
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_cuda_kernels_in_the_simulator(monkeypatch, dtype):
-    """The numba CUDA kernels (run by numba's simulator without a GPU, on the GPU with one)."""
-    monkeypatch.setattr(kernels, "MAX_BLOCKS", 2)  # 2 blocks x 8 threads < 45: threads stride
-    k = kernels.CudaGelu(np, threads_per_block=8)
+def test_the_cuda_kernels_in_the_emulator(dtype):
+    """The CUDA C++ kernels (``kernels/cuda/elementwise.cu``), run by the tests' CUDA emulator."""
+    from cuda_emulator import EmulatedModule, available
+
+    from minitensor.kernels.cuda import CudaKernels
+
+    if not available():
+        pytest.skip("the CUDA emulator needs a C++ compiler")
+    # 2 blocks x 8 threads < 45 elements: the threads stride
+    k = kernels.CudaGelu(CudaKernels(np, load_module=EmulatedModule, elementwise_threads=8, max_blocks=2))
     x = np.linspace(-9, 9, 90).astype(dtype).reshape(9, 10)[:, ::2]  # not contiguous
     g = np.sin(x).astype(dtype)
     y, dx = k.forward(x), k.backward(x, g)
@@ -202,6 +208,8 @@ def test_cuda_kernels_in_the_simulator(monkeypatch, dtype):
     np.testing.assert_allclose(y, kernels.CpuGelu.forward(x), rtol=rtol, atol=rtol)
     np.testing.assert_allclose(dx, kernels.CpuGelu.backward(x, g), rtol=rtol, atol=rtol)
     assert k.forward(np.zeros((0, 3), dtype)).shape == (0, 3)
+    half = x.astype(np.float16)  # other dtypes take the reference
+    np.testing.assert_allclose(k.forward(half), kernels.reference_forward(np, half), rtol=1e-3)
 
 
 def test_kernels_are_chosen_by_array_library():

@@ -120,6 +120,8 @@ def test_wheel_holds_minitensor_and_minitensor_plugins(wheel, source):
     # and the character LM's example text with its README (package data, not modules)
     assert {"minitensor/data/texts/time_machine.txt", "minitensor/data/texts/README.md"} <= names
     assert {"minitensor/viz/page.js", "minitensor/viz/page.css"} <= names  # what every explain page inlines
+    # the GPU's kernels, compiled by CuPy from these sources on first use
+    assert {"minitensor/kernels/cuda/softmax.cu", "minitensor/kernels/cuda/elementwise.cu"} <= names
 
 
 @pytest.mark.slow

@@ -54,6 +54,21 @@ def cuda_unavailable_reason(cupy=None):
     return "CuPy is installed and sees a GPU, but cupy.is_available() says it cannot use it"
 
 
+def cuda_summary(cupy):
+    """One line on the GPU stack: CuPy's version, the CUDA runtime and driver, device 0."""
+    runtime = cupy.cuda.runtime
+
+    def version(v):  # 13000 -> "13.0"
+        return f"{v // 1000}.{v % 1000 // 10}"
+
+    props = runtime.getDeviceProperties(0)
+    name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
+    return (
+        f"CuPy {cupy.__version__}, CUDA runtime {version(runtime.runtimeGetVersion())}, "
+        f"driver {version(runtime.driverGetVersion())}, {name} (compute capability {props['major']}.{props['minor']})"
+    )
+
+
 class CupyBackend(Backend):
     device = "cuda"
 
@@ -76,9 +91,11 @@ class CupyBackend(Backend):
 
     # -- random numbers, drawn on the GPU (dropout masks never cross the bus) --------------
     # A cuRAND generator's state cannot be read back, yet a checkpoint must restore it (an
-    # exact ``--resume``). So the state is two integers: the seed and the number of draws so
-    # far; draw n uses a fresh Philox generator seeded from (seed, n). Philox is
-    # counter-based, so seeding it is cheap.
+    # exact ``--resume``). So the state is two integers on the host: the seed and the number
+    # of draws so far; draw n uses a fresh Philox generator seeded from (seed, n). Philox is
+    # counter-based, so seeding it is cheap. Dropout, the one draw of every step, needs no
+    # generator at all: its kernel hashes (seed, element index), and its seed is made here
+    # on the host (draw_seed), so a step neither builds a generator nor reads the device.
     def seed(self, seed):
         self._seed, self._draws = int(seed), 0
 
@@ -88,10 +105,13 @@ class CupyBackend(Backend):
     def set_rng_state(self, state):
         self._seed, self._draws = int(state["seed"]), int(state["draws"])
 
-    def _generator(self):
+    def draw_seed(self):
+        """A seed in [0, 2^62) for a counter-based kernel (dropout): draw n of (seed, n), on the host."""
         self._draws += 1
-        seed = numpy.random.SeedSequence([self._seed, self._draws]).generate_state(1, numpy.uint64)[0]
-        return self.xp.random.RandomState(int(seed), method=self.xp.cuda.curand.CURAND_RNG_PSEUDO_PHILOX4_32_10)
+        return int(numpy.random.SeedSequence([self._seed, self._draws]).generate_state(1, numpy.uint64)[0] >> 2)
+
+    def _generator(self):
+        return self.xp.random.RandomState(self.draw_seed(), method=self.xp.cuda.curand.CURAND_RNG_PSEUDO_PHILOX4_32_10)
 
     def normal(self, shape, dtype):
         return self._generator().standard_normal(shape, dtype=dtype)
@@ -107,17 +127,16 @@ class CupyBackend(Backend):
         # cupy.add.at is an atomic scatter-add: repeated indices accumulate
         self.xp.add.at(target, index, values)
 
+    def fused(self, name, dtype):
+        # dropout's one-pass kernel (the same mask as the CPU's for the same seed); the other
+        # fused kernels of the CPU are CuPy's own operators here
+        if name in ("dropout_forward", "dropout_backward") and numpy.dtype(dtype) in (numpy.float32, numpy.float64):
+            return self.kernels.dropout
+        return None
+
     @property
     def kernels(self):
         if self._kernels is None:
-            cupy = self.xp
-
-            def current_stream():
-                # Launch on the stream CuPy is using, so a kernel runs after the CuPy work that
-                # produced its input and before the CuPy work that reads its output.
-                from numba import cuda
-
-                return cuda.external_stream(cupy.cuda.get_current_stream().ptr)
-
-            self._kernels = CudaKernels(cupy, stream=current_stream)
+            # CUDA C++ compiled by CuPy on first use, launched on CuPy's current stream
+            self._kernels = CudaKernels(self.xp)
         return self._kernels

@@ -70,6 +70,10 @@ class NumpyBackend(Backend):
     def integers(self, low, high, shape):
         return self._rng.integers(low, high, shape, dtype=numpy.int64)
 
+    def draw_seed(self):
+        """A seed in [0, 2^62) for a counter-based kernel (dropout), from this generator."""
+        return int(self._rng.integers(0, 2**62, (), dtype=numpy.int64))
+
     def index_add(self, target, index, values):
         if isinstance(index, numpy.ndarray) and index.ndim == 1 and index.dtype.kind in "iu" and index.size:
             # Rows picked by one integer array (embedding backward): sort the indices and

@@ -26,10 +26,10 @@ comes from one of three places, chosen by :func:`for_backend` from the backend's
     call per element, equally fast here.
 
 ``cupy`` (device "cuda")
-    numba CUDA kernels (:class:`CudaGelu`): one thread per element with a grid-stride loop;
-    ``math.erfc`` compiles to CUDA's own ``erfc``/``erfcf``. float32 stays float32 (float64
-    is slow on most GPUs). They run on CuPy's current stream, on CuPy's arrays directly, as
-    ``cuda.py`` explains; without a GPU the tests run them in numba's CUDA simulator.
+    the CUDA C++ kernels ``gelu_forward`` / ``gelu_backward`` of ``cuda/elementwise.cu``
+    (:class:`CudaGelu`): one thread per element with a grid-stride loop, calling CUDA's own
+    ``erfc``/``erfcf``. float32 stays float32 (float64 is slow on most GPUs). Without a GPU
+    the tests run them in the CUDA emulator (``tests/cuda_emulator``).
 
 anything else (the tests' "strict" backend, a backend a user registers)
     :func:`reference_forward` / :func:`reference_backward`: erfc written with plain array
@@ -37,19 +37,15 @@ anything else (the tests' "strict" backend, a backend a user registers)
     NumPy-compatible array library. They also define what the kernels compute.
 
 numba is imported with this module, which ``ops/elementwise.py`` imports on the first exact
-GELU, never at ``import minitensor``; ``numba.cuda`` only when a CuPy array arrives.
+GELU, never at ``import minitensor``.
 """
 
-import functools
 import math
-import warnings
 
 import numba
 import numpy as np
 
-from . import cuda as softmax_cuda
 from .cpu import _kernel
-from .cuda import MAX_BLOCKS, SIMULATOR_THREADS_PER_BLOCK
 from .reference import _quiet
 
 SQRT1_2 = math.sqrt(0.5)  # 1 / sqrt 2
@@ -175,98 +171,6 @@ class CpuGelu:
         return dx
 
 
-# -- the GPU: numba.cuda on CuPy arrays -----------------------------------------------------------
-#: numba.cuda, imported on first use; a module global, where the simulator looks for it
-cuda = None
-THREADS_PER_BLOCK = 256
-
-
-def _import_numba_cuda():
-    """numba.cuda, loaded once by ``cuda.py`` and bound here too (the kernels below name it)."""
-    global cuda
-    if cuda is None:
-        cuda = softmax_cuda._import_numba_cuda()
-    return cuda
-
-
-@functools.cache
-def _compile_cuda(dtype):
-    """The forward and backward kernels for arrays of ``dtype`` (float32 or float64).
-
-    Constants of the array's own type: a bare 0.5 would be float64 and turn float32 work into
-    float64 work. Each thread starts at its global index and strides by the grid's size.
-    """
-    half, sqrt1_2, inv_sqrt_2pi = dtype.type(0.5), dtype.type(SQRT1_2), dtype.type(INV_SQRT_2PI)
-
-    @cuda.jit(cache=True)
-    def forward(x, y):
-        for i in range(cuda.grid(1), x.size, cuda.gridsize(1)):
-            v = x[i]
-            y[i] = v * (half * math.erfc(-v * sqrt1_2))
-
-    @cuda.jit(cache=True)
-    def backward(x, g, dx):
-        for i in range(cuda.grid(1), x.size, cuda.gridsize(1)):
-            v = x[i]
-            cdf = half * math.erfc(-v * sqrt1_2)
-            pdf = inv_sqrt_2pi * math.exp(-half * v * v)
-            dx[i] = g[i] * (cdf + v * pdf)
-
-    return forward, backward
-
-
-class CudaGelu:
-    """The CUDA kernels for one array library: ``cupy`` on a GPU, ``numpy`` under numba's
-    simulator. ``stream``: a zero-argument callable returning the numba stream to launch on
-    (as in ``cuda.CudaKernels``), or None for the default stream."""
-
-    def __init__(self, xp, stream=None, threads_per_block=None):
-        self.xp = xp
-        self.stream = stream
-        self.threads_per_block = threads_per_block
-
-    def forward(self, x):
-        if x.dtype not in (np.float32, np.float64):
-            return reference_forward(self.xp, x)
-        x = self.xp.ascontiguousarray(x)
-        y = self.xp.empty_like(x)
-        self._launch(0, x, y)
-        return y
-
-    def backward(self, x, g):
-        if x.dtype not in (np.float32, np.float64):
-            return reference_backward(self.xp, x, g)
-        x, g = self.xp.ascontiguousarray(x), self.xp.ascontiguousarray(g, dtype=x.dtype)
-        dx = self.xp.empty_like(x)
-        self._launch(1, x, g, dx)
-        return dx
-
-    def _launch(self, which, *arrays):
-        """Run kernel ``which`` (0 forward, 1 backward) on the flattened ``arrays``; the
-        last one is written."""
-        n = arrays[0].size
-        if n == 0:
-            return
-        _import_numba_cuda()
-        kernel = _compile_cuda(np.dtype(arrays[0].dtype))[which]
-        threads = self.threads_per_block
-        if threads is None:
-            from numba import config  # lazy: numba loads on first use
-
-            threads = SIMULATOR_THREADS_PER_BLOCK if config.ENABLE_CUDASIM else THREADS_PER_BLOCK
-        arrays = [a.reshape(-1) for a in arrays]  # contiguous: views, the output is written through
-        stream = 0
-        if self.stream is not None:
-            stream = self.stream()
-            # the arrays were produced on this stream: its order suffices, skip numba's sync
-            arrays = [cuda.as_cuda_array(a, sync=False) for a in arrays]
-        with warnings.catch_warnings():
-            # "Grid size N will likely result in GPU under-utilization": a small array, few blocks
-            warnings.filterwarnings("ignore", message=r"Grid size \d+ will likely result in GPU under-utilization")
-            configured = kernel[min(-(-n // threads), MAX_BLOCKS), threads, stream]
-        configured(*arrays)
-
-
 # -- choosing ------------------------------------------------------------------------------------
 class ReferenceGelu:
     """:func:`reference_forward` and :func:`reference_backward` on one array library."""
@@ -281,23 +185,30 @@ class ReferenceGelu:
         return reference_backward(self.xp, x, g)
 
 
-_CUPY_KERNELS = {}  # one CudaGelu per cupy module
+class CudaGelu:
+    """The CUDA kernels of ``cuda/elementwise.cu`` for float32 and float64, the reference for
+    other dtypes. ``kernels``: a :class:`minitensor.kernels.cuda.CudaKernels` (the backend's)."""
+
+    def __init__(self, kernels):
+        self.kernels = kernels
+
+    def forward(self, x):
+        if x.dtype not in (np.float32, np.float64):
+            return reference_forward(self.kernels.xp, x)
+        return self.kernels.gelu_forward(x)
+
+    def backward(self, x, g):
+        if x.dtype not in (np.float32, np.float64):
+            return reference_backward(self.kernels.xp, x, g)
+        return self.kernels.gelu_backward(x, g)
 
 
 def for_backend(backend):
     """The object whose ``forward(x)`` and ``backward(x, g)`` compute the exact GELU on
-    ``backend``'s arrays: numba on NumPy, numba.cuda on CuPy, the reference elsewhere."""
+    ``backend``'s arrays: numba on NumPy, CUDA C++ on CuPy, the reference elsewhere."""
     xp = backend.xp
     if xp is np:
         return CpuGelu
     if getattr(xp, "__name__", None) == "cupy":
-        kernels = _CUPY_KERNELS.get(xp)
-        if kernels is None:
-
-            def current_stream():
-                # CuPy's current stream, so the kernel runs after the CuPy work that made its input
-                return _import_numba_cuda().external_stream(xp.cuda.get_current_stream().ptr)
-
-            kernels = _CUPY_KERNELS[xp] = CudaGelu(xp, stream=current_stream)
-        return kernels
+        return CudaGelu(backend.kernels)
     return ReferenceGelu(xp)

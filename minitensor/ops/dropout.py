@@ -14,11 +14,13 @@ from ..autograd import Function
 class Dropout(Function):
     """z = a * m / (1 - p), m_i ~ Bernoulli(1 - p);  dL/da = dL/dz * m / (1 - p).
 
-    On the CPU the mask comes from a counter-based generator (``kernels/fused.py``): the
-    random number of element i is a hash of (seed, i), so one pass makes the mask and the
-    product on every thread, and backward makes the same mask again from the seed instead
-    of keeping it (what PyTorch's GPU dropout does). Elsewhere the scaled mask is drawn
-    from the backend's generator and saved.
+    On the CPU and the GPU (float32, float64) the mask comes from a counter-based generator
+    (``kernels/fused.py``, ``kernels/cuda/elementwise.cu``): the random number of element i
+    is a hash of (seed, i), so one pass makes the mask and the product on every thread, and
+    backward makes the same mask again from the seed instead of keeping it (what PyTorch's
+    GPU dropout does). The seed is drawn on the host (``backend.draw_seed()``), so a GPU step
+    never waits to read it back. Elsewhere the scaled mask is drawn from the backend's
+    generator and saved.
     """
 
     @staticmethod
@@ -27,7 +29,7 @@ class Dropout(Function):
         if kernel is not None and p < 1:
             # The seed comes from the backend's generator: mt.manual_seed and checkpoints
             # reproduce it like any other draw.
-            ctx.seed = numpy.uint64(int(ctx.backend.integers(0, 2**62, ())))
+            ctx.seed = numpy.uint64(ctx.backend.draw_seed())
             ctx.threshold = numpy.uint64(round(p * 2**32))  # kept where bits >= p * 2^32
             ctx.scale = a.dtype.type(1.0 / (1.0 - p))
             return kernel(ctx.xp.ascontiguousarray(a), ctx.seed, ctx.threshold, ctx.scale)

@@ -1,0 +1,244 @@
+"""The GPU's kernels: CUDA C++ sources compiled by CuPy, launched on CuPy's current stream.
+
+``softmax.cu``
+    Row-wise softmax and log-softmax, forward and backward: the contract and the numerics of
+    :mod:`minitensor.kernels.cpu` (C-contiguous 2-D ``(rows, n)`` float32/float64 arrays, an
+    optional ``lens`` of valid lengths, never NaN for a fully masked row), one warp per row.
+``elementwise.cu``
+    The exact GELU and its derivative (:mod:`minitensor.kernels.gelu`'s definition), and dropout
+    with the CPU's counter-based random numbers (:mod:`minitensor.kernels.fused`), so a mask
+    drawn with the same seed is the same on both devices.
+
+Each file says how its kernels map onto the GPU. This module compiles a file the first time one
+of its kernels is needed (``cupy.RawModule``: NVRTC, the CUDA runtime compiler that CuPy itself
+uses for its operators, with CuPy's on-disk cache, so a later process loads it in milliseconds)
+and launches kernels with explicit argument types.
+
+Why CUDA C++ through CuPy, and not numba.cuda
+---------------------------------------------
+The first GPU kernels were numba CUDA kernels. Measured on an H200 they were slower than the
+naive five-operator CuPy softmax (0.26-1.04x of it) and 7.6-23x ``torch.softmax``: each numba
+launch spends tens of microseconds in Python (typing the arguments, wrapping each CuPy array,
+bridging to CuPy's stream) on a kernel that runs for a few. A ``cupy.RawKernel`` launch is a
+C call that packs the arguments and joins CuPy's current stream itself. And numba-cuda, now in
+maintenance mode, stopped importing under NumPy 2.5 (it registers ``np.row_stack``, which 2.5
+removed): a GPU path resting on it broke for every user who upgraded NumPy. CuPy is needed for
+``device="cuda"`` anyway, so the GPU path now rests on CuPy alone. The CPU kernels stay numba.
+
+Everything runs on CuPy's current stream, in order with the CuPy operators around it: a kernel
+reads finished inputs and the code after it reads a finished output, and the host never waits.
+
+Testing without a GPU
+---------------------
+``tests/cuda_emulator`` compiles these same sources with the host's C++ compiler against a
+small header in which every CUDA thread is a ``std::thread`` and ``__syncthreads`` and the warp
+shuffles are real barriers; ``CudaKernels(numpy, load_module=EmulatedModule)`` then runs the
+kernels a GPU runs, on NumPy arrays, and ``tests/test_cuda_kernels.py`` compares them with
+``reference.py`` and with the CPU kernels.
+"""
+
+import pathlib
+
+import numpy as np
+
+from ...errors import DeviceError
+
+SOURCE_DIR = pathlib.Path(__file__).parent
+#: threads per block of the row kernels: 4 warps, so 4 rows per block
+ROW_THREADS = 128
+#: threads per block of the elementwise kernels
+ELEMENTWISE_THREADS = 256
+#: the largest grid launched; more work than that and the kernels' loops stride over it
+MAX_BLOCKS = 65535
+
+
+#: the kernels of each source file, without their dtype suffix (``softmax_forward_float32``)
+KERNELS = {
+    "softmax": (
+        "softmax_forward",
+        "masked_softmax_forward",
+        "log_softmax_forward",
+        "masked_log_softmax_forward",
+        "softmax_backward",
+        "log_softmax_backward",
+    ),
+    "elementwise": ("gelu_forward", "gelu_backward", "dropout"),
+}
+
+
+def source(name):
+    """The CUDA C++ text of ``name`` (``"softmax"``, ``"elementwise"``)."""
+    return (SOURCE_DIR / f"{name}.cu").read_text()
+
+
+def _cupy_module(xp):
+    def load(code):
+        return xp.RawModule(code=code, options=("--std=c++17",))
+
+    return load
+
+
+class CudaKernels:
+    """The kernels of this package on one array library.
+
+    ``xp``: the array module that allocates outputs (``cupy``; ``numpy`` under the emulator).
+    ``load_module``: ``code -> module`` whose ``get_function(name)`` returns a kernel called as
+    ``kernel(grid, block, args)`` (default: ``cupy.RawModule``). ``row_threads``: threads per
+    block of the row kernels, a multiple of 32 up to 1024 (each warp takes a row);
+    ``elementwise_threads``: of the elementwise ones. ``max_blocks``: the largest grid.
+    """
+
+    def __init__(
+        self,
+        xp,
+        load_module=None,
+        row_threads=ROW_THREADS,
+        elementwise_threads=ELEMENTWISE_THREADS,
+        max_blocks=MAX_BLOCKS,
+    ):
+        if not (32 <= row_threads <= 1024 and row_threads % 32 == 0):
+            raise ValueError(f"row_threads must be a multiple of 32 in [32, 1024], got {row_threads}")
+        if not 1 <= elementwise_threads <= 1024:
+            raise ValueError(f"elementwise_threads must be in [1, 1024], got {elementwise_threads}")
+        if max_blocks < 1:
+            raise ValueError(f"max_blocks must be at least 1, got {max_blocks}")
+        self.xp = xp
+        self.load_module = load_module or _cupy_module(xp)
+        self.row_threads, self.elementwise_threads = int(row_threads), int(elementwise_threads)
+        self.max_blocks = int(max_blocks)
+        self._modules, self._functions = {}, {}
+
+    def __repr__(self):
+        return f"CudaKernels({self.xp.__name__}, row_threads={self.row_threads})"
+
+    # -- the contract of kernels/cpu.py ---------------------------------------------------
+    def softmax_forward(self, x, lens=None):
+        """Row-wise softmax of ``x[:, :L]`` with ``L = clip(lens[r], 0, n)``; 0 after it.
+
+        A row with ``L == 0`` or only ``-inf`` valid entries gives all zeros.
+        """
+        return self._forward("softmax_forward", x, lens)
+
+    def softmax_backward(self, y, g):
+        """Gradient of softmax: ``dx = y * (g - sum_j g_j y_j)`` per row."""
+        return self._backward("softmax_backward", y, g)
+
+    def log_softmax_forward(self, x, lens=None):
+        """Row-wise log-softmax of ``x[:, :L]``; ``-inf`` after it and for empty rows."""
+        return self._forward("log_softmax_forward", x, lens)
+
+    def log_softmax_backward(self, y, g):
+        """Gradient of log-softmax: ``dx_j = g_j - exp(y_j) * sum_k g_k`` over finite ``y``."""
+        return self._backward("log_softmax_backward", y, g)
+
+    # -- elementwise ------------------------------------------------------------------------
+    def gelu_forward(self, x):
+        """``x * Phi(x)`` elementwise (float32 or float64, any shape)."""
+        x = self._floats(x, "gelu")
+        y = self.xp.empty_like(x)
+        self._elementwise("gelu_forward", x.size, x, y, np.int64(x.size))
+        return y
+
+    def gelu_backward(self, x, g):
+        """``g * (Phi(x) + x phi(x))`` elementwise."""
+        x = self._floats(x, "gelu")
+        g = self.xp.ascontiguousarray(g, dtype=x.dtype)
+        dx = self.xp.empty_like(x)
+        self._elementwise("gelu_backward", x.size, x, g, dx, np.int64(x.size))
+        return dx
+
+    def dropout(self, x, seed, threshold, scale):
+        """``x_i * scale`` where ``bits(seed, i) >= threshold``, else 0: ``fused.dropout_forward``
+        on the GPU, element for element the same mask."""
+        x = self._floats(x, "dropout")
+        y = self.xp.empty_like(x)
+        self._elementwise(
+            "dropout", x.size, x, y, np.int64(x.size), np.uint64(seed), np.uint64(threshold), x.dtype.type(scale)
+        )
+        return y
+
+    def compile_all(self):
+        """Compile (or load from CuPy's cache) every kernel of every source, for both dtypes:
+        what ``minitensor info`` checks and a benchmark's warm-up does. Returns their names."""
+        names = []
+        for module, kernels in KERNELS.items():
+            for name in kernels:
+                for dtype in (np.dtype(np.float32), np.dtype(np.float64)):
+                    self._function(module, name, dtype)
+                    names.append(f"{name}_{dtype.name}")
+        return names
+
+    # -- launching ----------------------------------------------------------------------
+    def _function(self, module, name, dtype):
+        key = (name, dtype)
+        function = self._functions.get(key)
+        if function is None:
+            if module not in self._modules:
+                self._modules[module] = self.load_module(source(module))
+            kernel = f"{name}_{dtype.name}"
+            try:
+                function = self._modules[module].get_function(kernel)
+            except Exception as e:  # NVRTC missing or failing: say what to do, in one line
+                first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+                raise DeviceError(
+                    f"the CUDA kernel {kernel} ({module}.cu) could not be compiled: {type(e).__name__}: {first}. "
+                    "CuPy compiles kernels with NVRTC; install the CuPy wheel for your driver's CUDA major "
+                    "with its toolkit libraries (pip install 'cupy-cuda12x[ctk]' or 'cupy-cuda13x[ctk]'), "
+                    "see `minitensor info`"
+                ) from e
+            self._functions[key] = function
+        return function
+
+    def _floats(self, x, what):
+        if x.dtype not in (np.float32, np.float64):
+            raise TypeError(f"the CUDA {what} kernel takes float32 or float64 arrays, got {x.dtype}")
+        return self.xp.ascontiguousarray(x)
+
+    def _elementwise(self, name, size, *args):
+        if size:
+            blocks = min(-(-size // self.elementwise_threads), self.max_blocks)
+            self._function("elementwise", name, args[0].dtype)((blocks,), (self.elementwise_threads,), args)
+
+    def _rows(self, name, rows, *args):
+        if rows:
+            warps = self.row_threads // 32
+            blocks = min(-(-rows // warps), self.max_blocks)
+            self._function("softmax", name, args[0].dtype)((blocks,), (self.row_threads,), args)
+
+    def _forward(self, name, x, lens):
+        x = self._matrix(x, "x")
+        y = self.xp.empty_like(x)
+        rows, n = np.int64(x.shape[0]), np.int64(x.shape[1])
+        if x.size:
+            if lens is None:
+                self._rows(name, x.shape[0], x, y, rows, n)
+            else:
+                self._rows("masked_" + name, x.shape[0], x, self._lens(lens, x), y, rows, n)
+        return y
+
+    def _backward(self, name, y, g):
+        y = self._matrix(y, "y")
+        if y.shape != g.shape:
+            raise ValueError(f"{name}: y and g must have the same shape, got {tuple(y.shape)} and {tuple(g.shape)}")
+        g = self.xp.ascontiguousarray(g, dtype=y.dtype)
+        dx = self.xp.empty_like(y)
+        if y.size:
+            self._rows(name, y.shape[0], y, g, dx, np.int64(y.shape[0]), np.int64(y.shape[1]))
+        return dx
+
+    def _matrix(self, x, what):
+        if x.ndim != 2:
+            raise ValueError(f"{what} must be a 2-D (rows, n) array, got shape {tuple(x.shape)}")
+        if x.dtype not in (np.float32, np.float64):
+            raise TypeError(f"the CUDA softmax kernels take float32 or float64 arrays, got {x.dtype}")
+        return self.xp.ascontiguousarray(x)
+
+    def _lens(self, lens, x):
+        lens = self.xp.asarray(lens)
+        if lens.ndim != 1 or lens.shape[0] != x.shape[0]:
+            raise ValueError(f"lens must have one entry per row: shape {tuple(lens.shape)} for {x.shape[0]} rows")
+        if lens.dtype.kind not in "iu":
+            raise TypeError(f"lens must hold integers, got {lens.dtype}")
+        if lens.dtype.kind == "u":  # clipped to n first: a huge unsigned length must not wrap negative
+            lens = self.xp.minimum(lens, x.shape[1])
+        return self.xp.ascontiguousarray(lens.astype(np.int64, copy=False))  # the kernel reads int64

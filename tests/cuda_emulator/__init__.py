@@ -1,0 +1,141 @@
+"""Run minitensor's CUDA C++ kernels on the CPU: the tests' GPU where there is none.
+
+``EmulatedModule(code)`` stands in for ``cupy.RawModule(code=code)``: it compiles the same
+source with the host's C++ compiler against ``cuda_emulator.h`` (every CUDA thread a
+``std::thread``, ``__syncthreads`` and the warp shuffles real barriers) and its
+``get_function(name)`` returns a kernel called as CuPy's are, ``kernel(grid, block, args)``,
+on NumPy arrays. So ``CudaKernels(numpy, load_module=EmulatedModule)`` runs the very kernels a
+GPU runs, thread by thread, on any machine with g++ (C++20).
+
+The emulated launch checks what a GPU cannot: the number of arguments, each pointer's dtype
+against the kernel's parameter type, C-contiguity, and each scalar's exact type (a float64 where
+the kernel takes a float would be read as garbage on a GPU).
+"""
+
+import ctypes
+import hashlib
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import tempfile
+
+import numpy
+
+HEADER = pathlib.Path(__file__).with_name("cuda_emulator.h")
+COMPILER = os.environ.get("CXX", "g++")
+
+#: C parameter types of the kernels -> NumPy dtypes
+_C_TYPES = {
+    "float": numpy.float32,
+    "double": numpy.float64,
+    "int": numpy.int32,
+    "long long": numpy.int64,
+    "unsigned long long": numpy.uint64,
+}
+_CTYPES = {
+    numpy.float32: ctypes.c_float,
+    numpy.float64: ctypes.c_double,
+    numpy.int32: ctypes.c_int32,
+    numpy.int64: ctypes.c_int64,
+    numpy.uint64: ctypes.c_uint64,
+}
+_KERNEL = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\(([^)]*)\)', re.S)
+
+
+def available():
+    """True where a C++ compiler is found (the emulator needs one)."""
+    return shutil.which(COMPILER) is not None
+
+
+def _parameters(text):
+    """'const float* x, long long n' -> [('float', True), ('long long', False)]"""
+    params = []
+    for part in text.split(","):
+        part = " ".join(part.replace("*", " * ").replace("__restrict__", "").split())
+        words = part.split(" ")[:-1]  # drop the parameter's name
+        pointer = "*" in words
+        ctype = " ".join(w for w in words if w not in ("const", "*"))
+        if ctype not in _C_TYPES:
+            raise TypeError(f"the emulator does not know the C type {ctype!r} (in {part!r})")
+        params.append((ctype, pointer))
+    return params
+
+
+def _build(code):
+    """Compile ``code`` with a launcher per kernel into a shared library (cached by content)."""
+    kernels = {name: _parameters(params) for name, params in _KERNEL.findall(code)}
+    lines = [f'#include "{HEADER.name}"', code]
+    for name, params in kernels.items():
+        unpack = ", ".join(f"*reinterpret_cast<{c + '*' if p else c}*>(args[{i}])" for i, (c, p) in enumerate(params))
+        lines.append(
+            f'extern "C" void emulate_{name}(unsigned grid, unsigned block, void** args) {{\n'
+            f"    emulator::launch(grid, block, [=] {{ {name}({unpack}); }});\n}}"
+        )
+    source = "\n".join(lines)
+    key = hashlib.sha256((source + HEADER.read_text()).encode()).hexdigest()[:16]
+    folder = pathlib.Path(tempfile.gettempdir()) / "minitensor-cuda-emulator"
+    folder.mkdir(exist_ok=True)
+    library = folder / f"{key}.so"
+    if not library.exists():
+        cpp = folder / f"{key}.{os.getpid()}.cpp"
+        cpp.write_text(source)
+        partial = folder / f"{key}.{os.getpid()}.so"
+        done = subprocess.run(
+            [COMPILER, "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", f"-I{HEADER.parent}", "-o", partial, cpp],
+            capture_output=True,
+            text=True,
+        )
+        cpp.unlink()
+        if done.returncode:
+            raise RuntimeError(f"the CUDA emulator could not compile the kernels:\n{done.stderr[-4000:]}")
+        os.replace(partial, library)  # whole or not at all, also with other processes compiling
+    return kernels, ctypes.CDLL(str(library))
+
+
+def _dims(d):
+    return (d,) if isinstance(d, int) else tuple(d)
+
+
+class EmulatedKernel:
+    def __init__(self, name, params, function):
+        self.name, self.params, self.function = name, params, function
+        function.argtypes = [ctypes.c_uint, ctypes.c_uint, ctypes.POINTER(ctypes.c_void_p)]
+        function.restype = None
+
+    def __call__(self, grid, block, args, shared_mem=0, stream=None):
+        grid, block = _dims(grid), _dims(block)
+        if any(d != 1 for d in grid[1:] + block[1:]):
+            raise ValueError(f"{self.name}: the emulator launches 1-D grids and blocks, got {grid}, {block}")
+        if len(args) != len(self.params):
+            raise TypeError(f"{self.name} takes {len(self.params)} arguments, got {len(args)}")
+        values = []
+        for i, ((ctype, pointer), arg) in enumerate(zip(self.params, args)):
+            dtype = numpy.dtype(_C_TYPES[ctype])
+            if pointer:
+                if not isinstance(arg, numpy.ndarray) or arg.dtype != dtype or not arg.flags.c_contiguous:
+                    raise TypeError(
+                        f"{self.name}: argument {i} must be a C-contiguous {dtype} array ({ctype}*), got "
+                        f"{type(arg).__name__} {getattr(arg, 'dtype', '')}"
+                        + ("" if not isinstance(arg, numpy.ndarray) or arg.flags.c_contiguous else " (not contiguous)")
+                    )
+                values.append(ctypes.c_void_p(arg.ctypes.data))
+            else:
+                if not isinstance(arg, numpy.generic) or arg.dtype != dtype:
+                    raise TypeError(f"{self.name}: argument {i} must be a numpy.{dtype} ({ctype}), got {arg!r}")
+                values.append(_CTYPES[dtype.type](arg.item()))
+        argv = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
+        self.function(grid[0], block[0], argv)
+
+
+class EmulatedModule:
+    """``cupy.RawModule(code=...)`` on the CPU: see the module docstring."""
+
+    def __init__(self, code, options=()):
+        self.kernels, self.library = _build(code)
+
+    def get_function(self, name):
+        if name not in self.kernels:
+            raise AttributeError(f"no kernel {name!r} in the module (it has {sorted(self.kernels)})")
+        return EmulatedKernel(name, self.kernels[name], getattr(self.library, f"emulate_{name}"))

@@ -1,0 +1,114 @@
+// A CUDA C++ emulator for the CPU: just enough of CUDA to run minitensor's kernels
+// (minitensor/kernels/cuda/*.cu) unchanged on a machine without a GPU, for the tests.
+//
+// Every CUDA thread of a block is a std::thread. __syncthreads() is a barrier over the block's
+// threads; the warp shuffles exchange values through a 32-slot buffer between two barriers over
+// the warp's threads, so a kernel whose lanes disagree about a shuffle deadlocks here as it
+// misbehaves on a GPU. A thread that returns drops out of its barriers (as an exited thread does
+// on a GPU). Blocks run one after another, so a __shared__ variable (a static here) belongs to
+// the running block. Device intrinsics are the C library's functions with CUDA's names.
+#pragma once
+
+#include <barrier>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <thread>
+#include <vector>
+
+struct dim3 {
+    unsigned x = 1, y = 1, z = 1;
+};
+
+inline dim3 gridDim, blockDim;
+inline thread_local dim3 threadIdx, blockIdx;
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __shared__ static
+#define __restrict__
+
+namespace emulator {
+using Barrier = std::barrier<>;
+
+struct Warp {
+    explicit Warp(std::ptrdiff_t lanes) : barrier(lanes) {}
+    Barrier barrier;
+    std::uint64_t slots[32] = {};
+};
+
+inline thread_local Barrier* block_barrier = nullptr;
+inline thread_local Warp* warp = nullptr;
+
+// Runs kernel(args...) on a grid of `grid` blocks of `block` threads (1-D, as the kernels use).
+template <typename Kernel>
+void launch(unsigned grid, unsigned block, Kernel kernel) {
+    gridDim = dim3{grid, 1, 1};
+    blockDim = dim3{block, 1, 1};
+    for (unsigned b = 0; b < grid; ++b) {
+        Barrier barrier(block);
+        std::vector<std::unique_ptr<Warp>> warps;
+        for (unsigned first = 0; first < block; first += 32)
+            warps.push_back(std::make_unique<Warp>(std::min(32u, block - first)));
+        std::vector<std::thread> threads;
+        threads.reserve(block);
+        for (unsigned t = 0; t < block; ++t) {
+            threads.emplace_back([&, b, t] {
+                blockIdx = dim3{b, 1, 1};
+                threadIdx = dim3{t, 1, 1};
+                block_barrier = &barrier;
+                warp = warps[t / 32].get();
+                kernel();
+                warp->barrier.arrive_and_drop();  // an exited thread no longer holds anyone up
+                barrier.arrive_and_drop();
+            });
+        }
+        for (auto& thread : threads) thread.join();
+    }
+}
+}  // namespace emulator
+
+inline void __syncthreads() { emulator::block_barrier->arrive_and_wait(); }
+
+template <typename T>
+T __shfl_sync_from(T value, unsigned source_lane) {
+    static_assert(sizeof(T) <= sizeof(std::uint64_t), "a shuffle moves at most 8 bytes");
+    auto* w = emulator::warp;
+    unsigned lane = threadIdx.x % 32;
+    std::memcpy(&w->slots[lane], &value, sizeof(T));
+    w->barrier.arrive_and_wait();  // every lane has written its value
+    T out;
+    std::memcpy(&out, &w->slots[source_lane % 32], sizeof(T));
+    w->barrier.arrive_and_wait();  // every lane has read before the next shuffle writes
+    return out;
+}
+
+template <typename T>
+T __shfl_xor_sync(unsigned, T value, int lane_mask) {
+    return __shfl_sync_from(value, (threadIdx.x % 32) ^ lane_mask);
+}
+
+template <typename T>
+T __shfl_sync(unsigned, T value, int source_lane) {
+    return __shfl_sync_from(value, source_lane);
+}
+
+inline float __int_as_float(int bits) {
+    float f;
+    std::memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+inline double __longlong_as_double(long long bits) {
+    double d;
+    std::memcpy(&d, &bits, sizeof d);
+    return d;
+}
+
+using std::erfc;
+using std::exp;
+using std::log;
+using std::sqrt;
