@@ -5,8 +5,9 @@
     parallel over rows and vectorised within a row (including a float32 ``exp``
     written so that it can be vectorised).
 
-``cuda.py``
-    The same four as numba CUDA kernels, on CuPy's arrays and stream.
+``cuda/``
+    The GPU's kernels, CUDA C++ (``softmax.cu``: the same four; ``elementwise.cu``: GELU and
+    dropout), compiled by CuPy with NVRTC and launched on CuPy's current stream.
 
 ``reference.py``
     The same four written with plain array-library calls on any NumPy-compatible
@@ -20,9 +21,9 @@
     textbook update in ``optim/adam.py``); ``backend.fused(name, dtype)`` picks them.
 
 ``gelu.py``
-    The exact GELU without SciPy: ``math.erfc`` in numba on the CPU and in
-    numba.cuda on a GPU, and an array-arithmetic erfc everywhere else.
+    The exact GELU without SciPy: ``math.erfc`` in numba on the CPU, CUDA's ``erfc``
+    on a GPU, and an array-arithmetic erfc everywhere else.
 
-All are compiled on first use, so ``import minitensor`` does not import numba.
+All are compiled on first use, so ``import minitensor`` imports neither numba nor CuPy.
 Import the submodule you need: ``from minitensor.kernels import cpu``.
 """
