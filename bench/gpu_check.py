@@ -1,23 +1,25 @@
 """One check of minitensor on an NVIDIA GPU: install, GPU tests, kernel and training-step benchmarks.
 
-For a machine with a GPU and the packages already installed (CuPy, numba with its CUDA
-target, pluggy, safetensors, pytest; PyTorch optional) and no network:
+For a machine with a GPU and the packages already installed (CuPy with NVRTC, numba, pluggy,
+safetensors, pytest; PyTorch optional) and no network:
 
     python bench/gpu_check.py
 
 1. installs this checkout with ``pip install --no-deps --no-build-isolation -e .`` (nothing
    is downloaded; the checks run from this checkout even if that fails), then proves in
-   seconds that CuPy, cuRAND and a numba kernel work;
+   seconds that CuPy and cuRAND work and compiles every CUDA kernel of
+   ``minitensor/kernels/cuda`` (NVRTC; the time is what a first GPU run pays);
 2. runs the tests marked ``gpu`` (``pytest -m gpu``): every op test on ``device="cuda"``, the
-   CUDA kernels on CuPy arrays, DLPack, checkpoints across devices -- with numba's CUDA
-   simulator switched off, so the kernels run on the GPU;
-3. times the softmax kernels (numba CUDA, float32) against naive CuPy (the plain-array
+   CUDA kernels on CuPy arrays, DLPack, checkpoints across devices;
+3. times the softmax kernels (CUDA C++, float32) against naive CuPy (the plain-array
    version in ``minitensor/kernels/reference.py``) and ``torch.softmax`` on the same GPU;
-4. times the random numbers of a dropout mask (minitensor seeds a generator per draw, so
-   that checkpoints can restore its state) against one long-lived generator and torch;
+4. times dropout (minitensor's one-pass kernel: a counter-based hash per element, the mask
+   and the product together) against one long-lived generator plus the product, and torch;
 5. times a training step of the larger Transformer of ``bench/train_step.py`` (num_hiddens
-   256, 8 heads, ffn 1024, 4 + 4 blocks, batch 64, 64 tokens) against its PyTorch twin on the
-   same GPU, after checking that both compute the same loss from the same weights;
+   256, 8 heads, ffn 1024, 4 + 4 blocks, 64 tokens) at batch 64 and 1024 against its PyTorch
+   twin on the same GPU, after checking that both compute the same loss from the same weights,
+   and the host's share of a step (the time until the step's last launch returns: a step that
+   waits for the GPU inside itself shows a host time equal to its full time);
 6. times causal attention at long T (``bench/long_attention.py`` on the GPU, time only: batch
    1, 8 heads, d_head 64, float32, T = 1024 and 4096, forward + backward): minitensor's
    streamed ``flash_attention`` against its plain ``Attention`` (the (T, T) scores and
@@ -143,8 +145,12 @@ def install():
 
 def preflight(device):
     """Seconds-long proof that each GPU piece works, before minutes of tests depend on them:
-    a CuPy elementwise op and matrix product, device random numbers (cuRAND), one numba
-    kernel on a CuPy array."""
+    a CuPy elementwise op and matrix product, device random numbers (cuRAND), and every
+    CUDA kernel compiled (on a fresh machine NVRTC compiles them: the time is printed)."""
+    if device.name != "cpu":
+        start = time.perf_counter()
+        names = device.backend.kernels.compile_all()
+        print(f"preflight: {len(names)} CUDA kernels compiled or loaded in {time.perf_counter() - start:.2f} s")
     import minitensor as mt
 
     checks = [
@@ -154,7 +160,7 @@ def preflight(device):
         ),
         ("random numbers on the device (cuRAND on a GPU)", lambda: mt.randn(4, device=device.name).numpy()),
         (
-            "softmax kernel on a device array (numba CUDA on a GPU)",
+            "softmax kernel on a device array (CUDA C++ on a GPU)",
             lambda: device.backend.kernels.softmax_forward(device.xp.zeros((3, 5), "f4")),
         ),
     ]
@@ -171,7 +177,6 @@ def preflight(device):
 
 def run_gpu_tests(device):
     env = dict(os.environ)
-    env.pop("NUMBA_ENABLE_CUDASIM", None)  # the real GPU, not the simulator
     env["PYTHONPATH"] = os.pathsep.join(SOURCE_PATHS + [p for p in [env.get("PYTHONPATH")] if p])
     args = [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider"]
     if parallel_ok(device):
@@ -280,40 +285,68 @@ def kernel_benchmark(device, quick):
 
 
 def dropout_benchmark(device, quick):
-    """A dropout mask's random numbers: minitensor draws each from a fresh, seeded generator
-    (so that its state can be saved, see cupy_backend.py); how much does that cost against
-    the backend's array library with one long-lived generator, and against torch?"""
-    shape = (8, 64, 256) if quick else (64, 8, 64, 64)  # the large config's attention weights
-    backend = device.backend
-    cases = {"minitensor": lambda: backend.uniform(shape, np.float32)}
+    """Dropout's forward on attention weights: minitensor's one-pass kernel (element i kept
+    where hash(seed, i) >= p 2^32, the product in the same pass) against one long-lived
+    generator's uniform numbers, the comparison and the product, and torch's dropout."""
+    import minitensor as mt
+
+    shape, p = ((8, 64, 256) if quick else (64, 8, 64, 64)), 0.1  # the large config's attention weights
+    x = mt.rand(*shape, device=device.name)
+    xp, data = device.xp, x.data
     if device.name == "cpu":
         generator = np.random.default_rng(0)
-        cases["one generator"] = lambda: generator.random(shape, dtype=np.float32)
+        draw = lambda: generator.random(shape, dtype=np.float32)  # noqa: E731
     else:
-        generator = device.xp.random.RandomState(0)
-        cases["one generator"] = lambda: generator.random_sample(shape, dtype=np.float32)
+        generator = xp.random.RandomState(0)
+        draw = lambda: generator.random_sample(shape, dtype=np.float32)  # noqa: E731
+    scale = np.float32(1 / (1 - p))
+    cases = {
+        "minitensor": lambda: mt.dropout(x, p, training=True),
+        "one generator": lambda: data * ((draw() >= p) * scale),
+    }
     if device.torch_device is not None:
-        cases["torch"] = lambda: device.torch.rand(shape, device=device.torch_device)
+        tx = device.torch.from_dlpack(data)
+        cases["torch"] = lambda: device.torch.nn.functional.dropout(tx, p, training=True)
+    kept = float((mt.dropout(x, p, training=True).data != 0).mean())
+    if abs(kept - (1 - p)) > 0.01:
+        raise SystemExit(f"dropout kept {kept:.3f} of the elements, expected {1 - p}")
     stats = interleaved_stats({k: device.timed(f, 10) for k, f in cases.items()}, 5 if quick else 15, warmup=2)
-    headers = ["uniform samples", *stats, "mt/one generator"]
+    headers = ["dropout p=0.1", *stats, "mt/one generator"]
     row = [
         f"{shape}",
         *(format_stats(v) for v in stats.values()),
         format_ratio(stats["minitensor"].median / stats["one generator"].median),
     ]
-    print_table(headers, [row], title=f"Random numbers for a dropout mask on {device.name}: median per draw")
+    print_table(headers, [row], title=f"Dropout (mask and product) on {device.name}: median per call")
     return stats
 
 
 # -- 4: a training step of the larger Transformer ---------------------------------------------------------
+TRAINING_BATCH_SIZES = (64, 1024)
+
+
 def training_benchmark(device, quick):
+    rows = []
+    for batch_size in (8,) if quick else TRAINING_BATCH_SIZES:
+        cfg = replace(CONFIGS["large"], batch_size=batch_size)
+        if quick:
+            cfg = replace(cfg, name="quick", num_hiddens=32, ffn_num_hiddens=64, num_heads=4, num_blks=1, num_steps=8)
+        rows.append(training_case(device, cfg))
+    headers = ["config", "batch", "device", "minitensor", "mt host"]
+    if len(rows[0]) > len(headers):
+        headers += ["torch", "mt/torch"]
+    print_table(
+        headers,
+        rows,
+        title=f"Training step (forward + loss + backward + Adam) on {device.name}: median; mt host = the time "
+        "until the step returns, before the device is drained",
+    )
+    return rows
+
+
+def training_case(device, cfg):
     import minitensor as mt
 
-    cfg = CONFIGS["large"]
-    if quick:
-        cfg = replace(
-            cfg, name="quick", num_hiddens=32, ffn_num_hiddens=64, num_heads=4, num_blks=1, batch_size=8, num_steps=8
-        )
     batches = make_batches(cfg, n=4)
     mt_model, mt_opt = build_minitensor(cfg)
     state = minitensor_state(mt_model)
@@ -376,18 +409,26 @@ def training_benchmark(device, quick):
         mt_model.train()
         t_model.train()
         cases["torch"] = lambda: t_step(next_batch("torch", t_data))
-    rounds, warmup = (3, 1) if quick else (10, 3)
-    stats = interleaved_stats({k: device.timed(f, 1) for k, f in cases.items()}, rounds, warmup)
-    row = [cfg.name, device.name, format_stats(stats["minitensor"])]
-    headers = ["config", "device", "minitensor"]
+
+    def host_time():
+        """The host's share of one step: until its last launch returns, the device drained after."""
+        device.sync()
+        start = time.perf_counter()
+        cases["minitensor"]()
+        elapsed = time.perf_counter() - start
+        device.sync()
+        return elapsed
+
+    rounds, warmup = (3, 1) if cfg.name == "quick" else (10, 3)
+    timed = {k: device.timed(f, 1) for k, f in cases.items()}
+    stats = interleaved_stats({**timed, "host": host_time}, rounds, warmup)
+    row = [cfg.name, cfg.batch_size, device.name, format_stats(stats["minitensor"]), format_stats(stats["host"])]
     if "torch" in stats:
         row += [format_stats(stats["torch"]), format_ratio(stats["minitensor"].median / stats["torch"].median)]
-        headers += ["torch", "mt/torch"]
     print(f"\n[{cfg.name}] {cfg.describe()}; {sum(int(p.numel()) for p in mt_model.parameters()):,} parameters")
     if agreement:
-        print(f"[{cfg.name}] {agreement}")
-    print_table(headers, [row], title=f"Training step (forward + loss + backward + Adam) on {device.name}: median")
-    return stats
+        print(f"[{cfg.name}, batch {cfg.batch_size}] {agreement}")
+    return row
 
 
 # -- 6: causal attention at long T: streamed vs plain vs SDPA -----------------------------------------------

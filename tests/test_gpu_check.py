@@ -25,7 +25,7 @@ def test_the_benchmarks_run_on_the_cpu_and_check_their_results():
     for kernel in ("softmax forward", "masked softmax forward", "softmax backward", "log_softmax forward"):
         assert kernel in out
     assert "naive/mt" in out and "Training step (forward + loss + backward + Adam) on cpu" in out
-    assert "Random numbers for a dropout mask on cpu" in out and "everything passed" in out
+    assert "Dropout (mask and product) on cpu" in out and "everything passed" in out
     if "torch not installed" not in out:
         assert "same weights, no dropout" in out and "mt/torch" in out
 

@@ -1,4 +1,4 @@
-"""The GPU backend: CuPy arrays, numba CUDA kernels.
+"""The GPU backend: CuPy arrays, CUDA C++ kernels compiled by CuPy (``kernels/cuda``).
 
 CuPy copies NumPy's API, so every op runs unchanged with ``xp = cupy``; this class holds
 only what the two libraries spell differently (see ``base.py``). It is built the first time
