@@ -358,6 +358,10 @@ class StrictKernels:
     """The four softmax kernels of ``minitensor.kernels`` on StrictArrays, and the GPU's dropout
     (the CPU's fused kernel: the CUDA one makes the same mask)."""
 
+    def attention_row_size(self, dtype, d):
+        """No streamed-attention kernel here: ``flash_attention`` runs its tiles of CuPy operators."""
+        return None
+
     def dropout(self, x, seed, threshold, scale):
         from minitensor.kernels import fused
 

@@ -31,6 +31,7 @@ from hypothesis import strategies as st
 import minitensor as mt
 from minitensor.kernels import cpu, fused, gelu, reference
 from minitensor.kernels.cuda import ELEMENTWISE_THREADS, KERNELS, MAX_BLOCKS, ROW_THREADS, CudaKernels, source
+from minitensor.ops.flash_attention import FlashAttention, flash_attention, stream_plan
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DTYPES = [np.float32, np.float64]
@@ -479,6 +480,28 @@ def test_on_a_non_default_cupy_stream_with_a_small_grid(cupy_kernels):
     np.testing.assert_array_equal(cupy.asnumpy(mask), on_cpu)
 
 
+@requires_gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype, d", [(np.float32, 64), (np.float32, 100), (np.float64, 32)])
+def test_streamed_attention_on_cupy_arrays(cupy_kernels, dtype, d):
+    cupy, kernels = cupy_kernels
+
+    class OnTheGpu:  # the same calls, on device copies, results brought back
+        @staticmethod
+        def attention_forward(*args):
+            return tuple(cupy.asnumpy(x) for x in kernels.attention_forward(*_to_gpu(cupy, args)))
+
+        @staticmethod
+        def attention_backward(*args):
+            return tuple(cupy.asnumpy(x) for x in kernels.attention_backward(*_to_gpu(cupy, args)))
+
+    check_attention(OnTheGpu, 2, 8, 4, 300, 333, d, dtype, True, [200, 333])
+
+
+def _to_gpu(cupy, args):
+    return [cupy.asarray(a) if isinstance(a, np.ndarray) else a for a in args]
+
+
 # -- through the ops: the kernels as a backend's, under autograd -----------------------------------
 def test_ops_differentiate_through_the_cuda_kernels(monkeypatch):
     """softmax, masked_softmax, log_softmax and cross_entropy call the CUDA kernels exactly as
@@ -504,6 +527,113 @@ def test_ops_differentiate_through_the_cuda_kernels(monkeypatch):
 
 def test_compile_all_compiles_every_kernel_of_every_source():
     names = emulated().compile_all()
-    assert len(names) == 18 and "masked_log_softmax_forward_float64" in names and "dropout_float32" in names
-    sources = "".join(source(name) for name in KERNELS)
-    assert sources.count('extern "C" __global__') == len(names)  # none left out of KERNELS
+    assert "masked_log_softmax_forward_float64" in names and "dropout_float32" in names
+    assert "attention_backward_dkv_d128_float32" in names and "attention_forward_d128_float64" not in names
+    in_sources = {name for module in KERNELS for name in EmulatedModule(source(module)).kernels}
+    assert sorted(names) == sorted(in_sources)  # none left out of KERNELS, none listed that is not there
+
+
+# ---------------------------------------------------------------------------
+# Streamed attention (attention.cu) against the tiles of ops/flash_attention.py
+# ---------------------------------------------------------------------------
+
+
+def tiled_attention(q, k, v, lens, causal, scale, grad):
+    """The reference: flash_attention's tiles on the CPU (tested against plain attention in
+    test_flash_attention.py), with small tiles so that every code path of the stream runs."""
+    leaves = [mt.tensor(a, requires_grad=True) for a in (q, k, v)]
+    lens_t = None if lens is None else mt.tensor(lens)
+    out, lse = flash_attention(
+        *leaves, valid_lens=lens_t, causal=causal, scale=scale, block_q=8, block_k=8, return_lse=True
+    )
+    out.backward(mt.tensor(grad))
+    return out.numpy(), lse.numpy(), *(leaf.grad.numpy() for leaf in leaves)
+
+
+def check_attention(kernels, B, H, G, Q, K, d, dtype, causal, lens, seed=0):
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((B, H, Q, d)).astype(dtype)
+    k, v = (rng.standard_normal((B, G, K, d)).astype(dtype) for _ in range(2))
+    grad = rng.standard_normal((B, H, Q, d)).astype(dtype)
+    scale = 1 / np.sqrt(d)
+    want = tiled_attention(q, k, v, lens, causal, scale, grad)
+    by_row = None if lens is None else np.broadcast_to(np.asarray(lens).reshape(B, -1), (B, Q))
+    out, lse = kernels.attention_forward(q, k, v, by_row, causal, scale)
+    got = (out, lse, *kernels.attention_backward(q, k, v, by_row, causal, scale, out, lse, grad))
+    tol = dict(rtol=2e-4, atol=2e-5) if dtype == np.float32 else dict(rtol=1e-10, atol=1e-12)
+    for name, g, w in zip(("out", "lse", "dq", "dk", "dv"), got, want):
+        assert g.dtype == dtype and g.shape == w.shape, name
+        np.testing.assert_array_equal(np.isinf(g), np.isinf(w), err_msg=name)  # rows that see no key
+        np.testing.assert_allclose(np.where(np.isinf(g), 0, g), np.where(np.isinf(w), 0, w), err_msg=name, **tol)
+    return got
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(
+    "B, H, G, Q, K, d, causal, lens",
+    [
+        (1, 2, 2, 70, 70, 16, True, None),  # causal self-attention, two query tiles, a partial key tile
+        (2, 4, 2, 37, 45, 8, True, [30, 45]),  # grouped heads (2 query heads per key head), K > Q, lengths
+        (2, 2, 1, 20, 13, 5, True, None),  # K < Q: the first rows see no key at all
+        (2, 2, 2, 9, 33, 32, False, [[0] * 9, list(range(9))]),  # per-query lengths, empty rows, d = D
+        (1, 1, 1, 1, 1, 3, False, None),  # one query, one key
+    ],
+)
+def test_streamed_attention_matches_the_tiles(kernels, dtype, B, H, G, Q, K, d, causal, lens):
+    check_attention(kernels, B, H, G, Q, K, d, dtype, causal, lens)
+
+
+def test_the_row_size_is_the_smallest_kernel_that_holds_the_head(kernels):
+    sizes = [kernels.attention_row_size(np.float32, d) for d in (1, 32, 33, 64, 65, 128, 129)]
+    assert sizes == [32, 32, 64, 64, 128, 128, None]
+    assert kernels.attention_row_size(np.float64, 100) is None and kernels.attention_row_size(np.float16, 8) is None
+    check_attention(kernels, 1, 1, 1, 5, 7, 100, np.float32, True, None)  # d = 100 in rows of 128
+
+
+@settings(max_examples=6)
+@given(
+    groups=st.sampled_from([(1, 1), (2, 1), (4, 2)]),
+    Q=st.integers(1, 70),
+    K=st.integers(1, 70),
+    d=st.integers(1, 40),
+    causal=st.booleans(),
+    with_lens=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_hypothesis_attention_shapes(groups, Q, K, d, causal, with_lens, seed):
+    lens = np.random.default_rng(seed).integers(0, K + 2, size=2) if with_lens else None
+    check_attention(emulated(), 2, *groups, Q, K, d, np.float64, causal, lens, seed=seed)
+
+
+def test_flash_attention_runs_the_kernels_on_a_backend_that_has_them(monkeypatch):
+    """Through the op, under autograd: gradcheck in float64, the weights recomputed on demand,
+    and the tiles still run where the kernels cannot (a bool mask)."""
+    from minitensor.backends import _BACKENDS, NumpyBackend
+
+    calls = []
+
+    class EmulatedGPU(NumpyBackend):
+        device = "emulated-cuda"
+        attention_kernels = emulated()
+
+    original = CudaKernels.attention_forward
+    monkeypatch.setattr(CudaKernels, "attention_forward", lambda self, *a: calls.append(1) or original(self, *a))
+    monkeypatch.setitem(_BACKENDS, "emulated-cuda", EmulatedGPU())
+    rng = np.random.default_rng(3)
+    q, k, v = (
+        mt.tensor(rng.standard_normal((1, 2, 6, 4)), dtype=mt.float64, device="emulated-cuda", requires_grad=True)
+        for _ in range(3)
+    )
+    lens = mt.tensor([5], device="emulated-cuda")
+    assert mt.gradcheck(lambda a, b, c: flash_attention(a, b, c, valid_lens=lens, causal=True), [q, k, v])
+    assert calls
+    plan = stream_plan(q, k, v, lens, causal=True)
+    FlashAttention.apply(q, k, v, None, plan=plan, masks=plan.masks)
+    cpu = [mt.tensor(x.numpy()) for x in (q, k, v)]
+    reference = stream_plan(*cpu, mt.tensor([5]), causal=True, block_q=2, block_k=2)
+    FlashAttention.apply(*cpu, None, plan=reference, masks=reference.masks)
+    np.testing.assert_allclose(plan.weights(), reference.weights(), rtol=1e-12, atol=1e-15)
+    calls.clear()
+    mask = mt.tensor(rng.random((1, 1, 6, 6)) > 0.3, device="emulated-cuda")
+    flash_attention(q, k, v, mask=mask)
+    assert calls == []  # a bool mask: the tiles

@@ -135,6 +135,11 @@ class CupyBackend(Backend):
         return None
 
     @property
+    def attention_kernels(self):
+        """The streamed-attention kernels that ``flash_attention`` runs here (``attention.cu``)."""
+        return self.kernels
+
+    @property
     def kernels(self):
         if self._kernels is None:
             # CUDA C++ compiled by CuPy on first use, launched on CuPy's current stream

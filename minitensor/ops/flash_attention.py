@@ -115,7 +115,7 @@ class StreamPlan:
         bq, bk = self.block_q, self.block_k
         self._diagonals = xp.arange(bk)[None, :] - xp.arange(bq)[:, None] + (self.Q - 1)
         self._cell = (xp.arange(bq)[:, None], xp.arange(bk)[None, :])
-        self.lse = self.q = self.k = None  # set by the forward pass, for ``weights``
+        self.lse = self.q = self.k = self.unscaled_q = None  # set by the forward pass, for ``weights``
 
     # -- the masks, shaped to broadcast over a tile (batch, g, r, n_q, n_k) ------------------
     def _lens(self, lens):
@@ -217,6 +217,21 @@ class StreamPlan:
         (a copy when r > 1; a view otherwise)."""
         return q5[:, :, :, i0:i1].reshape(self.batch, self.g, self.r * (i1 - i0), q5.shape[-1])
 
+    # -- the GPU's kernels ----------------------------------------------------------------------
+    def device_kernels(self, v):
+        """The backend's streamed-attention kernels (``kernels/cuda/attention.cu`` on a GPU), or
+        None where the backend has none or this call needs what they lack: a bool mask, a
+        relative bias (so a window too), values of another size than the queries, a head size
+        or dtype without a kernel. Masks by ``causal`` and ``valid_lens`` they apply themselves."""
+        kernels = getattr(self.backend, "attention_kernels", None)
+        if kernels is None or self.mask is not None or self.table is not None or v.shape[-1] != self.d:
+            return None
+        return kernels if kernels.attention_row_size(v.dtype, self.d) is not None else None
+
+    def lens_by_row(self):
+        """valid_lens as (batch, 1) or (batch, Q), or None: what the kernels take."""
+        return None if self.lens is None else self.lens.reshape(self.batch, -1)
+
     # -- weights on demand -------------------------------------------------------------------
     def weights(self, heads=None, rows=None):
         """The attention weights of the last call, recomputed from its saved log-sum-exp for
@@ -227,6 +242,9 @@ class StreamPlan:
         xp = self.xp
         if self.lse is None:
             raise RuntimeError("attention weights: the streamed attention has not run yet")
+        if self.q is None:  # the kernels ran: scale the queries as the tiles want them, now
+            q = self.unscaled_q
+            self.q = (q * q.dtype.type(self.scale)).reshape(self.batch, self.g, self.r, self.Q, self.d)
         heads = pick_indices("heads", heads, self.num_heads)
         rows = pick_indices("rows", rows, self.Q)
         out = xp.zeros((self.batch, len(heads), len(rows), self.K), dtype=self.lse.dtype)
@@ -275,6 +293,13 @@ class FlashAttention(Function):
         # plan.table (the same array), where ``plan.scores`` adds it
         xp = ctx.xp
         B, g, r, Q = plan.batch, plan.g, plan.r, plan.Q
+        ctx.plan = plan
+        ctx.kernels = plan.device_kernels(v)
+        if ctx.kernels is not None:  # a GPU: the whole stream is one kernel (attention.cu)
+            out, lse = ctx.kernels.attention_forward(q, k, v, plan.lens_by_row(), plan.causal, plan.scale)
+            plan.q, plan.unscaled_q, plan.k, plan.lse = None, q, k, lse.reshape(B, g, r, Q)
+            ctx.save_for_backward(q, k, v, out, lse)
+            return out
         dv = v.shape[-1]
         q5 = (q * q.dtype.type(plan.scale)).reshape(B, g, r, Q, q.shape[-1])
         out = xp.zeros((B, g, r, Q, dv), dtype=q.dtype)
@@ -306,7 +331,6 @@ class FlashAttention(Function):
             row_lse = xp.where(seen, xp.where(m == -xp.inf, 0, m) + xp.log(xp.where(seen, l, 1)), xp.inf)
             lse[:, :, :, i0:i1] = row_lse.reshape(B, g, r, n)
         plan.q, plan.k, plan.lse = q5, k, lse
-        ctx.plan = plan
         ctx.save_for_backward(q5, k, v, out, lse)
         return out.reshape(q.shape[:-1] + (dv,))
 
@@ -314,6 +338,12 @@ class FlashAttention(Function):
     def backward(ctx, grad):
         xp = ctx.xp
         plan = ctx.plan
+        if ctx.kernels is not None:
+            q, k, v, out, lse = ctx.saved
+            dq, dk, dv = ctx.kernels.attention_backward(
+                q, k, v, plan.lens_by_row(), plan.causal, plan.scale, out, lse, grad
+            )
+            return dq, dk, dv, None
         q5, k, v, out, lse = ctx.saved
         B, g, r, Q, d = q5.shape
         dv = v.shape[-1]

@@ -63,9 +63,17 @@ def _parameters(text):
     return params
 
 
+def _expand_macros(code):
+    """The source after the preprocessor: kernels that a macro defines, written out."""
+    done = subprocess.run([COMPILER, "-E", "-P", "-x", "c++", "-"], input=code, capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"the CUDA emulator could not preprocess the kernels:\n{done.stderr[-4000:]}")
+    return done.stdout
+
+
 def _build(code):
     """Compile ``code`` with a launcher per kernel into a shared library (cached by content)."""
-    kernels = {name: _parameters(params) for name, params in _KERNEL.findall(code)}
+    kernels = {name: _parameters(params) for name, params in _KERNEL.findall(_expand_macros(code))}
     lines = [f'#include "{HEADER.name}"', code]
     for name, params in kernels.items():
         unpack = ", ".join(f"*reinterpret_cast<{c + '*' if p else c}*>(args[{i}])" for i, (c, p) in enumerate(params))

@@ -109,6 +109,8 @@ inline double __longlong_as_double(long long bits) {
 }
 
 using std::erfc;
+using std::max;
+using std::min;
 using std::exp;
 using std::log;
 using std::sqrt;

@@ -50,19 +50,35 @@ ROW_THREADS = 128
 ELEMENTWISE_THREADS = 256
 #: the largest grid launched; more work than that and the kernels' loops stride over it
 MAX_BLOCKS = 65535
+#: threads per block of the attention kernels, one query (or key) row each: QUERY_ROWS in attention.cu
+ATTENTION_THREADS = 64
 
 
-#: the kernels of each source file, without their dtype suffix (``softmax_forward_float32``)
+_DTYPES = ("float32", "float64")
+#: the head sizes D of the attention kernels, per dtype: a head of size d takes the smallest D >= d
+#: (float64 stops at 64: two 64-wide tiles of doubles fill the 32 KiB of shared memory it uses)
+ATTENTION_ROW_SIZES = {"float32": (32, 64, 128), "float64": (32, 64)}
+#: every kernel of each source file, by its C name
 KERNELS = {
-    "softmax": (
-        "softmax_forward",
-        "masked_softmax_forward",
-        "log_softmax_forward",
-        "masked_log_softmax_forward",
-        "softmax_backward",
-        "log_softmax_backward",
-    ),
-    "elementwise": ("gelu_forward", "gelu_backward", "dropout"),
+    "softmax": [
+        f"{name}_{dtype}"
+        for name in (
+            "softmax_forward",
+            "masked_softmax_forward",
+            "log_softmax_forward",
+            "masked_log_softmax_forward",
+            "softmax_backward",
+            "log_softmax_backward",
+        )
+        for dtype in _DTYPES
+    ],
+    "elementwise": [f"{name}_{dtype}" for name in ("gelu_forward", "gelu_backward", "dropout") for dtype in _DTYPES],
+    "attention": [
+        f"attention_{part}_d{size}_{dtype}"
+        for part in ("forward", "backward_dq", "backward_dkv")
+        for dtype, sizes in ATTENTION_ROW_SIZES.items()
+        for size in sizes
+    ],
 }
 
 
@@ -107,6 +123,7 @@ class CudaKernels:
         self.row_threads, self.elementwise_threads = int(row_threads), int(elementwise_threads)
         self.max_blocks = int(max_blocks)
         self._modules, self._functions = {}, {}
+        self._no_lens = None
 
     def __repr__(self):
         return f"CudaKernels({self.xp.__name__}, row_threads={self.row_threads})"
@@ -157,25 +174,96 @@ class CudaKernels:
         )
         return y
 
+    # -- streamed attention (attention.cu) -------------------------------------------------------
+    def attention_row_size(self, dtype, d):
+        """The kernels' row size D for heads of size ``d`` (the smallest D >= d), or None where
+        there is none (d above the largest, or a dtype other than float32/float64)."""
+        sizes = ATTENTION_ROW_SIZES.get(np.dtype(dtype).name, ())
+        return next((size for size in sizes if size >= d), None)
+
+    def attention_forward(self, q, k, v, lens, causal, scale):
+        """Streamed ``softmax(scale q k^T, masked) v``. q (B, H, Q, d); k, v (B, G, K, d) with G
+        dividing H; ``lens`` None or int64 (B, Q) valid lengths; ``causal``: key j visible to
+        query i when j <= i + K - Q. Returns the output (B, H, Q, d) and the log-sum-exp of
+        each row (B, H, Q), +inf for a row that sees no key."""
+        q, k, v = (self.xp.ascontiguousarray(a) for a in (q, k, v))
+        B, H, Q, d = q.shape
+        size = self._attention_size(q, k, v)
+        out, lse = self.xp.empty_like(q), self.xp.empty(q.shape[:-1], q.dtype)
+        if q.size and k.shape[2]:
+            blocks = B * H * -(-Q // ATTENTION_THREADS)
+            lens_arg, has_lens = self._attention_lens(lens, B, Q)
+            self._function("attention", f"attention_forward_d{size}_{q.dtype.name}")(
+                (blocks,),
+                (ATTENTION_THREADS,),
+                (q, k, v, lens_arg, out, lse, *self._attention_shapes(q, k), q.dtype.type(scale))
+                + (np.int32(bool(causal)), has_lens),
+            )
+        elif q.size:  # no keys at all: every row is empty
+            out.fill(0)
+            lse.fill(np.inf)
+        return out, lse
+
+    def attention_backward(self, q, k, v, lens, causal, scale, out, lse, grad):
+        """The gradients (dq, dk, dv) of :meth:`attention_forward` for the output's gradient ``grad``."""
+        q, k, v, out, lse, grad = (self.xp.ascontiguousarray(a) for a in (q, k, v, out, lse, grad))
+        B, H, Q, d = q.shape
+        G, K = k.shape[1], k.shape[2]
+        size = self._attention_size(q, k, v)
+        dq, dk, dv = self.xp.zeros_like(q), self.xp.zeros_like(k), self.xp.zeros_like(v)
+        if q.size and K:
+            delta = (grad * out).sum(axis=-1)  # D_i = dO_i . O_i = sum_j p_ij dp_ij
+            lens_arg, has_lens = self._attention_lens(lens, B, Q)
+            common = (q, k, v, lens_arg, lse, grad, delta)
+            tail = (*self._attention_shapes(q, k), q.dtype.type(scale), np.int32(bool(causal)), has_lens)
+            dtype = q.dtype.name
+            self._function("attention", f"attention_backward_dq_d{size}_{dtype}")(
+                (B * H * -(-Q // ATTENTION_THREADS),), (ATTENTION_THREADS,), (*common, dq, *tail)
+            )
+            self._function("attention", f"attention_backward_dkv_d{size}_{dtype}")(
+                (B * G * -(-K // ATTENTION_THREADS),), (ATTENTION_THREADS,), (*common, dk, dv, *tail)
+            )
+        return dq, dk, dv
+
+    def _attention_size(self, q, k, v):
+        B, H, Q, d = q.shape
+        if k.ndim != 4 or k.shape[0] != B or k.shape[3] != d or v.shape != k.shape or H % max(k.shape[1], 1):
+            raise ValueError(
+                f"attention: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} do not fit (B, H, Q, d), "
+                "(B, G, K, d), (B, G, K, d) with G dividing H"
+            )
+        size = self.attention_row_size(q.dtype, d)
+        if size is None:
+            raise ValueError(f"attention: no kernel for heads of size {d} in {q.dtype} (sizes {ATTENTION_ROW_SIZES})")
+        return size
+
+    def _attention_shapes(self, q, k):
+        B, H, Q, d = q.shape
+        return tuple(np.int64(n) for n in (B, H, k.shape[1], Q, k.shape[2], d))
+
+    def _attention_lens(self, lens, B, Q):
+        if lens is None:
+            if self._no_lens is None:  # the kernel takes a pointer either way; has_lens = 0 ignores it
+                self._no_lens = self.xp.zeros(1, np.int64)
+            return self._no_lens, np.int32(0)
+        lens = self.xp.broadcast_to(self.xp.asarray(lens).reshape(B, -1), (B, Q))
+        return self.xp.ascontiguousarray(lens.astype(np.int64, copy=False)), np.int32(1)
+
     def compile_all(self):
         """Compile (or load from CuPy's cache) every kernel of every source, for both dtypes:
         what ``minitensor info`` checks and a benchmark's warm-up does. Returns their names."""
-        names = []
-        for module, kernels in KERNELS.items():
-            for name in kernels:
-                for dtype in (np.dtype(np.float32), np.dtype(np.float64)):
-                    self._function(module, name, dtype)
-                    names.append(f"{name}_{dtype.name}")
-        return names
+        for module, names in KERNELS.items():
+            for name in names:
+                self._function(module, name)
+        return [name for names in KERNELS.values() for name in names]
 
     # -- launching ----------------------------------------------------------------------
-    def _function(self, module, name, dtype):
-        key = (name, dtype)
-        function = self._functions.get(key)
+    def _function(self, module, kernel):
+        """The kernel named ``kernel`` (its C name) of ``module``.cu, compiled on first use."""
+        function = self._functions.get(kernel)
         if function is None:
             if module not in self._modules:
                 self._modules[module] = self.load_module(source(module))
-            kernel = f"{name}_{dtype.name}"
             try:
                 function = self._modules[module].get_function(kernel)
             except Exception as e:  # NVRTC missing or failing: say what to do, in one line
@@ -186,7 +274,7 @@ class CudaKernels:
                     "with its toolkit libraries (pip install 'cupy-cuda12x[ctk]' or 'cupy-cuda13x[ctk]'), "
                     "see `minitensor info`"
                 ) from e
-            self._functions[key] = function
+            self._functions[kernel] = function
         return function
 
     def _floats(self, x, what):
@@ -197,13 +285,14 @@ class CudaKernels:
     def _elementwise(self, name, size, *args):
         if size:
             blocks = min(-(-size // self.elementwise_threads), self.max_blocks)
-            self._function("elementwise", name, args[0].dtype)((blocks,), (self.elementwise_threads,), args)
+            kernel = self._function("elementwise", f"{name}_{args[0].dtype.name}")
+            kernel((blocks,), (self.elementwise_threads,), args)
 
     def _rows(self, name, rows, *args):
         if rows:
             warps = self.row_threads // 32
             blocks = min(-(-rows // warps), self.max_blocks)
-            self._function("softmax", name, args[0].dtype)((blocks,), (self.row_threads,), args)
+            self._function("softmax", f"{name}_{args[0].dtype.name}")((blocks,), (self.row_threads,), args)
 
     def _forward(self, name, x, lens):
         x = self._matrix(x, "x")

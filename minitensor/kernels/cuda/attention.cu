@@ -1,0 +1,260 @@
+// Streamed attention (FlashAttention) on a GPU: out = softmax(scale Q K^T, masked) V without the
+// (Q, K) scores, forward and backward. The algorithm is minitensor/ops/flash_attention.py's (and
+// tutorial 10's): for each query row a running max m, a running sum l of exp(s - m) and a running
+// output o = sum exp(s - m) v, rescaled whenever m grows; backward recomputes each weight from the
+// saved log-sum-exp, p = exp(s - lse). What changes on a GPU is who does what:
+//
+// * Forward and dQ: one block per (batch, head, tile of 64 queries), one thread per query row.
+//   The block walks over the keys in tiles of 32: its threads copy a tile of K and V into shared
+//   memory together, then each thread runs its own row against the tile. All threads read the
+//   same key at the same time, so shared memory serves them with one broadcast.
+// * dK and dV: one block per (batch, key/value head, tile of 64 keys), one thread per key row,
+//   walking over the queries in tiles of 16 (Q, dO, lse and D in shared memory). A key's gradient
+//   sums over every query that sees it, of every query head of its group, so each thread owns
+//   its sums: no atomics, and the result is the same from run to run.
+//
+// A row is held in registers as D numbers, D a compile-time size at least the head's d (the
+// rest zeros), so the loops over it unroll. Masks: causal (key j visible to query i when
+// j <= i + K - Q) and valid lengths (j < lens[b, i]); a row with no visible key gets a zero
+// output and lse = +inf, so that backward's exp(s - lse) is 0 rather than NaN.
+
+#define QUERY_ROWS 64  // threads per block, one query (or key) row each
+#define KEY_TILE 32    // keys per shared tile in the forward and dQ kernels
+#define QUERY_TILE 16  // queries per shared tile in the dK/dV kernel
+
+__device__ __forceinline__ float exponential(float v) { return expf(v); }
+__device__ __forceinline__ double exponential(double v) { return exp(v); }
+__device__ __forceinline__ float logarithm(float v) { return logf(v); }
+__device__ __forceinline__ double logarithm(double v) { return log(v); }
+
+template <typename T>
+__device__ __forceinline__ T infinity();
+template <>
+__device__ __forceinline__ float infinity<float>() {
+    return __int_as_float(0x7f800000);
+}
+template <>
+__device__ __forceinline__ double infinity<double>() {
+    return __longlong_as_double(0x7ff0000000000000LL);
+}
+
+// The shapes of one call: q (B, H, Q, d), k and v (B, G, K, d), query head h reads key/value
+// head h / (H / G).
+struct Shapes {
+    long long B, H, G, Q, K, d;
+};
+
+// How many keys query i of batch b may see: keys 0 .. visible - 1.
+__device__ __forceinline__ long long visible_keys(const Shapes& s, const long long* lens, int causal, long long b,
+                                                  long long i) {
+    long long n = s.K;
+    if (causal) n = min(n, i + (s.K - s.Q) + 1);
+    if (lens != nullptr) n = min(n, lens[b * s.Q + i]);
+    return max(n, 0LL);
+}
+
+// The largest of `value` over the block's threads (a tree in shared memory, as in softmax.cu's
+// first version): how many key tiles the block must visit.
+__device__ long long block_max(long long value, long long* shared) {
+    shared[threadIdx.x] = value;
+    __syncthreads();
+    for (int half = QUERY_ROWS / 2; half > 0; half /= 2) {
+        if (threadIdx.x < half) shared[threadIdx.x] = max(shared[threadIdx.x], shared[threadIdx.x + half]);
+        __syncthreads();
+    }
+    long long result = shared[0];
+    __syncthreads();
+    return result;
+}
+
+// Copies rows [first, first + count) of a (rows, d) matrix into a (count, D) tile, zeros past
+// `rows` and past d: every thread of the block takes every QUERY_ROWS-th element.
+template <typename T, int D>
+__device__ __forceinline__ void load_tile(T (*tile)[D], const T* matrix, long long first, int count, long long rows,
+                                          long long d) {
+    for (int e = threadIdx.x; e < count * D; e += QUERY_ROWS) {
+        const int r = e / D, c = e % D;
+        tile[r][c] = (first + r < rows && c < d) ? matrix[(first + r) * d + c] : T(0);
+    }
+}
+
+template <typename T, int D>
+__device__ void attention_forward(const T* q, const T* k, const T* v, const long long* lens, T* out, T* lse, Shapes s,
+                                  T scale, int causal) {
+    __shared__ T k_tile[KEY_TILE][D];
+    __shared__ T v_tile[KEY_TILE][D];
+    __shared__ long long limits[QUERY_ROWS];
+    const long long tiles = (s.Q + QUERY_ROWS - 1) / QUERY_ROWS;
+    const long long bh = blockIdx.x / tiles, b = bh / s.H, h = bh % s.H, kv = b * s.G + h / (s.H / s.G);
+    const long long i = (blockIdx.x % tiles) * QUERY_ROWS + threadIdx.x;
+    const bool active = i < s.Q;
+    const long long row = bh * s.Q + i;
+
+    T qr[D], o[D];
+    for (int c = 0; c < D; ++c) {
+        qr[c] = active && c < s.d ? q[row * s.d + c] * scale : T(0);
+        o[c] = T(0);
+    }
+    const long long visible = active ? visible_keys(s, lens, causal, b, i) : 0;
+    const long long block_visible = block_max(visible, limits);
+    T m = -infinity<T>(), l = T(0);
+    for (long long j0 = 0; j0 < block_visible; j0 += KEY_TILE) {
+        __syncthreads();  // everyone is done with the previous tile
+        load_tile<T, D>(k_tile, k + kv * s.K * s.d, j0, KEY_TILE, s.K, s.d);
+        load_tile<T, D>(v_tile, v + kv * s.K * s.d, j0, KEY_TILE, s.K, s.d);
+        __syncthreads();
+        for (int jj = 0; jj < KEY_TILE && j0 + jj < visible; ++jj) {
+            T score = T(0);
+            for (int c = 0; c < D; ++c) score += qr[c] * k_tile[jj][c];
+            if (score > m) {  // a new max: what was summed so far shrinks by exp(m - score)
+                const T rescale = exponential(m - score);
+                l *= rescale;
+                for (int c = 0; c < D; ++c) o[c] *= rescale;
+                m = score;
+            }
+            const T p = exponential(score - m);
+            l += p;
+            for (int c = 0; c < D; ++c) o[c] += p * v_tile[jj][c];
+        }
+    }
+    if (!active) return;
+    const T inverse = l > T(0) ? T(1) / l : T(0);  // no visible key: output 0
+    for (int c = 0; c < s.d; ++c) out[row * s.d + c] = o[c] * inverse;
+    lse[row] = l > T(0) ? m + logarithm(l) : infinity<T>();
+}
+
+// dQ_i = scale sum_j p_ij (dp_ij - D_i) k_j, with p_ij = exp(s_ij - lse_i), dp_ij = dO_i . v_j.
+template <typename T, int D>
+__device__ void attention_backward_dq(const T* q, const T* k, const T* v, const long long* lens, const T* lse,
+                                      const T* grad_out, const T* delta, T* dq, Shapes s, T scale, int causal) {
+    __shared__ T k_tile[KEY_TILE][D];
+    __shared__ T v_tile[KEY_TILE][D];
+    __shared__ long long limits[QUERY_ROWS];
+    const long long tiles = (s.Q + QUERY_ROWS - 1) / QUERY_ROWS;
+    const long long bh = blockIdx.x / tiles, b = bh / s.H, h = bh % s.H, kv = b * s.G + h / (s.H / s.G);
+    const long long i = (blockIdx.x % tiles) * QUERY_ROWS + threadIdx.x;
+    const bool active = i < s.Q;
+    const long long row = bh * s.Q + i;
+
+    T qr[D], dor[D], acc[D];
+    for (int c = 0; c < D; ++c) {
+        qr[c] = active && c < s.d ? q[row * s.d + c] * scale : T(0);
+        dor[c] = active && c < s.d ? grad_out[row * s.d + c] : T(0);
+        acc[c] = T(0);
+    }
+    const T row_lse = active ? lse[row] : infinity<T>(), row_delta = active ? delta[row] : T(0);
+    const long long visible = active ? visible_keys(s, lens, causal, b, i) : 0;
+    const long long block_visible = block_max(visible, limits);
+    for (long long j0 = 0; j0 < block_visible; j0 += KEY_TILE) {
+        __syncthreads();
+        load_tile<T, D>(k_tile, k + kv * s.K * s.d, j0, KEY_TILE, s.K, s.d);
+        load_tile<T, D>(v_tile, v + kv * s.K * s.d, j0, KEY_TILE, s.K, s.d);
+        __syncthreads();
+        for (int jj = 0; jj < KEY_TILE && j0 + jj < visible; ++jj) {
+            T score = T(0), dp = T(0);
+            for (int c = 0; c < D; ++c) {
+                score += qr[c] * k_tile[jj][c];
+                dp += dor[c] * v_tile[jj][c];
+            }
+            const T ds = exponential(score - row_lse) * (dp - row_delta);
+            for (int c = 0; c < D; ++c) acc[c] += ds * k_tile[jj][c];
+        }
+    }
+    if (!active) return;
+    for (int c = 0; c < s.d; ++c) dq[row * s.d + c] = acc[c] * scale;
+}
+
+// dV_j = sum_i p_ij dO_i,  dK_j = scale sum_i p_ij (dp_ij - D_i) q_i, over the queries i of every
+// head of j's group that see key j.
+template <typename T, int D>
+__device__ void attention_backward_dkv(const T* q, const T* k, const T* v, const long long* lens, const T* lse,
+                                       const T* grad_out, const T* delta, T* dk, T* dv, Shapes s, T scale,
+                                       int causal) {
+    __shared__ T q_tile[QUERY_TILE][D];
+    __shared__ T do_tile[QUERY_TILE][D];
+    __shared__ T lse_tile[QUERY_TILE];
+    __shared__ T delta_tile[QUERY_TILE];
+    __shared__ long long visible_tile[QUERY_TILE];
+    const long long tiles = (s.K + QUERY_ROWS - 1) / QUERY_ROWS;
+    const long long bg = blockIdx.x / tiles, b = bg / s.G, group = bg % s.G, r = s.H / s.G;
+    const long long j = (blockIdx.x % tiles) * QUERY_ROWS + threadIdx.x;
+    const bool active = j < s.K;
+    const long long key_row = bg * s.K + j;
+
+    T kr[D], vr[D], dk_acc[D], dv_acc[D];
+    for (int c = 0; c < D; ++c) {
+        kr[c] = active && c < s.d ? k[key_row * s.d + c] : T(0);
+        vr[c] = active && c < s.d ? v[key_row * s.d + c] : T(0);
+        dk_acc[c] = dv_acc[c] = T(0);
+    }
+    // the first query that can see the block's first key: causal rows above it see none of it
+    const long long first_key = (blockIdx.x % tiles) * QUERY_ROWS;
+    const long long first_query = causal ? max(0LL, first_key - (s.K - s.Q)) : 0;
+    for (long long h = group * r; h < (group + 1) * r; ++h) {
+        const long long base = (b * s.H + h) * s.Q;  // row of (b, h, query 0)
+        for (long long i0 = first_query; i0 < s.Q; i0 += QUERY_TILE) {
+            __syncthreads();
+            load_tile<T, D>(q_tile, q + base * s.d, i0, QUERY_TILE, s.Q, s.d);
+            load_tile<T, D>(do_tile, grad_out + base * s.d, i0, QUERY_TILE, s.Q, s.d);
+            if (threadIdx.x < QUERY_TILE) {
+                const long long i = i0 + threadIdx.x;
+                const bool in = i < s.Q;
+                lse_tile[threadIdx.x] = in ? lse[base + i] : infinity<T>();
+                delta_tile[threadIdx.x] = in ? delta[base + i] : T(0);
+                visible_tile[threadIdx.x] = in ? visible_keys(s, lens, causal, b, i) : 0;
+            }
+            __syncthreads();
+            if (!active) continue;
+            for (int ii = 0; ii < QUERY_TILE; ++ii) {
+                if (j >= visible_tile[ii]) continue;  // this query does not see key j
+                T score = T(0), dp = T(0);
+                for (int c = 0; c < D; ++c) {
+                    score += q_tile[ii][c] * kr[c];
+                    dp += do_tile[ii][c] * vr[c];
+                }
+                score *= scale;
+                const T p = exponential(score - lse_tile[ii]);
+                const T ds = p * (dp - delta_tile[ii]) * scale;
+                for (int c = 0; c < D; ++c) {
+                    dv_acc[c] += p * do_tile[ii][c];
+                    dk_acc[c] += ds * q_tile[ii][c];
+                }
+            }
+        }
+    }
+    if (!active) return;
+    for (int c = 0; c < s.d; ++c) {
+        dk[key_row * s.d + c] = dk_acc[c];
+        dv[key_row * s.d + c] = dv_acc[c];
+    }
+}
+
+// The kernels, by row size D and dtype: attention_forward_d64_float32 and so on. The launcher
+// picks the smallest D at least the head's d.
+#define ATTENTION_KERNELS(T, D, DTYPE)                                                                              \
+    extern "C" __global__ void attention_forward_d##D##_##DTYPE(                                                    \
+        const T* q, const T* k, const T* v, const long long* lens, T* out, T* lse, long long B, long long H,        \
+        long long G, long long Q, long long K, long long d, T scale, int causal, int has_lens) {                    \
+        attention_forward<T, D>(q, k, v, has_lens ? lens : nullptr, out, lse, Shapes{B, H, G, Q, K, d}, scale,     \
+                                causal);                                                                            \
+    }                                                                                                               \
+    extern "C" __global__ void attention_backward_dq_d##D##_##DTYPE(                                                \
+        const T* q, const T* k, const T* v, const long long* lens, const T* lse, const T* grad_out, const T* delta, \
+        T* dq, long long B, long long H, long long G, long long Q, long long K, long long d, T scale, int causal,   \
+        int has_lens) {                                                                                             \
+        attention_backward_dq<T, D>(q, k, v, has_lens ? lens : nullptr, lse, grad_out, delta, dq,                  \
+                                    Shapes{B, H, G, Q, K, d}, scale, causal);                                       \
+    }                                                                                                               \
+    extern "C" __global__ void attention_backward_dkv_d##D##_##DTYPE(                                               \
+        const T* q, const T* k, const T* v, const long long* lens, const T* lse, const T* grad_out, const T* delta, \
+        T* dk, T* dv, long long B, long long H, long long G, long long Q, long long K, long long d, T scale,        \
+        int causal, int has_lens) {                                                                                 \
+        attention_backward_dkv<T, D>(q, k, v, has_lens ? lens : nullptr, lse, grad_out, delta, dk, dv,             \
+                                     Shapes{B, H, G, Q, K, d}, scale, causal);                                      \
+    }
+
+ATTENTION_KERNELS(float, 32, float32)
+ATTENTION_KERNELS(float, 64, float32)
+ATTENTION_KERNELS(float, 128, float32)
+ATTENTION_KERNELS(double, 32, float64)
+ATTENTION_KERNELS(double, 64, float64)
