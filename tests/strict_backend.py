@@ -395,6 +395,24 @@ class StrictKernels:
         )
 
 
+def _on_device_arrays(name):
+    """The CPU's fused kernel ``name`` on StrictArrays: what the GPU backend's own kernel of that
+    name computes (in place where the CPU's is: the unwrapped arrays are the device arrays)."""
+
+    def run(self, *args):
+        from minitensor.kernels import fused
+
+        arrays = [numpy.ascontiguousarray(_unwrap(a, where=name)) if isinstance(a, StrictArray) else a for a in args]
+        return _wrap(getattr(fused, name)(*arrays))
+
+    run.__name__ = name
+    return run
+
+
+for _name in ("relu_forward", "relu_backward", "layer_norm_forward", "layer_norm_backward", "adam_update"):
+    setattr(StrictKernels, _name, _on_device_arrays(_name))
+
+
 class StrictBackend(Backend):
     """device "strict": NumPy underneath, CuPy's manners on top."""
 

@@ -418,7 +418,7 @@ def test_dropout_on_the_gpu_backend_is_the_cpus_mask_with_a_seed_made_on_the_hos
     fake = FakeCupy()
     backend = fake_cuda_backend(fake)
     assert backend.fused("dropout_forward", np.float32) is not None
-    assert backend.fused("dropout_forward", np.float16) is None and backend.fused("relu_forward", np.float32) is None
+    assert backend.fused("dropout_forward", np.float16) is None and backend.fused("no_such_kernel", np.float32) is None
     backend.seed(5)
     first = backend.draw_seed()
     assert 0 <= first < 2**62 and backend.draw_seed() != first

@@ -421,6 +421,67 @@ def test_gelu_matches_its_reference(kernels, dtype):
     )
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_relu_matches_the_cpu_kernel(kernels, dtype):
+    x = np.array([-2.0, -0.0, 0.0, 1.5, np.nan, np.inf, -np.inf], dtype=dtype)
+    g = np.array([1.0, 2.0, 3.0, 4.0, 5.0, np.nan, 7.0], dtype=dtype)
+    y = kernels.relu_forward(x)
+    np.testing.assert_array_equal(y, fused.relu_forward(x))  # NaN stays NaN
+    np.testing.assert_array_equal(kernels.relu_backward(y, g), fused.relu_backward(y, g))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(1, 1), (5, 33), (70, 100)])
+def test_layer_norm_matches_the_cpu_kernels(kernels, dtype, shape):
+    rng = rng_for("layer_norm", dtype, shape)
+    x = (rng.standard_normal(shape) * 3 + 1).astype(dtype)
+    weight, bias, grad = (rng.standard_normal(n).astype(dtype) for n in (shape[1], shape[1], shape))
+    eps = dtype(1e-5)
+    want = fused.layer_norm_forward(x, weight, bias, eps)
+    got = kernels.layer_norm_forward(x, weight, bias, eps)
+    tol = dict(rtol=2e-5, atol=2e-5) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-12)
+    for name, g, w in zip(("y", "xhat", "rstd"), got, want):
+        assert g.shape == w.shape and g.dtype == dtype, name
+        np.testing.assert_allclose(g, w, err_msg=name, **tol)
+    got_back = kernels.layer_norm_backward(grad, got[1], got[2], weight)
+    want_back = fused.layer_norm_backward(grad, want[1], want[2], weight)
+    for name, g, w in zip(("dx", "dweight", "dbias"), got_back, want_back):
+        assert g.shape == w.shape and g.dtype == dtype, name
+        np.testing.assert_allclose(g, w, err_msg=name, **tol)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_adam_update_matches_the_cpu_kernel_in_place(kernels, dtype):
+    rng = rng_for("adam", dtype)
+    w, g, m = (rng.standard_normal((7, 9)).astype(dtype) for _ in range(3))
+    v = np.abs(rng.standard_normal((7, 9))).astype(dtype)
+    f = dtype
+    scalars = (f(1e-3 / (1 - 0.9**3)), (f(0.9), f(1 - 0.9)), (f(0.999), f(1 - 0.999)), f(1e-8), f(0.01))
+    scalars += (f(np.sqrt(1 - 0.999**3)),)
+    want = [a.copy() for a in (w, g, m, v)]
+    fused.adam_update(want[0], want[1], want[2], want[3], *scalars)
+    kernels.adam_update(w, g, m, v, *scalars)
+    tol = dict(rtol=1e-6) if dtype == np.float32 else dict(rtol=1e-14)
+    for name, got, expected in zip(("w", "g", "m", "v"), (w, g, m, v), want):
+        np.testing.assert_allclose(got, expected, err_msg=name, **tol)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        kernels.adam_update(w.T, g.T, m.T, v.T, *scalars)
+
+
+def test_the_gpu_backend_hands_the_ops_its_fused_kernels():
+    """Layer norm, ReLU, dropout and Adam on the CuPy backend call these kernels, as the CPU's ops
+    call kernels/fused.py: the same functions, through backend.fused(name, dtype)."""
+    from fake_cupy import FakeCupy
+
+    from minitensor.backends.cupy_backend import CupyBackend
+
+    backend = CupyBackend(FakeCupy())
+    backend._kernels = kernels = emulated()
+    for name in CupyBackend.FUSED:
+        assert backend.fused(name, np.float32) == getattr(kernels, CupyBackend.FUSED[name])
+    assert backend.fused("layer_norm_forward", np.float16) is None
+
+
 # ---------------------------------------------------------------------------
 # On a real GPU: compiled by NVRTC, on CuPy arrays and CuPy's stream
 # ---------------------------------------------------------------------------

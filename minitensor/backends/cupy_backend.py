@@ -127,11 +127,21 @@ class CupyBackend(Backend):
         # cupy.add.at is an atomic scatter-add: repeated indices accumulate
         self.xp.add.at(target, index, values)
 
+    #: the CPU's fused kernels (kernels/fused.py) that the GPU has too, by the ops' names for them
+    FUSED = {
+        "dropout_forward": "dropout",  # the same mask as the CPU's for the same seed
+        "dropout_backward": "dropout",
+        "relu_forward": "relu_forward",
+        "relu_backward": "relu_backward",
+        "layer_norm_forward": "layer_norm_forward",
+        "layer_norm_backward": "layer_norm_backward",
+        "adam_update": "adam_update",
+    }
+
     def fused(self, name, dtype):
-        # dropout's one-pass kernel (the same mask as the CPU's for the same seed); the other
-        # fused kernels of the CPU are CuPy's own operators here
-        if name in ("dropout_forward", "dropout_backward") and numpy.dtype(dtype) in (numpy.float32, numpy.float64):
-            return self.kernels.dropout
+        # each replaces several CuPy operators (a launch each) by one kernel of kernels/cuda
+        if name in self.FUSED and numpy.dtype(dtype) in (numpy.float32, numpy.float64):
+            return getattr(self.kernels, self.FUSED[name])
         return None
 
     @property

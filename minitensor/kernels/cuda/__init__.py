@@ -72,7 +72,16 @@ KERNELS = {
         )
         for dtype in _DTYPES
     ],
-    "elementwise": [f"{name}_{dtype}" for name in ("gelu_forward", "gelu_backward", "dropout") for dtype in _DTYPES],
+    "elementwise": [
+        f"{name}_{dtype}"
+        for name in ("gelu_forward", "gelu_backward", "dropout", "relu_forward", "relu_backward", "adam_update")
+        for dtype in _DTYPES
+    ],
+    "layer_norm": [
+        f"{name}_{dtype}"
+        for name in ("layer_norm_forward", "layer_norm_backward_rows", "layer_norm_backward_columns")
+        for dtype in _DTYPES
+    ],
     "attention": [
         f"attention_{part}_d{size}_{dtype}"
         for part in ("forward", "backward_dq", "backward_dkv")
@@ -173,6 +182,66 @@ class CudaKernels:
             "dropout", x.size, x, y, np.int64(x.size), np.uint64(seed), np.uint64(threshold), x.dtype.type(scale)
         )
         return y
+
+    # -- the fused kernels of kernels/fused.py, with their signatures ------------------------------
+    def relu_forward(self, x):
+        """max(x, 0) in one pass."""
+        x = self._floats(x, "relu")
+        y = self.xp.empty_like(x)
+        self._elementwise("relu_forward", x.size, x, y, np.int64(x.size))
+        return y
+
+    def relu_backward(self, y, grad):
+        """grad * (y > 0) in one pass."""
+        y = self._floats(y, "relu")
+        grad = self.xp.ascontiguousarray(grad, dtype=y.dtype)
+        dx = self.xp.empty_like(y)
+        self._elementwise("relu_backward", y.size, y, grad, dx, np.int64(y.size))
+        return dx
+
+    def adam_update(self, param, grad, exp_avg, exp_avg_sq, step_size, beta1, beta2, eps, weight_decay, bias_sqrt2):
+        """Adam's update of ``param`` (and its moments ``exp_avg``, ``exp_avg_sq``) in place, one
+        pass: ``fused.adam_update``'s rule and arguments (betas as (beta, 1 - beta) pairs)."""
+        if not all(a.flags.c_contiguous for a in (param, exp_avg, exp_avg_sq)):
+            raise ValueError("adam_update: the parameter and its moments must be C-contiguous (updated in place)")
+        param = self._floats(param, "adam_update")
+        f = param.dtype.type
+        grad = self.xp.ascontiguousarray(grad, dtype=param.dtype)
+        scalars = (step_size, *beta1, *beta2, eps, weight_decay, bias_sqrt2)
+        args = (param, grad, exp_avg, exp_avg_sq, np.int64(param.size), *(f(x) for x in scalars))
+        self._elementwise("adam_update", param.size, *args)
+
+    def layer_norm_forward(self, x, weight, bias, eps):
+        """Rows of ``x`` (N, D) normalised, scaled and shifted: ``(y, xhat, rstd)``, rstd (N, 1),
+        as ``fused.layer_norm_forward`` returns them."""
+        x = self._matrix(x, "x", "layer_norm")
+        weight, bias = (self.xp.ascontiguousarray(a, dtype=x.dtype) for a in (weight, bias))
+        N, D = x.shape
+        y, xhat, rstd = self.xp.empty_like(x), self.xp.empty_like(x), self.xp.empty((N, 1), x.dtype)
+        if x.size:
+            sizes = (np.int64(N), np.int64(D), x.dtype.type(eps))
+            self._rows("layer_norm_forward", N, x, weight, bias, y, xhat, rstd, *sizes)
+        return y, xhat, rstd
+
+    def layer_norm_backward(self, grad, xhat, rstd, weight):
+        """``(dx, dweight, dbias)`` of :meth:`layer_norm_forward` (``fused.layer_norm_backward``)."""
+        xhat = self._matrix(xhat, "xhat", "layer_norm")
+        grad = self.xp.ascontiguousarray(grad, dtype=xhat.dtype)
+        rstd, weight = (self.xp.ascontiguousarray(a, dtype=xhat.dtype) for a in (rstd, weight))
+        N, D = xhat.shape
+        dx = self.xp.empty_like(xhat)
+        chunks = max(1, min(N, 64))  # partial column sums: 64 chunks of rows at most
+        partial_w, partial_b = self.xp.zeros((chunks, D), xhat.dtype), self.xp.zeros((chunks, D), xhat.dtype)
+        if xhat.size:
+            self._rows("layer_norm_backward_rows", N, grad, xhat, rstd, weight, dx, np.int64(N), np.int64(D))
+            column_blocks = -(-D // self.elementwise_threads)
+            kernel = self._function("layer_norm", f"layer_norm_backward_columns_{xhat.dtype.name}")
+            kernel(
+                (column_blocks * chunks,),
+                (self.elementwise_threads,),
+                (grad, xhat, partial_w, partial_b, np.int64(N), np.int64(D), np.int64(chunks)),
+            )
+        return dx, partial_w.sum(axis=0), partial_b.sum(axis=0)
 
     # -- streamed attention (attention.cu) -------------------------------------------------------
     def attention_row_size(self, dtype, d):
@@ -289,10 +358,12 @@ class CudaKernels:
             kernel((blocks,), (self.elementwise_threads,), args)
 
     def _rows(self, name, rows, *args):
+        """A warp-per-row kernel of softmax.cu or layer_norm.cu on ``rows`` rows."""
         if rows:
             warps = self.row_threads // 32
             blocks = min(-(-rows // warps), self.max_blocks)
-            self._function("softmax", f"{name}_{args[0].dtype.name}")((blocks,), (self.row_threads,), args)
+            module = "layer_norm" if name.startswith("layer_norm") else "softmax"
+            self._function(module, f"{name}_{args[0].dtype.name}")((blocks,), (self.row_threads,), args)
 
     def _forward(self, name, x, lens):
         x = self._matrix(x, "x")
@@ -315,11 +386,11 @@ class CudaKernels:
             self._rows(name, y.shape[0], y, g, dx, np.int64(y.shape[0]), np.int64(y.shape[1]))
         return dx
 
-    def _matrix(self, x, what):
+    def _matrix(self, x, what, kernels="softmax"):
         if x.ndim != 2:
             raise ValueError(f"{what} must be a 2-D (rows, n) array, got shape {tuple(x.shape)}")
         if x.dtype not in (np.float32, np.float64):
-            raise TypeError(f"the CUDA softmax kernels take float32 or float64 arrays, got {x.dtype}")
+            raise TypeError(f"the CUDA {kernels} kernels take float32 or float64 arrays, got {x.dtype}")
         return self.xp.ascontiguousarray(x)
 
     def _lens(self, lens, x):

@@ -1,4 +1,5 @@
-// Elementwise kernels of a training step on a GPU: the exact GELU and dropout.
+// Elementwise kernels of a training step on a GPU: the exact GELU, dropout, ReLU and Adam's
+// update. Each replaces several CuPy operators (a launch and a pass over memory each) by one.
 //
 // Each thread starts at its global index and strides by the grid's size, so any grid covers any
 // array. The definitions are those of the CPU kernels (minitensor/kernels/gelu.py and fused.py),
@@ -65,6 +66,42 @@ __device__ void dropout(const T* __restrict__ x, T* __restrict__ y, long long si
         y[i] = uniform_bits(seed, (unsigned long long)i) >= threshold ? x[i] * scale : T(0);
 }
 
+// ---------------------------------------------------------------------------------------------
+// ReLU: max(x, 0) (NaN stays NaN), and its gradient g * (y > 0) (a product, so NaN * 0 is NaN)
+// ---------------------------------------------------------------------------------------------
+template <typename T>
+__device__ void relu_forward(const T* __restrict__ x, T* __restrict__ y, long long size) {
+    const GridStride g = grid_stride();
+    for (long long i = g.first; i < size; i += g.stride) y[i] = x[i] <= T(0) ? T(0) : x[i];
+}
+
+template <typename T>
+__device__ void relu_backward(const T* __restrict__ y, const T* __restrict__ grad, T* __restrict__ dx,
+                              long long size) {
+    const GridStride g = grid_stride();
+    for (long long i = g.first; i < size; i += g.stride) dx[i] = grad[i] * T(y[i] > T(0));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Adam's update of one parameter, in place (the rule of optim/adam.py, as fused.adam_update):
+//   g <- g + weight_decay w;  m <- b1 m + (1 - b1) g;  v <- b2 v + (1 - b2) g^2
+//   w <- w - step_size m / (sqrt(v) / bias_sqrt2 + eps)
+// ---------------------------------------------------------------------------------------------
+template <typename T>
+__device__ void adam_update(T* __restrict__ w, const T* __restrict__ grad, T* __restrict__ m, T* __restrict__ v,
+                            long long size, T step_size, T b1, T one_minus_b1, T b2, T one_minus_b2, T eps,
+                            T weight_decay, T bias_sqrt2) {
+    const GridStride g = grid_stride();
+    for (long long i = g.first; i < size; i += g.stride) {
+        const T gi = grad[i] + weight_decay * w[i];
+        const T mi = b1 * m[i] + one_minus_b1 * gi;
+        const T vi = b2 * v[i] + one_minus_b2 * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        w[i] -= step_size * mi / (sqrt(vi) / bias_sqrt2 + eps);
+    }
+}
+
 extern "C" __global__ void gelu_forward_float32(const float* x, float* y, long long size) {
     gelu_forward<float>(x, y, size);
 }
@@ -84,4 +121,29 @@ extern "C" __global__ void dropout_float32(const float* x, float* y, long long s
 extern "C" __global__ void dropout_float64(const double* x, double* y, long long size, unsigned long long seed,
                                            unsigned long long threshold, double scale) {
     dropout<double>(x, y, size, seed, threshold, scale);
+}
+extern "C" __global__ void relu_forward_float32(const float* x, float* y, long long size) {
+    relu_forward<float>(x, y, size);
+}
+extern "C" __global__ void relu_forward_float64(const double* x, double* y, long long size) {
+    relu_forward<double>(x, y, size);
+}
+extern "C" __global__ void relu_backward_float32(const float* y, const float* grad, float* dx, long long size) {
+    relu_backward<float>(y, grad, dx, size);
+}
+extern "C" __global__ void relu_backward_float64(const double* y, const double* grad, double* dx, long long size) {
+    relu_backward<double>(y, grad, dx, size);
+}
+extern "C" __global__ void adam_update_float32(float* w, const float* grad, float* m, float* v, long long size,
+                                               float step_size, float b1, float one_minus_b1, float b2,
+                                               float one_minus_b2, float eps, float weight_decay, float bias_sqrt2) {
+    adam_update<float>(w, grad, m, v, size, step_size, b1, one_minus_b1, b2, one_minus_b2, eps, weight_decay,
+                       bias_sqrt2);
+}
+extern "C" __global__ void adam_update_float64(double* w, const double* grad, double* m, double* v, long long size,
+                                               double step_size, double b1, double one_minus_b1, double b2,
+                                               double one_minus_b2, double eps, double weight_decay,
+                                               double bias_sqrt2) {
+    adam_update<double>(w, grad, m, v, size, step_size, b1, one_minus_b1, b2, one_minus_b2, eps, weight_decay,
+                        bias_sqrt2);
 }
