@@ -698,3 +698,22 @@ def test_flash_attention_runs_the_kernels_on_a_backend_that_has_them(monkeypatch
     mask = mt.tensor(rng.random((1, 1, 6, 6)) > 0.3, device="emulated-cuda")
     flash_attention(q, k, v, mask=mask)
     assert calls == []  # a bool mask: the tiles
+
+
+def test_the_emulator_stops_at_an_index_past_a_fixed_size_array():
+    """A GPU would read or write a neighbour's memory; the emulator stops the process instead."""
+    code = (
+        "import numpy, sys\n"
+        "sys.path.insert(0, sys.argv[1])\n"
+        "from cuda_emulator import EmulatedModule\n"
+        "source = 'extern \"C\" __global__ void past_the_end(float* out, long long n) {\\n'\n"
+        "source += '    __shared__ float tile[4];\\n    tile[threadIdx.x] = 1.0f;\\n    out[threadIdx.x] = n;\\n}\\n'\n"
+        "kernel = EmulatedModule(source).get_function('past_the_end')\n"
+        "kernel((1,), (int(sys.argv[2]),), (numpy.zeros(8, numpy.float32), numpy.int64(3)))\n"
+        "print('finished')\n"
+    )
+    tests = str(Path(__file__).parent)
+    within = subprocess.run([sys.executable, "-c", code, tests, "4"], capture_output=True, text=True)
+    assert within.returncode == 0 and "finished" in within.stdout, within.stderr
+    past = subprocess.run([sys.executable, "-c", code, tests, "8"], capture_output=True, text=True)
+    assert past.returncode != 0 and "finished" not in past.stdout

@@ -79,8 +79,8 @@ class Backend:
         ``dtype`` on this device, or None.
 
         None tells the op to run its own array-library code (the definition the kernel is
-        tested against). Only the CPU backend has these kernels, for float32 and float64: on
-        a GPU, CuPy's operators are device kernels already.
+        tested against). The CPU backend has these kernels for float32 and float64, and the
+        CuPy backend CUDA C++ kernels of the same names and signatures (``kernels/cuda``).
         """
         return None
 

@@ -10,10 +10,11 @@ does: one pass, no temporaries, rows or chunks spread over the threads.
 
 Each kernel has a plain array-library twin, which is the definition: the op's own
 NumPy/CuPy code in ``minitensor/ops`` (``Dropout``, ``ReLU``, ``LayerNorm``) and the
-textbook update in ``minitensor/optim/adam.py``. The ops use a kernel only on the CPU
-backend (``backend.fused(name, dtype)``, float32 and float64); on "cuda" they run their twin, whose CuPy operators
-are GPU kernels already. The tests run both and compare them; ``bench/train_step.py``
-measures what the kernels buy.
+textbook update in ``minitensor/optim/adam.py``. The ops ask their backend for a kernel
+(``backend.fused(name, dtype)``, float32 and float64): the CPU backend gives these, the GPU
+backend its CUDA C++ kernels of the same names and signatures (``kernels/cuda``), any other
+backend None, and the op runs its twin. The tests run both and compare them;
+``bench/train_step.py`` measures what the kernels buy.
 
 All kernels take C-contiguous arrays (the ops make sure of it) and keep the arithmetic in
 the arrays' own dtype: a Python float inside a numba loop is float64 and would silently

@@ -21,7 +21,8 @@ class LayerNorm(Function):
     """The normalised axes are flattened into one of size D, so x is a matrix (N, D).
 
     On the CPU forward and backward are numba loops over rows (``kernels/fused.py``), one
-    pass each. The NumPy form below is their definition (and the path on other devices);
+    pass each, and on a GPU CUDA kernels (``kernels/cuda/layer_norm.cu``). The NumPy form
+    below is their definition (and the path on other devices);
     it computes row means as a matrix-vector product with the constant vector 1/D: the
     same numbers, but BLAS does it faster than NumPy's reduction over a short last axis.
     """

@@ -23,8 +23,9 @@ class Adam(Optimizer):
         if fused not in (None, True, False):
             raise ValueError(f"{type(self).__name__}: fused must be None, True or False, got {fused!r}")
         # As PyTorch's ``fused=``: the whole update of a parameter in one kernel (a numba loop
-        # on the CPU, kernels/fused.py). None: wherever there is one; False: the textbook
-        # lines below everywhere (they are what the kernel is tested against).
+        # on the CPU, kernels/fused.py; CUDA C++ on a GPU, kernels/cuda/elementwise.cu). None:
+        # wherever there is one; False: the textbook lines below everywhere (they are what the
+        # kernel is tested against).
         self.fused = fused
 
     def check_hyperparameters(self, group):
@@ -43,8 +44,8 @@ class Adam(Optimizer):
             m <- beta1 m + (1 - beta1) g,    v <- beta2 v + (1 - beta2) g^2
             w <- w - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
 
-        The state holds ``step``, ``exp_avg`` (m) and ``exp_avg_sq`` (v). On the CPU the same rule
-        runs as one fused kernel unless the optimiser was built with ``fused=False``.
+        The state holds ``step``, ``exp_avg`` (m) and ``exp_avg_sq`` (v). On the CPU and the GPU
+        the same rule runs as one fused kernel unless the optimiser was built with ``fused=False``.
         """
         beta1, beta2 = group["betas"]
         if not state:
@@ -87,7 +88,7 @@ class Adam(Optimizer):
         kernel = param._backend.fused("adam_update", param.data.dtype)
         if kernel is None and self.fused:
             raise ValueError(
-                f"{type(self).__name__}(fused=True): no fused update on {param.device!r} (the CPU has "
-                "one); use fused=None to fall back to the textbook update there"
+                f"{type(self).__name__}(fused=True): no fused update on {param.device!r} (the CPU and "
+                "the GPU have one); use fused=None to fall back to the textbook update there"
             )
         return kernel

@@ -41,6 +41,9 @@ _CTYPES = {
     numpy.int64: ctypes.c_int64,
     numpy.uint64: ctypes.c_uint64,
 }
+#: an index past the end of a fixed-size array (a shared tile, a row held in registers) stops the
+#: process (SIGILL) instead of reading a neighbour's memory, as a GPU silently would
+CHECKS = ("-fsanitize=bounds", "-fsanitize-undefined-trap-on-error")
 _KERNEL = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\(([^)]*)\)', re.S)
 
 
@@ -91,7 +94,19 @@ def _build(code):
         cpp.write_text(source)
         partial = folder / f"{key}.{os.getpid()}.so"
         done = subprocess.run(
-            [COMPILER, "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", f"-I{HEADER.parent}", "-o", partial, cpp],
+            [
+                COMPILER,
+                "-std=c++20",
+                "-O1",
+                "-shared",
+                "-fPIC",
+                "-pthread",
+                *CHECKS,
+                f"-I{HEADER.parent}",
+                "-o",
+                partial,
+                cpp,
+            ],
             capture_output=True,
             text=True,
         )

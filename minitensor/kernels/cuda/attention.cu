@@ -91,7 +91,7 @@ __device__ void attention_forward(const T* q, const T* k, const T* v, const long
     const long long row = bh * s.Q + i;
 
     T qr[D], o[D];
-    for (int c = 0; c < D; ++c) {
+    _Pragma("unroll") for (int c = 0; c < D; ++c) {
         qr[c] = active && c < s.d ? q[row * s.d + c] * scale : T(0);
         o[c] = T(0);
     }
@@ -105,16 +105,16 @@ __device__ void attention_forward(const T* q, const T* k, const T* v, const long
         __syncthreads();
         for (int jj = 0; jj < KEY_TILE && j0 + jj < visible; ++jj) {
             T score = T(0);
-            for (int c = 0; c < D; ++c) score += qr[c] * k_tile[jj][c];
+            _Pragma("unroll") for (int c = 0; c < D; ++c) score += qr[c] * k_tile[jj][c];
             if (score > m) {  // a new max: what was summed so far shrinks by exp(m - score)
                 const T rescale = exponential(m - score);
                 l *= rescale;
-                for (int c = 0; c < D; ++c) o[c] *= rescale;
+                _Pragma("unroll") for (int c = 0; c < D; ++c) o[c] *= rescale;
                 m = score;
             }
             const T p = exponential(score - m);
             l += p;
-            for (int c = 0; c < D; ++c) o[c] += p * v_tile[jj][c];
+            _Pragma("unroll") for (int c = 0; c < D; ++c) o[c] += p * v_tile[jj][c];
         }
     }
     if (!active) return;
@@ -137,7 +137,7 @@ __device__ void attention_backward_dq(const T* q, const T* k, const T* v, const 
     const long long row = bh * s.Q + i;
 
     T qr[D], dor[D], acc[D];
-    for (int c = 0; c < D; ++c) {
+    _Pragma("unroll") for (int c = 0; c < D; ++c) {
         qr[c] = active && c < s.d ? q[row * s.d + c] * scale : T(0);
         dor[c] = active && c < s.d ? grad_out[row * s.d + c] : T(0);
         acc[c] = T(0);
@@ -152,12 +152,12 @@ __device__ void attention_backward_dq(const T* q, const T* k, const T* v, const 
         __syncthreads();
         for (int jj = 0; jj < KEY_TILE && j0 + jj < visible; ++jj) {
             T score = T(0), dp = T(0);
-            for (int c = 0; c < D; ++c) {
+            _Pragma("unroll") for (int c = 0; c < D; ++c) {
                 score += qr[c] * k_tile[jj][c];
                 dp += dor[c] * v_tile[jj][c];
             }
             const T ds = exponential(score - row_lse) * (dp - row_delta);
-            for (int c = 0; c < D; ++c) acc[c] += ds * k_tile[jj][c];
+            _Pragma("unroll") for (int c = 0; c < D; ++c) acc[c] += ds * k_tile[jj][c];
         }
     }
     if (!active) return;
@@ -182,7 +182,7 @@ __device__ void attention_backward_dkv(const T* q, const T* k, const T* v, const
     const long long key_row = bg * s.K + j;
 
     T kr[D], vr[D], dk_acc[D], dv_acc[D];
-    for (int c = 0; c < D; ++c) {
+    _Pragma("unroll") for (int c = 0; c < D; ++c) {
         kr[c] = active && c < s.d ? k[key_row * s.d + c] : T(0);
         vr[c] = active && c < s.d ? v[key_row * s.d + c] : T(0);
         dk_acc[c] = dv_acc[c] = T(0);
@@ -208,14 +208,14 @@ __device__ void attention_backward_dkv(const T* q, const T* k, const T* v, const
             for (int ii = 0; ii < QUERY_TILE; ++ii) {
                 if (j >= visible_tile[ii]) continue;  // this query does not see key j
                 T score = T(0), dp = T(0);
-                for (int c = 0; c < D; ++c) {
+                _Pragma("unroll") for (int c = 0; c < D; ++c) {
                     score += q_tile[ii][c] * kr[c];
                     dp += do_tile[ii][c] * vr[c];
                 }
                 score *= scale;
                 const T p = exponential(score - lse_tile[ii]);
                 const T ds = p * (dp - delta_tile[ii]) * scale;
-                for (int c = 0; c < D; ++c) {
+                _Pragma("unroll") for (int c = 0; c < D; ++c) {
                     dv_acc[c] += p * do_tile[ii][c];
                     dk_acc[c] += ds * q_tile[ii][c];
                 }
