@@ -20,11 +20,12 @@ safetensors, pytest; PyTorch optional) and no network:
    twin on the same GPU, after checking that both compute the same loss from the same weights,
    and the host's share of a step (the time until the step's last launch returns: a step that
    waits for the GPU inside itself shows a host time equal to its full time);
-6. times causal attention at long T (``bench/long_attention.py`` on the GPU, time only: batch
+6. times causal attention at long T (``bench/long_attention.py``'s cases on the GPU: batch
    1, 8 heads, d_head 64, float32, T = 1024 and 4096, forward + backward): minitensor's
-   streamed ``flash_attention`` against its plain ``Attention`` (the (T, T) scores and
-   weights) and ``torch.nn.functional.scaled_dot_product_attention``, after checking that
-   they agree.
+   streamed ``flash_attention`` (on a GPU the kernels of ``kernels/cuda/attention.cu``)
+   against its plain ``Attention`` (the (T, T) scores and weights) and
+   ``torch.nn.functional.scaled_dot_product_attention``, after checking that they agree, and
+   the peak device memory of each.
 
 It prints medians and ratios, and is meant to finish well within 5 minutes. GPU work is
 asynchronous, so every sample ends with a synchronisation of the device and of PyTorch.
@@ -97,6 +98,39 @@ class Device:
             return (time.perf_counter() - start) / repeat
 
         return run
+
+
+def peak_bytes(device, fn, torch_side=False):
+    """The most device memory ``fn()`` holds at once beyond what was held before, in bytes:
+    CuPy's pool watched at every allocation for minitensor, PyTorch's own counter for torch.
+    None on the CPU."""
+    if device.name == "cpu":
+        return None
+    device.sync()
+    if torch_side:
+        torch = device.torch
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        fn()
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() - before
+    cupy = device.xp
+    pool = cupy.get_default_memory_pool()
+    before = pool.used_bytes()
+    peak = [before]
+
+    def malloc(size):
+        memory = pool.malloc(size)
+        peak[0] = max(peak[0], pool.used_bytes())
+        return memory
+
+    cupy.cuda.set_allocator(malloc)
+    try:
+        fn()
+        device.sync()
+    finally:
+        cupy.cuda.set_allocator(pool.malloc)
+    return peak[0] - before
 
 
 def interleaved_stats(cases, rounds, warmup):
@@ -484,10 +518,19 @@ def long_attention_benchmark(device, quick):
         row.append(format_ratio(stats["fused"].median / stats["plain"].median))
         if "SDPA" in stats:
             row += [format_stats(stats["SDPA"]), format_ratio(stats["fused"].median / stats["SDPA"].median)]
+        peaks = {name: peak_bytes(device, fn, torch_side=name == "SDPA") for name, fn in cases.items()}
+        if peaks["fused"] is not None:
+            row += [f"{peaks[name] / 2**20:.0f} MiB" for name in cases]
+            if "SDPA" in peaks:
+                row.append(format_ratio(peaks["fused"] / max(peaks["SDPA"], 1)))
         rows.append(row)
     headers = ["T", "fused", "plain", "fused/plain"]
     if device.torch_device is not None:
         headers += ["SDPA", "fused/SDPA"]
+    if device.name != "cpu":
+        headers += [f"peak {name}" for name in ("fused", "plain", "SDPA")[: len(cases)]]
+        if device.torch_device is not None:
+            headers.append("peak fused/SDPA")
     print(
         "\nlong attention: outputs and gradients agree with the plain path, largest |difference| "
         + ", ".join(agreement)
