@@ -70,6 +70,24 @@ def test_cupy_without_a_usable_gpu_says_what_is_missing(monkeypatch, no_cuda, er
     assert "cuda" not in backends._BACKENDS
 
 
+def test_a_cupy_that_cannot_be_imported_is_told_apart_from_a_missing_one(monkeypatch, no_cuda):
+    """A CuPy wheel built for another NumPy fails inside its own import: say so, and what to do."""
+    import builtins
+
+    real_import = builtins.__import__
+
+    def broken_cupy(name, *args, **kwargs):
+        if name == "cupy":
+            raise ImportError("numpy.core.multiarray failed to import")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.delitem(sys.modules, "cupy", raising=False)
+    monkeypatch.setattr(builtins, "__import__", broken_cupy)
+    reason = cuda_unavailable_reason()
+    assert reason.startswith("CuPy is installed but cannot be imported with NumPy") and "failed to import" in reason
+    assert "minitensor[gpu]" in reason
+
+
 def test_a_broken_cuda_installation_is_reported_not_raised():
     class Broken(FakeCupy):
         def is_available(self):

@@ -20,8 +20,8 @@ from .base import Backend
 
 #: what to install; the CUDA major version of the wheel must match the driver's
 INSTALL_HINT = (
-    "pip install 'minitensor[gpu]' (CuPy for CUDA 12: cupy-cuda12x; for a CUDA 13 driver "
-    "install cupy-cuda13x instead, see the README)"
+    "pip install 'minitensor[gpu]' (CuPy for CUDA 12, cupy-cuda12x) or 'minitensor[gpu-cuda13]' for a CUDA 13 "
+    "driver (cupy-cuda13x); nvidia-smi shows the driver's CUDA version, the README's GPU section says more"
 )
 
 
@@ -30,8 +30,15 @@ def cuda_unavailable_reason(cupy=None):
     if cupy is None:
         try:
             import cupy  # lazy: CuPy is optional (the gpu extra)
-        except ImportError as e:
+        except ModuleNotFoundError as e:
+            if e.name not in (None, "cupy"):  # CuPy is there, one of its own imports is not
+                return f"CuPy is installed but cannot be imported ({e}); reinstall it: {INSTALL_HINT}"
             return f"CuPy is not installed ({e}); {INSTALL_HINT}"
+        except Exception as e:  # e.g. a CuPy built for another NumPy: say which, not a traceback
+            return (
+                f"CuPy is installed but cannot be imported with NumPy {numpy.__version__} ({type(e).__name__}: "
+                f"{e}); install a CuPy release that supports it: {INSTALL_HINT}"
+            )
     try:
         if cupy.is_available():
             return None
