@@ -248,6 +248,8 @@ def minitensor_worker(cfg, warmup, steps, check):
         history={"loss": []},
         tokens_seen=0,
         bar=None,
+        read_every=1,  # the losses read at every step, as the loop does on the CPU
+        unread=[],
     )
     batches = forever(loader)
     times, tokens = [], []
@@ -297,6 +299,7 @@ def minitensor_check(cfg, config, model, ranks, data, loop, allreduce_gradients)
     for p in model.parameters():
         p.grad = None
     loss, n = loop._loss(model, [tensor(a[start:stop]) for a in arrays], config, data.tgt_vocab.pad)
+    n = int(n)  # the token count, a 0-d Tensor (training keeps it on the device)
     total_loss, _ = ranks.sum([loss.item() * n, n])
     loss.backward()
     total = allreduce_gradients(model.parameters(), n, ranks)

@@ -134,8 +134,11 @@ class Tensor:
         """The same data, cut from the graph (no copy)."""
         return Tensor._make(self.data, self._backend, None)
 
+    # The reads from the device below (and .to("cpu")) are where the host waits for the device
+    # anyway: there the checks the ops left on the device are made (Backend.check), first.
     def numpy(self):
         """A NumPy copy of the data on the host (a copy even on the CPU: yours to modify)."""
+        self._backend.raise_failed_checks()
         return self._backend.to_numpy(self.data)
 
     def item(self):
@@ -144,6 +147,7 @@ class Tensor:
             raise ValueError(
                 f"item(): the tensor has {self.data.size} elements (shape {self.shape}); item() needs exactly one"
             )
+        self._backend.raise_failed_checks()
         return self.data.item()
 
     def tolist(self):
@@ -183,6 +187,7 @@ class Tensor:
             raise ValueError(
                 f"the truth value of a tensor with {self.data.size} elements is ambiguous; use .any() or .all()"
             )
+        self._backend.raise_failed_checks()
         return bool(self.data.item())
 
     def to(self, target=None, dtype=None, device=None):

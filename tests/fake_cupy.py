@@ -6,6 +6,9 @@ implicit host conversion, see ``strict_backend.py``) plus the few CuPy names tha
 ``random.RandomState(seed, method=...)``, ``add.at``, ``from_dlpack``, ``is_available`` and
 ``cuda.runtime.getDeviceCount`` / ``cuda.curand``. Its ``is_available`` and
 ``getDeviceCount`` answer as a machine without a driver or without a GPU would, on request.
+``asnumpy`` and the ways CuPy code waits for the GPU (``cuda.get_current_stream().synchronize()``,
+``cuda.Device().synchronize()``, ``cuda.Stream.null.synchronize()``,
+``cuda.runtime.deviceSynchronize()``) are there too, counted by ``strict_backend.count_syncs``.
 
 The kernels are not faked: ``tests/test_cuda_kernels.py`` runs the real CUDA C++ kernels in
 the tests' CUDA emulator. A backend built on FakeCupy gets the strict kernels (numba CPU
@@ -15,7 +18,7 @@ kernels behind device-array checks) in their place.
 import types
 
 import numpy
-from strict_backend import StrictArray, StrictKernels, StrictNamespace
+from strict_backend import StrictArray, StrictKernels, StrictNamespace, note
 
 
 class CUDARuntimeError(RuntimeError):
@@ -39,6 +42,29 @@ class _RandomState:
         return StrictArray(self._rs.randint(low, high, size).astype(dtype))
 
 
+class _Stream:
+    """cupy.cuda.Stream: a queue of GPU work; ``synchronize()`` waits until it has run."""
+
+    ptr = 0
+
+    def synchronize(self):
+        note("sync", "Stream.synchronize()")
+
+
+class _Device:
+    """cupy.cuda.Device(id): ``synchronize()`` waits for all its work."""
+
+    def __init__(self, device=0):
+        self.id = device
+
+    def synchronize(self):
+        note("sync", "Device.synchronize()")
+
+
+def _device_synchronize():
+    note("sync", "runtime.deviceSynchronize()")
+
+
 class FakeCupy(StrictNamespace):
     """``import cupy`` as a test sees it. ``error``: the CUDARuntimeError text that
     ``getDeviceCount`` raises (None: one usable GPU)."""
@@ -58,9 +84,17 @@ class FakeCupy(StrictNamespace):
             self.created_generators.append(rs)
             return rs
 
+        stream = _Stream()
         self.cuda = types.SimpleNamespace(
-            runtime=types.SimpleNamespace(getDeviceCount=get_device_count, CUDARuntimeError=CUDARuntimeError),
+            runtime=types.SimpleNamespace(
+                getDeviceCount=get_device_count,
+                CUDARuntimeError=CUDARuntimeError,
+                deviceSynchronize=_device_synchronize,
+            ),
             curand=types.SimpleNamespace(CURAND_RNG_PSEUDO_PHILOX4_32_10=161),
+            Stream=types.SimpleNamespace(null=stream),
+            get_current_stream=lambda: stream,
+            Device=_Device,
         )
         self.random = types.SimpleNamespace(RandomState=random_state)
 
@@ -69,7 +103,8 @@ class FakeCupy(StrictNamespace):
 
     @staticmethod
     def asnumpy(a):
-        return a.get()
+        note("read", "cupy.asnumpy")
+        return a._a.copy()
 
     @staticmethod
     def from_dlpack(obj):

@@ -23,18 +23,134 @@ arrays.
 
 Used by ``conftest.py``: ``register_backend(StrictBackend())`` makes ``device="strict"``
 available, and the op tests run on both "cpu" and "strict".
+
+It also counts what crosses the bus, which on a GPU is what makes the host wait: inside
+``with count_syncs() as log:`` every device->host read (``item()``, ``bool()``, ``float()``,
+``int()``, ``get()``, ``tolist()``, ``asnumpy``, and the operations whose *output size* depends
+on the data, so that CuPy must read it first: ``nonzero``, boolean-mask indexing, ``argwhere``,
+``flatnonzero``, ``unique``, one-argument ``where``...), every explicit synchronisation of the
+fake ``cupy.cuda`` (``fake_cupy.py``) and, apart, every host->device upload (``xp.array`` of
+host data) is recorded with the innermost ``minitensor/`` frame that caused it.
 """
 
+import contextlib
 import numbers
 import operator
+import os
+import sys
+from dataclasses import dataclass
 
 import numpy
 
+import minitensor
 from minitensor.backends import Backend
 
 _IMPLICIT = (
     "Implicit conversion to a NumPy array is not allowed. Please use `.get()` to construct a NumPy array explicitly."
 )
+
+
+# -- counting host <-> device traffic ---------------------------------------------------------------
+_PACKAGE = os.path.dirname(os.path.abspath(minitensor.__file__))
+_ROOT = os.path.dirname(_PACKAGE)
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """One crossing: ``kind`` "read" (device -> host: the host waits for the device), "sync"
+    (an explicit synchronisation: the host waits) or "upload" (host -> device); ``what`` the
+    call ("item()", "bool-mask getitem"...); ``where`` the innermost ``minitensor/`` frame,
+    "minitensor/ops/loss.py:33 in forward"; ``stack`` every ``minitensor/`` frame, innermost first."""
+
+    kind: str
+    what: str
+    where: str
+    stack: tuple
+
+    def __str__(self):
+        # the frame that asked too when the innermost one is a sync point (Tensor.item)
+        return f"{self.kind} {self.what} at " + " <- ".join(self.stack[:2] or (self.where,))
+
+
+class TransferLog:
+    """What crossed between host and device while ``count_syncs()`` was recording."""
+
+    def __init__(self):
+        self.events = []
+
+    @property
+    def waits(self):
+        """The reads and synchronisations: every moment the host waited for the device."""
+        return [e for e in self.events if e.kind in ("read", "sync")]
+
+    @property
+    def uploads(self):
+        return [e for e in self.events if e.kind == "upload"]
+
+    def __repr__(self):
+        lines = [f"TransferLog: {len(self.waits)} waits, {len(self.uploads)} uploads"]
+        return "\n  ".join(lines + [str(e) for e in self.events])
+
+
+_recording = []  # the TransferLogs of the count_syncs() blocks open now
+
+
+@contextlib.contextmanager
+def count_syncs():
+    """``with count_syncs() as log:`` records every transfer of a StrictArray (device "strict"
+    and the fake CuPy alike) into ``log`` (a ``TransferLog``)."""
+    log = TransferLog()
+    _recording.append(log)
+    try:
+        yield log
+    finally:
+        _recording.remove(log)
+
+
+def _minitensor_frames():
+    frame, found = sys._getframe(2), []
+    while frame is not None:
+        path = os.path.abspath(frame.f_code.co_filename)
+        if path.startswith(_PACKAGE + os.sep):
+            rel = os.path.relpath(path, _ROOT).replace(os.sep, "/")
+            found.append(f"{rel}:{frame.f_lineno} in {frame.f_code.co_name}")
+        frame = frame.f_back
+    return tuple(found)
+
+
+def note(kind, what):
+    """Record a transfer in every open ``count_syncs()`` log (nothing when none is open)."""
+    if _recording:
+        stack = _minitensor_frames()
+        event = Transfer(kind, what, stack[0] if stack else "(outside minitensor)", stack)
+        for log in _recording:
+            log.events.append(event)
+
+
+def _has_host_data(obj):
+    """Does ``obj`` (an argument of xp.array, an index) hold data that lives on the host?"""
+    if isinstance(obj, StrictArray):
+        return False
+    if isinstance(obj, (tuple, list)):
+        return any(_has_host_data(o) for o in obj) if isinstance(obj, tuple) else True
+    return isinstance(obj, (numpy.ndarray, numbers.Number, numpy.generic))
+
+
+def _is_bool_mask(index):
+    """Boolean-mask indexing (``a[a > 0]``): the result's size is the number of True elements,
+    which CuPy must read from the device before it can allocate the result."""
+    parts = index if isinstance(index, tuple) else (index,)
+    for p in parts:
+        a = p._a if isinstance(p, StrictArray) else p
+        if isinstance(a, numpy.ndarray) and a.dtype == bool and a.ndim > 0:
+            return True
+    return False
+
+
+def _index_uploads(index):
+    """Lists and host arrays inside an index: CuPy copies them to the device."""
+    parts = index if isinstance(index, tuple) else (index,)
+    return any(isinstance(p, (list, numpy.ndarray)) for p in parts)
 
 
 def _unwrap(obj, host_ok=False, where="operation"):
@@ -136,6 +252,7 @@ class StrictArray:
 
     def get(self):
         """An explicit host copy (``cupy.ndarray.get()``)."""
+        note("read", "get()")
         return self._a.copy()
 
     # -- metadata ---------------------------------------------------------------------
@@ -169,24 +286,53 @@ class StrictArray:
     def item(self):
         if self._a.size != 1:
             raise ValueError("can only convert an array of size 1 to a Python scalar")
+        note("read", "item()")
         return self._a.item()
 
     def __bool__(self):
         if self._a.size != 1:
             raise ValueError("The truth value of an array with more than one element is ambiguous.")
+        note("read", "bool()")
         return bool(self._a.reshape(()).item())
 
     def __float__(self):
-        return float(self._scalar("float()"))
+        value = float(self._scalar("float()"))
+        note("read", "float()")
+        return value
 
     def __int__(self):
-        return int(self._scalar("int()"))
+        value = int(self._scalar("int()"))
+        note("read", "int()")
+        return value
+
+    def __index__(self):
+        # range(a), list[a], a as a shape: an integer read from the device
+        if self._a.dtype.kind not in "iu" or self._a.ndim:
+            raise TypeError("only integer scalar arrays can be converted to a scalar index")
+        note("read", "__index__")
+        return int(self._a)
+
+    def tolist(self):
+        note("read", "tolist()")
+        return self._a.tolist()
+
+    def nonzero(self):
+        note("read", "nonzero()")
+        return _wrap(self._a.nonzero())
 
     # -- indexing ------------------------------------------------------------------------
     def __getitem__(self, index):
+        if _is_bool_mask(index):
+            note("read", "bool-mask getitem")
+        if _index_uploads(index):
+            note("upload", "host index")
         return _wrap(self._a[_index(index)])
 
     def __setitem__(self, index, value):
+        if _is_bool_mask(index):  # CuPy counts the True elements on the host here too
+            note("read", "bool-mask setitem")
+        if _index_uploads(index):
+            note("upload", "host index")
         self._a[_index(index)] = _unwrap(value, where="__setitem__")
 
     # -- unary operators -------------------------------------------------------------------
@@ -238,13 +384,11 @@ for _name in (
     "fill",
     "repeat",
     "take",
-    "nonzero",
     "dot",
     "round",
     "sort",
     "argsort",
     "view",
-    "tolist",
 ):
     setattr(StrictArray, _name, _method(_name))
 
@@ -275,6 +419,10 @@ del _name, _op, _f, _r, _i
 _FROM_HOST = {"array", "asarray", "asanyarray"}  # cupy.array(host) is the explicit upload
 
 
+# functions whose output size depends on the data: CuPy reads it from the device first
+_DATA_SIZED = {"nonzero", "argwhere", "flatnonzero", "unique", "extract", "compress"}
+
+
 class _Function:
     """A NumPy function that takes and returns StrictArrays."""
 
@@ -284,6 +432,10 @@ class _Function:
 
     def __call__(self, *args, **kwargs):
         where = f"xp.{self._name}"
+        if self._name in _DATA_SIZED or (self._name == "where" and len(args) + len(kwargs) == 1):
+            note("read", where)
+        elif self._host_ok and _has_host_data(args[:1]):
+            note("upload", where)
         args = _unwrap(args, self._host_ok, where)
         kwargs = _unwrap(kwargs, self._host_ok, where)
         return _wrap(self._fn(*args, **kwargs))
@@ -426,6 +578,7 @@ class StrictBackend(Backend):
     def array(self, data, dtype=None):
         if isinstance(data, StrictArray):
             return StrictArray(numpy.array(data._a, dtype=dtype))
+        note("upload", "backend.array")
         return StrictArray(numpy.array(data, dtype=dtype))
 
     def to_numpy(self, array):

@@ -5,6 +5,14 @@ and a reference to its Backend. Operations never call ``numpy`` on tensor data; 
 tensor's backend for its array module ``xp`` (NumPy and CuPy share one API), so the same op
 code runs on every device. What the two libraries do *not* share lives here, as methods:
 moving data to and from the host, random numbers, scatter-add and the fused kernels.
+
+And one thing the two *devices* do differently: checks on the data. Reading a value on the
+host is free on the CPU, but on a GPU it makes the host wait until the device has finished
+everything queued before it -- a training step that reads one number waits for its own
+forward pass. So an op that must check its data (an embedding index in range) states the
+check with ``backend.check(ok, message)``: the CPU backend raises at once, a device backend
+keeps the flag on the device and makes all pending checks together at the next read the
+user asks for (``Tensor.item()``, ``.numpy()``, ``float()``: ``raise_failed_checks``).
 """
 
 
@@ -90,3 +98,47 @@ class Backend:
         ``softmax_backward``, ``log_softmax_forward`` and ``log_softmax_backward`` taking
         C-contiguous 2-D arrays (see ``minitensor/kernels``)."""
         raise NotImplementedError
+
+    # -- checks on the data, made without waiting for the device ------------------------------
+    #: True when the arrays live in host memory (NumPy), where reading one costs nothing: a
+    #: check is then made at once and training reads its loss at every step.
+    on_host = False
+
+    #: at most this many checks wait for a read; one more makes them all (a loop that never
+    #: reads a number would otherwise keep every step's flags, and the arrays its messages need)
+    max_pending_checks = 256
+
+    def check(self, ok, message, error=IndexError):
+        """Require ``ok``, a 0-d bool array on this device (True: the data is fine), or raise
+        ``error(message)``; ``message`` is a string or a function that makes it, called only
+        on failure (so it may read the offending value from the device).
+
+        Here, on a device, nothing is read now: ``(ok, message)`` waits on the device and the
+        next explicit read (``raise_failed_checks``) makes every pending check with one
+        transfer, raising the first that failed. Until then the op must compute something
+        harmless (an index out of range reads row 0, say). The CPU backend raises at once.
+        """
+        if not self.is_array(ok):  # a flag computed on the host (from host data): free to read
+            if not ok:
+                raise error(message() if callable(message) else message)
+            return
+        pending = self.__dict__.setdefault("_pending_checks", [])
+        pending.append((ok, message, error))
+        if len(pending) > self.max_pending_checks:
+            self.raise_failed_checks()
+
+    def raise_failed_checks(self):
+        """Make the pending checks of ``check`` and forget them; raise the first that failed.
+
+        Called where a value is read on the host anyway (``Tensor.item()``, ``.numpy()``,
+        ``bool()``, ``.to("cpu")``): the host waits for the device there in any case, and all
+        the flags come over in one transfer. The error says it was found late: the traceback
+        points at the read, not at the op that failed.
+        """
+        pending = self.__dict__.pop("_pending_checks", None)
+        if not pending or bool(self.xp.stack([ok for ok, _, _ in pending]).all()):
+            return
+        for ok, message, error in pending:  # something failed: read them one by one to say what
+            if not bool(ok):
+                text = message() if callable(message) else message
+                raise error(f"{text} (checked on the {self.device!r} device, raised at the next read from it)")

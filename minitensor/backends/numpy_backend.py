@@ -40,6 +40,13 @@ _KERNEL_DTYPES = (numpy.dtype(numpy.float32), numpy.dtype(numpy.float64))
 class NumpyBackend(Backend):
     device = "cpu"
     xp = numpy
+    on_host = True
+
+    def check(self, ok, message, error=IndexError):
+        # the data is in host memory: reading ``ok`` costs nothing, so fail now, where the
+        # traceback points at the op
+        if not ok:
+            raise error(message() if callable(message) else message)
 
     def __init__(self):
         self._rng = numpy.random.default_rng()

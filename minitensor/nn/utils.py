@@ -10,6 +10,9 @@ parameters seen as one long vector, when its norm is too large:
 
 The direction is kept; only the step length is capped. (The 1e-6 is PyTorch's, and keeps a
 zero gradient from being divided by zero.)
+
+The norm and the factor are computed on the gradients' device and never read on the host:
+on a GPU a read would make the training step wait there for its own backward pass.
 """
 
 import math
@@ -77,8 +80,13 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
     A non-finite total norm (inf or NaN: some gradient overflowed) is returned and the
     gradients are left as they are -- scaling by max_norm / inf would silently turn them into
     zeros or NaN. The caller decides: typically skip this optimiser step when
-    ``not math.isfinite(norm)``. With ``error_if_nonfinite=True`` it raises RuntimeError instead.
+    ``not math.isfinite(norm)``. With ``error_if_nonfinite=True`` it raises RuntimeError instead
+    (that reads the norm on the host: on a GPU, the host waits for backward there).
     (PyTorch, by default, scales anyway.)
+
+    The factor is computed on the device and every gradient multiplied by it, 1 when no
+    clipping is needed (as PyTorch does): deciding on the host whether to clip would mean
+    reading the norm, and waiting for the device, at every step.
     """
     norm_type = _check_norm_type(norm_type)
     grads = _grads(parameters)
@@ -86,15 +94,17 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
         return Tensor(0.0)
     with no_grad():
         total = _total_norm(grads, norm_type)
-        value = float(total)  # one number to the host: is it finite, and is clipping needed?
-        if not math.isfinite(value):
-            if error_if_nonfinite:
-                raise RuntimeError(
-                    f"clip_grad_norm_: the total {norm_type}-norm of the gradients is {value}; some gradient "
-                    "overflowed or is NaN (skip this step, lower the learning rate, or check the loss)"
-                )
-        elif max_norm / (value + 1e-6) < 1.0:
-            scale = max_norm / (value + 1e-6)
-            for g in grads:
-                g.mul_(scale)  # in place is safe: backward gives every .grad an array of its own
+        xp = grads[0]._backend.xp
+        if error_if_nonfinite and not math.isfinite(value := float(total)):  # the caller asked: read it
+            raise RuntimeError(
+                f"clip_grad_norm_: the total {norm_type}-norm of the gradients is {value}; some gradient "
+                "overflowed or is NaN (skip this step, lower the learning rate, or check the loss)"
+            )
+        # min(1, max_norm / (norm + 1e-6)), and 1 for a non-finite norm; in float64 as a Python
+        # number would be, then rounded to each gradient's dtype
+        norm = xp.asarray(total).astype("float64")
+        scale = max_norm / (norm + 1e-6)
+        scale = xp.where(xp.isfinite(norm) & (scale < 1.0), scale, 1.0)
+        for g in grads:
+            g.mul_(scale.astype(g.dtype))  # in place is safe: backward gives every .grad an array of its own
         return Tensor._make(total, grads[0]._backend, None)

@@ -43,6 +43,7 @@ def to_device(a, target):
 
     The result is recorded in the graph only when ``a`` requires grad and grad mode is on.
     """
+    a._backend.raise_failed_checks()  # a read from a's device, as Tensor.numpy() is
     data = target.array(a._backend.to_numpy(a.data))
     if not (a.requires_grad and grad_mode.is_grad_enabled()):
         return Tensor._make(data, target, None)

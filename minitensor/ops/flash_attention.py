@@ -30,7 +30,8 @@ P = exp(S - lse), and with dO the output's gradient and D_i = sum_c dO_ic O_ic
 Masks and biases act on each tile as they act on the whole matrix: a key that may not be
 attended gets the score -inf. ``valid_lens``, ``causal`` and a bool ``mask`` are read one
 tile at a time, and a tile that they (or a sliding ``window``) leave entirely empty is
-skipped, not computed. A bias that depends only on the distance j - i (a "scores"
+skipped, not computed (by ``valid_lens`` on the CPU only: on a GPU, deciding would mean
+reading the lengths on the host, which waits for the device). A bias that depends only on the distance j - i (a "scores"
 positional encoding with ``relative = True``) enters as its ``relative_bias`` table,
 (num_heads, Q + K - 1): O(T) numbers instead of a dense (Q, K) bias. A row with no key
 left gets zeros, never NaN. Its log-sum-exp would be log 0 = -inf; it is stored as +inf
@@ -119,6 +120,7 @@ class StreamPlan:
 
     # -- the masks, shaped to broadcast over a tile (batch, g, r, n_q, n_k) ------------------
     def _lens(self, lens):
+        self._lens_host = None
         if lens is None:
             return None
         B, Q = self.batch, self.Q
@@ -129,8 +131,10 @@ class StreamPlan:
                 f"flash_attention: valid_lens of shape {tuple(lens.shape)} does not fit queries of shape "
                 f"{(B, self.num_heads, Q, self.d)}; expected (batch,) = ({B},) or (batch, Q) = ({B}, {Q})"
             )
-        # on the host too: which key blocks can be skipped is decided in Python
-        self._lens_host = self.backend.to_numpy(lens).reshape(B, -1)
+        # Which key blocks can be skipped is decided in Python, from the lengths on the host. On
+        # the CPU they are there already; on a device, reading them would make the host wait for
+        # the GPU at every attention call, so there every tile runs and the lengths mask it.
+        self._lens_host = self.backend.to_numpy(lens).reshape(B, -1) if self.backend.on_host else None
         return lens.reshape(B, 1, 1, -1, 1)
 
     def _mask(self, mask):
@@ -169,12 +173,12 @@ class StreamPlan:
             farthest = self.k_offset + j1 - 1 - (self.q_offset + i0)  # the largest
             if nearest > self.window or farthest < -self.window:
                 return False
-        if self.lens is not None and j0 >= self._lens_of(i0, i1).max():
+        if self._lens_host is not None and j0 >= self._lens_of(i0, i1).max():
             return False
         return True
 
     def _lens_of(self, i0, i1):
-        """The valid lengths of queries i0..i1-1, on the host."""
+        """The valid lengths of queries i0..i1-1, on the host (the CPU's only)."""
         return self._lens_host if self._lens_host.shape[1] == 1 else self._lens_host[:, i0:i1]
 
     def _allowed(self, i0, i1, j0, j1):
@@ -183,7 +187,7 @@ class StreamPlan:
         if self.causal and j1 - 1 > i0 + (self.K - self.Q):  # the tile crosses the diagonal
             i, j = self._cell[0][: i1 - i0] + i0, self._cell[1][:, : j1 - j0] + j0
             allowed = j - i <= self.K - self.Q
-        if self.lens is not None and j1 > self._lens_of(i0, i1).min():
+        if self.lens is not None and (self._lens_host is None or j1 > self._lens_of(i0, i1).min()):
             rows = self.lens[..., i0:i1, :] if self.lens.shape[3] > 1 else self.lens
             inside = self._cell[1][:, : j1 - j0] + j0 < rows
             allowed = inside if allowed is None else allowed & inside

@@ -6,7 +6,10 @@ plain assignment does; with integer-array indexing one element can be read many 
 (``x[[0, 0, 1]]``) and its gradients must be *added* (a scatter-add, ``index_add``).
 """
 
+from functools import partial
+
 from ..autograd import Function
+from ..backends import get_backend
 from ..errors import DeviceError, ShapeError
 from ..tensor import Tensor
 
@@ -34,13 +37,16 @@ def _is_basic(index):
     return all(p is None or p is Ellipsis or isinstance(p, (int, slice)) for p in parts)
 
 
-def _check_array_parts(shape, index):
-    """IndexError for an integer-array part of ``index`` that points outside its axis.
+def _check_array_parts(shape, index, backend=None):
+    """``index`` with its integer-array parts checked against their axes: IndexError for one
+    that points outside its axis, raised as ``backend.check`` does (default: the CPU's, at once).
 
     NumPy checks this itself; CuPy does not (an out-of-range array index wraps around, so
     ``x[[0, 7]]`` of a 3-row array silently reads row 1), so on any other array library the
-    check is made here, at the price of one device-to-host sync per array part.
+    check is made here: on the device, without waiting for it (``Backend.check``), raised at the
+    next read. Until then a part out of range reads position 0: the index returned has it so.
     """
+    backend = backend or get_backend("cpu")
     parts = index if isinstance(index, tuple) else (index,)
 
     def width(p):  # how many axes of ``a`` the part consumes
@@ -50,18 +56,25 @@ def _check_array_parts(shape, index):
             return p.ndim
         return 1
 
-    axis = 0
-    for p in parts:
+    checked, axis = list(parts), 0
+    for k, p in enumerate(parts):
         if p is Ellipsis:
             axis = len(shape) - sum(width(q) for q in parts[parts.index(Ellipsis) + 1 :])
             continue
         if hasattr(p, "dtype") and p.dtype.kind in "iu" and p.size and axis < len(shape):
             n = shape[axis]
-            low, high = int(p.min()), int(p.max())
-            if low < -n or high >= n:
-                bad = high if high >= n else low
-                raise IndexError(f"getitem: index {bad} is out of bounds for axis {axis} with size {n}")
+            inside = (p >= -n) & (p < n)
+            backend.check(inside.all(), partial(_out_of_bounds, p, axis, n))
+            if not backend.on_host and backend.is_array(p):  # (a host array part was checked at once)
+                checked[k] = backend.xp.where(inside, p, 0)
         axis += width(p)
+    return tuple(checked) if isinstance(index, tuple) else checked[0]
+
+
+def _out_of_bounds(p, axis, n):
+    """The message of ``_check_array_parts`` (read from the device only when it fails)."""
+    low, high = int(p.min()), int(p.max())
+    return f"getitem: index {high if high >= n else low} is out of bounds for axis {axis} with size {n}"
 
 
 class GetItem(Function):
@@ -72,9 +85,9 @@ class GetItem(Function):
         index = normalize_index(index)  # index tensors come inside ``index``, seen by mt.onnx's tracer
         if type(index) is tuple and len(index) == 1 and not _is_basic(index):
             index = index[0]  # x[(i,)] is x[i]: one array, for the backends' fast scatter-add
+        if not ctx.backend.on_host and not _is_basic(index):
+            index = _check_array_parts(a.shape, index, ctx.backend)
         ctx.shape, ctx.dtype, ctx.index = a.shape, a.dtype, index
-        if ctx.backend.device != "cpu" and not _is_basic(index):
-            _check_array_parts(a.shape, index)
         try:
             return a[index]
         except IndexError as e:
@@ -115,11 +128,13 @@ class Embedding(Function):
         if indices.dtype.kind not in "iu":
             raise TypeError(f"embedding: indices must be an integer tensor, got {indices.dtype}")
         n = weight.shape[0]
-        if indices.size and (int(indices.min()) < 0 or int(indices.max()) >= n):
-            bad = int(indices.max()) if int(indices.max()) >= n else int(indices.min())
-            raise IndexError(
-                f"embedding: index {bad} is out of range for a table of {n} embeddings (valid: 0..{n - 1})"
-            )
+        if indices.size:
+            # On a device the check waits there for the next read (Backend.check): reading it
+            # now would make every training step wait for the GPU.
+            inside = (indices >= 0) & (indices < n)
+            ctx.backend.check(inside.all(), partial(_out_of_range, indices, n))
+            if not ctx.backend.on_host:
+                indices = ctx.xp.where(inside, indices, 0)  # until it raises, a bad index reads row 0
         ctx.shape, ctx.indices = weight.shape, indices
         return weight[indices]
 
@@ -128,6 +143,13 @@ class Embedding(Function):
         out = ctx.xp.zeros(ctx.shape, dtype=grad.dtype)
         ctx.backend.index_add(out, ctx.indices.reshape(-1), grad.reshape(-1, ctx.shape[1]))
         return out, None
+
+
+def _out_of_range(indices, n):
+    """The message of Embedding's check (read from the device only when it fails)."""
+    low, high = int(indices.min()), int(indices.max())
+    bad = high if high >= n else low
+    return f"embedding: index {bad} is out of range for a table of {n} embeddings (valid: 0..{n - 1})"
 
 
 def embedding(indices, weight):

@@ -12,6 +12,8 @@ loss does per token. With no valid position at all the loss is 0 and so is its g
 (not 0/0 = NaN).
 """
 
+from functools import partial
+
 from ..autograd import Function
 from ..errors import ShapeError
 from ..tensor import Tensor
@@ -28,12 +30,11 @@ class CrossEntropy(Function):
         if mask is not None:
             valid = valid & xp.broadcast_to(mask, target.shape).reshape(-1)
         safe_t = xp.where(valid, t, 0)
-        out_of_range = (safe_t < 0) | (safe_t >= num_classes)
-        if bool(out_of_range.any()):
-            raise IndexError(
-                f"cross_entropy: target {int(safe_t[out_of_range][0])} is out of range for {num_classes} classes "
-                f"(valid: 0..{num_classes - 1}, or ignore_index={ignore_index})"
-            )
+        # checked on the device, without waiting for it (Backend.check: raised at the next read)
+        inside = (safe_t >= 0) & (safe_t < num_classes)
+        ctx.backend.check(inside.all(), partial(_out_of_range, safe_t, inside, num_classes, ignore_index))
+        if not ctx.backend.on_host:
+            safe_t = xp.where(inside, safe_t, 0)  # until it raises, a bad target counts as class 0
         logp = ctx.backend.kernels.log_softmax_forward(rows)
         picked = logp[xp.arange(t.size), safe_t]
         if label_smoothing:
@@ -43,7 +44,8 @@ class CrossEntropy(Function):
         weight = valid.astype(logits.dtype)
         per_row = xp.where(valid, per_row, 0)
         if reduction == "mean":
-            count = max(int(valid.sum()), 1)
+            # the number of valid positions stays on the device (read, it would make the host wait)
+            count = xp.maximum(valid.sum(), 1).astype(logits.dtype)
             weight = weight / count
             out = per_row.sum() / count
         elif reduction == "sum":
@@ -65,6 +67,14 @@ class CrossEntropy(Function):
             d -= ctx.smoothing / num_classes
         scale = weight * (grad.reshape(-1) if ctx.reduction == "none" else grad)
         return (d * scale[:, None]).reshape(ctx.shape), None, None
+
+
+def _out_of_range(safe_t, inside, num_classes, ignore_index):
+    """The message of CrossEntropy's check (read from the device only when it fails)."""
+    return (
+        f"cross_entropy: target {int(safe_t[~inside][0])} is out of range for {num_classes} classes "
+        f"(valid: 0..{num_classes - 1}, or ignore_index={ignore_index})"
+    )
 
 
 def cross_entropy(logits, target, ignore_index=-100, mask=None, reduction="mean", label_smoothing=0.0):

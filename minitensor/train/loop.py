@@ -17,8 +17,14 @@ would have gone on: the same data (rebuilt from the seed), weights, optimiser mo
 schedule, position in the epoch's shuffled order and random generators (dropout), so the
 losses match bit for bit.
 
-A loss that becomes NaN or inf stops the run at once with a ``TrainingError`` naming the
-step: continuing would only turn every weight into NaN.
+A loss that becomes NaN or inf stops the run with a ``TrainingError`` naming the step:
+continuing would only turn every weight into NaN. On the CPU the step's loss and gradient
+norm are read at once, so the run stops before the weights change. On a device (a GPU) a
+step never waits for the device: reading a number would make the host wait for the step's
+own work, and the GPU would idle while the host prepares the next. So the numbers stay on
+the device and are read together every ``READ_EVERY`` steps, at the end of an epoch and of
+the run (``read_losses``); a diverged step is found there, at most ``READ_EVERY - 1`` steps
+later, named, and stops the run before any checkpoint is written.
 
 Reading order: ``train`` is the loop, one comment per phase; the phases follow it, in the
 order they run: ``set_up`` (fresh, or from the checkpoint), ``train_step`` (one minibatch),
@@ -37,14 +43,16 @@ from dataclasses import dataclass, field
 
 import numpy
 
+from ..backends import get_backend
 from ..data import Batches, build_array, lm_arrays, seq2seq_arrays, unigram_baseline
 from ..grad_mode import no_grad
 from ..metrics import bleu, corpus_bleu, exact_match
 from ..nn.attention import plain_attention
+from ..ops.join import stack
 from ..ops.loss import cross_entropy
 from ..optim import WarmupCosineLR, clip_grad_norm_
 from ..random import manual_seed
-from ..tensor import tensor
+from ..tensor import Tensor, tensor
 from .checkpoint import load_checkpoint, save_checkpoint
 from .config import (
     TrainConfig,
@@ -92,9 +100,15 @@ class TrainResult:
     finished: bool = True  # False when stopped early by ``stop_after_epochs``
 
 
+#: how often a run on a device reads its losses (and the progress bar shows them): every
+#: READ_EVERY steps. On the CPU they are read at every step, where reading is free.
+READ_EVERY = 10
+
+
 # -- the loss of a minibatch, and the arrays it comes from ---------------------------------------
 def _loss(model, batch, config, pad):
-    """(loss, number of target tokens) of one minibatch."""
+    """(loss, number of target tokens) of one minibatch; the number is an int, or a 0-d Tensor
+    on the batch's device (``dec_valid_lens.sum()``: read, it would make the step wait)."""
     if config.model == "lm":
         X, Y = batch
         return cross_entropy(model(X), Y, label_smoothing=config.label_smoothing), Y.numel()
@@ -103,7 +117,7 @@ def _loss(model, batch, config, pad):
     # The valid positions of Y never hold <pad> (it is no token of the data), so ignoring
     # <pad> is D2L's mask by dec_valid_lens.
     loss = cross_entropy(logits, Y, ignore_index=pad, label_smoothing=config.label_smoothing)
-    return loss, int(dec_valid_lens.numpy().sum())
+    return loss, dec_valid_lens.sum()
 
 
 def _arrays(config, data, which):
@@ -362,6 +376,8 @@ class TrainState:
     steps_start: float = 0.0  # when this call's first step began (for tokens/s)
     tokens_seen: int = 0  # the target tokens this call has trained on, on every rank (for tokens/s)
     world: object = None  # the processes training together (distributed.World); None: this one alone
+    read_every: int = 1  # read the steps' numbers every this many steps (READ_EVERY on a device)
+    unread: list = field(default_factory=list)  # the StepNumbers not read yet (read_losses)
 
     def result(self, **changes):
         """The ``TrainResult`` of the run as it stands."""
@@ -459,6 +475,8 @@ def set_up(config, run, log, resume, ranks=None):
         bar=_progress_bar(config, total_steps, step) if ranks.is_main else None,
         steps_start=time.perf_counter(),
         world=ranks,
+        # on the CPU, reading is free; several ranks add their losses up on the host anyway
+        read_every=1 if get_backend(config.device).on_host or ranks.size > 1 else READ_EVERY,
     )
 
 
@@ -474,31 +492,81 @@ def _silent(*_):
 def train_step(state, batch):
     """One step on a minibatch: the loss (teacher forcing), its gradients, clipped to
     ``config.clip_grad_norm``, the optimiser's update and the schedule's next learning rate.
-    A loss or gradient norm that is NaN or inf raises ``TrainingError`` before any weight changes."""
+
+    A loss or gradient norm that is NaN or inf raises ``TrainingError`` naming the step. On the
+    CPU (``state.read_every == 1``) both are read at once, and it is raised before any weight
+    changes. On a device nothing is read here: the step's numbers wait on the device and
+    ``read_losses`` reads them with the next ones, every ``READ_EVERY`` steps; a diverged step
+    is found there, by then some updates later, always before a checkpoint is written."""
     config, model = state.config, state.model
     state.step += 1  # the step being taken: messages count from 1
+    read_now = state.read_every == 1
     if state.world is not None and state.world.size > 1:
         value, num_tokens = _distributed_backward(state, batch)
+        numbers = StepNumbers(state.step, state.loader.epoch, value, num_tokens)
     else:
         loss, num_tokens = _loss(model, batch, config, state.data.tgt_vocab.pad)
-        value = loss.item()
-        if not math.isfinite(value):
-            raise _diverged("loss", value, state.step, state.loader.epoch, config)
+        numbers = StepNumbers(state.step, state.loader.epoch, loss.detach(), num_tokens)
+        if read_now:
+            _checked([numbers], config)  # a NaN loss: stopped before backward
         state.optimizer.zero_grad()
         loss.backward()
     if config.clip_grad_norm:  # on the global gradient: every rank clips the same way
-        norm = float(clip_grad_norm_(model.parameters(), config.clip_grad_norm).item())
-        if not math.isfinite(norm):
-            raise _diverged("gradient norm", norm, state.step, state.loader.epoch, config)
+        numbers.norm = clip_grad_norm_(model.parameters(), config.clip_grad_norm)
+        if read_now:
+            _checked([numbers], config)  # a NaN gradient norm: stopped before the update
     state.optimizer.step()
     if state.scheduler is not None:
         state.scheduler.step()
-    state.history["loss"].append(value)
-    state.tokens_seen += num_tokens
+    state.unread.append(numbers)
+    if state.step % state.read_every == 0 or state.step == state.total_steps:
+        read_losses(state)
     if state.bar is not None:
-        if state.step % 10 == 0 or state.step == state.total_steps:  # shown by the update below
-            state.bar.set_postfix(loss=f"{value:.3f}", tok_s=f"{state.tokens_per_second():,.0f}", refresh=False)
+        if state.step % READ_EVERY == 0 or state.step == state.total_steps:  # shown by the update below
+            loss_shown = f"{state.history['loss'][-1]:.3f}"
+            state.bar.set_postfix(loss=loss_shown, tok_s=f"{state.tokens_per_second():,.0f}", refresh=False)
         state.bar.update(1)
+
+
+@dataclass
+class StepNumbers:
+    """What one step reports: its loss, the number of target tokens it trained on and the
+    gradient norm before clipping (None: no clipping). Each is a Python number or, until
+    ``read_losses`` reads it, a 0-d Tensor on the training device."""
+
+    step: int
+    epoch: int
+    loss: object
+    tokens: object
+    norm: object = None
+
+
+def read_losses(state):
+    """Read the numbers of the steps taken since the last read (one transfer for all), stop
+    the run at the first that diverged (``TrainingError`` naming its step), and add them to
+    ``history["loss"]`` and the token count."""
+    unread, state.unread = state.unread, []
+    for numbers in _checked(unread, state.config):
+        state.history["loss"].append(numbers.loss)
+        state.tokens_seen += numbers.tokens
+
+
+def _checked(records, config):
+    """``records`` (StepNumbers) with their numbers on the host, read in one transfer, after a
+    ``TrainingError`` for the first non-finite loss or gradient norm among them."""
+    on_device = [
+        (r, name) for r in records for name in ("loss", "tokens", "norm") if isinstance(getattr(r, name), Tensor)
+    ]
+    if on_device:
+        # float64 holds a float32 loss and an integer count exactly: one array, one transfer
+        values = stack([getattr(r, name).astype("float64") for r, name in on_device]).numpy().tolist()
+        for (r, name), value in zip(on_device, values):
+            setattr(r, name, int(value) if name == "tokens" else value)
+    for r in records:
+        for what, value in (("loss", r.loss), ("gradient norm", r.norm)):
+            if value is not None and not math.isfinite(value):
+                raise _diverged(what, value, r.step, r.epoch, config)
+    return records
 
 
 def _distributed_backward(state, batch):
@@ -508,7 +576,7 @@ def _distributed_backward(state, batch):
     state.optimizer.zero_grad()
     if len(batch[0]):
         loss, num_tokens = _loss(model, batch, config, state.data.tgt_vocab.pad)
-        local = loss.item()
+        local, num_tokens = loss.item(), int(num_tokens)  # read: the ranks add them up on the host
     else:  # more ranks than rows in this minibatch: nothing to add but zeros
         loss, num_tokens, local = None, 0, 0.0
     # the global loss, sum_r n_r loss_r / N, and N: one small Allreduce, before any backward,
@@ -527,6 +595,7 @@ def _distributed_backward(state, batch):
 def end_of_epoch(state):
     """Evaluate on the held-out set, log the epoch's line, and save the checkpoint (and best/,
     when the held-out loss is the lowest so far)."""
+    read_losses(state)  # the epoch's last losses, and a divergence found before anything is saved
     config, data, loader, step = state.config, state.data, state.loader, state.step
     metrics = {"epoch": loader.epoch + 1, "step": step, **evaluate(state.model, data, state.heldout_arrays, config)}
     state.metrics = metrics
@@ -554,6 +623,7 @@ def end_of_epoch(state):
 def save_checkpoints(state):
     """best/ (when the latest held-out loss is the lowest so far) and checkpoint/, with Ctrl-C
     held back until both are written."""
+    read_losses(state)  # the history saved is complete (nothing left to read after end_of_epoch)
     config, data, step, epoch = state.config, state.data, state.step, _epochs_done(state.loader)
     vocabs = {"src": data.src_vocab, "tgt": data.tgt_vocab}
     shapes = {"num_steps": data.num_steps, "tgt_num_steps": data.tgt_num_steps}
