@@ -69,6 +69,8 @@ class FakeCupy(StrictNamespace):
     """``import cupy`` as a test sees it. ``error``: the CUDARuntimeError text that
     ``getDeviceCount`` raises (None: one usable GPU)."""
 
+    __version__ = "14.2.0"
+
     def __init__(self, error=None):
         super().__init__(numpy)
         self.error = error
@@ -90,6 +92,10 @@ class FakeCupy(StrictNamespace):
                 getDeviceCount=get_device_count,
                 CUDARuntimeError=CUDARuntimeError,
                 deviceSynchronize=_device_synchronize,
+                # what `minitensor info` reports: an H200 on a CUDA 13 driver
+                getDeviceProperties=lambda device: {"name": b"NVIDIA H200", "major": 9, "minor": 0},
+                runtimeGetVersion=lambda: 13000,
+                driverGetVersion=lambda: 13000,
             ),
             curand=types.SimpleNamespace(CURAND_RNG_PSEUDO_PHILOX4_32_10=161),
             Stream=types.SimpleNamespace(null=stream),

@@ -416,19 +416,34 @@ def test_every_model_and_decoder_runs_on_the_device(cuda):
     assert len(text) <= 6
 
 
-def test_the_gpu_stack_is_summarised_in_one_line():
-    """What `minitensor info` prints about a usable GPU (the runtime's answers, faked)."""
-    from types import SimpleNamespace
+def test_minitensor_info_names_the_gpu_stack_and_compiles_the_kernels(monkeypatch, capsys):
+    """`minitensor info` where "cuda" works: CuPy, the runtime, the driver, the GPU in one line,
+    then every CUDA kernel compiled (here by the tests' emulator, NVRTC's stand-in)."""
+    cuda_emulator = pytest.importorskip("cuda_emulator")
+    if not cuda_emulator.available():
+        pytest.skip("the CUDA emulator needs a C++ compiler")
+    from minitensor import cli
+    from minitensor.kernels.cuda import KERNELS, CudaKernels
 
-    from minitensor.backends.cupy_backend import cuda_summary
+    backend = fake_cuda_backend()
+    backend._kernels = CudaKernels(np, load_module=cuda_emulator.EmulatedModule)
+    monkeypatch.setitem(backends._BACKENDS, "cuda", backend)
+    assert cli.main(["info"]) == 0
+    out = capsys.readouterr().out
+    assert "cuda: available (CuPy 14.2.0, CUDA runtime 13.0, driver 13.0, NVIDIA H200 (compute capability 9.0))" in out
+    assert f"cuda kernels: {sum(len(names) for names in KERNELS.values())} compiled" in out
 
-    runtime = SimpleNamespace(
-        getDeviceProperties=lambda i: {"name": b"NVIDIA H200", "major": 9, "minor": 0},
-        runtimeGetVersion=lambda: 13000,
-        driverGetVersion=lambda: 13010,
-    )
-    cupy = SimpleNamespace(__version__="14.2.0", cuda=SimpleNamespace(runtime=runtime))
-    assert cuda_summary(cupy) == ("CuPy 14.2.0, CUDA runtime 13.0, driver 13.1, NVIDIA H200 (compute capability 9.0)")
+    class NoNvrtc:
+        def __init__(self, code):
+            pass
+
+        def get_function(self, name):
+            raise RuntimeError("CompileException: nvrtc: error: libnvrtc.so.13 not found")
+
+    backend._kernels = CudaKernels(np, load_module=NoNvrtc)
+    assert cli.main(["info"]) == 1
+    out = capsys.readouterr().out
+    assert "cuda kernels: FAILED: the CUDA kernel" in out and "libnvrtc" in out and "cupy-cuda13x[ctk]" in out
 
 
 def test_dropout_on_the_gpu_backend_is_the_cpus_mask_with_a_seed_made_on_the_host():
