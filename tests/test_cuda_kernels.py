@@ -644,6 +644,14 @@ def test_streamed_attention_matches_the_tiles(kernels, dtype, B, H, G, Q, K, d, 
     check_attention(kernels, B, H, G, Q, K, d, dtype, causal, lens)
 
 
+def test_a_grid_too_large_for_cuda_is_refused_before_launching(recorded):
+    from minitensor.kernels.cuda import _attention_grid
+
+    assert _attention_grid(2 * 8, 4096) == 2 * 8 * 64
+    with pytest.raises(ValueError, match="more than a CUDA grid holds"):
+        _attention_grid(2**26, 2**12)
+
+
 def test_the_row_size_is_the_smallest_kernel_that_holds_the_head(kernels):
     sizes = [kernels.attention_row_size(np.float32, d) for d in (1, 32, 33, 64, 65, 128, 129)]
     assert sizes == [32, 32, 64, 64, 128, 128, None]

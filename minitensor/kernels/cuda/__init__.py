@@ -50,6 +50,8 @@ ROW_THREADS = 128
 ELEMENTWISE_THREADS = 256
 #: the largest grid launched; more work than that and the kernels' loops stride over it
 MAX_BLOCKS = 65535
+#: the most blocks a CUDA grid's x dimension takes
+MAX_GRID_X = 2**31 - 1
 #: threads per block of the attention kernels, one query (or key) row each: QUERY_ROWS in attention.cu
 ATTENTION_THREADS = 64
 
@@ -94,6 +96,18 @@ KERNELS = {
 def source(name):
     """The CUDA C++ text of ``name`` (``"softmax"``, ``"elementwise"``)."""
     return (SOURCE_DIR / f"{name}.cu").read_text()
+
+
+def _attention_grid(heads, rows):
+    """Blocks of the attention kernels: one per (batch, head, tile of rows), which a grid's x
+    dimension must hold (the kernels do not stride)."""
+    blocks = heads * -(-rows // ATTENTION_THREADS)
+    if blocks > MAX_GRID_X:
+        raise ValueError(
+            f"attention: {heads} batch x heads x {rows} rows need {blocks} blocks, more than a CUDA grid holds "
+            f"({MAX_GRID_X}); split the batch"
+        )
+    return blocks
 
 
 def _cupy_module(xp):
@@ -260,7 +274,7 @@ class CudaKernels:
         size = self._attention_size(q, k, v)
         out, lse = self.xp.empty_like(q), self.xp.empty(q.shape[:-1], q.dtype)
         if q.size and k.shape[2]:
-            blocks = B * H * -(-Q // ATTENTION_THREADS)
+            blocks = _attention_grid(B * H, Q)
             lens_arg, has_lens = self._attention_lens(lens, B, Q)
             self._function("attention", f"attention_forward_d{size}_{q.dtype.name}")(
                 (blocks,),
@@ -287,10 +301,10 @@ class CudaKernels:
             tail = (*self._attention_shapes(q, k), q.dtype.type(scale), np.int32(bool(causal)), has_lens)
             dtype = q.dtype.name
             self._function("attention", f"attention_backward_dq_d{size}_{dtype}")(
-                (B * H * -(-Q // ATTENTION_THREADS),), (ATTENTION_THREADS,), (*common, dq, *tail)
+                (_attention_grid(B * H, Q),), (ATTENTION_THREADS,), (*common, dq, *tail)
             )
             self._function("attention", f"attention_backward_dkv_d{size}_{dtype}")(
-                (B * G * -(-K // ATTENTION_THREADS),), (ATTENTION_THREADS,), (*common, dk, dv, *tail)
+                (_attention_grid(B * G, K),), (ATTENTION_THREADS,), (*common, dk, dv, *tail)
             )
         return dq, dk, dv
 
