@@ -88,6 +88,23 @@ def test_a_cupy_that_cannot_be_imported_is_told_apart_from_a_missing_one(monkeyp
     assert "minitensor[gpu]" in reason
 
 
+def test_a_gpu_that_cannot_run_a_kernel_fails_at_the_first_call_in_one_line(monkeypatch, no_cuda):
+    """CuPy finds the device but cannot compile (no NVRTC) or load a kernel: the first use of
+    "cuda" says so with what to install, not a CompileException from inside an op."""
+
+    class NoCompiler(FakeCupy):
+        def arange(self, *args, **kwargs):
+            raise RuntimeError("CompileException: nvrtc: error: failed to open libnvrtc-builtins.so.13.0\n(details)")
+
+    monkeypatch.setitem(sys.modules, "cupy", NoCompiler())
+    with pytest.raises(mt.DeviceError) as caught:
+        mt.zeros(2, device="cuda")
+    message = str(caught.value)
+    assert "CuPy sees a GPU but cannot run a kernel on it" in message and "libnvrtc-builtins" in message
+    assert "minitensor[gpu]" in message and "(details)" not in message
+    assert "cuda" not in backends._BACKENDS
+
+
 def test_a_broken_cuda_installation_is_reported_not_raised():
     class Broken(FakeCupy):
         def is_available(self):

@@ -28,7 +28,9 @@ def _load_cuda():
     reason = cuda_unavailable_reason()
     if reason is not None:
         raise DeviceError(f"device 'cuda' is not available: {reason}")
-    return register_backend(CupyBackend())
+    backend = CupyBackend()
+    backend.check_it_runs()  # a broken CUDA install fails here, in one line, not deep inside the first op
+    return register_backend(backend)
 
 
 def get_backend(device):

@@ -15,6 +15,7 @@ import os
 
 import numpy
 
+from ..errors import DeviceError
 from ..kernels.cuda import CudaKernels
 from .base import Backend
 
@@ -86,7 +87,21 @@ class CupyBackend(Backend):
         self._kernels = None
         self.seed(int.from_bytes(os.urandom(8), "little"))
 
-    # -- data in and out ------------------------------------------------------------
+    def check_it_runs(self):
+        """Run one tiny CuPy kernel (CuPy compiles it with NVRTC for this GPU), or raise a
+        ``DeviceError`` that says what failed and what to install: a CuPy without its CUDA
+        libraries, or built for another CUDA major, fails here rather than inside a user's op."""
+        try:
+            (self.xp.arange(4) * 2).sum()
+        except Exception as e:
+            first = (str(e).strip().splitlines() or [""])[0]
+            raise DeviceError(
+                f"device 'cuda' is not available: CuPy sees a GPU but cannot run a kernel on it "
+                f"({type(e).__name__}: {first}); {INSTALL_HINT}"
+            ) from e
+
+        # -- data in and out ------------------------------------------------------------
+
     def array(self, data, dtype=None):
         return self.xp.array(data, dtype=dtype)  # host data -> device: one explicit copy
 
