@@ -19,7 +19,8 @@ safetensors, pytest; PyTorch optional) and no network:
    256, 8 heads, ffn 1024, 4 + 4 blocks, 64 tokens) at batch 64 and 1024 against its PyTorch
    twin on the same GPU, after checking that both compute the same loss from the same weights,
    and the host's share of a step (the time until the step's last launch returns: a step that
-   waits for the GPU inside itself shows a host time equal to its full time);
+   waits for the GPU inside itself shows a host time equal to its full time), then where that
+   host time goes (cProfile of 5 steps at batch 64, by each function's own time);
 6. times causal attention at long T (``bench/long_attention.py``'s cases on the GPU: batch
    1, 8 heads, d_head 64, float32, T = 1024 and 4096, forward + backward): minitensor's
    streamed ``flash_attention`` (on a GPU the kernels of ``kernels/cuda/attention.cu``)
@@ -462,7 +463,26 @@ def training_case(device, cfg):
     print(f"\n[{cfg.name}] {cfg.describe()}; {sum(int(p.numel()) for p in mt_model.parameters()):,} parameters")
     if agreement:
         print(f"[{cfg.name}, batch {cfg.batch_size}] {agreement}")
+    if cfg.batch_size == TRAINING_BATCH_SIZES[0] or cfg.name == "quick":
+        profile_host(device, cases["minitensor"], f"{cfg.name}, batch {cfg.batch_size}")
     return row
+
+
+def profile_host(device, step, what, steps=5, top=20):
+    """Where the host's time in a step goes (cProfile over ``steps`` steps, the functions with
+    the most time of their own): on a GPU, what to fuse or cut next."""
+    import cProfile
+    import pstats
+
+    device.sync()
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(steps):
+        step()
+    profiler.disable()
+    device.sync()
+    print(f"\n[{what}] host profile of {steps} training steps on {device.name}, by own time (top {top}):")
+    pstats.Stats(profiler).sort_stats("tottime").print_stats(top)
 
 
 # -- 6: causal attention at long T: streamed vs plain vs SDPA -----------------------------------------------
