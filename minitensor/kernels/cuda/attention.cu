@@ -38,6 +38,16 @@ __device__ __forceinline__ double infinity<double>() {
     return __longlong_as_double(0x7ff0000000000000LL);
 }
 
+// a . b over D numbers, in four interleaved partial sums: four independent chains of
+// multiply-adds instead of one, so the GPU overlaps them (a single chain waits for each add).
+template <typename T, int D>
+__device__ __forceinline__ T dot(const T* a, const T* b) {
+    static_assert(D % 4 == 0, "rows of a multiple of 4");
+    T sums[4] = {T(0), T(0), T(0), T(0)};
+    _Pragma("unroll") for (int c = 0; c < D; ++c) sums[c % 4] += a[c] * b[c];
+    return (sums[0] + sums[1]) + (sums[2] + sums[3]);
+}
+
 // The shapes of one call: q (B, H, Q, d), k and v (B, G, K, d), query head h reads key/value
 // head h / (H / G).
 struct Shapes {
@@ -104,8 +114,7 @@ __device__ void attention_forward(const T* q, const T* k, const T* v, const long
         load_tile<T, D>(v_tile, v + kv * s.K * s.d, j0, KEY_TILE, s.K, s.d);
         __syncthreads();
         for (int jj = 0; jj < KEY_TILE && j0 + jj < visible; ++jj) {
-            T score = T(0);
-            _Pragma("unroll") for (int c = 0; c < D; ++c) score += qr[c] * k_tile[jj][c];
+            const T score = dot<T, D>(qr, k_tile[jj]);
             if (score > m) {  // a new max: what was summed so far shrinks by exp(m - score)
                 const T rescale = exponential(m - score);
                 l *= rescale;
@@ -151,11 +160,7 @@ __device__ void attention_backward_dq(const T* q, const T* k, const T* v, const 
         load_tile<T, D>(v_tile, v + kv * s.K * s.d, j0, KEY_TILE, s.K, s.d);
         __syncthreads();
         for (int jj = 0; jj < KEY_TILE && j0 + jj < visible; ++jj) {
-            T score = T(0), dp = T(0);
-            _Pragma("unroll") for (int c = 0; c < D; ++c) {
-                score += qr[c] * k_tile[jj][c];
-                dp += dor[c] * v_tile[jj][c];
-            }
+            const T score = dot<T, D>(qr, k_tile[jj]), dp = dot<T, D>(dor, v_tile[jj]);
             const T ds = exponential(score - row_lse) * (dp - row_delta);
             _Pragma("unroll") for (int c = 0; c < D; ++c) acc[c] += ds * k_tile[jj][c];
         }
@@ -207,12 +212,7 @@ __device__ void attention_backward_dkv(const T* q, const T* k, const T* v, const
             if (!active) continue;
             for (int ii = 0; ii < QUERY_TILE; ++ii) {
                 if (j >= visible_tile[ii]) continue;  // this query does not see key j
-                T score = T(0), dp = T(0);
-                _Pragma("unroll") for (int c = 0; c < D; ++c) {
-                    score += q_tile[ii][c] * kr[c];
-                    dp += do_tile[ii][c] * vr[c];
-                }
-                score *= scale;
+                const T score = dot<T, D>(q_tile[ii], kr) * scale, dp = dot<T, D>(do_tile[ii], vr);
                 const T p = exponential(score - lse_tile[ii]);
                 const T ds = p * (dp - delta_tile[ii]) * scale;
                 _Pragma("unroll") for (int c = 0; c < D; ++c) {
