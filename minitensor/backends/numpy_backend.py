@@ -1,4 +1,16 @@
-"""The CPU backend: NumPy arrays, numba kernels."""
+"""The CPU backend: NumPy arrays, numba kernels.
+
+``import minitensor`` changes nothing in the process around it. Two process-wide settings are
+made at the first kernel a program runs (the first softmax, layer norm or dropout, say), the
+point where minitensor starts to train rather than to be imported:
+
+- glibc keeps freed blocks for reuse (``keep_freed_memory`` below, unless the user set
+  ``MALLOC_MMAP_THRESHOLD_`` or ``MALLOC_TRIM_THRESHOLD_``);
+- numba's ``prange`` runs on its own "workqueue" threads (``kernels/cpu.py``, unless the user
+  set ``NUMBA_THREADING_LAYER``).
+
+``tests/test_import_side_effects.py`` holds both to this.
+"""
 
 import ctypes
 import os
@@ -32,6 +44,16 @@ def keep_freed_memory():
     return bool(mallopt(M_MMAP_THRESHOLD, 32 * 2**20)) and bool(mallopt(M_TRIM_THRESHOLD, 2**30))
 
 
+_TUNED = []
+
+
+def _first_kernel():
+    """What the first kernel of a program sets up once (see the module docstring): importing
+    ``kernels.cpu`` has chosen numba's threading layer; here glibc keeps freed blocks."""
+    if not _TUNED:
+        _TUNED.append(keep_freed_memory())
+
+
 # the dtypes the fused kernels are compiled for (and NumPy's generator draws); float16 and
 # anything else runs NumPy's code
 _KERNEL_DTYPES = (numpy.dtype(numpy.float32), numpy.dtype(numpy.float64))
@@ -51,7 +73,6 @@ class NumpyBackend(Backend):
     def __init__(self):
         self._rng = numpy.random.default_rng()
         self._kernels = self._fused = None
-        keep_freed_memory()
 
     def array(self, data, dtype=None):
         return numpy.array(data, dtype=dtype)
@@ -104,6 +125,7 @@ class NumpyBackend(Backend):
             # numba loads on first use (see ``kernels`` below)
             from ..kernels import fused
 
+            _first_kernel()
             self._fused = fused
         return getattr(self._fused, name)
 
@@ -114,5 +136,6 @@ class NumpyBackend(Backend):
         if self._kernels is None:
             from ..kernels import cpu
 
+            _first_kernel()
             self._kernels = cpu
         return self._kernels
