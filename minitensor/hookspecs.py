@@ -90,20 +90,32 @@ Scorers (``minitensor_scorers``)
   query against the cached keys and must get what the full pass got.
 - Inside ``MultiHeadAttention`` a scorer sees queries (batch, num_heads, Q, d_head) and keys
   (batch, num_heads, K, d_head), with grouped heads (``num_kv_heads``) too: the shared keys
-  are repeated for it. (The built-ins ``dot``, ``scaled_dot``, ``cosine`` and ``l2``,
-  recognised by name, are instead called once per group, queries (batch, num_kv_heads,
-  r * Q, d_head) with r = num_heads / num_kv_heads: their scores are row-wise, so only the
-  work changes.)
+  are repeated for it -- unless it declares ``row_wise`` (below).
+- Capabilities, declared, never inferred from a name: what a fast path needs a scorer to be
+  (``check_scorer`` tests that each declaration is true; the built-ins declare theirs the
+  same way, and no code path tests a plugin's registered name):
+
+  - ``row_wise = True`` (default False): score[..., i, j] depends on query row i and key
+    row j alone (and the scorer's parameters), not on the other rows or on how many there
+    are. With grouped heads such a scorer is called once per group, queries (batch,
+    num_kv_heads, r * Q, d_head) against the group's keys (r = num_heads / num_kv_heads),
+    instead of against repeated keys: the same scores, less memory. All built-in scorers
+    declare it.
+  - ``dot_scale(d_head) -> float or None`` (a method; absent means None): the scores are
+    exactly ``scale * q . k`` for heads of size ``d_head``. Streamed attention then computes
+    them itself, block by block, and never calls the scorer. ``dot`` declares 1.0 and
+    ``scaled_dot`` 1 / sqrt(d_head).
 
 Streamed attention
 ------------------
 ``MultiHeadAttention(..., fused="auto" | True | False)`` may compute its heads with
 ``minitensor.ops.flash_attention`` (FlashAttention: the online softmax over blocks of keys),
-which never builds the (batch, num_heads, Q, K) scores. It does so only with the scorers
-``dot`` and ``scaled_dot`` and the pooling ``softmax``, whose arithmetic it does itself (no
-plugin is called), and with a "scores" encoding only when it is ``relative`` (its
+which never builds the (batch, num_heads, Q, K) scores. It does so only with a scorer that
+declares ``dot_scale`` and a pooling that declares ``softmax_like``, whose arithmetic it does
+itself (no plugin is called), and with a "scores" encoding only when it is ``relative`` (its
 ``relative_bias`` table, and its ``window``, replace the dense bias); any other plugin takes
-the plain path, so a plugin needs nothing to work with streamed layers. The weights of a
+the plain path, so a plugin needs nothing to work with streamed layers, and a plugin of yours
+that declares these takes the streamed path exactly as a built-in does. The weights of a
 streamed call are not kept (``attention_weights`` is None);
 ``attention_weights_for(heads, rows)`` recomputes those asked for.
 
@@ -138,6 +150,11 @@ Poolings (``minitensor_poolings``)
   that may leave some mass unused). ``sparse`` (default False): True for a pooling that
   gives keys weight exactly 0 when others score clearly higher (``sparsemax``,
   ``entmax15`` and ``alpha_entmax`` say True; ``softmax`` and ``average`` False).
+- A capability, declared like a scorer's: ``softmax_like = True`` (default False) says the
+  weights are the masked softmax of the scores over the keys (``mt.masked_softmax``'s rule:
+  exp(s - max) / sum over the allowed keys, 0 elsewhere, an empty row all 0), which the
+  online softmax of streamed attention computes. ``check_pooling`` tests it; ``softmax``
+  declares it.
 
 Positional encodings (``minitensor_positional_encodings``)
 ----------------------------------------------------------

@@ -19,7 +19,10 @@ attention layer relies on (``minitensor/hookspecs.py`` states the contracts):
   a -inf score get weight exactly 0 and their scores change nothing; a row with no allowed
   key gets all-zero weights (not NaN, not uniform); the weights of a row sum to 1 (unless
   the class says ``sums_to_one = False``); a class that says ``sparse = True`` gives exact
-  zeros;
+  zeros, and one that says ``softmax_like = True`` gives ``mt.masked_softmax``'s weights;
+- scorers' declared capabilities: ``row_wise`` (reordering the queries, or stacking two heads'
+  queries against shared keys, gives the same rows) and ``dot_scale(d)`` (the scores are
+  scale * q . k);
 - positional encodings: ``applies_to``; with "inputs", ``forward(X, offset)`` keeps X's shape
   and encoding X[:, s:] with offset=s gives the tail of encoding X; with "qk",
   ``forward(q, k, q_offset, k_offset)`` returns two tensors of the inputs' shapes, with
@@ -249,7 +252,49 @@ def check_scorer(cls, *, query_size=4, key_size=None, device="cpu", **options):
         return ops.where(finite, scorer(q, k), 0.0)
 
     c.gradients(scores_fn, [q, k] + [p for _, p in params], ["queries", "keys"] + _names(params))
+    _check_scorer_capabilities(c, scorer, run, dq, dk)
     return True
+
+
+def _check_scorer_capabilities(c, scorer, run, dq, dk):
+    """What the class declares for the fast paths holds (the capabilities of
+    minitensor/hookspecs.py): ``row_wise`` -- a query's scores come from that query alone, so
+    reordering or stacking the queries of two heads against shared keys (what grouped heads
+    do) gives the same rows; ``dot_scale(d)`` -- the scores are exactly scale * q . k."""
+    q, k = c.randn((2, 2, 6, dq), "float64"), c.randn((2, 2, K, dk), "float64")
+    whole = run(q, k, "row_wise").numpy()
+    if getattr(scorer, "row_wise", False):
+        order = [4, 1, 5, 0, 3, 2]
+        reordered = run(tensor(q.numpy()[:, :, order], device=c.device), k, "row_wise").numpy()
+        c.close(
+            "row_wise",
+            f"the class says row_wise = True, yet reordering the 6 queries of {q.shape} changed their scores",
+            reordered,
+            whole[:, :, order],
+        )
+        shared = tensor(numpy.repeat(k.numpy()[:, :1], 2, axis=1), device=c.device)  # both heads: head 0's keys
+        per_head = run(q, shared, "row_wise").numpy()
+        stacked = run(q.reshape(2, 1, 12, dq), shared[:, :1], "row_wise").numpy()
+        c.close(
+            "row_wise",
+            f"the class says row_wise = True, yet the queries of two heads stacked as one, (2, 1, 12, {dq}), "
+            "against the keys they share did not score as each head did alone (what grouped heads rely on)",
+            stacked.reshape(per_head.shape),
+            per_head,
+        )
+    declared = getattr(scorer, "dot_scale", None)
+    if declared is not None:
+        if dq != dk:
+            c.fail("dot_scale", f"the class declares dot_scale, but queries ({dq}) and keys ({dk}) differ in size")
+        scale = declared(dq)
+        if scale is not None:
+            expected = float(scale) * (q.numpy() @ k.numpy().swapaxes(-1, -2))
+            c.close(
+                "dot_scale",
+                f"the class says dot_scale({dq}) = {scale}, yet its scores are not {scale} * q . k",
+                whole,
+                expected,
+            )
 
 
 # -- poolings -----------------------------------------------------------------------------------
@@ -411,6 +456,7 @@ def check_pooling(cls, *, device="cpu", **options):
         _check_sums_to_one(c, what, weights, allowed)
 
     _check_sparse(c, run)
+    _check_softmax_like(c, run, cases)
 
     # Gradients to the scores (with masking) and to any parameters.
     scores = c.randn((2, 2, 2, 4), "float64", requires_grad=True)
@@ -422,6 +468,27 @@ def check_pooling(cls, *, device="cpu", **options):
 
     c.gradients(weights_fn, [scores] + [p for _, p in params], ["scores"] + _names(params))
     return True
+
+
+def _check_softmax_like(c, run, cases):
+    """A class saying ``softmax_like = True`` gives ``mt.masked_softmax``'s weights, masks,
+    -inf scores and empty rows included: what streamed attention computes in its place."""
+    if not getattr(c.cls, "softmax_like", False):
+        return
+    host = c.rng.standard_normal((3, Q, K))
+    host[0, :, 1:3] = -numpy.inf
+    host[1, 2, :] = -numpy.inf
+    for shape, valid_lens, m in cases + [((3, Q, K), c.ints([0, 2, K]), None), ((3, Q, K), None, None)]:
+        scores = tensor(host, device=c.device) if valid_lens is None and m is None else c.randn(shape, "float64")
+        weights = run(scores, valid_lens, m, "softmax_like").numpy()
+        c.close(
+            "softmax_like",
+            f"the class says softmax_like = True, yet forward(scores {scores.shape}, "
+            f"valid_lens={None if valid_lens is None else _short(valid_lens.numpy())}, "
+            f"mask={'None' if m is None else m.shape}) is not mt.masked_softmax of the same",
+            weights,
+            ops.masked_softmax(scores, valid_lens, m).numpy(),
+        )
 
 
 def _check_sums_to_one(c, what, weights, allowed, dtype="float64"):

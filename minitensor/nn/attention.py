@@ -26,7 +26,6 @@ plugins as it says and checks the shapes of what they return.
 
 import contextlib
 import inspect
-import math
 
 import numpy
 
@@ -290,13 +289,12 @@ class Attention(Module):
         return f"scorer={self.scorer_name!r}, pooling={self.pooling_name!r}"
 
 
-# Scorers whose score for a query depends on that query and the keys only, through one matrix
-# product (of normalised vectors, for cosine): grouped heads can then score all the queries of a
-# group against the group's keys at once.
-_ROW_WISE_SCORERS = ("dot", "scaled_dot", "cosine", "l2")
+def dot_scale(scorer, d_head):
+    """The scale a scorer declares for heads of size ``d_head`` (its scores are exactly
+    ``scale * q . k``: capability ``dot_scale`` in minitensor/hookspecs.py), or None."""
+    declared = getattr(scorer, "dot_scale", None)
+    return None if declared is None else declared(d_head)
 
-# The scorers whose scores streamed attention computes itself (scale q.k), and their scale.
-_STREAMED_SCORERS = {"dot": lambda d_head: 1.0, "scaled_dot": lambda d_head: 1.0 / math.sqrt(d_head)}
 
 # fused="auto" streams when both Q and K reach this length: the shortest at which streaming
 # measured faster than the plain path's few large array operations, for one long sequence
@@ -467,11 +465,16 @@ class MultiHeadAttention(Module):
         """Why this layer cannot stream its attention (a sentence), or None when it can.
         ``training`` (default: the layer's mode) decides whether weight dropout counts."""
         attention = self.attention
-        if attention.scorer_name not in _STREAMED_SCORERS:
-            name = attention.scorer_name
-            return f"the scorer {name!r} is not 'dot' or 'scaled_dot', whose scores the stream computes"
-        if attention.pooling_name != "softmax":
-            return f"the pooling {attention.pooling_name!r} is not 'softmax', which the online softmax computes"
+        if dot_scale(attention.scorer, self.head_size) is None:
+            return (
+                f"the scorer {attention.scorer_name!r} does not declare dot_scale (scores = scale * q . k), "
+                "which the stream computes itself"
+            )
+        if not getattr(attention.pooling, "softmax_like", False):
+            return (
+                f"the pooling {attention.pooling_name!r} does not declare softmax_like = True (the masked "
+                "softmax over the keys), which the online softmax computes"
+            )
         if self.positional_kind == "scores" and not getattr(self.positional, "relative", False):
             name = self.positional_name or type(self.positional).__name__
             return (
@@ -652,7 +655,7 @@ class MultiHeadAttention(Module):
             smallest = k_offset - (q_offset + Q - 1)  # the last query against the first key
             table = self.positional.relative_bias(smallest, k_offset + K - 1 - q_offset)
             window = getattr(self.positional, "window", None)
-        scale = _STREAMED_SCORERS[self.attention.scorer_name](self.head_size)
+        scale = dot_scale(self.attention.scorer, self.head_size)
         plan = stream_plan(q, k, v, valid_lens, mask, causal, scale, table, window, q_offset, k_offset)
         heads = FlashAttention.apply(q, k, v, table, plan=plan, masks=plan.masks)
         self._stream, self.attention.attention_weights = plan, None
@@ -664,15 +667,15 @@ class MultiHeadAttention(Module):
         Seen per group, the r query heads of a group are just r * Q queries against the same
         keys: q (batch, g, r * Q, d) is a reshape of q (batch, num_heads, Q, d), as a group's
         heads are adjacent. The weighted sum of the values is computed that way, reading each
-        key/value head once instead of r copies of it; so are the scores of the row-wise
-        scorers (dot products). Any other scorer sees keys repeated to (batch, num_heads, K, d),
+        key/value head once instead of r copies of it; so are the scores of a scorer that
+        declares ``row_wise``. Any other scorer sees keys repeated to (batch, num_heads, K, d),
         as the contract promises.
         """
         batch, H, Q, d = q.shape
         g, K = k.shape[1], k.shape[2]
         r = H // g
         attention = self.attention
-        if attention.scorer_name in _ROW_WISE_SCORERS:
+        if getattr(attention.scorer, "row_wise", False):
             scores = attention.score(q.reshape(batch, g, r * Q, d), k).reshape(batch, H, Q, K)
         else:
             repeated = k.unsqueeze(2).expand(batch, g, r, K, d).reshape(batch, H, K, d)

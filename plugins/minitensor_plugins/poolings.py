@@ -57,6 +57,7 @@ class SoftmaxPooling(nn.Module):
 
     sparse = False  # every allowed key gets some weight
     sums_to_one = True
+    softmax_like = True  # capability (minitensor/hookspecs.py): the online softmax computes it
 
     def __init__(self, **options):
         super().__init__()

@@ -50,6 +50,13 @@ def _half_squared_distance(queries, keys):
 class DotProduct(nn.Module):
     """score(q, k) = q . k  (queries and keys of one length d)."""
 
+    # capabilities (minitensor/hookspecs.py): each score from one query row and one key row;
+    # the scores are scale * q . k (streamed attention computes them itself)
+    row_wise = True
+
+    def dot_scale(self, d_head):
+        return 1.0
+
     def __init__(self, query_size, key_size, **options):
         super().__init__()
         _same_sizes(type(self), query_size, key_size)
@@ -65,6 +72,11 @@ class ScaledDotProduct(nn.Module):
 
     Batched: scores = Q K^T / sqrt(d), queries (..., Q, d), keys (..., K, d).
     """
+
+    row_wise = True
+
+    def dot_scale(self, d_head):
+        return 1.0 / math.sqrt(d_head)
 
     def __init__(self, query_size, key_size, **options):
         super().__init__()
@@ -103,6 +115,8 @@ class CosineScorer(nn.Module):
     derivative is still finite; float16 raises it to its smallest normal number, eps^2
     being 0 there.
     """
+
+    row_wise = True
 
     DEFAULT_SCALE = 10.0
     eps = 1e-6
@@ -162,6 +176,8 @@ class L2Scorer(nn.Module):
     so q = k can score a hair above or below 0.
     """
 
+    row_wise = True
+
     def __init__(self, query_size, key_size, **options):
         super().__init__()
         _same_sizes(type(self), query_size, key_size)
@@ -184,6 +200,8 @@ class AdditiveScorer(nn.Module):
     in D2L's Bahdanau decoder (queries and keys both of the GRU's width) is that width.
     ``dtype``, ``device``: where the parameters are made (the attention layers pass theirs).
     """
+
+    row_wise = True
 
     def __init__(self, query_size, key_size, num_hiddens=None, dtype=None, device=None, **options):
         super().__init__()
@@ -228,6 +246,8 @@ class GaussianScorer(nn.Module):
     exactly, broadcasts the differences instead.
     """
 
+    row_wise = True
+
     def __init__(self, query_size, key_size, **options):
         super().__init__()
         _same_sizes(type(self), query_size, key_size)
@@ -250,6 +270,8 @@ class ParametricGaussianScorer(nn.Module):
     ``gaussian`` scorer and does not depend on the random seed. Pass
     ``w_init=mt.rand(1).item()`` for D2L's start. ``dtype``, ``device``: where w is made.
     """
+
+    row_wise = True
 
     def __init__(self, query_size, key_size, w_init=1.0, dtype=None, device=None, **options):
         super().__init__()
@@ -283,6 +305,8 @@ class KernelScorer(nn.Module):
 
     Option ``width`` (default 1.0): the kernel's bandwidth, K((q - k) / width).
     """
+
+    row_wise = True
 
     KERNELS = ("gaussian", "boxcar", "epanechnikov", "triangular", "constant")
 
