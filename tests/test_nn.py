@@ -551,3 +551,40 @@ def test_init_functions():
         nn.init.xavier_uniform_(mt.zeros(3))
     with pytest.raises(TypeError, match="floating-point"):
         nn.init.normal_(mt.zeros(3, dtype=mt.int64))
+
+
+# -- forward hooks (PyTorch's semantics) -------------------------------------------------------------
+def test_forward_hooks_see_and_may_replace_inputs_and_outputs():
+    layer = mt.nn.Linear(3, 2)
+    x = mt.randn(4, 3)
+    plain = layer(x).numpy()
+    calls = []
+    pre = layer.register_forward_pre_hook(lambda m, args: calls.append(("pre", m, args[0].shape)))
+    post = layer.register_forward_hook(lambda m, args, out: calls.append(("post", args[0].shape, out.shape)))
+    np.testing.assert_array_equal(layer(x).numpy(), plain)  # hooks returning None change nothing
+    assert calls == [("pre", layer, (4, 3)), ("post", (4, 3), (4, 2))]
+    doubled = layer.register_forward_pre_hook(lambda m, args: (args[0] * 2,))
+    negated = layer.register_forward_hook(lambda m, args, out: -out)
+    np.testing.assert_allclose(layer(x).numpy(), -layer.forward(x * 2).numpy(), rtol=1e-6)
+    for handle in (pre, post, doubled, negated):
+        handle.remove()
+    handle.remove()  # twice is harmless
+    calls.clear()
+    np.testing.assert_array_equal(layer(x).numpy(), plain)
+    assert calls == []
+
+
+def test_forward_hooks_run_in_order_with_kwargs_and_as_a_context():
+    class Scale(mt.nn.Module):
+        def forward(self, x, factor=1.0):
+            return x * factor
+
+    layer, seen = Scale(), []
+    layer.register_forward_hook(lambda m, args, out: seen.append("first"))
+    with layer.register_forward_hook(lambda m, args, kwargs, out: seen.append(kwargs), with_kwargs=True):
+        layer(mt.ones(2), factor=3.0)
+    layer(mt.ones(2))
+    assert seen == ["first", {"factor": 3.0}, "first"]
+    with pytest.raises(TypeError, match="a hook must be callable, got int"):
+        layer.register_forward_hook(3)
+    assert "hook" not in " ".join(layer.state_dict())  # hooks are not state

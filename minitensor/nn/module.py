@@ -9,7 +9,9 @@ A model is a tree of Modules. Assigning an attribute registers it, in assignment
 so ``parameters()`` can hand every learnable tensor to an optimiser, ``named_parameters()``
 names them by their path ("encoder.dense.weight"), and ``state_dict()`` /
 ``load_state_dict()`` save and restore a model by those names. ``model(x)`` calls
-``model.forward(x)``.
+``model.forward(x)``, with the hooks registered on the module around it (PyTorch's
+``register_forward_pre_hook`` and ``register_forward_hook``): how a figure or a probe sees
+what a layer computed without changing the layer.
 """
 
 from collections import OrderedDict, namedtuple
@@ -19,6 +21,26 @@ from ..grad_mode import no_grad
 from ..tensor import Tensor, tensor
 
 IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
+
+
+class RemovableHandle:
+    """What registering a hook returns: ``handle.remove()`` takes the hook off again (as does
+    leaving ``with handle:``)."""
+
+    _next_id = 0
+
+    def __init__(self, hooks):
+        self.hooks, self.id = hooks, RemovableHandle._next_id
+        RemovableHandle._next_id += 1
+
+    def remove(self):
+        self.hooks.pop(self.id, None)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.remove()
 
 
 class Parameter(Tensor):
@@ -63,6 +85,8 @@ class Module:
         object.__setattr__(self, "_buffers", OrderedDict())
         object.__setattr__(self, "_non_persistent", set())
         object.__setattr__(self, "_modules", OrderedDict())
+        object.__setattr__(self, "_forward_pre_hooks", OrderedDict())  # id -> hook
+        object.__setattr__(self, "_forward_hooks", OrderedDict())  # id -> (hook, with_kwargs)
 
     def forward(self, *args, **kwargs):
         """The layer's computation, written by every subclass: ``model(*args, **kwargs)`` calls
@@ -71,7 +95,41 @@ class Module:
         raise NotImplementedError(f"{type(self).__name__} has no forward(); define forward(self, ...) in the class")
 
     def __call__(self, *args, **kwargs):
-        return self.forward(*args, **kwargs)
+        d = self.__dict__
+        if not (d.get("_forward_pre_hooks") or d.get("_forward_hooks")):
+            return self.forward(*args, **kwargs)
+        for hook in list(d["_forward_pre_hooks"].values()):
+            changed = hook(self, args)
+            if changed is not None:  # a pre-hook may replace the positional arguments
+                args = changed if isinstance(changed, tuple) else (changed,)
+        output = self.forward(*args, **kwargs)
+        for hook, with_kwargs in list(d["_forward_hooks"].values()):
+            changed = hook(self, args, kwargs, output) if with_kwargs else hook(self, args, output)
+            if changed is not None:  # a hook may replace the output
+                output = changed
+        return output
+
+    # -- hooks ----------------------------------------------------------------------------------
+    def register_forward_pre_hook(self, hook):
+        """Call ``hook(module, args)`` before every ``forward``, in registration order; what it
+        returns, if not None, replaces the positional arguments (a tuple, or one value).
+        Returns a ``RemovableHandle``. (PyTorch's semantics.)"""
+        return self._add_hook(self._forward_pre_hooks, hook, hook)
+
+    def register_forward_hook(self, hook, *, with_kwargs=False):
+        """Call ``hook(module, args, output)`` after every ``forward`` (``hook(module, args,
+        kwargs, output)`` with ``with_kwargs=True``), in registration order; what it returns, if
+        not None, replaces the output. Returns a ``RemovableHandle``: ``handle.remove()``.
+        (PyTorch's semantics: how ``mt.viz.capture`` reads what each attention layer computed.)"""
+        return self._add_hook(self._forward_hooks, hook, (hook, bool(with_kwargs)))
+
+    def _add_hook(self, hooks, hook, entry):
+        self._check_initialised("hooks")
+        if not callable(hook):
+            raise TypeError(f"a hook must be callable, got {type(hook).__name__} (registered on {type(self).__name__})")
+        handle = RemovableHandle(hooks)
+        hooks[handle.id] = entry
+        return handle
 
     # -- registration ---------------------------------------------------------------------
     def _check_initialised(self, what):
