@@ -21,6 +21,7 @@ import tracemalloc
 import warnings
 from pathlib import Path
 
+import kill_at
 import numpy as np
 import pytest
 
@@ -35,6 +36,7 @@ from minitensor.train.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
+from minitensor.train.checkpoint import save as ckpt_save
 
 V = 7
 
@@ -566,6 +568,9 @@ def test_find_checkpoint_takes_a_run_folder_or_a_checkpoint_and_says_what_is_mis
 # -- saves killed at every step -------------------------------------------------------------------
 SAVE = """
 import sys
+sys.path.insert(0, sys.argv[3])
+import kill_at
+kill_at.install(sys.argv[4])
 import minitensor as mt
 from minitensor.train.checkpoint import save_checkpoint
 mt.manual_seed(int(sys.argv[2]))
@@ -579,9 +584,11 @@ def linear(seed):
 
 
 def killed_save(path, step, seed):
-    env = {**os.environ, ckpt.KILL_AT_ENV: step}
     done = subprocess.run(
-        [sys.executable, "-c", SAVE, str(path), str(seed)], env=env, capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", SAVE, str(path), str(seed), kill_at.TESTS, step],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert done.returncode == -9, (done.returncode, done.stderr[-2000:])
 
@@ -642,13 +649,23 @@ def test_a_save_killed_while_recovering_from_a_kill_loses_nothing(tmp_path):
     loads_as(run, 4)
 
 
-def test_a_misspelt_kill_step_is_refused_before_anything_is_written(tmp_path, monkeypatch):
-    monkeypatch.setenv(ckpt.KILL_AT_ENV, "after-frist-rename")
+def test_a_misspelt_kill_step_is_refused(tmp_path):
     with pytest.raises(
-        CheckpointError, match="'after-frist-rename' is not a save step; it must be one of after-tmp-files, "
+        ValueError, match="'after-frist-rename' is not a save step; it must be one of after-tmp-files, "
     ):
-        save_checkpoint(tmp_path / "checkpoint", linear(1))
-    assert os.listdir(tmp_path) == []
+        kill_at.install("after-frist-rename")
+
+
+def test_a_save_passes_every_named_instant_in_order(tmp_path, monkeypatch):
+    """The seam the kills use: ``reached`` is called at each of SAVE_STEPS, in order (the first
+    rename only when a checkpoint is replaced), and does nothing by default."""
+    seen = []
+    monkeypatch.setattr(ckpt_save, "reached", seen.append)
+    save_checkpoint(tmp_path / "checkpoint", linear(1))
+    assert seen == [s for s in ckpt.SAVE_STEPS if s != "after-first-rename"]
+    seen.clear()
+    save_checkpoint(tmp_path / "checkpoint", linear(2))
+    assert seen == list(ckpt.SAVE_STEPS)
 
 
 def test_a_save_deletes_stale_leftovers_and_refuses_what_could_not_be_loaded(tmp_path):

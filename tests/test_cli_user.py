@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 
+import kill_at
 import pytest
 from helpers import file_hashes
 
@@ -141,14 +142,11 @@ def test_two_trainers_on_one_folder(tmp_path):
 
 def test_a_save_killed_between_its_renames_is_recovered_through_the_run_folder(run, tmp_path):
     shutil.copytree(run, tmp_path / "run", symlinks=True)
-    killed = minitensor(
-        "train",
-        "--out",
-        str(tmp_path / "run"),
-        "--resume",
-        "--epochs",
-        "2",
-        env={"MINITENSOR_TEST_KILL_AT": "after-first-rename"},
+    killed = subprocess.run(
+        kill_at.cli_command("after-first-rename", "train", "--out", str(tmp_path / "run"), "--resume", "--epochs", "2"),
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert killed.returncode == -signal.SIGKILL
     left = os.listdir(tmp_path / "run")

@@ -66,9 +66,9 @@ to a ".tmp-" name before it is deleted, so a half-deleted folder is never taken 
 exception during a save (disk full, Ctrl-C) removes the temporary directory and restores the
 old one. Two processes must not save to the same directory at the same time.
 
-For tests only: ``MINITENSOR_TEST_KILL_AT=<step>`` makes ``save_checkpoint`` SIGKILL its own
-process at that step (one of ``SAVE_STEPS``), so a test can check that every instant of a save
-is recoverable. It does nothing else.
+Every named instant of a save (``SAVE_STEPS``) calls ``save.reached(step)``, which does
+nothing; the tests replace it to kill their process there (``tests/kill_at.py``) and check
+that every instant of a save is recoverable.
 
 The package, one job a file (each file's docstring says more):
 
@@ -94,7 +94,7 @@ from .fields import _BODY_FIELDS  # noqa: F401
 from .load import find_checkpoint, load_checkpoint  # noqa: F401
 from .plugins import _split_source, model_plugins  # noqa: F401
 from .rng import get_rng_state, set_rng_state  # noqa: F401
-from .save import KILL_AT_ENV, SAVE_STEPS, save_checkpoint  # noqa: F401
+from .save import SAVE_STEPS, save_checkpoint  # noqa: F401
 from .spec import (
     CHECKPOINT_JSON,
     FORMAT,

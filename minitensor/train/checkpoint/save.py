@@ -1,14 +1,14 @@
 """``save_checkpoint``, top to bottom: 1. everything built and checked in memory, 2. written
 into a temporary folder beside the target, 3. swapped in by renames, 4. the leftovers cleared.
 __init__.py tells why each instant is safe; disk.py holds the file operations, fields.py the
-checks. For tests only, ``MINITENSOR_TEST_KILL_AT=<step>`` kills the process at one of ``SAVE_STEPS``.
+checks. Each named instant of a save (``SAVE_STEPS``) calls ``reached``, which does nothing: the
+seam where the tests stop a save at every instant (``tests/kill_at.py``).
 """
 
 import datetime
 import json
 import os
 import shutil
-import signal
 import tempfile
 import uuid
 
@@ -31,9 +31,8 @@ from .spec import (
     _FieldError,
 )
 
-# -- fault injection, for tests only ---------------------------------------------------------------
-KILL_AT_ENV = "MINITENSOR_TEST_KILL_AT"
-# The instants of a save at which MINITENSOR_TEST_KILL_AT can kill it, in order.
+# -- the named instants of a save ------------------------------------------------------------------
+# In order; at each, save_checkpoint calls ``reached(step)``.
 SAVE_STEPS = (
     "after-tmp-files",  # every file written and fsync'ed in the temporary directory
     "after-fsync",  # ... and the temporary directory's entries made durable
@@ -61,7 +60,6 @@ def save_checkpoint(
     parent, name = os.path.split(directory)
     if not name:
         raise CheckpointError(f"cannot save a checkpoint as {directory!r}: give a directory name")
-    kill_at = _kill_step()
 
     # 1. Everything in memory first: an unsavable value must fail before a file is touched.
     files = _contents(directory, model, optimizer, scheduler, config, vocabs, extra, step, epoch)
@@ -78,16 +76,16 @@ def save_checkpoint(
         for fname in (MODEL_FILE, OPTIMIZER_FILE, CHECKPOINT_JSON):  # the index last
             if fname in files:
                 _write_file(os.path.join(tmp, fname), files[fname])
-        _kill_point("after-tmp-files", kill_at)
+        reached("after-tmp-files")
         _fsync_dir(tmp)
-        _kill_point("after-fsync", kill_at)
+        reached("after-fsync")
         # 3. Swap it in: each rename is atomic; see __init__.py.
         if os.path.lexists(directory):
             backup = os.path.join(parent, f".{name}.old-{uuid.uuid4().hex[:12]}")
             _rename(directory, backup)
-            _kill_point("after-first-rename", kill_at)
+            reached("after-first-rename")
         _rename(tmp, directory)
-        _kill_point("after-second-rename", kill_at)
+        reached("after-second-rename")
         _fsync_dir(parent)
     except BaseException:
         if backup is not None and not os.path.lexists(directory):
@@ -95,7 +93,7 @@ def save_checkpoint(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     # 4. The new checkpoint is in place: delete the old one and any older leftovers.
-    _kill_point("before-cleanup", kill_at)
+    reached("before-cleanup")
     _remove_leftovers(directory)
     return directory
 
@@ -190,18 +188,9 @@ def _vocab_dicts(vocabs):
     return {str(k): _jsonable(v.to_dict(), f"vocab {k!r}") for k, v in vocabs.items()}
 
 
-def _kill_step():
-    """The save step named by MINITENSOR_TEST_KILL_AT, or None (it is unset in normal use)."""
-    step = os.environ.get(KILL_AT_ENV)
-    if step and step not in SAVE_STEPS:
-        raise CheckpointError(
-            f"{KILL_AT_ENV}={step!r} is not a save step; it must be one of {', '.join(SAVE_STEPS)} "
-            "(it is meant for tests only)"
-        )
-    return step or None
+def reached(step):
+    """``save_checkpoint`` has reached ``step``, one of ``SAVE_STEPS``: nothing happens.
 
-
-def _kill_point(step, chosen):
-    """Die here, as abruptly as a power cut or the OOM killer, if the tests asked for it."""
-    if step == chosen:
-        os.kill(os.getpid(), getattr(signal, "SIGKILL", signal.SIGTERM))  # no SIGKILL on Windows
+    A seam, not a feature: the checkpoint tests replace this function to kill their process
+    at each instant of a save, as abruptly as a power cut (``tests/kill_at.py``), and show
+    that every instant leaves a run that loads."""
