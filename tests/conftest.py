@@ -50,13 +50,33 @@ def device(request):
     return request.param
 
 
+# The full tier alone: ``python -m pytest -q -m "not slow"`` is a contributor's quick loop
+# (under 2 minutes on 2 cores); CI runs everything. Slow are whole files that build the docs
+# site, run the tutorials, drive a browser, start MPI jobs, export to ONNX Runtime or run a
+# benchmark's smoke test; and, marked in their files, the wheel builds (test_packaging.py).
+SLOW_FILES = {
+    "test_docs.py",  # builds the site from the tutorial runs
+    "test_tutorials.py",  # runs every tutorial (smoke mode)
+    "test_tutorials_zh.py",
+    "test_viz_browser.py",  # Chromium
+    "test_distributed.py",  # mpiexec
+    "test_onnx.py",  # trains, exports and runs a model in ONNX Runtime
+    "test_gpu_check.py",  # benchmark smoke runs, in subprocesses
+    "test_bench_data_parallel.py",
+    "test_bench_long_attention.py",
+    "test_bench_plugin_paths.py",
+}
+
+
 def pytest_collection_modifyitems(items):
-    """On a GPU, the tests that take the ``cuda`` fixture (test_cuda_backend.py) run on the real
-    device: mark them ``gpu`` so that ``pytest -m gpu`` includes them."""
-    if GPU:
-        for item in items:
-            if "cuda" in getattr(item, "fixturenames", ()):
-                item.add_marker(pytest.mark.gpu)
+    """Mark ``slow`` the tests of SLOW_FILES. On a GPU, the tests that take the ``cuda`` fixture
+    (test_cuda_backend.py) run on the real device: mark them ``gpu`` so that ``pytest -m gpu``
+    includes them."""
+    for item in items:
+        if item.path.name in SLOW_FILES:
+            item.add_marker(pytest.mark.slow)
+        if GPU and "cuda" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.gpu)
 
 
 # A small Transformer trained once per test session, for the tests that need a trained model
