@@ -5,9 +5,18 @@
     :mod:`minitensor.kernels.cpu` (C-contiguous 2-D ``(rows, n)`` float32/float64 arrays, an
     optional ``lens`` of valid lengths, never NaN for a fully masked row), one warp per row.
 ``elementwise.cu``
-    The exact GELU and its derivative (:mod:`minitensor.kernels.gelu`'s definition), and dropout
+    The exact GELU and its derivative (:mod:`minitensor.kernels.gelu`'s definition), dropout
     with the CPU's counter-based random numbers (:mod:`minitensor.kernels.fused`), so a mask
-    drawn with the same seed is the same on both devices.
+    drawn with the same seed is the same on both devices, ReLU and Adam's update.
+``layer_norm.cu``
+    Layer norm forward and backward: ``kernels/fused.py``'s two, a warp per row.
+``attention.cu``
+    Streamed attention (``ops/flash_attention.py``'s algorithm) forward and backward, with
+    causal and valid-length masks and grouped heads: a thread per query (or key) row, tiles in
+    shared memory.
+
+The ones that stand for a CPU fused kernel take its signature, so an op calls either through
+``backend.fused(name, dtype)`` without knowing which device it runs on.
 
 Each file says how its kernels map onto the GPU. This module compiles a file the first time one
 of its kernels is needed (``cupy.RawModule``: NVRTC, the CUDA runtime compiler that CuPy itself
@@ -16,14 +25,15 @@ and launches kernels with explicit argument types.
 
 Why CUDA C++ through CuPy, and not numba.cuda
 ---------------------------------------------
-The first GPU kernels were numba CUDA kernels. Measured on an H200 they were slower than the
-naive five-operator CuPy softmax (0.26-1.04x of it) and 7.6-23x ``torch.softmax``: each numba
-launch spends tens of microseconds in Python (typing the arguments, wrapping each CuPy array,
-bridging to CuPy's stream) on a kernel that runs for a few. A ``cupy.RawKernel`` launch is a
-C call that packs the arguments and joins CuPy's current stream itself. And numba-cuda, now in
-maintenance mode, stopped importing under NumPy 2.5 (it registers ``np.row_stack``, which 2.5
-removed): a GPU path resting on it broke for every user who upgraded NumPy. CuPy is needed for
-``device="cuda"`` anyway, so the GPU path now rests on CuPy alone. The CPU kernels stay numba.
+The first GPU kernels were numba CUDA kernels. Measured on an H200 (``bench/gpu_check.py``,
+figures in bench/README.md) they were slower than the naive five-operator CuPy softmax and many
+times ``torch.softmax``: each numba launch spends tens of microseconds in Python (typing the
+arguments, wrapping each CuPy array, bridging to CuPy's stream) on a kernel that runs for a
+few. A ``cupy.RawKernel`` launch is a C call that packs the arguments and joins CuPy's current
+stream itself. And numba-cuda, now in maintenance mode, stopped importing under NumPy 2.5 (it
+registers ``np.row_stack``, which 2.5 removed): a GPU path resting on it broke for every user
+who upgraded NumPy. CuPy is needed for ``device="cuda"`` anyway, so the GPU path now rests on
+CuPy alone. The CPU kernels stay numba.
 
 Everything runs on CuPy's current stream, in order with the CuPy operators around it: a kernel
 reads finished inputs and the code after it reads a finished output, and the host never waits.
@@ -94,7 +104,7 @@ KERNELS = {
 
 
 def source(name):
-    """The CUDA C++ text of ``name`` (``"softmax"``, ``"elementwise"``)."""
+    """The CUDA C++ text of the source ``name`` (a key of ``KERNELS``: ``"softmax"``, ...)."""
     return (SOURCE_DIR / f"{name}.cu").read_text()
 
 
