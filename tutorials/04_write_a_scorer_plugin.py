@@ -347,6 +347,59 @@ with expect_error("calling a hook with a positional argument", TypeError):
     hook("positional")
 
 # %% [markdown]
+# ## Fast paths: declare what your scorer is
+#
+# For long sequences `mt.nn.MultiHeadAttention` can stream its attention (chapter 10:
+# FlashAttention's online softmax over blocks of keys), never building the (Q, K) scores. It
+# computes the scores itself then, so it must know that they are `scale * q . k`: the layer
+# does not guess from a plugin's name, it reads what the plugin **declares**
+# (`minitensor/hookspecs.py`, "capabilities"). A scorer may declare `row_wise = True` (each
+# score comes from one query and one key: grouped heads can then score a whole group at once)
+# and a method `dot_scale(d_head)` returning the scale (the scores are exactly that times
+# q . k); a pooling may declare `softmax_like = True`. The built-ins declare theirs the same
+# way. The kit checks every declaration, so a false one fails in `check_scorer`, not in a
+# model. Our bilinear scorer is not a dot product, and says nothing: it takes the plain path.
+
+
+# %%
+class DotOfMine(mt.nn.Module):
+    """The scaled dot product once more, under a new name, declaring what it computes."""
+
+    row_wise = True  # each score from one query row and one key row
+
+    def __init__(self, query_size, key_size, **options):
+        super().__init__()
+        check_options(type(self), options)
+
+    def forward(self, queries, keys):
+        return queries @ keys.swapaxes(-1, -2) / math.sqrt(queries.shape[-1])
+
+    def dot_scale(self, d_head):  # the scores are exactly dot_scale * q . k
+        return 1.0 / math.sqrt(d_head)
+
+
+class DotOfMinePlugin:
+    @hookimpl
+    def minitensor_scorers(self):
+        return {"dot_of_mine": DotOfMine}
+
+
+assert check_scorer(DotOfMine)  # the kit checks the declarations too
+mt.plugins.register(DotOfMinePlugin(), name="tutorial-dot-of-mine")
+for name in ("scaled_dot", "dot_of_mine", "bilinear"):
+    print(f"{name:12} streams: {mt.nn.MultiHeadAttention(32, 4, scorer=name).why_not_fused() or 'yes'}")
+
+X = mt.randn(1, 64, 32)
+outputs = {}
+for name in ("scaled_dot", "dot_of_mine"):
+    mt.manual_seed(1)  # the same weights for both layers
+    layer = mt.nn.MultiHeadAttention(32, 4, scorer=name, fused=True)  # fused=True: stream, or raise saying why not
+    outputs[name] = layer(X, X, X, causal=True).numpy()
+numpy.testing.assert_allclose(outputs["dot_of_mine"], outputs["scaled_dot"], rtol=1e-5, atol=1e-6)
+assert "does not declare dot_scale" in mt.nn.MultiHeadAttention(32, 4, scorer="bilinear").why_not_fused()
+mt.plugins.unregister(name="tutorial-dot-of-mine")
+
+# %% [markdown]
 # ## Ship it: a plugin package with an entry point
 #
 # Run-time registration lasts as long as the Python process. To make `bilinear` available to
