@@ -22,6 +22,7 @@ from . import demo, errors
 from .train.checkpoint import CheckpointError, find_checkpoint, load_checkpoint
 from .train.config import (
     FUSED,
+    LM_RECIPE,
     MODELS,
     OPTIMIZERS,
     SCHEDULES,
@@ -448,6 +449,27 @@ def _common_options():
     return common
 
 
+# Settings whose default is not one value to print: derived from others or from the run.
+_DERIVED_DEFAULTS = {"out", "model", "task"}
+
+
+def _show_defaults(parser):
+    """End each flag's help with its default as ``TrainConfig`` holds it (the one place defaults
+    live: config.py), and the character LM's where its recipe (``LM_RECIPE``) differs, so that
+    ``--help`` never restates a number that could change without it."""
+    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+    for action in parser._actions:
+        name = action.dest
+        default = defaults.get(name, dataclasses.MISSING)
+        if name in _DERIVED_DEFAULTS or default is dataclasses.MISSING or isinstance(default, bool):
+            continue
+        parts = [] if default is None else [f"default {default}"]
+        if name in LM_RECIPE and LM_RECIPE[name] != default:
+            parts.append(f"{LM_RECIPE[name]} for --text (the character LM)")
+        if parts:
+            action.help = "; ".join(([action.help] if action.help else []) + parts)
+
+
 def _add_train_parser(sub, common):
     p = sub.add_parser(
         "train",
@@ -458,14 +480,14 @@ def _add_train_parser(sub, common):
         "Transformer, scaled_dot attention, softmax pooling, sinusoidal positions, CPU.",
     )
     data = p.add_argument_group("data")
-    data.add_argument("--task", choices=TASKS, default=None, help="generated task (default: date)")
+    data.add_argument("--task", choices=TASKS, default=None, help="generated task")
     data.add_argument("--data", metavar="FILE", help="tab-separated parallel corpus (D2L fra-eng format)")
     data.add_argument("--text", metavar="FILE", help="a text file: train a character language model")
-    data.add_argument("--num-train", type=int, help="generated training examples (default 20000)")
-    data.add_argument("--num-heldout", type=int, help="generated held-out examples (default 1000)")
-    data.add_argument("--heldout-fraction", type=float, help="held-out part of a corpus or a text (default 0.1)")
-    data.add_argument("--min-len", type=int, help="shortest sequence of reverse/copy/sort (default 1)")
-    data.add_argument("--max-len", type=int, help="longest sequence of reverse/copy/sort (default 10)")
+    data.add_argument("--num-train", type=int, help="generated training examples")
+    data.add_argument("--num-heldout", type=int, help="generated held-out examples")
+    data.add_argument("--heldout-fraction", type=float, help="held-out part of a corpus or a text")
+    data.add_argument("--min-len", type=int, help="shortest sequence of reverse/copy/sort")
+    data.add_argument("--max-len", type=int, help="longest sequence of reverse/copy/sort")
     data.add_argument("--heldout-min-len", type=int, help="shortest held-out sequence (default: --min-len)")
     data.add_argument(
         "--heldout-max-len",
@@ -473,14 +495,14 @@ def _add_train_parser(sub, common):
         help="longest held-out sequence (default: --max-len); longer than in training tests length extrapolation",
     )
     data.add_argument("--max-examples", type=int, help="read only this many corpus lines / text characters")
-    data.add_argument("--lm-num-steps", type=int, help="window length of the language model (default 64)")
+    data.add_argument("--lm-num-steps", type=int, help="window length of the language model")
     model = p.add_argument_group("model")
     model.add_argument("--model", choices=MODELS, help="default: transformer (lm with --text)")
     model.add_argument("--scorer", help="attention scorer plugin (default scaled_dot; additive for bahdanau)")
-    model.add_argument("--pooling", help="attention pooling plugin (default softmax)")
+    model.add_argument("--pooling", help="attention pooling plugin")
     model.add_argument(
         "--positional",
-        help="positional encoding plugin: added to the inputs (default sinusoidal), "
+        help="positional encoding plugin: added to the inputs (sinusoidal), "
         "on queries and keys (rotary) or a bias on the scores (alibi)",
     )
     model.add_argument(
@@ -510,7 +532,7 @@ def _add_train_parser(sub, common):
         "--fused",
         choices=FUSED,
         help="streamed (FlashAttention) attention: auto streams long sequences where exact; on/off force it "
-        "(default: auto; a resumed run may change it)",
+        "(a resumed run may change it)",
     )
     model.add_argument("--num-blks", type=int)
     model.add_argument("--dropout", type=float)
@@ -523,18 +545,18 @@ def _add_train_parser(sub, common):
     )
     opt = p.add_argument_group("optimisation")
     length = opt.add_mutually_exclusive_group()
-    length.add_argument("--epochs", type=int, help="default 4")
+    length.add_argument("--epochs", type=int)
     length.add_argument("--steps", type=int, help="train this many steps instead of whole epochs")
     opt.add_argument("--batch-size", type=int)
-    opt.add_argument("--lr", type=float, help="peak learning rate (default 1e-2)")
+    opt.add_argument("--lr", type=float, help="peak learning rate")
     opt.add_argument("--optimizer", choices=OPTIMIZERS)
     opt.add_argument("--weight-decay", type=float)
-    opt.add_argument("--schedule", choices=SCHEDULES, help="default: cosine (with warm-up)")
+    opt.add_argument("--schedule", choices=SCHEDULES, help="cosine and noam warm up first")
     opt.add_argument("--warmup-steps", type=int, help="default: 5%% of the steps")
     opt.add_argument("--label-smoothing", type=float)
-    opt.add_argument("--clip-grad-norm", type=float, help="default 1.0; 0 turns clipping off")
+    opt.add_argument("--clip-grad-norm", type=float, help="0 turns clipping off")
     run = p.add_argument_group("run")
-    run.add_argument("--device", help="cpu (default) or cuda (needs the gpu extra and an NVIDIA GPU)")
+    run.add_argument("--device", help="cpu or cuda (needs the gpu extra and an NVIDIA GPU)")
     run.add_argument("--seed", type=int)
     run.add_argument(
         "--workers",
@@ -542,7 +564,7 @@ def _add_train_parser(sub, common):
         metavar="N",
         help="train on N processes of this machine (data parallelism over MPI: starts mpiexec; needs the "
         "dist extra), at most one per CPU this process may use; `mpiexec -n N minitensor train ...` does the "
-        "same on several hosts (default 1)",
+        "same on several hosts",
     )
     run.add_argument(
         "--oversubscribe",
@@ -569,6 +591,7 @@ def _add_train_parser(sub, common):
     )
     run.add_argument("--no-progress", action="store_true", help="no progress bar (also off when not a terminal)")
     p.set_defaults(func=_train)
+    _show_defaults(p)
 
     where = "a run folder (its best/ weights, else its latest checkpoint/) or a checkpoint folder"
     t = sub.add_parser("translate", parents=[common], help="translate text with a trained encoder-decoder checkpoint")

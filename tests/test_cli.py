@@ -112,3 +112,26 @@ def test_the_flags_set_otherwise_set_their_fields():
     assert config.scorer_options == {"a": 1} and config.pooling_options == {"b": "x"}
     assert config.positional_options == {"c": 0.5}
     assert config.eval_batch_size == TrainConfig().eval_batch_size  # no flag
+
+
+def test_train_help_takes_its_defaults_from_the_config():
+    """--help shows each default as TrainConfig holds it, and the character LM's where its recipe
+    differs: the numbers live in one place (train/config.py), never restated by hand."""
+    import re
+
+    from minitensor.train.config import LM_RECIPE, TrainConfig
+
+    parser = cli.build_parser()
+    train = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices["train"]
+    helps = {a.dest: a.help or "" for a in train._actions}
+    for field in dataclasses.fields(TrainConfig):
+        default = field.default
+        if field.name not in helps or field.name in cli._DERIVED_DEFAULTS or isinstance(default, bool):
+            continue
+        if default is not None and default is not dataclasses.MISSING:
+            assert f"default {default}" in helps[field.name], (field.name, helps[field.name])
+        if field.name in LM_RECIPE and LM_RECIPE[field.name] != default:
+            assert f"{LM_RECIPE[field.name]} for --text" in helps[field.name], (field.name, helps[field.name])
+    assert helps["lr"] == "peak learning rate; default 0.01; 0.005 for --text (the character LM)"
+    for dest, text in helps.items():  # no number restated by hand beside the generated one
+        assert text.count("default") <= 2 and not re.search(r"\(default \d", text), (dest, text)
