@@ -94,8 +94,8 @@ def evaluation_sets(num_examples, seed=EVAL_SEED):
 def exact_match_percent(model, pairs, src_vocab, tgt_vocab, batch_size=500):
     """Greedy-decoding exact match (percent) of ``model`` on ``pairs``, as the training loop's
     ``decode_heldout`` decodes, with room for the longest source and target (+ <eos>)."""
+    from minitensor.inference import translate
     from minitensor.metrics import exact_match
-    from minitensor.train.decoding import translate
 
     num_steps = max(len(src) for src, _ in pairs) + 1  # no source loses its tail or its <eos>
     max_len = max(len(tgt) for _, tgt in pairs) + 1  # the longest target and its <eos>

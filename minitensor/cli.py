@@ -19,6 +19,7 @@ import warnings
 import minitensor as mt
 
 from . import demo, errors
+from .inference import SAMPLE_TEMPERATURE, generate, translate
 from .train.checkpoint import CheckpointError, find_checkpoint, load_checkpoint
 from .train.config import (
     FUSED,
@@ -36,7 +37,6 @@ from .train.config import (
     tokenize_line,
     tokenize_text,
 )
-from .train.decoding import SAMPLE_TEMPERATURE, generate, translate
 from .train.distributed import (
     DIST_EXTRA,
     OVERSUBSCRIBE_FACTOR,

@@ -395,9 +395,9 @@ def test_cli_train_without_a_gpu_fails_with_the_reason(monkeypatch, no_cuda, tmp
 
 def test_every_model_and_decoder_runs_on_the_device(cuda):
     """GRU, Conv1d, the Bahdanau model, the LM and beam search keep their data on the device."""
+    from minitensor.inference.decoding import beam_search, generate
     from minitensor.nn.conv import Conv1d
     from minitensor.nn.rnn import GRU
-    from minitensor.train.decoding import beam_search, generate
 
     xp_array = mt.get_backend(cuda).xp.ndarray
     mt.manual_seed(0)

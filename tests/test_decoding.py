@@ -1,4 +1,4 @@
-"""Decoding (minitensor/train/decoding.py): greedy search, beam search and sampling through one
+"""Decoding (minitensor/inference/decoding.py): greedy search, beam search and sampling through one
 loop, for the encoder-decoder Transformer, the Bahdanau model and the Transformer LM.
 
 The references are independent of the decoding code: exhaustive search over every sequence,
@@ -16,8 +16,8 @@ import pytest
 import minitensor as mt
 from minitensor import nn
 from minitensor.data import Vocab
+from minitensor.inference.decoding import step_attention
 from minitensor.train import Hypothesis, beam_search, generate, greedy, sample, translate
-from minitensor.train.decoding import step_attention
 
 PAD, BOS, EOS, A, B = 0, 1, 2, 3, 4
 V = 5  # <pad> <bos> <eos> and two real tokens

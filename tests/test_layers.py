@@ -20,7 +20,7 @@ ENGINE = {
     "dtypes", "errors", "grad_mode", "random", "gradcheck", "_printing", "_trace", "cuda",
 }  # fmt: skip
 APPLICATIONS = {
-    "train", "data", "onnx", "viz", "cli", "demo", "testing", "metrics", "nadaraya_watson", "__main__",
+    "train", "data", "inference", "onnx", "viz", "cli", "demo", "testing", "metrics", "nadaraya_watson", "__main__",
 }  # fmt: skip
 
 

@@ -201,10 +201,10 @@ def date_run(tmp_path_factory):
 
 
 def test_export_and_translate_onnx_give_minitensors_greedy_translations(date_run, tmp_path):
+    from minitensor.inference.decoding import translate
     from minitensor.onnx.seq2seq import OnnxTranslator
     from minitensor.train.checkpoint import find_checkpoint
     from minitensor.train.config import build_data
-    from minitensor.train.decoding import translate
     from minitensor.train.run import BEST_DIR, load_run_checkpoint
 
     folder = tmp_path / "exported"
@@ -283,8 +283,8 @@ def _seq2seq_parity(model, data, folder, steps=4):
     """Largest |ORT - minitensor| over the encoder and ``steps`` decoder steps (state fed back),
     for sources longer than the traced ones; and ORT's greedy translations equal minitensor's."""
     from minitensor.data import build_array
+    from minitensor.inference.decoding import translate
     from minitensor.onnx.seq2seq import OnnxTranslator, export_encoder_decoder
-    from minitensor.train.decoding import translate
 
     paths = export_encoder_decoder(model, folder, data.src_vocab, data.tgt_vocab, data.num_steps, data.tgt_num_steps)
     encoder, decoder = session(paths[0]), session(paths[1])

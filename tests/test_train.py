@@ -278,7 +278,7 @@ SAMPLE = os.path.join(os.path.dirname(__file__), "data", "fra_eng_sample.txt")
 
 def test_a_parallel_corpus_trains_on_word_tokens_and_translates(tmp_path, capsys):
     """``--data FILE``: D2L's fra-eng format, D2L's preprocessing, a held-out split."""
-    from minitensor.train.decoding import translate
+    from minitensor.inference.decoding import translate
 
     config = TrainConfig(
         data=SAMPLE,

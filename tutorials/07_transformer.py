@@ -376,7 +376,7 @@ plot_loss(result.history, path=figure_path(T, "loss.png"), smooth=0.9, title=tex
 #   token, and keeps the $k$ best of the $k|V|$ extensions; $k = 1$ is greedy search.
 #
 # `translate(model, sources, ..., beam_size=k)` runs both through one loop
-# (`minitensor/train/decoding.py`). The half-trained model (after epoch 1) is still unsure,
+# (`minitensor/inference/decoding.py`). The half-trained model (after epoch 1) is still unsure,
 # and on a share of the examples beam search finds a sequence with a higher score than the
 # one greedy search commits to:
 
@@ -582,7 +582,7 @@ print("wrote", figure_path(T, "date_explain.html"), f"({len(page.html) / 1024:.0
 # * `minitensor/nn/attention.py` — `MultiHeadAttention`, `causal_mask`;
 # * `minitensor/train/config.py` — `TrainConfig` and the builders of data and model;
 #   `minitensor/train/loop.py` — `train`, evaluation, checkpoints, resuming;
-# * `minitensor/train/decoding.py` — greedy search, beam search, `translate`;
+# * `minitensor/inference/decoding.py` — greedy search, beam search, `translate`;
 # * `minitensor/metrics.py` — D2L's `bleu`, `corpus_bleu`, `exact_match`;
 # * `minitensor/train/plots.py` — `plot_loss`, `show_heatmaps`, `plot_transformer_attention`;
 # * `minitensor/data/tasks.py` — the date task.

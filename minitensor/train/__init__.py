@@ -1,5 +1,7 @@
-"""Training: the loop, decoding, and pictures of what was learned."""
+"""Training: the loop and pictures of what was learned. (Decoding lives in ``minitensor.inference``;
+its names stay importable from here too.)"""
 
+from ..inference import Hypothesis, beam_search, generate, greedy, sample, step_attention, translate  # noqa: F401
 from .checkpoint import (
     CheckpointError,
     find_checkpoint,
@@ -9,7 +11,6 @@ from .checkpoint import (
     set_rng_state,
 )
 from .config import TrainConfig, build_data, build_model  # noqa: F401
-from .decoding import Hypothesis, beam_search, generate, greedy, sample, step_attention, translate  # noqa: F401
 from .loop import TrainingError, TrainResult, evaluate, train  # noqa: F401
 from .plots import (
     plot_cross_attention,

@@ -46,6 +46,7 @@ import numpy
 from ..backends import get_backend
 from ..data import Batches, build_array, lm_arrays, seq2seq_arrays, unigram_baseline
 from ..grad_mode import no_grad
+from ..inference import SAMPLE_TEMPERATURE, generate, translate
 from ..metrics import bleu, corpus_bleu, exact_match
 from ..nn.attention import plain_attention
 from ..ops.join import stack
@@ -63,7 +64,6 @@ from .config import (
     detokenize,
     model_scorer,
 )
-from .decoding import SAMPLE_TEMPERATURE, generate, translate
 from .distributed import allreduce_gradients, broadcast_parameters, rank_seed, select_gpu, world
 from .plots import plot_loss, plot_seq2seq_attention, plot_transformer_attention
 from .run import BEST_DIR, RunFolder, load_run_checkpoint

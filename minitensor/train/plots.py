@@ -381,7 +381,7 @@ def _per_block(weights, index, what):
     - a list of (batch, num_heads, Q, K) tensors, one per block (a model's
       ``attention_weights``): example ``index`` of each;
     - one (num_blocks, num_heads, Q, K) array or Tensor, already of one example (the
-      ``attention`` of a decoded ``Hypothesis``, see ``minitensor.train.decoding``)."""
+      ``attention`` of a decoded ``Hypothesis``, see ``minitensor.inference.decoding``)."""
     if weights is None or (isinstance(weights, (list, tuple)) and (not weights or any(w is None for w in weights))):
         raise ValueError(f"no {what} weights recorded: run the model forward (or decode) first")
     if not isinstance(weights, (list, tuple)):

@@ -14,9 +14,9 @@ import numpy
 
 from ..data.batching import build_array
 from ..grad_mode import enable_grad
+from ..inference import generate, model_device, translate
 from ..ops.loss import cross_entropy
 from ..tensor import tensor
-from ..train.decoding import _device, generate, translate
 from .capture import capture
 from .graph import graph
 from .page import AttentionPage
@@ -37,7 +37,7 @@ def attention_page(
     tokens = list(source)
     if not tokens:
         raise ValueError("attention_page: the input is empty; give a sentence (or, for a language model, a prompt)")
-    device = _device(model)
+    device = model_device(model)
     was_training = model.training
     model.eval()
     try:

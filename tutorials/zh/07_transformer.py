@@ -359,7 +359,7 @@ plot_loss(result.history, path=figure_path(T, "loss.png"), smooth=0.9, title=tex
 # * **束搜索**（beam search）保留 $k$ 个最好的部分序列，用每个词元分别扩展其中的每一个，
 #   再从这 $k|V|$ 个扩展中保留最好的 $k$ 个；$k = 1$ 就是贪心搜索。
 #
-# `translate(model, sources, ..., beam_size=k)` 用同一个循环实现这两种搜索（`minitensor/train/decoding.py`）。
+# `translate(model, sources, ..., beam_size=k)` 用同一个循环实现这两种搜索（`minitensor/inference/decoding.py`）。
 # 训练了一半的模型（第 1 轮之后）还拿不太准，在一部分样本上，
 # 束搜索找到的序列比贪心搜索选定的序列得分更高：
 
@@ -553,7 +553,7 @@ print("wrote", figure_path(T, "date_explain.html"), f"({len(page.html) / 1024:.0
 # * `minitensor/nn/attention.py`：`MultiHeadAttention`、`causal_mask`；
 # * `minitensor/train/config.py`：`TrainConfig` 以及数据和模型的构建函数；
 #   `minitensor/train/loop.py`：`train`、评估、检查点、恢复训练；
-# * `minitensor/train/decoding.py`：贪心搜索、束搜索、`translate`；
+# * `minitensor/inference/decoding.py`：贪心搜索、束搜索、`translate`；
 # * `minitensor/metrics.py`：《动手学深度学习》的 `bleu`，以及 `corpus_bleu`、`exact_match`；
 # * `minitensor/train/plots.py`：`plot_loss`、`show_heatmaps`、`plot_transformer_attention`；
 # * `minitensor/data/tasks.py`：日期任务。

@@ -113,7 +113,7 @@ class Hypothesis(NamedTuple):
 
 
 # -- what the loop needs from the model ------------------------------------------------------------
-def _device(model):
+def model_device(model):
     """The device of the model's parameters (where the tokens we feed must live)."""
     for p in getattr(model, "parameters", lambda: ())():
         return p.device
@@ -240,7 +240,7 @@ def _search(model, state, start, eos, max_len, beam_size, length_penalty, attent
     """
     k = beam_size
     forbid = sorted(set(forbid) - {eos})
-    device = _device(model)
+    device = model_device(model)
     examples = numpy.arange(start.shape[0])  # the examples still decoding, in row order
     width = 1  # hypotheses per example: one (the start) until the first step has branched
     scores = numpy.zeros(start.shape[0])  # log P of each row's hypothesis, on the host
@@ -526,7 +526,7 @@ def translate(
     follows it left out; ``attention`` as in ``beam_search`` (D2L's heatmaps).
     """
     lines, single = _token_lists(src_tokens, "translate")
-    device = _device(model) if device is None else device
+    device = model_device(model) if device is None else device
     enc_X, enc_valid_lens = build_array(lines, src_vocab, num_steps)
     with _inference(model):  # the encoder too runs without dropout and without a graph
         state = model.begin_decoding(tensor(enc_X, device=device), tensor(enc_valid_lens, device=device))
