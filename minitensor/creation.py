@@ -1,24 +1,37 @@
 """Making new tensors: zeros, ones, full, arange, randn, rand, randint, ``*_like``, ``from_dlpack``."""
 
-from .backends import get_backend
+from collections.abc import Sequence
+from typing import Any
+
+from .backends import Backend, get_backend
 from .dtypes import as_dtype, float32
 from .tensor import Tensor, _traced, tensor  # noqa: F401  (tensor is re-exported)
 
+#: a shape: ``2`` or ``(2, 3)``; the functions taking ``*shape`` also take the ints one by one
+Shape = int | Sequence[int]
+#: where a tensor lives: a device name ("cpu", "cuda") or a Backend
+Device = str | Backend
+#: a dtype: ``mt.float32``, ``"float32"``, a NumPy dtype; None for the function's default
+DType = Any
 
-def _shape(shape):
+
+def _shape(shape: tuple[Any, ...]) -> tuple[Any, ...]:
+    # Any, not int: under mt.onnx.export a length may be a traced dimension
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         return tuple(shape[0])
     return tuple(shape)
 
 
-def _leaf(data, backend, requires_grad, shape=None, fill=None):
+def _leaf(
+    data: Any, backend: Backend, requires_grad: bool, shape: tuple[Any, ...] | None = None, fill: Any = None
+) -> Tensor:
     t = Tensor._make(data, backend, None)
     if shape is not None:  # zeros/ones/full: mt.onnx keeps a traced length in the shape computed
         _traced("full", [shape, fill], {}, t)
     return t.requires_grad_(True) if requires_grad else t
 
 
-def zeros(*shape, dtype=None, device="cpu", requires_grad=False):
+def zeros(*shape: Shape, dtype: DType = None, device: Device = "cpu", requires_grad: bool = False) -> Tensor:
     """A new leaf tensor of the given shape filled with 0: ``zeros(2, 3)`` or ``zeros((2, 3))``.
 
     ``dtype`` defaults to float32; ``device`` is ``"cpu"`` or ``"cuda"``; ``requires_grad=True``
@@ -28,14 +41,16 @@ def zeros(*shape, dtype=None, device="cpu", requires_grad=False):
     return _leaf(b.xp.zeros(shape, dtype=as_dtype(dtype) or float32), b, requires_grad, shape, 0)
 
 
-def ones(*shape, dtype=None, device="cpu", requires_grad=False):
+def ones(*shape: Shape, dtype: DType = None, device: Device = "cpu", requires_grad: bool = False) -> Tensor:
     """A new leaf tensor of the given shape filled with 1: ``ones(2, 3)`` or ``ones((2, 3))``;
     ``dtype`` (default float32), ``device`` and ``requires_grad`` as for ``zeros``."""
     b, shape = get_backend(device), _shape(shape)
     return _leaf(b.xp.ones(shape, dtype=as_dtype(dtype) or float32), b, requires_grad, shape, 1)
 
 
-def full(shape, fill_value, dtype=None, device="cpu", requires_grad=False):
+def full(
+    shape: Shape, fill_value: float, dtype: DType = None, device: Device = "cpu", requires_grad: bool = False
+) -> Tensor:
     """A new leaf tensor of shape ``shape`` (an int or a tuple) filled with ``fill_value``;
     ``dtype`` (default float32), ``device`` and ``requires_grad`` as for ``zeros``."""
     b = get_backend(device)
@@ -43,7 +58,9 @@ def full(shape, fill_value, dtype=None, device="cpu", requires_grad=False):
     return _leaf(b.xp.full(shape, fill_value, dtype=as_dtype(dtype) or float32), b, requires_grad, shape, fill_value)
 
 
-def arange(start, stop=None, step=1, dtype=None, device="cpu"):
+def arange(
+    start: float, stop: float | None = None, step: float = 1, dtype: DType = None, device: Device = "cpu"
+) -> Tensor:
     """``arange(stop)`` or ``arange(start, stop, step=1)``: the numbers start, start + step, ...
     below ``stop``, as a 1-D tensor, like ``range``. Integers give int64, any float argument
     gives float32 (unless ``dtype`` says otherwise)."""
@@ -56,13 +73,13 @@ def arange(start, stop=None, step=1, dtype=None, device="cpu"):
     return _traced("arange", [start, stop, step], {"dtype": out.data.dtype}, out)
 
 
-def randn(*shape, dtype=None, device="cpu", requires_grad=False):
+def randn(*shape: Shape, dtype: DType = None, device: Device = "cpu", requires_grad: bool = False) -> Tensor:
     """Standard normal samples from the device's seeded generator (``mt.manual_seed``)."""
     b = get_backend(device)
     return _leaf(b.normal(_shape(shape), as_dtype(dtype) or float32), b, requires_grad)
 
 
-def rand(*shape, dtype=None, device="cpu", requires_grad=False):
+def rand(*shape: Shape, dtype: DType = None, device: Device = "cpu", requires_grad: bool = False) -> Tensor:
     """A new tensor of the given shape with samples of U(0, 1), uniform in [0, 1): ``rand(2, 3)``
     or ``rand((2, 3))``; ``dtype`` (default float32), ``device`` and ``requires_grad`` as for
     ``zeros``."""
@@ -70,7 +87,7 @@ def rand(*shape, dtype=None, device="cpu", requires_grad=False):
     return _leaf(b.uniform(_shape(shape), as_dtype(dtype) or float32), b, requires_grad)
 
 
-def randint(low, high, shape, device="cpu"):
+def randint(low: int, high: int, shape: Shape, device: Device = "cpu") -> Tensor:
     """A tensor of shape ``shape`` (an int or a tuple) of random int64 drawn uniformly from
     [low, high), on ``device``."""
     b = get_backend(device)
@@ -78,13 +95,13 @@ def randint(low, high, shape, device="cpu"):
     return Tensor._make(b.integers(low, high, shape), b, None)
 
 
-def zeros_like(t, dtype=None, requires_grad=False):
+def zeros_like(t: Tensor, dtype: DType = None, requires_grad: bool = False) -> Tensor:
     """Zeros of ``t``'s shape on ``t``'s device, with ``t``'s dtype unless ``dtype`` is given (a new
     leaf; ``requires_grad`` as for ``zeros``)."""
     return zeros(t.shape, dtype=dtype or t.dtype, device=t.device, requires_grad=requires_grad)
 
 
-def ones_like(t, dtype=None, requires_grad=False):
+def ones_like(t: Tensor, dtype: DType = None, requires_grad: bool = False) -> Tensor:
     """Ones of ``t``'s shape on ``t``'s device, with ``t``'s dtype unless ``dtype`` is given (a new
     leaf; ``requires_grad`` as for ``zeros``)."""
     return ones(t.shape, dtype=dtype or t.dtype, device=t.device, requires_grad=requires_grad)
@@ -94,7 +111,7 @@ def ones_like(t, dtype=None, requires_grad=False):
 _DLPACK_DEVICES = {1: "cpu", 2: "cuda"}
 
 
-def from_dlpack(obj):
+def from_dlpack(obj: Any) -> Tensor:
     """A tensor sharing memory with ``obj`` (a NumPy/CuPy array, a torch tensor, ... anything
     with ``__dlpack__``): no copy, as ``torch.from_dlpack``. Writing to one changes the other.
 

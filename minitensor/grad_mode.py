@@ -5,16 +5,20 @@ thread-local, and minitensor runs its graph on one thread.
 """
 
 import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 _enabled = True
 
 
-def is_grad_enabled():
+def is_grad_enabled() -> bool:
     """True when new operations are recorded for backward."""
     return _enabled
 
 
-def set_grad_enabled(mode):
+def set_grad_enabled(mode: bool) -> None:
     """Turn graph recording on (``True``) or off (``False``) from here on, for every operation
     until it is changed again; ``no_grad`` and ``enable_grad`` do it for a block and restore
     the previous mode."""
@@ -27,22 +31,21 @@ class _GradMode:
 
     mode = True
 
-    def __enter__(self):
+    def __enter__(self) -> "_GradMode":
         self._prev = _enabled
         set_grad_enabled(self.mode)
         return self
 
-    def __exit__(self, *exc):
-        set_grad_enabled(self._prev)
-        return False
+    def __exit__(self, *exc: object) -> None:
+        set_grad_enabled(self._prev)  # an exception goes on: returning None never swallows it
 
-    def __call__(self, fn):
+    def __call__(self, fn: F) -> F:
         @functools.wraps(fn)
-        def wrapper(*args, **kwargs):
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
             with self.__class__():
                 return fn(*args, **kwargs)
 
-        return wrapper
+        return wrapper  # type: ignore[return-value]  # functools.wraps keeps fn's signature
 
 
 class no_grad(_GradMode):

@@ -10,6 +10,8 @@ random v catches a wrong formula with probability 1. Float64 is required: in flo
 rounding error of L, ~1e-7 |L| / eps, swamps the difference.
 """
 
+from collections.abc import Callable, Sequence
+
 import numpy
 
 from .errors import GradcheckError
@@ -17,7 +19,14 @@ from .grad_mode import no_grad
 from .tensor import Tensor
 
 
-def gradcheck(fn, inputs, eps=1e-6, atol=1e-5, rtol=1e-3, seed=0):
+def gradcheck(
+    fn: Callable[..., Tensor],
+    inputs: Sequence[Tensor],
+    eps: float = 1e-6,
+    atol: float = 1e-5,
+    rtol: float = 1e-3,
+    seed: int = 0,
+) -> bool:
     """Check the gradients of ``fn(*inputs)`` w.r.t. every input that requires grad.
 
     ``fn``: a function of the tensors in ``inputs`` returning a Tensor (any shape).
@@ -47,7 +56,7 @@ def gradcheck(fn, inputs, eps=1e-6, atol=1e-5, rtol=1e-3, seed=0):
     weights = numpy.random.default_rng(seed).standard_normal(out.shape)
     v = Tensor._make(out._backend.array(weights.astype(out.dtype)), out._backend, None)
 
-    def scalar(*args):
+    def scalar(*args: Tensor) -> float:
         return float((fn(*args) * v).sum().item())
 
     for i in checked:

@@ -11,7 +11,7 @@ from .backends import _BACKENDS, _SEED
 _host = numpy.random.default_rng()
 
 
-def manual_seed(seed):
+def manual_seed(seed: int) -> None:
     """Seed every backend's generator and the host generator used for data order."""
     global _host
     seed = int(seed)
@@ -21,6 +21,6 @@ def manual_seed(seed):
         backend.seed(seed)
 
 
-def host_rng():
+def host_rng() -> numpy.random.Generator:
     """The seeded NumPy generator for host-side randomness (shuffling, data generation)."""
     return _host

@@ -11,20 +11,22 @@ from .base import Backend
 from .cupy_backend import CupyBackend, cuda_unavailable_reason
 from .numpy_backend import NumpyBackend
 
-_BACKENDS = {}
+_BACKENDS: dict[str, Backend] = {}
 # the seed of the last ``mt.manual_seed``: a backend registered later starts from it too
-_SEED = [None]
+_SEED: list[int | None] = [None]
 
 
-def register_backend(backend):
+def register_backend(backend: Backend) -> Backend:
     """Make ``backend`` available under ``backend.device``. Returns it."""
+    if not isinstance(backend.device, str) or not backend.device:
+        raise ValueError(f"register_backend: {type(backend).__name__} needs a device name (its class's `device`)")
     if _SEED[0] is not None:
         backend.seed(_SEED[0])
     _BACKENDS[backend.device] = backend
     return backend
 
 
-def _load_cuda():
+def _load_cuda() -> Backend:
     reason = cuda_unavailable_reason()
     if reason is not None:
         raise DeviceError(f"device 'cuda' is not available: {reason}")
@@ -33,7 +35,7 @@ def _load_cuda():
     return register_backend(backend)
 
 
-def get_backend(device):
+def get_backend(device: "str | Backend | None") -> Backend:
     """The Backend for a device name (``"cpu"``, ``"cuda"``; None means ``"cpu"``) or a Backend itself."""
     if device is None:
         device = "cpu"
@@ -48,7 +50,7 @@ def get_backend(device):
     raise DeviceError(f"unknown device {device!r}: available devices are {available_backends()}")
 
 
-def available_backends():
+def available_backends() -> list[str]:
     """Device names with a registered backend ("cuda" is listed once it has been used)."""
     return sorted(_BACKENDS)
 

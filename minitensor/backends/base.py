@@ -15,6 +15,8 @@ keeps the flag on the device and makes all pending checks together at the next r
 user asks for (``Tensor.item()``, ``.numpy()``, ``float()``: ``raise_failed_checks``).
 """
 
+from typing import Any
+
 
 class Backend:
     """One array library on one device.
@@ -23,8 +25,8 @@ class Backend:
     array module) and implement the methods below.
     """
 
-    device = None
-    xp = None
+    device: str | None = None
+    xp: Any = None  # the array module: numpy, cupy
 
     def __repr__(self):
         return f"<{type(self).__name__} device={self.device!r}>"
