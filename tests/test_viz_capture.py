@@ -31,7 +31,35 @@ def test_a_layer_records_scores_bias_allowed_keys_and_weights(fused):
     assert not record.allowed[1, :, :, 3:].any()  # example 1: valid_lens 3
     assert not record.allowed[0, :, 0, 1:].any() and record.allowed[0, :, 4].all()  # causal
     np.testing.assert_allclose(record.weights, softmax_where(record.scores + record.bias, record.allowed), atol=1e-12)
-    assert layer.fused is fused and "weigh" not in vars(layer.attention)  # all restored
+    assert layer.fused is fused and not layer.heads_through_attention  # all restored
+    assert not layer.attention._forward_hooks and not layer.attention.scorer._forward_hooks and not layer._forward_hooks
+
+
+def test_grouped_heads_and_cached_decoding_are_recorded_through_the_hooks():
+    """Grouped heads normally score a whole group without calling their Attention module; inside
+    capture they call it (keys repeated), so its hooks record them, and the output is the same.
+    Cached decoding calls the Attention module at each step: one record per step."""
+    mt.manual_seed(0)
+    layer = nn.MultiHeadAttention(8, 4, num_kv_heads=2, dtype="float64")
+    X = mt.randn(2, 5, 8, dtype="float64")
+    expected = layer(X, X, X, causal=True).numpy()
+    with mt.viz.capture(layer) as cap:
+        out = layer(X, X, X, causal=True)
+    np.testing.assert_allclose(out.numpy(), expected, atol=1e-12)
+    (record,) = cap.records
+    assert record.scores.shape == record.weights.shape == (2, 4, 5, 5)
+    np.testing.assert_allclose(record.weights, softmax_where(record.scores, record.allowed), atol=1e-12)
+    assert set(cap.outputs) == {"attention", "MultiHeadAttention"}
+
+    mt.manual_seed(0)
+    lm = nn.TransformerLM(vocab_size=7, num_hiddens=8, ffn_num_hiddens=8, num_heads=2, num_blks=1, dropout=0.0)
+    lm.eval()
+    with mt.viz.capture(lm) as cap:
+        logits, state = lm.decode_step(mt.tensor([[1, 2, 3]]), lm.begin_decoding())
+        for token in (4, 5):
+            logits, state = lm.decode_step(mt.tensor([[token]]), state)
+    shapes = [r.scores.shape for r in cap.records]
+    assert shapes == [(1, 2, 3, 3), (1, 2, 1, 4), (1, 2, 1, 5)], shapes  # the prompt, then one query per step
 
 
 def test_every_layer_of_a_transformer_is_named_in_call_order():

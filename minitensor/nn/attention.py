@@ -307,16 +307,19 @@ FUSED_MIN_LENGTH = 384
 def plain_attention(model):
     """Within the ``with`` block every ``MultiHeadAttention`` in ``model`` takes the plain
     path (``fused=False``), so that each keeps its full ``attention_weights``: for drawing
-    heatmaps after a pass that would otherwise stream. The layers' settings come back after."""
+    heatmaps after a pass that would otherwise stream. Grouped heads then call their
+    ``Attention`` module too, with the shared keys and values repeated for every head, so that
+    forward hooks on it (``mt.viz.capture``) see every layer's call. The layers' settings come
+    back after."""
     layers = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
-    settings = [layer.fused for layer in layers]
+    settings = [(layer.fused, layer.heads_through_attention) for layer in layers]
     try:
         for layer in layers:
-            layer.fused = False
+            layer.fused, layer.heads_through_attention = False, True
         yield model
     finally:
-        for layer, fused in zip(layers, settings, strict=True):
-            layer.fused = fused
+        for layer, (fused, through) in zip(layers, settings, strict=True):
+            layer.fused, layer.heads_through_attention = fused, through
 
 
 class MultiHeadAttention(Module):
@@ -457,6 +460,9 @@ class MultiHeadAttention(Module):
                     device,
                 )
         self.fused = fused
+        # grouped heads call self.attention with repeated keys instead of scoring per group
+        # (plain_attention sets it, for the hooks of mt.viz.capture)
+        self.heads_through_attention = False
         self._stream = None  # the last streamed call's plan (for attention_weights_for)
         if fused is True and self.why_not_fused(training=False):
             raise ValueError(f"MultiHeadAttention(fused=True): {self.why_not_fused(training=False)}")
@@ -639,7 +645,9 @@ class MultiHeadAttention(Module):
         bias = None
         if self.positional_kind == "scores":
             bias = self.positional(Q, K, q_offset=q_offset, k_offset=k_offset)
-        if self.num_kv_heads == self.num_heads:
+        if self.num_kv_heads != self.num_heads and self.heads_through_attention:
+            k, v = self._repeat_heads(k), self._repeat_heads(v)
+        if k.shape[1] == self.num_heads:
             heads = self.attention(q, k, v, valid_lens=valid_lens, mask=mask, causal=causal, bias=bias)
         else:
             heads = self._attend_grouped(q, k, v, valid_lens, mask, causal, bias)
@@ -678,11 +686,17 @@ class MultiHeadAttention(Module):
         if getattr(attention.scorer, "row_wise", False):
             scores = attention.score(q.reshape(batch, g, r * Q, d), k).reshape(batch, H, Q, K)
         else:
-            repeated = k.unsqueeze(2).expand(batch, g, r, K, d).reshape(batch, H, K, d)
-            scores = attention.score(q, repeated)
+            scores = attention.score(q, self._repeat_heads(k))
         weights = attention.weigh(scores, valid_lens, mask, causal, bias)
         heads = attention.dropout(weights).reshape(batch, g, r * Q, K) @ v
         return heads.reshape(batch, H, Q, v.shape[-1])
+
+    def _repeat_heads(self, x):
+        """Keys or values of the g key/value heads, (batch, g, K, d), as (batch, num_heads, K, d):
+        each repeated for the num_heads / g query heads of its group."""
+        batch, g, K, d = x.shape
+        r = self.num_heads // g
+        return x.unsqueeze(2).expand(batch, g, r, K, d).reshape(batch, self.num_heads, K, d)
 
     def extra_repr(self):
         """The settings shown in the repr: ``num_hiddens``, ``num_heads``, plus ``num_kv_heads``,

@@ -16,10 +16,12 @@ Arrays are host NumPy copies: ``scores`` and ``weights`` (..., Q, K) as the scor
 pooling returned them ((batch, num_heads, Q, K) inside multi-head attention); ``bias`` the
 score bias as given to the layer (None without one); ``allowed`` the bool mask of the keys
 each query may attend (valid_lens, mask, causal and -inf biases combined), of the scores'
-shape. Nothing changes in what the model computes.
+shape. Nothing changes in what the model computes: the records come from forward hooks on
+each attention layer and its scorer (``Module.register_forward_hook``).
 """
 
 import contextlib
+import inspect
 from dataclasses import dataclass
 
 import numpy
@@ -83,17 +85,25 @@ def _allowed(backend, scores, valid_lens, mask, causal, bias):
     return allowed
 
 
-def _recording(layer, name, cap):
-    """A ``weigh`` for ``layer`` that records its inputs and output, then does what it did."""
-    weigh = type(layer).weigh
+_FORWARD = inspect.signature(Attention.forward)
 
-    def recording_weigh(scores, valid_lens=None, mask=None, causal=False, bias=None):
-        weights = weigh(layer, scores, valid_lens, mask, causal, bias)
+
+def _recorder(name, cap, scores_of):
+    """A forward hook for the ``Attention`` named ``name``: record the call (its scorer's
+    scores, kept by the scorer's own hook in ``scores_of``; its bias, masks and weights)."""
+
+    def record(layer, args, kwargs, output):
+        call = _FORWARD.bind(layer, *args, **kwargs)
+        call.apply_defaults()
+        scores, weights = scores_of.pop(layer, None), layer.attention_weights
+        if scores is None:  # a subclass whose forward did not call its scorer: score here
+            scores = layer.score(*call.args[1:3])
         backend = scores._backend
-        # the layer converted lists and arrays into tensors inside weigh: do the same here
-        valid_lens = _as_tensor(valid_lens, scores)
-        mask = _as_tensor(mask, scores, "bool")
-        bias = _as_tensor(bias, scores, scores.dtype)
+        # the layer converts lists and arrays into tensors inside weigh: do the same here
+        valid_lens = _as_tensor(call.arguments["valid_lens"], scores)
+        mask = _as_tensor(call.arguments["mask"], scores, "bool")
+        bias = _as_tensor(call.arguments["bias"], scores, scores.dtype)
+        causal = call.arguments["causal"]
         cap.records.append(
             AttentionRecord(
                 name,
@@ -103,21 +113,27 @@ def _recording(layer, name, cap):
                 backend.to_numpy(weights.data).copy(),
             )
         )
-        return weights
+        cap.outputs[name] = output
 
-    return recording_weigh
+    return record
 
 
-def _keeping_output(layer, method, name, cap):
-    """``layer.<method>`` that also keeps its result in ``cap.outputs[name]``."""
-    bound = getattr(type(layer), method)
+def _scores_keeper(layer, scores_of):
+    """A forward hook for ``layer``'s scorer: keep its scores for ``layer``'s own hook."""
 
-    def keeping(*args, **kwargs):
-        out = bound(layer, *args, **kwargs)
-        cap.outputs[name] = out
-        return out
+    def keep(scorer, args, output):
+        scores_of[layer] = output
 
-    return keeping
+    return keep
+
+
+def _keeper(name, cap):
+    """A forward hook that keeps a layer's output in ``cap.outputs[name]``."""
+
+    def keep(layer, args, output):
+        cap.outputs[name] = output
+
+    return keep
 
 
 @contextlib.contextmanager
@@ -125,27 +141,26 @@ def capture(model):
     """``with mt.viz.capture(model) as cap:``: record what every attention layer of ``model``
     computes inside the block; ``cap`` is a ``Capture``.
 
-    Every ``mt.nn.Attention`` adds one ``AttentionRecord`` (scores, bias, allowed keys,
-    weights) per call to ``cap.records``, and ``cap.outputs`` keeps the last output of every
-    ``Attention`` and ``MultiHeadAttention``. Inside the block every ``MultiHeadAttention``
-    takes the plain path (a streamed layer builds no scores); what the model computes does not
-    change, and the layers are restored on leaving the block.
+    Built on forward hooks (``Module.register_forward_hook``, removed on leaving the block):
+    every call of an ``mt.nn.Attention`` adds one ``AttentionRecord`` (its scorer's scores,
+    the bias, the allowed keys, the weights) to ``cap.records``, and ``cap.outputs`` keeps the
+    last output of every ``Attention`` and of every ``MultiHeadAttention``'s forward. Inside
+    the block every ``MultiHeadAttention`` takes the plain path (``plain_attention``: a
+    streamed layer builds no scores, and grouped heads call their ``Attention`` with the
+    shared keys repeated); what the model computes does not change.
     """
     cap = Capture()
     named = [(name or type(model).__name__, m) for name, m in model.named_modules()]
-    layers = [(name, m) for name, m in named if isinstance(m, Attention)]
-    multi = [(name, m) for name, m in named if isinstance(m, MultiHeadAttention)]
-    patched = []
-    with plain_attention(model):
-        try:  # instance attributes hide the methods until they are deleted
-            for name, layer in layers:
-                layer.weigh = _recording(layer, name, cap)
-                layer.forward = _keeping_output(layer, "forward", name, cap)
-                patched += [(layer, "weigh"), (layer, "forward")]
-            for name, layer in multi:  # attend: the one path of training and cached decoding
-                layer.attend = _keeping_output(layer, "attend", name, cap)
-                patched.append((layer, "attend"))
+    handles, scores_of = [], {}
+    with plain_attention(model):  # not streamed, and every head through its Attention module
+        try:
+            for name, layer in named:
+                if isinstance(layer, Attention):
+                    handles.append(layer.scorer.register_forward_hook(_scores_keeper(layer, scores_of)))
+                    handles.append(layer.register_forward_hook(_recorder(name, cap, scores_of), with_kwargs=True))
+                elif isinstance(layer, MultiHeadAttention):
+                    handles.append(layer.register_forward_hook(_keeper(name, cap)))
             yield cap
         finally:
-            for layer, method in patched:
-                delattr(layer, method)
+            for handle in handles:
+                handle.remove()
