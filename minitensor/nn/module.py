@@ -15,6 +15,8 @@ what a layer computed without changing the layer.
 """
 
 from collections import OrderedDict, namedtuple
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 from ..creation import zeros_like
 from ..grad_mode import no_grad
@@ -29,17 +31,17 @@ class RemovableHandle:
 
     _next_id = 0
 
-    def __init__(self, hooks):
+    def __init__(self, hooks: dict[int, Any]) -> None:
         self.hooks, self.id = hooks, RemovableHandle._next_id
         RemovableHandle._next_id += 1
 
-    def remove(self):
+    def remove(self) -> None:
         self.hooks.pop(self.id, None)
 
-    def __enter__(self):
+    def __enter__(self) -> "RemovableHandle":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.remove()
 
 
@@ -53,7 +55,7 @@ class Parameter(Tensor):
 
     __slots__ = ()
 
-    def __new__(cls, data=None, requires_grad=True):
+    def __new__(cls, data: Any = None, requires_grad: bool = True) -> "Parameter":
         if data is None:
             data = tensor([], dtype="float32")
         elif not isinstance(data, Tensor):
@@ -67,10 +69,10 @@ class Parameter(Tensor):
         p.requires_grad = bool(requires_grad)
         return p
 
-    def __init__(self, data=None, requires_grad=True):
+    def __init__(self, data: Any = None, requires_grad: bool = True) -> None:
         pass  # all the work happens in __new__ (Tensor.__init__ would copy the data again)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "Parameter containing:\n" + super().__repr__()
 
 
@@ -78,7 +80,7 @@ class Module:
     """Base class of layers and models: subclass it, call ``super().__init__()`` first, assign
     layers and Parameters as attributes, and write ``forward``."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         # object.__setattr__: our own __setattr__ needs these dictionaries to exist already.
         object.__setattr__(self, "training", True)
         object.__setattr__(self, "_parameters", OrderedDict())
@@ -88,13 +90,13 @@ class Module:
         object.__setattr__(self, "_forward_pre_hooks", OrderedDict())  # id -> hook
         object.__setattr__(self, "_forward_hooks", OrderedDict())  # id -> (hook, with_kwargs)
 
-    def forward(self, *args, **kwargs):
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
         """The layer's computation, written by every subclass: ``model(*args, **kwargs)`` calls
         ``forward(*args, **kwargs)`` and returns what it returns. The base class raises
         ``NotImplementedError``."""
         raise NotImplementedError(f"{type(self).__name__} has no forward(); define forward(self, ...) in the class")
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         d = self.__dict__
         if not (d.get("_forward_pre_hooks") or d.get("_forward_hooks")):
             return self.forward(*args, **kwargs)
@@ -110,20 +112,20 @@ class Module:
         return output
 
     # -- hooks ----------------------------------------------------------------------------------
-    def register_forward_pre_hook(self, hook):
+    def register_forward_pre_hook(self, hook: Callable[..., Any]) -> RemovableHandle:
         """Call ``hook(module, args)`` before every ``forward``, in registration order; what it
         returns, if not None, replaces the positional arguments (a tuple, or one value).
         Returns a ``RemovableHandle``. (PyTorch's semantics.)"""
         return self._add_hook(self._forward_pre_hooks, hook, hook)
 
-    def register_forward_hook(self, hook, *, with_kwargs=False):
+    def register_forward_hook(self, hook: Callable[..., Any], *, with_kwargs: bool = False) -> RemovableHandle:
         """Call ``hook(module, args, output)`` after every ``forward`` (``hook(module, args,
         kwargs, output)`` with ``with_kwargs=True``), in registration order; what it returns, if
         not None, replaces the output. Returns a ``RemovableHandle``: ``handle.remove()``.
         (PyTorch's semantics: how ``mt.viz.capture`` reads what each attention layer computed.)"""
         return self._add_hook(self._forward_hooks, hook, (hook, bool(with_kwargs)))
 
-    def _add_hook(self, hooks, hook, entry):
+    def _add_hook(self, hooks: dict[int, Any], hook: Callable[..., Any], entry: Any) -> RemovableHandle:
         self._check_initialised("hooks")
         if not callable(hook):
             raise TypeError(f"a hook must be callable, got {type(hook).__name__} (registered on {type(self).__name__})")
@@ -132,18 +134,18 @@ class Module:
         return handle
 
     # -- registration ---------------------------------------------------------------------
-    def _check_initialised(self, what):
+    def _check_initialised(self, what: str) -> None:
         if "_parameters" not in self.__dict__:
             raise AttributeError(
                 f"cannot assign {what} before Module.__init__() has run: call super().__init__() "
                 f"first in {type(self).__name__}.__init__"
             )
 
-    def _check_name(self, name, kind):
+    def _check_name(self, name: str, kind: str) -> None:
         if not isinstance(name, str) or not name or "." in name:
             raise KeyError(f"{kind} name must be a non-empty string without '.', got {name!r}")
 
-    def register_parameter(self, name, param):
+    def register_parameter(self, name: str, param: "Parameter | None") -> None:
         """Register ``param`` (a Parameter, or None for an absent one such as ``bias=False``)."""
         self._check_initialised("parameters")
         self._check_name(name, "parameter")
@@ -155,7 +157,7 @@ class Module:
         self._forget(name, self._parameters)
         self._parameters[name] = param
 
-    def add_module(self, name, module):
+    def add_module(self, name: str, module: "Module | None") -> None:
         """Register a sub-module (or None) under ``name``."""
         self._check_initialised("sub-modules")
         self._check_name(name, "module")
@@ -166,7 +168,7 @@ class Module:
 
     register_module = add_module
 
-    def register_buffer(self, name, value, persistent=True):
+    def register_buffer(self, name: str, value: Tensor | None, persistent: bool = True) -> None:
         """Register a tensor that is part of the model's state but not learned (a running
         statistic, a fixed positional-encoding table). It moves with ``to()``; it is saved in
         ``state_dict()`` unless ``persistent=False``."""
@@ -184,7 +186,7 @@ class Module:
         else:
             self._non_persistent.add(name)
 
-    def _forget(self, name, keep):
+    def _forget(self, name: str, keep: dict[str, Any]) -> None:
         """Drop ``name`` from every registry but ``keep``, so one name means one thing.
         (Re-registering in the same registry keeps the name's place in the order.)"""
         self.__dict__.pop(name, None)
@@ -194,7 +196,7 @@ class Module:
         if keep is not self._buffers:
             self._non_persistent.discard(name)
 
-    def __setattr__(self, name, value):
+    def __setattr__(self, name: str, value: Any) -> None:
         if isinstance(value, Parameter):
             self.register_parameter(name, value)
         elif isinstance(value, Module):
@@ -222,7 +224,7 @@ class Module:
         else:
             object.__setattr__(self, name, value)
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         # Called only when normal lookup fails: registered things live in the dictionaries.
         d = self.__dict__
         for registry in ("_parameters", "_buffers", "_modules"):
@@ -230,7 +232,7 @@ class Module:
                 return d[registry][name]
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
-    def __delattr__(self, name):
+    def __delattr__(self, name: str) -> None:
         for registry in (self._parameters, self._buffers, self._modules):
             if name in registry:
                 del registry[name]
@@ -239,7 +241,7 @@ class Module:
         object.__delattr__(self, name)
 
     # -- walking the tree -------------------------------------------------------------------
-    def named_modules(self, prefix="", _seen=None):
+    def named_modules(self, prefix: str = "", _seen: set[int] | None = None) -> Iterator[tuple[str, "Module"]]:
         """(dotted name, module) for this module and all below it, each module once."""
         _seen = set() if _seen is None else _seen
         if id(self) in _seen:
@@ -250,13 +252,13 @@ class Module:
             if child is not None:
                 yield from child.named_modules(prefix + "." + name if prefix else name, _seen)
 
-    def modules(self):
+    def modules(self) -> Iterator["Module"]:
         """Every module of the tree, this one first, each once (a module shared by two parents is
         visited once): ``named_modules()`` without the names."""
         for _, m in self.named_modules():
             yield m
 
-    def named_children(self):
+    def named_children(self) -> Iterator[tuple[str, "Module"]]:
         """(name, module) for the direct sub-modules."""
         seen = set()
         for name, child in self._modules.items():
@@ -264,13 +266,13 @@ class Module:
                 seen.add(id(child))
                 yield name, child
 
-    def children(self):
+    def children(self) -> Iterator["Module"]:
         """The direct sub-modules, in registration order, each once: ``named_children()`` without the
         names."""
         for _, m in self.named_children():
             yield m
 
-    def _named_members(self, registry, prefix, recurse):
+    def _named_members(self, registry: str, prefix: str, recurse: bool) -> Iterator[tuple[str, Any]]:
         # A tensor shared by two modules (tied weights) is listed once, under its first name:
         # an optimiser must not update it twice.
         seen = set()
@@ -281,31 +283,31 @@ class Module:
                     seen.add(id(t))
                     yield (module_prefix + "." + name if module_prefix else name), t
 
-    def named_parameters(self, prefix="", recurse=True):
+    def named_parameters(self, prefix: str = "", recurse: bool = True) -> Iterator[tuple[str, "Parameter"]]:
         """(dotted name, Parameter) pairs in registration order, e.g. ("0.weight", W)."""
         return self._named_members("_parameters", prefix, recurse)
 
-    def parameters(self, recurse=True):
+    def parameters(self, recurse: bool = True) -> Iterator["Parameter"]:
         """Every Parameter of this module (and, with recurse, its sub-modules), each once."""
         for _, p in self.named_parameters(recurse=recurse):
             yield p
 
-    def named_buffers(self, prefix="", recurse=True):
+    def named_buffers(self, prefix: str = "", recurse: bool = True) -> Iterator[tuple[str, Tensor]]:
         """(dotted name, Tensor) for every buffer of this module (and, with ``recurse``, of the modules
         below it), in registration order; a buffer shared by two modules is listed once."""
         return self._named_members("_buffers", prefix, recurse)
 
-    def buffers(self, recurse=True):
+    def buffers(self, recurse: bool = True) -> Iterator[Tensor]:
         """Every buffer (state that is not learned, see ``register_buffer``) of this module and, with
         ``recurse``, of its sub-modules, each once."""
         for _, b in self.named_buffers(recurse=recurse):
             yield b
 
-    def num_parameters(self, trainable_only=False):
+    def num_parameters(self, trainable_only: bool = False) -> int:
         """How many numbers the model learns (shared parameters counted once)."""
         return sum(p.numel() for p in self.parameters() if p.requires_grad or not trainable_only)
 
-    def apply(self, fn):
+    def apply(self, fn: Callable[["Module"], Any]) -> "Module":
         """Call ``fn(module)`` on every sub-module, then on this one (e.g. custom init)."""
         for child in self.children():
             child.apply(fn)
@@ -313,7 +315,7 @@ class Module:
         return self
 
     # -- modes and gradients ----------------------------------------------------------------
-    def train(self, mode=True):
+    def train(self, mode: bool = True) -> "Module":
         """Set training mode here and below (Dropout drops only in training)."""
         if not isinstance(mode, bool):
             raise TypeError(f"train(mode): mode must be True or False, got {mode!r}")
@@ -321,17 +323,17 @@ class Module:
             m.training = mode
         return self
 
-    def eval(self):
+    def eval(self) -> "Module":
         """Evaluation mode: ``train(False)``. Gradients still flow; wrap in ``mt.no_grad()`` too."""
         return self.train(False)
 
-    def requires_grad_(self, requires_grad=True):
+    def requires_grad_(self, requires_grad: bool = True) -> "Module":
         """Freeze (False) or unfreeze every parameter."""
         for p in self.parameters():
             p.requires_grad_(requires_grad)
         return self
 
-    def zero_grad(self, set_to_none=True):
+    def zero_grad(self, set_to_none: bool = True) -> None:
         """Forget the gradients of every parameter (None, or zeros with set_to_none=False)."""
         for p in self.parameters():
             if set_to_none:
@@ -341,7 +343,7 @@ class Module:
                 p.grad = zeros_like(p.grad)
 
     # -- devices and dtypes ----------------------------------------------------------------
-    def to(self, target=None, dtype=None, device=None):
+    def to(self, target: Any = None, dtype: Any = None, device: Any = None) -> "Module":
         """Move and/or convert parameters and buffers in place: ``model.to("cuda")``,
         ``model.to(mt.float64)``. Returns the module.
 
@@ -356,7 +358,7 @@ class Module:
             else:
                 dtype = target
 
-        def convert(t):  # in place: the tensor object stays, its array (and device) change
+        def convert(t: Tensor) -> None:  # in place: the tensor object stays, its array (and device) change
             new = t.to(dtype=dtype if dtype is not None and t.dtype.kind == "f" else None, device=device)
             t.data, t._backend = new.data, new._backend
 
@@ -367,27 +369,27 @@ class Module:
                     convert(t.grad)
         return self
 
-    def float(self):
+    def float(self) -> "Module":
         """``to(mt.float32)``: every floating-point parameter and buffer converted to float32, in
         place; returns the module."""
         return self.to(dtype="float32")
 
-    def double(self):
+    def double(self) -> "Module":
         """float64 everywhere (what ``mt.gradcheck`` needs)."""
         return self.to(dtype="float64")
 
-    def cpu(self):
+    def cpu(self) -> "Module":
         """``to("cpu")``: every parameter and buffer (and gradient) moved to host memory, in place;
         returns the module."""
         return self.to(device="cpu")
 
-    def cuda(self):
+    def cuda(self) -> "Module":
         """``to("cuda")``: every parameter and buffer (and gradient) moved to the GPU, in place;
         returns the module. A ``DeviceError`` says what is missing where CUDA is not available."""
         return self.to(device="cuda")
 
     # -- saving and loading -----------------------------------------------------------------
-    def state_dict(self, prefix="", keep_vars=False):
+    def state_dict(self, prefix: str = "", keep_vars: bool = False) -> "OrderedDict[str, Tensor]":
         """An OrderedDict from dotted name to tensor: every parameter and persistent buffer.
 
         The tensors are detached but *share memory* with the model (as in PyTorch): training
@@ -406,7 +408,7 @@ class Module:
                 out.update(child.state_dict(prefix + name + ".", keep_vars))
         return out
 
-    def load_state_dict(self, state_dict, strict=True):
+    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True) -> IncompatibleKeys:
         """Copy values from ``state_dict`` (name -> Tensor or NumPy array) into this model.
 
         Values are converted to each parameter's dtype and device and copied *into* the
@@ -449,11 +451,11 @@ class Module:
         return IncompatibleKeys(missing, unexpected)
 
     # -- printing ---------------------------------------------------------------------------
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         """The text inside the parentheses of this module's repr (its settings)."""
         return ""
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         lines = self.extra_repr().split("\n") if self.extra_repr() else []
         for name, child in self._modules.items():
             lines.append(f"({name}): " + repr(child).replace("\n", "\n  "))
@@ -464,7 +466,7 @@ class Module:
         return type(self).__name__ + "(\n  " + "\n  ".join(lines) + "\n)"
 
 
-def _as_array(value, target):
+def _as_array(value: Any, target: Tensor) -> Any:
     """``value`` as an array on ``target``'s device with ``target``'s dtype."""
     backend = target._backend
     if isinstance(value, Tensor):
