@@ -63,8 +63,8 @@ __device__ __forceinline__ long long visible_keys(const Shapes& s, const long lo
     return max(n, 0LL);
 }
 
-// The largest of `value` over the block's threads (a tree in shared memory, as in softmax.cu's
-// first version): how many key tiles the block must visit.
+// The largest of `value` over the block's threads, by a tree in shared memory (halving the active
+// threads each step, a barrier between steps): how many key tiles the block must visit.
 __device__ long long block_max(long long value, long long* shared) {
     shared[threadIdx.x] = value;
     __syncthreads();
