@@ -1,4 +1,5 @@
-"""minitensor: a deep-learning framework small enough to read in an afternoon.
+"""minitensor: a deep-learning framework whose core (``tensor.py``, ``autograd.py``, ``ops/``) is
+small enough to read in an afternoon.
 
     import minitensor as mt
     x = mt.randn(3, 4, requires_grad=True)

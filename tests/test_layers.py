@@ -90,3 +90,23 @@ def test_the_reader_finds_arrows():
     assert {"ops", "tensor"} <= targets and not targets & APPLICATIONS
     # what the applications import from the engine is found as well (the test would see a reversal)
     assert "nn" in {target for _, target in imported(PACKAGE / "train" / "loop.py")}
+
+
+def lines(paths):
+    return sum(len(p.read_text().splitlines()) for p in paths)
+
+
+def test_the_readme_states_the_sizes_it_claims():
+    """The README's afternoon is the core (tensor, autograd, ops) with its line count, and it
+    gives the engine's; both within 10% of what the files hold, so the claim cannot drift."""
+    import re
+
+    readme = (PACKAGE.parent / "README.md").read_text()
+    core = lines([PACKAGE / "tensor.py", PACKAGE / "autograd.py", *sorted((PACKAGE / "ops").glob("*.py"))])
+    engine = lines(p for p in PACKAGE.rglob("*") if p.suffix in (".py", ".cu") and top_level(p) in ENGINE)
+    stated_core = re.search(r"([\d,]+) lines in `tensor.py`, `autograd.py` and `ops/`", readme)
+    stated_engine = re.search(r"is about ([\d,]+) lines", readme)
+    assert stated_core and stated_engine, "the README's opening names the core's and the engine's sizes"
+    for stated, actual, what in ((stated_core, core, "core"), (stated_engine, engine, "engine")):
+        number = int(stated.group(1).replace(",", ""))
+        assert abs(number - actual) <= 0.1 * actual, f"the README says the {what} is {number} lines; it is {actual}"
