@@ -507,18 +507,13 @@ def _device_lens(lens, rows):
 
 
 class StrictKernels:
-    """The four softmax kernels of ``minitensor.kernels`` on StrictArrays, and the GPU's dropout
-    (the CPU's fused kernel: the CUDA one makes the same mask)."""
+    """The four softmax kernels of ``minitensor.kernels`` on StrictArrays; below the class, the
+    fused kernels the GPU backend has too (dropout, ReLU, layer norm, Adam: the CPU's, which
+    its CUDA kernels equal)."""
 
     def attention_row_size(self, dtype, d):
         """No streamed-attention kernel here: ``flash_attention`` runs its tiles of CuPy operators."""
         return None
-
-    def dropout(self, x, seed, threshold, scale):
-        from minitensor.kernels import fused
-
-        a = numpy.ascontiguousarray(_unwrap(x, where="dropout"))
-        return StrictArray(fused.dropout_forward(a, numpy.uint64(seed), numpy.uint64(threshold), a.dtype.type(scale)))
 
     @staticmethod
     def _impl():
@@ -561,8 +556,16 @@ def _on_device_arrays(name):
     return run
 
 
-for _name in ("relu_forward", "relu_backward", "layer_norm_forward", "layer_norm_backward", "adam_update"):
-    setattr(StrictKernels, _name, _on_device_arrays(_name))
+# the GPU backend's names for them: its dropout is fused.dropout_forward (the same mask)
+for _attribute, _name in (
+    ("dropout", "dropout_forward"),
+    ("relu_forward", "relu_forward"),
+    ("relu_backward", "relu_backward"),
+    ("layer_norm_forward", "layer_norm_forward"),
+    ("layer_norm_backward", "layer_norm_backward"),
+    ("adam_update", "adam_update"),
+):
+    setattr(StrictKernels, _attribute, _on_device_arrays(_name))
 
 
 class StrictBackend(Backend):

@@ -13,6 +13,7 @@ the kernel takes a float would be read as garbage on a GPU).
 """
 
 import ctypes
+import functools
 import hashlib
 import os
 import pathlib
@@ -74,8 +75,10 @@ def _expand_macros(code):
     return done.stdout
 
 
+@functools.cache  # one preprocessing and one library per source and process
 def _build(code):
-    """Compile ``code`` with a launcher per kernel into a shared library (cached by content)."""
+    """Compile ``code`` with a launcher per kernel into a shared library (cached by content, on
+    disk across processes)."""
     kernels = {name: _parameters(params) for name, params in _KERNEL.findall(_expand_macros(code))}
     lines = [f'#include "{HEADER.name}"', code]
     for name, params in kernels.items():

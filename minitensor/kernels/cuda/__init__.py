@@ -184,18 +184,11 @@ class CudaKernels:
     # -- elementwise ------------------------------------------------------------------------
     def gelu_forward(self, x):
         """``x * Phi(x)`` elementwise (float32 or float64, any shape)."""
-        x = self._floats(x, "gelu")
-        y = self.xp.empty_like(x)
-        self._elementwise("gelu_forward", x.size, x, y, np.int64(x.size))
-        return y
+        return self._map("gelu_forward", x)
 
     def gelu_backward(self, x, g):
         """``g * (Phi(x) + x phi(x))`` elementwise."""
-        x = self._floats(x, "gelu")
-        g = self.xp.ascontiguousarray(g, dtype=x.dtype)
-        dx = self.xp.empty_like(x)
-        self._elementwise("gelu_backward", x.size, x, g, dx, np.int64(x.size))
-        return dx
+        return self._map("gelu_backward", x, g)
 
     def dropout(self, x, seed, threshold, scale):
         """``x_i * scale`` where ``bits(seed, i) >= threshold``, else 0: ``fused.dropout_forward``
@@ -210,18 +203,11 @@ class CudaKernels:
     # -- the fused kernels of kernels/fused.py, with their signatures ------------------------------
     def relu_forward(self, x):
         """max(x, 0) in one pass."""
-        x = self._floats(x, "relu")
-        y = self.xp.empty_like(x)
-        self._elementwise("relu_forward", x.size, x, y, np.int64(x.size))
-        return y
+        return self._map("relu_forward", x)
 
     def relu_backward(self, y, grad):
         """grad * (y > 0) in one pass."""
-        y = self._floats(y, "relu")
-        grad = self.xp.ascontiguousarray(grad, dtype=y.dtype)
-        dx = self.xp.empty_like(y)
-        self._elementwise("relu_backward", y.size, y, grad, dx, np.int64(y.size))
-        return dx
+        return self._map("relu_backward", y, grad)
 
     def adam_update(self, param, grad, exp_avg, exp_avg_sq, step_size, beta1, beta2, eps, weight_decay, bias_sqrt2):
         """Adam's update of ``param`` (and its moments ``exp_avg``, ``exp_avg_sq``) in place, one
@@ -374,6 +360,15 @@ class CudaKernels:
         if x.dtype not in (np.float32, np.float64):
             raise TypeError(f"the CUDA {what} kernel takes float32 or float64 arrays, got {x.dtype}")
         return self.xp.ascontiguousarray(x)
+
+    def _map(self, name, x, grad=None):
+        """The elementwise kernel ``name`` on ``x`` (and the gradient ``grad`` of x's shape, for a
+        backward): a new array of x's shape. ``name_float32(x, [grad,] out, size)`` in C."""
+        x = self._floats(x, name.split("_")[0])
+        inputs = (x,) if grad is None else (x, self.xp.ascontiguousarray(grad, dtype=x.dtype))
+        out = self.xp.empty_like(x)
+        self._elementwise(name, x.size, *inputs, out, np.int64(x.size))
+        return out
 
     def _elementwise(self, name, size, *args):
         if size:

@@ -88,24 +88,41 @@ __device__ __forceinline__ void load_tile(T (*tile)[D], const T* matrix, long lo
     }
 }
 
+// The query row this thread owns: one block per (batch, head, tile of QUERY_ROWS queries).
+struct QueryRow {
+    long long b, kv, i, row;  // batch; its key/value head in (B, G); the query; its row of (B, H, Q)
+    bool active;              // i < Q: a thread past the last query still helps load the tiles
+};
+
+__device__ __forceinline__ QueryRow query_row(const Shapes& s) {
+    const long long tiles = (s.Q + QUERY_ROWS - 1) / QUERY_ROWS;
+    const long long bh = blockIdx.x / tiles, b = bh / s.H, h = bh % s.H;
+    const long long i = (blockIdx.x % tiles) * QUERY_ROWS + threadIdx.x;
+    return QueryRow{b, b * s.G + h / (s.H / s.G), i, bh * s.Q + i, i < s.Q};
+}
+
+// Row `row` of a (rows, d) matrix times `scale`, into D registers: zeros past d, and all zeros
+// for a thread that has no row (active false).
+template <typename T, int D>
+__device__ __forceinline__ void load_row(T (&into)[D], const T* matrix, long long row, long long d, bool active,
+                                         T scale) {
+    _Pragma("unroll") for (int c = 0; c < D; ++c) into[c] = active && c < d ? matrix[row * d + c] * scale : T(0);
+}
+
 template <typename T, int D>
 __device__ void attention_forward(const T* q, const T* k, const T* v, const long long* lens, T* out, T* lse, Shapes s,
                                   T scale, int causal) {
     __shared__ T k_tile[KEY_TILE][D];
     __shared__ T v_tile[KEY_TILE][D];
     __shared__ long long limits[QUERY_ROWS];
-    const long long tiles = (s.Q + QUERY_ROWS - 1) / QUERY_ROWS;
-    const long long bh = blockIdx.x / tiles, b = bh / s.H, h = bh % s.H, kv = b * s.G + h / (s.H / s.G);
-    const long long i = (blockIdx.x % tiles) * QUERY_ROWS + threadIdx.x;
-    const bool active = i < s.Q;
-    const long long row = bh * s.Q + i;
+    const QueryRow r = query_row(s);
+    const long long kv = r.kv, row = r.row;
+    const bool active = r.active;
 
     T qr[D], o[D];
-    _Pragma("unroll") for (int c = 0; c < D; ++c) {
-        qr[c] = active && c < s.d ? q[row * s.d + c] * scale : T(0);
-        o[c] = T(0);
-    }
-    const long long visible = active ? visible_keys(s, lens, causal, b, i) : 0;
+    load_row<T, D>(qr, q, row, s.d, active, scale);
+    _Pragma("unroll") for (int c = 0; c < D; ++c) o[c] = T(0);
+    const long long visible = active ? visible_keys(s, lens, causal, r.b, r.i) : 0;
     const long long block_visible = block_max(visible, limits);
     T m = -infinity<T>(), l = T(0);
     for (long long j0 = 0; j0 < block_visible; j0 += KEY_TILE) {
@@ -139,20 +156,16 @@ __device__ void attention_backward_dq(const T* q, const T* k, const T* v, const 
     __shared__ T k_tile[KEY_TILE][D];
     __shared__ T v_tile[KEY_TILE][D];
     __shared__ long long limits[QUERY_ROWS];
-    const long long tiles = (s.Q + QUERY_ROWS - 1) / QUERY_ROWS;
-    const long long bh = blockIdx.x / tiles, b = bh / s.H, h = bh % s.H, kv = b * s.G + h / (s.H / s.G);
-    const long long i = (blockIdx.x % tiles) * QUERY_ROWS + threadIdx.x;
-    const bool active = i < s.Q;
-    const long long row = bh * s.Q + i;
+    const QueryRow r = query_row(s);
+    const long long kv = r.kv, row = r.row;
+    const bool active = r.active;
 
     T qr[D], dor[D], acc[D];
-    _Pragma("unroll") for (int c = 0; c < D; ++c) {
-        qr[c] = active && c < s.d ? q[row * s.d + c] * scale : T(0);
-        dor[c] = active && c < s.d ? grad_out[row * s.d + c] : T(0);
-        acc[c] = T(0);
-    }
+    load_row<T, D>(qr, q, row, s.d, active, scale);
+    load_row<T, D>(dor, grad_out, row, s.d, active, T(1));
+    _Pragma("unroll") for (int c = 0; c < D; ++c) acc[c] = T(0);
     const T row_lse = active ? lse[row] : infinity<T>(), row_delta = active ? delta[row] : T(0);
-    const long long visible = active ? visible_keys(s, lens, causal, b, i) : 0;
+    const long long visible = active ? visible_keys(s, lens, causal, r.b, r.i) : 0;
     const long long block_visible = block_max(visible, limits);
     for (long long j0 = 0; j0 < block_visible; j0 += KEY_TILE) {
         __syncthreads();
@@ -187,11 +200,9 @@ __device__ void attention_backward_dkv(const T* q, const T* k, const T* v, const
     const long long key_row = bg * s.K + j;
 
     T kr[D], vr[D], dk_acc[D], dv_acc[D];
-    _Pragma("unroll") for (int c = 0; c < D; ++c) {
-        kr[c] = active && c < s.d ? k[key_row * s.d + c] : T(0);
-        vr[c] = active && c < s.d ? v[key_row * s.d + c] : T(0);
-        dk_acc[c] = dv_acc[c] = T(0);
-    }
+    load_row<T, D>(kr, k, key_row, s.d, active, T(1));
+    load_row<T, D>(vr, v, key_row, s.d, active, T(1));
+    _Pragma("unroll") for (int c = 0; c < D; ++c) dk_acc[c] = dv_acc[c] = T(0);
     // the first query that can see the block's first key: causal rows above it see none of it
     const long long first_key = (blockIdx.x % tiles) * QUERY_ROWS;
     const long long first_query = causal ? max(0LL, first_key - (s.K - s.Q)) : 0;
