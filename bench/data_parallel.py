@@ -194,10 +194,10 @@ def forever(loader):
 def minitensor_worker(cfg, warmup, steps, check):
     """Train as ``minitensor train`` does, time the steps; rank 0 prints a JSON line."""
     import train_step as ts
+    from minitensor.random import manual_seed
 
     import minitensor.train.loop as loop
     from minitensor.data import Batches
-    from minitensor.random import manual_seed
     from minitensor.train.config import build_model, build_optimizer, build_scheduler
     from minitensor.train.distributed import allreduce_gradients, broadcast_parameters, rank_seed, world
 
@@ -334,8 +334,9 @@ def torch_worker(cfg, warmup, steps, check):
     if size > 1:
         dist.init_process_group("gloo", rank=rank, world_size=size)
     # the weights minitensor starts from (build_model, the same seed), copied into the twin
-    import minitensor.train.config as mtc
     from minitensor.random import manual_seed
+
+    import minitensor.train.config as mtc
 
     config = train_config(cfg)
     manual_seed(config.seed)

@@ -8,11 +8,11 @@ safetensors, pytest; PyTorch optional) and no network:
 1. installs this checkout with ``pip install --no-deps --no-build-isolation -e .`` (nothing
    is downloaded; the checks run from this checkout even if that fails), then proves in
    seconds that CuPy and cuRAND work and compiles every CUDA kernel of
-   ``minitensor/kernels/cuda`` (NVRTC; the time is what a first GPU run pays);
+   ``minitensor/core/kernels/cuda`` (NVRTC; the time is what a first GPU run pays);
 2. runs the tests marked ``gpu`` (``pytest -m gpu``): every op test on ``device="cuda"``, the
    CUDA kernels on CuPy arrays, DLPack, checkpoints across devices;
 3. times the softmax kernels (CUDA C++, float32) against naive CuPy (the plain-array
-   version in ``minitensor/kernels/reference.py``) and ``torch.softmax`` on the same GPU;
+   version in ``minitensor/core/kernels/reference.py``) and ``torch.softmax`` on the same GPU;
 4. times dropout (minitensor's one-pass kernel: a counter-based hash per element, the mask
    and the product together) against one long-lived generator plus the product, and torch;
 5. times a training step of the larger Transformer of ``bench/train_step.py`` (num_hiddens
@@ -490,8 +490,9 @@ def long_attention_benchmark(device, quick):
     """Forward + backward of causal self-attention, batch 1, 8 heads, d_head 64, float32 (the
     cases of ``bench/long_attention.py``, time only): ``flash_attention`` (streamed over
     tiles) against the plain ``Attention`` and torch's ``scaled_dot_product_attention``."""
-    import minitensor as mt
     from minitensor.ops.flash_attention import flash_attention
+
+    import minitensor as mt
 
     rng = np.random.default_rng(0)
     attn = mt.nn.Attention("scaled_dot", "softmax")

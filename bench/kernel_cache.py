@@ -2,7 +2,7 @@
 
 What is measured
 ----------------
-minitensor's softmax kernels (``minitensor/kernels/cpu.py``) are numba functions with
+minitensor's softmax kernels (``minitensor/core/kernels/cpu.py``) are numba functions with
 ``cache=True``: the first process compiles them (seconds) and stores the machine code on
 disk; a later process only loads it. This script checks that the second process really
 reuses that code and shows what the user waits for on a first call.

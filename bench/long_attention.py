@@ -131,8 +131,9 @@ def make_case(name, arrays, torch=None):
     ``result()`` gives the last output and the gradients of q, k, v as NumPy arrays."""
     q, k, v, g = arrays
     if name in ("fused", "plain"):
-        import minitensor as mt
         from minitensor.ops.flash_attention import flash_attention
+
+        import minitensor as mt
 
         attn = mt.nn.Attention("scaled_dot", "softmax")
         leaves = [mt.tensor(x, requires_grad=True) for x in (q, k, v)]
@@ -353,8 +354,9 @@ def main():
 
 def block_sizes(T, threads, rounds, sizes=(64, 128, 256, 512)):
     """The fused path at one T with square tiles of each size in ``sizes``, interleaved."""
-    import minitensor as mt
     from minitensor.ops.flash_attention import flash_attention
+
+    import minitensor as mt
 
     print_header(f"flash_attention's tile size at T = {T}, causal, forward + backward")
     q, k, v, g = make_inputs(T)
@@ -390,9 +392,10 @@ CROSSOVER_SIZES = (256, 384, 512, 768)
 def crossover(threads, rounds):
     """Fused vs plain minitensor at short T, for two shapes: where streaming starts to pay,
     which ``MultiHeadAttention``'s ``FUSED_MIN_LENGTH`` (fused="auto") is set from."""
-    import minitensor as mt
     from minitensor.nn.attention import FUSED_MIN_LENGTH
     from minitensor.ops.flash_attention import flash_attention
+
+    import minitensor as mt
 
     print_header("Where streaming pays: fused vs plain minitensor at short T, causal, forward + backward")
     attn = mt.nn.Attention("scaled_dot", "softmax")

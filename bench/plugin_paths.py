@@ -9,7 +9,7 @@ T = 1,024 and 2,048, with three scorers that compute the same numbers:
 - ``scaled_dot``, the built-in;
 - ``user_scaled_dot``: a learner's own class, ``queries @ keys^T / sqrt(d)``, registered at
   run time under a new name, declaring the capabilities ``row_wise`` and ``dot_scale``
-  (``minitensor/hookspecs.py``);
+  (``minitensor/core/hookspecs.py``);
 - ``undeclared``: the same class declaring nothing.
 
 With ``fused="auto"`` the layer streams (``ops.flash_attention``) whenever the scorer and

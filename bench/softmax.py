@@ -46,9 +46,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import numba  # noqa: E402
 from _common import thread_count  # noqa: E402
+from minitensor.kernels import cpu, reference  # noqa: E402
 
 import minitensor as mt  # noqa: E402
-from minitensor.kernels import cpu, reference  # noqa: E402
 
 try:
     import torch

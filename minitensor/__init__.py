@@ -6,29 +6,77 @@ small enough to read in an afternoon.
     loss = (x @ x.T).tanh().sum()
     loss.backward()          # x.grad now holds d loss / d x
 
-Where to read: ``tensor.py`` (what a tensor is), ``autograd.py`` (Function and the backward
-pass), ``ops/`` (each operation with its derivative), ``kernels/`` (the numba loops: softmax,
-the fused pieces of a training step, GELU), ``nn/`` and ``optim/`` (layers and optimisers
-built on top).
+Two layers. ``core/`` is the engine, what a learner reads (its reading order is in
+``core/__init__.py``): tensors, autograd, the ops, backends and kernels, ``nn``, ``optim`` and the
+plugin host; it imports nothing from the rest. Beside it are the applications built on the
+engine's public names: ``data/``, ``train/``, ``inference/``, ``viz/``, ``onnx/``, ``cli.py``.
 """
+
+import importlib
+import importlib.abc
+import importlib.util
+import sys
+import types
 
 # First: tensor.py loads autograd and the ops at its end (see there), which only works when
 # it is the first of them to load.
-from .tensor import Tensor, tensor  # isort: skip
+from .core.tensor import Tensor, tensor  # isort: skip
 
-import importlib
+from .core import backends, cuda, nn, ops, optim
+from .core._printing import get_printoptions, set_printoptions
+from .core.autograd import Function
+from .core.backends import available_backends, get_backend
+from .core.creation import arange, from_dlpack, full, ones, ones_like, rand, randint, randn, zeros, zeros_like
+from .core.dtypes import bool, bool_, float16, float32, float64, int32, int64, long  # mt.bool, as torch.bool
+from .core.errors import AxisError, DeviceError, DTypeError, GradcheckError, GraphError, ShapeError
+from .core.grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
+from .core.gradcheck import gradcheck
+from .core.ops import *  # noqa: F403  (mt.exp, mt.softmax...: every op, listed in ops.__all__)
+from .core.random import manual_seed
 
-from . import backends, cuda, nn, ops, optim
-from ._printing import get_printoptions, set_printoptions
-from .autograd import Function
-from .backends import available_backends, get_backend
-from .creation import arange, from_dlpack, full, ones, ones_like, rand, randint, randn, zeros, zeros_like
-from .dtypes import bool, bool_, float16, float32, float64, int32, int64, long  # mt.bool, as torch.bool
-from .errors import AxisError, DeviceError, DTypeError, GradcheckError, GraphError, ShapeError
-from .grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
-from .gradcheck import gradcheck
-from .ops import *  # noqa: F403  (mt.exp, mt.softmax...: every op, listed in ops.__all__)
-from .random import manual_seed
+
+class _EnginePaths(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """``minitensor.nn`` *is* ``minitensor.core.nn`` (the same module object), and so for every
+    engine module: ``import minitensor.nn.functional as F``, ``from minitensor.plugins import
+    hookimpl`` and every plugin written before the engine moved under ``core/`` keep working,
+    with one copy of each class and registry (a second copy would make ``isinstance`` fail)."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        parent, _, child = fullname.rpartition(".")
+        if not fullname.startswith("minitensor.") or fullname.startswith("minitensor.core"):
+            return None
+        if not isinstance(vars(sys.modules[parent]).get(child, sys), types.ModuleType):
+            return None  # the name is a function there (mt.tensor, mt.ops.softmax), not this module
+        head = fullname.split(".")[1]
+        if importlib.util.find_spec(f"minitensor.core.{head}") is None:
+            return None  # not an engine name: an application (minitensor.train) or a typo
+        if importlib.util.find_spec("minitensor.core." + fullname.removeprefix("minitensor.")) is None:
+            return None  # minitensor.nn.no_such_module
+        return importlib.util.spec_from_loader(fullname, self)
+
+    def create_module(self, spec):
+        module = importlib.import_module("minitensor.core." + spec.name.removeprefix("minitensor."))
+        spec.loader_state = module.__spec__  # the import system sets module.__spec__ = spec next
+        return module
+
+    def exec_module(self, module):
+        # Already executed under its own name: only give it back its own spec.
+        module.__spec__ = module.__spec__.loader_state
+
+
+# The engine modules loaded so far are registered under their public names at once: a first
+# import through the finder would set the parent's attribute to the module, and some of those
+# names are functions (mt.tensor, mt.gradcheck, mt.ops.softmax). The finder answers for the
+# modules that load later (plugins, kernels), ahead of the import system's own finders, which
+# would load a second copy from the same file (minitensor.nn's __path__ is core/nn).
+for _name, _module in list(sys.modules.items()):
+    if _name.startswith("minitensor.core."):
+        _name = _name.removeprefix("minitensor.core.")
+        sys.modules.setdefault(f"minitensor.{_name}", _module)
+        if "." not in _name:
+            globals().setdefault(_name, _module)  # mt.random, mt.autograd: as a package's submodules are
+sys.meta_path.insert(0, _EnginePaths())
+del _name, _module
 
 # The public API, as ``from minitensor import *`` and the API reference see it: the names
 # imported above for users, every op (``ops.__all__``, not copied here) and the four names
@@ -88,7 +136,8 @@ def __getattr__(name):
     # The plugin machinery (pluggy, entry points) and the plugin conformance kit load on
     # first use, not at import.
     if name in ("hookimpl", "plugins"):
-        plugins = importlib.import_module("minitensor.plugins")  # sets mt.plugins too
+        plugins = importlib.import_module("minitensor.core.plugins")
+        globals()["plugins"] = plugins
         return plugins if name == "plugins" else plugins.hookimpl
     if name in ("testing", "viz", "onnx"):  # the conformance kit, the drawings, the export: on first use too
         return importlib.import_module(f"minitensor.{name}")

@@ -104,7 +104,7 @@ def _info(args):
     print(f"cuda: available ({cuda_summary(backend.xp)})")
     try:  # the kernels compile with NVRTC on first use: check now, not in the middle of training
         names = backend.kernels.compile_all()
-        print(f"cuda kernels: {len(names)} compiled (minitensor/kernels/cuda/*.cu, by NVRTC through CuPy)")
+        print(f"cuda kernels: {len(names)} compiled (minitensor/core/kernels/cuda/*.cu, by NVRTC through CuPy)")
     except mt.DeviceError as e:
         print(f"cuda kernels: FAILED: {e}")
         return 1

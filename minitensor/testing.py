@@ -8,7 +8,7 @@
         assert check_scorer(MyAdditive, query_size=3, key_size=5, num_hiddens=8)
 
 Each check builds the plugin, feeds it small random inputs and checks the properties every
-attention layer relies on (``minitensor/hookspecs.py`` states the contracts):
+attention layer relies on (``minitensor/core/hookspecs.py`` states the contracts):
 
 - shapes under extra leading batch axes: (Q, d), (batch, Q, d), (batch, num_heads, Q, d);
 - the output dtype follows the input (float32 and float64) and stays on the input's device;
@@ -44,12 +44,10 @@ class as its options.
 
 import numpy
 
-from . import ops
+from . import Tensor, gradcheck, ops, tensor
 from .errors import GradcheckError
 from .grad_mode import no_grad
-from .gradcheck import gradcheck
 from .nn import Module, MultiHeadAttention
-from .tensor import Tensor, tensor
 
 __all__ = ["check_incremental_decoding", "check_pooling", "check_positional_encoding", "check_scorer"]
 
@@ -258,7 +256,7 @@ def check_scorer(cls, *, query_size=4, key_size=None, device="cpu", **options):
 
 def _check_scorer_capabilities(c, scorer, run, dq, dk):
     """What the class declares for the fast paths holds (the capabilities of
-    minitensor/hookspecs.py): ``row_wise`` -- a query's scores come from that query alone, so
+    minitensor/core/hookspecs.py): ``row_wise`` -- a query's scores come from that query alone, so
     reordering or stacking the queries of two heads against shared keys (what grouped heads
     do) gives the same rows; ``dot_scale(d)`` -- the scores are exactly scale * q . k."""
     q, k = c.randn((2, 2, 6, dq), "float64"), c.randn((2, 2, K, dk), "float64")

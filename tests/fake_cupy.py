@@ -2,7 +2,7 @@
 
 ``FakeCupy`` is the strict test namespace (NumPy behind CuPy's manners: arrays that refuse
 implicit host conversion, see ``strict_backend.py``) plus the few CuPy names that
-``minitensor/backends/cupy_backend.py`` uses beyond NumPy's API: ``asnumpy``,
+``minitensor/core/backends/cupy_backend.py`` uses beyond NumPy's API: ``asnumpy``,
 ``random.RandomState(seed, method=...)``, ``add.at``, ``from_dlpack``, ``is_available`` and
 ``cuda.runtime.getDeviceCount`` / ``cuda.curand``. Its ``is_available`` and
 ``getDeviceCount`` answer as a machine without a driver or without a GPU would, on request.

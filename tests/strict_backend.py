@@ -41,9 +41,9 @@ import sys
 from dataclasses import dataclass
 
 import numpy
+from minitensor.backends import Backend
 
 import minitensor
-from minitensor.backends import Backend
 
 _IMPLICIT = (
     "Implicit conversion to a NumPy array is not allowed. Please use `.get()` to construct a NumPy array explicitly."
@@ -60,7 +60,7 @@ class Transfer:
     """One crossing: ``kind`` "read" (device -> host: the host waits for the device), "sync"
     (an explicit synchronisation: the host waits) or "upload" (host -> device); ``what`` the
     call ("item()", "bool-mask getitem"...); ``where`` the innermost ``minitensor/`` frame,
-    "minitensor/ops/loss.py:33 in forward"; ``stack`` every ``minitensor/`` frame, innermost first."""
+    "minitensor/core/ops/loss.py:33 in forward"; ``stack`` every ``minitensor/`` frame, innermost first."""
 
     kind: str
     what: str

@@ -7,11 +7,11 @@ import shutil
 
 import numpy
 import pytest
+from minitensor.errors import ShapeError
 
 import minitensor as mt
 from minitensor import hookimpl, nn
 from minitensor import plugins as mtp
-from minitensor.errors import ShapeError
 from minitensor.testing import check_incremental_decoding, check_positional_encoding
 from minitensor.train.config import ConfigError, TrainConfig
 

@@ -7,9 +7,9 @@ import weakref
 import numpy as np
 import pytest
 from helpers import rand
+from minitensor.autograd import Function
 
 import minitensor as mt
-from minitensor.autograd import Function
 
 
 # -- accumulation -----------------------------------------------------------------------------

@@ -13,12 +13,12 @@ import math
 import pickle
 import re
 
+import minitensor.nn.functional as F
 import numpy as np
 import pytest
+from minitensor.errors import AxisError
 
 import minitensor as mt
-import minitensor.nn.functional as F
-from minitensor.errors import AxisError
 
 AXIS_NAME = re.compile(r"(\w+_)?(axis|axes|dim|dims)\d?")  # axis, axes, start_axis, axis0, dim...
 NOT_AXES = {"embedding_dim"}  # sizes that PyTorch habit names *_dim

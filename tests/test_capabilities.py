@@ -2,7 +2,7 @@
 
 The streamed attention path (``ops.flash_attention``) and the grouped-heads scoring are chosen
 by what the scorer and the pooling *declare* (``row_wise``, ``dot_scale``, ``softmax_like``:
-``minitensor/hookspecs.py``), never by their registered names; and the conformance kit tests
+``minitensor/core/hookspecs.py``), never by their registered names; and the conformance kit tests
 that a declaration is true. Here a learner's own scaled dot product, registered under a new
 name, streams (same result as the built-in), and false declarations are caught by the kit.
 """

@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 from fake_cupy import FakeCupy, fake_cuda_backend
 from gpu import GPU, requires_gpu
+from minitensor.backends.cupy_backend import CupyBackend, cuda_unavailable_reason
 
 import minitensor as mt
 from minitensor import backends
-from minitensor.backends.cupy_backend import CupyBackend, cuda_unavailable_reason
 from minitensor.train.checkpoint import load_checkpoint, save_checkpoint
 from minitensor.train.config import TrainConfig
 from minitensor.train.loop import train
@@ -395,9 +395,10 @@ def test_cli_train_without_a_gpu_fails_with_the_reason(monkeypatch, no_cuda, tmp
 
 def test_every_model_and_decoder_runs_on_the_device(cuda):
     """GRU, Conv1d, the Bahdanau model, the LM and beam search keep their data on the device."""
-    from minitensor.inference.decoding import beam_search, generate
     from minitensor.nn.conv import Conv1d
     from minitensor.nn.rnn import GRU
+
+    from minitensor.inference.decoding import beam_search, generate
 
     xp_array = mt.get_backend(cuda).xp.ndarray
     mt.manual_seed(0)
@@ -439,8 +440,9 @@ def test_minitensor_info_names_the_gpu_stack_and_compiles_the_kernels(monkeypatc
     cuda_emulator = pytest.importorskip("cuda_emulator")
     if not cuda_emulator.available():
         pytest.skip("the CUDA emulator needs a C++ compiler")
-    from minitensor import cli
     from minitensor.kernels.cuda import KERNELS, CudaKernels
+
+    from minitensor import cli
 
     backend = fake_cuda_backend()
     backend._kernels = CudaKernels(np, load_module=cuda_emulator.EmulatedModule)

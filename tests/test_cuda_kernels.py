@@ -1,4 +1,4 @@
-"""Tests for the GPU's CUDA C++ kernels in ``minitensor/kernels/cuda`` (softmax.cu, elementwise.cu).
+"""Tests for the GPU's CUDA C++ kernels in ``minitensor/core/kernels/cuda`` (softmax.cu, elementwise.cu).
 
 Without a GPU, ``tests/cuda_emulator`` compiles the very same sources with the host's C++
 compiler, every CUDA thread a ``std::thread`` and ``__syncthreads`` and the warp shuffles real
@@ -27,11 +27,11 @@ from gpu import requires_gpu
 from helpers import special_rows
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-import minitensor as mt
 from minitensor.kernels import cpu, fused, gelu, reference
 from minitensor.kernels.cuda import ELEMENTWISE_THREADS, KERNELS, MAX_BLOCKS, ROW_THREADS, CudaKernels, source
 from minitensor.ops.flash_attention import FlashAttention, flash_attention, stream_plan
+
+import minitensor as mt
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DTYPES = [np.float32, np.float64]
@@ -472,7 +472,6 @@ def test_the_gpu_backend_hands_the_ops_its_fused_kernels():
     """Layer norm, ReLU, dropout and Adam on the CuPy backend call these kernels, as the CPU's ops
     call kernels/fused.py: the same functions, through backend.fused(name, dtype)."""
     from fake_cupy import FakeCupy
-
     from minitensor.backends.cupy_backend import CupyBackend
 
     backend = CupyBackend(FakeCupy())

@@ -7,10 +7,10 @@ from helpers import check
 from helpers import ints as _ints
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from minitensor.errors import ShapeError
 from minitensor_plugins.poolings import AlphaEntmaxPooling, Entmax15Pooling
 
 import minitensor as mt
-from minitensor.errors import ShapeError
 from minitensor.testing import check_pooling
 
 

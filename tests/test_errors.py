@@ -6,9 +6,9 @@ import re
 
 import numpy as np
 import pytest
+from minitensor.autograd import Function
 
 import minitensor as mt
-from minitensor.autograd import Function
 
 
 def raises(exc, fn, *fragments):

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from minitensor.nn.attention import causal_mask
+from minitensor.ops.flash_attention import flash_attention
 
 import minitensor as mt
 from minitensor import nn
-from minitensor.nn.attention import causal_mask
-from minitensor.ops.flash_attention import flash_attention
 
 fa = importlib.import_module("minitensor.ops.flash_attention")  # the module (mt.ops.flash_attention is the function)
 

@@ -1,5 +1,5 @@
 """What makes a training step fast without changing its numbers: the fused CPU kernels
-(``minitensor/kernels/fused.py``) against their plain NumPy twins (the ops' own code, run
+(``minitensor/core/kernels/fused.py``) against their plain NumPy twins (the ops' own code, run
 with the kernels switched off), ``Linear`` as one node, and the autograd engine's taking
 of gradients that nothing else holds."""
 
@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from minitensor.backends import get_backend
 
 import minitensor as mt
-from minitensor.backends import get_backend
 
 CPU = get_backend("cpu")
 

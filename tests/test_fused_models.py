@@ -5,11 +5,11 @@ change it. Streamed and plain models with the same weights give the same loss an
 
 import numpy as np
 import pytest
+from minitensor.nn.attention import MultiHeadAttention
+from minitensor.ops.loss import cross_entropy
 
 import minitensor as mt
 from minitensor import cli, nn
-from minitensor.nn.attention import MultiHeadAttention
-from minitensor.ops.loss import cross_entropy
 from minitensor.train.config import ConfigError, TrainConfig, build_model, model_fused
 from minitensor.train.loop import train
 

@@ -1,20 +1,20 @@
 """GELU, exact (the default, as in PyTorch) and in the tanh approximation.
 
-gelu(x) = x Phi(x) = x/2 (1 + erf(x / sqrt 2)); its erf comes from ``minitensor/kernels/gelu.py``
+gelu(x) = x Phi(x) = x/2 (1 + erf(x / sqrt 2)); its erf comes from ``minitensor/core/kernels/gelu.py``
 (numba on the CPU, CUDA C++ on a GPU, array arithmetic on other backends). The oracle is
 ``math.erf``, evaluated one number at a time in float64.
 """
 
 import math
 
+import minitensor.nn.functional as F
 import numpy as np
 import pytest
 from helpers import check, rand
+from minitensor.kernels import gelu as kernels
 
 import minitensor as mt
-import minitensor.nn.functional as F
 from minitensor import nn
-from minitensor.kernels import gelu as kernels
 
 # 0, tiny, moderate, the tails where Phi underflows, and beyond float32's range of interest
 VALUES = np.concatenate(
@@ -193,7 +193,6 @@ def test_float16_takes_the_reference_path():
 def test_the_cuda_kernels_in_the_emulator(dtype):
     """The CUDA C++ kernels (``kernels/cuda/elementwise.cu``), run by the tests' CUDA emulator."""
     from cuda_emulator import EmulatedModule, available
-
     from minitensor.kernels.cuda import CudaKernels
 
     if not available():

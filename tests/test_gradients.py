@@ -10,9 +10,9 @@ import math
 import numpy as np
 import pytest
 from helpers import OPERATOR, check, distinct, rand
+from minitensor.autograd import Function
 
 import minitensor as mt
-from minitensor.autograd import Function
 
 BROADCAST_PAIRS = [
     ((3, 4), (3, 4)),

@@ -2,7 +2,7 @@
 
 The two process-wide settings minitensor makes (glibc keeps freed blocks for reuse; numba's
 threading layer) come with the first kernel a program runs, never with the import or with
-plain array work (``minitensor/backends/numpy_backend.py``). Each check runs in a fresh
+plain array work (``minitensor/core/backends/numpy_backend.py``). Each check runs in a fresh
 interpreter, where nothing has been imported yet.
 """
 

@@ -9,10 +9,10 @@ from collections import OrderedDict
 
 import numpy as np
 import pytest
+from minitensor.nn import functional as F
 
 import minitensor as mt
 from minitensor import nn
-from minitensor.nn import functional as F
 
 
 class Block(nn.Module):

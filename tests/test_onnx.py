@@ -10,9 +10,9 @@ import sys
 
 import numpy
 import pytest
+from minitensor.autograd import Function
 
 import minitensor as mt
-from minitensor.autograd import Function
 
 
 def _need(module):

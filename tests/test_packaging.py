@@ -101,8 +101,8 @@ def test_wheel_holds_minitensor_and_minitensor_plugins(wheel, source):
     names, _ = wheel
     for required in (
         "minitensor/__init__.py",
-        "minitensor/plugins.py",
-        "minitensor/hookspecs.py",
+        "minitensor/core/plugins.py",
+        "minitensor/core/hookspecs.py",
         "minitensor/cli.py",
         "minitensor_plugins/__init__.py",
         "minitensor_plugins/scorers.py",
@@ -121,7 +121,7 @@ def test_wheel_holds_minitensor_and_minitensor_plugins(wheel, source):
     assert {"minitensor/data/texts/time_machine.txt", "minitensor/data/texts/README.md"} <= names
     assert {"minitensor/viz/page.js", "minitensor/viz/page.css"} <= names  # what every explain page inlines
     # the GPU's kernels, compiled by CuPy from these sources on first use
-    assert {"minitensor/kernels/cuda/softmax.cu", "minitensor/kernels/cuda/elementwise.cu"} <= names
+    assert {"minitensor/core/kernels/cuda/softmax.cu", "minitensor/core/kernels/cuda/elementwise.cu"} <= names
 
 
 @pytest.mark.slow

@@ -218,7 +218,7 @@ def test_what_register_refuses_is_refused_in_one_line_and_nothing_stays(tmp_path
     path = tmp_path / f"{unique('params')}.py"
     path.write_text("from minitensor import hookimpl\n@hookimpl\ndef minitensor_scorers(config):\n    return {}\n")
     message = load_error(str(path))  # pluggy's own message spans lines: joined into one
-    assert "config" in message and message.endswith("(their parameters, if any, are in minitensor/hookspecs.py)")
+    assert "config" in message and message.endswith("(their parameters, if any, are in minitensor/core/hookspecs.py)")
 
 
 def test_a_file_whose_module_name_is_taken_by_another_module(tmp_path):

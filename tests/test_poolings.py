@@ -7,10 +7,10 @@ import pytest
 from helpers import allowed_keys_np as _allowed
 from helpers import check
 from helpers import ints as _ints
+from minitensor.errors import ShapeError
 from minitensor_plugins.poolings import AveragePooling, SoftmaxPooling, SparsemaxPooling, allowed_keys
 
 import minitensor as mt
-from minitensor.errors import ShapeError
 
 POOLINGS = {"softmax": SoftmaxPooling, "average": AveragePooling, "sparsemax": SparsemaxPooling}
 

@@ -77,8 +77,8 @@ def test_the_two_readmes_link_each_other_at_the_top():
 
 
 def test_the_readme_points_to_the_plugin_contract():
-    """The contract lives in one place, minitensor/hookspecs.py; the README links to it."""
-    assert "](minitensor/hookspecs.py)" in README.read_text(encoding="utf-8")
+    """The contract lives in one place, minitensor/core/hookspecs.py; the README links to it."""
+    assert "](minitensor/core/hookspecs.py)" in README.read_text(encoding="utf-8")
 
 
 # -- benchmarks -----------------------------------------------------------------------------

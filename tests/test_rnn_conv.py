@@ -7,11 +7,11 @@ GRU, GRUCell and conv1d with the same weights."""
 import numpy as np
 import pytest
 from helpers import array_type, check
+from minitensor.ops.conv import conv1d, conv1d_output_length
+from minitensor.ops.rnn import GRUSequence
 
 import minitensor as mt
 from minitensor import nn
-from minitensor.ops.conv import conv1d, conv1d_output_length
-from minitensor.ops.rnn import GRUSequence
 
 
 # -- GRU: the NumPy reference ---------------------------------------------------------------

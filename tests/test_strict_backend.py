@@ -3,11 +3,11 @@ accepted NumPy calls, the op tests running on it would prove nothing."""
 
 import numpy as np
 import pytest
+from minitensor.autograd import Function
 from strict_backend import StrictArray
 from strict_backend import strict_xp as xp
 
 import minitensor as mt
-from minitensor.autograd import Function
 
 
 def sa(values):

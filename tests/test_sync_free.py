@@ -260,4 +260,4 @@ def test_the_counter_sees_every_kind_of_read(cuda):
         mt.tensor([1.0, 2.0], device=cuda).sum().item()
     (upload,), (read,) = log.uploads, log.waits
     assert upload.what == "xp.array" and "in array" in upload.where  # CupyBackend.array
-    assert read.stack[0].startswith("minitensor/tensor.py:") and "in item" in read.where
+    assert read.stack[0].startswith("minitensor/core/tensor.py:") and "in item" in read.where

@@ -10,6 +10,7 @@ import re
 
 import numpy as np
 import pytest
+from minitensor.ops.loss import cross_entropy
 
 import minitensor as mt
 from minitensor.data import (
@@ -21,7 +22,6 @@ from minitensor.data import (
     read_text,
     unigram_baseline,
 )
-from minitensor.ops.loss import cross_entropy
 
 # D2L checks its download of timemachine.txt against this SHA-1 (DATA_HUB["time_machine"]):
 # the shipped file is that file, byte for byte.

@@ -1,4 +1,4 @@
-"""The Transformer (minitensor/nn/transformer.py): shapes, causality, the key/value cache
+"""The Transformer (minitensor/core/nn/transformer.py): shapes, causality, the key/value cache
 (token-by-token decoding equals the full forward pass), padding, training in post-LN and
 pre-LN, gradients, plugins by name in every block, the strict device, reorder_state, and
 (optionally) PyTorch's TransformerEncoderLayer / TransformerDecoderLayer."""

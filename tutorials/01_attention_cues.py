@@ -284,9 +284,9 @@ print("mean weight on the diagonal:", dict(zip(ws, diagonal)))
 #
 # ## Where this lives in the engine
 #
-# - `minitensor/nn/attention.py` — `Attention`: scorer, pooling, dropout and the weighted sum
+# - `minitensor/core/nn/attention.py` — `Attention`: scorer, pooling, dropout and the weighted sum
 #   of the values; `attention_weights` kept for plotting.
 # - `plugins/minitensor_plugins/scorers.py` — the `dot` and `parametric_gaussian` scorers.
 # - `plugins/minitensor_plugins/poolings.py` — the `softmax` and `average` poolings.
-# - `minitensor/ops/softmax.py` and `minitensor/kernels/cpu.py` — the softmax itself.
+# - `minitensor/core/ops/softmax.py` and `minitensor/core/kernels/cpu.py` — the softmax itself.
 # - `minitensor/train/plots.py` — `show_heatmaps`.

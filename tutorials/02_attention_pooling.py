@@ -420,5 +420,5 @@ show_heatmaps(
 # - `plugins/minitensor_plugins/scorers.py` — the `kernel` (gaussian, boxcar, epanechnikov,
 #   constant) and `parametric_gaussian` scorers.
 # - `plugins/minitensor_plugins/poolings.py` — the `softmax` and `average` poolings.
-# - `minitensor/nn/attention.py` — the `Attention` layer that puts them together.
-# - `minitensor/optim/` — the SGD that learns $w$.
+# - `minitensor/core/nn/attention.py` — the `Attention` layer that puts them together.
+# - `minitensor/core/optim/` — the SGD that learns $w$.

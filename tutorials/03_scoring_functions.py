@@ -373,7 +373,7 @@ fig.savefig(figure_path(TUTORIAL, "scorer_cost.png"), dpi=100)
 # why Transformers use scaled dot products — their queries and keys are projections of one
 # width anyway (chapter 5) — while additive attention lives on in recurrent models whose
 # decoder state and encoder outputs may differ in size (D2L's Bahdanau decoder of 10.4
-# Bahdanau 注意力 / 11.4 "The Bahdanau Attention Mechanism", `minitensor/nn/seq2seq.py`).
+# Bahdanau 注意力 / 11.4 "The Bahdanau Attention Mechanism", `minitensor/core/nn/seq2seq.py`).
 
 # %% [markdown]
 # > **Common slips, and which version the code implements**
@@ -505,7 +505,7 @@ show_heatmaps(
 #   `parametric_gaussian`, `kernel`, `cosine`, `l2`.
 # - `plugins/minitensor_plugins/poolings.py` — `softmax`, `sparsemax`, `average`, `entmax15`,
 #   `alpha_entmax` (tutorial 9), and `allowed_keys` (valid_lens and masks).
-# - `minitensor/ops/softmax.py` — `masked_softmax` and its backward; `minitensor/kernels/cpu.py`
+# - `minitensor/core/ops/softmax.py` — `masked_softmax` and its backward; `minitensor/core/kernels/cpu.py`
 #   — the fused numba kernel that gives a fully masked row zeros.
-# - `minitensor/nn/attention.py` — the `Attention` layer: scorer, pooling, dropout, weighted sum.
-# - `minitensor/plugins.py` — the registry: `scorers()`, `poolings()`, `lookup()`, `describe()`.
+# - `minitensor/core/nn/attention.py` — the `Attention` layer: scorer, pooling, dropout, weighted sum.
+# - `minitensor/core/plugins.py` — the registry: `scorers()`, `poolings()`, `lookup()`, `describe()`.

@@ -41,10 +41,10 @@ import tempfile
 import numpy
 import pluggy
 from _tutorial import SMOKE, expect_error, figure_path, pick, text  # noqa: F401  (shared helpers; text: figure labels in the language)
+from minitensor.plugins import PluginError, check_options
 
 import minitensor as mt
 from minitensor import hookimpl, hookspecs
-from minitensor.plugins import PluginError, check_options
 from minitensor.testing import check_scorer
 from minitensor.train.plots import show_heatmaps
 
@@ -67,7 +67,7 @@ mt.manual_seed(0)
 # option: a small $\tau$ stretches the scores, so the softmax sharpens towards the best key;
 # a large one flattens it towards average pooling.
 #
-# The contract every scorer keeps (`minitensor/hookspecs.py`): a `mt.nn.Module` built as
+# The contract every scorer keeps (`minitensor/core/hookspecs.py`): a `mt.nn.Module` built as
 # `cls(query_size, key_size, **options)` whose `forward(queries, keys)` maps queries
 # (…, Q, d_q) and keys (…, K, d_k) to scores (…, Q, K), for *any* leading batch axes
 # (multi-head attention passes (batch, num_heads, Q, d_head)). Options arrive as keyword
@@ -154,7 +154,7 @@ assert "batch independence" in str(caught.error), "the kit names the broken prop
 #
 # minitensor finds plugins with [pluggy](https://pluggy.readthedocs.io), pytest's plugin
 # system. A plugin is any object (a module, a class instance) holding functions marked with
-# `@minitensor.hookimpl` whose *names* are hooks listed in `minitensor/hookspecs.py`:
+# `@minitensor.hookimpl` whose *names* are hooks listed in `minitensor/core/hookspecs.py`:
 # `minitensor_scorers`, `minitensor_poolings`, `minitensor_positional_encodings`. Each takes
 # no arguments and returns `{name: class}`. `mt.plugins.register(plugin, name=...)` adds it
 # at once (the registries are rebuilt at the next look-up) and `mt.plugins.unregister`
@@ -353,7 +353,7 @@ with expect_error("calling a hook with a positional argument", TypeError):
 # FlashAttention's online softmax over blocks of keys), never building the (Q, K) scores. It
 # computes the scores itself then, so it must know that they are `scale * q . k`: the layer
 # does not guess from a plugin's name, it reads what the plugin **declares**
-# (`minitensor/hookspecs.py`, "capabilities"). A scorer may declare `row_wise = True` (each
+# (`minitensor/core/hookspecs.py`, "capabilities"). A scorer may declare `row_wise = True` (each
 # score comes from one query and one key: grouped heads can then score a whole group at once)
 # and a method `dot_scale(d_head)` returning the scale (the scores are exactly that times
 # q . k); a pooling may declare `softmax_like = True`. The built-ins declare theirs the same
@@ -582,13 +582,13 @@ shutil.rmtree(site, ignore_errors=True)
 #
 # ## Where this lives in the engine
 #
-# - `minitensor/hookspecs.py`: the three hooks and the contracts of scorers, poolings and
+# - `minitensor/core/hookspecs.py`: the three hooks and the contracts of scorers, poolings and
 #   positional encodings.
-# - `minitensor/plugins.py`: the plugin manager, `register` / `unregister`, entry-point
+# - `minitensor/core/plugins.py`: the plugin manager, `register` / `unregister`, entry-point
 #   loading, `check_options`, and the error messages we saw.
 # - `minitensor/testing.py`: the conformance kit (`check_scorer`, `check_pooling`,
 #   `check_positional_encoding`).
 # - `plugins/minitensor_plugins/scorers.py`: the built-in scorers, registered the same way.
 # - `plugins/example-cosine/`: a complete plugin distribution to copy.
-# - `minitensor/nn/attention.py`: how `Attention` and `MultiHeadAttention` build a plugin
+# - `minitensor/core/nn/attention.py`: how `Attention` and `MultiHeadAttention` build a plugin
 #   by name; `minitensor/cli.py` and `minitensor/train/`: `minitensor train --scorer`.

@@ -101,7 +101,7 @@ assert numpy.allclose(weights.sum(axis=-1), 1.0, atol=1e-6), "each head's rows s
 #
 # The layer holds four `Linear` layers, `W_q`, `W_k`, `W_v`, `W_o`. `mt.nn.Linear` stores its
 # weight as PyTorch's `nn.Linear` does, (out_features, in_features), and computes
-# $y = x W^\top + b$ on row vectors $x$ (`minitensor/nn/linear.py`): the stored matrix is in
+# $y = x W^\top + b$ on row vectors $x$ (`minitensor/core/nn/linear.py`): the stored matrix is in
 # D2L's (output × input) layout, and the transpose in the product is the switch to rows.
 # So `W_q.weight`, of shape (num_hiddens, query_size) = (100, 100) (square here: the shape
 # alone does not tell the layout), stacks the $h$ matrices
@@ -385,14 +385,14 @@ fig.savefig(figure_path(TUTORIAL, "neighbour_loss.png"), dpi=100)
 #
 # ## Where this lives in the engine
 #
-# - `minitensor/nn/attention.py`: `MultiHeadAttention` (`project_and_split`, the attention
+# - `minitensor/core/nn/attention.py`: `MultiHeadAttention` (`project_and_split`, the attention
 #   of all heads at once, `merge_and_project`) and the single-head `Attention` it uses.
 # - `plugins/minitensor_plugins/scorers.py` (`scaled_dot`) and
 #   `plugins/minitensor_plugins/poolings.py` (`softmax`): the scorer and pooling of each head.
-# - `minitensor/ops/softmax.py` and `minitensor/kernels/`: `mt.masked_softmax` and its
+# - `minitensor/core/ops/softmax.py` and `minitensor/core/kernels/`: `mt.masked_softmax` and its
 #   numba kernels.
-# - `minitensor/ops/shape.py`: `reshape` and `permute`, the whole trick of running the heads
+# - `minitensor/core/ops/shape.py`: `reshape` and `permute`, the whole trick of running the heads
 #   in parallel.
-# - `minitensor/nn/transformer.py`: `TransformerEmbedding`;
+# - `minitensor/core/nn/transformer.py`: `TransformerEmbedding`;
 #   `plugins/minitensor_plugins/positional.py`: the `learned` positional encoding.
 # - `minitensor/train/plots.py`: `show_heatmaps`.

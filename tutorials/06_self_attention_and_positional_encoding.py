@@ -575,12 +575,12 @@ fig.savefig(figure_path(TUTORIAL, "rotary_scores.png"), dpi=100)
 #
 # ## Where this lives in the engine
 #
-# - `minitensor/nn/attention.py`: `Attention`, `MultiHeadAttention` (self- and
+# - `minitensor/core/nn/attention.py`: `Attention`, `MultiHeadAttention` (self- and
 #   cross-attention, `positional="rotary"` applied to the projected queries and keys).
 # - `plugins/minitensor_plugins/positional.py`: `sinusoidal`, `learned`, `rotary`, `none`
 #   (the formulas, and the rotation property in `SinusoidalEncoding`'s docstring).
-# - `minitensor/ops/conv.py` (the convolution as im2col, and its backward) and
-#   `minitensor/ops/rnn.py` (the GRU's sequential loop with backpropagation through time),
+# - `minitensor/core/ops/conv.py` (the convolution as im2col, and its backward) and
+#   `minitensor/core/ops/rnn.py` (the GRU's sequential loop with backpropagation through time),
 #   the layers `nn.Conv1d` and `nn.GRU` built on them: the comparison's baselines.
-# - `minitensor/autograd.py`: the backward pass behind every gradient we measured.
-# - `minitensor/plugins.py`: `lookup`, how an encoding is found by name.
+# - `minitensor/core/autograd.py`: the backward pass behind every gradient we measured.
+# - `minitensor/core/plugins.py`: `lookup`, how an encoding is found by name.

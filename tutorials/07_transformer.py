@@ -576,10 +576,10 @@ print("wrote", figure_path(T, "date_explain.html"), f"({len(page.html) / 1024:.0
 #
 # ## Where this lives in the engine
 #
-# * `minitensor/nn/transformer.py` — `PositionWiseFFN`, `AddNorm` (post- and pre-LN),
+# * `minitensor/core/nn/transformer.py` — `PositionWiseFFN`, `AddNorm` (post- and pre-LN),
 #   `TransformerEncoderBlock`, `TransformerDecoderBlock` (with the key/value cache),
 #   `TransformerEncoder`, `TransformerDecoder`, `EncoderDecoder`, `TransformerLM`;
-# * `minitensor/nn/attention.py` — `MultiHeadAttention`, `causal_mask`;
+# * `minitensor/core/nn/attention.py` — `MultiHeadAttention`, `causal_mask`;
 # * `minitensor/train/config.py` — `TrainConfig` and the builders of data and model;
 #   `minitensor/train/loop.py` — `train`, evaluation, checkpoints, resuming;
 # * `minitensor/inference/decoding.py` — greedy search, beam search, `translate`;

@@ -2,7 +2,7 @@
 # # 8. Inside the engine: reverse-mode autograd and a fused softmax kernel
 #
 # Every model of the previous tutorials was trained by gradient descent, and every
-# gradient came from one place: `minitensor/autograd.py`, about 300 lines. This tutorial
+# gradient came from one place: `minitensor/core/autograd.py`, about 300 lines. This tutorial
 # opens it. We
 #
 # 1. write reverse-mode automatic differentiation (反向模式自动微分) from scratch for scalars,
@@ -134,12 +134,12 @@ print("from-scratch gradients == minitensor's == the chain rule by hand")
 # %% [markdown]
 # ## How minitensor stores the graph
 #
-# minitensor does the same on arrays. A `Tensor` (`minitensor/tensor.py`) holds `data` (a
+# minitensor does the same on arrays. A `Tensor` (`minitensor/core/tensor.py`) holds `data` (a
 # NumPy or CuPy array), `requires_grad`, `grad`, and `_ctx` — exposed as `grad_fn`, the
 # `Function` object of the call that produced it (None for a leaf, 叶子节点). That object is
 # the node of the graph: it keeps `inputs` (the tensors it was applied to) and `saved`
 # (whatever `forward` put aside for `backward`), and its class holds the two static methods.
-# `Function.apply` (`minitensor/autograd.py`) unwraps the tensors, calls `forward` on raw
+# `Function.apply` (`minitensor/core/autograd.py`) unwraps the tensors, calls `forward` on raw
 # arrays, and wraps the result with the `ctx` attached — only when an input requires a
 # gradient and we are not inside `mt.no_grad()`.
 
@@ -159,7 +159,7 @@ assert z.grad_fn is None and not z.requires_grad, "no graph is recorded under no
 #
 # An operation is a subclass of `mt.Function` with `forward(ctx, ...)` and
 # `backward(ctx, grad)` side by side — PyTorch's idiom, and the one every op in
-# `minitensor/ops/` follows (`elementwise.py` is the simplest). `forward` receives raw arrays
+# `minitensor/core/ops/` follows (`elementwise.py` is the simplest). `forward` receives raw arrays
 # and computes with `ctx.xp` (NumPy or CuPy: the same code runs on both backends); it keeps
 # what `backward` needs with `ctx.save_for_backward`. `backward` receives $\partial L/\partial y$
 # and returns $\partial L/\partial x$ for each input (None for a non-tensor argument).
@@ -200,7 +200,7 @@ assert mt.gradcheck(softplus, [x]), "backward: sigmoid(x)"
 print(y.grad_fn, "- forward and backward pass gradcheck")
 
 # %% [markdown]
-# `mt.gradcheck(fn, inputs)` (`minitensor/gradcheck.py`) compares the analytic gradient with
+# `mt.gradcheck(fn, inputs)` (`minitensor/core/gradcheck.py`) compares the analytic gradient with
 # central finite differences (有限差分),
 #
 # $$\frac{\partial L}{\partial x_i} \approx \frac{L(x + \epsilon e_i) - L(x - \epsilon e_i)}{2\epsilon},$$
@@ -491,7 +491,7 @@ with expect_error("a third backward through the graph the second one freed", mt.
 #
 # Attention computes a softmax over every row of its (batch, heads, queries, keys) scores;
 # in the date Transformer of tutorial 7 it is one of the most frequent operations. Written
-# with NumPy (`minitensor/kernels/reference.py`), the numerically stable softmax
+# with NumPy (`minitensor/core/kernels/reference.py`), the numerically stable softmax
 #
 # $$\text{softmax}(\mathbf x)_j = \frac{e^{x_j - m}}{\sum_k e^{x_k - m}},\qquad m = \max_k x_k,$$
 #
@@ -501,7 +501,7 @@ with expect_error("a third backward through the graph the second one freed", mt.
 # and two full-size temporaries: for a (4096, 512) float32 array, 8 MiB each, about 40 MiB
 # read and 24 MiB written — far more than the caches hold, so the time goes to moving data.
 #
-# The numba kernel (`minitensor/kernels/cpu.py`) is *fused* (算子融合): one function walks
+# The numba kernel (`minitensor/core/kernels/cpu.py`) is *fused* (算子融合): one function walks
 # the array row by row, and a row of 512 floats (2 KiB) stays in the L1 cache while the
 # max, the exponentials with their sum, and the scaling run over it. Main memory sees the
 # input read once and the output written once: 16 MiB. Rows are independent, so they are
@@ -514,7 +514,6 @@ with expect_error("a third backward through the graph the second one freed", mt.
 import tracemalloc
 
 import numba
-
 from minitensor.kernels import cpu, reference
 
 rows, cols = pick((4096, 512), (256, 128))
@@ -919,18 +918,18 @@ print(f"this process: rank {here.rank} of {here.size}")
 #
 # ## Where this lives in the engine
 #
-# * `minitensor/tensor.py` — `Tensor`: `data`, `grad`, `requires_grad`, `grad_fn` (`_ctx`),
+# * `minitensor/core/tensor.py` — `Tensor`: `data`, `grad`, `requires_grad`, `grad_fn` (`_ctx`),
 #   the creation number `_seq`, and every operator in the class body: `x * w` is
 #   `Tensor.__mul__`, one line calling `Mul.apply`;
-# * `minitensor/autograd.py` — `Function` (`apply`, `save_for_backward`, `needs_input_grad`),
+# * `minitensor/core/autograd.py` — `Function` (`apply`, `save_for_backward`, `needs_input_grad`),
 #   `backward` (the heap), `sum_to_shape` (undoing broadcasting), `_accumulate` (how a leaf
 #   takes a gradient that nothing else holds without copying it, as PyTorch does);
-# * `minitensor/ops/elementwise.py` — the simplest ops, each forward beside its backward;
-#   `minitensor/ops/softmax.py` — the softmax Functions on top of the kernels;
-# * `minitensor/gradcheck.py` — `mt.gradcheck`;
-# * `minitensor/kernels/cpu.py` (the fused numba kernels) and `minitensor/kernels/reference.py`
+# * `minitensor/core/ops/elementwise.py` — the simplest ops, each forward beside its backward;
+#   `minitensor/core/ops/softmax.py` — the softmax Functions on top of the kernels;
+# * `minitensor/core/gradcheck.py` — `mt.gradcheck`;
+# * `minitensor/core/kernels/cpu.py` (the fused numba kernels) and `minitensor/core/kernels/reference.py`
 #   (the same in plain NumPy: the oracle of the tests and the baseline of the benchmark);
-#   `minitensor/kernels/fused.py` fuses the rest of a training step's elementwise work the
+#   `minitensor/core/kernels/fused.py` fuses the rest of a training step's elementwise work the
 #   same way (dropout, ReLU, layer norm, Adam's update), each tested against its op's NumPy
 #   code;
 # * `bench/softmax.py` — the proper benchmark;

@@ -781,9 +781,9 @@ if not SMOKE:  # one tiny model, end to end (well under a minute)
 # - `plugins/minitensor_plugins/score_biases.py`: `alibi` (`ALiBi`, `slopes_for`),
 #   `t5_relative` (`T5RelativeBias`, `t5_bucket`), `sliding_window` (`SlidingWindow`), and
 #   the dense bias built from `relative_bias`.
-# - `minitensor/nn/attention.py`: `Attention.forward(..., bias=)`, `MultiHeadAttention`
+# - `minitensor/core/nn/attention.py`: `Attention.forward(..., bias=)`, `MultiHeadAttention`
 #   (`positional=`, `num_kv_heads=`, `attend`, `cached_self_attention`, `_attend_grouped`).
-# - `minitensor/nn/transformer.py`: one "scores" encoding per stack, bidirectional in the
+# - `minitensor/core/nn/transformer.py`: one "scores" encoding per stack, bidirectional in the
 #   encoder and unidirectional in the decoder (`attention_positional`; `score_bias_options`
 #   in `attention.py`).
 # - `plugins/minitensor_plugins/poolings.py`: `sparsemax`, `entmax15`, `alpha_entmax`.

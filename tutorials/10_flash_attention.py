@@ -15,7 +15,7 @@
 # per query row, plus the observation that the backward pass can recompute the weights it
 # needs from one number per row, the **log-sum-exp**. This tutorial derives the identity on
 # a 2 x 6 example by hand, measures the memory it saves, walks through minitensor's
-# implementation (`minitensor/ops/flash_attention.py`) and its backward, shows how
+# implementation (`minitensor/core/ops/flash_attention.py`) and its backward, shows how
 # `MultiHeadAttention` decides when to stream, and ends by training the character language
 # model on 2048-character windows.
 #
@@ -41,11 +41,11 @@ import tracemalloc
 import numpy
 from _tutorial import SMOKE, expect_error, figure_path, pick, text  # noqa: F401  (shared helpers; text: figure labels)
 from matplotlib.figure import Figure
+from minitensor.nn.attention import FUSED_MIN_LENGTH, plain_attention
+from minitensor.ops.flash_attention import BLOCK_K, BLOCK_Q, flash_attention, stream_plan
 
 import minitensor as mt
 from minitensor.data import unigram_baseline
-from minitensor.nn.attention import FUSED_MIN_LENGTH, plain_attention
-from minitensor.ops.flash_attention import BLOCK_K, BLOCK_Q, flash_attention, stream_plan
 from minitensor.train import TrainConfig, train
 from minitensor.train.config import build_data, build_model
 
@@ -825,13 +825,13 @@ print(
 #
 # ## Where this lives in the engine
 #
-# - `minitensor/ops/flash_attention.py`: `flash_attention` (`return_lse=`, `block_q=`,
+# - `minitensor/core/ops/flash_attention.py`: `flash_attention` (`return_lse=`, `block_q=`,
 #   `block_k=`), `FlashAttention` (the forward loop and the backward, in FlashAttention-2's
 #   loop orders),
 #   `StreamPlan` (`visits`, `scores`, `bias`, `weights`), `stream_plan`, `BLOCK_Q`, `BLOCK_K`.
-# - `minitensor/nn/attention.py`: `MultiHeadAttention(fused=...)`, `why_not_fused`,
+# - `minitensor/core/nn/attention.py`: `MultiHeadAttention(fused=...)`, `why_not_fused`,
 #   `attention_weights_for`, `_attend_streamed`, `FUSED_MIN_LENGTH`, `plain_attention`.
-# - `minitensor/ops/softmax.py` and `minitensor/kernels/cpu.py`: the masked softmax the
+# - `minitensor/core/ops/softmax.py` and `minitensor/core/kernels/cpu.py`: the masked softmax the
 #   stream reproduces.
 # - `minitensor/train/config.py`: `TrainConfig.fused` (`--fused`), `LM_RECIPE`,
 #   `lm_num_steps` (`--lm-num-steps`).

@@ -52,7 +52,7 @@ PAGES = {
     "README.zh-CN.md": "index.zh.md",
     "tutorials/GLOSSARY.md": "glossary.md",
     "bench/README.md": "benchmarks.md",
-    "minitensor/hookspecs.py": "plugin_contract.md",
+    "minitensor/core/hookspecs.py": "plugin_contract.md",
     "docs/pytorch_differences.md": "pytorch_differences.md",
 }
 

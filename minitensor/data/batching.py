@@ -10,8 +10,8 @@ Tensors on the training device one minibatch at a time.
 
 import numpy
 
+from .. import tensor
 from ..random import host_rng
-from ..tensor import tensor
 
 
 def truncate_pad(line, num_steps, padding_token):

@@ -75,12 +75,12 @@ from typing import NamedTuple
 
 import numpy
 
+from .. import Tensor, tensor
 from ..data.batching import build_array
 from ..grad_mode import no_grad
 from ..nn.attention import plain_attention
 from ..ops import log_softmax
 from ..random import host_rng
-from ..tensor import Tensor, tensor
 
 __all__ = ["Hypothesis", "beam_search", "greedy", "sample", "translate", "generate", "step_attention"]
 

@@ -16,7 +16,7 @@ model before it is written; the file appears complete or not at all.
 import os
 import tempfile
 
-from ..tensor import Tensor
+from .. import Tensor
 from .graph import ExportError, GraphBuilder, onnx_dtype
 from .ops import mapping_of
 from .trace import SymDim, tracing

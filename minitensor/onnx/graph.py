@@ -16,7 +16,7 @@ take; ``g.op`` appends a node and returns its output's name (names are made uniq
 
 import numpy
 
-from ..tensor import Tensor
+from .. import Tensor
 from .trace import SymDim
 
 _ARITHMETIC = {"add": "Add", "sub": "Sub", "mul": "Mul", "floordiv": "Div", "mod": "Mod"}

@@ -26,8 +26,8 @@ import os
 
 import numpy
 
+from .. import tensor
 from ..nn.transformer import TransformerLM
-from ..tensor import tensor
 from .export import export, write_file
 from .graph import ExportError
 

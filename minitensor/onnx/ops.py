@@ -26,8 +26,8 @@ import importlib
 
 import numpy
 
+from .. import Tensor
 from ..ops import convert, elementwise, entmax, indexing, join, norm, reduce, select, shape
-from ..tensor import Tensor
 from .graph import ExportError, onnx_dtype
 from .trace import symbolic_shape
 

@@ -30,12 +30,12 @@ import os
 
 import numpy
 
+from .. import tensor
 from ..data import Vocab, build_array
 from ..grad_mode import no_grad
 from ..nn import Module
 from ..nn.seq2seq import AttentionDecoderState, Seq2SeqAttentionDecoder
 from ..nn.transformer import TransformerDecoder
-from ..tensor import tensor
 from .export import export, write_file
 from .graph import ExportError
 

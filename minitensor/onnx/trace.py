@@ -20,7 +20,7 @@ size only. So, while ``tracing()`` is on:
 import contextlib
 import operator
 
-from .. import _trace
+from ..core import tracing as seam  # the engine's one hook for a tracer
 from ..grad_mode import no_grad
 
 
@@ -109,12 +109,12 @@ def symbolic_shape(tensor):
 def tracing():
     """Record every op run inside the block into the ``Trace`` it yields (no gradients: export
     is of the forward pass). Traces do not nest."""
-    if _trace.active is not None:
+    if seam.active is not None:
         raise RuntimeError("mt.onnx: a forward pass is already being traced (traces do not nest)")
     trace = Trace()
-    _trace.active = trace
+    seam.active = trace
     try:
         with no_grad():
             yield trace
     finally:
-        _trace.active = None
+        seam.active = None

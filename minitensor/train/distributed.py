@@ -36,7 +36,7 @@ import sys
 
 import numpy
 
-from ..tensor import Tensor
+from .. import Tensor
 
 BUCKET_BYTES = 4 << 20  # 4 MiB of gradients per Allreduce (PyTorch's DDP uses 25 MiB buckets)
 

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 
 import numpy
 
+from .. import Tensor, tensor
 from ..backends import get_backend
 from ..data import Batches, build_array, lm_arrays, seq2seq_arrays, unigram_baseline
 from ..grad_mode import no_grad
@@ -53,7 +54,6 @@ from ..ops.join import stack
 from ..ops.loss import cross_entropy
 from ..optim import WarmupCosineLR, clip_grad_norm_
 from ..random import manual_seed
-from ..tensor import Tensor, tensor
 from .checkpoint import load_checkpoint, save_checkpoint
 from .config import (
     TrainConfig,

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy
 
-from ..nn.attention import Attention, MultiHeadAttention, _as_tensor, causal_mask, plain_attention
+from ..nn.attention import Attention, MultiHeadAttention, as_tensor, causal_mask, plain_attention
 from ..ops.softmax import lens_per_row
 
 
@@ -100,9 +100,9 @@ def _recorder(name, cap, scores_of):
             scores = layer.score(*call.args[1:3])
         backend = scores._backend
         # the layer converts lists and arrays into tensors inside weigh: do the same here
-        valid_lens = _as_tensor(call.arguments["valid_lens"], scores)
-        mask = _as_tensor(call.arguments["mask"], scores, "bool")
-        bias = _as_tensor(call.arguments["bias"], scores, scores.dtype)
+        valid_lens = as_tensor(call.arguments["valid_lens"], scores)
+        mask = as_tensor(call.arguments["mask"], scores, "bool")
+        bias = as_tensor(call.arguments["bias"], scores, scores.dtype)
         causal = call.arguments["causal"]
         cap.records.append(
             AttentionRecord(

@@ -12,11 +12,11 @@
 
 import numpy
 
+from .. import tensor
 from ..data.batching import build_array
 from ..grad_mode import enable_grad
 from ..inference import generate, model_device, translate
 from ..ops.loss import cross_entropy
-from ..tensor import tensor
 from .capture import capture
 from .graph import graph
 from .page import AttentionPage

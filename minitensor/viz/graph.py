@@ -11,7 +11,7 @@ into a ``Graph``:
   where gradients end;
 - one edge per tensor input of a Function, from the node that made the input;
 - the order in which ``backward`` visits the Functions: decreasing creation number, the
-  reverse topological order of ``minitensor/autograd.py`` (1 = the result's own op).
+  reverse topological order of ``minitensor/core/autograd.py`` (1 = the result's own op).
 
 ``Graph.backward()`` runs backward from the result and records each node's gradient norm
 |dL/d(output)|, which the drawing then shows. The layout is computed here, in Python, and
@@ -24,7 +24,7 @@ import html
 import math
 from dataclasses import dataclass, field
 
-from ..tensor import Tensor
+from .. import Tensor
 
 # the drawing's geometry, in SVG pixels
 NODE_WIDTH, NODE_HEIGHT = 196, 58

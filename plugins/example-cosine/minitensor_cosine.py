@@ -58,7 +58,7 @@ def _norm(x, eps):
 
 
 # The hook: pluggy finds it by its name, which must be exactly one of the hooks in
-# minitensor/hookspecs.py (a typo such as ``minitensor_scorer`` is reported as an error).
+# minitensor/core/hookspecs.py (a typo such as ``minitensor_scorer`` is reported as an error).
 # It takes no parameters and returns {name: class}.
 @hookimpl
 def minitensor_scorers():

@@ -2,16 +2,17 @@
 
 The contract -- which keys are allowed (``valid_lens``, ``mask``, -inf scores), the
 all-zero rows, the ``sums_to_one`` and ``sparse`` attributes -- is in
-``minitensor/hookspecs.py``. ``allowed_keys`` below implements its masking rule, for a
+``minitensor/core/hookspecs.py``. ``allowed_keys`` below implements its masking rule, for a
 pooling of your own to reuse.
 """
 
 import math
 
-import minitensor as mt
-from minitensor import hookimpl, nn
 from minitensor.errors import ShapeError
 from minitensor.plugins import check_options
+
+import minitensor as mt
+from minitensor import hookimpl, nn
 
 
 def allowed_keys(scores, valid_lens=None, mask=None):
@@ -52,12 +53,12 @@ class SoftmaxPooling(nn.Module):
 
         alpha(q, k_i) = exp(a(q, k_i)) / sum_{allowed j} exp(a(q, k_j)),  0 for masked keys
 
-    on the fused numba kernels (``minitensor/kernels``).
+    on the fused numba kernels (``minitensor/core/kernels``).
     """
 
     sparse = False  # every allowed key gets some weight
     sums_to_one = True
-    softmax_like = True  # capability (minitensor/hookspecs.py): the online softmax computes it
+    softmax_like = True  # capability (minitensor/core/hookspecs.py): the online softmax computes it
 
     def __init__(self, **options):
         super().__init__()
@@ -98,7 +99,7 @@ class SparsemaxPooling(nn.Module):
 
     with the threshold tau making the weights sum to 1. Unlike softmax it gives keys
     scoring below tau weight exactly 0: sparse, easier-to-read attention. See
-    ``minitensor/ops/sparsemax.py`` for tau and the backward pass.
+    ``minitensor/core/ops/sparsemax.py`` for tau and the backward pass.
     """
 
     sparse = True  # exact zeros below the threshold
@@ -119,7 +120,7 @@ class Entmax15Pooling(nn.Module):
 
     with the threshold tau making the weights sum to 1. Like sparsemax it gives low-scoring
     keys weight exactly 0, but the weights of the others are smoother (quadratic, not
-    linear, in the scores). Exact and sort-based: ``minitensor/ops/entmax.py``.
+    linear, in the scores). Exact and sort-based: ``minitensor/core/ops/entmax.py``.
     """
 
     sparse = True
@@ -141,7 +142,7 @@ class AlphaEntmaxPooling(nn.Module):
     (w_i is D2L's alpha(q, k_i); alpha here is entmax's exponent).
     alpha -> 1 tends to softmax, alpha = 1.5 is ``entmax15``, alpha = 2 is ``sparsemax``; for
     every alpha > 1 low-scoring keys get weight exactly 0. tau by bisection
-    (``minitensor/ops/entmax.py``).
+    (``minitensor/core/ops/entmax.py``).
 
     Options: ``alpha`` (default 1.5, must be > 1); ``learn_alpha`` (default False): learn
     alpha by gradient descent ("Adaptively Sparse Transformers"). Then alpha is computed

@@ -9,7 +9,7 @@ the same way. Word order has to be put in by hand; this module puts it in two pl
   the scores see relative positions directly (``rotary``).
 
 The third place, a bias on the scores, is ``score_biases.py``. What each kind is built and
-called with, and what the offsets mean: the contract, ``minitensor/hookspecs.py``.
+called with, and what the offsets mean: the contract, ``minitensor/core/hookspecs.py``.
 
 The fixed tables (sinusoidal, rotary) are computed once on the host in float64 with NumPy
 -- they are constants of the positions, not tensor data in any graph, like data loaded from
@@ -22,10 +22,10 @@ state). Build the layer with ``dtype=mt.float64`` for float64-accurate tables:
 import operator
 
 import numpy
+from minitensor.plugins import check_options
 
 import minitensor as mt
 from minitensor import hookimpl, nn
-from minitensor.plugins import check_options
 
 
 def _check_window(name, offset, length, max_len):

@@ -8,7 +8,7 @@ scores of every attention layer, before the pooling,
 
 and ``-inf`` in B means "may not attend" (the pooling gives that key weight 0). What such
 an encoding is built with, what ``forward`` returns for which positions, and the attributes
-``relative``, ``window`` and ``cross``: the contract, ``minitensor/hookspecs.py``.
+``relative``, ``window`` and ``cross``: the contract, ``minitensor/core/hookspecs.py``.
 
 All three built-ins here are *relative*: B[h, i, j] depends only on the distance
 j - i (key position minus query position), so each offers ``relative_bias(min_distance,
@@ -25,10 +25,10 @@ import math
 import operator
 
 import numpy
+from minitensor.plugins import check_options
 
 import minitensor as mt
 from minitensor import hookimpl, nn
-from minitensor.plugins import check_options
 
 
 def _check_int(name, what, value, minimum=None):

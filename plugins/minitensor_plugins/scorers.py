@@ -1,7 +1,7 @@
 """Built-in attention scoring functions: score(q, k) for every query-key pair.
 
 The contract -- what a scorer is built with, takes and returns, what a score of -inf means,
-how options arrive -- is in ``minitensor/hookspecs.py``.
+how options arrive -- is in ``minitensor/core/hookspecs.py``.
 
 An attention weight is a pooling of these scores, usually softmax: alpha(q, k_i) =
 exp(a(q, k_i)) / sum_j exp(a(q, k_j)). So every scorer below is an *unnormalised log
@@ -13,10 +13,10 @@ Nadaraya-Watson's K(q - k_i) / sum_j K(q - k_j). Each refuses options it does no
 import math
 
 import numpy as np
+from minitensor.plugins import check_options
 
 import minitensor as mt
 from minitensor import hookimpl, nn
-from minitensor.plugins import check_options
 
 
 def _same_sizes(cls, query_size, key_size):
@@ -50,7 +50,7 @@ def _half_squared_distance(queries, keys):
 class DotProduct(nn.Module):
     """score(q, k) = q . k  (queries and keys of one length d)."""
 
-    # capabilities (minitensor/hookspecs.py): each score from one query row and one key row;
+    # capabilities (minitensor/core/hookspecs.py): each score from one query row and one key row;
     # the scores are scale * q . k (streamed attention computes them itself)
     row_wise = True
 

@@ -1,5 +1,5 @@
 // A CUDA C++ emulator for the CPU: just enough of CUDA to run minitensor's kernels
-// (minitensor/kernels/cuda/*.cu) unchanged on a machine without a GPU, for the tests.
+// (minitensor/core/kernels/cuda/*.cu) unchanged on a machine without a GPU, for the tests.
 //
 // Every CUDA thread of a block is a std::thread. __syncthreads() is a barrier over the block's
 // threads; the warp shuffles exchange values through a 32-slot buffer between two barriers over

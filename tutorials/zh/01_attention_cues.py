@@ -255,9 +255,9 @@ print("mean weight on the diagonal:", dict(zip(ws, diagonal)))
 #
 # ## 在引擎中的位置
 #
-# - `minitensor/nn/attention.py`：`Attention`，包括评分函数、汇聚、暂退法以及对值的加权和；
+# - `minitensor/core/nn/attention.py`：`Attention`，包括评分函数、汇聚、暂退法以及对值的加权和；
 #   它保存 `attention_weights`，供画图使用。
 # - `plugins/minitensor_plugins/scorers.py`：评分插件 `dot` 和 `parametric_gaussian`。
 # - `plugins/minitensor_plugins/poolings.py`：汇聚插件 `softmax` 和 `average`。
-# - `minitensor/ops/softmax.py` 和 `minitensor/kernels/cpu.py`：softmax 本身。
+# - `minitensor/core/ops/softmax.py` 和 `minitensor/core/kernels/cpu.py`：softmax 本身。
 # - `minitensor/train/plots.py`：`show_heatmaps`。

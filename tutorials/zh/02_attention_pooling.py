@@ -386,5 +386,5 @@ show_heatmaps(
 # - `plugins/minitensor_plugins/scorers.py`——`kernel` 评分函数（gaussian、boxcar、
 #   epanechnikov、constant）和 `parametric_gaussian` 评分函数。
 # - `plugins/minitensor_plugins/poolings.py`——`softmax` 汇聚和 `average` 汇聚。
-# - `minitensor/nn/attention.py`——把它们组合在一起的 `Attention` 层。
-# - `minitensor/optim/`——学习 $w$ 的 SGD。
+# - `minitensor/core/nn/attention.py`——把它们组合在一起的 `Attention` 层。
+# - `minitensor/core/optim/`——学习 $w$ 的 SGD。

@@ -358,7 +358,7 @@ fig.savefig(figure_path(TUTORIAL, "scorer_cost.png"), dpi=100)
 # `additive` 的耗时是 `scaled_dot` 的两倍多。这就是 Transformer 使用缩放点积的原因——它的查询和键
 # 本来就是同一宽度的投影（第 5 章）；而加性注意力则延续在循环神经网络模型中，那里解码器的状态与
 # 编码器的输出大小可能不同（D2L 的 Bahdanau 解码器，见 10.4 Bahdanau 注意力 / 11.4 "The Bahdanau
-# Attention Mechanism"，以及 `minitensor/nn/seq2seq.py`）。
+# Attention Mechanism"，以及 `minitensor/core/nn/seq2seq.py`）。
 
 # %% [markdown]
 # > **常见的笔误，以及代码实现的是哪个版本**
@@ -483,7 +483,7 @@ show_heatmaps(
 #   `parametric_gaussian`、`kernel`、`cosine`、`l2`。
 # - `plugins/minitensor_plugins/poolings.py`——`softmax`、`sparsemax`、`average`、`entmax15`、
 #   `alpha_entmax`（教程 9），以及 `allowed_keys`（处理 `valid_lens` 和掩码）。
-# - `minitensor/ops/softmax.py`——`masked_softmax` 及其反向传播；`minitensor/kernels/cpu.py`
+# - `minitensor/core/ops/softmax.py`——`masked_softmax` 及其反向传播；`minitensor/core/kernels/cpu.py`
 #   ——让完全被掩蔽的行得到全零的融合 numba 核。
-# - `minitensor/nn/attention.py`——`Attention` 层：评分器、汇聚、暂退法、加权求和。
-# - `minitensor/plugins.py`——注册表：`scorers()`、`poolings()`、`lookup()`、`describe()`。
+# - `minitensor/core/nn/attention.py`——`Attention` 层：评分器、汇聚、暂退法、加权求和。
+# - `minitensor/core/plugins.py`——注册表：`scorers()`、`poolings()`、`lookup()`、`describe()`。

@@ -37,10 +37,10 @@ import tempfile
 import numpy
 import pluggy
 from _tutorial import SMOKE, expect_error, figure_path, pick, text  # noqa: F401  （共用的辅助函数；text：按教程的语言给出图的标签）
+from minitensor.plugins import PluginError, check_options
 
 import minitensor as mt
 from minitensor import hookimpl, hookspecs
-from minitensor.plugins import PluginError, check_options
 from minitensor.testing import check_scorer
 from minitensor.train.plots import show_heatmaps
 
@@ -61,7 +61,7 @@ mt.manual_seed(0)
 # 缩放点积。**温度**（temperature）$\tau > 0$ 是一个选项：$\tau$ 小会拉大评分之间的差距，
 # softmax 随之变尖锐，偏向最好的那个键；$\tau$ 大则把它压平，趋向平均汇聚。
 #
-# 每个评分函数都要遵守的约定（`minitensor/hookspecs.py`）：它是一个 `mt.nn.Module`，以
+# 每个评分函数都要遵守的约定（`minitensor/core/hookspecs.py`）：它是一个 `mt.nn.Module`，以
 # `cls(query_size, key_size, **options)` 的方式构建，其 `forward(queries, keys)` 把形状为
 # (…, Q, d_q) 的查询和 (…, K, d_k) 的键映射为 (…, Q, K) 的评分，而且前面可以有*任意*多个批量轴
 # （多头注意力传入的是 (batch, num_heads, Q, d_head)）。选项以关键字参数传入；`check_options`
@@ -145,7 +145,7 @@ assert "batch independence" in str(caught.error), "the kit names the broken prop
 #
 # minitensor 用 [pluggy](https://pluggy.readthedocs.io)（pytest 的插件系统）来发现插件。插件
 # 可以是任何对象（一个模块、一个类的实例），其中的函数用 `@minitensor.hookimpl` 标记，且函数
-# *名*是 `minitensor/hookspecs.py` 中列出的钩子：`minitensor_scorers`、`minitensor_poolings`、
+# *名*是 `minitensor/core/hookspecs.py` 中列出的钩子：`minitensor_scorers`、`minitensor_poolings`、
 # `minitensor_positional_encodings`。每个钩子都不接受参数，返回 `{name: class}`。
 # `mt.plugins.register(plugin, name=...)` 立即加入插件（各注册表在下一次查找时重建），
 # `mt.plugins.unregister` 则再把它移除。
@@ -335,7 +335,7 @@ with expect_error("calling a hook with a positional argument", TypeError):
 #
 # 对长序列，`mt.nn.MultiHeadAttention` 可以流式计算注意力（第 10 章：FlashAttention 对键逐块的在线
 # softmax），从不构造 (Q, K) 的注意力评分矩阵。这时分数由它自己计算，所以它必须知道分数就是
-# `scale * q . k`：层不会从插件的名字去猜，而是读取插件**声明**的能力（`minitensor/hookspecs.py`
+# `scale * q . k`：层不会从插件的名字去猜，而是读取插件**声明**的能力（`minitensor/core/hookspecs.py`
 # 中的“capabilities”）。评分函数可以声明 `row_wise = True`（每个分数只来自一个查询和一个键：分组
 # 的头因此可以整组一起打分），以及方法 `dot_scale(d_head)`，返回缩放系数（分数恰好是它乘以
 # q . k）；汇聚可以声明 `softmax_like = True`。内置插件也用同样的方式声明。约定检查工具包会检查每
@@ -555,12 +555,12 @@ shutil.rmtree(site, ignore_errors=True)
 #
 # ## 它在引擎中的位置
 #
-# - `minitensor/hookspecs.py`：三个钩子，以及评分函数、汇聚和位置编码的约定。
-# - `minitensor/plugins.py`：插件管理器、`register` / `unregister`、入口点的加载、
+# - `minitensor/core/hookspecs.py`：三个钩子，以及评分函数、汇聚和位置编码的约定。
+# - `minitensor/core/plugins.py`：插件管理器、`register` / `unregister`、入口点的加载、
 #   `check_options`，以及我们见到的那些错误信息。
 # - `minitensor/testing.py`：约定检查工具包（`check_scorer`、`check_pooling`、
 #   `check_positional_encoding`）。
 # - `plugins/minitensor_plugins/scorers.py`：内置的评分函数，以同样的方式注册。
 # - `plugins/example-cosine/`：一个可以照抄的完整插件发行包。
-# - `minitensor/nn/attention.py`：`Attention` 和 `MultiHeadAttention` 如何按名称构建插件；
+# - `minitensor/core/nn/attention.py`：`Attention` 和 `MultiHeadAttention` 如何按名称构建插件；
 #   `minitensor/cli.py` 和 `minitensor/train/`：`minitensor train --scorer`。

@@ -93,7 +93,7 @@ assert numpy.allclose(weights.sum(axis=-1), 1.0, atol=1e-6), "each head's rows s
 #
 # 这个层有四个 `Linear` 层：`W_q`、`W_k`、`W_v` 和 `W_o`。`mt.nn.Linear` 和 PyTorch 的
 # `nn.Linear` 一样，把权重存成 (out_features, in_features)，并对行向量 $x$ 计算
-# $y = x W^\top + b$（见 `minitensor/nn/linear.py`）：存下来的矩阵就是 D2L 的（输出 × 输入）布局，
+# $y = x W^\top + b$（见 `minitensor/core/nn/linear.py`）：存下来的矩阵就是 D2L 的（输出 × 输入）布局，
 # 乘积中的转置则是换成行向量的那一步。因此 `W_q.weight` 的形状为
 # (num_hiddens, query_size) = (100, 100)（这里是方阵：单看形状分辨不出布局），它把 $h$ 个矩阵
 # $\mathbf{W}_i^{(q)} \in \mathbb{R}^{20 \times 100}$ 上下叠在一起。代码中的头从 0 开始编号：
@@ -358,12 +358,12 @@ fig.savefig(figure_path(TUTORIAL, "neighbour_loss.png"), dpi=100)
 #
 # ## 在引擎中的位置
 #
-# - `minitensor/nn/attention.py`：`MultiHeadAttention`（`project_and_split`、一次算出所有头的注意力、
+# - `minitensor/core/nn/attention.py`：`MultiHeadAttention`（`project_and_split`、一次算出所有头的注意力、
 #   `merge_and_project`）以及它所用的单头 `Attention`。
 # - `plugins/minitensor_plugins/scorers.py`（`scaled_dot`）和
 #   `plugins/minitensor_plugins/poolings.py`（`softmax`）：每个头的评分函数和汇聚。
-# - `minitensor/ops/softmax.py` 和 `minitensor/kernels/`：`mt.masked_softmax` 及其 numba 核函数。
-# - `minitensor/ops/shape.py`：`reshape` 和 `permute`，并行计算各个头的全部诀窍就在这里。
-# - `minitensor/nn/transformer.py`：`TransformerEmbedding`；
+# - `minitensor/core/ops/softmax.py` 和 `minitensor/core/kernels/`：`mt.masked_softmax` 及其 numba 核函数。
+# - `minitensor/core/ops/shape.py`：`reshape` 和 `permute`，并行计算各个头的全部诀窍就在这里。
+# - `minitensor/core/nn/transformer.py`：`TransformerEmbedding`；
 #   `plugins/minitensor_plugins/positional.py`：位置编码 `learned`。
 # - `minitensor/train/plots.py`：`show_heatmaps`。

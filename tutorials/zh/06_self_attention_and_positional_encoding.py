@@ -548,12 +548,12 @@ fig.savefig(figure_path(TUTORIAL, "rotary_scores.png"), dpi=100)
 #
 # ## 在引擎中的位置
 #
-# - `minitensor/nn/attention.py`：`Attention`、`MultiHeadAttention`（自注意力和交叉注意力，
+# - `minitensor/core/nn/attention.py`：`Attention`、`MultiHeadAttention`（自注意力和交叉注意力，
 #   `positional="rotary"` 作用于投影之后的查询和键）。
 # - `plugins/minitensor_plugins/positional.py`：`sinusoidal`、`learned`、`rotary`、`none`
 #   （公式，以及 `SinusoidalEncoding` 文档字符串中的旋转性质）。
-# - `minitensor/ops/conv.py`（用 im2col 实现的卷积及其反向传播）和 `minitensor/ops/rnn.py`
+# - `minitensor/core/ops/conv.py`（用 im2col 实现的卷积及其反向传播）和 `minitensor/core/ops/rnn.py`
 #   （GRU 的顺序循环及通过时间反向传播），以及建立在它们之上的层 `nn.Conv1d` 和 `nn.GRU`：
 #   这次比较的基线。
-# - `minitensor/autograd.py`：我们测得的每个梯度背后的反向传播。
-# - `minitensor/plugins.py`：`lookup`，按名字找到一个编码的方式。
+# - `minitensor/core/autograd.py`：我们测得的每个梯度背后的反向传播。
+# - `minitensor/core/plugins.py`：`lookup`，按名字找到一个编码的方式。

@@ -547,10 +547,10 @@ print("wrote", figure_path(T, "date_explain.html"), f"({len(page.html) / 1024:.0
 #
 # ## 这些内容在引擎中的位置
 #
-# * `minitensor/nn/transformer.py`：`PositionWiseFFN`、`AddNorm`（post-LN 和 pre-LN）、
+# * `minitensor/core/nn/transformer.py`：`PositionWiseFFN`、`AddNorm`（post-LN 和 pre-LN）、
 #   `TransformerEncoderBlock`、`TransformerDecoderBlock`（带键值缓存）、
 #   `TransformerEncoder`、`TransformerDecoder`、`EncoderDecoder`、`TransformerLM`；
-# * `minitensor/nn/attention.py`：`MultiHeadAttention`、`causal_mask`；
+# * `minitensor/core/nn/attention.py`：`MultiHeadAttention`、`causal_mask`；
 # * `minitensor/train/config.py`：`TrainConfig` 以及数据和模型的构建函数；
 #   `minitensor/train/loop.py`：`train`、评估、检查点、恢复训练；
 # * `minitensor/inference/decoding.py`：贪心搜索、束搜索、`translate`；

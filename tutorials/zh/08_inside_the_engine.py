@@ -2,7 +2,7 @@
 # # 8. 引擎内部：反向模式自动微分与融合的 softmax 核
 #
 # 前面各个教程中的每个模型都是用梯度下降训练的，而每个梯度都出自同一个地方：
-# `minitensor/autograd.py`，大约 300 行代码。本教程就来打开它。我们将：
+# `minitensor/core/autograd.py`，大约 300 行代码。本教程就来打开它。我们将：
 #
 # 1. 从零开始为标量编写反向模式自动微分（reverse-mode automatic differentiation），
 #    只用 30 行，并与 minitensor 的结果相互核对；
@@ -130,12 +130,12 @@ print("from-scratch gradients == minitensor's == the chain rule by hand")
 # %% [markdown]
 # ## minitensor 如何存储计算图
 #
-# minitensor 在数组上做的是同一件事。`Tensor`（`minitensor/tensor.py`）保存
+# minitensor 在数组上做的是同一件事。`Tensor`（`minitensor/core/tensor.py`）保存
 # `data`（一个 NumPy 或 CuPy 数组）、`requires_grad`、`grad` 和 `_ctx`；
 # `_ctx` 以 `grad_fn` 之名对外公开，它是产生该张量的那次调用的 `Function` 对象
 # （对叶子节点（leaf）而言为 None）。这个对象就是计算图中的节点：
 # 它保存 `inputs`（它所作用的张量）和 `saved`（`forward` 为 `backward` 留下的任何东西），
-# 而两个静态方法则定义在它的类中。`Function.apply`（`minitensor/autograd.py`）
+# 而两个静态方法则定义在它的类中。`Function.apply`（`minitensor/core/autograd.py`）
 # 取出张量中的数组，在原始数组上调用 `forward`，再把结果包装成张量并附上 `ctx`——
 # 但只有当某个输入需要梯度、且不在 `mt.no_grad()` 之内时才这样做。
 
@@ -154,7 +154,7 @@ assert z.grad_fn is None and not z.requires_grad, "no graph is recorded under no
 # ## 我们自己的 Function
 #
 # 一个运算就是 `mt.Function` 的一个子类，其中 `forward(ctx, ...)` 和 `backward(ctx, grad)`
-# 并排写在一起——这是 PyTorch 的惯用写法，`minitensor/ops/` 中的每个运算都遵循它
+# 并排写在一起——这是 PyTorch 的惯用写法，`minitensor/core/ops/` 中的每个运算都遵循它
 # （`elementwise.py` 中的最简单）。`forward` 接收原始数组，并用 `ctx.xp`
 # （NumPy 或 CuPy：同一份代码可以在两种后端上运行）进行计算；
 # 它用 `ctx.save_for_backward` 留下 `backward` 需要的东西。
@@ -196,7 +196,7 @@ assert mt.gradcheck(softplus, [x]), "backward: sigmoid(x)"
 print(y.grad_fn, "- forward and backward pass gradcheck")
 
 # %% [markdown]
-# `mt.gradcheck(fn, inputs)`（`minitensor/gradcheck.py`）把解析梯度与中心有限差分（finite differences）相比较：
+# `mt.gradcheck(fn, inputs)`（`minitensor/core/gradcheck.py`）把解析梯度与中心有限差分（finite differences）相比较：
 #
 # $$\frac{\partial L}{\partial x_i} \approx \frac{L(x + \epsilon e_i) - L(x - \epsilon e_i)}{2\epsilon},$$
 #
@@ -482,7 +482,7 @@ with expect_error("a third backward through the graph the second one freed", mt.
 #
 # 注意力要对形状为（批量大小, 头数, 查询数, 键数）的分数的每一行计算 softmax；
 # 在教程 7 中规范化日期的那个 Transformer 里，它是最频繁的运算之一。
-# 用 NumPy 编写时（`minitensor/kernels/reference.py`），数值稳定的 softmax
+# 用 NumPy 编写时（`minitensor/core/kernels/reference.py`），数值稳定的 softmax
 #
 # $$\text{softmax}(\mathbf x)_j = \frac{e^{x_j - m}}{\sum_k e^{x_k - m}},\qquad m = \max_k x_k,$$
 #
@@ -491,7 +491,7 @@ with expect_error("a third backward through the graph the second one freed", mt.
 # 对内存走了五遍，还有两个与输入一样大的临时数组：对一个 (4096, 512) 的 float32 数组来说，
 # 每个 8 MiB，总共约读 40 MiB、写 24 MiB——远超缓存的容量，所以时间都花在了搬运数据上。
 #
-# numba 核（`minitensor/kernels/cpu.py`）是*融合*的（算子融合，operator fusion）：
+# numba 核（`minitensor/core/kernels/cpu.py`）是*融合*的（算子融合，operator fusion）：
 # 一个函数逐行遍历数组，一行 512 个浮点数（2 KiB）始终留在 L1 缓存中，
 # 在这一行上依次完成最大值、指数及其求和，以及缩放。主存只看到输入被读一次、输出被写一次：16 MiB。
 # 各行相互独立，因此还把它们分配到多个线程上（`prange`）；float32 的 `exp` 用普通的算术写成，
@@ -502,7 +502,6 @@ with expect_error("a third backward through the graph the second one freed", mt.
 import tracemalloc
 
 import numba
-
 from minitensor.kernels import cpu, reference
 
 rows, cols = pick((4096, 512), (256, 128))
@@ -890,17 +889,17 @@ print(f"this process: rank {here.rank} of {here.size}")
 #
 # ## 这些内容在引擎中的位置
 #
-# * `minitensor/tensor.py` —— `Tensor`：`data`、`grad`、`requires_grad`、`grad_fn`（`_ctx`）、
+# * `minitensor/core/tensor.py` —— `Tensor`：`data`、`grad`、`requires_grad`、`grad_fn`（`_ctx`）、
 #   创建编号 `_seq`，以及类体中的每个运算符：`x * w` 就是 `Tensor.__mul__`，一行调用 `Mul.apply` 的代码；
-# * `minitensor/autograd.py` —— `Function`（`apply`、`save_for_backward`、`needs_input_grad`）、
+# * `minitensor/core/autograd.py` —— `Function`（`apply`、`save_for_backward`、`needs_input_grad`）、
 #   `backward`（堆）、`sum_to_shape`（撤销广播）、`_accumulate`
 #   （叶子节点如何像 PyTorch 那样，不加复制地接收一个别处都不持有的梯度）；
-# * `minitensor/ops/elementwise.py` —— 最简单的运算，每个运算的前向都紧挨着它的反向；
-#   `minitensor/ops/softmax.py` —— 建立在这些核之上的 softmax Function；
-# * `minitensor/gradcheck.py` —— `mt.gradcheck`；
-# * `minitensor/kernels/cpu.py`（融合的 numba 核）和 `minitensor/kernels/reference.py`
+# * `minitensor/core/ops/elementwise.py` —— 最简单的运算，每个运算的前向都紧挨着它的反向；
+#   `minitensor/core/ops/softmax.py` —— 建立在这些核之上的 softmax Function；
+# * `minitensor/core/gradcheck.py` —— `mt.gradcheck`；
+# * `minitensor/core/kernels/cpu.py`（融合的 numba 核）和 `minitensor/core/kernels/reference.py`
 #   （用普通 NumPy 写的同样计算：测试的参照，也是基准测试的基线）；
-#   `minitensor/kernels/fused.py` 以同样的方式融合了一个训练步骤中其余的逐元素运算
+#   `minitensor/core/kernels/fused.py` 以同样的方式融合了一个训练步骤中其余的逐元素运算
 #   （暂退法、ReLU、层规范化、Adam 的更新），每一个都与其运算的 NumPy 代码对照测试；
 # * `bench/softmax.py` —— 正式的基准测试；
 # * `minitensor/train/distributed.py` —— 数据并行：`World`（MPI 的 `COMM_WORLD`，或者只有

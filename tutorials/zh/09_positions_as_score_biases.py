@@ -751,10 +751,10 @@ if not SMOKE:  # 一个很小的模型，从头到尾（远不到一分钟）
 # - `plugins/minitensor_plugins/score_biases.py`：`alibi`（`ALiBi`、`slopes_for`）、
 #   `t5_relative`（`T5RelativeBias`、`t5_bucket`）、`sliding_window`（`SlidingWindow`），以及由
 #   `relative_bias` 构建的稠密偏置。
-# - `minitensor/nn/attention.py`：`Attention.forward(..., bias=)`、
+# - `minitensor/core/nn/attention.py`：`Attention.forward(..., bias=)`、
 #   `MultiHeadAttention`（`positional=`、`num_kv_heads=`、`attend`、`cached_self_attention`、
 #   `_attend_grouped`）。
-# - `minitensor/nn/transformer.py`：每个堆叠一个“scores”类编码，在编码器中是双向的，
+# - `minitensor/core/nn/transformer.py`：每个堆叠一个“scores”类编码，在编码器中是双向的，
 #   在解码器中是单向的（`attention_positional`；`attention.py` 中的 `score_bias_options`）。
 # - `plugins/minitensor_plugins/poolings.py`：`sparsemax`、`entmax15`、`alpha_entmax`。
 # - `minitensor/testing.py`：`check_positional_encoding`、`check_pooling`、

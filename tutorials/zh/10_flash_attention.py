@@ -3,7 +3,7 @@
 #
 # 到目前为止，每个注意力层都按 D2L 的方式计算权重：对每个头求出所有查询对所有键的评分，得到一个 (Q, K) 矩阵，用教程 3 的掩蔽 softmax 把它变成权重，再乘以值。D2L 10.6 / 11.6 把 $n$ 个词元上自注意力的计算复杂度记为 $O(n^2 d)$；而在长序列上，最先耗尽的是内存，也就是每个头那个 $n \times n$ 的权重矩阵。在 2048 个词元、8 个头时，它的一份 float32 副本就占每个样本 128 MiB，而训练时在反向传播之前要保留的还不止一份。
 #
-# **FlashAttention** 计算出完全相同的输出，却从不保存这个矩阵。它不是近似，也不是新的架构：它靠的是关于 softmax 的一个恒等式，即**在线 softmax**（online softmax），让每个查询行只需记住几个数，就能一次一块地访问键；再加上一个观察：反向传播所需的权重可以由每行一个数重新算出来，这个数就是 **log-sum-exp**（lse）。本教程先在一个 2 x 6 的例子上手工推导这个恒等式，再测量它节省的内存，逐步讲解 minitensor 的实现（`minitensor/ops/flash_attention.py`）及其反向传播，说明 `MultiHeadAttention` 如何决定何时流式计算，最后在 2048 个字符的窗口上训练字符级语言模型。
+# **FlashAttention** 计算出完全相同的输出，却从不保存这个矩阵。它不是近似，也不是新的架构：它靠的是关于 softmax 的一个恒等式，即**在线 softmax**（online softmax），让每个查询行只需记住几个数，就能一次一块地访问键；再加上一个观察：反向传播所需的权重可以由每行一个数重新算出来，这个数就是 **log-sum-exp**（lse）。本教程先在一个 2 x 6 的例子上手工推导这个恒等式，再测量它节省的内存，逐步讲解 minitensor 的实现（`minitensor/core/ops/flash_attention.py`）及其反向传播，说明 `MultiHeadAttention` 如何决定何时流式计算，最后在 2048 个字符的窗口上训练字符级语言模型。
 #
 # 参考资料：D2L 的注意力一章，中文版《动手学深度学习》（zh.d2l.ai）的 10.3 注意力评分函数（掩蔽 softmax）、10.6 自注意力和位置编码（计算复杂度：自注意力的代价随序列长度呈二次增长）和 10.7 Transformer（解码器的因果掩蔽），以及英文版 *Dive into Deep Learning*（d2l.ai）的 11.3 "Attention Scoring Functions"、11.6 "Self-Attention and Positional Encoding" 和 11.7 "The Transformer Architecture"；语言模型就是 8.3 语言模型和数据集 / 9.3 "Language Models" 中的那个。书中总是构建整个矩阵；流式计算来自后来的论文（列在文末）：在线 softmax 出自 Milakov 和 Gimelshein（2018），内存随序列长度线性增长的注意力出自 Rabe 和 Staats（2021），FlashAttention 出自 Dao 等人（2022），FlashAttention-2 的循环顺序出自 Dao（2023）。
 
@@ -18,11 +18,11 @@ import tracemalloc
 import numpy
 from _tutorial import SMOKE, expect_error, figure_path, pick, text  # noqa: F401  （共用的辅助函数；text：图的标签）
 from matplotlib.figure import Figure
+from minitensor.nn.attention import FUSED_MIN_LENGTH, plain_attention
+from minitensor.ops.flash_attention import BLOCK_K, BLOCK_Q, flash_attention, stream_plan
 
 import minitensor as mt
 from minitensor.data import unigram_baseline
-from minitensor.nn.attention import FUSED_MIN_LENGTH, plain_attention
-from minitensor.ops.flash_attention import BLOCK_K, BLOCK_Q, flash_attention, stream_plan
 from minitensor.train import TrainConfig, train
 from minitensor.train.config import build_data, build_model
 
@@ -602,8 +602,8 @@ print(
 #
 # ## 代码在引擎中的位置
 #
-# - `minitensor/ops/flash_attention.py`：`flash_attention`（`return_lse=`、`block_q=`、`block_k=`），`FlashAttention`（前向循环和反向传播，采用 FlashAttention-2 的循环顺序），`StreamPlan`（`visits`、`scores`、`bias`、`weights`），`stream_plan`，`BLOCK_Q`，`BLOCK_K`。
-# - `minitensor/nn/attention.py`：`MultiHeadAttention(fused=...)`、`why_not_fused`、`attention_weights_for`、`_attend_streamed`、`FUSED_MIN_LENGTH`、`plain_attention`。
-# - `minitensor/ops/softmax.py` 和 `minitensor/kernels/cpu.py`：流式计算所复现的掩蔽 softmax。
+# - `minitensor/core/ops/flash_attention.py`：`flash_attention`（`return_lse=`、`block_q=`、`block_k=`），`FlashAttention`（前向循环和反向传播，采用 FlashAttention-2 的循环顺序），`StreamPlan`（`visits`、`scores`、`bias`、`weights`），`stream_plan`，`BLOCK_Q`，`BLOCK_K`。
+# - `minitensor/core/nn/attention.py`：`MultiHeadAttention(fused=...)`、`why_not_fused`、`attention_weights_for`、`_attend_streamed`、`FUSED_MIN_LENGTH`、`plain_attention`。
+# - `minitensor/core/ops/softmax.py` 和 `minitensor/core/kernels/cpu.py`：流式计算所复现的掩蔽 softmax。
 # - `minitensor/train/config.py`：`TrainConfig.fused`（`--fused`）、`LM_RECIPE`、`lm_num_steps`（`--lm-num-steps`）。
 # - `tests/test_flash_attention.py`：对每一种掩蔽、偏置和头的布局，流式计算都与普通路径相等；`bench/long_attention.py`：与普通路径和 PyTorch 对比时间和内存。

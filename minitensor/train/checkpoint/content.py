@@ -43,8 +43,13 @@ def _sha256(data):
 
 
 def _qualname(obj):
+    """The class's public path: minitensor.optim.adam.Adam, as checkpoints have always recorded
+    it, for a class that lives in minitensor.core.optim.adam (the same module, see minitensor/__init__)."""
     cls = obj if isinstance(obj, type) else type(obj)
-    return f"{cls.__module__}.{cls.__qualname__}"
+    module = cls.__module__
+    if module.startswith("minitensor.core."):
+        module = "minitensor." + module.removeprefix("minitensor.core.")
+    return f"{module}.{cls.__qualname__}"
 
 
 def _minitensor_version():

@@ -7,7 +7,7 @@ import re
 
 import numpy
 
-from ...backends import _BACKENDS
+from ...backends import available_backends, get_backend
 from .rng import _backend_generator, _encode_state
 from .spec import (
     _NDARRAY,
@@ -162,7 +162,7 @@ def _check_rng_fields(rng):
     for device, state in _object(rng["backends"], "rng.backends", max_items=64).items():
         path = _at("rng.backends", device)
         _text(device, path, 100)
-        backend = _BACKENDS.get(device)
+        backend = get_backend(device) if device in available_backends() else None
         if state is None:
             continue  # recorded as not restorable
         if backend is not None and hasattr(backend, "get_rng_state"):  # that backend's own kind of state

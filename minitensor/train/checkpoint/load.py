@@ -9,9 +9,9 @@ import os
 import warnings
 from collections import OrderedDict
 
+from ... import tensor
 from ...backends import get_backend
 from ...data.vocab import Vocab
-from ...tensor import tensor
 from .disk import _backup, _siblings
 from .fields import _check_fields
 from .fit import (

@@ -6,7 +6,7 @@ structure; load.py checks its values with ``_check_rng_state`` before anything i
 import numpy
 
 from ... import random as mt_random
-from ...backends import _BACKENDS
+from ...backends import available_backends, get_backend
 from .spec import _NDARRAY
 
 
@@ -64,7 +64,8 @@ def get_rng_state():
     same fields when loaded); one with neither is recorded as None (not restorable).
     """
     backends = {}
-    for device, backend in _BACKENDS.items():
+    for device in available_backends():
+        backend = get_backend(device)
         if hasattr(backend, "get_rng_state"):
             backends[device] = _encode_state(backend.get_rng_state())
         else:
@@ -81,7 +82,7 @@ def _check_rng_state(state):
     host = _prepared_generator(state["host"], "RNG state 'host'")
     prepared, skipped = {}, []
     for device, saved in state.get("backends", {}).items():
-        backend = _BACKENDS.get(device)
+        backend = get_backend(device) if device in available_backends() else None
         if saved is None or backend is None:
             skipped.append(device)  # not restorable, or that device is not here
         elif hasattr(backend, "set_rng_state"):
@@ -110,7 +111,7 @@ def set_rng_state(state):
     host, prepared, skipped = _check_rng_state(state)
     mt_random._host = _adopt(mt_random.host_rng(), host)
     for device, value in prepared.items():
-        backend = _BACKENDS[device]
+        backend = get_backend(device)
         if hasattr(backend, "set_rng_state"):
             backend.set_rng_state(value)
         else:

@@ -1,5 +1,5 @@
 // Streamed attention (FlashAttention) on a GPU: out = softmax(scale Q K^T, masked) V without the
-// (Q, K) scores, forward and backward. The algorithm is minitensor/ops/flash_attention.py's (and
+// (Q, K) scores, forward and backward. The algorithm is minitensor/core/ops/flash_attention.py's (and
 // tutorial 10's): for each query row a running max m, a running sum l of exp(s - m) and a running
 // output o = sum exp(s - m) v, rescaled whenever m grows; backward recomputes each weight from the
 // saved log-sum-exp, p = exp(s - lse). What changes on a GPU is who does what:

@@ -7,7 +7,7 @@ A Tensor holds
 - ``grad``: after ``backward()``, a Tensor with dL/d(this), for leaves (and ``retain_grad()``);
 - ``_ctx``: the Function call that produced it (None for leaves), the link into the graph.
 
-The arithmetic lives in ``minitensor/ops``, one Function per operation; the operators and
+The arithmetic lives in ``minitensor/core/ops``, one Function per operation; the operators and
 methods here are one line each that calls it: ``x * y`` is ``Mul.apply(x, y)``, ``x.exp()``
 and ``mt.exp(x)`` are the same call.
 """
@@ -17,7 +17,7 @@ import operator
 
 import numpy
 
-from . import _printing, _trace, grad_mode
+from . import _printing, grad_mode, tracing
 from .backends import get_backend
 from .dtypes import as_dtype
 from .errors import DeviceError, DTypeError, GraphError
@@ -82,8 +82,8 @@ class Tensor:
     def shape(self):
         """The length of every axis, a tuple of ints: ``(batch_size, num_steps, num_hiddens)`` for a
         batch of sequences of feature vectors, ``()`` for a 0-d tensor."""
-        if _trace.active is not None:  # mt.onnx.export: lengths that remember where they came from
-            return _trace.active.shape(self)
+        if tracing.active is not None:  # mt.onnx.export: lengths that remember where they came from
+            return tracing.active.shape(self)
         return tuple(self.data.shape)
 
     @property
@@ -648,9 +648,9 @@ def _logical(combine, a, b):
 
 def _traced(name, inputs, attrs, out):
     """``out``, made outside the graph by ``name`` (a comparison, ``arange``...), reported to
-    ``mt.onnx.export`` when it is recording (see ``_trace``)."""
-    if _trace.active is not None:
-        _trace.active.plain(name, inputs, attrs, out)
+    ``mt.onnx.export`` when it is recording (see ``tracing``)."""
+    if tracing.active is not None:
+        tracing.active.plain(name, inputs, attrs, out)
     return out
 
 

@@ -33,7 +33,7 @@ from heapq import heappop, heappush
 
 import numpy
 
-from . import _trace, grad_mode
+from . import grad_mode, tracing
 from .errors import DeviceError, DTypeError, GraphError, ShapeError
 from .tensor import Tensor
 
@@ -133,8 +133,8 @@ class Function:
             result = Tensor._make(out, backend, ctx)
         else:
             result = Tensor._make(out, backend, None)
-        if _trace.active is not None:  # mt.onnx.export is recording this forward pass
-            _trace.active.function(cls, args, kwargs, result)
+        if tracing.active is not None:  # mt.onnx.export is recording this forward pass
+            tracing.active.function(cls, args, kwargs, result)
         return result
 
     def __repr__(self):

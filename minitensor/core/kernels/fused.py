@@ -9,8 +9,8 @@ work as fused loops on all its threads. A numba loop with ``prange`` does what P
 does: one pass, no temporaries, rows or chunks spread over the threads.
 
 Each kernel has a plain array-library twin, which is the definition: the op's own
-NumPy/CuPy code in ``minitensor/ops`` (``Dropout``, ``ReLU``, ``LayerNorm``) and the
-textbook update in ``minitensor/optim/adam.py``. The ops ask their backend for a kernel
+NumPy/CuPy code in ``minitensor/core/ops`` (``Dropout``, ``ReLU``, ``LayerNorm``) and the
+textbook update in ``minitensor/core/optim/adam.py``. The ops ask their backend for a kernel
 (``backend.fused(name, dtype)``, float32 and float64): the CPU backend gives these, the GPU
 backend its CUDA C++ kernels of the same names and signatures (``kernels/cuda``), any other
 backend None, and the op runs its twin. The tests run both and compare them;

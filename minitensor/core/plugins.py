@@ -8,7 +8,7 @@ An attention layer is three exchangeable parts (D2L's attention pooling, split u
 
 Scorers, poolings and positional encodings are looked up *by name* in registries filled by
 plugins, so a class a user registers works everywhere a built-in does. A plugin is a module
-(or object) with ``@hookimpl`` functions named after the hooks in ``minitensor/hookspecs.py``.
+(or object) with ``@hookimpl`` functions named after the hooks in ``minitensor/core/hookspecs.py``.
 
 Where plugins come from, in loading order (at the first registry look-up, never at
 ``import minitensor``, so that importing the engine stays fast and a broken plugin cannot
@@ -88,7 +88,7 @@ __all__ = [
 hookimpl = pluggy.HookimplMarker("minitensor")
 """The decorator that marks a plugin's hook implementations (also ``minitensor.hookimpl``).
 
-A function decorated with ``@hookimpl`` and named after a hook in ``minitensor/hookspecs.py``
+A function decorated with ``@hookimpl`` and named after a hook in ``minitensor/core/hookspecs.py``
 (``minitensor_scorers``, ``minitensor_poolings``, ``minitensor_positional_encodings``)
 answers that hook; its plugin returns ``{name: class}``::
 
@@ -316,7 +316,7 @@ def _check_no_defaults(pm):
                     f"plugin {impl.plugin_name!r}: {hook_name}() gives its parameter(s) "
                     f"{', '.join(impl.kwargnames)} a default value; pluggy would never pass them (hooks are "
                     f"called with keyword arguments, and only the parameters without defaults are filled). "
-                    f"Remove the defaults; the hook's parameters are in minitensor/hookspecs.py"
+                    f"Remove the defaults; the hook's parameters are in minitensor/core/hookspecs.py"
                 )
 
 
@@ -328,7 +328,9 @@ def _explain_validation_error(error):
     close = difflib.get_close_matches(unknown.group(1), hooks, n=1) if unknown else []
     if close:
         return f"{message}; did you mean {close[0]!r}? The hooks are: {', '.join(hooks)}"
-    return f"{message}; the hooks are: {', '.join(hooks)} (their parameters, if any, are in minitensor/hookspecs.py)"
+    return (
+        f"{message}; the hooks are: {', '.join(hooks)} (their parameters, if any, are in minitensor/core/hookspecs.py)"
+    )
 
 
 def register(plugin, name=None):

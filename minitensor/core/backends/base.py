@@ -85,7 +85,7 @@ class Backend:
         raise NotImplementedError
 
     def fused(self, name, dtype):
-        """The fused kernel ``name`` of ``minitensor/kernels/fused.py`` for arrays of
+        """The fused kernel ``name`` of ``minitensor/core/kernels/fused.py`` for arrays of
         ``dtype`` on this device, or None.
 
         None tells the op to run its own array-library code (the definition the kernel is
@@ -98,7 +98,7 @@ class Backend:
     def kernels(self):
         """The fused softmax kernels for this device: an object with ``softmax_forward``,
         ``softmax_backward``, ``log_softmax_forward`` and ``log_softmax_backward`` taking
-        C-contiguous 2-D arrays (see ``minitensor/kernels``)."""
+        C-contiguous 2-D arrays (see ``minitensor/core/kernels``)."""
         raise NotImplementedError
 
     # -- checks on the data, made without waiting for the device ------------------------------

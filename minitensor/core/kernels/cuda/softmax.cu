@@ -1,5 +1,5 @@
 // Row-wise softmax and log-softmax on a GPU, forward and backward: the four kernels of
-// minitensor/kernels/cpu.py with the same contract and the same numerics (the derivations are
+// minitensor/core/kernels/cpu.py with the same contract and the same numerics (the derivations are
 // there). x is a C-contiguous (rows, n) array; a masked kernel also takes lens, one valid length
 // per row (clipped to [0, n]): entries at or after it give 0 (softmax) or -inf (log-softmax), and
 // a row with nothing valid, or only -inf, gives all 0 / all -inf, never NaN.

@@ -2,7 +2,7 @@
 // update. Each replaces several CuPy operators (a launch and a pass over memory each) by one.
 //
 // Each thread starts at its global index and strides by the grid's size, so any grid covers any
-// array. The definitions are those of the CPU kernels (minitensor/kernels/gelu.py and fused.py),
+// array. The definitions are those of the CPU kernels (minitensor/core/kernels/gelu.py and fused.py),
 // and dropout's random numbers are the very same: element i of a mask drawn with seed s is kept on
 // the GPU exactly when it is kept on the CPU.
 

@@ -20,7 +20,7 @@ changes: ``MultiHeadAttention.attend`` is the one path that training, cached dec
 grouped-query heads all take.
 
 What a plugin is built with, receives and must return (shapes, masks, -inf, the three kinds
-of positional encoding) is the contract in ``minitensor/hookspecs.py``; this module builds
+of positional encoding) is the contract in ``minitensor/core/hookspecs.py``; this module builds
 plugins as it says and checks the shapes of what they return.
 """
 
@@ -65,7 +65,7 @@ def _build_plugin(kind, name, args, options, dtype, device):
     """Look ``name`` up in the registry of ``kind`` and instantiate it as its contract says,
     ``cls(*args, **options)``, in the layer's dtype and on its device.
 
-    The rule (``minitensor/hookspecs.py``): a plugin whose constructor accepts ``dtype=`` and
+    The rule (``minitensor/core/hookspecs.py``): a plugin whose constructor accepts ``dtype=`` and
     ``device=`` gets the layer's and builds its tables directly in them (a float64 rotary
     table computed in float64, not a float32 one converted); any other is built with its own
     defaults and moved, like a model."""
@@ -99,7 +99,7 @@ def _build_plugin(kind, name, args, options, dtype, device):
     return plugin
 
 
-def _as_tensor(value, like, dtype=None):
+def as_tensor(value, like, dtype=None):
     """valid_lens or a mask given as a list or array -> a Tensor on ``like``'s device."""
     if value is None or isinstance(value, Tensor):
         return value
@@ -179,7 +179,7 @@ class Attention(Module):
 
     A query with no key left gets all-zero weights (and a zero output), never NaN.
     ``attn.attention_weights`` keeps the last weights (before dropout), detached. What the
-    scorer and the pooling receive and must return: ``minitensor/hookspecs.py``.
+    scorer and the pooling receive and must return: ``minitensor/core/hookspecs.py``.
     """
 
     def __init__(
@@ -242,8 +242,8 @@ class Attention(Module):
         (detached) in ``attention_weights``."""
         if bias is not None:
             scores = scores + self._check_bias(bias, scores)
-        valid_lens = _as_tensor(valid_lens, scores)
-        mask = _as_tensor(mask, scores, dtype="bool")
+        valid_lens = as_tensor(valid_lens, scores)
+        mask = as_tensor(mask, scores, dtype="bool")
         if causal:
             allowed = causal_mask(scores.shape[-2], scores.shape[-1], device=scores.device)
             mask = allowed if mask is None else mask & allowed
@@ -256,7 +256,7 @@ class Attention(Module):
 
     @staticmethod
     def _check_bias(bias, scores):
-        bias = _as_tensor(bias, scores, dtype=scores.dtype)
+        bias = as_tensor(bias, scores, dtype=scores.dtype)
         try:
             fits = numpy.broadcast_shapes(tuple(bias.shape), tuple(scores.shape)) == tuple(scores.shape)
         except ValueError:
@@ -291,7 +291,7 @@ class Attention(Module):
 
 def dot_scale(scorer, d_head):
     """The scale a scorer declares for heads of size ``d_head`` (its scores are exactly
-    ``scale * q . k``: capability ``dot_scale`` in minitensor/hookspecs.py), or None."""
+    ``scale * q . k``: capability ``dot_scale`` in minitensor/core/hookspecs.py), or None."""
     declared = getattr(scorer, "dot_scale", None)
     return None if declared is None else declared(d_head)
 
@@ -636,7 +636,7 @@ class MultiHeadAttention(Module):
         q_offset.. and keys at k_offset.. is added to the scores here."""
         Q, K = q.shape[-2], k.shape[-2]
         if mask is not None:
-            mask = _as_tensor(mask, q, dtype="bool")
+            mask = as_tensor(mask, q, dtype="bool")
             if mask.ndim == 3:  # (batch, Q, K): the same for every head
                 mask = ops.unsqueeze(mask, 1)
         self._stream = None

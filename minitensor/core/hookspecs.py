@@ -3,8 +3,8 @@ class must accept and return.
 
 This docstring is the one place the contract is written down (plugin authors depend on it).
 The built-ins (``plugins/minitensor_plugins/``), the attention layers
-(``minitensor/nn/attention.py``), the conformance kit (``minitensor/testing.py``) and the
-README point here; how plugins are found and loaded is ``minitensor/plugins.py``'s part.
+(``minitensor/core/nn/attention.py``), the conformance kit (``minitensor/testing.py``) and the
+README point here; how plugins are found and loaded is ``minitensor/core/plugins.py``'s part.
 
 Where plugins act
 -----------------
@@ -43,7 +43,7 @@ The hooks
   ``"minitensor"`` of an installed distribution, a ``.py`` file or module named by
   ``--plugin`` (any subcommand) or ``MINITENSOR_PLUGINS=a.py,my_pkg.mod``, or
   ``minitensor.plugins.load_plugin(...)`` / ``register(...)`` from Python (the loading order,
-  the switches and what happens to a broken plugin: ``minitensor/plugins.py``).
+  the switches and what happens to a broken plugin: ``minitensor/core/plugins.py``).
 
 Rules for every plugin class
 ----------------------------
