@@ -1,4 +1,4 @@
-"""The README's picture of the explain page: docs/figures/explain_page.png.
+"""The guide's picture of the explain page (docs/guide.md): docs/figures/explain_page.png.
 
     minitensor train                       # the default date model, in runs/date
     python scripts/explain_screenshot.py runs/date

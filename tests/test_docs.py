@@ -89,6 +89,17 @@ def test_api_reference_and_contract_come_from_the_docstrings(site):
     assert "注意力汇聚" in html(site, "glossary")
 
 
+def test_the_readmes_long_sections_are_pages_of_the_site(site):
+    """What the README leaves out is on the site's guide pages, their links to repository files
+    rewritten to the site's pages (bench/README.md -> the benchmarks page)."""
+    guide = html(site, "guide")
+    assert "Runs, resuming, and mistakes" in guide and "../benchmarks/#training-runs-from-the-command-line" in guide
+    assert "sliding_window" in html(site, "attention") and "CuPy" in html(site, "gpu")
+    assert "gradcheck.py" in html(site, "engine")
+    assert "figures/01_attention_cues.png" in html(site, "tutorials_overview")
+    assert "注意力汇聚" in html(site, "zh/tutorials_overview")
+
+
 def test_search_finds_chinese_words(site):
     """Material's search splits Chinese into words (jieba) at build time; the index holds both languages."""
     index = json.loads((site / "search" / "search_index.json").read_text(encoding="utf-8"))

@@ -86,9 +86,10 @@ def test_loading_one_plugin_twice_registers_it_once_and_runs_it_once(tmp_path, m
     assert runs.read_text() == "ran\n"
 
 
-def test_the_readme_example_registers_itself_and_is_not_registered_twice(tmp_path, monkeypatch):
-    """The README's in-process example, saved as a file, works with --plugin unchanged."""
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
+def test_the_documented_example_registers_itself_and_is_not_registered_twice(tmp_path, monkeypatch):
+    """The in-process example of docs/attention.md (the README's plugin section links there), saved
+    as a file, works with --plugin unchanged."""
+    readme = (REPO / "docs" / "attention.md").read_text(encoding="utf-8")
     example = next(
         block
         for block in re.findall(r"```python\n(.*?)```", readme, re.S)

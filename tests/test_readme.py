@@ -1,7 +1,10 @@
-"""The README and bench/README.md stay true (documentation that cannot rot): the README's
-Python examples run as written, every link to a local file resolves, the README's benchmark
-section is one summary table that defers to bench/README.md, which documents every script in
-bench/, and timings stay out of the package's docstrings and comments."""
+"""The README and bench/README.md stay true (documentation that cannot rot): the READMEs stay
+short (at most 15,000 bytes each: the details live on the docs site's guide pages and the figures
+in bench/README.md), their Python examples and those of the guide pages run as written, every
+link to a local file (and every anchor into a Markdown file) resolves, the line counts of the
+README's tour hold, the README's "How fast" is one small table whose figures are
+bench/README.md's, which documents every script in bench/, and timings stay out of the
+package's docstrings and comments."""
 
 import importlib.util
 import os
@@ -15,13 +18,16 @@ import minitensor as mt
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-README_ZH = ROOT / "README.zh-CN.md"  # the first screen of the README, in Chinese
+README_ZH = ROOT / "README.zh-CN.md"  # the README, in Chinese
 BENCH_README = ROOT / "bench" / "README.md"
+# the docs site's pages written by hand, which hold what the README leaves out (how-tos, examples)
+GUIDES = [ROOT / "docs" / name for name in ("guide.md", "attention.md", "gpu.md", "engine.md", "tutorials_overview.md")]
 BLOCKS = [
     block
-    for readme in (README, README_ZH)
+    for readme in (README, README_ZH, *GUIDES)
     for block in re.findall(r"```python\n(.*?)```", readme.read_text(encoding="utf-8"), flags=re.S)
 ]
+README_LIMIT = 15_000  # bytes, UTF-8
 BENCH_SCRIPTS = sorted(path.name for path in (ROOT / "bench").glob("*.py"))
 BENCHMARKS = [name for name in BENCH_SCRIPTS if not name.startswith("_")]  # _common.py is a helper
 
@@ -52,23 +58,52 @@ def test_readme_example_runs(index, tmp_path, monkeypatch):
         mt.plugins._reset()  # forget plugins an example registered
 
 
-# -- links ----------------------------------------------------------------------------------
-def local_links(text):
-    """The local targets of markdown links and <img src=...> in ``text``, fragments dropped
-    (web addresses, mail and in-page anchors are not local files)."""
+# -- size and links -------------------------------------------------------------------------
+@pytest.mark.parametrize("path", [README, README_ZH], ids=["README.md", "README.zh-CN.md"])
+def test_the_readme_is_short(path):
+    size = len(path.read_bytes())
+    assert size <= README_LIMIT, (
+        f"{path.name} is {size:,} bytes, over {README_LIMIT:,}: move how-tos to the docs site's pages "
+        "(docs/guide.md and its siblings) and figures to bench/README.md, and link to them"
+    )
+
+
+def local_links(text, keep_anchor=False):
+    """The local targets of markdown links and <img src=...> in ``text`` (web addresses, mail and
+    in-page anchors are not local files); the ``#anchor`` is dropped unless ``keep_anchor``."""
     text = re.sub(r"```.*?```", "", text, flags=re.S)  # code blocks hold no links
     targets = re.findall(r"\]\(([^)\s]+)\)", text) + re.findall(r"<img[^>]*\ssrc=\"([^\"]+)\"", text)
-    return [t.split("#")[0] for t in targets if not re.match(r"[a-z]+:|#", t)]
+    local = [t for t in targets if not re.match(r"[a-z]+:|#", t)]
+    return local if keep_anchor else [t.split("#")[0] for t in local]
 
 
-@pytest.mark.parametrize(
-    "path", [README, README_ZH, BENCH_README], ids=["README.md", "README.zh-CN.md", "bench/README.md"]
-)
+def anchors(markdown_path):
+    """The anchors of a Markdown file's headings, as GitHub and MkDocs's toc both make them
+    (lower case, punctuation but ``-`` and ``_`` dropped, spaces to ``-``)."""
+    text = re.sub(r"```.*?```", "", markdown_path.read_text(encoding="utf-8"), flags=re.S)
+    return {
+        re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        for heading in re.findall(r"^#{1,6} (.+)$", text, flags=re.M)
+    }
+
+
+LINKED = [README, README_ZH, BENCH_README, *GUIDES]
+
+
+@pytest.mark.parametrize("path", LINKED, ids=[str(p.relative_to(ROOT)) for p in LINKED])
 def test_every_local_link_resolves(path):
-    links = local_links(path.read_text(encoding="utf-8"))
+    links = local_links(path.read_text(encoding="utf-8"), keep_anchor=True)
     assert links, f"{path.name}: no local links found (is the link pattern still right?)"
-    missing = [link for link in links if not (path.parent / link).exists()]
+    missing, bad_anchors = [], []
+    for link in links:
+        file, _, anchor = link.partition("#")
+        target = path.parent / file
+        if not target.exists():
+            missing.append(link)
+        elif anchor and target.suffix == ".md" and anchor not in anchors(target):
+            bad_anchors.append(link)
     assert not missing, f"{path.relative_to(ROOT)} links to files that do not exist: {missing}"
+    assert not bad_anchors, f"{path.relative_to(ROOT)} links to headings that do not exist: {bad_anchors}"
 
 
 def test_the_two_readmes_link_each_other_at_the_top():
@@ -89,17 +124,42 @@ def section(text, heading):
     return match.group(1)
 
 
-def test_the_readme_benchmarks_are_one_summary_table_that_links_bench_readme():
-    text = section(README.read_text(encoding="utf-8"), "Benchmarks")
-    assert "](bench/README.md)" in text, "the benchmark section must link to bench/README.md for the details"
-    table_lines = [line for line in text.splitlines() if line.startswith("|")]
-    assert "\n".join(table_lines) in text, "the benchmark section holds one table, not several"
-    rows = table_lines[2:]  # after the header and the |---| line
-    scripts = [m.group(1) for row in rows for m in [re.search(r"`bench/(\w+\.py)`", row)] if m]
-    assert len(scripts) == len(rows), f"a row without its script: {rows}"
-    assert sorted(scripts) == BENCHMARKS, "one row per benchmark script in bench/ (the details go to bench/README.md)"
-    for row in rows:
-        assert len(row.strip("|").split("|")) == 4, f"columns: script | what | headline | target; got {row!r}"
+def test_the_readmes_how_fast_is_one_small_table_of_bench_readmes_figures():
+    """The README's speed is one headline table (the training step against PyTorch); every other
+    figure is in bench/README.md, which it links, and each figure of the table is one of
+    bench/README.md's for train_step.py, so the two cannot disagree."""
+    bench = section(BENCH_README.read_text(encoding="utf-8"), "bench/train_step.py")
+    for readme, heading in ((README, "How fast"), (README_ZH, "有多快")):
+        text = section(readme.read_text(encoding="utf-8"), heading)
+        assert "](bench/README.md)" in text, f"{readme.name}: '{heading}' must link to bench/README.md"
+        table = [line for line in text.splitlines() if line.startswith("|")]
+        assert "\n".join(table) in text, f"{readme.name}: '{heading}' holds one table, not several"
+        assert 3 <= len(table) <= 7, f"{readme.name}: one small headline table, not {len(table) - 2} rows"
+        figures = re.findall(r"\d+(?:\.\d+)?(?: ms| s|x)", "\n".join(table[2:]))
+        assert figures, f"{readme.name}: no figures in the headline table"
+        missing = [figure for figure in figures if figure not in bench]
+        assert not missing, f"{readme.name}: {missing} are not bench/README.md's train_step.py figures"
+
+
+def sizes_in(path):
+    """The README's tour: each linked engine or application path with the line count it states."""
+    text = path.read_text(encoding="utf-8")
+    return re.findall(r"\[`[\w/.]+`\]\((minitensor/[\w/.]+)\)\s*[(（]([\d,]+)(?: lines|\s*行)", text)
+
+
+@pytest.mark.parametrize("path", [README, README_ZH], ids=["README.md", "README.zh-CN.md"])
+def test_the_tours_line_counts_hold(path):
+    stated = sizes_in(path)
+    assert len(stated) >= 10, f"{path.name}: the tour's line counts not found (is the pattern still right?)"
+    for target, number in stated:
+        files = [ROOT / target] if (ROOT / target).is_file() else sorted((ROOT / target).rglob("*"))
+        actual = sum(
+            len(f.read_text(encoding="utf-8").splitlines())
+            for f in files
+            if f.suffix in (".py", ".cu") and "__pycache__" not in f.parts
+        )
+        number = int(number.replace(",", ""))
+        assert abs(number - actual) <= 0.1 * actual, f"{path.name}: {target} is {number} lines, it says; it is {actual}"
 
 
 @pytest.mark.parametrize("script", BENCH_SCRIPTS)

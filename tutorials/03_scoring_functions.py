@@ -368,7 +368,7 @@ ax.legend()
 fig.savefig(figure_path(TUTORIAL, "scorer_cost.png"), dpi=100)
 
 # %% [markdown]
-# The README's table tells the same story at the scale of a whole Transformer: trained on the
+# bench/README.md's table tells the same story at the scale of a whole Transformer: trained on the
 # date task, `additive` takes over twice as long as `scaled_dot` for the same steps. That is
 # why Transformers use scaled dot products — their queries and keys are projections of one
 # width anyway (chapter 5) — while additive attention lives on in recurrent models whose

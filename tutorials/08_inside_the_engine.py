@@ -591,7 +591,7 @@ print("wrote", figure_path(T, "softmax_timing.png"))
 # This is a quick look on whatever else the machine is doing. The proper benchmark is
 # `python bench/softmax.py`: forward and backward, softmax and log-softmax, two shapes, 1
 # and 2 threads, interleaved runs against plain NumPy *and* `torch.softmax`, and the
-# memory bandwidth the kernel reaches (the README lists its results: about 4x faster than
+# memory bandwidth the kernel reaches (bench/README.md lists its results: about 4x faster than
 # plain NumPy, and faster than PyTorch, on a 2-core machine).
 #
 # ## Beyond one process: data parallelism and the all-reduce
@@ -887,7 +887,7 @@ print(f"this process: rank {here.rank} of {here.size}")
 # ```bash
 # pip install -e ".[dist]"
 # minitensor train --workers 2                   # starts mpiexec -n 2 itself, on this machine
-# mpiexec -n 2 minitensor train --epochs 8       # the same, started by hand (several hosts: see the README)
+# mpiexec -n 2 minitensor train --epochs 8       # the same, started by hand (several hosts: see docs/guide.md)
 # ```
 #
 # What stays exact: the global minibatch, the learning rate and its schedule are those of one

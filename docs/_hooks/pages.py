@@ -11,7 +11,9 @@ originals, never the copies), so that MkDocs and mkdocs-static-i18n see them as 
 Links between repository files are rewritten to the pages that show them (a tutorial's ``.py``
 becomes its page, ``bench/README.md`` the benchmarks page); a link to a file the site does not
 show (a source file, a script) becomes its path in code type, so ``mkdocs build --strict``
-finds no broken link.
+finds no broken link. The pages written by hand in ``docs/`` (the guide, attention's parts, the
+GPU, the engine, the tutorials' overview) link the same way, by repository path (so that their
+links also work where the repository is read as files); ``on_page_markdown`` rewrites them.
 
 The formulas are typeset by MathJax 3 served with the site, never fetched from the web: after
 each build, ``on_post_build`` copies it from the ``django-static-mathjax`` package (the docs
@@ -99,7 +101,7 @@ def site_path(repo_path):
         return tutorial_page(match[2], "zh" if match[1] else "en")
     if repo_path.startswith("docs/"):
         return repo_path[len("docs/") :]
-    if repo_path.startswith("tutorials/figures/"):  # the README's thumbnails, copied as they are
+    if repo_path.startswith("tutorials/figures/"):  # the tutorials overview's thumbnails, copied as they are
         return repo_path
     return None
 
@@ -237,6 +239,16 @@ def on_post_build(config):
             shutil.copy2(source, target)
 
 
+def on_page_markdown(markdown, page, config, files):
+    """A page written by hand in ``docs/`` links to repository files by their path from
+    ``docs/`` (``../bench/README.md``): point those links at the site's pages, as for the
+    generated pages (which ``on_pre_build`` has already rewritten)."""
+    source = page.file.src_uri
+    if source in PAGES.values() or source.startswith(("tutorials/", "api/")):
+        return markdown
+    return rewrite_links(markdown, f"docs/{source}", source)
+
+
 def on_pre_build(config):
     """Generate the pages before MkDocs looks for files, so they are pages like any other (and
     mkdocs-static-i18n sees each page's ``.zh.md`` twin)."""
@@ -245,7 +257,7 @@ def on_pre_build(config):
             text = rewrite_links((ROOT / repo_path).read_text(encoding="utf-8"), repo_path, page)
             write(page, (join_cjk_lines(text) if page.endswith(".zh.md") else text).encode("utf-8"))
     smoke, written = smoke_mode(), set()
-    for figure in sorted((ROOT / "tutorials" / "figures").glob("*.png")):  # the README's thumbnails
+    for figure in sorted((ROOT / "tutorials" / "figures").glob("*.png")):  # the tutorials overview's thumbnails
         write(f"tutorials/figures/{figure.name}", figure.read_bytes())
         written.add(DOCS / "tutorials" / "figures" / figure.name)
     for lang in LANGS:

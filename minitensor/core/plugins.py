@@ -37,8 +37,8 @@ module named after the file (``my_scorer.py`` -> ``my_scorer``, put in ``sys.mod
 classes can be found again, e.g. by a checkpoint) and registered with the source
 ``"file /absolute/path/my_scorer.py"``; a module name is imported as ``import`` would and
 registered with the source ``"module my_pkg.scorers"``. Loading one file or module twice
-registers it once, and a file that registers itself while it is imported (the README's
-example ends with ``mt.plugins.register(sys.modules[__name__])``) is not registered again.
+registers it once, and a file that registers itself while it is imported (the example of
+docs/attention.md ends with ``mt.plugins.register(sys.modules[__name__])``) is not registered again.
 
 ``pm.check_pending()`` runs after loading: it rejects a hook implementation whose name matches
 no hook (``minitensor_scorer`` for ``minitensor_scorers``), so a typo is an error, not silence.
@@ -178,7 +178,7 @@ def get_plugin_manager():
             _load_entry_points(pm)
         pm.check_pending()
         # Published before step 3, because a plugin file may call register() while it is
-        # imported (the README's example does) and must find this manager, not start another.
+        # imported (docs/attention.md's example does) and must find this manager, not start another.
         _pm = pm
         try:
             for spec in _env_list("MINITENSOR_PLUGINS"):

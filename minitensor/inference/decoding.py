@@ -86,7 +86,7 @@ __all__ = ["Hypothesis", "beam_search", "greedy", "sample", "translate", "genera
 
 # The temperature at which a character LM's text is sampled (``minitensor generate`` and the
 # samples at the end of training): greedy search repeats a phrase, temperature 1 strays into
-# non-words. Of the words the example LM (README) writes at 0.4 / 0.5 / 0.6 / 0.7, 89 / 92 / 86
+# non-words. Of the words the example LM (docs/guide.md) writes at 0.4 / 0.5 / 0.6 / 0.7, 89 / 92 / 86
 # / 83% are words of its book.
 SAMPLE_TEMPERATURE = 0.5
 

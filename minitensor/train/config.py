@@ -369,7 +369,7 @@ class TrainConfig:
 
 # `minitensor train --text FILE`: a character LM with room for a few thousand words of English.
 # On the example text (The Time Machine, 160,000 training characters) it ends ~46% below the
-# unigram baseline in about two minutes on 2 CPU cores (bench figures: README); the held-out
+# unigram baseline in about two minutes on 2 CPU cores (the figures: bench/README.md); the held-out
 # loss is still falling at the end, and longer runs overfit (best/ keeps the best epoch).
 LM_RECIPE = dict(
     num_hiddens=128, ffn_num_hiddens=512, num_heads=4, num_blks=2, lm_num_steps=128, batch_size=16, steps=1000, lr=5e-3

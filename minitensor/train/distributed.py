@@ -175,7 +175,7 @@ def check_local_workers(workers, oversubscribe=False):
     limit = cpus * OVERSUBSCRIBE_FACTOR if oversubscribe else cpus
     if workers <= limit:
         return
-    across_hosts = f"`mpiexec -n {workers} -f HOSTFILE minitensor train ...` (no --workers; see the README)"
+    across_hosts = f"`mpiexec -n {workers} -f HOSTFILE minitensor train ...` (no --workers; see docs/guide.md)"
     if oversubscribe:
         raise DistributedError(
             f"--workers {workers} --oversubscribe: at most {limit} processes here ({OVERSUBSCRIBE_FACTOR} per "

@@ -354,7 +354,7 @@ ax.legend()
 fig.savefig(figure_path(TUTORIAL, "scorer_cost.png"), dpi=100)
 
 # %% [markdown]
-# README 中的表格在整个 Transformer 的规模上讲述了同样的事：在日期任务上训练同样的步数，
+# bench/README.md 中的表格在整个 Transformer 的规模上讲述了同样的事：在日期任务上训练同样的步数，
 # `additive` 的耗时是 `scaled_dot` 的两倍多。这就是 Transformer 使用缩放点积的原因——它的查询和键
 # 本来就是同一宽度的投影（第 5 章）；而加性注意力则延续在循环神经网络模型中，那里解码器的状态与
 # 编码器的输出大小可能不同（D2L 的 Bahdanau 解码器，见 10.4 Bahdanau 注意力 / 11.4 "The Bahdanau

@@ -577,7 +577,7 @@ print("wrote", figure_path(T, "softmax_timing.png"))
 # 这只是在机器同时忙着别的事情时的一次粗略观察。正式的基准测试是 `python bench/softmax.py`：
 # 前向与反向、softmax 与 log-softmax、两种形状、1 个和 2 个线程，与普通 NumPy *以及*
 # `torch.softmax` 交替运行，并给出该核达到的内存带宽
-# （README 列出了它的结果：在一台双核机器上，比普通 NumPy 快约 4 倍，也比 PyTorch 快）。
+# （bench/README.md 列出了它的结果：在一台双核机器上，比普通 NumPy 快约 4 倍，也比 PyTorch 快）。
 #
 # ## 走出单个进程：数据并行与全归约
 #
@@ -863,7 +863,7 @@ print(f"this process: rank {here.rank} of {here.size}")
 # ```bash
 # pip install -e ".[dist]"
 # minitensor train --workers 2                   # 自己启动 mpiexec -n 2，在本机上运行
-# mpiexec -n 2 minitensor train --epochs 8       # 效果相同，手动启动（多台主机：见 README）
+# mpiexec -n 2 minitensor train --epochs 8       # 效果相同，手动启动（多台主机：见 docs/guide.md）
 # ```
 #
 # 哪些是精确的：全局小批量、学习率及其调度都与单个进程相同，因此 N 个进程训练出的模型与

@@ -22,7 +22,7 @@ from .base import Backend
 #: what to install; the CUDA major version of the wheel must match the driver's
 INSTALL_HINT = (
     "pip install 'minitensor[gpu]' (CuPy for CUDA 12, cupy-cuda12x) or 'minitensor[gpu-cuda13]' for a CUDA 13 "
-    "driver (cupy-cuda13x); nvidia-smi shows the driver's CUDA version, the README's GPU section says more"
+    "driver (cupy-cuda13x); nvidia-smi shows the driver's CUDA version, docs/gpu.md says more"
 )
 
 
