@@ -38,8 +38,8 @@ Array = Any
 Shape = int | Sequence[int]
 #: an axis or several: ``-1``, ``(0, 2)``
 Axes = int | Sequence[int]
-#: where a tensor lives: a device name ("cpu", "cuda") or a Backend
-Device = str | Backend
+#: where a tensor lives: a device name ("cpu", "cuda") or a Backend; None where it means the default (the CPU)
+Device = str | Backend | None
 #: a dtype: ``mt.float32``, ``"float32"``, a NumPy dtype; None for the function's default
 DType = Any
 #: a Python number; inside class Tensor ``float`` names the method ``x.float()``, hence this name
@@ -85,9 +85,7 @@ class Tensor:
     _retain_grad: bool
     _seq: int
 
-    def __init__(
-        self, data: Any, requires_grad: bool = False, dtype: DType = None, device: Device | None = None
-    ) -> None:
+    def __init__(self, data: Any, requires_grad: bool = False, dtype: DType = None, device: Device = None) -> None:
         t = tensor(data, requires_grad=requires_grad, dtype=dtype, device=device)
         self.data, self.grad, self.requires_grad = t.data, None, t.requires_grad
         self._ctx, self._backend, self._retain_grad, self._seq = None, t._backend, False, t._seq
@@ -221,7 +219,7 @@ class Tensor:
         self._backend.raise_failed_checks()
         return bool(self.data.item())
 
-    def to(self, target: Device | DType = None, dtype: DType = None, device: Device | None = None) -> Tensor:
+    def to(self, target: Device | DType = None, dtype: DType = None, device: Device = None) -> Tensor:
         """A copy on another device and/or with another dtype: ``x.to("cuda")``,
         ``x.to(mt.float64)``. Returns ``self`` when nothing changes. Differentiable."""
         if target is not None:
@@ -693,7 +691,7 @@ def _is_dtype_name(name: str) -> bool:
         return False
 
 
-def tensor(data: Any, requires_grad: bool = False, dtype: DType = None, device: Device | None = None) -> Tensor:
+def tensor(data: Any, requires_grad: bool = False, dtype: DType = None, device: Device = None) -> Tensor:
     """A new leaf tensor holding a copy of ``data``.
 
     ``data``: a number, nested lists, a NumPy array or a Tensor. Floating-point Python data

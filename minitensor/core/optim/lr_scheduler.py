@@ -28,6 +28,8 @@ from typing import Any
 
 from .optimizer import Optimizer
 
+__all__ = ["LRScheduler", "LambdaLR", "NoamLR", "WarmupCosineLR"]
+
 
 class LRScheduler:
     """Base class: a subclass writes ``get_lr()``, the learning rate of every parameter group
