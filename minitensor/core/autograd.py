@@ -28,14 +28,24 @@ Afterwards the graph is freed (the saved arrays and the links to the inputs are 
 memory returns at once; ``retain_graph=True`` keeps it for a second backward.
 """
 
+from __future__ import annotations
+
 import sys
 from heapq import heappop, heappush
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy
 
 from . import grad_mode, tracing
 from .errors import DeviceError, DTypeError, GraphError, ShapeError
-from .tensor import Tensor
+from .tensor import Array, Tensor
+
+if TYPE_CHECKING:
+    from .backends import Backend
+
+#: what a Function's ``backward`` returns: one gradient per input of ``forward`` (None for an
+#: input that gets none), as a tuple, or the gradient itself for a single input
+Grads: TypeAlias = Array | tuple[Array | None, ...]
 
 _new_object = object.__new__  # a Function instance without running __init__ (the per-op path)
 
@@ -52,20 +62,29 @@ class Function:
     # Slots for what every node has (faster than a dict on the per-op path); ops may still
     # store anything else on ctx (it lands in __dict__).
     __slots__ = ("xp", "backend", "inputs", "saved", "__dict__")
+    xp: Any  # the array module of the inputs' device: numpy or cupy
+    backend: Backend
+    inputs: Any  # the arguments of apply, a tuple (None once backward() has freed the graph)
+    saved: Any  # the arrays given to save_for_backward, a tuple (None once freed)
+
+    if TYPE_CHECKING:
+        # An op keeps anything else it needs on ctx too (``ctx.axis = axis``): any name, any value.
+        def __getattr__(self, name: str) -> Any: ...
+        def __setattr__(self, name: str, value: Any) -> None: ...
 
     # -- what forward uses ------------------------------------------------------------
-    def save_for_backward(self, *arrays):
+    def save_for_backward(self, *arrays: Array) -> None:
         """Keep arrays that ``backward`` needs (freed after the backward pass)."""
         self.saved = arrays
 
     @property
-    def needs_input_grad(self):
+    def needs_input_grad(self) -> list[bool]:
         """One bool per input: does that input want a gradient? Lets backward skip work."""
         return [isinstance(x, Tensor) and x.requires_grad for x in self.inputs]
 
     # -- to be written by each operation ----------------------------------------------
     @staticmethod
-    def forward(ctx, *args, **kwargs):
+    def forward(ctx: Function, *args: Any, **kwargs: Any) -> Array:
         """The op's computation, written by each subclass as a ``@staticmethod``:
         ``forward(ctx, *args, **kwargs)`` gets the arguments of ``apply`` with every Tensor
         replaced by its backend array (other values pass as they are) and returns one backend
@@ -78,7 +97,7 @@ class Function:
         raise NotImplementedError
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: Function, grad: Array) -> Grads:
         """The op's chain rule, written by each subclass as a ``@staticmethod``:
         ``backward(ctx, grad)`` gets dL/d(output) as a backend array and returns dL/d(input)
         for each positional input of ``forward``, in order -- a tuple, or one array for a
@@ -92,7 +111,7 @@ class Function:
 
     # -- the machinery ----------------------------------------------------------------
     @classmethod
-    def apply(cls, *args, **kwargs):
+    def apply(cls, *args: Any, **kwargs: Any) -> Tensor:
         """Run the op on Tensors (or Python constants) and record it in the graph."""
         # This loop runs for every operation: it is kept to the bare minimum (the per-op
         # cost of a small model is dominated by such Python bookkeeping, not arithmetic).
@@ -137,11 +156,11 @@ class Function:
             tracing.active.function(cls, args, kwargs, result)
         return result
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<{type(self).__name__}>"
 
 
-def _check_compatible(cls, a, b):
+def _check_compatible(cls: type[Function], a: Tensor, b: Tensor) -> None:
     """Raise if two tensor operands of one op cannot combine (devices, float precisions)."""
     op = cls.__name__.lower()
     if a._backend is not b._backend:
@@ -159,7 +178,7 @@ def _check_compatible(cls, a, b):
         )
 
 
-def sum_to_shape(grad, shape):
+def sum_to_shape(grad: Array, shape: tuple[int, ...]) -> Array:
     """Undo broadcasting: sum ``grad`` over the axes that broadcasting added or stretched.
 
     If z = a + b with a of shape (3, 1) and b of shape (4,), z has shape (3, 4); every a[i]
@@ -177,7 +196,7 @@ def sum_to_shape(grad, shape):
     return grad.reshape(shape)
 
 
-def backward(root, grad=None, retain_graph=False):
+def backward(root: Tensor, grad: Tensor | Array | None = None, retain_graph: bool = False) -> None:
     """Accumulate d(root)/d(leaf) into ``leaf.grad`` for every leaf that requires grad.
 
     Order: a tensor's gradient is complete once every tensor computed *from* it has passed
@@ -222,7 +241,7 @@ def backward(root, grad=None, retain_graph=False):
             ctx.__dict__.clear()
 
 
-def _freed_graph_error(ctx):
+def _freed_graph_error(ctx: Function) -> GraphError:
     return GraphError(
         f"backward through a freed graph: the graph through {type(ctx).__name__} was "
         "freed by an earlier backward(); pass retain_graph=True to the first "
@@ -230,7 +249,7 @@ def _freed_graph_error(ctx):
     )
 
 
-def _root_gradient(root, grad):
+def _root_gradient(root: Tensor, grad: Tensor | Array | None) -> Array:
     """dL/d(root) as a backend array: ones for a scalar, else ``grad``, checked."""
     if not root.requires_grad:
         raise GraphError(
@@ -264,7 +283,7 @@ def _root_gradient(root, grad):
     return grad
 
 
-def _accumulate(t, g):
+def _accumulate(t: Tensor, g: Array) -> None:
     """Add ``g`` to ``t.grad``, which always ends up an array of its own.
 
     ``.grad`` must be safe to update in place (gradient clipping, weight decay). ``g`` may
@@ -282,7 +301,7 @@ def _accumulate(t, g):
         t.grad = Tensor._make(g.astype(t.data.dtype, copy=True), t._backend, None)
 
 
-def _owns_memory(g):
+def _owns_memory(g: Array) -> bool:
     """True if ``g`` is a writeable NumPy array whose memory nothing else can reach.
 
     Following ``.base`` -- the array a view was taken from, or, for an array a numba kernel
@@ -291,7 +310,7 @@ def _owns_memory(g):
     """
     if type(g) is not numpy.ndarray or not g.flags.writeable:
         return False
-    link = g
+    link: Array = g
     while getattr(link, "base", None) is not None:
         if _base_refcount(link) != _ONLY_VIEWED:
             return False
@@ -299,22 +318,23 @@ def _owns_memory(g):
     return getattr(link, "refcount", 1) == 1
 
 
-def _base_refcount(view):
+def _base_refcount(view: Array) -> int:
     base = view.base
     return sys.getrefcount(base)
 
 
-def _count_references():
+def _count_references() -> tuple[int, int]:
     """What ``sys.getrefcount`` reports in ``_accumulate`` for an array that nothing but
     ``backward``'s variable holds, and in ``_base_refcount`` for the base of a view that
     nothing but the view holds. Measured once, along the same calls, because Python
     versions count their own temporary references differently."""
 
-    def backward_like():
+    def backward_like() -> tuple[int, int]:
         g = numpy.empty(2)
         return accumulate_like(g), _base_refcount(numpy.empty(2)[:1])
 
-    def accumulate_like(g):
+    def accumulate_like(g: Array) -> int:
+
         return sys.getrefcount(g)
 
     return backward_like()

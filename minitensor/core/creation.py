@@ -1,18 +1,10 @@
 """Making new tensors: zeros, ones, full, arange, randn, rand, randint, ``*_like``, ``from_dlpack``."""
 
-from collections.abc import Sequence
 from typing import Any
 
 from .backends import Backend, get_backend
 from .dtypes import as_dtype, float32
-from .tensor import Tensor, _traced, tensor  # noqa: F401  (tensor is re-exported)
-
-#: a shape: ``2`` or ``(2, 3)``; the functions taking ``*shape`` also take the ints one by one
-Shape = int | Sequence[int]
-#: where a tensor lives: a device name ("cpu", "cuda") or a Backend
-Device = str | Backend
-#: a dtype: ``mt.float32``, ``"float32"``, a NumPy dtype; None for the function's default
-DType = Any
+from .tensor import Device, DType, Shape, Tensor, _traced, tensor  # noqa: F401  (tensor is re-exported)
 
 
 def _shape(shape: tuple[Any, ...]) -> tuple[Any, ...]:

@@ -12,17 +12,38 @@ methods here are one line each that calls it: ``x * y`` is ``Mul.apply(x, y)``, 
 and ``mt.exp(x)`` are the same call.
 """
 
+from __future__ import annotations
+
 import itertools
 import operator
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy
 
 from . import _printing, grad_mode, tracing
-from .backends import get_backend
+from .backends import Backend, get_backend
 from .dtypes import as_dtype
 from .errors import DeviceError, DTypeError, GraphError
 
+if TYPE_CHECKING:
+    from typing_extensions import Self  # typing.Self, from Python 3.11 on
+
 _creation_counter = itertools.count()
+
+# The names the annotations use (the engine's other modules import them from here):
+#: a backend array, ``numpy.ndarray`` on "cpu" or ``cupy.ndarray`` on "cuda" (Any: the two share no type)
+Array = Any
+#: a shape: ``2`` or ``(2, 3)``; the functions taking ``*shape`` also take the ints one by one
+Shape = int | Sequence[int]
+#: an axis or several: ``-1``, ``(0, 2)``
+Axes = int | Sequence[int]
+#: where a tensor lives: a device name ("cpu", "cuda") or a Backend; None where it means the default (the CPU)
+Device = str | Backend | None
+#: a dtype: ``mt.float32``, ``"float32"``, a NumPy dtype; None for the function's default
+DType = Any
+#: a Python number; inside class Tensor ``float`` names the method ``x.float()``, hence this name
+Number = int | float
 
 
 class Tensor:
@@ -56,13 +77,21 @@ class Tensor:
     __array_ufunc__ = None
     __array_priority__ = 1000
 
-    def __init__(self, data, requires_grad=False, dtype=None, device=None):
+    data: Array
+    grad: Tensor | None
+    requires_grad: bool
+    _ctx: autograd.Function | None
+    _backend: Backend
+    _retain_grad: bool
+    _seq: int
+
+    def __init__(self, data: Any, requires_grad: bool = False, dtype: DType = None, device: Device = None) -> None:
         t = tensor(data, requires_grad=requires_grad, dtype=dtype, device=device)
         self.data, self.grad, self.requires_grad = t.data, None, t.requires_grad
         self._ctx, self._backend, self._retain_grad, self._seq = None, t._backend, False, t._seq
 
     @classmethod
-    def _make(cls, data, backend, ctx):
+    def _make(cls, data: Array, backend: Backend, ctx: autograd.Function | None) -> Self:
         """The fast internal constructor used by every operation (no checks, no copies)."""
         if data.ndim == 0:
             # NumPy turns 0-d results into NumPy scalars; keep tensors backed by arrays.
@@ -79,7 +108,7 @@ class Tensor:
 
     # -- what a tensor is ---------------------------------------------------------------
     @property
-    def shape(self):
+    def shape(self) -> tuple[int, ...]:
         """The length of every axis, a tuple of ints: ``(batch_size, num_steps, num_hiddens)`` for a
         batch of sequences of feature vectors, ``()`` for a 0-d tensor."""
         if tracing.active is not None:  # mt.onnx.export: lengths that remember where they came from
@@ -87,61 +116,61 @@ class Tensor:
         return tuple(self.data.shape)
 
     @property
-    def ndim(self):
+    def ndim(self) -> int:
         """The number of axes, ``len(x.shape)`` (0 for a 0-d tensor, a single number)."""
         return self.data.ndim
 
     @property
-    def dtype(self):
+    def dtype(self) -> numpy.dtype:
         """The element type, a NumPy dtype: ``mt.float32`` (the default for floating-point data),
         ``mt.float64``, ``mt.int64`` (indices, labels), ``mt.bool``, ..."""
         return self.data.dtype
 
     @property
-    def device(self):
+    def device(self) -> str:
         """Where the data lives: the device name of the tensor's backend, ``"cpu"`` (NumPy) or
         ``"cuda"`` (CuPy). Operands of one operation must share it."""
         return self._backend.device
 
     @property
-    def is_leaf(self):
+    def is_leaf(self) -> bool:
         """True when no recorded operation produced this tensor (it was created, or computed with
         grad mode off): backward stops here and stores ``.grad`` on leaves that require grad."""
         return self._ctx is None
 
     @property
-    def grad_fn(self):
+    def grad_fn(self) -> autograd.Function | None:
         """The Function that produced this tensor, or None for a leaf."""
         return self._ctx
 
-    def size(self, axis=None):
+    def size(self, axis: int | None = None) -> tuple[int, ...] | int:
         """The shape (PyTorch's ``x.size()``), or its length along ``axis``."""
         if axis is None:
             return self.shape
         return self.data.shape[normalize_axis(axis, self.data.ndim, "size")]
 
-    def numel(self):
+    def numel(self) -> int:
         """The number of elements, the product of ``shape`` (1 for a 0-d tensor), as a Python int."""
         return int(self.data.size)
 
-    def __len__(self):
+    def __len__(self) -> int:
         if not self.data.shape:
             raise TypeError("len() of a 0-d tensor")
         return self.data.shape[0]
 
     # -- leaving the graph, leaving the device --------------------------------------------
-    def detach(self):
+    def detach(self) -> Tensor:
         """The same data, cut from the graph (no copy)."""
         return Tensor._make(self.data, self._backend, None)
 
     # The reads from the device below (and .to("cpu")) are where the host waits for the device
     # anyway: there the checks the ops left on the device are made (Backend.check), first.
-    def numpy(self):
+    def numpy(self) -> numpy.ndarray:
         """A NumPy copy of the data on the host (a copy even on the CPU: yours to modify)."""
         self._backend.raise_failed_checks()
         return self._backend.to_numpy(self.data)
 
-    def item(self):
+    def item(self) -> float | int | bool:
         """The value of a one-element tensor as a Python number."""
         if self.data.size != 1:
             raise ValueError(
@@ -150,11 +179,11 @@ class Tensor:
         self._backend.raise_failed_checks()
         return self.data.item()
 
-    def tolist(self):
+    def tolist(self) -> Any:
         """The values as nested Python lists (a plain number for a 0-d tensor), copied to the host."""
         return self.numpy().tolist()
 
-    def __array__(self, dtype=None, copy=None):
+    def __array__(self, dtype: DType = None, copy: bool | None = None) -> Array:
         # np.asarray(t) works on the CPU, as in PyTorch; device data is never copied to
         # the host behind the user's back.
         if self.device != "cpu":
@@ -162,7 +191,7 @@ class Tensor:
         return self.data if dtype is None else self.data.astype(dtype)
 
     # -- DLPack: zero-copy exchange with NumPy, CuPy, PyTorch, JAX... ------------------------
-    def __dlpack__(self, *args, **kwargs):
+    def __dlpack__(self, *args: Any, **kwargs: Any) -> Any:
         """The data as a DLPack capsule (no copy); ``torch.from_dlpack(t)`` shares memory with ``t``.
 
         As in PyTorch, a tensor that requires grad is refused: the consumer would write
@@ -172,17 +201,17 @@ class Tensor:
             raise RuntimeError("__dlpack__: cannot export a tensor that requires grad; export t.detach() instead")
         return self.data.__dlpack__(*args, **kwargs)
 
-    def __dlpack_device__(self):
+    def __dlpack_device__(self) -> tuple[int, int]:
         """(device type, device id) as DLPack numbers them: (1, 0) for the CPU, (2, n) for CUDA GPU n."""
         return self.data.__dlpack_device__()
 
-    def __float__(self):
+    def __float__(self) -> float:
         return float(self.item())
 
-    def __int__(self):
+    def __int__(self) -> int:
         return int(self.item())
 
-    def __bool__(self):
+    def __bool__(self) -> bool:
         if self.data.size != 1:
             raise ValueError(
                 f"the truth value of a tensor with {self.data.size} elements is ambiguous; use .any() or .all()"
@@ -190,7 +219,7 @@ class Tensor:
         self._backend.raise_failed_checks()
         return bool(self.data.item())
 
-    def to(self, target=None, dtype=None, device=None):
+    def to(self, target: Device | DType = None, dtype: DType = None, device: Device = None) -> Tensor:
         """A copy on another device and/or with another dtype: ``x.to("cuda")``,
         ``x.to(mt.float64)``. Returns ``self`` when nothing changes. Differentiable."""
         if target is not None:
@@ -206,32 +235,32 @@ class Tensor:
             out = ops.to_device(out, get_backend(device))
         return out
 
-    def float(self):
+    def float(self) -> Tensor:
         """``x.to(mt.float32)``: a float32 copy (``x`` itself if it is float32 already); differentiable."""
         return self.to(dtype="float32")
 
-    def double(self):
+    def double(self) -> Tensor:
         """``x.to(mt.float64)``: a float64 copy (``x`` itself if it is float64 already); what
         ``mt.gradcheck`` needs."""
         return self.to(dtype="float64")
 
-    def long(self):
+    def long(self) -> Tensor:
         """``x.to(mt.int64)``: an int64 copy (``x`` itself if it is int64 already), the dtype of token
         indices and class labels."""
         return self.to(dtype="int64")
 
-    def astype(self, dtype):
+    def astype(self, dtype: DType) -> Tensor:
         """``x.to(dtype=dtype)``: a copy with another dtype (``x`` itself when nothing changes),
         NumPy's name for it; differentiable (the gradient is converted back)."""
         return self.to(dtype=dtype)
 
-    def cpu(self):
+    def cpu(self) -> Tensor:
         """``x.to("cpu")``: a copy in host memory (``x`` itself if it is there already);
         differentiable, the gradient goes back to the original device."""
         return self.to(device="cpu")
 
     # -- autograd -------------------------------------------------------------------------
-    def backward(self, grad=None, retain_graph=False):
+    def backward(self, grad: Tensor | Array | None = None, retain_graph: bool = False) -> None:
         """Compute d(self)/d(leaf) for every leaf of the graph and add it to ``leaf.grad``.
 
         ``self`` must be a scalar unless ``grad`` (dL/dself, same shape) is given. The graph
@@ -239,7 +268,7 @@ class Tensor:
         """
         autograd.backward(self, grad, retain_graph)
 
-    def requires_grad_(self, requires_grad=True):
+    def requires_grad_(self, requires_grad: bool = True) -> Self:
         """Start (or, with ``False``, stop) recording operations on this tensor for backward, in
         place; returns ``self``.
 
@@ -256,13 +285,13 @@ class Tensor:
         self.requires_grad = requires_grad
         return self
 
-    def retain_grad(self):
+    def retain_grad(self) -> Self:
         """Keep ``.grad`` for this non-leaf tensor too after backward."""
         self._retain_grad = True
         return self
 
     # -- in-place updates (optimisers, initialisation): only outside the graph -------------
-    def _check_inplace(self, name):
+    def _check_inplace(self, name: str) -> None:
         if self.requires_grad and grad_mode._enabled:
             raise GraphError(
                 f"{name}: in-place update of a tensor that requires grad; values saved for "
@@ -270,7 +299,7 @@ class Tensor:
                 "optimisers do), or use the out-of-place form"
             )
 
-    def _value(self, other):
+    def _value(self, other: Tensor | Array) -> Array:
         if isinstance(other, Tensor):
             if other._backend is not self._backend:
                 raise DeviceError(
@@ -280,13 +309,13 @@ class Tensor:
             return other.data
         return other
 
-    def copy_(self, other):
+    def copy_(self, other: Tensor | Array) -> Self:
         """Overwrite the values with ``other``'s (broadcast to this shape)."""
         self._check_inplace("copy_")
         self.data[...] = self._value(other)
         return self
 
-    def zero_(self):
+    def zero_(self) -> Self:
         """Set every element to 0, in place; returns ``self``.
 
         Refused (``GraphError``) on a tensor that requires grad while grad mode is on: do it inside
@@ -296,21 +325,21 @@ class Tensor:
         self.data[...] = 0
         return self
 
-    def fill_(self, value):
+    def fill_(self, value: Number) -> Self:
         """Set every element to ``value`` (a number), in place; returns ``self``. The rule of
         ``zero_``: not on a tensor that requires grad unless grad mode is off."""
         self._check_inplace("fill_")
         self.data[...] = value
         return self
 
-    def add_(self, other, alpha=1.0):
+    def add_(self, other: Tensor | Number, alpha: Number = 1.0) -> Self:
         """self += alpha * other, in place."""
         self._check_inplace("add_")
         other = self._value(other)
         self.data += other if alpha == 1.0 else alpha * other
         return self
 
-    def mul_(self, other):
+    def mul_(self, other: Tensor | Number) -> Self:
         """self *= other, in place: ``other`` a number or a tensor on the same device, broadcast to
         this shape; returns ``self``. The rule of ``zero_``: not on a tensor that requires grad
         unless grad mode is off."""
@@ -318,280 +347,280 @@ class Tensor:
         self.data *= self._value(other)
         return self
 
-    def __setitem__(self, index, value):
+    def __setitem__(self, index: Any, value: Tensor | Array) -> None:
         self._check_inplace("__setitem__")
         self.data[normalize_index(index, self)] = self._value(value)
 
     # -- arithmetic: ``x * y`` is ``Mul.apply(x, y)`` (ops/elementwise.py) -------------------------
     # ``2 * x``: int.__mul__ does not know Tensors, so Python calls ``x.__rmul__(2)``.
-    def __add__(self, other):
+    def __add__(self, other: Tensor | Number) -> Tensor:
         return _binary(Add, self, other)
 
-    def __radd__(self, other):
+    def __radd__(self, other: Number) -> Tensor:
         return _reflected(Add, self, other)
 
-    def __sub__(self, other):
+    def __sub__(self, other: Tensor | Number) -> Tensor:
         return _binary(Sub, self, other)
 
-    def __rsub__(self, other):
+    def __rsub__(self, other: Number) -> Tensor:
         return _reflected(Sub, self, other)
 
-    def __mul__(self, other):
+    def __mul__(self, other: Tensor | Number) -> Tensor:
         return _binary(Mul, self, other)
 
-    def __rmul__(self, other):
+    def __rmul__(self, other: Number) -> Tensor:
         return _reflected(Mul, self, other)
 
-    def __truediv__(self, other):
+    def __truediv__(self, other: Tensor | Number) -> Tensor:
         return _binary(Div, self, other)
 
-    def __rtruediv__(self, other):
+    def __rtruediv__(self, other: Number) -> Tensor:
         return _reflected(Div, self, other)
 
-    def __pow__(self, other):
+    def __pow__(self, other: Tensor | Number) -> Tensor:
         return _binary(Pow, self, other)
 
-    def __rpow__(self, other):
+    def __rpow__(self, other: Number) -> Tensor:
         return _reflected(Pow, self, other)
 
-    def __matmul__(self, other):
+    def __matmul__(self, other: Tensor) -> Tensor:
         return _binary(MatMul, self, other)
 
-    def __rmatmul__(self, other):
+    def __rmatmul__(self, other: Array) -> Tensor:
         return _reflected(MatMul, self, other)
 
-    def __neg__(self):
+    def __neg__(self) -> Tensor:
         return Neg.apply(self)
 
-    def __getitem__(self, index):
+    def __getitem__(self, index: Any) -> Tensor:
         return ops.getitem(self, index)
 
     # the same as named methods, as in PyTorch: x.add(y), x.matmul(w)
-    def add(self, other):
+    def add(self, other: Tensor | Number) -> Tensor:
         """``x.add(y)`` is ``x + y`` (``mt.add``): the elementwise sum, with broadcasting."""
         return _binary(Add, self, other)
 
-    def sub(self, other):
+    def sub(self, other: Tensor | Number) -> Tensor:
         """``x.sub(y)`` is ``x - y`` (``mt.sub``): the elementwise difference, with broadcasting."""
         return _binary(Sub, self, other)
 
-    def mul(self, other):
+    def mul(self, other: Tensor | Number) -> Tensor:
         """``x.mul(y)`` is ``x * y`` (``mt.mul``): the elementwise product, with broadcasting."""
         return _binary(Mul, self, other)
 
-    def div(self, other):
+    def div(self, other: Tensor | Number) -> Tensor:
         """``x.div(y)`` is ``x / y`` (``mt.div``): the elementwise quotient, with broadcasting."""
         return _binary(Div, self, other)
 
-    def pow(self, other):
+    def pow(self, other: Tensor | Number) -> Tensor:
         """``x.pow(p)`` is ``x ** p`` (``mt.pow``): the elementwise power; ``p`` a number or a tensor."""
         return _binary(Pow, self, other)
 
-    def matmul(self, other):
+    def matmul(self, other: Tensor) -> Tensor:
         """``x.matmul(y)`` is ``x @ y`` (``mt.matmul``): the matrix product, batched over leading axes
         by NumPy's rules."""
         return _binary(MatMul, self, other)
 
     # -- comparisons and logic: bool tensors outside the graph (no useful derivative) -----------
-    def __eq__(self, other):
+    def __eq__(self, other: object) -> Tensor:  # type: ignore[override]  # elementwise, not a bool (as in PyTorch)
         return _compare(operator.eq, self, other)
 
-    def __ne__(self, other):
+    def __ne__(self, other: object) -> Tensor:  # type: ignore[override]  # elementwise, as __eq__
         return _compare(operator.ne, self, other)
 
-    def __lt__(self, other):
+    def __lt__(self, other: Tensor | Number) -> Tensor:
         return _compare(operator.lt, self, other)
 
-    def __le__(self, other):
+    def __le__(self, other: Tensor | Number) -> Tensor:
         return _compare(operator.le, self, other)
 
-    def __gt__(self, other):
+    def __gt__(self, other: Tensor | Number) -> Tensor:
         return _compare(operator.gt, self, other)
 
-    def __ge__(self, other):
+    def __ge__(self, other: Tensor | Number) -> Tensor:
         return _compare(operator.ge, self, other)
 
     __hash__ = object.__hash__  # == is elementwise (as in PyTorch), identity hashing stays
 
-    def __and__(self, other):
+    def __and__(self, other: Tensor | bool) -> Tensor:
         return _logical(operator.and_, self, other)
 
-    def __or__(self, other):
+    def __or__(self, other: Tensor | bool) -> Tensor:
         return _logical(operator.or_, self, other)
 
-    def __xor__(self, other):
+    def __xor__(self, other: Tensor | bool) -> Tensor:
         return _logical(operator.xor, self, other)
 
-    def __invert__(self):
+    def __invert__(self) -> Tensor:
         return _traced("invert", [self], {}, Tensor._make(~self.data, self._backend, None))
 
-    def any(self, axis=None):
+    def any(self, axis: Axes | None = None) -> Tensor:
         """Whether any element is true (nonzero), over all or along ``axis``: a bool tensor."""
         if axis is not None:
             axis = normalize_axes(axis, self.ndim, "any")
         return _traced("any", [self], {"axis": axis}, Tensor._make(self.data.any(axis=axis), self._backend, None))
 
-    def all(self, axis=None):
+    def all(self, axis: Axes | None = None) -> Tensor:
         """Whether every element is true (nonzero), over all or along ``axis``: a bool tensor."""
         if axis is not None:
             axis = normalize_axes(axis, self.ndim, "all")
         return _traced("all", [self], {"axis": axis}, Tensor._make(self.data.all(axis=axis), self._backend, None))
 
     # -- the ops as methods: ``x.exp()`` is ``mt.exp(x)``, same parameters ------------------------
-    def neg(self):
+    def neg(self) -> Tensor:
         """``x.neg()`` is ``-x`` (``mt.neg``): every element with its sign flipped."""
         return Neg.apply(self)
 
-    def exp(self):
+    def exp(self) -> Tensor:
         """``mt.exp(x)``: e^x elementwise; its derivative is the output itself."""
         return Exp.apply(self)
 
-    def log(self):
+    def log(self) -> Tensor:
         """``mt.log(x)``: the natural logarithm ln x elementwise; derivative 1/x."""
         return Log.apply(self)
 
-    def sqrt(self):
+    def sqrt(self) -> Tensor:
         """``mt.sqrt(x)``: the square root elementwise; derivative 1 / (2 sqrt(x))."""
         return Sqrt.apply(self)
 
-    def tanh(self):
+    def tanh(self) -> Tensor:
         """``mt.tanh(x)``: the hyperbolic tangent elementwise, in (-1, 1); derivative 1 - tanh(x)^2."""
         return Tanh.apply(self)
 
-    def sigmoid(self):
+    def sigmoid(self) -> Tensor:
         """``mt.sigmoid(x)``: 1 / (1 + exp(-x)) elementwise, in (0, 1); derivative s (1 - s)."""
         return Sigmoid.apply(self)
 
-    def relu(self):
+    def relu(self) -> Tensor:
         """``mt.relu(x)``: max(x, 0) elementwise; derivative 1 where x > 0, else 0."""
         return ReLU.apply(self)
 
-    def gelu(self, approximate="none"):
+    def gelu(self, approximate: str = "none") -> Tensor:
         """``mt.gelu(x, approximate)``: x Phi(x) (Phi the standard normal CDF), exactly with
         ``approximate="none"`` or in the tanh approximation with ``"tanh"``."""
         return ops.gelu(self, approximate=approximate)
 
-    def abs(self):
+    def abs(self) -> Tensor:
         """``mt.abs(x)``: |x| elementwise; derivative sign(x) (0 at x = 0, as in PyTorch)."""
         return Abs.apply(self)
 
-    def clip(self, min=None, max=None):
+    def clip(self, min: Number | None = None, max: Number | None = None) -> Tensor:
         """``mt.clip(x, min, max)``: every element clamped to [min, max] (either bound may be None, not
         both); the gradient passes only where the element was inside."""
         return ops.clip(self, min=min, max=max)
 
-    def clamp(self, min=None, max=None):
+    def clamp(self, min: Number | None = None, max: Number | None = None) -> Tensor:
         """``mt.clamp(x, min, max)``, PyTorch's name for ``clip``: every element clamped to [min, max]."""
         return ops.clamp(self, min=min, max=max)
 
-    def sum(self, axis=None, keepdims=False):
+    def sum(self, axis: Axes | None = None, keepdims: bool = False) -> Tensor:
         """``mt.sum(x, axis, keepdims)``: the sum over ``axis`` (an int, a tuple of ints, or None for
         every axis); ``keepdims=True`` keeps the reduced axes with length 1."""
         return ops.sum(self, axis=axis, keepdims=keepdims)
 
-    def mean(self, axis=None, keepdims=False):
+    def mean(self, axis: Axes | None = None, keepdims: bool = False) -> Tensor:
         """``mt.mean(x, axis, keepdims)``: the average over ``axis`` (None: every axis)."""
         return ops.mean(self, axis=axis, keepdims=keepdims)
 
-    def max(self, axis=None, keepdims=False):
+    def max(self, axis: Axes | None = None, keepdims: bool = False) -> Tensor:
         """``mt.max(x, axis, keepdims)``: the largest value over ``axis`` (None: every axis); tied
         maxima share the gradient. Values only: ``argmax`` gives positions."""
         return ops.max(self, axis=axis, keepdims=keepdims)
 
-    def min(self, axis=None, keepdims=False):
+    def min(self, axis: Axes | None = None, keepdims: bool = False) -> Tensor:
         """``mt.min(x, axis, keepdims)``: the smallest value over ``axis``, computed as -max(-x)."""
         return ops.min(self, axis=axis, keepdims=keepdims)
 
-    def var(self, axis=None, keepdims=False, correction=1):
+    def var(self, axis: Axes | None = None, keepdims: bool = False, correction: int = 1) -> Tensor:
         """``mt.var(x, axis, keepdims, correction)``: sum (x - mean)^2 / (N - correction) over
         ``axis``; ``correction=1`` (the default) is the unbiased estimate, 0 the population variance."""
         return ops.var(self, axis=axis, keepdims=keepdims, correction=correction)
 
-    def argmax(self, axis=None, keepdims=False):
+    def argmax(self, axis: int | None = None, keepdims: bool = False) -> Tensor:
         """``mt.argmax(x, axis, keepdims)``: the positions of the maxima (int64, outside the graph);
         over the flattened tensor when ``axis`` is None."""
         return ops.argmax(self, axis=axis, keepdims=keepdims)
 
-    def argmin(self, axis=None, keepdims=False):
+    def argmin(self, axis: int | None = None, keepdims: bool = False) -> Tensor:
         """``mt.argmin(x, axis, keepdims)``: the positions of the minima (int64, outside the graph);
         over the flattened tensor when ``axis`` is None."""
         return ops.argmin(self, axis=axis, keepdims=keepdims)
 
-    def reshape(self, *shape):
+    def reshape(self, *shape: Shape) -> Tensor:
         """``mt.reshape(x, *shape)``: the same elements in a new shape, ``x.reshape(2, 3)`` or
         ``x.reshape((2, 3))``; one axis may be -1, inferred from the others."""
         return ops.reshape(self, *shape)
 
-    def view(self, *shape):
+    def view(self, *shape: Shape) -> Tensor:
         """PyTorch's ``view``: here the same as ``reshape`` (``mt.reshape(x, *shape)``)."""
         return ops.reshape(self, *shape)
 
-    def flatten(self, start_axis=0, end_axis=-1):
+    def flatten(self, start_axis: int = 0, end_axis: int = -1) -> Tensor:
         """``mt.flatten(x, start_axis, end_axis)``: axes start_axis..end_axis merged into one (all of
         them by default: a 1-D tensor)."""
         return ops.flatten(self, start_axis=start_axis, end_axis=end_axis)
 
-    def permute(self, *axes):
+    def permute(self, *axes: Axes) -> Tensor:
         """``mt.permute(x, *axes)``: the axes reordered, ``x.permute(0, 2, 1, 3)`` or with a tuple;
         every axis must be named once."""
         return ops.permute(self, *axes)
 
-    def transpose(self, axis0=-2, axis1=-1):
+    def transpose(self, axis0: int = -2, axis1: int = -1) -> Tensor:
         """``mt.transpose(x, axis0, axis1)``: two axes swapped, by default the last two (PyTorch's
         ``transpose``, NumPy's ``swapaxes``)."""
         return ops.transpose(self, axis0=axis0, axis1=axis1)
 
-    def swapaxes(self, axis0=-2, axis1=-1):
+    def swapaxes(self, axis0: int = -2, axis1: int = -1) -> Tensor:
         """``mt.swapaxes(x, axis0, axis1)``, NumPy's name for ``transpose``: two axes swapped."""
         return ops.swapaxes(self, axis0=axis0, axis1=axis1)
 
     @property
-    def T(self):
+    def T(self) -> Tensor:
         """All axes reversed (the transpose of a matrix)."""
         return ops.permute(self, tuple(reversed(range(self.ndim))))
 
-    def broadcast_to(self, *shape):
+    def broadcast_to(self, *shape: Shape) -> Tensor:
         """``mt.broadcast_to(x, *shape)``: repeated along axes of length 1 (and new leading axes) to
         ``shape``; the gradient is summed back."""
         return ops.broadcast_to(self, *shape)
 
-    def expand(self, *shape):
+    def expand(self, *shape: Shape) -> Tensor:
         """``mt.expand(x, *shape)``, PyTorch's ``expand``: ``broadcast_to`` where -1 keeps an axis's
         length."""
         return ops.expand(self, *shape)
 
-    def squeeze(self, axis=None):
+    def squeeze(self, axis: Axes | None = None) -> Tensor:
         """``mt.squeeze(x, axis)``: axes of length 1 removed, all of them (``axis=None``) or the ones
         given (``ShapeError`` if one of those is longer)."""
         return ops.squeeze(self, axis=axis)
 
-    def unsqueeze(self, axis):
+    def unsqueeze(self, axis: int) -> Tensor:
         """``mt.unsqueeze(x, axis)``: a new axis of length 1 inserted at ``axis`` (negative counts from
         the end of the new shape)."""
         return ops.unsqueeze(self, axis=axis)
 
-    def softmax(self, axis=-1):
+    def softmax(self, axis: int = -1) -> Tensor:
         """``mt.softmax(x, axis)``: softmax(x)_i = exp(x_i) / sum_j exp(x_j) along ``axis`` (the last
         by default)."""
         return ops.softmax(self, axis=axis)
 
-    def log_softmax(self, axis=-1):
+    def log_softmax(self, axis: int = -1) -> Tensor:
         """``mt.log_softmax(x, axis)``: x_i - log sum_j exp(x_j) along ``axis``, computed without
         overflow."""
         return ops.log_softmax(self, axis=axis)
 
-    def masked_fill(self, mask, value):
+    def masked_fill(self, mask: Tensor, value: Number) -> Tensor:
         """``mt.masked_fill(x, mask, value)``: ``x`` with ``value`` wherever the bool ``mask`` (broadcast
         to x's shape) is True."""
         return ops.masked_fill(self, mask, value)
 
-    def split(self, split_size_or_sections, axis=0):
+    def split(self, split_size_or_sections: int | Sequence[int], axis: int = 0) -> list[Tensor]:
         """``mt.split(x, split_size_or_sections, axis)``: a list of pieces along ``axis``, each of the
         given size (an int; the last may be smaller) or of the sizes listed."""
         return ops.split(self, split_size_or_sections, axis=axis)
 
     # -- printing ---------------------------------------------------------------------------
-    def __repr__(self):
+    def __repr__(self) -> str:
         """``tensor([...], dtype=..., device=..., grad_fn=...)``, laid out as PyTorch does (_printing.py)."""
         data = self.numpy()
         extras = []
@@ -613,7 +642,7 @@ _DTYPES_NOT_SHOWN = (numpy.dtype("float32"), numpy.dtype("int64"), numpy.dtype("
 _PLAIN_NUMBER = {int, float}  # exact types: np.float64 subclasses float but is not weak
 
 
-def _binary(function, a, b):
+def _binary(function: type[autograd.Function], a: Tensor, b: Any) -> Tensor:
     """``a <op> b`` for the Function ``function`` (Add, Mul, MatMul...), ``a`` a Tensor.
 
     The common cases, two tensors of one dtype or a float tensor and a Python number, go
@@ -627,26 +656,26 @@ def _binary(function, a, b):
     return function.apply(*promote(a, b))
 
 
-def _reflected(function, a, b):
+def _reflected(function: type[autograd.Function], a: Tensor, b: Any) -> Tensor:
     """``b <op> a`` where ``b`` is not a Tensor: ``2 - x`` is ``x.__rsub__(2)``."""
     a, b = promote(a, b)
     return function.apply(b, a)
 
 
-def _compare(compare, a, b):
+def _compare(compare: Callable[[Any, Any], Any], a: Tensor, b: Any) -> Tensor:
     """``compare(a, b)`` (operator.eq, operator.lt...) elementwise, as a bool tensor outside the graph."""
     a, b = promote(a, b)
     out = Tensor._make(compare(a.data, b.data if isinstance(b, Tensor) else b), a._backend, None)
     return _traced(compare.__name__, [a, b], {}, out)
 
 
-def _logical(combine, a, b):
+def _logical(combine: Callable[[Any, Any], Any], a: Tensor, b: Any) -> Tensor:
     """``a & b``, ``a | b``, ``a ^ b`` on bool (or integer) tensors, outside the graph."""
     out = Tensor._make(combine(a.data, b.data if isinstance(b, Tensor) else b), a._backend, None)
     return _traced(combine.__name__.rstrip("_"), [a, b], {}, out)
 
 
-def _traced(name, inputs, attrs, out):
+def _traced(name: str, inputs: list[Any], attrs: dict[str, Any], out: Tensor) -> Tensor:
     """``out``, made outside the graph by ``name`` (a comparison, ``arange``...), reported to
     ``mt.onnx.export`` when it is recording (see ``tracing``)."""
     if tracing.active is not None:
@@ -654,7 +683,7 @@ def _traced(name, inputs, attrs, out):
     return out
 
 
-def _is_dtype_name(name):
+def _is_dtype_name(name: str) -> bool:
     try:
         numpy.dtype(name)
         return True
@@ -662,7 +691,7 @@ def _is_dtype_name(name):
         return False
 
 
-def tensor(data, requires_grad=False, dtype=None, device=None):
+def tensor(data: Any, requires_grad: bool = False, dtype: DType = None, device: Device = None) -> Tensor:
     """A new leaf tensor holding a copy of ``data``.
 
     ``data``: a number, nested lists, a NumPy array or a Tensor. Floating-point Python data

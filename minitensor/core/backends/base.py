@@ -25,7 +25,7 @@ class Backend:
     array module) and implement the methods below.
     """
 
-    device: str | None = None
+    device: str = ""  # set by each subclass (register_backend refuses a backend without one)
     xp: Any = None  # the array module: numpy, cupy
 
     def __repr__(self):
@@ -75,6 +75,11 @@ class Backend:
         raise NotImplementedError
 
     # -- what array libraries spell differently -----------------------------------------
+    def draw_seed(self):
+        """A seed for a counter-based kernel (the fused dropout) drawn from this backend's generator,
+        so that ``mt.manual_seed`` reproduces it; only backends with such kernels need it."""
+        raise NotImplementedError
+
     def index_add(self, target, index, values):
         """``target[index] += values`` in place, *accumulating* over repeated indices.
 

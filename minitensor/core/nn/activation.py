@@ -1,5 +1,8 @@
 """Activation functions as modules, for use inside ``Sequential``."""
 
+from __future__ import annotations
+
+from ..tensor import Tensor
 from . import functional as F
 from .module import Module
 
@@ -7,7 +10,7 @@ from .module import Module
 class ReLU(Module):
     """relu(x) = max(x, 0)."""
 
-    def forward(self, X):
+    def forward(self, X: Tensor) -> Tensor:
         """relu(X) = max(X, 0) elementwise (``mt.relu``); X of any shape."""
         return F.relu(X)
 
@@ -19,17 +22,17 @@ class GELU(Module):
     of BERT and GPT-2. The same argument and default as PyTorch's ``nn.GELU``.
     """
 
-    def __init__(self, approximate="none"):
+    def __init__(self, approximate: str = "none") -> None:
         super().__init__()
         if approximate not in ("none", "tanh"):  # say so now, not at the first forward
             raise ValueError(f"GELU: approximate must be 'none' or 'tanh', got {approximate!r}")
         self.approximate = approximate
 
-    def forward(self, X):
+    def forward(self, X: Tensor) -> Tensor:
         """gelu(X) elementwise (``mt.gelu``), exact or tanh-approximated as the layer was built; any shape."""
         return F.gelu(X, approximate=self.approximate)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         """The setting shown in the repr: ``approximate='none'`` or ``approximate='tanh'``."""
         return f"approximate={self.approximate!r}"
 
@@ -37,7 +40,7 @@ class GELU(Module):
 class Tanh(Module):
     """tanh(x) = (1 - exp(-2x)) / (1 + exp(-2x))."""
 
-    def forward(self, X):
+    def forward(self, X: Tensor) -> Tensor:
         """tanh(X) elementwise (``mt.tanh``), values in (-1, 1); X of any shape."""
         return F.tanh(X)
 
@@ -45,7 +48,7 @@ class Tanh(Module):
 class Sigmoid(Module):
     """sigmoid(x) = 1 / (1 + exp(-x))."""
 
-    def forward(self, X):
+    def forward(self, X: Tensor) -> Tensor:
         """sigmoid(X) = 1 / (1 + exp(-X)) elementwise (``mt.sigmoid``), values in (0, 1); any shape."""
         return F.sigmoid(X)
 
@@ -53,15 +56,15 @@ class Sigmoid(Module):
 class Softmax(Module):
     """softmax(x)_j = exp(x_j) / sum_k exp(x_k) along ``axis``."""
 
-    def __init__(self, axis=-1):
+    def __init__(self, axis: int = -1) -> None:
         super().__init__()
         self.axis = axis
 
-    def forward(self, X):
+    def forward(self, X: Tensor) -> Tensor:
         """softmax(X) along the layer's ``axis`` (``mt.softmax``): every slice along it sums to 1."""
         return F.softmax(X, axis=self.axis)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         """The setting shown in the repr: ``axis=-1``, the axis the softmax normalises."""
         return f"axis={self.axis}"
 
@@ -69,7 +72,7 @@ class Softmax(Module):
 class LogSoftmax(Softmax):
     """log_softmax(x)_j = x_j - log sum_k exp(x_k) along ``axis``."""
 
-    def forward(self, X):
+    def forward(self, X: Tensor) -> Tensor:
         """log_softmax(X) along the layer's ``axis`` (``mt.log_softmax``): log-probabilities."""
         return F.log_softmax(X, axis=self.axis)
 
@@ -77,6 +80,6 @@ class LogSoftmax(Softmax):
 class Identity(Module):
     """Returns its input: a placeholder where a layer is optional."""
 
-    def forward(self, X):
+    def forward(self, X: Tensor) -> Tensor:
         """Return ``X`` unchanged (the same tensor object, no operation recorded)."""
         return X

@@ -24,22 +24,26 @@ of positional encoding) is the contract in ``minitensor/core/hookspecs.py``; thi
 plugins as it says and checks the shapes of what they return.
 """
 
+from __future__ import annotations
+
 import contextlib
 import inspect
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy
 
 from .. import ops
 from ..creation import arange
 from ..errors import ShapeError
-from ..ops.flash_attention import FlashAttention, pick_indices, stream_plan
-from ..tensor import Tensor, tensor
+from ..ops.flash_attention import FlashAttention, StreamPlan, pick_indices, stream_plan
+from ..tensor import Device, DType, Tensor, tensor
 from .dropout import Dropout
 from .linear import Linear
 from .module import Module
 
 
-def causal_mask(num_queries, num_keys, device="cpu"):
+def causal_mask(num_queries: int, num_keys: int, device: Device = "cpu") -> Tensor:
     """The (Q, K) bool mask of causal attention: query i may attend key j when j <= i + (K - Q).
 
     With Q == K that is the usual lower triangle (a token sees itself and the past). With
@@ -56,12 +60,14 @@ def causal_mask(num_queries, num_keys, device="cpu"):
 POSITIONAL_KINDS = ("inputs", "qk", "scores")
 
 
-def _describe(name, plugin):
+def _describe(name: str, plugin: Any) -> str:
     cls = type(plugin)
     return f"{name!r} ({cls.__module__}.{cls.__qualname__})"
 
 
-def _build_plugin(kind, name, args, options, dtype, device):
+def _build_plugin(
+    kind: str, name: str, args: tuple[Any, ...], options: dict[str, Any] | None, dtype: DType, device: Device
+) -> Module:
     """Look ``name`` up in the registry of ``kind`` and instantiate it as its contract says,
     ``cls(*args, **options)``, in the layer's dtype and on its device.
 
@@ -99,14 +105,14 @@ def _build_plugin(kind, name, args, options, dtype, device):
     return plugin
 
 
-def as_tensor(value, like, dtype=None):
+def as_tensor(value: Any, like: Tensor, dtype: DType = None) -> Any:  # a Tensor; None stays None
     """valid_lens or a mask given as a list or array -> a Tensor on ``like``'s device."""
     if value is None or isinstance(value, Tensor):
         return value
     return tensor(value, dtype=dtype, device=like.device)
 
 
-def positional_class(positional):
+def positional_class(positional: str | Module) -> type:
     """The class of the positional encoding ``positional``: a registered name, or an
     encoding already built."""
     from .. import plugins  # on first use: the plugin machinery loads lazily
@@ -120,7 +126,7 @@ def positional_class(positional):
     )
 
 
-def positional_kind(positional):
+def positional_kind(positional: str | Module) -> str:
     """Where the positional encoding ``positional`` (a name or an encoding) acts, its class
     attribute ``applies_to``: "inputs" (added to the embeddings), "qk" (rotates queries and
     keys) or "scores" (a bias on the scores)."""
@@ -134,7 +140,7 @@ def positional_kind(positional):
     return kind
 
 
-def score_bias_options(name, options, bidirectional):
+def score_bias_options(name: str, options: dict[str, Any] | None, bidirectional: bool) -> dict[str, Any]:
     """The options a model builds the "scores" encoding ``name`` with: the user's, plus
     ``bidirectional`` (True for an encoder's self-attention, False for a decoder's) when the
     encoding's constructor takes it, as T5's relative bias does."""
@@ -184,16 +190,16 @@ class Attention(Module):
 
     def __init__(
         self,
-        scorer="scaled_dot",
-        pooling="softmax",
-        dropout=0.0,
-        query_size=None,
-        key_size=None,
-        scorer_options=None,
-        pooling_options=None,
-        dtype=None,
-        device=None,
-    ):
+        scorer: str = "scaled_dot",
+        pooling: str = "softmax",
+        dropout: float = 0.0,
+        query_size: int | None = None,
+        key_size: int | None = None,
+        scorer_options: dict[str, Any] | None = None,
+        pooling_options: dict[str, Any] | None = None,
+        dtype: DType = None,
+        device: Device = None,
+    ) -> None:
         super().__init__()
         self.scorer_name, self.pooling_name = scorer, pooling
         self.scorer = _build_plugin("scorer", scorer, (query_size, key_size), scorer_options, dtype, device)
@@ -201,7 +207,16 @@ class Attention(Module):
         self.dropout = Dropout(dropout)
         self.attention_weights = None
 
-    def forward(self, queries, keys, values, valid_lens=None, mask=None, causal=False, bias=None):
+    def forward(
+        self,
+        queries: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        valid_lens: Tensor | None = None,
+        mask: Tensor | None = None,
+        causal: bool = False,
+        bias: Tensor | None = None,
+    ) -> Tensor:
         """Attention pooling (D2L 10.3 / 11.3): f(q) = sum_i alpha(q, k_i) v_i for every query.
 
             scores  = scorer(queries, keys) + bias             (..., Q, K)
@@ -221,7 +236,7 @@ class Attention(Module):
         weights = self.weigh(self.score(queries, keys), valid_lens, mask, causal, bias)
         return self.dropout(weights) @ values
 
-    def score(self, queries, keys):
+    def score(self, queries: Tensor, keys: Tensor) -> Tensor:
         """The scorer's scores (..., Q, K), checked against the contract's shape."""
         scores = self.scorer(queries, keys)
         # (shapes are tuples of ints: NumPy's broadcasting rule on them, not on tensor data)
@@ -237,7 +252,14 @@ class Attention(Module):
         )
         return scores
 
-    def weigh(self, scores, valid_lens=None, mask=None, causal=False, bias=None):
+    def weigh(
+        self,
+        scores: Tensor,
+        valid_lens: Tensor | None = None,
+        mask: Tensor | None = None,
+        causal: bool = False,
+        bias: Tensor | None = None,
+    ) -> Tensor:
         """Scores (..., Q, K) -> the pooling's weights, after the bias and the masks; kept
         (detached) in ``attention_weights``."""
         if bias is not None:
@@ -255,7 +277,7 @@ class Attention(Module):
         return weights
 
     @staticmethod
-    def _check_bias(bias, scores):
+    def _check_bias(bias: Any, scores: Tensor) -> Tensor:
         bias = as_tensor(bias, scores, dtype=scores.dtype)
         try:
             fits = numpy.broadcast_shapes(tuple(bias.shape), tuple(scores.shape)) == tuple(scores.shape)
@@ -273,7 +295,9 @@ class Attention(Module):
         return bias
 
     @staticmethod
-    def _check(kind, name, plugin, what, result, expected, explanation):
+    def _check(
+        kind: str, name: str, plugin: Module, what: str, result: Any, expected: tuple[int, ...], explanation: str
+    ) -> None:
         """A plugin's output must have the contract's shape: name the plugin if it does not
         (broadcasting would otherwise turn a wrong shape into a wrong answer, silently)."""
         if not isinstance(result, Tensor):
@@ -284,12 +308,12 @@ class Attention(Module):
                 f"expected {tuple(expected)}, {explanation}"
             )
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         """The settings shown in the repr: the names of the scorer and the pooling."""
         return f"scorer={self.scorer_name!r}, pooling={self.pooling_name!r}"
 
 
-def dot_scale(scorer, d_head):
+def dot_scale(scorer: Module, d_head: int) -> float | None:
     """The scale a scorer declares for heads of size ``d_head`` (its scores are exactly
     ``scale * q . k``: capability ``dot_scale`` in minitensor/core/hookspecs.py), or None."""
     declared = getattr(scorer, "dot_scale", None)
@@ -304,7 +328,7 @@ FUSED_MIN_LENGTH = 384
 
 
 @contextlib.contextmanager
-def plain_attention(model):
+def plain_attention(model: Module) -> Iterator[Module]:
     """Within the ``with`` block every ``MultiHeadAttention`` in ``model`` takes the plain
     path (``fused=False``), so that each keeps its full ``attention_weights``: for drawing
     heatmaps after a pass that would otherwise stream. Grouped heads then call their
@@ -384,27 +408,30 @@ class MultiHeadAttention(Module):
     ``mha.attention_weights_for(heads, rows)`` recomputes those asked for.
     """
 
+    positional: Any  # the positional encoding (a plugin Module), or None
+    _stream: StreamPlan | None  # the last streamed call's plan
+
     def __init__(
         self,
-        num_hiddens,
-        num_heads,
-        dropout=0.0,
-        scorer="scaled_dot",
-        pooling="softmax",
-        bias=False,
-        query_size=None,
-        key_size=None,
-        value_size=None,
-        positional=None,
-        scorer_options=None,
-        pooling_options=None,
-        positional_options=None,
-        max_len=1000,
-        num_kv_heads=None,
-        fused="auto",
-        dtype=None,
-        device=None,
-    ):
+        num_hiddens: int,
+        num_heads: int,
+        dropout: float = 0.0,
+        scorer: str = "scaled_dot",
+        pooling: str = "softmax",
+        bias: bool = False,
+        query_size: int | None = None,
+        key_size: int | None = None,
+        value_size: int | None = None,
+        positional: str | Module | None = None,
+        scorer_options: dict[str, Any] | None = None,
+        pooling_options: dict[str, Any] | None = None,
+        positional_options: dict[str, Any] | None = None,
+        max_len: int = 1000,
+        num_kv_heads: int | None = None,
+        fused: bool | str = "auto",
+        dtype: DType = None,
+        device: Device = None,
+    ) -> None:
         super().__init__()
         if fused not in ("auto", True, False) or isinstance(fused, (int, float)) and not isinstance(fused, bool):
             hint = " (the command line's --fused on / off are True / False here)" if fused in ("on", "off") else ""
@@ -467,7 +494,7 @@ class MultiHeadAttention(Module):
         if fused is True and self.why_not_fused(training=False):
             raise ValueError(f"MultiHeadAttention(fused=True): {self.why_not_fused(training=False)}")
 
-    def why_not_fused(self, training=None):
+    def why_not_fused(self, training: bool | None = None) -> str | None:
         """Why this layer cannot stream its attention (a sentence), or None when it can.
         ``training`` (default: the layer's mode) decides whether weight dropout counts."""
         attention = self.attention
@@ -495,7 +522,7 @@ class MultiHeadAttention(Module):
             )
         return None
 
-    def _streams(self, Q, K):
+    def _streams(self, Q: int, K: int) -> bool:
         """Take the streamed path for Q queries and K keys?"""
         if self.fused is False:
             return False
@@ -507,7 +534,7 @@ class MultiHeadAttention(Module):
         return Q >= FUSED_MIN_LENGTH and K >= FUSED_MIN_LENGTH and self.why_not_fused() is None
 
     @staticmethod
-    def _positional_kind(positional):
+    def _positional_kind(positional: str | Module) -> str:
         kind = positional_kind(positional)
         if kind == "inputs":
             cls = type(positional) if isinstance(positional, Module) else None
@@ -521,12 +548,14 @@ class MultiHeadAttention(Module):
         return kind
 
     @property
-    def attention_weights(self):
+    def attention_weights(self) -> Tensor | None:
         """The last attention weights, (batch, num_heads, Q, K), detached (None before a call
         and after a streamed one: see ``attention_weights_for``)."""
         return self.attention.attention_weights
 
-    def attention_weights_for(self, heads=None, rows=None):
+    def attention_weights_for(
+        self, heads: int | Sequence[int] | None = None, rows: int | Sequence[int] | None = None
+    ) -> Tensor:
         """The last call's attention weights of the query ``heads`` and ``rows`` asked for (an
         int or a list of ints each; None = all): (batch, len(heads), len(rows), K), detached.
 
@@ -546,11 +575,11 @@ class MultiHeadAttention(Module):
         rows = pick_indices("rows", rows, weights.shape[2])
         return weights[:, heads][:, :, rows]
 
-    def _check_input(self, name, X, size):
+    def _check_input(self, name: str, X: Tensor, size: int) -> None:
         if X.ndim != 3 or X.shape[-1] != size:
             raise ShapeError(f"MultiHeadAttention: {name} of shape {tuple(X.shape)}; expected (batch, steps, {size})")
 
-    def project_and_split(self, W, X, num_heads=None):
+    def project_and_split(self, W: Module, X: Tensor, num_heads: int | None = None) -> Tensor:
         """X (batch, T, size) -> W(X) split into heads: (batch, num_heads, T, d_head)
         (``num_heads`` defaults to the layer's; keys and values have num_kv_heads).
 
@@ -564,13 +593,13 @@ class MultiHeadAttention(Module):
         Y = W(X.reshape(batch * steps, size))
         return Y.reshape(batch, steps, num_heads or self.num_heads, self.head_size).permute(0, 2, 1, 3)
 
-    def merge_and_project(self, heads):
+    def merge_and_project(self, heads: Tensor) -> Tensor:
         """heads (batch, num_heads, T, d_head) -> concat(head_1, ..., head_h) W_o, (batch, T, num_hiddens)."""
         batch, _, steps, _ = heads.shape
         concat = heads.permute(0, 2, 1, 3).reshape(batch * steps, self.num_hiddens)
         return self.W_o(concat).reshape(batch, steps, self.num_hiddens)
 
-    def project(self, queries, keys, values):
+    def project(self, queries: Tensor, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """The projected heads: q (batch, num_heads, Q, d_head); k, v (batch, num_kv_heads, K, d_head)."""
         return (
             self.project_and_split(self.W_q, queries),
@@ -578,7 +607,17 @@ class MultiHeadAttention(Module):
             self.project_and_split(self.W_v, values, self.num_kv_heads),
         )
 
-    def forward(self, queries, keys, values, valid_lens=None, mask=None, causal=False, q_offset=None, k_offset=0):
+    def forward(
+        self,
+        queries: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        valid_lens: Tensor | None = None,
+        mask: Tensor | None = None,
+        causal: bool = False,
+        q_offset: int | None = None,
+        k_offset: int = 0,
+    ) -> Tensor:
         """Multi-head attention (D2L 10.5 / 11.5): h heads of attention on learned projections,
         concatenated and projected again,
 
@@ -599,7 +638,9 @@ class MultiHeadAttention(Module):
         q, k = self._encode_qk(q, k, q_offset, k_offset)
         return self.attend(q, k, v, valid_lens, mask, causal, q_offset, k_offset)
 
-    def cached_self_attention(self, X, cache=None):
+    def cached_self_attention(
+        self, X: Tensor, cache: tuple[Tensor, Tensor] | None = None
+    ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
         """Causal self-attention for new tokens X (batch, T, num_hiddens) that follow the
         positions held in ``cache``: what a decoder calls once per step.
 
@@ -624,12 +665,22 @@ class MultiHeadAttention(Module):
             v = ops.concat([cache[1], v], axis=2)
         return self.attend(q, k, v, causal=True, q_offset=past, k_offset=0), (k, v)
 
-    def _encode_qk(self, q, k, q_offset, k_offset):
+    def _encode_qk(self, q: Tensor, k: Tensor, q_offset: int, k_offset: int) -> tuple[Tensor, Tensor]:
         if self.positional_kind == "qk":
             return self.positional(q, k, q_offset=q_offset, k_offset=k_offset)
         return q, k
 
-    def attend(self, q, k, v, valid_lens=None, mask=None, causal=False, q_offset=0, k_offset=0):
+    def attend(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        valid_lens: Tensor | None = None,
+        mask: Tensor | None = None,
+        causal: bool = False,
+        q_offset: int = 0,
+        k_offset: int = 0,
+    ) -> Tensor:
         """The path every call takes, training or decoding: q (batch, num_heads, Q, d_head)
         and k, v (batch, num_kv_heads, K, d_head), projected (and rotated) -> the layer's
         output (batch, Q, num_hiddens). A "scores" encoding's bias for queries at positions
@@ -653,7 +704,17 @@ class MultiHeadAttention(Module):
             heads = self._attend_grouped(q, k, v, valid_lens, mask, causal, bias)
         return self.merge_and_project(heads)
 
-    def _attend_streamed(self, q, k, v, valid_lens, mask, causal, q_offset, k_offset):
+    def _attend_streamed(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        valid_lens: Tensor | None,
+        mask: Tensor | None,
+        causal: bool,
+        q_offset: int,
+        k_offset: int,
+    ) -> Tensor:
         """The heads by ``ops.flash_attention``: a "scores" encoding enters as its
         ``relative_bias`` table over the Q + K - 1 distances of these positions (and its
         ``window``, which lets the stream skip key blocks); grouped heads stream as they are."""
@@ -669,7 +730,16 @@ class MultiHeadAttention(Module):
         self._stream, self.attention.attention_weights = plan, None
         return heads
 
-    def _attend_grouped(self, q, k, v, valid_lens, mask, causal, bias):
+    def _attend_grouped(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        valid_lens: Tensor | None,
+        mask: Tensor | None,
+        causal: bool,
+        bias: Tensor | None,
+    ) -> Tensor:
         """Grouped heads: query head i reads key/value head i // r, r = num_heads / num_kv_heads.
 
         Seen per group, the r query heads of a group are just r * Q queries against the same
@@ -691,14 +761,14 @@ class MultiHeadAttention(Module):
         heads = attention.dropout(weights).reshape(batch, g, r * Q, K) @ v
         return heads.reshape(batch, H, Q, v.shape[-1])
 
-    def _repeat_heads(self, x):
+    def _repeat_heads(self, x: Tensor) -> Tensor:
         """Keys or values of the g key/value heads, (batch, g, K, d), as (batch, num_heads, K, d):
         each repeated for the num_heads / g query heads of its group."""
         batch, g, K, d = x.shape
         r = self.num_heads // g
         return x.unsqueeze(2).expand(batch, g, r, K, d).reshape(batch, self.num_heads, K, d)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         """The settings shown in the repr: ``num_hiddens``, ``num_heads``, plus ``num_kv_heads``,
         ``positional`` and ``fused`` where they differ from the defaults."""
         s = f"num_hiddens={self.num_hiddens}, num_heads={self.num_heads}"

@@ -16,10 +16,13 @@ The computation -- ``conv1d``, im2col forward and col2im backward -- is in ``ops
 this file holds the layer that owns the weights.
 """
 
+from __future__ import annotations
+
 import math
 
 from ..creation import zeros
 from ..ops.conv import conv1d
+from ..tensor import Device, DType, Tensor
 from . import init
 from .module import Module, Parameter
 
@@ -38,16 +41,16 @@ class Conv1d(Module):
 
     def __init__(
         self,
-        in_channels,
-        out_channels,
-        kernel_size,
-        stride=1,
-        padding=0,
-        dilation=1,
-        bias=True,
-        dtype=None,
-        device=None,
-    ):
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int,
+        stride: int = 1,
+        padding: int = 0,
+        dilation: int = 1,
+        bias: bool = True,
+        dtype: DType = None,
+        device: Device = None,
+    ) -> None:
         super().__init__()
         self.in_channels, self.out_channels, self.kernel_size = in_channels, out_channels, kernel_size
         self.stride, self.padding, self.dilation = stride, padding, dilation
@@ -58,7 +61,7 @@ class Conv1d(Module):
             self.register_parameter("bias", None)
         self.reset_parameters()
 
-    def reset_parameters(self):
+    def reset_parameters(self) -> None:
         """Draw new weights and biases from U(-b, b), b = 1 / sqrt(in_channels * kernel_size), as
         PyTorch initialises ``nn.Conv1d``."""
         fan_in = self.in_channels * self.kernel_size
@@ -67,7 +70,7 @@ class Conv1d(Module):
         if self.bias is not None:
             init.uniform_(self.bias, -bound, bound)
 
-    def forward(self, X):
+    def forward(self, X: Tensor) -> Tensor:
         """The convolution (``mt.conv1d``, a cross-correlation: the filter is not flipped), with
         X_pad = X with ``padding`` zeros at both ends and k = kernel_size:
 
@@ -78,7 +81,7 @@ class Conv1d(Module):
         """
         return conv1d(X, self.weight, self.bias, self.stride, self.padding, self.dilation)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         """The settings shown in the repr: the channels and ``kernel_size``, plus ``stride``,
         ``padding``, ``dilation`` and ``bias`` where they differ from the defaults."""
         s = f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}"

@@ -1,5 +1,8 @@
 """Dropout as a module: active in training mode, the identity in evaluation mode."""
 
+from __future__ import annotations
+
+from ..tensor import Tensor
 from . import functional as F
 from .module import Module
 
@@ -10,18 +13,18 @@ class Dropout(Module):
     The scaling keeps E[output] = input, so ``model.eval()`` simply switches dropout off.
     """
 
-    def __init__(self, p=0.5):
+    def __init__(self, p: float = 0.5) -> None:
         super().__init__()
         if not 0.0 <= p <= 1.0:
             raise ValueError(f"Dropout: p must be a probability in [0, 1], got {p}")
         self.p = p
 
-    def forward(self, X):
+    def forward(self, X: Tensor) -> Tensor:
         """``mt.dropout(X, p, training)``: in training mode each element is zeroed with probability p
         and the rest scaled by 1/(1 - p); in evaluation mode (``model.eval()``) X is returned as it
         is (D2L 4.6 / 5.6)."""
         return F.dropout(X, self.p, self.training)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         """The setting shown in the repr: ``p=0.5``, the probability of dropping an element."""
         return f"p={self.p}"

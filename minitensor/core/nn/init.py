@@ -10,46 +10,50 @@ Random numbers come from the tensor's own backend (on its device), seeded by
 ``mt.manual_seed``. Every function works under ``no_grad`` and returns the tensor.
 """
 
+from __future__ import annotations
+
 import math
+from typing import Any
 
 from ..grad_mode import no_grad
+from ..tensor import Tensor
 
 
-def _fill(tensor, data):
+def _fill(tensor: Tensor, data: Any) -> Tensor:
     with no_grad():
         return tensor.copy_(data)
 
 
-def _random_dtype(tensor):
+def _random_dtype(tensor: Tensor) -> Any:
     if tensor.dtype.kind != "f":
         raise TypeError(f"init: random initialisation needs a floating-point tensor, got {tensor.dtype}")
     # The generators draw float32 or float64; other floats (float16) are drawn in float32.
     return tensor.dtype if tensor.dtype.itemsize >= 4 else "float32"
 
 
-def uniform_(tensor, a=0.0, b=1.0):
+def uniform_(tensor: Tensor, a: float = 0.0, b: float = 1.0) -> Tensor:
     """Fill with samples of U(a, b)."""
     return _fill(tensor, tensor._backend.uniform(tensor.shape, _random_dtype(tensor), a, b))
 
 
-def normal_(tensor, mean=0.0, std=1.0):
+def normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0) -> Tensor:
     """Fill with samples of N(mean, std^2)."""
     return _fill(tensor, tensor._backend.normal(tensor.shape, _random_dtype(tensor)) * std + mean)
 
 
-def constant_(tensor, value):
+def constant_(tensor: Tensor, value: Any) -> Tensor:
     return _fill(tensor, value)
 
 
-def zeros_(tensor):
+def zeros_(tensor: Tensor) -> Tensor:
     return _fill(tensor, 0)
 
 
-def ones_(tensor):
+def ones_(tensor: Tensor) -> Tensor:
     return _fill(tensor, 1)
 
 
-def fan_in_and_fan_out(tensor):
+def fan_in_and_fan_out(tensor: Tensor) -> tuple[int, int]:
     """(fan_in, fan_out) of a weight of shape (out, in, *kernel), as PyTorch counts them."""
     if tensor.ndim < 2:
         raise ValueError(f"init: fan in and fan out need a weight with at least 2 axes, got shape {tensor.shape}")
@@ -57,7 +61,7 @@ def fan_in_and_fan_out(tensor):
     return tensor.shape[1] * receptive_field, tensor.shape[0] * receptive_field
 
 
-def calculate_gain(nonlinearity, param=None):
+def calculate_gain(nonlinearity: str, param: float | None = None) -> float:
     """The factor by which ``nonlinearity`` shrinks the standard deviation, to undo it."""
     if nonlinearity in ("linear", "identity", "sigmoid"):
         return 1.0
@@ -71,14 +75,14 @@ def calculate_gain(nonlinearity, param=None):
     raise ValueError(f"calculate_gain: unknown nonlinearity {nonlinearity!r}")
 
 
-def xavier_uniform_(tensor, gain=1.0):
+def xavier_uniform_(tensor: Tensor, gain: float = 1.0) -> Tensor:
     """Glorot: U(-b, b) with b = gain * sqrt(6 / (fan_in + fan_out))."""
     fan_in, fan_out = fan_in_and_fan_out(tensor)
     bound = gain * math.sqrt(6.0 / (fan_in + fan_out))
     return uniform_(tensor, -bound, bound)
 
 
-def kaiming_uniform_(tensor, a=0.0, mode="fan_in", nonlinearity="leaky_relu"):
+def kaiming_uniform_(tensor: Tensor, a: float = 0.0, mode: str = "fan_in", nonlinearity: str = "leaky_relu") -> Tensor:
     """He: U(-b, b) with b = gain * sqrt(3 / fan), gain = calculate_gain(nonlinearity, a).
 
     PyTorch's Linear uses a = sqrt(5), which gives b = 1 / sqrt(fan_in).

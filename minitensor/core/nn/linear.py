@@ -1,10 +1,13 @@
 """Fully connected layers and embedding tables."""
 
+from __future__ import annotations
+
 import math
+from typing import Any
 
 from ..creation import zeros
 from ..grad_mode import no_grad
-from ..tensor import Tensor, tensor
+from ..tensor import Device, DType, Tensor, tensor
 from . import functional as F
 from . import init
 from .module import Module, Parameter
@@ -18,7 +21,9 @@ class Linear(Module):
     k = 1 / sqrt(in_features), which keeps Var(y) about Var(x) / 3 whatever the width.
     """
 
-    def __init__(self, in_features, out_features, bias=True, dtype=None, device=None):
+    def __init__(
+        self, in_features: int, out_features: int, bias: bool = True, dtype: DType = None, device: Device = None
+    ) -> None:
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
         self.weight = Parameter(zeros(out_features, in_features, dtype=dtype, device=device))
@@ -28,7 +33,7 @@ class Linear(Module):
             self.register_parameter("bias", None)
         self.reset_parameters()
 
-    def reset_parameters(self):
+    def reset_parameters(self) -> None:
         """Draw new weights and biases from U(-k, k), k = 1 / sqrt(in_features), PyTorch's
         initialisation (its ``kaiming_uniform_(W, a=sqrt(5))`` comes to this bound)."""
         # = init.kaiming_uniform_(W, a=sqrt(5)), PyTorch's spelling of the same bound.
@@ -37,12 +42,12 @@ class Linear(Module):
         if self.bias is not None:
             init.uniform_(self.bias, -bound, bound)
 
-    def forward(self, X):
+    def forward(self, X: Tensor) -> Tensor:
         """Y = X W^T + b (``mt.linear``): X (..., in_features) -> Y (..., out_features), any number
         of leading axes, e.g. (batch_size, num_steps, num_hiddens) position by position."""
         return F.linear(X, self.weight, self.bias)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         """The settings shown in the repr: ``in_features=..., out_features=..., bias=True``."""
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
@@ -56,7 +61,14 @@ class Embedding(Module):
     the padding row is exactly zero and the optimiser leaves it alone.
     """
 
-    def __init__(self, num_embeddings, embedding_dim, padding_idx=None, dtype=None, device=None):
+    def __init__(
+        self,
+        num_embeddings: int,
+        embedding_dim: int,
+        padding_idx: int | None = None,
+        dtype: DType = None,
+        device: Device = None,
+    ) -> None:
         super().__init__()
         if padding_idx is not None:
             if not -num_embeddings <= padding_idx < num_embeddings:
@@ -68,7 +80,7 @@ class Embedding(Module):
         self.weight = Parameter(zeros(num_embeddings, embedding_dim, dtype=dtype, device=device))
         self.reset_parameters()
 
-    def reset_parameters(self):
+    def reset_parameters(self) -> None:
         """Draw a new table from N(0, 1), as PyTorch does; the ``padding_idx`` row, if any, is set back
         to zero."""
         init.normal_(self.weight)
@@ -77,17 +89,18 @@ class Embedding(Module):
                 self.weight[self.padding_idx] = 0
 
     @classmethod
-    def from_pretrained(cls, embeddings, freeze=True, padding_idx=None):
+    def from_pretrained(cls, embeddings: Any, freeze: bool = True, padding_idx: int | None = None) -> Embedding:
         """An Embedding holding a copy of ``embeddings`` (e.g. GloVe vectors); frozen by default."""
         embeddings = embeddings if isinstance(embeddings, Tensor) else tensor(embeddings)
         if embeddings.ndim != 2:
             raise ValueError(f"Embedding.from_pretrained: expected a 2-D table, got shape {embeddings.shape}")
-        layer = cls(*embeddings.shape, padding_idx=padding_idx, dtype=embeddings.dtype, device=embeddings.device)
+        num, dim = embeddings.shape
+        layer = cls(num, dim, padding_idx=padding_idx, dtype=embeddings.dtype, device=embeddings.device)
         init.constant_(layer.weight, embeddings)
         layer.weight.requires_grad = not freeze
         return layer
 
-    def forward(self, indices):
+    def forward(self, indices: Any) -> Tensor:
         """Look up rows of the table: integer ``indices`` of any shape, e.g. (batch_size, num_steps)
         token ids, -> (*indices.shape, embedding_dim). ``indices`` may be a list or array; it
         becomes a tensor on the table's device. Positions holding ``padding_idx`` give zero vectors."""
@@ -98,7 +111,7 @@ class Embedding(Module):
             Y = Y * (indices != self.padding_idx).unsqueeze(-1)
         return Y
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         """The settings shown in the repr: ``num_embeddings, embedding_dim`` and ``padding_idx``."""
         s = f"{self.num_embeddings}, {self.embedding_dim}"
         return s if self.padding_idx is None else s + f", padding_idx={self.padding_idx}"

@@ -1,6 +1,9 @@
 """Layer normalisation as a module."""
 
+from __future__ import annotations
+
 from ..creation import ones, zeros
+from ..tensor import Device, DType, Shape, Tensor
 from . import functional as F
 from .module import Module, Parameter
 
@@ -14,7 +17,15 @@ class LayerNorm(Module):
     starts at 1 and beta (``bias``) at 0, so a fresh layer only normalises.
     """
 
-    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True, dtype=None, device=None):
+    def __init__(
+        self,
+        normalized_shape: Shape,
+        eps: float = 1e-5,
+        elementwise_affine: bool = True,
+        bias: bool = True,
+        dtype: DType = None,
+        device: Device = None,
+    ) -> None:
         super().__init__()
         if isinstance(normalized_shape, int):
             normalized_shape = (normalized_shape,)
@@ -29,12 +40,12 @@ class LayerNorm(Module):
         else:
             self.register_parameter("bias", None)
 
-    def forward(self, X):
+    def forward(self, X: Tensor) -> Tensor:
         """y = (X - mean) / sqrt(var + eps) * weight + bias (``mt.layer_norm``), the statistics over
         the last ``len(normalized_shape)`` axes of each position, e.g. (batch_size, num_steps,
         num_hiddens) with ``normalized_shape=num_hiddens``. Output of X's shape."""
         return F.layer_norm(X, self.normalized_shape, self.weight, self.bias, self.eps)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         """The settings shown in the repr: ``normalized_shape``, ``eps`` and ``elementwise_affine``."""
         return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"

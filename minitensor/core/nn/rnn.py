@@ -29,18 +29,21 @@ backpropagation through time written out beside it: a few array operations per s
 of a graph node per operation and a gradient per node.
 """
 
+from __future__ import annotations
+
 import math
 
 from ..creation import zeros
 from ..errors import ShapeError
 from ..ops import stack
 from ..ops.rnn import GRUSequence
+from ..tensor import Device, DType, Tensor
 from . import functional as F
 from . import init
 from .module import Module, Parameter
 
 
-def _check_state(name, H, expected):
+def _check_state(name: str, H: Tensor, expected: tuple[int, ...]) -> None:
     if tuple(H.shape) != expected:
         raise ShapeError(f"{name}: hidden state of shape {tuple(H.shape)}; expected {expected}")
 
@@ -55,12 +58,14 @@ class GRUCell(Module):
     gates stacked r, z, n; all ~ U(-1/sqrt(num_hiddens), 1/sqrt(num_hiddens)).
     """
 
-    def __init__(self, input_size, num_hiddens, bias=True, dtype=None, device=None):
+    def __init__(
+        self, input_size: int, num_hiddens: int, bias: bool = True, dtype: DType = None, device: Device = None
+    ) -> None:
         super().__init__()
         self.input_size, self.num_hiddens = input_size, num_hiddens
         _make_weights(self, "", input_size, num_hiddens, bias, dtype, device)
 
-    def forward(self, X, H=None):
+    def forward(self, X: Tensor, H: Tensor | None = None) -> Tensor:
         """One GRU step: X (batch_size, input_size) and H (batch_size, num_hiddens), zeros if None ->
         H_new (batch_size, num_hiddens), by the equations of ``GRU`` (D2L 9.1 / 10.2). A
         ``ShapeError`` if X or H has another shape."""
@@ -73,7 +78,7 @@ class GRUCell(Module):
         gates_x = F.linear(X, self.weight_ih, self.bias_ih).unsqueeze(0)  # a sequence of one step
         return GRUSequence.apply(gates_x, H, self.weight_hh, self.bias_hh).reshape(batch, self.num_hiddens)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         """The settings shown in the repr: ``input_size, num_hiddens, bias=...``."""
         return f"{self.input_size}, {self.num_hiddens}, bias={self.bias_ih is not None}"
 
@@ -99,8 +104,16 @@ class GRU(Module):
     """
 
     def __init__(
-        self, input_size, num_hiddens, num_layers=1, dropout=0.0, bias=True, batch_first=False, dtype=None, device=None
-    ):
+        self,
+        input_size: int,
+        num_hiddens: int,
+        num_layers: int = 1,
+        dropout: float = 0.0,
+        bias: bool = True,
+        batch_first: bool = False,
+        dtype: DType = None,
+        device: Device = None,
+    ) -> None:
         super().__init__()
         if num_layers < 1:
             raise ValueError(f"GRU: num_layers must be >= 1, got {num_layers}")
@@ -112,11 +125,11 @@ class GRU(Module):
             in_size = input_size if layer == 0 else num_hiddens
             _make_weights(self, f"_l{layer}", in_size, num_hiddens, bias, dtype, device)
 
-    def layer_parameters(self, layer):
+    def layer_parameters(self, layer: int) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
         """(W_ih, W_hh, b_ih, b_hh) of one layer (the biases None with bias=False)."""
         return tuple(getattr(self, f"{name}_l{layer}") for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"))
 
-    def forward(self, inputs, H=None):
+    def forward(self, inputs: Tensor, H: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """Run every layer over the whole sequence: inputs (num_steps, batch_size, input_size)
         (batch-major with ``batch_first=True``) and H (num_layers, batch_size, num_hiddens), zeros if
         None -> (outputs (num_steps, batch_size, num_hiddens), the last layer's H_t at every step;
@@ -153,7 +166,7 @@ class GRU(Module):
         outputs = X.swapaxes(0, 1) if self.batch_first else X
         return outputs, stack(last_states)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         """The settings shown in the repr: ``input_size, num_hiddens``, plus ``num_layers``,
         ``dropout``, ``bias`` and ``batch_first`` where they differ from the defaults."""
         s = f"{self.input_size}, {self.num_hiddens}"
@@ -168,11 +181,16 @@ class GRU(Module):
         return s
 
 
-def _make_weights(module, suffix, input_size, num_hiddens, bias, dtype, device):
+def _make_weights(
+    module: Module, suffix: str, input_size: int, num_hiddens: int, bias: bool, dtype: DType, device: Device
+) -> None:
     """Register weight_ih, weight_hh (and bias_ih, bias_hh) + suffix on ``module``, in
     PyTorch's order, initialised as PyTorch does: U(-k, k), k = 1 / sqrt(num_hiddens)."""
     bound = 1.0 / math.sqrt(num_hiddens) if num_hiddens > 0 else 0.0
-    shapes = {"weight_ih": (3 * num_hiddens, input_size), "weight_hh": (3 * num_hiddens, num_hiddens)}
+    shapes: dict[str, tuple[int, ...]] = {
+        "weight_ih": (3 * num_hiddens, input_size),
+        "weight_hh": (3 * num_hiddens, num_hiddens),
+    }
     if bias:
         shapes.update(bias_ih=(3 * num_hiddens,), bias_hh=(3 * num_hiddens,))
     for name, shape in shapes.items():

@@ -15,14 +15,17 @@ The norm and the factor are computed on the gradients' device and never read on 
 on a GPU a read would make the training step wait there for its own backward pass.
 """
 
+from __future__ import annotations
+
 import math
+from collections.abc import Iterable
 
 from ..errors import DeviceError
 from ..grad_mode import no_grad
-from ..tensor import Tensor
+from ..tensor import Array, Tensor
 
 
-def _grads(parameters):
+def _grads(parameters: Tensor | Iterable[Tensor]) -> list[Tensor]:
     parameters = [parameters] if isinstance(parameters, Tensor) else list(parameters)
     grads = [p.grad for p in parameters if p.grad is not None]
     for g in grads[1:]:
@@ -34,14 +37,14 @@ def _grads(parameters):
     return grads
 
 
-def _check_norm_type(norm_type):
+def _check_norm_type(norm_type: float) -> float:
     norm_type = float(norm_type)
     if not (norm_type > 0):
         raise ValueError(f"grad_norm: norm_type must be > 0 (or inf), got {norm_type}")
     return norm_type
 
 
-def _total_norm(grads, norm_type):
+def _total_norm(grads: list[Tensor], norm_type: float) -> Array:
     """||g||_p of all gradients together, as a 0-d backend array (no copy to the host).
 
     ||g||_p = (sum_i |g_i|^p)^(1/p) over every element of every gradient; computed as the
@@ -58,7 +61,7 @@ def _total_norm(grads, norm_type):
     return ((xp.stack(norms) ** norm_type).sum()) ** (1.0 / norm_type)
 
 
-def grad_norm(parameters, norm_type=2.0):
+def grad_norm(parameters: Tensor | Iterable[Tensor], norm_type: float = 2.0) -> Tensor:
     """The norm of all gradients of ``parameters`` as one vector (parameters without a gradient
     are skipped), as a 0-d Tensor; 0 if none has a gradient. Useful to log next to the loss."""
     norm_type = _check_norm_type(norm_type)
@@ -69,7 +72,9 @@ def grad_norm(parameters, norm_type=2.0):
         return Tensor._make(_total_norm(grads, norm_type), grads[0]._backend, None)
 
 
-def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False):
+def clip_grad_norm_(
+    parameters: Tensor | Iterable[Tensor], max_norm: float, norm_type: float = 2.0, error_if_nonfinite: bool = False
+) -> Tensor:
     """Rescale the gradients of ``parameters`` in place so that their total norm is at most
     ``max_norm`` (see the module docstring). Returns the total norm *before* clipping, a 0-d
     Tensor, as PyTorch does: log it to see how often and how hard clipping acts.

@@ -3,6 +3,8 @@
 Read ``elementwise.py`` first: each op is a few lines of forward and a line of backward.
 """
 
+from __future__ import annotations
+
 from .conv import conv1d
 from .convert import astype, to_device
 from .dropout import dropout

@@ -14,12 +14,15 @@ The common case, an in-range Python int, costs two comparisons (these run on eve
 softmax, concat, transpose...); NumPy integers and mistakes take the slow path.
 """
 
+from __future__ import annotations
+
 import operator
+from typing import Any
 
 from ..errors import AxisError
 
 
-def axis_error(op, axis, ndim, new=False, valid=None):
+def axis_error(op: str, axis: int, ndim: int, new: bool = False, valid: str | None = None) -> AxisError:
     """The AxisError for ``axis`` outside a tensor of ``ndim`` dimensions: the one wording.
 
     ``new``: the op inserts an axis, so one more position is valid. ``valid``: the valid
@@ -34,11 +37,11 @@ def axis_error(op, axis, ndim, new=False, valid=None):
     return AxisError(f"{op}: axis {axis} is out of bounds for {_tensor_of(ndim)} (valid: {valid})", axis, ndim)
 
 
-def _tensor_of(ndim):
+def _tensor_of(ndim: int) -> str:
     return "a tensor of 1 dimension" if ndim == 1 else f"a tensor of {ndim} dimensions"
 
 
-def _as_int(axis, op):
+def _as_int(axis: Any, op: str) -> int:
     """An axis given as a NumPy integer (or anything with ``__index__``) as a Python int."""
     try:
         return operator.index(axis)
@@ -46,7 +49,7 @@ def _as_int(axis, op):
         raise TypeError(f"{op}: axis must be an integer, got {axis!r} ({type(axis).__name__})") from None
 
 
-def normalize_axis(axis, ndim, op, new=False):
+def normalize_axis(axis: int, ndim: int, op: str, new: bool = False) -> int:
     """``axis`` (negative counts from the end) as an index in 0..ndim-1, or AxisError.
 
     ``new=True`` for an op that inserts an axis: the result is in 0..ndim.
@@ -59,7 +62,7 @@ def normalize_axis(axis, ndim, op, new=False):
     raise axis_error(op, axis, ndim, new)
 
 
-def normalize_axes(axes, ndim, op):
+def normalize_axes(axes: Any, ndim: int, op: str) -> tuple[int, ...]:
     """An axis or a sequence of axes as a tuple of indices in 0..ndim-1, in the order
     given; an axis named twice (``(0, 0)``, or ``(0, -2)`` on a 2-D tensor) is refused."""
     if not isinstance(axes, (tuple, list)):

@@ -18,11 +18,14 @@ contributions are *added* (+=), one strided slice per tap; within one tap no pos
 repeats, so no scatter-add is needed.
 """
 
-from ..autograd import Function
+from __future__ import annotations
+
+from ..autograd import Function, Grads
 from ..errors import ShapeError
+from ..tensor import Array, Tensor
 
 
-def conv1d_output_length(length, kernel_size, stride=1, padding=0, dilation=1):
+def conv1d_output_length(length: int, kernel_size: int, stride: int = 1, padding: int = 0, dilation: int = 1) -> int:
     """L_out = floor((L + 2 padding - dilation (kernel_size - 1) - 1) / stride) + 1."""
     return (length + 2 * padding - dilation * (kernel_size - 1) - 1) // stride + 1
 
@@ -38,7 +41,7 @@ class Conv1d(Function):
     """
 
     @staticmethod
-    def forward(ctx, x, weight, stride, padding, dilation):
+    def forward(ctx: Function, x: Array, weight: Array, stride: int, padding: int, dilation: int) -> Array:
         xp = ctx.xp
         N, C, L = x.shape
         O, _, k = weight.shape
@@ -54,7 +57,7 @@ class Conv1d(Function):
         return out.reshape(N, L_out, O).transpose(0, 2, 1)
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: Function, grad: Array) -> Grads:
         xp = ctx.xp
         cols, weight = ctx.saved
         N, C, L, L_out, stride, padding, dilation = ctx.geometry
@@ -73,7 +76,9 @@ class Conv1d(Function):
         return d_x, d_weight, None, None, None
 
 
-def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1):
+def conv1d(
+    x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: int = 1, padding: int = 0, dilation: int = 1
+) -> Tensor:
     """The functional form (PyTorch's ``F.conv1d``, without ``groups``): x (N, C, L),
     weight (O, C, k), bias (O,) or None -> (N, O, L_out)."""
     if x.ndim != 3:

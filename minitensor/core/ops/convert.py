@@ -1,24 +1,27 @@
 """Changing dtype or device, differentiably: the gradient goes back the same way."""
 
+from __future__ import annotations
+
 from .. import grad_mode
-from ..autograd import Function
-from ..tensor import Tensor
+from ..autograd import Function, Grads
+from ..backends import Backend
+from ..tensor import Array, DType, Tensor
 
 
 class AsType(Function):
     """z = a converted to ``dtype``;  dL/da = dL/dz converted back."""
 
     @staticmethod
-    def forward(ctx, a, dtype):
+    def forward(ctx: Function, a: Array, dtype: DType) -> Array:
         ctx.dtype = a.dtype
         return a.astype(dtype)
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: Function, grad: Array) -> Grads:
         return grad.astype(ctx.dtype)
 
 
-def astype(a, dtype):
+def astype(a: Tensor, dtype: DType) -> Tensor:
     """``a`` converted to ``dtype`` (a dtype, or its name such as ``"float64"``); the gradient is
     converted back to a's dtype. ``x.to(dtype)`` and ``x.astype(dtype)`` call it."""
     return AsType.apply(a, dtype)
@@ -33,11 +36,11 @@ class ToDevice(Function):
     """
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: Function, grad: Array) -> Grads:
         return ctx.source.array(ctx.backend.to_numpy(grad))
 
 
-def to_device(a, target):
+def to_device(a: Tensor, target: Backend) -> Tensor:
     """``a`` copied to the backend ``target`` (a ``Backend``, e.g. ``mt.get_backend("cuda")``),
     through host memory; the gradient is copied back to a's device. ``x.to(device)`` calls it.
 

@@ -6,9 +6,12 @@ rescaling. The random mask comes from the tensor's backend (generated on its dev
 reproducible through ``mt.manual_seed``.
 """
 
+from __future__ import annotations
+
 import numpy
 
-from ..autograd import Function
+from ..autograd import Function, Grads
+from ..tensor import Array, Tensor
 
 
 class Dropout(Function):
@@ -24,7 +27,7 @@ class Dropout(Function):
     """
 
     @staticmethod
-    def forward(ctx, a, p):
+    def forward(ctx: Function, a: Array, p: float) -> Array:
         kernel = ctx.backend.fused("dropout_forward", a.dtype)
         if kernel is not None and p < 1:
             # The seed comes from the backend's generator: mt.manual_seed and checkpoints
@@ -39,7 +42,7 @@ class Dropout(Function):
         return a * scale
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: Function, grad: Array) -> Grads:
         if hasattr(ctx, "seed"):
             kernel = ctx.backend.fused("dropout_backward", grad.dtype)
             return kernel(ctx.xp.ascontiguousarray(grad), ctx.seed, ctx.threshold, ctx.scale)
@@ -47,7 +50,7 @@ class Dropout(Function):
         return grad * scale
 
 
-def dropout(a, p=0.5, training=True):
+def dropout(a: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
     """Inverted dropout (Srivastava et al. 2014; D2L 4.6 / 5.6): in training each element is
     zeroed with probability ``p`` and the others scaled by 1/(1 - p),
 

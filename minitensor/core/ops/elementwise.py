@@ -6,9 +6,14 @@ each input's shape (``autograd.sum_to_shape``). Python numbers are constants: th
 gradient and keep the tensor's dtype (``x * 2`` stays float32).
 """
 
-import math
+from __future__ import annotations
 
-from ..autograd import Function
+import math
+from typing import Any
+
+from ..autograd import Function, Grads
+from ..backends import Backend
+from ..tensor import Array, Number, Tensor
 from .promote import promote
 
 
@@ -17,11 +22,11 @@ class Add(Function):
     """z = a + b;  dz/da = 1, dz/db = 1."""
 
     @staticmethod
-    def forward(ctx, a, b):
+    def forward(ctx: Function, a: Array, b: Array) -> Array:
         return a + b
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: Function, grad: Array) -> Grads:
         return grad, grad
 
 
@@ -29,11 +34,11 @@ class Sub(Function):
     """z = a - b;  dz/da = 1, dz/db = -1."""
 
     @staticmethod
-    def forward(ctx, a, b):
+    def forward(ctx: Function, a: Array, b: Array) -> Array:
         return a - b
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: Function, grad: Array) -> Grads:
         return grad, -grad
 
 
@@ -41,12 +46,12 @@ class Mul(Function):
     """z = a * b;  dz/da = b, dz/db = a."""
 
     @staticmethod
-    def forward(ctx, a, b):
+    def forward(ctx: Function, a: Array, b: Array) -> Array:
         ctx.save_for_backward(a, b)
         return a * b
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: Function, grad: Array) -> Grads:
         a, b = ctx.saved
         need_a, need_b = ctx.needs_input_grad
         return (grad * b if need_a else None), (grad * a if need_b else None)
@@ -56,13 +61,13 @@ class Div(Function):
     """z = a / b;  dz/da = 1/b, dz/db = -a/b^2 = -z/b."""
 
     @staticmethod
-    def forward(ctx, a, b):
+    def forward(ctx: Function, a: Array, b: Array) -> Array:
         z = a / b
         ctx.save_for_backward(b, z)
         return z
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: Function, grad: Array) -> Grads:
         b, z = ctx.saved
         need_a, need_b = ctx.needs_input_grad
         ga = grad / b if need_a else None
@@ -74,13 +79,13 @@ class Pow(Function):
     """z = a ** p;  dz/da = p a^(p-1),  dz/dp = a^p log(a) (when the exponent is a tensor)."""
 
     @staticmethod
-    def forward(ctx, a, p):
+    def forward(ctx: Function, a: Array, p: Array) -> Array:
         z = a**p
         ctx.save_for_backward(a, p, z)
         return z
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: Function, grad: Array) -> Grads:
         a, p, z = ctx.saved
         need_a, need_p = ctx.needs_input_grad
         ga = grad * p * a ** (p - 1) if need_a else None
@@ -98,11 +103,11 @@ class Neg(Function):
     """z = -a;  dz/da = -1."""
 
     @staticmethod
-    def forward(ctx, a):
+    def forward(ctx: Function, a: Array) -> Array:
         return -a
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: Function, grad: Array) -> Grads:
         return -grad
 
 
@@ -111,13 +116,13 @@ class Exp(Function):
     """z = e^a;  dz/da = e^a = z."""
 
     @staticmethod
-    def forward(ctx, a):
+    def forward(ctx: Function, a: Array) -> Array:
         z = ctx.xp.exp(a)
         ctx.save_for_backward(z)
         return z
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: Function, grad: Array) -> Grads:
         (z,) = ctx.saved
         return grad * z
 
@@ -126,12 +131,12 @@ class Log(Function):
     """z = ln a;  dz/da = 1/a."""
 
     @staticmethod
-    def forward(ctx, a):
+    def forward(ctx: Function, a: Array) -> Array:
         ctx.save_for_backward(a)
         return ctx.xp.log(a)
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: Function, grad: Array) -> Grads:
         (a,) = ctx.saved
         return grad / a
 
@@ -140,13 +145,13 @@ class Sqrt(Function):
     """z = sqrt(a);  dz/da = 1 / (2 sqrt(a)) = 1 / (2 z)."""
 
     @staticmethod
-    def forward(ctx, a):
+    def forward(ctx: Function, a: Array) -> Array:
         z = ctx.xp.sqrt(a)
         ctx.save_for_backward(z)
         return z
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: Function, grad: Array) -> Grads:
         (z,) = ctx.saved
         return grad / (2 * z)
 
@@ -155,13 +160,13 @@ class Tanh(Function):
     """z = tanh(a);  dz/da = 1 - tanh(a)^2 = 1 - z^2."""
 
     @staticmethod
-    def forward(ctx, a):
+    def forward(ctx: Function, a: Array) -> Array:
         z = ctx.xp.tanh(a)
         ctx.save_for_backward(z)
         return z
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: Function, grad: Array) -> Grads:
         (z,) = ctx.saved
         return grad * (1 - z * z)
 
@@ -173,13 +178,13 @@ class Sigmoid(Function):
     """
 
     @staticmethod
-    def forward(ctx, a):
+    def forward(ctx: Function, a: Array) -> Array:
         z = 0.5 * (1 + ctx.xp.tanh(0.5 * a))
         ctx.save_for_backward(z)
         return z
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: Function, grad: Array) -> Grads:
         (z,) = ctx.saved
         return grad * z * (1 - z)
 
@@ -192,14 +197,14 @@ class ReLU(Function):
     """
 
     @staticmethod
-    def forward(ctx, a):
+    def forward(ctx: Function, a: Array) -> Array:
         kernel = ctx.backend.fused("relu_forward", a.dtype)
         z = kernel(ctx.xp.ascontiguousarray(a)) if kernel is not None else a * (a > 0)
         ctx.save_for_backward(z)
         return z
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: Function, grad: Array) -> Grads:
         (z,) = ctx.saved
         kernel = ctx.backend.fused("relu_backward", z.dtype)
         return kernel(z, ctx.xp.ascontiguousarray(grad)) if kernel is not None else grad * (z > 0)
@@ -216,18 +221,18 @@ class GELU(Function):
     """
 
     @staticmethod
-    def forward(ctx, a):
+    def forward(ctx: Function, a: Array) -> Array:
         ctx.kernels = _gelu_kernels(ctx.backend)
         ctx.save_for_backward(a)
         return ctx.kernels.forward(a)
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: Function, grad: Array) -> Grads:
         (a,) = ctx.saved
         return ctx.kernels.backward(a, grad)
 
 
-def _gelu_kernels(backend):
+def _gelu_kernels(backend: Backend) -> Any:
     # Imported on the first exact GELU: kernels/gelu.py imports numba, which is slow to
     # import (bench/import_time.py measures it) and which ``import minitensor`` does not.
     from ..kernels.gelu import for_backend
@@ -247,13 +252,13 @@ class GELUTanh(Function):
     """
 
     @staticmethod
-    def forward(ctx, a):
+    def forward(ctx: Function, a: Array) -> Array:
         t = ctx.xp.tanh(_GELU_C * (a + 0.044715 * a * a * a))
         ctx.save_for_backward(a, t)
         return 0.5 * a * (1 + t)
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: Function, grad: Array) -> Grads:
         a, t = ctx.saved
         du = _GELU_C * (1 + 3 * 0.044715 * a * a)
         return grad * (0.5 * (1 + t) + 0.5 * a * (1 - t * t) * du)
@@ -263,12 +268,12 @@ class Abs(Function):
     """z = |a|;  dz/da = sign(a) (0 at a = 0, as in PyTorch)."""
 
     @staticmethod
-    def forward(ctx, a):
+    def forward(ctx: Function, a: Array) -> Array:
         ctx.save_for_backward(a)
         return ctx.xp.abs(a)
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: Function, grad: Array) -> Grads:
         (a,) = ctx.saved
         return grad * ctx.xp.sign(a)
 
@@ -277,7 +282,7 @@ class Clip(Function):
     """z = min(max(a, low), high);  dz/da = 1 where low <= a <= high, else 0."""
 
     @staticmethod
-    def forward(ctx, a, low=None, high=None):
+    def forward(ctx: Function, a: Array, low: Number | None = None, high: Number | None = None) -> Array:
         xp = ctx.xp
         inside = xp.ones(a.shape, dtype=bool)
         if low is not None:
@@ -288,7 +293,7 @@ class Clip(Function):
         return xp.clip(a, low, high)
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: Function, grad: Array) -> Grads:
         (inside,) = ctx.saved
         return grad * inside
 
@@ -296,22 +301,21 @@ class Clip(Function):
 class _quiet:
     """``with _quiet(xp):`` silences floating-point warnings where inf/nan are handled."""
 
-    def __init__(self, xp):
+    def __init__(self, xp: Any) -> None:
         self.errstate = getattr(xp, "errstate", None)
 
-    def __enter__(self):
+    def __enter__(self) -> None:
         self.ctx = self.errstate(all="ignore") if self.errstate else None
         if self.ctx is not None:
             self.ctx.__enter__()
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         if self.ctx is not None:
             self.ctx.__exit__(*exc)
-        return False
 
 
 # -- the functional API ------------------------------------------------------------------
-def add(a, b):
+def add(a: Tensor | Number, b: Tensor | Number) -> Tensor:
     """z = a + b elementwise, broadcasting (``a + b`` on tensors); dz/da = dz/db = 1.
 
     At least one operand is a Tensor; a Python number is a constant in the tensor's dtype, an
@@ -320,53 +324,53 @@ def add(a, b):
     return Add.apply(*promote(a, b))
 
 
-def sub(a, b):
+def sub(a: Tensor | Number, b: Tensor | Number) -> Tensor:
     """z = a - b elementwise, broadcasting (``a - b`` on tensors); dz/da = 1, dz/db = -1."""
     return Sub.apply(*promote(a, b))
 
 
-def mul(a, b):
+def mul(a: Tensor | Number, b: Tensor | Number) -> Tensor:
     """z = a * b elementwise, broadcasting (``a * b`` on tensors); dz/da = b, dz/db = a."""
     return Mul.apply(*promote(a, b))
 
 
-def div(a, b):
+def div(a: Tensor | Number, b: Tensor | Number) -> Tensor:
     """z = a / b elementwise, broadcasting (``a / b`` on tensors); dz/da = 1/b, dz/db = -a/b^2."""
     return Div.apply(*promote(a, b))
 
 
-def pow(a, p):  # noqa: A001
+def pow(a: Tensor | Number, p: Tensor | Number) -> Tensor:  # noqa: A001
     """z = a ** p elementwise (``a ** p`` on tensors), the exponent a number or a tensor;
     dz/da = p a^(p-1), and dz/dp = a^p ln a when the exponent is a tensor (0 where a^p = 0)."""
     return Pow.apply(*promote(a, p))
 
 
-def neg(a):
+def neg(a: Tensor) -> Tensor:
     """z = -a elementwise (``-a`` on a tensor); dz/da = -1."""
     return Neg.apply(a)
 
 
-def exp(a):
+def exp(a: Tensor) -> Tensor:
     """z = e^a elementwise; dz/da = e^a = z."""
     return Exp.apply(a)
 
 
-def log(a):
+def log(a: Tensor) -> Tensor:
     """z = ln a, the natural logarithm, elementwise; dz/da = 1/a (-inf at 0, nan below, as in NumPy)."""
     return Log.apply(a)
 
 
-def sqrt(a):
+def sqrt(a: Tensor) -> Tensor:
     """z = sqrt(a) elementwise; dz/da = 1 / (2 sqrt(a))."""
     return Sqrt.apply(a)
 
 
-def tanh(a):
+def tanh(a: Tensor) -> Tensor:
     """z = tanh(a) = (1 - e^(-2a)) / (1 + e^(-2a)) elementwise, in (-1, 1); dz/da = 1 - z^2."""
     return Tanh.apply(a)
 
 
-def sigmoid(a):
+def sigmoid(a: Tensor) -> Tensor:
     """z = sigmoid(a) = 1 / (1 + e^(-a)) elementwise, in (0, 1); dz/da = z (1 - z).
 
     Computed as (1 + tanh(a/2)) / 2, the same function, which never overflows e^(-a).
@@ -375,7 +379,7 @@ def sigmoid(a):
     return Sigmoid.apply(a)
 
 
-def relu(a):
+def relu(a: Tensor) -> Tensor:
     """z = max(a, 0) elementwise, the rectified linear unit of D2L 4.1 / 5.1 (multilayer
     perceptrons); dz/da = 1 where a > 0, else 0."""
     return ReLU.apply(a)
@@ -384,7 +388,7 @@ def relu(a):
 _GELU_FORMS = {"none": GELU, "tanh": GELUTanh}
 
 
-def gelu(a, approximate="none"):
+def gelu(a: Tensor, approximate: str = "none") -> Tensor:
     """a Phi(a), exactly (``approximate="none"``) or in the tanh approximation ("tanh"):
     PyTorch's ``gelu``, with its argument and default."""
     try:
@@ -394,12 +398,12 @@ def gelu(a, approximate="none"):
     return op.apply(a)
 
 
-def abs(a):  # noqa: A001
+def abs(a: Tensor) -> Tensor:  # noqa: A001
     """z = |a| elementwise; dz/da = sign(a), 0 at a = 0 (as in PyTorch)."""
     return Abs.apply(a)
 
 
-def clip(a, min=None, max=None):  # noqa: A002
+def clip(a: Tensor, min: Number | None = None, max: Number | None = None) -> Tensor:  # noqa: A002
     """Clamp to [min, max] (either may be None); PyTorch calls it ``clamp``."""
     if min is None and max is None:
         raise ValueError("clip: give min, max or both")

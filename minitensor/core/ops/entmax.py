@@ -51,16 +51,20 @@ scoring -inf are not candidates; they get weight 0 and no gradient, and a row wi
 candidate left gets all-zero weights (never NaN).
 """
 
-from ..autograd import Function
+from __future__ import annotations
+
+from typing import Any
+
+from ..autograd import Function, Grads
 from ..errors import ShapeError
-from ..tensor import Tensor
+from ..tensor import Array, Tensor
 from .softmax import as_mask_tensors
 from .sparsemax import candidate_rows, sorted_candidates
 
 BISECTION_STEPS = 60  # bracket width < 2^-60: float64 accuracy (see the module docstring)
 
 
-def _grad_x(xp, gppr, g):
+def _grad_x(xp: Any, gppr: Array, g: Array) -> Array:
     """dL/dz = g' g - g' (sum g' g) / (sum g'), row by row; zero on empty rows."""
     total = gppr.sum(axis=-1, keepdims=True)
     q = (gppr * g).sum(axis=-1, keepdims=True) / xp.where(total > 0, total, 1)
@@ -71,7 +75,7 @@ class Entmax15(Function):
     """p = 1.5-entmax(x) over the last axis (exact, sort-based);  g' = sqrt(p)."""
 
     @staticmethod
-    def forward(ctx, x, valid_lens=None, mask=None):
+    def forward(ctx: Function, x: Array, valid_lens: Array | None = None, mask: Array | None = None) -> Array:
         xp = ctx.xp
         z, allowed, shape = candidate_rows(xp, x, valid_lens, mask, "entmax15")
         K = shape[-1]
@@ -92,7 +96,7 @@ class Entmax15(Function):
         return p.reshape(shape)
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: Function, grad: Array) -> Grads:
         (p,) = ctx.saved
         xp = ctx.xp
         g = grad.reshape(p.shape)
@@ -106,7 +110,9 @@ class AlphaEntmax(Function):
     """
 
     @staticmethod
-    def forward(ctx, x, alpha, valid_lens=None, mask=None):
+    def forward(
+        ctx: Function, x: Array, alpha: float, valid_lens: Array | None = None, mask: Array | None = None
+    ) -> Array:
         xp = ctx.xp
         z, allowed, shape = candidate_rows(xp, x, valid_lens, mask, "alpha_entmax")
         if isinstance(alpha, (int, float)):
@@ -128,7 +134,7 @@ class AlphaEntmax(Function):
         d = xp.maximum(allowed.sum(axis=-1, keepdims=True), 1).astype(z.dtype)
         power = 1 / am1
 
-        def weights(tau):
+        def weights(tau: Array) -> Array:
             return xp.maximum(X - tau, 0) ** power
 
         tau_lo = xp.full(d.shape, -1, dtype=z.dtype)  # sum of weights >= 1 here
@@ -145,7 +151,7 @@ class AlphaEntmax(Function):
         return p.reshape(shape)
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: Function, grad: Array) -> Grads:
         (p,) = ctx.saved
         xp, am1 = ctx.xp, ctx.am1
         g = grad.reshape(p.shape)
@@ -163,7 +169,7 @@ class AlphaEntmax(Function):
         return dx, d_alpha, None, None
 
 
-def entmax15(x, valid_lens=None, mask=None):
+def entmax15(x: Tensor, valid_lens: Tensor | None = None, mask: Tensor | None = None) -> Tensor:
     """1.5-entmax over the last axis, keeping only valid keys (see ``Entmax15``).
 
     ``valid_lens`` (batch,) or (batch, Q) and ``mask`` (bool, True = may attend) as in
@@ -173,7 +179,7 @@ def entmax15(x, valid_lens=None, mask=None):
     return Entmax15.apply(x, valid_lens, mask)
 
 
-def alpha_entmax(x, alpha, valid_lens=None, mask=None):
+def alpha_entmax(x: Tensor, alpha: float, valid_lens: Tensor | None = None, mask: Tensor | None = None) -> Tensor:
     """alpha-entmax over the last axis, keeping only valid keys (see ``AlphaEntmax``).
 
     ``alpha`` > 1: a float, or a one-element Tensor (which may require grad: alpha can be

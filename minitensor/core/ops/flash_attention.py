@@ -54,11 +54,17 @@ when their threads and BLAS's took turns on the same cores, so the passes stay p
 code, the same on both backends.
 """
 
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
 import numpy
 
-from ..autograd import Function
+from ..autograd import Function, Grads
+from ..backends import Backend
 from ..errors import ShapeError
-from ..tensor import Tensor
+from ..tensor import Array, Tensor
 from .softmax import as_mask_tensors
 
 # Tile sizes (queries x keys): large enough that a tile's matrix products run at BLAS speed
@@ -68,7 +74,7 @@ BLOCK_Q = 256
 BLOCK_K = 256
 
 
-def _blocks(n, size):
+def _blocks(n: int, size: int) -> list[tuple[int, int]]:
     return [(start, min(start + size, n)) for start in range(0, n, size)]
 
 
@@ -85,22 +91,33 @@ class StreamPlan:
     query and key. ``causal``: query i may attend key j when j <= i + (K - Q).
     """
 
+    # The arrays that may be None (Array is Any, so the annotations do not say it):
+    lens: Array  # valid_lens shaped for a tile, or None
+    mask: Array  # the bool mask shaped for a tile, or None
+    table: Array  # the relative bias, or None
+    _lens_host: Any  # valid_lens as a NumPy array on the host (the CPU's only), or None
+    lse: Array  # set by the forward pass, None until then (as q, k and unscaled_q)
+    q: Array
+    k: Array
+    unscaled_q: Array
+    masks: tuple[Tensor | None, Tensor | None]  # set by stream_plan: the (valid_lens, mask) Tensors
+
     def __init__(
         self,
-        backend,
-        q_shape,
-        k_shape,
-        scale,
-        causal=False,
-        lens=None,
-        mask=None,
-        table=None,
-        window=None,
-        q_offset=0,
-        k_offset=0,
-        block_q=None,
-        block_k=None,
-    ):
+        backend: Backend,
+        q_shape: tuple[int, ...],
+        k_shape: tuple[int, ...],
+        scale: float,
+        causal: bool = False,
+        lens: Array | None = None,
+        mask: Array | None = None,
+        table: Array | None = None,
+        window: int | None = None,
+        q_offset: int = 0,
+        k_offset: int = 0,
+        block_q: int | None = None,
+        block_k: int | None = None,
+    ) -> None:
         self.backend = backend
         self.xp = xp = backend.xp
         self.batch, self.num_heads, self.Q, self.d = q_shape
@@ -119,7 +136,7 @@ class StreamPlan:
         self.lse = self.q = self.k = self.unscaled_q = None  # set by the forward pass, for ``weights``
 
     # -- the masks, shaped to broadcast over a tile (batch, g, r, n_q, n_k) ------------------
-    def _lens(self, lens):
+    def _lens(self, lens: Array | None) -> Array | None:
         self._lens_host = None
         if lens is None:
             return None
@@ -137,7 +154,7 @@ class StreamPlan:
         self._lens_host = self.backend.to_numpy(lens).reshape(B, -1) if self.backend.on_host else None
         return lens.reshape(B, 1, 1, -1, 1)
 
-    def _mask(self, mask):
+    def _mask(self, mask: Array | None) -> Array | None:
         if mask is None:
             return None
         if mask.dtype.kind != "b":
@@ -158,13 +175,13 @@ class StreamPlan:
         return mask.reshape(B, self.g, self.r, Qm, Km) if H > 1 else mask.reshape(B, 1, 1, Qm, Km)
 
     # -- which tiles run ---------------------------------------------------------------------
-    def query_blocks(self):
+    def query_blocks(self) -> list[tuple[int, int]]:
         return _blocks(self.Q, self.block_q)
 
-    def key_blocks(self):
+    def key_blocks(self) -> list[tuple[int, int]]:
         return _blocks(self.K, self.block_k)
 
-    def visits(self, i0, i1, j0, j1):
+    def visits(self, i0: int, i1: int, j0: int, j1: int) -> bool:
         """Does the tile (queries i0..i1-1, keys j0..j1-1) hold any key a query may attend?"""
         if self.causal and j0 > (i1 - 1) + (self.K - self.Q):  # every key in the future
             return False
@@ -177,11 +194,11 @@ class StreamPlan:
             return False
         return True
 
-    def _lens_of(self, i0, i1):
+    def _lens_of(self, i0: int, i1: int) -> numpy.ndarray:
         """The valid lengths of queries i0..i1-1, on the host (the CPU's only)."""
         return self._lens_host if self._lens_host.shape[1] == 1 else self._lens_host[:, i0:i1]
 
-    def _allowed(self, i0, i1, j0, j1):
+    def _allowed(self, i0: int, i1: int, j0: int, j1: int) -> Array | None:
         """The tile's bool mask (True = may attend), or None when it allows every cell."""
         allowed = None
         if self.causal and j1 - 1 > i0 + (self.K - self.Q):  # the tile crosses the diagonal
@@ -198,12 +215,12 @@ class StreamPlan:
             allowed = m if allowed is None else allowed & m
         return allowed
 
-    def bias(self, i0, i1, j0, j1):
+    def bias(self, i0: int, i1: int, j0: int, j1: int) -> Array:
         """The relative bias on the tile, (g, r, n_q, n_k): table[h, (j - i) + (Q - 1)]."""
         columns = self._diagonals[: i1 - i0, : j1 - j0] + (j0 - i0)
         return self.table[:, columns].reshape(self.g, self.r, i1 - i0, j1 - j0)
 
-    def scores(self, q_block, k, i0, i1, j0, j1):
+    def scores(self, q_block: Array, k: Array, i0: int, i1: int, j0: int, j1: int) -> Array:
         """The tile's scores, (batch, g, r * n_q, n_k): scale q k^T + bias, -inf where masked.
         ``q_block`` holds the queries already multiplied by ``scale``."""
         xp = self.xp
@@ -216,13 +233,13 @@ class StreamPlan:
             xp.copyto(S5, -xp.inf, where=~allowed)
         return S
 
-    def query_block(self, q5, i0, i1):
+    def query_block(self, q5: Array, i0: int, i1: int) -> Array:
         """Queries i0..i1-1 of every head as (batch, g, r * n, d): the r heads of a group stacked
         (a copy when r > 1; a view otherwise)."""
         return q5[:, :, :, i0:i1].reshape(self.batch, self.g, self.r * (i1 - i0), q5.shape[-1])
 
     # -- the GPU's kernels ----------------------------------------------------------------------
-    def device_kernels(self, v):
+    def device_kernels(self, v: Array) -> Any:
         """The backend's streamed-attention kernels (``kernels/cuda/attention.cu`` on a GPU), or
         None where the backend has none or this call needs what they lack: a bool mask, a
         relative bias (so a window too), values of another size than the queries, a head size
@@ -232,12 +249,12 @@ class StreamPlan:
             return None
         return kernels if kernels.attention_row_size(v.dtype, self.d) is not None else None
 
-    def lens_by_row(self):
+    def lens_by_row(self) -> Array | None:
         """valid_lens as (batch, 1) or (batch, Q), or None: what the kernels take."""
         return None if self.lens is None else self.lens.reshape(self.batch, -1)
 
     # -- weights on demand -------------------------------------------------------------------
-    def weights(self, heads=None, rows=None):
+    def weights(self, heads: int | Sequence[int] | None = None, rows: int | Sequence[int] | None = None) -> Array:
         """The attention weights of the last call, recomputed from its saved log-sum-exp for
         the query ``heads`` and ``rows`` asked for (all by default):
         (batch, len(heads), len(rows), K), exp(S - lse) tile by tile. The work is that of
@@ -268,7 +285,7 @@ class StreamPlan:
         return out
 
 
-def pick_indices(what, chosen, n):
+def pick_indices(what: str, chosen: int | Sequence[int] | None, n: int) -> list[int]:
     """``heads`` / ``rows`` as a list of ints in 0..n-1 (None = all)."""
     if chosen is None:
         return list(range(n))
@@ -292,7 +309,9 @@ class FlashAttention(Function):
     """
 
     @staticmethod
-    def forward(ctx, q, k, v, table, plan, masks=None):
+    def forward(
+        ctx: Function, q: Array, k: Array, v: Array, table: Array | None, plan: StreamPlan, masks: Any = None
+    ) -> Array:
         # ``table`` is an input so that autograd gives it a gradient; the tiles read it as
         # plan.table (the same array), where ``plan.scores`` adds it
         xp = ctx.xp
@@ -339,7 +358,7 @@ class FlashAttention(Function):
         return out.reshape(q.shape[:-1] + (dv,))
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: Function, grad: Array) -> Grads:
         xp = ctx.xp
         plan = ctx.plan
         if ctx.kernels is not None:
@@ -368,7 +387,7 @@ class FlashAttention(Function):
         ]
         dq = [xp.zeros_like(block[2]) for block in rows]
         dk, dvalues = xp.zeros_like(k), xp.zeros_like(v)
-        dtable = xp.zeros(table.shape, dtype=numpy.float64).reshape(-1) if want_table else None
+        dtable: Array = xp.zeros(table.shape, dtype=numpy.float64).reshape(-1) if want_table else None
         for j0, j1 in plan.key_blocks():
             k_block, v_block = k[:, :, j0:j1], v[:, :, j0:j1]
             for n, (i0, i1, q_block, dO_block, lse_block, D_block) in enumerate(rows):
@@ -397,21 +416,21 @@ class FlashAttention(Function):
 
 
 def flash_attention(
-    queries,
-    keys,
-    values,
-    valid_lens=None,
-    mask=None,
-    causal=False,
-    scale=None,
-    relative_bias=None,
-    window=None,
-    q_offset=0,
-    k_offset=0,
-    block_q=None,
-    block_k=None,
-    return_lse=False,
-):
+    queries: Tensor,
+    keys: Tensor,
+    values: Tensor,
+    valid_lens: Tensor | None = None,
+    mask: Tensor | None = None,
+    causal: bool = False,
+    scale: float | None = None,
+    relative_bias: Tensor | None = None,
+    window: int | None = None,
+    q_offset: int = 0,
+    k_offset: int = 0,
+    block_q: int | None = None,
+    block_k: int | None = None,
+    return_lse: bool = False,
+) -> Any:  # the output Tensor; with return_lse=True, (output, lse)
     """softmax(scale Q K^T + B) V with the masked softmax's rules, streamed over tiles (no
     (Q, K) array is ever built; see this module's docstring).
 
@@ -449,20 +468,20 @@ def flash_attention(
 
 
 def stream_plan(
-    queries,
-    keys,
-    values,
-    valid_lens=None,
-    mask=None,
-    causal=False,
-    scale=None,
-    relative_bias=None,
-    window=None,
-    q_offset=0,
-    k_offset=0,
-    block_q=None,
-    block_k=None,
-):
+    queries: Tensor,
+    keys: Tensor,
+    values: Tensor,
+    valid_lens: Tensor | None = None,
+    mask: Tensor | None = None,
+    causal: bool = False,
+    scale: float | None = None,
+    relative_bias: Tensor | None = None,
+    window: int | None = None,
+    q_offset: int = 0,
+    k_offset: int = 0,
+    block_q: int | None = None,
+    block_k: int | None = None,
+) -> StreamPlan:
     """Check the arguments of ``flash_attention`` and build its ``StreamPlan``."""
     for name, x in (("queries", queries), ("keys", keys), ("values", values)):
         if not isinstance(x, Tensor) or x.ndim != 4:

@@ -6,18 +6,21 @@ plain assignment does; with integer-array indexing one element can be read many 
 (``x[[0, 0, 1]]``) and its gradients must be *added* (a scatter-add, ``index_add``).
 """
 
+from __future__ import annotations
+
 from functools import partial
+from typing import Any
 
-from ..autograd import Function
-from ..backends import get_backend
+from ..autograd import Function, Grads
+from ..backends import Backend, get_backend
 from ..errors import DeviceError, ShapeError
-from ..tensor import Tensor
+from ..tensor import Array, Tensor
 
 
-def normalize_index(index, like=None):
+def normalize_index(index: Any, like: Tensor | None = None) -> Any:
     """Replace Tensors inside an index by their arrays (which must be on ``like``'s device)."""
 
-    def unwrap(i):
+    def unwrap(i: Any) -> Any:
         if not isinstance(i, Tensor):
             return i
         if like is not None and i._backend is not like._backend:
@@ -32,12 +35,12 @@ def normalize_index(index, like=None):
     return unwrap(index)
 
 
-def _is_basic(index):
+def _is_basic(index: Any) -> bool:
     parts = index if isinstance(index, tuple) else (index,)
     return all(p is None or p is Ellipsis or isinstance(p, (int, slice)) for p in parts)
 
 
-def _check_array_parts(shape, index, backend=None):
+def _check_array_parts(shape: tuple[int, ...], index: Any, backend: Backend | None = None) -> Any:
     """``index`` with its integer-array parts checked against their axes: IndexError for one
     that points outside its axis, raised as ``backend.check`` does (default: the CPU's, at once).
 
@@ -49,7 +52,7 @@ def _check_array_parts(shape, index, backend=None):
     backend = backend or get_backend("cpu")
     parts = index if isinstance(index, tuple) else (index,)
 
-    def width(p):  # how many axes of ``a`` the part consumes
+    def width(p: Any) -> int:  # how many axes of ``a`` the part consumes
         if p is None or p is Ellipsis:
             return 0
         if hasattr(p, "dtype") and p.dtype.kind == "b":
@@ -71,7 +74,7 @@ def _check_array_parts(shape, index, backend=None):
     return tuple(checked) if isinstance(index, tuple) else checked[0]
 
 
-def _out_of_bounds(p, axis, n):
+def _out_of_bounds(p: Array, axis: int, n: int) -> str:
     """The message of ``_check_array_parts`` (read from the device only when it fails)."""
     low, high = int(p.min()), int(p.max())
     return f"getitem: index {high if high >= n else low} is out of bounds for axis {axis} with size {n}"
@@ -81,7 +84,7 @@ class GetItem(Function):
     """z = a[index];  dL/da = zeros with dL/dz added at the positions read."""
 
     @staticmethod
-    def forward(ctx, a, index):
+    def forward(ctx: Function, a: Array, index: Any) -> Array:
         index = normalize_index(index)  # index tensors come inside ``index``, seen by mt.onnx's tracer
         if type(index) is tuple and len(index) == 1 and not _is_basic(index):
             index = index[0]  # x[(i,)] is x[i]: one array, for the backends' fast scatter-add
@@ -94,7 +97,7 @@ class GetItem(Function):
             raise IndexError(f"getitem: index {index!r} does not fit shape {tuple(a.shape)}: {e}") from None
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: Function, grad: Array) -> Grads:
         out = ctx.xp.zeros(ctx.shape, dtype=ctx.dtype)
         if _is_basic(ctx.index):
             out[ctx.index] = grad
@@ -103,7 +106,7 @@ class GetItem(Function):
         return out
 
 
-def getitem(a, index):
+def getitem(a: Tensor, index: Any) -> Tensor:
     """``a[index]`` (what indexing a tensor calls): ints, slices, ``None``, ``...``, integer and
     bool arrays or tensors (on a's device), as in NumPy.
 
@@ -124,7 +127,7 @@ class Embedding(Function):
     """
 
     @staticmethod
-    def forward(ctx, weight, indices):
+    def forward(ctx: Function, weight: Array, indices: Array) -> Array:
         if indices.dtype.kind not in "iu":
             raise TypeError(f"embedding: indices must be an integer tensor, got {indices.dtype}")
         n = weight.shape[0]
@@ -139,20 +142,20 @@ class Embedding(Function):
         return weight[indices]
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: Function, grad: Array) -> Grads:
         out = ctx.xp.zeros(ctx.shape, dtype=grad.dtype)
         ctx.backend.index_add(out, ctx.indices.reshape(-1), grad.reshape(-1, ctx.shape[1]))
         return out, None
 
 
-def _out_of_range(indices, n):
+def _out_of_range(indices: Array, n: int) -> str:
     """The message of Embedding's check (read from the device only when it fails)."""
     low, high = int(indices.min()), int(indices.max())
     bad = high if high >= n else low
     return f"embedding: index {bad} is out of range for a table of {n} embeddings (valid: 0..{n - 1})"
 
 
-def embedding(indices, weight):
+def embedding(indices: Tensor, weight: Tensor) -> Tensor:
     """Rows of ``weight`` (num_embeddings, embedding_dim) picked by integer ``indices`` of any
     shape: (*indices.shape, embedding_dim), the same as one_hot(indices) @ weight without
     building the one-hot vectors. The gradient adds up into the rows that were used."""

@@ -1,8 +1,13 @@
 """Joining and splitting: concat, stack, split. Backward hands each input its own slice
 of the gradient."""
 
-from ..autograd import Function
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..autograd import Function, Grads
 from ..errors import ShapeError
+from ..tensor import Array, Tensor
 from .axes import normalize_axis
 from .indexing import getitem
 
@@ -11,7 +16,7 @@ class Concat(Function):
     """z = [a_1 | a_2 | ...] along ``axis``;  dL/da_k is the k-th block of dL/dz."""
 
     @staticmethod
-    def forward(ctx, *arrays, axis=0):
+    def forward(ctx: Function, *arrays: Array, axis: int = 0) -> Array:
         ref = arrays[0]
         axis = normalize_axis(axis, ref.ndim, "concat")
         for a in arrays:
@@ -23,7 +28,7 @@ class Concat(Function):
         return ctx.xp.concatenate(arrays, axis=axis)
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: Function, grad: Array) -> Grads:
         out, start = [], 0
         index = [slice(None)] * grad.ndim
         for n in ctx.sizes:
@@ -37,7 +42,7 @@ class Stack(Function):
     """z[..., k, ...] = a_k (a new axis);  dL/da_k = dL/dz[..., k, ...]."""
 
     @staticmethod
-    def forward(ctx, *arrays, axis=0):
+    def forward(ctx: Function, *arrays: Array, axis: int = 0) -> Array:
         shapes = {tuple(a.shape) for a in arrays}
         if len(shapes) > 1:
             raise ShapeError(f"stack: all tensors need the same shape, got {[tuple(a.shape) for a in arrays]}")
@@ -45,11 +50,11 @@ class Stack(Function):
         return ctx.xp.stack(arrays, axis=ctx.axis)
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: Function, grad: Array) -> Grads:
         return tuple(ctx.xp.moveaxis(grad, ctx.axis, 0))
 
 
-def concat(tensors, axis=0):
+def concat(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
     """Join ``tensors`` (a sequence, at least one) end to end along an existing ``axis``:
     z = [a_1 | a_2 | ...]; each input gets its own block of the gradient back.
 
@@ -66,7 +71,7 @@ cat = concat
 """PyTorch's name for ``concat``, the same function: tensors joined along an existing axis."""
 
 
-def stack(tensors, axis=0):
+def stack(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
     """Join ``tensors`` (a sequence of tensors of one shape, at least one) along a new axis:
     z[..., k, ...] = a_k at position ``axis`` of the result; a_k's gradient is slice k."""
     tensors = list(tensors)
@@ -75,7 +80,7 @@ def stack(tensors, axis=0):
     return Stack.apply(*tensors, axis=axis)
 
 
-def split(a, split_size_or_sections, axis=0):
+def split(a: Tensor, split_size_or_sections: int | Sequence[int], axis: int = 0) -> list[Tensor]:
     """Split into pieces along ``axis`` (PyTorch's rule): an int is the size of each piece
     (the last may be smaller); a list gives every piece's size and must add up."""
     axis = normalize_axis(axis, a.ndim, "split")

@@ -12,16 +12,26 @@ loss does per token. With no valid position at all the loss is 0 and so is its g
 (not 0/0 = NaN).
 """
 
+from __future__ import annotations
+
 from functools import partial
 
-from ..autograd import Function
+from ..autograd import Function, Grads
 from ..errors import ShapeError
-from ..tensor import Tensor
+from ..tensor import Array, Tensor
 
 
 class CrossEntropy(Function):
     @staticmethod
-    def forward(ctx, logits, target, mask, ignore_index, reduction, label_smoothing):
+    def forward(
+        ctx: Function,
+        logits: Array,
+        target: Array,
+        mask: Array | None,
+        ignore_index: int,
+        reduction: str,
+        label_smoothing: float,
+    ) -> Array:
         xp = ctx.xp
         num_classes = logits.shape[-1]
         rows = xp.ascontiguousarray(logits).reshape(-1, num_classes)
@@ -57,7 +67,7 @@ class CrossEntropy(Function):
         return out.astype(logits.dtype)
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: Function, grad: Array) -> Grads:
         xp = ctx.xp
         logp, t, weight = ctx.saved
         num_classes = logp.shape[-1]
@@ -69,7 +79,7 @@ class CrossEntropy(Function):
         return (d * scale[:, None]).reshape(ctx.shape), None, None
 
 
-def _out_of_range(safe_t, inside, num_classes, ignore_index):
+def _out_of_range(safe_t: Array, inside: Array, num_classes: int, ignore_index: int) -> str:
     """The message of CrossEntropy's check (read from the device only when it fails)."""
     return (
         f"cross_entropy: target {int(safe_t[~inside][0])} is out of range for {num_classes} classes "
@@ -77,7 +87,14 @@ def _out_of_range(safe_t, inside, num_classes, ignore_index):
     )
 
 
-def cross_entropy(logits, target, ignore_index=-100, mask=None, reduction="mean", label_smoothing=0.0):
+def cross_entropy(
+    logits: Tensor,
+    target: Tensor,
+    ignore_index: int = -100,
+    mask: Tensor | None = None,
+    reduction: str = "mean",
+    label_smoothing: float = 0.0,
+) -> Tensor:
     """Cross-entropy between ``logits`` (..., C) and integer class ``target`` (...).
 
     ``ignore_index``: target value that marks padding (PyTorch's default -100).

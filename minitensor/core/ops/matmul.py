@@ -1,12 +1,17 @@
 """Matrix product with NumPy's rules: batched, broadcasting over leading axes, 1-D operands
 treated as a row (left) or column (right) vector and squeezed away again."""
 
-from ..autograd import Function, sum_to_shape
+from __future__ import annotations
+
+from typing import Any
+
+from ..autograd import Function, Grads, sum_to_shape
 from ..errors import ShapeError
+from ..tensor import Array, Tensor
 from .promote import promote
 
 
-def _stacked(xp, a, b):
+def _stacked(xp: Any, a: Array, b: Array) -> Array:
     """``a @ b`` for stacks of matrices, copying a strided stack first where that pays.
 
     NumPy's batched matmul hands a matrix to BLAS only when its rows are contiguous in
@@ -31,7 +36,7 @@ class MatMul(Function):
     """Z = A @ B;  dL/dA = dL/dZ @ B^T,  dL/dB = A^T @ dL/dZ (summed over broadcast batches)."""
 
     @staticmethod
-    def forward(ctx, a, b):
+    def forward(ctx: Function, a: Array, b: Array) -> Array:
         ctx.save_for_backward(a, b)
         try:
             return a @ b if a.ndim <= 2 and b.ndim <= 2 else _stacked(ctx.xp, a, b)
@@ -52,7 +57,7 @@ class MatMul(Function):
         )
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: Function, grad: Array) -> Grads:
         a, b = ctx.saved
         need_a, need_b = ctx.needs_input_grad
         if a.ndim == 2 and b.ndim == 2:  # the common case, without the general machinery
@@ -83,7 +88,7 @@ class MatMul(Function):
         return ga, gb
 
 
-def matmul(a, b):
+def matmul(a: Tensor, b: Tensor) -> Tensor:
     """The matrix product Z = A @ B with NumPy's rules (``a @ b`` on tensors): (..., n, k) @
     (..., k, m) -> (..., n, m), the leading (batch) axes broadcast; a 1-D operand is a row
     (left) or column (right) vector whose axis is dropped again.
@@ -110,7 +115,7 @@ class Linear(Function):
     """
 
     @staticmethod
-    def forward(ctx, x, weight, bias):
+    def forward(ctx: Function, x: Array, weight: Array, bias: Array | None) -> Array:
         x2 = x.reshape(-1, x.shape[-1])
         y = x2 @ weight.T  # BLAS reads W^T in place: no copy
         if bias is not None:
@@ -119,7 +124,7 @@ class Linear(Function):
         return y.reshape(*x.shape[:-1], weight.shape[0])
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: Function, grad: Array) -> Grads:
         x2, weight = ctx.saved
         need_x, need_w, need_b = ctx.needs_input_grad
         g2 = grad.reshape(-1, weight.shape[0])
@@ -129,7 +134,7 @@ class Linear(Function):
         return gx, gw, gb
 
 
-def linear(x, weight, bias=None):
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """y = x W^T + b, with W of shape (out_features, in_features) as in PyTorch.
 
     x may have any number of leading axes (batch, time, ...): (..., in) -> (..., out).

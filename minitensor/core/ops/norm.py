@@ -13,8 +13,11 @@ axes:
     dL/dweight = sum(g * xhat),  dL/dbias = sum(g)   (over the other axes)
 """
 
-from ..autograd import Function
+from __future__ import annotations
+
+from ..autograd import Function, Grads
 from ..errors import ShapeError
+from ..tensor import Array, Shape, Tensor
 
 
 class LayerNorm(Function):
@@ -28,7 +31,7 @@ class LayerNorm(Function):
     """
 
     @staticmethod
-    def forward(ctx, x, weight, bias, num_axes, eps):
+    def forward(ctx: Function, x: Array, weight: Array, bias: Array | None, num_axes: int, eps: float) -> Array:
         xp = ctx.xp
         D = 1
         for n in x.shape[x.ndim - num_axes :]:
@@ -59,7 +62,7 @@ class LayerNorm(Function):
         return y
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: Function, grad: Array) -> Grads:
         need_w, need_b = ctx.needs_input_grad[1:3]
         if len(ctx.saved) == 2:  # the forward kernel ran: so does the backward one
             xhat, rstd = ctx.saved
@@ -76,7 +79,9 @@ class LayerNorm(Function):
         return gx.reshape(grad.shape), gw, gb
 
 
-def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
+def layer_norm(
+    x: Tensor, normalized_shape: Shape, weight: Tensor | None = None, bias: Tensor | None = None, eps: float = 1e-5
+) -> Tensor:
     """Layer normalisation (Ba et al. 2016; D2L 10.7 / 11.7) over the last
     ``len(normalized_shape)`` axes of ``x``, per position, with PyTorch's signature:
 

@@ -10,14 +10,18 @@
 - Anything else (lists, NumPy arrays) becomes a tensor on the other operand's device.
 """
 
+from __future__ import annotations
+
+from typing import Any
+
 import numpy
 
-from ..tensor import Tensor, _traced, tensor
+from ..tensor import DType, Tensor, _traced, tensor
 
 _NUMBER = (int, float, bool)
 
 
-def promote(a, b):
+def promote(a: Any, b: Any) -> tuple[Tensor, Any]:
     """The operands ``a``, ``b`` (at least one a Tensor) made fit for one arithmetic op."""
     if not isinstance(a, Tensor):
         b, a = promote(b, a)
@@ -38,7 +42,7 @@ def promote(a, b):
     return a, b
 
 
-def _as_float(t, dtype):
+def _as_float(t: Tensor, dtype: DType) -> Tensor:
     """A float copy of integer data, outside the graph (integers carry no gradient)."""
     out = Tensor._make(t.data.astype(dtype or "float32"), t._backend, None)
     return _traced("astype", [t], {"dtype": out.data.dtype}, out)

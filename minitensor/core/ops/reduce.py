@@ -4,14 +4,17 @@ Backward has to undo the reduction's loss of axes: the gradient of the (smaller)
 reshaped as if ``keepdims=True`` and broadcast back over the reduced axes.
 """
 
-import builtins
+from __future__ import annotations
 
-from ..autograd import Function
-from ..tensor import Tensor, _traced
+import builtins
+from typing import Any
+
+from ..autograd import Function, Grads
+from ..tensor import Array, Axes, Tensor, _traced
 from .axes import normalize_axes, normalize_axis
 
 
-def reduced_axes(axis, ndim, op):
+def reduced_axes(axis: Axes | None, ndim: int, op: str) -> tuple[int, ...]:
     """``axis`` (None for all, an int or a tuple, negatives allowed) as a sorted tuple of
     axes; out-of-range and repeated axes are refused (``ops/axes.py``)."""
     if axis is None:
@@ -21,11 +24,11 @@ def reduced_axes(axis, ndim, op):
     return tuple(sorted(normalize_axes(axis, ndim, op)))
 
 
-def _keepdims_shape(shape, axes):
+def _keepdims_shape(shape: tuple[int, ...], axes: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(1 if i in axes else n for i, n in enumerate(shape))
 
 
-def _expand(xp, grad, shape, axes):
+def _expand(xp: Any, grad: Array, shape: tuple[int, ...], axes: tuple[int, ...]) -> Array:
     """Broadcast the gradient of a reduction back to the input's shape."""
     return xp.broadcast_to(grad.reshape(_keepdims_shape(shape, axes)), shape)
 
@@ -34,12 +37,12 @@ class Sum(Function):
     """z = sum_i a_i over the axes;  dz/da_i = 1."""
 
     @staticmethod
-    def forward(ctx, a, axis=None, keepdims=False):
+    def forward(ctx: Function, a: Array, axis: Axes | None = None, keepdims: bool = False) -> Array:
         ctx.shape, ctx.axes = a.shape, reduced_axes(axis, a.ndim, "sum")
         return a.sum(axis=ctx.axes, keepdims=keepdims)
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: Function, grad: Array) -> Grads:
         return _expand(ctx.xp, grad, ctx.shape, ctx.axes)
 
 
@@ -47,12 +50,12 @@ class Mean(Function):
     """z = (1/N) sum_i a_i;  dz/da_i = 1/N."""
 
     @staticmethod
-    def forward(ctx, a, axis=None, keepdims=False):
+    def forward(ctx: Function, a: Array, axis: Axes | None = None, keepdims: bool = False) -> Array:
         ctx.shape, ctx.axes = a.shape, reduced_axes(axis, a.ndim, "mean")
         return a.mean(axis=ctx.axes, keepdims=keepdims)
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: Function, grad: Array) -> Grads:
         count = 1
         for i in ctx.axes:
             count *= ctx.shape[i]
@@ -66,7 +69,7 @@ class Max(Function):
     """
 
     @staticmethod
-    def forward(ctx, a, axis=None, keepdims=False):
+    def forward(ctx: Function, a: Array, axis: Axes | None = None, keepdims: bool = False) -> Array:
         axes = reduced_axes(axis, a.ndim, "max")
         z = a.max(axis=axes, keepdims=True)
         is_max = (a == z).astype(a.dtype)  # bool / int count would be float64
@@ -75,7 +78,7 @@ class Max(Function):
         return z if keepdims else z.reshape(tuple(n for i, n in enumerate(a.shape) if i not in axes))
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: Function, grad: Array) -> Grads:
         (share,) = ctx.saved
         return _expand(ctx.xp, grad, ctx.shape, ctx.axes) * share
 
@@ -88,7 +91,9 @@ class Var(Function):
     """
 
     @staticmethod
-    def forward(ctx, a, axis=None, keepdims=False, correction=1):
+    def forward(
+        ctx: Function, a: Array, axis: Axes | None = None, keepdims: bool = False, correction: int = 1
+    ) -> Array:
         axes = reduced_axes(axis, a.ndim, "var")
         count = 1
         for i in axes:
@@ -100,12 +105,12 @@ class Var(Function):
         return (centered * centered).sum(axis=axes, keepdims=keepdims) / denom
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: Function, grad: Array) -> Grads:
         (centered,) = ctx.saved
         return _expand(ctx.xp, grad, ctx.shape, ctx.axes) * (2 / ctx.denom) * centered
 
 
-def sum(a, axis=None, keepdims=False):  # noqa: A001
+def sum(a: Tensor, axis: Axes | None = None, keepdims: bool = False) -> Tensor:  # noqa: A001
     """z = sum_i a_i over ``axis`` (an int, a tuple of ints, or None for every axis); dz/da_i = 1.
 
     ``keepdims=True`` keeps the reduced axes with length 1, so the result broadcasts against
@@ -114,27 +119,27 @@ def sum(a, axis=None, keepdims=False):  # noqa: A001
     return Sum.apply(a, axis=axis, keepdims=keepdims)
 
 
-def mean(a, axis=None, keepdims=False):
+def mean(a: Tensor, axis: Axes | None = None, keepdims: bool = False) -> Tensor:
     """z = (1/N) sum_i a_i over ``axis`` (an int, a tuple of ints, or None for every axis), N the
     number of elements averaged; dz/da_i = 1/N. ``keepdims`` as for ``sum``."""
     return Mean.apply(a, axis=axis, keepdims=keepdims)
 
 
-def max(a, axis=None, keepdims=False):  # noqa: A001
+def max(a: Tensor, axis: Axes | None = None, keepdims: bool = False) -> Tensor:  # noqa: A001
     """z = max_i a_i over ``axis`` (an int, a tuple of ints, or None for every axis), values
     only (see ``argmax`` for positions); ``keepdims`` as for ``sum``. The gradient goes to the
     maxima, shared equally among tied ones (1/m each for m ties)."""
     return Max.apply(a, axis=axis, keepdims=keepdims)
 
 
-def min(a, axis=None, keepdims=False):  # noqa: A001
+def min(a: Tensor, axis: Axes | None = None, keepdims: bool = False) -> Tensor:  # noqa: A001
     """The smallest element(s) over ``axis`` (values only; see ``argmin`` for positions),
     computed as min(a) = -max(-a), so tied minima share the gradient as ``max``'s maxima do."""
     reduced_axes(axis, a.ndim, "min")  # so that an error names min, not max
     return -Max.apply(-a, axis=axis, keepdims=keepdims)
 
 
-def var(a, axis=None, keepdims=False, correction=1):
+def var(a: Tensor, axis: Axes | None = None, keepdims: bool = False, correction: int = 1) -> Tensor:
     """z = sum_i (a_i - mean)^2 / (N - correction) over ``axis`` (None: every axis);
     dz/da_i = 2 (a_i - mean) / (N - correction).
 
@@ -144,7 +149,7 @@ def var(a, axis=None, keepdims=False, correction=1):
     return Var.apply(a, axis=axis, keepdims=keepdims, correction=correction)
 
 
-def _arg_extreme(a, which, axis, keepdims):
+def _arg_extreme(a: Tensor, which: str, axis: int | None, keepdims: bool) -> Tensor:
     if axis is not None:
         axis = normalize_axis(axis, a.ndim, which)
     out = getattr(a.data, which)(axis=axis)
@@ -155,11 +160,11 @@ def _arg_extreme(a, which, axis, keepdims):
     )
 
 
-def argmax(a, axis=None, keepdims=False):
+def argmax(a: Tensor, axis: int | None = None, keepdims: bool = False) -> Tensor:
     """Positions of the maxima (an int64 tensor, not differentiable)."""
     return _arg_extreme(a, "argmax", axis, keepdims)
 
 
-def argmin(a, axis=None, keepdims=False):
+def argmin(a: Tensor, axis: int | None = None, keepdims: bool = False) -> Tensor:
     """Positions of the minima (an int64 tensor, not differentiable)."""
     return _arg_extreme(a, "argmin", axis, keepdims)

@@ -17,10 +17,15 @@ PyTorch has no functional form of a GRU layer, so there is no ``ops.gru``; ``nn.
 ``GRUSequence.apply`` directly.
 """
 
-from ..autograd import Function
+from __future__ import annotations
+
+from typing import Any
+
+from ..autograd import Function, Grads
+from ..tensor import Array
 
 
-def _sigmoid(xp, a):
+def _sigmoid(xp: Any, a: Array) -> Array:
     return 0.5 * (1 + xp.tanh(0.5 * a))  # = 1 / (1 + e^-a), without overflowing e^-a
 
 
@@ -47,7 +52,7 @@ class GRUSequence(Function):
     """
 
     @staticmethod
-    def forward(ctx, gates_x, H0, W_hh, b_hh):
+    def forward(ctx: Function, gates_x: Array, H0: Array, W_hh: Array, b_hh: Array) -> Array:
         xp = ctx.xp
         steps, h = gates_x.shape[0], H0.shape[-1]
         outputs = xp.empty((steps,) + H0.shape, dtype=H0.dtype)
@@ -68,7 +73,7 @@ class GRUSequence(Function):
         return outputs
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: Function, grad: Array) -> Grads:
         xp = ctx.xp
         H0, outputs, R_all, Z_all, N_all, G_n_all, W_hh = ctx.saved
         steps, batch, h = outputs.shape

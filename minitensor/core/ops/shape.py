@@ -1,10 +1,14 @@
 """Operations that move elements around without changing them: reshape, permute,
 broadcast, squeeze/unsqueeze. Each backward applies the inverse move to the gradient."""
 
-import math
+from __future__ import annotations
 
-from ..autograd import Function, sum_to_shape
+import math
+from typing import Any
+
+from ..autograd import Function, Grads, sum_to_shape
 from ..errors import AxisError, ShapeError
+from ..tensor import Array, Axes, Shape, Tensor
 from .axes import axis_error, normalize_axes, normalize_axis
 
 
@@ -12,7 +16,7 @@ class Reshape(Function):
     """Same elements, new shape;  backward reshapes the gradient back."""
 
     @staticmethod
-    def forward(ctx, a, shape):
+    def forward(ctx: Function, a: Array, shape: tuple[int, ...]) -> Array:
         ctx.shape = a.shape
         try:
             return a.reshape(shape)
@@ -23,7 +27,7 @@ class Reshape(Function):
             ) from None
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: Function, grad: Array) -> Grads:
         return grad.reshape(ctx.shape)
 
 
@@ -31,7 +35,7 @@ class Permute(Function):
     """Reorder the axes;  backward applies the inverse permutation."""
 
     @staticmethod
-    def forward(ctx, a, axes):
+    def forward(ctx: Function, a: Array, axes: tuple[int, ...]) -> Array:
         n, given = a.ndim, axes
         if len(axes) == n:
             axes = tuple(normalize_axis(x, n, "permute") for x in axes)
@@ -46,7 +50,7 @@ class Permute(Function):
         return ctx.xp.transpose(a, axes)
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: Function, grad: Array) -> Grads:
         return ctx.xp.transpose(grad, ctx.inverse)
 
 
@@ -54,7 +58,7 @@ class BroadcastTo(Function):
     """Repeat along axes of length 1 (and new leading axes);  backward sums them back."""
 
     @staticmethod
-    def forward(ctx, a, shape):
+    def forward(ctx: Function, a: Array, shape: tuple[int, ...]) -> Array:
         ctx.shape = a.shape
         try:
             return ctx.xp.broadcast_to(a, shape)
@@ -62,25 +66,25 @@ class BroadcastTo(Function):
             raise ShapeError(f"broadcast_to: cannot broadcast shape {tuple(a.shape)} to {tuple(shape)}") from None
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: Function, grad: Array) -> Grads:
         return sum_to_shape(grad, ctx.shape)
 
 
-def _shape_arg(shape):
+def _shape_arg(shape: tuple[Any, ...]) -> tuple[int, ...]:
     """Accept both ``x.reshape(2, 3)`` and ``x.reshape((2, 3))``, as PyTorch does."""
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         return tuple(shape[0])
     return tuple(shape)
 
 
-def reshape(a, *shape):
+def reshape(a: Tensor, *shape: Shape) -> Tensor:
     """The same elements in a new shape: ``reshape(x, 2, 3)`` or ``reshape(x, (2, 3))``; one axis
     may be -1, inferred from the others. A ``ShapeError`` if the element counts differ;
     backward reshapes the gradient back."""
     return Reshape.apply(a, _shape_arg(shape))
 
 
-def flatten(a, start_axis=0, end_axis=-1):
+def flatten(a: Tensor, start_axis: int = 0, end_axis: int = -1) -> Tensor:
     """Merge axes start_axis..end_axis into one (a 0-d tensor becomes shape (1,), as in PyTorch)."""
     n = a.ndim
     if n == 0:
@@ -99,7 +103,7 @@ def flatten(a, start_axis=0, end_axis=-1):
     return Reshape.apply(a, a.shape[:s] + (math.prod(a.shape[s : e + 1]),) + a.shape[e + 1 :])
 
 
-def permute(a, *axes):
+def permute(a: Tensor, *axes: Axes) -> Tensor:
     """The axes reordered: axis i of the result is axis ``axes[i]`` of ``a``. For instance
     ``permute(X, 0, 2, 1, 3)`` turns (batch_size, num_steps, num_heads, d) into (batch_size,
     num_heads, num_steps, d), as multi-head attention does (D2L 10.5 / 11.5). Every axis must
@@ -107,7 +111,7 @@ def permute(a, *axes):
     return Permute.apply(a, _shape_arg(axes))
 
 
-def transpose(a, axis0=-2, axis1=-1):
+def transpose(a: Tensor, axis0: int = -2, axis1: int = -1) -> Tensor:
     """Swap two axes (PyTorch's ``transpose``; NumPy calls it ``swapaxes``)."""
     n = a.ndim
     axis0, axis1 = normalize_axis(axis0, n, "transpose"), normalize_axis(axis1, n, "transpose")
@@ -120,13 +124,13 @@ swapaxes = transpose
 """NumPy's name for ``transpose``, the same function: two axes swapped (by default the last two)."""
 
 
-def broadcast_to(a, *shape):
+def broadcast_to(a: Tensor, *shape: Shape) -> Tensor:
     """``a`` repeated along its axes of length 1 (and new leading axes) to ``shape``, NumPy's
     broadcasting rule made explicit; the gradient is summed back over the repeated axes."""
     return BroadcastTo.apply(a, _shape_arg(shape))
 
 
-def expand(a, *shape):
+def expand(a: Tensor, *shape: Shape) -> Tensor:
     """PyTorch's ``expand``: like broadcast_to, with -1 meaning "keep this axis"."""
     shape = _shape_arg(shape)
     lead = len(shape) - a.ndim
@@ -139,7 +143,7 @@ def expand(a, *shape):
     return BroadcastTo.apply(a, shape)
 
 
-def squeeze(a, axis=None):
+def squeeze(a: Tensor, axis: Axes | None = None) -> Tensor:
     """Remove axes of length 1 (all of them, or the given ones)."""
     if axis is None:
         shape = tuple(n for n in a.shape if n != 1)
@@ -152,7 +156,7 @@ def squeeze(a, axis=None):
     return Reshape.apply(a, shape)
 
 
-def unsqueeze(a, axis):
+def unsqueeze(a: Tensor, axis: int) -> Tensor:
     """Insert an axis of length 1 at ``axis`` (negative counts from the new end)."""
     axis = normalize_axis(axis, a.ndim, "unsqueeze", new=True)
     return Reshape.apply(a, a.shape[:axis] + (1,) + a.shape[axis:])

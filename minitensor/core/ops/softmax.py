@@ -16,13 +16,17 @@ The kernels work on C-contiguous 2-D arrays (rows, n) along the last axis, so th
 Functions first move ``axis`` to the end and flatten the rest.
 """
 
-from ..autograd import Function
+from __future__ import annotations
+
+from typing import Any
+
+from ..autograd import Function, Grads
 from ..errors import ShapeError
-from ..tensor import Tensor
+from ..tensor import Array, Tensor
 from .axes import normalize_axis
 
 
-def _to_rows(xp, x, axis):
+def _to_rows(xp: Any, x: Array, axis: int) -> tuple[Array, tuple[tuple[int, ...], int]]:
     """View ``x`` as a contiguous (rows, n) matrix with ``axis`` (0..ndim-1) last; return how to undo it."""
     if axis != x.ndim - 1:
         x = xp.moveaxis(x, axis, -1)
@@ -30,7 +34,7 @@ def _to_rows(xp, x, axis):
     return xp.ascontiguousarray(x).reshape(-1, shape[-1] if shape else 1), (shape, axis)
 
 
-def _from_rows(xp, rows, layout):
+def _from_rows(xp: Any, rows: Array, layout: tuple[tuple[int, ...], int]) -> Array:
     shape, axis = layout
     out = rows.reshape(shape)
     if axis != len(shape) - 1:
@@ -44,7 +48,7 @@ class Softmax(Function):
     kernel = "softmax"  # the backend kernels ``<kernel>_forward`` / ``<kernel>_backward``
 
     @staticmethod
-    def forward(ctx, x, axis=-1):
+    def forward(ctx: Function, x: Array, axis: int = -1) -> Array:
         axis = normalize_axis(axis, x.ndim, ctx.kernel)  # the kernel's name is the op's
         rows, ctx.layout = _to_rows(ctx.xp, x, axis)
         y = getattr(ctx.backend.kernels, ctx.kernel + "_forward")(rows)
@@ -52,7 +56,7 @@ class Softmax(Function):
         return _from_rows(ctx.xp, y, ctx.layout)
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: Function, grad: Array) -> Grads:
         (y,) = ctx.saved
         g, _ = _to_rows(ctx.xp, grad, ctx.layout[1])
         dx = getattr(ctx.backend.kernels, ctx.kernel + "_backward")(y, g)
@@ -68,7 +72,7 @@ class LogSoftmax(Softmax):
     kernel = "log_softmax"
 
 
-def lens_per_row(xp, valid_lens, shape, op="masked_softmax"):
+def lens_per_row(xp: Any, valid_lens: Array, shape: tuple[int, ...], op: str = "masked_softmax") -> Array:
     """D2L's ``valid_lens`` as one length per row of scores of ``shape`` (..., Q, K).
 
     valid_lens (batch,): every query of batch b sees the first valid_lens[b] keys.
@@ -95,7 +99,7 @@ def lens_per_row(xp, valid_lens, shape, op="masked_softmax"):
     return xp.ascontiguousarray(lens.reshape(-1).astype("int64"))
 
 
-def apply_mask(xp, scores, mask, op="masked_softmax"):
+def apply_mask(xp: Any, scores: Array, mask: Array, op: str = "masked_softmax") -> Array:
     """``scores`` with -inf wherever the bool ``mask`` is False (True = may attend)."""
     if mask.dtype.kind != "b":
         raise TypeError(f"{op}: mask must be a bool tensor (True = keep), got {mask.dtype}")
@@ -107,7 +111,7 @@ def apply_mask(xp, scores, mask, op="masked_softmax"):
         ) from None
 
 
-def as_mask_tensors(x, valid_lens, mask):
+def as_mask_tensors(x: Tensor, valid_lens: Any, mask: Any) -> tuple[Tensor | None, Tensor | None]:
     """``valid_lens`` and ``mask`` given as lists or arrays -> Tensors on ``x``'s backend."""
     if valid_lens is not None and not isinstance(valid_lens, Tensor):
         valid_lens = Tensor._make(x._backend.array(valid_lens), x._backend, None)
@@ -125,7 +129,7 @@ class MaskedSoftmax(Function):
     """
 
     @staticmethod
-    def forward(ctx, x, valid_lens=None, mask=None):
+    def forward(ctx: Function, x: Array, valid_lens: Array | None = None, mask: Array | None = None) -> Array:
         xp = ctx.xp
         if mask is not None:
             x = apply_mask(xp, x, mask)
@@ -136,13 +140,13 @@ class MaskedSoftmax(Function):
         return y.reshape(x.shape)
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: Function, grad: Array) -> Grads:
         (y,) = ctx.saved
         g, _ = _to_rows(ctx.xp, grad, grad.ndim - 1)
         return ctx.backend.kernels.softmax_backward(y, g).reshape(grad.shape), None, None
 
 
-def softmax(x, axis=-1):
+def softmax(x: Tensor, axis: int = -1) -> Tensor:
     """softmax(x)_i = exp(x_i) / sum_j exp(x_j) along ``axis`` (the last by default): weights,
     each at least 0, that sum to 1 (D2L 3.4 / 4.1, softmax regression).
 
@@ -154,7 +158,7 @@ def softmax(x, axis=-1):
     return Softmax.apply(x, axis=axis)
 
 
-def log_softmax(x, axis=-1):
+def log_softmax(x: Tensor, axis: int = -1) -> Tensor:
     """log_softmax(x)_i = x_i - log sum_j exp(x_j) along ``axis`` (the last by default), computed
     as x_i - m - log sum_j exp(x_j - m) with m = max_j x_j, so no exp overflows.
 
@@ -164,7 +168,7 @@ def log_softmax(x, axis=-1):
     return LogSoftmax.apply(x, axis=axis)
 
 
-def masked_softmax(x, valid_lens=None, mask=None):
+def masked_softmax(x: Tensor, valid_lens: Tensor | None = None, mask: Tensor | None = None) -> Tensor:
     """D2L's ``masked_softmax`` (10.3 / 11.3): softmax over the last axis of the scores ``x``
     (..., Q, K) in which the keys a query may not attend get weight exactly 0.
 

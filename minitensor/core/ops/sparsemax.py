@@ -25,13 +25,19 @@ simply not candidates: they are left out of the sort's support and get weight 0 
 gradient; a row with no candidate left gets all-zero weights (never NaN).
 """
 
-import math
+from __future__ import annotations
 
-from ..autograd import Function
+import math
+from typing import Any
+
+from ..autograd import Function, Grads
+from ..tensor import Array, Tensor
 from .softmax import apply_mask, as_mask_tensors, lens_per_row
 
 
-def candidate_rows(xp, x, valid_lens, mask, op):
+def candidate_rows(
+    xp: Any, x: Array, valid_lens: Array | None, mask: Array | None, op: str
+) -> tuple[Array, Array, tuple[int, ...]]:
     """The scores as a (rows, K) matrix, the bool matrix of allowed keys (the candidates),
     and the scores' shape; shared by the sparse maps (sparsemax, entmax).
 
@@ -50,7 +56,7 @@ def candidate_rows(xp, x, valid_lens, mask, op):
     return xp.where(allowed, z, 0), allowed, shape
 
 
-def sorted_candidates(xp, z, allowed):
+def sorted_candidates(xp: Any, z: Array, allowed: Array) -> tuple[Array, Array]:
     """Each row of ``z`` sorted in decreasing order with its disallowed keys last (as 0), and
     the flags of the allowed ones in that order."""
     z_sorted = -xp.sort(xp.where(allowed, -z, xp.inf), axis=-1)  # disallowed sort as -inf
@@ -62,7 +68,7 @@ class Sparsemax(Function):
     """p = sparsemax(x) over the last axis;  dL/dx = s * (g - mean_S(g)), s = (p > 0)."""
 
     @staticmethod
-    def forward(ctx, x, valid_lens=None, mask=None):
+    def forward(ctx: Function, x: Array, valid_lens: Array | None = None, mask: Array | None = None) -> Array:
         xp = ctx.xp
         z, allowed, shape = candidate_rows(xp, x, valid_lens, mask, "sparsemax")
         K = shape[-1]
@@ -79,7 +85,7 @@ class Sparsemax(Function):
         return p.reshape(shape)
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: Function, grad: Array) -> Grads:
         (p,) = ctx.saved
         xp = ctx.xp
         g = grad.reshape(p.shape)
@@ -89,7 +95,7 @@ class Sparsemax(Function):
         return (s * (g - mean_g)).reshape(grad.shape), None, None
 
 
-def sparsemax(x, valid_lens=None, mask=None):
+def sparsemax(x: Tensor, valid_lens: Tensor | None = None, mask: Tensor | None = None) -> Tensor:
     """Sparsemax over the last axis, keeping only valid keys (see ``Sparsemax``).
 
     ``valid_lens`` (batch,) or (batch, Q) and ``mask`` (bool, True = may attend) as in

@@ -1,8 +1,12 @@
 """Adam (Kingma and Ba, 2015): momentum plus a per-coordinate step size."""
 
-import math
+from __future__ import annotations
 
-from .optimizer import Optimizer
+import math
+from typing import Any
+
+from ..tensor import Array, Tensor
+from .optimizer import Group, Optimizer, Params
 
 
 class Adam(Optimizer):
@@ -18,7 +22,15 @@ class Adam(Optimizer):
     scale of its gradient. (As in PyTorch, eps is added to sqrt(v) / sqrt(1 - beta2^t).)
     """
 
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, fused=None):
+    def __init__(
+        self,
+        params: Params,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        fused: bool | None = None,
+    ) -> None:
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay))
         if fused not in (None, True, False):
             raise ValueError(f"{type(self).__name__}: fused must be None, True or False, got {fused!r}")
@@ -28,7 +40,7 @@ class Adam(Optimizer):
         # kernel is tested against).
         self.fused = fused
 
-    def check_hyperparameters(self, group):
+    def check_hyperparameters(self, group: Group) -> None:
         """The base checks (lr, weight_decay >= 0), plus ``betas``: two numbers in [0, 1), and
         eps >= 0. Raises ``ValueError``."""
         super().check_hyperparameters(group)
@@ -37,7 +49,7 @@ class Adam(Optimizer):
         if group["eps"] < 0:
             raise ValueError(f"Adam: eps must be >= 0, got {group['eps']}")
 
-    def update(self, param, grad, state, group):
+    def update(self, param: Tensor, grad: Array, state: dict[str, Any], group: Group) -> None:
         """One Adam step for one parameter, in place (D2L 11.10 / 12.10; Kingma and Ba 2015), t the
         parameter's step count and g its gradient (+ weight_decay * w if set):
 
@@ -81,7 +93,7 @@ class Adam(Optimizer):
         denom = param._backend.xp.sqrt(v) / math.sqrt(1 - beta2**t) + group["eps"]
         param.add_(m / denom, alpha=-group["lr"] / (1 - beta1**t))
 
-    def _kernel(self, param):
+    def _kernel(self, param: Tensor) -> Any:
         """The fused update for ``param``, or None for the textbook lines."""
         if self.fused is False:
             return None

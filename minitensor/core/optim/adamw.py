@@ -1,6 +1,12 @@
 """AdamW (Loshchilov and Hutter, 2019): Adam with *decoupled* weight decay."""
 
+from __future__ import annotations
+
+from typing import Any
+
+from ..tensor import Array, Tensor
 from .adam import Adam
+from .optimizer import Group, Params
 
 
 class AdamW(Adam):
@@ -16,10 +22,18 @@ class AdamW(Adam):
     This is PyTorch's rule (``torch.optim.AdamW``), default weight_decay = 0.01.
     """
 
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, fused=None):
+    def __init__(
+        self,
+        params: Params,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 1e-2,
+        fused: bool | None = None,
+    ) -> None:
         super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, fused=fused)
 
-    def update(self, param, grad, state, group):
+    def update(self, param: Tensor, grad: Array, state: dict[str, Any], group: Group) -> None:
         """One AdamW step for one parameter, in place: first the decoupled decay
         w <- w (1 - lr * weight_decay), then Adam's update (see ``Adam.update``) with the raw
         gradient, m and v never seeing the decay (Loshchilov and Hutter 2019)."""

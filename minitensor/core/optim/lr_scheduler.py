@@ -20,7 +20,15 @@ as the Transformer paper does: the learning rate in force for optimiser step t =
 + 1 is lr(t). Construction sets lr(1) at once, so the first step is never wasted at 0.
 """
 
+from __future__ import annotations
+
 import math
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from .optimizer import Optimizer
+
+__all__ = ["LRScheduler", "LambdaLR", "NoamLR", "WarmupCosineLR"]
 
 
 class LRScheduler:
@@ -28,7 +36,7 @@ class LRScheduler:
     for the current ``last_epoch``. ``base_lrs`` are the groups' learning rates when the
     scheduler was made (kept in ``group["initial_lr"]``, as in PyTorch)."""
 
-    def __init__(self, optimizer, last_epoch=-1):
+    def __init__(self, optimizer: Optimizer, last_epoch: int = -1) -> None:
         self.optimizer = optimizer
         for group in optimizer.param_groups:
             if last_epoch == -1:
@@ -42,36 +50,36 @@ class LRScheduler:
         self.last_epoch = last_epoch
         self.step()
 
-    def get_lr(self):
+    def get_lr(self) -> list[float]:
         """The learning rate of every parameter group for the current ``last_epoch``, a list; written
         by each subclass (the base class raises ``NotImplementedError``). ``step()`` applies it."""
         raise NotImplementedError(f"{type(self).__name__} must define get_lr()")
 
-    def step(self):
+    def step(self) -> None:
         """Advance one step and set the new learning rates."""
         self.last_epoch += 1
         self._apply(self.get_lr())
 
-    def _apply(self, lrs):
+    def _apply(self, lrs: Iterable[float]) -> None:
         for group, lr in zip(self.optimizer.param_groups, lrs):
             group["lr"] = lr
         self._last_lr = list(lrs)
 
-    def get_last_lr(self):
+    def get_last_lr(self) -> list[float]:
         """The learning rates the last ``step()`` (or the construction) set, one per group."""
         return list(self._last_lr)
 
-    def state_dict(self):
+    def state_dict(self) -> dict[str, Any]:
         """Everything but the optimiser: plain numbers and lists (JSON-safe, no pickle)."""
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items() if k != "optimizer"}
 
-    def load_state_dict(self, state_dict):
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore ``state_dict()``'s values and set the optimiser's learning rates to match,
         so resuming works even if the optimiser's own state was not restored."""
         self.__dict__.update({k: v for k, v in state_dict.items() if k != "optimizer"})
         self._apply(self._last_lr)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"{type(self).__name__}(last_epoch={self.last_epoch}, lr={self._last_lr})"
 
 
@@ -81,18 +89,23 @@ class LambdaLR(LRScheduler):
     ``lr_lambda``: one function, or a list of one per parameter group. It is not saved by
     ``state_dict()`` (functions are code, not state): build the scheduler with it again."""
 
-    def __init__(self, optimizer, lr_lambda, last_epoch=-1):
+    def __init__(
+        self,
+        optimizer: Optimizer,
+        lr_lambda: Callable[[int], float] | list[Callable[[int], float]],
+        last_epoch: int = -1,
+    ) -> None:
         n = len(optimizer.param_groups)
         self.lr_lambdas = list(lr_lambda) if isinstance(lr_lambda, (list, tuple)) else [lr_lambda] * n
         if len(self.lr_lambdas) != n:
             raise ValueError(f"LambdaLR: {len(self.lr_lambdas)} lr_lambdas for {n} parameter groups")
         super().__init__(optimizer, last_epoch)
 
-    def get_lr(self):
+    def get_lr(self) -> list[float]:
         """lr = base_lr * lr_lambda(last_epoch) for every parameter group, a list."""
         return [base * fn(self.last_epoch) for base, fn in zip(self.base_lrs, self.lr_lambdas)]
 
-    def state_dict(self):
+    def state_dict(self) -> dict[str, Any]:
         """The base class's state without ``lr_lambdas`` (functions are code, not state): pass them to
         the constructor again when resuming."""
         state = super().state_dict()
@@ -113,18 +126,20 @@ class NoamLR(LRScheduler):
     to scale), and every parameter group gets the same.
     """
 
-    def __init__(self, optimizer, d_model, warmup_steps, factor=1.0, last_epoch=-1):
+    def __init__(
+        self, optimizer: Optimizer, d_model: int, warmup_steps: int, factor: float = 1.0, last_epoch: int = -1
+    ) -> None:
         if d_model <= 0 or warmup_steps <= 0:
             raise ValueError(f"NoamLR: d_model and warmup_steps must be positive, got {d_model}, {warmup_steps}")
         self.d_model, self.warmup_steps, self.factor = d_model, warmup_steps, factor
         super().__init__(optimizer, last_epoch)
 
-    def lr_at(self, t):
+    def lr_at(self, t: int) -> float:
         """The learning rate for training step t = 1, 2, ...:
         lr(t) = factor * d_model^(-1/2) * min(t^(-1/2), t * warmup_steps^(-3/2))."""
         return self.factor * self.d_model**-0.5 * min(t**-0.5, t * self.warmup_steps**-1.5)
 
-    def get_lr(self):
+    def get_lr(self) -> list[float]:
         """``lr_at(last_epoch + 1)`` for every parameter group (the same rate for all), a list."""
         return [self.lr_at(self.last_epoch + 1)] * len(self.base_lrs)
 
@@ -141,13 +156,15 @@ class WarmupCosineLR(LRScheduler):
     peak and near the end than a linear decay does. ``warmup_steps=0``: no warm-up.
     """
 
-    def __init__(self, optimizer, warmup_steps, total_steps, min_lr=0.0, last_epoch=-1):
+    def __init__(
+        self, optimizer: Optimizer, warmup_steps: int, total_steps: int, min_lr: float = 0.0, last_epoch: int = -1
+    ) -> None:
         if not 0 <= warmup_steps < total_steps:
             raise ValueError(f"WarmupCosineLR: need 0 <= warmup_steps < total_steps, got {warmup_steps}, {total_steps}")
         self.warmup_steps, self.total_steps, self.min_lr = warmup_steps, total_steps, min_lr
         super().__init__(optimizer, last_epoch)
 
-    def lr_at(self, t, base_lr):
+    def lr_at(self, t: int, base_lr: float) -> float:
         """The learning rate for training step t = 1, 2, ... and a group's ``base_lr``: base_lr * t / W
         while t <= W, then min_lr + (base_lr - min_lr) (1 + cos(pi (t - W) / (S - W))) / 2, held at
         min_lr after S (W = warmup_steps, S = total_steps)."""
@@ -157,6 +174,6 @@ class WarmupCosineLR(LRScheduler):
         progress = min(t - W, S - W) / (S - W)  # 0 .. 1, then held at 1
         return self.min_lr + (base_lr - self.min_lr) * 0.5 * (1 + math.cos(math.pi * progress))
 
-    def get_lr(self):
+    def get_lr(self) -> list[float]:
         """``lr_at(last_epoch + 1, base_lr)`` for every parameter group, a list."""
         return [self.lr_at(self.last_epoch + 1, base) for base in self.base_lrs]

@@ -10,9 +10,20 @@ arrays and keeps everything else plain numbers, lists and dicts, so a checkpoint
 it without pickle and load it back on any device.
 """
 
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
 from ..creation import zeros_like
 from ..grad_mode import enable_grad, no_grad
-from ..tensor import Tensor
+from ..tensor import Array, Tensor
+
+#: a parameter group: ``{"params": [...], "lr": 0.1, ...}``, the settings its parameters share
+Group = dict[str, Any]
+#: what an optimiser takes: a single tensor, or an iterable of tensors (``model.parameters()``) or of
+#: parameter groups (dicts)
+Params = Tensor | Iterable[Any]
 
 
 class Optimizer:
@@ -34,10 +45,10 @@ class Optimizer:
     NumPy arrays, no pickle).
     """
 
-    def __init__(self, params, defaults):
+    def __init__(self, params: Params, defaults: dict[str, Any]) -> None:
         self.defaults = dict(defaults)
-        self.state = {}  # Parameter -> dict (tensors hash by identity)
-        self.param_groups = []
+        self.state: dict[Tensor, dict[str, Any]] = {}  # Parameter -> dict (tensors hash by identity)
+        self.param_groups: list[Group] = []
         params = [params] if isinstance(params, Tensor) else list(params)
         if not params:
             raise ValueError(
@@ -47,7 +58,7 @@ class Optimizer:
         for group in params if isinstance(params[0], dict) else [{"params": params}]:
             self.add_param_group(group)
 
-    def add_param_group(self, group):
+    def add_param_group(self, group: Group) -> None:
         """Add ``{"params": [...], "lr": ..., ...}``; missing settings come from the defaults."""
         group = dict(group)
         params = group["params"]
@@ -74,14 +85,14 @@ class Optimizer:
         self.check_hyperparameters(group)
         self.param_groups.append(group)
 
-    def check_hyperparameters(self, group):
+    def check_hyperparameters(self, group: Group) -> None:
         """Raise ValueError for settings the update rule cannot use (subclasses extend it)."""
         if group["lr"] < 0:
             raise ValueError(f"{type(self).__name__}: lr must be >= 0, got {group['lr']}")
         if group.get("weight_decay", 0) < 0:
             raise ValueError(f"{type(self).__name__}: weight_decay must be >= 0, got {group['weight_decay']}")
 
-    def zero_grad(self, set_to_none=True):
+    def zero_grad(self, set_to_none: bool = True) -> None:
         """Forget the gradients: call before each backward, or they add up across steps."""
         for group in self.param_groups:
             for p in group["params"]:
@@ -92,7 +103,7 @@ class Optimizer:
                     p.grad = zeros_like(p.grad)
 
     @no_grad()
-    def step(self, closure=None):
+    def step(self, closure: Callable[[], Tensor] | None = None) -> Tensor | None:
         """Update every parameter that has a gradient. ``closure`` (optional) recomputes and
         returns the loss, as in PyTorch; step returns it."""
         loss = None
@@ -105,19 +116,20 @@ class Optimizer:
                     self.update(p, p.grad.data, self.state.setdefault(p, {}), group)
         return loss
 
-    def update(self, param, grad, state, group):
+    def update(self, param: Tensor, grad: Array, state: dict[str, Any], group: Group) -> None:
         """Update one parameter in place: ``param`` (a Parameter), ``grad`` (its gradient as
         a backend array), ``state`` (this parameter's dict, empty at first), ``group``."""
         raise NotImplementedError(f"{type(self).__name__} must define update(param, grad, state, group)")
 
     # -- saving and loading -----------------------------------------------------------------
-    def state_dict(self):
+    def state_dict(self) -> dict[str, Any]:
         """``{"state": {index: {name: array or number}}, "param_groups": [{..., "params": [indices]}]}``.
 
         Parameters are numbered in the order of ``param_groups``; arrays are host NumPy
         copies (a snapshot: training on does not change them).
         """
-        index, groups, state = {}, [], {}
+        index: dict[int, int] = {}  # id(parameter) -> its number
+        groups, state = [], {}
         for group in self.param_groups:
             saved = {k: v for k, v in group.items() if k != "params"}
             saved["params"] = [index.setdefault(id(p), len(index)) for p in group["params"]]
@@ -129,7 +141,7 @@ class Optimizer:
                     }
         return {"state": state, "param_groups": groups}
 
-    def load_state_dict(self, state_dict):
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore what ``state_dict()`` returned, for the same parameters in the same groups.
 
         Accepts the structure after a JSON round trip too (string indices, lists for tuples).
@@ -143,7 +155,7 @@ class Optimizer:
                 f"{name}.load_state_dict: the state has {len(saved_groups)} parameter group(s), "
                 f"this optimiser {len(self.param_groups)}"
             )
-        by_index = {}
+        by_index: dict[int, Tensor] = {}  # number -> parameter
         for i, (saved, group) in enumerate(zip(saved_groups, self.param_groups)):
             if len(saved["params"]) != len(group["params"]):
                 raise ValueError(
@@ -167,7 +179,7 @@ class Optimizer:
             group.update(new)  # the same dict objects: schedules may hold references to them
         self.state = new_state
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         lines = [f"{type(self).__name__} ("]
         for i, group in enumerate(self.param_groups):
             lines.append(f"Parameter Group {i}")
@@ -175,7 +187,7 @@ class Optimizer:
         return "\n".join(lines + [")"])
 
 
-def _to_param_device(value, p, where):
+def _to_param_device(value: Any, p: Tensor, where: str) -> Any:
     """A saved state value back in working form: numbers stay numbers, arrays become arrays
     on ``p``'s device with ``p``'s dtype and shape."""
     if isinstance(value, (int, float)):

@@ -1,6 +1,11 @@
 """Stochastic gradient descent, with momentum and weight decay (PyTorch's update rule)."""
 
-from .optimizer import Optimizer
+from __future__ import annotations
+
+from typing import Any
+
+from ..tensor import Array, Tensor
+from .optimizer import Group, Optimizer, Params
 
 
 class SGD(Optimizer):
@@ -15,11 +20,19 @@ class SGD(Optimizer):
     oscillating components cancel; Nesterov's variant looks one step ahead.
     """
 
-    def __init__(self, params, lr, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False):
+    def __init__(
+        self,
+        params: Params,
+        lr: float,
+        momentum: float = 0.0,
+        dampening: float = 0.0,
+        weight_decay: float = 0.0,
+        nesterov: bool = False,
+    ) -> None:
         defaults = dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay, nesterov=nesterov)
         super().__init__(params, defaults)
 
-    def check_hyperparameters(self, group):
+    def check_hyperparameters(self, group: Group) -> None:
         """The base checks (lr, weight_decay >= 0), plus momentum >= 0; ``nesterov=True`` needs
         momentum > 0 and dampening = 0. Raises ``ValueError``."""
         super().check_hyperparameters(group)
@@ -28,7 +41,7 @@ class SGD(Optimizer):
         if group["nesterov"] and (group["momentum"] <= 0 or group["dampening"] != 0):
             raise ValueError("SGD: nesterov momentum needs momentum > 0 and dampening = 0")
 
-    def update(self, param, grad, state, group):
+    def update(self, param: Tensor, grad: Array, state: dict[str, Any], group: Group) -> None:
         """One SGD step for one parameter, in place (D2L 11.4 / 12.4, with momentum 11.6 / 12.6):
         g += weight_decay * w; with momentum, b <- momentum b + (1 - dampening) g (b = g at the
         first step) and d = b, or g + momentum b with Nesterov; w <- w - lr d."""
