@@ -30,6 +30,7 @@ from ..data import (
     tokenize,
     train_heldout_split,
 )
+from ..nn.config import Seq2SeqConfig, TransformerConfig
 from ..nn.seq2seq import Seq2Seq, Seq2SeqAttentionDecoder, Seq2SeqEncoder
 from ..nn.transformer import (
     EncoderDecoder,
@@ -459,12 +460,45 @@ def build_data(config, vocabs=None):
 
 # -- the model ------------------------------------------------------------------------------------
 def model_scorer(config):
-    return config.scorer or ("additive" if config.model == "bahdanau" else "scaled_dot")
+    """The scorer the run uses: ``config.scorer``, else the model's default (the engine's
+    ``Seq2SeqConfig.scorer`` for the Bahdanau model, ``TransformerConfig.scorer`` otherwise)."""
+    return config.scorer or (Seq2SeqConfig.scorer if config.model == "bahdanau" else TransformerConfig.scorer)
 
 
 def model_fused(config):
     """The models' ``fused`` argument for ``config.fused``: "on" -> True, "off" -> False, "auto"."""
     return {"on": True, "off": False}.get(config.fused, "auto")
+
+
+def model_config(config, vocab_size):
+    """The architecture ``config`` describes, as the engine's model config: a
+    ``Seq2SeqConfig`` for the Bahdanau model (a GRU of ``num_blks`` layers, embed size =
+    num_hiddens), a ``TransformerConfig`` otherwise; ``vocab_size`` is the vocabulary of the
+    part it builds (the encoder's source, the decoder's target)."""
+    c = config
+    attention = dict(
+        scorer=model_scorer(c),
+        pooling=c.pooling,
+        scorer_options=dict(c.scorer_options) or None,
+        pooling_options=dict(c.pooling_options) or None,
+    )
+    if c.model == "bahdanau":
+        return Seq2SeqConfig(vocab_size, c.num_hiddens, c.num_hiddens, c.num_blks, c.dropout, **attention)
+    if c.model not in ("lm", "transformer"):
+        raise ValueError(f"model must be one of {MODELS}, got {c.model!r}")
+    sizes = (vocab_size, c.num_hiddens, c.ffn_num_hiddens, c.num_heads, c.num_blks, c.dropout)
+    return TransformerConfig(
+        *sizes,
+        # positional tables long enough for the LM's windows (at least the models' default)
+        max_len=max(TransformerConfig.max_len, c.lm_num_steps) if c.model == "lm" else TransformerConfig.max_len,
+        positional=c.positional,
+        positional_options=dict(c.positional_options) or None,
+        input_positional=c.input_positional,
+        norm_first=c.norm_first,
+        num_kv_heads=c.num_kv_heads,
+        fused=model_fused(c),
+        **attention,
+    )
 
 
 def build_model(config, src_vocab, tgt_vocab):
@@ -475,40 +509,19 @@ def build_model(config, src_vocab, tgt_vocab):
     - "bahdanau": ``Seq2Seq(Seq2SeqEncoder, Seq2SeqAttentionDecoder)``, a GRU of
       ``num_blks`` layers with additive attention (D2L 11.4; embed size = num_hiddens);
     - "lm": ``TransformerLM`` over ``tgt_vocab`` (decoder blocks only).
+
+    Each model is built from ``model_config``, which the model keeps as ``model.config``.
     """
     c = config
-    attention = dict(
-        scorer=model_scorer(c),
-        pooling=c.pooling,
-        scorer_options=dict(c.scorer_options) or None,
-        pooling_options=dict(c.pooling_options) or None,
-    )
     if c.model == "bahdanau":
         encoder = Seq2SeqEncoder(len(src_vocab), c.num_hiddens, c.num_hiddens, c.num_blks, c.dropout, device=c.device)
-        decoder = Seq2SeqAttentionDecoder(
-            len(tgt_vocab), c.num_hiddens, c.num_hiddens, c.num_blks, c.dropout, device=c.device, **attention
-        )
+        decoder = Seq2SeqAttentionDecoder(model_config(c, len(tgt_vocab)), device=c.device)
         return Seq2Seq(encoder, decoder)
-    shared = dict(
-        positional=c.positional,
-        positional_options=dict(c.positional_options) or None,
-        input_positional=c.input_positional,
-        num_kv_heads=c.num_kv_heads,
-        fused=model_fused(c),
-        norm_first=c.norm_first,
-        device=c.device,
-        **attention,
-    )
-    if c.model == "lm":  # positional tables long enough for the LM's windows (1000: the models' default)
-        shared["max_len"] = max(1000, c.lm_num_steps)
-    if c.model not in ("lm", "transformer"):
-        raise ValueError(f"model must be one of {MODELS}, got {c.model!r}")
-    sizes = (c.num_hiddens, c.ffn_num_hiddens, c.num_heads, c.num_blks, c.dropout)
     try:
         if c.model == "lm":
-            return TransformerLM(len(tgt_vocab), *sizes, **shared)
-        encoder = TransformerEncoder(len(src_vocab), *sizes, **shared)
-        decoder = TransformerDecoder(len(tgt_vocab), *sizes, **shared)
+            return TransformerLM(model_config(c, len(tgt_vocab)), device=c.device)
+        encoder = TransformerEncoder(model_config(c, len(src_vocab)), device=c.device)
+        decoder = TransformerDecoder(model_config(c, len(tgt_vocab)), device=c.device)
     except ValueError as e:  # the attention cannot stream (its scorer, pooling or score bias): name the flag
         prefix = "MultiHeadAttention(fused=True): "
         if c.fused == "on" and str(e).startswith(prefix):
