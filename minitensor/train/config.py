@@ -54,6 +54,7 @@ FUSED = ("auto", "on", "off")  # --fused: MultiHeadAttention's fused="auto" / Tr
 # checkpoint cannot ask for a model or a data set that fills the memory before it is refused.
 MAX_SIZE = 1 << 20  # hidden units, heads, blocks, sequence lengths, batch size
 MAX_EXAMPLES = 10_000_000  # generated examples, corpus lines
+WARMUP_FRACTION = 0.05  # of all steps: the learning-rate warm-up when --warmup-steps is not given
 
 
 def is_integer(value):
@@ -208,7 +209,7 @@ class TrainConfig:
     lr: float = setting(1e-2, number(0, low_open=True, high=None))  # peak; pre-LN takes it (post-LN wants ~3e-3)
     weight_decay: float | None = setting(None, optional(number(0)))  # None: Adam 0, AdamW 0.01
     schedule: str = setting("cosine", one_of(SCHEDULES))
-    warmup_steps: int | None = setting(None, optional(integer(0, 1 << 40)))  # None: 5% of all steps
+    warmup_steps: int | None = setting(None, optional(integer(0, 1 << 40)))  # None: WARMUP_FRACTION of all steps
     label_smoothing: float = setting(0.0, number(0, 1))
     clip_grad_norm: float | None = setting(1.0, optional(number(0)))  # 0 or None: no clipping
     # running
@@ -556,8 +557,9 @@ def build_optimizer(config, model):
 
 
 def build_scheduler(config, optimizer, total_steps):
-    """Warm-up then cosine decay to 0 (default), the Noam schedule, or none."""
-    warmup = config.warmup_steps if config.warmup_steps is not None else max(1, total_steps // 20)
+    """Warm-up then cosine decay to 0 (default), the Noam schedule, or none. The warm-up lasts
+    ``warmup_steps``, else ``WARMUP_FRACTION`` of the steps."""
+    warmup = config.warmup_steps if config.warmup_steps is not None else max(1, int(total_steps * WARMUP_FRACTION))
     if config.schedule == "constant":
         return None
     if config.schedule == "noam":
