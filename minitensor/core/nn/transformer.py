@@ -10,6 +10,11 @@ Read it bottom-up, as the book builds it:
 - ``EncoderDecoder``: an encoder and a decoder made into one model (D2L 10.6);
 - ``TransformerLM``: decoder blocks without the encoder (GPT-style language model).
 
+Every model and block here is built from one ``TransformerConfig`` (config.py), the
+architecture as a value -- ``TransformerLM(config)`` -- or from the settings themselves, D2L's
+way -- ``TransformerLM(vocab_size, num_hiddens, ffn_num_hiddens, num_heads, num_blks, dropout,
+norm_first=True)`` -- which build the config. The models keep it as ``model.config``.
+
 Three places for word order, each chosen by name (see ``minitensor_plugins/positional.py``
 and ``score_biases.py``): an ``"inputs"`` encoding (``sinusoidal``, ``learned``) is added to
 the embeddings; a ``"qk"`` encoding (``rotary``) is handed to every self-attention layer
