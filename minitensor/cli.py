@@ -20,6 +20,7 @@ import minitensor as mt
 
 from . import demo, errors
 from .inference import SAMPLE_TEMPERATURE, generate, translate
+from .nn import Seq2SeqConfig, TransformerConfig
 from .train.checkpoint import CheckpointError, find_checkpoint, load_checkpoint
 from .train.config import (
     FUSED,
@@ -28,6 +29,7 @@ from .train.config import (
     OPTIMIZERS,
     SCHEDULES,
     TASKS,
+    WARMUP_FRACTION,
     ConfigError,
     TrainConfig,
     build_model,
@@ -184,14 +186,14 @@ def default_out(args):
         return args.out
     if args.text:
         return "runs/lm"
-    return "runs/corpus" if args.data else f"runs/{args.task or 'date'}"
+    return "runs/corpus" if args.data else f"runs/{args.task or TrainConfig.task}"
 
 
 def config_from_args(args):
     """A TrainConfig from ``minitensor train``'s arguments (flags left out keep the defaults,
     the model's: a character LM has its own sizes)."""
     given = explicit_settings(args)
-    return TrainConfig.recipe(given.pop("model", "transformer"), out=default_out(args), **given)
+    return TrainConfig.recipe(given.pop("model", TrainConfig.model), out=default_out(args), **given)
 
 
 def _resumed_config(args):
@@ -374,6 +376,9 @@ def _attention_png(args, config, model, src, hyp, i):
     return path
 
 
+EXPLAIN_LM_MAX_LEN = 40  # tokens of a prompt's continuation on the explain page, without --max-len
+
+
 def _explain(args):
     from .viz import attention_page  # the page's code loads only for this command
 
@@ -386,7 +391,7 @@ def _explain(args):
     if is_lm:
         if args.beam != 1:
             raise _usage("--beam: a language model's page shows its greedy continuation; leave --beam out")
-        page = attention_page(model, tokens, tgt_vocab, max_len=args.max_len or 40, lang=args.lang)
+        page = attention_page(model, tokens, tgt_vocab, max_len=args.max_len or EXPLAIN_LM_MAX_LEN, lang=args.lang)
     else:
         steps = max(num_steps, len(tokens) + 1)
         max_len = args.max_len or tgt_num_steps or 2 * steps
@@ -461,7 +466,11 @@ def _show_defaults(parser):
     for action in parser._actions:
         name = action.dest
         default = defaults.get(name, dataclasses.MISSING)
-        if name in _DERIVED_DEFAULTS or default is dataclasses.MISSING or isinstance(default, bool):
+        if name in _DERIVED_DEFAULTS or default is dataclasses.MISSING:
+            continue
+        if isinstance(default, bool):  # --norm-first / --no-norm-first: which one holds without either
+            if isinstance(action, argparse.BooleanOptionalAction):
+                action.help = f"{action.help}; default {action.option_strings[0 if default else 1]}"
             continue
         parts = [] if default is None else [f"default {default}"]
         if name in LM_RECIPE and LM_RECIPE[name] != default:
@@ -475,9 +484,10 @@ def _add_train_parser(sub, common):
         "train",
         parents=[common],
         help="train a Transformer (or Bahdanau model, or char LM) with progress, evaluation, checkpoints and figures",
-        description="Train on a generated task (default: date normalisation), a tab-separated "
+        description=f"Train on a generated task (default: {TrainConfig.task}), a tab-separated "
         "corpus (--data) or a text (--text, character LM). Defaults: D2L's small "
-        "Transformer, scaled_dot attention, softmax pooling, sinusoidal positions, CPU.",
+        f"Transformer, {TransformerConfig.scorer} attention, {TrainConfig.pooling} pooling, "
+        f"{TrainConfig.positional} positions, device {TrainConfig.device}.",
     )
     data = p.add_argument_group("data")
     data.add_argument("--task", choices=TASKS, default=None, help="generated task")
@@ -497,8 +507,11 @@ def _add_train_parser(sub, common):
     data.add_argument("--max-examples", type=int, help="read only this many corpus lines / text characters")
     data.add_argument("--lm-num-steps", type=int, help="window length of the language model")
     model = p.add_argument_group("model")
-    model.add_argument("--model", choices=MODELS, help="default: transformer (lm with --text)")
-    model.add_argument("--scorer", help="attention scorer plugin (default scaled_dot; additive for bahdanau)")
+    model.add_argument("--model", choices=MODELS, help=f"default: {TrainConfig.model} (lm with --text)")
+    model.add_argument(
+        "--scorer",
+        help=f"attention scorer plugin (default: {TransformerConfig.scorer}; {Seq2SeqConfig.scorer} for bahdanau)",
+    )
     model.add_argument("--pooling", help="attention pooling plugin")
     model.add_argument(
         "--positional",
@@ -508,7 +521,8 @@ def _add_train_parser(sub, common):
     model.add_argument(
         "--input-positional",
         metavar="NAME",
-        help="an inputs encoding beside a qk or scores --positional (default: none)",
+        help="an inputs encoding beside a qk or scores --positional "
+        f"(default: {TrainConfig.input_positional or 'none'})",
     )
     model.add_argument(
         "--positional-opt",
@@ -540,7 +554,7 @@ def _add_train_parser(sub, common):
         "--norm-first",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="pre-LN blocks (the default, stable at a high learning rate); --no-norm-first "
+        help="pre-LN blocks (stable at a high learning rate); --no-norm-first "
         "gives the book's post-LN form (then --dropout 0.1 --lr 3e-3 is the book's recipe)",
     )
     opt = p.add_argument_group("optimisation")
@@ -552,7 +566,7 @@ def _add_train_parser(sub, common):
     opt.add_argument("--optimizer", choices=OPTIMIZERS)
     opt.add_argument("--weight-decay", type=float)
     opt.add_argument("--schedule", choices=SCHEDULES, help="cosine and noam warm up first")
-    opt.add_argument("--warmup-steps", type=int, help="default: 5%% of the steps")
+    opt.add_argument("--warmup-steps", type=int, help=f"default: {WARMUP_FRACTION * 100:g}%% of the steps")
     opt.add_argument("--label-smoothing", type=float)
     opt.add_argument("--clip-grad-norm", type=float, help="0 turns clipping off")
     run = p.add_argument_group("run")
@@ -605,13 +619,17 @@ def _add_train_parser(sub, common):
         "decoding with ONNX Runtime, no minitensor model code",
     )
     t.add_argument(
-        "--beam", type=_at_least(1), default=1, metavar="K", help="beam search with K beams (default 1: greedy)"
+        "--beam",
+        type=_at_least(1),
+        default=1,
+        metavar="K",
+        help="beam search with K beams (default %(default)s: greedy)",
     )
     t.add_argument("--max-len", type=_at_least(1), help="longest output in tokens")
     t.add_argument("--show-attention", action="store_true", help="write the attention heatmap as a PNG")
     t.add_argument("--attention-dir", metavar="DIR", help="where the heatmap goes (default: the run directory)")
     t.add_argument(
-        "--device", default="cpu", help="where the model runs (default cpu; a checkpoint loads on any device)"
+        "--device", default="cpu", help="where the model runs (default %(default)s; a checkpoint loads on any device)"
     )
     t.set_defaults(func=_translate)
 
@@ -638,7 +656,7 @@ def _add_train_parser(sub, common):
     g = sub.add_parser("generate", parents=[common], help="continue a prompt with a trained language-model checkpoint")
     g.add_argument("--checkpoint", required=True, metavar="DIR", help=where)
     g.add_argument("--prompt", required=True, help="the text to continue")
-    g.add_argument("--max-len", type=_at_least(1), default=100, help="tokens to generate (default 100)")
+    g.add_argument("--max-len", type=_at_least(1), default=100, help="tokens to generate (default %(default)s)")
     search = g.add_mutually_exclusive_group()
     search.add_argument(
         "--temperature",
@@ -649,8 +667,8 @@ def _add_train_parser(sub, common):
         "--greedy", action="store_true", help="greedy search instead of sampling (it tends to repeat a phrase)"
     )
     search.add_argument("--beam", type=_at_least(1), metavar="K", help="beam search with K beams instead of sampling")
-    g.add_argument("--seed", type=_at_least(0), default=0, help="the seed of the sampling (default 0)")
-    g.add_argument("--device", default="cpu", help="where the model runs (default cpu)")
+    g.add_argument("--seed", type=_at_least(0), default=0, help="the seed of the sampling (default %(default)s)")
+    g.add_argument("--device", default="cpu", help="where the model runs (default %(default)s)")
     g.set_defaults(func=_generate)
 
     e = sub.add_parser(
@@ -661,12 +679,22 @@ def _add_train_parser(sub, common):
     e.add_argument("text", help='the input: a sentence to translate, or a language model\'s prompt, e.g. "3 May 2021"')
     e.add_argument("--checkpoint", required=True, metavar="DIR", help=where)
     e.add_argument("--out", metavar="FILE", help="the page (default: explain.html in the run folder)")
-    e.add_argument("--lang", choices=("en", "zh"), default="en", help="the language the page opens in (default en)")
     e.add_argument(
-        "--beam", type=_at_least(1), default=1, metavar="K", help="beam search with K beams (default 1: greedy)"
+        "--lang", choices=("en", "zh"), default="en", help="the language the page opens in (default %(default)s)"
     )
-    e.add_argument("--max-len", type=_at_least(1), help="longest output in tokens (a prompt's continuation: 40)")
-    e.add_argument("--device", default="cpu", help="where the model runs (default cpu)")
+    e.add_argument(
+        "--beam",
+        type=_at_least(1),
+        default=1,
+        metavar="K",
+        help="beam search with K beams (default %(default)s: greedy)",
+    )
+    e.add_argument(
+        "--max-len",
+        type=_at_least(1),
+        help=f"longest output in tokens (a prompt's continuation: {EXPLAIN_LM_MAX_LEN})",
+    )
+    e.add_argument("--device", default="cpu", help="where the model runs (default %(default)s)")
     e.set_defaults(func=_explain)
 
 

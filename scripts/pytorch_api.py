@@ -112,7 +112,8 @@ SAME_FUNCTION = "the same function as `{}`, whose row compares it with PyTorch's
 UNREADABLE = "torch's {} has no readable signature; minitensor's matches the documented PyTorch use"
 D2L_MODEL = (
     "teaching choice: D2L's class and argument names (`num_hiddens`, `ffn_num_hiddens`, `num_heads`, `num_blks`, "
-    "`use_bias=False`), with the scorer / pooling / positional-encoding plugins; it builds its own attention, "
+    "`use_bias=False`), with the scorer / pooling / positional-encoding plugins; it takes a `TransformerConfig` "
+    "(or the config's fields, D2L's arguments, from which it builds one) and builds its own attention, "
     "embedding and blocks, where PyTorch's takes ready-made layers (`encoder_layer`, `num_layers`)"
 )
 ERROR = "extra: minitensor's exception for {}, a {}; its message says how to fix the call"
@@ -244,8 +245,13 @@ REASONS = {
     "mt.nn.PositionWiseFFN": "extra: D2L's position-wise feed-forward network",
     "mt.nn.Seq2Seq": "extra: D2L's RNN encoder-decoder for sequence to sequence learning",
     "mt.nn.Seq2SeqAttentionDecoder": "extra: D2L's GRU decoder with additive (Bahdanau) attention",
+    "mt.nn.Seq2SeqConfig": "extra: the architecture of `Seq2SeqAttentionDecoder` as one value (a frozen dataclass)",
     "mt.nn.Seq2SeqEncoder": "extra: D2L's GRU encoder",
     "mt.nn.TransformerEmbedding": "extra: token embedding scaled by sqrt(num_hiddens) plus positional encoding",
+    "mt.nn.TransformerConfig": (
+        "extra: the architecture of the Transformer models and their blocks as one value (a frozen dataclass, "
+        "like a Hugging Face config; PyTorch's Transformer layers take keyword arguments)"
+    ),
     "mt.nn.TransformerLM": "extra: a decoder-only Transformer language model (the `--text` task)",
     "mt.nn.TransformerEncoder": D2L_MODEL,
     "mt.nn.TransformerDecoder": D2L_MODEL,

@@ -276,6 +276,21 @@ for w in encoder.attention_weights:  # one (batch, num_heads, T, T) array per bl
 print("padding hidden in every block and head: checked")
 
 # %% [markdown]
+# D2L's five sizes and the dropout are all the encoder asks for; every other setting (the
+# positional encoding, the attention plugins, pre-LN, grouped-query attention) keeps its
+# default. The encoder keeps them all, defaults included, as one value: `encoder.config`, a
+# `TransformerConfig`, the architecture written down. A model can be built from such a config
+# as well -- the decoder below gets the encoder's architecture that way -- and
+# `config.replace(...)` makes a changed copy, checked again (here: a deeper stack).
+
+# %%
+config = encoder.config  # the settings above, defaults included
+print(config)
+assert config == mt.nn.TransformerConfig(vocab_size, num_hiddens, ffn_num_hiddens, num_heads, num_blks, dropout=0.0)
+deeper = mt.nn.TransformerEncoder(config.replace(num_blks=3))  # the same architecture, one block more
+assert len(deeper.blks) == 3 and deeper.config.num_hiddens == num_hiddens
+
+# %% [markdown]
 # ## The decoder and its causal mask
 #
 # In training the decoder reads the whole target at once (teacher forcing, 强制教学: the
@@ -292,7 +307,7 @@ print("padding hidden in every block and head: checked")
 # uses) gives the same logits as the single teacher-forced pass.
 
 # %%
-decoder = mt.nn.TransformerDecoder(vocab_size, num_hiddens, ffn_num_hiddens, num_heads, num_blks, dropout=0.0)
+decoder = mt.nn.TransformerDecoder(config)  # the encoder's architecture, from its config
 model = mt.nn.EncoderDecoder(encoder, decoder)
 dec_X = np.random.default_rng(2).integers(4, vocab_size, (2, 5))
 logits = model(src, mt.tensor(dec_X), enc_valid_lens).numpy()

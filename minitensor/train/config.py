@@ -30,6 +30,7 @@ from ..data import (
     tokenize,
     train_heldout_split,
 )
+from ..nn.config import Seq2SeqConfig, TransformerConfig
 from ..nn.seq2seq import Seq2Seq, Seq2SeqAttentionDecoder, Seq2SeqEncoder
 from ..nn.transformer import (
     EncoderDecoder,
@@ -53,6 +54,7 @@ FUSED = ("auto", "on", "off")  # --fused: MultiHeadAttention's fused="auto" / Tr
 # checkpoint cannot ask for a model or a data set that fills the memory before it is refused.
 MAX_SIZE = 1 << 20  # hidden units, heads, blocks, sequence lengths, batch size
 MAX_EXAMPLES = 10_000_000  # generated examples, corpus lines
+WARMUP_FRACTION = 0.05  # of all steps: the learning-rate warm-up when --warmup-steps is not given
 
 
 def is_integer(value):
@@ -207,7 +209,7 @@ class TrainConfig:
     lr: float = setting(1e-2, number(0, low_open=True, high=None))  # peak; pre-LN takes it (post-LN wants ~3e-3)
     weight_decay: float | None = setting(None, optional(number(0)))  # None: Adam 0, AdamW 0.01
     schedule: str = setting("cosine", one_of(SCHEDULES))
-    warmup_steps: int | None = setting(None, optional(integer(0, 1 << 40)))  # None: 5% of all steps
+    warmup_steps: int | None = setting(None, optional(integer(0, 1 << 40)))  # None: WARMUP_FRACTION of all steps
     label_smoothing: float = setting(0.0, number(0, 1))
     clip_grad_norm: float | None = setting(1.0, optional(number(0)))  # 0 or None: no clipping
     # running
@@ -459,12 +461,45 @@ def build_data(config, vocabs=None):
 
 # -- the model ------------------------------------------------------------------------------------
 def model_scorer(config):
-    return config.scorer or ("additive" if config.model == "bahdanau" else "scaled_dot")
+    """The scorer the run uses: ``config.scorer``, else the model's default (the engine's
+    ``Seq2SeqConfig.scorer`` for the Bahdanau model, ``TransformerConfig.scorer`` otherwise)."""
+    return config.scorer or (Seq2SeqConfig.scorer if config.model == "bahdanau" else TransformerConfig.scorer)
 
 
 def model_fused(config):
     """The models' ``fused`` argument for ``config.fused``: "on" -> True, "off" -> False, "auto"."""
     return {"on": True, "off": False}.get(config.fused, "auto")
+
+
+def model_config(config, vocab_size):
+    """The architecture ``config`` describes, as the engine's model config: a
+    ``Seq2SeqConfig`` for the Bahdanau model (a GRU of ``num_blks`` layers, embed size =
+    num_hiddens), a ``TransformerConfig`` otherwise; ``vocab_size`` is the vocabulary of the
+    part it builds (the encoder's source, the decoder's target)."""
+    c = config
+    attention = dict(
+        scorer=model_scorer(c),
+        pooling=c.pooling,
+        scorer_options=dict(c.scorer_options) or None,
+        pooling_options=dict(c.pooling_options) or None,
+    )
+    if c.model == "bahdanau":
+        return Seq2SeqConfig(vocab_size, c.num_hiddens, c.num_hiddens, c.num_blks, c.dropout, **attention)
+    if c.model not in ("lm", "transformer"):
+        raise ValueError(f"model must be one of {MODELS}, got {c.model!r}")
+    sizes = (vocab_size, c.num_hiddens, c.ffn_num_hiddens, c.num_heads, c.num_blks, c.dropout)
+    return TransformerConfig(
+        *sizes,
+        # positional tables long enough for the LM's windows (at least the models' default)
+        max_len=max(TransformerConfig.max_len, c.lm_num_steps) if c.model == "lm" else TransformerConfig.max_len,
+        positional=c.positional,
+        positional_options=dict(c.positional_options) or None,
+        input_positional=c.input_positional,
+        norm_first=c.norm_first,
+        num_kv_heads=c.num_kv_heads,
+        fused=model_fused(c),
+        **attention,
+    )
 
 
 def build_model(config, src_vocab, tgt_vocab):
@@ -475,40 +510,19 @@ def build_model(config, src_vocab, tgt_vocab):
     - "bahdanau": ``Seq2Seq(Seq2SeqEncoder, Seq2SeqAttentionDecoder)``, a GRU of
       ``num_blks`` layers with additive attention (D2L 11.4; embed size = num_hiddens);
     - "lm": ``TransformerLM`` over ``tgt_vocab`` (decoder blocks only).
+
+    Each model is built from ``model_config``, which the model keeps as ``model.config``.
     """
     c = config
-    attention = dict(
-        scorer=model_scorer(c),
-        pooling=c.pooling,
-        scorer_options=dict(c.scorer_options) or None,
-        pooling_options=dict(c.pooling_options) or None,
-    )
     if c.model == "bahdanau":
         encoder = Seq2SeqEncoder(len(src_vocab), c.num_hiddens, c.num_hiddens, c.num_blks, c.dropout, device=c.device)
-        decoder = Seq2SeqAttentionDecoder(
-            len(tgt_vocab), c.num_hiddens, c.num_hiddens, c.num_blks, c.dropout, device=c.device, **attention
-        )
+        decoder = Seq2SeqAttentionDecoder(model_config(c, len(tgt_vocab)), device=c.device)
         return Seq2Seq(encoder, decoder)
-    shared = dict(
-        positional=c.positional,
-        positional_options=dict(c.positional_options) or None,
-        input_positional=c.input_positional,
-        num_kv_heads=c.num_kv_heads,
-        fused=model_fused(c),
-        norm_first=c.norm_first,
-        device=c.device,
-        **attention,
-    )
-    if c.model == "lm":  # positional tables long enough for the LM's windows (1000: the models' default)
-        shared["max_len"] = max(1000, c.lm_num_steps)
-    if c.model not in ("lm", "transformer"):
-        raise ValueError(f"model must be one of {MODELS}, got {c.model!r}")
-    sizes = (c.num_hiddens, c.ffn_num_hiddens, c.num_heads, c.num_blks, c.dropout)
     try:
         if c.model == "lm":
-            return TransformerLM(len(tgt_vocab), *sizes, **shared)
-        encoder = TransformerEncoder(len(src_vocab), *sizes, **shared)
-        decoder = TransformerDecoder(len(tgt_vocab), *sizes, **shared)
+            return TransformerLM(model_config(c, len(tgt_vocab)), device=c.device)
+        encoder = TransformerEncoder(model_config(c, len(src_vocab)), device=c.device)
+        decoder = TransformerDecoder(model_config(c, len(tgt_vocab)), device=c.device)
     except ValueError as e:  # the attention cannot stream (its scorer, pooling or score bias): name the flag
         prefix = "MultiHeadAttention(fused=True): "
         if c.fused == "on" and str(e).startswith(prefix):
@@ -543,8 +557,9 @@ def build_optimizer(config, model):
 
 
 def build_scheduler(config, optimizer, total_steps):
-    """Warm-up then cosine decay to 0 (default), the Noam schedule, or none."""
-    warmup = config.warmup_steps if config.warmup_steps is not None else max(1, total_steps // 20)
+    """Warm-up then cosine decay to 0 (default), the Noam schedule, or none. The warm-up lasts
+    ``warmup_steps``, else ``WARMUP_FRACTION`` of the steps."""
+    warmup = config.warmup_steps if config.warmup_steps is not None else max(1, int(total_steps * WARMUP_FRACTION))
     if config.schedule == "constant":
         return None
     if config.schedule == "noam":

@@ -265,6 +265,20 @@ for w in encoder.attention_weights:  # 每个块一个 (batch, num_heads, T, T) 
 print("padding hidden in every block and head: checked")
 
 # %% [markdown]
+# 编码器只需要《动手学深度学习》中的五个尺寸和暂退法的概率；其余设置（位置编码、注意力插件、
+# pre-LN、分组查询注意力）都取默认值。编码器把它们连同默认值一起保存为一个值：
+# `encoder.config`，即一个 `TransformerConfig`：写下来的架构。模型也可以由这样的配置构建——
+# 下面的解码器就是这样得到编码器的架构的；`config.replace(...)` 则生成一个修改过的副本，
+# 并重新检查（这里：更深的堆叠）。
+
+# %%
+config = encoder.config  # 上面的设置，连同默认值
+print(config)
+assert config == mt.nn.TransformerConfig(vocab_size, num_hiddens, ffn_num_hiddens, num_heads, num_blks, dropout=0.0)
+deeper = mt.nn.TransformerEncoder(config.replace(num_blks=3))  # 同样的架构，多一个块
+assert len(deeper.blks) == 3 and deeper.config.num_hiddens == num_hiddens
+
+# %% [markdown]
 # ## 解码器及其因果掩蔽
 #
 # 训练时解码器一次读入整个目标序列（强制教学（teacher forcing）：输入是右移一位、以 `<bos>` 开头的目标序列），
@@ -279,7 +293,7 @@ print("padding hidden in every block and head: checked")
 # 得到的 logits 与一次性的强制教学前向传播相同。
 
 # %%
-decoder = mt.nn.TransformerDecoder(vocab_size, num_hiddens, ffn_num_hiddens, num_heads, num_blks, dropout=0.0)
+decoder = mt.nn.TransformerDecoder(config)  # 编码器的架构，取自它的配置
 model = mt.nn.EncoderDecoder(encoder, decoder)
 dec_X = np.random.default_rng(2).integers(4, vocab_size, (2, 5))
 logits = model(src, mt.tensor(dec_X), enc_valid_lens).numpy()

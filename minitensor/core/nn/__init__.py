@@ -4,6 +4,7 @@ of layer. ``functional`` holds the same computations as plain functions (PyTorch
 from . import functional, init, utils
 from .activation import GELU, Identity, LogSoftmax, ReLU, Sigmoid, Softmax, Tanh
 from .attention import Attention, MultiHeadAttention
+from .config import Seq2SeqConfig, TransformerConfig
 from .container import ModuleDict, ModuleList, Sequential
 from .conv import Conv1d
 from .dropout import Dropout
@@ -55,6 +56,16 @@ __all__ += [
     "TransformerEmbedding",
     "TransformerEncoder",
     "TransformerEncoderBlock",
+    "TransformerConfig",
     "TransformerLM",
 ]
-__all__ += ["Conv1d", "GRU", "GRUCell", "Seq2Seq", "Seq2SeqAttentionDecoder", "Seq2SeqEncoder", "utils"]
+__all__ += [
+    "Conv1d",
+    "GRU",
+    "GRUCell",
+    "Seq2Seq",
+    "Seq2SeqAttentionDecoder",
+    "Seq2SeqConfig",
+    "Seq2SeqEncoder",
+    "utils",
+]

@@ -140,6 +140,34 @@ def positional_kind(positional: str | Module) -> str:
     return kind
 
 
+def check_fused(fused: Any, where: str = "MultiHeadAttention") -> None:
+    """``fused`` must be "auto", True or False (a ``ValueError`` naming ``where`` otherwise)."""
+    if fused not in ("auto", True, False) or isinstance(fused, (int, float)) and not isinstance(fused, bool):
+        hint = " (the command line's --fused on / off are True / False here)" if fused in ("on", "off") else ""
+        raise ValueError(f"{where}: fused must be 'auto', True or False, got {fused!r}{hint}")
+
+
+def check_heads(
+    num_hiddens: int, num_heads: int, num_kv_heads: int | None = None, where: str = "MultiHeadAttention"
+) -> int:
+    """The number of key/value heads, after checking that the heads fit: num_hiddens splits
+    evenly into num_heads heads, and num_kv_heads (None: num_heads) divides num_heads. A
+    ``ValueError`` naming ``where`` and the values otherwise."""
+    if num_heads <= 0 or num_hiddens % num_heads:
+        raise ValueError(
+            f"{where}: num_hiddens={num_hiddens} must split evenly into num_heads={num_heads} "
+            f"heads (num_hiddens % num_heads == {num_hiddens % num_heads if num_heads > 0 else 'undefined'})"
+        )
+    num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+    if not isinstance(num_kv_heads, int) or num_kv_heads <= 0 or num_heads % num_kv_heads:
+        raise ValueError(
+            f"{where}: num_kv_heads={num_kv_heads!r} must divide num_heads={num_heads} (each group "
+            f"of num_heads / num_kv_heads query heads shares one key/value head); try one of "
+            f"{[g for g in range(1, num_heads + 1) if num_heads % g == 0]}"
+        )
+    return num_kv_heads
+
+
 def score_bias_options(name: str, options: dict[str, Any] | None, bidirectional: bool) -> dict[str, Any]:
     """The options a model builds the "scores" encoding ``name`` with: the user's, plus
     ``bidirectional`` (True for an encoder's self-attention, False for a decoder's) when the
@@ -433,21 +461,8 @@ class MultiHeadAttention(Module):
         device: Device = None,
     ) -> None:
         super().__init__()
-        if fused not in ("auto", True, False) or isinstance(fused, (int, float)) and not isinstance(fused, bool):
-            hint = " (the command line's --fused on / off are True / False here)" if fused in ("on", "off") else ""
-            raise ValueError(f"MultiHeadAttention: fused must be 'auto', True or False, got {fused!r}{hint}")
-        if num_heads <= 0 or num_hiddens % num_heads:
-            raise ValueError(
-                f"MultiHeadAttention: num_hiddens={num_hiddens} must split evenly into num_heads={num_heads} "
-                f"heads (num_hiddens % num_heads == {num_hiddens % num_heads if num_heads > 0 else 'undefined'})"
-            )
-        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
-        if not isinstance(num_kv_heads, int) or num_kv_heads <= 0 or num_heads % num_kv_heads:
-            raise ValueError(
-                f"MultiHeadAttention: num_kv_heads={num_kv_heads!r} must divide num_heads={num_heads} (each group "
-                f"of num_heads / num_kv_heads query heads shares one key/value head); try one of "
-                f"{[g for g in range(1, num_heads + 1) if num_heads % g == 0]}"
-            )
+        check_fused(fused)
+        num_kv_heads = check_heads(num_hiddens, num_heads, num_kv_heads)
         self.num_hiddens, self.num_heads, self.num_kv_heads = num_hiddens, num_heads, num_kv_heads
         self.head_size = num_hiddens // num_heads
         self.query_size = query_size or num_hiddens

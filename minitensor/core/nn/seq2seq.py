@@ -25,6 +25,7 @@ from ..ops import concat
 from ..tensor import Tensor, tensor
 from . import init
 from .attention import Attention
+from .config import SEQ2SEQ_SIZES, Seq2SeqConfig
 from .linear import Embedding, Linear
 from .module import Module
 from .rnn import GRU
@@ -95,38 +96,32 @@ class Seq2SeqAttentionDecoder(Module):
     run one after another either way (s_t needs s_{t-1}), and the state passed in is not
     changed. ``decoder.attention_weights``: one (batch, 1, num_enc_steps) tensor per step of
     the last call, detached.
+
+    ``Seq2SeqAttentionDecoder(config)`` with a ``Seq2SeqConfig`` (kept as ``decoder.config``),
+    or the settings themselves, D2L's way: ``Seq2SeqAttentionDecoder(vocab_size, embed_size,
+    num_hiddens, num_layers, dropout=0.0, scorer="additive", pooling="softmax",
+    scorer_options=None, pooling_options=None)``, the plugins by name, which builds the config.
     """
 
-    def __init__(
-        self,
-        vocab_size,
-        embed_size,
-        num_hiddens,
-        num_layers,
-        dropout=0.0,
-        scorer="additive",
-        pooling="softmax",
-        scorer_options=None,
-        pooling_options=None,
-        dtype=None,
-        device=None,
-    ):
+    def __init__(self, config=None, *sizes, dtype=None, device=None, **fields):
         super().__init__()
-        self.num_hiddens, self.num_layers = num_hiddens, num_layers
+        c = Seq2SeqConfig.from_arguments("Seq2SeqAttentionDecoder", config, sizes, fields, SEQ2SEQ_SIZES)
+        c.require("Seq2SeqAttentionDecoder", SEQ2SEQ_SIZES)
+        self.config, self.num_hiddens, self.num_layers = c, c.num_hiddens, c.num_layers
         self.attention = Attention(
-            scorer,
-            pooling,
-            dropout,
-            num_hiddens,
-            num_hiddens,
-            scorer_options,
-            pooling_options,
+            c.scorer,
+            c.pooling,
+            c.dropout,
+            c.num_hiddens,
+            c.num_hiddens,
+            c.scorer_options,
+            c.pooling_options,
             dtype=dtype,
             device=device,
         )
-        self.embedding = Embedding(vocab_size, embed_size, dtype=dtype, device=device)
-        self.rnn = GRU(num_hiddens + embed_size, num_hiddens, num_layers, dropout, dtype=dtype, device=device)
-        self.dense = Linear(num_hiddens, vocab_size, dtype=dtype, device=device)
+        self.embedding = Embedding(c.vocab_size, c.embed_size, dtype=dtype, device=device)
+        self.rnn = GRU(c.num_hiddens + c.embed_size, c.num_hiddens, c.num_layers, c.dropout, dtype=dtype, device=device)
+        self.dense = Linear(c.num_hiddens, c.vocab_size, dtype=dtype, device=device)
         for layer in (self.rnn, self.dense):  # not the scorer's layers: a plugin initialises its own
             init_seq2seq(layer)
         self._attention_weights = []

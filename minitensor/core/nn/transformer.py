@@ -10,6 +10,11 @@ Read it bottom-up, as the book builds it:
 - ``EncoderDecoder``: an encoder and a decoder made into one model (D2L 10.6);
 - ``TransformerLM``: decoder blocks without the encoder (GPT-style language model).
 
+Every model and block here is built from one ``TransformerConfig`` (config.py), the
+architecture as a value -- ``TransformerLM(config)`` -- or from the settings themselves, D2L's
+way -- ``TransformerLM(vocab_size, num_hiddens, ffn_num_hiddens, num_heads, num_blks, dropout,
+norm_first=True)`` -- which build the config. The models keep it as ``model.config``.
+
 Three places for word order, each chosen by name (see ``minitensor_plugins/positional.py``
 and ``score_biases.py``): an ``"inputs"`` encoding (``sinusoidal``, ``learned``) is added to
 the embeddings; a ``"qk"`` encoding (``rotary``) is handed to every self-attention layer
@@ -35,6 +40,7 @@ import math
 from ..tensor import Tensor, tensor
 from . import init
 from .attention import MultiHeadAttention, _build_plugin, positional_class, positional_kind, score_bias_options
+from .config import TRANSFORMER_SIZES, TransformerConfig
 from .container import ModuleList
 from .dropout import Dropout
 from .linear import Embedding, Linear
@@ -118,13 +124,15 @@ def split_positional(positional, input_positional=None, names=("positional=", "i
     ``positional`` may be of any kind; ``input_positional`` adds an "inputs" encoding beside
     a "qk" or "scores" one (rotary or ALiBi plus, say, learned absolute positions). ``names``:
     how the messages name the two (the command line says "--positional ")."""
-    kind = positional_kind(positional)
+    kind = None if positional is None else positional_kind(positional)
     given, extra = f"{names[0]}{positional!r}", f"{names[1]}{input_positional!r}"
     if input_positional is not None and positional_kind(input_positional) != "inputs":
         raise ValueError(
             f'{extra} has applies_to={positional_kind(input_positional)!r}; it names an "inputs" encoding '
             "added to the embeddings (such as 'sinusoidal' or 'learned')"
         )
+    if positional is None:  # no encoding: a block or an embedding alone
+        return input_positional, None
     if kind == "inputs":
         if input_positional not in (None, "none"):
             raise ValueError(
@@ -148,6 +156,26 @@ def attention_positional(positional, options, num_heads, max_len, bidirectional,
     return _build_plugin("positional encoding", positional, (num_heads,), options, dtype, device)
 
 
+def attention_args(config):
+    """What every attention layer of a Transformer takes from its config (beside its sizes and
+    its positional encoding): the plugins, the projections' bias, grouped heads, streaming."""
+    return dict(
+        scorer=config.scorer,
+        pooling=config.pooling,
+        bias=config.use_bias,
+        scorer_options=config.scorer_options,
+        pooling_options=config.pooling_options,
+        num_kv_heads=config.num_kv_heads,
+        fused=config.fused,
+    )
+
+
+# What the parts of a Transformer take by position in the older form (their settings, D2L's
+# way, instead of a config): the sizes each one uses, which it requires.
+EMBEDDING_SIZES = ("vocab_size", "num_hiddens", "dropout")
+BLOCK_SIZES = ("num_hiddens", "ffn_num_hiddens", "num_heads", "dropout")
+
+
 class TransformerEmbedding(Module):
     """The input layer of a Transformer (D2L 11.7.4): token embeddings scaled by sqrt(d),
     positions added, dropout:
@@ -163,29 +191,30 @@ class TransformerEmbedding(Module):
     The table starts as N(0, 1/d), so that after the sqrt(d) scaling the embeddings have
     unit scale, like the positional encodings they are added to (D2L's N(0, 1) table times
     sqrt(d) would drown the sinusoidal positions, whose values lie in [-1, 1]).
+
+    ``TransformerEmbedding(config)`` reads ``vocab_size``, ``num_hiddens``, ``dropout``,
+    ``max_len`` and the "inputs" encoding (``positional``, or ``input_positional`` beside a
+    "qk" or "scores" one) from a ``TransformerConfig``. The older form
+    ``TransformerEmbedding(vocab_size, num_hiddens, dropout, max_len=1000,
+    positional="sinusoidal", positional_options=None)`` builds the config from its arguments.
     """
 
-    def __init__(
-        self,
-        vocab_size,
-        num_hiddens,
-        dropout,
-        max_len=1000,
-        positional="sinusoidal",
-        positional_options=None,
-        dtype=None,
-        device=None,
-    ):
+    def __init__(self, config=None, *sizes, dtype=None, device=None, **fields):
         super().__init__()
-        self.num_hiddens = num_hiddens
-        self.token_embedding = Embedding(vocab_size, num_hiddens, dtype=dtype, device=device)
+        config = TransformerConfig.from_arguments("TransformerEmbedding", config, sizes, fields, EMBEDDING_SIZES)
+        config.require("TransformerEmbedding", EMBEDDING_SIZES)
+        self.num_hiddens = num_hiddens = config.num_hiddens
+        self.token_embedding = Embedding(config.vocab_size, num_hiddens, dtype=dtype, device=device)
         init.normal_(self.token_embedding.weight, 0.0, num_hiddens**-0.5)
-        if positional is not None and positional_kind(positional) == "inputs":
-            options = {"max_len": max_len, "dropout": 0.0, **(positional_options or {})}
-            self.pos_encoding = _build_plugin("positional encoding", positional, (num_hiddens,), options, dtype, device)
+        inputs, _ = split_positional(config.positional, config.input_positional)
+        if inputs is not None:
+            # the options are the positional encoding's: not input_positional's
+            own = config.positional_options if inputs == config.positional else None
+            options = {"max_len": config.max_len, "dropout": 0.0, **(own or {})}
+            self.pos_encoding = _build_plugin("positional encoding", inputs, (num_hiddens,), options, dtype, device)
         else:
             self.pos_encoding = None
-        self.dropout = Dropout(dropout)
+        self.dropout = Dropout(config.dropout)
 
     def forward(self, tokens, offset=0):
         """tokens (batch_size, num_steps) -> dropout(embedding(tokens) * sqrt(num_hiddens) + P), with
@@ -208,57 +237,35 @@ class TransformerEncoderBlock(Module):
     Every position attends every valid position of the same sequence (``valid_lens``
     (batch,) hides the padding). Input and output are (batch, T, num_hiddens).
 
-    ``use_bias``: bias of the attention projections (D2L: False); ``scorer``, ``pooling``
-    (with ``scorer_options``, ``pooling_options``): attention plugins by name;
-    ``positional``: a "qk" (``"rotary"``) or "scores" (``"alibi"``) encoding for the
-    self-attention, by name or built (shared by the blocks of an encoder), or None; a
-    "scores" one is bidirectional here (see ``attention_positional``); ``num_kv_heads``:
-    grouped-query attention (see ``MultiHeadAttention``); ``norm_first``: pre-LN instead of
-    the book's post-LN (see ``AddNorm``); ``fused``: streamed attention, see ``MultiHeadAttention``.
+    ``TransformerEncoderBlock(config)``: a block of the ``TransformerConfig``'s architecture
+    (``vocab_size`` and ``num_blks`` are not used). Its self-attention gets the "qk"
+    (``"rotary"``) or "scores" (``"alibi"``) encoding of ``config.positional``, if any, by
+    name or built (the encoder builds a "scores" one once, shared by its blocks); a "scores"
+    one is bidirectional here (see ``attention_positional``). The older form
+    ``TransformerEncoderBlock(num_hiddens, ffn_num_hiddens, num_heads, dropout, **fields)``
+    builds the config from its arguments (``positional`` then defaults to none).
     """
 
-    def __init__(
-        self,
-        num_hiddens,
-        ffn_num_hiddens,
-        num_heads,
-        dropout,
-        use_bias=False,
-        scorer="scaled_dot",
-        pooling="softmax",
-        scorer_options=None,
-        pooling_options=None,
-        positional=None,
-        positional_options=None,
-        max_len=1000,
-        norm_first=False,
-        num_kv_heads=None,
-        fused="auto",
-        dtype=None,
-        device=None,
-    ):
+    def __init__(self, config=None, *sizes, dtype=None, device=None, **fields):
         super().__init__()
-        positional = attention_positional(positional, positional_options, num_heads, max_len, True, dtype, device)
+        c = TransformerConfig.from_arguments("TransformerEncoderBlock", config, sizes, fields, BLOCK_SIZES)
+        c.require("TransformerEncoderBlock", BLOCK_SIZES)
+        _, positional = split_positional(c.positional, c.input_positional)
+        positional = attention_positional(positional, c.positional_options, c.num_heads, c.max_len, True, dtype, device)
         self.attention = MultiHeadAttention(
-            num_hiddens,
-            num_heads,
-            dropout,
-            scorer=scorer,
-            pooling=pooling,
-            bias=use_bias,
+            c.num_hiddens,
+            c.num_heads,
+            c.dropout,
             positional=positional,
-            scorer_options=scorer_options,
-            pooling_options=pooling_options,
-            positional_options=positional_options,
-            max_len=max_len,
-            num_kv_heads=num_kv_heads,
-            fused=fused,
+            positional_options=c.positional_options,
+            max_len=c.max_len,
+            **attention_args(c),
             dtype=dtype,
             device=device,
         )
-        self.addnorm1 = AddNorm(num_hiddens, dropout, norm_first, dtype=dtype, device=device)
-        self.ffn = PositionWiseFFN(num_hiddens, ffn_num_hiddens, num_hiddens, dtype=dtype, device=device)
-        self.addnorm2 = AddNorm(num_hiddens, dropout, norm_first, dtype=dtype, device=device)
+        self.addnorm1 = AddNorm(c.num_hiddens, c.dropout, c.norm_first, dtype=dtype, device=device)
+        self.ffn = PositionWiseFFN(c.num_hiddens, c.ffn_num_hiddens, c.num_hiddens, dtype=dtype, device=device)
+        self.addnorm2 = AddNorm(c.num_hiddens, c.dropout, c.norm_first, dtype=dtype, device=device)
 
     def forward(self, X, valid_lens=None):
         """Y = AddNorm(X, MultiHeadAttention(X, X, X, valid_lens)), then AddNorm(Y, FFN(Y)) (pre-LN:
@@ -288,68 +295,26 @@ class TransformerEncoder(Module):
     ``norm_first=True`` (pre-LN) ends with a LayerNorm, since its blocks leave the residual
     stream unnormalised. ``encoder.attention_weights``: one (batch, num_heads, T, T) tensor
     per block from the last call (D2L's list).
+
+    ``TransformerEncoder(config)`` with a ``TransformerConfig`` (kept as ``encoder.config``),
+    or the settings themselves, D2L's way: ``TransformerEncoder(vocab_size, num_hiddens,
+    ffn_num_hiddens, num_heads, num_blks, dropout, **fields)``, which builds the config.
     """
 
-    def __init__(
-        self,
-        vocab_size,
-        num_hiddens,
-        ffn_num_hiddens,
-        num_heads,
-        num_blks,
-        dropout,
-        max_len=1000,
-        positional="sinusoidal",
-        use_bias=False,
-        scorer="scaled_dot",
-        pooling="softmax",
-        scorer_options=None,
-        pooling_options=None,
-        positional_options=None,
-        norm_first=False,
-        input_positional=None,
-        num_kv_heads=None,
-        fused="auto",
-        dtype=None,
-        device=None,
-    ):
+    def __init__(self, config=None, *sizes, dtype=None, device=None, **fields):
         super().__init__()
-        self.num_hiddens = num_hiddens
-        inputs, in_attention = split_positional(positional, input_positional)
-        self.embedding = TransformerEmbedding(
-            vocab_size,
-            num_hiddens,
-            dropout,
-            max_len,
-            inputs,
-            positional_options if inputs == positional else None,
-            dtype,
-            device,
-        )
-        in_attention = attention_positional(in_attention, positional_options, num_heads, max_len, True, dtype, device)
+        c = TransformerConfig.from_arguments("TransformerEncoder", config, sizes, fields, TRANSFORMER_SIZES)
+        c.require("TransformerEncoder", TRANSFORMER_SIZES)
+        self.config, self.num_hiddens = c, c.num_hiddens
+        self.embedding = TransformerEmbedding(c, dtype=dtype, device=device)
+        _, in_attention = split_positional(c.positional, c.input_positional)
+        # a "scores" encoding is built here, once, and every block gets the same module
+        shared = attention_positional(in_attention, c.positional_options, c.num_heads, c.max_len, True, dtype, device)
+        blk_config = c.replace(positional=shared)
         self.blks = ModuleList(
-            TransformerEncoderBlock(
-                num_hiddens,
-                ffn_num_hiddens,
-                num_heads,
-                dropout,
-                use_bias,
-                scorer,
-                pooling,
-                scorer_options,
-                pooling_options,
-                in_attention,
-                positional_options,
-                max_len,
-                norm_first,
-                num_kv_heads,
-                fused=fused,
-                dtype=dtype,
-                device=device,
-            )
-            for _ in range(num_blks)
+            TransformerEncoderBlock(blk_config, dtype=dtype, device=device) for _ in range(c.num_blks)
         )
-        self.ln = LayerNorm(num_hiddens, dtype=dtype, device=device) if norm_first else None
+        self.ln = LayerNorm(c.num_hiddens, dtype=dtype, device=device) if c.norm_first else None
 
     def forward(self, X, valid_lens=None):
         """Encode the source: tokens X (batch_size, num_steps) -> (batch_size, num_steps, num_hiddens),
@@ -382,72 +347,55 @@ class TransformerDecoderBlock(Module):
     valid). A query never sees a later position, so training on a whole target sequence at
     once (empty cache) and decoding it token by token give the same outputs.
 
-    ``cross_attention=False`` drops the middle sublayer (and ignores the encoder entries of
-    the state): the block of a decoder-only language model. The other arguments are those of
-    ``TransformerEncoderBlock``; ``positional`` ("rotary", "alibi") acts on the
-    self-attention, where a "scores" encoding is unidirectional (the decoder never looks
-    ahead). The encoder-decoder attention gets ``cross_positional`` only: a "scores" encoding
-    built for it, which ``TransformerDecoder`` supplies when the encoding's class says
-    ``cross = True`` (none of the built-ins does: distances between a target and a source
-    position mean little).
+    ``TransformerDecoderBlock(config, i)``: block ``i`` of the ``TransformerConfig``'s
+    architecture, as for ``TransformerEncoderBlock``; ``config.positional`` ("rotary",
+    "alibi") acts on the self-attention, where a "scores" encoding is unidirectional (the
+    decoder never looks ahead). ``cross_attention=False`` drops the middle sublayer (and
+    ignores the encoder entries of the state): the block of a decoder-only language model.
+    The encoder-decoder attention gets ``cross_positional`` only: a "scores" encoding built
+    for it, which ``TransformerDecoder`` supplies when the encoding's class says ``cross =
+    True`` (none of the built-ins does: distances between a target and a source position
+    mean little). The older form ``TransformerDecoderBlock(num_hiddens, ffn_num_hiddens,
+    num_heads, dropout, i, **fields)`` builds the config from its arguments.
     """
 
     def __init__(
-        self,
-        num_hiddens,
-        ffn_num_hiddens,
-        num_heads,
-        dropout,
-        i,
-        use_bias=False,
-        scorer="scaled_dot",
-        pooling="softmax",
-        scorer_options=None,
-        pooling_options=None,
-        positional=None,
-        positional_options=None,
-        max_len=1000,
-        norm_first=False,
-        cross_attention=True,
-        num_kv_heads=None,
-        cross_positional=None,
-        fused="auto",
-        dtype=None,
-        device=None,
+        self, config=None, *args, cross_attention=True, cross_positional=None, dtype=None, device=None, **fields
     ):
         super().__init__()
+        # i follows the config, or D2L's four sizes in the older form (or comes by name)
+        i = fields.pop("i", None)
+        if i is None and args and (isinstance(config, TransformerConfig) or len(args) == len(BLOCK_SIZES)):
+            *args, i = args
+        if i is None:
+            raise TypeError("TransformerDecoderBlock needs i, the block's index (its slot in the decoder's caches)")
+        c = TransformerConfig.from_arguments("TransformerDecoderBlock", config, args, fields, BLOCK_SIZES)
+        c.require("TransformerDecoderBlock", BLOCK_SIZES)
         self.i = i
-        attention = dict(
-            scorer=scorer,
-            pooling=pooling,
-            bias=use_bias,
-            scorer_options=scorer_options,
-            pooling_options=pooling_options,
-            num_kv_heads=num_kv_heads,
-            fused=fused,
-            dtype=dtype,
-            device=device,
+        _, positional = split_positional(c.positional, c.input_positional)
+        positional = attention_positional(
+            positional, c.positional_options, c.num_heads, c.max_len, False, dtype, device
         )
-        positional = attention_positional(positional, positional_options, num_heads, max_len, False, dtype, device)
+        attention = dict(**attention_args(c), dtype=dtype, device=device)
         self.attention1 = MultiHeadAttention(
-            num_hiddens,
-            num_heads,
-            dropout,
+            c.num_hiddens,
+            c.num_heads,
+            c.dropout,
             positional=positional,
-            positional_options=positional_options,
-            max_len=max_len,
+            positional_options=c.positional_options,
+            max_len=c.max_len,
             **attention,
         )
-        self.addnorm1 = AddNorm(num_hiddens, dropout, norm_first, dtype=dtype, device=device)
+        self.addnorm1 = AddNorm(c.num_hiddens, c.dropout, c.norm_first, dtype=dtype, device=device)
         if cross_attention:
             self.attention2 = MultiHeadAttention(
-                num_hiddens, num_heads, dropout, positional=cross_positional, **attention
+                c.num_hiddens, c.num_heads, c.dropout, positional=cross_positional, **attention
             )
-            self.addnorm2 = AddNorm(num_hiddens, dropout, norm_first, dtype=dtype, device=device)
+            self.addnorm2 = AddNorm(c.num_hiddens, c.dropout, c.norm_first, dtype=dtype, device=device)
         else:
             self.attention2 = self.addnorm2 = None
-        self.ffn = PositionWiseFFN(num_hiddens, ffn_num_hiddens, num_hiddens, dtype=dtype, device=device)
-        self.addnorm3 = AddNorm(num_hiddens, dropout, norm_first, dtype=dtype, device=device)
+        self.ffn = PositionWiseFFN(c.num_hiddens, c.ffn_num_hiddens, c.num_hiddens, dtype=dtype, device=device)
+        self.addnorm3 = AddNorm(c.num_hiddens, c.dropout, c.norm_first, dtype=dtype, device=device)
 
     def forward(self, X, state):
         """The block over X (batch_size, num_steps, num_hiddens), the positions that follow the
@@ -496,82 +444,40 @@ class TransformerDecoder(Module):
     ``decoder.reorder_state(state, indices)`` keeps (or repeats) the batch rows ``indices``.
     ``decoder.attention_weights``: [self-attention weights per block, encoder-decoder
     attention weights per block] from the last call (D2L's two lists; the second holds None
-    without cross-attention). Arguments as for ``TransformerEncoder`` (a "scores" encoding is
-    built once for the self-attention of all blocks, unidirectional, and once more for their
-    encoder-decoder attention if its class says ``cross = True``); ``cross_attention`` as for
-    ``TransformerDecoderBlock``.
+    without cross-attention).
+
+    ``TransformerDecoder(config, cross_attention=True)`` with a ``TransformerConfig`` (kept as
+    ``decoder.config``), or the settings themselves as for ``TransformerEncoder``. A "scores"
+    encoding is built once for the self-attention of all blocks, unidirectional, and once more
+    for their encoder-decoder attention if its class says ``cross = True``;
+    ``cross_attention`` as for ``TransformerDecoderBlock``.
     """
 
-    def __init__(
-        self,
-        vocab_size,
-        num_hiddens,
-        ffn_num_hiddens,
-        num_heads,
-        num_blks,
-        dropout,
-        max_len=1000,
-        positional="sinusoidal",
-        use_bias=False,
-        scorer="scaled_dot",
-        pooling="softmax",
-        scorer_options=None,
-        pooling_options=None,
-        positional_options=None,
-        norm_first=False,
-        cross_attention=True,
-        input_positional=None,
-        num_kv_heads=None,
-        fused="auto",
-        dtype=None,
-        device=None,
-    ):
+    def __init__(self, config=None, *sizes, cross_attention=True, dtype=None, device=None, **fields):
         super().__init__()
-        if num_blks < 1:
-            raise ValueError(f"TransformerDecoder: num_blks must be at least 1, got {num_blks}")
-        self.num_hiddens, self.num_blks = num_hiddens, num_blks
-        inputs, in_attention = split_positional(positional, input_positional)
-        self.embedding = TransformerEmbedding(
-            vocab_size,
-            num_hiddens,
-            dropout,
-            max_len,
-            inputs,
-            positional_options if inputs == positional else None,
-            dtype,
-            device,
-        )
+        c = TransformerConfig.from_arguments("TransformerDecoder", config, sizes, fields, TRANSFORMER_SIZES)
+        c.require("TransformerDecoder", TRANSFORMER_SIZES)
+        if c.num_blks < 1:
+            raise ValueError(f"TransformerDecoder: num_blks must be at least 1, got {c.num_blks}")
+        self.config, self.num_hiddens, self.num_blks = c, c.num_hiddens, c.num_blks
+        self.embedding = TransformerEmbedding(c, dtype=dtype, device=device)
+        _, in_attention = split_positional(c.positional, c.input_positional)
         cross = None
         if cross_attention and in_attention is not None and getattr(positional_class(in_attention), "cross", False):
-            cross = attention_positional(in_attention, positional_options, num_heads, max_len, True, dtype, device)
-        in_attention = attention_positional(in_attention, positional_options, num_heads, max_len, False, dtype, device)
+            cross = attention_positional(
+                in_attention, c.positional_options, c.num_heads, c.max_len, True, dtype, device
+            )
+        # a "scores" encoding is built here, once, and every block gets the same module
+        shared = attention_positional(in_attention, c.positional_options, c.num_heads, c.max_len, False, dtype, device)
+        blk_config = c.replace(positional=shared)
         self.blks = ModuleList(
             TransformerDecoderBlock(
-                num_hiddens,
-                ffn_num_hiddens,
-                num_heads,
-                dropout,
-                i,
-                use_bias,
-                scorer,
-                pooling,
-                scorer_options,
-                pooling_options,
-                in_attention,
-                positional_options,
-                max_len,
-                norm_first,
-                cross_attention,
-                num_kv_heads,
-                cross,
-                fused=fused,
-                dtype=dtype,
-                device=device,
+                blk_config, i, cross_attention=cross_attention, cross_positional=cross, dtype=dtype, device=device
             )
-            for i in range(num_blks)
+            for i in range(c.num_blks)
         )
-        self.ln = LayerNorm(num_hiddens, dtype=dtype, device=device) if norm_first else None
-        self.dense = Linear(num_hiddens, vocab_size, dtype=dtype, device=device)
+        self.ln = LayerNorm(c.num_hiddens, dtype=dtype, device=device) if c.norm_first else None
+        self.dense = Linear(c.num_hiddens, c.vocab_size, dtype=dtype, device=device)
 
     def init_state(self, enc_outputs, enc_valid_lens=None):
         """D2L's decoder state for a new batch: ``[enc_outputs, enc_valid_lens, [None] * num_blks]``,
@@ -697,57 +603,17 @@ class TransformerLM(Module):
         logits, state = lm.decode_step(next_tokens, state)   # then (batch, 1) per step
         state = lm.reorder_state(state, indices)
 
-    Arguments as for ``TransformerDecoder`` (it is one, with ``cross_attention=False``).
-    ``lm.attention_weights``: the self-attention weights of every block from the last call.
+    ``TransformerLM(config)`` with a ``TransformerConfig`` (kept as ``lm.config``), or the
+    settings themselves as for ``TransformerDecoder``, which it is, with
+    ``cross_attention=False``. ``lm.attention_weights``: the self-attention weights of every
+    block from the last call.
     """
 
-    def __init__(
-        self,
-        vocab_size,
-        num_hiddens,
-        ffn_num_hiddens,
-        num_heads,
-        num_blks,
-        dropout,
-        max_len=1000,
-        positional="sinusoidal",
-        use_bias=False,
-        scorer="scaled_dot",
-        pooling="softmax",
-        scorer_options=None,
-        pooling_options=None,
-        positional_options=None,
-        norm_first=False,
-        input_positional=None,
-        num_kv_heads=None,
-        fused="auto",
-        dtype=None,
-        device=None,
-    ):
+    def __init__(self, config=None, *sizes, dtype=None, device=None, **fields):
         super().__init__()
-        self.decoder = TransformerDecoder(
-            vocab_size,
-            num_hiddens,
-            ffn_num_hiddens,
-            num_heads,
-            num_blks,
-            dropout,
-            max_len,
-            positional,
-            use_bias,
-            scorer,
-            pooling,
-            scorer_options,
-            pooling_options,
-            positional_options,
-            norm_first,
-            cross_attention=False,
-            input_positional=input_positional,
-            num_kv_heads=num_kv_heads,
-            fused=fused,
-            dtype=dtype,
-            device=device,
-        )
+        self.config = TransformerConfig.from_arguments("TransformerLM", config, sizes, fields, TRANSFORMER_SIZES)
+        self.config.require("TransformerLM", TRANSFORMER_SIZES)
+        self.decoder = TransformerDecoder(self.config, cross_attention=False, dtype=dtype, device=device)
 
     def forward(self, X):
         """Next-token logits for every position: tokens X (batch_size, num_steps) -> (batch_size,
