@@ -13,11 +13,10 @@ and ``mt.exp(x)`` are the same call.
 """
 
 import itertools
-import operator
 
 import numpy
 
-from . import _printing, grad_mode, tracing
+from . import _printing, grad_mode
 from .backends import get_backend
 from .dtypes import as_dtype
 from .errors import DeviceError, DTypeError, GraphError
@@ -82,8 +81,6 @@ class Tensor:
     def shape(self):
         """The length of every axis, a tuple of ints: ``(batch_size, num_steps, num_hiddens)`` for a
         batch of sequences of feature vectors, ``()`` for a 0-d tensor."""
-        if tracing.active is not None:  # mt.onnx.export: lengths that remember where they came from
-            return tracing.active.shape(self)
         return tuple(self.data.shape)
 
     @property
@@ -394,48 +391,48 @@ class Tensor:
 
     # -- comparisons and logic: bool tensors outside the graph (no useful derivative) -----------
     def __eq__(self, other):
-        return _compare(operator.eq, self, other)
+        return _binary(Equal, self, other)
 
     def __ne__(self, other):
-        return _compare(operator.ne, self, other)
+        return _binary(NotEqual, self, other)
 
     def __lt__(self, other):
-        return _compare(operator.lt, self, other)
+        return _binary(Less, self, other)
 
     def __le__(self, other):
-        return _compare(operator.le, self, other)
+        return _binary(LessEqual, self, other)
 
     def __gt__(self, other):
-        return _compare(operator.gt, self, other)
+        return _binary(Greater, self, other)
 
     def __ge__(self, other):
-        return _compare(operator.ge, self, other)
+        return _binary(GreaterEqual, self, other)
 
     __hash__ = object.__hash__  # == is elementwise (as in PyTorch), identity hashing stays
 
     def __and__(self, other):
-        return _logical(operator.and_, self, other)
+        return And.apply(self, other)
 
     def __or__(self, other):
-        return _logical(operator.or_, self, other)
+        return Or.apply(self, other)
 
     def __xor__(self, other):
-        return _logical(operator.xor, self, other)
+        return Xor.apply(self, other)
 
     def __invert__(self):
-        return _traced("invert", [self], {}, Tensor._make(~self.data, self._backend, None))
+        return Invert.apply(self)
 
     def any(self, axis=None):
         """Whether any element is true (nonzero), over all or along ``axis``: a bool tensor."""
         if axis is not None:
             axis = normalize_axes(axis, self.ndim, "any")
-        return _traced("any", [self], {"axis": axis}, Tensor._make(self.data.any(axis=axis), self._backend, None))
+        return Any.apply(self, axis=axis)
 
     def all(self, axis=None):
         """Whether every element is true (nonzero), over all or along ``axis``: a bool tensor."""
         if axis is not None:
             axis = normalize_axes(axis, self.ndim, "all")
-        return _traced("all", [self], {"axis": axis}, Tensor._make(self.data.all(axis=axis), self._backend, None))
+        return All.apply(self, axis=axis)
 
     # -- the ops as methods: ``x.exp()`` is ``mt.exp(x)``, same parameters ------------------------
     def neg(self):
@@ -633,27 +630,6 @@ def _reflected(function, a, b):
     return function.apply(b, a)
 
 
-def _compare(compare, a, b):
-    """``compare(a, b)`` (operator.eq, operator.lt...) elementwise, as a bool tensor outside the graph."""
-    a, b = promote(a, b)
-    out = Tensor._make(compare(a.data, b.data if isinstance(b, Tensor) else b), a._backend, None)
-    return _traced(compare.__name__, [a, b], {}, out)
-
-
-def _logical(combine, a, b):
-    """``a & b``, ``a | b``, ``a ^ b`` on bool (or integer) tensors, outside the graph."""
-    out = Tensor._make(combine(a.data, b.data if isinstance(b, Tensor) else b), a._backend, None)
-    return _traced(combine.__name__.rstrip("_"), [a, b], {}, out)
-
-
-def _traced(name, inputs, attrs, out):
-    """``out``, made outside the graph by ``name`` (a comparison, ``arange``...), reported to
-    ``mt.onnx.export`` when it is recording (see ``tracing``)."""
-    if tracing.active is not None:
-        tracing.active.plain(name, inputs, attrs, out)
-    return out
-
-
 def _is_dtype_name(name):
     try:
         numpy.dtype(name)
@@ -700,6 +676,7 @@ def tensor(data, requires_grad=False, dtype=None, device=None):
 # minitensor/__init__.py imports this module before the others.
 from . import autograd, ops  # noqa: E402
 from .ops.axes import normalize_axes, normalize_axis  # noqa: E402
+from .ops.compare import All, And, Any, Equal, Greater, GreaterEqual, Invert, Less, LessEqual, NotEqual, Or, Xor  # noqa: E402
 from .ops.elementwise import Abs, Add, Div, Exp, Log, Mul, Neg, Pow, ReLU, Sigmoid, Sqrt, Sub, Tanh  # noqa: E402
 from .ops.indexing import normalize_index  # noqa: E402
 from .ops.matmul import MatMul  # noqa: E402

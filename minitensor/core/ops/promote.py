@@ -12,7 +12,8 @@
 
 import numpy
 
-from ..tensor import Tensor, _traced, tensor
+from ..tensor import Tensor, tensor
+from .convert import AsType
 
 _NUMBER = (int, float, bool)
 
@@ -39,6 +40,5 @@ def promote(a, b):
 
 
 def _as_float(t, dtype):
-    """A float copy of integer data, outside the graph (integers carry no gradient)."""
-    out = Tensor._make(t.data.astype(dtype or "float32"), t._backend, None)
-    return _traced("astype", [t], {"dtype": out.data.dtype}, out)
+    """A float copy of integer data (outside the graph: integers carry no gradient)."""
+    return AsType.apply(t, dtype or "float32")

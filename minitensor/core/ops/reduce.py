@@ -7,7 +7,6 @@ reshaped as if ``keepdims=True`` and broadcast back over the reduced axes.
 import builtins
 
 from ..autograd import Function
-from ..tensor import Tensor, _traced
 from .axes import normalize_axes, normalize_axis
 
 
@@ -144,22 +143,42 @@ def var(a, axis=None, keepdims=False, correction=1):
     return Var.apply(a, axis=axis, keepdims=keepdims, correction=correction)
 
 
-def _arg_extreme(a, which, axis, keepdims):
-    if axis is not None:
-        axis = normalize_axis(axis, a.ndim, which)
-    out = getattr(a.data, which)(axis=axis)
+class ArgMax(Function):
+    """The position of the largest element along ``axis`` (of all, flattened, when None), int64.
+    Not differentiable: a position has no gradient (``differentiable = False``)."""
+
+    differentiable = False
+
+    @staticmethod
+    def forward(ctx, a, axis, keepdims):
+        return _positions(ctx.xp, a.argmax(axis=axis), axis, keepdims)
+
+
+class ArgMin(Function):
+    """The position of the smallest element along ``axis``, as ``ArgMax``."""
+
+    differentiable = False
+
+    @staticmethod
+    def forward(ctx, a, axis, keepdims):
+        return _positions(ctx.xp, a.argmin(axis=axis), axis, keepdims)
+
+
+def _positions(xp, out, axis, keepdims):
     if keepdims and axis is not None:
-        out = a._backend.xp.expand_dims(out, axis)
-    return _traced(
-        which, [a], {"axis": axis, "keepdims": keepdims}, Tensor._make(out.astype("int64"), a._backend, None)
-    )
+        out = xp.expand_dims(out, axis)
+    return out.astype("int64")
 
 
 def argmax(a, axis=None, keepdims=False):
     """Positions of the maxima (an int64 tensor, not differentiable)."""
-    return _arg_extreme(a, "argmax", axis, keepdims)
+    if axis is not None:
+        axis = normalize_axis(axis, a.ndim, "argmax")
+    return ArgMax.apply(a, axis=axis, keepdims=keepdims)
 
 
 def argmin(a, axis=None, keepdims=False):
     """Positions of the minima (an int64 tensor, not differentiable)."""
-    return _arg_extreme(a, "argmin", axis, keepdims)
+    if axis is not None:
+        axis = normalize_axis(axis, a.ndim, "argmin")
+    return ArgMin.apply(a, axis=axis, keepdims=keepdims)

@@ -1,0 +1,112 @@
+"""Comparisons and logic: ``a < b``, ``a == b``, ``a & b``, ``~a``, ``a.any()``... as bool tensors.
+
+They are Functions like every op, so that every tensor an op makes comes out of
+``Function.apply``, but declared ``differentiable = False``: a comparison is a step, its
+derivative 0 wherever it is defined, so its output never requires grad and there is no
+``backward`` to write. A mask built from them (``arange(K) < valid_len``) stops the gradient;
+the scores it selects (``where``, ``masked_fill``) carry it.
+"""
+
+from ..autograd import Function
+
+
+class Compare(Function):
+    """The base of the comparisons and logical ops: elementwise, a bool tensor, outside the graph."""
+
+    differentiable = False
+
+
+class Equal(Compare):
+    """``a == b`` elementwise."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        return a == b
+
+
+class NotEqual(Compare):
+    """``a != b`` elementwise."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        return a != b
+
+
+class Less(Compare):
+    """``a < b`` elementwise."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        return a < b
+
+
+class LessEqual(Compare):
+    """``a <= b`` elementwise."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        return a <= b
+
+
+class Greater(Compare):
+    """``a > b`` elementwise."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        return a > b
+
+
+class GreaterEqual(Compare):
+    """``a >= b`` elementwise."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        return a >= b
+
+
+class And(Compare):
+    """``a & b``: logical and of bool tensors (bitwise of integer ones)."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        return a & b
+
+
+class Or(Compare):
+    """``a | b``: logical or of bool tensors (bitwise of integer ones)."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        return a | b
+
+
+class Xor(Compare):
+    """``a ^ b``: exclusive or of bool tensors (bitwise of integer ones)."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        return a ^ b
+
+
+class Invert(Compare):
+    """``~a``: logical not of a bool tensor (bitwise of an integer one)."""
+
+    @staticmethod
+    def forward(ctx, a):
+        return ~a
+
+
+class Any(Compare):
+    """Whether any element is true (nonzero), over all or along ``axis``."""
+
+    @staticmethod
+    def forward(ctx, a, axis=None):
+        return a.any(axis=axis)
+
+
+class All(Compare):
+    """Whether every element is true (nonzero), over all or along ``axis``."""
+
+    @staticmethod
+    def forward(ctx, a, axis=None):
+        return a.all(axis=axis)
