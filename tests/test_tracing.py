@@ -148,6 +148,9 @@ def test_values_and_devices_of_ops_outside_the_graph():
         x + x.to(mt.float64)
     with pytest.raises(TypeError, match="needs at least one Tensor argument"):
         compare.Less.apply(1, 2)
+    with pytest.raises(ValueError, match="negative dimensions") as error:  # NumPy's words: no shapes met
+        mt.zeros(-1)
+    assert not isinstance(error.value, mt.ShapeError)
 
 
 def test_tracers_do_not_nest():

@@ -142,7 +142,7 @@ class Function:
         try:
             out = cls.forward(ctx, *raw, **kwargs)
         except ValueError as e:
-            if isinstance(e, ShapeError):
+            if isinstance(e, ShapeError) or first is None:  # (a maker's error is not about shapes that meet)
                 raise
             shapes = " and ".join(str(tuple(a.shape)) for a in args if isinstance(a, Tensor))
             raise ShapeError(
