@@ -71,18 +71,56 @@ def test_attention_exports_with_dynamic_axes_and_zero_rows(tmp_path):
 
 
 def test_lengths_read_while_tracing_remember_where_they_came_from():
-    x = mt.randn(2, 6)
-    with mt.onnx.tracing() as trace:
+    x, W = mt.randn(2, 6), mt.randn(6, 3)
+    with mt.onnx.tracing(x) as trace:  # x: an input of the traced pass
         batch, steps = x.shape
         half = steps // 2 + 1
         y = (x[:, :half] * 2).reshape(batch * half)
+        assert isinstance(y.shape[0], mt.onnx.SymDim)  # a tensor made inside: lengths traced too
+        assert all(type(n) is int for n in W.shape)  # made before, not an input: a constant of the graph
     assert isinstance(half, mt.onnx.SymDim) and half == 4
     kind, quotient, one = half.expr
     assert (kind, one) == ("add", 1) and quotient.expr[0] == "floordiv" and quotient.expr[1] is steps
     assert steps.expr[0] == "dim" and steps.expr[1] is x and steps.expr[2] == 1
     assert [n.name for n in trace.nodes] == ["GetItem", "Mul", "Reshape"]
     assert tuple(y.shape) == (8,)  # outside the trace: plain ints again
-    assert type(y.shape[0]) is int
+    assert type(y.shape[0]) is int and type(x.shape[0]) is int
+    assert type(x) is type(y) is mt.Tensor
+
+
+class Caching(mt.nn.Module):
+    """Keeps what its last forward pass made (a decoder's cache, say) and compares inside."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = mt.nn.Linear(4, 4)
+        self.last = None
+
+    def forward(self, X, valid_lens):
+        positions = mt.arange(X.shape[1])
+        mask = positions[None, :] < valid_lens[:, None]
+        self.last = (self.linear(X), mask)
+        return mt.where(mask[:, :, None], self.last[0], mt.zeros_like(self.last[0])), mask
+
+
+def test_no_tensor_is_a_traced_tensor_after_export(tmp_path):
+    """The exporter gives its tensors a class of its own while it traces (``TracedTensor``, whose
+    shape remembers where the lengths come from) and gives them back ``Tensor`` when it is done:
+    the model's state, its inputs, and the tensors the trace recorded."""
+    model, X, valid_lens = Caching(), mt.randn(2, 5, 4), mt.tensor([5, 2])
+    seen = []
+    model.register_forward_hook(lambda module, inputs, outputs: seen.extend([*inputs, *outputs]))
+    path = tmp_path / "caching.onnx"
+    mt.onnx.export(model, (X, valid_lens), path, dynamic_axes={"input_0": [0, 1], "input_1": [0]})
+    tensors = [X, valid_lens, *model.last, *seen, *model.parameters()]
+    assert all(type(t) is mt.Tensor or isinstance(t, mt.nn.Parameter) for t in tensors)
+    assert not any(isinstance(t, mt.onnx.TracedTensor) for t in tensors)
+    assert all(type(n) is int for t in tensors for n in t.shape)
+    X2, lens2 = mt.randn(3, 7, 4), mt.tensor([7, 1, 0])  # the comparison's mask follows the new lengths
+    expected = [t.numpy() for t in model(X2, lens2)]
+    got = session(path).run(None, {"input_0": X2.numpy(), "input_1": lens2.numpy()})
+    numpy.testing.assert_allclose(got[0], expected[0], rtol=1e-5, atol=1e-6)
+    assert (got[1] == expected[1]).all()
 
 
 class Square(Function):

@@ -142,6 +142,14 @@ print("from-scratch gradients == minitensor's == the chain rule by hand")
 # `Function.apply` (`minitensor/core/autograd.py`) unwraps the tensors, calls `forward` on raw
 # arrays, and wraps the result with the `ctx` attached — only when an input requires a
 # gradient and we are not inside `mt.no_grad()`.
+#
+# Every tensor an operation makes comes out of `apply`, even where there is no gradient: a
+# comparison, `argmax`, `arange` and `zeros` are Functions declared `differentiable = False`
+# (`minitensor/core/ops/compare.py`), for which `apply` builds no node. That makes `apply` the
+# one place where a tool can watch a forward pass: a *tracer* installed with
+# `mt.tracing.install` (`minitensor/core/tracing.py`) hears of every op, its arguments and its
+# output. `mt.onnx.export` records a model this way; nothing else in the engine knows tracers
+# exist.
 
 # %%
 x = mt.randn(2, 3, requires_grad=True)
@@ -153,6 +161,17 @@ print("Mul saved for backward:", [tuple(s.shape) for s in y.grad_fn.saved], "(a 
 with mt.no_grad():
     z = x * w
 assert z.grad_fn is None and not z.requires_grad, "no graph is recorded under no_grad"
+mask = x > 0  # a comparison is a Function too, declared differentiable = False
+assert mask.grad_fn is None and not mask.requires_grad, "an op outside the graph builds no node"
+
+
+class Printer:  # a tracer: Function.apply reports every op to the one installed
+    def function(self, cls, args, kwargs, out):
+        print(f"  {cls.__name__} made a tensor of shape {out.shape}")
+
+
+with mt.tracing.install(Printer()):
+    (x * w > 0).any()
 
 # %% [markdown]
 # ## A Function of our own
@@ -921,10 +940,12 @@ print(f"this process: rank {here.rank} of {here.size}")
 # * `minitensor/core/tensor.py` — `Tensor`: `data`, `grad`, `requires_grad`, `grad_fn` (`_ctx`),
 #   the creation number `_seq`, and every operator in the class body: `x * w` is
 #   `Tensor.__mul__`, one line calling `Mul.apply`;
-# * `minitensor/core/autograd.py` — `Function` (`apply`, `save_for_backward`, `needs_input_grad`),
-#   `backward` (the heap), `sum_to_shape` (undoing broadcasting), `_accumulate` (how a leaf
-#   takes a gradient that nothing else holds without copying it, as PyTorch does);
+# * `minitensor/core/autograd.py` — `Function` (`apply`, `save_for_backward`, `needs_input_grad`,
+#   `differentiable`), `backward` (the heap), `sum_to_shape` (undoing broadcasting), `_accumulate`
+#   (how a leaf takes a gradient that nothing else holds without copying it, as PyTorch does);
+#   `minitensor/core/tracing.py` — the one hook a tracer installs;
 # * `minitensor/core/ops/elementwise.py` — the simplest ops, each forward beside its backward;
+#   `minitensor/core/ops/compare.py` — the comparisons, outside the graph;
 #   `minitensor/core/ops/softmax.py` — the softmax Functions on top of the kernels;
 # * `minitensor/core/gradcheck.py` — `mt.gradcheck`;
 # * `minitensor/core/kernels/cpu.py` (the fused numba kernels) and `minitensor/core/kernels/reference.py`

@@ -20,6 +20,11 @@ holding the inputs and whatever ``forward`` saved. ``forward`` and ``backward`` 
 arrays through ``ctx.xp`` (NumPy or CuPy), never on Tensors: the graph is built only by
 ``apply``, so a backward pass never records a new graph (minitensor has no double backward).
 
+Every tensor an op makes comes out of ``apply``, also where there is no gradient: comparisons,
+``argmax``, ``arange`` are Functions declared ``differentiable = False`` (no node, no backward).
+So ``apply`` is where a tracer watches a forward pass (``mt.onnx.export`` does): the one hook,
+``tracing.py``; no other engine code knows that tracers exist.
+
 ``backward(root)`` visits the graph in reverse topological order -- with a heap, no Python
 recursion, so a chain of 100,000 operations is fine -- calls each node's
 ``backward`` and adds up the gradients that reach a tensor along different paths. Gradients
@@ -37,6 +42,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import numpy
 
 from . import grad_mode, tracing
+from .backends import get_backend
 from .errors import DeviceError, DTypeError, GraphError, ShapeError
 from .tensor import Array, Tensor
 
@@ -48,6 +54,7 @@ if TYPE_CHECKING:
 Grads: TypeAlias = Array | tuple[Array | None, ...]
 
 _new_object = object.__new__  # a Function instance without running __init__ (the per-op path)
+_make = Tensor._make  # the per-op path again: one lookup saved on every op
 
 
 class Function:
@@ -71,6 +78,13 @@ class Function:
         # An op keeps anything else it needs on ctx too (``ctx.axis = axis``): any name, any value.
         def __getattr__(self, name: str) -> Any: ...
         def __setattr__(self, name: str, value: Any) -> None: ...
+
+    differentiable = True
+    """False for an op outside the graph (a comparison, ``argmax``, ``arange``): its output never
+    requires grad, it has no ``backward``, and ``apply`` builds no node for it, so its ``forward``
+    gets the backend as ``ctx`` (``ctx.xp`` works as in every op; there is nothing to save). It is
+    a Function all the same so that every tensor an op makes comes out of ``apply``, where a
+    tracer sees it (``tracing``)."""
 
     # -- what forward uses ------------------------------------------------------------
     def save_for_backward(self, *arrays: Array) -> None:
@@ -112,7 +126,8 @@ class Function:
     # -- the machinery ----------------------------------------------------------------
     @classmethod
     def apply(cls, *args: Any, **kwargs: Any) -> Tensor:
-        """Run the op on Tensors (or Python constants) and record it in the graph."""
+        """Run the op on Tensors (or Python constants), record it in the graph and report it to the
+        installed tracer, if any (``tracing.py``)."""
         # This loop runs for every operation: it is kept to the bare minimum (the per-op
         # cost of a small model is dominated by such Python bookkeeping, not arithmetic).
         first = None
@@ -131,29 +146,36 @@ class Function:
                 raw.append(a.data)
             else:
                 raw.append(a)
-        if first is None:
+        if first is not None:
+            backend = first._backend
+        elif "device" in kwargs:  # a tensor maker (full, arange): no Tensor in, the device is named
+            backend = get_backend(kwargs["device"])
+        else:
             raise TypeError(f"{cls.__name__.lower()}: needs at least one Tensor argument")
-        backend = first._backend
-        ctx = _new_object(cls)
-        ctx.xp = backend.xp
-        ctx.backend = backend
+        ctx: Any  # the node (a Function), or the backend for an op outside the graph
+        if cls.differentiable:
+            ctx = _new_object(cls)
+            ctx.xp = backend.xp
+            ctx.backend = backend
+        else:  # an op outside the graph: no node (see ``differentiable``)
+            ctx = backend
         try:
             out = cls.forward(ctx, *raw, **kwargs)
         except ValueError as e:
-            if isinstance(e, ShapeError):
+            if isinstance(e, ShapeError) or first is None:  # (a maker's error is not about shapes that meet)
                 raise
             shapes = " and ".join(str(tuple(a.shape)) for a in args if isinstance(a, Tensor))
             raise ShapeError(
                 f"{cls.__name__.lower()}: shapes {shapes} do not fit together ({e}); to broadcast, "
                 "shapes aligned from the right must be equal or 1 in each axis"
             ) from None
-        if requires_grad and grad_mode._enabled:
+        if requires_grad and grad_mode._enabled and cls.differentiable:
             ctx.inputs = args
-            result = Tensor._make(out, backend, ctx)
+            result = _make(out, backend, ctx)
         else:
-            result = Tensor._make(out, backend, None)
-        if tracing.active is not None:  # mt.onnx.export is recording this forward pass
-            tracing.active.function(cls, args, kwargs, result)
+            result = _make(out, backend, None)
+        if tracing.tracer is not None:  # the one hook of a tracer (mt.onnx.export): see tracing.py
+            tracing.tracer.function(cls, args, kwargs, result)
         return result
 
     def __repr__(self) -> str:
@@ -169,7 +191,7 @@ def _check_compatible(cls: type[Function], a: Tensor, b: Tensor) -> None:
             f"with .to({a.device!r}) or .to({b.device!r})"
         )
     da, db = a.data.dtype, b.data.dtype
-    if da.kind == "f" and db.kind == "f":
+    if da.kind == "f" and db.kind == "f" and cls.differentiable:  # (a comparison's bools drift nowhere)
         # NumPy would silently promote float32 to float64 (slow, and a model's dtype would
         # drift); PyTorch refuses in matmul. Refuse everywhere and say how to fix it.
         raise DTypeError(

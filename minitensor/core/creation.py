@@ -2,9 +2,10 @@
 
 from typing import Any
 
+from .autograd import Function
 from .backends import Backend, get_backend
 from .dtypes import as_dtype, float32
-from .tensor import Device, DType, Shape, Tensor, _traced, tensor  # noqa: F401  (tensor is re-exported)
+from .tensor import Device, DType, Shape, Tensor, tensor  # noqa: F401  (tensor is re-exported)
 
 
 def _shape(shape: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -14,12 +15,39 @@ def _shape(shape: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple(shape)
 
 
-def _leaf(
-    data: Any, backend: Backend, requires_grad: bool, shape: tuple[Any, ...] | None = None, fill: Any = None
-) -> Tensor:
+class Full(Function):
+    """A new array of ``shape`` filled with ``fill``: what ``zeros``, ``ones`` and ``full`` make.
+
+    A Function with no Tensor input (``apply`` takes its device from ``device=``), outside the
+    graph: it goes through ``apply`` so that a tracer sees it (``mt.onnx`` keeps a length of the
+    traced input in ``shape`` computed, ``zeros(batch_size, num_hiddens)``)."""
+
+    differentiable = False
+
+    @staticmethod
+    def forward(ctx: Any, shape: tuple[Any, ...], fill: Any, dtype: DType, device: Device) -> Any:
+        if fill == 0:  # zeros: calloc'd memory, which costs nothing until it is written
+            return ctx.xp.zeros(shape, dtype=dtype)
+        return ctx.xp.full(shape, fill, dtype=dtype)
+
+
+class Arange(Function):
+    """start, start + step, ... below stop, a 1-D array (``arange``); a maker as ``Full`` is."""
+
+    differentiable = False
+
+    @staticmethod
+    def forward(ctx: Any, start: float, stop: float, step: float, dtype: DType, device: Device) -> Any:
+        return ctx.xp.arange(start, stop, step, dtype=dtype)
+
+
+def _full(shape: tuple[Any, ...], fill: Any, dtype: DType, device: Device, requires_grad: bool) -> Tensor:
+    t = Full.apply(shape, fill, dtype=as_dtype(dtype) or float32, device=device)
+    return t.requires_grad_(True) if requires_grad else t
+
+
+def _leaf(data: Any, backend: Backend, requires_grad: bool) -> Tensor:
     t = Tensor._make(data, backend, None)
-    if shape is not None:  # zeros/ones/full: mt.onnx keeps a traced length in the shape computed
-        _traced("full", [shape, fill], {}, t)
     return t.requires_grad_(True) if requires_grad else t
 
 
@@ -29,15 +57,13 @@ def zeros(*shape: Shape, dtype: DType = None, device: Device = "cpu", requires_g
     ``dtype`` defaults to float32; ``device`` is ``"cpu"`` or ``"cuda"``; ``requires_grad=True``
     makes it a leaf that collects gradients (floating-point dtypes only).
     """
-    b, shape = get_backend(device), _shape(shape)
-    return _leaf(b.xp.zeros(shape, dtype=as_dtype(dtype) or float32), b, requires_grad, shape, 0)
+    return _full(_shape(shape), 0, dtype, device, requires_grad)
 
 
 def ones(*shape: Shape, dtype: DType = None, device: Device = "cpu", requires_grad: bool = False) -> Tensor:
     """A new leaf tensor of the given shape filled with 1: ``ones(2, 3)`` or ``ones((2, 3))``;
     ``dtype`` (default float32), ``device`` and ``requires_grad`` as for ``zeros``."""
-    b, shape = get_backend(device), _shape(shape)
-    return _leaf(b.xp.ones(shape, dtype=as_dtype(dtype) or float32), b, requires_grad, shape, 1)
+    return _full(_shape(shape), 1, dtype, device, requires_grad)
 
 
 def full(
@@ -45,9 +71,8 @@ def full(
 ) -> Tensor:
     """A new leaf tensor of shape ``shape`` (an int or a tuple) filled with ``fill_value``;
     ``dtype`` (default float32), ``device`` and ``requires_grad`` as for ``zeros``."""
-    b = get_backend(device)
     shape = (shape,) if isinstance(shape, int) else tuple(shape)
-    return _leaf(b.xp.full(shape, fill_value, dtype=as_dtype(dtype) or float32), b, requires_grad, shape, fill_value)
+    return _full(shape, fill_value, dtype, device, requires_grad)
 
 
 def arange(
@@ -56,13 +81,11 @@ def arange(
     """``arange(stop)`` or ``arange(start, stop, step=1)``: the numbers start, start + step, ...
     below ``stop``, as a 1-D tensor, like ``range``. Integers give int64, any float argument
     gives float32 (unless ``dtype`` says otherwise)."""
-    b = get_backend(device)
     if stop is None:
         start, stop = 0, start
     if dtype is None:
         dtype = "float32" if any(isinstance(v, float) for v in (start, stop, step)) else "int64"
-    out = Tensor._make(b.xp.arange(start, stop, step, dtype=as_dtype(dtype)), b, None)
-    return _traced("arange", [start, stop, step], {"dtype": out.data.dtype}, out)
+    return Arange.apply(start, stop, step, dtype=as_dtype(dtype), device=device)
 
 
 def randn(*shape: Shape, dtype: DType = None, device: Device = "cpu", requires_grad: bool = False) -> Tensor:

@@ -15,13 +15,12 @@ and ``mt.exp(x)`` are the same call.
 from __future__ import annotations
 
 import itertools
-import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy
 
-from . import _printing, grad_mode, tracing
+from . import _printing, grad_mode
 from .backends import Backend, get_backend
 from .dtypes import as_dtype
 from .errors import DeviceError, DTypeError, GraphError
@@ -111,8 +110,6 @@ class Tensor:
     def shape(self) -> tuple[int, ...]:
         """The length of every axis, a tuple of ints: ``(batch_size, num_steps, num_hiddens)`` for a
         batch of sequences of feature vectors, ``()`` for a 0-d tensor."""
-        if tracing.active is not None:  # mt.onnx.export: lengths that remember where they came from
-            return tracing.active.shape(self)
         return tuple(self.data.shape)
 
     @property
@@ -423,48 +420,48 @@ class Tensor:
 
     # -- comparisons and logic: bool tensors outside the graph (no useful derivative) -----------
     def __eq__(self, other: object) -> Tensor:  # type: ignore[override]  # elementwise, not a bool (as in PyTorch)
-        return _compare(operator.eq, self, other)
+        return _binary(Equal, self, other)
 
     def __ne__(self, other: object) -> Tensor:  # type: ignore[override]  # elementwise, as __eq__
-        return _compare(operator.ne, self, other)
+        return _binary(NotEqual, self, other)
 
     def __lt__(self, other: Tensor | Number) -> Tensor:
-        return _compare(operator.lt, self, other)
+        return _binary(Less, self, other)
 
     def __le__(self, other: Tensor | Number) -> Tensor:
-        return _compare(operator.le, self, other)
+        return _binary(LessEqual, self, other)
 
     def __gt__(self, other: Tensor | Number) -> Tensor:
-        return _compare(operator.gt, self, other)
+        return _binary(Greater, self, other)
 
     def __ge__(self, other: Tensor | Number) -> Tensor:
-        return _compare(operator.ge, self, other)
+        return _binary(GreaterEqual, self, other)
 
     __hash__ = object.__hash__  # == is elementwise (as in PyTorch), identity hashing stays
 
     def __and__(self, other: Tensor | bool) -> Tensor:
-        return _logical(operator.and_, self, other)
+        return And.apply(self, other)
 
     def __or__(self, other: Tensor | bool) -> Tensor:
-        return _logical(operator.or_, self, other)
+        return Or.apply(self, other)
 
     def __xor__(self, other: Tensor | bool) -> Tensor:
-        return _logical(operator.xor, self, other)
+        return Xor.apply(self, other)
 
     def __invert__(self) -> Tensor:
-        return _traced("invert", [self], {}, Tensor._make(~self.data, self._backend, None))
+        return Invert.apply(self)
 
     def any(self, axis: Axes | None = None) -> Tensor:
         """Whether any element is true (nonzero), over all or along ``axis``: a bool tensor."""
         if axis is not None:
             axis = normalize_axes(axis, self.ndim, "any")
-        return _traced("any", [self], {"axis": axis}, Tensor._make(self.data.any(axis=axis), self._backend, None))
+        return AnyTrue.apply(self, axis=axis)
 
     def all(self, axis: Axes | None = None) -> Tensor:
         """Whether every element is true (nonzero), over all or along ``axis``: a bool tensor."""
         if axis is not None:
             axis = normalize_axes(axis, self.ndim, "all")
-        return _traced("all", [self], {"axis": axis}, Tensor._make(self.data.all(axis=axis), self._backend, None))
+        return AllTrue.apply(self, axis=axis)
 
     # -- the ops as methods: ``x.exp()`` is ``mt.exp(x)``, same parameters ------------------------
     def neg(self) -> Tensor:
@@ -662,27 +659,6 @@ def _reflected(function: type[autograd.Function], a: Tensor, b: Any) -> Tensor:
     return function.apply(b, a)
 
 
-def _compare(compare: Callable[[Any, Any], Any], a: Tensor, b: Any) -> Tensor:
-    """``compare(a, b)`` (operator.eq, operator.lt...) elementwise, as a bool tensor outside the graph."""
-    a, b = promote(a, b)
-    out = Tensor._make(compare(a.data, b.data if isinstance(b, Tensor) else b), a._backend, None)
-    return _traced(compare.__name__, [a, b], {}, out)
-
-
-def _logical(combine: Callable[[Any, Any], Any], a: Tensor, b: Any) -> Tensor:
-    """``a & b``, ``a | b``, ``a ^ b`` on bool (or integer) tensors, outside the graph."""
-    out = Tensor._make(combine(a.data, b.data if isinstance(b, Tensor) else b), a._backend, None)
-    return _traced(combine.__name__.rstrip("_"), [a, b], {}, out)
-
-
-def _traced(name: str, inputs: list[Any], attrs: dict[str, Any], out: Tensor) -> Tensor:
-    """``out``, made outside the graph by ``name`` (a comparison, ``arange``...), reported to
-    ``mt.onnx.export`` when it is recording (see ``tracing``)."""
-    if tracing.active is not None:
-        tracing.active.plain(name, inputs, attrs, out)
-    return out
-
-
 def _is_dtype_name(name: str) -> bool:
     try:
         numpy.dtype(name)
@@ -729,6 +705,7 @@ def tensor(data: Any, requires_grad: bool = False, dtype: DType = None, device: 
 # minitensor/__init__.py imports this module before the others.
 from . import autograd, ops  # noqa: E402
 from .ops.axes import normalize_axes, normalize_axis  # noqa: E402
+from .ops.compare import AllTrue, And, AnyTrue, Equal, Greater, GreaterEqual, Invert, Less, LessEqual, NotEqual, Or, Xor  # noqa: E402
 from .ops.elementwise import Abs, Add, Div, Exp, Log, Mul, Neg, Pow, ReLU, Sigmoid, Sqrt, Sub, Tanh  # noqa: E402
 from .ops.indexing import normalize_index  # noqa: E402
 from .ops.matmul import MatMul  # noqa: E402

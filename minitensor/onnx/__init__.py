@@ -12,7 +12,7 @@ from . import recurrent  # noqa: F401  (registers the mappings of the recurrent 
 from .export import export
 from .graph import ExportError, GraphBuilder
 from .ops import MAPPINGS, mapping_of, maps
-from .trace import Node, SymDim, Trace, tracing
+from .trace import Node, SymDim, Trace, TracedTensor, tracing
 
 __all__ = [
     "ExportError",
@@ -21,6 +21,7 @@ __all__ = [
     "Node",
     "SymDim",
     "Trace",
+    "TracedTensor",
     "export",
     "mapping_of",
     "maps",

@@ -110,7 +110,7 @@ def export(module, example_inputs, path, *, input_names=None, output_names=None,
     was_training = module.training
     module.eval()
     try:
-        with tracing() as trace:
+        with tracing(*inputs) as trace:
             outputs = _as_tuple(module(*inputs))
     finally:
         module.train(was_training)

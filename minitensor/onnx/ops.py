@@ -27,7 +27,8 @@ import importlib
 import numpy
 
 from .. import Tensor
-from ..ops import convert, elementwise, entmax, indexing, join, norm, reduce, select, shape
+from ..creation import Arange, Full
+from ..ops import compare, convert, elementwise, entmax, indexing, join, norm, reduce, select, shape
 from .graph import ExportError, onnx_dtype
 from .trace import symbolic_shape
 
@@ -39,14 +40,12 @@ sparsemax_ = importlib.import_module("minitensor.ops.sparsemax")
 flash = importlib.import_module("minitensor.ops.flash_attention")
 
 MAPPINGS = {}
-"""{op: function(g, node) -> output name}: the ONNX form of each built-in op (a Function class, or
-the name of an op made outside the graph such as "lt" or "arange"); ``maps`` fills it."""
+"""{Function class: function(g, node) -> output name}: the ONNX form of each built-in op; ``maps`` fills it."""
 INT64_MAX = numpy.iinfo(numpy.int64).max
 
 
 def maps(*ops):
-    """Register the decorated function as the ONNX form of ``ops`` (Function classes, or the
-    names of ops made outside the graph: "lt", "arange"...)."""
+    """Register the decorated function as the ONNX form of ``ops`` (Function classes)."""
 
     def register(function):
         for op in ops:
@@ -173,9 +172,9 @@ def where(g, node):
     return g.op("Where", g.value(cond), g.value(a, dtype=like), g.value(b, dtype=like))
 
 
-@maps(convert.AsType, "astype")
+@maps(convert.AsType)
 def astype(g, node):
-    """a converted to the output's dtype (``astype``, or a cast made outside the graph by ``promote``)."""
+    """a converted to the output's dtype (``astype``, or a cast made by ``promote``)."""
     return g.op("Cast", g.value(node.args[0]), to=onnx_dtype(node.out.data.dtype))
 
 
@@ -682,12 +681,12 @@ def var(g, node):
 
 
 # -- ops made outside the graph (comparisons, masks, positions) -----------------------------------
-for _name, _onnx in [
-    ("lt", "Less"),
-    ("le", "LessOrEqual"),
-    ("gt", "Greater"),
-    ("ge", "GreaterOrEqual"),
-    ("eq", "Equal"),
+for _op, _onnx in [
+    (compare.Less, "Less"),
+    (compare.LessEqual, "LessOrEqual"),
+    (compare.Greater, "Greater"),
+    (compare.GreaterEqual, "GreaterOrEqual"),
+    (compare.Equal, "Equal"),
 ]:
 
     def _compare(g, node, _onnx=_onnx):
@@ -695,17 +694,17 @@ for _name, _onnx in [
         a, b = node.args
         return g.op(_onnx, g.value(a), g.value(b, dtype=a.data.dtype))
 
-    MAPPINGS[_name] = _compare
+    MAPPINGS[_op] = _compare
 
 
-@maps("ne")
+@maps(compare.NotEqual)
 def not_equal(g, node):
     """a != b elementwise, as bools."""
     a, b = node.args
     return g.op("Not", g.op("Equal", g.value(a), g.value(b, dtype=a.data.dtype)))
 
 
-for _name, _onnx in [("and", "And"), ("or", "Or"), ("xor", "Xor")]:
+for _op, _onnx in [(compare.And, "And"), (compare.Or, "Or"), (compare.Xor, "Xor")]:
 
     def _logical(g, node, _onnx=_onnx):
         """a & b, a | b, a ^ b of bool tensors."""
@@ -714,10 +713,10 @@ for _name, _onnx in [("and", "And"), ("or", "Or"), ("xor", "Xor")]:
             raise ExportError(f"mt.onnx: {_onnx.lower()} of {a.data.dtype} tensors (bitwise) cannot be exported")
         return g.op(_onnx, g.value(a), g.value(b, dtype=numpy.bool_))
 
-    MAPPINGS[_name] = _logical
+    MAPPINGS[_op] = _logical
 
 
-@maps("invert")
+@maps(compare.Invert)
 def invert(g, node):
     """~a of a bool tensor."""
     (a,) = node.args
@@ -726,18 +725,18 @@ def invert(g, node):
     return g.op("Not", g.value(a))
 
 
-@maps("any", "all")
+@maps(compare.AnyTrue, compare.AllTrue)
 def any_all(g, node):
     """Whether any / every element along ``axis`` is True."""
     (a,) = node.args
     axis = node.kwargs.get("axis")
     as_int = g.op("Cast", g.value(a), to=onnx_dtype(numpy.int64))
     attrs = {"keepdims": 0} | ({} if axis is None else {"axes": [int(x) for x in numpy.atleast_1d(axis)]})
-    reduced = g.op("ReduceMax" if node.op == "any" else "ReduceMin", as_int, **attrs)
+    reduced = g.op("ReduceMax" if node.op is compare.AnyTrue else "ReduceMin", as_int, **attrs)
     return g.op("Cast", reduced, to=onnx_dtype(numpy.bool_))
 
 
-@maps("arange")
+@maps(Arange)
 def arange(g, node):
     """start, start + step, ... below stop (the bounds may be traced lengths)."""
     start, stop, step = node.args
@@ -751,7 +750,7 @@ def arange(g, node):
     return g.op("Range", *values)
 
 
-@maps("argmax", "argmin")
+@maps(reduce.ArgMax, reduce.ArgMin)
 def arg_extreme(g, node):
     """The index of the largest / smallest element along ``axis`` (of all, flattened, by default)."""
     (a,) = node.args
@@ -759,10 +758,10 @@ def arg_extreme(g, node):
     x = g.value(a)
     if axis is None:
         x, axis = g.op("Reshape", x, g.shape((-1,))), 0
-    return g.op("ArgMax" if node.op == "argmax" else "ArgMin", x, axis=axis, keepdims=int(bool(keepdims)))
+    return g.op("ArgMax" if node.op is reduce.ArgMax else "ArgMin", x, axis=axis, keepdims=int(bool(keepdims)))
 
 
-@maps("full")
+@maps(Full)
 def full(g, node):
     """zeros / ones / full of a shape that may hold traced lengths: ConstantOfShape."""
     shape, fill = node.args

@@ -4,15 +4,19 @@ The autograd graph is not enough to export a model: it records only what needs a
 so it misses what runs under ``no_grad``, the masks built by comparisons and ``arange``, and
 -- most of all -- the shape arithmetic. ``reshape(batch_size, num_steps, num_heads, -1)``
 asks for the lengths of *this* input; exported as numbers, the graph would accept that one
-size only. So, while ``tracing()`` is on:
+size only. So ``tracing(*inputs)`` installs a ``Trace`` at the engine's one hook for a tracer
+(``minitensor/core/tracing.py``: ``Function.apply`` reports every op to it), and then:
 
-- every ``Function.apply`` and every tensor made outside the graph (a comparison, ``arange``,
-  ``argmax``, a cast) is appended to ``Trace.nodes`` with its inputs, its other arguments
-  and its output tensor;
-- ``Tensor.shape`` returns ``SymDim``s: ints with their value in this pass that also remember
-  how to compute them, ``("dim", tensor, axis)``, and what arithmetic made them from others
-  (``t.shape[1] // 2`` is ``("floordiv", ("dim", t, 1), 2)``). Comparisons and ``int()``
-  give plain numbers: Python ``if``s take this pass's branch, as every tracer does.
+- every op -- the differentiable ones and those outside the graph alike (a comparison,
+  ``arange``, ``argmax``, ``zeros``: Functions too) -- is appended to ``Trace.nodes`` with its
+  inputs, its other arguments and its output tensor;
+- that output, and each example input, becomes a ``TracedTensor`` for the length of the trace:
+  the same tensor, whose ``shape`` gives ``SymDim``s, ints with their value in this pass that
+  also remember how to compute them, ``("dim", tensor, axis)``, and what arithmetic made them
+  from others (``t.shape[1] // 2`` is ``("floordiv", ("dim", t, 1), 2)``). Comparisons and
+  ``int()`` give plain numbers: Python ``if``s take this pass's branch, as every tracer does.
+  A tensor made before the trace (a parameter, a buffer) keeps plain lengths: it is a
+  constant of the graph. When the trace ends every TracedTensor is a plain ``Tensor`` again.
 
 ``mt.onnx.export`` then turns the nodes into ONNX operators (``onnx/ops.py``).
 """
@@ -20,8 +24,9 @@ size only. So, while ``tracing()`` is on:
 import contextlib
 import operator
 
-from ..core import tracing as seam  # the engine's one hook for a tracer
+from .. import Tensor
 from ..grad_mode import no_grad
+from ..tracing import install
 
 
 class SymDim(int):
@@ -67,9 +72,8 @@ SymDim.__index__ = lambda self: int(self)
 
 
 class Node:
-    """One recorded op: ``op`` (a Function subclass, or the name of an op made outside the
-    graph: "lt", "arange", "astype"...), its positional ``args`` and keyword ``kwargs`` as
-    the call got them (Tensors, numbers, SymDims, tuples of them), and its ``out`` Tensor."""
+    """One recorded op: ``op`` (the Function class), its positional ``args`` and keyword ``kwargs``
+    as the call got them (Tensors, numbers, SymDims, tuples of them), and its ``out`` Tensor."""
 
     __slots__ = ("op", "args", "kwargs", "out")
 
@@ -78,10 +82,26 @@ class Node:
 
     @property
     def name(self):
-        return self.op.__name__ if isinstance(self.op, type) else self.op
+        return self.op.__name__
 
     def __repr__(self):
         return f"Node({self.name}, out shape {tuple(self.out.data.shape)})"
+
+
+class TracedTensor(Tensor):
+    """A tensor of the pass being traced: the same Tensor, whose ``shape`` is ``SymDim``s.
+
+    The tracer gives this class to the example inputs and to every tensor an op makes while
+    it runs, and gives them back ``Tensor`` when the trace ends (``Trace.end``): the engine's
+    ``Tensor.shape`` stays plain code, and no tensor outlives the trace with symbolic lengths.
+    """
+
+    __slots__ = ()  # the same layout as Tensor's, so that a tensor can change class
+
+    @property
+    def shape(self):
+        """The lengths as SymDims: plain ints of this pass that remember where they came from."""
+        return symbolic_shape(self)
 
 
 class Trace:
@@ -89,15 +109,24 @@ class Trace:
 
     def __init__(self):
         self.nodes = []
+        self._traced = []  # the tensors made TracedTensors, to be given back their class
 
     def function(self, cls, args, kwargs, out):
+        """The engine's hook: ``Function.apply`` ran ``cls`` on ``args``, ``kwargs`` and made ``out``."""
         self.nodes.append(Node(cls, args, kwargs, out))
+        self.watch(out)
 
-    def plain(self, name, inputs, attrs, out):
-        self.nodes.append(Node(name, inputs, attrs, out))
+    def watch(self, tensor):
+        """Read ``tensor``'s lengths as SymDims until the trace ends (an input of the pass)."""
+        if type(tensor) is Tensor:  # (a Parameter or another subclass keeps its class and plain lengths)
+            tensor.__class__ = TracedTensor
+            self._traced.append(tensor)
 
-    def shape(self, tensor):
-        return symbolic_shape(tensor)
+    def end(self):
+        """Every tensor of the trace a plain Tensor again (the outputs, the inputs, a cached state)."""
+        for t in self._traced:
+            t.__class__ = Tensor
+        self._traced.clear()
 
 
 def symbolic_shape(tensor):
@@ -106,15 +135,16 @@ def symbolic_shape(tensor):
 
 
 @contextlib.contextmanager
-def tracing():
+def tracing(*inputs):
     """Record every op run inside the block into the ``Trace`` it yields (no gradients: export
-    is of the forward pass). Traces do not nest."""
-    if seam.active is not None:
-        raise RuntimeError("mt.onnx: a forward pass is already being traced (traces do not nest)")
+    is of the forward pass). The lengths of ``inputs`` (Tensors; anything else is passed over)
+    and of every tensor made inside are SymDims while it runs. Traces do not nest."""
     trace = Trace()
-    seam.active = trace
-    try:
-        with no_grad():
+    with install(trace), no_grad():
+        try:
+            for x in inputs:
+                if isinstance(x, Tensor):
+                    trace.watch(x)
             yield trace
-    finally:
-        seam.active = None
+        finally:
+            trace.end()

@@ -138,6 +138,12 @@ print("from-scratch gradients == minitensor's == the chain rule by hand")
 # 而两个静态方法则定义在它的类中。`Function.apply`（`minitensor/core/autograd.py`）
 # 取出张量中的数组，在原始数组上调用 `forward`，再把结果包装成张量并附上 `ctx`——
 # 但只有当某个输入需要梯度、且不在 `mt.no_grad()` 之内时才这样做。
+#
+# 运算产生的每一个张量都出自 `apply`，即使其中没有梯度：比较、`argmax`、`arange` 和 `zeros`
+# 都是声明为 `differentiable = False` 的 Function（`minitensor/core/ops/compare.py`），
+# `apply` 不为它们建立节点。于是 `apply` 成了工具观察一次前向传播的唯一位置：用
+# `mt.tracing.install` 安装的*追踪器*（tracer，`minitensor/core/tracing.py`）会得知每个运算、
+# 它的参数和它的输出。`mt.onnx.export` 就是这样记录模型的；引擎的其他部分并不知道追踪器的存在。
 
 # %%
 x = mt.randn(2, 3, requires_grad=True)
@@ -149,6 +155,17 @@ print("Mul saved for backward:", [tuple(s.shape) for s in y.grad_fn.saved], "(a 
 with mt.no_grad():
     z = x * w
 assert z.grad_fn is None and not z.requires_grad, "no graph is recorded under no_grad"
+mask = x > 0  # 比较也是一个 Function，声明为 differentiable = False
+assert mask.grad_fn is None and not mask.requires_grad, "an op outside the graph builds no node"
+
+
+class Printer:  # 一个追踪器：Function.apply 把每个运算报告给已安装的那一个
+    def function(self, cls, args, kwargs, out):
+        print(f"  {cls.__name__} made a tensor of shape {out.shape}")
+
+
+with mt.tracing.install(Printer()):
+    (x * w > 0).any()
 
 # %% [markdown]
 # ## 我们自己的 Function
@@ -891,10 +908,12 @@ print(f"this process: rank {here.rank} of {here.size}")
 #
 # * `minitensor/core/tensor.py` —— `Tensor`：`data`、`grad`、`requires_grad`、`grad_fn`（`_ctx`）、
 #   创建编号 `_seq`，以及类体中的每个运算符：`x * w` 就是 `Tensor.__mul__`，一行调用 `Mul.apply` 的代码；
-# * `minitensor/core/autograd.py` —— `Function`（`apply`、`save_for_backward`、`needs_input_grad`）、
-#   `backward`（堆）、`sum_to_shape`（撤销广播）、`_accumulate`
+# * `minitensor/core/autograd.py` —— `Function`（`apply`、`save_for_backward`、`needs_input_grad`、
+#   `differentiable`）、`backward`（堆）、`sum_to_shape`（撤销广播）、`_accumulate`
 #   （叶子节点如何像 PyTorch 那样，不加复制地接收一个别处都不持有的梯度）；
+#   `minitensor/core/tracing.py` —— 追踪器安装的唯一钩子；
 # * `minitensor/core/ops/elementwise.py` —— 最简单的运算，每个运算的前向都紧挨着它的反向；
+#   `minitensor/core/ops/compare.py` —— 比较运算，在计算图之外；
 #   `minitensor/core/ops/softmax.py` —— 建立在这些核之上的 softmax Function；
 # * `minitensor/core/gradcheck.py` —— `mt.gradcheck`；
 # * `minitensor/core/kernels/cpu.py`（融合的 numba 核）和 `minitensor/core/kernels/reference.py`

@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy
 
-from ..tensor import DType, Tensor, _traced, tensor
+from ..tensor import DType, Tensor, tensor
+from .convert import AsType
 
 _NUMBER = (int, float, bool)
 
@@ -43,6 +44,5 @@ def promote(a: Any, b: Any) -> tuple[Tensor, Any]:
 
 
 def _as_float(t: Tensor, dtype: DType) -> Tensor:
-    """A float copy of integer data, outside the graph (integers carry no gradient)."""
-    out = Tensor._make(t.data.astype(dtype or "float32"), t._backend, None)
-    return _traced("astype", [t], {"dtype": out.data.dtype}, out)
+    """A float copy of integer data (outside the graph: integers carry no gradient)."""
+    return AsType.apply(t, dtype or "float32")

@@ -10,7 +10,7 @@ import builtins
 from typing import Any
 
 from ..autograd import Function, Grads
-from ..tensor import Array, Axes, Tensor, _traced
+from ..tensor import Array, Axes, Tensor
 from .axes import normalize_axes, normalize_axis
 
 
@@ -149,22 +149,42 @@ def var(a: Tensor, axis: Axes | None = None, keepdims: bool = False, correction:
     return Var.apply(a, axis=axis, keepdims=keepdims, correction=correction)
 
 
-def _arg_extreme(a: Tensor, which: str, axis: int | None, keepdims: bool) -> Tensor:
-    if axis is not None:
-        axis = normalize_axis(axis, a.ndim, which)
-    out = getattr(a.data, which)(axis=axis)
+class ArgMax(Function):
+    """The position of the largest element along ``axis`` (of all, flattened, when None), int64.
+    Not differentiable: a position has no gradient (``differentiable = False``)."""
+
+    differentiable = False
+
+    @staticmethod
+    def forward(ctx: Any, a: Array, axis: int | None, keepdims: bool) -> Array:
+        return _positions(ctx.xp, a.argmax(axis=axis), axis, keepdims)
+
+
+class ArgMin(Function):
+    """The position of the smallest element along ``axis``, as ``ArgMax``."""
+
+    differentiable = False
+
+    @staticmethod
+    def forward(ctx: Any, a: Array, axis: int | None, keepdims: bool) -> Array:
+        return _positions(ctx.xp, a.argmin(axis=axis), axis, keepdims)
+
+
+def _positions(xp: Any, out: Array, axis: int | None, keepdims: bool) -> Array:
     if keepdims and axis is not None:
-        out = a._backend.xp.expand_dims(out, axis)
-    return _traced(
-        which, [a], {"axis": axis, "keepdims": keepdims}, Tensor._make(out.astype("int64"), a._backend, None)
-    )
+        out = xp.expand_dims(out, axis)
+    return out.astype("int64")
 
 
 def argmax(a: Tensor, axis: int | None = None, keepdims: bool = False) -> Tensor:
     """Positions of the maxima (an int64 tensor, not differentiable)."""
-    return _arg_extreme(a, "argmax", axis, keepdims)
+    if axis is not None:
+        axis = normalize_axis(axis, a.ndim, "argmax")
+    return ArgMax.apply(a, axis=axis, keepdims=keepdims)
 
 
 def argmin(a: Tensor, axis: int | None = None, keepdims: bool = False) -> Tensor:
     """Positions of the minima (an int64 tensor, not differentiable)."""
-    return _arg_extreme(a, "argmin", axis, keepdims)
+    if axis is not None:
+        axis = normalize_axis(axis, a.ndim, "argmin")
+    return ArgMin.apply(a, axis=axis, keepdims=keepdims)
