@@ -149,3 +149,20 @@ def test_the_readme_states_the_sizes_it_claims():
     for stated, actual, what in ((stated_core, core, "core"), (stated_engine, engine, "engine")):
         number = int(stated.group(1).replace(",", ""))
         assert abs(number - actual) <= 0.1 * actual, f"the README says the {what} is {number} lines; it is {actual}"
+
+
+def test_the_public_paths_finder_answers_for_engine_names_alone():
+    """What ``import minitensor`` adds to the import system answers for minitensor.<engine
+    module> and declines everything else: other packages, the applications, typos."""
+    import sys
+
+    import minitensor as mt
+
+    finders = [f for f in sys.meta_path if type(f).__module__ == "minitensor"]
+    assert len(finders) == 1
+    finder = finders[0]
+    for name in ("numpy", "json", "minitensor", "minitensor.core.nn", "minitensor.train", "minitensor.nope"):
+        assert finder.find_spec(name) is None, name
+    assert finder.find_spec("minitensor.optim") is not None
+    assert finder.find_spec("minitensor.tensor") is None  # mt.tensor is the function; its module is core.tensor
+    assert callable(mt.tensor) and callable(mt.gradcheck)
