@@ -67,7 +67,14 @@ class PositionWiseFFN(Module):
     """
 
     def __init__(
-        self, ffn_num_input, ffn_num_hiddens, ffn_num_outputs=None, dtype=None, device=None, activation="relu", bias=True
+        self,
+        ffn_num_input,
+        ffn_num_hiddens,
+        ffn_num_outputs=None,
+        dtype=None,
+        device=None,
+        activation="relu",
+        bias=True,
     ):
         super().__init__()
         ffn_num_outputs = ffn_num_outputs or ffn_num_input
@@ -299,7 +306,9 @@ class TransformerEncoderBlock(Module):
             device=device,
         )
         self.addnorm1 = AddNorm(c.num_hiddens, c.dropout, c.norm_first, dtype=dtype, device=device, bias=c.bias)
-        self.ffn = PositionWiseFFN(c.num_hiddens, c.ffn_num_hiddens, c.num_hiddens, dtype=dtype, device=device, **ffn_args(c))
+        self.ffn = PositionWiseFFN(
+            c.num_hiddens, c.ffn_num_hiddens, c.num_hiddens, dtype=dtype, device=device, **ffn_args(c)
+        )
         self.addnorm2 = AddNorm(c.num_hiddens, c.dropout, c.norm_first, dtype=dtype, device=device, bias=c.bias)
 
     def forward(self, X, valid_lens=None):
@@ -431,7 +440,9 @@ class TransformerDecoderBlock(Module):
             self.addnorm2 = AddNorm(c.num_hiddens, c.dropout, c.norm_first, dtype=dtype, device=device, bias=c.bias)
         else:
             self.attention2 = self.addnorm2 = None
-        self.ffn = PositionWiseFFN(c.num_hiddens, c.ffn_num_hiddens, c.num_hiddens, dtype=dtype, device=device, **ffn_args(c))
+        self.ffn = PositionWiseFFN(
+            c.num_hiddens, c.ffn_num_hiddens, c.num_hiddens, dtype=dtype, device=device, **ffn_args(c)
+        )
         self.addnorm3 = AddNorm(c.num_hiddens, c.dropout, c.norm_first, dtype=dtype, device=device, bias=c.bias)
 
     def forward(self, X, state):
