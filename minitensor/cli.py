@@ -19,12 +19,13 @@ import warnings
 import minitensor as mt
 
 from . import demo, errors
+from .data.tasks import TEXTS
 from .inference import SAMPLE_TEMPERATURE, generate, translate
 from .nn import Seq2SeqConfig, TransformerConfig
 from .train.checkpoint import CheckpointError, find_checkpoint, load_checkpoint
 from .train.config import (
-    FUSED,
     ACTIVATIONS,
+    FUSED,
     INITS,
     LM_RECIPE,
     MODELS,
@@ -54,7 +55,6 @@ from .train.distributed import (
     usable_cpus,
     world,
 )
-from .data.tasks import TEXTS
 from .train.loop import TrainingError, train
 from .train.plots import plot_cross_attention, plot_seq2seq_attention
 from .train.run import BEST_DIR, CHECKPOINT_DIR, holds_run, load_run_checkpoint, nothing_to_resume
@@ -650,7 +650,12 @@ def _add_train_parser(sub, common, help_recipe=None):
         help="AdamW decays every parameter (the behaviour before 2-axis-only decay: matrices and embeddings, "
         "not biases and LayerNorm gains)",
     )
-    opt.add_argument("--betas", type=_betas, metavar="B1,B2", help="Adam's betas (default 0.9,0.999)")
+    opt.add_argument(
+        "--betas",
+        type=_betas,
+        metavar="B1,B2",
+        help="Adam's beta1 and beta2 (without it: the optimiser's own, 0.9 and 0.999)",
+    )
     opt.add_argument("--min-lr", type=float, help="where the cosine schedule ends")
     opt.add_argument("--schedule", choices=SCHEDULES, help="cosine and noam warm up first")
     opt.add_argument("--warmup-steps", type=int, help=f"default: {WARMUP_FRACTION * 100:g}%% of the steps")
