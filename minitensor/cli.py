@@ -19,14 +19,18 @@ import warnings
 import minitensor as mt
 
 from . import demo, errors
+from .data.tasks import TEXTS
 from .inference import SAMPLE_TEMPERATURE, generate, translate
 from .nn import Seq2SeqConfig, TransformerConfig
 from .train.checkpoint import CheckpointError, find_checkpoint, load_checkpoint
 from .train.config import (
+    ACTIVATIONS,
     FUSED,
+    INITS,
     LM_RECIPE,
     MODELS,
     OPTIMIZERS,
+    PRESETS,
     SCHEDULES,
     TASKS,
     WARMUP_FRACTION,
@@ -80,6 +84,17 @@ def _at_least(low):
         return value
 
     return convert
+
+
+def _betas(text):
+    """``--betas 0.9,0.99`` -> [0.9, 0.99]."""
+    try:
+        betas = [float(b) for b in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected two numbers, e.g. 0.9,0.99, got {text!r}") from None
+    if len(betas) != 2 or not all(0 <= b < 1 for b in betas):
+        raise argparse.ArgumentTypeError(f"expected two numbers in [0, 1), e.g. 0.9,0.99, got {text!r}")
+    return betas
 
 
 def _positive_number(text):
@@ -149,6 +164,9 @@ _NOT_SET_BY_OWN_FLAG = {
     "progress": "--no-progress sets it to False",
     "out": "--out, or runs/<task> without it (default_out): where the run lives, not a setting",
     "eval_batch_size": None,  # no flag: how many held-out examples are evaluated at once (the Python API's)
+    # no flag: False only in configs saved before it (positional tables of max(1000, lm_num_steps) rows);
+    # --positional-opt max_len=N sets a table's length
+    "lm_context_tables": None,
 }
 # the fields set by the flag of their own name, in TrainConfig's order
 _OWN_FLAG_FIELDS = tuple(f.name for f in dataclasses.fields(TrainConfig) if f.name not in _NOT_SET_BY_OWN_FLAG)
@@ -186,6 +204,8 @@ def default_out(args):
         return args.out
     if args.text:
         return "runs/lm"
+    if args.preset:
+        return f"runs/{args.preset}"
     return "runs/corpus" if args.data else f"runs/{args.task or TrainConfig.task}"
 
 
@@ -193,7 +213,10 @@ def config_from_args(args):
     """A TrainConfig from ``minitensor train``'s arguments (flags left out keep the defaults,
     the model's: a character LM has its own sizes)."""
     given = explicit_settings(args)
-    return TrainConfig.recipe(given.pop("model", TrainConfig.model), out=default_out(args), **given)
+    if args.preset:
+        given.setdefault("text", os.path.abspath(TEXTS["tinyshakespeare"]))  # the text shipped for the presets
+        given.pop("model", None)  # --text's "lm": the preset's own
+    return TrainConfig.recipe(given.pop("model", TrainConfig.model), args.preset, out=default_out(args), **given)
 
 
 def _resumed_config(args):
@@ -458,28 +481,51 @@ def _common_options():
 _DERIVED_DEFAULTS = {"out", "model", "task"}
 
 
-def _show_defaults(parser):
+def _help_recipe(argv):
+    """What ``minitensor train ... --help`` shows the defaults of: (the recipe's settings, how the
+    command line chose it) for ``--preset NAME`` or ``--text``, else None (the field defaults)."""
+    argv = list(argv or ())
+    for i, arg in enumerate(argv):
+        name = arg.removeprefix("--preset=") if arg.startswith("--preset=") else None
+        if arg == "--preset" and i + 1 < len(argv):
+            name = argv[i + 1]
+        if name in PRESETS:
+            return PRESETS[name], f"--preset {name}"
+    if "--text" in argv or any(a.startswith("--text=") for a in argv):
+        return LM_RECIPE, "--text"
+    return None
+
+
+def _show_defaults(parser, recipe=None):
     """End each flag's help with its default as ``TrainConfig`` holds it (the one place defaults
     live: config.py), and the character LM's where its recipe (``LM_RECIPE``) differs, so that
-    ``--help`` never restates a number that could change without it."""
+    ``--help`` never restates a number that could change without it. With ``recipe`` (see
+    ``_help_recipe``: ``--help`` after ``--preset NAME`` or ``--text FILE``), the defaults shown
+    are those that apply to that command, the recipe's marked as such."""
     defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+    settings, chosen_by = recipe or ({}, None)
     for action in parser._actions:
         name = action.dest
         default = defaults.get(name, dataclasses.MISSING)
         if name in _DERIVED_DEFAULTS or default is dataclasses.MISSING:
             continue
+        from_recipe = name in settings and settings[name] != default
+        default = settings.get(name, default)
+        mark = f" ({chosen_by})" if from_recipe else ""
         if isinstance(default, bool):  # --norm-first / --no-norm-first: which one holds without either
             if isinstance(action, argparse.BooleanOptionalAction):
-                action.help = f"{action.help}; default {action.option_strings[0 if default else 1]}"
+                action.help = f"{action.help}; default {action.option_strings[0 if default else 1]}{mark}"
             continue
-        parts = [] if default is None else [f"default {default}"]
-        if name in LM_RECIPE and LM_RECIPE[name] != default:
+        if isinstance(default, list):  # --betas 0.9,0.99
+            default = ",".join(map(str, default))
+        parts = [] if default is None else [f"default {default}{mark}"]
+        if recipe is None and name in LM_RECIPE and LM_RECIPE[name] != default:
             parts.append(f"{LM_RECIPE[name]} for --text (the character LM)")
         if parts:
             action.help = "; ".join(([action.help] if action.help else []) + parts)
 
 
-def _add_train_parser(sub, common):
+def _add_train_parser(sub, common, help_recipe=None):
     p = sub.add_parser(
         "train",
         parents=[common],
@@ -506,6 +552,19 @@ def _add_train_parser(sub, common):
     )
     data.add_argument("--max-examples", type=int, help="read only this many corpus lines / text characters")
     data.add_argument("--lm-num-steps", type=int, help="window length of the language model")
+    data.add_argument(
+        "--special-tokens",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="a text LM's vocabulary holds <pad>, <bos>, <eos> and <unk> beside the characters",
+    )
+    data.add_argument(
+        "--preset",
+        choices=tuple(PRESETS),
+        help="a recipe by name, which flags given beside it override: gpt-char is nanoGPT's shakespeare_char "
+        "on a CPU (4 blocks of 128, context 64, 2000 steps), gpt-char-gpu its GPU recipe (6 blocks of 384, "
+        "context 256, 5000 steps); without --text they train on the Tiny Shakespeare shipped with minitensor",
+    )
     model = p.add_argument_group("model")
     model.add_argument("--model", choices=MODELS, help=f"default: {TrainConfig.model} (lm with --text)")
     model.add_argument(
@@ -557,6 +616,25 @@ def _add_train_parser(sub, common):
         help="pre-LN blocks (stable at a high learning rate); --no-norm-first "
         "gives the book's post-LN form (then --dropout 0.1 --lr 3e-3 is the book's recipe)",
     )
+    model.add_argument("--activation", choices=ACTIVATIONS, help="the FFN's nonlinearity (gelu: GPT's)")
+    model.add_argument(
+        "--bias",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="biases in the FFN, the LayerNorms and the output layer",
+    )
+    model.add_argument(
+        "--tie-embeddings",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="the output layer reuses the token embedding's weight (GPT-2)",
+    )
+    model.add_argument(
+        "--init",
+        choices=INITS,
+        help="weight initialisation: d2l (each layer's default) or gpt2 (N(0, 0.02^2), residual projections "
+        "scaled by 1/sqrt(2 num_blks), embeddings unscaled)",
+    )
     opt = p.add_argument_group("optimisation")
     length = opt.add_mutually_exclusive_group()
     length.add_argument("--epochs", type=int)
@@ -565,6 +643,20 @@ def _add_train_parser(sub, common):
     opt.add_argument("--lr", type=float, help="peak learning rate")
     opt.add_argument("--optimizer", choices=OPTIMIZERS)
     opt.add_argument("--weight-decay", type=float)
+    opt.add_argument(
+        "--decay-all",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="AdamW decays every parameter (the behaviour before 2-axis-only decay: matrices and embeddings, "
+        "not biases and LayerNorm gains)",
+    )
+    opt.add_argument(
+        "--betas",
+        type=_betas,
+        metavar="B1,B2",
+        help="Adam's beta1 and beta2 (without it: the optimiser's own, 0.9 and 0.999)",
+    )
+    opt.add_argument("--min-lr", type=float, help="where the cosine schedule ends")
     opt.add_argument("--schedule", choices=SCHEDULES, help="cosine and noam warm up first")
     opt.add_argument("--warmup-steps", type=int, help=f"default: {WARMUP_FRACTION * 100:g}%% of the steps")
     opt.add_argument("--label-smoothing", type=float)
@@ -572,6 +664,14 @@ def _add_train_parser(sub, common):
     run = p.add_argument_group("run")
     run.add_argument("--device", help="cpu or cuda (needs the gpu extra and an NVIDIA GPU)")
     run.add_argument("--seed", type=int)
+    run.add_argument(
+        "--eval-interval",
+        type=int,
+        metavar="N",
+        help="every N steps, log the mean loss of --eval-iters random minibatches of the training and held-out "
+        "sets (step N: train loss X, val loss Y)",
+    )
+    run.add_argument("--eval-iters", type=int, metavar="K", help="minibatches per --eval-interval estimate")
     run.add_argument(
         "--workers",
         type=int,
@@ -605,7 +705,7 @@ def _add_train_parser(sub, common):
     )
     run.add_argument("--no-progress", action="store_true", help="no progress bar (also off when not a terminal)")
     p.set_defaults(func=_train)
-    _show_defaults(p)
+    _show_defaults(p, help_recipe)
 
     where = "a run folder (its best/ weights, else its latest checkpoint/) or a checkpoint folder"
     t = sub.add_parser("translate", parents=[common], help="translate text with a trained encoder-decoder checkpoint")
@@ -698,8 +798,9 @@ def _add_train_parser(sub, common):
     e.set_defaults(func=_explain)
 
 
-def build_parser():
-    """The ``minitensor`` argument parser with every subcommand."""
+def build_parser(argv=None):
+    """The ``minitensor`` argument parser with every subcommand; ``argv``, the command line it is
+    for, chooses the defaults ``train --help`` shows (``--preset NAME``'s, ``--text``'s)."""
     common = _common_options()
     # the common options belong to the subcommands only: argparse lets a subcommand's defaults
     # overwrite the same option given before it, so `minitensor --debug train` would lose it
@@ -723,7 +824,7 @@ def build_parser():
     demo_parser.add_argument("--seed", type=_at_least(0), default=0)
     demo_parser.add_argument("--device", default="cpu")
     demo_parser.set_defaults(func=_demo)
-    _add_train_parser(sub, common)
+    _add_train_parser(sub, common, _help_recipe(argv))
     return parser
 
 
@@ -799,7 +900,7 @@ def _run(args):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = build_parser().parse_args(argv)
+    args = build_parser(argv).parse_args(argv)
     args.argv = argv  # --workers starts mpiexec with this same command line
     prog = f"minitensor {args.command}" if args.command else "minitensor"
     if launched_size() > 1:  # one of the processes of `mpiexec -n N minitensor train`: say which

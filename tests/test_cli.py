@@ -63,6 +63,8 @@ def _a_value_for(action, default):
     if action.choices:
         choice = next(c for c in reversed(action.choices) if c != default)
         return [action.option_strings[0], choice], choice
+    if action.type is cli._betas:  # --betas B1,B2: a pair
+        return [action.option_strings[0], "0.5,0.75"], [0.5, 0.75]
     value = {int: 3, float: 0.25}.get(action.type, "x")
     assert value != default
     return [action.option_strings[0], str(value)], value
@@ -83,9 +85,11 @@ def test_every_train_config_field_has_its_flag_or_is_listed_as_set_otherwise():
         if how is not None:  # set by another flag: the one the error messages name exists
             assert flag_of(name) in option_strings, name
     # and the other way round: every flag of `minitensor train` sets a field, or runs the command
-    # (--oversubscribe only lets --workers start more processes: the model and run are the same)
+    # (--oversubscribe only lets --workers start more processes: the model and run are the same;
+    # --preset NAME sets many fields at once, each of which has its own flag)
     setting_dests = {flag_of(name).removeprefix("--").replace("-", "_") for name in fields}
-    assert set(actions) - setting_dests == {"help", "plugin", "debug", "resume", "overwrite", "oversubscribe"}
+    expected = {"help", "plugin", "debug", "resume", "overwrite", "oversubscribe", "preset"}
+    assert set(actions) - setting_dests == expected
 
 
 def test_each_flag_of_a_field_sets_that_field_and_nothing_else():

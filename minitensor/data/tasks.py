@@ -156,11 +156,16 @@ def sort_task(num_examples, min_len=1, max_len=10, alphabet=DEFAULT_ALPHABET, rn
 
 # The example text: H. G. Wells' "The Time Machine", the novel D2L's language models read
 # (D2L 9.2; zh 8.2), public domain; texts/README.md gives its source.
-TEXTS = {"time_machine": os.path.join(os.path.dirname(os.path.abspath(__file__)), "texts", "time_machine.txt")}
+_TEXTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "texts")
+TEXTS = {
+    "time_machine": os.path.join(_TEXTS_DIR, "time_machine.txt"),
+    # nanoGPT's shakespeare_char: what `minitensor train --preset gpt-char` trains on
+    "tinyshakespeare": os.path.join(_TEXTS_DIR, "tinyshakespeare.txt"),
+}
 EXAMPLE_TEXT = TEXTS["time_machine"]
 
 
-def char_lm_corpus(path=None, vocab=None, max_chars=None, encoding="utf-8", *, text=None):
+def char_lm_corpus(path=None, vocab=None, max_chars=None, encoding="utf-8", *, text=None, special_tokens=True):
     """``(corpus, vocab)`` for a character-level language model, as D2L's ``build`` returns.
 
         corpus, vocab = char_lm_corpus("notes.txt")          # a file
@@ -173,6 +178,10 @@ def char_lm_corpus(path=None, vocab=None, max_chars=None, encoding="utf-8", *, t
     nothing is lower-cased or removed, so any text works. ``corpus`` is a list of indices into
     ``vocab`` (built from the text unless given). ``batching.lm_arrays`` cuts it into (input,
     next-character) windows.
+
+    ``special_tokens=False``: the vocabulary is the text's characters alone, in sorted order (as
+    nanoGPT's ``sorted(set(text))``), without <pad>, <bos>, <eos> and <unk>: a text LM reads no
+    padding and needs no start or end token when it continues a prompt.
     """
     if (path is None) == (text is None):
         raise TypeError(
@@ -193,7 +202,9 @@ def char_lm_corpus(path=None, vocab=None, max_chars=None, encoding="utf-8", *, t
             "needs at least 2 (one to read, the next to predict)"
         )
     tokens = list(text)
-    if vocab is None:
+    if vocab is None and not special_tokens:
+        vocab = Vocab.from_dict({"idx_to_token": sorted(set(tokens)), "reserved_tokens": []})
+    elif vocab is None:
         vocab = Vocab(tokens)
     return vocab[tokens], vocab
 

@@ -59,7 +59,8 @@ class Vocab:
         """Index of a token (unknown -> ``self.unk``), or a list of indices for a list/tuple."""
         if isinstance(tokens, (list, tuple)):
             return [self.__getitem__(token) for token in tokens]
-        return self.token_to_idx.get(tokens, self.unk)
+        index = self.token_to_idx.get(tokens)
+        return self.unk if index is None else index  # looked up only when needed: a Vocab may have no <unk>
 
     def to_tokens(self, indices):
         """Token of one index, or a list of tokens for a sequence (list, array, Tensor)."""

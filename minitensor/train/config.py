@@ -43,6 +43,8 @@ from ..nn.transformer import (
 TASKS = ("date", "reverse", "copy", "sort")
 MODELS = ("transformer", "bahdanau", "lm")
 SCHEDULES = ("cosine", "noam", "constant")
+ACTIVATIONS = ("relu", "gelu")  # the FFN's (TransformerConfig.activation)
+INITS = ("d2l", "gpt2")  # TransformerConfig.init
 OPTIMIZERS = ("adam", "adamw")
 FUSED = ("auto", "on", "off")  # --fused: MultiHeadAttention's fused="auto" / True / False
 
@@ -126,6 +128,13 @@ def plugin_options(value):
             return f"has an option {key!r} longer than 1,000 characters"
 
 
+def betas_pair(value):
+    """Adam's (beta1, beta2): two numbers in [0, 1) (a JSON list)."""
+    ok = isinstance(value, (list, tuple)) and len(value) == 2 and all(is_finite_number(b) and 0 <= b < 1 for b in value)
+    if not ok:
+        return "must be two numbers in [0, 1), e.g. 0.9,0.99"
+
+
 def optional(check):
     def check_optional(value):
         return None if value is None else check(value)
@@ -133,13 +142,27 @@ def optional(check):
     return check_optional
 
 
-def setting(default=dataclasses.MISSING, check=None, *, factory=dataclasses.MISSING, resumable=False, flag=None):
+_NO_LEGACY = object()
+
+
+def setting(
+    default=dataclasses.MISSING,
+    check=None,
+    *,
+    factory=dataclasses.MISSING,
+    resumable=False,
+    flag=None,
+    legacy=_NO_LEGACY,
+):
     """A TrainConfig field: its default, its ``check``, whether ``--resume`` may change it
     (``resumable``: it does not shape the model, the data or the order of the minibatches), and
-    the command-line flag that sets it (default ``--field-name``), for error messages."""
-    return field(
-        default=default, default_factory=factory, metadata={"check": check, "resumable": resumable, "flag": flag}
-    )
+    the command-line flag that sets it (default ``--field-name``), for error messages.
+    ``legacy``: the value a config saved before the field existed stands for, where that is not
+    the default (a checkpoint's JSON without the field then loads as the run it was)."""
+    metadata = {"check": check, "resumable": resumable, "flag": flag}
+    if legacy is not _NO_LEGACY:
+        metadata["legacy"] = legacy
+    return field(default=default, default_factory=factory, metadata=metadata)
 
 
 class ConfigError(ValueError):
@@ -201,6 +224,13 @@ class TrainConfig:
     num_blks: int = setting(2, integer(1, 1024))
     dropout: float = setting(0.0, number(0, 1))  # none: the held-out loss tracks the training loss
     norm_first: bool = setting(True, boolean)  # pre-LN: trains at lr 1e-2; False: the book's post-LN
+    activation: str = setting("relu", one_of(ACTIVATIONS))  # the FFN's nonlinearity; gelu: GPT's
+    bias: bool = setting(True, boolean)  # biases in the FFN, the LayerNorms and the output layer
+    tie_embeddings: bool = setting(False, boolean)  # the output layer reuses the token embedding (GPT-2)
+    init: str = setting("d2l", one_of(INITS))  # gpt2: N(0, 0.02^2), residual projections / sqrt(2 num_blks)
+    # the LM's positional tables hold lm_num_steps positions (--positional-opt max_len=N: N); runs saved
+    # before this field built max(1000, lm_num_steps), and load so
+    lm_context_tables: bool = setting(True, boolean, legacy=False)
     # optimisation
     epochs: int = setting(4, integer(1, 1_000_000), resumable=True)
     steps: int | None = setting(None, optional(integer(1, 1 << 40)), resumable=True)  # instead of epochs
@@ -208,6 +238,11 @@ class TrainConfig:
     optimizer: str = setting("adam", one_of(OPTIMIZERS))
     lr: float = setting(1e-2, number(0, low_open=True, high=None))  # peak; pre-LN takes it (post-LN wants ~3e-3)
     weight_decay: float | None = setting(None, optional(number(0)))  # None: Adam 0, AdamW 0.01
+    # AdamW decays every parameter (True: what runs before this field did), else only those of 2 or
+    # more axes -- weight matrices and embedding tables, nanoGPT's rule -- and not biases or LayerNorm gains
+    decay_all: bool = setting(False, boolean, legacy=True)
+    betas: list | None = setting(None, optional(betas_pair))  # Adam's (beta1, beta2); None: (0.9, 0.999)
+    min_lr: float = setting(0.0, number(0))  # where the cosine schedule ends
     schedule: str = setting("cosine", one_of(SCHEDULES))
     warmup_steps: int | None = setting(None, optional(integer(0, 1 << 40)))  # None: WARMUP_FRACTION of all steps
     label_smoothing: float = setting(0.0, number(0, 1))
@@ -221,6 +256,12 @@ class TrainConfig:
     out: str = setting("runs/train", file_path)
     progress: bool = setting(True, boolean, resumable=True, flag="--no-progress")
     eval_batch_size: int = setting(500, integer(1))
+    # every N steps, the mean loss of --eval-iters random minibatches of the training and the held-out
+    # set ("step N: train loss X, val loss Y", nanoGPT's estimate); None: only the end of every epoch
+    eval_interval: int | None = setting(None, optional(integer(1, 1 << 40)), resumable=True)
+    eval_iters: int = setting(200, integer(1, 1_000_000), resumable=True)
+    # a text LM's vocabulary: <pad>, <bos>, <eos>, <unk> and the characters, or the characters alone
+    special_tokens: bool = setting(True, boolean, legacy=True)
 
     def to_dict(self):
         return dataclasses.asdict(self)
@@ -236,7 +277,8 @@ class TrainConfig:
         unknown = sorted(map(str, set(d) - names))
         if unknown:
             raise ConfigError(unknown[0], f"{where} has unknown field(s) {', '.join(unknown)[:200]}")
-        config = cls(**d)
+        legacy = {f.name: f.metadata["legacy"] for f in dataclasses.fields(cls) if "legacy" in f.metadata}
+        config = cls(**{**{k: v for k, v in legacy.items() if k not in d}, **d})
         config.check_fields(where)
         return config
 
@@ -333,11 +375,17 @@ class TrainConfig:
         return self
 
     @classmethod
-    def recipe(cls, model="transformer", **changes):
+    def recipe(cls, model="transformer", preset=None, **changes):
         """The default config of ``model`` with ``changes``: the field defaults, except for the
-        character LM, which has its own sizes (``LM_RECIPE``). Giving ``epochs`` drops the
-        recipe's ``steps``, so that the epochs asked for count."""
+        character LM, which has its own sizes (``LM_RECIPE``), and a ``preset`` (a name in
+        ``PRESETS``), which sets its own fields. Giving ``epochs`` drops the recipe's
+        ``steps``, so that the epochs asked for count."""
         base = dict(LM_RECIPE) if model == "lm" else {}
+        if preset is not None:
+            if preset not in PRESETS:
+                raise ConfigError("preset", f"--preset {preset!r}: the presets are {', '.join(PRESETS)}")
+            base = dict(PRESETS[preset])
+            model = base.pop("model")
         if "epochs" in changes:
             base.pop("steps", None)
         return cls(model=model, **{**base, **changes})
@@ -376,6 +424,63 @@ class TrainConfig:
 LM_RECIPE = dict(
     num_hiddens=128, ffn_num_hiddens=512, num_heads=4, num_blks=2, lm_num_steps=128, batch_size=16, steps=1000, lr=5e-3
 )
+
+
+# nanoGPT's character-level Shakespeare (Karpathy, config/train_shakespeare_char.py and its README's
+# CPU line): a GPT -- pre-LN blocks with GELU, learned positions, tied embeddings, no biases, GPT-2's
+# init -- trained with AdamW (betas 0.9, 0.99; weight decay 0.1 on matrices and embeddings), 100 warm-up
+# steps, cosine decay to lr / 10, gradients clipped at 1, on a vocabulary of the text's characters alone.
+# `minitensor train --preset gpt-char` (the CPU recipe) or `--preset gpt-char-gpu` (the GPU one).
+_GPT_CHAR = dict(
+    model="lm",
+    positional="learned",
+    norm_first=True,
+    activation="gelu",
+    bias=False,
+    tie_embeddings=True,
+    init="gpt2",
+    optimizer="adamw",
+    weight_decay=0.1,
+    decay_all=False,
+    betas=[0.9, 0.99],
+    lr=1e-3,
+    min_lr=1e-4,
+    schedule="cosine",
+    warmup_steps=100,
+    clip_grad_norm=1.0,
+    label_smoothing=0.0,
+    special_tokens=False,
+    eval_interval=250,
+)
+PRESETS = {
+    # the README's CPU line: --block_size=64 --batch_size=12 --n_layer=4 --n_head=4 --n_embd=128
+    # --max_iters=2000 --lr_decay_iters=2000 --dropout=0.0 --eval_iters=20
+    "gpt-char": dict(
+        _GPT_CHAR,
+        num_hiddens=128,
+        ffn_num_hiddens=4 * 128,
+        num_heads=4,
+        num_blks=4,
+        lm_num_steps=64,
+        batch_size=12,
+        steps=2000,
+        dropout=0.0,
+        eval_iters=20,
+    ),
+    # config/train_shakespeare_char.py as it stands: the "baby GPT" of 10.7M parameters, for a GPU
+    "gpt-char-gpu": dict(
+        _GPT_CHAR,
+        num_hiddens=384,
+        ffn_num_hiddens=4 * 384,
+        num_heads=6,
+        num_blks=6,
+        lm_num_steps=256,
+        batch_size=64,
+        steps=5000,
+        dropout=0.2,
+        eval_iters=200,
+    ),
+}
 
 
 def parse_options(items, what="option"):
@@ -426,7 +531,9 @@ def build_data(config, vocabs=None):
     instead of building them (a checkpoint's)."""
     if config.text:
         vocab = vocabs[1] if vocabs else None
-        corpus, vocab = char_lm_corpus(config.text, vocab=vocab, max_chars=config.max_examples)
+        corpus, vocab = char_lm_corpus(
+            config.text, vocab=vocab, max_chars=config.max_examples, special_tokens=config.special_tokens
+        )
         split = int(len(corpus) * (1 - config.heldout_fraction))
         if split <= config.lm_num_steps or len(corpus) - split <= config.lm_num_steps:
             raise ConfigError(
@@ -471,6 +578,15 @@ def model_fused(config):
     return {"on": True, "off": False}.get(config.fused, "auto")
 
 
+def model_max_len(config):
+    """The positions the models' tables hold: a language model's context (``lm_num_steps``; runs
+    saved before ``lm_context_tables`` at least the models' default, 1000), else that default.
+    ``--positional-opt max_len=N`` sets an "inputs" encoding's table itself."""
+    if config.model != "lm":
+        return TransformerConfig.max_len
+    return config.lm_num_steps if config.lm_context_tables else max(TransformerConfig.max_len, config.lm_num_steps)
+
+
 def model_config(config, vocab_size):
     """The architecture ``config`` describes, as the engine's model config: a
     ``Seq2SeqConfig`` for the Bahdanau model (a GRU of ``num_blks`` layers, embed size =
@@ -491,13 +607,17 @@ def model_config(config, vocab_size):
     return TransformerConfig(
         *sizes,
         # positional tables long enough for the LM's windows (at least the models' default)
-        max_len=max(TransformerConfig.max_len, c.lm_num_steps) if c.model == "lm" else TransformerConfig.max_len,
+        max_len=model_max_len(c),
         positional=c.positional,
         positional_options=dict(c.positional_options) or None,
         input_positional=c.input_positional,
         norm_first=c.norm_first,
         num_kv_heads=c.num_kv_heads,
         fused=model_fused(c),
+        activation=c.activation,
+        bias=c.bias,
+        tie_embeddings=c.tie_embeddings,
+        init=c.init,
         **attention,
     )
 
@@ -549,15 +669,36 @@ def min_num_parameters(config, src_vocab_size, tgt_vocab_size):
 
 
 def build_optimizer(config, model):
+    """Adam or AdamW at ``lr`` with ``betas`` and ``weight_decay`` (None: the optimiser's default).
+
+    AdamW's decay goes, unless ``decay_all``, only to the parameters of two or more axes -- the
+    weight matrices and the embedding tables (token and learned positions, as nanoGPT decays
+    them) -- in one parameter group; biases and LayerNorm gains (one axis) form a second group
+    without decay: shrinking a gain towards 0 or a bias towards 0 is no regularisation of the
+    function's complexity, only a pull away from the normalisation's identity."""
     cls = optim.AdamW if config.optimizer == "adamw" else optim.Adam
     kwargs = {"lr": config.lr}
     if config.weight_decay is not None:
         kwargs["weight_decay"] = config.weight_decay
+    if config.betas is not None:
+        kwargs["betas"] = tuple(config.betas)
+    if config.optimizer == "adamw" and not config.decay_all:
+        return cls(weight_decay_groups(model), **kwargs)
     return cls(model.parameters(), **kwargs)
 
 
+def weight_decay_groups(model):
+    """[{"params": the parameters of 2+ axes}, {"params": the others, "weight_decay": 0.0}]: the
+    first group takes the optimiser's weight decay, the second none (empty groups left out)."""
+    params = list(model.parameters())
+    decay = [p for p in params if p.ndim >= 2]
+    no_decay = [p for p in params if p.ndim < 2]
+    groups = [{"params": decay}] if decay else []
+    return groups + ([{"params": no_decay, "weight_decay": 0.0}] if no_decay else [])
+
+
 def build_scheduler(config, optimizer, total_steps):
-    """Warm-up then cosine decay to 0 (default), the Noam schedule, or none. The warm-up lasts
+    """Warm-up then cosine decay to ``min_lr`` (default 0), the Noam schedule, or none. The warm-up lasts
     ``warmup_steps``, else ``WARMUP_FRACTION`` of the steps."""
     warmup = config.warmup_steps if config.warmup_steps is not None else max(1, int(total_steps * WARMUP_FRACTION))
     if config.schedule == "constant":
@@ -570,7 +711,7 @@ def build_scheduler(config, optimizer, total_steps):
             max(1, warmup),
             factor=config.lr * (config.num_hiddens * max(1, warmup)) ** 0.5,
         )
-    return optim.WarmupCosineLR(optimizer, min(warmup, total_steps - 1), total_steps)
+    return optim.WarmupCosineLR(optimizer, min(warmup, total_steps - 1), total_steps, min_lr=config.min_lr)
 
 
 def tokenize_text(config, text):

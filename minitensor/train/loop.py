@@ -106,6 +106,11 @@ READ_EVERY = 10
 
 
 # -- the loss of a minibatch, and the arrays it comes from ---------------------------------------
+def _pad(vocab):
+    """The index the loss ignores: <pad>'s, or -100 (no index) for a vocabulary without one."""
+    return vocab.token_to_idx.get("<pad>", -100)
+
+
 def _loss(model, batch, config, pad):
     """(loss, number of target tokens) of one minibatch; the number is an int, or a 0-d Tensor
     on the batch's device (``dec_valid_lens.sum()``: read, it would make the step wait)."""
@@ -175,7 +180,7 @@ def decode_heldout(model, pairs, data, config, beam_size=1):
 
 def evaluate(model, data, heldout_arrays, config):
     """{"loss": held-out loss, "exact_match", "bleu"} (seq2seq) or {"loss", "perplexity"} (LM)."""
-    loss = heldout_loss(model, heldout_arrays, config, data.tgt_vocab.pad)
+    loss = heldout_loss(model, heldout_arrays, config, _pad(data.tgt_vocab))
     if config.model == "lm":
         return {"loss": loss, "perplexity": math.exp(min(loss, 50.0))}
     preds = decode_heldout(model, data.heldout, data, config)
@@ -328,6 +333,8 @@ def train(config=None, log=print, *, resume=False, overwrite=False, stop_after_e
                     for batch in state.loader:  # this epoch's minibatches (after a resume: the rest of them)
                         # one step: forward, loss, backward, clip, update (stopped if the loss diverged)
                         train_step(state, batch)
+                        if config.eval_interval and state.step % config.eval_interval == 0 and ranks.is_main:
+                            estimate_losses(state)
                         interrupted()  # a Ctrl-C during the step takes effect here
                         if state.step >= state.total_steps:
                             break
@@ -374,6 +381,7 @@ class TrainState:
     metrics: dict = field(default_factory=dict)  # the latest evaluation
     bar: object = None  # the progress bar, on a terminal
     steps_start: float = 0.0  # when this call's first step began (for tokens/s)
+    first_step: int = 0  # the step this call began at (for the time per step)
     tokens_seen: int = 0  # the target tokens this call has trained on, on every rank (for tokens/s)
     world: object = None  # the processes training together (distributed.World); None: this one alone
     read_every: int = 1  # read the steps' numbers every this many steps (READ_EVERY on a device)
@@ -398,6 +406,14 @@ class TrainState:
 
     def tokens_per_second(self):
         return self.tokens_seen / max(time.perf_counter() - self.steps_start, 1e-9)
+
+    def ms_per_step(self):
+        """Wall time per step of this call, evaluations included, in milliseconds."""
+        return 1000 * (time.perf_counter() - self.steps_start) / max(self.step - self.first_step, 1)
+
+    def speed(self):
+        """'12.3 ms/step, 4,567 tokens/s': what the log lines end with."""
+        return f"{self.ms_per_step():.1f} ms/step, {self.tokens_per_second():,.0f} tokens/s"
 
 
 # -- set up ---------------------------------------------------------------------------------------
@@ -474,6 +490,7 @@ def set_up(config, run, log, resume, ranks=None):
         metrics=history["eval"][-1] if history["eval"] else {},
         bar=_progress_bar(config, total_steps, step) if ranks.is_main else None,
         steps_start=time.perf_counter(),
+        first_step=step,
         world=ranks,
         # on the CPU, reading is free; several ranks add their losses up on the host anyway
         read_every=1 if get_backend(config.device).on_host or ranks.size > 1 else READ_EVERY,
@@ -505,7 +522,7 @@ def train_step(state, batch):
         value, num_tokens = _distributed_backward(state, batch)
         numbers = StepNumbers(state.step, state.loader.epoch, value, num_tokens)
     else:
-        loss, num_tokens = _loss(model, batch, config, state.data.tgt_vocab.pad)
+        loss, num_tokens = _loss(model, batch, config, _pad(state.data.tgt_vocab))
         numbers = StepNumbers(state.step, state.loader.epoch, loss.detach(), num_tokens)
         if read_now:
             _checked([numbers], config)  # a NaN loss: stopped before backward
@@ -575,7 +592,7 @@ def _distributed_backward(state, batch):
     config, model, ranks = state.config, state.model, state.world
     state.optimizer.zero_grad()
     if len(batch[0]):
-        loss, num_tokens = _loss(model, batch, config, state.data.tgt_vocab.pad)
+        loss, num_tokens = _loss(model, batch, config, _pad(state.data.tgt_vocab))
         local, num_tokens = loss.item(), int(num_tokens)  # read: the ranks add them up on the host
     else:  # more ranks than rows in this minibatch: nothing to add but zeros
         loss, num_tokens, local = None, 0, 0.0
@@ -610,14 +627,36 @@ def end_of_epoch(state):
     message = (
         f"epoch {loader.epoch + 1:3d}  step {step:6d}  train loss {sum(recent) / len(recent):.4f}  "
         f"held-out loss {metrics['loss']:.4f}  {extra}  "
-        f"({time.perf_counter() - state.start_time:.1f} s, {state.tokens_per_second():,.0f} tokens/s)"
+        f"({time.perf_counter() - state.start_time:.1f} s, {state.speed()})"
     )
+    _say(state, message)
+    save_checkpoints(state)
+
+
+def _say(state, message):
     if state.bar is not None and state.log is print:
         state.bar.write(message, file=sys.stderr)  # above the bar, not through it
     else:
         state.log(message)
 
-    save_checkpoints(state)
+
+def estimate_losses(state):
+    """nanoGPT's ``estimate_loss``, every ``eval_interval`` steps: the mean loss of ``eval_iters``
+    minibatches (of ``batch_size`` rows, drawn with replacement, from a generator of their own:
+    the training's draws are left as they were) of the training and of the held-out set, logged
+    as "step N: train loss X, val loss Y" and kept in ``history["estimates"]``."""
+    read_losses(state)
+    config, data = state.config, state.data
+    rng = numpy.random.default_rng([config.seed, state.step])
+    losses = {}
+    for name, arrays in (("train", state.loader.arrays), ("val", state.heldout_arrays)):
+        rows = rng.integers(0, len(arrays[0]), size=config.eval_iters * config.batch_size)
+        losses[name] = heldout_loss(state.model, [numpy.asarray(a)[rows] for a in arrays], config, _pad(data.tgt_vocab))
+    state.history.setdefault("estimates", []).append({"step": state.step, **losses})
+    _say(
+        state,
+        f"step {state.step}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f} ({state.speed()})",
+    )
 
 
 def save_checkpoints(state):

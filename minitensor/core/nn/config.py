@@ -170,6 +170,20 @@ class TransformerConfig(_ModelConfig):
     """Options for the pooling's constructor."""
     fused: str | bool = "auto"
     """Streamed (FlashAttention) attention: "auto", True or False (see ``MultiHeadAttention``)."""
+    activation: str = "relu"
+    """The FFN's nonlinearity: ``"relu"`` (D2L, the original Transformer) or ``"gelu"`` (GPT,
+    BERT: x Phi(x), the exact form with the Gaussian CDF Phi)."""
+    bias: bool = True
+    """Bias terms in the FFN's linear layers, the LayerNorms and the output layer (False: none
+    there, as nanoGPT's ``bias=False``; the attention projections follow ``use_bias``)."""
+    tie_embeddings: bool = False
+    """A language model's output layer reuses the token embedding's weight, logits = h E^T
+    (Press and Wolf 2017; GPT-2): one (vocab_size, num_hiddens) parameter, listed once."""
+    init: str = "d2l"
+    """How the weights start: ``"d2l"`` (each layer's own default, PyTorch's; embeddings N(0, 1/d)
+    scaled by sqrt(d)) or ``"gpt2"`` (every linear and embedding weight N(0, 0.02^2), biases 0,
+    the residual projections W_o and the FFN's dense2 N(0, (0.02 / sqrt(2 num_blks))^2), and
+    token embeddings added unscaled, as GPT-2 and nanoGPT do)."""
 
     def __post_init__(self):
         """Check every field (see the class docstring)."""
@@ -189,7 +203,15 @@ class TransformerConfig(_ModelConfig):
         self._check_options(("positional_options", "scorer_options", "pooling_options"))
         for name in ("use_bias", "norm_first"):
             self._check(name, isinstance(getattr(self, name), bool), "must be True or False", TypeError)
+        for name in ("bias", "tie_embeddings"):
+            self._check(name, isinstance(getattr(self, name), bool), "must be True or False", TypeError)
+        self._check("activation", self.activation in ACTIVATIONS, f"must be one of {', '.join(ACTIVATIONS)}")
+        self._check("init", self.init in INITS, f"must be one of {', '.join(INITS)}")
 
+
+#: The FFN nonlinearities and the weight initialisations a TransformerConfig may name.
+ACTIVATIONS = ("relu", "gelu")
+INITS = ("d2l", "gpt2")
 
 #: The sizes a Transformer model takes by position, in D2L's order.
 TRANSFORMER_SIZES = ("vocab_size", "num_hiddens", "ffn_num_hiddens", "num_heads", "num_blks", "dropout")

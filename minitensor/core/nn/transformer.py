@@ -61,18 +61,32 @@ class PositionWiseFFN(Module):
     ffn_num_outputs)``; minitensor has no lazy layers, so the input size comes first (the
     name D2L used before lazy layers, ``ffn_num_input``). ``ffn_num_outputs`` defaults to
     ``ffn_num_input``, what a residual connection around the FFN needs.
+
+    ``activation="gelu"``: GPT's FFN, dense2(gelu(dense1(x))), gelu(x) = x Phi(x) with Phi the
+    standard normal CDF (the exact form, PyTorch's ``nn.GELU()``). ``bias=False``: no b_1, b_2.
     """
 
-    def __init__(self, ffn_num_input, ffn_num_hiddens, ffn_num_outputs=None, dtype=None, device=None):
+    def __init__(
+        self,
+        ffn_num_input,
+        ffn_num_hiddens,
+        ffn_num_outputs=None,
+        dtype=None,
+        device=None,
+        activation="relu",
+        bias=True,
+    ):
         super().__init__()
         ffn_num_outputs = ffn_num_outputs or ffn_num_input
-        self.dense1 = Linear(ffn_num_input, ffn_num_hiddens, dtype=dtype, device=device)
-        self.dense2 = Linear(ffn_num_hiddens, ffn_num_outputs, dtype=dtype, device=device)
+        self.activation = activation
+        self.dense1 = Linear(ffn_num_input, ffn_num_hiddens, bias=bias, dtype=dtype, device=device)
+        self.dense2 = Linear(ffn_num_hiddens, ffn_num_outputs, bias=bias, dtype=dtype, device=device)
 
     def forward(self, X):
-        """FFN(X) = dense2(relu(dense1(X))): X (batch_size, num_steps, ffn_num_input) ->
+        """FFN(X) = dense2(relu(dense1(X))) (or gelu): X (batch_size, num_steps, ffn_num_input) ->
         (batch_size, num_steps, ffn_num_outputs), every position on its own."""
-        return self.dense2(self.dense1(X).relu())
+        H = self.dense1(X)
+        return self.dense2(H.gelu() if self.activation == "gelu" else H.relu())
 
 
 class AddNorm(Module):
@@ -94,11 +108,11 @@ class AddNorm(Module):
     same way for both forms: ``Y = sublayer(addnorm.sublayer_input(X)); X = addnorm(X, Y)``.
     """
 
-    def __init__(self, norm_shape, dropout, norm_first=False, dtype=None, device=None):
+    def __init__(self, norm_shape, dropout, norm_first=False, dtype=None, device=None, bias=True):
         super().__init__()
         self.norm_first = norm_first
         self.dropout = Dropout(dropout)
-        self.ln = LayerNorm(norm_shape, dtype=dtype, device=device)
+        self.ln = LayerNorm(norm_shape, bias=bias, dtype=dtype, device=device)
 
     def sublayer_input(self, X):
         """What the sublayer sees: LayerNorm(X) in pre-LN, X itself in post-LN."""
@@ -170,6 +184,30 @@ def attention_args(config):
     )
 
 
+def ffn_args(config):
+    """What every block's FFN takes from its config beside its sizes: the nonlinearity and the bias."""
+    return dict(activation=config.activation, bias=config.bias)
+
+
+def gpt2_init_(model, num_blks):
+    """GPT-2's initialisation (Radford et al. 2019; nanoGPT's ``_init_weights``), in place:
+    every Linear weight and Embedding table ~ N(0, 0.02^2), every Linear bias 0, and the
+    projections that write into the residual stream -- attention's W_o and the FFN's dense2
+    -- ~ N(0, (0.02 / sqrt(2 num_blks))^2): each block adds two of them to the stream, so the
+    stream's variance grows by about 2 num_blks times that in all, not 0.02^2 per addition.
+    LayerNorms keep gamma 1, beta 0; a learned positional table keeps its own N(0, 0.02^2).
+    A tied weight is drawn as many times as it is reached, the last draw kept (all N(0, 0.02^2))."""
+    std = 0.02
+    for module in model.modules():
+        if isinstance(module, (Linear, Embedding)):
+            init.normal_(module.weight, 0.0, std)
+            if getattr(module, "bias", None) is not None:
+                init.zeros_(module.bias)
+    for name, p in model.named_parameters():
+        if name.endswith(("W_o.weight", "ffn.dense2.weight")):
+            init.normal_(p, 0.0, std / math.sqrt(2 * num_blks))
+
+
 # What the parts of a Transformer take by position in the older form (their settings, D2L's
 # way, instead of a config): the sizes each one uses, which it requires.
 EMBEDDING_SIZES = ("vocab_size", "num_hiddens", "dropout")
@@ -206,6 +244,8 @@ class TransformerEmbedding(Module):
         self.num_hiddens = num_hiddens = config.num_hiddens
         self.token_embedding = Embedding(config.vocab_size, num_hiddens, dtype=dtype, device=device)
         init.normal_(self.token_embedding.weight, 0.0, num_hiddens**-0.5)
+        # GPT-2's scheme adds its N(0, 0.02^2) embeddings unscaled (gpt2_init_ draws them)
+        self.scale = 1.0 if config.init == "gpt2" else math.sqrt(num_hiddens)
         inputs, _ = split_positional(config.positional, config.input_positional)
         if inputs is not None:
             # the options are the positional encoding's: not input_positional's
@@ -220,7 +260,9 @@ class TransformerEmbedding(Module):
         """tokens (batch_size, num_steps) -> dropout(embedding(tokens) * sqrt(num_hiddens) + P), with
         the "inputs" encoding's positions ``offset``, ``offset + 1``, ... (nothing added for a "qk"
         or "scores" one): (batch_size, num_steps, num_hiddens)."""
-        X = self.token_embedding(tokens) * math.sqrt(self.num_hiddens)
+        X = self.token_embedding(tokens)
+        if self.scale != 1.0:
+            X = X * self.scale
         if self.pos_encoding is not None:
             X = self.pos_encoding(X, offset=offset)
         return self.dropout(X)
@@ -263,9 +305,11 @@ class TransformerEncoderBlock(Module):
             dtype=dtype,
             device=device,
         )
-        self.addnorm1 = AddNorm(c.num_hiddens, c.dropout, c.norm_first, dtype=dtype, device=device)
-        self.ffn = PositionWiseFFN(c.num_hiddens, c.ffn_num_hiddens, c.num_hiddens, dtype=dtype, device=device)
-        self.addnorm2 = AddNorm(c.num_hiddens, c.dropout, c.norm_first, dtype=dtype, device=device)
+        self.addnorm1 = AddNorm(c.num_hiddens, c.dropout, c.norm_first, dtype=dtype, device=device, bias=c.bias)
+        self.ffn = PositionWiseFFN(
+            c.num_hiddens, c.ffn_num_hiddens, c.num_hiddens, dtype=dtype, device=device, **ffn_args(c)
+        )
+        self.addnorm2 = AddNorm(c.num_hiddens, c.dropout, c.norm_first, dtype=dtype, device=device, bias=c.bias)
 
     def forward(self, X, valid_lens=None):
         """Y = AddNorm(X, MultiHeadAttention(X, X, X, valid_lens)), then AddNorm(Y, FFN(Y)) (pre-LN:
@@ -314,7 +358,9 @@ class TransformerEncoder(Module):
         self.blks = ModuleList(
             TransformerEncoderBlock(blk_config, dtype=dtype, device=device) for _ in range(c.num_blks)
         )
-        self.ln = LayerNorm(c.num_hiddens, dtype=dtype, device=device) if c.norm_first else None
+        self.ln = LayerNorm(c.num_hiddens, bias=c.bias, dtype=dtype, device=device) if c.norm_first else None
+        if c.init == "gpt2":
+            gpt2_init_(self, c.num_blks)
 
     def forward(self, X, valid_lens=None):
         """Encode the source: tokens X (batch_size, num_steps) -> (batch_size, num_steps, num_hiddens),
@@ -386,16 +432,18 @@ class TransformerDecoderBlock(Module):
             max_len=c.max_len,
             **attention,
         )
-        self.addnorm1 = AddNorm(c.num_hiddens, c.dropout, c.norm_first, dtype=dtype, device=device)
+        self.addnorm1 = AddNorm(c.num_hiddens, c.dropout, c.norm_first, dtype=dtype, device=device, bias=c.bias)
         if cross_attention:
             self.attention2 = MultiHeadAttention(
                 c.num_hiddens, c.num_heads, c.dropout, positional=cross_positional, **attention
             )
-            self.addnorm2 = AddNorm(c.num_hiddens, c.dropout, c.norm_first, dtype=dtype, device=device)
+            self.addnorm2 = AddNorm(c.num_hiddens, c.dropout, c.norm_first, dtype=dtype, device=device, bias=c.bias)
         else:
             self.attention2 = self.addnorm2 = None
-        self.ffn = PositionWiseFFN(c.num_hiddens, c.ffn_num_hiddens, c.num_hiddens, dtype=dtype, device=device)
-        self.addnorm3 = AddNorm(c.num_hiddens, c.dropout, c.norm_first, dtype=dtype, device=device)
+        self.ffn = PositionWiseFFN(
+            c.num_hiddens, c.ffn_num_hiddens, c.num_hiddens, dtype=dtype, device=device, **ffn_args(c)
+        )
+        self.addnorm3 = AddNorm(c.num_hiddens, c.dropout, c.norm_first, dtype=dtype, device=device, bias=c.bias)
 
     def forward(self, X, state):
         """The block over X (batch_size, num_steps, num_hiddens), the positions that follow the
@@ -476,8 +524,12 @@ class TransformerDecoder(Module):
             )
             for i in range(c.num_blks)
         )
-        self.ln = LayerNorm(c.num_hiddens, dtype=dtype, device=device) if c.norm_first else None
-        self.dense = Linear(c.num_hiddens, c.vocab_size, dtype=dtype, device=device)
+        self.ln = LayerNorm(c.num_hiddens, bias=c.bias, dtype=dtype, device=device) if c.norm_first else None
+        self.dense = Linear(c.num_hiddens, c.vocab_size, bias=c.bias, dtype=dtype, device=device)
+        if c.tie_embeddings:  # logits = h E^T: the output layer holds the embedding's own Parameter
+            self.dense.weight = self.embedding.token_embedding.weight
+        if c.init == "gpt2":
+            gpt2_init_(self, c.num_blks)
 
     def init_state(self, enc_outputs, enc_valid_lens=None):
         """D2L's decoder state for a new batch: ``[enc_outputs, enc_valid_lens, [None] * num_blks]``,

@@ -137,9 +137,10 @@ def _check_vocab_fields(vocabs):
                 f'field "{path}.reserved_tokens" must be the first entries of "{path}.idx_to_token" '
                 f"(a Vocab numbers them first), got {_show(reserved)}"
             )
-        if "<unk>" not in reserved:
+        if reserved and "<unk>" not in reserved:  # none at all: a text LM's characters alone (special_tokens=False)
             raise _FieldError(
-                f'field "{path}.reserved_tokens" must include "<unk>" (every Vocab has it), got {reserved[:8]!r:.200}'
+                f'field "{path}.reserved_tokens" must include "<unk>" (a Vocab with reserved tokens has it), '
+                f"got {reserved[:8]!r:.200}"
             )
 
 
