@@ -123,9 +123,7 @@ class Backend:
     #: reads a number would otherwise keep every step's flags, and the arrays its messages need)
     max_pending_checks = 256
 
-    def check(
-        self, ok: Array | bool, message: str | Callable[[], str], error: type[Exception] = IndexError
-    ) -> None:
+    def check(self, ok: Array | bool, message: str | Callable[[], str], error: type[Exception] = IndexError) -> None:
         """Require ``ok``, a 0-d bool array on this device (True: the data is fine), or raise
         ``error(message)``; ``message`` is a string or a function that makes it, called only
         on failure (so it may read the offending value from the device).

@@ -72,9 +72,7 @@ class NumpyBackend(Backend):
     xp = numpy
     on_host = True
 
-    def check(
-        self, ok: Array | bool, message: str | Callable[[], str], error: type[Exception] = IndexError
-    ) -> None:
+    def check(self, ok: Array | bool, message: str | Callable[[], str], error: type[Exception] = IndexError) -> None:
         # the data is in host memory: reading ``ok`` costs nothing, so fail now, where the
         # traceback points at the op
         if not ok:
