@@ -18,15 +18,21 @@ The rules are PyTorch's (``torch/_tensor_str.py``), so a tensor prints here as i
 Integers and booleans print as Python prints them, right-aligned to the widest.
 """
 
+from __future__ import annotations
+
 import dataclasses
 import math
 import numbers
+from collections.abc import Sequence
+from typing import Any
 
 import numpy
 
 
 @dataclasses.dataclass
 class PrintOptions:
+    """The options ``set_printoptions`` sets and ``get_printoptions`` returns (as a dict)."""
+
     precision: int = 4  # digits after the decimal point
     threshold: float = 1000  # more elements than this: abbreviate
     edgeitems: int = 3  # entries shown at each end of an abbreviated axis
@@ -36,14 +42,21 @@ class PrintOptions:
 
 OPTIONS = PrintOptions()
 
-_PROFILES = {
+_PROFILES: dict[str, dict[str, float]] = {
     "default": dict(precision=4, threshold=1000, edgeitems=3, linewidth=80),
     "short": dict(precision=2, threshold=1000, edgeitems=2, linewidth=80),
     "full": dict(precision=4, threshold=math.inf, edgeitems=3, linewidth=80),
 }
 
 
-def set_printoptions(precision=None, threshold=None, edgeitems=None, linewidth=None, profile=None, sci_mode=None):
+def set_printoptions(
+    precision: int | None = None,
+    threshold: float | None = None,
+    edgeitems: int | None = None,
+    linewidth: int | None = None,
+    profile: str | None = None,
+    sci_mode: bool | None = None,
+) -> None:
     """Set how tensors print (PyTorch's ``torch.set_printoptions``, same names and meanings).
 
     - ``precision``: digits after the decimal point (default 4);
@@ -76,35 +89,35 @@ def set_printoptions(precision=None, threshold=None, edgeitems=None, linewidth=N
         for name, value in _PROFILES[profile].items():
             setattr(OPTIONS, name, value)
     given = dict(precision=precision, threshold=threshold, edgeitems=edgeitems, linewidth=linewidth)
-    for name, value in given.items():
-        if value is not None:
-            setattr(OPTIONS, name, value)
+    for name, number in given.items():
+        if number is not None:
+            setattr(OPTIONS, name, number)
     OPTIONS.sci_mode = sci_mode
 
 
-def get_printoptions():
+def get_printoptions() -> dict[str, Any]:
     """The current print options, as a dict that ``set_printoptions(**options)`` takes back."""
     return dataclasses.asdict(OPTIONS)
 
 
-def _is_real(value):
+def _is_real(value: object) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
-def _check_int(name, value, minimum):
+def _check_int(name: str, value: int | None, minimum: int) -> None:
     if value is not None and not (_is_real(value) and isinstance(value, numbers.Integral) and value >= minimum):
         raise ValueError(f"set_printoptions: {name} must be an integer >= {minimum}, got {value!r}")
 
 
 # -- from an array to text ------------------------------------------------------------------------
-def tensor_repr(prefix, data, extras):
+def tensor_repr(prefix: str, data: numpy.ndarray, extras: Sequence[str]) -> str:
     """``prefix`` (``"tensor("``), the values of the NumPy array ``data``, then ``extras``
     (``"dtype=float64"``...) and ``")"``; the lines after the first are indented under the ``[``."""
     indent = len(prefix)
     return _add_extras(prefix + array_str(data, indent), extras, indent)
 
 
-def array_str(data, indent):
+def array_str(data: numpy.ndarray, indent: int) -> str:
     """The values of ``data`` as nested ``[...]``, for text that starts ``indent`` columns in."""
     if data.size == 0:
         return "[]"
@@ -116,7 +129,7 @@ def array_str(data, indent):
 class _Formatter:
     """One format and one width for every number shown, chosen from those numbers."""
 
-    def __init__(self, shown):
+    def __init__(self, shown: numpy.ndarray) -> None:
         """``shown``: the values on show, flat (all of them, or those an abbreviation keeps)."""
         self.floating = shown.dtype.kind == "f"
         self.whole = True  # all the (finite, nonzero) values are whole numbers: print "2."
@@ -137,7 +150,7 @@ class _Formatter:
             self.sci = OPTIONS.sci_mode
         self.width = max(len(self._text(value)) for value in values.tolist())
 
-    def _text(self, value):
+    def _text(self, value: float) -> str:
         """``value`` (a Python number) in the chosen format, without padding."""
         if not self.floating:
             return str(value)
@@ -147,11 +160,11 @@ class _Formatter:
             return f"{value:.0f}" + ("" if math.isinf(value) or math.isnan(value) else ".")
         return f"{value:.{OPTIONS.precision}f}"  # precision=0: "2", no point, as in PyTorch
 
-    def format(self, value):
+    def format(self, value: float) -> str:
         return self._text(value).rjust(self.width)
 
 
-def _shown(data):
+def _shown(data: numpy.ndarray) -> numpy.ndarray:
     """The values an abbreviated print shows, flat: they alone choose the format
     (PyTorch's ``get_summarized_data``)."""
     edge = OPTIONS.edgeitems
@@ -166,13 +179,14 @@ def _shown(data):
     return numpy.concatenate([_shown(data[i]) for i in rows])
 
 
-def _nested_str(data, indent, abbreviate, formatter):
+def _nested_str(data: numpy.ndarray, indent: int, abbreviate: bool, formatter: _Formatter) -> str:
     """``data`` as nested brackets: rows of numbers, then blocks of rows separated by blank lines."""
     if data.ndim == 0:
         return formatter.format(data.item())
     if data.ndim == 1:
         return _row_str(data, indent, abbreviate, formatter)
     edge = OPTIONS.edgeitems
+    rows: Sequence[int | None]
     if abbreviate and len(data) > 2 * edge:
         rows = [*range(edge), None, *range(len(data) - edge, len(data))]
     else:
@@ -182,7 +196,7 @@ def _nested_str(data, indent, abbreviate, formatter):
     return "[" + ("," + "\n" * (data.ndim - 1) + " " * (indent + 1)).join(parts) + "]"
 
 
-def _row_str(row, indent, abbreviate, formatter):
+def _row_str(row: numpy.ndarray, indent: int, abbreviate: bool, formatter: _Formatter) -> str:
     """A 1-D row: as many numbers per line as fit in ``linewidth``."""
     edge = OPTIONS.edgeitems
     if abbreviate and edge == 0:
@@ -197,7 +211,7 @@ def _row_str(row, indent, abbreviate, formatter):
     return "[" + (",\n" + " " * (indent + 1)).join(lines) + "]"
 
 
-def _add_extras(text, extras, indent):
+def _add_extras(text: str, extras: Sequence[str], indent: int) -> str:
     """``text, extra1, extra2)``, starting a new line (``indent`` in) before an extra that
     would pass ``linewidth``. PyTorch counts the current line's length this way, +2 included."""
     parts = [text]

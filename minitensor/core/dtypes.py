@@ -6,7 +6,15 @@ kernels and BLAS are fastest at); ``float64`` is for gradient checks; integer te
 indices and class labels.
 """
 
+from __future__ import annotations
+
+import builtins  # ``bool`` below is the dtype (PyTorch's name): the annotations say builtins.bool
+from typing import TYPE_CHECKING
+
 import numpy
+
+if TYPE_CHECKING:
+    from .tensor import DType
 
 float16 = numpy.dtype("float16")
 """Half precision (16-bit) floating point. The numba kernels are compiled for float32 and float64 only,
@@ -40,7 +48,7 @@ default_float = float32
 """The dtype of floating-point data given without one (``mt.tensor([0.5])``, ``mt.randn(3)``)."""
 
 
-def as_dtype(dtype):
+def as_dtype(dtype: DType) -> numpy.dtype | None:
     """A NumPy dtype from ``"float32"``, ``mt.float32``, ``numpy.float32`` or ``float``."""
     if dtype is None:
         return None
@@ -52,5 +60,6 @@ def as_dtype(dtype):
         raise TypeError(f"not a dtype: {dtype!r} (use e.g. mt.float32, mt.float64, mt.int64)") from None
 
 
-def is_floating(dtype):
+def is_floating(dtype: numpy.dtype) -> builtins.bool:
+    """True for a floating-point dtype (float16, float32, float64)."""
     return dtype.kind == "f"

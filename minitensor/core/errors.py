@@ -4,10 +4,13 @@ Each is a subclass of a built-in exception, so ``except ValueError`` keeps worki
 carries a message that names the operation and the values involved and says what to do.
 """
 
+from __future__ import annotations
+
 try:
     from numpy.exceptions import AxisError as _NumPyAxisError
 except ImportError:  # NumPy < 1.25
-    from numpy import AxisError as _NumPyAxisError
+    # NumPy 2's stubs, which mypy reads, have no numpy.AxisError: this line is for NumPy 1.24 only
+    from numpy import AxisError as _NumPyAxisError  # type: ignore[attr-defined,no-redef]
 
 
 class ShapeError(ValueError):
@@ -22,12 +25,13 @@ class AxisError(ShapeError, _NumPyAxisError):
     involved (None where the message names several).
     """
 
-    def __init__(self, message, axis=None, ndim=None):
+    def __init__(self, message: str, axis: int | None = None, ndim: int | None = None) -> None:
         _NumPyAxisError.__init__(self, message)
+        self.message = message
         self.axis, self.ndim = axis, ndim
 
-    def __str__(self):
-        return self._msg  # NumPy's __str__ would append its own sentence to ours
+    def __str__(self) -> str:
+        return self.message  # NumPy's __str__ would append its own sentence to ours
 
 
 class DeviceError(RuntimeError):

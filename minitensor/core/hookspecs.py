@@ -242,21 +242,23 @@ A scorer plugin in full
         return {"my_cosine": Cosine}  # not "cosine": that is a built-in's name
 """
 
+from __future__ import annotations
+
 import pluggy
 
 hookspec = pluggy.HookspecMarker("minitensor")
 
 
 @hookspec
-def minitensor_scorers():
+def minitensor_scorers() -> dict[str, type]:
     """Attention scoring functions, ``{name: class}``: queries and keys -> scores (see "Scorers")."""
 
 
 @hookspec
-def minitensor_poolings():
+def minitensor_poolings() -> dict[str, type]:
     """Attention poolings, ``{name: class}``: scores -> weights, masks honoured (see "Poolings")."""
 
 
 @hookspec
-def minitensor_positional_encodings():
+def minitensor_positional_encodings() -> dict[str, type]:
     """Positional encodings, ``{name: class}``: added to inputs, on queries and keys, or on scores."""

@@ -47,6 +47,8 @@ The registries map names to classes. A name claimed twice is an error naming bot
 an unknown name lists the available ones and the closest match.
 """
 
+from __future__ import annotations
+
 import difflib
 import importlib
 import importlib.util
@@ -56,7 +58,10 @@ import re
 import sys
 import traceback
 import warnings
+from collections.abc import Sequence
 from importlib.metadata import entry_points
+from types import ModuleType
+from typing import Any
 
 import pluggy
 
@@ -154,16 +159,17 @@ class UnknownPluginError(KeyError):
     with an unknown scorer, pooling or positional encoding). A ``KeyError`` whose message lists
     the available names and the closest match."""
 
-    def __str__(self):  # KeyError would print the message in quotes
+    def __str__(self) -> str:  # KeyError would print the message in quotes
         return self.args[0]
 
 
-_pm = None
-_sources = {}  # plugin name in the manager -> where it came from ("built-in", "dist 1.0", ...)
-_registries = {}  # kind -> ({name: class}, {name: (plugin name, source)}); empty = rebuild
+_pm: pluggy.PluginManager | None = None
+_sources: dict[str, str] = {}  # plugin name in the manager -> where it came from ("built-in", "dist 1.0", ...)
+# kind -> ({name: class}, {name: (plugin name, source)}); empty = rebuild
+_registries: dict[str, tuple[dict[str, type], dict[str, tuple[str, str]]]] = {}
 
 
-def get_plugin_manager():
+def get_plugin_manager() -> pluggy.PluginManager:
     """The pluggy PluginManager, loading the plugins on first use."""
     global _pm
     if _pm is None:
@@ -192,7 +198,7 @@ def get_plugin_manager():
     return _pm
 
 
-def check_options(cls, options, accepted=()):
+def check_options(cls: type, options: dict[str, Any], accepted: Sequence[str] = ()) -> None:
     """For plugin authors: refuse options the plugin does not know, by name.
 
     ``Attention(..., scorer_options={"widht": 0.5})`` must not silently train with the
@@ -226,7 +232,7 @@ _CONTRACT_PARAMETERS = {
 }
 
 
-def _named_options(cls):
+def _named_options(cls: type[Any]) -> list[str]:  # type[Any]: mypy then reads cls.__init__
     """The options ``cls.__init__`` names, besides the contract's parameters."""
     try:
         parameters = inspect.signature(cls.__init__).parameters.values()
@@ -239,16 +245,16 @@ def _named_options(cls):
     ]
 
 
-def _env_flag(name):
+def _env_flag(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no", "off")
 
 
-def _env_list(name):
+def _env_list(name: str) -> list[str]:
     """The comma-separated items of an environment variable, stripped; empty items are ignored."""
     return [item.strip() for item in os.environ.get(name, "").split(",") if item.strip()]
 
 
-def _load_entry_points(pm):
+def _load_entry_points(pm: pluggy.PluginManager) -> None:
     """Register the entry points of group "minitensor" one at a time (see the module doc)."""
     strict = _env_flag("MINITENSOR_STRICT_PLUGINS")
     disabled = set(_env_list("MINITENSOR_DISABLE_PLUGINS"))
@@ -286,7 +292,7 @@ def _load_entry_points(pm):
         )
 
 
-def _check(pm):
+def _check(pm: pluggy.PluginManager) -> None:
     """Raise PluginError unless every hook is known, no hook implementation gives its
     parameters defaults, and every name is claimed once."""
     try:
@@ -297,16 +303,16 @@ def _check(pm):
     _collect(pm)
 
 
-def _hook_names():
+def _hook_names() -> list[str]:
     return sorted(name for name in vars(hookspecs) if name.startswith("minitensor_"))
 
 
-def _one_line(message):
+def _one_line(message: object) -> str:
     """A message on one line (pluggy's and some exceptions' span several)."""
     return "; ".join(line.strip() for line in str(message).splitlines() if line.strip())
 
 
-def _check_no_defaults(pm):
+def _check_no_defaults(pm: pluggy.PluginManager) -> None:
     """pluggy passes an implementation only the parameters without defaults; one with a
     default is silently never given the caller's value. Refuse it instead."""
     for hook_name in _hook_names():
@@ -320,7 +326,7 @@ def _check_no_defaults(pm):
                 )
 
 
-def _explain_validation_error(error):
+def _explain_validation_error(error: Exception) -> str:
     """pluggy's message, plus the hook the author probably meant."""
     message = _one_line(error)
     hooks = _hook_names()
@@ -333,7 +339,7 @@ def _explain_validation_error(error):
     )
 
 
-def register(plugin, name=None):
+def register(plugin: object, name: str | None = None) -> str:
     """Register a plugin (a module, class or object with ``@hookimpl`` functions) now.
 
     Returns the name it is registered under. Its names join the registries at once; a
@@ -347,10 +353,10 @@ def register(plugin, name=None):
     return _register(pm, plugin, name, RUN_TIME, "register")
 
 
-def _register(pm, plugin, name, source, what):
+def _register(pm: pluggy.PluginManager, plugin: object, name: str, source: str, what: str) -> str:
     """Register ``plugin`` as ``name`` from ``source``; ``what`` starts the error messages."""
-    if plugin in pm.get_plugins():
-        other = pm.get_name(plugin)
+    other = pm.get_name(plugin)  # not None: registered already, under that name
+    if other is not None:
         raise PluginError(f"{what}: plugin {other!r} ({_describe_source(other)}) is already registered")
     if pm.has_plugin(name):
         raise PluginError(
@@ -375,7 +381,7 @@ def _register(pm, plugin, name, source, what):
     return name
 
 
-def load_plugin(spec):
+def load_plugin(spec: str | os.PathLike[str]) -> str:
     """Import a plugin file or module and register it; returns its name in the plugin manager.
 
     ``spec`` is the path of a ``.py`` file (absolute, or relative to the current directory;
@@ -423,7 +429,7 @@ def load_plugin(spec):
     return _register(pm, module, module.__name__, source, f"plugin {source}")
 
 
-def _import_file(pm, spec):
+def _import_file(pm: pluggy.PluginManager, spec: str) -> tuple[ModuleType, str]:
     """Import the plugin file ``spec`` as a module named after it: (module, source)."""
     path = os.path.abspath(os.path.expanduser(spec))
     if not os.path.exists(path):
@@ -446,6 +452,7 @@ def _import_file(pm, spec):
             f"{other or 'a built-in module'}; rename the file"
         )
     module_spec = importlib.util.spec_from_file_location(name, path)
+    assert module_spec is not None and module_spec.loader is not None  # a .py file always has a loader
     module = importlib.util.module_from_spec(module_spec)
     sys.modules[name] = module  # before it runs: a file that registers itself looks itself up here
     try:
@@ -456,9 +463,10 @@ def _import_file(pm, spec):
     return module, source
 
 
-def _import_module(pm, spec):
+def _import_module(pm: pluggy.PluginManager, spec: str) -> tuple[ModuleType, str]:
     """Import the plugin module named ``spec``: (module, source)."""
     source = MODULE_SOURCE + spec
+    error: Exception
     try:
         return importlib.import_module(spec), source
     except ModuleNotFoundError as e:
@@ -478,7 +486,7 @@ def _import_module(pm, spec):
     ) from error
 
 
-def _forget(pm, name, module):
+def _forget(pm: pluggy.PluginManager, name: str, module: ModuleType | None) -> None:
     """Undo a failed import: the module leaves sys.modules (as with ``import``) and the
     manager, if it registered itself before it failed."""
     if module is not None and sys.modules.get(name) is module:
@@ -490,7 +498,7 @@ def _forget(pm, name, module):
         unregister(name=registered)
 
 
-def _raised_at(error, path):
+def _raised_at(error: BaseException, path: str | None) -> str:
     """Where ``error`` happened: "line N" in the plugin file ``path``; otherwise "FILE, line N"
     of the innermost module being imported (the line of its code that called what failed)."""
     if isinstance(error, SyntaxError) and error.filename:  # raised by the compiler: no frame of its own
@@ -504,12 +512,12 @@ def _raised_at(error, path):
     return f"line {lineno}" if filename == path else f"{filename}, line {lineno}"
 
 
-def _message(error):
+def _message(error: BaseException) -> str:
     """An exception's message on one line (a SyntaxError's without its "(file, line)" tail)."""
     return _one_line(error.msg if isinstance(error, SyntaxError) and error.msg else error)
 
 
-def unregister(plugin=None, name=None):
+def unregister(plugin: object | None = None, name: str | None = None) -> object:
     """Remove a plugin registered earlier (by object or by name); returns the plugin.
 
     Built-ins can be unregistered too (to replace one with a class of your own);
@@ -527,7 +535,7 @@ def unregister(plugin=None, name=None):
     return removed
 
 
-def _collect(pm):
+def _collect(pm: pluggy.PluginManager) -> dict[str, tuple[dict[str, type], dict[str, tuple[str, str]]]]:
     """Ask every plugin for its classes, kind by kind, remembering who claimed each name.
 
     Returns {kind: ({name: class}, {name: (plugin name, source)})}; a hook that raises or
@@ -535,7 +543,8 @@ def _collect(pm):
     """
     registries = {}
     for kind, hook_name in KINDS.items():
-        table, owners = {}, {}
+        table: dict[str, type] = {}
+        owners: dict[str, tuple[str, str]] = {}
         # get_hookimpls() lists the implementations in registration order, so the plugin
         # that claimed a name first (a built-in before the rest) is named first in a clash.
         for impl in getattr(pm.hook, hook_name).get_hookimpls():
@@ -564,17 +573,17 @@ def _collect(pm):
     return registries
 
 
-def _build_registries():
+def _build_registries() -> None:
     registries = _collect(get_plugin_manager())
     _registries.clear()
     _registries.update(registries)
 
 
-def _describe_source(plugin_name):
+def _describe_source(plugin_name: str) -> str:
     return _sources.get(plugin_name, RUN_TIME)
 
 
-def _kind(kind):
+def _kind(kind: str) -> str:
     key = str(kind).strip().lower()
     key = _KIND_ALIASES.get(key, key)
     if key not in KINDS:
@@ -582,31 +591,31 @@ def _kind(kind):
     return key
 
 
-def _registry(kind):
+def _registry(kind: str) -> dict[str, type]:
     if not _registries:
         _build_registries()
     return _registries[kind][0]
 
 
-def scorers():
+def scorers() -> dict[str, type]:
     """Scorer name -> class, from every plugin: a new dict, the registry as it is now (the plugins
     load at the first look-up). A scorer turns queries and keys into scores a(q, k_i)."""
     return dict(_registry("scorer"))
 
 
-def poolings():
+def poolings() -> dict[str, type]:
     """Pooling name -> class, from every plugin: a new dict, the registry as it is now. A pooling
     turns each row of scores into attention weights alpha(q, k_i)."""
     return dict(_registry("pooling"))
 
 
-def positional_encodings():
+def positional_encodings() -> dict[str, type]:
     """Positional-encoding name -> class, from every plugin: a new dict, the registry as it is now.
     An encoding's ``applies_to`` says where it acts: "inputs", "qk" or "scores"."""
     return dict(_registry("positional encoding"))
 
 
-def lookup(kind, name):
+def lookup(kind: str, name: str) -> type:
     """The class registered as ``name`` for ``kind`` ("scorer", "pooling",
     "positional encoding"), or an UnknownPluginError listing what there is."""
     kind = _kind(kind)
@@ -625,7 +634,7 @@ def lookup(kind, name):
     )
 
 
-def describe():
+def describe() -> list[dict[str, str]]:
     """Every registered plugin class, kind by kind and sorted by name: a list of dicts with
     ``name``, ``kind``, ``source`` ("built-in", "<distribution> <version>", "file <absolute
     path>", "module <name>" or "registered at run time"), ``plugin`` (its name in the plugin
@@ -652,7 +661,7 @@ def describe():
     return rows
 
 
-def _reset():
+def _reset() -> None:
     """Forget the manager and the registries (tests use this to reload from scratch)."""
     global _pm
     _pm = None

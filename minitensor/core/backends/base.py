@@ -15,7 +15,15 @@ keeps the flag on the device and makes all pending checks together at the next r
 user asks for (``Tensor.item()``, ``.numpy()``, ``float()``: ``raise_failed_checks``).
 """
 
-from typing import Any
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy
+
+if TYPE_CHECKING:
+    from ..tensor import Array, DType, Shape
 
 
 class Backend:
@@ -28,10 +36,10 @@ class Backend:
     device: str = ""  # set by each subclass (register_backend refuses a backend without one)
     xp: Any = None  # the array module: numpy, cupy
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<{type(self).__name__} device={self.device!r}>"
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Callable[[str], Backend], tuple[str]]:
         # One backend object per device: copy.deepcopy and pickle of a tensor must find
         # the registered backend again, not clone it (ops compare backends by identity).
         from . import get_backend  # cycle: backends/__init__.py imports this module first
@@ -39,48 +47,48 @@ class Backend:
         return (get_backend, (self.device,))
 
     # -- data in and out ------------------------------------------------------------
-    def array(self, data, dtype=None):
+    def array(self, data: Any, dtype: DType = None) -> Array:
         """A new device array from ``data`` (nested lists, a NumPy array, a scalar)."""
         raise NotImplementedError
 
-    def to_numpy(self, array):
+    def to_numpy(self, array: Array) -> numpy.ndarray:
         """A host ``numpy.ndarray`` copy of a device array (never a view: the copy is yours)."""
         raise NotImplementedError
 
-    def is_array(self, obj):
+    def is_array(self, obj: object) -> bool:
         """True if ``obj`` is an array of this backend."""
         raise NotImplementedError
 
     # -- random numbers (generated on the device) ---------------------------------------
-    def seed(self, seed):
+    def seed(self, seed: int) -> None:
         raise NotImplementedError
 
-    def normal(self, shape, dtype):
+    def normal(self, shape: Shape, dtype: DType) -> Array:
         """Standard normal samples."""
         raise NotImplementedError
 
-    def random(self, shape, dtype):
+    def random(self, shape: Shape, dtype: DType) -> Array:
         """Uniform samples in [0, 1)."""
         raise NotImplementedError
 
-    def uniform(self, shape, dtype, low=0.0, high=1.0):
+    def uniform(self, shape: Shape, dtype: DType, low: float = 0.0, high: float = 1.0) -> Array:
         """Uniform samples in [low, high): ``random`` stretched and shifted."""
         u = self.random(shape, dtype)
         if low != 0.0 or high != 1.0:
             u = u * (high - low) + low
         return u.astype(dtype, copy=False)
 
-    def integers(self, low, high, shape):
+    def integers(self, low: int, high: int, shape: Shape) -> Array:
         """Random int64 in [low, high)."""
         raise NotImplementedError
 
     # -- what array libraries spell differently -----------------------------------------
-    def draw_seed(self):
+    def draw_seed(self) -> int:
         """A seed for a counter-based kernel (the fused dropout) drawn from this backend's generator,
         so that ``mt.manual_seed`` reproduces it; only backends with such kernels need it."""
         raise NotImplementedError
 
-    def index_add(self, target, index, values):
+    def index_add(self, target: Array, index: Any, values: Array) -> None:  # index: whatever x[index] takes
         """``target[index] += values`` in place, *accumulating* over repeated indices.
 
         Plain ``target[index] += values`` is wrong when ``index`` repeats a position (the
@@ -89,7 +97,7 @@ class Backend:
         """
         raise NotImplementedError
 
-    def fused(self, name, dtype):
+    def fused(self, name: str, dtype: DType) -> Callable[..., Any] | None:
         """The fused kernel ``name`` of ``minitensor/core/kernels/fused.py`` for arrays of
         ``dtype`` on this device, or None.
 
@@ -100,7 +108,7 @@ class Backend:
         return None
 
     @property
-    def kernels(self):
+    def kernels(self) -> Any:
         """The fused softmax kernels for this device: an object with ``softmax_forward``,
         ``softmax_backward``, ``log_softmax_forward`` and ``log_softmax_backward`` taking
         C-contiguous 2-D arrays (see ``minitensor/core/kernels``)."""
@@ -115,7 +123,7 @@ class Backend:
     #: reads a number would otherwise keep every step's flags, and the arrays its messages need)
     max_pending_checks = 256
 
-    def check(self, ok, message, error=IndexError):
+    def check(self, ok: Array | bool, message: str | Callable[[], str], error: type[Exception] = IndexError) -> None:
         """Require ``ok``, a 0-d bool array on this device (True: the data is fine), or raise
         ``error(message)``; ``message`` is a string or a function that makes it, called only
         on failure (so it may read the offending value from the device).
@@ -134,7 +142,7 @@ class Backend:
         if len(pending) > self.max_pending_checks:
             self.raise_failed_checks()
 
-    def raise_failed_checks(self):
+    def raise_failed_checks(self) -> None:
         """Make the pending checks of ``check`` and forget them; raise the first that failed.
 
         Called where a value is read on the host anyway (``Tensor.item()``, ``.numpy()``,

@@ -11,13 +11,23 @@ first allocation fails (``CUDARuntimeError``). So ``cuda_unavailable_reason`` as
 error a user sees says what is missing: CuPy itself, the NVIDIA driver, or a device.
 """
 
+from __future__ import annotations
+
 import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy
 
 from ..errors import DeviceError
 from ..kernels.cuda import CudaKernels
 from .base import Backend
+
+if TYPE_CHECKING:
+    from ..tensor import Array, DType, Shape
+
+# CuPy is optional and need not be installed where mypy runs: its module is passed around as
+# ``cupy: Any`` (and [tool.mypy] ignore_missing_imports covers the lazy ``import cupy``).
 
 #: what to install; the CUDA major version of the wheel must match the driver's
 INSTALL_HINT = (
@@ -26,11 +36,12 @@ INSTALL_HINT = (
 )
 
 
-def cuda_unavailable_reason(cupy=None):
+def cuda_unavailable_reason(cupy: Any = None) -> str | None:
     """None if CuPy can use a GPU here, else a sentence that says what is missing."""
     if cupy is None:
         try:
-            import cupy  # lazy: CuPy is optional (the gpu extra)
+            # lazy: CuPy is optional (the gpu extra); no-redef: the module takes the parameter's place
+            import cupy  # type: ignore[no-redef]
         except ModuleNotFoundError as e:
             if e.name not in (None, "cupy"):  # CuPy is there, one of its own imports is not
                 return f"CuPy is installed but cannot be imported ({e}); reinstall it: {INSTALL_HINT}"
@@ -62,11 +73,11 @@ def cuda_unavailable_reason(cupy=None):
     return "CuPy is installed and sees a GPU, but cupy.is_available() says it cannot use it"
 
 
-def cuda_summary(cupy):
+def cuda_summary(cupy: Any) -> str:
     """One line on the GPU stack: CuPy's version, the CUDA runtime and driver, device 0."""
     runtime = cupy.cuda.runtime
 
-    def version(v):  # 13000 -> "13.0"
+    def version(v: int) -> str:  # 13000 -> "13.0"
         return f"{v // 1000}.{v % 1000 // 10}"
 
     props = runtime.getDeviceProperties(0)
@@ -80,14 +91,15 @@ def cuda_summary(cupy):
 class CupyBackend(Backend):
     device = "cuda"
 
-    def __init__(self, cupy=None):
+    def __init__(self, cupy: Any = None) -> None:
         if cupy is None:
-            import cupy  # lazy: CuPy is optional (the gpu extra)
+            # lazy: CuPy is optional (the gpu extra); no-redef: the module takes the parameter's place
+            import cupy  # type: ignore[no-redef]
         self.xp = cupy
-        self._kernels = None
+        self._kernels: CudaKernels | None = None
         self.seed(int.from_bytes(os.urandom(8), "little"))
 
-    def check_it_runs(self):
+    def check_it_runs(self) -> None:
         """Run one tiny CuPy kernel (CuPy compiles it with NVRTC for this GPU), or raise a
         ``DeviceError`` that says what failed and what to install: a CuPy without its CUDA
         libraries, or built for another CUDA major, fails here rather than inside a user's op."""
@@ -102,13 +114,13 @@ class CupyBackend(Backend):
 
         # -- data in and out ------------------------------------------------------------
 
-    def array(self, data, dtype=None):
+    def array(self, data: Any, dtype: DType = None) -> Array:
         return self.xp.array(data, dtype=dtype)  # host data -> device: one explicit copy
 
-    def to_numpy(self, array):
+    def to_numpy(self, array: Array) -> numpy.ndarray:
         return self.xp.asnumpy(array)  # always a new host array
 
-    def is_array(self, obj):
+    def is_array(self, obj: object) -> bool:
         return isinstance(obj, self.xp.ndarray)
 
     # -- random numbers, drawn on the GPU (dropout masks never cross the bus) --------------
@@ -118,34 +130,34 @@ class CupyBackend(Backend):
     # counter-based, so seeding it is cheap. Dropout, the one draw of every step, needs no
     # generator at all: its kernel hashes (seed, element index), and its seed is made here
     # on the host (draw_seed), so a step neither builds a generator nor reads the device.
-    def seed(self, seed):
+    def seed(self, seed: int) -> None:
         self._seed, self._draws = int(seed), 0
 
-    def get_rng_state(self):
+    def get_rng_state(self) -> dict[str, int]:
         return {"seed": self._seed, "draws": self._draws}
 
-    def set_rng_state(self, state):
+    def set_rng_state(self, state: dict[str, int]) -> None:
         self._seed, self._draws = int(state["seed"]), int(state["draws"])
 
-    def draw_seed(self):
+    def draw_seed(self) -> int:
         """A seed in [0, 2^62) for a counter-based kernel (dropout): draw n of (seed, n), on the host."""
         self._draws += 1
         return int(numpy.random.SeedSequence([self._seed, self._draws]).generate_state(1, numpy.uint64)[0] >> 2)
 
-    def _generator(self):
+    def _generator(self) -> Any:  # a cupy.random.RandomState
         return self.xp.random.RandomState(self.draw_seed(), method=self.xp.cuda.curand.CURAND_RNG_PSEUDO_PHILOX4_32_10)
 
-    def normal(self, shape, dtype):
+    def normal(self, shape: Shape, dtype: DType) -> Array:
         return self._generator().standard_normal(shape, dtype=dtype)
 
-    def random(self, shape, dtype):
+    def random(self, shape: Shape, dtype: DType) -> Array:
         return self._generator().random_sample(shape, dtype=dtype)
 
-    def integers(self, low, high, shape):
+    def integers(self, low: int, high: int, shape: Shape) -> Array:
         return self._generator().randint(low, high, shape, dtype="int64")
 
     # -- what CuPy spells differently -------------------------------------------------------
-    def index_add(self, target, index, values):
+    def index_add(self, target: Array, index: Any, values: Array) -> None:
         # cupy.add.at is an atomic scatter-add: repeated indices accumulate
         self.xp.add.at(target, index, values)
 
@@ -160,19 +172,19 @@ class CupyBackend(Backend):
         "adam_update": "adam_update",
     }
 
-    def fused(self, name, dtype):
+    def fused(self, name: str, dtype: DType) -> Callable[..., Any] | None:
         # each replaces several CuPy operators (a launch each) by one kernel of kernels/cuda
         if name in self.FUSED and numpy.dtype(dtype) in (numpy.float32, numpy.float64):
             return getattr(self.kernels, self.FUSED[name])
         return None
 
     @property
-    def attention_kernels(self):
+    def attention_kernels(self) -> CudaKernels:
         """The streamed-attention kernels that ``flash_attention`` runs here (``attention.cu``)."""
         return self.kernels
 
     @property
-    def kernels(self):
+    def kernels(self) -> CudaKernels:
         if self._kernels is None:
             # CUDA C++ compiled by CuPy on first use, launched on CuPy's current stream
             self._kernels = CudaKernels(self.xp)

@@ -12,15 +12,23 @@ point where minitensor starts to train rather than to be imported:
 ``tests/test_import_side_effects.py`` holds both to this.
 """
 
+from __future__ import annotations
+
 import ctypes
 import os
+from collections.abc import Callable
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import numpy
 
 from .base import Backend
 
+if TYPE_CHECKING:
+    from ..tensor import Array, DType, Shape
 
-def keep_freed_memory():
+
+def keep_freed_memory() -> bool:
     """Ask glibc's malloc to keep freed blocks of up to 32 MiB for reuse.
 
     A training step allocates and frees the same large arrays (activations, gradients,
@@ -44,10 +52,10 @@ def keep_freed_memory():
     return bool(mallopt(M_MMAP_THRESHOLD, 32 * 2**20)) and bool(mallopt(M_TRIM_THRESHOLD, 2**30))
 
 
-_TUNED = []
+_TUNED: list[bool] = []
 
 
-def _first_kernel():
+def _first_kernel() -> None:
     """What the first kernel of a program sets up once (see the module docstring): importing
     ``kernels.cpu`` has chosen numba's threading layer; here glibc keeps freed blocks."""
     if not _TUNED:
@@ -64,45 +72,46 @@ class NumpyBackend(Backend):
     xp = numpy
     on_host = True
 
-    def check(self, ok, message, error=IndexError):
+    def check(self, ok: Array | bool, message: str | Callable[[], str], error: type[Exception] = IndexError) -> None:
         # the data is in host memory: reading ``ok`` costs nothing, so fail now, where the
         # traceback points at the op
         if not ok:
             raise error(message() if callable(message) else message)
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._rng = numpy.random.default_rng()
-        self._kernels = self._fused = None
+        self._kernels: ModuleType | None = None
+        self._fused: ModuleType | None = None
 
-    def array(self, data, dtype=None):
+    def array(self, data: Any, dtype: DType = None) -> numpy.ndarray:
         return numpy.array(data, dtype=dtype)
 
-    def to_numpy(self, array):
+    def to_numpy(self, array: Array) -> numpy.ndarray:
         return numpy.array(array, copy=True)
 
-    def is_array(self, obj):
+    def is_array(self, obj: object) -> bool:
         return isinstance(obj, numpy.ndarray)
 
-    def seed(self, seed):
+    def seed(self, seed: int) -> None:
         self._rng = numpy.random.default_rng(seed)
 
-    def normal(self, shape, dtype):
+    def normal(self, shape: Shape, dtype: DType) -> numpy.ndarray:
         return self._rng.standard_normal(shape, dtype=dtype)
 
-    def random(self, shape, dtype):
+    def random(self, shape: Shape, dtype: DType) -> numpy.ndarray:
         if numpy.dtype(dtype) in _KERNEL_DTYPES:
             return self._rng.random(shape, dtype=dtype)
         # NumPy's generator draws only float32 and float64 (float16 dropout masks, say)
         return self._rng.random(shape, dtype=numpy.float32).astype(dtype)
 
-    def integers(self, low, high, shape):
+    def integers(self, low: int, high: int, shape: Shape) -> numpy.ndarray:
         return self._rng.integers(low, high, shape, dtype=numpy.int64)
 
-    def draw_seed(self):
+    def draw_seed(self) -> int:
         """A seed in [0, 2^62) for a counter-based kernel (dropout), from this generator."""
         return int(self._rng.integers(0, 2**62, (), dtype=numpy.int64))
 
-    def index_add(self, target, index, values):
+    def index_add(self, target: numpy.ndarray, index: Any, values: numpy.ndarray) -> None:
         if isinstance(index, numpy.ndarray) and index.ndim == 1 and index.dtype.kind in "iu" and index.size:
             # Rows picked by one integer array (embedding backward): sort the indices and
             # add each run of equal ones with one reduceat -- the same sums as add.at,
@@ -118,7 +127,7 @@ class NumpyBackend(Backend):
     # Tests set this to False to run the ops' plain NumPy code instead of the fused kernels.
     use_fused_kernels = True
 
-    def fused(self, name, dtype):
+    def fused(self, name: str, dtype: DType) -> Callable[..., Any] | None:
         if not self.use_fused_kernels or dtype not in _KERNEL_DTYPES:
             return None
         if self._fused is None:
@@ -130,7 +139,7 @@ class NumpyBackend(Backend):
         return getattr(self._fused, name)
 
     @property
-    def kernels(self):
+    def kernels(self) -> ModuleType:
         # Imported on first use: numba is slow to import (bench/import_time.py measures
         # it) and compiles lazily anyway.
         if self._kernels is None:

@@ -20,25 +20,35 @@ with Bahdanau attention.
 A config is frozen: ``config.replace(field=value)`` makes a changed copy, checked again.
 """
 
+from __future__ import annotations
+
 import dataclasses
 import difflib
 import numbers
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import KW_ONLY, dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from .attention import check_fused, check_heads
 from .module import Module
+
+if TYPE_CHECKING:
+    from typing_extensions import Self  # typing.Self, from Python 3.11 on
 
 
 class _ModelConfig:
     """What the model configs share: ``replace``, and building one from a model's arguments."""
 
-    def replace(self, **changes):
+    # every config is a dataclass: what dataclasses.replace needs to know (an annotation only)
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
+
+    def replace(self, **changes: Any) -> Self:
         """A copy with ``changes`` (``dataclasses.replace``), checked as a new config is; an unknown
         field is a ``TypeError`` naming the closest field."""
         _check_known(type(self), changes, f"{type(self).__name__}.replace")
         return dataclasses.replace(self, **changes)
 
-    def require(self, owner, names):
+    def require(self, owner: str, names: Iterable[str]) -> None:
         """Check that the fields ``names``, which ``owner`` (a class name, for the message) builds
         with, are set: the sizes have no default, since no size suits every model."""
         for name in names:
@@ -46,7 +56,9 @@ class _ModelConfig:
                 raise TypeError(f"{owner} needs {name}: {type(self).__name__}.{name} is None")
 
     @classmethod
-    def from_arguments(cls, owner, config, args, fields, positional):
+    def from_arguments(
+        cls, owner: str, config: Any, args: Sequence[Any], fields: dict[str, Any], positional: Sequence[str]
+    ) -> Self:
         """The config a model was called with, in either form:
 
         - ``Model(config)`` (or ``Model(config=config)``): ``config`` itself;
@@ -76,23 +88,23 @@ class _ModelConfig:
         _check_known(cls, fields, owner)
         return cls(**named, **fields)
 
-    def _check(self, name, ok, what, error=ValueError):
+    def _check(self, name: str, ok: bool, what: str, error: type[Exception] = ValueError) -> None:
         if not ok:
             raise error(f"{type(self).__name__}: {name}={getattr(self, name)!r:.80} {what}")
 
-    def _check_sizes(self, names, smallest=1):
+    def _check_sizes(self, names: Iterable[str], smallest: int = 1) -> None:
         for name in names:
             value = getattr(self, name)
             self._check(
                 name, value is None or _is_integer(value) and value >= smallest, f"must be an integer >= {smallest}"
             )
 
-    def _check_options(self, names):
+    def _check_options(self, names: Iterable[str]) -> None:
         for name in names:
             value = getattr(self, name)
             self._check(name, value is None or isinstance(value, dict), "must be a dict of options or None", TypeError)
 
-    def _check_plugin_names(self, names, optional=()):
+    def _check_plugin_names(self, names: Iterable[str], optional: Collection[str] = ()) -> None:
         """Plugin names: a registered name, a str (or None for those in ``optional``)."""
         for name in names:
             value = getattr(self, name)
@@ -100,11 +112,11 @@ class _ModelConfig:
             self._check(name, ok, "must be a registered name (a str)", TypeError)
 
 
-def _is_integer(value):
+def _is_integer(value: object) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
-def _check_known(cls, names, owner):
+def _check_known(cls: type, names: Iterable[str], owner: str) -> None:
     known = [f.name for f in dataclasses.fields(cls) if f.init]
     for name in names:
         if name not in known:
@@ -147,7 +159,7 @@ class TransformerConfig(_ModelConfig):
     ``"learned"``, ``"none"``) added to the embeddings, a "qk" one (``"rotary"``) or a "scores"
     one (``"alibi"``, ``"t5_relative"``, ``"sliding_window"``) inside every self-attention. A
     block also takes one already built (a stack's, shared by its blocks), or None."""
-    positional_options: dict | None = None
+    positional_options: dict[str, Any] | None = None
     """Options for the ``positional`` encoding's constructor (e.g. ``{"window": 4}``)."""
     input_positional: str | None = None
     """An "inputs" encoding added to the embeddings beside a "qk" or "scores" ``positional``
@@ -164,9 +176,9 @@ class TransformerConfig(_ModelConfig):
     """The attention scorer, a registered name (``mt.plugins.scorers()``)."""
     pooling: str = "softmax"
     """The attention pooling, a registered name (``mt.plugins.poolings()``)."""
-    scorer_options: dict | None = None
+    scorer_options: dict[str, Any] | None = None
     """Options for the scorer's constructor."""
-    pooling_options: dict | None = None
+    pooling_options: dict[str, Any] | None = None
     """Options for the pooling's constructor."""
     fused: str | bool = "auto"
     """Streamed (FlashAttention) attention: "auto", True or False (see ``MultiHeadAttention``)."""
@@ -185,7 +197,7 @@ class TransformerConfig(_ModelConfig):
     the residual projections W_o and the FFN's dense2 N(0, (0.02 / sqrt(2 num_blks))^2), and
     token embeddings added unscaled, as GPT-2 and nanoGPT do)."""
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         """Check every field (see the class docstring)."""
         self._check_sizes(("vocab_size", "num_hiddens", "ffn_num_hiddens", "num_heads", "max_len"))
         self._check_sizes(("num_blks",), smallest=0)
@@ -239,12 +251,12 @@ class Seq2SeqConfig(_ModelConfig):
     """The attention scorer: Bahdanau's additive w_v^T tanh(W_q q + W_k k), or any registered one."""
     pooling: str = "softmax"
     """The attention pooling, a registered name."""
-    scorer_options: dict | None = None
+    scorer_options: dict[str, Any] | None = None
     """Options for the scorer's constructor."""
-    pooling_options: dict | None = None
+    pooling_options: dict[str, Any] | None = None
     """Options for the pooling's constructor."""
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         """Check every field (see the class docstring)."""
         self._check_sizes(("vocab_size", "embed_size", "num_hiddens", "num_layers"))
         d = self.dropout
@@ -257,5 +269,5 @@ class Seq2SeqConfig(_ModelConfig):
 SEQ2SEQ_SIZES = ("vocab_size", "embed_size", "num_hiddens", "num_layers", "dropout")
 
 
-def _is_number(value):
+def _is_number(value: object) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)

@@ -19,10 +19,13 @@ beam search drive both:
                                                # forcing) or the next token, (batch, 1)
 """
 
-from collections import namedtuple
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 from ..ops import concat
-from ..tensor import Tensor, tensor
+from ..tensor import Device, DType, Tensor, tensor
 from . import init
 from .attention import Attention
 from .config import SEQ2SEQ_SIZES, Seq2SeqConfig
@@ -32,7 +35,7 @@ from .rnn import GRU
 from .transformer import EncoderDecoder
 
 
-def init_seq2seq(module):
+def init_seq2seq(module: Module) -> None:
     """D2L's ``init_seq2seq``: Xavier-uniform weights for Linear and GRU layers, so the
     signal keeps its scale through the recurrence from the first step
     (``module.apply(init_seq2seq)`` for a whole model)."""
@@ -55,13 +58,22 @@ class Seq2SeqEncoder(Module):
     those positions through ``enc_valid_lens``.
     """
 
-    def __init__(self, vocab_size, embed_size, num_hiddens, num_layers, dropout=0.0, dtype=None, device=None):
+    def __init__(
+        self,
+        vocab_size: int,
+        embed_size: int,
+        num_hiddens: int,
+        num_layers: int,
+        dropout: float = 0.0,
+        dtype: DType = None,
+        device: Device = None,
+    ) -> None:
         super().__init__()
         self.embedding = Embedding(vocab_size, embed_size, dtype=dtype, device=device)
         self.rnn = GRU(embed_size, num_hiddens, num_layers, dropout, dtype=dtype, device=device)
         self.apply(init_seq2seq)
 
-    def forward(self, X, valid_lens=None):
+    def forward(self, X: Tensor, valid_lens: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """tokens X (batch_size, num_steps) -> (outputs (num_steps, batch_size, num_hiddens), state
         (num_layers, batch_size, num_hiddens)): the embeddings run through the GRU, time-major.
         ``valid_lens`` is accepted and ignored (D2L's encoder signature)."""
@@ -69,10 +81,14 @@ class Seq2SeqEncoder(Module):
         return self.rnn(embs)
 
 
-AttentionDecoderState = namedtuple("AttentionDecoderState", ["enc_outputs", "hidden_state", "enc_valid_lens"])
-AttentionDecoderState.__doc__ = """The Bahdanau decoder's state (D2L's list, with names):
-enc_outputs (batch, num_enc_steps, num_hiddens), the keys and values of attention;
-hidden_state (num_layers, batch, num_hiddens), the GRU's state; enc_valid_lens (batch,) or None."""
+class AttentionDecoderState(NamedTuple):
+    """The Bahdanau decoder's state (D2L's list, with names):
+    enc_outputs (batch, num_enc_steps, num_hiddens), the keys and values of attention;
+    hidden_state (num_layers, batch, num_hiddens), the GRU's state; enc_valid_lens (batch,) or None."""
+
+    enc_outputs: Tensor
+    hidden_state: Tensor
+    enc_valid_lens: Tensor | None
 
 
 class Seq2SeqAttentionDecoder(Module):
@@ -103,10 +119,19 @@ class Seq2SeqAttentionDecoder(Module):
     scorer_options=None, pooling_options=None)``, the plugins by name, which builds the config.
     """
 
-    def __init__(self, config=None, *sizes, dtype=None, device=None, **fields):
+    def __init__(
+        self,
+        config: Seq2SeqConfig | int | None = None,
+        *sizes: float,
+        dtype: DType = None,
+        device: Device = None,
+        **fields: Any,
+    ) -> None:
         super().__init__()
         c = Seq2SeqConfig.from_arguments("Seq2SeqAttentionDecoder", config, sizes, fields, SEQ2SEQ_SIZES)
         c.require("Seq2SeqAttentionDecoder", SEQ2SEQ_SIZES)
+        # the sizes are set (require() checked them): this line says so to mypy
+        assert c.vocab_size and c.embed_size and c.num_hiddens and c.num_layers
         self.config, self.num_hiddens, self.num_layers = c, c.num_hiddens, c.num_layers
         self.attention = Attention(
             c.scorer,
@@ -124,9 +149,9 @@ class Seq2SeqAttentionDecoder(Module):
         self.dense = Linear(c.num_hiddens, c.vocab_size, dtype=dtype, device=device)
         for layer in (self.rnn, self.dense):  # not the scorer's layers: a plugin initialises its own
             init_seq2seq(layer)
-        self._attention_weights = []
+        self._attention_weights: list[Tensor | None] = []
 
-    def init_state(self, enc_outputs, enc_valid_lens=None):
+    def init_state(self, enc_outputs: tuple[Tensor, Tensor], enc_valid_lens: Any = None) -> AttentionDecoderState:
         """From the encoder's ``(outputs, state)``: an ``AttentionDecoderState`` holding the outputs
         batch-major (batch_size, num_enc_steps, num_hiddens) as keys and values, the encoder's last
         state as the GRU's first, and ``enc_valid_lens`` (a list or array becomes a tensor)."""
@@ -136,7 +161,7 @@ class Seq2SeqAttentionDecoder(Module):
         # batch-major keys and values, as attention layers take them
         return AttentionDecoderState(outputs.swapaxes(0, 1), hidden_state, enc_valid_lens)
 
-    def forward(self, X, state):
+    def forward(self, X: Tensor, state: AttentionDecoderState) -> tuple[Tensor, AttentionDecoderState]:
         """Decode the tokens X (batch_size, T), one GRU step per token: at step t the last layer's
         state s_{t-1} attends the encoder's outputs, the context c_t joins the token's embedding as
         the GRU's input, and dense(s_t) gives the logits. Returns (logits (batch_size, T,
@@ -155,7 +180,7 @@ class Seq2SeqAttentionDecoder(Module):
         logits = self.dense(concat(outputs, axis=0))  # (T, batch, vocab_size)
         return logits.swapaxes(0, 1), AttentionDecoderState(enc_outputs, H, enc_valid_lens)
 
-    def reorder_state(self, state, indices):
+    def reorder_state(self, state: AttentionDecoderState, indices: Tensor | Sequence[int]) -> AttentionDecoderState:
         """The state of the batch made of rows ``indices`` of this one (beam search); the
         GRU state's batch axis is its second."""
         enc_outputs, H, enc_valid_lens = state
@@ -165,7 +190,7 @@ class Seq2SeqAttentionDecoder(Module):
         return AttentionDecoderState(enc_outputs[indices], H[:, indices], lens)
 
     @property
-    def attention_weights(self):
+    def attention_weights(self) -> list[Tensor | None]:
         """The attention weights of the last call, one (batch_size, 1, num_enc_steps) tensor per
         decoded step, detached: which source positions each output step looked at."""
         return self._attention_weights

@@ -35,9 +35,13 @@ The same code path runs in training (an empty cache, the whole sequence as "new 
 so decoding token by token reproduces the full forward pass exactly.
 """
 
-import math
+from __future__ import annotations
 
-from ..tensor import Tensor, tensor
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from ..tensor import Device, DType, Shape, Tensor, tensor
 from . import init
 from .attention import MultiHeadAttention, _build_plugin, positional_class, positional_kind, score_bias_options
 from .config import TRANSFORMER_SIZES, TransformerConfig
@@ -46,6 +50,11 @@ from .dropout import Dropout
 from .linear import Embedding, Linear
 from .module import Module
 from .normalization import LayerNorm
+
+#: A Transformer decoder's state, D2L's list ``[enc_outputs, enc_valid_lens, caches]``: the
+#: encoder's outputs (None for a language model), their valid lengths (or None) and one
+#: key/value cache per block (None until the block has seen a token).
+DecoderState = list[Any]
 
 
 class PositionWiseFFN(Module):
@@ -68,21 +77,21 @@ class PositionWiseFFN(Module):
 
     def __init__(
         self,
-        ffn_num_input,
-        ffn_num_hiddens,
-        ffn_num_outputs=None,
-        dtype=None,
-        device=None,
-        activation="relu",
-        bias=True,
-    ):
+        ffn_num_input: int,
+        ffn_num_hiddens: int,
+        ffn_num_outputs: int | None = None,
+        dtype: DType = None,
+        device: Device = None,
+        activation: str = "relu",
+        bias: bool = True,
+    ) -> None:
         super().__init__()
         ffn_num_outputs = ffn_num_outputs or ffn_num_input
         self.activation = activation
         self.dense1 = Linear(ffn_num_input, ffn_num_hiddens, bias=bias, dtype=dtype, device=device)
         self.dense2 = Linear(ffn_num_hiddens, ffn_num_outputs, bias=bias, dtype=dtype, device=device)
 
-    def forward(self, X):
+    def forward(self, X: Tensor) -> Tensor:
         """FFN(X) = dense2(relu(dense1(X))) (or gelu): X (batch_size, num_steps, ffn_num_input) ->
         (batch_size, num_steps, ffn_num_outputs), every position on its own."""
         H = self.dense1(X)
@@ -108,17 +117,25 @@ class AddNorm(Module):
     same way for both forms: ``Y = sublayer(addnorm.sublayer_input(X)); X = addnorm(X, Y)``.
     """
 
-    def __init__(self, norm_shape, dropout, norm_first=False, dtype=None, device=None, bias=True):
+    def __init__(
+        self,
+        norm_shape: Shape,
+        dropout: float,
+        norm_first: bool = False,
+        dtype: DType = None,
+        device: Device = None,
+        bias: bool = True,
+    ) -> None:
         super().__init__()
         self.norm_first = norm_first
         self.dropout = Dropout(dropout)
         self.ln = LayerNorm(norm_shape, bias=bias, dtype=dtype, device=device)
 
-    def sublayer_input(self, X):
+    def sublayer_input(self, X: Tensor) -> Tensor:
         """What the sublayer sees: LayerNorm(X) in pre-LN, X itself in post-LN."""
         return self.ln(X) if self.norm_first else X
 
-    def forward(self, X, Y):
+    def forward(self, X: Tensor, Y: Tensor) -> Tensor:
         """The residual connection around a sublayer with output ``Y``: LayerNorm(X + dropout(Y))
         (post-LN), or X + dropout(Y) with ``norm_first=True`` (pre-LN, where the sublayer was given
         ``sublayer_input(X)``). X and Y (batch_size, num_steps, num_hiddens); output likewise."""
@@ -126,12 +143,16 @@ class AddNorm(Module):
             return X + self.dropout(Y)
         return self.ln(self.dropout(Y) + X)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         """The setting shown in the repr: ``norm_first=False`` (post-LN) or ``True`` (pre-LN)."""
         return f"norm_first={self.norm_first}"
 
 
-def split_positional(positional, input_positional=None, names=("positional=", "input_positional=")):
+def split_positional(
+    positional: str | Module | None,
+    input_positional: str | None = None,
+    names: tuple[str, str] = ("positional=", "input_positional="),
+) -> tuple[str | Module | None, str | Module | None]:
     """Where a model's positions go: (the "inputs" encoding added to the embeddings, the "qk"
     or "scores" encoding of the self-attention layers or None).
 
@@ -157,7 +178,15 @@ def split_positional(positional, input_positional=None, names=("positional=", "i
     return input_positional, positional
 
 
-def attention_positional(positional, options, num_heads, max_len, bidirectional, dtype=None, device=None):
+def attention_positional(
+    positional: str | Module | None,
+    options: dict[str, Any] | None,
+    num_heads: int,
+    max_len: int,
+    bidirectional: bool,
+    dtype: DType = None,
+    device: Device = None,
+) -> str | Module | None:
     """What the attention layers get for ``positional`` (a "qk" or "scores" name, a built
     encoding, or None): a "qk" name as it is (each layer builds its own rotation, a fixed
     table), a "scores" one built here, once, to be shared by the layers of a stack -- as T5
@@ -170,7 +199,7 @@ def attention_positional(positional, options, num_heads, max_len, bidirectional,
     return _build_plugin("positional encoding", positional, (num_heads,), options, dtype, device)
 
 
-def attention_args(config):
+def attention_args(config: TransformerConfig) -> dict[str, Any]:
     """What every attention layer of a Transformer takes from its config (beside its sizes and
     its positional encoding): the plugins, the projections' bias, grouped heads, streaming."""
     return dict(
@@ -184,12 +213,12 @@ def attention_args(config):
     )
 
 
-def ffn_args(config):
+def ffn_args(config: TransformerConfig) -> dict[str, Any]:
     """What every block's FFN takes from its config beside its sizes: the nonlinearity and the bias."""
     return dict(activation=config.activation, bias=config.bias)
 
 
-def gpt2_init_(model, num_blks):
+def gpt2_init_(model: Module, num_blks: int) -> None:
     """GPT-2's initialisation (Radford et al. 2019; nanoGPT's ``_init_weights``), in place:
     every Linear weight and Embedding table ~ N(0, 0.02^2), every Linear bias 0, and the
     projections that write into the residual stream -- attention's W_o and the FFN's dense2
@@ -237,26 +266,43 @@ class TransformerEmbedding(Module):
     positional="sinusoidal", positional_options=None)`` builds the config from its arguments.
     """
 
-    def __init__(self, config=None, *sizes, dtype=None, device=None, **fields):
+    def __init__(
+        self,
+        config: TransformerConfig | int | None = None,
+        *sizes: float,
+        dtype: DType = None,
+        device: Device = None,
+        **fields: Any,
+    ) -> None:
         super().__init__()
         config = TransformerConfig.from_arguments("TransformerEmbedding", config, sizes, fields, EMBEDDING_SIZES)
         config.require("TransformerEmbedding", EMBEDDING_SIZES)
+        # the sizes are set (require() checked them): this line says so to mypy
+        assert config.vocab_size and config.num_hiddens and config.dropout is not None
         self.num_hiddens = num_hiddens = config.num_hiddens
         self.token_embedding = Embedding(config.vocab_size, num_hiddens, dtype=dtype, device=device)
         init.normal_(self.token_embedding.weight, 0.0, num_hiddens**-0.5)
         # GPT-2's scheme adds its N(0, 0.02^2) embeddings unscaled (gpt2_init_ draws them)
         self.scale = 1.0 if config.init == "gpt2" else math.sqrt(num_hiddens)
         inputs, _ = split_positional(config.positional, config.input_positional)
+        self.pos_encoding: Module | None
         if inputs is not None:
             # the options are the positional encoding's: not input_positional's
             own = config.positional_options if inputs == config.positional else None
             options = {"max_len": config.max_len, "dropout": 0.0, **(own or {})}
-            self.pos_encoding = _build_plugin("positional encoding", inputs, (num_hiddens,), options, dtype, device)
+            self.pos_encoding = _build_plugin(
+                "positional encoding",
+                inputs,  # type: ignore[arg-type]  # an encoding already built (a Module) is refused there, with a message
+                (num_hiddens,),
+                options,
+                dtype,
+                device,
+            )
         else:
             self.pos_encoding = None
         self.dropout = Dropout(config.dropout)
 
-    def forward(self, tokens, offset=0):
+    def forward(self, tokens: Tensor, offset: int = 0) -> Tensor:
         """tokens (batch_size, num_steps) -> dropout(embedding(tokens) * sqrt(num_hiddens) + P), with
         the "inputs" encoding's positions ``offset``, ``offset + 1``, ... (nothing added for a "qk"
         or "scores" one): (batch_size, num_steps, num_hiddens)."""
@@ -288,10 +334,19 @@ class TransformerEncoderBlock(Module):
     builds the config from its arguments (``positional`` then defaults to none).
     """
 
-    def __init__(self, config=None, *sizes, dtype=None, device=None, **fields):
+    def __init__(
+        self,
+        config: TransformerConfig | int | None = None,
+        *sizes: float,
+        dtype: DType = None,
+        device: Device = None,
+        **fields: Any,
+    ) -> None:
         super().__init__()
         c = TransformerConfig.from_arguments("TransformerEncoderBlock", config, sizes, fields, BLOCK_SIZES)
         c.require("TransformerEncoderBlock", BLOCK_SIZES)
+        # the sizes are set (require() checked them): this line says so to mypy
+        assert c.num_hiddens and c.ffn_num_hiddens and c.num_heads and c.dropout is not None
         _, positional = split_positional(c.positional, c.input_positional)
         positional = attention_positional(positional, c.positional_options, c.num_heads, c.max_len, True, dtype, device)
         self.attention = MultiHeadAttention(
@@ -311,7 +366,7 @@ class TransformerEncoderBlock(Module):
         )
         self.addnorm2 = AddNorm(c.num_hiddens, c.dropout, c.norm_first, dtype=dtype, device=device, bias=c.bias)
 
-    def forward(self, X, valid_lens=None):
+    def forward(self, X: Tensor, valid_lens: Tensor | None = None) -> Tensor:
         """Y = AddNorm(X, MultiHeadAttention(X, X, X, valid_lens)), then AddNorm(Y, FFN(Y)) (pre-LN:
         each sublayer reads the normalised input): X (batch_size, num_steps, num_hiddens) ->
         the same shape. ``valid_lens`` (batch_size,) hides the padding keys of each sequence."""
@@ -345,10 +400,19 @@ class TransformerEncoder(Module):
     ffn_num_hiddens, num_heads, num_blks, dropout, **fields)``, which builds the config.
     """
 
-    def __init__(self, config=None, *sizes, dtype=None, device=None, **fields):
+    def __init__(
+        self,
+        config: TransformerConfig | int | None = None,
+        *sizes: float,
+        dtype: DType = None,
+        device: Device = None,
+        **fields: Any,
+    ) -> None:
         super().__init__()
         c = TransformerConfig.from_arguments("TransformerEncoder", config, sizes, fields, TRANSFORMER_SIZES)
         c.require("TransformerEncoder", TRANSFORMER_SIZES)
+        # the sizes are set (require() checked them): this line says so to mypy
+        assert c.num_hiddens and c.num_heads and c.num_blks is not None
         self.config, self.num_hiddens = c, c.num_hiddens
         self.embedding = TransformerEmbedding(c, dtype=dtype, device=device)
         _, in_attention = split_positional(c.positional, c.input_positional)
@@ -362,7 +426,7 @@ class TransformerEncoder(Module):
         if c.init == "gpt2":
             gpt2_init_(self, c.num_blks)
 
-    def forward(self, X, valid_lens=None):
+    def forward(self, X: Tensor, valid_lens: Tensor | None = None) -> Tensor:
         """Encode the source: tokens X (batch_size, num_steps) -> (batch_size, num_steps, num_hiddens),
         embeddings with positions through every block (and a final LayerNorm in pre-LN).
         ``valid_lens`` (batch_size,): the number of real tokens of each sequence; the padding after
@@ -373,7 +437,7 @@ class TransformerEncoder(Module):
         return X if self.ln is None else self.ln(X)
 
     @property
-    def attention_weights(self):
+    def attention_weights(self) -> list[Tensor | None]:
         """Self-attention weights of every block from the last call, (batch, num_heads, T, T) each."""
         return [blk.attention.attention_weights for blk in self.blks]
 
@@ -406,17 +470,26 @@ class TransformerDecoderBlock(Module):
     """
 
     def __init__(
-        self, config=None, *args, cross_attention=True, cross_positional=None, dtype=None, device=None, **fields
-    ):
+        self,
+        config: TransformerConfig | int | None = None,
+        *args: float,
+        cross_attention: bool = True,
+        cross_positional: str | Module | None = None,
+        dtype: DType = None,
+        device: Device = None,
+        **fields: Any,
+    ) -> None:
         super().__init__()
         # i follows the config, or D2L's four sizes in the older form (or comes by name)
         i = fields.pop("i", None)
         if i is None and args and (isinstance(config, TransformerConfig) or len(args) == len(BLOCK_SIZES)):
-            *args, i = args
+            args, i = args[:-1], args[-1]
         if i is None:
             raise TypeError("TransformerDecoderBlock needs i, the block's index (its slot in the decoder's caches)")
         c = TransformerConfig.from_arguments("TransformerDecoderBlock", config, args, fields, BLOCK_SIZES)
         c.require("TransformerDecoderBlock", BLOCK_SIZES)
+        # the sizes are set (require() checked them): this line says so to mypy
+        assert c.num_hiddens and c.ffn_num_hiddens and c.num_heads and c.dropout is not None
         self.i = i
         _, positional = split_positional(c.positional, c.input_positional)
         positional = attention_positional(
@@ -433,6 +506,8 @@ class TransformerDecoderBlock(Module):
             **attention,
         )
         self.addnorm1 = AddNorm(c.num_hiddens, c.dropout, c.norm_first, dtype=dtype, device=device, bias=c.bias)
+        self.attention2: MultiHeadAttention | None  # the encoder-decoder attention (None: a decoder-only block)
+        self.addnorm2: AddNorm | None
         if cross_attention:
             self.attention2 = MultiHeadAttention(
                 c.num_hiddens, c.num_heads, c.dropout, positional=cross_positional, **attention
@@ -445,7 +520,7 @@ class TransformerDecoderBlock(Module):
         )
         self.addnorm3 = AddNorm(c.num_hiddens, c.dropout, c.norm_first, dtype=dtype, device=device, bias=c.bias)
 
-    def forward(self, X, state):
+    def forward(self, X: Tensor, state: DecoderState) -> tuple[Tensor, DecoderState]:
         """The block over X (batch_size, num_steps, num_hiddens), the positions that follow the
         cached ones: causal self-attention over the cache and X, then (unless
         ``cross_attention=False``) attention to the encoder's outputs, then the FFN, each in
@@ -455,7 +530,7 @@ class TransformerDecoderBlock(Module):
         past = 0 if caches[self.i] is None else caches[self.i][0].shape[-2]
         X2, caches[self.i] = self.attention1.cached_self_attention(self.addnorm1.sublayer_input(X), caches[self.i])
         Y = self.addnorm1(X, X2)
-        if self.attention2 is not None:
+        if self.attention2 is not None and self.addnorm2 is not None:
             # target positions past.. against source positions 0..: for a "scores" encoding with cross = True
             Y2 = self.attention2(
                 self.addnorm2.sublayer_input(Y), enc_outputs, enc_outputs, enc_valid_lens, q_offset=past, k_offset=0
@@ -464,7 +539,7 @@ class TransformerDecoderBlock(Module):
         return self.addnorm3(Y, self.ffn(self.addnorm3.sublayer_input(Y))), state
 
 
-def _select_rows(obj, indices):
+def _select_rows(obj: Any, indices: Tensor) -> Any:
     """Every tensor inside ``obj`` (nested lists / tuples, None) indexed by ``indices`` along
     its first axis, the batch axis of every tensor in a Transformer decoder's state."""
     if obj is None:
@@ -501,10 +576,20 @@ class TransformerDecoder(Module):
     ``cross_attention`` as for ``TransformerDecoderBlock``.
     """
 
-    def __init__(self, config=None, *sizes, cross_attention=True, dtype=None, device=None, **fields):
+    def __init__(
+        self,
+        config: TransformerConfig | int | None = None,
+        *sizes: float,
+        cross_attention: bool = True,
+        dtype: DType = None,
+        device: Device = None,
+        **fields: Any,
+    ) -> None:
         super().__init__()
         c = TransformerConfig.from_arguments("TransformerDecoder", config, sizes, fields, TRANSFORMER_SIZES)
         c.require("TransformerDecoder", TRANSFORMER_SIZES)
+        # the sizes are set (require() checked them): this line says so to mypy
+        assert c.vocab_size and c.num_hiddens and c.num_heads and c.num_blks is not None
         if c.num_blks < 1:
             raise ValueError(f"TransformerDecoder: num_blks must be at least 1, got {c.num_blks}")
         self.config, self.num_hiddens, self.num_blks = c, c.num_hiddens, c.num_blks
@@ -531,7 +616,7 @@ class TransformerDecoder(Module):
         if c.init == "gpt2":
             gpt2_init_(self, c.num_blks)
 
-    def init_state(self, enc_outputs, enc_valid_lens=None):
+    def init_state(self, enc_outputs: Tensor | None, enc_valid_lens: Any = None) -> DecoderState:
         """D2L's decoder state for a new batch: ``[enc_outputs, enc_valid_lens, [None] * num_blks]``,
         enc_outputs (batch_size, num_steps, num_hiddens) from the encoder (None for a language
         model), enc_valid_lens (batch_size,) or None (a list or array becomes a tensor on the
@@ -542,12 +627,12 @@ class TransformerDecoder(Module):
         return [enc_outputs, enc_valid_lens, [None] * self.num_blks]
 
     @staticmethod
-    def num_cached_steps(state):
+    def num_cached_steps(state: DecoderState) -> int:
         """How many tokens the state's caches hold: the position of the next token."""
         cache = state[2][0]
         return 0 if cache is None else cache[0].shape[-2]
 
-    def forward(self, X, state):
+    def forward(self, X: Tensor, state: DecoderState) -> tuple[Tensor, DecoderState]:
         """Decode the tokens X (batch_size, num_steps) that follow the cached ones -> (logits
         (batch_size, num_steps, vocab_size), new state): the whole shifted target in training, one
         token (or a few) per step when decoding. Positions continue from the cache; the state
@@ -560,7 +645,7 @@ class TransformerDecoder(Module):
             X = self.ln(X)
         return self.dense(X), state
 
-    def reorder_state(self, state, indices):
+    def reorder_state(self, state: DecoderState, indices: Tensor | Sequence[int]) -> DecoderState:
         """The state of the batch made of rows ``indices`` (ints, (new_batch,)) of this one;
         rows may repeat (beam search copies a source once per beam)."""
         device = self.dense.weight.device
@@ -571,7 +656,7 @@ class TransformerDecoder(Module):
         return _select_rows(state, indices)
 
     @property
-    def attention_weights(self):
+    def attention_weights(self) -> list[list[Tensor | None]]:
         """The weights of the last call: [self-attention weights per block, encoder-decoder attention
         weights per block], each (batch_size, num_heads, Q, K), detached (D2L's two lists; the
         second holds None without cross-attention)."""
@@ -607,29 +692,29 @@ class EncoderDecoder(Module):
     only the decoder knows where the batch axis of its state is.
     """
 
-    def __init__(self, encoder, decoder):
+    def __init__(self, encoder: Module, decoder: Module) -> None:
         super().__init__()
         self.encoder, self.decoder = encoder, decoder
 
-    def forward(self, enc_X, dec_X, enc_valid_lens=None):
+    def forward(self, enc_X: Tensor, dec_X: Tensor, enc_valid_lens: Tensor | None = None) -> Tensor:
         """Training with teacher forcing: encode ``enc_X`` (batch_size, num_steps) once, then decode
         ``dec_X`` (batch_size, T), the target shifted right by ``<bos>``, in one call -> logits
         (batch_size, T, vocab_size) for the next token at every position."""
         state = self.begin_decoding(enc_X, enc_valid_lens)
         return self.decoder(dec_X, state)[0]
 
-    def begin_decoding(self, enc_X, enc_valid_lens=None):
+    def begin_decoding(self, enc_X: Tensor, enc_valid_lens: Tensor | None = None) -> Any:
         """Run the encoder on ``enc_X`` (batch_size, num_steps) and return the decoder's initial
         state, ``decoder.init_state(encoder(enc_X, enc_valid_lens), enc_valid_lens)``."""
         enc_outputs = self.encoder(enc_X, enc_valid_lens)
         return self.decoder.init_state(enc_outputs, enc_valid_lens)
 
-    def decode_step(self, tokens, state):
+    def decode_step(self, tokens: Tensor, state: Any) -> tuple[Tensor, Any]:
         """Feed ``tokens`` (batch_size, t), those that follow the ones already decoded -> (logits
         (batch_size, t, vocab_size), new state); the next token's distribution is ``logits[:, -1]``."""
         return self.decoder(tokens, state)
 
-    def reorder_state(self, state, indices):
+    def reorder_state(self, state: Any, indices: Tensor | Sequence[int]) -> Any:
         """The state of the batch made of rows ``indices`` of this one (rows may repeat: beam search
         keeps one row per hypothesis), by ``decoder.reorder_state``; a ``TypeError`` if the decoder
         has none."""
@@ -661,34 +746,41 @@ class TransformerLM(Module):
     block from the last call.
     """
 
-    def __init__(self, config=None, *sizes, dtype=None, device=None, **fields):
+    def __init__(
+        self,
+        config: TransformerConfig | int | None = None,
+        *sizes: float,
+        dtype: DType = None,
+        device: Device = None,
+        **fields: Any,
+    ) -> None:
         super().__init__()
         self.config = TransformerConfig.from_arguments("TransformerLM", config, sizes, fields, TRANSFORMER_SIZES)
         self.config.require("TransformerLM", TRANSFORMER_SIZES)
         self.decoder = TransformerDecoder(self.config, cross_attention=False, dtype=dtype, device=device)
 
-    def forward(self, X):
+    def forward(self, X: Tensor) -> Tensor:
         """Next-token logits for every position: tokens X (batch_size, num_steps) -> (batch_size,
         num_steps, vocab_size), each position seeing only itself and the past (causal)."""
         return self.decoder(X, self.begin_decoding())[0]
 
-    def begin_decoding(self):
+    def begin_decoding(self) -> DecoderState:
         """An empty state for generation (no encoder, an empty key/value cache per block), for any
         batch size: the first ``decode_step`` fixes it."""
         return self.decoder.init_state(None, None)
 
-    def decode_step(self, tokens, state):
+    def decode_step(self, tokens: Tensor, state: DecoderState) -> tuple[Tensor, DecoderState]:
         """Feed ``tokens`` (batch_size, t) that follow the cached ones -- the prompt at once, then one
         token per step -> (logits (batch_size, t, vocab_size), new state)."""
         return self.decoder(tokens, state)
 
-    def reorder_state(self, state, indices):
+    def reorder_state(self, state: DecoderState, indices: Tensor | Sequence[int]) -> DecoderState:
         """The state of the batch made of rows ``indices`` of this one (rows may repeat), as beam
         search or sampling several continuations needs."""
         return self.decoder.reorder_state(state, indices)
 
     @property
-    def attention_weights(self):
+    def attention_weights(self) -> list[Tensor | None]:
         """The self-attention weights of every block from the last call, (batch_size, num_heads, Q, K)
         each, detached."""
         return self.decoder.attention_weights[0]

@@ -45,6 +45,7 @@ class Dropout(Function):
     def backward(ctx: Function, grad: Array) -> Grads:
         if hasattr(ctx, "seed"):
             kernel = ctx.backend.fused("dropout_backward", grad.dtype)
+            assert kernel is not None  # the backend that ran the forward kernel has this one
             return kernel(ctx.xp.ascontiguousarray(grad), ctx.seed, ctx.threshold, ctx.scale)
         (scale,) = ctx.saved
         return grad * scale

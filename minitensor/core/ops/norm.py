@@ -67,6 +67,7 @@ class LayerNorm(Function):
         if len(ctx.saved) == 2:  # the forward kernel ran: so does the backward one
             xhat, rstd = ctx.saved
             kernel = ctx.backend.fused("layer_norm_backward", xhat.dtype)
+            assert kernel is not None  # the backend that ran the forward kernel has this one
             gx, gw, gb = kernel(ctx.xp.ascontiguousarray(grad.reshape(xhat.shape)), xhat, rstd, ctx.kernel_weight)
             shape = ctx.normalized_shape
             return gx.reshape(grad.shape), gw.reshape(shape) if need_w else None, gb.reshape(shape) if need_b else None
