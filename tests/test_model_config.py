@@ -42,6 +42,11 @@ OLD_DEFAULTS = dict(
     input_positional=None,
     num_kv_heads=None,
     fused="auto",
+    # added with nanoGPT's recipe (issue 27): their defaults build the model as it was
+    activation="relu",
+    bias=True,
+    tie_embeddings=False,
+    init="d2l",
 )
 
 

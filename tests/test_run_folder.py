@@ -155,7 +155,9 @@ def test_resume_writes_to_the_copy_from_any_directory(finished_run, tmp_path, mo
 
 
 def test_which_fields_may_change_on_resume_is_marked_on_the_fields():
-    assert TrainConfig.resumable_fields() == ("fused", "epochs", "steps", "device", "workers", "progress")
+    assert TrainConfig.resumable_fields() == (
+        "fused", "epochs", "steps", "device", "workers", "progress", "eval_interval", "eval_iters"
+    )  # fmt: skip
     marked = {f.name for f in dataclasses.fields(TrainConfig) if f.metadata["resumable"]}
     assert marked == set(TrainConfig.resumable_fields())
 
@@ -190,7 +192,7 @@ def rewrite(folder, change):
 
 
 # a huge value of these is a bad idea (training diverges, and says so) but no danger to load
-HARMLESS_WHEN_HUGE = {"lr", "weight_decay", "clip_grad_norm"}
+HARMLESS_WHEN_HUGE = {"lr", "min_lr", "weight_decay", "clip_grad_norm"}
 
 
 def config_mutations():

@@ -412,7 +412,7 @@ class TrainState:
         return 1000 * (time.perf_counter() - self.steps_start) / max(self.step - self.first_step, 1)
 
     def speed(self):
-        """'12.3 ms/step, 4,567 tokens/s': what the log lines end with."""
+        """'<ms> ms/step, <n> tokens/s', averaged since this process began training: what the log lines end with."""
         return f"{self.ms_per_step():.1f} ms/step, {self.tokens_per_second():,.0f} tokens/s"
 
 
