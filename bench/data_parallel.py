@@ -219,7 +219,7 @@ def minitensor_worker(cfg, warmup, steps, check):
         broadcast_parameters(model.parameters(), ranks)
         if ranks.rank > 0:
             manual_seed(rank_seed(config.seed, ranks.rank, 0))
-    data = SimpleNamespace(tgt_vocab=SimpleNamespace(pad=ts.PAD))
+    data = SimpleNamespace(tgt_vocab=SimpleNamespace(pad=ts.PAD, token_to_idx={"<pad>": ts.PAD}))
 
     result = {}
     if check and ranks.size > 1:

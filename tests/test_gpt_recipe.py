@@ -114,7 +114,11 @@ def test_old_configs_load_as_the_runs_they_were():
     config = TrainConfig.from_dict(old)
     assert config.decay_all and config.special_tokens and not config.lm_context_tables
     assert model_max_len(config.replace(model="lm")) == 1000
-    assert model_max_len(TrainConfig(model="lm", lm_num_steps=64)) == 64
+    # a learned table holds the context; one computed from a formula keeps 1000 positions, so
+    # the model can be read past its context (length extrapolation, an ONNX window of any length)
+    assert model_max_len(TrainConfig(model="lm", lm_num_steps=64, positional="learned")) == 64
+    assert model_max_len(TrainConfig(model="lm", lm_num_steps=64, positional="rotary")) == 1000
+    assert model_max_len(TrainConfig(model="lm", lm_num_steps=2000, positional="sinusoidal")) == 2000
 
 
 def test_preset_sets_the_fields_and_flags_override_it():

@@ -228,8 +228,8 @@ class TrainConfig:
     bias: bool = setting(True, boolean)  # biases in the FFN, the LayerNorms and the output layer
     tie_embeddings: bool = setting(False, boolean)  # the output layer reuses the token embedding (GPT-2)
     init: str = setting("d2l", one_of(INITS))  # gpt2: N(0, 0.02^2), residual projections / sqrt(2 num_blks)
-    # the LM's positional tables hold lm_num_steps positions (--positional-opt max_len=N: N); runs saved
-    # before this field built max(1000, lm_num_steps), and load so
+    # the LM's learned position table holds lm_num_steps positions (--positional-opt max_len=N: N);
+    # runs saved before this field built max(1000, lm_num_steps), and load so (model_max_len)
     lm_context_tables: bool = setting(True, boolean, legacy=False)
     # optimisation
     epochs: int = setting(4, integer(1, 1_000_000), resumable=True)
@@ -579,12 +579,18 @@ def model_fused(config):
 
 
 def model_max_len(config):
-    """The positions the models' tables hold: a language model's context (``lm_num_steps``; runs
-    saved before ``lm_context_tables`` at least the models' default, 1000), else that default.
+    """The positions the models' tables hold. A language model's *learned* table (nanoGPT's
+    ``wpe``) holds its context, ``lm_num_steps`` rows: positions past it are never trained. A
+    table computed from a formula (sinusoidal, rotary, a score bias) keeps the models' default,
+    1000 positions (at least the context), so that the model can be read past the length it was
+    trained on (the length-extrapolation experiment, an ONNX export with a longer window). Runs
+    saved before ``lm_context_tables`` built the default for every table, and load so.
     ``--positional-opt max_len=N`` sets an "inputs" encoding's table itself."""
-    if config.model != "lm":
-        return TransformerConfig.max_len
-    return config.lm_num_steps if config.lm_context_tables else max(TransformerConfig.max_len, config.lm_num_steps)
+    longest = max(TransformerConfig.max_len, config.lm_num_steps)
+    if config.model != "lm" or not config.lm_context_tables:
+        return longest if config.model == "lm" else TransformerConfig.max_len
+    learned = "learned" in (config.positional, config.input_positional)
+    return config.lm_num_steps if learned else longest
 
 
 def model_config(config, vocab_size):
