@@ -23,18 +23,21 @@ from .inference import SAMPLE_TEMPERATURE, generate, translate
 from .nn import Seq2SeqConfig, TransformerConfig
 from .train.checkpoint import CheckpointError, find_checkpoint, load_checkpoint
 from .train.config import (
+    BPE_VOCAB_SIZE,
     FUSED,
     LM_RECIPE,
     MODELS,
     OPTIMIZERS,
     SCHEDULES,
     TASKS,
+    TOKENIZERS,
     WARMUP_FRACTION,
     ConfigError,
     TrainConfig,
     build_model,
     detokenize,
     flag_of,
+    load_tokenizer,
     parse_options,
     tokenize_line,
     tokenize_text,
@@ -384,7 +387,7 @@ def _explain(args):
 
     model, config, src_vocab, tgt_vocab, num_steps, tgt_num_steps = _load_for_inference(args.checkpoint, args.device)
     is_lm = config.model == "lm"
-    tokens = tokenize_text(config, args.text)
+    tokens = tokenize_text(config, args.text, _tokenizer(args, config, tgt_vocab))
     unit = "words" if config.tokens == "word" else "characters"
     what = "the prompt" if is_lm else "the input"
     _check_input("explain", what, args.text, tokens, src_vocab, unit, spaces_are_text=is_lm)
@@ -416,9 +419,14 @@ def _run_folder(checkpoint):
     return run_dir
 
 
+def _tokenizer(args, config, vocab):
+    """A BPE run's tokenizer, from the run folder of ``args.checkpoint``; None for a character LM."""
+    return load_tokenizer(_run_folder(args.checkpoint), config, vocab) if config.tokens == "bpe" else None
+
+
 def _generate(args):
     model, config, _, vocab, _, _ = _load_for_command(args, "generate")
-    prompt = tokenize_text(config, args.prompt)
+    prompt = tokenize_text(config, args.prompt, _tokenizer(args, config, vocab))
     _check_input("generate", "the prompt (--prompt)", args.prompt, prompt, vocab, "characters", spaces_are_text=True)
     mt.manual_seed(args.seed)
     search = args.greedy or args.beam is not None
@@ -506,6 +514,15 @@ def _add_train_parser(sub, common):
     )
     data.add_argument("--max-examples", type=int, help="read only this many corpus lines / text characters")
     data.add_argument("--lm-num-steps", type=int, help="window length of the language model")
+    data.add_argument(
+        "--tokenizer",
+        choices=TOKENIZERS,
+        help="a text's tokens: char (default) or a byte-level BPE trained on the training text, kept in the run "
+        "folder as tokenizer.json",
+    )
+    data.add_argument(
+        "--vocab-size", type=int, help=f"tokens of --tokenizer bpe: 256 bytes + merges; {BPE_VOCAB_SIZE} if not given"
+    )
     model = p.add_argument_group("model")
     model.add_argument("--model", choices=MODELS, help=f"default: {TrainConfig.model} (lm with --text)")
     model.add_argument(

@@ -104,6 +104,15 @@ def _merge(word, pair, new):
     return out
 
 
+def symbols_to_text(symbols):
+    """The text of tokens written as ``ByteBPE.token_symbols`` writes them ("Ġthe" -> " the"),
+    decoded from UTF-8 once at the end; characters outside the table (a Vocab's "<eos>" is all
+    printable, so it never happens for a model's tokens) are taken as their UTF-8 bytes."""
+    to_byte = {s: b for b, s in byte_to_symbol().items()}
+    data = b"".join(bytes([to_byte[c]]) if c in to_byte else c.encode() for token in symbols for c in token)
+    return data.decode("utf-8", errors="replace")
+
+
 class ByteBPE:
     """A byte-level BPE tokenizer: ``merges[i] = (a, b)`` made token ``256 + i``.
 
