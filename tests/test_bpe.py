@@ -196,3 +196,115 @@ def test_same_chunks_as_the_byte_level_pre_tokenizer():
     for text in (TEXT[:5000], MIXED.replace("½ ²", ""), _synthetic(0)):
         theirs = [bytes(to_byte[c] for c in piece) for piece, _ in pre.pre_tokenize_str(text)]
         assert chunks(text.encode()) == theirs
+
+
+# -- training a language model on BPE tokens (minitensor train --tokenizer bpe) --------------------
+SMALL_RUN = ["--lm-num-steps", "16", "--steps", "6", "--batch-size", "8", "--num-hiddens", "16"]
+SMALL_RUN += ["--ffn-num-hiddens", "32", "--num-blks", "1", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def bpe_run(tmp_path_factory):
+    """A few steps of `minitensor train --text FILE --tokenizer bpe --vocab-size 300`."""
+    from minitensor import cli
+
+    folder = tmp_path_factory.mktemp("bpe_run")
+    text = folder / "text.txt"
+    text.write_text(TEXT[:12_000] + MIXED, encoding="utf-8")
+    out = str(folder / "lm")
+    argv = ["train", "--text", str(text), "--tokenizer", "bpe", "--vocab-size", "300", "--out", out, *SMALL_RUN]
+    assert cli.main(argv) == 0
+    return out, text
+
+
+def test_cli_trains_and_saves_the_tokenizer(bpe_run):
+    from minitensor.train.config import TrainConfig, build_data
+    from minitensor.train.run import load_run_checkpoint
+
+    out, text = bpe_run
+    tokenizer = ByteBPE.load(os.path.join(out, "tokenizer.json"))
+    assert len(tokenizer) == 300
+    # trained on the training part only: the first 90% of the text's characters
+    config, info = load_run_checkpoint(os.path.join(out, "best"))
+    assert (config.tokenizer, config.vocab_size) == ("bpe", 300)  # the checkpoint records the tokenizer
+    full = text.read_text(encoding="utf-8")
+    train_text = full[: int(len(full) * 0.9)]
+    assert tokenizer.merges == ByteBPE.train(train_text, 300).merges
+    assert info["vocabs"]["tgt"].idx_to_token[4:] == tokenizer.token_symbols()
+    data = build_data(TrainConfig.from_dict(config.to_dict()), tokenizer=tokenizer)
+    assert tokenizer.decode([i - 4 for i in data.heldout]) == full[len(train_text) :]
+
+
+def test_generate_from_the_bpe_run(bpe_run, capsys):
+    from minitensor import cli
+
+    out, _ = bpe_run
+    capsys.readouterr()
+    assert cli.main(["generate", "--checkpoint", out, "--prompt", "The Time Traveller", "--max-len", "8"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("The Time Traveller")
+
+
+def test_resume_reads_the_saved_tokenizer(bpe_run, capsys):
+    from minitensor import cli
+
+    out, _ = bpe_run
+    capsys.readouterr()
+    assert cli.main(["train", "--out", out, "--resume", "--steps", "8", "--no-progress"]) == 0
+    captured = capsys.readouterr()
+    assert "resuming" in captured.out + captured.err
+    assert len(ByteBPE.load(os.path.join(out, "tokenizer.json"))) == 300
+
+
+def test_corrupt_tokenizer_json_is_a_clear_error(bpe_run, tmp_path, capsys):
+    import shutil
+
+    from minitensor import cli
+
+    out, _ = bpe_run
+    copy = str(tmp_path / "copy")
+    shutil.copytree(out, copy)
+    path = os.path.join(copy, "tokenizer.json")
+    d = json.load(open(path))
+    d["merges"][2] = [999, 1]
+    json.dump(d, open(path, "w"))
+    capsys.readouterr()
+    assert cli.main(["generate", "--checkpoint", copy, "--prompt", "The"]) == 2
+    assert 'tokenizer.json: field "merges[2]" must be a pair of token ids below 258' in capsys.readouterr().err
+    os.remove(path)
+    assert cli.main(["generate", "--checkpoint", copy, "--prompt", "The"]) == 2
+    assert "tokenizer.json: missing" in capsys.readouterr().err
+
+
+def test_vocab_size_needs_the_bpe_tokenizer(tmp_path, capsys):
+    from minitensor import cli
+
+    text = tmp_path / "text.txt"
+    text.write_text(TEXT[:3000])
+    assert cli.main(["train", "--text", str(text), "--vocab-size", "300", "--out", str(tmp_path / "x")]) == 2
+    assert "--vocab-size sets the size of a BPE vocabulary: add --tokenizer bpe" in capsys.readouterr().err
+
+
+def test_loss_per_char_is_loss_per_token_times_tokens_per_char():
+    import math
+
+    import minitensor as mt
+    from minitensor.train.config import TrainConfig, build_data, build_model, loss_per_char
+    from minitensor.train.loop import _arrays, evaluate
+
+    assert loss_per_char(2.0, 300, 1200) == 0.5
+    path = os.path.join(os.path.dirname(EXAMPLE_TEXT), "time_machine.txt")
+    config = TrainConfig.recipe("lm", text=path, tokenizer="bpe", vocab_size=300, max_examples=20_000)
+    config = config.replace(num_hiddens=16, ffn_num_hiddens=32, num_blks=1, lm_num_steps=16)
+    mt.manual_seed(0)
+    data = build_data(config)
+    assert data.heldout_chars == 2000 and len(data.heldout) < data.heldout_chars
+    metrics = evaluate(
+        build_model(config, data.src_vocab, data.tgt_vocab), data, _arrays(config, data, "heldout"), config
+    )
+    expected = metrics["loss"] * len(data.heldout) / data.heldout_chars
+    assert math.isclose(metrics["loss_per_char"], expected)
+    # a character model: one token a character, the two losses are one
+    char = TrainConfig.recipe("lm", text=path, max_examples=20_000).replace(num_hiddens=16, lm_num_steps=16)
+    data = build_data(char)
+    assert data.heldout_chars == len(data.heldout)
