@@ -23,14 +23,15 @@ words rather than on word-punctuation combinations.
 length. Two observations make it cheap:
 
 1. *Word counts.* Identical chunks tokenize identically, so the text is reduced to its distinct
-   chunks with their counts (tinyshakespeare: 1.1 MB, ~300,000 chunks, ~25,000 distinct). A
+   chunks with their counts (tinyshakespeare: 1.1 MB, ~298,000 chunks, ~15,000 distinct). A
    pair's count is the sum, over the chunks holding it, of the chunk's count times how often
    it occurs in it.
 2. *Incremental counts.* A merge of (a, b) changes only the chunks that hold a next to b. For
    those alone, their pairs' counts are taken out, the merge is applied, and the new pairs'
    counts are put in; an index ``pair -> chunks that hold it`` finds them. The most frequent
    pair comes from a heap whose stale entries (a count that has since changed) are skipped
-   when popped, so each merge costs about the size of the chunks it touches.
+   when popped, so each merge costs about the size of the chunks it touches. (tinyshakespeare at
+   1,024 tokens: about 0.6 s on one core, where the naive loop re-counts 1.1 million bytes 768 times.)
 
 **Ties** (pairs of equal count) go to the pair whose first token, then second, comes first in
 the order the ``tokenizers`` library numbers tokens: the 256 bytes ordered by their printable
