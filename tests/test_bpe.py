@@ -271,6 +271,9 @@ def test_corrupt_tokenizer_json_is_a_clear_error(bpe_run, tmp_path, capsys):
     capsys.readouterr()
     assert cli.main(["generate", "--checkpoint", copy, "--prompt", "The"]) == 2
     assert 'tokenizer.json: field "merges[2]" must be a pair of token ids below 258' in capsys.readouterr().err
+    ByteBPE.train(MIXED * 3, 300).save(path)  # a tokenizer, but another run's
+    assert cli.main(["generate", "--checkpoint", copy, "--prompt", "The"]) == 2
+    assert "tokens are not those of the checkpoint's vocabulary" in capsys.readouterr().err
     os.remove(path)
     assert cli.main(["generate", "--checkpoint", copy, "--prompt", "The"]) == 2
     assert "tokenizer.json: missing" in capsys.readouterr().err

@@ -418,11 +418,14 @@ def set_up(config, run, log, resume, ranks=None):
     start_time = time.perf_counter()
     if resume:
         # the config first: a different model would fail below with a list of shapes instead
-        saved, _ = load_run_checkpoint(run.checkpoint)
+        saved, saved_info = load_run_checkpoint(run.checkpoint)
         _check_resumable(saved, config)
     manual_seed(config.seed)
     # a BPE run trains its tokenizer once and keeps it in the run folder; a resumed run reads it
-    tokenizer = load_tokenizer(run.path, config) if resume and config.tokenizer == "bpe" else None
+    # (and checks it against the checkpoint's vocabulary)
+    tokenizer = None
+    if resume and config.tokenizer == "bpe":
+        tokenizer = load_tokenizer(run.path, config, saved_info["vocabs"].get("tgt"))
     data = build_data(config, tokenizer=tokenizer)
     if data.tokenizer is not None and not resume and ranks.rank == 0:
         data.tokenizer.save(os.path.join(run.path, TOKENIZER_FILE))
