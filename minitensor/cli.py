@@ -25,6 +25,7 @@ from .nn import Seq2SeqConfig, TransformerConfig
 from .train.checkpoint import CheckpointError, find_checkpoint, load_checkpoint
 from .train.config import (
     ACTIVATIONS,
+    BPE_VOCAB_SIZE,
     FUSED,
     INITS,
     LM_RECIPE,
@@ -33,12 +34,14 @@ from .train.config import (
     PRESETS,
     SCHEDULES,
     TASKS,
+    TOKENIZERS,
     WARMUP_FRACTION,
     ConfigError,
     TrainConfig,
     build_model,
     detokenize,
     flag_of,
+    load_tokenizer,
     parse_options,
     tokenize_line,
     tokenize_text,
@@ -407,7 +410,7 @@ def _explain(args):
 
     model, config, src_vocab, tgt_vocab, num_steps, tgt_num_steps = _load_for_inference(args.checkpoint, args.device)
     is_lm = config.model == "lm"
-    tokens = tokenize_text(config, args.text)
+    tokens = tokenize_text(config, args.text, _tokenizer(args, config, tgt_vocab))
     unit = "words" if config.tokens == "word" else "characters"
     what = "the prompt" if is_lm else "the input"
     _check_input("explain", what, args.text, tokens, src_vocab, unit, spaces_are_text=is_lm)
@@ -439,9 +442,14 @@ def _run_folder(checkpoint):
     return run_dir
 
 
+def _tokenizer(args, config, vocab):
+    """A BPE run's tokenizer, from the run folder of ``args.checkpoint``; None for a character LM."""
+    return load_tokenizer(_run_folder(args.checkpoint), config, vocab) if config.tokens == "bpe" else None
+
+
 def _generate(args):
     model, config, _, vocab, _, _ = _load_for_command(args, "generate")
-    prompt = tokenize_text(config, args.prompt)
+    prompt = tokenize_text(config, args.prompt, _tokenizer(args, config, vocab))
     _check_input("generate", "the prompt (--prompt)", args.prompt, prompt, vocab, "characters", spaces_are_text=True)
     mt.manual_seed(args.seed)
     search = args.greedy or args.beam is not None
@@ -525,6 +533,12 @@ def _show_defaults(parser, recipe=None):
             action.help = "; ".join(([action.help] if action.help else []) + parts)
 
 
+def _preset_summary(name):
+    """'4 blocks of 128, context 64, 2000 steps': a preset's size, read from PRESETS."""
+    p = PRESETS[name]
+    return f"{p['num_blks']} blocks of {p['num_hiddens']}, context {p['lm_num_steps']}, {p['steps']} steps"
+
+
 def _add_train_parser(sub, common, help_recipe=None):
     p = sub.add_parser(
         "train",
@@ -562,8 +576,17 @@ def _add_train_parser(sub, common, help_recipe=None):
         "--preset",
         choices=tuple(PRESETS),
         help="a recipe by name, which flags given beside it override: gpt-char is nanoGPT's shakespeare_char "
-        "on a CPU (4 blocks of 128, context 64, 2000 steps), gpt-char-gpu its GPU recipe (6 blocks of 384, "
-        "context 256, 5000 steps); without --text they train on the Tiny Shakespeare shipped with minitensor",
+        f"on a CPU ({_preset_summary('gpt-char')}), gpt-char-gpu its GPU recipe ({_preset_summary('gpt-char-gpu')}); "
+        "without --text they train on the Tiny Shakespeare shipped with minitensor",
+    )
+    data.add_argument(
+        "--tokenizer",
+        choices=TOKENIZERS,
+        help="a text's tokens: char (default) or a byte-level BPE trained on the training text, kept in the run "
+        "folder as tokenizer.json",
+    )
+    data.add_argument(
+        "--vocab-size", type=int, help=f"tokens of --tokenizer bpe: 256 bytes + merges; {BPE_VOCAB_SIZE} if not given"
     )
     model = p.add_argument_group("model")
     model.add_argument("--model", choices=MODELS, help=f"default: {TrainConfig.model} (lm with --text)")

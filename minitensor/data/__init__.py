@@ -12,10 +12,12 @@ Files: ``vocab.py`` (Vocab), ``tasks.py`` (date, reverse, copy, sort, character 
 unigram baseline), ``corpus.py`` (tab-separated translation files, D2L's preprocessing),
 ``batching.py`` (truncate_pad, build_array, teacher-forcing arrays, seeded resumable
 minibatches), ``files.py`` (reading a learner's text files, errors that name file and line),
-``texts/`` (the example text, "The Time Machine": ``EXAMPLE_TEXT``).
+``bpe.py`` (ByteBPE, a byte-level BPE tokenizer), ``texts/`` (the example text, "The Time
+Machine": ``EXAMPLE_TEXT``).
 """
 
 from .batching import Batches, batches, build_array, lm_arrays, seq2seq_arrays, truncate_pad
+from .bpe import ByteBPE
 from .corpus import parse_parallel_lines, preprocess, read_parallel_corpus, tokenize, train_heldout_split
 from .files import TextDecodeError, check_file, open_text, read_text
 from .tasks import (
@@ -37,6 +39,7 @@ from .vocab import RESERVED_TOKENS, Vocab, build_vocabs
 
 __all__ = [
     "Batches",
+    "ByteBPE",
     "DATE_FORMATS",
     "EXAMPLE_TEXT",
     "RESERVED_TOKENS",

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from .. import optim
 from ..backends import get_backend
 from ..data import (
+    RESERVED_TOKENS,
+    Vocab,
     build_vocabs,
     char_lm_corpus,
     copy_task,
@@ -30,6 +32,8 @@ from ..data import (
     tokenize,
     train_heldout_split,
 )
+from ..data.bpe import ByteBPE, symbols_to_text
+from ..data.files import read_text
 from ..nn.config import Seq2SeqConfig, TransformerConfig
 from ..nn.seq2seq import Seq2Seq, Seq2SeqAttentionDecoder, Seq2SeqEncoder
 from ..nn.transformer import (
@@ -41,6 +45,9 @@ from ..nn.transformer import (
 )
 
 TASKS = ("date", "reverse", "copy", "sort")
+TOKENIZERS = ("char", "bpe")  # --tokenizer of a text's language model
+BPE_VOCAB_SIZE = 1024  # --vocab-size's default: 256 bytes + 768 merges
+TOKENIZER_FILE = "tokenizer.json"  # where a BPE run keeps its tokenizer, in the run folder
 MODELS = ("transformer", "bahdanau", "lm")
 SCHEDULES = ("cosine", "noam", "constant")
 ACTIVATIONS = ("relu", "gelu")  # the FFN's (TransformerConfig.activation)
@@ -262,6 +269,10 @@ class TrainConfig:
     eval_iters: int = setting(200, integer(1, 1_000_000), resumable=True)
     # a text LM's vocabulary: <pad>, <bos>, <eos>, <unk> and the characters, or the characters alone
     special_tokens: bool = setting(True, boolean, legacy=True)
+    # the language model's tokens (--text): characters, or a byte-level BPE trained on the
+    # training part of the text (data/bpe.py), of vocab_size tokens (None: BPE_VOCAB_SIZE)
+    tokenizer: str = setting("char", one_of(TOKENIZERS))
+    vocab_size: int | None = setting(None, optional(integer(257, 1 << 20)))
 
     def to_dict(self):
         return dataclasses.asdict(self)
@@ -309,6 +320,10 @@ class TrainConfig:
             raise ConfigError(
                 "data", "give either --data (a translation corpus) or --text (a text for a language model), not both"
             )
+        if self.tokenizer == "bpe" and not self.text:
+            raise ConfigError("tokenizer", "--tokenizer bpe tokenizes a text for a language model: give --text FILE")
+        if self.vocab_size is not None and self.tokenizer != "bpe":
+            raise ConfigError("vocab_size", "--vocab-size sets the size of a BPE vocabulary: add --tokenizer bpe")
         if self.min_len > self.max_len:
             raise ConfigError("min_len", f"--min-len {self.min_len} is above --max-len {self.max_len}")
         heldout_lens = (self.heldout_min_len, self.heldout_max_len)
@@ -409,8 +424,9 @@ class TrainConfig:
 
     @property
     def tokens(self):
-        """How text becomes tokens: "word" for a corpus (D2L's preprocessing), else "char"."""
-        return "word" if self.data else "char"
+        """How text becomes tokens: "word" for a corpus (D2L's preprocessing), "bpe" for a text
+        with ``--tokenizer bpe``, else "char"."""
+        return "word" if self.data else "bpe" if self.tokenizer == "bpe" else "char"
 
     @property
     def source_name(self):
@@ -523,12 +539,17 @@ class TaskData:
     tgt_vocab: object
     num_steps: int  # source length (seq2seq) or window (LM)
     tgt_num_steps: int
+    tokenizer: object = None  # the LM's ByteBPE (--tokenizer bpe), else None
+    heldout_chars: int | None = None  # characters of the LM's held-out text (for the loss per character)
 
 
-def build_data(config, vocabs=None):
+def build_data(config, vocabs=None, tokenizer=None):
     """Generate or read the data of ``config``, drawing from ``mt.random.host_rng()``
     (call ``mt.manual_seed`` first for a reproducible run). ``vocabs``: (src, tgt) to use
-    instead of building them (a checkpoint's)."""
+    instead of building them (a checkpoint's); ``tokenizer``: the ByteBPE of a BPE run to use
+    instead of training one (a resumed run's)."""
+    if config.text and config.tokenizer == "bpe":
+        return _bpe_data(config, tokenizer)
     if config.text:
         vocab = vocabs[1] if vocabs else None
         corpus, vocab = char_lm_corpus(
@@ -542,7 +563,8 @@ def build_data(config, vocabs=None):
                 f"and a held-out part with windows of {config.lm_num_steps} characters "
                 "(lower --lm-num-steps)",
             )
-        return TaskData(corpus[:split], corpus[split:], vocab, vocab, config.lm_num_steps, config.lm_num_steps)
+        n = config.lm_num_steps
+        return TaskData(corpus[:split], corpus[split:], vocab, vocab, n, n, heldout_chars=len(corpus) - split)
     if config.data:
         pairs = read_parallel_corpus(config.data, max_examples=config.max_examples)
         train, heldout = train_heldout_split(pairs, heldout=config.heldout_fraction) if pairs else ([], [])
@@ -564,6 +586,60 @@ def build_data(config, vocabs=None):
     src_len, tgt_len = max_lengths(train + heldout)
     # + 1 for <eos>: every sequence keeps its end (see data.build_array)
     return TaskData(train, heldout, src_vocab, tgt_vocab, src_len + 1, tgt_len + 1)
+
+
+def _bpe_data(config, tokenizer=None):
+    """A text's language-model data in BPE tokens: the text is split by characters (the first
+    ``1 - heldout_fraction`` for training), the tokenizer is trained on the training part alone
+    (the held-out text must not shape the vocabulary it is scored in), and both parts are
+    encoded. ``heldout_chars`` lets the loss be reported per character too."""
+    text = read_text(config.text, max_chars=config.max_examples, what="text file")
+    split = int(len(text) * (1 - config.heldout_fraction))
+    train_text, heldout_text = text[:split], text[split:]
+    if tokenizer is None:
+        tokenizer = ByteBPE.train(train_text, config.vocab_size or BPE_VOCAB_SIZE)
+    vocab = bpe_vocab(tokenizer)
+    offset = len(vocab.reserved_tokens)  # token i of the tokenizer is index offset + i of the model
+    train = [offset + i for i in tokenizer.encode(train_text)]
+    heldout = [offset + i for i in tokenizer.encode(heldout_text)]
+    n = config.lm_num_steps
+    if len(train) <= n or len(heldout) <= n:
+        raise ConfigError(
+            "text",
+            f"--text {config.text}: {len(train):,} training and {len(heldout):,} held-out BPE tokens are too few "
+            f"for windows of {n} tokens (lower --lm-num-steps)",
+        )
+    return TaskData(train, heldout, vocab, vocab, n, n, tokenizer=tokenizer, heldout_chars=len(heldout_text))
+
+
+def bpe_vocab(tokenizer):
+    """The model's Vocab of a ByteBPE: the reserved tokens, then every BPE token in id order,
+    written as GPT-2's printable symbols ("Ġthe"). No symbol is "<pad>" or another reserved
+    token: "<", ">" and letters never share a BPE token (they are in different chunks)."""
+    reserved = list(RESERVED_TOKENS)
+    return Vocab.from_dict({"idx_to_token": reserved + tokenizer.token_symbols(), "reserved_tokens": reserved})
+
+
+def load_tokenizer(run_dir, config, vocab=None):
+    """The ByteBPE a BPE run saved in its folder (``TOKENIZER_FILE``), checked against the
+    checkpoint's ``vocab`` when given: the same tokens in the same order."""
+    path = os.path.join(run_dir, TOKENIZER_FILE)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(
+            f"{path}: missing; this run was trained with --tokenizer {config.tokenizer} and keeps its tokenizer there"
+        )
+    tokenizer = ByteBPE.load(path)
+    if vocab is not None and vocab.idx_to_token != bpe_vocab(tokenizer).idx_to_token:
+        raise ValueError(f"{path}: its {len(tokenizer)} tokens are not those of the checkpoint's vocabulary")
+    return tokenizer
+
+
+def loss_per_char(loss, num_tokens, num_chars):
+    """A loss in nats per token as nats per character: total nats / characters, i.e.
+    ``loss * num_tokens / num_chars`` for a text of ``num_tokens`` tokens and ``num_chars``
+    characters. It is what compares a BPE model with a character model (whose two are equal);
+    per token, a model over longer tokens has more to predict each time."""
+    return loss * num_tokens / num_chars
 
 
 # -- the model ------------------------------------------------------------------------------------
@@ -720,15 +796,21 @@ def build_scheduler(config, optimizer, total_steps):
     return optim.WarmupCosineLR(optimizer, min(warmup, total_steps - 1), total_steps, min_lr=config.min_lr)
 
 
-def tokenize_text(config, text):
-    """A line the user typed as the model's source tokens."""
-    return tokenize_line(config.tokens, text)
+def tokenize_text(config, text, tokenizer=None):
+    """A line the user typed as the model's source tokens (``tokenizer``: a BPE run's ByteBPE)."""
+    return tokenize_line(config.tokens, text, tokenizer)
 
 
-def tokenize_line(kind, text):
-    """``text`` as tokens of ``kind``: "word" (D2L's preprocessing, then words) or "char"."""
+def tokenize_line(kind, text, tokenizer=None):
+    """``text`` as tokens of ``kind``: "word" (D2L's preprocessing, then words), "bpe" (the
+    symbols of ``tokenizer``'s tokens, as its Vocab holds them) or "char"."""
+    if kind == "bpe":
+        symbols = tokenizer.token_symbols()
+        return [symbols[i] for i in tokenizer.encode(text)]
     return tokenize(preprocess(text)) if kind == "word" else list(text)
 
 
 def detokenize(config, tokens):
+    if config.tokens == "bpe":
+        return symbols_to_text(tokens)
     return (" " if config.tokens == "word" else "").join(tokens)

@@ -56,12 +56,15 @@ from ..optim import WarmupCosineLR, clip_grad_norm_
 from ..random import manual_seed
 from .checkpoint import load_checkpoint, save_checkpoint
 from .config import (
+    TOKENIZER_FILE,
     TrainConfig,
     build_data,
     build_model,
     build_optimizer,
     build_scheduler,
     detokenize,
+    load_tokenizer,
+    loss_per_char,
     model_scorer,
 )
 from .distributed import allreduce_gradients, broadcast_parameters, rank_seed, select_gpu, world
@@ -179,10 +182,12 @@ def decode_heldout(model, pairs, data, config, beam_size=1):
 
 
 def evaluate(model, data, heldout_arrays, config):
-    """{"loss": held-out loss, "exact_match", "bleu"} (seq2seq) or {"loss", "perplexity"} (LM)."""
+    """{"loss": held-out loss, "exact_match", "bleu"} (seq2seq) or {"loss", "perplexity",
+    "loss_per_char"} (LM: the loss in nats per token, and per character of the held-out text)."""
     loss = heldout_loss(model, heldout_arrays, config, _pad(data.tgt_vocab))
     if config.model == "lm":
-        return {"loss": loss, "perplexity": math.exp(min(loss, 50.0))}
+        per_char = loss_per_char(loss, len(data.heldout), data.heldout_chars or len(data.heldout))
+        return {"loss": loss, "perplexity": math.exp(min(loss, 50.0)), "loss_per_char": per_char}
     preds = decode_heldout(model, data.heldout, data, config)
     labels = [t for _, t in data.heldout]
     return {"loss": loss, "exact_match": exact_match(preds, labels), "bleu": corpus_bleu(preds, labels)}
@@ -429,10 +434,17 @@ def set_up(config, run, log, resume, ranks=None):
     start_time = time.perf_counter()
     if resume:
         # the config first: a different model would fail below with a list of shapes instead
-        saved, _ = load_run_checkpoint(run.checkpoint)
+        saved, saved_info = load_run_checkpoint(run.checkpoint)
         _check_resumable(saved, config)
     manual_seed(config.seed)
-    data = build_data(config)
+    # a BPE run trains its tokenizer once and keeps it in the run folder; a resumed run reads it
+    # (and checks it against the checkpoint's vocabulary)
+    tokenizer = None
+    if resume and config.tokenizer == "bpe":
+        tokenizer = load_tokenizer(run.path, config, saved_info["vocabs"].get("tgt"))
+    data = build_data(config, tokenizer=tokenizer)
+    if data.tokenizer is not None and not resume and ranks.rank == 0:
+        data.tokenizer.save(os.path.join(run.path, TOKENIZER_FILE))
     model = build_model(config, data.src_vocab, data.tgt_vocab)
     train_arrays, heldout_arrays = _arrays(config, data, "train"), _arrays(config, data, "heldout")
     loader = Batches(
@@ -457,8 +469,11 @@ def set_up(config, run, log, resume, ranks=None):
     else:
         num_params = sum(p.numel() for p in model.parameters())
         what = f"{len(data.train):,} training and {len(data.heldout):,} held-out " + (
-            "characters" if config.model == "lm" else "examples"
+            "examples" if config.model != "lm" else "characters" if data.tokenizer is None else "BPE tokens"
         )
+        if data.tokenizer is not None:
+            ratio = data.heldout_chars / len(data.heldout)
+            what += f" (a vocabulary of {len(data.tokenizer)}, {ratio:.2f} characters per token)"
         log(
             f"minitensor train: {config.model} ({num_params:,} parameters; scorer {model_scorer(config)}, "
             f"pooling {config.pooling}, positional {config.positional}) on the {config.source_name}: {what}; "
@@ -624,9 +639,12 @@ def end_of_epoch(state):
         if config.model == "lm"
         else f"exact match {metrics['exact_match']:6.1%}  BLEU {metrics['bleu']:.3f}"
     )
+    held = f"held-out loss {metrics['loss']:.4f}"
+    if config.tokens == "bpe":  # per character too: what compares with a character model
+        held += f" nats/token, {metrics['loss_per_char']:.4f} nats/char"
     message = (
         f"epoch {loader.epoch + 1:3d}  step {step:6d}  train loss {sum(recent) / len(recent):.4f}  "
-        f"held-out loss {metrics['loss']:.4f}  {extra}  "
+        f"{held}  {extra}  "
         f"({time.perf_counter() - state.start_time:.1f} s, {state.speed()})"
     )
     _say(state, message)
@@ -750,23 +768,35 @@ def _report_lm(result, data, log, num_samples=2, length=160):
     model = build_model(config, vocab, vocab)  # the best weights, what generate will load; result.model is the last
     load_checkpoint(os.path.join(config.out, BEST_DIR), model, restore_rng=False, map_device=config.device)
     baseline = unigram_baseline(data.train, data.heldout, len(vocab))
-    log(
-        f"held-out loss {best['loss']:.4f} nats per character (the best, after step {best['step']}; perplexity "
-        f"{math.exp(min(best['loss'], 50)):.2f}); a unigram model (character frequencies alone) scores "
-        f"{baseline:.4f}: {_compared(best['loss'], baseline)}"
-    )
+    if data.tokenizer is None:
+        log(
+            f"held-out loss {best['loss']:.4f} nats per character (the best, after step {best['step']}; perplexity "
+            f"{math.exp(min(best['loss'], 50)):.2f}); a unigram model (character frequencies alone) scores "
+            f"{baseline:.4f}: {_compared(best['loss'], baseline)}"
+        )
+    else:  # per token, and per character: what compares with a character model's loss
+        per_char = best.get("loss_per_char", math.nan)
+        log(
+            f"held-out loss {best['loss']:.4f} nats/token, {per_char:.4f} nats/char (the best, after step "
+            f"{best['step']}; perplexity {math.exp(min(best['loss'], 50)):.2f} per token); a unigram model (token "
+            f"frequencies alone) scores {baseline:.4f} nats/token: {_compared(best['loss'], baseline)}"
+        )
     text = vocab.to_tokens(list(data.heldout))
-    starts = [i + 1 for i, c in enumerate(text[:-40]) if c == " " and text[i + 1].isalpha()]
+    if data.tokenizer is None:  # prompts that start at a word: after a space, 24 characters
+        starts, size = [i + 1 for i, c in enumerate(text[:-40]) if c == " " and text[i + 1].isalpha()], 24
+    else:  # a BPE token " word" ("Ġword") starts a word; 6 tokens are about as long
+        starts, size = [i for i, t in enumerate(text[:-40]) if t[:1] == "Ġ" and t[1:2].isalpha()], 6
     rng = numpy.random.default_rng(config.seed)  # the same samples for the same run
     for k in range(num_samples):
         start = starts[k * len(starts) // num_samples] if starts else 0
-        prompt = text[start : start + 24]
+        prompt = text[start : start + size]
         hyp = generate(
             model, prompt, vocab, length, temperature=SAMPLE_TEMPERATURE, rng=rng, window=config.lm_num_steps
         )
-        sample = "".join(hyp.tokens)
+        sample = detokenize(config, hyp.tokens)
         result.samples.append(sample)
-        log(f"sample {k + 1} (held-out prompt {''.join(prompt)!r}, temperature {SAMPLE_TEMPERATURE}): {sample!r}")
+        shown = detokenize(config, prompt)
+        log(f"sample {k + 1} (held-out prompt {shown!r}, temperature {SAMPLE_TEMPERATURE}): {sample!r}")
 
 
 def _compared(loss, baseline):

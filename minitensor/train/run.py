@@ -5,6 +5,7 @@
         best/                  the weights with the lowest held-out loss so far: what
                                ``translate`` and ``generate`` load from a run folder
         loss.png, attention_*.png     the figures of the finished run
+        tokenizer.json         a BPE run's tokenizer (--tokenizer bpe), trained on its text
         .lock                  held while a process trains here (the owner's pid inside)
 
 Three rules keep a learner's runs from being lost:
@@ -38,7 +39,7 @@ import socket
 import warnings
 
 from .checkpoint import CheckpointError, find_checkpoint, load_checkpoint
-from .config import MAX_SIZE, TrainConfig, is_finite_number, is_integer, min_num_parameters
+from .config import MAX_SIZE, TOKENIZER_FILE, TrainConfig, is_finite_number, is_integer, min_num_parameters
 
 try:  # the lock of a run folder: fcntl on POSIX, msvcrt on Windows
     import fcntl
@@ -79,15 +80,16 @@ def run_files(folder):
         entries = os.listdir(folder)
     except OSError:
         return []
-    own = {CHECKPOINT_DIR, BEST_DIR, *FIGURES}
+    own = {CHECKPOINT_DIR, BEST_DIR, TOKENIZER_FILE, *FIGURES}
     # ".checkpoint.old-*" / ".checkpoint.tmp-*": what an interrupted save left (train.checkpoint)
     leftovers = tuple(f".{name}.{tag}-" for name in (CHECKPOINT_DIR, BEST_DIR) for tag in ("old", "tmp"))
     return sorted(e for e in entries if e in own or e.startswith(leftovers))
 
 
 def holds_run(folder):
-    """Whether ``folder`` holds a run's checkpoint (or what an interrupted save left of one)."""
-    return any(not f.endswith(".png") for f in run_files(folder))
+    """Whether ``folder`` holds a run's checkpoint (or what an interrupted save left of one);
+    figures and a BPE run's tokenizer, written before its first checkpoint, are not one."""
+    return any(not f.endswith(".png") and f != TOKENIZER_FILE for f in run_files(folder))
 
 
 def nothing_to_resume(folder):
