@@ -13,7 +13,6 @@ engine's public names: ``data/``, ``train/``, ``inference/``, ``viz/``, ``onnx/`
 """
 
 import importlib
-import importlib.abc
 import importlib.util
 import sys
 import types
@@ -35,7 +34,7 @@ from .core.ops import *  # noqa: F403  (mt.exp, mt.softmax...: every op, listed 
 from .core.random import manual_seed
 
 
-class _EnginePaths(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+class _EnginePaths:  # a meta path finder and its loader (importlib.abc's protocol)
     """``minitensor.nn`` *is* ``minitensor.core.nn`` (the same module object), and so for every
     engine module: ``import minitensor.nn.functional as F``, ``from minitensor.plugins import
     hookimpl`` and every plugin written before the engine moved under ``core/`` keep working,

@@ -23,7 +23,6 @@ A config is frozen: ``config.replace(field=value)`` makes a changed copy, checke
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import numbers
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import KW_ONLY, dataclass
@@ -120,6 +119,8 @@ def _check_known(cls: type, names: Iterable[str], owner: str) -> None:
     known = [f.name for f in dataclasses.fields(cls) if f.init]
     for name in names:
         if name not in known:
+            import difflib  # on a mistake only: import minitensor stays lean
+
             close = difflib.get_close_matches(name, known, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else f" ({cls.__name__} has: {', '.join(known)})"
             raise TypeError(f"{owner} got an unexpected argument {name!r}{hint}")
