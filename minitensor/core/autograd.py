@@ -153,7 +153,8 @@ class Function:
         else:
             raise TypeError(f"{cls.__name__.lower()}: needs at least one Tensor argument")
         ctx: Any  # the node (a Function), or the backend for an op outside the graph
-        if cls.differentiable:
+        differentiable = cls.differentiable
+        if differentiable:
             ctx = _new_object(cls)
             ctx.xp = backend.xp
             ctx.backend = backend
@@ -169,7 +170,7 @@ class Function:
                 f"{cls.__name__.lower()}: shapes {shapes} do not fit together ({e}); to broadcast, "
                 "shapes aligned from the right must be equal or 1 in each axis"
             ) from None
-        if requires_grad and grad_mode._enabled and cls.differentiable:
+        if requires_grad and differentiable and grad_mode._enabled:
             ctx.inputs = args
             result = _make(out, backend, ctx)
         else:
