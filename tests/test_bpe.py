@@ -245,6 +245,25 @@ def test_generate_from_the_bpe_run(bpe_run, capsys):
     assert printed.startswith("The Time Traveller")
 
 
+def test_without_special_tokens_the_vocabulary_is_the_tokenizers(tmp_path, capsys):
+    """nanoGPT's recipe (--no-special-tokens, as --preset gpt-char sets it): the model's
+    vocabulary is the BPE tokens alone, so nothing like <unk> can be generated, and the run
+    loads back for generation."""
+    from minitensor import cli
+    from minitensor.train.run import load_run_checkpoint
+
+    text = tmp_path / "text.txt"
+    text.write_text(TEXT[:12_000], encoding="utf-8")
+    out = str(tmp_path / "lm")
+    argv = ["train", "--text", str(text), "--tokenizer", "bpe", "--vocab-size", "300", "--no-special-tokens"]
+    assert cli.main([*argv, "--out", out, *SMALL_RUN]) == 0
+    _, info = load_run_checkpoint(os.path.join(out, "best"))
+    assert info["vocabs"]["tgt"].idx_to_token == ByteBPE.load(os.path.join(out, "tokenizer.json")).token_symbols()
+    capsys.readouterr()
+    assert cli.main(["generate", "--checkpoint", out, "--prompt", "The Time", "--max-len", "8"]) == 0
+    assert capsys.readouterr().out.startswith("The Time")
+
+
 def test_resume_reads_the_saved_tokenizer(bpe_run, capsys):
     from minitensor import cli
 

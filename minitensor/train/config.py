@@ -598,7 +598,7 @@ def _bpe_data(config, tokenizer=None):
     train_text, heldout_text = text[:split], text[split:]
     if tokenizer is None:
         tokenizer = ByteBPE.train(train_text, config.vocab_size or BPE_VOCAB_SIZE)
-    vocab = bpe_vocab(tokenizer)
+    vocab = bpe_vocab(tokenizer, config.special_tokens)
     offset = len(vocab.reserved_tokens)  # token i of the tokenizer is index offset + i of the model
     train = [offset + i for i in tokenizer.encode(train_text)]
     heldout = [offset + i for i in tokenizer.encode(heldout_text)]
@@ -612,11 +612,12 @@ def _bpe_data(config, tokenizer=None):
     return TaskData(train, heldout, vocab, vocab, n, n, tokenizer=tokenizer, heldout_chars=len(heldout_text))
 
 
-def bpe_vocab(tokenizer):
-    """The model's Vocab of a ByteBPE: the reserved tokens, then every BPE token in id order,
-    written as GPT-2's printable symbols ("Ġthe"). No symbol is "<pad>" or another reserved
-    token: "<", ">" and letters never share a BPE token (they are in different chunks)."""
-    reserved = list(RESERVED_TOKENS)
+def bpe_vocab(tokenizer, special_tokens=True):
+    """The model's Vocab of a ByteBPE: the reserved tokens (unless ``special_tokens`` is False,
+    as in nanoGPT's recipe), then every BPE token in id order, written as GPT-2's printable
+    symbols ("Ġthe"). No symbol is "<pad>" or another reserved token: "<", ">" and letters never
+    share a BPE token (they are in different chunks)."""
+    reserved = list(RESERVED_TOKENS) if special_tokens else []
     return Vocab.from_dict({"idx_to_token": reserved + tokenizer.token_symbols(), "reserved_tokens": reserved})
 
 
@@ -629,7 +630,7 @@ def load_tokenizer(run_dir, config, vocab=None):
             f"{path}: missing; this run was trained with --tokenizer {config.tokenizer} and keeps its tokenizer there"
         )
     tokenizer = ByteBPE.load(path)
-    if vocab is not None and vocab.idx_to_token != bpe_vocab(tokenizer).idx_to_token:
+    if vocab is not None and vocab.idx_to_token != bpe_vocab(tokenizer, config.special_tokens).idx_to_token:
         raise ValueError(f"{path}: its {len(tokenizer)} tokens are not those of the checkpoint's vocabulary")
     return tokenizer
 
