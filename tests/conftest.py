@@ -63,6 +63,7 @@ SLOW_FILES = {
     "test_onnx.py",  # trains, exports and runs a model in ONNX Runtime
     "test_gpu_check.py",  # benchmark smoke runs, in subprocesses
     "test_bench_data_parallel.py",
+    "test_bench_gpt_char.py",
     "test_bench_long_attention.py",
     "test_bench_plugin_paths.py",
 }
