@@ -567,6 +567,12 @@ def _add_train_parser(sub, common, help_recipe=None):
     data.add_argument("--max-examples", type=int, help="read only this many corpus lines / text characters")
     data.add_argument("--lm-num-steps", type=int, help="window length of the language model")
     data.add_argument(
+        "--lm-sampling",
+        choices=("partition", "random"),
+        help="a language model's training windows: the text cut into windows at fixed places and shuffled "
+        "(partition, D2L's) or windows starting anywhere (random, nanoGPT's)",
+    )
+    data.add_argument(
         "--special-tokens",
         action=argparse.BooleanOptionalAction,
         default=None,

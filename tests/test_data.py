@@ -486,6 +486,28 @@ def test_an_epoch_taken_exactly_by_islice_still_rolls_over():
     assert loader.state_dict()["epoch"] == 1
 
 
+def test_batches_draw_epoch_size_examples_with_replacement():
+    """epoch_size: an epoch is that many examples drawn at random (nanoGPT's windows that start
+    anywhere), seeded per epoch and resumable like a permutation."""
+    windows, _ = lm_arrays(np.arange(1000), 8)  # every window of the text: 992 views, no copy
+    assert np.shares_memory(windows, windows[5])
+    loader = Batches(windows, batch_size=4, epoch_size=10, rng=np.random.default_rng(0))
+    assert len(loader) == 3
+    first = [t.numpy() for (t,) in loader]
+    assert [len(t) for t in first] == [4, 4, 2]
+    starts = np.concatenate(first)[:, 0]
+    assert (np.concatenate(first) == starts[:, None] + np.arange(8)).all()  # whole windows
+    assert (starts % 8 != 0).any()  # windows start anywhere, not at multiples of 8
+    second = [t.numpy() for (t,) in loader]
+    assert not all(np.array_equal(a, b) for a, b in zip(first, second))  # a new epoch, new draws
+    state = json.loads(json.dumps(loader.state_dict()))
+    resumed = Batches(windows, batch_size=4, epoch_size=10, rng=np.random.default_rng(7))
+    resumed.load_state_dict(state)
+    assert [t.numpy().tolist() for (t,) in loader] == [t.numpy().tolist() for (t,) in resumed]
+    with pytest.raises(ValueError, match="epoch_size"):
+        Batches(windows, batch_size=4, epoch_size=10, shuffle=False)
+
+
 def test_batches_checks_its_arrays():
     with pytest.raises(ValueError, match="differ in length"):
         Batches(np.zeros(3), np.zeros(4), batch_size=2)

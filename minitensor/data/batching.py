@@ -84,13 +84,20 @@ class Batches:
     A ``for`` loop continues the current epoch where it stopped: after a ``break`` (or a
     resume) the next loop finishes that epoch first.
 
+    ``epoch_size=N``: an epoch is N examples drawn at random *with replacement* (each from a
+    generator seeded with ``(seed, e)`` as well) instead of a permutation of all of them: what
+    nanoGPT's ``get_batch`` does with the windows of a text, which start anywhere, so that N
+    (the text's length over the window's) sets how many minibatches make an epoch.
+
     ``shard=(rank, size)``: data parallelism (``train/distributed.py``). Every process draws the
     same global minibatches, and this one yields only its rows of each: contiguous, the
     ``rank``-th of ``size`` parts whose lengths differ by at most one (``shard_bounds``). The
     position in the data is the global one, so a checkpoint resumes with any number of processes.
     """
 
-    def __init__(self, *arrays, batch_size, shuffle=True, drop_last=False, device="cpu", rng=None, shard=None):
+    def __init__(
+        self, *arrays, batch_size, shuffle=True, drop_last=False, device="cpu", rng=None, shard=None, epoch_size=None
+    ):
         if not arrays:
             raise ValueError("Batches: give at least one array")
         self.arrays = [a if isinstance(a, numpy.ndarray) else numpy.asarray(a) for a in arrays]
@@ -99,7 +106,11 @@ class Batches:
             raise ValueError(f"Batches: arrays differ in length: {[len(a) for a in self.arrays]}")
         if batch_size < 1:
             raise ValueError(f"Batches: batch_size must be >= 1, got {batch_size}")
-        self.num_examples, self.batch_size = n, batch_size
+        if epoch_size is not None and (not shuffle or epoch_size < 1):
+            raise ValueError(f"Batches: epoch_size draws at random: needs shuffle=True and >= 1, got {epoch_size}")
+        # the examples an epoch visits: all (a permutation), or epoch_size drawn with replacement
+        self.num_examples, self.batch_size = n if epoch_size is None else int(epoch_size), batch_size
+        self.num_rows, self.epoch_size = n, epoch_size
         self.shuffle, self.drop_last, self.device = shuffle, drop_last, device
         self.shard = (0, 1) if shard is None else (int(shard[0]), int(shard[1]))
         if not 0 <= self.shard[0] < self.shard[1]:
@@ -118,7 +129,10 @@ class Batches:
         """The example indices of epoch ``epoch``, in the order they are visited."""
         if not self.shuffle:
             return numpy.arange(self.num_examples)
-        return numpy.random.default_rng([self.seed, epoch]).permutation(self.num_examples)
+        rng = numpy.random.default_rng([self.seed, epoch])
+        if self.epoch_size is not None:
+            return rng.integers(0, self.num_rows, self.epoch_size)
+        return rng.permutation(self.num_examples)
 
     def __iter__(self):
         # Roll over to the next epoch here, at the start, rather than after the last batch:

@@ -213,6 +213,9 @@ class TrainConfig:
     max_examples: int | None = setting(None, optional(integer(1, 1 << 40)))  # corpus lines; text characters
     heldout_fraction: float = setting(0.1, number(0, 1, low_open=True))  # of a corpus or a text
     lm_num_steps: int = setting(64, integer(1))  # window of the character LM
+    # the LM's training windows: "partition", the text cut into windows at fixed places (D2L's
+    # sequential partitioning), shuffled; "random", windows starting anywhere (nanoGPT's get_batch)
+    lm_sampling: str = setting("partition", one_of(("partition", "random")))
     # model
     model: str = setting("transformer", one_of(MODELS))
     scorer: str | None = setting(None, optional(identifier))  # None: scaled_dot (Transformer), additive (Bahdanau)
@@ -467,6 +470,7 @@ _GPT_CHAR = dict(
     label_smoothing=0.0,
     special_tokens=False,
     eval_interval=250,
+    lm_sampling="random",
 )
 PRESETS = {
     # the README's CPU line: --block_size=64 --batch_size=12 --n_layer=4 --n_head=4 --n_embd=128

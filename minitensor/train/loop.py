@@ -447,8 +447,18 @@ def set_up(config, run, log, resume, ranks=None):
         data.tokenizer.save(os.path.join(run.path, TOKENIZER_FILE))
     model = build_model(config, data.src_vocab, data.tgt_vocab)
     train_arrays, heldout_arrays = _arrays(config, data, "train"), _arrays(config, data, "heldout")
+    epoch_size = None
+    if config.model == "lm" and config.lm_sampling == "random":
+        # every window of the text (views, no copy), as many drawn per epoch as partition has
+        epoch_size = len(train_arrays[0])
+        train_arrays = lm_arrays(data.train, data.num_steps)
     loader = Batches(
-        *train_arrays, batch_size=config.batch_size, shuffle=True, device=config.device, shard=(ranks.rank, ranks.size)
+        *train_arrays,
+        batch_size=config.batch_size,
+        shuffle=True,
+        device=config.device,
+        shard=(ranks.rank, ranks.size),
+        epoch_size=epoch_size,
     )
     steps_per_epoch = len(loader)
     total_steps = config.steps or config.epochs * steps_per_epoch
