@@ -482,6 +482,7 @@ PRESETS = {
         steps=2000,
         dropout=0.0,
         eval_iters=20,
+        eval_batch_size=12,  # nanoGPT's: batch_size rows (500 windows of 64 would hold 570 MB of activations)
     ),
     # config/train_shakespeare_char.py as it stands: the "baby GPT" of 10.7M parameters, for a GPU
     "gpt-char-gpu": dict(
@@ -495,6 +496,7 @@ PRESETS = {
         steps=5000,
         dropout=0.2,
         eval_iters=200,
+        eval_batch_size=64,
     ),
 }
 
