@@ -11,7 +11,9 @@ import pytest
 
 import minitensor as mt
 from minitensor.cli import build_parser, config_from_args
-from minitensor.train.config import PRESETS, TrainConfig, build_optimizer, build_scheduler, model_max_len
+from minitensor.data import Batches
+from minitensor.train.config import PRESETS, TrainConfig, build_data, build_optimizer, build_scheduler, model_max_len
+from minitensor.train.loop import _arrays
 
 
 def _lm(**fields):
@@ -163,3 +165,39 @@ def test_preset_run_end_to_end(tmp_path):
         timeout=120,
     )
     assert gen.returncode == 0, gen.stderr
+
+
+def test_lm_training_windows_are_views_of_one_token_array(tmp_path):
+    """The windows of a text LM's training and held-out arrays are views of the corpus's one
+    token array (8 bytes a character), not a copy per window or per array: a minibatch copies
+    its rows and nothing else does, so a text costs O(its length) however long the windows."""
+    text = "".join(chr(97 + (i * 7) % 26) for i in range(5000))
+    (tmp_path / "t.txt").write_text(text)
+    config = TrainConfig(model="lm", text=str(tmp_path / "t.txt"), lm_num_steps=16, special_tokens=False)
+    data = build_data(config)
+    n = config.lm_num_steps
+    for which, corpus in (("train", data.train), ("heldout", data.heldout)):
+        X, Y = _arrays(config, data, which)
+        base = X
+        while base.base is not None:
+            base = base.base
+        assert np.shares_memory(X, Y) and np.shares_memory(base, Y)
+        assert base.nbytes <= 8 * len(corpus)  # one token array, whatever the number of windows
+        assert X.shape == Y.shape == ((len(corpus) - 1) // n, n)
+        assert all(list(X[i]) == corpus[i * n : (i + 1) * n] for i in range(len(X)))
+        assert all(list(Y[i]) == corpus[i * n + 1 : (i + 1) * n + 1] for i in range(len(Y)))
+    # the minibatches are copies of their rows, and the loader leaves the arrays as they were
+    X, Y = _arrays(config, data, "train")
+    before = X.copy()
+    for xb, yb in Batches(X, Y, batch_size=7, rng=np.random.default_rng(0)):
+        assert not np.shares_memory(xb.numpy(), X) and (xb.numpy()[:, 1:] == yb.numpy()[:, :-1]).all()
+    assert (X == before).all()
+
+
+@pytest.mark.parametrize("name", [None, *PRESETS])
+def test_text_lms_evaluate_a_minibatch_at_a_time(name):
+    """A text LM's held-out loss is computed a training minibatch of windows at a time (as
+    nanoGPT's): it never holds the activations of more rows than a training step does (500
+    windows of 64 characters took 570 MB, of 128 over 1 GB)."""
+    config = TrainConfig.recipe("lm", name)
+    assert config.eval_batch_size == config.batch_size < TrainConfig().eval_batch_size

@@ -440,8 +440,17 @@ class TrainConfig:
 # On the example text (The Time Machine, 160,000 training characters) it ends ~46% below the
 # unigram baseline in about two minutes on 2 CPU cores (the figures: bench/README.md); the held-out
 # loss is still falling at the end, and longer runs overfit (best/ keeps the best epoch).
+# eval_batch_size: a minibatch of windows at a time (500 windows of 128 held 1.1 GB of activations)
 LM_RECIPE = dict(
-    num_hiddens=128, ffn_num_hiddens=512, num_heads=4, num_blks=2, lm_num_steps=128, batch_size=16, steps=1000, lr=5e-3
+    num_hiddens=128,
+    ffn_num_hiddens=512,
+    num_heads=4,
+    num_blks=2,
+    lm_num_steps=128,
+    batch_size=16,
+    steps=1000,
+    lr=5e-3,
+    eval_batch_size=16,
 )
 
 
@@ -486,6 +495,7 @@ PRESETS = {
         steps=2000,
         dropout=0.0,
         eval_iters=20,
+        eval_batch_size=12,  # nanoGPT's: batch_size rows (500 windows of 64 would hold 570 MB of activations)
     ),
     # config/train_shakespeare_char.py as it stands: the "baby GPT" of 10.7M parameters, for a GPU
     "gpt-char-gpu": dict(
@@ -499,6 +509,7 @@ PRESETS = {
         steps=5000,
         dropout=0.2,
         eval_iters=200,
+        eval_batch_size=64,
     ),
 }
 
