@@ -66,12 +66,14 @@ class _ModelConfig:
           D2L's ``vocab_size, num_hiddens, ffn_num_hiddens, num_heads, num_blks, dropout``), the
           rest by name. A model's ``config`` parameter then holds the first positional argument.
 
-        ``owner`` names the model in messages: an unknown name is a ``TypeError`` naming the
-        closest field (``num_hidden`` -> did you mean ``num_hiddens``?)."""
+        Either way the sizes in ``positional`` must be set (``require``): they are what the
+        model builds with. ``owner`` names the model in messages: an unknown name is a
+        ``TypeError`` naming the closest field (``num_hidden`` -> did you mean ``num_hiddens``?)."""
         if isinstance(config, cls):
             if args or fields:
                 extra = ", ".join([*map(repr, args), *fields])
                 raise TypeError(f"{owner}: give a {cls.__name__} or its fields, not both (also given: {extra})")
+            config.require(owner, positional)
             return config
         if config is not None or args:
             args = (config, *args)
@@ -85,7 +87,9 @@ class _ModelConfig:
         if twice:
             raise TypeError(f"{owner} got {twice[0]!r} both by position and by name")
         _check_known(cls, fields, owner)
-        return cls(**named, **fields)
+        made = cls(**named, **fields)
+        made.require(owner, positional)
+        return made
 
     def _check(self, name: str, ok: bool, what: str, error: type[Exception] = ValueError) -> None:
         if not ok:

@@ -129,8 +129,7 @@ class Seq2SeqAttentionDecoder(Module):
     ) -> None:
         super().__init__()
         c = Seq2SeqConfig.from_arguments("Seq2SeqAttentionDecoder", config, sizes, fields, SEQ2SEQ_SIZES)
-        c.require("Seq2SeqAttentionDecoder", SEQ2SEQ_SIZES)
-        # the sizes are set (require() checked them): this line says so to mypy
+        # the sizes are set (from_arguments required them): this line says so to mypy
         assert c.vocab_size and c.embed_size and c.num_hiddens and c.num_layers
         self.config, self.num_hiddens, self.num_layers = c, c.num_hiddens, c.num_layers
         self.attention = Attention(

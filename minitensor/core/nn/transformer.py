@@ -276,8 +276,7 @@ class TransformerEmbedding(Module):
     ) -> None:
         super().__init__()
         config = TransformerConfig.from_arguments("TransformerEmbedding", config, sizes, fields, EMBEDDING_SIZES)
-        config.require("TransformerEmbedding", EMBEDDING_SIZES)
-        # the sizes are set (require() checked them): this line says so to mypy
+        # the sizes are set (from_arguments required them): this line says so to mypy
         assert config.vocab_size and config.num_hiddens and config.dropout is not None
         self.num_hiddens = num_hiddens = config.num_hiddens
         self.token_embedding = Embedding(config.vocab_size, num_hiddens, dtype=dtype, device=device)
@@ -344,8 +343,7 @@ class TransformerEncoderBlock(Module):
     ) -> None:
         super().__init__()
         c = TransformerConfig.from_arguments("TransformerEncoderBlock", config, sizes, fields, BLOCK_SIZES)
-        c.require("TransformerEncoderBlock", BLOCK_SIZES)
-        # the sizes are set (require() checked them): this line says so to mypy
+        # the sizes are set (from_arguments required them): this line says so to mypy
         assert c.num_hiddens and c.ffn_num_hiddens and c.num_heads and c.dropout is not None
         _, positional = split_positional(c.positional, c.input_positional)
         positional = attention_positional(positional, c.positional_options, c.num_heads, c.max_len, True, dtype, device)
@@ -410,8 +408,7 @@ class TransformerEncoder(Module):
     ) -> None:
         super().__init__()
         c = TransformerConfig.from_arguments("TransformerEncoder", config, sizes, fields, TRANSFORMER_SIZES)
-        c.require("TransformerEncoder", TRANSFORMER_SIZES)
-        # the sizes are set (require() checked them): this line says so to mypy
+        # the sizes are set (from_arguments required them): this line says so to mypy
         assert c.num_hiddens and c.num_heads and c.num_blks is not None
         self.config, self.num_hiddens = c, c.num_hiddens
         self.embedding = TransformerEmbedding(c, dtype=dtype, device=device)
@@ -487,8 +484,7 @@ class TransformerDecoderBlock(Module):
         if i is None:
             raise TypeError("TransformerDecoderBlock needs i, the block's index (its slot in the decoder's caches)")
         c = TransformerConfig.from_arguments("TransformerDecoderBlock", config, args, fields, BLOCK_SIZES)
-        c.require("TransformerDecoderBlock", BLOCK_SIZES)
-        # the sizes are set (require() checked them): this line says so to mypy
+        # the sizes are set (from_arguments required them): this line says so to mypy
         assert c.num_hiddens and c.ffn_num_hiddens and c.num_heads and c.dropout is not None
         self.i = i
         _, positional = split_positional(c.positional, c.input_positional)
@@ -587,8 +583,7 @@ class TransformerDecoder(Module):
     ) -> None:
         super().__init__()
         c = TransformerConfig.from_arguments("TransformerDecoder", config, sizes, fields, TRANSFORMER_SIZES)
-        c.require("TransformerDecoder", TRANSFORMER_SIZES)
-        # the sizes are set (require() checked them): this line says so to mypy
+        # the sizes are set (from_arguments required them): this line says so to mypy
         assert c.vocab_size and c.num_hiddens and c.num_heads and c.num_blks is not None
         if c.num_blks < 1:
             raise ValueError(f"TransformerDecoder: num_blks must be at least 1, got {c.num_blks}")
@@ -756,7 +751,6 @@ class TransformerLM(Module):
     ) -> None:
         super().__init__()
         self.config = TransformerConfig.from_arguments("TransformerLM", config, sizes, fields, TRANSFORMER_SIZES)
-        self.config.require("TransformerLM", TRANSFORMER_SIZES)
         self.decoder = TransformerDecoder(self.config, cross_attention=False, dtype=dtype, device=device)
 
     def forward(self, X: Tensor) -> Tensor:
