@@ -74,6 +74,7 @@ from _common import (
     thread_env,
     verdict,
 )
+from memory import read_status, reset_peak  # the bench folder's: VmRSS, VmHWM
 
 HERE = pathlib.Path(__file__).resolve().parent
 NANOGPT = HERE.parent.parent / "shared" / "refbench" / "nanogpt"  # nanoGPT's code, where it is checked out
@@ -447,28 +448,6 @@ def time_generation(model, vocab, n, window, rounds):
 
 
 # -- peak memory, one framework per fresh process ------------------------------------------------------
-def read_status(field):
-    """A field of /proc/self/status in bytes (VmRSS: the resident set now, VmHWM: its high-water mark)."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    raise OSError(f"no {field} in /proc/self/status")
-
-
-def reset_peak():
-    """Reset the high-water mark to the resident set now (Linux's /proc/self/clear_refs); False
-    where that is not possible. A new process inherits its parent's ``ru_maxrss`` (Linux keeps
-    it across fork and exec), so without the reset a worker started by a large parent would
-    report the parent's peak."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
-
-
 def memory_worker(name, folder, steps, threads):
     """Train ``steps`` steps of one framework alone; print JSON (bytes): the resident set after
     the imports, the baseline (after two steps of a tiny throwaway model -- what a library loads

@@ -20,13 +20,11 @@ import sys
 import threading
 import time
 
+from memory import read_status  # the bench folder's: a /proc/self/status field in bytes
+
 
 def rss_mib():
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    raise RuntimeError("/proc/self/status has no VmRSS")
+    return read_status("VmRSS") / 2**20
 
 
 class Phases:
