@@ -365,6 +365,8 @@ def train_both(config, vocab, train, heldout, seed, torch):
     runs["minitensor"]["heldout"] = minitensor_heldout(model, X, Y)
     if torch is not None:
         runs["torch"]["heldout"] = twin_heldout(torch, runs["torch"]["model"], X, Y)
+    done = ", ".join(f"{n} {r['heldout']:.4f} ({1000 * np.median(r['times']):.1f} ms/step)" for n, r in runs.items())
+    print(f"seed {seed}: held-out loss {done}", flush=True)  # a full run takes minutes: show each seed
     return runs
 
 

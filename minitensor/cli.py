@@ -19,6 +19,7 @@ import warnings
 import minitensor as mt
 
 from . import demo, errors
+from .data.bpe import symbol_text
 from .data.tasks import TEXTS
 from .inference import SAMPLE_TEMPERATURE, generate, translate
 from .nn import Seq2SeqConfig, TransformerConfig
@@ -322,6 +323,11 @@ def _check_input(command, what, text, tokens, vocab, unit, spaces_are_text=False
     unseen = sorted({t for t in tokens if t not in vocab})
     if unseen:
         shown = ", ".join(map(repr, unseen[:10])) + (", ..." if len(unseen) > 10 else "")
+        if "<unk>" not in vocab:  # a vocabulary of the text's characters alone (--no-special-tokens)
+            raise _usage(
+                f"{what} has {unit} the model never saw in training: {shown}; its vocabulary has no <unk> "
+                f"to read them as (trained with --no-special-tokens): leave them out"
+            )
         print(
             f"minitensor {command}: warning: {what} has {unit} the model never saw in training: {shown} "
             "(each is read as <unk>)",
@@ -336,7 +342,8 @@ def _export(args):
 
     model, config, src_vocab, tgt_vocab, num_steps, tgt_num_steps = _load_for_inference(args.checkpoint)
     if config.model == "lm":
-        paths = export_language_model(model, args.onnx, tgt_vocab, num_steps, tokens=config.tokens)
+        tokenizer = _tokenizer(args, config, tgt_vocab)
+        paths = export_language_model(model, args.onnx, tgt_vocab, num_steps, tokens=config.tokens, tokenizer=tokenizer)
     else:  # a Transformer or a GRU with Bahdanau attention
         paths = export_encoder_decoder(
             model, args.onnx, src_vocab, tgt_vocab, num_steps, tgt_num_steps or 2 * num_steps, tokens=config.tokens
@@ -417,7 +424,9 @@ def _explain(args):
     if is_lm:
         if args.beam != 1:
             raise _usage("--beam: a language model's page shows its greedy continuation; leave --beam out")
-        page = attention_page(model, tokens, tgt_vocab, max_len=args.max_len or EXPLAIN_LM_MAX_LEN, lang=args.lang)
+        label = symbol_text if config.tokens == "bpe" else str
+        max_len = args.max_len or EXPLAIN_LM_MAX_LEN
+        page = attention_page(model, tokens, tgt_vocab, max_len=max_len, lang=args.lang, token_label=label)
     else:
         steps = max(num_steps, len(tokens) + 1)
         max_len = args.max_len or tgt_num_steps or 2 * steps

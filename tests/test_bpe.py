@@ -330,3 +330,37 @@ def test_loss_per_char_is_loss_per_token_times_tokens_per_char():
     char = TrainConfig.recipe("lm", text=path, max_examples=20_000).replace(num_hiddens=16, lm_num_steps=16)
     data = build_data(char)
     assert data.heldout_chars == len(data.heldout)
+
+
+def test_explain_page_labels_tokens_with_their_text(bpe_run, tmp_path, capsys):
+    """The explain page of a BPE model shows " the" as ␣the, not GPT-2's symbols "Ġthe"."""
+    from minitensor import cli
+
+    out, _ = bpe_run
+    page = tmp_path / "explain.html"
+    argv = ["explain", "The Time Traveller", "--checkpoint", out, "--max-len", "3", "--out", str(page)]
+    assert cli.main(argv) == 0
+    assert "page: " in capsys.readouterr().out
+    html = page.read_text(encoding="utf-8")
+    assert "\"␣T" in html and "Ġ" not in html  # " T" (or " Time"): a space-led token as text
+
+
+def test_symbol_text():
+    from minitensor.data.bpe import symbol_text
+
+    assert symbol_text("Ġthe") == " the" and symbol_text("Ċ") == "\n" and symbol_text("abc") == "abc"
+    first_byte = ByteBPE().token_symbols()["é".encode()[0]]
+    assert symbol_text(first_byte) == first_byte  # half a character: no text of its own, its symbol
+
+
+def test_export_writes_the_tokenizer_beside_the_graph(bpe_run, tmp_path, capsys):
+    pytest.importorskip("onnx")
+    from minitensor import cli
+
+    out, _ = bpe_run
+    folder = tmp_path / "onnx"
+    assert cli.main(["export", "--checkpoint", out, "--onnx", str(folder)]) == 0
+    assert sorted(os.listdir(folder)) == ["model.onnx", "tokenizer.json", "vocab.json"]
+    assert ByteBPE.load(folder / "tokenizer.json").merges == ByteBPE.load(os.path.join(out, "tokenizer.json")).merges
+    meta = json.loads((folder / "vocab.json").read_text(encoding="utf-8"))
+    assert meta["tokens"] == "bpe"

@@ -276,3 +276,22 @@ def test_a_file_that_is_not_utf8_is_named_with_its_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and str(corpus) in err and "line 31" in err, err
     assert not (tmp_path / "run").exists() or not os.listdir(tmp_path / "run")
+
+
+def test_a_prompt_with_unseen_characters_and_no_unk_is_refused(tmp_path, capsys):
+    """nanoGPT's vocabulary (--no-special-tokens): the text's characters alone, no <unk> to read
+    an unseen character as, so the prompt is refused with the characters named."""
+    from minitensor import cli
+
+    text = tmp_path / "text.txt"
+    text.write_text("to be or not to be, that is the question\n" * 40, encoding="utf-8")
+    out = str(tmp_path / "lm")
+    small = ["--lm-num-steps", "8", "--steps", "2", "--batch-size", "4", "--num-hiddens", "8", "--num-blks", "1"]
+    argv = ["train", "--text", str(text), "--no-special-tokens", "--out", out, "--no-progress", *small]
+    assert cli.main([*argv, "--ffn-num-hiddens", "16"]) == 0
+    capsys.readouterr()
+    assert cli.main(["generate", "--checkpoint", out, "--prompt", "to bé", "--max-len", "3"]) == 2
+    err = capsys.readouterr().err
+    assert "never saw in training: 'é'; its vocabulary has no <unk>" in err and "Traceback" not in err
+    assert cli.main(["generate", "--checkpoint", out, "--prompt", "to be", "--max-len", "3"]) == 0
+    assert capsys.readouterr().out.startswith("to be")

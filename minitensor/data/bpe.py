@@ -60,6 +60,8 @@ import os
 import re
 from collections import Counter, defaultdict
 
+from ..atomic import write_atomic
+
 NUM_BYTES = 256
 
 # GPT-2's pre-tokenisation regex, spelled for Python's re (see the module docstring).
@@ -112,6 +114,16 @@ def symbols_to_text(symbols):
     to_byte = {s: b for b, s in byte_to_symbol().items()}
     data = b"".join(bytes([to_byte[c]]) if c in to_byte else c.encode() for token in symbols for c in token)
     return data.decode("utf-8", errors="replace")
+
+
+def symbol_text(symbol):
+    """One token's text, for a label ("Ġthe" -> " the"); a token holding part of a multi-byte
+    character has no text of its own and keeps its symbols."""
+    to_byte = {s: b for b, s in byte_to_symbol().items()}
+    try:
+        return bytes(to_byte[c] for c in symbol).decode("utf-8")
+    except (KeyError, UnicodeDecodeError):
+        return symbol
 
 
 class ByteBPE:
@@ -272,10 +284,9 @@ class ByteBPE:
         return cls(merges)
 
     def save(self, path):
-        """Write the tokenizer as JSON (the merges; the vocabulary follows from them)."""
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump(self.to_dict(), f)
-            f.write("\n")
+        """Write the tokenizer as JSON (the merges; the vocabulary follows from them), whole or
+        not at all; returns ``path``."""
+        return write_atomic(path, json.dumps(self.to_dict()) + "\n")
 
     @classmethod
     def load(cls, path):

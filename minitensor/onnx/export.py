@@ -13,10 +13,8 @@ become initializers, under their ``named_parameters`` names. ``onnx.checker`` ch
 model before it is written; the file appears complete or not at all.
 """
 
-import os
-import tempfile
-
 from .. import Tensor
+from ..atomic import write_atomic
 from .graph import ExportError, GraphBuilder, onnx_dtype
 from .ops import mapping_of
 from .trace import SymDim, tracing
@@ -153,21 +151,5 @@ def export(module, example_inputs, path, *, input_names=None, output_names=None,
         graph, opset_imports=[helper.make_opsetid("", opset or DEFAULT_OPSET)], producer_name="minitensor"
     )
     onnx.checker.check_model(model)
-    write_file(path, model.SerializeToString())
+    write_atomic(path, model.SerializeToString())
     return model
-
-
-def write_file(path, data):
-    """Write the bytes ``data`` to ``path`` through a temporary file in the same folder: the
-    file is complete or absent, never half written (the graphs and vocab.json alike)."""
-    path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, partial = tempfile.mkstemp(prefix=".onnx-", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(partial, path)
-    except BaseException:
-        if os.path.exists(partial):
-            os.unlink(partial)
-        raise

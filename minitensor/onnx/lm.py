@@ -9,7 +9,10 @@
   the graph means running the whole window again for every new token, the last position's
   logits giving the next one;
 - ``vocab.json``: the vocabulary (``idx_to_token``: id -> token), the training window
-  ``num_steps``, ``max_len`` and ``tokens`` ("char": one token per character).
+  ``num_steps``, ``max_len`` and ``tokens`` ("char": one token per character; "bpe": byte-pair
+  tokens, each written as GPT-2 writes them, "Ġthe" for " the");
+- ``tokenizer.json`` (a BPE model only): the tokenizer's merges (``minitensor.data.ByteBPE.load``
+  reads it); a token of the tokenizer is index ``len(reserved_tokens) + token`` of the model.
 
 Running it without minitensor::
 
@@ -27,11 +30,13 @@ import os
 import numpy
 
 from .. import tensor
+from ..atomic import write_atomic
 from ..nn.transformer import TransformerLM
-from .export import export, write_file
+from .export import export
 from .graph import ExportError
 
 FILES = ("model.onnx", "vocab.json")
+TOKENIZER_FILE = "tokenizer.json"  # a BPE model's, beside them
 
 
 def positional_max_len(model):
@@ -41,15 +46,21 @@ def positional_max_len(model):
     return min(lengths, default=None)
 
 
-def export_language_model(model, folder, vocab, num_steps, tokens="char"):
+def export_language_model(model, folder, vocab, num_steps, tokens="char", tokenizer=None):
     """Write ``model`` (a ``TransformerLM``) as ``model.onnx`` and its vocabulary as ``vocab.json``
     into ``folder`` (see the module docstring); returns the paths. ``num_steps``: the window the
-    model was trained on; ``tokens``: "char" or "word", what a token is. The trace runs on a
-    batch of two windows of three tokens; the model is left in the mode it was in."""
+    model was trained on; ``tokens``: "char", "word" or "bpe", what a token is; ``tokenizer``: a
+    BPE model's ``ByteBPE`` (required with "bpe"), written as ``tokenizer.json``. The trace runs
+    on a batch of two windows of three tokens; the model is left in the mode it was in."""
     if not isinstance(model, TransformerLM):
         raise ExportError(
             f"export_language_model writes a TransformerLM, got {type(model).__name__} "
             "(mt.onnx.export writes any module's forward pass)"
+        )
+    if (tokens == "bpe") != (tokenizer is not None):
+        raise ExportError(
+            f"export_language_model: tokens={tokens!r} with tokenizer={type(tokenizer).__name__}; "
+            'a BPE model (tokens="bpe") needs its ByteBPE, and only it takes one'
         )
     os.makedirs(folder, exist_ok=True)
     paths = [os.path.join(folder, name) for name in FILES]
@@ -69,5 +80,7 @@ def export_language_model(model, folder, vocab, num_steps, tokens="char"):
         "max_len": positional_max_len(model),  # the longest window the graph takes
         "tokens": tokens,
     }
-    write_file(paths[1], json.dumps(meta, ensure_ascii=False).encode("utf-8"))
+    write_atomic(paths[1], json.dumps(meta, ensure_ascii=False).encode("utf-8"))
+    if tokenizer is not None:
+        paths.append(tokenizer.save(os.path.join(folder, TOKENIZER_FILE)))
     return paths

@@ -31,12 +31,13 @@ import os
 import numpy
 
 from .. import tensor
+from ..atomic import write_atomic
 from ..data import Vocab, build_array
 from ..grad_mode import no_grad
 from ..nn import Module
 from ..nn.seq2seq import AttentionDecoderState, Seq2SeqAttentionDecoder
 from ..nn.transformer import TransformerDecoder
-from .export import export, write_file
+from .export import export
 from .graph import ExportError
 
 FILES = ("encoder.onnx", "decoder_step.onnx", "vocab.json")
@@ -189,7 +190,7 @@ def export_encoder_decoder(model, folder, src_vocab, tgt_vocab, num_steps, max_l
         "tokens": tokens,  # "char" or "word": how a typed line becomes source tokens
         "num_blks": num_blks,  # Transformer blocks, or GRU layers
     }
-    write_file(paths[2], json.dumps(meta, ensure_ascii=False).encode("utf-8"))
+    write_atomic(paths[2], json.dumps(meta, ensure_ascii=False).encode("utf-8"))
     return paths
 
 

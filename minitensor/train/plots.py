@@ -25,10 +25,11 @@ alpha(q_i, k_j) -- each row of a softmax pooling sums to 1 over the keys the que
 
 import numbers
 import os
-import secrets
 from collections.abc import Mapping, Sequence
 
 import numpy
+
+from ..atomic import write_atomic
 
 __all__ = [
     "plot_loss",
@@ -65,28 +66,11 @@ def _new_figure(figsize, dpi, layout=None):
 
 
 def _save(fig, path, dpi=None):
-    """Write ``fig`` as a PNG to ``path`` atomically: a temporary file next to it, then
-    ``os.replace`` (atomic on POSIX and Windows), so readers see the old file or the new one."""
+    """Write ``fig`` as a PNG to ``path`` (atomically: readers see the old file or the new one)."""
     if path is None:
         return
-    path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    tmp = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    # O_EXCL: never someone else's file; mode 0o666 less the umask, as a plain open() gives
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            fig.savefig(f, format="png", dpi=dpi)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    write_atomic(path, lambda f: fig.savefig(f, format="png", dpi=dpi))
 
 
 # -- arrays ----------------------------------------------------------------------------------------

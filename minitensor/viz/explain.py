@@ -23,7 +23,17 @@ from .page import AttentionPage
 
 
 def attention_page(
-    model, source, src_vocab, tgt_vocab=None, *, max_len=20, beam_size=1, num_steps=None, lang="en", title=None
+    model,
+    source,
+    src_vocab,
+    tgt_vocab=None,
+    *,
+    max_len=20,
+    beam_size=1,
+    num_steps=None,
+    lang="en",
+    title=None,
+    token_label=str,
 ):
     """The page of ``model`` on ``source`` (a list of tokens, or a string: its characters).
 
@@ -32,7 +42,8 @@ def attention_page(
     attention and lists the others with their scores), at most ``max_len`` tokens, the source
     padded to ``num_steps`` as in training (default: no padding); a language model
     (``tgt_vocab`` None) continues the prompt ``source`` by ``max_len`` tokens. ``lang``:
-    "en" or "zh", the language the page opens in.
+    "en" or "zh", the language the page opens in; ``token_label``: the text a token shows as
+    (a BPE model's: ``minitensor.data.bpe.symbol_text``).
     """
     tokens = list(source)
     if not tokens:
@@ -52,7 +63,9 @@ def attention_page(
     first = next(iter(cap.outputs.values()), None)
     names = dict(model.named_parameters())  # the leaves drawn by the names of their parameters
     drawing = None if first is None or not first.requires_grad else graph(first, names).backward(loss=loss)
-    return AttentionPage(cap, shown_tokens, output, alternatives, drawing, title=title, lang=lang)
+    return AttentionPage(
+        cap, shown_tokens, output, alternatives, drawing, title=title, lang=lang, token_label=token_label
+    )
 
 
 def _seq2seq(model, tokens, src_vocab, tgt_vocab, max_len, beam_size, steps, device):

@@ -16,11 +16,12 @@ Blocks and heads are numbered from 1, as in the PNG heatmaps.
 import html
 import json
 import math
-import os
 import re
 from importlib import resources
 
 import numpy
+
+from ..atomic import write_atomic
 
 # Every label of the page, in both languages (terms as in tutorials/GLOSSARY.md).
 LABELS = {
@@ -107,9 +108,13 @@ def _rounded(array, digits=6):
     return [_rounded(part, digits) for part in rounded]
 
 
-def _shown(tokens):
-    """Tokens as labels: a space (a character model's token) as the visible ␣."""
-    return ["␣" if t == " " else str(t) for t in tokens]
+_VISIBLE = str.maketrans({" ": "␣", "\n": "↵", "\t": "⇥"})
+
+
+def _shown(tokens, token_label=str):
+    """Tokens as labels: ``token_label(token)`` (a BPE token's text), its spaces and line breaks
+    made visible (a character model's " " token, a BPE token's " the": ␣, ␣the)."""
+    return [token_label(t).translate(_VISIBLE) for t in tokens]
 
 
 def _stacked(records):
@@ -144,15 +149,17 @@ class AttentionPage:
     ``tokens``: {"encoder": source tokens, "decoder": decoder input tokens} (an LM: only
     "decoder"), labelling the queries and keys of each kind of layer; ``output``: the
     decoded tokens; ``alternatives``: other hypotheses as (tokens, score) pairs;
-    ``graph``: a ``mt.viz.Graph`` to show; ``lang``: "en" or "zh", the first language shown.
+    ``graph``: a ``mt.viz.Graph`` to show; ``lang``: "en" or "zh", the first language shown;
+    ``token_label``: the text a token shows as (default ``str``; a BPE model's symbols as text).
     """
 
-    def __init__(self, capture, tokens, output=(), alternatives=(), graph=None, title=None, lang="en"):
+    def __init__(self, capture, tokens, output=(), alternatives=(), graph=None, title=None, lang="en", token_label=str):
         if lang not in LABELS:
             raise ValueError(f"AttentionPage: lang must be one of {sorted(LABELS)}, got {lang!r}")
         records = getattr(capture, "records", capture)
         self.lang, self.title = lang, title
         self.output, self.alternatives, self.graph = list(output), list(alternatives), graph
+        self.token_label = token_label
         self.layers = []
         calls = {}
         for record in records:
@@ -168,7 +175,7 @@ class AttentionPage:
                     f"AttentionPage: layer {name!r} attends {weights.shape[1]} queries to {weights.shape[2]} keys, "
                     f"but {len(queries)} query and {len(keys)} key tokens were given"
                 )
-            queries, keys = map(_shown, (queries, keys))
+            queries, keys = _shown(queries, token_label), _shown(keys, token_label)
             block = _BLOCK.search(name)
             bias = None if record.bias is None else numpy.broadcast_to(record.bias, record.scores.shape)
             self.layers.append(
@@ -198,11 +205,12 @@ class AttentionPage:
         def label(key, tag="span", extra=""):
             return f'<{tag} data-label="{key}"{extra}>{html.escape(labels[key])}</{tag}>'
 
-        tokens = "".join(f"<span>{html.escape(str(t))}</span>" for t in self.output)
+        tokens = "".join(f"<span>{html.escape(t)}</span>" for t in _shown(self.output, self.token_label))
         alternatives = ""
         if self.alternatives:
             items = "".join(
-                f"<li>{html.escape(' '.join(map(str, toks)))} ({score:.3f})</li>" for toks, score in self.alternatives
+                f"<li>{html.escape(' '.join(_shown(toks, self.token_label)))} ({score:.3f})</li>"
+                for toks, score in self.alternatives
             )
             alternatives = f"{label('alternatives', 'h3')}<ol>{items}</ol>"
         graph = ""
@@ -246,9 +254,4 @@ class AttentionPage:
 
     def save(self, path):
         """Write the page to ``path`` (UTF-8; written beside it, then renamed: never half a page)."""
-        path = os.fspath(path)
-        partial = path + ".partial"
-        with open(partial, "w", encoding="utf-8") as f:
-            f.write(self.html)
-        os.replace(partial, path)
-        return path
+        return write_atomic(path, self.html)
