@@ -342,7 +342,7 @@ def test_explain_page_labels_tokens_with_their_text(bpe_run, tmp_path, capsys):
     assert cli.main(argv) == 0
     assert "page: " in capsys.readouterr().out
     html = page.read_text(encoding="utf-8")
-    assert "\"␣T" in html and "Ġ" not in html  # " T" (or " Time"): a space-led token as text
+    assert '"␣T' in html and "Ġ" not in html  # " T" (or " Time"): a space-led token as text
 
 
 def test_symbol_text():
