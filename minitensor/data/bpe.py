@@ -54,6 +54,7 @@ the rare numeric characters that are not decimal digits ("²", "½", "Ⅻ": a "n
 space and GPT-2's does not. No dependency (the ``regex`` module) is needed for that.
 """
 
+import functools
 import heapq
 import json
 import os
@@ -107,11 +108,17 @@ def _merge(word, pair, new):
     return out
 
 
+@functools.cache
+def _symbol_to_byte():
+    """``byte_to_symbol``'s inverse, built once: decoding reads it for every token."""
+    return {s: b for b, s in byte_to_symbol().items()}
+
+
 def symbols_to_text(symbols):
     """The text of tokens written as ``ByteBPE.token_symbols`` writes them ("Ġthe" -> " the"),
     decoded from UTF-8 once at the end; characters outside the table (a Vocab's "<eos>" is all
     printable, so it never happens for a model's tokens) are taken as their UTF-8 bytes."""
-    to_byte = {s: b for b, s in byte_to_symbol().items()}
+    to_byte = _symbol_to_byte()
     data = b"".join(bytes([to_byte[c]]) if c in to_byte else c.encode() for token in symbols for c in token)
     return data.decode("utf-8", errors="replace")
 
@@ -119,7 +126,7 @@ def symbols_to_text(symbols):
 def symbol_text(symbol):
     """One token's text, for a label ("Ġthe" -> " the"); a token holding part of a multi-byte
     character has no text of its own and keeps its symbols."""
-    to_byte = {s: b for b, s in byte_to_symbol().items()}
+    to_byte = _symbol_to_byte()
     try:
         return bytes(to_byte[c] for c in symbol).decode("utf-8")
     except (KeyError, UnicodeDecodeError):
