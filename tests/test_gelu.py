@@ -174,12 +174,50 @@ def test_cpu_kernel_agrees_with_the_reference(dtype):
     np.testing.assert_array_equal(kernels.CpuGelu.forward(x.T[::2]), y.T[::2])
 
 
-def test_cpu_parallel_and_serial_twins_agree():
-    x = np.linspace(-6, 6, 1001)
+@pytest.mark.parametrize(
+    "forward, backward, dtype",
+    [
+        (kernels._gelu_loop, kernels._gelu_backward_loop, np.float64),
+        (kernels._gelu_loop_f32, kernels._gelu_backward_loop_f32, np.float32),
+    ],
+)
+def test_cpu_parallel_and_serial_twins_agree(forward, backward, dtype):
+    x = np.linspace(-6, 6, 1001).astype(dtype)
     y1, y2 = np.empty_like(x), np.empty_like(x)
-    kernels._gelu_loop.parallel(x, y1)
-    kernels._gelu_loop.serial(x, y2)
+    forward.parallel(x, y1)
+    forward.serial(x, y2)
     np.testing.assert_array_equal(y1, y2)
+    backward.parallel(x, np.cos(x), y1)
+    backward.serial(x, np.cos(x), y2)
+    np.testing.assert_array_equal(y1, y2)
+
+
+def test_float32_kernel_accuracy_on_a_dense_grid():
+    # erfc from Numerical Recipes' polynomial (1.2e-7) and exp_f32 (1 ulp); rounding z^2 to
+    # float32 adds |z^2| * 6e-8 relative in the tail: below 2e-6 wherever |gelu| > 1e-6
+    x = np.linspace(-12, 12, 60_001).astype(np.float32)
+    x64 = x.astype(np.float64)
+    y = kernels.CpuGelu.forward(x).astype(np.float64)
+    ref = np.array([gelu_math(v) for v in x64])
+    err = np.abs(y - ref)
+    assert err.max() < 4e-7
+    big = np.abs(ref) > 1e-6
+    assert (err[big] / np.abs(ref[big])).max() < 2e-6
+    dx = kernels.CpuGelu.backward(x, np.ones_like(x)).astype(np.float64)
+    ref = np.array([gelu_grad_math(v) for v in x64])
+    assert np.abs(dx - ref).max() < 2e-7
+
+
+def test_float32_kernel_special_values_as_in_pytorch():
+    x = np.array([np.inf, -np.inf, np.nan, 0.0, -0.0, 1e30, -1e30, 3.4e38, -3.4e38], np.float32)
+    y = kernels.CpuGelu.forward(x)
+    # gelu(-inf) = -inf * Phi(-inf) = -inf * 0 is NaN, as in PyTorch
+    expected = np.array([np.inf, np.nan, np.nan, 0.0, 0.0, 1e30, 0.0, 3.4e38, 0.0], np.float32)
+    np.testing.assert_array_equal(y, expected)
+    assert y.dtype == np.float32 and np.signbit(y[6])  # gelu(-1e30) = -1e30 * Phi(-1e30) = -0
+    dx = kernels.CpuGelu.backward(x, np.ones_like(x))
+    # +-inf: inf * phi(inf) = inf * 0 is NaN, as in PyTorch; large finite values: 1 and 0
+    np.testing.assert_array_equal(dx, [np.nan, np.nan, np.nan, 0.5, 0.5, 1.0, 0.0, 1.0, 0.0])
 
 
 def test_float16_takes_the_reference_path():

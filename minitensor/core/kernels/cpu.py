@@ -126,9 +126,10 @@ if "NUMBA_THREADING_LAYER" not in os.environ:
 _POOL = threading.Lock()
 
 
-def _kernel(fn, options=_KERNEL_OPTIONS):
+def _kernel(fn, options=_KERNEL_OPTIONS, min_size=None):
     """Compile ``fn`` twice (with numba's ``options``), each lazily on first use: with
-    ``prange`` spread over threads for large arrays, and as a plain loop for small ones.
+    ``prange`` spread over threads for arrays of ``min_size`` elements or more (default
+    :data:`PARALLEL_MIN_SIZE`), and as a plain loop for smaller ones.
 
     The serial twin is a copy of the function under another name: numba's disk
     cache is keyed by the function's name, not by the ``parallel`` flag, so the
@@ -141,7 +142,7 @@ def _kernel(fn, options=_KERNEL_OPTIONS):
 
     @functools.wraps(fn)
     def run(x, *args):
-        if x.size >= PARALLEL_MIN_SIZE and _POOL.acquire(blocking=False):
+        if x.size >= (PARALLEL_MIN_SIZE if min_size is None else min_size) and _POOL.acquire(blocking=False):
             try:
                 return run.parallel(x, *args)
             finally:
