@@ -21,7 +21,8 @@
     textbook update in ``optim/adam.py``); ``backend.fused(name, dtype)`` picks them.
 
 ``gelu.py``
-    The exact GELU without SciPy: ``math.erfc`` in numba on the CPU, CUDA's ``erfc``
+    The exact GELU without SciPy: in numba on the CPU (float64 through ``math.erfc``,
+    float32 through a fitted erfc polynomial and ``exp_f32``, vectorised), CUDA's ``erfc``
     on a GPU, and an array-arithmetic erfc everywhere else.
 
 All are compiled on first use, so ``import minitensor`` imports neither numba nor CuPy.
