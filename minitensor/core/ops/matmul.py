@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from ..autograd import Function, Grads, sum_to_shape
 from ..errors import ShapeError
 from ..tensor import Array, Tensor
@@ -15,18 +17,26 @@ def _stacked(xp: Any, a: Array, b: Array) -> Array:
     """``a @ b`` for stacks of matrices, copying a strided stack first where that pays.
 
     NumPy's batched matmul hands a matrix to BLAS only when its rows are contiguous in
-    memory; a transposed or head-split view (K^T in attention, heads as a strided axis)
-    goes through a plain loop, several times slower than a copy (bench/README.md). A copy
-    pays when each element of the operand is used many times, that is when the other
-    operand has many rows (columns): not for one decoding query against a long cache, where
-    the copy would move as many bytes as the product reads. 2-D products pass transposes to
-    BLAS as a flag and need none of this (the callers test ``ndim`` first).
+    memory; a transposed view (K^T in attention) goes through a plain loop, several times
+    slower than a copy (bench/README.md). A head-split view (heads as a strided axis) has
+    contiguous rows, only further apart, and BLAS reads it in place faster than it is
+    copied. A copy pays when each element of the operand is used many times, that is when
+    the other operand has many rows (columns): not for one decoding query against a long
+    cache, where the copy would move as many bytes as the product reads. 2-D products pass
+    transposes to BLAS as a flag and need none of this (the callers test ``ndim`` first).
     """
-    if a.ndim > 2 and (b.shape[-1] if b.ndim > 1 else 1) >= _REUSE:
+    if a.ndim > 2 and not _blas_reads_in_place(xp, a) and (b.shape[-1] if b.ndim > 1 else 1) >= _REUSE:
         a = xp.ascontiguousarray(a)
-    if b.ndim > 2 and (a.shape[-2] if a.ndim > 1 else 1) >= _REUSE:
+    if b.ndim > 2 and not _blas_reads_in_place(xp, b) and (a.shape[-2] if a.ndim > 1 else 1) >= _REUSE:
         b = xp.ascontiguousarray(b)
     return a @ b
+
+
+def _blas_reads_in_place(xp: Any, a: Array) -> bool:
+    """Whether NumPy hands each matrix of the stack ``a`` to BLAS as it is: its rows are
+    contiguous (unit stride along the last axis). Measured for NumPy only; other array
+    libraries (CuPy's batched GEMM wants evenly spaced matrices) get the copy."""
+    return xp is np and (a.shape[-1] <= 1 or a.strides[-1] == a.itemsize)
 
 
 _REUSE = 8  # uses of each element below which a strided stack is not copied

@@ -1,0 +1,54 @@
+"""Batched products copy a strided stack only where a copy pays (``ops/matmul.py``'s
+``_stacked``): a transposed view (K^T) is copied before NumPy's matmul, a head-split view
+(contiguous rows, further apart) is handed to BLAS in place, and so is an operand read by a
+single row (one decoding query). Every case gives ``a @ b``."""
+
+import numpy as np
+import pytest
+
+from minitensor.core.ops.matmul import _stacked
+
+
+class CountingCopies:
+    """Counts the copies ``_stacked`` asks NumPy for."""
+
+    def __init__(self, monkeypatch):
+        self.copies = []
+        copy = np.ascontiguousarray
+        monkeypatch.setattr(np, "ascontiguousarray", lambda a: self.copies.append(a.shape) or copy(a))
+
+
+rng = np.random.default_rng(0)
+X = rng.standard_normal((2, 16, 4 * 8), dtype=np.float32)
+HEADS = X.reshape(2, 16, 4, 8).transpose(0, 2, 1, 3)  # (2, 4, 16, 8): rows contiguous
+K = rng.standard_normal((2, 4, 16, 8), dtype=np.float32)
+K_T = K.swapaxes(-1, -2)  # (2, 4, 8, 16): rows strided
+
+
+@pytest.mark.parametrize(
+    "a, b, copied",
+    [
+        (HEADS, K_T, [K_T.shape]),  # Q K^T: the transposed keys are copied, the head view is not
+        (rng.standard_normal((2, 4, 16, 16), dtype=np.float32), HEADS, []),  # P V with V a head view
+        (HEADS[:, :, :1], K_T, []),  # one query row: the copy would cost what the product reads
+    ],
+)
+def test_only_strided_rows_are_copied(a, b, copied, monkeypatch):
+    spy = CountingCopies(monkeypatch)
+    np.testing.assert_allclose(_stacked(np, a, b), a @ b, rtol=1e-6)
+    assert spy.copies == copied
+
+
+def test_other_array_libraries_keep_the_copy():
+    # measured for NumPy only: another library (CuPy) gets every strided stack contiguous
+    class OtherLibrary:
+        copies = []
+
+        def ascontiguousarray(self, a):
+            self.copies.append(a.shape)
+            return np.ascontiguousarray(a)
+
+    xp = OtherLibrary()
+    a = rng.standard_normal((2, 4, 16, 16), dtype=np.float32)
+    np.testing.assert_allclose(_stacked(xp, a, HEADS), a @ HEADS, rtol=1e-6)
+    assert xp.copies == [a.shape, HEADS.shape]
