@@ -31,11 +31,14 @@ K_T = K.swapaxes(-1, -2)  # (2, 4, 8, 16): rows strided
         (HEADS, K_T, [K_T.shape]),  # Q K^T: the transposed keys are copied, the head view is not
         (rng.standard_normal((2, 4, 16, 16), dtype=np.float32), HEADS, []),  # P V with V a head view
         (HEADS[:, :, :1], K_T, []),  # one query row: the copy would cost what the product reads
+        (HEADS[:, :, ::-1], K_T, [(2, 4, 16, 8), K_T.shape]),  # reversed rows: not BLAS's layout
+        (np.broadcast_to(X[:1, :1, None, :8], (2, 1, 16, 8)), K_T[:, :1], [(2, 1, 16, 8), (2, 1, 8, 16)]),
     ],
 )
 def test_only_strided_rows_are_copied(a, b, copied, monkeypatch):
     spy = CountingCopies(monkeypatch)
-    np.testing.assert_allclose(_stacked(np, a, b), a @ b, rtol=1e-6)
+    expected = a @ b
+    np.testing.assert_allclose(_stacked(np, a, b), expected, rtol=1e-6)
     assert spy.copies == copied
 
 

@@ -34,9 +34,15 @@ def _stacked(xp: Any, a: Array, b: Array) -> Array:
 
 def _blas_reads_in_place(xp: Any, a: Array) -> bool:
     """Whether NumPy hands each matrix of the stack ``a`` to BLAS as it is: its rows are
-    contiguous (unit stride along the last axis). Measured for NumPy only; other array
-    libraries (CuPy's batched GEMM wants evenly spaced matrices) get the copy."""
-    return xp is np and (a.shape[-1] <= 1 or a.strides[-1] == a.itemsize)
+    contiguous (unit stride along the last axis) and do not overlap (BLAS's leading
+    dimension: a row stride of at least a row, so neither broadcast nor reversed). Measured
+    for NumPy only; other array libraries (CuPy's batched GEMM wants evenly spaced matrices)
+    get the copy."""
+    if xp is not np:
+        return False
+    rows, cols = a.shape[-2:]
+    row_stride, col_stride = a.strides[-2:]
+    return (cols <= 1 or col_stride == a.itemsize) and (rows <= 1 or row_stride >= cols * a.itemsize)
 
 
 _REUSE = 8  # uses of each element below which a strided stack is not copied
