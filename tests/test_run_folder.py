@@ -96,10 +96,11 @@ def test_overwrite_deletes_the_runs_files_and_nothing_else(finished_run, tmp_pat
     assert sorted(os.listdir(run)) == ["notes.txt"]  # the lock goes with its owner
 
 
-def test_resume_needs_a_run():
+def test_resume_needs_a_run(tmp_path):
     with pytest.raises(RunFolderError, match="holds no run to resume"):
-        with RunFolder(os.getcwd() + "/no-such-run-here", resume=True):
+        with RunFolder(tmp_path / "no-such-run-here", resume=True):
             pass
+    assert not (tmp_path / "no-such-run-here").exists()  # refused: no empty folder left behind
 
 
 def test_a_folder_in_use_is_refused_at_once(tmp_path):

@@ -221,7 +221,7 @@ class RunFolder:
         try:
             self._check_contents()
         except BaseException:
-            self._unlock()
+            self.__exit__(RunFolderError)  # (__exit__ is not called when __enter__ raises)
             raise
         return self
 
