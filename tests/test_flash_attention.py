@@ -203,6 +203,85 @@ def test_nothing_of_size_q_by_k_is_saved_or_allocated():
     assert q.grad is not None and table.grad is not None
 
 
+# -- one tile: the stream's form for short sequences, its weights kept ----------------------------------
+def one_tile(q, k, v, valid_lens=None, mask=None, causal=False, table=None):
+    """``flash_attention`` as ``MultiHeadAttention`` calls it on a short sequence (keep_weights)."""
+    plan = fa.stream_plan(q, k, v, valid_lens, mask, causal, relative_bias=table, keep_weights=True)
+    assert plan.keep_weights  # one tile, on the CPU
+    return fa.FlashAttention.apply(q, k, v, table, plan=plan, masks=plan.masks)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("masks", MASKS)
+@pytest.mark.parametrize("causal", [False, True])
+def test_one_tile_equals_the_plain_path(dtype, masks, causal):
+    rng = np.random.default_rng(len(masks) + 2 * causal)
+    B, H, g, Q, K, d = 3, 4, 2, 13, 21, 8
+    q, k, v, table = random_case(rng, B, H, g, Q, K, d, dtype, table=True)
+    valid_lens, mask = make_masks(masks, rng, B, H, Q, K, "cpu")
+    leaves = (q, k, v, table)
+    fused = outputs_and_grads(lambda: one_tile(q, k, v, valid_lens, mask, causal, table), leaves, 2)
+    plain = outputs_and_grads(lambda: plain_attention(q, k, v, valid_lens, mask, causal, table), leaves, 2)
+    assert_same(fused, plain, dtype)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    B=st.integers(1, 2),
+    layout=st.sampled_from([(1, 1), (2, 1), (2, 2), (4, 2), (4, 1)]),
+    Q=st.integers(1, 40),
+    K=st.integers(1, 40),
+    causal=st.booleans(),
+    per_query=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_one_tile_of_any_shape_gives_the_plain_result(B, layout, Q, K, causal, per_query, seed):
+    rng = np.random.default_rng(seed)
+    H, g = layout
+    q, k, v, _ = random_case(rng, B, H, g, Q, K, 3, "float64")
+    valid_lens = mt.tensor(rng.integers(0, K + 1, size=(B, Q) if per_query else B))
+    fused = outputs_and_grads(lambda: one_tile(q, k, v, valid_lens, causal=causal), (q, k, v), seed)
+    plain = outputs_and_grads(lambda: plain_attention(q, k, v, valid_lens, None, causal), (q, k, v), seed)
+    assert_same(fused, plain, "float64")
+
+
+def test_gradcheck_through_one_tile():
+    rng = np.random.default_rng(1)
+    q, k, v, table = random_case(rng, 2, 2, 1, 6, 10, 3, "float64", table=True)
+    lens = mt.tensor([10, 4])
+    assert mt.gradcheck(lambda q, k, v, t: one_tile(q, k, v, lens, causal=True, table=t), (q, k, v, table))
+
+
+SHORT_CASES = [{}, {"num_kv_heads": 2}, {"num_kv_heads": 1, "scorer": "dot"}, {"positional": "rotary"}]
+
+
+@pytest.mark.parametrize("options", SHORT_CASES, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) or "plain")
+def test_a_short_sequence_takes_one_tile_with_the_plain_result(options):
+    mt.manual_seed(0)
+    plain = nn.MultiHeadAttention(16, 4, fused=False, dtype="float64", **options)
+    auto = nn.MultiHeadAttention(16, 4, dtype="float64", **options)
+    auto.load_state_dict(plain.state_dict())
+    X = mt.tensor(np.random.default_rng(8).standard_normal((2, 11, 16)))
+    results = []
+    for layer in (plain, auto):
+        out = layer(X, X, X, valid_lens=mt.tensor([11, 6]), causal=True)
+        out.sum().backward()
+        results.append([out.numpy(), layer.attention_weights.numpy()] + [p.grad.numpy() for p in layer.parameters()])
+    assert auto._stream.keep_weights and plain._stream is None
+    assert_same(results[1], results[0], "float64")  # the output, the kept weights, every gradient
+    np.testing.assert_allclose(
+        auto.attention_weights_for(heads=1, rows=[2, 3]).numpy(), results[0][1][:, [1]][:, :, [2, 3]]
+    )
+    with mt.no_grad():  # decoding with a cache: Q = 1 against the cached keys, the same text
+        caches, outs = [None, None], [[], []]
+        for t, size in ((0, 5), (5, 1), (6, 2)):
+            for n, layer in enumerate((plain, auto)):
+                out, caches[n] = layer.cached_self_attention(X[:, t : t + size], caches[n])
+                outs[n].append(out.numpy())
+    for a, b in zip(*outs, strict=True):
+        np.testing.assert_allclose(b, a, rtol=1e-10, atol=1e-10)
+
+
 # -- the layer: fused="auto" | True | False ------------------------------------------------------------
 def twin_layers(dtype="float64", **options):
     mt.manual_seed(0)
@@ -282,10 +361,10 @@ def test_auto_streams_long_sequences_only_where_exact():
     short = mt.randn(1, 16, 8)
     long = mt.randn(1, nn.attention.FUSED_MIN_LENGTH, 8)
     with mt.no_grad():
-        layer(short, short, short, causal=True)
-        assert layer._stream is None and layer.attention_weights is not None
+        layer(short, short, short, causal=True)  # one tile: the stream keeps its weights
+        assert layer._stream.keep_weights and layer.attention_weights is not None
         layer(long, long, long, causal=True)
-        assert layer._stream is not None and layer.attention_weights is None
+        assert not layer._stream.keep_weights and layer.attention_weights is None
     dropping = nn.MultiHeadAttention(8, 2, dropout=0.1)
     dropping(long, long, long)  # training with dropout on the weights: the plain path
     assert dropping._stream is None

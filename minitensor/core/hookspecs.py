@@ -117,7 +117,10 @@ itself (no plugin is called), and with a "scores" encoding only when it is ``rel
 the plain path, so a plugin needs nothing to work with streamed layers, and a plugin of yours
 that declares these takes the streamed path exactly as a built-in does. The weights of a
 streamed call are not kept (``attention_weights`` is None);
-``attention_weights_for(heads, rows)`` recomputes those asked for.
+``attention_weights_for(heads, rows)`` recomputes those asked for. A short sequence (queries
+and keys within one tile, on the CPU) is the stream's one tile, whose weights are kept, for
+backward and as ``attention_weights``: the same declarations take it there, except with a
+"scores" encoding, whose short sequences stay on the plain path and read its dense bias.
 
 Poolings (``minitensor_poolings``)
 ----------------------------------

@@ -36,7 +36,7 @@ import numpy
 from .. import ops
 from ..creation import arange
 from ..errors import ShapeError
-from ..ops.flash_attention import FlashAttention, StreamPlan, pick_indices, stream_plan
+from ..ops.flash_attention import BLOCK_K, BLOCK_Q, FlashAttention, StreamPlan, pick_indices, stream_plan
 from ..tensor import Device, DType, Tensor, tensor
 from .dropout import Dropout
 from .linear import Linear
@@ -233,7 +233,7 @@ class Attention(Module):
         self.scorer = _build_plugin("scorer", scorer, (query_size, key_size), scorer_options, dtype, device)
         self.pooling = _build_plugin("pooling", pooling, (), pooling_options, dtype, device)
         self.dropout = Dropout(dropout)
-        self.attention_weights = None
+        self.attention_weights: Tensor | None = None
 
     def forward(
         self,
@@ -350,8 +350,8 @@ def dot_scale(scorer: Module, d_head: int) -> float | None:
 
 # fused="auto" streams when both Q and K reach this length: the shortest at which streaming
 # measured faster than the plain path's few large array operations, for one long sequence
-# and for a batch of them (``python bench/long_attention.py --crossover``). The date
-# recipe's sequences, ~30 tokens, and the LM's 128-character windows stay on the plain path.
+# and for a batch of them (``python bench/long_attention.py --crossover``). Shorter sequences
+# that fit one tile (``_one_tile``) take the stream's one-tile form, which keeps the weights.
 FUSED_MIN_LENGTH = 384
 
 
@@ -432,7 +432,10 @@ class MultiHeadAttention(Module):
     ``relative_bias`` and ``window``) included. ``True`` always streams (and says why when
     it cannot), ``False`` never does, and ``"auto"`` (the default) streams where it is
     exact and faster: Q and K both at least ``FUSED_MIN_LENGTH`` and no dropout on the
-    weights in training. The weights of a streamed call are not kept:
+    weights in training. A call within one tile on the CPU (Q and K at most ``BLOCK_Q`` and
+    ``BLOCK_K``, no "scores" encoding) is the stream's one tile, which keeps its weights
+    (``StreamPlan.keep_weights``): "auto" takes it too, and ``attention_weights`` holds them.
+    The weights of a longer streamed call are not kept:
     ``mha.attention_weights_for(heads, rows)`` recomputes those asked for.
     """
 
@@ -546,7 +549,18 @@ class MultiHeadAttention(Module):
             if reason:
                 raise ValueError(f"MultiHeadAttention(fused=True): {reason}")
             return True
-        return Q >= FUSED_MIN_LENGTH and K >= FUSED_MIN_LENGTH and self.why_not_fused() is None
+        if self.why_not_fused() is not None:
+            return False
+        return (Q >= FUSED_MIN_LENGTH and K >= FUSED_MIN_LENGTH) or self._one_tile(Q, K)
+
+    def _one_tile(self, Q: int, K: int) -> bool:
+        """Is a call of Q queries and K keys one tile of the stream on the CPU, whose weights
+        the stream keeps (``StreamPlan.keep_weights``)? Then "auto" takes it: the plain path's
+        arithmetic in one node, measured faster than the plain path's separate ones. A "scores"
+        encoding keeps the plain path there: short sequences read its dense bias (its
+        ``forward``), which ``check_incremental_decoding`` checks, not its ``relative_bias``."""
+        one_tile = Q <= BLOCK_Q and K <= BLOCK_K and self.positional_kind != "scores"
+        return one_tile and self.W_q.weight._backend.on_host
 
     @staticmethod
     def _positional_kind(positional: str | Module) -> str:
@@ -740,9 +754,14 @@ class MultiHeadAttention(Module):
             table = self.positional.relative_bias(smallest, k_offset + K - 1 - q_offset)
             window = getattr(self.positional, "window", None)
         scale = dot_scale(self.attention.scorer, self.head_size)
-        plan = stream_plan(q, k, v, valid_lens, mask, causal, scale, table, window, q_offset, k_offset)
+        keep = self._one_tile(Q, K)
+        plan = stream_plan(
+            q, k, v, valid_lens, mask, causal, scale, table, window, q_offset, k_offset, keep_weights=keep
+        )
         heads = FlashAttention.apply(q, k, v, table, plan=plan, masks=plan.masks)
         self._stream, self.attention.attention_weights = plan, None
+        if plan.P is not None:  # one tile: the weights exist, kept as the plain path keeps them
+            self.attention.attention_weights = Tensor._make(plan.P.reshape(q.shape[:-1] + (K,)), q._backend, None)
         return heads
 
     def _attend_grouped(

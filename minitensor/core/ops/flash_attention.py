@@ -43,6 +43,12 @@ h reads key/value head h // r. The r query heads of a group are stacked into one
 r * n queries, (batch, g, r * n, d), so each tile is a single matrix product with the
 group's keys: K and V are never repeated.
 
+One tile: a sequence short enough for a single tile has nothing to stream, and there the
+recomputation in backward costs more than it saves. ``MultiHeadAttention`` then asks for
+``keep_weights`` (CPU only): the tile's weights P are kept, backward reads them instead of
+recomputing them, and ``causal`` and ``valid_lens`` reach the softmax kernel as one length per
+row rather than as -inf written into the scores (``FlashAttention.one_tile``).
+
 Why the tiles are BLAS products, not a numba kernel: a tile's two products (Q_b K_b^T and
 P V_b) are where the arithmetic is, and BLAS (NumPy) or cuBLAS (CuPy) runs them at close
 to the machine's peak, where a hand-written numba loop would be several times slower. The
@@ -117,6 +123,7 @@ class StreamPlan:
         k_offset: int = 0,
         block_q: int | None = None,
         block_k: int | None = None,
+        keep_weights: bool = False,
     ) -> None:
         self.backend = backend
         self.xp = xp = backend.xp
@@ -134,6 +141,10 @@ class StreamPlan:
         self._diagonals = xp.arange(bk)[None, :] - xp.arange(bq)[:, None] + (self.Q - 1)
         self._cell = (xp.arange(bq)[:, None], xp.arange(bk)[None, :])
         self.lse = self.q = self.k = self.unscaled_q = None  # set by the forward pass, for ``weights``
+        # One tile, weights kept (see ``one_tile``): asked for by the caller, and only where
+        # the whole (Q, K) matrix is one tile, on the host (a GPU has its own kernels)
+        self.keep_weights = keep_weights and self.Q <= self.block_q and self.K <= self.block_k and backend.on_host
+        self.P: Array | None = None  # the weights of a one-tile call (batch, g, r * Q, K)
 
     # -- the masks, shaped to broadcast over a tile (batch, g, r, n_q, n_k) ------------------
     def _lens(self, lens: Array | None) -> Array | None:
@@ -198,13 +209,14 @@ class StreamPlan:
         """The valid lengths of queries i0..i1-1, on the host (the CPU's only)."""
         return self._lens_host if self._lens_host.shape[1] == 1 else self._lens_host[:, i0:i1]
 
-    def _allowed(self, i0: int, i1: int, j0: int, j1: int) -> Array | None:
-        """The tile's bool mask (True = may attend), or None when it allows every cell."""
+    def _allowed(self, i0: int, i1: int, j0: int, j1: int, prefixes: bool = True) -> Array | None:
+        """The tile's bool mask (True = may attend), or None when it allows every cell.
+        ``prefixes=False`` leaves out ``causal`` and ``valid_lens`` (see ``row_lens``)."""
         allowed = None
-        if self.causal and j1 - 1 > i0 + (self.K - self.Q):  # the tile crosses the diagonal
+        if prefixes and self.causal and j1 - 1 > i0 + (self.K - self.Q):  # the tile crosses the diagonal
             i, j = self._cell[0][: i1 - i0] + i0, self._cell[1][:, : j1 - j0] + j0
             allowed = j - i <= self.K - self.Q
-        if self.lens is not None and (self._lens_host is None or j1 > self._lens_of(i0, i1).min()):
+        if prefixes and self.lens is not None and (self._lens_host is None or j1 > self._lens_of(i0, i1).min()):
             rows = self.lens[..., i0:i1, :] if self.lens.shape[3] > 1 else self.lens
             inside = self._cell[1][:, : j1 - j0] + j0 < rows
             allowed = inside if allowed is None else allowed & inside
@@ -220,15 +232,16 @@ class StreamPlan:
         columns = self._diagonals[: i1 - i0, : j1 - j0] + (j0 - i0)
         return self.table[:, columns].reshape(self.g, self.r, i1 - i0, j1 - j0)
 
-    def scores(self, q_block: Array, k: Array, i0: int, i1: int, j0: int, j1: int) -> Array:
-        """The tile's scores, (batch, g, r * n_q, n_k): scale q k^T + bias, -inf where masked.
+    def scores(self, q_block: Array, k: Array, i0: int, i1: int, j0: int, j1: int, prefixes: bool = True) -> Array:
+        """The tile's scores, (batch, g, r * n_q, n_k): scale q k^T + bias, -inf where masked
+        (``prefixes=False``: not where only ``causal`` or ``valid_lens`` mask, see ``row_lens``).
         ``q_block`` holds the queries already multiplied by ``scale``."""
         xp = self.xp
         S = xp.matmul(q_block, k[:, :, j0:j1].swapaxes(-1, -2))
         S5 = S.reshape(self.batch, self.g, self.r, i1 - i0, j1 - j0)  # a view: heads of a group apart
         if self.table is not None:
             S5 += self.bias(i0, i1, j0, j1)
-        allowed = self._allowed(i0, i1, j0, j1)
+        allowed = self._allowed(i0, i1, j0, j1, prefixes)
         if allowed is not None:
             xp.copyto(S5, -xp.inf, where=~allowed)
         return S
@@ -253,6 +266,22 @@ class StreamPlan:
         """valid_lens as (batch, 1) or (batch, Q), or None: what the kernels take."""
         return None if self.lens is None else self.lens.reshape(self.batch, -1)
 
+    def row_lens(self) -> Array | None:
+        """The keys that ``causal`` and ``valid_lens`` leave each row, as one length per row of
+        the one tile, (batch * g * r * Q,) int64, or None when every row keeps all K keys:
+        both allow a prefix of the keys (causal: j <= i + K - Q), and their AND is the shorter
+        prefix. The softmax kernel takes the lengths as they are, with no -inf written first."""
+        xp, B, Q, K = self.xp, self.batch, self.Q, self.K
+        if not self.causal and self.lens is None:
+            return None
+        lens = xp.full((B, Q), K, dtype="int64")
+        if self.causal:
+            lens = xp.minimum(lens, xp.clip(xp.arange(Q, dtype="int64") + (K - Q + 1), 0, K))
+        if self.lens is not None:
+            lens = xp.minimum(lens, self.lens.reshape(B, -1).astype("int64"))
+        shape = (B, self.g, self.r, Q)
+        return xp.ascontiguousarray(xp.broadcast_to(lens.reshape(B, 1, 1, Q), shape)).reshape(-1)
+
     # -- weights on demand -------------------------------------------------------------------
     def weights(self, heads: int | Sequence[int] | None = None, rows: int | Sequence[int] | None = None) -> Array:
         """The attention weights of the last call, recomputed from its saved log-sum-exp for
@@ -261,6 +290,11 @@ class StreamPlan:
         the forward pass over the query blocks that hold those rows (only those blocks run),
         and the memory one tile and the result."""
         xp = self.xp
+        if self.P is not None:  # a one-tile call kept them
+            heads = pick_indices("heads", heads, self.num_heads)
+            rows = pick_indices("rows", rows, self.Q)
+            P = self.P.reshape(self.batch, self.num_heads, self.Q, self.K)
+            return P[:, heads][:, :, rows]
         if self.lse is None:
             raise RuntimeError("attention weights: the streamed attention has not run yet")
         if self.q is None:  # the kernels ran: scale the queries as the tiles want them, now
@@ -323,6 +357,8 @@ class FlashAttention(Function):
             plan.q, plan.unscaled_q, plan.k, plan.lse = None, q, k, lse.reshape(B, g, r, Q)
             ctx.save_for_backward(q, k, v, out, lse)
             return out
+        if plan.keep_weights:
+            return FlashAttention.one_tile(ctx, q, k, v, plan)
         dv = v.shape[-1]
         q5 = (q * q.dtype.type(plan.scale)).reshape(B, g, r, Q, q.shape[-1])
         out = xp.zeros((B, g, r, Q, dv), dtype=q.dtype)
@@ -367,6 +403,8 @@ class FlashAttention(Function):
                 q, k, v, plan.lens_by_row(), plan.causal, plan.scale, out, lse, grad
             )
             return dq, dk, dv, None
+        if plan.keep_weights:
+            return FlashAttention.one_tile_backward(ctx, grad)
         q5, k, v, out, lse = ctx.saved
         B, g, r, Q, d = q5.shape
         dv = v.shape[-1]
@@ -413,6 +451,48 @@ class FlashAttention(Function):
         dq5 *= q5.dtype.type(plan.scale)
         grad_table = dtable.reshape(table.shape).astype(table.dtype) if want_table else None
         return dq5.reshape(B, g * r, Q, d), dk, dvalues, grad_table
+
+    # -- one tile ------------------------------------------------------------------------------
+    # A sequence short enough to be one tile has nothing to stream, and recomputing its weights
+    # in backward (one more product and exp per score) costs more than keeping them: for it the
+    # plan's ``keep_weights`` does the plain path's arithmetic in one node. Forward: the scores,
+    # the masked softmax kernel (causal and valid_lens as row lengths, ``row_lens``), P V.
+    # Backward, with P kept:
+    #     dV = P^T dO     dP = dO V^T     dS = P * (dP - sum_j P_ij dP_ij)  (softmax_backward)
+    #     dQ = scale dS K                 dK = dS^T (scale Q)
+    # (bench/README.md, bench/gpt_char.py: what it saved on the gpt-char step).
+    @staticmethod
+    def one_tile(ctx: Function, q: Array, k: Array, v: Array, plan: StreamPlan) -> Array:
+        """The forward pass of a call that is one tile, keeping its weights (``keep_weights``)."""
+        B, g, r, Q, K = plan.batch, plan.g, plan.r, plan.Q, plan.K
+        q_block = plan.query_block((q * q.dtype.type(plan.scale)).reshape(B, g, r, Q, q.shape[-1]), 0, Q)
+        S = plan.scores(q_block, k, 0, Q, 0, K, prefixes=False)  # causal and valid_lens: row_lens
+        P = ctx.backend.kernels.softmax_forward(S.reshape(-1, K), plan.row_lens()).reshape(S.shape)
+        plan.P = P
+        ctx.save_for_backward(q_block, k, v, P)
+        return ctx.xp.matmul(P, v).reshape(q.shape[:-1] + (v.shape[-1],))
+
+    @staticmethod
+    def one_tile_backward(ctx: Function, grad: Array) -> Grads:
+        xp, plan = ctx.xp, ctx.plan
+        q_block, k, v, P = ctx.saved
+        B, g, r, Q, K = plan.batch, plan.g, plan.r, plan.Q, plan.K
+        dO = grad.reshape(B, g, r * Q, v.shape[-1])
+        dvalues = xp.matmul(P.swapaxes(-1, -2), dO)
+        dP = xp.matmul(dO, v.swapaxes(-1, -2))
+        dS = ctx.backend.kernels.softmax_backward(P.reshape(-1, K), dP.reshape(-1, K)).reshape(P.shape)
+        dk = xp.matmul(dS.swapaxes(-1, -2), q_block)  # q_block holds scale q
+        dq = xp.matmul(dS, k)
+        dq *= dq.dtype.type(plan.scale)
+        grad_table = None
+        if plan.table is not None and ctx.needs_input_grad[3]:
+            table = plan.table
+            per_head = dS.reshape(B, plan.num_heads, Q, K).sum(axis=0)
+            columns = plan._diagonals[:Q, :K]
+            cells = columns[None] + (xp.arange(plan.num_heads) * table.shape[1])[:, None, None]
+            dtable = xp.bincount(cells.reshape(-1), weights=per_head.reshape(-1), minlength=table.size)
+            grad_table = dtable.reshape(table.shape).astype(table.dtype)
+        return dq.reshape(B, g * r, Q, -1), dk, dvalues, grad_table
 
 
 def flash_attention(
@@ -481,8 +561,10 @@ def stream_plan(
     k_offset: int = 0,
     block_q: int | None = None,
     block_k: int | None = None,
+    keep_weights: bool = False,
 ) -> StreamPlan:
-    """Check the arguments of ``flash_attention`` and build its ``StreamPlan``."""
+    """Check the arguments of ``flash_attention`` and build its ``StreamPlan`` (``keep_weights``:
+    see ``StreamPlan``)."""
     for name, x in (("queries", queries), ("keys", keys), ("values", values)):
         if not isinstance(x, Tensor) or x.ndim != 4:
             shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
@@ -524,6 +606,7 @@ def stream_plan(
         k_offset,
         block_q,
         block_k,
+        keep_weights,
     )
     plan.masks = masks  # the Tensors (valid_lens, mask), for FlashAttention.apply
     return plan
