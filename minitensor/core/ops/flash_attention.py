@@ -62,6 +62,7 @@ code, the same on both backends.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -136,15 +137,25 @@ class StreamPlan:
         self.table = table
         self.lens = self._lens(lens)
         self.mask = self._mask(mask)
-        # j - i + (Q - 1) over a full tile: the table's column of each cell, less (j0 - i0)
-        bq, bk = self.block_q, self.block_k
-        self._diagonals = xp.arange(bk)[None, :] - xp.arange(bq)[:, None] + (self.Q - 1)
-        self._cell = (xp.arange(bq)[:, None], xp.arange(bk)[None, :])
         self.lse = self.q = self.k = self.unscaled_q = None  # set by the forward pass, for ``weights``
         # One tile, weights kept (see ``one_tile``): asked for by the caller, and only where
         # the whole (Q, K) matrix is one tile, on the host (a GPU has its own kernels)
         self.keep_weights = keep_weights and self.Q <= self.block_q and self.K <= self.block_k and backend.on_host
         self.P: Array | None = None  # the weights of a one-tile call (batch, g, r * Q, K)
+
+    # Index arrays over a tile, made on first use (a one-tile call without a bias or a mask
+    # needs neither, and a decoding step's plan would spend more time making them than attending)
+    @functools.cached_property
+    def _diagonals(self) -> Array:
+        """j - i + (Q - 1) over a full tile: the table's column of each cell, less (j0 - i0)."""
+        bq, bk = min(self.block_q, self.Q), min(self.block_k, self.K)
+        return self.xp.arange(bk)[None, :] - self.xp.arange(bq)[:, None] + (self.Q - 1)
+
+    @functools.cached_property
+    def _cell(self) -> tuple[Array, Array]:
+        """The query (rows) and key (columns) index of each cell of a full tile."""
+        bq, bk = min(self.block_q, self.Q), min(self.block_k, self.K)
+        return self.xp.arange(bq)[:, None], self.xp.arange(bk)[None, :]
 
     # -- the masks, shaped to broadcast over a tile (batch, g, r, n_q, n_k) ------------------
     def _lens(self, lens: Array | None) -> Array | None:
