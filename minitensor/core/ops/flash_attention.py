@@ -127,7 +127,7 @@ class StreamPlan:
         keep_weights: bool = False,
     ) -> None:
         self.backend = backend
-        self.xp = xp = backend.xp
+        self.xp = backend.xp
         self.batch, self.num_heads, self.Q, self.d = q_shape
         _, self.g, self.K, _ = k_shape
         self.r = self.num_heads // self.g
