@@ -72,6 +72,7 @@ from _common import (
     run_python,
     thread_count,
     thread_env,
+    timed,
     verdict,
 )
 from memory import read_status, reset_peak  # the bench folder's: VmRSS, VmHWM
@@ -90,6 +91,7 @@ PROMPT = "\n"
 TEMPERATURE = 0.8  # nanoGPT's sample.py
 GEN_SEED = 1337
 GEN_ROUNDS = 3
+GEMM_ROUNDS = 40  # samples of each matrix product
 QUICK = dict(num_hiddens=32, ffn_num_hiddens=4 * 32, num_heads=4, num_blks=2, lm_num_steps=16)
 
 
@@ -181,6 +183,50 @@ def minitensor_heldout(model, X, Y):
             total += mt.cross_entropy(logits, mt.tensor(Y[i : i + EVAL_WINDOWS]), reduction="sum").item()
     model.train()
     return total / Y.size
+
+
+# -- the matrix products alone ---------------------------------------------------------------------------
+def gemm_shapes(config, vocab_size):
+    """The Linear layers' products of one step, as (name, A's shape, B's shape, transposes,
+    how many a step): forward X W^T, backward G W (dX) and G^T X (dW); the tied output layer
+    included. What either framework's step cannot go below on its BLAS."""
+    c, n = config, config.batch_size * config.lm_num_steps
+    layers = [("W_q, W_k, W_v, W_o", c.num_hiddens, c.num_hiddens, 4 * c.num_blks)]
+    layers += [
+        ("FFN in", c.num_hiddens, c.ffn_num_hiddens, c.num_blks),
+        ("FFN out", c.ffn_num_hiddens, c.num_hiddens, c.num_blks),
+    ]
+    layers += [("output (tied)", c.num_hiddens, vocab_size, 1)]
+    shapes = []
+    for name, d_in, d_out, count in layers:
+        shapes += [
+            (f"{name}: X W^T", (n, d_in), (d_out, d_in), "NT", count),
+            (f"{name}: G W", (n, d_out), (d_out, d_in), "NN", count),
+            (f"{name}: G^T X", (n, d_out), (n, d_in), "TN", count),
+        ]
+    return shapes
+
+
+def gemm_floor(torch, config, vocab_size, rounds):
+    """Time each of ``gemm_shapes`` with NumPy (its OpenBLAS) and PyTorch, interleaved, float32;
+    (rows for the table, NumPy's and PyTorch's total per step in seconds)."""
+    rng = np.random.default_rng(0)
+    rows, total = [], {"numpy": 0.0, "torch": 0.0}
+    for name, a_shape, b_shape, layout, count in gemm_shapes(config, vocab_size):
+        a, b = (rng.standard_normal(shape, dtype=np.float32) for shape in (a_shape, b_shape))
+        ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+        if layout == "NT":
+            cases = {"numpy": timed(lambda a=a, b=b: a @ b.T), "torch": timed(lambda a=ta, b=tb: a @ b.T)}
+        elif layout == "NN":
+            cases = {"numpy": timed(lambda a=a, b=b: a @ b), "torch": timed(lambda a=ta, b=tb: a @ b)}
+        else:
+            cases = {"numpy": timed(lambda a=a, b=b: a.T @ b), "torch": timed(lambda a=ta, b=tb: a.T @ b)}
+        stats = interleaved(cases, rounds, warmup=3)
+        for key in total:
+            total[key] += count * stats[key].median
+        ratio = stats["numpy"].median / stats["torch"].median
+        rows.append([name, count, format_stats(stats["numpy"]), format_stats(stats["torch"]), format_ratio(ratio)])
+    return rows, total
 
 
 # -- the twin ------------------------------------------------------------------------------------------
@@ -591,11 +637,12 @@ def main():
         gen_stats, text = time_generation(
             per_seed[0]["minitensor"]["model"], vocab, args.chars, c.lm_num_steps, 1 if args.quick else GEN_ROUNDS
         )
+        gemms = None if torch is None else gemm_floor(torch, config, len(vocab), 5 if args.quick else GEMM_ROUNDS)
     memory = measure_memory(config, vocab, train, torch, min(args.memory_steps, c.steps), args.threads)
-    report(args, config, per_seed, gen_stats, text, memory, torch)
+    report(args, config, per_seed, gen_stats, text, memory, torch, gemms)
 
 
-def report(args, config, per_seed, gen_stats, text, memory, torch):
+def report(args, config, per_seed, gen_stats, text, memory, torch, gemms=None):
     names = ["minitensor"] + (["torch"] if torch is not None else [])
     tokens = config.batch_size * config.lm_num_steps
     rows = []
@@ -634,6 +681,15 @@ def report(args, config, per_seed, gen_stats, text, memory, torch):
         ["", "time", "/ KV cache"], rows, title=f"Generating {args.chars} characters (seed 0's model), median time"
     )
     print(f"the KV cache and the recomputed contexts wrote the same text; its start: {text[:120]!r}")
+    if gemms is not None:
+        rows, total = gemms
+        rows.append(["per step", "", f"{total['numpy'] * 1e3:.1f} ms", f"{total['torch'] * 1e3:.1f} ms",
+                     format_ratio(total["numpy"] / total["torch"])])  # fmt: skip
+        print_table(
+            ["Linear layers' products, float32", "a step", "NumPy (OpenBLAS)", "PyTorch", "NumPy / PyTorch"],
+            rows,
+            title="The same matrix products alone, each BLAS on its own (median ±IQR/2): the floor under either step",
+        )
 
     verdicts = [
         (mean["minitensor"] <= TARGET_LOSS, f"held-out loss {mean['minitensor']:.4f} (target <= {TARGET_LOSS})")

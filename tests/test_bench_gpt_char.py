@@ -30,5 +30,7 @@ def test_the_quick_run_prints_its_tables():
         match = re.search(r"logits (\S+), loss (\S+), gradients (\S+) ", out)
         assert match and all(float(x.rstrip(",;")) <= 1e-5 for x in match.groups()), out[:2000]
         assert "minitensor / torch" in out and "a step takes" in out and "peak memory above baseline" in out
+        assert "The same matrix products alone" in out and "FFN in: G^T X" in out
+        assert re.search(r"per step\s+\d+\.\d ms\s+\d+\.\d ms\s+\d", out), out[-3000:]
     else:
         assert "PyTorch is not installed" in out
