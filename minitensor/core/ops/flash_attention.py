@@ -243,12 +243,15 @@ class StreamPlan:
         columns = self._diagonals[: i1 - i0, : j1 - j0] + (j0 - i0)
         return self.table[:, columns].reshape(self.g, self.r, i1 - i0, j1 - j0)
 
-    def scores(self, q_block: Array, k: Array, i0: int, i1: int, j0: int, j1: int, prefixes: bool = True) -> Array:
+    def scores(
+        self, q_block: Array, k: Array, i0: int, i1: int, j0: int, j1: int, prefixes: bool = True, k_t: Array = None
+    ) -> Array:
         """The tile's scores, (batch, g, r * n_q, n_k): scale q k^T + bias, -inf where masked
         (``prefixes=False``: not where only ``causal`` or ``valid_lens`` mask, see ``row_lens``).
-        ``q_block`` holds the queries already multiplied by ``scale``."""
+        ``q_block`` holds the queries already multiplied by ``scale``; ``k_t``, if given, the
+        tile's keys transposed, (batch, g, d, n_k)."""
         xp = self.xp
-        S = xp.matmul(q_block, k[:, :, j0:j1].swapaxes(-1, -2))
+        S = xp.matmul(q_block, k[:, :, j0:j1].swapaxes(-1, -2) if k_t is None else k_t)
         S5 = S.reshape(self.batch, self.g, self.r, i1 - i0, j1 - j0)  # a view: heads of a group apart
         if self.table is not None:
             S5 += self.bias(i0, i1, j0, j1)
@@ -285,11 +288,10 @@ class StreamPlan:
         xp, B, Q, K = self.xp, self.batch, self.Q, self.K
         if not self.causal and self.lens is None:
             return None
-        lens = xp.full((B, Q), K, dtype="int64")
-        if self.causal:
-            lens = xp.minimum(lens, xp.clip(xp.arange(Q, dtype="int64") + (K - Q + 1), 0, K))
-        if self.lens is not None:
-            lens = xp.minimum(lens, self.lens.reshape(B, -1).astype("int64"))
+        prefix = xp.clip(xp.arange(Q, dtype="int64") + (K - Q + 1), 0, K) if self.causal else xp.full(Q, K, "int64")
+        if self.lens is None:  # the same rows for every example and head
+            return xp.tile(prefix, B * self.g * self.r)
+        lens = xp.minimum(prefix, self.lens.reshape(B, -1).astype("int64"))  # (B, Q) or (B, 1) -> (B, Q)
         shape = (B, self.g, self.r, Q)
         return xp.ascontiguousarray(xp.broadcast_to(lens.reshape(B, 1, 1, Q), shape)).reshape(-1)
 
@@ -477,7 +479,10 @@ class FlashAttention(Function):
         """The forward pass of a call that is one tile, keeping its weights (``keep_weights``)."""
         B, g, r, Q, K = plan.batch, plan.g, plan.r, plan.Q, plan.K
         q_block = plan.query_block((q * q.dtype.type(plan.scale)).reshape(B, g, r, Q, q.shape[-1]), 0, Q)
-        S = plan.scores(q_block, k, 0, Q, 0, K, prefixes=False)  # causal and valid_lens: row_lens
+        # K^T copied first: the keys are a head-split view, and BLAS reads their transpose slower
+        # than the copy costs (as ``ops.matmul._stacked`` measured for the plain path)
+        k_t = ctx.xp.ascontiguousarray(k.swapaxes(-1, -2))
+        S = plan.scores(q_block, k, 0, Q, 0, K, prefixes=False, k_t=k_t)  # causal and valid_lens: row_lens
         P = ctx.backend.kernels.softmax_forward(S.reshape(-1, K), plan.row_lens()).reshape(S.shape)
         plan.P = P
         ctx.save_for_backward(q_block, k, v, P)
@@ -490,7 +495,7 @@ class FlashAttention(Function):
         B, g, r, Q, K = plan.batch, plan.g, plan.r, plan.Q, plan.K
         dO = grad.reshape(B, g, r * Q, v.shape[-1])
         dvalues = xp.matmul(P.swapaxes(-1, -2), dO)
-        dP = xp.matmul(dO, v.swapaxes(-1, -2))
+        dP = xp.matmul(dO, xp.ascontiguousarray(v.swapaxes(-1, -2)))  # (V^T copied: as K^T in forward)
         dS = ctx.backend.kernels.softmax_backward(P.reshape(-1, K), dP.reshape(-1, K)).reshape(P.shape)
         dk = xp.matmul(dS.swapaxes(-1, -2), q_block)  # q_block holds scale q
         dq = xp.matmul(dS, k)
