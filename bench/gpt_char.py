@@ -91,7 +91,7 @@ PROMPT = "\n"
 TEMPERATURE = 0.8  # nanoGPT's sample.py
 GEN_SEED = 1337
 GEN_ROUNDS = 3
-GEMM_ROUNDS = 40  # samples of each matrix product
+GEMM_ROUNDS = 25  # calls in a row of each matrix product, per turn
 QUICK = dict(num_hiddens=32, ffn_num_hiddens=4 * 32, num_heads=4, num_blks=2, lm_num_steps=16)
 
 
@@ -207,8 +207,23 @@ def gemm_shapes(config, vocab_size):
     return shapes
 
 
+def in_blocks(cases, rounds, turns=4):
+    """``interleaved`` for thread pools that must not alternate call by call: each case runs
+    ``rounds`` calls in a row (after a few to wake its threads), the cases taking turns
+    (A B, B A, ...) ``turns`` times; the Stats of every call. Alternating single calls would
+    time OpenBLAS's threads waking while PyTorch's still spin, and the other way round."""
+    samples = {name: [] for name in cases}
+    names = list(cases)
+    for turn in range(turns):
+        for name in names if turn % 2 == 0 else names[::-1]:
+            for _ in range(3):
+                cases[name]()
+            samples[name] += [cases[name]() for _ in range(rounds)]
+    return {name: Stats.of(times) for name, times in samples.items()}
+
+
 def gemm_floor(torch, config, vocab_size, rounds):
-    """Time each of ``gemm_shapes`` with NumPy (its OpenBLAS) and PyTorch, interleaved, float32;
+    """Time each of ``gemm_shapes`` with NumPy (its OpenBLAS) and PyTorch (``in_blocks``), float32;
     (rows for the table, NumPy's and PyTorch's total per step in seconds)."""
     rng = np.random.default_rng(0)
     rows, total = [], {"numpy": 0.0, "torch": 0.0}
@@ -221,7 +236,7 @@ def gemm_floor(torch, config, vocab_size, rounds):
             cases = {"numpy": timed(lambda a=a, b=b: a @ b), "torch": timed(lambda a=ta, b=tb: a @ b)}
         else:
             cases = {"numpy": timed(lambda a=a, b=b: a.T @ b), "torch": timed(lambda a=ta, b=tb: a.T @ b)}
-        stats = interleaved(cases, rounds, warmup=3)
+        stats = in_blocks(cases, rounds)
         for key in total:
             total[key] += count * stats[key].median
         ratio = stats["numpy"].median / stats["torch"].median
