@@ -173,7 +173,10 @@ def test_english_figures_keep_english_and_no_font_means_one_warning(monkeypatch)
     assert en.LANG == "en" and en.FONT is None
     assert en.text("learned w = {w:.2f}", w=0.5) == "learned w = 0.50"
     zh = load_tutorial_helpers(CHINESE, "_tutorial_zh_nofont_test")
-    monkeypatch.setattr(zh, "cjk_font", lambda: None)
+    import minitensor.i18n
+
+    monkeypatch.setattr(minitensor.i18n, "cjk_font", lambda: None)  # the font search is the library's
+    monkeypatch.setattr(minitensor.i18n, "_warned", False)  # (which warns once per process)
     with pytest.warns(UserWarning, match="keep their English labels") as caught:
         zh.FONT = zh._use_cjk_font()
     assert len(caught) == 1 and zh.FONT is None

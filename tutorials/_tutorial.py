@@ -12,9 +12,11 @@ folder), one subfolder per tutorial.
 Every tutorial exists in two languages: English here, Chinese in ``zh/`` (same file names, the
 same code, translated prose and comments). ``LANG`` says which one is running, and figure
 titles and labels go through ``text``, which looks the Chinese ones up in ``LABELS``. Chinese
-labels need a font with CJK glyphs, which matplotlib does not ship: ``cjk_font`` finds one on
-the system (Noto Sans CJK, WenQuanYi, Source Han Sans, ...), else in the ``mplfonts`` package
-(``pip install "minitensor[zh]"``), else the figures keep English labels and one warning says so.
+labels need a font with CJK glyphs, which matplotlib does not ship: the library's
+``minitensor.i18n.cjk_font`` finds one on the system (Noto Sans CJK, WenQuanYi, Source Han Sans,
+...), else in the ``mplfonts`` package (``pip install "minitensor[zh]"``), else the figures keep
+English labels and one warning says so. The library's own figures (``plot_loss``, the attention
+maps, ``mt.viz.graph``) take the tutorial's language too: ``lang=LANG``.
 
 Some cells make a mistake on purpose, to show the error minitensor gives for it; they run
 under ``expect_error``, which labels the mistake and its error in the printed output so that
@@ -23,9 +25,8 @@ a reader never takes them for the tutorial breaking.
 
 import os
 import pathlib
-import shutil
-import subprocess
-import warnings
+
+from minitensor.i18n import font_for  # the font search of the library's own figures
 
 SMOKE = os.environ.get("MINITENSOR_TUTORIAL_SMOKE", "") not in ("", "0")
 
@@ -267,63 +268,14 @@ LABELS["zh"].update(
     }
 )
 
-# Families with the simplified-Chinese glyphs, in order of preference: Noto/Source Han (the same
-# design under two names), WenQuanYi (Debian's small one), then the usual Windows/macOS ones.
-CJK_FAMILIES = (
-    "Noto Sans CJK SC",
-    "Source Han Sans SC",
-    "Noto Sans SC",
-    "WenQuanYi Micro Hei",
-    "WenQuanYi Zen Hei",
-    "Microsoft YaHei",
-    "PingFang SC",
-    "Heiti SC",
-    "SimHei",
-)
-
-
-def cjk_font():
-    """The family name of a font with Chinese glyphs that matplotlib can use, or None.
-
-    Looks in matplotlib's font list; then asks fontconfig (``fc-list``), because matplotlib
-    caches its list the first time it runs and misses fonts installed after that; then in the
-    ``mplfonts`` package (the ``zh`` extra), which ships Noto Sans CJK SC as a file.
-    """
-    from matplotlib import font_manager
-
-    def known():
-        names = {font.name for font in font_manager.fontManager.ttflist}
-        return next((family for family in CJK_FAMILIES if family in names), None)
-
-    if known():
-        return known()
-    if shutil.which("fc-list"):
-        listed = subprocess.run(["fc-list", ":lang=zh", "file"], capture_output=True, text=True).stdout
-        for file in sorted({line.split(":")[0].strip() for line in listed.splitlines() if line.strip()}):
-            try:
-                font_manager.fontManager.addfont(file)
-            except (OSError, RuntimeError):  # a format FreeType reads and matplotlib does not
-                continue
-        if known():
-            return known()
-    try:
-        import mplfonts
-    except ImportError:
-        return None
-    for file in sorted((pathlib.Path(mplfonts.__file__).parent / "fonts").glob("NotoSansCJK*")):
-        font_manager.fontManager.addfont(str(file))
-    return known()
-
 
 def _use_cjk_font():
-    """Put a CJK font first for every figure of a Chinese tutorial; None (and one warning) if none."""
-    family = cjk_font()
+    """Put a CJK font first for every figure of a Chinese tutorial; None (and one warning) if none.
+
+    The font is ``minitensor.i18n.cjk_font``'s, and so is the warning, given once for the
+    tutorial's figures and the library's (``plot_loss(..., lang=LANG)`` ...) together."""
+    family = font_for(LANG)
     if family is None:
-        warnings.warn(
-            "no font with Chinese glyphs found, so the figures keep their English labels: install one "
-            '(Debian: apt-get install fonts-noto-cjk) or pip install "minitensor[zh]"',
-            stacklevel=2,
-        )
         return None
     import matplotlib
 
@@ -342,7 +294,7 @@ def text(english, **fields):
     English returns ``english`` itself; Chinese looks it up in ``LABELS["zh"]`` (a label missing
     there is a KeyError, so no figure is half translated). ``fields`` fill the label's
     ``{placeholders}`` after the look-up: ``text("learned w = {w:.2f}", w=w)``. Without a CJK
-    font, Chinese tutorials keep the English labels (see ``cjk_font``).
+    font, Chinese tutorials keep the English labels (see ``minitensor.i18n.cjk_font``).
     """
     words = english
     if LANG != "en" and FONT is not None:

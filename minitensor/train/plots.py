@@ -30,6 +30,7 @@ from collections.abc import Mapping, Sequence
 import numpy
 
 from ..atomic import write_atomic
+from ..i18n import drawn_lang, label
 
 __all__ = [
     "plot_loss",
@@ -63,6 +64,19 @@ def _new_figure(figsize, dpi, layout=None):
     fig = Figure(figsize=figsize, dpi=dpi, layout=layout)
     FigureCanvasAgg(fig)
     return fig
+
+
+def _use_font(fig, family):
+    """Draw every text of ``fig`` in ``family`` (a CJK font, for Chinese labels), falling back
+    glyph by glyph to matplotlib's DejaVu Sans (digits, Latin letters, the minus sign). Set on
+    the texts themselves, not in ``rcParams``: the figure keeps its font wherever it is drawn
+    later, and the caller's settings are left alone."""
+    if family is None:
+        return
+    from matplotlib.text import Text
+
+    for text in fig.findobj(Text):
+        text.set_fontfamily([family, "DejaVu Sans"])
 
 
 def _save(fig, path, dpi=None):
@@ -153,7 +167,18 @@ def _ema(values, weight):
     return out
 
 
-def plot_loss(history, path=None, smooth=None, metrics=None, title=None, logy=False, figsize=(6.4, 4.0), dpi=100):
+def plot_loss(
+    history,
+    path=None,
+    smooth=None,
+    metrics=None,
+    title=None,
+    logy=False,
+    figsize=(6.4, 4.0),
+    dpi=100,
+    lang="en",
+    labels=None,
+):
     """Draw the training loss per step and the evaluation metrics per epoch; write a PNG.
 
     ``history``: a mapping (or an object with these attributes):
@@ -172,7 +197,10 @@ def plot_loss(history, path=None, smooth=None, metrics=None, title=None, logy=Fa
     start) -- the raw curve stays, faint, behind the smoothed one. ``metrics``: the names of
     the eval metrics to draw (default: every numeric field other than epoch and step).
     ``logy``: a log scale for the loss axis. ``path``: where to write the PNG (None: only
-    return the figure). Returns the ``matplotlib.figure.Figure``.
+    return the figure). ``lang``: "en" or "zh", the language of the axes and the legend
+    (``minitensor.i18n``: 步, 损失, 训练损失 ...; Chinese needs a CJK font, else English and one
+    warning); ``labels``: {English text: label} of your own, e.g. ``{"step": "iteration"}``;
+    ``title`` is drawn as given. Returns the ``matplotlib.figure.Figure``.
     """
     if smooth is not None and not 0.0 <= smooth < 1.0:
         raise ValueError(f"plot_loss: smooth must be None or an EMA weight in [0, 1), got {smooth!r}")
@@ -194,6 +222,14 @@ def plot_loss(history, path=None, smooth=None, metrics=None, title=None, logy=Fa
         metrics = [metrics] if isinstance(metrics, str) else list(metrics)
     if not len(losses) and not (records and metrics):
         raise ValueError("plot_loss: the history holds no training loss and no evaluation metric to draw")
+    lang, family = drawn_lang(lang)
+
+    def text(english, **fields):
+        return label(english, lang, labels, **fields)
+
+    def metric(name):  # a metric's name as drawn: the table's, else "metric {name}" in Chinese
+        known = labels is not None and name in labels or lang == "en" or name in _METRICS
+        return text(name) if known else text("metric {name}", name=name)
 
     # Where the evaluations sit on the x axis: the training steps, when there are any.
     epochs = [r.get("epoch") for r in records]
@@ -216,32 +252,36 @@ def plot_loss(history, path=None, smooth=None, metrics=None, title=None, logy=Fa
         if smooth:
             ax.plot(steps, losses, color="C0", alpha=0.25, linewidth=1.0)
             lines += ax.plot(
-                steps, _ema(losses, smooth), color="C0", linewidth=1.8, label=f"training loss (EMA {smooth:g})"
+                steps,
+                _ema(losses, smooth),
+                color="C0",
+                linewidth=1.8,
+                label=text("training loss (EMA {weight:g})", weight=smooth),
             )
         else:
-            lines += ax.plot(steps, losses, color="C0", linewidth=1.2, label="training loss")
-    ax.set_xlabel("step" if len(steps) else "epoch")
-    ax.set_ylabel("loss")
+            lines += ax.plot(steps, losses, color="C0", linewidth=1.2, label=text("training loss"))
+    ax.set_xlabel(text("step") if len(steps) else text("epoch"))
+    ax.set_ylabel(text("loss"))
     if logy:
         ax.set_yscale("log")
     ax.grid(True, alpha=0.3)
 
-    right = None
+    right, right_names = None, []
     for k, name in enumerate(metrics):
         xs = [x for x, r in zip(eval_x, records) if _is_number(r.get(name))]
         ys = [float(r[name]) for r in records if _is_number(r.get(name))]
         if not ys:
             continue
-        style = dict(marker="o", markersize=4, color=f"C{k + 1}", label=f"eval {name}")
+        style = dict(marker="o", markersize=4, color=f"C{k + 1}", label=text("eval {name}", name=metric(name)))
         if name.endswith("loss"):
             lines += ax.plot(xs, ys, linestyle="--", **style)
         else:
             if right is None:
                 right = ax.twinx()
             lines += right.plot(xs, ys, **style)
+            right_names.append(name)
     if right is not None:
-        names = [line.get_label()[len("eval ") :] for line in right.get_lines()]
-        right.set_ylabel(names[0] if len(names) == 1 else "metric")
+        right.set_ylabel(metric(right_names[0]) if len(right_names) == 1 else text("metric"))
         values = numpy.concatenate([line.get_ydata() for line in right.get_lines()])
         if values.size and values.min() >= 0.0 and values.max() <= 1.0:
             right.set_ylim(0.0, 1.02)  # accuracies: the whole [0, 1] range reads honestly
@@ -257,8 +297,13 @@ def plot_loss(history, path=None, smooth=None, metrics=None, title=None, logy=Fa
         )
     if title:
         ax.set_title(title)
+    _use_font(fig, family)
     _save(fig, path)
     return fig
+
+
+# The metric names that have a label of their own in minitensor.i18n (others: "metric {name}").
+_METRICS = ("loss", "accuracy", "exact_match", "bleu", "perplexity", "loss_per_char")
 
 
 # -- heatmaps --------------------------------------------------------------------------------------
@@ -277,6 +322,8 @@ def show_heatmaps(
     vmin=None,
     vmax=None,
     dpi=100,
+    lang="en",
+    labels=None,
 ):
     """D2L's ``show_heatmaps``: a grid of heatmaps with one colour bar; write a PNG.
 
@@ -289,6 +336,10 @@ def show_heatmaps(
     each matrix is cut to their lengths, which drops padding. ``vmin``, ``vmax``: the colour
     range shared by all panels (default: 0 or the smallest value, and the largest).
     ``figsize``: the whole figure (default: 2.5 inches a panel, more for long token lists).
+    ``lang``: "en" or "zh": with "zh" the labels are drawn in a CJK font, and those the library
+    knows ("Keys", "Queries", "head {h}" ...: ``minitensor.i18n.LABELS``) in Chinese; a label it
+    does not know is drawn as given (pass your own Chinese). ``labels``: {text: label} of your
+    own, applied to the labels, titles and suptitle. Token labels are data, drawn as given.
     Returns the ``matplotlib.figure.Figure``.
     """
     data = _to_numpy(matrices)
@@ -321,6 +372,8 @@ def show_heatmaps(
         vmax = float(finite.max()) if finite.size else 1.0
     if vmax <= vmin:
         vmax = vmin + 1.0
+    lang, family = drawn_lang(lang)
+    xlabel, ylabel = label(xlabel, lang, labels), label(ylabel, lang, labels)
 
     fig = _new_figure(figsize, dpi, layout="constrained")  # room for labels and the colour bar
     axes = fig.subplots(num_rows, num_cols, sharex=True, sharey=True, squeeze=False)
@@ -332,10 +385,10 @@ def show_heatmaps(
             if i == num_rows - 1:
                 ax.set_xlabel(xlabel)
             if j == 0:
-                ax.set_ylabel(ylabel if row_titles is None else f"{row_titles[i]}\n{ylabel}")
+                ax.set_ylabel(ylabel if row_titles is None else f"{label(row_titles[i], lang, labels)}\n{ylabel}")
             title = _panel_title(titles, i, j)
             if title is not None:
-                ax.set_title(title, fontsize="medium")
+                ax.set_title(label(title, lang, labels), fontsize="medium")
             ax.tick_params(labelsize="small")
     # Shared axes: setting the ticks on one panel sets them on all; matplotlib labels the outer ones.
     if col_labels is not None:
@@ -346,7 +399,8 @@ def show_heatmaps(
         axes[0, 0].set_yticks(range(Q), row_labels)
     fig.colorbar(image, ax=axes, shrink=0.6)
     if suptitle:
-        fig.suptitle(suptitle)
+        fig.suptitle(label(suptitle, lang, labels))
+    _use_font(fig, family)
     _save(fig, path)
     return fig
 
@@ -383,31 +437,37 @@ def _per_block(weights, index, what):
     return numpy.stack([b[index] for b in blocks])
 
 
-def _heads_figure(weights, index, what, xlabel, ylabel, row_labels, col_labels, path, **kwargs):
+def _heads_figure(weights, index, what, xlabel, ylabel, row_labels, col_labels, path, lang, labels, **kwargs):
+    """A row of panels per block, a column per head: show_heatmaps with the titles in ``lang``
+    (heads and blocks numbered from 1)."""
     data = _per_block(weights, index, what)
     num_blocks, num_heads = data.shape[:2]
+    lang, _ = drawn_lang(lang)  # English titles when no font can draw the Chinese
     kwargs.setdefault("suptitle", what)
     return show_heatmaps(
         data,
         xlabel,
         ylabel,
-        titles=[f"head {h + 1}" for h in range(num_heads)],
+        titles=[label("head {h}", lang, labels, h=h + 1) for h in range(num_heads)],
         path=path,
-        row_titles=[f"block {b + 1}" for b in range(num_blocks)],
+        row_titles=[label("block {b}", lang, labels, b=b + 1) for b in range(num_blocks)],
         row_labels=row_labels,
         col_labels=col_labels,
+        lang=lang,
+        labels=labels,
         **kwargs,
     )
 
 
-def plot_encoder_attention(weights, src_tokens=None, path=None, index=0, **kwargs):
+def plot_encoder_attention(weights, src_tokens=None, path=None, index=0, lang="en", labels=None, **kwargs):
     """Encoder self-attention: each source token (a row) attending every source token.
 
     ``weights``: ``encoder.attention_weights`` after a forward pass -- a list of (batch,
     num_heads, T, T) tensors, one per block -- or one (num_blocks, num_heads, T, T) array of
     a single example. ``index``: which example of the batch (for a list). ``src_tokens``: its tokens
     (padding beyond them is cut off). One row of panels per block, one column per head;
-    ``kwargs`` go to ``show_heatmaps``. Returns the Figure."""
+    ``lang``, ``labels``: the language of the titles and axes ("en" or "zh") and labels of your
+    own, as for ``show_heatmaps``; other ``kwargs`` go to ``show_heatmaps``. Returns the Figure."""
     return _heads_figure(
         weights,
         index,
@@ -417,11 +477,13 @@ def plot_encoder_attention(weights, src_tokens=None, path=None, index=0, **kwarg
         src_tokens,
         src_tokens,
         path,
+        lang,
+        labels,
         **kwargs,
     )
 
 
-def plot_decoder_self_attention(weights, tgt_tokens=None, path=None, index=0, **kwargs):
+def plot_decoder_self_attention(weights, tgt_tokens=None, path=None, index=0, lang="en", labels=None, **kwargs):
     """Decoder (causal) self-attention: each target position attending itself and the past
     -- a lower triangle.
 
@@ -438,11 +500,15 @@ def plot_decoder_self_attention(weights, tgt_tokens=None, path=None, index=0, **
         tgt_tokens,
         tgt_tokens,
         path,
+        lang,
+        labels,
         **kwargs,
     )
 
 
-def plot_cross_attention(weights, src_tokens=None, tgt_tokens=None, path=None, index=0, **kwargs):
+def plot_cross_attention(
+    weights, src_tokens=None, tgt_tokens=None, path=None, index=0, lang="en", labels=None, **kwargs
+):
     """Encoder-decoder attention: each target position (a row) attending the source tokens
     (the columns) -- where the alignment between input and output shows.
 
@@ -459,6 +525,8 @@ def plot_cross_attention(weights, src_tokens=None, tgt_tokens=None, path=None, i
         tgt_tokens,
         src_tokens,
         path,
+        lang,
+        labels,
         **kwargs,
     )
 
@@ -492,7 +560,16 @@ def stack_decoding_steps(steps):
 
 
 def plot_transformer_attention(
-    model, src_tokens=None, tgt_tokens=None, folder=".", prefix="attention", index=0, decoder_weights=None, **kwargs
+    model,
+    src_tokens=None,
+    tgt_tokens=None,
+    folder=".",
+    prefix="attention",
+    index=0,
+    decoder_weights=None,
+    lang="en",
+    labels=None,
+    **kwargs,
 ):
     """Draw the three kinds of attention of an encoder-decoder Transformer, one PNG each:
 
@@ -504,7 +581,9 @@ def plot_transformer_attention(
     right after a forward pass (``model(enc_X, dec_X, enc_valid_lens)``), so that its layers
     hold the weights. After token-by-token decoding instead, pass ``decoder_weights=
     stack_decoding_steps(recorded)`` (the decoder only remembers its last step). ``index``
-    picks the batch example; ``src_tokens`` / ``tgt_tokens`` label its axes. Returns
+    picks the batch example; ``src_tokens`` / ``tgt_tokens`` label its axes. ``lang``: "en" or
+    "zh", the language of the titles and axes (编码器自注意力, 头 1, 键（源序列）...: see
+    ``show_heatmaps``); ``labels``: labels of your own. Returns
     ``{"encoder_self": Figure, "decoder_self": Figure, "cross": Figure}``; ``folder=None``
     writes nothing."""
     dec_self, cross = decoder_weights if decoder_weights is not None else model.decoder.attention_weights
@@ -515,18 +594,21 @@ def plot_transformer_attention(
         ("cross", plot_cross_attention, (cross, src_tokens, tgt_tokens)),
     ):
         path = None if folder is None else os.path.join(os.fspath(folder), f"{prefix}_{key}.png")
-        figures[key] = draw(*args, path=path, index=index, **kwargs)
+        figures[key] = draw(*args, path=path, index=index, lang=lang, labels=labels, **kwargs)
     return figures
 
 
-def plot_seq2seq_attention(weights, src_tokens=None, tgt_tokens=None, path=None, index=0, **kwargs):
+def plot_seq2seq_attention(
+    weights, src_tokens=None, tgt_tokens=None, path=None, index=0, lang="en", labels=None, **kwargs
+):
     """The attention of a Bahdanau decoder (GRU + additive attention, D2L 11.4): one map,
     a row per output step, a column per source position.
 
     ``weights``: ``decoder.attention_weights`` -- one (batch, 1, S) tensor per step of the last
     call (the whole target with teacher forcing), or the list of those lists gathered after
     each step of token-by-token decoding; or the (L, S) array of one example, such as
-    ``Hypothesis.attention`` from ``beam_search(..., attention=True)``. Returns the Figure."""
+    ``Hypothesis.attention`` from ``beam_search(..., attention=True)``. ``lang``, ``labels``: as
+    for ``show_heatmaps``. Returns the Figure."""
     kwargs.setdefault("suptitle", "Bahdanau attention")
     if weights is not None and not isinstance(weights, (list, tuple)):
         data = _to_numpy(weights)
@@ -535,7 +617,15 @@ def plot_seq2seq_attention(weights, src_tokens=None, tgt_tokens=None, path=None,
                 f"Bahdanau attention weights: expected a list of steps or one (L, S) array, got shape {data.shape}"
             )
         return show_heatmaps(
-            data, "keys (source)", "queries (target)", path=path, row_labels=tgt_tokens, col_labels=src_tokens, **kwargs
+            data,
+            "keys (source)",
+            "queries (target)",
+            path=path,
+            row_labels=tgt_tokens,
+            col_labels=src_tokens,
+            lang=lang,
+            labels=labels,
+            **kwargs,
         )
     steps = list(weights or [])
     if steps and isinstance(steps[0], (list, tuple)):  # one list per decoding call
@@ -544,5 +634,13 @@ def plot_seq2seq_attention(weights, src_tokens=None, tgt_tokens=None, path=None,
         raise ValueError("no Bahdanau attention weights recorded: run the decoder first")
     data = numpy.concatenate([_to_numpy(w)[index] for w in steps], axis=0)  # (T, S)
     return show_heatmaps(
-        data, "keys (source)", "queries (target)", path=path, row_labels=tgt_tokens, col_labels=src_tokens, **kwargs
+        data,
+        "keys (source)",
+        "queries (target)",
+        path=path,
+        row_labels=tgt_tokens,
+        col_labels=src_tokens,
+        lang=lang,
+        labels=labels,
+        **kwargs,
     )

@@ -18,6 +18,10 @@ into a ``Graph``:
 is deterministic: layers by longest path from the leaves (inputs on top, the result at the
 bottom; a leaf just above its first consumer), each layer ordered by the mean position of
 its inputs (one barycentre pass, ties by creation order), then the SVG is written as text.
+
+``graph(y, lang="zh")`` labels the boxes in Chinese (叶子节点, 保存, |梯度|: ``minitensor.i18n``)
+and names CJK fonts first in the SVG's font list; an op's class name, a leaf's name, shapes and
+dtypes are the graph's data and stay as they are.
 """
 
 import html
@@ -25,6 +29,7 @@ import math
 from dataclasses import dataclass, field
 
 from .. import Tensor
+from ..i18n import CJK_FAMILIES, check_lang, label
 
 # the drawing's geometry, in SVG pixels
 NODE_WIDTH, NODE_HEIGHT = 196, 58
@@ -56,13 +61,15 @@ class Graph:
 
     ``nodes``: every node; ``ops`` / ``leaves``: the Function and leaf nodes; ``edges``:
     (from, to) index pairs, one per tensor input; ``svg``: the drawing; ``save(path)``
-    writes it; in a notebook the graph shows itself (``_repr_svg_``).
+    writes it; in a notebook the graph shows itself (``_repr_svg_``). ``lang`` ("en" or "zh")
+    and ``labels`` ({English text: label}): the words of the boxes, see ``graph``.
     """
 
-    def __init__(self, root, names=None):
+    def __init__(self, root, names=None, lang="en", labels=None):
         if not isinstance(root, Tensor):
             raise TypeError(f"mt.viz.graph: expected a Tensor, got {type(root).__name__}")
         self.root = root
+        self.lang, self.labels = check_lang(lang), labels
         names = {id(t): name for name, t in (names or {}).items()}
         self.nodes, self._tensors = [], []
         self._index = {}  # id(tensor) -> node index
@@ -110,7 +117,7 @@ class Graph:
             self._tensors.append(t)
             shape, dtype = tuple(t.shape), str(t.dtype)
             if ctx is None:
-                self.nodes.append(Node(index, "leaf", names.get(id(t), "leaf"), shape, dtype))
+                self.nodes.append(Node(index, "leaf", names.get(id(t), self._text("leaf")), shape, dtype))
                 continue
             saved = sum(getattr(a, "nbytes", 0) for a in (getattr(ctx, "saved", None) or ()) if a is not None)
             inputs = [self._index[id(p)] for p in ctx.inputs if isinstance(p, Tensor) and id(p) in self._index]
@@ -163,12 +170,18 @@ class Graph:
                 node.y = MARGIN + depth * (NODE_HEIGHT + GAP_Y)
 
     # -- drawing ---------------------------------------------------------------------------
+    def _text(self, english, **fields):
+        return label(english, self.lang, self.labels, **fields)
+
     @property
     def svg(self):
         """The drawing, an SVG document as a string (deterministic for a given graph)."""
+        fonts = "sans-serif"
+        if self.lang == "zh":  # the viewer's CJK font, whichever it has, before its default
+            fonts = html.escape(", ".join([f"'{family}'" for family in CJK_FAMILIES] + [fonts]))
         parts = [
             f'<svg xmlns="http://www.w3.org/2000/svg" width="{self.width:.0f}" height="{self.height:.0f}" '
-            f'viewBox="0 0 {self.width:.0f} {self.height:.0f}" font-family="sans-serif" font-size="11">',
+            f'viewBox="0 0 {self.width:.0f} {self.height:.0f}" font-family="{fonts}" font-size="11">',
             '<defs><marker id="arrow" viewBox="0 0 8 8" refX="8" refY="4" markerWidth="7" markerHeight="7" '
             'orient="auto"><path d="M0,0 L8,4 L0,8 z" fill="#666"/></marker></defs>',
         ]
@@ -196,10 +209,11 @@ class Graph:
             lines = [node.label, f"{shape} {node.dtype}"]
             fill, stroke = "#eef6ee", "#5a9a5a"
         else:
-            lines = [f"{node.order}. {node.label}", f"{shape} {node.dtype}", f"saved {_bytes(node.saved_bytes)}"]
+            saved = self._text("saved {size}", size=_bytes(node.saved_bytes))
+            lines = [f"{node.order}. {node.label}", f"{shape} {node.dtype}", saved]
             fill, stroke = "#eef2fa", "#5a6fa0"
         if node.grad_norm is not None:
-            lines[-1] += f" · |grad| {node.grad_norm:.3g}"
+            lines[-1] += " · " + self._text("|grad| {norm}", norm=f"{node.grad_norm:.3g}")
         title = html.escape(" | ".join(lines))
         bold = ' font-weight="bold"'
         text = "".join(
@@ -233,9 +247,11 @@ def _bytes(n):
         n /= 1024
 
 
-def graph(tensor, names=None):
+def graph(tensor, names=None, lang="en", labels=None):
     """The autograd graph that produced ``tensor``: a ``Graph`` (``.svg``, ``.save(path)``,
     ``.backward()``; shown inline in a notebook). ``names``: {name: leaf tensor} to label
-    leaves, e.g. ``dict(model.named_parameters())``. Draw it before calling backward, which
-    frees the graph (or call ``Graph.backward()``, which records the gradient norms)."""
-    return Graph(tensor, names)
+    leaves, e.g. ``dict(model.named_parameters())``. ``lang``: "en" or "zh", the language of
+    the boxes' words (leaf, saved, |grad|); ``labels``: {English text: label} of your own, e.g.
+    ``{"saved {size}": "kept {size}"}``. Draw it before calling backward, which frees the graph
+    (or call ``Graph.backward()``, which records the gradient norms)."""
+    return Graph(tensor, names, lang, labels)
