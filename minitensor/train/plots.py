@@ -347,10 +347,10 @@ def show_heatmaps(
         raise ValueError(f"show_heatmaps: matrices must be (num_rows, num_cols, Q, K), got shape {data.shape}")
     data = data.reshape((1,) * (4 - data.ndim) + data.shape)
     row_labels, col_labels = _tokens(row_labels), _tokens(col_labels)
-    for labels, axis, what in ((row_labels, 2, "row_labels (queries)"), (col_labels, 3, "col_labels (keys)")):
-        if labels is not None and len(labels) > data.shape[axis]:
+    for tokens, axis, what in ((row_labels, 2, "row_labels (queries)"), (col_labels, 3, "col_labels (keys)")):
+        if tokens is not None and len(tokens) > data.shape[axis]:
             raise ValueError(
-                f"show_heatmaps: {len(labels)} {what} for matrices of shape {data.shape} (only {data.shape[axis]})"
+                f"show_heatmaps: {len(tokens)} {what} for matrices of shape {data.shape} (only {data.shape[axis]})"
             )
     if row_labels is not None:
         data = data[:, :, : len(row_labels), :]
