@@ -36,6 +36,8 @@ LABELS = {
         "training loss (EMA {weight:g})": "训练损失（EMA {weight:g}）",
         "eval {name}": "{name}（留出集）",
         "metric": "评估指标",
+        "{model} on the {source}": "{model} 的训练（{source}）",  # the title of a training run's loss curve
+        "{task} task": "{task} 任务",
         # the metrics of minitensor.train's evaluations (names as in its history)
         "accuracy": "准确率",
         "exact_match": "精确匹配",
@@ -66,8 +68,8 @@ LABELS = {
         "|grad| {norm}": "|梯度| {norm}",
         # the kernels of Nadaraya-Watson regression (minitensor.nadaraya_watson.KERNELS)
         "gaussian": "高斯核",
-        "boxcar": "箱形核",
-        "epanechnikov": "Epanechnikov 核",
+        "boxcar": "boxcar 核",  # no D2L term: the name the code (and the prose) uses
+        "epanechnikov": "epanechnikov 核",
         "constant": "常数核",
     }
 }

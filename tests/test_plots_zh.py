@@ -89,7 +89,7 @@ def test_every_chinese_label_is_chinese_and_keeps_its_fields():
     assert i18n.label("head {h}", "zh", h=2) == "头 2" and i18n.label("head {h}", h=2) == "head 2"
     assert i18n.label("a title of mine", "zh") == "a title of mine"  # unknown: drawn as given
     assert i18n.label("step", "zh", {"step": "迭代"}) == "迭代" and i18n.label("step", labels={"step": "it"}) == "it"
-    assert {i18n.label(k, "zh") for k in KERNELS} == {"高斯核", "箱形核", "Epanechnikov 核", "常数核"}
+    assert {i18n.label(k, "zh") for k in KERNELS} == {"高斯核", "boxcar 核", "epanechnikov 核", "常数核"}
     with pytest.raises(ValueError, match="lang must be one of"):
         i18n.label("step", "fr")
 
@@ -214,3 +214,46 @@ def test_graph_boxes_in_chinese():
     english = mt.viz.graph((x @ w).relu().sum())
     assert 'font-family="sans-serif"' in english.svg and "saved 24 B" in english.svg and "leaf" in english.svg
     assert "叶子节点" not in english.svg
+
+
+@pytest.mark.parametrize("model", ["transformer", "bahdanau"])
+def test_a_training_runs_own_figures_in_chinese(font, tmp_path, monkeypatch, model):
+    """train(config, lang="zh"): the run folder's loss curve and attention maps in Chinese."""
+    from matplotlib.image import imread
+
+    from minitensor.train import TrainConfig, train
+
+    config = TrainConfig(
+        task="reverse",
+        model=model,
+        out=str(tmp_path / "run"),
+        progress=False,
+        num_train=32,
+        num_heldout=4,
+        max_len=4,
+        batch_size=16,
+        epochs=1,
+        num_blks=1,
+        num_hiddens=8,
+        ffn_num_hiddens=16,
+        num_heads=2,
+    )
+    import minitensor.train.loop as loop
+
+    drawn = []  # every figure the run draws, kept to read its labels
+
+    def keep(draw):
+        def drawing(*args, **kwargs):
+            drawn.append(draw(*args, **kwargs))
+            return drawn[-1]
+
+        return drawing
+
+    monkeypatch.setattr(plots, "show_heatmaps", keep(plots.show_heatmaps))
+    monkeypatch.setattr(loop, "plot_loss", keep(loop.plot_loss))
+    result = train(config, log=lambda message: None, lang="zh")
+    assert len(drawn) == (4 if model == "transformer" else 2) and len(result.figures) == len(drawn)
+    for path in result.figures:
+        assert imread(path).size
+    found = [label for fig in drawn for label in check_chinese(fig, font)]
+    assert "transformer 的训练（reverse 任务）" in found or "bahdanau 的训练（reverse 任务）" in found

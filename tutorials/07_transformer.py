@@ -361,7 +361,7 @@ sizes = pick({}, dict(num_train=640, num_heldout=64, batch_size=32, epochs=3, nu
 config = TrainConfig(task="date", out=str(run_dir), progress=False, seed=0, **sizes)
 start = time.perf_counter()
 first = train(config, overwrite=True, stop_after_epochs=1)  # one epoch, then "interrupted"
-result = train(config, resume=True)  # ... and continued to the end
+result = train(config, resume=True, lang=LANG)  # ... and continued to the end
 print(f"training took {time.perf_counter() - start:.1f} s")
 
 losses = np.array(result.history["loss"])
@@ -373,7 +373,8 @@ print(
 assert tail < 0.5 * head, "the training loss must fall"
 if not SMOKE:
     assert result.accuracy >= 0.95, "the default recipe reaches ~100% held-out exact match"
-plot_loss(result.history, path=figure_path(T, "loss.png"), smooth=0.9, title=text("Transformer on the date task"))
+title = text("Transformer on the date task")
+plot_loss(result.history, path=figure_path(T, "loss.png"), smooth=0.9, title=title, lang=LANG)
 
 # %% [markdown]
 # ## Greedy search and beam search
@@ -532,7 +533,7 @@ model.eval()
 with mt.no_grad():
     model(mt.tensor(enc_X), mt.tensor(np.array([dec_in])), mt.tensor(enc_valid))
 src_labels, tgt_labels = list(example) + ["<eos>"], ["<bos>"] + list(hyp.tokens)
-plot_transformer_attention(model, src_labels, tgt_labels, folder=FIGURES, prefix="date")
+plot_transformer_attention(model, src_labels, tgt_labels, folder=FIGURES, prefix="date", lang=LANG)
 print(
     f"{''.join(example)!r} => {''.join(hyp.tokens)!r}; heatmaps: date_encoder_self.png, date_decoder_self.png, "
     "date_cross.png"

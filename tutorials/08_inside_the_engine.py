@@ -37,7 +37,7 @@ import statistics
 import timeit
 
 import numpy as np
-from _tutorial import SMOKE, expect_error, figure_path, pick, text  # text: figure labels in the tutorial's language
+from _tutorial import LANG, SMOKE, expect_error, figure_path, pick, text  # text, LANG: the figures' language
 
 import minitensor as mt
 
@@ -425,7 +425,7 @@ print("wrote", figure_path(T, "graph_attention.png"))
 # of a real attention layer into its page.
 
 # %%
-drawing = mt.viz.graph(loss, names={"Q": Q, "K": K, "V": V})
+drawing = mt.viz.graph(loss, names={"Q": Q, "K": K, "V": V}, lang=LANG)
 assert len(drawing.ops) == len(functions), "one node per Function"
 assert [n.label for n in sorted(drawing.ops, key=lambda n: n.order)] == [
     type(t.grad_fn).__name__ for t in backward_order

@@ -26,7 +26,8 @@ a reader never takes them for the tutorial breaking.
 import os
 import pathlib
 
-from minitensor.i18n import font_for  # the font search of the library's own figures
+from minitensor.i18n import LABELS as LIBRARY_LABELS  # the labels of the library's own figures
+from minitensor.i18n import font_for  # and the font search they use
 
 SMOKE = os.environ.get("MINITENSOR_TUTORIAL_SMOKE", "") not in ("", "0")
 
@@ -127,6 +128,7 @@ LABELS["zh"].update(
         "parametric, learned w = {w:.2f} (mse {mse:.2f})": "带参数，学到的 w = {w:.2f}（mse {mse:.2f}）",
         "non-parametric, w = 1": "非参数，w = 1",
         "parametric, w = {w:.2f}": "带参数，w = {w:.2f}",
+        "{kernel}, h = {width}: mse {mse:.3f}": "{kernel}，h = {width}：mse {mse:.3f}",
     }
 )
 LABELS["zh"].update(
@@ -291,15 +293,15 @@ FONT = _use_cjk_font() if LANG != "en" else None
 def text(english, **fields):
     """A figure title or label in the tutorial's language: ``ax.set_title(text("attention weight"))``.
 
-    English returns ``english`` itself; Chinese looks it up in ``LABELS["zh"]`` (a label missing
-    there is a KeyError, so no figure is half translated). ``fields`` fill the label's
+    English returns ``english`` itself; Chinese looks it up in ``LABELS["zh"]``, then in the
+    library's own labels (``minitensor.i18n.LABELS``: "head {h}", the kernels' names ...); a label
+    missing from both is a KeyError, so no figure is half translated. ``fields`` fill the label's
     ``{placeholders}`` after the look-up: ``text("learned w = {w:.2f}", w=w)``. Without a CJK
     font, Chinese tutorials keep the English labels (see ``minitensor.i18n.cjk_font``).
     """
     words = english
     if LANG != "en" and FONT is not None:
-        try:
-            words = LABELS[LANG][english]
-        except KeyError:
-            raise KeyError(f"text({english!r}): no {LANG!r} label in tutorials/_tutorial.py's LABELS") from None
+        words = LABELS[LANG].get(english, LIBRARY_LABELS.get(LANG, {}).get(english))
+        if words is None:
+            raise KeyError(f"text({english!r}): no {LANG!r} label in tutorials/_tutorial.py's LABELS")
     return words.format(**fields) if fields else words

@@ -47,6 +47,7 @@ from .. import Tensor, tensor
 from ..backends import get_backend
 from ..data import Batches, build_array, lm_arrays, seq2seq_arrays, unigram_baseline
 from ..grad_mode import no_grad
+from ..i18n import drawn_lang, label
 from ..inference import SAMPLE_TEMPERATURE, generate, translate
 from ..metrics import bleu, corpus_bleu, exact_match
 from ..nn.attention import plain_attention
@@ -295,7 +296,7 @@ def _interrupt_between_steps():
 
 
 # -- the loop -------------------------------------------------------------------------------------
-def train(config=None, log=print, *, resume=False, overwrite=False, stop_after_epochs=None, figures=True):
+def train(config=None, log=print, *, resume=False, overwrite=False, stop_after_epochs=None, figures=True, lang="en"):
     """Train the model ``config`` describes (default: ``TrainConfig()``); returns a ``TrainResult``.
 
     The run lives in the folder ``config.out`` (see ``train.run``): a new run refuses a folder
@@ -307,7 +308,7 @@ def train(config=None, log=print, *, resume=False, overwrite=False, stop_after_e
     ``stop_after_epochs``: stop after this many epochs *of this call*, as an interruption
     would (checkpoint written, no final report); ``result.finished`` is then False.
     ``figures=False``: no loss curve or attention heatmaps at the end (a script training many
-    throw-away runs).
+    throw-away runs); ``lang``: "en" or "zh", the language of their labels (``minitensor.i18n``).
 
     After every epoch, ``out/checkpoint`` holds the latest state (for ``resume``) and
     ``out/best`` the weights with the lowest held-out loss so far (what ``translate`` and
@@ -360,7 +361,7 @@ def train(config=None, log=print, *, resume=False, overwrite=False, stop_after_e
         # finish: sample outputs, the held-out scores, the figures, and where everything is
         if not ranks.is_main:
             return state.result(wall_time=time.perf_counter() - state.start_time)
-        return finish(state, figures)
+        return finish(state, figures, lang)
 
 
 @dataclass
@@ -723,10 +724,10 @@ def save_checkpoints(state):
 
 
 # -- finish ---------------------------------------------------------------------------------------
-def finish(state, figures=True):
+def finish(state, figures=True, lang="en"):
     """The final report (sample outputs, the held-out scores, the figures) and the result."""
     result = state.result()
-    _report(result, state.data, state.log, figures)
+    _report(result, state.data, state.log, figures, lang=lang)
     result.wall_time = time.perf_counter() - state.start_time
     state.log(
         f"wall time {result.wall_time:.1f} s; run folder {state.run.path}: best/ (the lowest held-out loss, "
@@ -738,7 +739,7 @@ def finish(state, figures=True):
 
 
 # -- the final report -----------------------------------------------------------------------------
-def _report(result, data, log, figures=True, num_samples=5):
+def _report(result, data, log, figures=True, num_samples=5, lang="en"):
     """Sample outputs, the held-out scores, and the figures (loss curve, attention)."""
     config, model = result.config, result.model
     if config.model == "lm":
@@ -765,7 +766,7 @@ def _report(result, data, log, figures=True, num_samples=5):
     if not figures:
         return
     try:
-        result.figures.extend(save_figures(result, data))
+        result.figures.extend(save_figures(result, data, lang))
     except ModuleNotFoundError as e:  # a broken installation: the run itself is saved, say what is missing
         log(f"no figures: {e}")
 
@@ -815,12 +816,18 @@ def _compared(loss, baseline):
     return f"{abs(change):.0%} {'lower' if change >= 0 else 'higher'}"
 
 
-def save_figures(result, data):
-    """The loss curve and, for a seq2seq model, the attention on the first held-out example."""
+def save_figures(result, data, lang="en"):
+    """The loss curve and, for a seq2seq model, the attention on the first held-out example;
+    labelled in ``lang`` ("en" or "zh")."""
     config, model = result.config, result.model
     os.makedirs(config.out, exist_ok=True)
     paths = [os.path.join(config.out, "loss.png")]
-    plot_loss(result.history, path=paths[0], smooth=0.9, title=f"{config.model} on the {config.source_name}")
+    lang, _ = drawn_lang(lang)  # English when no font can draw the Chinese
+    source = config.source_name
+    if not (config.text or config.data):  # a task (a file's name is drawn as it is)
+        source = label("{task} task", lang, task=config.task)
+    title = label("{model} on the {source}", lang, model=config.model, source=source)
+    plot_loss(result.history, path=paths[0], smooth=0.9, title=title, lang=lang)
     if config.model == "lm" or not data.heldout:
         return paths
     src, _ = data.heldout[0]
@@ -830,14 +837,17 @@ def save_figures(result, data):
         )
         rows = hyp.tokens + (["<eos>"] if hyp.ended else [])
         path = os.path.join(config.out, "attention.png")
-        plot_seq2seq_attention(hyp.attention, list(src) + ["<eos>"], rows, path=path)
+        plot_seq2seq_attention(hyp.attention, list(src) + ["<eos>"], rows, path=path, lang=lang)
         return paths + [path]
-    return paths + attention_figures(model, src, data.src_vocab, data.tgt_vocab, data.tgt_num_steps, config.out)
+    return paths + attention_figures(
+        model, src, data.src_vocab, data.tgt_vocab, data.tgt_num_steps, config.out, lang=lang
+    )
 
 
-def attention_figures(model, src, src_vocab, tgt_vocab, max_len, folder, prefix="attention"):
+def attention_figures(model, src, src_vocab, tgt_vocab, max_len, folder, prefix="attention", lang="en"):
     """Greedy-decode ``src``, run the model once more teacher-forced on its own output, and draw
-    the three attention maps of a Transformer (no padding: the source is exactly its tokens)."""
+    the three attention maps of a Transformer (no padding: the source is exactly its tokens),
+    labelled in ``lang``."""
     hyp = translate(model, list(src), src_vocab, tgt_vocab, len(src) + 1, max_len=max_len)
     enc_X, enc_valid_lens = build_array([list(src)], src_vocab, len(src) + 1)
     dec_in = [tgt_vocab.bos] + tgt_vocab[list(hyp.tokens)]
@@ -852,7 +862,7 @@ def attention_figures(model, src, src_vocab, tgt_vocab, max_len, folder, prefix=
                 tensor(enc_valid_lens, device=device),
             )
         plot_transformer_attention(
-            model, list(src) + ["<eos>"], ["<bos>"] + list(hyp.tokens), folder=folder, prefix=prefix
+            model, list(src) + ["<eos>"], ["<bos>"] + list(hyp.tokens), folder=folder, prefix=prefix, lang=lang
         )
     finally:
         model.train(was_training)

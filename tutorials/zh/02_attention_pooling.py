@@ -172,7 +172,7 @@ for ax, name in zip(fig.subplots(1, len(nw.KERNELS), sharey=True), nw.KERNELS):
     with mt.no_grad():  # K(u) = exp(score(u, 0))：一个查询 u 对唯一的键 0
         kernel_values = scorer[name](mt.tensor(u.reshape(-1, 1)), mt.zeros(1, 1)).exp().numpy().ravel()
     ax.plot(u, kernel_values)
-    ax.set_title(name, fontsize="medium")
+    ax.set_title(text(name), fontsize="medium")  # 核的名称：minitensor 自带的标签
     ax.set_xlabel("$u = q - k$")
 fig.savefig(figure_path(TUTORIAL, "kernels.png"), dpi=100)
 
@@ -188,7 +188,8 @@ fig = Figure(figsize=(12, 9), layout="constrained")
 axes = fig.subplots(len(nw.KERNELS), len(nw.WIDTHS), sharex=True, sharey=True)
 for (kernel, width), prediction in grid.items():
     ax = axes[nw.KERNELS.index(kernel), nw.WIDTHS.index(width)]
-    draw_fit(ax, data, prediction, f"{kernel}, h = {width}: mse {nw.mse(prediction, data):.3f}")
+    title = text("{kernel}, h = {width}: mse {mse:.3f}", kernel=text(kernel), width=width, mse=nw.mse(prediction, data))
+    draw_fit(ax, data, prediction, title)
 fig.savefig(figure_path(TUTORIAL, "kernel_grid.png"), dpi=80)
 
 for (kernel, width), prediction in grid.items():

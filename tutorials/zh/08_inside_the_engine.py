@@ -35,7 +35,7 @@ import statistics
 import timeit
 
 import numpy as np
-from _tutorial import SMOKE, expect_error, figure_path, pick, text  # text：以教程的语言给出图中的标签
+from _tutorial import LANG, SMOKE, expect_error, figure_path, pick, text  # text、LANG：图中文字的语言
 
 import minitensor as mt
 
@@ -417,7 +417,7 @@ print("wrote", figure_path(T, "graph_attention.png"))
 # `minitensor explain` 会把一个真实注意力层的计算图放进它生成的页面。
 
 # %%
-drawing = mt.viz.graph(loss, names={"Q": Q, "K": K, "V": V})
+drawing = mt.viz.graph(loss, names={"Q": Q, "K": K, "V": V}, lang=LANG)
 assert len(drawing.ops) == len(functions), "one node per Function"
 assert [n.label for n in sorted(drawing.ops, key=lambda n: n.order)] == [
     type(t.grad_fn).__name__ for t in backward_order
