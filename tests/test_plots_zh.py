@@ -257,3 +257,18 @@ def test_a_training_runs_own_figures_in_chinese(font, tmp_path, monkeypatch, mod
         assert imread(path).size
     found = [label for fig in drawn for label in check_chinese(fig, font)]
     assert "transformer 的训练（reverse 任务）" in found or "bahdanau 的训练（reverse 任务）" in found
+
+
+def test_the_explain_pages_graph_opens_in_the_pages_language():
+    from minitensor.data import Vocab
+    from minitensor.train import TrainConfig
+    from minitensor.train.config import build_model
+
+    vocab = Vocab(list("abcdef"))
+    mt.manual_seed(0)
+    config = TrainConfig(num_hiddens=8, ffn_num_hiddens=8, num_heads=2, num_blks=1)
+    model = build_model(config, vocab, vocab)
+    zh = mt.viz.attention_page(model, list("abc"), vocab, vocab, max_len=3, lang="zh")
+    en = mt.viz.attention_page(model, list("abc"), vocab, vocab, max_len=3)
+    assert "保存 " in zh.graph.svg and "|梯度| " in zh.graph.svg and "saved " not in zh.graph.svg
+    assert "saved " in en.graph.svg and "保存" not in en.graph.svg

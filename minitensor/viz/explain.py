@@ -62,7 +62,8 @@ def attention_page(
     cap, loss, shown_tokens, output, alternatives = page_input
     first = next(iter(cap.outputs.values()), None)
     names = dict(model.named_parameters())  # the leaves drawn by the names of their parameters
-    drawing = None if first is None or not first.requires_grad else graph(first, names).backward(loss=loss)
+    # the graph's words (leaf, saved, |grad|) in the language the page opens in
+    drawing = None if first is None or not first.requires_grad else graph(first, names, lang).backward(loss=loss)
     return AttentionPage(
         cap, shown_tokens, output, alternatives, drawing, title=title, lang=lang, token_label=token_label
     )
