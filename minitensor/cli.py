@@ -262,7 +262,7 @@ def _train(args):
     if launching:
         config.validate()
         return _launch_workers(args.argv, args.workers)
-    train(config, resume=args.resume, overwrite=args.overwrite)
+    train(config, resume=args.resume, overwrite=args.overwrite, lang=args.lang)
     return 0
 
 
@@ -742,6 +742,13 @@ def _add_train_parser(sub, common, help_recipe=None):
         help="delete the run already in --out (its checkpoints and figures) and start afresh",
     )
     run.add_argument("--no-progress", action="store_true", help="no progress bar (also off when not a terminal)")
+    run.add_argument(
+        "--lang",
+        choices=("en", "zh"),
+        default="en",
+        help="the language of the figures' labels: the loss curve and the attention maps (default %(default)s; "
+        "zh needs a font with Chinese glyphs)",
+    )
     p.set_defaults(func=_train)
     _show_defaults(p, help_recipe)
 

@@ -86,9 +86,10 @@ def test_every_train_config_field_has_its_flag_or_is_listed_as_set_otherwise():
             assert flag_of(name) in option_strings, name
     # and the other way round: every flag of `minitensor train` sets a field, or runs the command
     # (--oversubscribe only lets --workers start more processes: the model and run are the same;
-    # --preset NAME sets many fields at once, each of which has its own flag)
+    # --preset NAME sets many fields at once, each of which has its own flag; --lang is the language
+    # of the figures' labels, not a setting of the run)
     setting_dests = {flag_of(name).removeprefix("--").replace("-", "_") for name in fields}
-    expected = {"help", "plugin", "debug", "resume", "overwrite", "oversubscribe", "preset"}
+    expected = {"help", "plugin", "debug", "resume", "overwrite", "oversubscribe", "preset", "lang"}
     assert set(actions) - setting_dests == expected
 
 

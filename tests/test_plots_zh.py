@@ -272,3 +272,17 @@ def test_the_explain_pages_graph_opens_in_the_pages_language():
     en = mt.viz.attention_page(model, list("abc"), vocab, vocab, max_len=3)
     assert "保存 " in zh.graph.svg and "|梯度| " in zh.graph.svg and "saved " not in zh.graph.svg
     assert "saved " in en.graph.svg and "保存" not in en.graph.svg
+
+
+def test_minitensor_train_takes_the_figures_language(monkeypatch):
+    """`minitensor train --lang zh` hands the language to train(); English by default."""
+    from minitensor import cli
+
+    given = {}
+    monkeypatch.setattr(cli, "train", lambda config, **kwargs: given.update(kwargs))
+    parser = cli.build_parser()
+    for words, lang in ((["train", "--lang", "zh"], "zh"), (["train"], "en")):
+        args = parser.parse_args(words)
+        assert args.func(args) == 0 and given["lang"] == lang
+    with pytest.raises(SystemExit):
+        parser.parse_args(["train", "--lang", "fr"])
