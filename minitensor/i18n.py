@@ -1,8 +1,9 @@
 """The words minitensor draws in its own figures, in English and Chinese, and a font for the Chinese.
 
 The plotting functions (``minitensor.train.plots``: ``plot_loss``, ``show_heatmaps``, the
-attention maps) and the autograd graph (``mt.viz.graph``) take ``lang="en"`` (the default) or
-``lang="zh"``, and a ``labels`` mapping that overrides any label in either language. Each label
+attention maps), the autograd graph (``mt.viz.graph``) and a training run's own figures
+(``train(config, lang="zh")``, ``minitensor train --lang zh``) take ``lang="en"`` (the default)
+or ``lang="zh"``, and a ``labels`` mapping that overrides any label in either language. Each label
 they draw goes through ``label``: its English text is the key, ``LABELS["zh"]`` has the Chinese
 one, a label with ``{fields}`` keeps them (``"head {h}"`` -> ``"头 {h}"``). The terms are D2L's
 Chinese ones, as in ``tutorials/GLOSSARY.md``: 注意力权重, 查询, 键, 损失, 迭代周期 (epoch), 步 (step),
@@ -15,9 +16,11 @@ Chinese labels need a font with CJK glyphs, which matplotlib does not ship: ``cj
 one on the system (Noto Sans CJK, Source Han Sans, WenQuanYi, ...), else in the ``mplfonts``
 package (``pip install "minitensor[zh]"``). Without one a Chinese figure keeps its English
 labels (characters drawn as boxes help nobody), and one warning says so. The tutorials
-(``tutorials/_tutorial.py``) use the same font search for their own figures.
+(``tutorials/_tutorial.py``) use the same font search and warning for their own figures, and
+their ``text()`` falls back to these labels (the kernels' names of tutorial 2).
 """
 
+import functools
 import pathlib
 import shutil
 import subprocess
@@ -112,12 +115,14 @@ CJK_FAMILIES = (
 )
 
 
+@functools.cache  # once per process: without a font, every Chinese figure would run fc-list again
 def cjk_font():
     """The family name of a font with Chinese glyphs that matplotlib can use, or None.
 
     Looks in matplotlib's font list; then asks fontconfig (``fc-list``), because matplotlib
     caches its list the first time it runs and misses fonts installed after that; then in the
-    ``mplfonts`` package (the ``zh`` extra), which ships Noto Sans CJK SC as a file.
+    ``mplfonts`` package (the ``zh`` extra), which ships Noto Sans CJK SC as a file. The answer
+    is kept for the rest of the process (``cjk_font.cache_clear()`` looks again).
     """
     from matplotlib import font_manager
 
