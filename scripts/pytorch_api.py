@@ -246,6 +246,7 @@ REASONS = {
     "mt.nn.Seq2Seq": "extra: D2L's RNN encoder-decoder for sequence to sequence learning",
     "mt.nn.Seq2SeqAttentionDecoder": "extra: D2L's GRU decoder with additive (Bahdanau) attention",
     "mt.nn.Seq2SeqConfig": "extra: the architecture of `Seq2SeqAttentionDecoder` as one value (a frozen dataclass)",
+    "mt.nn.Seq2SeqDecoder": "extra: D2L's GRU decoder without attention (the encoder's last state as a fixed context)",
     "mt.nn.Seq2SeqEncoder": "extra: D2L's GRU encoder",
     "mt.nn.TransformerEmbedding": "extra: token embedding scaled by sqrt(num_hiddens) plus positional encoding",
     "mt.nn.TransformerConfig": (

@@ -1,7 +1,8 @@
 """D2L's Bahdanau-attention seq2seq (nn.Seq2SeqEncoder, nn.Seq2SeqAttentionDecoder, nn.Seq2Seq):
 shapes and layouts, attention weights per step (zero on padded source positions), step-by-step
 decoding equal to teacher forcing, states left unchanged, beam-search reordering, plugins by
-name, gradients end to end, the strict device, and learning to reverse sequences."""
+name, gradients end to end, the strict device, and learning to reverse sequences. The same for
+the decoder without attention (nn.Seq2SeqDecoder, D2L's baseline), which learns to copy."""
 
 import numpy as np
 import pytest
@@ -204,3 +205,116 @@ def test_learns_to_reverse_sequences():
     decoded = greedy(model, src, valid_lens, target.shape[1])
     exact = np.mean([(decoded[i] == target[i])[real[i]].all() for i in range(len(target))])
     assert exact >= 0.9
+
+
+# -- without attention: D2L's Seq2SeqDecoder (the baseline) ---------------------------------------
+def make_plain_model(vocab=VOCAB, embed=6, hiddens=8, layers=2, dropout=0.0, dtype=mt.float64):
+    encoder = nn.Seq2SeqEncoder(vocab, embed, hiddens, layers, dropout, dtype=dtype)
+    return nn.Seq2Seq(encoder, nn.Seq2SeqDecoder(vocab, embed, hiddens, layers, dropout, dtype=dtype))
+
+
+def test_plain_decoder_shapes_and_its_context_is_the_encoders_last_state():
+    mt.manual_seed(10)
+    model = make_plain_model()
+    enc_X, dec_X = tokens(3, 5), tokens(3, 4, seed=1)
+    outputs, enc_state = model.encoder(enc_X)
+    state = model.decoder.init_state((outputs, enc_state), [5, 2, 3])
+    assert state.context.shape == (3, 8) and state.hidden_state is enc_state
+    np.testing.assert_array_equal(state.context.numpy(), outputs.numpy()[-1])  # D2L's enc_output[-1]
+    logits, new_state = model.decoder(dec_X, state)
+    assert logits.shape == (3, 4, VOCAB) and new_state.hidden_state.shape == (2, 3, 8)
+    assert new_state.context is state.context  # the same context at every step
+    assert model(enc_X, dec_X, mt.tensor([5, 2, 3])).shape == (3, 4, VOCAB)
+    assert not hasattr(model.decoder, "attention")
+
+
+def test_plain_decoder_step_is_d2ls_formula():
+    """s' = GRU([embed(y); c], s) with c the encoder's last-layer state; logits = dense(s')."""
+    mt.manual_seed(11)
+    model = make_plain_model().eval()
+    enc_X, dec_X = tokens(3, 5), tokens(3, 1, seed=1)
+    enc_outputs, enc_state = model.encoder(enc_X)
+    dec = model.decoder
+    logits, state = dec(dec_X, dec.init_state((enc_outputs, enc_state)))
+    x = mt.concat([dec.embedding(dec_X), enc_state[-1].unsqueeze(1)], axis=-1).swapaxes(0, 1)
+    out, H = dec.rnn(x, enc_state)
+    np.testing.assert_allclose(logits.numpy(), dec.dense(out).swapaxes(0, 1).numpy(), rtol=1e-12)
+    np.testing.assert_allclose(state.hidden_state.numpy(), H.numpy(), rtol=1e-12)
+
+
+def test_plain_decoder_stepwise_decoding_equals_teacher_forcing_and_keeps_the_state():
+    mt.manual_seed(12)
+    model = make_plain_model(dropout=0.3).eval()
+    enc_X, dec_X, valid_lens = tokens(3, 5), tokens(3, 4, seed=1), mt.tensor([5, 2, 3])
+    full = model(enc_X, dec_X, valid_lens).numpy()
+    state = model.begin_decoding(enc_X, valid_lens)
+    first = state
+    before = [t.numpy().copy() for t in state]
+    steps = []
+    for t in range(4):
+        logits, state = model.decode_step(dec_X[:, t : t + 1], state)
+        steps.append(logits.numpy())
+    np.testing.assert_allclose(np.concatenate(steps, axis=1), full, rtol=1e-10, atol=1e-12)
+    assert all((t.numpy() == b).all() for t, b in zip(first, before))  # the state passed in is unchanged
+    again, _ = model.decode_step(dec_X[:, :1], first)  # and still usable
+    np.testing.assert_array_equal(again.numpy(), steps[0])
+
+
+def test_plain_decoder_reorder_state_selects_batch_rows():
+    mt.manual_seed(13)
+    model = make_plain_model().eval()
+    enc_X = tokens(3, 5)
+    picked = model.reorder_state(model.begin_decoding(enc_X), [2, 0, 0])
+    direct = model.begin_decoding(enc_X[mt.tensor([2, 0, 0])])
+    dec_X = tokens(3, 1, seed=1)
+    np.testing.assert_allclose(model.decode_step(dec_X, picked)[0].numpy(), model.decode_step(dec_X, direct)[0].numpy())
+
+
+def test_plain_decoder_gradients_reach_the_encoder():
+    mt.manual_seed(14)
+    model = make_plain_model(vocab=6, embed=2, hiddens=3, layers=1)
+    enc_X = mt.tensor(np.random.default_rng(0).integers(0, 6, (2, 4)))
+    dec_X = mt.tensor(np.random.default_rng(1).integers(0, 6, (2, 3)))
+    assert mt.gradcheck(lambda *ps: model(enc_X, dec_X), list(model.parameters()))
+    names = [n for n, p in model.named_parameters() if p.grad is None or not np.abs(p.grad.numpy()).any()]
+    assert names == []
+    assert any(n.startswith("encoder.") for n, _ in model.named_parameters())
+
+
+def test_plain_decoder_learns_to_copy_and_decodes_with_greedy_and_beam_search():
+    mt.manual_seed(0)
+    rng = np.random.default_rng(0)
+    model = make_plain_model(embed=16, hiddens=32, layers=1, dtype=mt.float32)
+    steps = 250
+    opt = mt.optim.Adam(model.parameters(), lr=0.02)
+    schedule = mt.optim.WarmupCosineLR(opt, warmup_steps=10, total_steps=steps)
+
+    def copy_batch(rng, batch, max_len=4):
+        src, dec_in, tgt, valid_lens = reversal_batch(rng, batch, max_len)
+        lens = valid_lens.numpy() - 1
+        src = src.numpy().copy()
+        for i, n in enumerate(lens):
+            src[i, :n] = src[i, :n][::-1]  # the source reversed: the target copies it
+        return mt.tensor(src), dec_in, tgt, valid_lens
+
+    for _ in range(steps):
+        src, dec_in, tgt, valid_lens = copy_batch(rng, 64)
+        loss = mt.cross_entropy(model(src, dec_in, valid_lens), tgt, ignore_index=PAD)
+        opt.zero_grad()
+        loss.backward()
+        mt.optim.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        schedule.step()
+    model.eval()
+    src, dec_in, tgt, valid_lens = copy_batch(np.random.default_rng(1), 200)
+    target, real = tgt.numpy(), tgt.numpy() != PAD
+    decoded = greedy(model, src, valid_lens, target.shape[1])
+    exact = np.mean([(decoded[i] == target[i])[real[i]].all() for i in range(len(target))])
+    assert exact >= 0.9
+    # the search loops drive it as they drive the attention decoder: beam search finds the copies too
+    from minitensor.inference.decoding import beam_search
+
+    state = model.begin_decoding(src[:20], valid_lens[:20])
+    hyps = beam_search(model, state, BOS, EOS, max_len=target.shape[1], beam_size=3)
+    found = [h.tokens == [t for t in target[i] if t not in (PAD, EOS)] for i, h in enumerate(hyps)]
+    assert len(hyps) == 20 and np.mean(found) >= 0.9 and all(h.attention is None for h in hyps)

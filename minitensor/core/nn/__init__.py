@@ -12,7 +12,7 @@ from .linear import Embedding, Linear
 from .module import Module, Parameter
 from .normalization import LayerNorm
 from .rnn import GRU, GRUCell
-from .seq2seq import Seq2Seq, Seq2SeqAttentionDecoder, Seq2SeqEncoder
+from .seq2seq import Seq2Seq, Seq2SeqAttentionDecoder, Seq2SeqDecoder, Seq2SeqEncoder
 from .transformer import (
     AddNorm,
     EncoderDecoder,
@@ -66,6 +66,7 @@ __all__ += [
     "Seq2Seq",
     "Seq2SeqAttentionDecoder",
     "Seq2SeqConfig",
+    "Seq2SeqDecoder",
     "Seq2SeqEncoder",
     "utils",
 ]

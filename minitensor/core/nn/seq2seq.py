@@ -2,6 +2,8 @@
 attention was born (Bahdanau, Cho and Bengio 2014).
 
 - ``Seq2SeqEncoder``: embedding + GRU over the source tokens;
+- ``Seq2SeqDecoder``: D2L's decoder without attention (10.7), the baseline: the encoder's
+  last state, one fixed context vector, joins every input token's embedding;
 - ``Seq2SeqAttentionDecoder``: at every step, the decoder's state (the query) attends the
   encoder's outputs (keys = values), and the context it gets joins the token's embedding as
   the GRU's input;
@@ -79,6 +81,83 @@ class Seq2SeqEncoder(Module):
         ``valid_lens`` is accepted and ignored (D2L's encoder signature)."""
         embs = self.embedding(X).swapaxes(0, 1)  # (num_steps, batch, embed_size)
         return self.rnn(embs)
+
+
+class DecoderState(NamedTuple):
+    """The attention-free decoder's state: context (batch, num_hiddens), the encoder's last-layer
+    final state, the same at every step; hidden_state (num_layers, batch, num_hiddens), the GRU's."""
+
+    context: Tensor
+    hidden_state: Tensor
+
+
+class Seq2SeqDecoder(Module):
+    """D2L's ``Seq2SeqDecoder`` (10.7; zh 9.7): the RNN decoder *without* attention, the
+    baseline that Bahdanau attention improves on. With h_T^{(L)} the encoder's last layer's
+    final state -- the context c, one vector for the whole source -- and s_0 the encoder's
+    final state (every layer's):
+
+        c       = h_T^{(L)}                            fixed: the same at every step
+        s_t     = GRU([embed(y_{t-1}); c], s_{t-1})    the context joins every input token
+        logit_t = dense(s_t^{(L)})                     (vocab_size,)
+
+    Everything the decoder ever learns about the source has passed through c and s_0, vectors
+    of ``num_hiddens`` numbers, however long the source is: the bottleneck of the
+    encoder-decoder (Cho et al. 2014; Bahdanau, Cho and Bengio 2014).
+
+    ``Seq2SeqDecoder(vocab_size, embed_size, num_hiddens, num_layers, dropout=0.0)``, D2L's
+    settings; num_layers and num_hiddens must match the encoder's. Same protocol as
+    ``Seq2SeqAttentionDecoder``, so the same training loop, greedy and beam search drive it:
+    ``init_state((enc_outputs, enc_state), enc_valid_lens=None) -> DecoderState``
+    (``enc_valid_lens`` is accepted and not used: D2L's encoder also reads the padding);
+    ``decoder(X, state) -> (logits (batch, T, vocab_size), new_state)`` for X (batch, T), the
+    whole shifted target (teacher forcing, one GRU call) or one token per call when decoding;
+    the state passed in is not changed.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        embed_size: int,
+        num_hiddens: int,
+        num_layers: int,
+        dropout: float = 0.0,
+        dtype: DType = None,
+        device: Device = None,
+    ) -> None:
+        super().__init__()
+        self.num_hiddens, self.num_layers = num_hiddens, num_layers
+        self.embedding = Embedding(vocab_size, embed_size, dtype=dtype, device=device)
+        self.rnn = GRU(embed_size + num_hiddens, num_hiddens, num_layers, dropout, dtype=dtype, device=device)
+        self.dense = Linear(num_hiddens, vocab_size, dtype=dtype, device=device)
+        self.apply(init_seq2seq)
+
+    def init_state(self, enc_outputs: tuple[Tensor, Tensor], enc_valid_lens: Any = None) -> DecoderState:
+        """From the encoder's ``(outputs, state)``: the context, the last layer's final state
+        ``state[-1]`` (D2L's ``enc_output[-1]``, the same numbers), and the whole ``state`` as the
+        GRU's first. ``enc_valid_lens`` is not used."""
+        _, hidden_state = enc_outputs
+        return DecoderState(hidden_state[-1], hidden_state)
+
+    def forward(self, X: Tensor, state: DecoderState) -> tuple[Tensor, DecoderState]:
+        """Decode the tokens X (batch_size, T): every embedding gets the context appended, the
+        GRU runs over all T steps in one call (the context needs no step's output), dense gives
+        the logits. Returns (logits (batch_size, T, vocab_size), new state); the state passed in
+        is not changed."""
+        context, H = state
+        embs = self.embedding(X).swapaxes(0, 1)  # (T, batch, embed_size)
+        steps, batch = embs.shape[:2]
+        contexts = context.unsqueeze(0).broadcast_to(steps, batch, self.num_hiddens)  # c at every step
+        outputs, H = self.rnn(concat([embs, contexts], axis=-1), H)
+        logits = self.dense(outputs)  # (T, batch, vocab_size)
+        return logits.swapaxes(0, 1), DecoderState(context, H)
+
+    def reorder_state(self, state: DecoderState, indices: Tensor | Sequence[int]) -> DecoderState:
+        """The state of the batch made of rows ``indices`` of this one (beam search)."""
+        context, H = state
+        if not isinstance(indices, Tensor):
+            indices = tensor(indices, dtype="int64", device=context.device)
+        return DecoderState(context[indices], H[:, indices])
 
 
 class AttentionDecoderState(NamedTuple):
@@ -197,7 +276,8 @@ class Seq2SeqAttentionDecoder(Module):
 
 class Seq2Seq(EncoderDecoder):
     """D2L's ``Seq2Seq``: an encoder and a decoder trained as one model, e.g.
-    ``Seq2Seq(Seq2SeqEncoder(...), Seq2SeqAttentionDecoder(...))``.
+    ``Seq2Seq(Seq2SeqEncoder(...), Seq2SeqAttentionDecoder(...))`` or, without attention,
+    ``Seq2Seq(Seq2SeqEncoder(...), Seq2SeqDecoder(...))``.
     ``model(enc_X, dec_X, enc_valid_lens) -> logits (batch, T, vocab_size)``; decoding one
     step at a time with ``begin_decoding`` / ``decode_step`` / ``reorder_state`` (see
     ``EncoderDecoder``)."""
