@@ -1,7 +1,7 @@
 # %% [markdown]
 # # 3. 注意力评分函数
 #
-# 第 2 章把注意力权重算作 $-\frac12 (q - k_i)^2$ 的 softmax。本章把这一步拆开来看：
+# 教程 2 把注意力权重算作 $-\frac12 (q - k_i)^2$ 的 softmax。本教程把这一步拆开来看：
 # **注意力评分函数**（attention scoring function）为每一对查询和键打分，**softmax** 运算
 # （经过掩蔽，因而永远不会关注填充词元）把这些分数变成权重；然后我们实现 D2L 介绍的两个经典
 # 评分函数，对照公式检验它们，并加以比较：**加性注意力**（additive attention），即注意力诞生之初
@@ -54,7 +54,7 @@ def softmax_numpy(x):
 #
 # 不同的注意力机制，区别就在于 $a$ 的选择。在 minitensor 中，评分函数是一个**评分器**（scorer）
 # 插件，归一化则是一个**汇聚**（pooling）插件；`mt.nn.Attention` 层各持有一个（`layer.scorer`、
-# `layer.pooling`），并把最近一次算出的权重保存在 `layer.attention_weights` 中。下面是第 2 章的
+# `layer.pooling`），并把最近一次算出的权重保存在 `layer.attention_weights` 中。下面是教程 2 的
 # 高斯评分，作用于 3 个查询和 5 个键，分数与权重并列打印：
 
 # %%
@@ -356,7 +356,7 @@ fig.savefig(figure_path(TUTORIAL, "scorer_cost.png"), dpi=100)
 # %% [markdown]
 # bench/README.md 中的表格在整个 Transformer 的规模上讲述了同样的事：在日期任务上训练同样的步数，
 # `additive` 的耗时是 `scaled_dot` 的两倍多。这就是 Transformer 使用缩放点积的原因——它的查询和键
-# 本来就是同一宽度的投影（第 5 章）；而加性注意力则延续在循环神经网络模型中，那里解码器的状态与
+# 本来就是同一宽度的投影（教程 5）；而加性注意力则延续在循环神经网络模型中，那里解码器的状态与
 # 编码器的输出大小可能不同（D2L 的 Bahdanau 解码器，见 10.4 Bahdanau 注意力 / 11.4 "The Bahdanau
 # Attention Mechanism"，以及 `minitensor/core/nn/seq2seq.py`）。
 
@@ -378,7 +378,7 @@ fig.savefig(figure_path(TUTORIAL, "scorer_cost.png"), dpi=100)
 # ## 按名字选择评分器和汇聚方式
 #
 # 上面的每个评分器和汇聚方式都是按*名字*选出的；这些名字来自 minitensor 的插件注册表，由内置
-# 插件（`plugins/minitensor_plugins/`）填入，方式与你自己编写的插件完全相同（第 4 章会写一个）。
+# 插件（`plugins/minitensor_plugins/`）填入，方式与你自己编写的插件完全相同（教程 4 会写一个）。
 # 注册表可以列出来：
 
 # %%
@@ -428,7 +428,7 @@ show_heatmaps(
 # %% [markdown]
 # 汇聚方式也以同样的方式替换。在同一组 `scaled_dot` 分数上比较：`softmax`；`sparsemax`
 # （Martins & Astudillo 2016，一种较新的变体），它把分数投影到概率单纯形上，使得分低的键的
-# 权重*恰好*为 0；以及 `average`，即第 1 章和第 2 章中不看查询的基线。
+# 权重*恰好*为 0；以及 `average`，即教程 1 和教程 2 中不看查询的基线。
 
 # %%
 panels = []
@@ -452,8 +452,8 @@ show_heatmaps(
 )
 
 # %% [markdown]
-# 同样的名字也可用于 `mt.nn.MultiHeadAttention(..., scorer="additive")`（第 5 章）、Transformer
-# （第 7 章）以及命令行 `minitensor train --scorer additive`。
+# 同样的名字也可用于 `mt.nn.MultiHeadAttention(..., scorer="additive")`（教程 5）、Transformer
+# （教程 7）以及命令行 `minitensor train --scorer additive`。
 #
 # ## 小结
 #
@@ -475,7 +475,7 @@ show_heatmaps(
 # 2. 证明：当 $\mathbf W_q = \mathbf W_k$ 且查询和键长度相同时，加性注意力*并不*只是
 #    $\mathbf q^\top \mathbf k$ 的函数。两者之中，哪一个能表达“关注离查询远的键”？
 # 3. 缩放点积假设元素的方差为 1。用方差为 4 的元素重复上面的方差测量。用什么缩放系数才能让
-#    分数的方差保持为 1？（第 7 章的层规范化是一种答案。）
+#    分数的方差保持为 1？（教程 7 的层规范化是一种答案。）
 #
 # ## 这些内容在引擎中的位置
 #

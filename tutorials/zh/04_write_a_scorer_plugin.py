@@ -1,7 +1,7 @@
 # %% [markdown]
 # # 4. 编写自己的评分函数插件
 #
-# 第 3 章介绍了 D2L 讲注意力评分函数的那一节中的两种评分函数：加性注意力和缩放点积注意力。这里
+# 教程 3 介绍了 D2L 讲注意力评分函数的那一节中的两种评分函数：加性注意力和缩放点积注意力。这里
 # 我们自己动手写一个新的评分函数，只需十几行，并让它成为 minitensor 中的一等公民：用约定检查
 # 工具包（conformance kit）对照约定检查它，在程序运行时注册它，在 `mt.nn.MultiHeadAttention`
 # 中按名称使用它，最后把它打包成一个可安装的小发行包，让 `minitensor train --scorer bilinear`
@@ -333,7 +333,7 @@ with expect_error("calling a hook with a positional argument", TypeError):
 # %% [markdown]
 # ## 快速路径：声明你的评分函数是什么
 #
-# 对长序列，`mt.nn.MultiHeadAttention` 可以流式计算注意力（第 10 章：FlashAttention 对键逐块的在线
+# 对长序列，`mt.nn.MultiHeadAttention` 可以流式计算注意力（教程 10：FlashAttention 对键逐块的在线
 # softmax），从不构造 (Q, K) 的注意力评分矩阵。这时分数由它自己计算，所以它必须知道分数就是
 # `scale * q . k`：层不会从插件的名字去猜，而是读取插件**声明**的能力（`minitensor/core/hookspecs.py`
 # 中的“capabilities”）。评分函数可以声明 `row_wise = True`（每个分数只来自一个查询和一个键：分组
