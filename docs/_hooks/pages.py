@@ -66,7 +66,7 @@ SMOKE_NOTE = {
     ),
     "zh": (
         '!!! note "本页的运行"\n    下面的输出和图来自 `{source}` 在冒烟模式'
-        "（`MINITENSOR_TUTORIAL_SMOKE=1`）下的一次运行：数据更小、轮数更少，所以数字与完整运行不同。"
+        "（`MINITENSOR_TUTORIAL_SMOKE=1`）下的一次运行：数据更小、迭代周期更少，所以数字与完整运行不同。"
     ),
 }
 FULL_NOTE = {

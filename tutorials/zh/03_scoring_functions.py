@@ -3,7 +3,7 @@
 #
 # 教程 2 把注意力权重算作 $-\frac12 (q - k_i)^2$ 的 softmax。本教程把这一步拆开来看：
 # **注意力评分函数**（attention scoring function）为每一对查询和键打分，**softmax** 运算
-# （经过掩蔽，因而永远不会关注填充词元）把这些分数变成权重；然后我们实现 D2L 介绍的两个经典
+# （经过掩蔽，因而永远不会关注填充词元）把这些评分变成权重；然后我们实现 D2L 介绍的两个经典
 # 评分函数，对照公式检验它们，并加以比较：**加性注意力**（additive attention），即注意力诞生之初
 # 循环神经网络编码器－解码器所用的评分函数（Bahdanau et al. 2015）；以及**缩放点积注意力**
 # （scaled dot-product attention），Transformer（Vaswani et al. 2017）和此后几乎所有模型用的都是它。
@@ -36,7 +36,7 @@ def softmax_numpy(x):
 
 
 # %% [markdown]
-# ## 分数与权重
+# ## 评分与权重
 #
 # 使用高斯核时，注意力汇聚为
 #
@@ -44,8 +44,8 @@ def softmax_numpy(x):
 #
 # D2L 把高斯核的指数部分 $-\frac12 (q - k_i)^2$ 视为**注意力评分函数**（attention scoring
 # function），简称**评分函数**（scoring function），记作 $a(q, k)$；它在一对查询和键上的取值，
-# 我们称为**注意力分数**（attention score）：一个*未经归一化*的注意力权重，可以是任意实数，
-# 应当刻画键 $k$ 与查询 $q$ 的相关程度。softmax 把分数归一化为**注意力权重**（attention
+# 我们称为**注意力评分**（attention score）：一个*未经归一化*的注意力权重，可以是任意实数，
+# 应当刻画键 $k$ 与查询 $q$ 的相关程度。softmax 把评分归一化为**注意力权重**（attention
 # weight），每个权重都在 $[0, 1]$ 之间，并且对所有键求和为 1：
 #
 # $$f\big(q, (k_1, v_1), \ldots, (k_n, v_n)\big) = \sum_{i=1}^{n} \alpha(q, k_i)\, v_i \in \mathbb R^v,$$
@@ -55,7 +55,7 @@ def softmax_numpy(x):
 # 不同的注意力机制，区别就在于 $a$ 的选择。在 minitensor 中，评分函数是一个**评分器**（scorer）
 # 插件，归一化则是一个**汇聚**（pooling）插件；`mt.nn.Attention` 层各持有一个（`layer.scorer`、
 # `layer.pooling`），并把最近一次算出的权重保存在 `layer.attention_weights` 中。下面是教程 2 的
-# 高斯评分，作用于 3 个查询和 5 个键，分数与权重并列打印：
+# 高斯评分，作用于 3 个查询和 5 个键，评分与权重并列打印：
 
 # %%
 gauss = mt.nn.Attention(scorer="gaussian", pooling="softmax", dropout=0.0, query_size=1, key_size=1)
@@ -78,7 +78,7 @@ assert numpy.allclose(output, weights @ v.numpy(), atol=1e-6), "output = weights
 # ## 掩蔽 softmax
 #
 # 一个小批量中的序列长短不一，要填充到同一长度；填充词元是谁都不应关注的键。D2L 的
-# **掩蔽 softmax 操作**（masked softmax operation）除了分数之外，还接受**有效长度** `valid_lens`
+# **掩蔽 softmax 操作**（masked softmax operation）除了评分之外，还接受**有效长度** `valid_lens`
 # （每个序列的词元个数）：样本 $b$ 的查询 $i$ 只能看到前 `valid_lens[b]` 个键（形状为
 # `(batch,)` 时），或前 `valid_lens[b, i]` 个键（形状为 `(batch, Q)` 时）。被掩蔽的键得到的权重
 # **恰好**为 0，其余的键在彼此之间做 softmax。`mt.masked_softmax(scores, valid_lens)` 在一个
@@ -100,11 +100,11 @@ for valid_lens in ([2, 3], [[1, 3], [2, 4]]):
 # 如果某一行**没有**任何有效的键（`valid_lens` 为 0：一个全由填充组成的样本，或一个被掩码禁止
 # 看任何键的查询），会怎样？公式变成 $0$ 除以 $0$，而三种常见的实现给出的结果各不相同：
 #
-# - 朴素的实现把被掩蔽的分数设为 $-\infty$，再做 softmax：这一行的最大值是 $-\infty$，
+# - 朴素的实现把被掩蔽的评分设为 $-\infty$，再做 softmax：这一行的最大值是 $-\infty$，
 #   $-\infty - (-\infty)$ 得到 NaN，于是 **NaN** 扩散到输出、损失，并在一步优化之后扩散到每个
 #   参数（对一行全是 `-inf` 的输入，`torch.softmax` 返回 NaN，所以 PyTorch 中的 `-inf` 掩码
 #   正会如此）；
-# - D2L 则把被掩蔽的分数设为 $-10^6$：这一行的分数全部相等，softmax 使权重**均匀**分布——
+# - D2L 则把被掩蔽的评分设为 $-10^6$：这一行的评分全部相等，softmax 使权重**均匀**分布——
 #   查询悄无声息地关注了填充；
 # - minitensor 返回**全零的权重**：这个查询不从任何值中取得信息，它的输出是零向量，也没有梯度
 #   流经它。
@@ -142,7 +142,7 @@ show_heatmaps(
 )
 
 # %% [markdown]
-# 反向传播的结果与此一致：经过 minitensor 的掩蔽 softmax，被掩蔽的分数以及整行被掩蔽的那一行
+# 反向传播的结果与此一致：经过 minitensor 的掩蔽 softmax，被掩蔽的评分以及整行被掩蔽的那一行
 # 得到的梯度都恰好为 0——是有限值，因此训练可以继续。
 
 # %%
@@ -273,7 +273,7 @@ for d in dims:
     assert 0.85 < scaled_var[d] < 1.15, "scaled by sqrt(d), it stays about 1"
 
 # %% [markdown]
-# 这为什么重要：过大的分数会把 softmax 推入饱和区。当 $d = 256$、有十个键时，未缩放分数的
+# 这为什么重要：过大的评分会把 softmax 推入饱和区。当 $d = 256$、有十个键时，未缩放评分的
 # 标准差为 16；softmax 几乎把全部权重都放在一个键上，而它的梯度
 # $\alpha_j (g_j - \sum_k g_k \alpha_k)$ 在 $\alpha$ 趋于独热（one-hot）时趋于零，于是几乎停止
 # 更新。缩放之后，权重保持分散，梯度依然有效。
@@ -317,7 +317,7 @@ with expect_error("scaled_dot with queries of length 20 and keys of length 2", V
 # - **查询和键长度相同**：用（缩放）点积。它没有参数，对 $n$ 个查询和 $m$ 个键只是一次矩阵乘法
 #   $\mathbf Q \mathbf K^\top$——$O(nmd)$ 次乘加，BLAS 能全速完成。加性注意力则要先构造一个由
 #   $\tanh(\mathbf W_q \mathbf q_i + \mathbf W_k \mathbf k_j)$ 组成的 $(n, m, h)$ 张量，再把它
-#   归约成分数：$O(nmh)$ 次 `tanh`，占用同样多个浮点数的内存，而且是较慢的逐元素代码。
+#   归约成评分：$O(nmh)$ 次 `tanh`，占用同样多个浮点数的内存，而且是较慢的逐元素代码。
 #
 # 下面实际测量（单层的前向和反向传播，在批量大小为 4、$d = h = 32$ 的自注意力上；取几次运行中
 # 最快的一次——共享机器上的计时会有波动，所以不对它们做任何断言）：
@@ -369,7 +369,7 @@ fig.savefig(figure_path(TUTORIAL, "scorer_cost.png"), dpi=100)
 # >   与值的加权求和遍历的是同样的 $m$ 个键。
 # > - *名称。* 论文和笔记把评分函数写作 $a(q, k)$（D2L）、$s(q, k)$ 或 $\mathrm{score}(q, k)$；
 # >   它们是同一个东西，也就是 minitensor 的*评分器*。
-# > - *完全被掩蔽的行。* D2L 的 `masked_softmax` 用 $-10^6$ 填充被掩蔽的分数，这让没有有效键的行
+# > - *完全被掩蔽的行。* D2L 的 `masked_softmax` 用 $-10^6$ 填充被掩蔽的评分，这让没有有效键的行
 # >   得到均匀的权重；minitensor 给它全零的权重（见上文）——既不均匀，也不是 NaN——因为只有零才
 # >   意味着“什么也不关注”，在输出中如此，在梯度中也如此。至少有一个有效键的行，得到的权重与
 # >   D2L 的完全相同。
@@ -399,7 +399,7 @@ assert "did you mean 'scaled_dot'" in str(caught.error)
 
 # %% [markdown]
 # 所有内置评分器作用于同样的六个查询和八个大小为 8 的键（最后两个键被 `valid_lens` 掩蔽），
-# 各自接一个 softmax。这些分数的尺度不同，奖励的东西也不同——内积大（`dot`、`scaled_dot`）、
+# 各自接一个 softmax。这些评分的尺度不同，奖励的东西也不同——内积大（`dot`、`scaled_dot`）、
 # 夹角小（`cosine`）、距离近（`gaussian`、`parametric_gaussian`、`kernel`、`l2`），或者一个小型
 # MLP 学到的任何东西（`additive`，这里未经训练）——但在每个面板中，被掩蔽的键都得不到权重，
 # 每一行的和都是 1。
@@ -426,8 +426,8 @@ show_heatmaps(
 )
 
 # %% [markdown]
-# 汇聚方式也以同样的方式替换。在同一组 `scaled_dot` 分数上比较：`softmax`；`sparsemax`
-# （Martins & Astudillo 2016，一种较新的变体），它把分数投影到概率单纯形上，使得分低的键的
+# 汇聚方式也以同样的方式替换。在同一组 `scaled_dot` 评分上比较：`softmax`；`sparsemax`
+# （Martins & Astudillo 2016，一种较新的变体），它把评分投影到概率单纯形上，使评分低的键的
 # 权重*恰好*为 0；以及 `average`，即教程 1 和教程 2 中不看查询的基线。
 
 # %%
@@ -435,7 +435,7 @@ panels = []
 for pooling in ("softmax", "sparsemax", "average"):
     layer = mt.nn.Attention("scaled_dot", pooling, 0.0)
     with mt.no_grad():
-        layer(Qn * 3.0, Kn, Vn, valid_lens=[6])  # 让分数更尖锐，使 sparsemax 有可以舍弃的键
+        layer(Qn * 3.0, Kn, Vn, valid_lens=[6])  # 让评分更尖锐，使 sparsemax 有可以舍弃的键
     w = layer.attention_weights.numpy()[0]
     assert (w[:, 6:] == 0).all() and numpy.allclose(w.sum(axis=-1), 1.0, atol=1e-5), pooling
     panels.append(w)
@@ -457,14 +457,14 @@ show_heatmaps(
 #
 # ## 小结
 #
-# - 注意力分数 $a(q, k)$ 可以是任意实数；softmax 把一个查询的各个分数变成注意力权重。
+# - 注意力评分 $a(q, k)$ 可以是任意实数；softmax 把一个查询的各个评分变成注意力权重。
 # - 掩蔽 softmax 让超出 `valid_lens` 的键的权重恰好为 0，让没有有效键的查询得到全零的权重：
 #   既不是 NaN，也不是均匀的权重。
 # - 加性注意力 $\mathbf w_v^\top \tanh(\mathbf W_q \mathbf q + \mathbf W_k \mathbf k)$ 适用于长度
 #   不同的查询和键；它是一个单隐藏层的 MLP，也是注意力诞生之初循环神经网络编码器－解码器所用的
 #   评分函数（Bahdanau et al. 2015）。
 # - 缩放点积注意力 $\mathbf q^\top \mathbf k / \sqrt d$ 要求长度相同，只需一次矩阵乘法；
-#   $\sqrt d$ 让分数的方差保持为 1，使 softmax 不致饱和。Transformer 和此后几乎所有模型用的
+#   $\sqrt d$ 让评分的方差保持为 1，使 softmax 不致饱和。Transformer 和此后几乎所有模型用的
 #   都是它。
 
 # %% [markdown]
@@ -475,7 +475,7 @@ show_heatmaps(
 # 2. 证明：当 $\mathbf W_q = \mathbf W_k$ 且查询和键长度相同时，加性注意力*并不*只是
 #    $\mathbf q^\top \mathbf k$ 的函数。两者之中，哪一个能表达“关注离查询远的键”？
 # 3. 缩放点积假设元素的方差为 1。用方差为 4 的元素重复上面的方差测量。用什么缩放系数才能让
-#    分数的方差保持为 1？（教程 7 的层规范化是一种答案。）
+#    评分的方差保持为 1？（教程 7 的层规范化是一种答案。）
 #
 # ## 这些内容在引擎中的位置
 #

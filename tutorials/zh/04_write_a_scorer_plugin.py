@@ -334,10 +334,10 @@ with expect_error("calling a hook with a positional argument", TypeError):
 # ## 快速路径：声明你的评分函数是什么
 #
 # 对长序列，`mt.nn.MultiHeadAttention` 可以流式计算注意力（教程 10：FlashAttention 对键逐块的在线
-# softmax），从不构造 (Q, K) 的注意力评分矩阵。这时分数由它自己计算，所以它必须知道分数就是
+# softmax），从不构造 (Q, K) 的注意力评分矩阵。这时评分由它自己计算，所以它必须知道评分就是
 # `scale * q . k`：层不会从插件的名字去猜，而是读取插件**声明**的能力（`minitensor/core/hookspecs.py`
-# 中的“capabilities”）。评分函数可以声明 `row_wise = True`（每个分数只来自一个查询和一个键：分组
-# 的头因此可以整组一起打分），以及方法 `dot_scale(d_head)`，返回缩放系数（分数恰好是它乘以
+# 中的“capabilities”）。评分函数可以声明 `row_wise = True`（每个评分只来自一个查询和一个键：分组
+# 的头因此可以整组一起打分），以及方法 `dot_scale(d_head)`，返回缩放系数（评分恰好是它乘以
 # q . k）；汇聚可以声明 `softmax_like = True`。内置插件也用同样的方式声明。约定检查工具包会检查每
 # 一项声明，所以错误的声明会在 `check_scorer` 中失败，而不是在模型里。我们的双线性评分函数不是
 # 点积，也什么都没有声明：它走普通路径。
@@ -347,7 +347,7 @@ with expect_error("calling a hook with a positional argument", TypeError):
 class DotOfMine(mt.nn.Module):
     """The scaled dot product once more, under a new name, declaring what it computes."""
 
-    row_wise = True  # 每个分数只来自一个查询行和一个键行
+    row_wise = True  # 每个评分只来自一个查询行和一个键行
 
     def __init__(self, query_size, key_size, **options):
         super().__init__()
@@ -356,7 +356,7 @@ class DotOfMine(mt.nn.Module):
     def forward(self, queries, keys):
         return queries @ keys.swapaxes(-1, -2) / math.sqrt(queries.shape[-1])
 
-    def dot_scale(self, d_head):  # 分数恰好是 dot_scale * q . k
+    def dot_scale(self, d_head):  # 评分恰好是 dot_scale * q . k
         return 1.0 / math.sqrt(d_head)
 
 

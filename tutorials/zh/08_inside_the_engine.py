@@ -497,7 +497,7 @@ with expect_error("a third backward through the graph the second one freed", mt.
 # %% [markdown]
 # ## 为什么 softmax 核是融合的
 #
-# 注意力要对形状为（批量大小, 头数, 查询数, 键数）的分数的每一行计算 softmax；
+# 注意力要对形状为（批量大小, 头数, 查询数, 键数）的评分的每一行计算 softmax；
 # 在教程 7 中规范化日期的那个 Transformer 里，它是最频繁的运算之一。
 # 用 NumPy 编写时（`minitensor/core/kernels/reference.py`），数值稳定的 softmax
 #
@@ -896,7 +896,7 @@ print(f"this process: rank {here.rank} of {here.size}")
 #    （符号写反、漏掉因子 2、在原地修改某个输入*之后*才保存它），读一读 gradcheck 给出的信息。
 # 2. 为从零实现的 `Value` 添加 `__pow__`、`exp` 和除法，并用它训练一个单神经元的回归模型。
 #    然后把 `graph()` 改成递归实现，找出 `Value` 链长到多深时会出错。
-# 3. 用 numba 为形状为 (rows, n) 的分数和 `valid_lens` 编写一个融合的*掩蔽* softmax
+# 3. 用 numba 为形状为 (rows, n) 的评分和 `valid_lens` 编写一个融合的*掩蔽* softmax
 #    （每次 `prange` 迭代处理一行，有效长度之外为零，没有有效元素的行全为零），
 #    把它与 `reference.softmax_forward(np, x, lens)` 和 `cpu.softmax_forward(x, lens)` 相比较，
 #    并对三者计时。

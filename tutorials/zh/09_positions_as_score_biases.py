@@ -3,7 +3,7 @@
 #
 # 教程 6 把词序放在了两个地方：加到输入上（正弦位置编码和可学习的位置编码，
 # $\mathbf{X} + \mathbf{P}$），以及放进查询和键里（旋转位置编码）。本教程讲的是第三个地方，
-# 也是许多近年的模型所用的地方：在注意力汇聚之前，给每个注意力**分数**加上一个数，
+# 也是许多近年的模型所用的地方：在注意力汇聚之前，给每个注意力**评分**加上一个数，
 #
 # $$\alpha_{ij} = \operatorname{pooling}_j\Big(\underbrace{a(\mathbf{q}_i, \mathbf{k}_j)}_{\text{content}} + \underbrace{B_{h, i, j}}_{\text{position}}\Big),$$
 #
@@ -19,7 +19,7 @@
 # `t5_relative`、`sliding_window`。每一种都以 `cls(num_heads, max_len=..., **options)` 构建，以
 # `bias(num_queries, num_keys, q_offset=0, k_offset=0)` 调用，返回形状为 (num_heads, Q, K) 的
 # $B$，其中查询位于位置 `q_offset`、`q_offset + 1`、……，键位于 `k_offset`、……；
-# `mt.nn.Attention(...)(q, k, v, bias=B)` 把它加到分数上，而
+# `mt.nn.Attention(...)(q, k, v, bias=B)` 把它加到评分上，而
 # `mt.nn.MultiHeadAttention(..., positional="alibi")` 会自己完成这一切。
 #
 # 参考资料：D2L 的注意力机制一章，中文版《动手学深度学习》（zh.d2l.ai）
@@ -65,20 +65,20 @@ assert all(cls.applies_to == "scores" for cls in (ALiBi, T5Relative, SlidingWind
 # ## 1. 相对位置
 #
 # 加到输入上的位置编码给词元 $i$ 的向量是 $\mathbf{x}_i + \mathbf{p}_i$，于是查询 $i$ 对键
-# $j$ 的分数变成
+# $j$ 的评分变成
 #
 # $$(\mathbf{x}_i + \mathbf{p}_i)^\top \mathbf{W}_Q^\top \mathbf{W}_K (\mathbf{x}_j + \mathbf{p}_j),$$
 #
-# 展开共四项，内容和*绝对*位置混在其中（教程 6 已经表明，这些分数并不只是 $j - i$ 的函数）。
+# 展开共四项，内容和*绝对*位置混在其中（教程 6 已经表明，这些评分并不只是 $j - i$ 的函数）。
 # 这有两个后果。其一，模型关于位置 3 学到的东西与位置 3 绑在一起：可学习的位置表在
 # `max_len` 之后根本没有行；正弦公式虽然给每个位置都算出一行，但超出训练长度的那些位置所得的行，
 # 训练中从未给模型看过。其二，像“看前一个词元”这样的规则，只能作为绝对位置对上的一种模式来学习。
 #
 # 对多数规则而言，要紧的是**相对位置**（D2L 10.6 所说的相对位置信息，relative position
 # information）$j - i$，即键的位置减去查询的位置。Shaw、Uszkoreit 和 Vaswani（2018）
-# 把它直接交给注意力（相对位置表示）：在分数内部给键加上可学习的向量 $\mathbf{a}_{j-i}$，
+# 把它直接交给注意力（相对位置表示）：在评分内部给键加上可学习的向量 $\mathbf{a}_{j-i}$，
 # 距离在某个最大值处截断，更远的距离共用同一个向量。它最简单的形式是每个头、
-# 每个距离一个可学习的*数*，加到分数上：
+# 每个距离一个可学习的*数*，加到评分上：
 #
 # $$s_{h,i,j} = \frac{\mathbf{q}_i^\top \mathbf{k}_j}{\sqrt{d}} + b_h(j - i), \qquad B_{h,i,j} = b_h(j - i).$$
 #
@@ -125,8 +125,8 @@ with expect_error("a learned absolute table of max_len=10 given a sequence of 12
 #
 # $$m_h = 2^{-8h/n}, \qquad h = 1, \dots, n \qquad (8 \text{ heads: } \tfrac12, \tfrac14, \dots, \tfrac1{256}).$$
 #
-# 斜率 $m = 1/2$ 的头是局部的（相距 10 个位置的键，分数要减去 $5$：经过 softmax，
-# 它的权重只有距离为 0、分数相同的键的 $e^{-5} \approx 0.007$ 倍）；斜率
+# 斜率 $m = 1/2$ 的头是局部的（相距 10 个位置的键，评分要减去 $5$：经过 softmax，
+# 它的权重只有距离为 0、评分相同的键的 $e^{-5} \approx 0.007$ 倍）；斜率
 # $m = 1/256$ 的头则几乎一视同仁地看整个序列。头数不是 2 的幂时，论文代码的规则是：先取
 # $p$ 个头的斜率（$p$ 是小于 $n$ 的最大的 2 的幂），再从 $2p$ 个头的斜率中*每隔一个*取一个，取前
 # $n - p$ 个补上（它们正好落在前面那些斜率之间）：6 个头先得到 4 个斜率
@@ -145,16 +145,16 @@ assert list(slopes) == [2.0**-h for h in range(1, 9)], "8 heads: 2^-1, 2^-2, ...
 assert ALiBi.slopes_for(6) == [2.0**-2, 2.0**-4, 2.0**-6, 2.0**-8, 2.0**-1, 2.0**-3]
 assert numpy.allclose(B, -slopes[:, None, None] * numpy.abs(i - j)), "B[h, i, j] = -m_h |i - j|"
 assert numpy.array_equal(B[:, 1:, 1:], B[:, :-1, :-1]), "depends only on the distance"
-# 距离为 1 / m_h 时，头 h 的分数恰好减去 1：2、4、……、256 个位置
+# 距离为 1 / m_h 时，头 h 的评分恰好减去 1：2、4、……、256 个位置
 print("distance at which a head's penalty reaches -1:", [int(1 / m) for m in slopes])
 
 # %% [markdown]
 # 论文是在因果语言模型中介绍 ALiBi 的：查询 $i$ 只看键 $j \le i$（解码器的因果掩蔽，
-# D2L 10.7 / 11.7），并给查询 $i$ 的分数加上
+# D2L 10.7 / 11.7），并给查询 $i$ 的评分加上
 # $m_h \cdot [-(i-1), \dots, -2, -1, 0]$（位置从 1 开始计数），也就是在它能看到的键上加
 # $m_h (j - i)$。在这些格子上 $j - i \le 0$，于是 $m_h (j - i) = -m_h |i - j|$：
 # 编码器（没有因果掩蔽）所用的对称形式，在掩蔽允许查询去看的地方，*就是*论文的形式。我们在一个
-# `mt.nn.Attention` 头的权重上验证这一点（`bias=` 把偏置加到分数上；
+# `mt.nn.Attention` 头的权重上验证这一点（`bias=` 把偏置加到评分上；
 # 形状为 (num_heads, Q, K) 的偏置沿批量维广播）：
 
 # %%
@@ -282,10 +282,10 @@ fig.savefig(figure_path(TUTORIAL, "t5_buckets.png"), dpi=100)
 #
 # $$B_{h,i,j} = \begin{cases} 0 & |j - i| \le w \\ -\infty & \text{otherwise} \end{cases}$$
 #
-# 分数为 $-\infty$ 的键经过 softmax 得到的权重是 $e^{-\infty} = 0$，
+# 评分为 $-\infty$ 的键经过 softmax 得到的权重是 $e^{-\infty} = 0$，
 # 与被掩蔽的键完全一样（D2L 10.3 的掩蔽 softmax 操作）：窗口就是写成偏置的掩蔽，对每个头都一样。
 # 与解码器的因果掩蔽（$j \le i$）结合时，查询看到的是最后 $w + 1$ 个位置（包括它自己）。
-# 有用的计算从 $T^2$ 个分数降到约 $T(2w + 1)$ 个（minitensor 会算出全部 $T^2$ 个分数再加以掩蔽；
+# 有用的计算从 $T^2$ 个评分降到约 $T(2w + 1)$ 个（minitensor 会算出全部 $T^2$ 个评分再加以掩蔽；
 # 融合核可以读取这个编码的属性 `window`，跳过带外的键块）；而 $L$ 层的堆叠仍能连接相距
 # $L w$ 的位置，正如堆叠的卷积层那样（教程 6）。
 
@@ -448,11 +448,11 @@ with expect_error("num_kv_heads=3 for 8 query heads (groups must be equal)", Val
 # ## 6. 稀疏的注意力汇聚：恰好为零
 #
 # 窗口按规则把权重置为 0。有些注意力汇聚自己就会产生恰好为 0 的权重。**sparsemax**（Martins 和
-# Astudillo 2016）是分数 $\mathbf{z}$ 在概率单纯形上的欧几里得投影，
+# Astudillo 2016）是评分 $\mathbf{z}$ 在概率单纯形上的欧几里得投影，
 #
 # $$\operatorname{sparsemax}(\mathbf{z}) = \arg\min_{\mathbf{p} \in \Delta} \|\mathbf{p} - \mathbf{z}\|^2, \qquad \operatorname{sparsemax}(\mathbf{z})_j = [z_j - \tau]_+ ,$$
 #
-# 其中阈值 $\tau$ 的取法使权重之和为 1：凡是比最高分数低出一定幅度的分数，
+# 其中阈值 $\tau$ 的取法使权重之和为 1：凡是比最高评分低出一定幅度的评分，
 # 权重都恰好为 0。**1.5-entmax**（Peters、Niculae 和 Martins 2019）介于 softmax 和
 # sparsemax 之间，改为取平方：
 #
@@ -463,7 +463,7 @@ with expect_error("num_kv_heads=3 for 8 query heads (groups must be equal)", Val
 
 # %%
 poolings = {name: mt.plugins.lookup("pooling", name) for name in ("softmax", "sparsemax", "entmax15")}
-z = mt.tensor([[2.0, 1.5, 1.2, -0.5, 0.1, -2.0]], dtype=mt.float64)  # 一行有明显峰值的分数
+z = mt.tensor([[2.0, 1.5, 1.2, -0.5, 0.1, -2.0]], dtype=mt.float64)  # 一行有明显峰值的评分
 weights = {name: cls()(z).numpy()[0] for name, cls in poolings.items()}
 for name, w in weights.items():
     print(
@@ -483,9 +483,9 @@ tau = zs[weights["sparsemax"] > 0] - weights["sparsemax"][weights["sparsemax"] >
 assert numpy.ptp(tau) < 1e-9, "sparsemax = [z - tau]_+"
 
 # %% [markdown]
-# 稀疏的注意力汇聚与注意力偏置配合得很好。ALiBi 配上 sparsemax 时，一个键的分数（连同惩罚）
-# 若比最高分数低得足够多，权重就恰好为 0：这同样是一个窗口，只是宽度由每个头的斜率决定。
-# 在内容分数全都相等（这里都为零）时，对长序列中间的一个查询，头 $h$ 的权重如下：
+# 稀疏的注意力汇聚与注意力偏置配合得很好。ALiBi 配上 sparsemax 时，一个键的评分（连同惩罚）
+# 若比最高评分低得足够多，权重就恰好为 0：这同样是一个窗口，只是宽度由每个头的斜率决定。
+# 在内容评分全都相等（这里都为零）时，对长序列中间的一个查询，头 $h$ 的权重如下：
 
 # %%
 T = 64
@@ -502,7 +502,7 @@ assert (numpy.diff(support) >= 0).all() and support[-1] > support[0], "a shallow
 assert (row[0, numpy.abs(numpy.arange(T) - T // 2) > 1] == 0).all()
 
 # %% [markdown]
-# > **要点。** sparsemax 和 1.5-entmax 把低分数的权重置为恰好 0，而权重之和仍为 1；配上距离惩罚，
+# > **要点。** sparsemax 和 1.5-entmax 把低评分的权重置为恰好 0，而权重之和仍为 1；配上距离惩罚，
 # > 它们就构成窗口，窗口的宽度是学出来的，而不是固定的。
 #
 # ## 7. 带缓存的解码等于完整计算
