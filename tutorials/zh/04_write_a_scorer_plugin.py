@@ -2,8 +2,8 @@
 # # 4. 编写自己的评分函数插件
 #
 # 教程 3 介绍了 D2L 讲注意力评分函数的那一节中的两种评分函数：加性注意力和缩放点积注意力。这里
-# 我们自己动手写一个新的评分函数，只需十几行，并让它成为 minitensor 中的一等公民：用约定检查
-# 工具包（conformance kit）对照约定检查它，在程序运行时注册它，在 `mt.nn.MultiHeadAttention`
+# 我们自己动手写一个新的评分函数，只需十几行，并让它成为 minitensor 中的一等公民：用契约检查
+# 工具包（conformance kit）对照契约检查它，在程序运行时注册它，在 `mt.nn.MultiHeadAttention`
 # 中按名称使用它，最后把它打包成一个可安装的小发行包，让 `minitensor train --scorer bilinear`
 # 通过入口点（entry point）找到它。一路上我们会遇到插件作者常踩的两个 pluggy 陷阱，以及几个
 # 看似合理的错误：每个错误都是故意犯的，在输出中以 `(deliberate mistake: ...)` 标明，
@@ -61,7 +61,7 @@ mt.manual_seed(0)
 # 缩放点积。**温度**（temperature）$\tau > 0$ 是一个选项：$\tau$ 小会拉大评分之间的差距，
 # softmax 随之变尖锐，偏向最好的那个键；$\tau$ 大则把它压平，趋向平均汇聚。
 #
-# 每个评分函数都要遵守的约定（`minitensor/core/hookspecs.py`）：它是一个 `mt.nn.Module`，以
+# 每个评分函数都要遵守的契约（`minitensor/core/hookspecs.py`）：它是一个 `mt.nn.Module`，以
 # `cls(query_size, key_size, **options)` 的方式构建，其 `forward(queries, keys)` 把形状为
 # (…, Q, d_q) 的查询和 (…, K, d_k) 的键映射为 (…, Q, K) 的评分，而且前面可以有*任意*多个批量轴
 # （多头注意力传入的是 (batch, num_heads, Q, d_head)）。选项以关键字参数传入；`check_options`
@@ -102,7 +102,7 @@ print(scorer, scorer(q, k).shape)
 assert scorer(q, k).shape == (2, 3, 5), "scores are (..., Q, K)"
 
 # %% [markdown]
-# ## 对照约定检查：约定检查工具包
+# ## 对照契约检查：契约检查工具包
 #
 # 一个评分函数在我们试过的那一种形状上能用，放进多头注意力里却仍可能出错。
 # `minitensor.testing.check_scorer` 用我们给出的选项构建这个类，并检查每个注意力层所依赖的
@@ -338,7 +338,7 @@ with expect_error("calling a hook with a positional argument", TypeError):
 # `scale * q . k`：层不会从插件的名字去猜，而是读取插件**声明**的能力（`minitensor/core/hookspecs.py`
 # 中的“capabilities”）。评分函数可以声明 `row_wise = True`（每个评分只来自一个查询和一个键：分组
 # 的头因此可以整组一起打分），以及方法 `dot_scale(d_head)`，返回缩放系数（评分恰好是它乘以
-# q . k）；汇聚可以声明 `softmax_like = True`。内置插件也用同样的方式声明。约定检查工具包会检查每
+# q . k）；汇聚可以声明 `softmax_like = True`。内置插件也用同样的方式声明。契约检查工具包会检查每
 # 一项声明，所以错误的声明会在 `check_scorer` 中失败，而不是在模型里。我们的双线性评分函数不是
 # 点积，也什么都没有声明：它走普通路径。
 
@@ -452,7 +452,7 @@ assert any(
 # %% [markdown]
 # 整个训练流程也都会用到它：`minitensor train --scorer bilinear --scorer-opt temperature=0.5`
 # 构建一个编码器－解码器 Transformer，每个块的每个头都使用双线性注意力，在序列反转任务上训练它，
-# 并报告留出集上的完全匹配率。在冒烟测试模式下，规模很小，只是为了说明它能在另一个进程中端到端
+# 并报告留出集上的精确匹配率。在冒烟测试模式下，规模很小，只是为了说明它能在另一个进程中端到端
 # 地运行；在我们的机器上，完整规模的运行（4 个迭代周期，几秒钟）能把每个留出序列都正确反转。
 
 # %%
@@ -555,10 +555,10 @@ shutil.rmtree(site, ignore_errors=True)
 #
 # ## 它在引擎中的位置
 #
-# - `minitensor/core/hookspecs.py`：三个钩子，以及评分函数、汇聚和位置编码的约定。
+# - `minitensor/core/hookspecs.py`：三个钩子，以及评分函数、汇聚和位置编码的契约。
 # - `minitensor/core/plugins.py`：插件管理器、`register` / `unregister`、入口点的加载、
 #   `check_options`，以及我们见到的那些错误信息。
-# - `minitensor/testing.py`：约定检查工具包（`check_scorer`、`check_pooling`、
+# - `minitensor/testing.py`：契约检查工具包（`check_scorer`、`check_pooling`、
 #   `check_positional_encoding`）。
 # - `plugins/minitensor_plugins/scorers.py`：内置的评分函数，以同样的方式注册。
 # - `plugins/example-cosine/`：一个可以照抄的完整插件发行包。

@@ -222,7 +222,7 @@ assert np.allclose(var, 1, atol=1e-3), "AddNorm output: every position has varia
 # > $\mathbf X \leftarrow \mathbf X + \text{sublayer}(\text{LayerNorm}(\mathbf X))$，
 # > 并在最后一个块之后再加一个 LayerNorm。这样残差流本身从不被规范化，梯度可以不衰减地到达最前面的块，
 # > 训练也能承受大得多的学习率。因此 `minitensor train`（`TrainConfig`）采用 pre-LN、
-# > 不用暂退法（dropout），峰值学习率为 1e-2：在日期任务上 4 轮就达到 100% 的留出集精确匹配率；
+# > 不用暂退法（dropout），峰值学习率为 1e-2：在日期任务上 4 个迭代周期就达到 100% 的留出集精确匹配率；
 # > 而书中的 post-LN 配方（`--no-norm-first`、暂退概率 0.1、学习率 3e-3）在同样的时间内只达到约 66%。
 # > 两种形式使用同一组 `AddNorm` 参数：
 # > `Y = sublayer(addnorm.sublayer_input(X)); X = addnorm(X, Y)`。
@@ -330,8 +330,8 @@ print(f"decoder self-attention weights of block 1, head 1, example 1:\n{np.round
 #
 # $$L = -\frac{1}{N}\sum_{\text{valid } t} \log P(y_t \mid y_1, \dots, y_{t-1}, \mathbf x),$$
 #
-# 优化器是 Adam，学习率先预热、再按余弦衰减，并做梯度裁剪。每轮结束后，它报告留出集上的损失、
-# 贪心解码的精确匹配准确率和语料库 BLEU，并写出一个检查点。我们在第一轮之后停下，
+# 优化器是 Adam，学习率先预热、再按余弦衰减，并做梯度裁剪。每个迭代周期结束后，它报告留出集上的损失、
+# 贪心解码的精确匹配准确率和语料库 BLEU，并写出一个检查点。我们在第一个迭代周期之后停下，
 # 留着这个训练了一半的模型供后面比较解码方法，然后恢复训练直到结束（结果与不中断的训练逐位相同）。
 # 完整模式用的是 `minitensor train` 的默认配方，冒烟模式是它的微缩版。
 # 一个运行文件夹只属于一次运行：`overwrite=True`（`minitensor train --overwrite`）
@@ -339,11 +339,11 @@ print(f"decoder self-attention weights of block 1, head 1, example 1:\n{np.round
 
 # %%
 run_dir = figure_path(T, "date_run")  # 检查点和这次运行自己的图
-# 完整模式：`minitensor train` 的默认值；冒烟模式：640 个样本，1 + 1 个块，3 轮、每轮 20 步
+# 完整模式：`minitensor train` 的默认值；冒烟模式：640 个样本，1 + 1 个块，3 个迭代周期、每个迭代周期 20 步
 sizes = pick({}, dict(num_train=640, num_heldout=64, batch_size=32, epochs=3, num_blks=1))
 config = TrainConfig(task="date", out=str(run_dir), progress=False, seed=0, **sizes)
 start = time.perf_counter()
-first = train(config, overwrite=True, stop_after_epochs=1)  # 训练一轮，然后“中断”
+first = train(config, overwrite=True, stop_after_epochs=1)  # 训练一个迭代周期，然后“中断”
 result = train(config, resume=True, lang=LANG)  # ……再继续训练到结束
 print(f"training took {time.perf_counter() - start:.1f} s")
 
@@ -375,7 +375,7 @@ plot_loss(result.history, path=figure_path(T, "loss.png"), smooth=0.9, title=tit
 #   再从这 $k|V|$ 个扩展中保留最好的 $k$ 个；$k = 1$ 就是贪心搜索。
 #
 # `translate(model, sources, ..., beam_size=k)` 用同一个循环实现这两种搜索（`minitensor/inference/decoding.py`）。
-# 训练了一半的模型（第 1 轮之后）还拿不太准，在一部分样本上，
+# 训练了一半的模型（第 1 个迭代周期之后）还拿不太准，在一部分样本上，
 # 束搜索找到的序列比贪心搜索选定的序列得分更高：
 
 # %%
@@ -552,12 +552,12 @@ print("wrote", figure_path(T, "date_explain.html"), f"({len(page.html) / 1024:.0
 # ## 练习
 #
 # 1. 训练书中的 post-LN 模型 `config.replace(norm_first=False)`（命令行为 `minitensor train --no-norm-first`），
-#    先用默认学习率 1e-2，再用 3e-3 并把暂退概率设为 0.1。哪一个学得会？各自在 4 轮内能达到什么程度？
+#    先用默认学习率 1e-2，再用 3e-3 并把暂退概率设为 0.1。哪一个学得会？各自在 4 个迭代周期内能达到什么程度？
 # 2. 用 `beam_size` 为 1、2、4、8，`length_penalty` 为 0 和 0.75，对训练了一半的模型解码。
 #    精确匹配率与平均得分的变化一致吗？找一个束搜索与贪心搜索结果不同的样本，
 #    打印 `n_best=4` 个假设及其对数概率。
 # 3. 训练《动手学深度学习》前面的模型，即带加性（Bahdanau）注意力的 GRU 编码器－解码器，
-#    `config.replace(model="bahdanau")`，把它的留出集准确率、每轮耗时以及它唯一的那张注意力图
+#    `config.replace(model="bahdanau")`，把它的留出集准确率、每个迭代周期的耗时以及它唯一的那张注意力图
 #    （`date_run/attention.png`）与 Transformer 的作比较。
 #
 # ## 这些内容在引擎中的位置
