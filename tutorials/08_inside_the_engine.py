@@ -14,7 +14,7 @@
 #    which also catches a deliberately wrong backward;
 # 4. draw the graph of scaled dot-product attention and watch the order in which
 #    `backward` visits its nodes;
-# 5. see why the softmax at the heart of attention runs as a *fused* numba kernel (融合核), and
+# 5. see why the softmax at the heart of attention runs as a *fused* numba kernel (融合计算内核), and
 #    time it against plain NumPy;
 # 6. leave the single process: trace one step of data-parallel training over three simulated
 #    ranks, and see why their gradients are summed weighted by their tokens.

@@ -229,8 +229,8 @@ LABELS["zh"].update(
             "L = sum(softmax(Q K^T / sqrt(d)) V)：张量与 Function［反向传播的访问顺序］"
         ),
         "plain NumPy\n(reference.py)": "纯 NumPy\n(reference.py)",
-        "numba kernel\n{threads} threads": "numba 融合核\n{threads} 个线程",
-        "numba kernel\n1 thread": "numba 融合核\n1 个线程",
+        "numba kernel\n{threads} threads": "numba 融合计算内核\n{threads} 个线程",
+        "numba kernel\n1 thread": "numba 融合计算内核\n1 个线程",
         "median time per call (ms)": "每次调用耗时的中位数（ms）",
         "softmax over the rows of a ({rows}, {cols}) float32 array": "对形状为 ({rows}, {cols}) 的 float32 数组逐行计算 softmax",
     }

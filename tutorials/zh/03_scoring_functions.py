@@ -82,7 +82,7 @@ assert numpy.allclose(output, weights @ v.numpy(), atol=1e-6), "output = weights
 # （每个序列的词元个数）：样本 $b$ 的查询 $i$ 只能看到前 `valid_lens[b]` 个键（形状为
 # `(batch,)` 时），或前 `valid_lens[b, i]` 个键（形状为 `(batch, Q)` 时）。被掩蔽的键得到的权重
 # **恰好**为 0，其余的键在彼此之间做 softmax。`mt.masked_softmax(scores, valid_lens)` 在一个
-# 融合的 numba 核上完成这一运算；下面是 D2L 的两个例子：
+# 融合的 numba 计算内核上完成这一运算；下面是 D2L 的两个例子：
 
 # %%
 scores = mt.rand(2, 2, 4)
@@ -484,6 +484,6 @@ show_heatmaps(
 # - `plugins/minitensor_plugins/poolings.py`——`softmax`、`sparsemax`、`average`、`entmax15`、
 #   `alpha_entmax`（教程 9），以及 `allowed_keys`（处理 `valid_lens` 和掩码）。
 # - `minitensor/core/ops/softmax.py`——`masked_softmax` 及其反向传播；`minitensor/core/kernels/cpu.py`
-#   ——让完全被掩蔽的行得到全零的融合 numba 核。
+#   ——让完全被掩蔽的行得到全零的融合 numba 计算内核。
 # - `minitensor/core/nn/attention.py`——`Attention` 层：评分器、汇聚、暂退法、加权求和。
 # - `minitensor/core/plugins.py`——注册表：`scorers()`、`poolings()`、`lookup()`、`describe()`。

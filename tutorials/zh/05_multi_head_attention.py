@@ -362,7 +362,7 @@ fig.savefig(figure_path(TUTORIAL, "neighbour_loss.png"), dpi=100)
 #   `merge_and_project`）以及它所用的单头 `Attention`。
 # - `plugins/minitensor_plugins/scorers.py`（`scaled_dot`）和
 #   `plugins/minitensor_plugins/poolings.py`（`softmax`）：每个头的评分函数和汇聚。
-# - `minitensor/core/ops/softmax.py` 和 `minitensor/core/kernels/`：`mt.masked_softmax` 及其 numba 核函数。
+# - `minitensor/core/ops/softmax.py` 和 `minitensor/core/kernels/`：`mt.masked_softmax` 及其 numba 计算内核。
 # - `minitensor/core/ops/shape.py`：`reshape` 和 `permute`，并行计算各个头的全部诀窍就在这里。
 # - `minitensor/core/nn/transformer.py`：`TransformerEmbedding`；
 #   `plugins/minitensor_plugins/positional.py`：位置编码 `learned`。

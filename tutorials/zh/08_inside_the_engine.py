@@ -1,5 +1,5 @@
 # %% [markdown]
-# # 8. 引擎内部：反向模式自动微分与融合的 softmax 核
+# # 8. 引擎内部：反向模式自动微分与融合的 softmax 计算内核
 #
 # 前面各个教程中的每个模型都是用梯度下降训练的，而每个梯度都出自同一个地方：
 # `minitensor/core/autograd.py`，大约 300 行代码。本教程就来打开它。我们将：
@@ -495,7 +495,7 @@ with expect_error("a third backward through the graph the second one freed", mt.
     y.backward()
 
 # %% [markdown]
-# ## 为什么 softmax 核是融合的
+# ## 为什么 softmax 计算内核是融合的
 #
 # 注意力要对形状为（批量大小, 头数, 查询数, 键数）的评分的每一行计算 softmax；
 # 在教程 7 中规范化日期的那个 Transformer 里，它是最频繁的运算之一。
@@ -508,7 +508,7 @@ with expect_error("a third backward through the graph the second one freed", mt.
 # 对内存走了五遍，还有两个与输入一样大的临时数组：对一个 (4096, 512) 的 float32 数组来说，
 # 每个 8 MiB，总共约读 40 MiB、写 24 MiB——远超缓存的容量，所以时间都花在了搬运数据上。
 #
-# numba 核（`minitensor/core/kernels/cpu.py`）是*融合*的（算子融合，operator fusion）：
+# numba 计算内核（`minitensor/core/kernels/cpu.py`）是*融合*的（算子融合，operator fusion）：
 # 一个函数逐行遍历数组，一行 512 个浮点数（2 KiB）始终留在 L1 缓存中，
 # 在这一行上依次完成最大值、指数及其求和，以及缩放。主存只看到输入被读一次、输出被写一次：16 MiB。
 # 各行相互独立，因此还把它们分配到多个线程上（`prange`）；float32 的 `exp` 用普通的算术写成，
@@ -524,7 +524,7 @@ from minitensor.kernels import cpu, reference
 rows, cols = pick((4096, 512), (256, 128))
 scores = np.random.default_rng(0).standard_normal((rows, cols)).astype(np.float32) * 3
 
-fused = cpu.softmax_forward(scores)  # 第一次调用会加载（或编译）这个核
+fused = cpu.softmax_forward(scores)  # 第一次调用会加载（或编译）这个计算内核
 plain = reference.softmax_forward(np, scores)
 print(f"largest |fused - plain| = {np.abs(fused - plain).max():.2e}")
 assert np.allclose(fused, plain, rtol=2e-5, atol=1e-7), "the fused kernel computes the same softmax"
@@ -547,7 +547,7 @@ print(
 assert peak >= 2 * scores.nbytes, "the plain version needs full-size temporaries"
 
 # %% [markdown]
-# 计时：取多次重复 `timeit` 运行的中位数，融合核分别在全部线程和单个线程上运行
+# 计时：取多次重复 `timeit` 运行的中位数，融合计算内核分别在全部线程和单个线程上运行
 # （单线程是为了只拿融合本身与 NumPy 比较，因为 NumPy 在单个线程上执行这些运算）。
 
 
@@ -593,7 +593,7 @@ print("wrote", figure_path(T, "softmax_timing.png"))
 #
 # 这只是在机器同时忙着别的事情时的一次粗略观察。正式的基准测试是 `python bench/softmax.py`：
 # 前向与反向、softmax 与 log-softmax、两种形状、1 个和 2 个线程，与普通 NumPy *以及*
-# `torch.softmax` 交替运行，并给出该核达到的内存带宽
+# `torch.softmax` 交替运行，并给出该计算内核达到的内存带宽
 # （bench/README.md 列出了它的结果：在一台双核机器上，比普通 NumPy 快约 4 倍，也比 PyTorch 快）。
 #
 # ## 走出单个进程：数据并行与全归约
@@ -914,9 +914,9 @@ print(f"this process: rank {here.rank} of {here.size}")
 #   `minitensor/core/tracing.py` —— 追踪器安装的唯一钩子；
 # * `minitensor/core/ops/elementwise.py` —— 最简单的运算，每个运算的前向都紧挨着它的反向；
 #   `minitensor/core/ops/compare.py` —— 比较运算，在计算图之外；
-#   `minitensor/core/ops/softmax.py` —— 建立在这些核之上的 softmax Function；
+#   `minitensor/core/ops/softmax.py` —— 建立在这些计算内核之上的 softmax Function；
 # * `minitensor/core/gradcheck.py` —— `mt.gradcheck`；
-# * `minitensor/core/kernels/cpu.py`（融合的 numba 核）和 `minitensor/core/kernels/reference.py`
+# * `minitensor/core/kernels/cpu.py`（融合的 numba 计算内核）和 `minitensor/core/kernels/reference.py`
 #   （用普通 NumPy 写的同样计算：测试的参照，也是基准测试的基线）；
 #   `minitensor/core/kernels/fused.py` 以同样的方式融合了一个训练步骤中其余的逐元素运算
 #   （暂退法、ReLU、层规范化、Adam 的更新），每一个都与其运算的 NumPy 代码对照测试；

@@ -147,7 +147,7 @@ assert numpy.abs(fused3.numpy()[0, 0] - reference3).max() < 1e-12
 #
 # 分块循环在任何时刻都只需要一个分块（tile）的评分，即一块查询对一块键，因此它的内存应随 $T$ 增长，而不是随 $T^2$。我们来测量：一次批量大小为 1、8 个大小为 64 的头、float32 的因果自注意力，包括前向和反向传播，分别用普通层 `mt.nn.Attention("scaled_dot", "softmax")(q, k, v, causal=True)`（评分、掩蔽 softmax、权重 @ 值：都是 (batch, heads, T, T) 的数组，由计算图保留下来供反向传播使用；下文称为普通路径，输出中记作 plain）和 `flash_attention(q, k, v, causal=True)`（`BLOCK_Q` x `BLOCK_K` = 256 x 256 的分块；下文称为流式路径，输出中记作 fused，即融合）计算。
 #
-# 峰值内存由 Python 的 `tracemalloc` 测得：NumPy 把它分配的每个数组都报告给它（minitensor 的 numba 内核返回的数组也计算在内），因此 `tracemalloc.start()` 之后所分配内存的峰值，就是前向和反向传播期间同时存活的新数组内存的最大量（之前创建的输入不计在内），而且是在进程内部测得的。时间取不开 `tracemalloc` 时两次运行中最快的一次（冒烟模式下只有开着它的那一次），而 CPU 可能正忙于其他工作：只把它们当作数量级来看。
+# 峰值内存由 Python 的 `tracemalloc` 测得：NumPy 把它分配的每个数组都报告给它（minitensor 的 numba 计算内核返回的数组也计算在内），因此 `tracemalloc.start()` 之后所分配内存的峰值，就是前向和反向传播期间同时存活的新数组内存的最大量（之前创建的输入不计在内），而且是在进程内部测得的。时间取不开 `tracemalloc` 时两次运行中最快的一次（冒烟模式下只有开着它的那一次），而 CPU 可能正忙于其他工作：只把它们当作数量级来看。
 
 # %%
 HEADS, D_HEAD = pick(8, 2), pick(64, 16)
@@ -181,7 +181,7 @@ def forward_backward(attend, T):
     return peak, min(times)
 
 
-for attend in (plain_causal, fused_causal):  # 预热：numba 在首次使用时编译（或加载）它的内核
+for attend in (plain_causal, fused_causal):  # 预热：numba 在首次使用时编译（或加载）它的计算内核
     q, k, v = (mt.randn(1, HEADS, 512, D_HEAD, requires_grad=True) for _ in range(3))
     attend(q, k, v).sum().backward()
 memory = {"plain": [], "fused": []}
@@ -462,7 +462,7 @@ with expect_error("fused=True on a layer with the additive scorer", ValueError) 
 assert "additive" in str(caught.error)
 
 # %% [markdown]
-# 如果权重上有暂退法，`"auto"` 在训练时走普通路径，在评估时（暂退法此时不起作用）流式计算：同一个模型，两种方式得到的数字相同。（FlashAttention 的实现确实会在分块内部应用暂退法，在反向传播中由随机种子重新生成随机掩码，而不是把它存下来；minitensor 自己的暂退法内核就是这样做的，但这里的流式路径并不这样做。）
+# 如果权重上有暂退法，`"auto"` 在训练时走普通路径，在评估时（暂退法此时不起作用）流式计算：同一个模型，两种方式得到的数字相同。（FlashAttention 的实现确实会在分块内部应用暂退法，在反向传播中由随机种子重新生成随机掩码，而不是把它存下来；minitensor 自己的暂退法计算内核就是这样做的，但这里的流式路径并不这样做。）
 #
 # 模型接受同样的参数（`TransformerEncoder(..., fused=...)` 及其他模型会把它传给每个层），训练运行也一样：`TrainConfig(fused="auto" | "on" | "off")`，`minitensor train --fused auto|on|off`。在 `--resume` 时可以更改它，因为它既不改变参数，也不改变结果。
 #
@@ -497,7 +497,7 @@ step = {}
 for fused in ("off", "auto"):
     mt.manual_seed(config.seed)
     model = build_model(config.replace(fused=fused), data.src_vocab, data.tgt_vocab)
-    mt.ops.cross_entropy(model(X_lm[:, :512]), Y_lm[:, :512]).backward()  # 预热：numba 的内核在首次使用时加载
+    mt.ops.cross_entropy(model(X_lm[:, :512]), Y_lm[:, :512]).backward()  # 预热：numba 的计算内核在首次使用时加载
     model.zero_grad()
     tracemalloc.start()
     start = time.perf_counter()
