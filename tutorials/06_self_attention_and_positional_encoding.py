@@ -473,7 +473,11 @@ fig.savefig(figure_path(TUTORIAL, "positional_encoding.png"), dpi=100)
 #
 # The $2 \times 2$ matrix is a rotation by the angle $-\delta\omega_j$; it depends on $\delta$ and
 # $j$ but not on $i$. So a layer can learn "look $\delta$ positions back" once, for all
-# positions. We check it on the plugin's table for every $j$, every $i$ and many $\delta$:
+# positions: a $\mathbf{W}_Q^\top \mathbf{W}_K$ made of these rotations turns the key's
+# $\mathbf{p}_j$ into $\mathbf{p}_{j+\delta}$, and the position term of the score,
+# $\mathbf{p}_i^\top \mathbf{p}_{j+\delta}$, is largest at $j = i - \delta$ for every query $i$
+# (in the score it is one term of four, mixed with the content: tutorial 9 takes that up).
+# We check it on the plugin's table for every $j$, every $i$ and many $\delta$:
 
 # %%
 worst = 0.0

@@ -78,7 +78,11 @@ assert all(cls.applies_to == "scores" for cls in (ALiBi, T5Relative, SlidingWind
 # about position 3 is tied to position 3: a learned table simply has no row past `max_len`,
 # and the sinusoidal formula, which gives every position a row, gives the positions past the
 # training lengths rows that training never showed to the model. And a rule such as "look at
-# the previous token" has to be learned as a pattern over pairs of absolute positions.
+# the previous token" is not handed to the model as such. With a learned table it has to be
+# learned as a pattern over pairs of absolute positions. With the sinusoidal table one linear
+# map takes $\mathbf{p}_i$ to $\mathbf{p}_{i+\delta}$ for every $i$ (tutorial 6; D2L 10.6.3 /
+# 11.6.3), so $\mathbf{W}_Q$ and $\mathbf{W}_K$ can in principle learn it once for all
+# positions, but only through the position–position term, which the three others mix with content.
 #
 # What matters for most rules is the **relative position** (D2L 10.6: 相对位置信息, relative
 # position information) $j - i$, the key's position minus the query's. Shaw, Uszkoreit and
@@ -136,9 +140,10 @@ with expect_error("a learned absolute table of max_len=10 given a sequence of 12
 # softmax, $e^{-5} \approx 0.007$ times the weight of an equally scoring key at distance 0);
 # one with $m = 1/256$ sees almost the whole sequence alike. For a number of heads that is
 # not a power of 2, the rule of the paper's code takes the slopes for $p$, the largest power
-# of 2 below $n$, and adds the first $n - p$ of *every other* slope for $2p$ (which fall
-# between the first ones): 6 heads get the 4 slopes $2^{-2}, 2^{-4}, 2^{-6}, 2^{-8}$ and then
-# $2^{-1}, 2^{-3}$.
+# of 2 below $n$, and adds the first $n - p$ of *every other* slope for $2p$: 6 heads get the
+# 4 slopes $2^{-2}, 2^{-4}, 2^{-6}, 2^{-8}$ and then $2^{-1}, 2^{-3}$. The extra ones are not
+# all in between: $2^{-3}$ falls between $2^{-2}$ and $2^{-4}$, but $2^{-1}$ lies above every
+# earlier slope: the fifth head is the steepest, the most local of the six.
 
 # %%
 num_heads, T = 8, 10
@@ -522,8 +527,11 @@ assert (row[0, numpy.abs(numpy.arange(T) - T // 2) > 1] == 0).all()
 
 # %% [markdown]
 # > **Takeaway.** sparsemax and 1.5-entmax set the weights of low scores to exactly 0 and
-# > still sum to 1; with a distance penalty they make windows whose width is learned rather
-# > than fixed.
+# > still sum to 1; with a distance penalty they make windows that no `window=` option fixes.
+# > The width follows from each head's ALiBi slope (set by the number of heads, not learned)
+# > and from the content scores (which, in a trained layer, the learned $\mathbf{W}_Q$ and
+# > $\mathbf{W}_K$ produce), query by query: with equal content scores, as here, 3 keys for
+# > the slope 1/2 and at least as many for each shallower slope.
 #
 # ## 7. Cached decoding equals the full pass
 #
@@ -653,7 +661,7 @@ with expect_error("ALiBi that ignores q_offset (every decoded query at position 
 # the attention multi-query). The whole experiment — sinusoidal, learned, rotary, alibi,
 # t5_relative and sliding_window (window 4), three training seeds each, greedy-decoding
 # exact match on 500 fresh examples of lengths 1–10 and 500 of lengths 11–20 — is a script,
-# about 15 minutes on 2 CPU cores:
+# 15 to 20 minutes on 2 CPU cores (the run below took 19):
 #
 # ```
 # python experiments/length_extrapolation.py                  # the table below
@@ -706,7 +714,8 @@ if not SMOKE:  # one tiny model, end to end (well under a minute)
 # %% [markdown]
 # What `python experiments/length_extrapolation.py` measured (the default reverse-task model
 # and recipe, 20,000 examples, 4 epochs, 3 seeds; greedy exact match of the final model on 500
-# fresh examples per range; medians; 19 minutes on 2 CPU cores, 2026-12-01):
+# fresh examples per range; medians; 19 minutes on 2 CPU cores shared with other jobs, so an
+# upper bound, 2026-12-01; `experiments/results/length_extrapolation.md` has the run):
 #
 # | encoding | lengths 1–10 | lengths 11–20 |
 # |---|---:|---:|

@@ -292,8 +292,11 @@ assert growth_plain > 3.0 and growth_fused < 2.5, "quadratic (x4 per doubling) a
 # many small products from a Python loop, where the plain path runs a few large ones that
 # NumPy's BLAS handles efficiently; which is faster on a CPU depends on $T$ and on the
 # machine. On a GPU, where FlashAttention was born, the gain in time comes from keeping a tile in the
-# chip's fast on-chip memory (SRAM) instead of writing (T, T) arrays to its main memory
-# and reading them back (Dao et al. 2022, section 3); NumPy cannot express that, so here
+# chip's fast on-chip memory (SRAM) instead of writing (T, T) arrays to the GPU's main
+# memory and reading them back: its high-bandwidth memory (HBM), which is not on the chip but
+# stacked beside it on the package, far larger than SRAM but with about a tenth of its
+# bandwidth (on an A100, 1.5–2.0 TB/s against about 19 TB/s: Dao et al. 2022, sections 2.1
+# and 3; D2L 12.4 / 13.4 on GPU memory); NumPy cannot express that, so here
 # the lesson is memory. `python bench/long_attention.py` measures both paths (and PyTorch)
 # with more care: interleaved samples and a fresh process per memory figure.
 #
@@ -568,7 +571,7 @@ for ax, h, w in zip(ax_heads, heads, last_rows):
     ax.set(
         xlabel=text("key position"),
         ylabel=text("query position"),
-        title=text("head {h} (ALiBi slope 1/{inverse:.0f})", h=h, inverse=1 / slopes[h]),
+        title=text("head {h} (ALiBi slope 1/{inverse:.0f})", h=h + 1, inverse=1 / slopes[h]),
     )
     fig.colorbar(image, ax=ax, shrink=0.8)
 fig.suptitle(text("streamed attention: memory linear in T; weights recomputed on demand from lse (last 48 queries)"))

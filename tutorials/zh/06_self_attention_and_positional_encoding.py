@@ -448,7 +448,10 @@ fig.savefig(figure_path(TUTORIAL, "positional_encoding.png"), dpi=100)
 # \begin{bmatrix} p_{i, 2j} \\ p_{i, 2j+1} \end{bmatrix} .$$
 #
 # 这个 $2 \times 2$ 矩阵是旋转角为 $-\delta\omega_j$ 的旋转矩阵；它依赖于 $\delta$ 和 $j$，
-# 但不依赖于 $i$。所以一个层只需学会一次“往回看 $\delta$ 个位置”，就对所有位置都适用。我们在
+# 但不依赖于 $i$。所以一个层只需学会一次“往回看 $\delta$ 个位置”，就对所有位置都适用：
+# 由这些旋转构成的 $\mathbf{W}_Q^\top \mathbf{W}_K$ 把键的 $\mathbf{p}_j$ 变成 $\mathbf{p}_{j+\delta}$，
+# 评分中的位置项 $\mathbf{p}_i^\top \mathbf{p}_{j+\delta}$ 对每个查询 $i$ 都在 $j = i - \delta$ 处最大
+# （在评分中它只是四项之一，还混有内容：教程 9 接着讨论这一点）。我们在
 # 插件的表上，对每个 $j$、每个 $i$ 和许多个 $\delta$ 验证这一点：
 
 # %%

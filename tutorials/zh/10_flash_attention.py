@@ -211,7 +211,7 @@ assert growth_plain > 3.0 and growth_fused < 2.5, "quadratic (x4 per doubling) a
 # %% [markdown]
 # 普通路径的峰值是好几个 $(T, T)$ 数组：乘积 $QK^\top$、缩放后的评分和权重都一直存活到反向传播（计算图保留每个运算的输入，softmax 还保留它的输出），随后反向传播又生成同样大小的权重梯度和评分梯度。$T$ 每翻一倍，它就乘以 4。流式路径保存 $Q$、$K$、$V$、输出、它们的梯度以及每行一个数（都随 $T$ 线性增长），外加每个头几个 256 x 256 的分块，与 $T$ 无关；它的峰值至多随 $T$ 线性增长（在较短的长度上，分块的固定开销占主导，增长得更慢）。
 #
-# 时间则是另一回事。流式路径跳过因果对角线上方的分块（几乎一半的工作量），但它要把评分计算两次（反向传播中再算一次），并且在 Python 循环中执行许多小矩阵乘法，而普通路径执行的是少数几个大矩阵乘法，由 NumPy 的 BLAS 高效完成；在 CPU 上哪个更快，取决于 $T$ 和机器。在 FlashAttention 诞生的 GPU 上，时间上的收益来自把一个分块留在芯片上快速的片上内存（SRAM）中，而不是把 (T, T) 数组写入芯片的主存再读回来（Dao 等人 2022，第 3 节）；NumPy 无法表达这一点，所以这里的收获在于内存。`python bench/long_attention.py` 对两条路径（以及 PyTorch）做了更仔细的测量：交错采样，每个内存数据都用一个新进程测得。
+# 时间则是另一回事。流式路径跳过因果对角线上方的分块（几乎一半的工作量），但它要把评分计算两次（反向传播中再算一次），并且在 Python 循环中执行许多小矩阵乘法，而普通路径执行的是少数几个大矩阵乘法，由 NumPy 的 BLAS 高效完成；在 CPU 上哪个更快，取决于 $T$ 和机器。在 FlashAttention 诞生的 GPU 上，时间上的收益来自把一个分块留在芯片上快速的片上内存（SRAM）中，而不是把 (T, T) 数组写入 GPU 的主存再读回来：主存是高带宽存储器（HBM），它不在芯片上，而是堆叠在芯片旁、同一封装之内，容量比 SRAM 大得多，带宽却只有它的十分之一左右（A100 上是 1.5–2.0 TB/s 对约 19 TB/s：Dao 等人 2022，第 2.1 节和第 3 节；GPU 内存见 D2L 12.4 / 13.4）；NumPy 无法表达这一点，所以这里的收获在于内存。`python bench/long_attention.py` 对两条路径（以及 PyTorch）做了更仔细的测量：交错采样，每个内存数据都用一个新进程测得。
 #
 # > **要点。** 实测表明，普通注意力的峰值内存按 $T^2$ 增长（为反向传播保留了好几个评分大小的数组），流式注意力的则按 $T$ 增长：在 2048 个词元、8 个头时，是几百 MiB 对几十 MiB。
 #
@@ -426,7 +426,7 @@ for ax, h, w in zip(ax_heads, heads, last_rows):
     ax.set(
         xlabel=text("key position"),
         ylabel=text("query position"),
-        title=text("head {h} (ALiBi slope 1/{inverse:.0f})", h=h, inverse=1 / slopes[h]),
+        title=text("head {h} (ALiBi slope 1/{inverse:.0f})", h=h + 1, inverse=1 / slopes[h]),
     )
     fig.colorbar(image, ax=ax, shrink=0.8)
 fig.suptitle(text("streamed attention: memory linear in T; weights recomputed on demand from lse (last 48 queries)"))
