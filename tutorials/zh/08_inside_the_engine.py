@@ -12,7 +12,7 @@
 #    `mt.Function`，并用梯度检验（gradient check）`mt.gradcheck` 检查它——
 #    它也能查出一个故意写错的 `backward`；
 # 4. 画出缩放点积注意力的计算图，观察 `backward` 访问各个节点的顺序；
-# 5. 弄清注意力核心处的 softmax 为什么以*融合*的 numba 核（fused kernel）运行，
+# 5. 弄清注意力核心处的 softmax 为什么以*融合*的 numba 计算内核（fused kernel）运行，
 #    并与普通的 NumPy 实现比较运行时间；
 # 6. 走出单个进程：在三个模拟的进程上追踪数据并行训练的一步，看看为什么它们的梯度要按
 #    各自的词元数加权求和。
