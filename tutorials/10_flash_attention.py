@@ -549,8 +549,9 @@ assert numpy.abs(streaming.attention_weights.numpy()[:, heads][:, :, rows] - rec
 # `MultiHeadAttention` of a model to the plain path for the length of a `with` block: the
 # way to draw the full heatmaps of a pass that would stream (the training run's own
 # figures do this). The figure of this tutorial: the memory measured in section 2, and the
-# recomputed weights of the last 48 queries in two heads, each with its own colour scale —
-# ALiBi's steepest head looks at its nearest keys, its shallowest almost evenly at all.
+# recomputed weights of the last 48 queries in two heads (indices 0 and 3 in the code; the
+# titles number heads from 1, as tutorial 9 and the library's figures do), each with its own
+# colour scale — ALiBi's steepest head looks at its nearest keys, its shallowest almost evenly at all.
 
 # %%
 fig = Figure(figsize=(13, 3.8), layout="constrained")

@@ -405,7 +405,7 @@ assert streaming.attention_weights is not None and streaming.fused is True, "ful
 assert numpy.abs(streaming.attention_weights.numpy()[:, heads][:, :, rows] - recomputed).max() < 1e-6
 
 # %% [markdown]
-# 上面最后几行用到的 `minitensor.nn.attention.plain_attention(model)`，在一个 `with` 块的范围内把模型中的每个 `MultiHeadAttention` 都切换到普通路径：要为一次本会流式计算的传递画出完整的热图，就用这个办法（训练运行自己的图就是这样画的）。本教程的图：第 2 节测得的内存，以及两个头中最后 48 个查询重新计算出的权重，各用自己的颜色刻度。ALiBi 最陡的头只看最近的键，最平缓的头则几乎均匀地看所有的键。
+# 上面最后几行用到的 `minitensor.nn.attention.plain_attention(model)`，在一个 `with` 块的范围内把模型中的每个 `MultiHeadAttention` 都切换到普通路径：要为一次本会流式计算的传递画出完整的热图，就用这个办法（训练运行自己的图就是这样画的）。本教程的图：第 2 节测得的内存，以及两个头中最后 48 个查询重新计算出的权重（代码中的下标是 0 和 3；图的标题与教程 9 和库自己的图一样，从 1 开始给头编号），各用自己的颜色刻度。ALiBi 最陡的头只看最近的键，最平缓的头则几乎均匀地看所有的键。
 
 # %%
 fig = Figure(figsize=(13, 3.8), layout="constrained")
