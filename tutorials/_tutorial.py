@@ -269,6 +269,16 @@ LABELS["zh"].update(
         ),
     }
 )
+LABELS["zh"].update(
+    {  # 11_bahdanau_attention
+        "without attention (context = last state)": "无注意力（上下文变量 = 最后的隐状态）",
+        "Bahdanau attention (additive)": "Bahdanau 注意力（加性）",
+        "input length n (letters)": "输入长度 n（字母数）",
+        "held-out exact match": "留出集上的精确匹配",
+        "reversing strings: the fixed context is a bottleneck": "反转字符串：固定的上下文变量是瓶颈",
+        "Bahdanau attention, reversing {source}": "Bahdanau 注意力，反转 {source}",
+    }
+)
 
 
 def _use_cjk_font():
