@@ -165,11 +165,11 @@ assert extra == 2 * num_hiddens * h + h
 # 600 minibatches of 128 strings in the same order, and the recipe of `minitensor train`
 # (`build_optimizer`, `build_scheduler`: Adam, a warm-up to a learning rate of 0.01 then a
 # cosine decay, gradients clipped at norm 1), minimising the cross-entropy of the target
-# tokens with teacher forcing (强制教学). Smoke mode trains 150 minibatches of 64 strings
+# tokens with teacher forcing (强制教学). Smoke mode trains 250 minibatches of 64 strings
 # of 1 to 8 letters.
 
 # %%
-max_len, steps, batch_size = pick((16, 600, 128), (8, 150, 64))
+max_len, steps, batch_size = pick((16, 600, 128), (8, 250, 64))
 config = TrainConfig(task="reverse", min_len=1, max_len=max_len, num_train=steps * batch_size, num_heldout=600)
 data = build_data(config)
 train_arrays = seq2seq_arrays(data.train, data.src_vocab, data.tgt_vocab, data.num_steps, data.tgt_num_steps)
@@ -282,7 +282,7 @@ example = next(s for s in sources if len(s) == max_len)
 hyp = translate(
     model, example, data.src_vocab, data.tgt_vocab, data.num_steps, max_len=data.tgt_num_steps, attention=True
 )
-src_labels, tgt_labels = list(example) + ["<eos>"], list(hyp.tokens) + ["<eos>"]
+src_labels, tgt_labels = list(example) + ["<eos>"], list(hyp.tokens) + ["<eos>"] * hyp.ended
 plot_seq2seq_attention(
     hyp.attention,
     src_labels,
@@ -294,7 +294,7 @@ plot_seq2seq_attention(
 print(f"{''.join(example)!r} -> {''.join(hyp.tokens)!r}; wrote {figure_path(T, 'alignment.png')}")
 W = hyp.attention  # (output steps, source positions), one row per scored token, <eos> included
 n = len(example)
-assert W.shape == (len(hyp.tokens) + 1, n + 1) and np.allclose(W.sum(-1), 1, atol=1e-5)
+assert W.shape == (len(hyp.tokens) + hyp.ended, n + 1) and np.allclose(W.sum(-1), 1, atol=1e-5)
 # output step t (from 0) writes source letter j = n - 1 - t; the key h_j is the state after reading it
 rows = range(min(n, len(hyp.tokens)))
 on_letter = {d: np.mean([W[t, n - 1 - t + d] for t in rows]) for d in (-1, 0, 1)}  # weight on h_{j+d}
@@ -355,20 +355,20 @@ if not SMOKE:
 #
 # | model | parameters | training (s) | exact match | lengths 13–16 |
 # |---|---:|---:|---:|---:|
-# | GRU, no attention (D2L 9.7) | 17,102 | 7.2 | 32.3% | 0.0% |
-# | GRU + Bahdanau (D2L 10.4) | 19,182 | 29.6 | 100.0% | 100.0% |
-# | Transformer (D2L 10.7) | 43,470 | 25.3 | 100.0% | 100.0% |
+# | GRU, no attention (D2L 9.7) | 17,102 | 6.1 | 32.3% | 0.0% |
+# | GRU + Bahdanau (D2L 10.4) | 19,182 | 27.2 | 100.0% | 100.0% |
+# | Transformer (D2L 10.7) | 43,470 | 20.8 | 100.0% | 100.0% |
 #
 # Both attention models solve the task; the model without attention does not. The
-# Transformer needs 2.3 times the Bahdanau model's parameters and about the same training
+# Transformer needs 2.3 times the Bahdanau model's parameters and trains in a little less
 # time here. The time goes to different places. The decoder without attention runs its GRU
 # over the whole target in one call; the Bahdanau decoder must run one GRU step and one
 # attention per target token, one after another in Python, because the query of step
 # $t'$ is the state that step $t'-1$ produced — its training takes four to five times as
-# long. The Transformer has no recurrence: in training it processes all the positions of a
-# sequence at once, in larger matrix products, which is what lets it grow with the hardware
-# (D2L 10.6 compares the two: $\mathcal O(n)$ sequential operations for an RNN, $\mathcal
-# O(1)$ for self-attention).
+# long as that of the model without attention. The Transformer has no recurrence: in
+# training it processes all the positions of a sequence at once, in larger matrix products,
+# which is what lets it grow with the hardware (D2L 10.6 compares the two: $\mathcal O(n)$
+# sequential operations for an RNN, $\mathcal O(1)$ for self-attention).
 #
 # ## Exercises
 #
