@@ -318,3 +318,17 @@ def test_plain_decoder_learns_to_copy_and_decodes_with_greedy_and_beam_search():
     hyps = beam_search(model, state, BOS, EOS, max_len=target.shape[1], beam_size=3)
     found = [h.tokens == [t for t in target[i] if t not in (PAD, EOS)] for i, h in enumerate(hyps)]
     assert len(hyps) == 20 and np.mean(found) >= 0.9 and all(h.attention is None for h in hyps)
+
+
+@pytest.mark.parametrize("decoder_class", [nn.Seq2SeqDecoder, nn.Seq2SeqAttentionDecoder])
+@pytest.mark.parametrize("hiddens, layers", [(16, 2), (8, 1)])
+def test_a_decoder_that_does_not_fit_the_encoder_says_so_by_name(decoder_class, hiddens, layers):
+    """The decoder's GRU starts from the encoder's state: a different width or depth is named at
+    init_state, with both shapes, not left to a broadcast or GRU error steps later."""
+    encoder = nn.Seq2SeqEncoder(VOCAB, 6, 8, 2)
+    decoder = decoder_class(VOCAB, 6, hiddens, layers)
+    with pytest.raises(
+        mt.ShapeError,
+        match=rf"{decoder_class.__name__}\.init_state: .*\(2, 3, 8\).*num_layers={layers}.*num_hiddens={hiddens}",
+    ):
+        decoder.init_state(encoder(tokens(3, 4)))

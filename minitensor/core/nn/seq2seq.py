@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+from ..errors import ShapeError
 from ..ops import concat
 from ..tensor import Device, DType, Tensor, tensor
 from . import init
@@ -83,6 +84,18 @@ class Seq2SeqEncoder(Module):
         return self.rnn(embs)
 
 
+def _check_encoder_state(decoder: Module, hidden_state: Tensor) -> None:
+    """The decoder's GRU starts from the encoder's state, so their layers and widths must agree:
+    say so by name here rather than as a broadcast or GRU shape error steps later."""
+    expected = (decoder.num_layers, decoder.num_hiddens)
+    if hidden_state.ndim != 3 or (hidden_state.shape[0], hidden_state.shape[2]) != expected:
+        raise ShapeError(
+            f"{type(decoder).__name__}.init_state: the encoder's state has shape {tuple(hidden_state.shape)}, "
+            f"expected (num_layers={decoder.num_layers}, batch_size, num_hiddens={decoder.num_hiddens}): "
+            "build the encoder and the decoder with the same num_layers and num_hiddens"
+        )
+
+
 class DecoderState(NamedTuple):
     """The attention-free decoder's state: context (batch, num_hiddens), the encoder's last-layer
     final state, the same at every step; hidden_state (num_layers, batch, num_hiddens), the GRU's."""
@@ -137,6 +150,7 @@ class Seq2SeqDecoder(Module):
         ``state[-1]`` (D2L's ``enc_output[-1]``, the same numbers), and the whole ``state`` as the
         GRU's first. ``enc_valid_lens`` is not used."""
         _, hidden_state = enc_outputs
+        _check_encoder_state(self, hidden_state)
         return DecoderState(hidden_state[-1], hidden_state)
 
     def forward(self, X: Tensor, state: DecoderState) -> tuple[Tensor, DecoderState]:
@@ -234,6 +248,7 @@ class Seq2SeqAttentionDecoder(Module):
         batch-major (batch_size, num_enc_steps, num_hiddens) as keys and values, the encoder's last
         state as the GRU's first, and ``enc_valid_lens`` (a list or array becomes a tensor)."""
         outputs, hidden_state = enc_outputs
+        _check_encoder_state(self, hidden_state)
         if enc_valid_lens is not None and not isinstance(enc_valid_lens, Tensor):
             enc_valid_lens = tensor(enc_valid_lens, device=outputs.device)
         # batch-major keys and values, as attention layers take them
