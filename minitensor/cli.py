@@ -14,6 +14,7 @@ import json
 import math
 import os
 import sys
+import time
 import warnings
 
 import minitensor as mt
@@ -67,6 +68,7 @@ from .train.run import BEST_DIR, CHECKPOINT_DIR, holds_run, load_run_checkpoint,
 # `minitensor --help` never needs.
 
 EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 1, 2, 130, 141
+_LAST_WORDS_S = 0.25  # a failing rank's pause before the job ends: see _end_job
 
 
 class _Parser(argparse.ArgumentParser):
@@ -988,6 +990,13 @@ def main(argv=None):
 def _end_job(code, traceback_of=None):
     """``code``; but in one process of a data-parallel job, the others may be waiting for this one
     in a collective that will never complete: end them all (MPI_Abort), after this one has said why."""
+    if launched_size() > 1:
+        # The launcher forwards this rank's output through a pipe and ends the whole job as soon as
+        # a rank fails; on a busy machine it could end it before reading why (both streams came
+        # back empty, about one job in twenty under load). Give it a moment to read the message.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        time.sleep(_LAST_WORDS_S)
     if launched_size() > 1 and "mpi4py.MPI" in sys.modules:  # MPI started (else no rank waits)
         if traceback_of is not None:
             import traceback
