@@ -990,18 +990,20 @@ def main(argv=None):
 def _end_job(code, traceback_of=None):
     """``code``; but in one process of a data-parallel job, the others may be waiting for this one
     in a collective that will never complete: end them all (MPI_Abort), after this one has said why."""
-    if launched_size() > 1:
-        # The launcher forwards this rank's output through a pipe and ends the whole job as soon as
-        # a rank fails; on a busy machine it could end it before reading why (both streams came
-        # back empty, about one job in twenty under load). Give it a moment to read the message.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        time.sleep(_LAST_WORDS_S)
-    if launched_size() > 1 and "mpi4py.MPI" in sys.modules:  # MPI started (else no rank waits)
-        if traceback_of is not None:
-            import traceback
+    if launched_size() == 1:
+        return code
+    started = "mpi4py.MPI" in sys.modules  # else no rank waits for this one
+    if started and traceback_of is not None:
+        import traceback
 
-            traceback.print_exception(traceback_of)
+        traceback.print_exception(traceback_of)
+    # The launcher forwards this rank's output through a pipe and ends the whole job as soon as a
+    # rank fails; on a busy machine it could end it before reading why (both streams came back
+    # empty, about one job in twenty under load). Give it a moment to read the message.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    time.sleep(_LAST_WORDS_S)
+    if started:
         world().abort(code)
     return code
 

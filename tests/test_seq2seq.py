@@ -180,21 +180,25 @@ def greedy(model, src, valid_lens, steps):
     return np.stack(out, axis=1)
 
 
-def test_learns_to_reverse_sequences():
-    mt.manual_seed(0)
-    rng = np.random.default_rng(0)
-    model = make_model(embed=16, hiddens=32, layers=1, dtype=mt.float32)
-    steps = 150
+def fit(model, next_batch, steps):
+    """Adam at 0.02 with warm-up and cosine decay, gradients clipped at 1: ``steps`` batches."""
     opt = mt.optim.Adam(model.parameters(), lr=0.02)
     schedule = mt.optim.WarmupCosineLR(opt, warmup_steps=10, total_steps=steps)
     for _ in range(steps):
-        src, dec_in, tgt, valid_lens = reversal_batch(rng, 64)
+        src, dec_in, tgt, valid_lens = next_batch()
         loss = mt.cross_entropy(model(src, dec_in, valid_lens), tgt, ignore_index=PAD)
         opt.zero_grad()
         loss.backward()
         mt.optim.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         schedule.step()
+
+
+def test_learns_to_reverse_sequences():
+    mt.manual_seed(0)
+    rng = np.random.default_rng(0)
+    model = make_model(embed=16, hiddens=32, layers=1, dtype=mt.float32)
+    fit(model, lambda: reversal_batch(rng, 64), steps=150)
 
     model.eval()
     src, dec_in, tgt, valid_lens = reversal_batch(np.random.default_rng(1), 200)
@@ -285,9 +289,6 @@ def test_plain_decoder_learns_to_copy_and_decodes_with_greedy_and_beam_search():
     mt.manual_seed(0)
     rng = np.random.default_rng(0)
     model = make_plain_model(embed=16, hiddens=32, layers=1, dtype=mt.float32)
-    steps = 250
-    opt = mt.optim.Adam(model.parameters(), lr=0.02)
-    schedule = mt.optim.WarmupCosineLR(opt, warmup_steps=10, total_steps=steps)
 
     def copy_batch(rng, batch, max_len=4):
         src, dec_in, tgt, valid_lens = reversal_batch(rng, batch, max_len)
@@ -297,14 +298,7 @@ def test_plain_decoder_learns_to_copy_and_decodes_with_greedy_and_beam_search():
             src[i, :n] = src[i, :n][::-1]  # the source reversed: the target copies it
         return mt.tensor(src), dec_in, tgt, valid_lens
 
-    for _ in range(steps):
-        src, dec_in, tgt, valid_lens = copy_batch(rng, 64)
-        loss = mt.cross_entropy(model(src, dec_in, valid_lens), tgt, ignore_index=PAD)
-        opt.zero_grad()
-        loss.backward()
-        mt.optim.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        schedule.step()
+    fit(model, lambda: copy_batch(rng, 64), steps=250)
     model.eval()
     src, dec_in, tgt, valid_lens = copy_batch(np.random.default_rng(1), 200)
     target, real = tgt.numpy(), tgt.numpy() != PAD

@@ -616,23 +616,13 @@ def plot_seq2seq_attention(
             raise ValueError(
                 f"Bahdanau attention weights: expected a list of steps or one (L, S) array, got shape {data.shape}"
             )
-        return show_heatmaps(
-            data,
-            "keys (source)",
-            "queries (target)",
-            path=path,
-            row_labels=tgt_tokens,
-            col_labels=src_tokens,
-            lang=lang,
-            labels=labels,
-            **kwargs,
-        )
-    steps = list(weights or [])
-    if steps and isinstance(steps[0], (list, tuple)):  # one list per decoding call
-        steps = [w for call in steps for w in call]
-    if not steps:
-        raise ValueError("no Bahdanau attention weights recorded: run the decoder first")
-    data = numpy.concatenate([_to_numpy(w)[index] for w in steps], axis=0)  # (T, S)
+    else:
+        steps = list(weights or [])
+        if steps and isinstance(steps[0], (list, tuple)):  # one list per decoding call
+            steps = [w for call in steps for w in call]
+        if not steps:
+            raise ValueError("no Bahdanau attention weights recorded: run the decoder first")
+        data = numpy.concatenate([_to_numpy(w)[index] for w in steps], axis=0)  # (T, S)
     return show_heatmaps(
         data,
         "keys (source)",
