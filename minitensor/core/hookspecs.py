@@ -25,7 +25,8 @@ The hooks
 ---------
 - ``minitensor_scorers()``, ``minitensor_poolings()``, ``minitensor_positional_encodings()``:
   no parameters, each returns a dict ``{name: class}``. These three names are fixed; more
-  hooks may come.
+  hooks may come. Inference adds two (see "Key/value caches" and "Decoders" below):
+  ``minitensor_kv_caches()`` and ``minitensor_decoders()``, the same way.
 - An implementation is a function marked ``@minitensor.hookimpl`` (the same marker as
   ``minitensor.plugins.hookimpl``) and named exactly like its hook. Registration refuses a
   name that matches no hook (``minitensor_scorer``: the error names the closest hook), an
@@ -34,7 +35,7 @@ The hooks
   keyword arguments and fills only the parameters without defaults). A hook that raises, or
   returns anything but a dict, is a ``PluginError`` naming the plugin.
 - The registries (``minitensor.plugins.scorers()``, ``poolings()``,
-  ``positional_encodings()``) merge the dicts of every plugin. A name claimed by two plugins
+  ``positional_encodings()``, ``kv_caches()``, ``decoders()``) merge the dicts of every plugin. A name claimed by two plugins
   is an error naming both (a plugin cannot replace a built-in: pick a name of your own); an
   unknown name lists the available ones and the closest match. Layers, models, the command
   line and checkpoints take plugins by *name*, so a registered class works everywhere a
@@ -222,6 +223,73 @@ queries and keys. ``positional=`` (``--positional``) names an encoding of any ki
 "scores" one; ``MultiHeadAttention(positional=...)`` takes "qk" and "scores" encodings
 only, by name or already built (so that layers can share one).
 
+Key/value caches (``minitensor_kv_caches``)
+-------------------------------------------
+A cache *policy* decides what a self-attention layer remembers of the tokens it has seen
+while a model decodes one token (or a few) at a time; the layer only calls it. Built-ins:
+``full`` (every position: decoding equals recomputing the whole sequence), ``window`` (the
+last ``window`` positions), ``sinks`` (StreamingLLM, Xiao et al. 2023: the first ``sinks``
+positions and the last ``window``, re-indexed) and ``int8`` (every position, stored as
+8-bit integers with a scale and a zero point per head and token).
+
+- A policy is a plain class (not a Module: it holds no parameters), built as
+  ``cls(**options)`` once per layer and per decoding (``model.begin_decoding(cache=name,
+  cache_options={...})``, ``--cache NAME --cache-opt key=value``); it refuses an option it
+  does not know with ``check_options``. Subclassing ``minitensor.nn.KVCache`` gives the
+  defaults below.
+- ``append(keys, values, positions)``: keys and values (batch, num_kv_heads, T, d_head) of the
+  T new tokens, projected but *not* position-encoded (a "qk" encoding such as ``rotary`` is
+  applied when the keys are read, at the positions the policy reports: that is how
+  StreamingLLM re-indexes); ``positions``: an int64 NumPy array (T,), their positions in the
+  text. The policy may drop or compress what it held before, never the new tokens: the T new
+  queries attend what the policy keeps after ``append``, and they are its last T entries.
+- ``keys()``, ``values()``: Tensors (batch, num_kv_heads, K, d_head) in the dtype and on the
+  device of what was appended (de-quantised, for a compressing policy); ``positions()``: int64
+  NumPy array (K,), the positions the attention uses for them, *consecutive* (the encodings
+  take offsets; a policy that drops positions in the middle re-indexes, as ``sinks`` does).
+  The new queries sit at the last T of them.
+- ``bytes()``: the memory the cache holds, in bytes.
+- ``seen_tokens`` (an int attribute the layer keeps): how many tokens have been appended, the
+  position of the next one in the text (the input encodings' offset).
+- Optional: ``mask(num_new)`` -> None or a bool array (num_new, K), True = may attend: which
+  kept keys each new query may see besides causality (``window`` and ``sinks`` restrict a
+  chunk of several new tokens to each token's own window); ``select(indices)`` -> a new
+  cache of the batch rows ``indices`` (beam search; ``KVCache`` indexes every Tensor
+  attribute on its first axis); ``crop(num_tokens)``: forget every token from position
+  ``num_tokens`` on (speculative decoding rolls back rejected draft tokens; ``KVCache``'s
+  raises, and ``full`` and ``int8`` implement it); ``copy()`` (``KVCache``: a shallow copy,
+  enough when ``append`` replaces its tensors rather than writing into them).
+- ``minitensor.testing.check_kv_cache(cls, options, reference)`` checks a policy against the
+  attention it stands for, for every scorer, pooling and positional encoding registered:
+  ``full`` equals the whole causal pass, ``window`` the pass with a sliding-window mask,
+  ``sinks`` its own definition computed without a cache, ``int8`` within its stated bound.
+
+Decoders (``minitensor_decoders``)
+----------------------------------
+How the next token is chosen from the model's next-token scores: *processors* reshape the
+scores, a *search* chooses. Both are plain classes built as ``cls(**options)``, each with a
+class attribute ``kind``, ``"processor"`` or ``"search"``. A decoder is a chain of processors
+and at most one search, named together: ``minitensor.inference.decoder("top_p", p=0.9)``,
+``--decoder top_p --decoder-opt p=0.9`` (an option goes to the one piece that takes it;
+``name.option=value`` when two do). Without a search the chain samples when it has a
+processor and is greedy when it has none.
+
+- A processor: ``__call__(scores, tokens) -> scores``: scores a float64 NumPy array
+  (rows, vocab_size), log-probabilities or what earlier processors made of them; tokens an
+  int64 array (rows, t), each row's tokens so far (the prompt included). Returns the new
+  (rows, vocab_size) scores; -inf means "never this token". Built-ins: ``temperature``,
+  ``top_k``, ``top_p``, ``min_p``, ``repetition_penalty``.
+- A search: ``__call__(model, state, start, eos, max_len, processors, rng)`` -> one
+  ``minitensor.inference.Hypothesis`` per row of ``start`` (int64 (batch, t), the first
+  tokens to feed), ``model`` with the decoding API (``begin_decoding``, ``decode_step``,
+  ``reorder_state``), ``processors`` the chain to apply to every step's log-probabilities,
+  ``rng`` a NumPy Generator. Built-ins: ``greedy``, ``beam`` (``beam_size``,
+  ``length_penalty``), ``sample``, ``speculative`` (``draft``: a smaller model with the same
+  vocabulary; ``k``: draft tokens per round; ``sample``: the acceptance rule of Leviathan et
+  al. 2023 / Chen et al. 2023 instead of greedy agreement). Greedy speculative decoding gives
+  the target's greedy output token for token; sampling speculative decoding the target's
+  distribution.
+
 A scorer plugin in full
 -----------------------
 ::
@@ -265,3 +333,13 @@ def minitensor_poolings() -> dict[str, type]:
 @hookspec
 def minitensor_positional_encodings() -> dict[str, type]:
     """Positional encodings, ``{name: class}``: added to inputs, on queries and keys, or on scores."""
+
+
+@hookspec
+def minitensor_kv_caches() -> dict[str, type]:
+    """Key/value cache policies, ``{name: class}``: what decoding keeps of the past (see "Key/value caches")."""
+
+
+@hookspec
+def minitensor_decoders() -> dict[str, type]:
+    """Decoders, ``{name: class}``: processors of next-token scores and searches (see "Decoders")."""

@@ -78,9 +78,11 @@ __all__ = [
     "RUN_TIME",
     "UnknownPluginError",
     "check_options",
+    "decoders",
     "describe",
     "get_plugin_manager",
     "hookimpl",
+    "kv_caches",
     "load_plugin",
     "lookup",
     "poolings",
@@ -111,6 +113,8 @@ DEFAULT_PLUGINS = (
     "minitensor_plugins.poolings",
     "minitensor_plugins.positional",
     "minitensor_plugins.score_biases",
+    "minitensor_plugins.kv_caches",
+    "minitensor_plugins.decoders",
 )
 """The modules of the built-in plugins, registered first, in this order, exactly as a user's
 plugin is (the autoload switches do not apply to them)."""
@@ -133,6 +137,8 @@ KINDS = {
     "scorer": "minitensor_scorers",
     "pooling": "minitensor_poolings",
     "positional encoding": "minitensor_positional_encodings",
+    "kv cache": "minitensor_kv_caches",
+    "decoder": "minitensor_decoders",
 }
 """The plugin kinds, each with the hook that fills its registry: ``{kind: hook name}``.
 ``lookup()`` also accepts the hook names, the plurals and underscores for a kind."""
@@ -147,6 +153,13 @@ _KIND_ALIASES = {
     "positional encodings": "positional encoding",
     "positional_encodings": "positional encoding",
     "minitensor_positional_encodings": "positional encoding",
+    "kv caches": "kv cache",
+    "kv_cache": "kv cache",
+    "kv_caches": "kv cache",
+    "cache": "kv cache",
+    "minitensor_kv_caches": "kv cache",
+    "decoders": "decoder",
+    "minitensor_decoders": "decoder",
 }
 
 
@@ -613,6 +626,18 @@ def positional_encodings() -> dict[str, type]:
     """Positional-encoding name -> class, from every plugin: a new dict, the registry as it is now.
     An encoding's ``applies_to`` says where it acts: "inputs", "qk" or "scores"."""
     return dict(_registry("positional encoding"))
+
+
+def kv_caches() -> dict[str, type]:
+    """Key/value cache policy name -> class, from every plugin: a new dict, the registry as it is
+    now. A policy decides what a layer keeps of the past while a model decodes."""
+    return dict(_registry("kv cache"))
+
+
+def decoders() -> dict[str, type]:
+    """Decoder name -> class, from every plugin: a new dict, the registry as it is now. Each class's
+    ``kind`` says whether it is a "processor" of next-token scores or a "search"."""
+    return dict(_registry("decoder"))
 
 
 def lookup(kind: str, name: str) -> type:
