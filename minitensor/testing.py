@@ -33,7 +33,10 @@ attention layer relies on (``minitensor/core/hookspecs.py`` states the contracts
   clearly) beyond ``max_len``;
 - ``check_incremental_decoding(scorer=..., pooling=..., positional=...)``: a
   MultiHeadAttention built from those names decodes token by token (with its key/value
-  cache) exactly as it computes the whole causal pass.
+  cache) exactly as it computes the whole causal pass;
+- key/value cache policies: ``check_kv_cache(policy, options, keeps=...)`` against the
+  policy's definition, ``check_cached_generation(lm)`` over a long generation
+  (``minitensor/testing_caches.py``).
 
 A check returns True, or raises AssertionError naming the broken property, the plugin class
 and the shapes or values involved. Each runs in well under a second (tiny sizes).
@@ -49,7 +52,16 @@ from .errors import GradcheckError
 from .grad_mode import no_grad
 from .nn import Module, MultiHeadAttention
 
-__all__ = ["check_incremental_decoding", "check_pooling", "check_positional_encoding", "check_scorer"]
+__all__ = [
+    "KEEPS",
+    "attention_error_bound",
+    "check_cached_generation",
+    "check_incremental_decoding",
+    "check_kv_cache",
+    "check_pooling",
+    "check_positional_encoding",
+    "check_scorer",
+]
 
 Q, K = 3, 5  # queries and keys per example: different, so a transposed result shows
 LEADS = ((), (2,), (2, 3))  # no batch axis, (batch,), (batch, num_heads)
@@ -927,9 +939,9 @@ def check_incremental_decoding(
                 start += size
             stepwise = numpy.concatenate(outputs, axis=1)
             d_head, g = num_hiddens // num_heads, num_kv_heads or num_heads
-            if tuple(cache[0].shape) != (batch, g, steps, d_head):
+            if tuple(cache.keys().shape) != (batch, g, steps, d_head):
                 raise AssertionError(
-                    f"{what}: the key cache after {steps} tokens has shape {tuple(cache[0].shape)}, "
+                    f"{what}: the key cache after {steps} tokens has shape {tuple(cache.keys().shape)}, "
                     f"expected (batch, num_kv_heads, steps, d_head) = {(batch, g, steps, d_head)}"
                 )
             bad = ~numpy.isclose(stepwise, full, rtol=1e-9, atol=1e-12)
@@ -941,3 +953,7 @@ def check_incremental_decoding(
                     "full pass disagree about positions (an offset?) or the plugin depends on how many keys it sees"
                 )
     return True
+
+
+# the cache policies' checks live in their own file; the kit is one import
+from .testing_caches import KEEPS, attention_error_bound, check_cached_generation, check_kv_cache  # noqa: E402

@@ -96,8 +96,8 @@ def test_grouped_heads_share_keys_and_values_within_a_group(scorer, g):
 
 def test_the_cache_of_grouped_heads_shrinks():
     mha = nn.MultiHeadAttention(16, 4, num_kv_heads=1)
-    _, (k, v) = mha.cached_self_attention(randn(2, 7, 16).float())
-    assert k.shape == v.shape == (2, 1, 7, 4)
+    _, cache = mha.cached_self_attention(randn(2, 7, 16).float())
+    assert cache.keys().shape == cache.values().shape == (2, 1, 7, 4)
 
 
 @pytest.mark.parametrize("g", [0, 3, 2.0, -1])

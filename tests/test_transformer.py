@@ -195,8 +195,8 @@ def test_cached_decoding_equals_the_full_forward_pass(kind, positional, norm_fir
         steps, state = decode_in_pieces(model, X, [2, 1, 1, 1, 1, 1], state)
     np.testing.assert_allclose(steps, full, atol=1e-5, rtol=0)
     # the cache holds the projected keys and values of all 7 positions, block by block
-    for keys, values in state[2]:
-        assert keys.shape == values.shape == (3, 2, 7, 4)
+    for cache in state[2]:
+        assert cache.keys().shape == cache.values().shape == (3, 2, 7, 4)
     assert model.decoder.num_cached_steps(state) == 7
 
 
@@ -257,7 +257,8 @@ def test_reorder_state_selects_and_repeats_batch_rows(kind):
         np.testing.assert_allclose(got_list.numpy(), expected.numpy(), atol=1e-12)
         original, _ = model.decode_step(X[:, 3:], state)
     np.testing.assert_allclose(original.numpy()[rows], expected.numpy(), atol=1e-12)
-    for (k, v), (k2, v2) in zip(state[2], reordered[2]):
+    for cache, cache2 in zip(state[2], reordered[2]):
+        k, v, k2, v2 = cache.keys(), cache.values(), cache2.keys(), cache2.values()
         assert k.shape[0] == 3 and k2.shape[0] == 3
         np.testing.assert_array_equal(k2.numpy(), k.numpy()[rows])
         np.testing.assert_array_equal(v2.numpy(), v.numpy()[rows])

@@ -442,7 +442,7 @@ assert gap < 1e-5, "GQA = multi-head attention with key/value heads tied in grou
 
 # %% [markdown]
 # Now the cache. `cached_self_attention(x_t, cache)` decodes one token at a time and returns
-# the cache extended by it: keys and values of shape (batch, g, T, d_head).
+# the cache extended by it (a `full` cache: it keeps every position): keys and values of shape (batch, g, T, d_head).
 
 # %%
 print(" g   W_k + W_v parameters   cached numbers after 6 tokens   cache of multi-head / this")
@@ -452,7 +452,7 @@ for g in (num_heads, 2, 1):
     with mt.no_grad():
         for t in range(T):
             out, cache = layer.cached_self_attention(X[:, t : t + 1], cache)
-    keys, values = cache
+    keys, values = cache.keys(), cache.values()
     assert keys.shape == values.shape == (batch, g, T, d_head), "the cache holds g heads: (batch, g, T, d_head)"
     cached = keys.numel() + values.numel()
     params = layer.W_k.weight.numel() + layer.W_v.weight.numel()

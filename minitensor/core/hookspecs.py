@@ -35,9 +35,10 @@ The hooks
   keyword arguments and fills only the parameters without defaults). A hook that raises, or
   returns anything but a dict, is a ``PluginError`` naming the plugin.
 - The registries (``minitensor.plugins.scorers()``, ``poolings()``,
-  ``positional_encodings()``, ``kv_caches()``, ``decoders()``) merge the dicts of every plugin. A name claimed by two plugins
-  is an error naming both (a plugin cannot replace a built-in: pick a name of your own); an
-  unknown name lists the available ones and the closest match. Layers, models, the command
+  ``positional_encodings()``, ``kv_caches()``, ``decoders()``) merge the dicts of every
+  plugin. A name claimed by two plugins is an error naming both (a plugin cannot replace a
+  built-in: pick a name of your own); an unknown name lists the available ones and the
+  closest match. Layers, models, the command
   line and checkpoints take plugins by *name*, so a registered class works everywhere a
   built-in does; ``minitensor plugins`` lists every name with its kind and source.
 - A plugin is any module or object carrying hook implementations: an entry point in the group

@@ -12,8 +12,8 @@ D2L's GRU with Bahdanau attention (``Seq2Seq(Seq2SeqEncoder, Seq2SeqAttentionDec
   *new_state), where the state is
 
   - Transformer: ``cache_k_i``, ``cache_v_i`` per block, (batch, num_kv_heads, past, d_head),
-    the keys and values of the past tokens; the new ones are extended to past + t. t and past
-    are dynamic; the first step feeds caches with past = 0;
+    the keys and values of the past tokens (a ``full`` cache's: keys before a rotary encoding); the
+    new ones are extended to past + t. t and past are dynamic; the first step feeds caches with past = 0;
   - Bahdanau: ``hidden_state`` (num_layers, batch, num_hiddens), the GRU's state; t is 1 (the
     decoder runs its GRU one token after another, and the trace unrolls one step);
 
@@ -78,10 +78,14 @@ class _TransformerStep(Module):
         self.model = model
 
     def forward(self, tokens, enc_outputs, src_valid_lens, *caches):
-        pairs = [(caches[2 * i], caches[2 * i + 1]) for i in range(len(caches) // 2)]
-        state = [enc_outputs, src_valid_lens, pairs]
+        state = self.model.decoder.init_state(enc_outputs, src_valid_lens)  # a `full` cache per block
+        for i, cache in enumerate(state[2]):  # holding the past tokens' keys and values given
+            keys, values = caches[2 * i], caches[2 * i + 1]
+            past = keys.shape[2]
+            cache.append(keys, values, numpy.arange(past, dtype=numpy.int64))
+            cache.seen_tokens = past
         logits, state = self.model.decode_step(tokens, state)
-        return (logits, *[t for pair in state[2] for t in pair])
+        return (logits, *[t for cache in state[2] for t in (cache.keys(), cache.values())])
 
 
 class _BahdanauEncoder(Module):

@@ -435,7 +435,7 @@ for g in (num_heads, 2, 1):
     with mt.no_grad():
         for t in range(T):
             out, cache = layer.cached_self_attention(X[:, t : t + 1], cache)
-    keys, values = cache
+    keys, values = cache.keys(), cache.values()
     assert keys.shape == values.shape == (batch, g, T, d_head), "the cache holds g heads: (batch, g, T, d_head)"
     cached = keys.numel() + values.numel()
     params = layer.W_k.weight.numel() + layer.W_v.weight.numel()

@@ -8,6 +8,7 @@ from .config import Seq2SeqConfig, TransformerConfig
 from .container import ModuleDict, ModuleList, Sequential
 from .conv import Conv1d
 from .dropout import Dropout
+from .kv_cache import KVCache
 from .linear import Embedding, Linear
 from .module import Module, Parameter
 from .normalization import LayerNorm
@@ -31,6 +32,7 @@ __all__ = [
     "Embedding",
     "GELU",
     "Identity",
+    "KVCache",
     "LayerNorm",
     "Linear",
     "LogSoftmax",

@@ -39,6 +39,7 @@ from ..errors import ShapeError
 from ..ops.flash_attention import BLOCK_K, BLOCK_Q, FlashAttention, StreamPlan, pick_indices, stream_plan
 from ..tensor import Device, DType, Tensor, tensor
 from .dropout import Dropout
+from .kv_cache import check_positions
 from .linear import Linear
 from .module import Module
 
@@ -103,6 +104,17 @@ def _build_plugin(
     if dtype is not None or device is not None:
         plugin.to(dtype=dtype, device=device)
     return plugin
+
+
+def new_cache(name: str = "full", options: dict[str, Any] | None = None) -> Any:
+    """A new key/value cache of the policy registered as ``name``, built with ``options``."""
+    from .. import plugins  # on first use: the plugin machinery loads lazily
+
+    cls = plugins.lookup("kv cache", name)
+    try:
+        return cls(**(options or {}))
+    except TypeError as e:  # an option the policy does not take: name the policy
+        raise TypeError(f"key/value cache {name!r}: {e}") from e
 
 
 def as_tensor(value: Any, like: Tensor, dtype: DType = None) -> Any:  # a Tensor; None stays None
@@ -667,32 +679,40 @@ class MultiHeadAttention(Module):
         q, k = self._encode_qk(q, k, q_offset, k_offset)
         return self.attend(q, k, v, valid_lens, mask, causal, q_offset, k_offset)
 
-    def cached_self_attention(
-        self, X: Tensor, cache: tuple[Tensor, Tensor] | None = None
-    ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+    def cached_self_attention(self, X: Tensor, cache: Any = None) -> tuple[Tensor, Any]:
         """Causal self-attention for new tokens X (batch, T, num_hiddens) that follow the
-        positions held in ``cache``: what a decoder calls once per step.
+        tokens held in ``cache``: what a decoder calls once per step.
 
-        ``cache``: None (nothing before X) or (keys, values), each (batch, num_kv_heads,
-        T_past, d_head): W_k x and W_v x of the T_past earlier positions, already split into
-        heads (and rotated, with a rotary encoding). Only X is projected; its queries, at
-        positions T_past .., attend the cached keys and their own, with query i seeing key j
-        when j <= i + T_past (``causal=True``: the cache is the past). Returns (output
-        (batch, T, num_hiddens), the cache extended to T_past + T).
+        ``cache``: a key/value cache policy (the contract's "Key/value caches"; None: a new
+        ``full`` cache, the policy that keeps everything). Only X is projected; its keys and
+        values go into the cache *before* the "qk" encoding, and the layer encodes queries and
+        keys at the positions the cache reports -- so that a policy can re-index them
+        (StreamingLLM). The new queries are the last T kept positions and see the kept keys
+        up to their own (``causal=True``: the cache is the past), and where the policy's
+        ``mask(T)`` allows. Returns (output (batch, T, num_hiddens), the cache, appended to).
 
-        This is ``self(X, X, X, causal=True)`` with the projections of the past kept instead
-        of recomputed: both run ``attend``, so a positional encoding, grouped heads and any
-        plugin act identically in training and in decoding
-        (``minitensor.testing.check_incremental_decoding`` checks it).
+        With the ``full`` policy this is ``self(X_all, X_all, X_all, causal=True)``'s last T
+        rows with the projections of the past kept instead of recomputed: both run ``attend``,
+        so a positional encoding, grouped heads and any plugin act identically in training and
+        in decoding (``minitensor.testing.check_incremental_decoding`` checks it, and
+        ``check_kv_cache`` checks every policy against what it stands for).
         """
         self._check_input("X", X, self.query_size)
-        past = 0 if cache is None else cache[0].shape[-2]
+        if cache is None:
+            cache = new_cache()
+        T, past = X.shape[1], cache.seen_tokens
         q, k, v = self.project(X, X, X)
-        q, k = self._encode_qk(q, k, past, past)  # the new tokens sit at positions past, past + 1, ...
-        if cache is not None:
-            k = ops.concat([cache[0], k], axis=2)
-            v = ops.concat([cache[1], v], axis=2)
-        return self.attend(q, k, v, causal=True, q_offset=past, k_offset=0), (k, v)
+        cache.append(k, v, numpy.arange(past, past + T, dtype=numpy.int64))
+        cache.seen_tokens = past + T
+        keys, values, positions = cache.keys(), cache.values(), cache.positions()
+        check_positions(cache, positions, keys, values, T)
+        # the new queries are the last T of the K consecutive positions (read from the keys' shape,
+        # which the ONNX tracer follows, rather than from the positions array, which it cannot)
+        k_offset = int(positions[0])
+        q_offset = k_offset + keys.shape[-2] - T
+        q, keys = self._encode_qk(q, keys, q_offset, k_offset)
+        mask = cache.mask(T) if hasattr(cache, "mask") else None
+        return self.attend(q, keys, values, mask=mask, causal=True, q_offset=q_offset, k_offset=k_offset), cache
 
     def _encode_qk(self, q: Tensor, k: Tensor, q_offset: int, k_offset: int) -> tuple[Tensor, Tensor]:
         if self.positional_kind == "qk":

@@ -43,7 +43,14 @@ from typing import Any
 
 from ..tensor import Device, DType, Shape, Tensor, tensor
 from . import init
-from .attention import MultiHeadAttention, _build_plugin, positional_class, positional_kind, score_bias_options
+from .attention import (
+    MultiHeadAttention,
+    _build_plugin,
+    new_cache,
+    positional_class,
+    positional_kind,
+    score_bias_options,
+)
 from .config import TRANSFORMER_SIZES, TransformerConfig
 from .container import ModuleList
 from .dropout import Dropout
@@ -523,7 +530,7 @@ class TransformerDecoderBlock(Module):
         AddNorm. ``state`` is ``[enc_outputs, enc_valid_lens, caches]``; ``caches[i]`` is replaced
         by the extended key/value cache. Returns (output of X's shape, state)."""
         enc_outputs, enc_valid_lens, caches = state
-        past = 0 if caches[self.i] is None else caches[self.i][0].shape[-2]
+        past = 0 if caches[self.i] is None else caches[self.i].seen_tokens
         X2, caches[self.i] = self.attention1.cached_self_attention(self.addnorm1.sublayer_input(X), caches[self.i])
         Y = self.addnorm1(X, X2)
         if self.attention2 is not None and self.addnorm2 is not None:
@@ -542,6 +549,8 @@ def _select_rows(obj: Any, indices: Tensor) -> Any:
         return None
     if isinstance(obj, Tensor):
         return obj[indices]
+    if hasattr(obj, "select"):  # a key/value cache policy
+        return obj.select(indices)
     if isinstance(obj, (list, tuple)):
         return type(obj)(_select_rows(o, indices) for o in obj)
     raise TypeError(f"reorder_state: cannot select batch rows of a {type(obj).__name__} in the state")
@@ -611,28 +620,49 @@ class TransformerDecoder(Module):
         if c.init == "gpt2":
             gpt2_init_(self, c.num_blks)
 
-    def init_state(self, enc_outputs: Tensor | None, enc_valid_lens: Any = None) -> DecoderState:
-        """D2L's decoder state for a new batch: ``[enc_outputs, enc_valid_lens, [None] * num_blks]``,
+    def init_state(
+        self,
+        enc_outputs: Tensor | None,
+        enc_valid_lens: Any = None,
+        cache: str = "full",
+        cache_options: dict[str, Any] | None = None,
+    ) -> DecoderState:
+        """D2L's decoder state for a new batch: ``[enc_outputs, enc_valid_lens, caches]``,
         enc_outputs (batch_size, num_steps, num_hiddens) from the encoder (None for a language
         model), enc_valid_lens (batch_size,) or None (a list or array becomes a tensor on the
-        decoder's device), and an empty key/value cache per block."""
+        decoder's device), and an empty key/value cache per block, of the policy registered as
+        ``cache`` built with ``cache_options`` ("full" keeps every position; see "Key/value
+        caches" in the plugin contract)."""
         if enc_valid_lens is not None and not isinstance(enc_valid_lens, Tensor):
             # a Tensor on the encoder's device, so that reorder_state can index it
             enc_valid_lens = tensor(enc_valid_lens, device=self.dense.weight.device)
-        return [enc_outputs, enc_valid_lens, [None] * self.num_blks]
+        return [enc_outputs, enc_valid_lens, [new_cache(cache, cache_options) for _ in range(self.num_blks)]]
 
     @staticmethod
     def num_cached_steps(state: DecoderState) -> int:
-        """How many tokens the state's caches hold: the position of the next token."""
+        """How many tokens the state's caches have seen: the position of the next token in the text."""
         cache = state[2][0]
-        return 0 if cache is None else cache[0].shape[-2]
+        return 0 if cache is None else cache.seen_tokens
+
+    def crop_state(self, state: DecoderState, num_tokens: int) -> DecoderState:
+        """The state as it was after the first ``num_tokens`` tokens (a new one; ``state`` stays
+        valid): speculative decoding takes back the draft tokens the target rejected. The cache
+        policy must be able to (``full`` and ``int8`` can; ``window`` and ``sinks`` cannot)."""
+        seen = self.num_cached_steps(state)
+        if not 0 <= num_tokens <= seen:
+            raise ValueError(f"crop_state: num_tokens must be between 0 and the {seen} tokens seen, got {num_tokens}")
+        caches = [cache.copy() for cache in state[2]]
+        for cache in caches:
+            cache.crop(num_tokens)
+        return [state[0], state[1], caches]
 
     def forward(self, X: Tensor, state: DecoderState) -> tuple[Tensor, DecoderState]:
         """Decode the tokens X (batch_size, num_steps) that follow the cached ones -> (logits
         (batch_size, num_steps, vocab_size), new state): the whole shifted target in training, one
         token (or a few) per step when decoding. Positions continue from the cache; the state
         passed in is left as it was (a new list is returned)."""
-        state = [state[0], state[1], list(state[2])]  # a new list: the caller's state stays valid
+        # copies of the caches, which the blocks append to: the caller's state stays valid
+        state = [state[0], state[1], [None if c is None else c.copy() for c in state[2]]]
         X = self.embedding(X, offset=self.num_cached_steps(state))
         for blk in self.blks:
             X, state = blk(X, state)
@@ -698,11 +728,29 @@ class EncoderDecoder(Module):
         state = self.begin_decoding(enc_X, enc_valid_lens)
         return self.decoder(dec_X, state)[0]
 
-    def begin_decoding(self, enc_X: Tensor, enc_valid_lens: Tensor | None = None) -> Any:
+    def begin_decoding(
+        self,
+        enc_X: Tensor,
+        enc_valid_lens: Tensor | None = None,
+        cache: str | None = None,
+        cache_options: dict[str, Any] | None = None,
+    ) -> Any:
         """Run the encoder on ``enc_X`` (batch_size, num_steps) and return the decoder's initial
-        state, ``decoder.init_state(encoder(enc_X, enc_valid_lens), enc_valid_lens)``."""
+        state, ``decoder.init_state(encoder(enc_X, enc_valid_lens), enc_valid_lens)``; ``cache``
+        and ``cache_options`` name the key/value cache policy, for a decoder that has caches
+        (``TransformerDecoder``)."""
         enc_outputs = self.encoder(enc_X, enc_valid_lens)
-        return self.decoder.init_state(enc_outputs, enc_valid_lens)
+        if cache is None and cache_options is None:  # any D2L-style decoder
+            return self.decoder.init_state(enc_outputs, enc_valid_lens)
+        return self.decoder.init_state(enc_outputs, enc_valid_lens, cache or "full", cache_options)
+
+    def crop_state(self, state: Any, num_tokens: int) -> Any:
+        """The decoder's state after the first ``num_tokens`` target tokens only
+        (``TransformerDecoder.crop_state``); a ``TypeError`` if the decoder has none."""
+        crop = getattr(self.decoder, "crop_state", None)
+        if crop is None:
+            raise TypeError(f"{type(self.decoder).__name__} has no crop_state(state, num_tokens)")
+        return crop(state, num_tokens)
 
     def decode_step(self, tokens: Tensor, state: Any) -> tuple[Tensor, Any]:
         """Feed ``tokens`` (batch_size, t), those that follow the ones already decoded -> (logits
@@ -758,10 +806,15 @@ class TransformerLM(Module):
         num_steps, vocab_size), each position seeing only itself and the past (causal)."""
         return self.decoder(X, self.begin_decoding())[0]
 
-    def begin_decoding(self) -> DecoderState:
-        """An empty state for generation (no encoder, an empty key/value cache per block), for any
-        batch size: the first ``decode_step`` fixes it."""
-        return self.decoder.init_state(None, None)
+    def begin_decoding(self, cache: str = "full", cache_options: dict[str, Any] | None = None) -> DecoderState:
+        """An empty state for generation (no encoder, an empty key/value cache per block, of the
+        policy ``cache`` with ``cache_options``), for any batch size: the first ``decode_step``
+        fixes it."""
+        return self.decoder.init_state(None, None, cache, cache_options)
+
+    def crop_state(self, state: DecoderState, num_tokens: int) -> DecoderState:
+        """The state after the first ``num_tokens`` tokens only (``TransformerDecoder.crop_state``)."""
+        return self.decoder.crop_state(state, num_tokens)
 
     def decode_step(self, tokens: Tensor, state: DecoderState) -> tuple[Tensor, DecoderState]:
         """Feed ``tokens`` (batch_size, t) that follow the cached ones -- the prompt at once, then one
