@@ -221,8 +221,9 @@ class Int8Cache(KVCache):
                 f"key/value cache 'int8': values beyond float16's range (min {low.min().item():.4g}, "
                 f"max {high.max().item():.4g}) cannot be stored with a float16 scale and zero point"
             )
-        zero = low.astype("float16")  # rounded to nearest; where that went up, round from a little lower
-        zero = mt.where(zero.astype(x.dtype) > low, (low - low.abs() * cls.SLACK).astype("float16"), zero)
+        # rounded to nearest; where that went up, round from a little lower (2^-24: float16's finest step)
+        zero = low.astype("float16")
+        zero = mt.where(zero.astype(x.dtype) > low, (low - low.abs() * cls.SLACK - 2.0**-24).astype("float16"), zero)
         spread = high - zero.astype(x.dtype)
         # a constant row (spread 0) keeps scale 1: its codes are all 0 and it reads back exactly
         # float16's smallest normal number at least (a smaller scale would lose its precision
