@@ -22,6 +22,13 @@ approximations are in use:
 Both run here through one loop (``_search``): greedy search *is* beam search with k = 1,
 and sampling is the same loop with k = 1 ranking Gumbel-perturbed scores (see ``sample``).
 
+*Processors* may reshape every step's log-probabilities before the ranking: a temperature, a
+truncation to the top-k tokens, a repetition penalty (``decoders.py``; the built-ins and the
+searches built on this loop are plugins, ``plugins/minitensor_plugins/decoders.py``). The
+loop then ranks by the processed scores, summed along each hypothesis as log P is below,
+while the scores it reports stay the model's own log P. Without processors the two are the
+same numbers. <pad> and <bos> are kept out by one (``Forbid``).
+
 The rules of this beam search, per example (fairseq's, and Hugging Face's with
 ``early_stopping=True``, except for the second half of rule 4):
 
@@ -81,8 +88,18 @@ from ..grad_mode import no_grad
 from ..nn.attention import plain_attention
 from ..ops import log_softmax
 from ..random import host_rng
+from .decoders import Decoder, Forbid, apply_processors, decoder
 
-__all__ = ["Hypothesis", "beam_search", "greedy", "sample", "translate", "generate", "step_attention"]
+__all__ = [
+    "Hypothesis",
+    "beam_search",
+    "greedy",
+    "sample",
+    "translate",
+    "generate",
+    "step_attention",
+    "run_search",
+]
 
 # The temperature at which a character LM's text is sampled (``minitensor generate`` and the
 # samples at the end of training): greedy search repeats a phrase, temperature 1 strays into
@@ -97,7 +114,8 @@ class Hypothesis(NamedTuple):
     ``tokens``: the generated token ids (without <bos>, the prompt and the final <eos>;
     ``translate`` and ``generate`` give token strings instead). ``log_prob``: log P of the
     generated tokens, the <eos> included when there is one. ``score``: log_prob / L^alpha,
-    L = len(tokens) + ended, what beam search maximises. ``ended``: True when the model chose
+    L = len(tokens) + ended, what beam search maximises (with processors, it ranks by their
+    scores' sum / L^alpha instead; ``log_prob`` and ``score`` stay the model's). ``ended``: True when the model chose
     <eos>, False when ``max_len`` cut the sequence. ``attention``: with ``attention=True``, a
     NumPy array (..., L, K), one query row per scored token (<eos> included, as in D2L's
     ``predict_seq2seq``) and one column per key: (L, num_enc_steps) for the Bahdanau model,
@@ -228,36 +246,47 @@ def step_attention(model):
 
 
 # -- the one search loop ------------------------------------------------------------------------
-def _search(model, state, start, eos, max_len, beam_size, length_penalty, attention, noise, history, forbid=()):
+def _search(model, state, start, eos, max_len, beam_size, length_penalty, attention, noise, history, processors=()):
     """Beam search over ``start.shape[0]`` examples (see the module docstring for the rules).
 
-    Returns, per example, every finished hypothesis as (score, log_prob, ended, step, row):
-    the sequence is read back from ``history`` (a list the loop fills: per step, the chosen
-    tokens, their parent rows and the attention weights of the rows fed) by
-    ``_backtrack(history, step, row)``, plus <eos> when ``ended``. ``noise(shape)``, if
-    given, is added to the extensions' scores when *ranking* them, never to the scores
-    themselves: sampling (see ``sample``). ``forbid``: token ids never chosen (<pad>, <bos>).
+    Returns, per example, every finished hypothesis as (rank key, score, log_prob, ended,
+    step, row): the sequence is read back from ``history`` (a list the loop fills: per step,
+    the chosen tokens, their parent rows and the attention weights of the rows fed) by
+    ``_backtrack(history, step, row)``, plus <eos> when ``ended``. ``noise(shape)``, if given,
+    is added to the extensions' scores when *ranking* them, never to the scores themselves:
+    sampling (see ``sample``). ``processors``: the chain that reshapes every step's
+    log-probabilities before the ranking (``apply_processors``; <pad> and <bos> are kept out
+    by one, ``Forbid``). The search ranks by the *processed* scores, summed along the
+    hypothesis; ``log_prob`` and ``score`` stay the model's own log P (the two sums are the
+    same number without processors). The rank key is the processed sum / L^alpha.
     """
     k = beam_size
-    forbid = sorted(set(forbid) - {eos})
     device = model_device(model)
     examples = numpy.arange(start.shape[0])  # the examples still decoding, in row order
     width = 1  # hypotheses per example: one (the start) until the first step has branched
-    scores = numpy.zeros(start.shape[0])  # log P of each row's hypothesis, on the host
-    finished = [[] for _ in examples]  # per example: (log_prob, length, ended, step, row)
+    scores = numpy.zeros(start.shape[0])  # the processed log P of each row's hypothesis, on the host
+    # the model's own log P of each row's hypothesis: a second sum only when processors may
+    # make the ranked scores differ from it
+    separate = bool(processors)
+    log_probs = scores.copy() if separate else scores
+    # per example: (processed log P, log P, length, ended, step, row)
+    finished = [[] for _ in examples]
     num_finished = numpy.zeros(start.shape[0], dtype=numpy.int64)
+    # Each row's tokens so far, for the processors that read them (a repetition penalty): kept
+    # only when there are processors, since it copies every prefix at every step.
+    prefix = start if processors else None
     inputs = start
     for step in range(1, max_len + 1):
         logits, state = model.decode_step(tensor(inputs, device=device), state)
         # The distribution of the next token sits at the last position; normalise on the
         # device, then bring (rows, |V|) to the host for the (cheap) bookkeeping.
         logp = log_softmax(logits[:, -1], axis=-1).numpy().astype(numpy.float64)
-        if forbid:  # tokens that are no output (<pad>, <bos>): no hypothesis continues with them
-            logp[:, forbid] = -numpy.inf
+        processed = apply_processors(processors, logp, prefix) if processors else logp
         weights = attention(model) if attention is not None else None
         n, V = len(examples), logp.shape[-1]
         rows_fed = n * width
-        total = (scores[:, None] + logp).reshape(n, width, V)  # log P of every extension
+        total = (scores[:, None] + processed).reshape(n, width, V)  # processed log P of every extension
+        model_total = (log_probs[:, None] + logp).reshape(n, width, V) if separate else total
         rank = total if noise is None else total + noise(total.shape)
 
         best_ends = numpy.zeros(n, dtype=bool)
@@ -273,7 +302,9 @@ def _search(model, state, start, eos, max_len, beam_size, length_penalty, attent
             )
             ends = (rank[:, :, eos] >= bar[:, None]) & numpy.isfinite(total[:, :, eos])
             for a, j in zip(*numpy.nonzero(ends)):  # at most k per example
-                finished[examples[a]].append((total[a, j, eos], step, True, step - 1, a * width + j))
+                finished[examples[a]].append(
+                    (total[a, j, eos], model_total[a, j, eos], step, True, step - 1, a * width + j)
+                )
                 num_finished[examples[a]] += 1
             rank = rank.copy()
             rank[:, :, eos] = -numpy.inf  # rule 3: the beam goes on with the other tokens
@@ -282,8 +313,12 @@ def _search(model, state, start, eos, max_len, beam_size, length_penalty, attent
         live = ~((num_finished[examples] >= k) & best_ends)
 
         # Rule 3: the new beam, the best `new_width` extensions of each live example. Never
-        # wider than the number of non-<eos>, allowed extensions, so that no slot holds a dead -inf.
-        new_width = min(k, width * (V - (eos is not None) - len(forbid)))
+        # wider than the number of allowed (finite) extensions other than <eos>, so that no
+        # slot holds a dead -inf -- unless the processors leave one example fewer than another
+        # (top-k under a wide beam): such an example's spare slots stay -inf, never finish and
+        # are left out at the end (``_hypotheses``).
+        allowed = numpy.isfinite(rank[live]).reshape(-1, width * V).sum(axis=1)
+        new_width = int(min(k, max(1, allowed.max(initial=1))))
         flat = rank[live].reshape(-1, width * V)
         best = numpy.argpartition(-flat, new_width - 1, axis=1)[:, :new_width]
         # best first (argpartition leaves them unordered): row order = rank within the beam
@@ -292,12 +327,15 @@ def _search(model, state, start, eos, max_len, beam_size, length_penalty, attent
         parents = (numpy.flatnonzero(live)[:, None] * width + parent).ravel()  # rows fed this step
         tokens = token.ravel()
         scores = total.reshape(n * width, V)[parents, tokens]
+        log_probs = model_total.reshape(n * width, V)[parents, tokens] if separate else scores
+        if prefix is not None:
+            prefix = numpy.concatenate([prefix[parents], tokens[:, None]], axis=1)
         history.append((tokens, parents, weights))
         examples, width = examples[live], new_width
 
         if step == max_len:  # rule 4: what is still alive is cut here, without <eos>
             for r, e in enumerate(numpy.repeat(examples, width)):
-                finished[e].append((scores[r], step, False, step, r))
+                finished[e].append((scores[r], log_probs[r], step, False, step, r))
         if len(examples) == 0 or step == max_len:
             break
         # Gather the chosen rows' states. Greedy search with no example done keeps every row
@@ -305,7 +343,11 @@ def _search(model, state, start, eos, max_len, beam_size, length_penalty, attent
         if len(parents) != rows_fed or (parents != numpy.arange(rows_fed)).any():
             state = model.reorder_state(state, parents)
         inputs = tokens[:, None]
-    return [[(lp / length**length_penalty, lp, ended, s, r) for lp, length, ended, s, r in f] for f in finished]
+    alpha = length_penalty
+    return [
+        [(s / length**alpha, lp / length**alpha, lp, ended, st, r) for s, lp, length, ended, st, r in f]
+        for f in finished
+    ]
 
 
 def _backtrack(history, step, row):
@@ -336,10 +378,12 @@ def _stack_rows(rows):
 def _hypotheses(history, finished, n_best, want_attention):
     out = []
     for candidates in finished:
-        # best normalised score first; sorted() is stable, so ties keep the order found
+        # a beam slot the processors left at -inf is no hypothesis (see _search's rule 3)
+        candidates = [c for c in candidates if numpy.isfinite(c[0])] or candidates
+        # best rank key first; sorted() is stable, so ties keep the order found
         ranked = sorted(candidates, key=lambda c: -c[0])[:n_best]
         hyps = []
-        for score, log_prob, ended, step, row in ranked:
+        for _, score, log_prob, ended, step, row in ranked:
             tokens, weights = _backtrack(history, step, row)
             if ended and want_attention:  # the <eos> was chosen from row `row` at step + 1
                 weights.append(history[step][2][row])
@@ -364,22 +408,67 @@ def _run(
     noise=None,
     forbid=(),
 ):
-    """Check the arguments, run ``_search`` in inference mode, read the hypotheses back."""
+    """The public searches' common part: the start tokens from ``bos`` and the prompt, <pad>
+    and <bos> kept out by a ``Forbid`` processor, then ``run_search``."""
+    prompt = _as_prompt(prompt)
+    start = _start_tokens(bos, prompt, _batch_size(state, prompt, batch_size))
+    processors = [Forbid(forbid, eos)] if forbid else []
+    return run_search(
+        model,
+        state,
+        start,
+        eos,
+        max_len,
+        beam_size,
+        length_penalty,
+        processors,
+        noise=noise,
+        attention=attention,
+        n_best=n_best,
+    )
+
+
+def run_search(
+    model,
+    state,
+    start,
+    eos,
+    max_len,
+    beam_size=1,
+    length_penalty=0.75,
+    processors=(),
+    *,
+    noise=None,
+    attention=False,
+    n_best=None,
+):
+    """The one loop (``_search``) from the start tokens: check the arguments, run it in
+    inference mode, read the hypotheses back. What the built-in searches ``greedy``, ``beam``
+    and ``sample`` call (``plugins/minitensor_plugins/decoders.py``) and the public functions
+    above them.
+
+    ``start``: int64 (batch, t), the first tokens fed (<bos> and / or the prompt).
+    ``processors``: the chain applied to every step's log-probabilities (see
+    ``apply_processors``). ``noise(shape)``: added to the ranking only (sampling). The rest as
+    for ``beam_search``. Returns one ``Hypothesis`` per row of ``start``, or lists of the
+    ``n_best`` best.
+    """
     if max_len < 1:
         raise ValueError(f"max_len must be at least 1, got {max_len}")
     if beam_size < 1:
         raise ValueError(f"beam_size must be at least 1, got {beam_size}")
     if n_best is not None and n_best < 1:
         raise ValueError(f"n_best must be at least 1, got {n_best}")
-    prompt = _as_prompt(prompt)
-    start = _start_tokens(bos, prompt, _batch_size(state, prompt, batch_size))
+    start = numpy.asarray(start, dtype=numpy.int64)
+    if start.ndim != 2 or start.shape[1] == 0:
+        raise ValueError(f"the start tokens must be (batch, t) ids with t >= 1, got shape {start.shape}")
     attention_fn = step_attention if attention is True else (attention or None)
     history = []
     # recording attention needs each step's weights, which a streamed layer does not keep
     keep_weights = plain_attention(model) if attention_fn is not None else contextlib.nullcontext()
     with _inference(model), keep_weights:
         finished = _search(
-            model, state, start, eos, max_len, beam_size, length_penalty, attention_fn, noise, history, forbid
+            model, state, start, eos, max_len, beam_size, length_penalty, attention_fn, noise, history, processors
         )
     hyps = _hypotheses(history, finished, n_best or 1, attention_fn is not None)
     return [h[0] for h in hyps] if n_best is None else hyps
@@ -559,15 +648,38 @@ def _as_tokens(result, vocab, prefix=()):
 
 
 def generate(
-    lm, prompt_tokens, vocab, max_len, beam_size=1, temperature=None, *, length_penalty=0.75, rng=None, window=None
+    lm,
+    prompt_tokens,
+    vocab,
+    max_len,
+    beam_size=1,
+    temperature=None,
+    *,
+    length_penalty=None,
+    rng=None,
+    window=None,
+    decoder=None,
+    cache=None,
+    cache_options=None,
 ):
     """Continue a prompt with a language model (D2L's ``predict_ch8``).
 
     ``prompt_tokens``: a list of tokens, or a batch of lists of equal length. The prompt is
     fed in one ``decode_step`` (an empty prompt starts from <bos>); then up to ``max_len``
-    tokens follow, until the vocabulary's <eos> if it has one. ``temperature``: None for
-    search (``beam_size`` 1: greedy), a number > 0 to sample (``sample``; beam_size 1 only).
-    <pad> and <bos> are never generated.
+    tokens follow, until the vocabulary's <eos> if it has one. <pad> and <bos> are never
+    generated (a ``Forbid`` processor runs first in every chain).
+
+    How the tokens are chosen: ``decoder``, a name (``"top_p"``, ``"top_k,sample"``) or a
+    ``Decoder`` from ``minitensor.inference.decoder(names, **options)`` (the processors and
+    searches of ``minitensor.plugins.decoders()``; a name takes its defaults). Without it,
+    the shorthands: ``temperature`` None for search (``beam_size`` 1: ``greedy``, else
+    ``beam`` with ``length_penalty``, default 0.75), a number > 0 to sample
+    (``temperature,sample``; beam_size 1 only). ``rng``: the NumPy Generator a sampling
+    decoder draws from (default: the one ``mt.manual_seed`` seeds).
+
+    ``cache``, ``cache_options``: the key/value cache policy of the model's self-attention
+    and its options (``lm.begin_decoding(cache=..., cache_options=...)``; None: the model's
+    default, ``full``).
 
     ``window``: the longest sequence the model was trained on (``lm_num_steps``). Positions
     beyond it were never trained, and a model read there produces noise; so a longer text is
@@ -581,62 +693,71 @@ def generate(
     prompts, single = _token_lists(prompt_tokens, "generate")
     if len({len(p) for p in prompts}) > 1:
         raise ValueError("generate: prompts of different lengths cannot share a batch; generate them separately")
-    if beam_size != 1 and temperature is not None:
-        raise ValueError(f"generate: sampling draws one sequence per prompt; beam_size must be 1, got {beam_size}")
+    chain = _generate_decoder(decoder, beam_size, temperature, length_penalty)
     if window is not None and (len(prompts[0]) + max_len > window):
         if window < 2:
             raise ValueError(f"generate: window must be at least 2, got {window}")
         results = [
-            _generate_in_pieces(lm, p, vocab, max_len, beam_size, temperature, length_penalty, rng, window)
-            for p in prompts
+            _generate_in_pieces(lm, p, vocab, max_len, chain, rng, window, cache, cache_options) for p in prompts
         ]
         return results[0] if single else results
     eos = vocab.eos if "<eos>" in vocab else None
     ids = numpy.array([vocab[p] for p in prompts], dtype=numpy.int64).reshape(len(prompts), -1)
-    bos, prompt = (vocab.bos, None) if ids.shape[1] == 0 else (None, ids)
+    start = _start_tokens(vocab.bos, None, len(prompts)) if ids.shape[1] == 0 else ids
+    # only what was asked for: a model without cache policies takes no such arguments
+    cache_arguments = {k: v for k, v in (("cache", cache), ("cache_options", cache_options)) if v is not None}
     with _inference(lm):
-        state = lm.begin_decoding()
-        if temperature is None:
-            results = beam_search(
-                lm,
-                state,
-                bos,
-                eos,
-                max_len,
-                beam_size,
-                length_penalty,
-                prompt,
-                batch_size=len(prompts),
-                forbid=_no_text(vocab),
-            )
-        else:
-            results = sample(
-                lm,
-                state,
-                bos,
-                eos,
-                max_len,
-                temperature,
-                prompt,
-                length_penalty=length_penalty,
-                batch_size=len(prompts),
-                rng=rng,
-                forbid=_no_text(vocab),
-            )
+        state = lm.begin_decoding(**cache_arguments)
+        results = chain(lm, state, start, eos, max_len, rng, before=[Forbid(_no_text(vocab), eos)])
     results = [_as_tokens(r, vocab, p) for r, p in zip(results, prompts)]
     return results[0] if single else results
 
 
-def _generate_in_pieces(lm, prompt, vocab, max_len, beam_size, temperature, length_penalty, rng, window):
+def _generate_decoder(chosen, beam_size, temperature, length_penalty):
+    """``generate``'s decoder: the one given (built from its name if a name), or the one its
+    shorthands ``beam_size``, ``temperature`` and ``length_penalty`` stand for."""
+    if chosen is not None:
+        given = [
+            f"{name}={value}"
+            for name, value, default in (
+                ("beam_size", beam_size, 1),
+                ("temperature", temperature, None),
+                ("length_penalty", length_penalty, None),
+            )
+            if value != default
+        ]
+        if given:
+            raise ValueError(
+                f"generate: give the decoder's options to it (decoder(names, **options)), not as {', '.join(given)}"
+            )
+        if isinstance(chosen, (str, list, tuple)):
+            return decoder(chosen)
+        if not isinstance(chosen, Decoder):
+            raise TypeError(
+                f"generate: decoder must be a name or a minitensor.inference.decoder(...), got {type(chosen).__name__}"
+            )
+        return chosen
+    if beam_size != 1 and temperature is not None:
+        raise ValueError(f"generate: sampling draws one sequence per prompt; beam_size must be 1, got {beam_size}")
+    alpha = 0.75 if length_penalty is None else length_penalty
+    if temperature is not None:
+        return decoder("temperature,sample", temperature=temperature, length_penalty=alpha)
+    if beam_size == 1:
+        return decoder("greedy", length_penalty=alpha)
+    return decoder("beam", beam_size=beam_size, length_penalty=alpha)
+
+
+def _generate_in_pieces(lm, prompt, vocab, max_len, chain, rng, window, cache, cache_options):
     """``generate`` for one prompt, a piece at a time, every piece inside ``window`` positions."""
     keep = window // 2
     text, log_prob, ended = list(prompt), 0.0, False
     while len(text) - len(prompt) < max_len and not ended:
         context = text[-keep:] if len(text) > window - 1 or len(text) > len(prompt) else text
         budget = min(window - len(context), max_len - (len(text) - len(prompt)))
-        piece = generate(lm, context, vocab, budget, beam_size, temperature, length_penalty=length_penalty, rng=rng)
+        piece = generate(lm, context, vocab, budget, rng=rng, decoder=chain, cache=cache, cache_options=cache_options)
         text += piece.tokens[len(context) :]
         log_prob += piece.log_prob
         ended = piece.ended
     length = len(text) - len(prompt) + ended
-    return Hypothesis(text, log_prob / max(length, 1) ** length_penalty, log_prob, ended)
+    alpha = getattr(chain.search, "length_penalty", 0.75)
+    return Hypothesis(text, log_prob / max(length, 1) ** alpha, log_prob, ended)
