@@ -13,6 +13,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import sys
 import time
 import warnings
@@ -135,16 +136,20 @@ def _info(args):
 
 
 def _plugins(args):
-    """List every scorer, pooling and positional encoding with the plugin it comes from."""
+    """List every plugin class (scorers, poolings, positional encodings, cache policies, decoders)
+    with its kind and the plugin it comes from."""
     from . import plugins  # lazily: see the note under the imports
 
     rows = plugins.describe()
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
+    decoders = plugins.decoders()
     for row in rows:  # where a positional encoding acts: "positional encoding (scores)"
         if "applies_to" in row:
             row["kind"] = f"{row['kind']} ({row['applies_to']})"
+        elif row["kind"] == "decoder":  # "decoder (processor)" or "decoder (search)"
+            row["kind"] = f"decoder ({getattr(decoders[row['name']], 'kind', '?')})"
     columns = [("name", "NAME"), ("kind", "KIND"), ("source", "SOURCE")]
     if args.verbose:
         columns.append(("class", "CLASS"))
@@ -463,19 +468,92 @@ def _generate(args):
     prompt = tokenize_text(config, args.prompt, _tokenizer(args, config, vocab))
     _check_input("generate", "the prompt (--prompt)", args.prompt, prompt, vocab, "characters", spaces_are_text=True)
     mt.manual_seed(args.seed)
-    search = args.greedy or args.beam is not None
-    temperature = None if search else args.temperature or SAMPLE_TEMPERATURE
+    chain = _generate_decoder(args, vocab)
+    cache_options = _options(_split_items(args.cache_opt), "--cache-opt") if args.cache_opt else None
+    if cache_options and args.cache is None:
+        raise _usage("--cache-opt sets an option of the cache policy: name it with --cache NAME")
     hyp = generate(
         model,
         prompt,
         vocab,
         args.max_len,
-        beam_size=args.beam or 1,
-        temperature=temperature,
         window=config.lm_num_steps,
+        decoder=chain,
+        cache=args.cache,
+        cache_options=cache_options,
     )
     print(detokenize(config, hyp.tokens))
+    stats = getattr(chain.search, "stats", None)
+    if stats is not None and stats.proposed:  # speculative decoding: how much of the draft's work was kept
+        print(
+            f"minitensor generate: speculative decoding accepted {stats.accepted} of {stats.proposed} draft tokens "
+            f"({stats.acceptance_rate:.1%}) in {stats.rounds} target calls",
+            file=sys.stderr,
+        )
     return 0
+
+
+def _split_items(items):
+    """``["sinks=4,window=256", "p=0.9"]`` -> ``["sinks=4", "window=256", "p=0.9"]``: options
+    repeated or separated by commas (a comma starts a new option only before ``key=``)."""
+    return [part for item in items for part in re.split(r",(?=\s*[\w.]+\s*=)", item)]
+
+
+def _generate_decoder(args, vocab):
+    """The decoder of ``minitensor generate``: ``--decoder NAMES`` with its ``--decoder-opt``s, or
+    the one ``--temperature`` / ``--greedy`` / ``--beam`` stand for (sampling at
+    ``SAMPLE_TEMPERATURE`` without any); ``--draft RUN`` makes its search ``speculative``."""
+    from .inference import decoder
+
+    options = _options(_split_items(args.decoder_opt), "--decoder-opt") if args.decoder_opt else {}
+    if options and args.decoder is None:
+        raise _usage("--decoder-opt sets an option of a decoder: name it with --decoder NAMES")
+    if args.decoder is not None:
+        names = [n.strip() for n in args.decoder.split(",")]
+    elif args.beam is not None:
+        names, options = ["beam"], {"beam_size": args.beam}
+    elif args.greedy:
+        names = ["greedy"]
+    else:
+        names, options = ["temperature", "sample"], {"temperature": args.temperature or SAMPLE_TEMPERATURE}
+    if args.draft is not None:
+        names, options = _with_draft(args, vocab, names, options)
+    return decoder(names, **options)
+
+
+def _with_draft(args, vocab, names, options):
+    """``--draft RUN``: the draft model, loaded as ``--checkpoint`` is, becomes the ``draft`` option
+    of a ``speculative`` search -- the one named, or the one that replaces ``greedy`` / ``sample``
+    (sampling speculative decoding for ``sample``)."""
+    from . import plugins
+
+    draft, draft_config, _, draft_vocab, _, _ = _load_for_inference(args.draft, args.device)
+    if draft_config.model != "lm":
+        raise _usage(f"--draft {args.draft}: this checkpoint is an encoder-decoder; the draft must be a language model")
+    if draft_vocab.idx_to_token != vocab.idx_to_token:
+        ours, theirs = vocab.idx_to_token, draft_vocab.idx_to_token
+        first = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
+        at = (
+            f"; first difference at id {first}: {ours[first]!r} vs {theirs[first]!r}"
+            if first < min(len(ours), len(theirs))
+            else ""
+        )
+        sizes = f"both {len(ours)} tokens" if len(ours) == len(theirs) else f"{len(theirs)} tokens vs {len(ours)}"
+        raise _usage(
+            f"--draft {args.draft}: its vocabulary differs from the checkpoint's ({sizes}{at}); a draft "
+            "proposes token ids of the target's vocabulary: train it on the same text "
+            "with the same tokenizer"
+        )
+    kinds = {n: getattr(plugins.lookup("decoder", n), "kind", None) for n in names}
+    searches = [n for n in names if kinds[n] == "search"]
+    if searches and searches[0] not in ("speculative", "greedy", "sample"):
+        raise _usage(f"--draft decodes speculatively: it replaces greedy or sample, not {searches[0]}")
+    sample = bool(searches == ["sample"] or (not searches and any(k == "processor" for k in kinds.values())))
+    names = [n for n in names if n not in ("greedy", "sample")]
+    if "speculative" not in names:
+        names.append("speculative")
+        options = {**options, "sample": sample}
+    return names, {**options, "draft": draft}
 
 
 # -- the parser -------------------------------------------------------------------------------------
@@ -814,6 +892,32 @@ def _add_train_parser(sub, common, help_recipe=None):
         "--greedy", action="store_true", help="greedy search instead of sampling (it tends to repeat a phrase)"
     )
     search.add_argument("--beam", type=_at_least(1), metavar="K", help="beam search with K beams instead of sampling")
+    search.add_argument(
+        "--decoder",
+        metavar="NAMES",
+        help="the decoder: processors and a search by name, comma-separated, e.g. top_p or "
+        "temperature,top_k,sample (minitensor plugins lists them; no search: sample after a processor)",
+    )
+    g.add_argument(
+        "--decoder-opt",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a decoder option, e.g. p=0.9, or top_p.p=0.9 when two pieces take it (repeatable, or "
+        "several separated by commas: k=50,p=0.9)",
+    )
+    g.add_argument(
+        "--draft",
+        metavar="RUN",
+        help="speculative decoding with this smaller language model (a run or checkpoint folder, trained on "
+        "the same text) proposing tokens the checkpoint verifies",
+    )
+    g.add_argument("--cache", metavar="NAME", help="the key/value cache policy (default: full)")
+    g.add_argument(
+        "--cache-opt",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a cache policy option, e.g. window=256 (repeatable, or several separated by commas: sinks=4,window=256)",
+    )
     g.add_argument("--seed", type=_at_least(0), default=0, help="the seed of the sampling (default %(default)s)")
     g.add_argument("--device", default="cpu", help="where the model runs (default %(default)s)")
     g.set_defaults(func=_generate)

@@ -560,10 +560,12 @@ def test_cli_plugins_prints_an_aligned_table(capsys):
     for line, row in zip(rows, described):  # every cell starts under its title
         assert line[:kind_at].rstrip() == row["name"]
         kind = row["kind"] + (f" ({row['applies_to']})" if "applies_to" in row else "")
+        if row["kind"] == "decoder":  # a processor of scores or a search: "decoder (search)"
+            kind += f" ({mtp.decoders()[row['name']].kind})"
         assert line[kind_at:source_at].rstrip() == kind
         assert line[source_at:] == row["source"]
-    # every kind with a built-in (the decoders' are the other part of the inference contract)
-    assert {"scorer", "pooling", "positional encoding", "kv cache"} <= {row["kind"] for row in described}
+    # every kind has built-ins
+    assert {"scorer", "pooling", "positional encoding", "kv cache", "decoder"} <= {row["kind"] for row in described}
     # where each positional encoding acts is shown with its kind
     assert {row.get("applies_to") for row in described if row["kind"] == "positional encoding"} == {
         "inputs",
