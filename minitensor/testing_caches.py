@@ -266,12 +266,10 @@ def _layer_bound(mha: MultiHeadAttention, x, exact, policy, T: int) -> numpy.nda
     scale = mha.attention.scorer.dot_scale(mha.head_size)
     if scale is None or not getattr(mha.attention.pooling, "softmax_like", False):
         raise AssertionError("tolerance='bound' holds for dot-product scorers with a softmax pooling only")
+    # the bound reads only |q| and the norms of key errors, which a rotary encoding leaves as they are
     q = mha.project_and_split(mha.W_q, x)
-    keys, approx = exact.keys(), policy.keys()
-    K = keys.shape[-2]
-    offset = int(exact.positions()[0])
-    q, rotated = mha._encode_qk(q, keys, offset + K - T, offset)
-    _, rotated_approx = mha._encode_qk(q, approx, offset + K - T, offset)
+    rotated, rotated_approx = exact.keys(), policy.keys()
+    K = rotated.shape[-2]
     r = mha.num_heads // mha.num_kv_heads  # a query head reads key/value head i // r
     expand = lambda a: numpy.repeat(a.numpy(), r, axis=1)  # noqa: E731
     allowed = numpy.arange(K)[None, :] <= numpy.arange(K - T, K)[:, None]

@@ -324,3 +324,17 @@ def test_a_broken_policy_is_named_by_the_layer():
     mha = mt.nn.MultiHeadAttention(8, 2)
     with pytest.raises(ValueError, match="key/value cache DropsTheNewTokens: it keeps 1 positions after appending 3"):
         mha.cached_self_attention(mt.randn(1, 3, 8), DropsTheNewTokens(window=4))
+
+
+class UndeclaredReindexing(SinksCache):
+    reindexes = False  # re-indexes (positions within the cache) without saying so
+
+
+def test_a_policy_that_reindexes_must_declare_it():
+    mha = mt.nn.MultiHeadAttention(8, 2, positional="rotary")
+    cache = UndeclaredReindexing(sinks=1, window=2)
+    with mt.no_grad():
+        for _ in range(3):
+            _, cache = mha.cached_self_attention(mt.randn(1, 1, 8), cache)
+        with pytest.raises(ValueError, match="UndeclaredReindexing: positions.. place the new tokens at 2, not at"):
+            mha.cached_self_attention(mt.randn(1, 1, 8), cache)

@@ -239,16 +239,19 @@ positions and the last ``window``, re-indexed) and ``int8`` (every position, sto
   does not know with ``check_options``. Subclassing ``minitensor.nn.KVCache`` gives the
   defaults below.
 - ``append(keys, values, positions)``: keys and values (batch, num_kv_heads, T, d_head) of the
-  T new tokens, projected but *not* position-encoded (a "qk" encoding such as ``rotary`` is
-  applied when the keys are read, at the positions the policy reports: that is how
-  StreamingLLM re-indexes); ``positions``: an int64 NumPy array (T,), their positions in the
-  text. The policy may drop or compress what it held before, never the new tokens: the T new
-  queries attend what the policy keeps after ``append``, and they are its last T entries.
+  T new tokens, and ``positions``, an int64 NumPy array (T,), their positions in the text. The
+  keys come position-encoded there (rotated, with a "qk" encoding such as ``rotary``). The
+  policy may drop or compress what it held before, never the new tokens: the T new queries
+  attend what the policy keeps after ``append``, and they are its last T entries.
 - ``keys()``, ``values()``: Tensors (batch, num_kv_heads, K, d_head) in the dtype and on the
   device of what was appended (de-quantised, for a compressing policy); ``positions()``: int64
-  NumPy array (K,), the positions the attention uses for them, *consecutive* (the encodings
-  take offsets; a policy that drops positions in the middle re-indexes, as ``sinks`` does).
-  The new queries sit at the last T of them.
+  NumPy array (K,), the positions the attention uses for them (a "scores" encoding's bias
+  reads them), *consecutive*, the new tokens at their own: the last T.
+- ``reindexes = True`` (a class attribute; default False) declares a policy that gives kept
+  tokens other positions than their own (StreamingLLM's sinks close the gap they leave):
+  then ``append`` receives the keys *before* the "qk" encoding, and the layer encodes the
+  queries and every kept key at the positions the policy reports, at every step (the cost of
+  re-indexing). ``positions()`` are then any consecutive numbers, the new queries at the last T.
 - ``bytes()``: the memory the cache holds, in bytes.
 - ``seen_tokens`` (an int attribute the layer keeps): how many tokens have been appended, the
   position of the next one in the text (the input encodings' offset).

@@ -12,8 +12,8 @@ D2L's GRU with Bahdanau attention (``Seq2Seq(Seq2SeqEncoder, Seq2SeqAttentionDec
   *new_state), where the state is
 
   - Transformer: ``cache_k_i``, ``cache_v_i`` per block, (batch, num_kv_heads, past, d_head),
-    the keys and values of the past tokens (a ``full`` cache's: keys before a rotary encoding); the
-    new ones are extended to past + t. t and past are dynamic; the first step feeds caches with past = 0;
+    the keys and values of the past tokens (a ``full`` cache's); the new ones are extended to
+    past + t. t and past are dynamic; the first step feeds caches with past = 0;
   - Bahdanau: ``hidden_state`` (num_layers, batch, num_hiddens), the GRU's state; t is 1 (the
     decoder runs its GRU one token after another, and the trace unrolls one step);
 

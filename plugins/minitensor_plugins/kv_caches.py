@@ -2,9 +2,10 @@
 model decodes (contract: "Key/value caches" in ``minitensor/core/hookspecs.py``; the layer
 that calls them: ``MultiHeadAttention.cached_self_attention``).
 
-Registered exactly as a user's policy would be. Each keeps the keys *before* a rotary
-encoding: the layer rotates them at the positions the policy reports, so a policy can
-re-index (``sinks``). All of them keep their data in Tensor attributes that ``append``
+Registered exactly as a user's policy would be. The layer hands them keys already rotated
+(with a rotary encoding) at their positions in the text, except to ``sinks``, which declares
+``reindexes = True``: it keeps keys unrotated, and the layer rotates them at every step at the
+positions it reports. All of them keep their data in Tensor attributes that ``append``
 replaces, so ``KVCache``'s ``copy``, ``select`` and ``bytes`` serve them.
 
 ===========  ===============================================  ====================================
@@ -132,6 +133,8 @@ class SinksCache(KVCache):
     the last. A chunk of several new tokens sits at consecutive positions after what was kept,
     each seeing the sinks and its own window (``mask``).
     """
+
+    reindexes = True  # the layer hands over keys before the "qk" encoding and encodes them at positions()
 
     def __init__(self, sinks: int = 4, window: int = 256, **options: object) -> None:
         mt.plugins.check_options(type(self), options)

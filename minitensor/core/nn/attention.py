@@ -684,12 +684,15 @@ class MultiHeadAttention(Module):
         tokens held in ``cache``: what a decoder calls once per step.
 
         ``cache``: a key/value cache policy (the contract's "Key/value caches"; None: a new
-        ``full`` cache, the policy that keeps everything). Only X is projected; its keys and
-        values go into the cache *before* the "qk" encoding, and the layer encodes queries and
-        keys at the positions the cache reports -- so that a policy can re-index them
-        (StreamingLLM). The new queries are the last T kept positions and see the kept keys
-        up to their own (``causal=True``: the cache is the past), and where the policy's
-        ``mask(T)`` allows. Returns (output (batch, T, num_hiddens), the cache, appended to).
+        ``full`` cache, the policy that keeps everything). Only X is projected, at positions
+        past .. past + T - 1 (past = ``cache.seen_tokens``); its keys and values go into the
+        cache, and its queries attend what the cache keeps: the kept keys up to their own
+        (``causal=True``: the cache is the past; the new tokens are its last T), where the
+        policy's ``mask(T)`` allows. Keys enter the cache position-encoded (rotated, with a
+        "qk" encoding), unless the policy declares ``reindexes = True`` (StreamingLLM's
+        sinks): then they enter as projected, and the layer encodes queries and kept keys at
+        the positions the policy reports, at every step. Returns (output (batch, T,
+        num_hiddens), the cache, appended to).
 
         With the ``full`` policy this is ``self(X_all, X_all, X_all, causal=True)``'s last T
         rows with the projections of the past kept instead of recomputed: both run ``attend``,
@@ -701,7 +704,10 @@ class MultiHeadAttention(Module):
         if cache is None:
             cache = new_cache()
         T, past = X.shape[1], cache.seen_tokens
+        reindexes = getattr(cache, "reindexes", False)
         q, k, v = self.project(X, X, X)
+        if not reindexes:  # the new tokens encoded where they are, once
+            q, k = self._encode_qk(q, k, past, past)
         cache.append(k, v, numpy.arange(past, past + T, dtype=numpy.int64))
         cache.seen_tokens = past + T
         keys, values, positions = cache.keys(), cache.values(), cache.positions()
@@ -710,7 +716,14 @@ class MultiHeadAttention(Module):
         # which the ONNX tracer follows, rather than from the positions array, which it cannot)
         k_offset = int(positions[0])
         q_offset = k_offset + keys.shape[-2] - T
-        q, keys = self._encode_qk(q, keys, q_offset, k_offset)
+        if reindexes:
+            q, keys = self._encode_qk(q, keys, q_offset, k_offset)
+        elif q_offset != past:
+            raise ValueError(
+                f"key/value cache {type(cache).__name__}: positions() place the new tokens at {q_offset}, not at "
+                f"their positions {past}..; a policy that re-indexes declares reindexes = True (see 'Key/value "
+                "caches' in the plugin contract)"
+            )
         mask = cache.mask(T) if hasattr(cache, "mask") else None
         return self.attend(q, keys, values, mask=mask, causal=True, q_offset=q_offset, k_offset=k_offset), cache
 
