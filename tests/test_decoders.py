@@ -482,6 +482,10 @@ def test_speculative_decoding_takes_one_sequence_and_one_vocabulary():
     other = nn.TransformerLM(7, 8, 16, 2, 1, 0.0, dtype=mt.float64).eval()
     with pytest.raises(ValueError, match=r"the draft has 7 tokens, the target 12"):
         generate(target, list("ab"), VOCAB, 4, decoder=decoder("speculative", draft=other))
+    args = (len(VOCAB), 8, 16, 2, 1, 0.0)
+    seq2seq = nn.EncoderDecoder(nn.TransformerEncoder(*args), nn.TransformerDecoder(*args)).eval()
+    with pytest.raises(TypeError, match=r"the draft must be a language model \(TransformerLM\)"):
+        generate(target, list("ab"), VOCAB, 4, decoder=decoder("speculative", draft=seq2seq))
 
 
 class Bigram:

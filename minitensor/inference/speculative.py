@@ -177,7 +177,13 @@ def speculative_search(
     with _inference(target), _inference(draft):
         if n_start > 1:  # the target holds every token but the last
             _, state = target.decode_step(tensor(start[:, :-1], device=target_device), state)
-        draft_state = draft.begin_decoding()
+        try:
+            draft_state = draft.begin_decoding()
+        except TypeError as e:  # an encoder-decoder's begin_decoding needs the source
+            raise TypeError(
+                f"speculative decoding: the draft's begin_decoding() takes no source here ({e}); the draft must be "
+                "a language model (TransformerLM)"
+            ) from e
         draft_held = 0  # tokens in the draft's cache
         vocab_size = None
         while len(seq) - n_start < max_len and not ended:

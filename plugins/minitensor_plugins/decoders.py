@@ -84,8 +84,8 @@ class Temperature:
 
 
 class TopK:
-    """Top-k truncation (Fan, Lewis and Dauphin 2018, "Hierarchical Neural Story Generation"):
-    keep the k highest scores, every other token -inf.
+    """Top-k truncation (Fan, Lewis and Dauphin 2018, "Hierarchical Neural Story Generation",
+    ACL, https://arxiv.org/abs/1805.04833): keep the k highest scores, every other token -inf.
 
         kept = { v : s_v >= s_(k) },   s_(k) the k-th highest score of the row
 
