@@ -255,7 +255,9 @@ positions and the last ``window``, re-indexed) and ``int8`` (every position, sto
 - ``bytes()``: the memory the cache holds, in bytes.
 - ``seen_tokens`` (an int attribute the layer keeps): how many tokens have been appended, the
   position of the next one in the text (the input encodings' offset).
-- Optional: ``mask(num_new)`` -> None or a bool array (num_new, K), True = may attend: which
+- Optional: ``kept()`` -> int64 array (K,), the text positions of the kept tokens (figures
+  show the cache's contents with it; ``KVCache``'s returns ``positions()``, which a
+  re-indexing policy overrides); ``mask(num_new)`` -> None or a bool array (num_new, K), True = may attend: which
   kept keys each new query may see besides causality (``window`` and ``sinks`` restrict a
   chunk of several new tokens to each token's own window); ``select(indices)`` -> a new
   cache of the batch rows ``indices`` (beam search; ``KVCache`` indexes every Tensor
@@ -281,18 +283,24 @@ processor and is greedy when it has none.
 - A processor: ``__call__(scores, tokens) -> scores``: scores a float64 NumPy array
   (rows, vocab_size), log-probabilities or what earlier processors made of them; tokens an
   int64 array (rows, t), each row's tokens so far (the prompt included). Returns the new
-  (rows, vocab_size) scores; -inf means "never this token". Built-ins: ``temperature``,
-  ``top_k``, ``top_p``, ``min_p``, ``repetition_penalty``.
+  (rows, vocab_size) scores; -inf means "never this token". Another shape, NaN or +inf, or a
+  row left without a finite score is a ValueError naming the processor. Built-ins:
+  ``temperature``, ``top_k``, ``top_p``, ``min_p``, ``repetition_penalty``.
 - A search: ``__call__(model, state, start, eos, max_len, processors, rng)`` -> one
   ``minitensor.inference.Hypothesis`` per row of ``start`` (int64 (batch, t), the first
   tokens to feed), ``model`` with the decoding API (``begin_decoding``, ``decode_step``,
   ``reorder_state``), ``processors`` the chain to apply to every step's log-probabilities,
-  ``rng`` a NumPy Generator. Built-ins: ``greedy``, ``beam`` (``beam_size``,
-  ``length_penalty``), ``sample``, ``speculative`` (``draft``: a smaller model with the same
-  vocabulary; ``k``: draft tokens per round; ``sample``: the acceptance rule of Leviathan et
-  al. 2023 / Chen et al. 2023 instead of greedy agreement). Greedy speculative decoding gives
+  ``rng`` a NumPy Generator. A hypothesis's ``log_prob`` is the model's own log P, whatever
+  the processors did. ``minitensor.inference.run_search`` is the loop ``greedy``, ``beam``
+  and ``sample`` share, for a search to reuse. Built-ins: ``greedy``, ``beam``
+  (``beam_size``, ``length_penalty``), ``sample``, ``speculative`` (``draft``: a smaller
+  model with the same vocabulary; ``k``: draft tokens per round; ``sample``: the acceptance
+  rule of Leviathan et al. 2023 / Chen et al. 2023 instead of greedy agreement); each also
+  takes ``length_penalty``, the alpha of the reported score. Greedy speculative decoding gives
   the target's greedy output token for token; sampling speculative decoding the target's
-  distribution.
+  distribution. It decodes one sequence at a time, rolls the rejected tokens back with
+  ``model.crop_state(state, num_tokens)`` (a cache policy that cannot crop is an error) and
+  counts ``proposed`` and ``accepted`` draft tokens in its ``stats``.
 
 A scorer plugin in full
 -----------------------
