@@ -338,3 +338,14 @@ def test_a_policy_that_reindexes_must_declare_it():
             _, cache = mha.cached_self_attention(mt.randn(1, 1, 8), cache)
         with pytest.raises(ValueError, match="UndeclaredReindexing: positions.. place the new tokens at 2, not at"):
             mha.cached_self_attention(mt.randn(1, 1, 8), cache)
+
+
+def test_kept_names_the_tokens_in_the_cache():
+    lm = tiny_lm(positional="rotary")
+    expected = {"full": list(range(12)), "window": list(range(7, 12)), "sinks": [0, 1] + list(range(9, 12))}
+    for policy, options in (("full", {}), ("window", {"window": 5}), ("sinks", {"sinks": 2, "window": 3})):
+        with mt.no_grad():
+            state = lm.begin_decoding(policy, options)
+            for t in range(12):
+                _, state = lm.decode_step(mt.tensor([[t % 12]]), state)
+        assert state[2][0].kept().tolist() == expected[policy], policy

@@ -164,6 +164,9 @@ class SinksCache(KVCache):
     def positions(self) -> numpy.ndarray:
         return numpy.arange(self.k.shape[2], dtype=numpy.int64)  # re-indexed: positions within the cache
 
+    def kept(self) -> numpy.ndarray:
+        return self.text_positions
+
     def mask(self, num_new: int) -> numpy.ndarray | None:
         """Query i sees the sinks and the keys of its own window (text positions t_i - W < t)."""
         t = self.text_positions

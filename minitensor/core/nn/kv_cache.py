@@ -36,6 +36,8 @@ class KVCache:
     - ``seen_tokens``: tokens appended so far (the layer counts them), the position of the next;
     - ``bytes()``: the bytes of every Tensor attribute (right for a policy that keeps its data in
       Tensor attributes);
+    - ``kept()``: ``positions()`` (the text positions of the kept tokens, for a policy that does
+      not re-index);
     - ``mask(num_new)``: None (the new queries see every kept key in their past);
     - ``select(indices)``: a copy holding the batch rows ``indices`` of every Tensor attribute
       (beam search);
@@ -66,6 +68,11 @@ class KVCache:
     def bytes(self) -> int:
         """The memory held: the bytes of every Tensor attribute."""
         return sum(v.data.nbytes for v in vars(self).values() if isinstance(v, Tensor))
+
+    def kept(self) -> numpy.ndarray:
+        """The text positions of the kept tokens, int64 (K,): ``positions()``, right for a policy
+        that does not re-index (a figure reads it to show which tokens the cache holds)."""
+        return numpy.asarray(self.positions(), dtype=numpy.int64)
 
     def mask(self, num_new: int) -> Any:
         """Which kept keys each of the ``num_new`` new queries may see besides causality: None (all)."""
