@@ -428,19 +428,29 @@ def _explain(args):
     unit = "words" if config.tokens == "word" else "characters"
     what = "the prompt" if is_lm else "the input"
     _check_input("explain", what, args.text, tokens, src_vocab, unit, spaces_are_text=is_lm)
+    # parsed as `generate` parses them
+    cache_options = _options(_split_items(args.cache_opt), "--cache-opt") if args.cache_opt else None
+    if cache_options and args.cache is None:
+        raise _usage("--cache-opt sets an option of the cache policy: name it with --cache NAME")
+    cache = dict(cache=args.cache, cache_options=cache_options)
+    if args.cache not in (None, "full") and not is_lm:
+        raise _usage(
+            f"--cache {args.cache}: the page shows a language model's cache step by step; an encoder-decoder's "
+            "page translates with the full cache (leave --cache out)"
+        )
     if is_lm:
         if args.beam != 1:
             raise _usage("--beam: a language model's page shows its greedy continuation; leave --beam out")
         label = symbol_text if config.tokens == "bpe" else str
         max_len = args.max_len or EXPLAIN_LM_MAX_LEN
-        page = attention_page(model, tokens, tgt_vocab, max_len=max_len, lang=args.lang, token_label=label)
+        page = attention_page(model, tokens, tgt_vocab, max_len=max_len, lang=args.lang, token_label=label, **cache)
     else:
         steps = max(num_steps, len(tokens) + 1)
         max_len = args.max_len or tgt_num_steps or 2 * steps
         # padded as in training only where the encoder reads the padding (the Bahdanau GRU); a
         # Transformer's valid_lens hide it, and the page is clearer without it
         padded = num_steps if config.model == "bahdanau" else None
-        options = dict(max_len=max_len, beam_size=args.beam, num_steps=padded, lang=args.lang)
+        options = dict(max_len=max_len, beam_size=args.beam, num_steps=padded, lang=args.lang, **cache)
         page = attention_page(model, tokens, src_vocab, tgt_vocab, **options)
     out = args.out or os.path.join(_run_folder(args.checkpoint), "explain.html")
     page.save(out)
@@ -944,6 +954,18 @@ def _add_train_parser(sub, common, help_recipe=None):
         "--max-len",
         type=_at_least(1),
         help=f"longest output in tokens (a prompt's continuation: {EXPLAIN_LM_MAX_LEN})",
+    )
+    e.add_argument(
+        "--cache",
+        metavar="NAME",
+        help="a language model's key/value cache policy (default: full); any other adds its contents at each "
+        "decoding step to the page",
+    )
+    e.add_argument(
+        "--cache-opt",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a cache policy option, e.g. window=8 (repeatable, or several separated by commas: sinks=4,window=8)",
     )
     e.add_argument("--device", default="cpu", help="where the model runs (default %(default)s)")
     e.set_defaults(func=_explain)

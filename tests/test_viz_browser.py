@@ -137,3 +137,53 @@ def test_the_graph_has_one_node_per_function_of_the_call(browser, page, model_vi
     open_page(browser, page)
     nodes = wait_for(browser, lambda d: d.find_elements("css selector", ".graph g.node.op"), "the graph's nodes")
     assert len(nodes) == len(model_view.graph.ops) > 10
+
+
+@pytest.fixture(scope="module")
+def cache_page(tmp_path_factory):
+    """A language model's page with the 'sinks' cache (2 sinks, a window of 3), and its data."""
+    from test_viz_page import POLICIES, PROMPT, chatty_lm
+
+    model, vocab = chatty_lm()
+    page = mt.viz.attention_page(model, PROMPT, vocab, max_len=8, cache="sinks", cache_options=POLICIES["sinks"])
+    path = tmp_path_factory.mktemp("cache") / "sinks.html"
+    page.save(path)
+    return path, page
+
+
+def cache_heatmap(browser):
+    """The weights the cache's heatmap shows, head by head, kept token by kept token."""
+    return [float(c.get_attribute("data-weight")) for c in browser.find_elements("css selector", "#cache-heatmap rect")]
+
+
+def test_the_cache_section_shows_the_chosen_steps_tokens_and_weights(browser, cache_page):
+    path, page = cache_page
+    load(browser, path.as_uri())
+    browser.execute_script("localStorage.clear()")
+    reload_until(browser, lambda d: d.find_elements("css selector", "#cache-tokens span"), "the cache's tokens")
+    assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
+
+    def strip(d):
+        return [(s.text, s.get_attribute("class")) for s in d.find_elements("css selector", "#cache-tokens span")]
+
+    last = page.cache["steps"][-1]["blocks"][0]  # the page opens at the last step, block 1
+    shown = strip(browser)
+    assert [text for text, _ in shown] == page.cache["tokens"][: page.cache["steps"][-1]["query"] + 1]
+    dropped = [p for p, (_, kind) in enumerate(shown) if kind == "dropped"]
+    assert dropped == [p for p in range(len(shown)) if p not in last["kept"]] and len(dropped) == 9
+    assert [p for p, (_, kind) in enumerate(shown) if "sink" in kind] == last["sinks"] == [0, 1]
+    token = browser.find_element("css selector", "#cache-tokens span.dropped")
+    assert "line-through" in token.value_of_css_property("text-decoration")
+    np.testing.assert_allclose(cache_heatmap(browser), np.array(last["weights"]).reshape(-1), atol=1e-6)
+    assert "KiB" in text_of(browser, "#cache-memory") or " B " in text_of(browser, "#cache-memory")
+
+    choose(browser, "cache-step", 0)  # the prompt's step: held whole, the query masked to the sinks and its window
+    choose(browser, "cache-block", 1)
+    first = page.cache["steps"][0]["blocks"][1]
+    wait_for(browser, lambda d: len(strip(d)) == page.cache["prompt"], "the prompt's step")
+    assert [kind for _, kind in strip(browser)].count("not_seen") == first["attended"].count(False) == 2
+    np.testing.assert_allclose(cache_heatmap(browser), np.array(first["weights"]).reshape(-1), atol=1e-6)
+
+    choose(browser, "lang", "zh")
+    wait_for_text(browser, "h1", "逐步看注意力")
+    assert "键值缓存" in text_of(browser, "#cache-memory") and "块 2" in text_of(browser, "#cache-block option:checked")

@@ -1,6 +1,8 @@
 // The attention page: draws the heatmap of the chosen layer, head and view from the data that
 // page.py embedded (window.PAGE), shows a cell's numbers on hover, lists each query's entropy
 // and top keys, and switches every label between English and Chinese (remembered in the page).
+// With a key/value cache policy (page.cache), it also draws what the cache held at the chosen
+// decoding step: the text's tokens (dropped ones struck through), the memory and the weights.
 "use strict";
 (function () {
   const page = JSON.parse(document.getElementById("page-data").textContent);
@@ -24,6 +26,7 @@
     document.querySelectorAll("[data-label]").forEach((node) => { node.textContent = t(node.dataset.label); });
     el("lang").value = state.lang;
     fillLayers();
+    if (page.cache) fillCache();
   }
 
   function fillLayers() {
@@ -140,6 +143,120 @@
         top.map(([w, j]) => "“" + cols[j] + "” " + w.toFixed(3)).join(", ");
       list.appendChild(item);
     });
+  }
+
+  // -- the key/value cache, step by step ---------------------------------------------------------
+  const cacheState = page.cache ? { step: page.cache.steps.length - 1, block: 0 } : null;  // the last step: the most dropped
+
+  function fillCache() {
+    const tokens = page.cache.tokens;
+    const steps = el("cache-step");
+    steps.innerHTML = "";
+    page.cache.steps.forEach((step, i) => {
+      const option = document.createElement("option");
+      option.value = i;
+      const next = step.query + 1 < tokens.length ? " → “" + tokens[step.query + 1] + "”" : "";
+      option.textContent = (i + 1) + " · “" + tokens[step.query] + "”" + next;
+      steps.appendChild(option);
+    });
+    steps.value = cacheState.step;
+    const blocks = el("cache-block");
+    blocks.innerHTML = "";
+    page.cache.steps[0].blocks.forEach((_, b) => {
+      const option = document.createElement("option");
+      option.value = b;
+      option.textContent = t("block") + " " + (b + 1);
+      blocks.appendChild(option);
+    });
+    blocks.value = cacheState.block;
+    drawCache();
+  }
+
+  const bytes = (n) => (n < 1024 ? n + " B" : (n / 1024).toFixed(1) + " KiB");
+
+  function drawCache() {
+    const step = page.cache.steps[cacheState.step], block = step.blocks[cacheState.block];
+    const held = new Map(block.kept.map((p, j) => [p, j]));  // text position -> column
+    const sinks = new Set(block.sinks);
+    const heads = block.weights.length;
+    const mean = block.kept.map((_, j) => block.weights.reduce((sum, row) => sum + row[j], 0) / heads);
+    const high = Math.max(...mean.filter((w, j) => block.attended[j]), 1e-9);
+    const total = step.blocks.reduce((sum, b) => sum + b.bytes, 0);
+    const full = step.blocks.reduce((sum, b) => sum + b.full_bytes, 0);
+    el("cache-memory").textContent = t("memory") + ": " + bytes(block.bytes) + " (" + t("tokens_held") + " " +
+      block.kept.length + " / " + (step.query + 1) + ") · " + t("all_blocks") + " " + bytes(total) + " · " +
+      t("full_memory") + " " + bytes(full);
+    const strip = el("cache-tokens");
+    strip.innerHTML = "";
+    for (let p = 0; p <= step.query; p++) {
+      const span = document.createElement("span");
+      const j = held.get(p);
+      span.textContent = page.cache.tokens[p];
+      span.dataset.position = p;
+      if (j === undefined) {
+        span.className = "dropped";
+        span.title = t("dropped") + " · " + t("text_position") + " " + p;
+      } else {
+        span.className = !block.attended[j] ? "not_seen" : sinks.has(p) ? "in_cache sink" : "in_cache";
+        span.dataset.weight = mean[j];
+        if (block.attended[j]) span.style.background = colour(mean[j], 0, high);
+        if (block.attended[j] && mean[j] / high > 0.6) span.style.color = "#fff";
+        span.title = t(block.attended[j] ? (sinks.has(p) ? "sink" : "in_cache") : "not_seen") + " · " +
+          t("text_position") + " " + p + " · " + t("cache_position") + " " + block.positions[j] + " · " +
+          t("weights") + " " + mean[j].toFixed(4);
+      }
+      strip.appendChild(span);
+    }
+    drawCacheHeatmap(block);
+  }
+
+  function drawCacheHeatmap(block) {
+    const cell = 22, left = 90, top = 70;
+    const svg = document.createElementNS(svgNS, "svg");
+    svg.setAttribute("width", left + block.kept.length * cell + 10);
+    svg.setAttribute("height", top + block.weights.length * cell + 10);
+    svg.setAttribute("id", "cache-heatmap");
+    const open = block.weights.flatMap((row) => row.filter((w, j) => block.attended[j]));
+    const low = Math.min(...open), high = Math.max(...open);
+    block.kept.forEach((p, j) => {
+      const label = document.createElementNS(svgNS, "text");
+      label.setAttribute("transform", "translate(" + (left + j * cell + cell / 2 + 4) + "," + (top - 6) + ") rotate(-60)");
+      label.textContent = page.cache.tokens[p];
+      if (block.sinks.includes(p)) label.setAttribute("class", "sink");
+      svg.appendChild(label);
+    });
+    block.weights.forEach((row, h) => {
+      const label = document.createElementNS(svgNS, "text");
+      label.setAttribute("x", left - 6);
+      label.setAttribute("y", top + h * cell + cell / 2 + 4);
+      label.setAttribute("text-anchor", "end");
+      label.textContent = t("head") + " " + (h + 1);
+      svg.appendChild(label);
+      row.forEach((w, j) => {
+        const rect = document.createElementNS(svgNS, "rect");
+        rect.setAttribute("x", left + j * cell);
+        rect.setAttribute("y", top + h * cell);
+        rect.setAttribute("width", cell - 1);
+        rect.setAttribute("height", cell - 1);
+        rect.setAttribute("class", block.attended[j] ? "cell" : "cell masked");
+        rect.setAttribute("fill", block.attended[j] ? colour(w, low, high) : "#e4e4e4");
+        rect.dataset.head = h;
+        rect.dataset.position = block.kept[j];
+        rect.dataset.weight = w;
+        const title = document.createElementNS(svgNS, "title");
+        title.textContent = t("head") + " " + (h + 1) + " · “" + page.cache.tokens[block.kept[j]] + "” · " +
+          t("text_position") + " " + block.kept[j] + " · " + t("cache_position") + " " + block.positions[j] +
+          " · " + t("weights") + " " + w.toFixed(4);
+        rect.appendChild(title);
+        svg.appendChild(rect);
+      });
+    });
+    el("cache-heatmap-box").replaceChildren(svg);
+  }
+
+  if (page.cache) {
+    el("cache-step").addEventListener("change", (e) => { cacheState.step = +e.target.value; drawCache(); });
+    el("cache-block").addEventListener("change", (e) => { cacheState.block = +e.target.value; drawCache(); });
   }
 
   el("layer").addEventListener("change", (e) => { state.layer = +e.target.value; fillHeads(); });

@@ -4,8 +4,11 @@
 for every attention layer and head, the scores before the pooling, the weights after it and
 the positional bias (where a "scores" encoding gave one), with masked keys greyed out; a
 cell's numbers on hover; each query's entropy and top keys; the autograd graph of one
-attention call (``mt.viz.graph``); every label in English or Chinese (the terms of
-``tutorials/GLOSSARY.md``), the choice remembered by the browser.
+attention call (``mt.viz.graph``); with a key/value cache policy other than ``full``, the
+cache step by step (``cache=``: which tokens each block's cache holds at the step the reader
+picks, the dropped ones struck through, its memory and the step's weights over what it kept);
+every label in English or Chinese (the terms of ``tutorials/GLOSSARY.md``), the choice
+remembered by the browser.
 
 The page is one file and needs nothing else: the data travel as JSON inside it, the drawing
 is ``page.js`` and the style ``page.css``, both inlined, and a Content-Security-Policy that
@@ -53,6 +56,22 @@ LABELS = {
         "graph_note": "One box per operation, numbered in the order backward visits them; "
         "shape, dtype, bytes saved for backward and, after backward, the gradient norm.",
         "language": "Language",
+        "cache": "The key/value cache, step by step",
+        "cache_note": "What decoding with this cache policy attended: at the chosen step, the tokens the block's "
+        "cache holds (those it dropped struck through, the attention sinks it keeps apart from the recent "
+        "tokens outlined) and the weights the step's query gave each head's kept keys.",
+        "policy": "cache policy",
+        "step": "decoding step",
+        "in_cache": "in the cache",
+        "dropped": "dropped from the cache",
+        "sink": "attention sink",
+        "not_seen": "in the cache, masked for this query",
+        "memory": "cache memory",
+        "full_memory": "a full cache would hold",
+        "tokens_held": "tokens held",
+        "all_blocks": "all blocks",
+        "text_position": "position in the text",
+        "cache_position": "position in the attention",
     },
     "zh": {
         "title": "逐步看注意力",
@@ -82,6 +101,21 @@ LABELS = {
         "graph_note": "每个方框是一个运算，编号是反向传播访问它们的顺序；"
         "形状、数据类型、为反向传播保存的字节数，以及反向传播之后的梯度范数。",
         "language": "语言",
+        "cache": "键值缓存（逐个解码时间步）",
+        "cache_note": "用这个缓存策略解码时实际关注的内容：所选解码时间步上，该块的键值缓存保留的词元"
+        "（已移出的词元加删除线，与最近词元分开保留的注意力汇点加框），以及该步的查询给每个头保留的键的注意力权重。",
+        "policy": "缓存策略",
+        "step": "解码时间步",
+        "in_cache": "在键值缓存中",
+        "dropped": "已移出键值缓存",
+        "sink": "注意力汇点（attention sink）",
+        "not_seen": "在键值缓存中，但已掩蔽（此查询不可关注）",
+        "memory": "键值缓存占用的内存",
+        "full_memory": "完整缓存（full）需要",
+        "tokens_held": "保留的词元",
+        "all_blocks": "所有块",
+        "text_position": "在文本中的位置",
+        "cache_position": "在注意力中的位置",
     },
 }
 
@@ -136,6 +170,51 @@ def _stacked(records):
     return type(first)(first.name, join("scores"), join("bias"), join("allowed"), join("weights"))
 
 
+def _sinks(seen):
+    """The kept tokens a query sees apart from its recent ones: those before the first gap in the
+    text positions it attends (StreamingLLM's sinks once the tokens after them are dropped)."""
+    gaps = numpy.flatnonzero(numpy.diff(seen) != 1)
+    return [] if len(gaps) == 0 else seen[: gaps[0] + 1].tolist()
+
+
+def _cache_data(recorded, token_label):
+    """``explain.cache_steps``' records as the page carries them: tokens as labels, arrays as
+    lists, weights rounded, each block's sinks marked."""
+    steps = []
+    for step in recorded["steps"]:
+        blocks = []
+        for block in step["blocks"]:
+            kept = numpy.asarray(block["kept"], dtype=numpy.int64)
+            attended = numpy.asarray(block["attended"], dtype=bool)
+            weights = numpy.asarray(block["weights"])
+            if weights.shape[-1] != len(kept) or len(attended) != len(kept):
+                raise ValueError(
+                    f"AttentionPage: the cache at step {step['query']} holds {len(kept)} tokens, but its weights "
+                    f"cover {weights.shape[-1]} keys and its mask {len(attended)}"
+                )
+            blocks.append(
+                {
+                    "kept": kept.tolist(),
+                    "positions": numpy.asarray(block["positions"], dtype=numpy.int64).tolist(),
+                    "attended": attended.tolist(),
+                    "sinks": _sinks(kept[attended]),
+                    "weights": _rounded(weights.reshape(-1, len(kept))),
+                    "bytes": int(block["bytes"]),
+                    "full_bytes": int(block["full_bytes"]),
+                }
+            )
+        steps.append({"query": int(step["query"]), "blocks": blocks})
+    options = {str(k): v if isinstance(v, (bool, int, float, str)) else str(v) for k, v in recorded["options"].items()}
+    tokens = _shown(recorded["tokens"], token_label)
+    return {
+        "policy": recorded["policy"],
+        "options": options,
+        "tokens": tokens,
+        "prompt": recorded["prompt"],
+        "steps": steps,
+    }
+
+
 def _heads(array):
     """(batch 1, heads, Q, K) or (batch 1, Q, K) -> (heads, Q, K) of the first example."""
     array = numpy.asarray(array)
@@ -150,16 +229,32 @@ class AttentionPage:
     "decoder"), labelling the queries and keys of each kind of layer; ``output``: the
     decoded tokens; ``alternatives``: other hypotheses as (tokens, score) pairs;
     ``graph``: a ``mt.viz.Graph`` to show; ``lang``: "en" or "zh", the first language shown;
-    ``token_label``: the text a token shows as (default ``str``; a BPE model's symbols as text).
+    ``token_label``: the text a token shows as (default ``str``; a BPE model's symbols as text);
+    ``cache``: the steps of a decoding with a cache policy, ``{"policy", "options", "tokens"
+    (the prompt and its continuation), "prompt" (its length), "steps"}`` with the steps of
+    ``mt.viz.explain.cache_steps``, or None (no cache section). ``page.cache`` holds them as the
+    page carries them (lists, tokens as labels, each block's ``sinks``).
     """
 
-    def __init__(self, capture, tokens, output=(), alternatives=(), graph=None, title=None, lang="en", token_label=str):
+    def __init__(
+        self,
+        capture,
+        tokens,
+        output=(),
+        alternatives=(),
+        graph=None,
+        title=None,
+        lang="en",
+        token_label=str,
+        cache=None,
+    ):
         if lang not in LABELS:
             raise ValueError(f"AttentionPage: lang must be one of {sorted(LABELS)}, got {lang!r}")
         records = getattr(capture, "records", capture)
         self.lang, self.title = lang, title
         self.output, self.alternatives, self.graph = list(output), list(alternatives), graph
         self.token_label = token_label
+        self.cache = None if cache is None else _cache_data(cache, token_label)
         self.layers = []
         calls = {}
         for record in records:
@@ -197,6 +292,8 @@ class AttentionPage:
         """The whole page as one HTML string: the data of every layer as JSON, the script and the
         style inlined, so that the file works offline and on its own (what ``save`` writes)."""
         data = {"lang": self.lang, "labels": LABELS, "layers": self.layers}
+        if self.cache is not None:  # without one, the page's data are what they always were
+            data["cache"] = self.cache
         assets = resources.files(__package__)
         script = assets.joinpath("page.js").read_text(encoding="utf-8")
         style = assets.joinpath("page.css").read_text(encoding="utf-8")
@@ -217,6 +314,22 @@ class AttentionPage:
         if self.graph is not None:
             note = label("graph_note", "p", ' class="note"')
             graph = f'{label("graph", "h2")}{note}<div class="graph">{self.graph.svg}</div>'
+        cache = ""
+        if self.cache is not None:
+            options = ", ".join(f"{k}={v}" for k, v in self.cache["options"].items())
+            policy = html.escape(self.cache["policy"] + (f" ({options})" if options else ""))
+            legend = "".join(
+                f'<span class="{kind}" data-label="{kind}">{html.escape(labels[kind])}</span>'
+                for kind in ("in_cache", "sink", "dropped", "not_seen")
+            )
+            cache = f"""{label("cache", "h2")}{label("cache_note", "p", ' class="note"')}
+<div class="controls">{label("policy")} <code id="cache-policy">{policy}</code>
+{label("step")} <select id="cache-step"></select> {label("block")} <select id="cache-block"></select></div>
+<div class="tokens legend">{legend}</div>
+<div id="cache-memory"></div>
+<div class="tokens" id="cache-tokens"></div>
+<div id="cache-heatmap-box"></div>
+"""
 
         # </script> inside the JSON would end the script element: escape the slash
         payload = json.dumps(data, ensure_ascii=False, separators=(",", ":")).replace("</", "<\\/")
@@ -242,7 +355,7 @@ class AttentionPage:
 <div id="tooltip"></div>
 <div id="heatmap-box"></div>
 {label("queries", "h3")}<ul id="queries"></ul>
-{graph}
+{cache}{graph}
 <script type="application/json" id="page-data">{payload}</script>
 <script>{script}</script>
 </body>
