@@ -224,7 +224,8 @@ with mt.no_grad():
 print(f"{'text length t':>14} {'cache (ms)':>11} {'recompute (ms)':>15} {'speed-up':>9}")
 for n, c, r in zip(lengths, cached_ms, recomputed_ms):
     print(f"{n:>14,} {c:>11.2f} {r:>15.2f} {r / c:>8.1f}x")
-assert recomputed_ms[-1] > cached_ms[-1], "past a few hundred tokens, the cache is faster"
+if not SMOKE:  # smoke mode's texts are too short for the difference to stand out of the timing noise
+    assert recomputed_ms[-1] > 5 * cached_ms[-1], "at 2,048 tokens the cache is several times faster"
 
 fig = Figure(figsize=(6.0, 3.6))
 ax = fig.subplots()
@@ -343,10 +344,10 @@ ranges = [(0, context), (context, 4 * context), (4 * context, N)]
 curves, memory = {}, {}
 for name, options in policies.items():
     curves[name], memory[name] = streamed_losses(lm, heldout[: N + 1], name, options)
-print(f"{'policy':<8}" + "".join(f"{f'positions {a}-{b - 1}':>18}" for a, b in ranges) + f"{'cache at the end':>18}")
+print(f"{'policy':<8}" + "".join(f"{f'positions {a}-{b - 1}':>20}" for a, b in ranges) + f"{'cache at the end':>20}")
 for name, curve in curves.items():
-    means = "".join(f"{curve[a:b].mean():>18.3f}" for a, b in ranges)
-    print(f"{name:<8}{means}{memory[name]:>12,} bytes")
+    means = "".join(f"{curve[a:b].mean():>20.3f}" for a, b in ranges)
+    print(f"{name:<8}{means}{memory[name]:>14,} bytes")
 for name in ("window", "sinks"):  # inside the context the three policies keep the same tokens
     assert np.allclose(curves[name][:context], curves["full"][:context], atol=1e-4)
 assert memory["window"] == memory["sinks"] < memory["full"]
@@ -719,18 +720,19 @@ print(
 # %% [markdown]
 # In the full run 39% of the proposals were accepted (183 of 465), and a target pass gave 2.56
 # characters instead of 1, with the same 300 characters as the target alone. The speed-up is
-# modest, and it moved from run to run on our 2 shared CPU cores (1.18x in one run, 1.58x in
-# another): the timing of single calls says why. A round costs four draft steps and one target
-# pass over five tokens; the pass costs about one target step (the five tokens go through the
-# same weights at once), but a draft step is far from free — one block of the draft against
-# four of the target, yet at this size a pass is mostly the fixed cost of calling each layer
-# from Python, which a busy machine inflates unevenly. The prediction from single calls
-# (`per_pass` characters for `4 * draft_1 + target_5` ms, against one character per `target_1`
-# ms) follows the measured speed-up. The method pays when the draft is *much* cheaper than the
-# target, as a model ten or a hundred times smaller is on real hardware, where the target's
-# pass is bound by reading its weights from memory, and when the draft agrees with the target
-# more often than this one, of one block, does. Whatever the speed, the output is
-# the target's own.
+# modest, and it moved from run to run on our 2 CPU cores, which other programs shared: 1.18x,
+# 1.58x and 1.19x in three runs. The single calls give the account: a round costs four draft
+# steps and one target pass over five tokens, and at this size neither is cheap — a pass is
+# mostly the fixed cost of calling each layer from Python, so the one-block draft's step costs
+# far more than a quarter of the four-block target's, and a pass over five tokens more than a
+# single step. The printed prediction is that account (`per_pass` characters for
+# `4 * draft_1 + target_5` ms, against one character per `target_1` ms); on a busy machine the
+# single calls are timed at other moments than the generation, and the prediction (1.51x and
+# 0.72x in the last two runs) is only a rough guide. The method pays when the draft is *much*
+# cheaper than the target, as a model ten or a hundred times smaller is on real hardware,
+# where the target's pass is bound by reading its weights from memory, and when the draft
+# agrees with the target more often than this one, of one block, does. Whatever the speed, the
+# output is the target's own.
 #
 # ## 8. A cache policy of your own
 #

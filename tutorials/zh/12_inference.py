@@ -203,7 +203,8 @@ with mt.no_grad():
 print(f"{'text length t':>14} {'cache (ms)':>11} {'recompute (ms)':>15} {'speed-up':>9}")
 for n, c, r in zip(lengths, cached_ms, recomputed_ms):
     print(f"{n:>14,} {c:>11.2f} {r:>15.2f} {r / c:>8.1f}x")
-assert recomputed_ms[-1] > cached_ms[-1], "past a few hundred tokens, the cache is faster"
+if not SMOKE:  # 冒烟模式的文本太短，差别淹没在计时的噪声中
+    assert recomputed_ms[-1] > 5 * cached_ms[-1], "at 2,048 tokens the cache is several times faster"
 
 fig = Figure(figsize=(6.0, 3.6))
 ax = fig.subplots()
@@ -312,10 +313,10 @@ ranges = [(0, context), (context, 4 * context), (4 * context, N)]
 curves, memory = {}, {}
 for name, options in policies.items():
     curves[name], memory[name] = streamed_losses(lm, heldout[: N + 1], name, options)
-print(f"{'policy':<8}" + "".join(f"{f'positions {a}-{b - 1}':>18}" for a, b in ranges) + f"{'cache at the end':>18}")
+print(f"{'policy':<8}" + "".join(f"{f'positions {a}-{b - 1}':>20}" for a, b in ranges) + f"{'cache at the end':>20}")
 for name, curve in curves.items():
-    means = "".join(f"{curve[a:b].mean():>18.3f}" for a, b in ranges)
-    print(f"{name:<8}{means}{memory[name]:>12,} bytes")
+    means = "".join(f"{curve[a:b].mean():>20.3f}" for a, b in ranges)
+    print(f"{name:<8}{means}{memory[name]:>14,} bytes")
 for name in ("window", "sinks"):  # 在上下文长度以内，三种策略保存相同的词元
     assert np.allclose(curves[name][:context], curves["full"][:context], atol=1e-4)
 assert memory["window"] == memory["sinks"] < memory["full"]
@@ -659,14 +660,15 @@ print(
 
 # %% [markdown]
 # 完整运行中，39% 的提议被接受（465 个中的 183 个），目标模型的每次前向传播产生 2.56 个字符而不是 1 个，
-# 而生成的 300 个字符与目标模型单独生成的完全相同。加速并不大，而且在我们共享的 2 个 CPU 核上每次运行都不同
-# （一次 1.18 倍，另一次 1.58 倍）：单次调用的时间说明了原因。一个回合的代价是四步草稿模型加上目标模型对五个词元的
-# 一次前向传播；这次前向传播的代价约等于目标模型走一步（五个词元一起通过同样的权重），但草稿模型的一步远非免费——
-# 草稿模型只有一个块，目标模型有四个，可是在这样的规模下，一次前向传播的时间主要花在从 Python 调用每一层的固定开销上，
-# 而繁忙的机器会不均匀地放大这些开销。根据单次调用做出的预测（每 `4 * draft_1 + target_5` 毫秒产生 `per_pass` 个字符，
-# 对比每 `target_1` 毫秒一个字符）与实测的加速相符。当草稿模型比目标模型*便宜得多*时，这种方法才划算：
-# 在真实硬件上，目标模型的前向传播受限于从内存读取其权重，此时小十倍或一百倍的模型就是这样；
-# 而且草稿模型与目标模型的一致程度也要比这个只有一个块的草稿模型更高。无论快慢，输出都是目标模型自己的。
+# 而生成的 300 个字符与目标模型单独生成的完全相同。加速并不大，而且在我们与其他程序共享的 2 个 CPU 核上每次运行都不同：
+# 三次运行分别为 1.18 倍、1.58 倍和 1.19 倍。单次调用的时间说明了原因：一个回合的代价是四步草稿模型加上目标模型对五个词元的
+# 一次前向传播，而在这样的规模下两者都不便宜——一次前向传播的时间主要花在从 Python 调用每一层的固定开销上，
+# 所以只有一个块的草稿模型走一步的代价远高于四个块的目标模型的四分之一，对五个词元的前向传播也比走一步更贵。
+# 打印出的预测就是这样算出来的（每 `4 * draft_1 + target_5` 毫秒产生 `per_pass` 个字符，对比每 `target_1` 毫秒一个字符）；
+# 在繁忙的机器上，单次调用与生成是在不同时刻计时的，预测（后两次运行中为 1.51 倍和 0.72 倍）只能作为粗略的参考。
+# 当草稿模型比目标模型*便宜得多*时，这种方法才划算：在真实硬件上，目标模型的前向传播受限于从内存读取其权重，
+# 此时小十倍或一百倍的模型就是这样；而且草稿模型与目标模型的一致程度也要比这个只有一个块的草稿模型更高。
+# 无论快慢，输出都是目标模型自己的。
 #
 # ## 8. 自己写一个缓存策略
 #
