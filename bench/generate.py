@@ -29,13 +29,14 @@ decoding. ``--models DIR`` keeps the trained weights for the next run. Then:
 3. *Memory of int8*: int8's cache against full's at 1,000 tokens, and the loss it costs on the
    held-out stream.
 4. *Speculative decoding*: greedy generation of ``--spec-tokens`` (400) tokens with the target
-   alone and with the draft proposing ``SPEC_K`` (4) tokens per round (``--decoder
-   speculative``): identical texts (the script asserts it), the time of each (median of
-   ``ROUNDS``), the speed-up and the acceptance rate.
+   alone and with the draft proposing k = 1, 2, 4 tokens per round (``--decoder speculative``):
+   identical texts (the script asserts it), the time of each (median of ``ROUNDS``,
+   interleaved), the speed-up and the acceptance rate; and what decides them, the time of one
+   target step, one draft step and the target's step over k + 1 tokens.
 
 Targets: the full cache >= 10x the tokens per second of recomputation at 1,000 tokens; int8
 <= 0.3x the memory of full; speculative greedy >= 1.5x faster than the target alone, with
-identical output. ``--quick``: a tiny model (2 blocks of 32, context 16), 30 steps, 200 and 400
+identical output (at the best k). ``--quick``: a tiny model (2 blocks of 32, context 16), 30 steps, 200 and 400
 tokens; a smoke run, whose figures are not judged against the targets.
 
     python bench/generate.py [--quick] [--steps N] [--threads N]
@@ -55,7 +56,7 @@ TARGET_SPEEDUP = 10.0  # full cache / recomputation, tokens per second at 1,000 
 TARGET_INT8 = 0.3  # int8 / full, cache memory
 TARGET_SPECULATIVE = 1.5  # target alone / speculative, time for the same greedy text
 ROUNDS = 3
-SPEC_K = 4
+SPEC_KS = (1, 2, 4)  # draft tokens per round
 SINKS = 4
 BUCKETS = ((0, 64), (64, 1000), (1000, 4000))
 QUICK_BUCKETS = ((0, 16), (16, 200), (200, 400))
@@ -100,6 +101,18 @@ def train(config, vocab, train_ids, folder=None, name="target", seed=0):
         path.parent.mkdir(parents=True, exist_ok=True)
         np.savez(path, **{k: v.numpy() for k, v in model.state_dict().items()})
     return model.eval()
+
+
+def heldout_loss(model, bos, heldout, context, batch=256):
+    """Mean next-token loss over the held-out text cut into windows of <bos> + context - 1 characters."""
+    starts = np.arange(0, len(heldout) - context, context - 1)
+    total, count = 0.0, 0
+    with mt.no_grad():
+        for i in range(0, len(starts), batch):
+            X, Y = with_bos(bos, starts[i : i + batch], heldout, context)
+            total += mt.cross_entropy(model(mt.tensor(X)), mt.tensor(Y), reduction="sum").item()
+            count += Y.size
+    return total / count
 
 
 def parameters(model):
@@ -219,7 +232,26 @@ def past_context(lm, bos, heldout, context, length, buckets):
 
 
 # -- 4. speculative decoding ------------------------------------------------------------------------------
+def step_time(model, tokens, rounds=50):
+    """The median time of one decode_step feeding ``tokens`` new tokens after a 100-token cache."""
+    with mt.no_grad():
+        context = [5 + i % (model.config.vocab_size - 5) for i in range(100)]
+        _, state = model.decode_step(mt.tensor([context]), model.begin_decoding())
+        feed = mt.tensor([[7] * tokens])
+        times = []
+        for _ in range(rounds):
+            start = time.perf_counter()
+            model.decode_step(feed, state)
+            times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
 def speculative(lm, draft, vocab, n, rounds):
+    """Greedy generation by the target alone and with the draft proposing k = SPEC_KS tokens a
+    round, interleaved; the texts must be identical. Also the costs that decide the speed-up:
+    a round costs k draft steps and one target step over k + 1 tokens, and yields 1 + (accepted
+    proposals) tokens, so with acceptance rate a and c = draft step / target step the speed-up
+    is about (1 + k a) / (k c + verify / target step)."""
     from minitensor.inference import decoder, generate
 
     def run(dec):
@@ -227,28 +259,40 @@ def speculative(lm, draft, vocab, n, rounds):
         hyp = generate(lm, [], vocab, n, decoder=dec)  # from <bos>
         return time.perf_counter() - start, hyp.tokens
 
-    alone, spec, texts, rate = [], [], set(), None
-    for _ in range(rounds):  # interleaved, so that a slow moment of the machine hits both
+    times = {"alone": []} | {k: [] for k in SPEC_KS}
+    texts, rates = set(), {}
+    for _ in range(rounds):  # interleaved, so that a slow moment of the machine hits all
         seconds, tokens = run(decoder("greedy"))
-        alone.append(seconds)
+        times["alone"].append(seconds)
         texts.add("".join(tokens))
-        dec = decoder("speculative", draft=draft, k=SPEC_K)
-        seconds, tokens = run(dec)
-        spec.append(seconds)
-        texts.add("".join(tokens))
-        rate = dec.search.stats.acceptance_rate
+        for k in SPEC_KS:
+            dec = decoder("speculative", draft=draft, k=k)
+            seconds, tokens = run(dec)
+            times[k].append(seconds)
+            texts.add("".join(tokens))
+            rates[k] = dec.search.stats.acceptance_rate
     if len(texts) != 1:
         raise SystemExit("speculative decoding: greedy speculative output differs from the target's greedy output")
-    a, s = float(np.median(alone)), float(np.median(spec))
+    alone = float(np.median(times["alone"]))
+    rows = [["target alone, greedy", f"{alone:.2f}", f"{n / alone:,.0f}", "-", "-"]]
+    speedups = {}
+    for k in SPEC_KS:
+        s = float(np.median(times[k]))
+        speedups[k] = alone / s
+        rows.append([f"speculative, k = {k}", f"{s:.2f}", f"{n / s:,.0f}", f"{rates[k]:.2f}", format_ratio(alone / s)])
     print_table(
-        ["decoding", "seconds", "tokens/s"],
-        [
-            ["target alone, greedy", f"{a:.2f}", f"{n / a:,.0f}"],
-            [f"speculative, k = {SPEC_K}", f"{s:.2f}", f"{n / s:,.0f}"],
-        ],
-        title=f"4. Speculative decoding, {n} tokens, identical greedy text (acceptance rate {rate:.2f})",
+        ["decoding", "seconds", "tokens/s", "acceptance rate", "speed-up"],
+        rows,
+        title=f"4. Speculative decoding, {n} tokens from <bos>, identical greedy text",
     )
-    return a / s, rate
+    one, draft_one = step_time(lm, 1), step_time(draft, 1)
+    verify = {k: step_time(lm, k + 1) for k in SPEC_KS}
+    print(
+        f"one decode_step: target {1000 * one:.2f} ms, draft {1000 * draft_one:.2f} ms (c = {draft_one / one:.2f}); "
+        "the target over k + 1 tokens: " + ", ".join(f"k = {k}: {1000 * v:.2f} ms" for k, v in verify.items())
+    )
+    best = max(speedups, key=speedups.get)
+    return best, speedups[best], rates[best]
 
 
 def parse_args():
@@ -279,12 +323,13 @@ def main():
         draft = train(draft_config, vocab, train_ids, args.models, "draft")
         print(
             f"trained the target ({parameters(lm):,} parameters) and the draft ({parameters(draft):,}), "
-            f"{args.steps} steps each, in {time.perf_counter() - start:.0f} s"
+            f"{args.steps} steps each, in {time.perf_counter() - start:.0f} s (or read from --models); held-out loss "
+            + " and ".join(f"{heldout_loss(m, vocab.bos, heldout, context):.3f}" for m in (lm, draft))
         )
         first = vocab.bos
         results = speed(lm, first, lengths, context, 1 if args.quick else ROUNDS)
         curves = past_context(lm, vocab.bos, heldout, context, lengths[-1], buckets)
-        speedup, rate = speculative(lm, draft, vocab, args.spec_tokens, 1 if args.quick else ROUNDS)
+        best_k, speedup, rate = speculative(lm, draft, vocab, args.spec_tokens, 1 if args.quick else ROUNDS)
     n = lengths[0]
     cache_speedup = results["full", n][0] / results["recompute", n][0]
     int8_memory = results["int8", n][1] / results["full", n][1]
@@ -298,7 +343,7 @@ def main():
         ),
         (f"int8 / full cache memory: {format_ratio(int8_memory)}  (<= {TARGET_INT8}x)", int8_memory <= TARGET_INT8),
         (
-            f"speculative greedy speed-up: {format_ratio(speedup)}, acceptance rate {rate:.2f}  "
+            f"speculative greedy speed-up (best k, {best_k}): {format_ratio(speedup)}, acceptance rate {rate:.2f}  "
             f"(>= {TARGET_SPECULATIVE}x)",
             speedup >= TARGET_SPECULATIVE,
         ),
