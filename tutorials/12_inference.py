@@ -22,8 +22,8 @@
 #    exactly, then used with a small draft model (草稿模型);
 # 6. a cache policy of our own, registered and checked by the conformance kit.
 #
-# Run it as `python tutorials/12_inference.py` (about three minutes on 2 CPU cores) or open it
-# as a notebook with jupytext. `MINITENSOR_TUTORIAL_SMOKE=1` shrinks everything to a few
+# Run it as `python tutorials/12_inference.py` (about a minute on 2 idle CPU cores, several
+# when other programs share them) or open it as a notebook with jupytext. `MINITENSOR_TUTORIAL_SMOKE=1` shrinks everything to a few
 # seconds.
 #
 # Sources: D2L's attention chapter, in the Chinese edition 《动手学深度学习》 (zh.d2l.ai),
@@ -127,7 +127,7 @@ print(cache)
 # the recipe of `minitensor train --preset gpt-char` (pre-LN blocks, AdamW, a warm-up and a
 # cosine decay of the learning rate, gradients clipped at norm 1) and rotary positions, so
 # that positions past the trained context exist. Smaller than the preset's so that it trains
-# in a few minutes: 4 blocks of 64 hidden units, 4 heads, a context of 64 characters, 1,000
+# in half a minute: 4 blocks of 64 hidden units, 4 heads, a context of 64 characters, 1,000
 # minibatches of 16 random windows (smoke mode: 2 blocks of 32, a context of 16, 40
 # minibatches). The last 10% of the text is held out. Then a *draft* model a quarter the size
 # (one block), trained the same way, for section 7.
@@ -242,9 +242,9 @@ fig.savefig(figure_path(T, "time_per_token.png"), dpi=110)
 print("wrote", figure_path(T, "time_per_token.png"))
 
 # %% [markdown]
-# In the full run, from 32 to 2,048 tokens, a step with the cache took between 1.6 and 2.7 ms
-# and recomputing from 3 to 139 ms: 52 times as long at 2,048 tokens, and the gap grows with
-# $t$ (a run on a busier machine measured 4x and 101x at the two ends). The cached step grows
+# In the full run, from 32 to 2,048 tokens, a step with the cache took between 1.4 and 2.4 ms
+# and recomputing from 1.9 to 127 ms: 54 times as long at 2,048 tokens, and the gap grows with
+# $t$ (runs on a busier machine measured 52x and 101x at 2,048 tokens). The cached step grows
 # too — its attention reads $t + 1$ keys — but at this size that is little next to the rest of
 # the pass.
 #
@@ -725,20 +725,18 @@ print(
 
 # %% [markdown]
 # In the full run 39% of the proposals were accepted (183 of 465), and a target pass gave 2.56
-# characters instead of 1, with the same 300 characters as the target alone. The speed-up is
-# modest, and it moved from run to run on our 2 CPU cores, which other programs shared: 1.18x,
-# 1.58x and 1.19x in three runs. The single calls give the account: a round costs four draft
-# steps and one target pass over five tokens, and at this size neither is cheap — a pass is
-# mostly the fixed cost of calling each layer from Python, so the one-block draft's step costs
-# far more than a quarter of the four-block target's, and a pass over five tokens more than a
-# single step. The printed prediction is that account (`per_pass` characters for
-# `4 * draft_1 + target_5` ms, against one character per `target_1` ms); on a busy machine the
-# single calls are timed at other moments than the generation, and the prediction (1.51x and
-# 0.72x in the last two runs) is only a rough guide. The method pays when the draft is *much*
-# cheaper than the target, as a model ten or a hundred times smaller is on real hardware,
-# where the target's pass is bound by reading its weights from memory, and when the draft
-# agrees with the target more often than this one, of one block, does. Whatever the speed, the
-# output is the target's own.
+# characters instead of 1, with the same 300 characters as the target alone. On an idle
+# machine one step of the one-block draft took 0.42 ms, a quarter of the four-block target's
+# 1.59 ms, and the target's pass over five tokens 1.79 ms, about one step: a round costs
+# $4 \times 0.42 + 1.79 = 3.5$ ms for 2.56 characters, 1.36 ms a character against 1.59 —
+# a prediction of 1.17x, and 1.08x measured. Four draft steps cost as much as one target step,
+# so a round costs about two target steps and must give more than two characters to gain at
+# all; at 39% acceptance it gives 2.56. (On our 2 cores, when other programs shared them, the
+# measured speed-up moved between 1.18x and 1.58x from run to run: read such timings as rough.)
+# The method pays when the draft is *much* cheaper than the target — a model ten or a hundred
+# times smaller, on hardware where the target's pass is bound by reading its weights from
+# memory — and agrees with it more often than this one-block draft does. Whatever the speed,
+# the output is the target's own.
 #
 # ## 8. A cache policy of your own
 #
