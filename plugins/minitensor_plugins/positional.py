@@ -158,8 +158,9 @@ class RotaryEncoding(nn.Module):
     depends on the positions only through n - m: attention sees *relative* positions, and
     nothing is added to the inputs. ``forward(q, k, q_offset=0, k_offset=0)`` takes
     (..., Tq, d) and (..., Tk, d) tensors whose first rows are at positions q_offset and
-    k_offset, and returns the rotated (q, k). Built from slicing, products and ``stack``
-    only, so gradients flow through it like through any op.
+    k_offset, and returns the rotated (q, k). Built from slicing and products only (the 90
+    degree turn of every pair is a product with a fixed (d, d) matrix), so gradients flow
+    through it like through any op.
     """
 
     applies_to = "qk"
@@ -178,9 +179,15 @@ class RotaryEncoding(nn.Module):
             )
         self.num_hiddens, self.max_len, self.base = num_hiddens, max_len, base
         angles = numpy.arange(max_len, dtype=numpy.float64)[:, None] * _frequencies(num_hiddens // 2, num_hiddens, base)
+        angles = numpy.repeat(angles, 2, axis=1)  # (max_len, d): pair j's angle at features 2j and 2j+1
+        # P turns each pair (a, b) into (-b, a): x @ P is x rotated by 90 degrees in every pair
+        P = numpy.zeros((num_hiddens, num_hiddens))
+        P[numpy.arange(1, num_hiddens, 2), numpy.arange(0, num_hiddens, 2)] = -1.0
+        P[numpy.arange(0, num_hiddens, 2), numpy.arange(1, num_hiddens, 2)] = 1.0
         dtype = dtype or mt.float32
         self.register_buffer("cos", mt.tensor(numpy.cos(angles), dtype=dtype, device=device), persistent=False)
         self.register_buffer("sin", mt.tensor(numpy.sin(angles), dtype=dtype, device=device), persistent=False)
+        self.register_buffer("quarter_turn", mt.tensor(P, dtype=dtype, device=device), persistent=False)
 
     def rotate(self, x, offset=0):
         """x (..., T, d) with its first row at position ``offset`` -> R(p theta) x, row by row."""
@@ -191,12 +198,11 @@ class RotaryEncoding(nn.Module):
                 "(build it with the per-head size, num_hiddens // num_heads)"
             )
         offset = _check_window("RotaryEncoding", offset, T, self.max_len)
-        cos = self.cos[offset : offset + T]  # (T, d/2): broadcasts over the leading axes
+        # R(a) (x_2j, x_2j+1) = cos a (x_2j, x_2j+1) + sin a (-x_2j+1, x_2j): six ops for any
+        # shape (pairs split and stacked again took thirteen, too many for a one-token decoding step)
+        cos = self.cos[offset : offset + T]  # (T, d): broadcasts over the leading axes
         sin = self.sin[offset : offset + T]
-        pairs = x.reshape(*lead, T, d // 2, 2)
-        even, odd = pairs[..., 0], pairs[..., 1]  # (..., T, d/2) each
-        rotated = mt.stack([even * cos - odd * sin, even * sin + odd * cos], axis=-1)
-        return rotated.reshape(*lead, T, d)
+        return x * cos + (x @ self.quarter_turn) * sin
 
     def forward(self, q, k, q_offset=0, k_offset=0):
         return self.rotate(q, q_offset), self.rotate(k, k_offset)
