@@ -349,3 +349,14 @@ def test_kept_names_the_tokens_in_the_cache():
             for t in range(12):
                 _, state = lm.decode_step(mt.tensor([[t % 12]]), state)
         assert state[2][0].kept().tolist() == expected[policy], policy
+
+
+class KeepsFloat16(WindowCache):
+    def keys(self):
+        return super().keys().astype("float16")
+
+
+def test_a_policy_that_changes_the_dtype_is_named():
+    mha = mt.nn.MultiHeadAttention(8, 2)
+    with pytest.raises(ValueError, match="KeepsFloat16: keys.. and values.. are float16 and float32; what was"):
+        mha.cached_self_attention(mt.randn(1, 3, 8), KeepsFloat16(window=4))

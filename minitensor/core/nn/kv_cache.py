@@ -102,13 +102,18 @@ class KVCache:
         return f"{type(self).__name__}({kept}, {self.bytes()} bytes)"
 
 
-def check_positions(cache: Any, positions: numpy.ndarray, keys: Tensor, values: Tensor, num_new: int) -> None:
-    """The layer's check of what a policy returned: one position per kept key, consecutive (the
-    encodings take an offset), and room for the new queries -- a ``ValueError`` naming the policy."""
+def check_positions(
+    cache: Any, positions: numpy.ndarray, keys: Tensor, values: Tensor, num_new: int, dtype: Any = None
+) -> None:
+    """The layer's check of what a policy returned: keys and values in the ``dtype`` appended,
+    one position per kept key, consecutive (the encodings take an offset), and room for the new
+    queries -- a ``ValueError`` naming the policy."""
     name = type(cache).__name__
     K = keys.shape[-2]
     problem = None
-    if positions.ndim != 1 or len(positions) != K:
+    if dtype is not None and (keys.dtype != dtype or values.dtype != dtype):
+        problem = f"keys() and values() are {keys.dtype} and {values.dtype}; what was appended is {dtype}"
+    elif positions.ndim != 1 or len(positions) != K:
         problem = f"positions() has shape {positions.shape} for {K} keys"
     elif values.shape[-2] != K:
         problem = f"keys() holds {K} positions and values() {values.shape[-2]}"
