@@ -472,6 +472,10 @@ def test_speculative_decoding_rolls_back_through_the_cache_policy():
             cache="window",
             cache_options={"window": 4},
         )
+    # refused before the first token, even where every proposal would be accepted (the draft is the target)
+    for prompt in (list("abc"), []):
+        with pytest.raises(ValueError, match=r"speculative decoding: the target's cache: .*cannot roll back"):
+            generate(target, prompt, VOCAB, 5, decoder=decoder("speculative", draft=target), cache="window")
 
 
 def test_speculative_decoding_takes_one_sequence_and_one_vocabulary():

@@ -177,6 +177,8 @@ def speculative_search(
     with _inference(target), _inference(draft):
         if n_start > 1:  # the target holds every token but the last
             _, state = target.decode_step(tensor(start[:, :-1], device=target_device), state)
+        # a cache that cannot roll back is refused now, not at the first rejected proposal
+        _crop(target, "target", state, n_start - 1)
         try:
             draft_state = draft.begin_decoding()
         except TypeError as e:  # an encoder-decoder's begin_decoding needs the source

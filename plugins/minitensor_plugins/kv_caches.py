@@ -65,7 +65,8 @@ class FullCache(KVCache):
 
     def crop(self, num_tokens: int) -> None:
         """Keep the first ``num_tokens`` positions (speculative decoding drops rejected drafts)."""
-        self.k, self.v = self.k[:, :, :num_tokens], self.v[:, :, :num_tokens]
+        if self.k is not None:
+            self.k, self.v = self.k[:, :, :num_tokens], self.v[:, :, :num_tokens]
         self.seen_tokens = min(self.seen_tokens, num_tokens)
 
 
@@ -263,6 +264,8 @@ class Int8Cache(KVCache):
 
     def crop(self, num_tokens: int) -> None:
         """Keep the first ``num_tokens`` positions (speculative decoding drops rejected drafts)."""
+        if self.codes_k is None:  # nothing appended yet
+            return
         for name in ("codes_k", "codes_v", "scale_k", "scale_v", "zero_k", "zero_v"):
             setattr(self, name, getattr(self, name)[:, :, :num_tokens])
         self.seen_tokens = min(self.seen_tokens, num_tokens)
