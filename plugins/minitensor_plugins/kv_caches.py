@@ -74,10 +74,11 @@ class WindowCache(KVCache):
     """The last ``window`` positions (sliding-window attention, as Mistral decodes; Beltagy et
     al. 2020): the token at position t attends positions t - W + 1 .. t, at their own positions.
 
-    Memory stays at W positions however long the text. The price: once the first tokens leave
-    the window the model sees a context it was never trained on -- no token at position 0
-    takes the attention mass that trained models park there -- and its predictions collapse
-    (StreamingLLM's finding, which ``sinks`` repairs). Before the new tokens are appended the
+    Memory stays at W positions however long the text. The price, for a model that parks its
+    spare attention on the first tokens (the large language models StreamingLLM studied): once
+    they leave the window, that mass lands on tokens that carry meaning and the predictions
+    collapse, which ``sinks`` repairs. A model that learned no such sink loses nothing
+    (bench/generate.py's character model: see bench/README.md). Before the new tokens are appended the
     cache drops all but the last W - 1 positions; a chunk of T new tokens is then held with
     them (W - 1 + T positions) and ``mask`` gives each its own window.
     """
@@ -121,10 +122,11 @@ class SinksCache(KVCache):
     with Attention Sinks"): the first ``sinks`` positions and the last ``window``, with
     positions *re-indexed* inside the cache.
 
-    A trained model parks the attention a query does not need on the first tokens, whatever
-    they say (softmax must put its mass somewhere); evicting them, as ``window`` does, moves
-    that mass onto tokens that carry meaning and the text falls apart. Keeping S = 4 of them
-    next to the recent window lets a model decode past its trained length at constant memory.
+    Large language models park the attention a query does not need on the first tokens,
+    whatever they say (softmax must put its mass somewhere); evicting them, as ``window`` does,
+    moves that mass onto tokens that carry meaning and the text falls apart (Xiao et al. 2023,
+    Figure 3). Keeping S = 4 of them next to the recent window lets such a model decode past its
+    trained length at constant memory.
     The kept keys get consecutive positions 0 .. S + W - 1 and the new token the last one, so
     a rotary or ALiBi model never sees a distance longer than the cache (the paper's
     re-indexing: "positions within the cache rather than those in the original text").
