@@ -265,10 +265,15 @@ positions and the last ``window``, re-indexed) and ``int8`` (every position, sto
   ``num_tokens`` on (speculative decoding rolls back rejected draft tokens; ``KVCache``'s
   raises, and ``full`` and ``int8`` implement it); ``copy()`` (``KVCache``: a shallow copy,
   enough when ``append`` replaces its tensors rather than writing into them).
-- ``minitensor.testing.check_kv_cache(cls, options, reference)`` checks a policy against the
-  attention it stands for, for every scorer, pooling and positional encoding registered:
-  ``full`` equals the whole causal pass, ``window`` the pass with a sliding-window mask,
-  ``sinks`` its own definition computed without a cache, ``int8`` within its stated bound.
+- ``minitensor.testing.check_kv_cache(policy, options, keeps=..., tolerance=...)`` checks a
+  policy against its *definition*, ``keeps(t) -> (text positions, positions)``: which earlier
+  tokens the token at t attends and where the attention places them, computed without a
+  cache by the layer's forward pass (``testing.KEEPS`` holds the built-ins'; the tests run it
+  for every registered scorer, pooling and positional encoding): ``full`` equals the whole
+  causal pass, ``window`` the pass with a sliding-window mask, ``sinks`` its own definition,
+  and a lossy policy (``int8``) stays within ``attention_error_bound`` with
+  ``tolerance="bound"``; with the contract's rules (shapes, positions, ``copy``, ``select``,
+  ``crop``) besides.
 
 Decoders (``minitensor_decoders``)
 ----------------------------------
