@@ -247,6 +247,10 @@ REASONS = {
     "mt.nn.Seq2SeqAttentionDecoder": "extra: D2L's GRU decoder with additive (Bahdanau) attention",
     "mt.nn.Seq2SeqConfig": "extra: the architecture of `Seq2SeqAttentionDecoder` as one value (a frozen dataclass)",
     "mt.nn.Seq2SeqDecoder": "extra: D2L's GRU decoder without attention (the encoder's last state as a fixed context)",
+    "mt.nn.KVCache": (
+        "extra: the base class of key/value cache policies (plugins); PyTorch has no cache, Hugging Face's "
+        "closest is transformers.Cache"
+    ),
     "mt.nn.Seq2SeqEncoder": "extra: D2L's GRU encoder",
     "mt.nn.TransformerEmbedding": "extra: token embedding scaled by sqrt(num_hiddens) plus positional encoding",
     "mt.nn.TransformerConfig": (

@@ -20,7 +20,10 @@ import minitensor as mt
 from minitensor import plugins as mtp
 
 REPO = Path(__file__).resolve().parents[1]
-HOOKS = "minitensor_poolings, minitensor_positional_encodings, minitensor_scorers"
+HOOKS = (
+    "minitensor_decoders, minitensor_kv_caches, minitensor_poolings, minitensor_positional_encodings, "
+    "minitensor_scorers"
+)
 
 
 def write_scorer(directory, scorer, stem=None, extra=""):
