@@ -482,12 +482,19 @@ def _generate(args):
     cache_options = _options(_split_items(args.cache_opt), "--cache-opt") if args.cache_opt else None
     if cache_options and args.cache is None:
         raise _usage("--cache-opt sets an option of the cache policy: name it with --cache NAME")
+    # Past the trained context a model reads positions it never saw: generate restarts in pieces
+    # of the context. A cache policy (sinks, window) is the other answer, for positions that are
+    # relative (rotary, ALiBi): the text then streams through it in one piece. Absolute ("inputs")
+    # positions end at the context whatever the cache, so such a model stays in pieces.
+    names = [p for p in (config.positional, config.input_positional) if p and p != "none"]
+    absolute = [p for p in names if mt.nn.attention.positional_kind(p) == "inputs"]
+    stream = args.cache is not None and not absolute
     hyp = generate(
         model,
         prompt,
         vocab,
         args.max_len,
-        window=config.lm_num_steps,
+        window=None if stream else config.lm_num_steps,
         decoder=chain,
         cache=args.cache,
         cache_options=cache_options,
@@ -921,7 +928,13 @@ def _add_train_parser(sub, common, help_recipe=None):
         help="speculative decoding with this smaller language model (a run or checkpoint folder, trained on "
         "the same text) proposing tokens the checkpoint verifies",
     )
-    g.add_argument("--cache", metavar="NAME", help="the key/value cache policy (default: full)")
+    g.add_argument(
+        "--cache",
+        metavar="NAME",
+        help="the key/value cache policy (default: full); a model with relative positions (rotary, ALiBi) then "
+        "reads the text in one piece through it, past its trained context, where without a policy it restarts in "
+        "pieces of it",
+    )
     g.add_argument(
         "--cache-opt",
         action="append",

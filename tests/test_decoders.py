@@ -693,3 +693,32 @@ def test_the_generate_command_passes_the_cache_policy_on(runs, capsys):
     assert code == 0 and out.startswith("to be"), err
     code, _, err = run_generate(capsys, *target, "--cache", "window", "--cache-opt", "widow=3")
     assert code == 2 and "widow" in err, err
+
+
+def test_a_cache_policy_streams_a_relative_model_past_its_context(runs, capsys, monkeypatch):
+    """With --cache, a rotary model reads the text in one piece (what sinks are for); a model
+    with absolute positions, and any model without --cache, restarts in pieces of its context."""
+    from minitensor import cli
+
+    rotary = runs / "rotary"
+    if not rotary.exists():
+        argv = ["train", "--text", str(runs / "text.txt"), "--out", str(rotary), "--positional", "rotary"]
+        argv += ["--lm-num-steps", "8", "--steps", "2", "--batch-size", "4", "--num-blks", "1", "--no-progress"]
+        assert cli.main([*argv, "--num-hiddens", "16", "--ffn-num-hiddens", "16", "--eval-iters", "1"]) == 0
+    windows = []
+    real = cli.generate
+
+    def recorded(*args, **kwargs):
+        windows.append(kwargs.get("window"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(cli, "generate", recorded)
+    sinks = ["--cache", "sinks", "--cache-opt", "sinks=1,window=3", "--greedy"]
+    for folder, argv, window in (
+        (rotary, sinks, None),
+        (rotary, ["--greedy"], 8),
+        (runs / "target", sinks, 8),  # learned or sinusoidal positions end at the context
+    ):
+        code, out, err = run_generate(capsys, "--checkpoint", str(folder), *argv)
+        assert code == 0 and out.startswith("to be"), err
+        assert windows[-1] == window, (folder.name, argv)
