@@ -7,8 +7,9 @@ with rotary positions instead of learned ones -- StreamingLLM needs positions th
 the trained context, and re-indexes them -- trained ``--steps`` steps (2,000) on the shipped
 tinyshakespeare.txt with the preset's recipe, every window begun by <bos> as every document
 an LLM reads begins with its start token (the token a model turns into its attention sink),
-next to a *draft* a quarter its size (1 block, the same recipe and batches), for speculative
-decoding. ``--models DIR`` keeps the trained weights for the next run. Then:
+next to a *draft* a quarter its size (1 block), distilled from it for ``DRAFT_STEPS`` (6,000)
+steps (the cross-entropy with the target's next-token distribution: DistillSpec, Zhou et al.
+2023), for speculative decoding. ``--models DIR`` keeps the trained weights for the next run. Then:
 
 1. *Speed and memory of each cache policy*: ``--tokens`` (1,000 and 4,000) tokens generated
    greedily after <bos>, one ``decode_step`` per token, with ``full``, ``window``
@@ -29,7 +30,7 @@ decoding. ``--models DIR`` keeps the trained weights for the next run. Then:
 3. *Memory of int8*: int8's cache against full's at 1,000 tokens, and the loss it costs on the
    held-out stream.
 4. *Speculative decoding*: greedy generation of ``--spec-tokens`` (400) tokens with the target
-   alone and with the draft proposing k = 1, 2, 4 tokens per round (``--decoder speculative``),
+   alone and with the draft proposing k = 2, 3, 4, 6 tokens per round (``--decoder speculative``),
    inside the trained context as ``minitensor generate`` decodes (``window``: in pieces):
    identical texts (the script asserts it), the time of each (median of ``ROUNDS``,
    interleaved), the speed-up and the acceptance rate; and what decides them, the time of one
@@ -50,6 +51,7 @@ import time
 import numpy as np
 from _common import format_mib, format_ratio, limit_threads, print_header, print_table, thread_count, verdict
 from gpt_char import QUICK, batch_offsets, build_minitensor, cut, load_text, minitensor_step
+from minitensor.nn.utils import clip_grad_norm_
 
 import minitensor as mt
 
@@ -57,7 +59,8 @@ TARGET_SPEEDUP = 10.0  # full cache / recomputation, tokens per second at 1,000 
 TARGET_INT8 = 0.3  # int8 / full, cache memory
 TARGET_SPECULATIVE = 1.5  # target alone / speculative, time for the same greedy text
 ROUNDS = 3
-SPEC_KS = (1, 2, 4)  # draft tokens per round
+SPEC_KS = (2, 3, 4, 6)  # draft tokens per round
+DRAFT_STEPS = 6000  # distillation steps of the draft (3x the target's: a quarter the size, it trains fast)
 SINKS = 4
 BUCKETS = ((0, 64), (64, 1000), (1000, 4000))
 QUICK_BUCKETS = ((0, 16), (16, 200), (200, 400))
@@ -84,10 +87,13 @@ def with_bos(bos, starts, ids, T):
     return X, np.concatenate([X[:, 1:2], Y], axis=1)
 
 
-def train(config, vocab, train_ids, folder=None, name="target", seed=0):
+def train(config, vocab, train_ids, folder=None, name="target", seed=0, teacher=None):
     """The recipe's training loop (bench/gpt_char.py's step) on nanoGPT's random windows, each
-    begun by <bos>; with ``folder``, the weights are kept there and read back on the next run
-    (NumPy's .npz, no pickle) -- the measurements below need a trained model, not a new one."""
+    begun by <bos>; with ``teacher``, distilled (Hinton et al. 2015): the loss is the cross-entropy
+    with the teacher's next-token distribution instead of the next character, so that the model
+    learns to agree with the teacher (what a speculative draft is for: DistillSpec, Zhou et al.
+    2023). With ``folder``, the weights are kept there and read back on the next run (NumPy's
+    .npz, no pickle) -- the measurements below need a trained model, not a new one."""
     model, optimizer, scheduler = build_minitensor(config, vocab, seed)
     path = None if folder is None else pathlib.Path(folder) / f"{name}-{config.steps}-{config.num_blks}.npz"
     if path is not None and path.exists():
@@ -97,7 +103,18 @@ def train(config, vocab, train_ids, folder=None, name="target", seed=0):
     offsets = batch_offsets(len(train_ids), config.lm_num_steps, config.steps, config.batch_size, seed)
     for t in range(config.steps):
         X, Y = with_bos(vocab.bos, offsets[t], train_ids, config.lm_num_steps)
-        minitensor_step(model, optimizer, scheduler, X, Y, 1.0)
+        if teacher is None:
+            minitensor_step(model, optimizer, scheduler, X, Y, 1.0)
+            continue
+        X = mt.tensor(X)
+        with mt.no_grad():
+            p = mt.softmax(teacher(X), axis=-1)
+        loss = -(p * mt.log_softmax(model(X), axis=-1)).sum(axis=-1).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        scheduler.step()
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         np.savez(path, **{k: v.numpy() for k, v in model.state_dict().items()})
@@ -317,17 +334,18 @@ def main():
     args = parse_args()
     print_header("Inference: key/value cache policies and speculative decoding (--preset gpt-char, rotary)", args.quick)
     config = recipe(args.quick, args.steps)
-    draft_config = recipe(args.quick, args.steps, num_blks=1)
+    draft_config = recipe(args.quick, args.steps if args.quick else DRAFT_STEPS, num_blks=1)
     train_ids, heldout, vocab = load_text(config)
     lengths, buckets = ((200, 400), QUICK_BUCKETS) if args.quick else ((1000, 4000), BUCKETS)
     context = config.lm_num_steps
     with limit_threads(args.threads):
         start = time.perf_counter()
         lm = train(config, vocab, train_ids, args.models, "target")
-        draft = train(draft_config, vocab, train_ids, args.models, "draft")
+        draft = train(draft_config, vocab, train_ids, args.models, "draft-distilled", teacher=lm)
         print(
             f"trained the target ({parameters(lm):,} parameters) and the draft ({parameters(draft):,}), "
-            f"{args.steps} steps each, in {time.perf_counter() - start:.0f} s (or read from --models); held-out loss "
+            f"{config.steps} and {draft_config.steps} steps (the draft distilled), "
+            f"in {time.perf_counter() - start:.0f} s (or read from --models); held-out loss "
             + " and ".join(f"{heldout_loss(m, vocab.bos, heldout, context):.3f}" for m in (lm, draft))
         )
         first = vocab.bos

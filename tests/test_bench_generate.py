@@ -21,4 +21,4 @@ def test_the_quick_run_prints_its_tables(tmp_path):
         assert f"\n{policy} " in out, policy
     assert "identical greedy text" in out and "acceptance rate" in out
     assert "--quick: a smoke run; the targets are judged on the full run" in out
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["draft-30-1.npz", "target-30-2.npz"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["draft-distilled-30-1.npz", "target-30-2.npz"]
