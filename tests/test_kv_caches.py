@@ -360,3 +360,51 @@ def test_a_policy_that_changes_the_dtype_is_named():
     mha = mt.nn.MultiHeadAttention(8, 2)
     with pytest.raises(ValueError, match="KeepsFloat16: keys.. and values.. are float16 and float32; what was"):
         mha.cached_self_attention(mt.randn(1, 3, 8), KeepsFloat16(window=4))
+
+
+class Minimal:
+    """A policy with the four required methods only (no KVCache base): what the contract asks."""
+
+    def __init__(self):
+        self.seen_tokens, self.k, self.v = 0, None, None
+
+    def append(self, keys, values, positions):
+        self.k = keys if self.k is None else mt.concat([self.k, keys], axis=2)
+        self.v = values if self.v is None else mt.concat([self.v, values], axis=2)
+
+    def keys(self):
+        return self.k
+
+    def values(self):
+        return self.v
+
+    def positions(self):
+        return np.arange(self.k.shape[2])
+
+    def bytes(self):
+        return self.k.data.nbytes + self.v.data.nbytes
+
+
+class MinimalCaches:
+    @mt.hookimpl
+    def minitensor_kv_caches(self):
+        return {"my_minimal": Minimal}
+
+
+def test_a_policy_with_only_the_required_methods_decodes_and_refuses_to_crop():
+    name = mt.plugins.register(MinimalCaches())
+    try:
+        assert check_kv_cache(Minimal, positional="rotary")  # copy, select and crop are optional
+        lm = tiny_lm(positional="rotary")
+        X = mt.tensor(np.random.default_rng(0).integers(0, 12, (1, 6)))
+        with mt.no_grad():
+            state = lm.begin_decoding("my_minimal")
+            rows = []
+            for t in range(6):
+                logits, state = lm.decode_step(X[:, t : t + 1], state)
+                rows.append(logits.numpy())
+            np.testing.assert_allclose(np.concatenate(rows, axis=1), lm(X).numpy(), atol=1e-10)
+        with pytest.raises(NotImplementedError, match="Minimal has no crop"):
+            lm.crop_state(state, 2)
+    finally:
+        mt.plugins.unregister(name=name)

@@ -37,6 +37,7 @@ so decoding token by token reproduces the full forward pass exactly.
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -542,6 +543,11 @@ class TransformerDecoderBlock(Module):
         return self.addnorm3(Y, self.ffn(self.addnorm3.sublayer_input(Y))), state
 
 
+def _snapshot(cache: Any) -> Any:
+    """A cache policy's ``copy()`` (optional in the contract), else a shallow copy."""
+    return cache.copy() if hasattr(cache, "copy") else copy.copy(cache)
+
+
 def _select_rows(obj: Any, indices: Tensor) -> Any:
     """Every tensor inside ``obj`` (nested lists / tuples, None) indexed by ``indices`` along
     its first axis, the batch axis of every tensor in a Transformer decoder's state."""
@@ -651,9 +657,12 @@ class TransformerDecoder(Module):
         seen = self.num_cached_steps(state)
         if not 0 <= num_tokens <= seen:
             raise ValueError(f"crop_state: num_tokens must be between 0 and the {seen} tokens seen, got {num_tokens}")
-        caches = [cache.copy() for cache in state[2]]
+        caches = [_snapshot(cache) for cache in state[2]]
         for cache in caches:
-            cache.crop(num_tokens)
+            crop = getattr(cache, "crop", None)
+            if crop is None:  # optional in the contract: a policy without it cannot roll back
+                raise NotImplementedError(f"{type(cache).__name__} has no crop(num_tokens): it cannot roll back")
+            crop(num_tokens)
         return [state[0], state[1], caches]
 
     def forward(self, X: Tensor, state: DecoderState) -> tuple[Tensor, DecoderState]:
@@ -662,7 +671,7 @@ class TransformerDecoder(Module):
         token (or a few) per step when decoding. Positions continue from the cache; the state
         passed in is left as it was (a new list is returned)."""
         # copies of the caches, which the blocks append to: the caller's state stays valid
-        state = [state[0], state[1], [None if c is None else c.copy() for c in state[2]]]
+        state = [state[0], state[1], [None if c is None else _snapshot(c) for c in state[2]]]
         X = self.embedding(X, offset=self.num_cached_steps(state))
         for blk in self.blks:
             X, state = blk(X, state)
