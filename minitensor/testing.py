@@ -877,6 +877,28 @@ def _check_qk_encoding(c, encoding, d, T):
     c.gradients(both, [q, k] + [p for _, p in params], ["q", "k"] + _names(params))
 
 
+def decoding_layer(
+    scorer, pooling, positional, num_hiddens, num_heads, num_kv_heads, steps, device="cpu", **plugin_options
+):
+    """The layer the decoding checks run: a float64 ``MultiHeadAttention`` of the plugins named,
+    without dropout, in eval mode, whose positional tables reach past ``steps`` tokens.
+    ``plugin_options``: ``scorer_options``, ``pooling_options``, ``positional_options``."""
+    mha = MultiHeadAttention(
+        num_hiddens,
+        num_heads,
+        0.0,
+        scorer=scorer,
+        pooling=pooling,
+        positional=positional,
+        max_len=max(2 * steps, 16),
+        num_kv_heads=num_kv_heads,
+        dtype="float64",
+        device=device,
+        **plugin_options,
+    )
+    return mha.eval()
+
+
 def check_incremental_decoding(
     *,
     scorer="scaled_dot",
@@ -911,22 +933,19 @@ def check_incremental_decoding(
         f"check_incremental_decoding(scorer={scorer!r}, pooling={pooling!r}, positional={positional!r}, "
         f"num_heads={num_heads}, num_kv_heads={num_kv_heads})"
     )
-    mha = MultiHeadAttention(
+    mha = decoding_layer(
+        scorer,
+        pooling,
+        positional,
         num_hiddens,
         num_heads,
-        0.0,
-        scorer=scorer,
-        pooling=pooling,
-        positional=positional,
+        num_kv_heads,
+        steps,
+        device=device,
         scorer_options=scorer_options,
         pooling_options=pooling_options,
         positional_options=positional_options,
-        max_len=max(2 * steps, 16),
-        num_kv_heads=num_kv_heads,
-        dtype="float64",
-        device=device,
     )
-    mha.eval()
     rng = numpy.random.default_rng(0)
     X = tensor(rng.standard_normal((batch, steps, num_hiddens)), device=device)
     with no_grad():

@@ -82,21 +82,6 @@ class _Fail:
         raise AssertionError(f"{self.what}: {prop}: {detail}")
 
 
-def _layer(scorer: str, pooling: str, positional: Any, num_hiddens: int, num_heads: int, g: int | None, steps: int):
-    mha = MultiHeadAttention(
-        num_hiddens,
-        num_heads,
-        0.0,
-        scorer=scorer,
-        pooling=pooling,
-        positional=positional,
-        max_len=max(2 * steps, 16),
-        num_kv_heads=g,
-        dtype="float64",
-    )
-    return mha.eval()
-
-
 def check_kv_cache(
     cache: str | type,
     options: dict[str, Any] | None = None,
@@ -133,7 +118,9 @@ def check_kv_cache(
     )
     if keeps is None:
         keeps = (KEEPS.get(cache) or _keeps_full)(options) if isinstance(cache, str) else _keeps_full(options)
-    mha = _layer(scorer, pooling, positional, num_hiddens, num_heads, num_kv_heads, steps)
+    from .testing import decoding_layer  # the layer check_incremental_decoding checks, built alike
+
+    mha = decoding_layer(scorer, pooling, positional, num_hiddens, num_heads, num_kv_heads, steps)
     rng = numpy.random.default_rng(0)
     X = tensor(rng.standard_normal((batch, steps, num_hiddens)))
     with no_grad():
