@@ -41,13 +41,11 @@ def _join(old: mt.Tensor | None, new: mt.Tensor) -> mt.Tensor:
     return new if old is None else mt.concat([old, new], axis=2)
 
 
-class FullCache(KVCache):
-    """Every position, as it was appended: the cache of ``transformer.py``'s docstring. Decoding
-    with it equals recomputing the whole sequence at every step (the kit checks it to 1e-5 in
-    float64 for every registered plugin), at 2 t g d numbers per layer after t tokens."""
+class _AsAppended(KVCache):
+    """What full, window and sinks share: the kept keys and values as they were appended, the
+    new ones joined after the kept (window and sinks evict first, then append)."""
 
-    def __init__(self, **options: object) -> None:
-        mt.plugins.check_options(type(self), options)
+    def __init__(self) -> None:
         self.k: mt.Tensor | None = None
         self.v: mt.Tensor | None = None
 
@@ -60,6 +58,16 @@ class FullCache(KVCache):
     def values(self) -> mt.Tensor:
         return self.v
 
+
+class FullCache(_AsAppended):
+    """Every position, as it was appended: the cache of ``transformer.py``'s docstring. Decoding
+    with it equals recomputing the whole sequence at every step (the kit checks it to 1e-5 in
+    float64 for every registered plugin), at 2 t g d numbers per layer after t tokens."""
+
+    def __init__(self, **options: object) -> None:
+        mt.plugins.check_options(type(self), options)
+        super().__init__()
+
     def positions(self) -> numpy.ndarray:
         return numpy.arange(self.k.shape[2], dtype=numpy.int64)
 
@@ -70,7 +78,7 @@ class FullCache(KVCache):
         self.seen_tokens = min(self.seen_tokens, num_tokens)
 
 
-class WindowCache(KVCache):
+class WindowCache(_AsAppended):
     """The last ``window`` positions (sliding-window attention, as Mistral decodes; Beltagy et
     al. 2020): the token at position t attends positions t - W + 1 .. t, at their own positions.
 
@@ -86,8 +94,7 @@ class WindowCache(KVCache):
     def __init__(self, window: int = 256, **options: object) -> None:
         mt.plugins.check_options(type(self), options)
         self.window = _check_size("window", "window", window, 1)
-        self.k: mt.Tensor | None = None
-        self.v: mt.Tensor | None = None
+        super().__init__()
         self.first = 0  # the position of the first kept key
 
     def append(self, keys: mt.Tensor, values: mt.Tensor, positions: numpy.ndarray) -> None:
@@ -97,13 +104,7 @@ class WindowCache(KVCache):
             self.first += drop
         else:
             self.first = int(positions[0])
-        self.k, self.v = _join(self.k, keys), _join(self.v, values)
-
-    def keys(self) -> mt.Tensor:
-        return self.k
-
-    def values(self) -> mt.Tensor:
-        return self.v
+        super().append(keys, values, positions)
 
     def positions(self) -> numpy.ndarray:
         return numpy.arange(self.first, self.first + self.k.shape[2], dtype=numpy.int64)
@@ -117,7 +118,7 @@ class WindowCache(KVCache):
         return p[None, :] > p[-num_new:, None] - self.window
 
 
-class SinksCache(KVCache):
+class SinksCache(_AsAppended):
     """Attention sinks (StreamingLLM, Xiao et al. 2023, "Efficient Streaming Language Models
     with Attention Sinks"): the first ``sinks`` positions and the last ``window``, with
     positions *re-indexed* inside the cache.
@@ -143,8 +144,7 @@ class SinksCache(KVCache):
         mt.plugins.check_options(type(self), options)
         self.sinks = _check_size("sinks", "sinks", sinks, 0)
         self.window = _check_size("sinks", "window", window, 1)
-        self.k: mt.Tensor | None = None
-        self.v: mt.Tensor | None = None
+        super().__init__()
         self.text_positions = numpy.zeros(0, dtype=numpy.int64)  # where each kept key stood in the text
 
     def append(self, keys: mt.Tensor, values: mt.Tensor, positions: numpy.ndarray) -> None:
@@ -155,14 +155,8 @@ class SinksCache(KVCache):
                 keep = numpy.r_[0:S, K - recent : K]
                 self.k, self.v = _take(self.k, S, recent), _take(self.v, S, recent)
                 self.text_positions = self.text_positions[keep]
-        self.k, self.v = _join(self.k, keys), _join(self.v, values)
+        super().append(keys, values, positions)
         self.text_positions = numpy.concatenate([self.text_positions, positions])
-
-    def keys(self) -> mt.Tensor:
-        return self.k
-
-    def values(self) -> mt.Tensor:
-        return self.v
 
     def positions(self) -> numpy.ndarray:
         return numpy.arange(self.k.shape[2], dtype=numpy.int64)  # re-indexed: positions within the cache
