@@ -59,6 +59,22 @@ def thread_count(text):
     return n
 
 
+def count_between(low, high):
+    """The argparse type of a count a script allocates by (steps, tokens): an integer from
+    ``low`` to ``high``, so that a typo cannot ask for a billion of them."""
+
+    def convert(text):
+        try:
+            n = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if not low <= n <= high:
+            raise argparse.ArgumentTypeError(f"{n}: give {low} to {high:,}")
+        return n
+
+    return convert
+
+
 # -- optional peers -------------------------------------------------------------------------
 def import_torch():
     """The ``torch`` module, or None when PyTorch is not installed (its columns are skipped)."""

@@ -49,7 +49,16 @@ import pathlib
 import time
 
 import numpy as np
-from _common import format_mib, format_ratio, limit_threads, print_header, print_table, thread_count, verdict
+from _common import (
+    count_between,
+    format_mib,
+    format_ratio,
+    limit_threads,
+    print_header,
+    print_table,
+    thread_count,
+    verdict,
+)
 from gpt_char import QUICK, batch_offsets, build_minitensor, cut, load_text, minitensor_step
 from minitensor.nn.utils import clip_grad_norm_
 
@@ -320,9 +329,16 @@ def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a tiny model, 30 steps, 200 and 400 tokens")
     parser.add_argument("--threads", type=thread_count, default=None, help="threads (default 2)")
-    parser.add_argument("--steps", type=int, default=None, help="training steps (default 2000; 30 quick)")
+    parser.add_argument(
+        "--steps", type=count_between(1, 100_000), default=None, help="training steps (default 2000; 30 quick)"
+    )
     parser.add_argument("--models", help="a folder to keep the trained weights in and read them back from")
-    parser.add_argument("--spec-tokens", type=int, default=None, help="tokens of the speculative run (default 400)")
+    parser.add_argument(
+        "--spec-tokens",
+        type=count_between(1, 100_000),
+        default=None,
+        help="tokens of the speculative run (default 400)",
+    )
     args = parser.parse_args()
     args.threads = args.threads or 2
     args.steps = args.steps or (30 if args.quick else 2000)
