@@ -61,6 +61,7 @@ import time
 import numpy as np
 from _common import (
     Stats,
+    count_between,
     format_mib,
     format_ratio,
     format_stats,
@@ -605,9 +606,10 @@ def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a tiny model, 30 steps, 1 seed, 100 characters")
     parser.add_argument("--threads", type=thread_count, default=None, help="threads of each framework (default 2)")
-    parser.add_argument("--steps", type=int, default=None, help="training steps per seed (default 2000; 30 quick)")
-    parser.add_argument("--seeds", type=int, default=None, help="seeds 0 .. N-1 (default 3; 1 quick)")
-    parser.add_argument("--chars", type=int, default=None, help="characters generated (default 1000; 100 quick)")
+    steps, seeds, chars = count_between(1, 100_000), count_between(1, 100), count_between(1, 100_000)
+    parser.add_argument("--steps", type=steps, default=None, help="training steps per seed (default 2000; 30 quick)")
+    parser.add_argument("--seeds", type=seeds, default=None, help="seeds 0 .. N-1 (default 3; 1 quick)")
+    parser.add_argument("--chars", type=chars, default=None, help="characters generated (default 1000; 100 quick)")
     parser.add_argument("--nanogpt", default=str(NANOGPT), help="the folder of nanoGPT's model.py (a reference)")
     parser.add_argument("--memory-worker", choices=("minitensor", "torch"), help=argparse.SUPPRESS)
     parser.add_argument("--folder", help=argparse.SUPPRESS)
