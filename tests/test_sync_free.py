@@ -20,7 +20,7 @@ from strict_backend import count_syncs
 import minitensor as mt
 from minitensor import backends
 from minitensor.train import loop
-from minitensor.train.config import TrainConfig, build_model
+from minitensor.train.config import PRESETS, TrainConfig, build_model
 from minitensor.train.loop import READ_EVERY, TrainingError, train
 from minitensor.train.run import RunFolder
 
@@ -89,6 +89,10 @@ def counted_steps(config, warm_up=2, last=2 * READ_EVERY):
     return state, counted[warm_up:]
 
 
+# the preset's sizes are a GPU's; the counted runs keep tiny()'s
+SIZES = ("num_hiddens", "ffn_num_hiddens", "num_heads", "num_blks", "lm_num_steps", "batch_size", "steps")
+SIZES += ("eval_iters", "eval_batch_size")
+
 MODELS = {
     # the encoder-decoder Transformer: valid_lens masks in the encoder and the loss, dropout, clipping, Adam
     "transformer": dict(),
@@ -103,6 +107,15 @@ MODELS = {
     "lm, streamed, sliding window, learned positions": dict(
         model="lm", lm_num_steps=8, fused="on", dropout=0.0, positional="sliding_window", input_positional="learned"
     ),
+    # nanoGPT's recipe (GELU, tied embeddings, no biases, GPT-2's init, AdamW with its decay groups, warm-up
+    # then cosine, clipping, random windows) at a learner's size, with dropout as its GPU recipe has
+    "lm, nanoGPT's recipe": {
+        **{k: v for k, v in PRESETS["gpt-char-gpu"].items() if k not in SIZES},
+        "lm_num_steps": 8,
+        "warmup_steps": 3,
+        "eval_interval": 1000,
+    },
+    "lm, rotary positions, grouped heads": dict(model="lm", lm_num_steps=8, positional="rotary", num_kv_heads=1),
 }
 
 
