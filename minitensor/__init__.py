@@ -31,6 +31,7 @@ from .core.errors import AxisError, DeviceError, DTypeError, GradcheckError, Gra
 from .core.grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .core.gradcheck import gradcheck
 from .core.ops import *  # noqa: F403  (mt.exp, mt.softmax...: every op, listed in ops.__all__)
+from .core.precision import get_float32_matmul_precision, set_float32_matmul_precision
 from .core.random import manual_seed
 
 
@@ -103,6 +104,7 @@ __all__ = [
     "from_dlpack",
     "full",
     "get_backend",
+    "get_float32_matmul_precision",
     "get_printoptions",
     "gradcheck",
     "int32",
@@ -119,6 +121,7 @@ __all__ = [
     "rand",
     "randint",
     "randn",
+    "set_float32_matmul_precision",
     "set_grad_enabled",
     "set_printoptions",
     "tensor",

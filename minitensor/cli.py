@@ -25,6 +25,7 @@ from .data.bpe import symbol_text
 from .data.tasks import TEXTS
 from .inference import SAMPLE_TEMPERATURE, generate, translate
 from .nn import Seq2SeqConfig, TransformerConfig
+from .precision import PRECISIONS
 from .train.checkpoint import CheckpointError, find_checkpoint, load_checkpoint
 from .train.config import (
     ACTIVATIONS,
@@ -800,6 +801,12 @@ def _add_train_parser(sub, common, help_recipe=None):
     run.add_argument("--device", help="cpu or cuda (needs the gpu extra and an NVIDIA GPU)")
     run.add_argument("--seed", type=int)
     run.add_argument(
+        "--matmul-precision",
+        choices=PRECISIONS,
+        help="float32 matrix products on a GPU: high lets them use TF32 tensor cores, medium bfloat16 ones "
+        "(faster, ~1e-3 relative error); highest (the default) keeps float32; the CPU ignores it",
+    )
+    run.add_argument(
         "--eval-interval",
         type=int,
         metavar="N",
@@ -831,7 +838,7 @@ def _add_train_parser(sub, common, help_recipe=None):
         "--resume",
         action="store_true",
         help="continue the run in --out from its checkpoint (only --epochs, --steps, --fused, --device, "
-        "--workers and --no-progress may change)",
+        "--matmul-precision, --workers, --eval-interval, --eval-iters and --no-progress may change)",
     )
     run.add_argument(
         "--overwrite",

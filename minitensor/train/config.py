@@ -43,6 +43,7 @@ from ..nn.transformer import (
     TransformerLM,
     split_positional,
 )
+from ..precision import PRECISIONS
 
 TASKS = ("date", "reverse", "copy", "sort")
 TOKENIZERS = ("char", "bpe")  # --tokenizer of a text's language model
@@ -259,6 +260,9 @@ class TrainConfig:
     clip_grad_norm: float | None = setting(1.0, optional(number(0)))  # 0 or None: no clipping
     # running
     device: str = setting("cpu", identifier, resumable=True)
+    # float32 matrix products on a GPU: "high" lets them use TF32 tensor cores (nanoGPT's train.py
+    # does), "medium" bfloat16 ones; "highest" keeps float32 (mt.set_float32_matmul_precision). The CPU ignores it
+    matmul_precision: str = setting("highest", one_of(PRECISIONS), resumable=True)
     # processes training one model (data parallelism over MPI, train/distributed.py); a resumed
     # run may use another number: the global minibatches, and so the run, are the same
     workers: int = setting(1, integer(1, 4096), resumable=True)
@@ -510,6 +514,7 @@ PRESETS = {
         dropout=0.2,
         eval_iters=200,
         eval_batch_size=64,
+        matmul_precision="high",  # train.py's torch.backends.cuda.matmul.allow_tf32 = True
     ),
 }
 

@@ -54,6 +54,7 @@ from ..nn.attention import plain_attention
 from ..ops.join import stack
 from ..ops.loss import cross_entropy
 from ..optim import WarmupCosineLR, clip_grad_norm_
+from ..precision import set_float32_matmul_precision
 from ..random import manual_seed
 from .checkpoint import load_checkpoint, save_checkpoint
 from .config import (
@@ -438,6 +439,7 @@ def set_up(config, run, log, resume, ranks=None):
         saved, saved_info = load_run_checkpoint(run.checkpoint)
         _check_resumable(saved, config)
     manual_seed(config.seed)
+    set_float32_matmul_precision(config.matmul_precision)
     # a BPE run trains its tokenizer once and keeps it in the run folder; a resumed run reads it
     # (and checks it against the checkpoint's vocabulary)
     tokenizer = None

@@ -14,6 +14,8 @@ from .numpy_backend import NumpyBackend
 _BACKENDS: dict[str, Backend] = {}
 # the seed of the last ``mt.manual_seed``: a backend registered later starts from it too
 _SEED: list[int | None] = [None]
+# what ``mt.set_float32_matmul_precision`` last set (``core/precision.py``), for later backends likewise
+_MATMUL_PRECISION: list[str] = ["highest"]
 
 
 def register_backend(backend: Backend) -> Backend:
@@ -22,6 +24,8 @@ def register_backend(backend: Backend) -> Backend:
         raise ValueError(f"register_backend: {type(backend).__name__} needs a device name (its class's `device`)")
     if _SEED[0] is not None:
         backend.seed(_SEED[0])
+    if _MATMUL_PRECISION[0] != "highest":
+        backend.set_float32_matmul_precision(_MATMUL_PRECISION[0])
     _BACKENDS[backend.device] = backend
     return backend
 

@@ -13,7 +13,9 @@ error a user sees says what is missing: CuPy itself, the NVIDIA driver, or a dev
 
 from __future__ import annotations
 
+import importlib
 import os
+import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -160,6 +162,33 @@ class CupyBackend(Backend):
     def index_add(self, target: Array, index: Any, values: Array) -> None:
         # cupy.add.at is an atomic scatter-add: repeated indices accumulate
         self.xp.add.at(target, index, values)
+
+    # -- TF32 / bfloat16 tensor cores for float32 products (core/precision.py) ----------------
+    #: CuPy's cuBLAS compute types (cupy._core._routines_linalg) for each precision
+    COMPUTE_TYPES = {"highest": "COMPUTE_TYPE_DEFAULT", "high": "COMPUTE_TYPE_TF32", "medium": "COMPUTE_TYPE_BF16"}
+
+    def set_float32_matmul_precision(self, precision: str) -> None:
+        # CuPy reads the CUPY_TF32 environment variable once, at its first float32 product; a
+        # switch at run time, as PyTorch has, goes through the setter its own tests use. CuPy
+        # itself falls back to the default, with a warning, on a GPU older than compute
+        # capability 8.0. A CuPy without that setter keeps full precision, and says so.
+        linalg = getattr(getattr(self.xp, "_core", None), "_routines_linalg", None)
+        if linalg is None:
+            try:
+                linalg = importlib.import_module(f"{self.xp.__name__}._core._routines_linalg")
+            except (ImportError, AttributeError, TypeError):
+                linalg = None
+        compute_type = getattr(linalg, self.COMPUTE_TYPES[precision], None)
+        if compute_type is None or not hasattr(linalg, "set_compute_type"):
+            if precision == "highest":  # what such a CuPy does anyway
+                return
+            warnings.warn(
+                f"set_float32_matmul_precision({precision!r}): this CuPy ({getattr(self.xp, '__version__', '?')}) "
+                "has no cuBLAS compute-type setting that minitensor knows; float32 products stay in float32",
+                stacklevel=3,
+            )
+            return
+        linalg.set_compute_type(numpy.float32, compute_type)
 
     #: the CPU's fused kernels (kernels/fused.py) that the GPU has too, by the ops' names for them
     FUSED = {

@@ -1,0 +1,126 @@
+"""``mt.set_float32_matmul_precision``: TF32 / bfloat16 tensor cores for float32 products on a GPU.
+
+The CuPy backend sets cuBLAS's compute type for float32 through CuPy; here a stand-in for
+CuPy's ``_core._routines_linalg`` records what it is told. The CPU's results never change.
+"""
+
+import types
+import warnings
+
+import numpy as np
+import pytest
+from fake_cupy import FakeCupy, fake_cuda_backend
+from gpu import requires_gpu
+
+import minitensor as mt
+from minitensor import backends
+from minitensor.train.config import PRESETS, ConfigError, TrainConfig
+
+
+class RecordingLinalg:
+    """cupy._core._routines_linalg's compute types (the values CuPy gives them) and setter."""
+
+    COMPUTE_TYPE_DEFAULT, COMPUTE_TYPE_BF16, COMPUTE_TYPE_TF32 = 1, 6, 7
+
+    def __init__(self):
+        self.set = {}
+
+    def set_compute_type(self, dtype, compute_type):
+        self.set[np.dtype(dtype)] = compute_type
+
+
+@pytest.fixture(autouse=True)
+def restore_precision():
+    yield
+    mt.set_float32_matmul_precision("highest")
+
+
+@pytest.fixture
+def linalg(monkeypatch):
+    """ "cuda" on the CuPy stand-in, with a recording compute-type setter."""
+    cupy = FakeCupy()
+    cupy._core = types.SimpleNamespace(_routines_linalg=RecordingLinalg())
+    monkeypatch.setitem(backends._BACKENDS, "cuda", fake_cuda_backend(cupy))
+    return cupy._core._routines_linalg
+
+
+def test_the_default_is_pytorchs():
+    assert mt.get_float32_matmul_precision() == "highest"
+
+
+@pytest.mark.parametrize("precision, compute_type", [("high", 7), ("medium", 6), ("highest", 1)])
+def test_each_precision_sets_cublas_compute_type_for_float32(linalg, precision, compute_type):
+    mt.set_float32_matmul_precision(precision)
+    assert linalg.set == {np.dtype(np.float32): compute_type}  # float64 and float16 untouched
+    assert mt.get_float32_matmul_precision() == precision
+
+
+def test_a_gpu_backend_built_later_starts_at_the_precision_set_before(monkeypatch):
+    mt.set_float32_matmul_precision("high")
+    cupy = FakeCupy()
+    cupy._core = types.SimpleNamespace(_routines_linalg=RecordingLinalg())
+    monkeypatch.delitem(backends._BACKENDS, "cuda", raising=False)
+    backend = backends.register_backend(fake_cuda_backend(cupy))
+    try:
+        assert cupy._core._routines_linalg.set == {np.dtype(np.float32): 7}
+    finally:
+        backends._BACKENDS.pop(backend.device, None)
+
+
+def test_a_cupy_without_the_setting_warns_and_keeps_float32(monkeypatch):
+    cupy = FakeCupy()
+    cupy._core = types.SimpleNamespace(_routines_linalg=types.SimpleNamespace())  # no setter, no constants
+    monkeypatch.setitem(backends._BACKENDS, "cuda", fake_cuda_backend(cupy))
+    with pytest.warns(UserWarning, match=r"set_float32_matmul_precision\('high'\).*stay in float32"):
+        mt.set_float32_matmul_precision("high")
+
+
+def test_an_unknown_precision_is_named_with_the_choices():
+    with pytest.raises(ValueError, match=r"'fast'.*'highest', 'high', 'medium'|'highest', 'high', 'medium'.*'fast'"):
+        mt.set_float32_matmul_precision("fast")
+    assert mt.get_float32_matmul_precision() == "highest"
+
+
+def test_the_cpu_computes_the_same_bits_at_every_precision():
+    rng = np.random.default_rng(0)
+    a, b = (mt.tensor(rng.standard_normal((16, 64), dtype=np.float32)) for _ in range(2))
+    want = (a @ b.T).numpy()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for precision in ("high", "medium"):
+            mt.set_float32_matmul_precision(precision)
+            np.testing.assert_array_equal((a @ b.T).numpy(), want)
+
+
+def test_training_sets_the_configs_precision_and_the_gpu_recipe_asks_for_tf32(linalg, tmp_path):
+    from minitensor.train.loop import set_up
+    from minitensor.train.run import RunFolder
+
+    assert PRESETS["gpt-char-gpu"]["matmul_precision"] == "high"
+    assert TrainConfig().matmul_precision == "highest"
+    config = TrainConfig(task="reverse", num_train=16, num_heldout=4, max_len=3, batch_size=4, epochs=1,
+                         num_hiddens=8, ffn_num_hiddens=8, num_heads=2, num_blks=1, progress=False,
+                         matmul_precision="high", out=str(tmp_path / "run"))  # fmt: skip
+    with RunFolder(config.out) as run:
+        set_up(config, run, lambda message: None, resume=False)
+    assert mt.get_float32_matmul_precision() == "high" and linalg.set[np.dtype(np.float32)] == 7
+
+
+def test_a_config_names_a_bad_precision():
+    with pytest.raises(ConfigError, match="matmul_precision.*highest, high, medium"):
+        TrainConfig.from_dict({"matmul_precision": "tf32"})
+
+
+@requires_gpu
+def test_on_a_gpu_tf32_rounds_float32_products_and_highest_does_not():
+    """TF32 keeps 10 bits of mantissa: a product of length 4096 differs from float64's by
+    about 1e-3 relative at "high", by about 1e-6 at "highest"."""
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((256, 4096)), rng.standard_normal((4096, 256))
+    exact = a @ b
+    errors = {}
+    for precision in ("highest", "high"):
+        mt.set_float32_matmul_precision(precision)
+        x, y = mt.tensor(a, dtype=mt.float32, device="cuda"), mt.tensor(b, dtype=mt.float32, device="cuda")
+        errors[precision] = np.abs((x @ y).numpy() - exact).max() / np.abs(exact).max()
+    assert errors["highest"] < 1e-5 and 1e-5 < errors["high"] < 1e-2, errors
