@@ -114,3 +114,4 @@ using std::min;
 using std::exp;
 using std::log;
 using std::sqrt;
+using std::isfinite;

@@ -10,6 +10,10 @@
     drawn with the same seed is the same on both devices, ReLU and Adam's update.
 ``layer_norm.cu``
     Layer norm forward and backward: ``kernels/fused.py``'s two, a warp per row.
+``multi_tensor.cu``
+    One launch over a whole list of tensors (PyTorch's ``multi_tensor_apply``): Adam's update of
+    every parameter of a group, and gradient clipping's sum of squares and rescaling, where a
+    kernel per parameter would cost a step hundreds of launches (see ``PointerTables``).
 ``attention.cu``
     Streamed attention (``ops/flash_attention.py``'s algorithm) forward and backward, with
     causal and valid-length masks and grouped heads: a thread per query (or key) row, tiles in
@@ -47,6 +51,7 @@ kernels a GPU runs, on NumPy arrays, and ``tests/test_cuda_kernels.py`` compares
 ``reference.py`` and with the CPU kernels.
 """
 
+import math
 import pathlib
 
 import numpy as np
@@ -62,6 +67,16 @@ ELEMENTWISE_THREADS = 256
 MAX_BLOCKS = 65535
 #: the most blocks a CUDA grid's x dimension takes
 MAX_GRID_X = 2**31 - 1
+#: elements per chunk of the multi-tensor kernels: a block's share of the concatenated tensors at a
+#: time (64 per thread of a 256-thread block), small enough that a 10M-parameter model gives the
+#: GPU hundreds of blocks, large enough that each block's search for its first tensor is paid once
+#: per 16K elements
+MULTI_TENSOR_CHUNK = 16384
+#: the most blocks (partial sums) of the multi-tensor sum of squares' first launch: few enough for
+#: one block to add them up in the second
+SUM_BLOCKS = 512
+#: device tables of pointers that the multi-tensor kernels keep (see ``PointerTables``)
+POINTER_TABLES = 16
 #: threads per block of the attention kernels, one query (or key) row each: QUERY_ROWS in attention.cu
 ATTENTION_THREADS = 64
 
@@ -87,6 +102,11 @@ KERNELS = {
     "elementwise": [
         f"{name}_{dtype}"
         for name in ("gelu_forward", "gelu_backward", "dropout", "relu_forward", "relu_backward", "adam_update")
+        for dtype in _DTYPES
+    ],
+    "multi_tensor": [
+        f"{name}_{dtype}"
+        for name in ("adam_update_multi", "sum_of_squares_partial", "sum_of_squares_finish", "scale_multi")
         for dtype in _DTYPES
     ],
     "layer_norm": [
@@ -120,6 +140,55 @@ def _attention_grid(heads, rows):
     return blocks
 
 
+def device_address(array):
+    """The address of ``array``'s first element in its memory: ``data.ptr`` for a CuPy array,
+    ``ctypes.data`` for a NumPy one (the emulator's "device" is host memory)."""
+    ptr = getattr(array.data, "ptr", None)
+    return int(array.ctypes.data if ptr is None else ptr)
+
+
+class PointerTables:
+    """The tables through which a multi-tensor kernel finds its tensors (``multi_tensor.cu``):
+    ``(addresses, offsets)``, device arrays of the tensors' addresses (uint64, the lists one after
+    another) and of their running sizes (int64, 0 first, so ``offsets[t]`` is where tensor t starts
+    in the concatenation of the first list).
+
+    A table is built on the host from the tensors' addresses and uploaded, both parts in one
+    array: an upload, not a read,
+    so the host does not wait (CuPy stages a host array in pinned memory and copies it
+    asynchronously on the current stream, in order with the kernel that reads it). Each upload
+    still costs a call, so the tables are kept, keyed by the addresses and sizes themselves: a
+    table says nothing but those, so a kept table with the same key is right even if the tensors
+    it was made for are gone and others took their memory. The parameters and their moments
+    never move; the gradients are new arrays at every backward pass, but CuPy's memory pool hands
+    a loop that allocates the same sizes in the same order the same blocks, so after the first
+    steps the gradients' table is found here too and a step uploads nothing. (A persistent flat
+    gradient buffer, apex's way, would guarantee it, at the price of the autograd engine writing
+    every gradient into it.) ``size`` tables are kept, the least recently used dropped first.
+
+    ``xp``: the array module (``cupy``; ``numpy`` under the emulator); ``address``: array -> int.
+    """
+
+    def __init__(self, xp, address=device_address, size=POINTER_TABLES):
+        self.xp, self.address, self.size = xp, address, int(size)
+        self._tables = {}
+
+    def table(self, *lists):
+        addresses = tuple(self.address(a) for arrays in lists for a in arrays)
+        sizes = tuple(int(a.size) for a in lists[0])
+        key = (addresses, sizes)
+        table = self._tables.pop(key, None)
+        if table is None:
+            offsets = np.concatenate(([0], np.cumsum(sizes, dtype=np.int64)))
+            # one upload: the offsets follow the addresses, and the kernel gets two views of it
+            both = self.xp.asarray(np.concatenate((np.array(addresses, np.uint64), offsets.astype(np.uint64))))
+            table = (both[: len(addresses)], both[len(addresses) :].view(np.int64))
+            if len(self._tables) >= self.size:
+                self._tables.pop(next(iter(self._tables)))
+        self._tables[key] = table  # last: the most recently used
+        return table
+
+
 def _cupy_module(xp):
     def load(code):
         return xp.RawModule(code=code, options=("--std=c++17",))
@@ -135,6 +204,7 @@ class CudaKernels:
     ``kernel(grid, block, args)`` (default: ``cupy.RawModule``). ``row_threads``: threads per
     block of the row kernels, a multiple of 32 up to 1024 (each warp takes a row);
     ``elementwise_threads``: of the elementwise ones. ``max_blocks``: the largest grid.
+    ``chunk``: elements per chunk of the multi-tensor kernels.
     """
 
     def __init__(
@@ -144,6 +214,7 @@ class CudaKernels:
         row_threads=ROW_THREADS,
         elementwise_threads=ELEMENTWISE_THREADS,
         max_blocks=MAX_BLOCKS,
+        chunk=MULTI_TENSOR_CHUNK,
     ):
         if not (32 <= row_threads <= 1024 and row_threads % 32 == 0):
             raise ValueError(f"row_threads must be a multiple of 32 in [32, 1024], got {row_threads}")
@@ -151,10 +222,13 @@ class CudaKernels:
             raise ValueError(f"elementwise_threads must be in [1, 1024], got {elementwise_threads}")
         if max_blocks < 1:
             raise ValueError(f"max_blocks must be at least 1, got {max_blocks}")
+        if chunk < 1:
+            raise ValueError(f"chunk must be at least 1, got {chunk}")
         self.xp = xp
         self.load_module = load_module or _cupy_module(xp)
         self.row_threads, self.elementwise_threads = int(row_threads), int(elementwise_threads)
-        self.max_blocks = int(max_blocks)
+        self.max_blocks, self.chunk = int(max_blocks), int(chunk)
+        self.pointer_tables = PointerTables(xp)
         self._modules, self._functions = {}, {}
         self._no_lens = None
 
@@ -220,6 +294,115 @@ class CudaKernels:
         scalars = (step_size, *beta1, *beta2, eps, weight_decay, bias_sqrt2)
         args = (param, grad, exp_avg, exp_avg_sq, np.int64(param.size), *(f(x) for x in scalars))
         self._elementwise("adam_update", param.size, *args)
+
+    # -- multi-tensor kernels (multi_tensor.cu): one launch for a whole list -----------------------
+    def adam_update_multi(
+        self, params, grads, exp_avgs, exp_avg_sqs, step_size, beta1, beta2, eps, weight_decay, bias_sqrt2, decay=1.0
+    ):
+        """:meth:`adam_update` of every parameter in ``params`` (with its gradient and moments from
+        the other lists) in one launch, element for element the same bits, after AdamW's decoupled
+        decay ``w <- decay * w`` (1: none, Adam). The parameters share the scalars, so one step
+        count t; all lists one dtype (float32 or float64), the parameters and moments C-contiguous.
+        A step of a 51-parameter model launches 1 kernel here, 51 through :meth:`adam_update`.
+        """
+        lists = [list(a) for a in (params, grads, exp_avgs, exp_avg_sqs)]
+        if len({len(a) for a in lists}) != 1:
+            raise ValueError(
+                "adam_update_multi: params, grads, exp_avgs and exp_avg_sqs must be lists of one length, got "
+                + ", ".join(str(len(a)) for a in lists)
+            )
+        params, grads, exp_avgs, exp_avg_sqs = lists
+        if not params:
+            return
+        dtype = self._multi_dtype(params, "adam_update_multi")
+        for what, arrays in (("exp_avgs", exp_avgs), ("exp_avg_sqs", exp_avg_sqs)):
+            if any(a.dtype != dtype or a.size != p.size for a, p in zip(arrays, params)):
+                raise ValueError(f"adam_update_multi: each of {what} must have its parameter's dtype and size")
+        if not all(a.flags.c_contiguous for a in params + exp_avgs + exp_avg_sqs):
+            raise ValueError(
+                "adam_update_multi: the parameters and their moments must be C-contiguous (updated in place)"
+            )
+        grads = [self.xp.ascontiguousarray(g, dtype=dtype) for g in grads]
+        if any(g.size != p.size for g, p in zip(grads, params)):
+            raise ValueError("adam_update_multi: each gradient must have its parameter's size")
+        total = sum(int(p.size) for p in params)
+        if total:
+            addresses, offsets = self.pointer_tables.table(params, grads, exp_avgs, exp_avg_sqs)
+            f = dtype.type
+            scalars = (step_size, *beta1, *beta2, eps, weight_decay, bias_sqrt2, decay)
+            args = (addresses, offsets, np.int64(len(params)), np.int64(self.chunk), *(f(x) for x in scalars))
+            self._function("multi_tensor", f"adam_update_multi_{dtype.name}")(
+                (self._chunk_blocks(total),), (self.elementwise_threads,), args
+            )
+
+    def l2_norm_multi(self, arrays, max_norm=math.inf):
+        """The 2-norm of all ``arrays`` as one vector, ``sqrt(sum of x^2)`` (summed in float64),
+        and clipping's factor ``min(1, max_norm / (norm + 1e-6))`` (1 for a non-finite norm):
+        ``(norm, factor)``, 0-d arrays of the arrays' dtype, on the device (nothing is read). Two
+        launches whatever the number of arrays (a partial sum per block, then one block adds them
+        up in a fixed order: the same bits at every run), where a norm per array costs three.
+        """
+        arrays = [self.xp.ascontiguousarray(a) for a in arrays]
+        if not arrays:
+            raise ValueError("l2_norm_multi: needs at least one array")
+        dtype = self._multi_dtype(arrays, "l2_norm_multi")
+        total = sum(int(a.size) for a in arrays)
+        blocks = min(self._chunk_blocks(total), SUM_BLOCKS) if total else 0
+        partial = self.xp.empty(max(blocks, 1), np.float64)
+        norm, factor = self.xp.empty((), dtype), self.xp.empty((), dtype)
+        if blocks:
+            addresses, offsets = self.pointer_tables.table(arrays)
+            self._function("multi_tensor", f"sum_of_squares_partial_{dtype.name}")(
+                (blocks,),
+                (self.elementwise_threads,),
+                (addresses, offsets, np.int64(len(arrays)), np.int64(self.chunk), partial),
+            )
+        self._function("multi_tensor", f"sum_of_squares_finish_{dtype.name}")(
+            (1,), (self.elementwise_threads,), (partial, np.int64(blocks), norm, factor, np.float64(max_norm))
+        )
+        return norm, factor
+
+    def scale_multi(self, arrays, factor):
+        """Every element of every array (C-contiguous, of one dtype) times ``factor``, a one-element
+        device array of that dtype (``l2_norm_multi``'s), in place: one launch."""
+        arrays = list(arrays)
+        if not arrays:
+            return
+        dtype = self._multi_dtype(arrays, "scale_multi")
+        if not all(a.flags.c_contiguous for a in arrays):
+            raise ValueError("scale_multi: the arrays must be C-contiguous (scaled in place)")
+        if factor.size != 1 or factor.dtype != dtype:
+            raise ValueError(
+                f"scale_multi: factor must be a one-element {dtype} array, got {factor.dtype} of size {factor.size}"
+            )
+        total = sum(int(a.size) for a in arrays)
+        if total:
+            addresses, offsets = self.pointer_tables.table(arrays)
+            self._function("multi_tensor", f"scale_multi_{dtype.name}")(
+                (self._chunk_blocks(total),),
+                (self.elementwise_threads,),
+                (
+                    addresses,
+                    offsets,
+                    np.int64(len(arrays)),
+                    np.int64(self.chunk),
+                    self.xp.ascontiguousarray(factor.reshape(1)),
+                ),
+            )
+
+    def _multi_dtype(self, arrays, what):
+        dtype = arrays[0].dtype
+        if dtype not in (np.float32, np.float64) or any(a.dtype != dtype for a in arrays):
+            raise TypeError(
+                f"the CUDA {what} kernel takes arrays of one dtype, float32 or float64, got "
+                + ", ".join(sorted({str(a.dtype) for a in arrays}))
+                + " (group the arrays by dtype)"
+            )
+        return np.dtype(dtype)
+
+    def _chunk_blocks(self, total):
+        """Blocks of a multi-tensor launch over ``total`` elements: a chunk each, up to max_blocks."""
+        return min(-(-total // self.chunk), self.max_blocks)
 
     def layer_norm_forward(self, x, weight, bias, eps):
         """Rows of ``x`` (N, D) normalised, scaled and shifted: ``(y, xhat, rstd)``, rstd (N, 1),
