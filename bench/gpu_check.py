@@ -26,12 +26,22 @@ safetensors, pytest; PyTorch optional) and no network:
    streamed ``flash_attention`` (on a GPU the kernels of ``kernels/cuda/attention.cu``)
    against its plain ``Attention`` (the (T, T) scores and weights) and
    ``torch.nn.functional.scaled_dot_product_attention``, after checking that they agree, and
-   the peak device memory of each.
+   the peak device memory of each;
+7. times an iteration of nanoGPT's shakespeare_char GPU recipe (6 blocks of 384, context 256,
+   batch 64, dropout 0.2) as ``minitensor train --preset gpt-char-gpu`` runs it, at TF32 (the
+   preset's ``--matmul-precision high``) and in float32, against nanoGPT's own model and
+   training loop on the same GPU in float32 (TF32, as its train.py sets) and bfloat16 autocast,
+   from the same weights after checking that they compute the same loss. nanoGPT's ``model.py``
+   is read from ``../shared/refbench/nanogpt`` beside the checkout, or ``--nanogpt DIR``.
+
+The full recipe, 5,000 iterations with an estimate of the held-out loss every 250 (nanoGPT's
+published figure: 1.47 nats per character), is a run of its own, at most 10 minutes:
+``timeout 600 minitensor train --preset gpt-char-gpu --device cuda --no-progress --out DIR``.
 
 It prints medians and ratios, and is meant to finish well within 5 minutes. GPU work is
 asynchronous, so every sample ends with a synchronisation of the device and of PyTorch.
 
-``--device cpu`` runs steps 3 to 6 on the CPU instead (numba CPU kernels, naive NumPy,
+``--device cpu`` runs steps 3 to 7 on the CPU instead (numba CPU kernels, naive NumPy,
 PyTorch CPU), which is how the test suite checks this script on machines without a GPU;
 ``--no-install`` and ``--no-tests`` skip steps 1 and 2; ``--quick`` shrinks the sizes.
 """
@@ -42,6 +52,7 @@ import platform
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from dataclasses import replace
@@ -565,12 +576,158 @@ def long_attention_benchmark(device, quick):
     return rows
 
 
+# -- 7: nanoGPT's shakespeare_char GPU recipe, an iteration side by side ------------------------------
+NANOGPT_DIR = os.path.join(os.path.dirname(ROOT), "shared", "refbench", "nanogpt")  # beside the checkout
+NANOGPT_ITERATIONS = 10  # back to back per sample: one of them reads the loss, as both training loops do
+QUICK_GPT = dict(num_hiddens=32, ffn_num_hiddens=128, num_heads=4, num_blks=2, lm_num_steps=16, batch_size=4)
+
+
+def nanogpt_benchmark(device, quick, nanogpt_dir=NANOGPT_DIR):
+    """An iteration of nanoGPT's ``config/train_shakespeare_char.py`` (6 blocks of 384, 6 heads,
+    context 256, batch 64, dropout 0.2; 10.7 M parameters) as ``minitensor train --preset
+    gpt-char-gpu`` runs it (``loop.train_step``: the batch drawn and uploaded, forward, loss,
+    backward, clipping, AdamW, schedule; the losses read every 10 steps) against nanoGPT's own
+    ``GPT`` as its ``train.py`` runs it (fused AdamW, TF32 matrix products, ``get_batch``'s
+    pinned upload, ``loss.item()`` every 10 iterations) in float32 and in bfloat16 autocast
+    (its default on a GPU that has bfloat16), from the same weights after checking that both
+    compute the same loss. minitensor runs at the preset's ``--matmul-precision high`` (TF32,
+    as nanoGPT) and at ``highest``. nanoGPT's ``model.py`` is read from ``nanogpt_dir``
+    (``--nanogpt``); without it, from ``_gpt_twin.py`` (the same model without dropout)."""
+    import contextlib
+    import io
+
+    from _gpt_twin import twin_state
+    from gpt_char import cut, load_nanogpt
+
+    import minitensor as mt
+    from minitensor.data import TEXTS
+    from minitensor.train import loop
+    from minitensor.train.config import TrainConfig
+    from minitensor.train.run import RunFolder
+
+    folder = tempfile.TemporaryDirectory(prefix="gpu-check-")  # the run folder set_up wants, deleted after
+    config = TrainConfig.recipe(
+        preset="gpt-char-gpu", text=TEXTS["tinyshakespeare"], device=device.name, progress=False,
+        out=os.path.join(folder.name, "run"), **(QUICK_GPT if quick else {}),
+    )  # fmt: skip
+    cases, torch, agreement = {}, device.torch, ""
+    with folder, RunFolder(config.out) as run:
+        state = loop.set_up(config, run, lambda message: None, resume=False)
+        state.model.train()
+        batches = iter(state.loader)
+
+        def mt_iterations(precision):
+            def run_them():
+                mt.set_float32_matmul_precision(precision)
+                for _ in range(NANOGPT_ITERATIONS):
+                    loop.train_step(state, next(batches))
+
+            return run_them
+
+        cases["minitensor, TF32"] = mt_iterations("high")
+        cases["minitensor, float32"] = mt_iterations("highest")
+        n_params = sum(int(p.numel()) for p in state.model.parameters())
+        if device.torch_device is not None:
+            nanogpt = load_nanogpt(nanogpt_dir)
+            source = f"nanoGPT's model.py ({nanogpt_dir})"
+            if nanogpt is None:
+                import _gpt_twin as nanogpt
+
+                source = "bench/_gpt_twin.py (nanoGPT's model.py not found: --nanogpt DIR; the twin has no dropout)"
+            c, vocab_size = config, len(state.data.tgt_vocab)
+            options = dict(block_size=c.lm_num_steps, vocab_size=vocab_size, n_layer=c.num_blks, n_head=c.num_heads,
+                           n_embd=c.num_hiddens, bias=c.bias)  # fmt: skip
+            if "dropout" in nanogpt.GPTConfig.__dataclass_fields__:
+                options["dropout"] = c.dropout
+            with contextlib.redirect_stdout(io.StringIO()):  # it prints its parameter count and fused AdamW
+                model = nanogpt.GPT(nanogpt.GPTConfig(**options))
+                mt_weights = {n: p.numpy() for n, p in state.model.named_parameters()}
+                weights = twin_state(mt_weights, c.num_blks)
+                weights.pop("lm_head.weight", None)  # tied: the one Parameter is transformer.wte.weight
+                model.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in weights.items()}, strict=False)
+                model.to(device.torch_device)
+                if hasattr(model, "configure_optimizers"):
+                    optimizer = model.configure_optimizers(c.weight_decay, c.lr, tuple(c.betas), device.torch_device)
+                else:
+                    optimizer = nanogpt.configure_optimizer(model, c.lr, tuple(c.betas), c.weight_decay)
+            if device.torch_device == "cuda":  # train.py's
+                torch.backends.cuda.matmul.allow_tf32 = True
+                torch.backends.cudnn.allow_tf32 = True
+            train_ids = np.asarray(state.data.train, dtype=np.int64)
+            rng = np.random.default_rng(0)
+
+            def get_batch():  # nanoGPT's: random windows, pinned and sent without waiting
+                X, Y = cut(train_ids, rng.integers(0, len(train_ids) - c.lm_num_steps, c.batch_size), c.lm_num_steps)
+                X, Y = torch.from_numpy(X), torch.from_numpy(Y)
+                if device.torch_device == "cuda":
+                    return X.pin_memory().to("cuda", non_blocking=True), Y.pin_memory().to("cuda", non_blocking=True)
+                return X, Y
+
+            def torch_iterations(dtype):
+                autocast = torch.amp.autocast(device_type=device.torch_device, dtype=dtype) if dtype else None
+
+                def run_them():
+                    X, Y = get_batch()
+                    for i in range(NANOGPT_ITERATIONS):
+                        with autocast or contextlib.nullcontext():
+                            _, loss = model(X, Y)
+                        X, Y = get_batch()  # train.py prefetches the next batch while the GPU works
+                        loss.backward()
+                        torch.nn.utils.clip_grad_norm_(model.parameters(), c.clip_grad_norm)
+                        optimizer.step()
+                        optimizer.zero_grad(set_to_none=True)
+                        if i == 0:
+                            loss.item()  # train.py's log line, every 10 iterations
+
+                return run_them
+
+            # the same weights, no dropout: the same loss (TF32 products on both sides)
+            mt.set_float32_matmul_precision("high")
+            state.model.eval()
+            model.eval()
+            X, Y = get_batch()
+            with mt.no_grad(), torch.no_grad():
+                ours = mt.cross_entropy(state.model(mt.tensor(X.cpu().numpy(), device=device.name)),
+                                        mt.tensor(Y.cpu().numpy(), device=device.name)).item()  # fmt: skip
+                theirs = model(X, Y)[1].item()
+            state.model.train()
+            model.train()
+            rel = abs(ours - theirs) / abs(theirs)
+            agreement = f"same weights, no dropout: loss {ours:.5f} vs nanoGPT {theirs:.5f} (rel. diff {rel:.1e})"
+            print(f"\n[nanoGPT recipe] {source}; {n_params:,} parameters; {agreement}")
+            if rel > 1e-2:
+                raise SystemExit(f"minitensor and nanoGPT disagree on {device.name}: {agreement}")
+            cases["nanoGPT, float32 (TF32)"] = torch_iterations(None)
+            if device.torch_device == "cuda" and torch.cuda.is_bf16_supported():
+                cases["nanoGPT, bfloat16 autocast"] = torch_iterations(torch.bfloat16)
+        rounds, warmup = (2, 1) if quick else (5, 1)
+        stats = interleaved_stats({k: device.timed(f, 1) for k, f in cases.items()}, rounds, warmup)
+        mt.set_float32_matmul_precision("highest")
+    reference = stats.get("nanoGPT, float32 (TF32)")
+    rows = []
+    for name, st in stats.items():
+        row = [name, format_time(st.median / NANOGPT_ITERATIONS)]
+        if reference is not None:
+            row.append(format_ratio(st.median / reference.median))
+        rows.append(row)
+    print_table(
+        ["what", "per iteration"] + (["/ nanoGPT float32"] if reference is not None else []),
+        rows,
+        title=f"nanoGPT's shakespeare_char GPU recipe ({config.num_blks} x {config.num_hiddens}, "
+        f"{config.num_heads} heads, context {config.lm_num_steps}, batch {config.batch_size}, dropout "
+        f"{config.dropout:g}) on {device.name}: median time per training iteration "
+        f"({NANOGPT_ITERATIONS} back to back per sample); target minitensor TF32 <= 1.5x nanoGPT float32",
+    )
+    return rows
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", default="cuda", help="cuda (default) or cpu (for machines without a GPU)")
     parser.add_argument("--no-install", action="store_true", help="skip pip install -e .")
     parser.add_argument("--no-tests", action="store_true", help="skip the GPU-marked tests")
     parser.add_argument("--quick", action="store_true", help="small sizes, few rounds")
+    parser.add_argument("--nanogpt", default=NANOGPT_DIR, help="the folder of nanoGPT's model.py (a reference)")
     args = parser.parse_args(argv)
     start = time.perf_counter()
     if not args.no_install:
@@ -599,6 +756,7 @@ def main(argv=None):
         ("dropout benchmark", dropout_benchmark),
         ("training benchmark", training_benchmark),
         ("long attention benchmark", long_attention_benchmark),
+        ("nanoGPT recipe benchmark", lambda device, quick: nanogpt_benchmark(device, quick, args.nanogpt)),
     ):
         try:
             section(device, args.quick)

@@ -26,8 +26,10 @@ def test_the_benchmarks_run_on_the_cpu_and_check_their_results():
         assert kernel in out
     assert "naive/mt" in out and "Training step (forward + loss + backward + Adam) on cpu" in out
     assert "Dropout (mask and product) on cpu" in out and "everything passed" in out
+    assert "nanoGPT's shakespeare_char GPU recipe" in out and "minitensor, TF32" in out
     if "torch not installed" not in out:
         assert "same weights, no dropout" in out and "mt/torch" in out
+        assert "vs nanoGPT" in out and "nanoGPT, float32 (TF32)" in out
 
 
 @pytest.mark.skipif(GPU, reason="there is a GPU here")
