@@ -31,6 +31,16 @@ on the data, so that CuPy must read it first: ``nonzero``, boolean-mask indexing
 ``flatnonzero``, ``unique``, one-argument ``where``...), every explicit synchronisation of the
 fake ``cupy.cuda`` (``fake_cupy.py``) and, apart, every host->device upload (``xp.array`` of
 host data) is recorded with the innermost ``minitensor/`` frame that caused it.
+
+And it counts what a GPU would launch. A small model's training step on a GPU is bound by the
+host, not the device: each CuPy operator is one kernel launch costing 5-20 microseconds of
+Python and driver time, while the kernel itself runs for a few. Inside ``with count_launches()
+as log:`` every operation that CuPy would run as a kernel is recorded (``Launch``): each ``xp``
+function whose result is a new array, each operator (``a + b``, ``-a``, ``a < b``, ``a += b``),
+each method that makes a new array (``.sum()``, ``.astype()``, ``.copy()``, a ``.reshape()``
+that must copy), ``__setitem__``, an advanced-index ``__getitem__``, a ufunc's ``.at`` and each
+call of a stand-in kernel. Views cost no launch (a reshape of contiguous data, a transpose, a
+basic slice, ``broadcast_to``), nor does an allocation alone (``xp.empty``).
 """
 
 import contextlib
@@ -107,6 +117,31 @@ def count_syncs():
         _recording.remove(log)
 
 
+def _owns_memory(a):
+    """Does the NumPy array ``a`` own its memory, alone? (autograd's rule for NumPy arrays)"""
+    from minitensor.core.autograd import _owns_memory
+
+    return _owns_memory(a)
+
+
+def _refcount_of_a_wrapped_array():
+    """``sys.getrefcount(a)`` in ``StrictArray.base`` for an array that one StrictArray holds."""
+
+    class Probe:
+        __slots__ = ("_a",)
+
+        def count(self):
+            a = self._a
+            return sys.getrefcount(a)
+
+    probe = Probe()
+    probe._a = numpy.empty(2)
+    return probe.count()
+
+
+_WRAPPED_ALONE = _refcount_of_a_wrapped_array()
+
+
 def _minitensor_frames():
     frame, found = sys._getframe(2), []
     while frame is not None:
@@ -125,6 +160,90 @@ def note(kind, what):
         event = Transfer(kind, what, stack[0] if stack else "(outside minitensor)", stack)
         for log in _recording:
             log.events.append(event)
+
+
+# -- counting kernel launches -----------------------------------------------------------------------
+@dataclass(frozen=True)
+class Launch:
+    """One kernel a GPU would run: ``what`` the operation ("xp.zeros", "__add__", ".astype",
+    "kernel softmax_forward"...), ``where`` the innermost ``minitensor/`` frame that asked for it."""
+
+    what: str
+    where: str
+
+    def __str__(self):
+        return f"{self.what} at {self.where}"
+
+
+class LaunchLog:
+    """The launches recorded while ``count_launches()`` was open: ``len(log)`` of them, in order."""
+
+    def __init__(self):
+        self.events = []
+
+    def __len__(self):
+        return len(self.events)
+
+    def by(self, key="where"):
+        """{where (or what, or file): number of launches}, the most first."""
+        counts = {}
+        for e in self.events:
+            k = e.where.split(":")[0] if key == "file" else getattr(e, key)
+            counts[k] = counts.get(k, 0) + 1
+        return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
+
+    def __repr__(self):
+        lines = [f"LaunchLog: {len(self)} launches"]
+        return "\n  ".join(lines + [f"{n:5d}  {k}" for k, n in self.by("where").items()])
+
+
+_launch_logs = []  # the LaunchLogs of the count_launches() blocks open now
+
+
+@contextlib.contextmanager
+def count_launches():
+    """``with count_launches() as log:`` records every kernel launch of a StrictArray operation
+    (device "strict" and the fake CuPy alike) into ``log`` (a ``LaunchLog``)."""
+    log = LaunchLog()
+    _launch_logs.append(log)
+    try:
+        yield log
+    finally:
+        _launch_logs.remove(log)
+
+
+def launched(what):
+    """Record one launch in every open ``count_launches()`` log (nothing when none is open)."""
+    if _launch_logs:
+        stack = _minitensor_frames()
+        event = Launch(what, stack[0] if stack else "(outside minitensor)")
+        for log in _launch_logs:
+            log.events.append(event)
+
+
+def _arrays_in(obj):
+    """The NumPy arrays inside StrictArrays in ``obj`` (arguments: tuples, lists, dicts)."""
+    if isinstance(obj, StrictArray):
+        yield obj._a
+    elif isinstance(obj, (tuple, list)):
+        for o in obj:
+            yield from _arrays_in(o)
+    elif isinstance(obj, dict):
+        for o in obj.values():
+            yield from _arrays_in(o)
+
+
+def _is_new(result, inputs):
+    """Did an operation compute ``result`` (a NumPy result, before wrapping) rather than view its
+    inputs? A view shares memory with one of them; a NumPy scalar is a 0-d array on CuPy, computed
+    (a reduction's). None and non-arrays (a dtype, a shape) are no launch."""
+    if isinstance(result, (tuple, list)):  # xp.meshgrid, xp.divmod: one launch if any part is new
+        return any(_is_new(r, inputs) for r in result)
+    if isinstance(result, numpy.generic):
+        return True
+    if not isinstance(result, numpy.ndarray):
+        return False
+    return not any(numpy.may_share_memory(result, a) for a in _arrays_in(inputs))
 
 
 def _has_host_data(obj):
@@ -210,22 +329,26 @@ def _operand(other, op):
 
 
 def _binary(op, name):
+    # every operator is one elementwise kernel (in place too: it writes into self)
     def forward(self, other):
         b = _operand(other, name)
         if b is NotImplemented:
             return NotImplemented
+        launched(f"__{name}__")
         return _wrap(op(self._a, b))
 
     def reflected(self, other):
         b = _operand(other, name)
         if b is NotImplemented:
             return NotImplemented
+        launched(f"__r{name}__")
         return _wrap(op(b, self._a))
 
     def inplace(self, other):
         b = _operand(other, name)
         if b is NotImplemented:
             return NotImplemented
+        launched(f"__i{name}__")
         self._a = getattr(operator, f"__i{name}__")(self._a, b)
         return self
 
@@ -265,6 +388,18 @@ class StrictArray:
     strides = property(lambda self: self._a.strides)
     flags = property(lambda self: self._a.flags)
     T = property(lambda self: _wrap(self._a.T))
+
+    @property
+    def base(self):
+        """CuPy's ``base``: None when this array's memory is its own, else the array it views.
+        Here the memory is a NumPy array's, its own when it is no view (or one of the numba
+        MemInfo that a kernel allocated it with, held by it alone) and no other StrictArray
+        wraps it: where NumPy hands back its argument (``asarray``, ``ascontiguousarray`` of
+        contiguous data) CuPy returns the same array object, and here two wrappers share one."""
+        a = self._a
+        if sys.getrefcount(a) == _WRAPPED_ALONE and _owns_memory(a):
+            return None
+        return StrictArray(a.base if isinstance(a.base, numpy.ndarray) else a)
 
     def __len__(self):
         return len(self._a)
@@ -326,33 +461,48 @@ class StrictArray:
             note("read", "bool-mask getitem")
         if _index_uploads(index):
             note("upload", "host index")
-        return _wrap(self._a[_index(index)])
+        out = self._a[_index(index)]
+        # a basic index is a view (a[0] too: a 0-d view on CuPy, where NumPy gives a scalar);
+        # an advanced one gathers into a new array
+        if isinstance(out, numpy.ndarray) and not numpy.may_share_memory(out, self._a):
+            launched("getitem")
+        return _wrap(out)
 
     def __setitem__(self, index, value):
         if _is_bool_mask(index):  # CuPy counts the True elements on the host here too
             note("read", "bool-mask setitem")
         if _index_uploads(index):
             note("upload", "host index")
+        launched("setitem")
         self._a[_index(index)] = _unwrap(value, where="__setitem__")
 
     # -- unary operators -------------------------------------------------------------------
     def __neg__(self):
+        launched("__neg__")
         return _wrap(-self._a)
 
     def __pos__(self):
+        launched("__pos__")
         return _wrap(+self._a)
 
     def __abs__(self):
+        launched("__abs__")
         return _wrap(abs(self._a))
 
     def __invert__(self):
+        launched("__invert__")
         return _wrap(~self._a)
 
 
 def _method(name):
     def method(self, *args, **kwargs):
         args, kwargs = _unwrap(args, where=name), _unwrap(kwargs, where=name)
-        return _wrap(getattr(self._a, name)(*args, **kwargs))
+        out = getattr(self._a, name)(*args, **kwargs)
+        # a new array was computed (.sum, .astype, a copying .reshape), or self changed in place
+        # (.fill, .sort return None); .T, .transpose, .view, a .reshape of contiguous data: views
+        if out is None or _is_new(out, self):
+            launched(f".{name}")
+        return _wrap(out)
 
     method.__name__ = name
     return method
@@ -419,6 +569,9 @@ del _name, _op, _f, _r, _i
 _FROM_HOST = {"array", "asarray", "asanyarray"}  # cupy.array(host) is the explicit upload
 
 
+# functions that allocate and compute nothing: no kernel (cupy.zeros fills: a launch)
+_ALLOCATE_ONLY = {"empty", "empty_like"}
+
 # functions whose output size depends on the data: CuPy reads it from the device first
 _DATA_SIZED = {"nonzero", "argwhere", "flatnonzero", "unique", "extract", "compress"}
 
@@ -436,9 +589,18 @@ class _Function:
             note("read", where)
         elif self._host_ok and _has_host_data(args[:1]):
             note("upload", where)
-        args = _unwrap(args, self._host_ok, where)
-        kwargs = _unwrap(kwargs, self._host_ok, where)
-        return _wrap(self._fn(*args, **kwargs))
+        out = self._fn(*_unwrap(args, self._host_ok, where), **_unwrap(kwargs, self._host_ok, where))
+        if self._launches(out, args, kwargs):
+            launched(where)
+        return _wrap(out)
+
+    def _launches(self, out, args, kwargs):
+        """Would CuPy run a kernel for this call? For one that computes a new array or writes
+        into ``out=``; not for a view (``xp.reshape``, ``xp.broadcast_to``, ``ascontiguousarray``
+        of contiguous data) nor for ``xp.empty``, which only allocates."""
+        if self._name in _ALLOCATE_ONLY:
+            return False
+        return "out" in kwargs or _is_new(out, (args, kwargs))
 
     def __repr__(self):
         return f"<strict xp.{self._name}>"
@@ -450,8 +612,12 @@ class _Ufunc(_Function):
     def __getattr__(self, name):
         attr = getattr(self._fn, name)
         if callable(attr):
-            return _Function(attr, f"{self._name}.{name}")
+            return _Ufunc(attr, f"{self._name}.{name}")
         return attr
+
+    def _launches(self, out, args, kwargs):
+        # a ufunc always computes: a new array, into out= (positional too), or in place (.at)
+        return True
 
 
 class StrictNamespace:
@@ -477,6 +643,13 @@ class StrictNamespace:
             out = attr
         setattr(self, name, out)  # cache
         return out
+
+    @property
+    def __name__(self):
+        """The name of the module this namespace plays: NumPy's (its submodule's) for the "strict"
+        device's ``xp``, "cupy" for one with CuPy's ``cuda`` submodule (``fake_cupy.FakeCupy``).
+        Code that picks kernels by library asks it: ``kernels/gelu.py``'s ``for_backend``."""
+        return "cupy" if "cuda" in vars(self) else self._module.__name__
 
     def __repr__(self):
         return "<strict xp (NumPy behind CuPy's manners)>"
@@ -508,8 +681,12 @@ def _device_lens(lens, rows):
 
 class StrictKernels:
     """The four softmax kernels of ``minitensor.kernels`` on StrictArrays; below the class, the
-    fused kernels the GPU backend has too (dropout, ReLU, layer norm, Adam: the CPU's, which
-    its CUDA kernels equal)."""
+    fused kernels the GPU backend has too (dropout, ReLU, layer norm, Adam, GELU: the CPU's, which
+    its CUDA kernels equal). Each call is one launch for ``count_launches``."""
+
+    #: the array library of the reference GELU, for dtypes the GELU kernels do not take (float16):
+    #: ``kernels/gelu.py``'s ``CudaGelu`` reads ``kernels.xp`` as it reads ``CudaKernels.xp``
+    xp = strict_xp
 
     def attention_row_size(self, dtype, d):
         """No streamed-attention kernel here: ``flash_attention`` runs its tiles of CuPy operators."""
@@ -523,23 +700,58 @@ class StrictKernels:
 
     def softmax_forward(self, x, lens=None):
         a = _device_rows(x, "softmax_forward")
+        launched("kernel softmax_forward")
         return StrictArray(self._impl().softmax_forward(a, _device_lens(lens, a.shape[0])))
 
     def softmax_backward(self, y, g):
+        launched("kernel softmax_backward")
         return StrictArray(
             self._impl().softmax_backward(_device_rows(y, "softmax_backward"), _device_rows(g, "softmax_backward"))
         )
 
     def log_softmax_forward(self, x, lens=None):
         a = _device_rows(x, "log_softmax_forward")
+        launched("kernel log_softmax_forward")
         return StrictArray(self._impl().log_softmax_forward(a, _device_lens(lens, a.shape[0])))
 
     def log_softmax_backward(self, y, g):
+        launched("kernel log_softmax_backward")
         return StrictArray(
             self._impl().log_softmax_backward(
                 _device_rows(y, "log_softmax_backward"), _device_rows(g, "log_softmax_backward")
             )
         )
+
+    # The exact GELU: CUDA's gelu_forward / gelu_backward (``CudaKernels``), here the numba CPU
+    # kernels of kernels/gelu.py, which compute the same function. A backend on the fake CuPy
+    # gets them through ``kernels/gelu.py``'s ``for_backend`` (its xp is named "cupy"); the
+    # "strict" device, whose xp is named "numpy", keeps the reference of array operations.
+    def gelu_forward(self, x):
+        from minitensor.kernels.gelu import CpuGelu
+
+        x = _kernel_input(x, "gelu_forward")
+        launched("kernel gelu_forward")
+        return _wrap(CpuGelu.forward(x))
+
+    def gelu_backward(self, x, g):
+        from minitensor.kernels.gelu import CpuGelu
+
+        x = _kernel_input(x, "gelu_backward")
+        g = _kernel_input(g, "gelu_backward", x.dtype)
+        launched("kernel gelu_backward")
+        return _wrap(CpuGelu.backward(x, g))
+
+
+def _kernel_input(a, name, dtype=None):
+    """A StrictArray argument of the kernel ``name``, unwrapped and C-contiguous, as a CUDA kernel
+    reads it. Like ``CudaKernels`` (``xp.ascontiguousarray``), an array that is not, or not of
+    ``dtype``, is copied first: one more launch."""
+    if isinstance(a, StrictArray):
+        a = _unwrap(a, where=name)
+        if not a.flags.c_contiguous or (dtype is not None and a.dtype != dtype):
+            launched(f"xp.ascontiguousarray for kernel {name}")
+            a = numpy.ascontiguousarray(a, dtype=dtype)
+    return a
 
 
 def _on_device_arrays(name):
@@ -549,7 +761,8 @@ def _on_device_arrays(name):
     def run(self, *args):
         from minitensor.kernels import fused
 
-        arrays = [numpy.ascontiguousarray(_unwrap(a, where=name)) if isinstance(a, StrictArray) else a for a in args]
+        arrays = [_kernel_input(a, name) for a in args]
+        launched(f"kernel {name}")
         return _wrap(getattr(fused, name)(*arrays))
 
     run.__name__ = name

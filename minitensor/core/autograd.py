@@ -325,13 +325,20 @@ def _accumulate(t: Tensor, g: Array) -> None:
 
 
 def _owns_memory(g: Array) -> bool:
-    """True if ``g`` is a writeable NumPy array whose memory nothing else can reach.
+    """True if ``g`` is a writeable array whose memory nothing else can reach.
 
-    Following ``.base`` -- the array a view was taken from, or, for an array a numba kernel
-    allocated, the MemInfo that owns its memory -- every link must be held by the one before
-    it alone; a MemInfo also counts the arrays inside numba that share it.
+    A NumPy array: following ``.base`` -- the array a view was taken from, or, for an array a
+    numba kernel allocated, the MemInfo that owns its memory -- every link must be held by the
+    one before it alone; a MemInfo also counts the arrays inside numba that share it.
+
+    A device array (CuPy's): one that views no other array, ``base`` None. On a GPU the copy
+    is not only a pass over memory but a kernel launch, one per parameter in every step, for
+    a step whose time is mostly launches. (CuPy's views always name their base, its arrays are
+    always writeable, and the reference count in ``_accumulate`` has ruled out a second holder.)
     """
-    if type(g) is not numpy.ndarray or not g.flags.writeable:
+    if type(g) is not numpy.ndarray:
+        return getattr(g, "base", g) is None  # an array type without ``base``: assume shared
+    if not g.flags.writeable:
         return False
     link: Array = g
     while getattr(link, "base", None) is not None:

@@ -1,0 +1,24 @@
+"""``bench/launches.py --quick`` runs: both models' tables print, with PyTorch's column where
+PyTorch (and, for the GPT, nanoGPT's model.py) is there, and minitensor's launches by phase."""
+
+import pathlib
+import subprocess
+import sys
+
+SCRIPT = pathlib.Path(__file__).resolve().parent.parent / "bench" / "launches.py"
+
+
+def test_the_quick_run_prints_its_tables():
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--quick", "--by-file"], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = done.stdout
+    for model in ("gpt", "transformer"):
+        assert f"\n{model}: " in out and f"{model}: where minitensor's launches come from" in out, model
+    for phase in ("forward", "backward", "clipping", "optimiser", "total"):
+        assert f"\n{phase} " in out, phase
+    has_torch = "PyTorch is not installed" not in out
+    assert ("PyTorch ops" in out) == has_torch
+    if has_torch and "nanoGPT's model.py is not at" not in out:
+        assert out.count("launches per step <=") == 2  # a verdict for each model

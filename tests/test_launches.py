@@ -1,0 +1,201 @@
+"""A training step launches no more GPU kernels than it did when last measured.
+
+On a GPU a small model's step is bound by the host: every CuPy operator is one kernel launch
+costing 5-20 microseconds of Python and driver time, whatever the size of its arrays. So the
+number of launches per step is a cost, and one that can be counted without a GPU: the CuPy
+stand-in (``fake_cupy.py``) records every operation CuPy would launch
+(``strict_backend.count_launches``). First, that the counter counts what it should (views
+are free, an operator is one launch, a kernel is one); then the budgets, per training step of
+the models of ``test_sync_free.py``: a change that adds launches to a step fails here, and one
+that removes some lowers the budget.
+"""
+
+import numpy as np
+import pytest
+from fake_cupy import fake_cuda_backend
+from strict_backend import StrictArray, StrictKernels, count_launches, count_syncs
+
+import minitensor as mt
+from minitensor import backends
+from minitensor.train import loop
+from minitensor.train.config import PRESETS, TrainConfig
+from minitensor.train.loop import READ_EVERY
+from minitensor.train.run import RunFolder
+
+pytest.importorskip("safetensors")
+
+
+@pytest.fixture
+def cuda(monkeypatch):
+    """ "cuda" served by the CuPy backend on the stand-in, whose launches count_launches() sees."""
+    monkeypatch.setitem(backends._BACKENDS, "cuda", fake_cuda_backend())
+    return "cuda"
+
+
+def launches(fn):
+    with count_launches() as log:
+        fn()
+    return [e.what for e in log.events]
+
+
+# -- the counter -----------------------------------------------------------------------------------
+@pytest.fixture
+def xp(cuda):
+    return mt.get_backend(cuda).xp
+
+
+@pytest.fixture
+def a(xp):
+    return xp.asarray(np.arange(12.0).reshape(3, 4))
+
+
+def test_views_and_allocations_launch_nothing(xp, a):
+    assert launches(lambda: (a.reshape(4, 3), a.T, a[1:], a[0], a[0, 1], a[:, None], a.transpose(1, 0))) == []
+    assert launches(lambda: (xp.broadcast_to(a, (2, 3, 4)), xp.swapaxes(a, 0, 1), xp.expand_dims(a, 0))) == []
+    assert launches(lambda: (xp.ascontiguousarray(a), a.astype(a.dtype, copy=False), xp.asarray(a))) == []
+    assert launches(lambda: (xp.empty((3, 4)), xp.empty_like(a), a.shape, a.dtype, xp.result_type(a, 1.0))) == []
+
+
+def test_each_operation_that_computes_is_one_launch(xp, a):
+    b = a + 1.0
+    assert launches(lambda: a + b) == ["__add__"]
+    assert launches(lambda: 2.0 * a) == ["__rmul__"]
+    assert launches(lambda: (-a, a < b)) == ["__neg__", "__lt__"]
+
+    def in_place():
+        c = a.copy()
+        c += 1.0
+        c[0] = 0.0
+
+    assert launches(in_place) == [".copy", "__iadd__", "setitem"]
+    assert launches(lambda: (xp.exp(a), xp.zeros((2,)), xp.where(a > 1, a, 0.0))) == [
+        "xp.exp",
+        "xp.zeros",
+        "__gt__",
+        "xp.where",
+    ]
+    assert launches(lambda: (a.sum(), a.sum(axis=0), a.astype(np.float32))) == [".sum", ".sum", ".astype"]
+    # a reshape that must copy (a transposed view flattened), and ascontiguousarray of one
+    assert launches(lambda: (a.T.reshape(-1), xp.ascontiguousarray(a.T))) == [".reshape", "xp.ascontiguousarray"]
+    # an advanced index gathers; a ufunc's scatter-add
+    rows = xp.asarray(np.array([0, 2]))
+    assert launches(lambda: (a[rows], xp.add.at(a, rows, 1.0))) == ["getitem", "xp.add.at"]
+
+
+def test_a_kernel_is_one_launch_and_a_strided_input_one_more(a):
+    kernels = StrictKernels()
+    assert launches(lambda: kernels.softmax_forward(a)) == ["kernel softmax_forward"]
+    assert launches(lambda: kernels.relu_forward(a)) == ["kernel relu_forward"]
+    # CudaKernels copies an input that is not C-contiguous before its kernel reads it
+    assert launches(lambda: kernels.relu_forward(a.T)) == ["xp.ascontiguousarray for kernel relu_forward"] + [
+        "kernel relu_forward"
+    ]
+
+
+def test_the_gpu_backend_computes_gelu_with_one_kernel_each_way(cuda):
+    """As on a GPU (``kernels/gelu.py``'s CUDA kernels), not with the reference's ~300 operators."""
+    x, g = mt.randn(4, 8, device=cuda, requires_grad=True), mt.ones(4, 8, device=cuda)
+    with count_launches() as forward:
+        y = mt.gelu(x)
+    with count_launches() as backward:
+        y.backward(g)
+    assert [e.what for e in forward.events] == ["kernel gelu_forward"]
+    assert [e.what for e in backward.events] == ["kernel gelu_backward"]  # x.grad takes the kernel's array
+    np.testing.assert_allclose(y.numpy(), mt.gelu(mt.tensor(x.numpy())).numpy(), rtol=1e-6)
+
+
+def test_each_launch_names_the_line_of_minitensor_that_asked(cuda):
+    x = mt.ones(3, device=cuda)
+    with count_launches() as log:
+        x.exp()
+    (launch,) = log.events
+    assert launch.what == "xp.exp" and launch.where.startswith("minitensor/core/ops/elementwise.py:")
+    assert "in forward" in launch.where and log.by("file") == {"minitensor/core/ops/elementwise.py": 1}
+
+
+def test_the_launch_and_sync_counters_are_independent(xp, a):
+    with count_syncs() as syncs, count_launches() as log:
+        (a + 1.0).sum().item()
+    assert [e.what for e in log.events] == ["__add__", ".sum"] and [e.what for e in syncs.waits] == ["item()"]
+    with count_launches() as log:
+        pass
+    assert isinstance(a, StrictArray) and len(log) == 0
+
+
+# -- the budgets -------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def text(tmp_path_factory):
+    path = tmp_path_factory.mktemp("text") / "text.txt"
+    path.write_text("the quick brown fox jumps over the lazy dog. " * 20)
+    return str(path)
+
+
+# the preset's sizes are a GPU's; the counted runs keep tiny()'s
+SIZES = ("num_hiddens", "ffn_num_hiddens", "num_heads", "num_blks", "lm_num_steps", "batch_size", "steps")
+SIZES += ("eval_iters", "eval_batch_size")
+
+
+def tiny(out, device, **changes):
+    """test_sync_free.py's small runs: 96 reversals (or a short text) in batches of 4, one block."""
+    settings = dict(
+        task="reverse",
+        num_train=96,
+        num_heldout=8,
+        max_len=4,
+        batch_size=4,
+        epochs=2,
+        num_blks=1,
+        num_hiddens=8,
+        ffn_num_hiddens=16,
+        num_heads=2,
+        dropout=0.1,
+        progress=False,
+        device=device,
+        out=str(out),
+    )
+    settings.update(changes)
+    return TrainConfig(**settings)
+
+
+def quiet(message):
+    pass
+
+
+def launches_per_step(config, warm_up=2):
+    """The launches of the training step after ``warm_up`` steps (one that does not read the losses),
+    the minibatch's upload included: a LaunchLog."""
+    with RunFolder(config.out) as run:
+        state = loop.set_up(config, run, quiet, resume=False)
+        state.model.train()
+        batches = iter(state.loader)
+        for _ in range(warm_up):
+            loop.train_step(state, next(batches))
+        with count_launches() as log:
+            loop.train_step(state, next(batches))
+    assert state.step % READ_EVERY
+    return log
+
+
+# Launches per step: the measured count is the budget. Lower it when a change removes launches.
+BUDGETS = {
+    # the encoder-decoder Transformer: valid_lens masks, dropout, clipping, Adam (measured: 460)
+    "transformer": (dict(), 460),
+    # nanoGPT's recipe (GELU, tied embeddings, no biases, AdamW with decay groups, cosine, clipping)
+    "lm, nanoGPT's recipe": (
+        {
+            **{k: v for k, v in PRESETS["gpt-char-gpu"].items() if k not in SIZES},
+            "lm_num_steps": 8,
+            "warmup_steps": 3,
+            "eval_interval": 1000,
+        },
+        201,  # measured: 201
+    ),
+}
+
+
+@pytest.mark.parametrize("changes, budget", BUDGETS.values(), ids=BUDGETS.keys())
+def test_a_training_step_stays_within_its_launch_budget(cuda, tmp_path, text, changes, budget):
+    if changes.get("model") == "lm":
+        changes = dict(changes, text=text)
+    log = launches_per_step(tiny(tmp_path / "run", cuda, **changes))
+    assert len(log) <= budget, f"{len(log)} launches per step, over the budget of {budget}:\n{log!r}"
