@@ -591,8 +591,10 @@ def nanogpt_benchmark(device, quick, nanogpt_dir=NANOGPT_DIR):
     pinned upload, ``loss.item()`` every 10 iterations) in float32 and in bfloat16 autocast
     (its default on a GPU that has bfloat16), from the same weights after checking that both
     compute the same loss. minitensor runs at the preset's ``--matmul-precision high`` (TF32,
-    as nanoGPT) and at ``highest``. nanoGPT's ``model.py`` is read from ``nanogpt_dir``
-    (``--nanogpt``); without it, from ``_gpt_twin.py`` (the same model without dropout)."""
+    as nanoGPT), at ``highest`` and, on a GPU, at ``medium`` (bfloat16 tensor cores for the
+    products, float32 everywhere else: not autocast, whose activations are bfloat16 too).
+    nanoGPT's ``model.py`` is read from ``nanogpt_dir`` (``--nanogpt``); without it, from
+    ``_gpt_twin.py`` (the same model without dropout)."""
     import contextlib
     import io
 
@@ -626,6 +628,8 @@ def nanogpt_benchmark(device, quick, nanogpt_dir=NANOGPT_DIR):
 
         cases["minitensor, TF32"] = mt_iterations("high")
         cases["minitensor, float32"] = mt_iterations("highest")
+        if device.name != "cpu":  # bfloat16 tensor cores for the products, all else float32
+            cases["minitensor, bfloat16 products"] = mt_iterations("medium")
         n_params = sum(int(p.numel()) for p in state.model.parameters())
         if device.torch_device is not None:
             nanogpt = load_nanogpt(nanogpt_dir)
