@@ -199,6 +199,11 @@ class CupyBackend(Backend):
         "layer_norm_forward": "layer_norm_forward",
         "layer_norm_backward": "layer_norm_backward",
         "adam_update": "adam_update",
+        # multi-tensor kernels (multi_tensor.cu), which the CPU has not: one launch for every
+        # parameter (Adam, AdamW) or gradient (clip_grad_norm_, grad_norm) of one dtype
+        "adam_update_multi": "adam_update_multi",
+        "l2_norm_multi": "l2_norm_multi",
+        "scale_multi": "scale_multi",
     }
 
     def fused(self, name: str, dtype: DType) -> Callable[..., Any] | None:

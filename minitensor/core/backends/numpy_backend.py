@@ -127,8 +127,13 @@ class NumpyBackend(Backend):
     # Tests set this to False to run the ops' plain NumPy code instead of the fused kernels.
     use_fused_kernels = True
 
+    #: kernels a GPU has and the CPU has not: one launch for a list of tensors saves the launches
+    #: a kernel per tensor costs there; here a call costs nothing and the numba kernel per tensor
+    #: is as fast, so the optimiser and clipping take their per-parameter paths
+    MULTI_TENSOR = frozenset({"adam_update_multi", "l2_norm_multi", "scale_multi"})
+
     def fused(self, name: str, dtype: DType) -> Callable[..., Any] | None:
-        if not self.use_fused_kernels or dtype not in _KERNEL_DTYPES:
+        if not self.use_fused_kernels or dtype not in _KERNEL_DTYPES or name in self.MULTI_TENSOR:
             return None
         if self._fused is None:
             # numba loads on first use (see ``kernels`` below)

@@ -13,12 +13,19 @@ zero gradient from being divided by zero.)
 
 The norm and the factor are computed on the gradients' device and never read on the host:
 on a GPU a read would make the training step wait there for its own backward pass.
+
+On a GPU the 2-norm and the rescaling take three kernel launches in all, whatever the number of
+parameters (``backend.fused("l2_norm_multi" / "scale_multi", dtype)``: the multi-tensor kernels
+of ``kernels/cuda/multi_tensor.cu``), where a norm and a scale per gradient cost about seven
+launches each (a small step there is bound by launches: each costs the host 5-20 us). The CPU,
+where a launch costs nothing, computes them gradient by gradient.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from typing import Any
 
 from ..errors import DeviceError
 from ..grad_mode import no_grad
@@ -42,6 +49,16 @@ def _check_norm_type(norm_type: float) -> float:
     if not (norm_type > 0):
         raise ValueError(f"grad_norm: norm_type must be > 0 (or inf), got {norm_type}")
     return norm_type
+
+
+def _multi_tensor(grads: list[Tensor], norm_type: float) -> tuple[Any, Any] | None:
+    """The backend's multi-tensor (l2_norm_multi, scale_multi) for these gradients, or None: only
+    for the 2-norm of C-contiguous gradients of one dtype (a mixed list goes gradient by gradient)."""
+    dtype, backend = grads[0].dtype, grads[0]._backend
+    if norm_type != 2.0 or any(g.dtype != dtype or not g.data.flags.c_contiguous for g in grads):
+        return None
+    norm, scale = backend.fused("l2_norm_multi", dtype), backend.fused("scale_multi", dtype)
+    return None if norm is None or scale is None else (norm, scale)
 
 
 def _total_norm(grads: list[Tensor], norm_type: float) -> Array:
@@ -69,7 +86,9 @@ def grad_norm(parameters: Tensor | Iterable[Tensor], norm_type: float = 2.0) -> 
     if not grads:
         return Tensor(0.0)
     with no_grad():
-        return Tensor._make(_total_norm(grads, norm_type), grads[0]._backend, None)
+        multi = _multi_tensor(grads, norm_type)
+        total = multi[0]([g.data for g in grads])[0] if multi else _total_norm(grads, norm_type)
+        return Tensor._make(total, grads[0]._backend, None)
 
 
 def clip_grad_norm_(
@@ -98,13 +117,20 @@ def clip_grad_norm_(
     if not grads:
         return Tensor(0.0)
     with no_grad():
-        total = _total_norm(grads, norm_type)
+        multi = _multi_tensor(grads, norm_type)
+        if multi:  # the norm and the factor below in two launches, the scaling in one
+            total, factor = multi[0]([g.data for g in grads], max_norm)
+        else:
+            total = _total_norm(grads, norm_type)
         xp = grads[0]._backend.xp
         if error_if_nonfinite and not math.isfinite(value := float(total)):  # the caller asked: read it
             raise RuntimeError(
                 f"clip_grad_norm_: the total {norm_type}-norm of the gradients is {value}; some gradient "
                 "overflowed or is NaN (skip this step, lower the learning rate, or check the loss)"
             )
+        if multi:
+            multi[1]([g.data for g in grads], factor)
+            return Tensor._make(total, grads[0]._backend, None)
         # min(1, max_norm / (norm + 1e-6)), and 1 for a non-finite norm; in float64 as a Python
         # number would be, then rounded to each gradient's dtype
         norm = xp.asarray(total).astype("float64")

@@ -35,7 +35,8 @@ class Adam(Optimizer):
         if fused not in (None, True, False):
             raise ValueError(f"{type(self).__name__}: fused must be None, True or False, got {fused!r}")
         # As PyTorch's ``fused=``: the whole update of a parameter in one kernel (a numba loop
-        # on the CPU, kernels/fused.py; CUDA C++ on a GPU, kernels/cuda/elementwise.cu). None:
+        # on the CPU, kernels/fused.py; CUDA C++ on a GPU, kernels/cuda/elementwise.cu, and there
+        # one kernel for all the parameters of a group, multi_tensor.cu). None:
         # wherever there is one; False: the textbook lines below everywhere (they are what the
         # kernel is tested against).
         self.fused = fused
@@ -60,29 +61,13 @@ class Adam(Optimizer):
         the same rule runs as one fused kernel unless the optimiser was built with ``fused=False``.
         """
         beta1, beta2 = group["betas"]
-        if not state:
-            xp = param._backend.xp
-            state["step"] = 0
-            state["exp_avg"] = xp.zeros_like(param.data)  # m
-            state["exp_avg_sq"] = xp.zeros_like(param.data)  # v
+        self._start(param, state)
         state["step"] += 1
         t, m, v = state["step"], state["exp_avg"], state["exp_avg_sq"]
         kernel = self._kernel(param)
         if kernel is not None and all(a.flags.c_contiguous for a in (param.data, m, v)):
             # The same rule in one pass over memory; the scalars in the parameter's dtype.
-            f = param.data.dtype.type
-            kernel(
-                param.data,
-                param._backend.xp.ascontiguousarray(grad),
-                m,
-                v,
-                f(group["lr"] / (1 - beta1**t)),
-                (f(beta1), f(1 - beta1)),
-                (f(beta2), f(1 - beta2)),
-                f(group["eps"]),
-                f(group["weight_decay"]),
-                f(math.sqrt(1 - beta2**t)),
-            )
+            kernel(param.data, param._backend.xp.ascontiguousarray(grad), m, v, *self._scalars(param.dtype, group, t))
             return
         if group["weight_decay"]:
             grad = grad + group["weight_decay"] * param.data
@@ -92,6 +77,73 @@ class Adam(Optimizer):
         v += (1 - beta2) * (grad * grad)
         denom = param._backend.xp.sqrt(v) / math.sqrt(1 - beta2**t) + group["eps"]
         param.add_(m / denom, alpha=-group["lr"] / (1 - beta1**t))
+
+    def update_group(self, group: Group) -> None:
+        """Update the group's parameters, on a GPU in one launch: where the backend has the
+        multi-tensor kernel (``backend.fused("adam_update_multi", dtype)``, multi_tensor.cu), the
+        parameters that share a device, a dtype and a step count t (all of them, in a plain run)
+        are updated by one kernel instead of one kernel each. The rule and the bits are
+        :meth:`update`'s, AdamW's decay included. On a GPU a small model's step is bound by
+        launches (each costs the host 5-20 us, the kernel runs for a few): 51 parameters were
+        51 launches, and as many again for AdamW's decay, now one. The CPU has no such kernel and
+        needs none (a call costs nothing there): every parameter goes through :meth:`update`, as
+        does every parameter with ``fused=False`` and any whose arrays are not C-contiguous.
+        """
+        batches: dict[tuple[Any, ...], list[tuple[Tensor, Array, dict[str, Any]]]] = {}
+        for p in group["params"]:
+            if p.grad is None:
+                continue
+            state = self.state.setdefault(p, {})
+            kernel = None if self.fused is False else p._backend.fused("adam_update_multi", p.data.dtype)
+            if kernel is not None:
+                self._start(p, state)
+                if all(a.flags.c_contiguous for a in (p.data, state["exp_avg"], state["exp_avg_sq"])):
+                    key = (kernel, p.data.dtype, state["step"] + 1)
+                    batches.setdefault(key, []).append((p, p.grad.data, state))
+                    continue
+            self.update(p, p.grad.data, state, group)
+        decay, weight_decay = self._decays(group)
+        for (kernel, dtype, t), batch in batches.items():
+            for _, _, state in batch:
+                state["step"] = t
+            kernel(
+                [p.data for p, _, _ in batch],
+                [grad for _, grad, _ in batch],
+                [state["exp_avg"] for _, _, state in batch],
+                [state["exp_avg_sq"] for _, _, state in batch],
+                *self._scalars(dtype, {**group, "weight_decay": weight_decay}, t),
+                dtype.type(decay),
+            )
+
+    def _decays(self, group: Group) -> tuple[float, float]:
+        """(decay, weight_decay): the factor applied to w before the update (AdamW's decoupled
+        decay; 1 here) and the L2 penalty added to the gradient (Adam's weight_decay)."""
+        return 1.0, group["weight_decay"]
+
+    @staticmethod
+    def _start(param: Tensor, state: dict[str, Any]) -> None:
+        """A parameter's first state: step 0, both moments zero."""
+        if not state:
+            xp = param._backend.xp
+            state["step"] = 0
+            state["exp_avg"] = xp.zeros_like(param.data)  # m
+            state["exp_avg_sq"] = xp.zeros_like(param.data)  # v
+
+    @staticmethod
+    def _scalars(dtype: Any, group: Group, t: int) -> tuple[Any, ...]:
+        """The fused kernels' scalars at step t, in the parameters' dtype: step_size = lr / (1 - beta1^t),
+        the betas as (beta, 1 - beta) pairs computed in float64 (as the textbook lines are), eps,
+        weight_decay, bias_sqrt2 = sqrt(1 - beta2^t)."""
+        f = dtype.type
+        beta1, beta2 = group["betas"]
+        return (
+            f(group["lr"] / (1 - beta1**t)),
+            (f(beta1), f(1 - beta1)),
+            (f(beta2), f(1 - beta2)),
+            f(group["eps"]),
+            f(group["weight_decay"]),
+            f(math.sqrt(1 - beta2**t)),
+        )
 
     def _kernel(self, param: Tensor) -> Any:
         """The fused update for ``param``, or None for the textbook lines."""

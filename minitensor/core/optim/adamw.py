@@ -33,6 +33,11 @@ class AdamW(Adam):
     ) -> None:
         super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, fused=fused)
 
+    def _decays(self, group: Group) -> tuple[float, float]:
+        # the multi-tensor update (Adam.update_group) folds the decay into its one launch: the
+        # same w * (1 - lr weight_decay), rounded to w's dtype, as update's mul_ below
+        return 1 - group["lr"] * group["weight_decay"] if group["weight_decay"] else 1.0, 0.0
+
     def update(self, param: Tensor, grad: Array, state: dict[str, Any], group: Group) -> None:
         """One AdamW step for one parameter, in place: first the decoupled decay
         w <- w (1 - lr * weight_decay), then Adam's update (see ``Adam.update``) with the raw

@@ -111,10 +111,16 @@ class Optimizer:
             with enable_grad():
                 loss = closure()
         for group in self.param_groups:
-            for p in group["params"]:
-                if p.grad is not None:
-                    self.update(p, p.grad.data, self.state.setdefault(p, {}), group)
+            self.update_group(group)
         return loss
+
+    def update_group(self, group: Group) -> None:
+        """Update every parameter of ``group`` that has a gradient: ``update`` for each. A rule
+        that can update a whole group at once overrides it (Adam: on a GPU, one kernel launch for
+        all of the group's parameters instead of one each)."""
+        for p in group["params"]:
+            if p.grad is not None:
+                self.update(p, p.grad.data, self.state.setdefault(p, {}), group)
 
     def update(self, param: Tensor, grad: Array, state: dict[str, Any], group: Group) -> None:
         """Update one parameter in place: ``param`` (a Parameter), ``grad`` (its gradient as
