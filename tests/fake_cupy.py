@@ -12,13 +12,18 @@ implicit host conversion, see ``strict_backend.py``) plus the few CuPy names tha
 
 The kernels are not faked: ``tests/test_cuda_kernels.py`` runs the real CUDA C++ kernels in
 the tests' CUDA emulator. A backend built on FakeCupy gets the strict kernels (numba CPU
-kernels behind device-array checks) in their place.
+kernels behind device-array checks) in their place, and ``FakeCudaKernels`` adds the GPU's
+multi-tensor kernels to them (one call, one launch), so the optimiser's and clipping's GPU paths
+run here too.
 """
 
+import math
 import types
 
 import numpy
-from strict_backend import StrictArray, StrictKernels, StrictNamespace, note
+import strict_backend
+from minitensor.kernels.cuda import PointerTables
+from strict_backend import StrictArray, StrictKernels, StrictNamespace, note, strict_xp
 
 
 class CUDARuntimeError(RuntimeError):
@@ -117,10 +122,86 @@ class FakeCupy(StrictNamespace):
         return StrictArray(numpy.from_dlpack(obj))
 
 
+def _launched(what):
+    """One launch, for strict_backend's launch counter where it has one."""
+    launched = getattr(strict_backend, "launched", None)
+    if launched is not None:
+        launched(what)
+
+
+def _device(a, what):
+    if not isinstance(a, StrictArray):
+        raise TypeError(f"stand-in kernel {what}: expected a device array, got {type(a).__name__}")
+    return a._a
+
+
+class FakeCudaKernels(StrictKernels):
+    """The strict kernels plus ``kernels/cuda``'s multi-tensor ones (``multi_tensor.cu``): each call
+    is one launch, computed by the CPU's numba kernel tensor by tensor (the per-parameter kernels
+    that the CUDA ones equal bit for bit, tests/test_multi_tensor.py), with the real launcher's
+    checks and its device tables of pointers (``PointerTables``: uploaded, counted by
+    ``count_syncs``, when a list of addresses is new)."""
+
+    def __init__(self):
+        self.pointer_tables = PointerTables(strict_xp, address=lambda a: _device(a, "pointer table").ctypes.data)
+
+    def adam_update_multi(
+        self, params, grads, exp_avgs, exp_avg_sqs, step_size, beta1, beta2, eps, weight_decay, bias_sqrt2, decay=1.0
+    ):
+        lists = [list(a) for a in (params, grads, exp_avgs, exp_avg_sqs)]
+        if len({len(a) for a in lists}) != 1:
+            raise ValueError("adam_update_multi: params, grads, exp_avgs and exp_avg_sqs must be lists of one length")
+        params, grads, exp_avgs, exp_avg_sqs = ([_device(a, "adam_update_multi") for a in arrays] for arrays in lists)
+        if not all(a.flags.c_contiguous for a in params + exp_avgs + exp_avg_sqs):
+            raise ValueError(
+                "adam_update_multi: the parameters and their moments must be C-contiguous (updated in place)"
+            )
+        if sum(a.size for a in params):
+            self.pointer_tables.table(*lists)
+            _launched("kernel adam_update_multi")
+        from minitensor.kernels import fused  # numba, loaded on first use as StrictKernels does
+
+        for w, g, m, v in zip(params, grads, exp_avgs, exp_avg_sqs):
+            if decay != 1:
+                w *= decay  # AdamW's decay, w's dtype times w's dtype as the kernel does
+            g = numpy.ascontiguousarray(g, dtype=w.dtype)
+            fused.adam_update(w, g, m, v, step_size, beta1, beta2, eps, weight_decay, bias_sqrt2)
+
+    def l2_norm_multi(self, arrays, max_norm=math.inf):
+        arrays = list(arrays)
+        if not arrays:
+            raise ValueError("l2_norm_multi: needs at least one array")
+        data = [_device(a, "l2_norm_multi") for a in arrays]
+        dtype = data[0].dtype
+        if sum(a.size for a in data):
+            self.pointer_tables.table(arrays)
+            _launched("kernel sum_of_squares_partial")
+        _launched("kernel sum_of_squares_finish")
+        total = math.fsum(float(numpy.dot(a.reshape(-1).astype(numpy.float64), a.reshape(-1))) for a in data)
+        norm = dtype.type(math.sqrt(total))
+        value = float(norm)
+        scale = max_norm / (value + 1e-6)  # the kernel's factor: in float64 from the rounded norm
+        scale = scale if math.isfinite(value) and scale < 1.0 else 1.0
+        return StrictArray(numpy.array(norm)), StrictArray(numpy.array(scale, dtype))
+
+    def scale_multi(self, arrays, factor):
+        arrays = list(arrays)
+        data = [_device(a, "scale_multi") for a in arrays]
+        if not all(a.flags.c_contiguous for a in data):
+            raise ValueError("scale_multi: the arrays must be C-contiguous (scaled in place)")
+        if sum(a.size for a in data):
+            self.pointer_tables.table(arrays)
+            _launched("kernel scale_multi")
+        f = _device(factor, "scale_multi").reshape(())
+        for a in data:
+            a *= f
+
+
 def fake_cuda_backend(cupy=None):
-    """A CupyBackend on FakeCupy, with the strict kernels standing in for the CUDA ones."""
+    """A CupyBackend on FakeCupy, with the strict kernels and the multi-tensor stand-ins in place
+    of the CUDA ones."""
     from minitensor.backends.cupy_backend import CupyBackend
 
     backend = CupyBackend(cupy or FakeCupy())
-    backend._kernels = StrictKernels()
+    backend._kernels = FakeCudaKernels()
     return backend

@@ -134,8 +134,18 @@ def test_training_steps_never_wait_for_the_device(cuda, tmp_path, text, changes)
             assert len(found) == 2 and all(any("in read_losses" in f for f in e.stack) for e in found), (
                 f"step {step}: expected the loop's read of its losses, found:\n{listed(found)}"
             )
-        # the minibatch goes up, one array each, and nothing else does (no mask rebuilt on the host)
-        assert [e.what for e in log.uploads] == ["xp.array"] * arrays, listed(log.uploads)
+        # the minibatch goes up, one array each, and nothing else does (no mask rebuilt on the host)...
+        tables = [e for e in log.uploads if e.where.startswith("minitensor/core/kernels/cuda/__init__.py:")]
+        batch = [e for e in log.uploads if e not in tables]
+        assert [e.what for e in batch] == ["xp.array"] * arrays, listed(log.uploads)
+        # ... but the multi-tensor kernels' tables of addresses (kernels/cuda PointerTables), when the
+        # gradients' addresses are new: an upload the host does not wait for, one per launch at
+        # most (Adam's group(s), clipping's norm; its scale finds the norm's table). On a GPU,
+        # CuPy's memory pool gives a steady loop its blocks back and the kept tables are found;
+        # NumPy's allocator here gives no such promise.
+        callers = {e.stack[1].rsplit(" in ", 1)[1] for e in tables}
+        assert callers <= {"update_group", "clip_grad_norm_"}, listed(tables)
+        assert len(tables) <= len(state.optimizer.param_groups) + 1, listed(tables)
     total = sum(len(log.waits) for _, log, _ in counted)
     reads = [step for step, _, _ in counted if step % READ_EVERY == 0]
     assert reads == [READ_EVERY, 2 * READ_EVERY] and total == 2 * len(reads)  # amortised: 2 per READ_EVERY steps
@@ -162,7 +172,10 @@ def test_a_hand_written_step_with_sgd_and_clipping_never_waits(cuda):
             optimizer.step()
         if step:  # after the first, which creates the momentum buffers
             assert not log.waits, listed(log.waits)
-            assert not log.uploads, listed(log.uploads)
+            # nothing goes up but clipping's table of the gradients' addresses when they are new
+            # (see test_training_steps_never_wait_for_the_device)
+            assert all(e.stack[1].endswith("in clip_grad_norm_") for e in log.uploads), listed(log.uploads)
+            assert len(log.uploads) <= 1, listed(log.uploads)
     assert np.isfinite(loss.item()) and np.isfinite(norm.item())
 
 
