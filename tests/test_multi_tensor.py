@@ -407,6 +407,19 @@ def test_params_at_different_steps_and_fused_false(cuda, monkeypatch):
     assert calls["adam_update_multi"] == 3 and calls["adam_update"] == 0
 
 
+def test_a_subclass_with_its_own_update_keeps_it(cuda, monkeypatch):
+    calls = Counted(cuda.kernels, monkeypatch, ["adam_update", "adam_update_multi"]).calls
+
+    class Halved(mt.optim.AdamW):
+        def update(self, param, grad, state, group):
+            super().update(param, grad / 2, state, group)
+
+    w = mt.ones(3, device="cuda", requires_grad=True)
+    w.grad = mt.ones(3, device="cuda")
+    Halved([w], lr=0.1).step()
+    assert calls == {"adam_update": 1, "adam_update_multi": 0}
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("max_norm", [1e-3, 1e3])
 def test_clipping_on_the_gpu_path_is_the_cpus(cuda, monkeypatch, dtype, max_norm):

@@ -104,6 +104,12 @@ class Backend:
         None tells the op to run its own array-library code (the definition the kernel is
         tested against). The CPU backend has these kernels for float32 and float64, and the
         CuPy backend CUDA C++ kernels of the same names and signatures (``kernels/cuda``).
+
+        The CuPy backend also has multi-tensor kernels, one launch for a whole list of arrays of
+        one dtype (``kernels/cuda/multi_tensor.cu``): ``adam_update_multi`` (Adam's update of every
+        parameter of a group), ``l2_norm_multi`` and ``scale_multi`` (gradient clipping). They
+        save launches, which bound a small model's step on a GPU; the CPU answers None for them,
+        and the optimiser and clipping then go parameter by parameter.
         """
         return None
 

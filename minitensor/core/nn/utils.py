@@ -16,9 +16,10 @@ on a GPU a read would make the training step wait there for its own backward pas
 
 On a GPU the 2-norm and the rescaling take three kernel launches in all, whatever the number of
 parameters (``backend.fused("l2_norm_multi" / "scale_multi", dtype)``: the multi-tensor kernels
-of ``kernels/cuda/multi_tensor.cu``), where a norm and a scale per gradient cost about seven
-launches each (a small step there is bound by launches: each costs the host 5-20 us). The CPU,
-where a launch costs nothing, computes them gradient by gradient.
+of ``kernels/cuda/multi_tensor.cu``), where a norm and a scale per gradient cost five launches
+each (a small model's step there is bound by launches: each costs the host more time than its
+kernel takes to run; bench/launches.py counts them). The CPU, where a launch costs nothing,
+computes them gradient by gradient.
 """
 
 from __future__ import annotations

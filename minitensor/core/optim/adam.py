@@ -84,17 +84,19 @@ class Adam(Optimizer):
         parameters that share a device, a dtype and a step count t (all of them, in a plain run)
         are updated by one kernel instead of one kernel each. The rule and the bits are
         :meth:`update`'s, AdamW's decay included. On a GPU a small model's step is bound by
-        launches (each costs the host 5-20 us, the kernel runs for a few): 51 parameters were
-        51 launches, and as many again for AdamW's decay, now one. The CPU has no such kernel and
-        needs none (a call costs nothing there): every parameter goes through :meth:`update`, as
-        does every parameter with ``fused=False`` and any whose arrays are not C-contiguous.
+        launches (each costs the host more time than its kernel runs; bench/launches.py counts
+        them): 51 parameters were 51 launches, and up to as many again for AdamW's decay, now
+        one. The CPU has no such kernel and needs none (a call costs nothing there): every
+        parameter goes through :meth:`update`, as does every parameter with ``fused=False`` and
+        any whose arrays are not C-contiguous.
         """
         batches: dict[tuple[Any, ...], list[tuple[Tensor, Array, dict[str, Any]]]] = {}
+        multi = self.fused is not False and self._rule_in_kernel()
         for p in group["params"]:
             if p.grad is None:
                 continue
             state = self.state.setdefault(p, {})
-            kernel = None if self.fused is False else p._backend.fused("adam_update_multi", p.data.dtype)
+            kernel = p._backend.fused("adam_update_multi", p.data.dtype) if multi else None
             if kernel is not None:
                 self._start(p, state)
                 if all(a.flags.c_contiguous for a in (p.data, state["exp_avg"], state["exp_avg_sq"])):
@@ -114,6 +116,13 @@ class Adam(Optimizer):
                 *self._scalars(dtype, {**group, "weight_decay": weight_decay}, t),
                 dtype.type(decay),
             )
+
+    def _rule_in_kernel(self) -> bool:
+        """Does the multi-tensor kernel compute this optimiser's rule? Yes when the class that
+        defines ``update`` also says how its rule goes into the kernel (``_decays``): Adam and
+        AdamW. A subclass with an ``update`` of its own keeps it, parameter by parameter."""
+        owner = next(cls for cls in type(self).__mro__ if "update" in vars(cls))
+        return "_decays" in vars(owner)
 
     def _decays(self, group: Group) -> tuple[float, float]:
         """(decay, weight_decay): the factor applied to w before the update (AdamW's decoupled

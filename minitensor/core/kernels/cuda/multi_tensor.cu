@@ -1,10 +1,11 @@
 // Multi-tensor kernels: one launch over every tensor of a list (PyTorch's multi_tensor_apply,
 // after NVIDIA's apex), for the optimiser's step and gradient clipping.
 //
-// Why: a small model's training step on a GPU is bound by launches, not by memory. Each launch
-// costs the host 5-20 us while the kernel runs for a few; updating 51 parameters one kernel each,
-// and clipping them with three reductions and a scale each, is ~360 launches per step. These
-// kernels do the same work in one launch (Adam), two (the norm) and one (the scale).
+// Why: a small model's training step on a GPU is bound by launches, not by memory: each launch
+// costs the host more time than a kernel on a few thousand elements runs. Updating 51 parameters
+// one kernel each, and clipping them with a norm (three launches) and a scale (two) each, is
+// ~360 launches per step (bench/launches.py counts them). These kernels do the same work in one
+// launch (Adam), two (the norm) and one (the scale).
 //
 // The tensors are given by a table on the device, uploaded by the launcher:
 //   addresses  the tensors' device addresses as 64-bit integers (for Adam four rows of n:
