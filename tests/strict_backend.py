@@ -246,6 +246,37 @@ def _is_new(result, inputs):
     return not any(numpy.may_share_memory(result, a) for a in _arrays_in(inputs))
 
 
+def _cupy_matmul_copies(a, b):
+    """Record the launches that ``cupy.matmul`` (``cupy/_core/_routines_linalg.pyx``) makes
+    before its GEMM on the NumPy arrays ``a`` and ``b``, the operands as CuPy would get them.
+
+    - Matrices (neither operand above 2-D): cuBLAS takes a transpose as a flag, so a copy only
+      of an operand that is neither C- nor F-contiguous.
+    - Stacks: ``ascontiguousarray`` of both operands, then one strided-batched GEMM. So every
+      operand that is not C-contiguous is copied -- a head-split view, a transposed K -- though
+      cuBLAS itself could read any evenly spaced stack. Where a batch axis broadcasts (1 against
+      n), CuPy builds a table of matrix pointers for each of a, b and the output instead: one
+      kernel per batch axis each.
+    """
+    if not (isinstance(a, numpy.ndarray) and isinstance(b, numpy.ndarray)) or not _launch_logs:
+        return
+    ndim = max(a.ndim, b.ndim)
+    if ndim <= 2:
+        for x in (a, b):
+            if x.ndim == 2 and not (x.flags.c_contiguous or x.flags.f_contiguous):
+                launched("copy in cupy.matmul")
+        return
+    dtype = numpy.promote_types(a.dtype, b.dtype)
+    for x in (a, b):
+        if x.ndim > 1 and (not x.flags.c_contiguous or x.dtype != dtype):
+            launched("copy in cupy.matmul")
+    batch_a = (1,) * (ndim - a.ndim) + a.shape[:-2]
+    batch_b = (1,) * (ndim - b.ndim) + b.shape[:-2]
+    if any(m != n and 1 in (m, n) for m, n in zip(batch_a, batch_b)):
+        for _ in range(3 * (ndim - 2)):
+            launched("pointer table in cupy.matmul")
+
+
 def _has_host_data(obj):
     """Does ``obj`` (an argument of xp.array, an index) hold data that lives on the host?"""
     if isinstance(obj, StrictArray):
@@ -329,11 +360,14 @@ def _operand(other, op):
 
 
 def _binary(op, name):
-    # every operator is one elementwise kernel (in place too: it writes into self)
+    # every operator is one elementwise kernel (in place too: it writes into self); a matrix
+    # product is a GEMM, after the copies CuPy makes of operands its GEMM cannot read
     def forward(self, other):
         b = _operand(other, name)
         if b is NotImplemented:
             return NotImplemented
+        if name == "matmul":
+            _cupy_matmul_copies(self._a, b)
         launched(f"__{name}__")
         return _wrap(op(self._a, b))
 
@@ -341,6 +375,8 @@ def _binary(op, name):
         b = _operand(other, name)
         if b is NotImplemented:
             return NotImplemented
+        if name == "matmul":
+            _cupy_matmul_copies(b, self._a)
         launched(f"__r{name}__")
         return _wrap(op(b, self._a))
 
@@ -348,6 +384,8 @@ def _binary(op, name):
         b = _operand(other, name)
         if b is NotImplemented:
             return NotImplemented
+        if name == "matmul":
+            _cupy_matmul_copies(self._a, b)
         launched(f"__i{name}__")
         self._a = getattr(operator, f"__i{name}__")(self._a, b)
         return self
@@ -589,6 +627,8 @@ class _Function:
             note("read", where)
         elif self._host_ok and _has_host_data(args[:1]):
             note("upload", where)
+        if self._name == "matmul" and len(args) >= 2:
+            _cupy_matmul_copies(*_unwrap(args[:2], where=where))
         out = self._fn(*_unwrap(args, self._host_ok, where), **_unwrap(kwargs, self._host_ok, where))
         if self._launches(out, args, kwargs):
             launched(where)
@@ -763,11 +803,25 @@ def _on_device_arrays(name):
 
         arrays = [_kernel_input(a, name) for a in args]
         launched(f"kernel {name}")
+        for what in _MORE_LAUNCHES.get(name, ()):
+            launched(what)
         return _wrap(getattr(fused, name)(*arrays))
 
     run.__name__ = name
     return run
 
+
+# What CudaKernels (kernels/cuda) launches beyond the one kernel: layer norm's backward sums
+# the weight's and the bias's gradients over rows in partial sums, zeroed first, then added up.
+_MORE_LAUNCHES = {
+    "layer_norm_backward": (
+        "xp.zeros for kernel layer_norm_backward",
+        "xp.zeros for kernel layer_norm_backward",
+        "kernel layer_norm_backward_columns",
+        ".sum for kernel layer_norm_backward",
+        ".sum for kernel layer_norm_backward",
+    ),
+}
 
 # the GPU backend's names for them: its dropout is fused.dropout_forward (the same mask)
 for _attribute, _name in (
