@@ -19,6 +19,7 @@ from functools import partial
 from ..autograd import Function, Grads
 from ..errors import ShapeError
 from ..tensor import Array, Tensor
+from .indexing import in_range
 
 
 class CrossEntropy(Function):
@@ -41,12 +42,13 @@ class CrossEntropy(Function):
             valid = valid & xp.broadcast_to(mask, target.shape).reshape(-1)
         safe_t = xp.where(valid, t, 0)
         # checked on the device, without waiting for it (Backend.check: raised at the next read)
-        inside = (safe_t >= 0) & (safe_t < num_classes)
+        inside = in_range(safe_t, num_classes)
         ctx.backend.check(inside.all(), partial(_out_of_range, safe_t, inside, num_classes, ignore_index))
         if not ctx.backend.on_host:
             safe_t = xp.where(inside, safe_t, 0)  # until it raises, a bad target counts as class 0
         logp = ctx.backend.kernels.log_softmax_forward(rows)
-        picked = logp[xp.arange(t.size), safe_t]
+        positions = xp.arange(t.size)  # kept for backward, which writes where this reads
+        picked = logp[positions, safe_t]
         if label_smoothing:
             per_row = -(1 - label_smoothing) * picked - label_smoothing * logp.mean(axis=-1)
         else:
@@ -62,17 +64,17 @@ class CrossEntropy(Function):
             out = per_row.sum()
         else:
             out = per_row.reshape(target.shape)
-        ctx.save_for_backward(logp, safe_t, weight)
+        ctx.save_for_backward(logp, positions, safe_t, weight)
         ctx.reduction, ctx.smoothing, ctx.shape = reduction, label_smoothing, logits.shape
-        return out.astype(logits.dtype)
+        return out.astype(logits.dtype, copy=False)  # (a copy only where the dtype changes)
 
     @staticmethod
     def backward(ctx: Function, grad: Array) -> Grads:
         xp = ctx.xp
-        logp, t, weight = ctx.saved
+        logp, positions, t, weight = ctx.saved
         num_classes = logp.shape[-1]
         d = xp.exp(logp)  # softmax
-        d[xp.arange(t.size), t] -= 1 - ctx.smoothing
+        d[positions, t] -= 1 - ctx.smoothing
         if ctx.smoothing:
             d -= ctx.smoothing / num_classes
         scale = weight * (grad.reshape(-1) if ctx.reduction == "none" else grad)

@@ -48,6 +48,13 @@ def _blas_reads_in_place(xp: Any, a: Array) -> bool:
 _REUSE = 8  # uses of each element below which a strided stack is not copied
 
 
+def _copied_twice(xp: Any, g: Array, b_rows: int, a_cols: int) -> bool:
+    """Would ``_stacked`` copy the stack ``g`` in both products of MatMul's backward, g @ B^T
+    (B^T has ``b_rows`` columns) and A^T @ g (A^T has ``a_cols`` rows)? Then one copy first
+    serves both: attention's dL/d(weights @ V), whose gradient arrives as a head-split view."""
+    return g.ndim > 2 and not _blas_reads_in_place(xp, g) and min(b_rows, a_cols) >= _REUSE
+
+
 class MatMul(Function):
     """Z = A @ B;  dL/dA = dL/dZ @ B^T,  dL/dB = A^T @ dL/dZ (summed over broadcast batches)."""
 
@@ -89,6 +96,8 @@ class MatMul(Function):
             g = xp.expand_dims(g, -2)
         if b.ndim == 1:
             g = xp.expand_dims(g, -1)
+        if need_a and need_b and _copied_twice(xp, g, b2.shape[-2], a2.shape[-1]):
+            g = xp.ascontiguousarray(g)  # one copy for both products (a GPU launch saved too)
         ga = gb = None
         if need_a:
             ga = sum_to_shape(_stacked(xp, g, xp.swapaxes(b2, -1, -2)), a2.shape).reshape(a.shape)

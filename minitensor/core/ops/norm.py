@@ -15,6 +15,9 @@ axes:
 
 from __future__ import annotations
 
+import weakref
+from typing import Any
+
 from ..autograd import Function, Grads
 from ..errors import ShapeError
 from ..tensor import Array, Shape, Tensor
@@ -40,11 +43,11 @@ class LayerNorm(Function):
         x2 = x.reshape(-1, D)
         kernel = ctx.backend.fused("layer_norm_forward", x.dtype)
         if kernel is not None:
-            ctx.kernel_weight = xp.ones(D, x.dtype) if weight is None else weight.reshape(D)
+            ctx.kernel_weight = _constant(ctx.backend, D, x.dtype, 1) if weight is None else weight.reshape(D)
             y, xhat, rstd = kernel(
                 xp.ascontiguousarray(x2),
                 ctx.kernel_weight,
-                xp.zeros(D, x.dtype) if bias is None else bias.reshape(D),
+                _constant(ctx.backend, D, x.dtype, 0) if bias is None else bias.reshape(D),
                 x.dtype.type(eps),
             )
             ctx.save_for_backward(xhat, rstd)
@@ -78,6 +81,21 @@ class LayerNorm(Function):
         gxhat = g * weight.reshape(-1) if weight is not None else g
         gx = rstd * (gxhat - gxhat @ mean_weights - xhat * ((gxhat * xhat) @ mean_weights))
         return gx.reshape(grad.shape), gw, gb
+
+
+# The kernels take a weight and a bias; a layer without them (GPT's have no bias) hands them ones
+# and zeros. Those are made once per device, size and dtype and only ever read: on a GPU a new
+# array of zeros is a kernel launch (it is filled), in every layer of every step.
+_CONSTANTS: weakref.WeakKeyDictionary[Any, dict[tuple[int, str, int], Array]] = weakref.WeakKeyDictionary()
+
+
+def _constant(backend: Any, D: int, dtype: Any, value: int) -> Array:
+    """D copies of ``value`` on ``backend``, made on first use (the kernels only read them)."""
+    arrays = _CONSTANTS.setdefault(backend, {})
+    key = (D, dtype.str, value)
+    if key not in arrays:
+        arrays[key] = backend.xp.full(D, value, dtype=dtype)
+    return arrays[key]
 
 
 def layer_norm(
