@@ -172,14 +172,14 @@ class CupyBackend(Backend):
         # switch at run time, as PyTorch has, goes through the setter its own tests use. CuPy
         # itself falls back to the default, with a warning, on a GPU older than compute
         # capability 8.0. A CuPy without that setter keeps full precision, and says so.
-        linalg = getattr(getattr(self.xp, "_core", None), "_routines_linalg", None)
+        linalg: Any = getattr(getattr(self.xp, "_core", None), "_routines_linalg", None)
         if linalg is None:
             try:
                 linalg = importlib.import_module(f"{self.xp.__name__}._core._routines_linalg")
             except (ImportError, AttributeError, TypeError):
                 linalg = None
         compute_type = getattr(linalg, self.COMPUTE_TYPES[precision], None)
-        if compute_type is None or not hasattr(linalg, "set_compute_type"):
+        if linalg is None or compute_type is None or not hasattr(linalg, "set_compute_type"):
             if precision == "highest":  # what such a CuPy does anyway
                 return
             warnings.warn(
