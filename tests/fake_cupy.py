@@ -70,6 +70,19 @@ def _device_synchronize():
     note("sync", "runtime.deviceSynchronize()")
 
 
+class _ComputeTypes:
+    """cupy._core._routines_linalg's compute types (CuPy's values) and their setter: ``set``
+    records what each dtype was given."""
+
+    COMPUTE_TYPE_DEFAULT, COMPUTE_TYPE_BF16, COMPUTE_TYPE_TF32 = 1, 6, 7
+
+    def __init__(self):
+        self.set = {}
+
+    def set_compute_type(self, dtype, compute_type):
+        self.set[numpy.dtype(dtype)] = compute_type
+
+
 class FakeCupy(StrictNamespace):
     """``import cupy`` as a test sees it. ``error``: the CUDARuntimeError text that
     ``getDeviceCount`` raises (None: one usable GPU)."""
@@ -108,6 +121,8 @@ class FakeCupy(StrictNamespace):
             Device=_Device,
         )
         self.random = types.SimpleNamespace(RandomState=random_state)
+        # cuBLAS's compute type per dtype (mt.set_float32_matmul_precision), recorded, not applied
+        self._core = types.SimpleNamespace(_routines_linalg=_ComputeTypes())
 
     def is_available(self):
         return self.error is None

@@ -1,7 +1,7 @@
 """``mt.set_float32_matmul_precision``: TF32 / bfloat16 tensor cores for float32 products on a GPU.
 
-The CuPy backend sets cuBLAS's compute type for float32 through CuPy; here a stand-in for
-CuPy's ``_core._routines_linalg`` records what it is told. The CPU's results never change.
+The CuPy backend sets cuBLAS's compute type for float32 through CuPy; the CuPy stand-in's
+``_core._routines_linalg`` records what it is told. The CPU's results never change.
 """
 
 import types
@@ -17,18 +17,6 @@ from minitensor import backends
 from minitensor.train.config import PRESETS, ConfigError, TrainConfig
 
 
-class RecordingLinalg:
-    """cupy._core._routines_linalg's compute types (the values CuPy gives them) and setter."""
-
-    COMPUTE_TYPE_DEFAULT, COMPUTE_TYPE_BF16, COMPUTE_TYPE_TF32 = 1, 6, 7
-
-    def __init__(self):
-        self.set = {}
-
-    def set_compute_type(self, dtype, compute_type):
-        self.set[np.dtype(dtype)] = compute_type
-
-
 @pytest.fixture(autouse=True)
 def restore_precision():
     yield
@@ -37,9 +25,8 @@ def restore_precision():
 
 @pytest.fixture
 def linalg(monkeypatch):
-    """ "cuda" on the CuPy stand-in, with a recording compute-type setter."""
+    """ "cuda" on the CuPy stand-in, whose compute-type setter records what it is told."""
     cupy = FakeCupy()
-    cupy._core = types.SimpleNamespace(_routines_linalg=RecordingLinalg())
     monkeypatch.setitem(backends._BACKENDS, "cuda", fake_cuda_backend(cupy))
     return cupy._core._routines_linalg
 
@@ -58,7 +45,6 @@ def test_each_precision_sets_cublas_compute_type_for_float32(linalg, precision, 
 def test_a_gpu_backend_built_later_starts_at_the_precision_set_before(monkeypatch):
     mt.set_float32_matmul_precision("high")
     cupy = FakeCupy()
-    cupy._core = types.SimpleNamespace(_routines_linalg=RecordingLinalg())
     monkeypatch.delitem(backends._BACKENDS, "cuda", raising=False)
     backend = backends.register_backend(fake_cuda_backend(cupy))
     try:
