@@ -6,8 +6,10 @@
     written so that it can be vectorised).
 
 ``cuda/``
-    The GPU's kernels, CUDA C++ (``softmax.cu``: the same four; ``elementwise.cu``: GELU and
-    dropout), compiled by CuPy with NVRTC and launched on CuPy's current stream.
+    The GPU's kernels, CUDA C++ (``softmax.cu``: the same four; ``elementwise.cu``: GELU,
+    dropout, ReLU and Adam; ``layer_norm.cu``; ``attention.cu``: streamed attention;
+    ``multi_tensor.cu``: Adam and clipping over every parameter in one launch), compiled by
+    CuPy with NVRTC and launched on CuPy's current stream.
 
 ``reference.py``
     The same four written with plain array-library calls on any NumPy-compatible
