@@ -104,6 +104,25 @@ def test_the_gpu_backend_computes_gelu_with_one_kernel_each_way(cuda):
     np.testing.assert_allclose(y.numpy(), mt.gelu(mt.tensor(x.numpy())).numpy(), rtol=1e-6)
 
 
+def test_a_leaf_takes_a_fresh_gradient_as_it_is_and_copies_a_shared_one(cuda):
+    """autograd._accumulate on CuPy's arrays: a gradient that views nothing and that nothing else
+    holds becomes ``.grad`` without a copy (a launch per parameter per step); one that is shared
+    (Add hands the caller's gradient to both inputs) is copied, so each ``.grad`` is its own."""
+    a, b = (mt.randn(4, device=cuda, requires_grad=True) for _ in range(2))
+    g = mt.ones(4, device=cuda)
+    with count_launches() as log:
+        (a * b).backward(g)
+    assert [e.what for e in log.events] == ["__mul__"] * 3  # the product, a gradient for each: no copy
+    a.grad = b.grad = None
+    with count_launches() as log:
+        (a + b).backward(g)
+    assert [e.what for e in log.events] == ["__add__", ".astype", ".astype"]
+    with mt.no_grad():
+        a.grad.add_(1.0)
+    np.testing.assert_array_equal(b.grad.numpy(), 1.0)
+    np.testing.assert_array_equal(g.numpy(), 1.0)
+
+
 def test_each_launch_names_the_line_of_minitensor_that_asked(cuda):
     x = mt.ones(3, device=cuda)
     with count_launches() as log:
