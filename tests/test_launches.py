@@ -92,6 +92,38 @@ def test_a_kernel_is_one_launch_and_a_strided_input_one_more(a):
     ]
 
 
+def test_a_product_counts_the_copies_cupy_makes_first(xp):
+    """cupy.matmul copies a stacked operand that is not C-contiguous (its batched GEMM reads only
+    those), and only a matrix that is neither C- nor F-contiguous (cuBLAS takes a transpose as a flag)."""
+    m = xp.asarray(np.ones((4, 4)))
+    assert launches(lambda: (m @ m.T, xp.matmul(m.T, m))) == ["__matmul__", "xp.matmul"]
+    assert launches(lambda: m[:, ::2].T @ m) == ["copy in cupy.matmul", "__matmul__"]
+    s = xp.asarray(np.ones((2, 3, 4, 4)))
+    assert launches(lambda: s @ s) == ["__matmul__"]
+    assert launches(lambda: s @ xp.swapaxes(s, -1, -2)) == ["copy in cupy.matmul", "__matmul__"]
+    heads, w = xp.swapaxes(s, 1, 2), xp.asarray(np.ones((2, 4, 4, 5)))  # heads: a head-split view
+    assert launches(lambda: heads @ w) == ["copy in cupy.matmul", "__matmul__"]
+    # a batch axis of 1 against 3: tables of matrix pointers for a, b and the output, per batch axis
+    assert launches(lambda: s @ s[:, :1]).count("pointer table in cupy.matmul") == 3 * 2
+
+
+def test_layer_norms_backward_counts_what_the_cuda_kernels_launch(a):
+    """CudaKernels.layer_norm_backward: two zeroed buffers of partial column sums, the row and
+    the column kernels, the two sums."""
+    kernels = StrictKernels()
+    y, xhat, rstd = kernels.layer_norm_forward(a, a[0], a[0], 1e-5)
+    assert len(launches(lambda: kernels.layer_norm_backward(a, xhat, rstd, a[0]))) == 6
+
+
+def test_base_says_whether_the_memory_is_the_arrays_own(xp, a):
+    """StrictArray.base as CuPy's: None for an array that views nothing (here: whose NumPy array
+    no other StrictArray wraps either), else the array it views."""
+    fresh = a + 1.0
+    assert fresh.base is None and a[1:].base is not None and a.T.base is not None
+    again = xp.asarray(fresh)  # CuPy returns fresh itself; here a second wrapper of its memory
+    assert fresh.base is not None and again.base is not None
+
+
 def test_the_gpu_backend_computes_gelu_with_one_kernel_each_way(cuda):
     """As on a GPU (``kernels/gelu.py``'s CUDA kernels), not with the reference's ~300 operators."""
     x, g = mt.randn(4, 8, device=cuda, requires_grad=True), mt.ones(4, 8, device=cuda)
