@@ -38,9 +38,11 @@ Python and driver time, while the kernel itself runs for a few. Inside ``with co
 as log:`` every operation that CuPy would run as a kernel is recorded (``Launch``): each ``xp``
 function whose result is a new array, each operator (``a + b``, ``-a``, ``a < b``, ``a += b``),
 each method that makes a new array (``.sum()``, ``.astype()``, ``.copy()``, a ``.reshape()``
-that must copy), ``__setitem__``, an advanced-index ``__getitem__``, a ufunc's ``.at`` and each
-call of a stand-in kernel. Views cost no launch (a reshape of contiguous data, a transpose, a
-basic slice, ``broadcast_to``), nor does an allocation alone (``xp.empty``).
+that must copy), ``__setitem__``, an advanced-index ``__getitem__``, a ufunc's ``.at``, an
+upload (``xp.array`` of host data: a copy queued like a kernel), each call of a stand-in kernel
+(as many launches as the CUDA kernel's method makes) and the copies ``cupy.matmul`` makes of
+operands its GEMM cannot read. Views cost no launch (a reshape of contiguous data, a transpose,
+a basic slice, ``broadcast_to``), nor does an allocation alone (``xp.empty``).
 """
 
 import contextlib
@@ -253,10 +255,10 @@ def _cupy_matmul_copies(a, b):
     - Matrices (neither operand above 2-D): cuBLAS takes a transpose as a flag, so a copy only
       of an operand that is neither C- nor F-contiguous.
     - Stacks: ``ascontiguousarray`` of both operands, then one strided-batched GEMM. So every
-      operand that is not C-contiguous is copied -- a head-split view, a transposed K -- though
-      cuBLAS itself could read any evenly spaced stack. Where a batch axis broadcasts (1 against
-      n), CuPy builds a table of matrix pointers for each of a, b and the output instead: one
-      kernel per batch axis each.
+      operand that is not C-contiguous is copied: a head-split view (whose matrices are not
+      evenly spaced over batch and heads), and a transposed K too, though cuBLAS could read that
+      one with a transpose flag. Where a batch axis broadcasts (1 against n), CuPy builds a table
+      of matrix pointers for each of a, b and the output instead: one kernel per batch axis each.
     """
     if not (isinstance(a, numpy.ndarray) and isinstance(b, numpy.ndarray)) or not _launch_logs:
         return
