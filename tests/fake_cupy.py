@@ -121,8 +121,12 @@ class FakeCupy(StrictNamespace):
             Device=_Device,
         )
         self.random = types.SimpleNamespace(RandomState=random_state)
-        # cuBLAS's compute type per dtype (mt.set_float32_matmul_precision), recorded, not applied
+        # cuBLAS's compute type per dtype and its handle's math mode (mt.set_float32_matmul_precision),
+        # recorded, not applied
         self._core = types.SimpleNamespace(_routines_linalg=_ComputeTypes())
+        self.math_modes = {}
+        self.cuda.cublas = types.SimpleNamespace(setMathMode=self.math_modes.__setitem__)
+        self.cuda.get_cublas_handle = lambda: 1  # CuPy's handle for this thread and device
 
     def is_available(self):
         return self.error is None

@@ -37,3 +37,14 @@ def test_without_a_gpu_it_says_what_is_missing():
     done = run("--no-tests")
     assert done.returncode == 1
     assert "device 'cuda' is not available" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_the_recipe_benchmark_draws_batches_past_an_epoch():
+    """An epoch of the real recipe is 62 minibatches, fewer than its samples take."""
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        from gpu_check import endless
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    draws = endless([1, 2])
+    assert [next(draws) for _ in range(5)] == [1, 2, 1, 2, 1]

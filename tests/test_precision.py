@@ -24,10 +24,15 @@ def restore_precision():
 
 
 @pytest.fixture
-def linalg(monkeypatch):
-    """ "cuda" on the CuPy stand-in, whose compute-type setter records what it is told."""
+def cupy(monkeypatch):
+    """ "cuda" on the CuPy stand-in, whose compute-type and math-mode setters record what they are told."""
     cupy = FakeCupy()
     monkeypatch.setitem(backends._BACKENDS, "cuda", fake_cuda_backend(cupy))
+    return cupy
+
+
+@pytest.fixture
+def linalg(cupy):
     return cupy._core._routines_linalg
 
 
@@ -35,10 +40,13 @@ def test_the_default_is_pytorchs():
     assert mt.get_float32_matmul_precision() == "highest"
 
 
-@pytest.mark.parametrize("precision, compute_type", [("high", 7), ("medium", 6), ("highest", 1)])
-def test_each_precision_sets_cublas_compute_type_for_float32(linalg, precision, compute_type):
+@pytest.mark.parametrize("precision, compute_type, math_mode", [("high", 7, 3), ("medium", 7, 3), ("highest", 1, 0)])
+def test_each_precision_sets_cublas_compute_type_and_math_mode(cupy, precision, compute_type, math_mode):
+    """The compute type reaches CuPy's 2-D products, the handle's math mode its batched ones
+    (CUBLAS_TF32_TENSOR_OP_MATH = 3); "medium" is "high": CuPy has no bfloat16 mode for float32."""
     mt.set_float32_matmul_precision(precision)
-    assert linalg.set == {np.dtype(np.float32): compute_type}  # float64 and float16 untouched
+    assert cupy._core._routines_linalg.set == {np.dtype(np.float32): compute_type}  # float64, float16 untouched
+    assert cupy.math_modes == {1: math_mode}
     assert mt.get_float32_matmul_precision() == precision
 
 
@@ -56,6 +64,7 @@ def test_a_gpu_backend_built_later_starts_at_the_precision_set_before(monkeypatc
 def test_a_cupy_without_the_setting_warns_and_keeps_float32(monkeypatch):
     cupy = FakeCupy()
     cupy._core = types.SimpleNamespace(_routines_linalg=types.SimpleNamespace())  # no setter, no constants
+    del cupy.cuda.cublas
     monkeypatch.setitem(backends._BACKENDS, "cuda", fake_cuda_backend(cupy))
     with pytest.warns(UserWarning, match=r"set_float32_matmul_precision\('high'\).*stay in float32"):
         mt.set_float32_matmul_precision("high")
@@ -97,16 +106,19 @@ def test_a_config_names_a_bad_precision():
         TrainConfig.from_dict({"matmul_precision": "tf32"})
 
 
+@pytest.mark.gpu
 @requires_gpu
-def test_on_a_gpu_tf32_rounds_float32_products_and_highest_does_not():
+@pytest.mark.parametrize("batch", [(), (4,)], ids=["2-D", "batched"])
+def test_on_a_gpu_tf32_rounds_float32_products_and_highest_does_not(batch):
     """TF32 keeps 10 bits of mantissa: a product of length 4096 differs from float64's by
-    about 1e-3 relative at "high", by about 1e-6 at "highest"."""
+    about 1e-3 relative at "high", by about 1e-6 at "highest"; for a 2-D product (a Linear
+    layer's, CuPy's compute type) and a batched one (attention's, the cuBLAS math mode)."""
     rng = np.random.default_rng(0)
-    a, b = rng.standard_normal((256, 4096)), rng.standard_normal((4096, 256))
+    a, b = rng.standard_normal((*batch, 128, 4096)), rng.standard_normal((*batch, 4096, 128))
     exact = a @ b
     errors = {}
-    for precision in ("highest", "high"):
+    for precision in ("highest", "high", "highest"):
         mt.set_float32_matmul_precision(precision)
         x, y = mt.tensor(a, dtype=mt.float32, device="cuda"), mt.tensor(b, dtype=mt.float32, device="cuda")
         errors[precision] = np.abs((x @ y).numpy() - exact).max() / np.abs(exact).max()
-    assert errors["highest"] < 1e-5 and 1e-5 < errors["high"] < 1e-2, errors
+    assert errors["highest"] < 1e-5 and 1e-5 < errors["high"] < 1e-2, errors  # and "highest" again after "high"

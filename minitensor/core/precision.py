@@ -8,8 +8,10 @@ products summed in float32. A product of length k then carries a relative error 
 offers it and nanoGPT's ``train.py`` turns it on (``torch.backends.cuda.matmul.allow_tf32``).
 
 - ``"highest"`` (the default, PyTorch's too): float32 products in float32.
-- ``"high"``: TF32 tensor cores where the GPU has them.
-- ``"medium"``: bfloat16 tensor cores (8 bits of mantissa), float32 sums.
+- ``"high"``: TF32 tensor cores where the GPU has them, for every product (2-D and batched).
+- ``"medium"``: in PyTorch, bfloat16 tensor cores (8 bits of mantissa) where they are faster;
+  CuPy multiplies float32 data in TF32 at best, so here it is ``"high"``, as PyTorch's
+  ``"medium"`` is where it lacks a bfloat16 mode.
 
 The CPU ignores it: NumPy's BLAS has no such mode, so CPU results never change. Float64 and
 float16 products are unaffected everywhere. ``minitensor train`` sets it from
@@ -24,8 +26,9 @@ PRECISIONS = ("highest", "high", "medium")
 
 
 def set_float32_matmul_precision(precision: str) -> None:
-    """Let float32 matrix products use TF32 (``"high"``) or bfloat16 (``"medium"``) tensor
-    cores on a GPU, or not (``"highest"``). Applies to every device, now and later."""
+    """Let float32 matrix products use TF32 tensor cores on a GPU (``"high"``, and ``"medium"``,
+    which is the same here), or not (``"highest"``). Applies to every device, now and later (on
+    a GPU, to CuPy's cuBLAS handle of the calling thread)."""
     if precision not in PRECISIONS:
         raise ValueError(
             f"set_float32_matmul_precision: precision must be one of {', '.join(map(repr, PRECISIONS))}, "

@@ -114,9 +114,9 @@ class Backend:
         return None
 
     def set_float32_matmul_precision(self, precision: str) -> None:
-        """Compute float32 matrix products at ``precision`` ("highest", "high": TF32, "medium":
-        bfloat16 tensor cores; see ``minitensor/core/precision.py``). Only a GPU has the lower
-        ones, so by default this does nothing: NumPy multiplies float32 in float32."""
+        """Compute float32 matrix products at ``precision`` ("highest"; "high" and "medium": TF32
+        tensor cores; see ``minitensor/core/precision.py``). Only a GPU has the lower ones, so by
+        default this does nothing: NumPy multiplies float32 in float32."""
 
     @property
     def kernels(self) -> Any:

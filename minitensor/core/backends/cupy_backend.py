@@ -179,15 +179,20 @@ class CupyBackend(Backend):
         # cupy.add.at is an atomic scatter-add: repeated indices accumulate
         self.xp.add.at(target, index, values)
 
-    # -- TF32 / bfloat16 tensor cores for float32 products (core/precision.py) ----------------
-    #: CuPy's cuBLAS compute types (cupy._core._routines_linalg) for each precision
-    COMPUTE_TYPES = {"highest": "COMPUTE_TYPE_DEFAULT", "high": "COMPUTE_TYPE_TF32", "medium": "COMPUTE_TYPE_BF16"}
+    # -- TF32 tensor cores for float32 products (core/precision.py) ----------------------------
+    # CuPy takes two routes to cuBLAS, and each must be told. Its 2-D products pass a compute
+    # type, CuPy's per-dtype setting (read once from the CUPY_TF32 environment variable, or set
+    # through the setter its own tests use). Its batched products (attention's scores and
+    # P V) pass the legacy type CUDA_R_32F instead, which follows the math mode of CuPy's cuBLAS
+    # handle. CuPy has no bfloat16 mode for float32 data, so "medium" is "high" here, which is
+    # what PyTorch does where it lacks one.
+    COMPUTE_TYPES = {"highest": "COMPUTE_TYPE_DEFAULT", "high": "COMPUTE_TYPE_TF32", "medium": "COMPUTE_TYPE_TF32"}
+    #: cublasMath_t (cublas_api.h): CUBLAS_DEFAULT_MATH, CUBLAS_TF32_TENSOR_OP_MATH (CuPy names only the first)
+    MATH_MODES = {"highest": 0, "high": 3, "medium": 3}
 
     def set_float32_matmul_precision(self, precision: str) -> None:
-        # CuPy reads the CUPY_TF32 environment variable once, at its first float32 product; a
-        # switch at run time, as PyTorch has, goes through the setter its own tests use. CuPy
-        # itself falls back to the default, with a warning, on a GPU older than compute
-        # capability 8.0. A CuPy without that setter keeps full precision, and says so.
+        # CuPy itself falls back to float32, with a warning, on a GPU older than compute
+        # capability 8.0. A CuPy without these settings keeps float32, and says so.
         linalg: Any = getattr(getattr(self.xp, "_core", None), "_routines_linalg", None)
         if linalg is None:
             try:
@@ -195,7 +200,11 @@ class CupyBackend(Backend):
             except (ImportError, AttributeError, TypeError):
                 linalg = None
         compute_type = getattr(linalg, self.COMPUTE_TYPES[precision], None)
-        if linalg is None or compute_type is None or not hasattr(linalg, "set_compute_type"):
+        try:
+            cublas, handle = self.xp.cuda.cublas, self.xp.cuda.get_cublas_handle()
+        except AttributeError:
+            cublas = handle = None
+        if linalg is None or compute_type is None or not hasattr(linalg, "set_compute_type") or cublas is None:
             if precision == "highest":  # what such a CuPy does anyway
                 return
             warnings.warn(
@@ -205,6 +214,7 @@ class CupyBackend(Backend):
             )
             return
         linalg.set_compute_type(numpy.float32, compute_type)
+        cublas.setMathMode(handle, self.MATH_MODES[precision])  # this thread's handle on the current GPU
 
     #: the CPU's fused kernels (kernels/fused.py) that the GPU has too, by the ops' names for them
     FUSED = {
