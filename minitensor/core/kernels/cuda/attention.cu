@@ -145,7 +145,9 @@ __device__ void attention_forward(const T* q, const T* k, const T* v, const long
     }
     if (!active) return;
     const T inverse = l > T(0) ? T(1) / l : T(0);  // no visible key: output 0
-    for (int c = 0; c < s.d; ++c) out[row * s.d + c] = o[c] * inverse;
+    // unrolled over D with a test, not a loop to s.d: a register array indexed by a run-time
+    // count would live in local memory for the whole kernel
+    _Pragma("unroll") for (int c = 0; c < D; ++c) if (c < s.d) out[row * s.d + c] = o[c] * inverse;
     lse[row] = l > T(0) ? m + logarithm(l) : infinity<T>();
 }
 
@@ -179,7 +181,7 @@ __device__ void attention_backward_dq(const T* q, const T* k, const T* v, const 
         }
     }
     if (!active) return;
-    for (int c = 0; c < s.d; ++c) dq[row * s.d + c] = acc[c] * scale;
+    _Pragma("unroll") for (int c = 0; c < D; ++c) if (c < s.d) dq[row * s.d + c] = acc[c] * scale;  // as above
 }
 
 // dV_j = sum_i p_ij dO_i,  dK_j = scale sum_i p_ij (dp_ij - D_i) q_i, over the queries i of every
@@ -234,9 +236,11 @@ __device__ void attention_backward_dkv(const T* q, const T* k, const T* v, const
         }
     }
     if (!active) return;
-    for (int c = 0; c < s.d; ++c) {
-        dk[key_row * s.d + c] = dk_acc[c];
-        dv[key_row * s.d + c] = dv_acc[c];
+    _Pragma("unroll") for (int c = 0; c < D; ++c) {  // as in the forward: registers stay registers
+        if (c < s.d) {
+            dk[key_row * s.d + c] = dk_acc[c];
+            dv[key_row * s.d + c] = dv_acc[c];
+        }
     }
 }
 

@@ -88,6 +88,10 @@ __device__ void softmax_rows(const T* __restrict__ x, const long long* __restric
         }
         for (int offset = 16; offset > 0; offset /= 2)
             combine(m, s, __shfl_xor_sync(0xffffffffu, m, offset), __shfl_xor_sync(0xffffffffu, s, offset));
+        // combine(a, b) and combine(b, a) may round differently (a GPU fuses s * e + s2 * e2 into
+        // one multiply-add, which is not symmetric): every lane takes lane 0's sum, so that one
+        // row is divided by one number
+        s = __shfl_sync(0xffffffffu, s, 0);
 
         // read 2: write the row (the same branch in all 32 lanes: they hold the same m)
         if (m == ninf) {  // an empty distribution: softmax 0, log-softmax log 0
