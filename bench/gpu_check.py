@@ -586,7 +586,13 @@ def long_attention_benchmark(device, quick):
 
 
 # -- 7: nanoGPT's shakespeare_char GPU recipe, an iteration side by side ------------------------------
-NANOGPT_DIR = os.path.join(os.path.dirname(ROOT), "shared", "refbench", "nanogpt")  # beside the checkout
+# nanoGPT's code (MIT), never part of the project: beside the checkout, or copied into the ignored
+# .refbench/ of a checkout that travels to a machine without the folder beside it
+NANOGPT_DIRS = (
+    os.path.join(os.path.dirname(ROOT), "shared", "refbench", "nanogpt"),
+    os.path.join(ROOT, ".refbench", "nanogpt"),
+)
+NANOGPT_DIR = next((d for d in NANOGPT_DIRS if os.path.isfile(os.path.join(d, "model.py"))), NANOGPT_DIRS[0])
 NANOGPT_ITERATIONS = 10  # back to back per sample: one of them reads the loss, as both training loops do
 QUICK_GPT = dict(num_hiddens=32, ffn_num_hiddens=128, num_heads=4, num_blks=2, lm_num_steps=16, batch_size=4)
 
