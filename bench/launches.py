@@ -12,15 +12,16 @@ minitensor's count: the step runs on the CuPy backend (``CupyBackend``, the code
 built on the tests' CuPy stand-in (``tests/fake_cupy.py``: NumPy behind CuPy's manners, the
 CUDA kernels replaced by CPU kernels that compute the same), and the stand-in records every
 operation CuPy would launch (``tests/strict_backend.py``'s ``count_launches``: each operator,
-each ``xp`` function that computes an array, each kernel; views and bare allocations are
-free). The stand-in is test code, not part of the package, so this script puts ``tests/`` on
-``sys.path`` beside its own folder.
+each ``xp`` function that computes an array, each kernel with the launches its CUDA method adds,
+the copies ``cupy.matmul`` makes of its operands; views and bare allocations are free). The
+stand-in is test code, not part of the package, so this script puts ``tests/`` on ``sys.path``
+beside its own folder.
 
 PyTorch's count: the ATen operators dispatched in one step (a ``TorchDispatchMode`` sees each
 operator below autograd, after PyTorch's own decompositions, about one kernel each on a GPU),
 views, bare allocations (``empty``) and the few operators that launch nothing (``NO_KERNEL``)
-left out, as for minitensor. It runs on the CPU; a GPU
-step dispatches the same operators.
+left out, as for minitensor. It runs on the CPU with the optimisers a GPU step would use (fused
+AdamW, foreach Adam), so it dispatches the operators of a GPU step.
 
 The models
 ----------
@@ -31,7 +32,7 @@ The models
   the PyTorch column is skipped) with the optimiser it configures for a GPU (fused AdamW) and
   ``clip_grad_norm_``.
 - ``transformer``: the encoder-decoder of ``bench/train_step.py`` (D2L's configuration, Adam,
-  no clipping) against its PyTorch twin from that script.
+  no clipping) against its PyTorch twin from that script, with foreach Adam.
 
 Each step is counted by phase (forward with the loss, backward, clipping, optimiser with the
 schedule and zero_grad) after two warm-up steps; ``--by-file`` adds where minitensor's launches
