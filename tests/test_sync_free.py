@@ -21,7 +21,7 @@ import minitensor as mt
 from minitensor import backends
 from minitensor.train import loop
 from minitensor.train.config import PRESETS, TrainConfig, build_model
-from minitensor.train.loop import READ_EVERY, TrainingError, train
+from minitensor.train.loop import READ_EVERY, TrainingError, _pad, train
 from minitensor.train.run import RunFolder
 
 pytest.importorskip("safetensors")
@@ -195,6 +195,31 @@ def test_the_numbers_read_together_are_those_read_one_by_one(cuda, tmp_path):
         results.append((state.history["loss"], state.tokens_seen))
     assert results[0] == results[1]
     assert len(results[0][0]) == 24 and results[0][1] == sum(len(t) + 1 for _, t in state.data.train)
+
+
+@pytest.mark.parametrize("model", ["transformer", "lm"])
+def test_an_estimate_of_the_loss_reads_the_device_once(cuda, tmp_path, text, model):
+    """nanoGPT's estimate (eval_iters minibatches of each split) and the held-out evaluation keep
+    the batches' losses on the device and read their sum once: a read per batch would stop the
+    host until each forward had run. The same numbers as the same model's on the CPU, which
+    reads every batch."""
+    changes = dict(model="lm", text=text, lm_num_steps=8) if model == "lm" else {}
+    config = tiny(tmp_path / "run", cuda, eval_iters=5, eval_batch_size=4, **changes)
+    with RunFolder(config.out) as run:
+        state = loop.set_up(config, run, quiet, resume=False)
+        state.step, pad = 1, _pad(state.data.tgt_vocab)
+        with count_syncs() as log:
+            loop.estimate_losses(state)
+            on_device = loop.heldout_loss(state.model, state.heldout_arrays, config, pad)
+        # one read per split and one for the held-out set, each with the pending checks'
+        assert [e.what for e in log.waits] == ["bool()", "item()"] * 3, listed(log.waits)
+        state.model.to("cpu")
+        state.config = config.replace(device="cpu")
+        loop.estimate_losses(state)  # the same minibatches: drawn from (seed, step)
+        on_cpu = loop.heldout_loss(state.model, state.heldout_arrays, state.config, pad)
+    gpu, cpu = state.history["estimates"]
+    assert all(np.isclose(gpu[k], cpu[k], rtol=1e-6) for k in ("train", "val")), (gpu, cpu)
+    assert np.isclose(on_device, on_cpu, rtol=1e-6)
 
 
 def test_a_diverged_step_on_the_device_is_named_at_the_next_read(cuda, tmp_path, monkeypatch):
