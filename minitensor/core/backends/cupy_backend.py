@@ -158,7 +158,7 @@ class CupyBackend(Backend):
         Two rounds of SplitMix64 (Steele et al. 2014), the hash the dropout kernel itself uses:
         splitmix(splitmix(seed) xor n). Each round is a bijection of 64-bit integers, so the draws
         of one seed differ before the last two bits are dropped. A few Python integer operations,
-        where NumPy's SeedSequence took ~20x longer: this runs at every dropout of every step."""
+        where a NumPy SeedSequence per draw cost far more: this runs at every dropout of every step."""
         self._draws += 1
         return _splitmix64(_splitmix64(self._seed & _MASK64) ^ self._draws) >> 2
 
