@@ -450,6 +450,36 @@ def test_layer_norm_matches_the_cpu_kernels(kernels, dtype, shape):
         np.testing.assert_allclose(g, w, err_msg=name, **tol)
 
 
+class _PoisonedEmpty:
+    """NumPy, but ``empty`` hands out NaN: an array a kernel must fill whole shows where it did not."""
+
+    def __getattr__(self, name):
+        return getattr(np, name)
+
+    @staticmethod
+    def empty(shape, dtype=float):
+        return np.full(shape, np.nan, dtype)
+
+    @staticmethod
+    def empty_like(a):
+        return np.full_like(a, np.nan)
+
+
+@pytest.mark.parametrize("shape", [(1, 3), (70, 100), (200, 5)])
+def test_layer_norms_partial_sums_are_written_whole_not_zeroed_first(shape):
+    """layer_norm_backward's column kernel writes every partial sum, so its buffers need no
+    zeroing launches: with every new buffer NaN, dweight and dbias still equal the CPU's."""
+    kernels = CudaKernels(_PoisonedEmpty(), load_module=EmulatedModule, row_threads=64, elementwise_threads=32)
+    rng = rng_for("layer_norm poisoned", np.float64, shape)
+    x, grad = rng.standard_normal(shape), rng.standard_normal(shape)
+    weight, bias = rng.standard_normal(shape[1]), rng.standard_normal(shape[1])
+    _, xhat, rstd = kernels.layer_norm_forward(x, weight, bias, 1e-5)
+    got = kernels.layer_norm_backward(grad, xhat, rstd, weight)
+    want = fused.layer_norm_backward(grad, xhat, rstd, weight)
+    for name, g, w in zip(("dx", "dweight", "dbias"), got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12, err_msg=name)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_adam_update_matches_the_cpu_kernel_in_place(kernels, dtype):
     rng = rng_for("adam", dtype)

@@ -108,11 +108,11 @@ def test_a_product_counts_the_copies_cupy_makes_first(xp):
 
 
 def test_layer_norms_backward_counts_what_the_cuda_kernels_launch(a):
-    """CudaKernels.layer_norm_backward: two zeroed buffers of partial column sums, the row and
-    the column kernels, the two sums."""
+    """CudaKernels.layer_norm_backward: the row and the column kernels (which write every partial
+    column sum: no zeroing), the two sums."""
     kernels = StrictKernels()
     y, xhat, rstd = kernels.layer_norm_forward(a, a[0], a[0], 1e-5)
-    assert len(launches(lambda: kernels.layer_norm_backward(a, xhat, rstd, a[0]))) == 6
+    assert len(launches(lambda: kernels.layer_norm_backward(a, xhat, rstd, a[0]))) == 4
 
 
 def test_base_says_whether_the_memory_is_the_arrays_own(xp, a):
@@ -229,8 +229,8 @@ def launches_per_step(config, warm_up=2):
 
 # Launches per step: the measured count is the budget. Lower it when a change removes launches.
 BUDGETS = {
-    # the encoder-decoder Transformer: valid_lens masks, dropout, clipping, Adam (measured: 281)
-    "transformer": (dict(), 281),
+    # the encoder-decoder Transformer: valid_lens masks, dropout, clipping, Adam (measured: 261)
+    "transformer": (dict(), 261),
     # nanoGPT's recipe (GELU, tied embeddings, no biases, AdamW with decay groups, cosine, clipping)
     "lm, nanoGPT's recipe": (
         {
@@ -239,7 +239,7 @@ BUDGETS = {
             "warmup_steps": 3,
             "eval_interval": 1000,
         },
-        129,  # measured: 129
+        119,  # measured: 119
     ),
 }
 

@@ -27,6 +27,7 @@ plugins as it says and checks the shapes of what they return.
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -54,6 +55,14 @@ def causal_mask(num_queries: int, num_keys: int, device: Device = "cpu") -> Tens
     i = arange(num_queries, device=device).reshape(num_queries, 1)
     j = arange(num_keys, device=device)
     return j <= i + (num_keys - num_queries)
+
+
+@functools.lru_cache(maxsize=8)
+def _shared_causal_mask(num_queries: int, num_keys: int, backend: Any) -> Tensor:
+    """``causal_mask``, made once per shape and device and shared by every layer that asks: a
+    GPT's blocks all mask the same (T, T), and building it is four launches on a GPU. Only read
+    here (``weigh`` combines it into a new mask); the public ``causal_mask`` stays a fresh tensor."""
+    return causal_mask(num_queries, num_keys, device=backend)
 
 
 # Where a positional encoding acts (its class attribute ``applies_to``): added to the inputs,
@@ -307,7 +316,7 @@ class Attention(Module):
         valid_lens = as_tensor(valid_lens, scores)
         mask = as_tensor(mask, scores, dtype="bool")
         if causal:
-            allowed = causal_mask(scores.shape[-2], scores.shape[-1], device=scores.device)
+            allowed = _shared_causal_mask(scores.shape[-2], scores.shape[-1], scores._backend)
             mask = allowed if mask is None else mask & allowed
         weights = self.pooling(scores, valid_lens=valid_lens, mask=mask)
         self._check(

@@ -96,7 +96,7 @@ def lens_per_row(xp: Any, valid_lens: Array, shape: tuple[int, ...], op: str = "
         raise ShapeError(
             f"{op}: valid_lens of shape {tuple(valid_lens.shape)} does not broadcast to the scores' rows {tuple(lead)}"
         ) from None
-    return xp.ascontiguousarray(lens.reshape(-1).astype("int64"))
+    return xp.ascontiguousarray(lens.reshape(-1).astype("int64", copy=False))  # a copy only when needed
 
 
 def apply_mask(xp: Any, scores: Array, mask: Array, op: str = "masked_softmax") -> Array:

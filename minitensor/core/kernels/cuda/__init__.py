@@ -424,7 +424,9 @@ class CudaKernels:
         N, D = xhat.shape
         dx = self.xp.empty_like(xhat)
         chunks = max(1, min(N, 64))  # partial column sums: 64 chunks of rows at most
-        partial_w, partial_b = self.xp.zeros((chunks, D), xhat.dtype), self.xp.zeros((chunks, D), xhat.dtype)
+        # the column kernel writes every partial sum (0 for a chunk without rows): no zeroing launches
+        new = self.xp.empty if xhat.size else self.xp.zeros
+        partial_w, partial_b = new((chunks, D), xhat.dtype), new((chunks, D), xhat.dtype)
         if xhat.size:
             self._rows("layer_norm_backward_rows", N, grad, xhat, rstd, weight, dx, np.int64(N), np.int64(D))
             column_blocks = -(-D // self.elementwise_threads)
