@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy
 
-from .. import ops
+from .. import ops, tracing
 from ..creation import arange
 from ..errors import ShapeError
 from ..ops.flash_attention import BLOCK_K, BLOCK_Q, FlashAttention, StreamPlan, pick_indices, stream_plan
@@ -316,7 +316,11 @@ class Attention(Module):
         valid_lens = as_tensor(valid_lens, scores)
         mask = as_tensor(mask, scores, dtype="bool")
         if causal:
-            allowed = _shared_causal_mask(scores.shape[-2], scores.shape[-1], scores._backend)
+            Q, K = scores.shape[-2], scores.shape[-1]
+            if tracing.tracer is None:
+                allowed = _shared_causal_mask(Q, K, scores._backend)
+            else:  # a tracer (mt.onnx.export) must see the mask made from the lengths, not a constant
+                allowed = causal_mask(Q, K, device=scores.device)
             mask = allowed if mask is None else mask & allowed
         weights = self.pooling(scores, valid_lens=valid_lens, mask=mask)
         self._check(
