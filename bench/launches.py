@@ -51,6 +51,7 @@ import sys
 
 import numpy as np
 from _common import format_ratio, import_torch, print_header, print_table, verdict
+from gpt_char import load_nanogpt
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(1, str(HERE.parent / "tests"))  # the CuPy stand-in and its counter (test code)
@@ -201,19 +202,6 @@ def count_torch(torch, phases):
             run()
         counts[name] = mode.ops
     return counts
-
-
-def load_nanogpt(folder):
-    """nanoGPT's ``model.py`` as a module (loaded from its file: nothing joins sys.path), or None."""
-    import importlib.util
-
-    path = pathlib.Path(folder) / "model.py"
-    if not path.is_file():
-        return None
-    spec = importlib.util.spec_from_file_location("nanogpt_model", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def torch_gpt(torch, nanogpt, sizes):

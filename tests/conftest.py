@@ -44,6 +44,15 @@ def _strict_registered():
     _register_strict()
 
 
+@pytest.fixture
+def recorded():
+    """The kernel launches of a ``CudaKernels(..., load_module=RecordingModule)``, recorded from now."""
+    from cuda_emulator import RecordingModule
+
+    RecordingModule.launches = []
+    return RecordingModule.launches
+
+
 @pytest.fixture(params=DEVICES)
 def device(request):
     """The device name an op test runs on: "cpu", "strict" (and "cuda" on a GPU)."""

@@ -22,7 +22,7 @@ from pathlib import Path
 import cuda_emulator
 import numpy as np
 import pytest
-from cuda_emulator import EmulatedModule
+from cuda_emulator import EmulatedModule, RecordingModule
 from gpu import requires_gpu
 from helpers import special_rows
 from hypothesis import given, settings
@@ -228,24 +228,6 @@ def test_nan_stays_in_its_row(kernels):
 # ---------------------------------------------------------------------------
 # Launch configuration: grids, argument types, empty arrays, errors
 # ---------------------------------------------------------------------------
-
-
-class RecordingModule:
-    """Stands in for ``cupy.RawModule``: records every launch ``kernel(grid, block, args)``."""
-
-    launches = []
-
-    def __init__(self, code):
-        assert "__global__" in code
-
-    def get_function(self, name):
-        return lambda grid, block, args: RecordingModule.launches.append((name, grid, block, args))
-
-
-@pytest.fixture
-def recorded():
-    RecordingModule.launches = []
-    return RecordingModule.launches
 
 
 def test_a_warp_per_row_and_a_thread_per_element_up_to_max_blocks(recorded):

@@ -14,11 +14,12 @@ import numpy as np
 import pytest
 from fake_cupy import fake_cuda_backend
 from strict_backend import StrictArray, StrictKernels, count_launches, count_syncs
+from test_sync_free import SIZES, quiet, tiny  # the same small runs as the waits are counted on
 
 import minitensor as mt
 from minitensor import backends
 from minitensor.train import loop
-from minitensor.train.config import PRESETS, TrainConfig
+from minitensor.train.config import PRESETS
 from minitensor.train.loop import READ_EVERY
 from minitensor.train.run import RunFolder
 
@@ -179,37 +180,6 @@ def text(tmp_path_factory):
     path = tmp_path_factory.mktemp("text") / "text.txt"
     path.write_text("the quick brown fox jumps over the lazy dog. " * 20)
     return str(path)
-
-
-# the preset's sizes are a GPU's; the counted runs keep tiny()'s
-SIZES = ("num_hiddens", "ffn_num_hiddens", "num_heads", "num_blks", "lm_num_steps", "batch_size", "steps")
-SIZES += ("eval_iters", "eval_batch_size")
-
-
-def tiny(out, device, **changes):
-    """test_sync_free.py's small runs: 96 reversals (or a short text) in batches of 4, one block."""
-    settings = dict(
-        task="reverse",
-        num_train=96,
-        num_heldout=8,
-        max_len=4,
-        batch_size=4,
-        epochs=2,
-        num_blks=1,
-        num_hiddens=8,
-        ffn_num_hiddens=16,
-        num_heads=2,
-        dropout=0.1,
-        progress=False,
-        device=device,
-        out=str(out),
-    )
-    settings.update(changes)
-    return TrainConfig(**settings)
-
-
-def quiet(message):
-    pass
 
 
 def launches_per_step(config, warm_up=2):

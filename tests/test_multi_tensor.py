@@ -20,7 +20,7 @@ import zlib
 import cuda_emulator
 import numpy as np
 import pytest
-from cuda_emulator import EmulatedModule
+from cuda_emulator import EmulatedModule, RecordingModule
 from fake_cupy import fake_cuda_backend
 from gpu import requires_gpu
 from hypothesis import given, settings
@@ -168,24 +168,6 @@ def test_a_non_finite_norm_gives_a_factor_of_one(kernels, bad):
 # ---------------------------------------------------------------------------
 # Launches, tables of addresses, bad input
 # ---------------------------------------------------------------------------
-
-
-class RecordingModule:
-    """Stands in for ``cupy.RawModule``: records every launch."""
-
-    launches = []
-
-    def __init__(self, code):
-        pass
-
-    def get_function(self, name):
-        return lambda grid, block, args: RecordingModule.launches.append((name, grid, block, args))
-
-
-@pytest.fixture
-def recorded():
-    RecordingModule.launches = []
-    return RecordingModule.launches
 
 
 def test_one_launch_for_a_list_and_a_table_kept_for_the_same_addresses(recorded):

@@ -165,3 +165,17 @@ class EmulatedModule:
         if name not in self.kernels:
             raise AttributeError(f"no kernel {name!r} in the module (it has {sorted(self.kernels)})")
         return EmulatedKernel(name, self.kernels[name], getattr(self.library, f"emulate_{name}"))
+
+
+class RecordingModule:
+    """Stands in for ``cupy.RawModule`` where a test needs the launches, not their results: every
+    ``kernel(grid, block, args)`` is appended to ``RecordingModule.launches`` (the tests'
+    ``recorded`` fixture empties it first)."""
+
+    launches = []
+
+    def __init__(self, code):
+        assert "__global__" in code
+
+    def get_function(self, name):
+        return lambda grid, block, args: RecordingModule.launches.append((name, grid, block, args))
