@@ -108,15 +108,19 @@ _recording = []  # the TransferLogs of the count_syncs() blocks open now
 
 
 @contextlib.contextmanager
-def count_syncs():
-    """``with count_syncs() as log:`` records every transfer of a StrictArray (device "strict"
-    and the fake CuPy alike) into ``log`` (a ``TransferLog``)."""
-    log = TransferLog()
-    _recording.append(log)
+def _open(logs, log):
+    """``log`` among the open ``logs`` for the length of a ``with`` block."""
+    logs.append(log)
     try:
         yield log
     finally:
-        _recording.remove(log)
+        logs.remove(log)
+
+
+def count_syncs():
+    """``with count_syncs() as log:`` records every transfer of a StrictArray (device "strict"
+    and the fake CuPy alike) into ``log`` (a ``TransferLog``)."""
+    return _open(_recording, TransferLog())
 
 
 def _owns_memory(a):
@@ -202,16 +206,10 @@ class LaunchLog:
 _launch_logs = []  # the LaunchLogs of the count_launches() blocks open now
 
 
-@contextlib.contextmanager
 def count_launches():
     """``with count_launches() as log:`` records every kernel launch of a StrictArray operation
     (device "strict" and the fake CuPy alike) into ``log`` (a ``LaunchLog``)."""
-    log = LaunchLog()
-    _launch_logs.append(log)
-    try:
-        yield log
-    finally:
-        _launch_logs.remove(log)
+    return _open(_launch_logs, LaunchLog())
 
 
 def launched(what):
