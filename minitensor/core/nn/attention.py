@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy
 
-from .. import ops, tracing
+from .. import ops
 from ..creation import arange
 from ..errors import ShapeError
 from ..ops.flash_attention import BLOCK_K, BLOCK_Q, FlashAttention, StreamPlan, pick_indices, stream_plan
@@ -317,9 +317,9 @@ class Attention(Module):
         mask = as_tensor(mask, scores, dtype="bool")
         if causal:
             Q, K = scores.shape[-2], scores.shape[-1]
-            if tracing.tracer is None:
+            if type(Q) is int and type(K) is int:
                 allowed = _shared_causal_mask(Q, K, scores._backend)
-            else:  # a tracer (mt.onnx.export) must see the mask made from the lengths, not a constant
+            else:  # lengths that remember how they were computed (a tracer's): the mask must be made from them
                 allowed = causal_mask(Q, K, device=scores.device)
             mask = allowed if mask is None else mask & allowed
         weights = self.pooling(scores, valid_lens=valid_lens, mask=mask)
