@@ -488,9 +488,10 @@ def training_case(device, cfg):
     return row
 
 
-def profile_host(device, step, what, steps=5, top=20):
-    """Where the host's time in a step goes (cProfile over ``steps`` steps, the functions with
-    the most time of their own): on a GPU, what to fuse or cut next."""
+def profile_host(device, step, what, steps=5, top=20, per_call=1):
+    """Where the host's time in a step goes (cProfile over ``steps`` calls of ``step``, each
+    ``per_call`` training steps; the functions with the most time of their own): on a GPU, what
+    to fuse or cut next."""
     import cProfile
     import pstats
 
@@ -501,7 +502,7 @@ def profile_host(device, step, what, steps=5, top=20):
         step()
     profiler.disable()
     device.sync()
-    print(f"\n[{what}] host profile of {steps} training steps on {device.name}, by own time (top {top}):")
+    print(f"\n[{what}] host profile of {steps * per_call} training steps on {device.name}, by own time (top {top}):")
     pstats.Stats(profiler).sort_stats("tottime").print_stats(top)
 
 
@@ -723,7 +724,22 @@ def nanogpt_benchmark(device, quick, nanogpt_dir=NANOGPT_DIR):
             if device.torch_device == "cuda" and torch.cuda.is_bf16_supported():
                 cases["nanoGPT, bfloat16 autocast"] = torch_iterations(torch.bfloat16)
         rounds, warmup = (2, 1) if quick else (5, 1)
-        stats = interleaved_stats({k: device.timed(f, 1) for k, f in cases.items()}, rounds, warmup)
+
+        def host_time():
+            """The host's share: until the 10th step's last launch returns, the device drained after
+            (a step that waited for the GPU inside itself would show its full time here)."""
+            device.sync()
+            start = time.perf_counter()
+            cases["minitensor, TF32"]()
+            elapsed = time.perf_counter() - start
+            device.sync()
+            return elapsed
+
+        timed = {k: device.timed(f, 1) for k, f in cases.items()}
+        stats = interleaved_stats({**timed, "minitensor, TF32, host's share": host_time}, rounds, warmup)
+        # where the host's time goes, to cut next: the functions with the most time of their own
+        tf32 = cases["minitensor, TF32"]
+        profile_host(device, tf32, "nanoGPT recipe, TF32", steps=1, top=15, per_call=NANOGPT_ITERATIONS)
         mt.set_float32_matmul_precision("highest")
     reference = stats.get("nanoGPT, float32 (TF32)")
     rows = []
