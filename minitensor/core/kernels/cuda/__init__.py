@@ -16,8 +16,8 @@
     kernel per parameter would cost a step hundreds of launches (see ``PointerTables``).
 ``attention.cu``
     Streamed attention (``ops/flash_attention.py``'s algorithm) forward and backward, with
-    causal and valid-length masks and grouped heads: a thread per query (or key) row, tiles in
-    shared memory.
+    causal and valid-length masks and grouped heads: a thread per query row (two per key row in
+    the dK/dV kernel), tiles in shared memory.
 
 The ones that stand for a CPU fused kernel take its signature, so an op calls either through
 ``backend.fused(name, dtype)`` without knowing which device it runs on.
@@ -79,6 +79,8 @@ SUM_BLOCKS = 512
 POINTER_TABLES = 16
 #: threads per block of the attention kernels, one query (or key) row each: QUERY_ROWS in attention.cu
 ATTENTION_THREADS = 64
+#: threads per key row of the dK/dV kernel (attention.cu's KEY_SPLIT)
+ATTENTION_KEY_SPLIT = 2
 
 
 _DTYPES = ("float32", "float64")
@@ -474,7 +476,9 @@ class CudaKernels:
         B, H, Q, d = q.shape
         G, K = k.shape[1], k.shape[2]
         size = self._attention_size(q, k, v)
-        dq, dk, dv = self.xp.zeros_like(q), self.xp.zeros_like(k), self.xp.zeros_like(v)
+        # the kernels write every row (zeros where nothing is seen): no zeroing launches
+        new = self.xp.empty_like if q.size and K else self.xp.zeros_like
+        dq, dk, dv = new(q), new(k), new(v)
         if q.size and K:
             delta = (grad * out).sum(axis=-1)  # D_i = dO_i . O_i = sum_j p_ij dp_ij
             lens_arg, has_lens = self._attention_lens(lens, B, Q)
@@ -485,7 +489,7 @@ class CudaKernels:
                 (_attention_grid(B * H, Q),), (ATTENTION_THREADS,), (*common, dq, *tail)
             )
             self._function("attention", f"attention_backward_dkv_d{size}_{dtype}")(
-                (_attention_grid(B * G, K),), (ATTENTION_THREADS,), (*common, dk, dv, *tail)
+                (_attention_grid(B * G, K),), (ATTENTION_KEY_SPLIT * ATTENTION_THREADS,), (*common, dk, dv, *tail)
             )
         return dq, dk, dv
 

@@ -8,17 +8,20 @@
 //   The block walks over the keys in tiles of 32: its threads copy a tile of K and V into shared
 //   memory together, then each thread runs its own row against the tile. All threads read the
 //   same key at the same time, so shared memory serves them with one broadcast.
-// * dK and dV: one block per (batch, key/value head, tile of 64 keys), one thread per key row,
-//   walking over the queries in tiles of 16 (Q, dO, lse and D in shared memory). A key's gradient
-//   sums over every query that sees it, of every query head of its group, so each thread owns
-//   its sums: no atomics, and the result is the same from run to run.
+// * dK and dV: one block per (batch, key/value head, tile of 64 keys), two threads per key row,
+//   each holding half of the row's k, v, dK and dV (four whole rows would not fit in a thread's
+//   registers), walking over the queries in tiles of 16 (Q, dO, lse and D in shared memory); the
+//   two halves of each dot product meet through a register shuffle. A key's gradient sums over
+//   every query that sees it, of every query head of its group, so each pair owns its sums: no
+//   atomics, and the result is the same from run to run.
 //
 // A row is held in registers as D numbers, D a compile-time size at least the head's d (the
 // rest zeros), so the loops over it unroll. Masks: causal (key j visible to query i when
 // j <= i + K - Q) and valid lengths (j < lens[b, i]); a row with no visible key gets a zero
 // output and lse = +inf, so that backward's exp(s - lse) is 0 rather than NaN.
 
-#define QUERY_ROWS 64  // threads per block, one query (or key) row each
+#define QUERY_ROWS 64  // rows per block: one thread per query row (two per key row in dK/dV)
+#define KEY_SPLIT 2    // threads per key row in the dK/dV kernel
 #define KEY_TILE 32    // keys per shared tile in the forward and dQ kernels
 #define QUERY_TILE 16  // queries per shared tile in the dK/dV kernel
 
@@ -78,11 +81,11 @@ __device__ long long block_max(long long value, long long* shared) {
 }
 
 // Copies rows [first, first + count) of a (rows, d) matrix into a (count, D) tile, zeros past
-// `rows` and past d: every thread of the block takes every QUERY_ROWS-th element.
-template <typename T, int D>
+// `rows` and past d: each of the block's THREADS threads takes every THREADS-th element.
+template <typename T, int D, int THREADS = QUERY_ROWS>
 __device__ __forceinline__ void load_tile(T (*tile)[D], const T* matrix, long long first, int count, long long rows,
                                           long long d) {
-    for (int e = threadIdx.x; e < count * D; e += QUERY_ROWS) {
+    for (int e = threadIdx.x; e < count * D; e += THREADS) {
         const int r = e / D, c = e % D;
         tile[r][c] = (first + r < rows && c < d) ? matrix[(first + r) * d + c] : T(0);
     }
@@ -185,11 +188,15 @@ __device__ void attention_backward_dq(const T* q, const T* k, const T* v, const 
 }
 
 // dV_j = sum_i p_ij dO_i,  dK_j = scale sum_i p_ij (dp_ij - D_i) q_i, over the queries i of every
-// head of j's group that see key j.
+// head of j's group that see key j. Threads 2t and 2t + 1 own key row t of the block, columns
+// [0, D/2) and [D/2, D): each computes its half of q_i . k_j and dO_i . v_j, and a shuffle with
+// its partner (lane ^ 1) gives both the whole. Every thread runs every step, so that the shuffle
+// finds its partner: a pair that has no key, or whose key query i does not see, adds p = 0.
 template <typename T, int D>
 __device__ void attention_backward_dkv(const T* q, const T* k, const T* v, const long long* lens, const T* lse,
                                        const T* grad_out, const T* delta, T* dk, T* dv, Shapes s, T scale,
                                        int causal) {
+    constexpr int HALF = D / KEY_SPLIT, THREADS = QUERY_ROWS * KEY_SPLIT;
     __shared__ T q_tile[QUERY_TILE][D];
     __shared__ T do_tile[QUERY_TILE][D];
     __shared__ T lse_tile[QUERY_TILE];
@@ -197,14 +204,19 @@ __device__ void attention_backward_dkv(const T* q, const T* k, const T* v, const
     __shared__ long long visible_tile[QUERY_TILE];
     const long long tiles = (s.K + QUERY_ROWS - 1) / QUERY_ROWS;
     const long long bg = blockIdx.x / tiles, b = bg / s.G, group = bg % s.G, r = s.H / s.G;
-    const long long j = (blockIdx.x % tiles) * QUERY_ROWS + threadIdx.x;
+    const long long j = (blockIdx.x % tiles) * QUERY_ROWS + threadIdx.x / KEY_SPLIT;
+    const int first_column = (threadIdx.x % KEY_SPLIT) * HALF;
     const bool active = j < s.K;
     const long long key_row = bg * s.K + j;
 
-    T kr[D], vr[D], dk_acc[D], dv_acc[D];
-    load_row<T, D>(kr, k, key_row, s.d, active, T(1));
-    load_row<T, D>(vr, v, key_row, s.d, active, T(1));
-    _Pragma("unroll") for (int c = 0; c < D; ++c) dk_acc[c] = dv_acc[c] = T(0);
+    T kr[HALF], vr[HALF], dk_acc[HALF], dv_acc[HALF];
+    _Pragma("unroll") for (int c = 0; c < HALF; ++c) {
+        const int column = first_column + c;
+        const bool here = active && column < s.d;
+        kr[c] = here ? k[key_row * s.d + column] : T(0);
+        vr[c] = here ? v[key_row * s.d + column] : T(0);
+        dk_acc[c] = dv_acc[c] = T(0);
+    }
     // the first query that can see the block's first key: causal rows above it see none of it
     const long long first_key = (blockIdx.x % tiles) * QUERY_ROWS;
     const long long first_query = causal ? max(0LL, first_key - (s.K - s.Q)) : 0;
@@ -212,8 +224,8 @@ __device__ void attention_backward_dkv(const T* q, const T* k, const T* v, const
         const long long base = (b * s.H + h) * s.Q;  // row of (b, h, query 0)
         for (long long i0 = first_query; i0 < s.Q; i0 += QUERY_TILE) {
             __syncthreads();
-            load_tile<T, D>(q_tile, q + base * s.d, i0, QUERY_TILE, s.Q, s.d);
-            load_tile<T, D>(do_tile, grad_out + base * s.d, i0, QUERY_TILE, s.Q, s.d);
+            load_tile<T, D, THREADS>(q_tile, q + base * s.d, i0, QUERY_TILE, s.Q, s.d);
+            load_tile<T, D, THREADS>(do_tile, grad_out + base * s.d, i0, QUERY_TILE, s.Q, s.d);
             if (threadIdx.x < QUERY_TILE) {
                 const long long i = i0 + threadIdx.x;
                 const bool in = i < s.Q;
@@ -222,24 +234,25 @@ __device__ void attention_backward_dkv(const T* q, const T* k, const T* v, const
                 visible_tile[threadIdx.x] = in ? visible_keys(s, lens, causal, b, i) : 0;
             }
             __syncthreads();
-            if (!active) continue;
             for (int ii = 0; ii < QUERY_TILE; ++ii) {
-                if (j >= visible_tile[ii]) continue;  // this query does not see key j
-                const T score = dot<T, D>(q_tile[ii], kr) * scale, dp = dot<T, D>(do_tile[ii], vr);
-                const T p = exponential(score - lse_tile[ii]);
+                T score = dot<T, HALF>(q_tile[ii] + first_column, kr), dp = dot<T, HALF>(do_tile[ii] + first_column, vr);
+                score += __shfl_xor_sync(0xffffffffu, score, 1);  // the partner's half: the whole dot products
+                dp += __shfl_xor_sync(0xffffffffu, dp, 1);
+                const bool sees = active && j < visible_tile[ii];
+                const T p = sees ? exponential(score * scale - lse_tile[ii]) : T(0);
                 const T ds = p * (dp - delta_tile[ii]) * scale;
-                _Pragma("unroll") for (int c = 0; c < D; ++c) {
-                    dv_acc[c] += p * do_tile[ii][c];
-                    dk_acc[c] += ds * q_tile[ii][c];
+                _Pragma("unroll") for (int c = 0; c < HALF; ++c) {
+                    dv_acc[c] += p * do_tile[ii][first_column + c];
+                    dk_acc[c] += ds * q_tile[ii][first_column + c];
                 }
             }
         }
     }
     if (!active) return;
-    _Pragma("unroll") for (int c = 0; c < D; ++c) {  // as in the forward: registers stay registers
-        if (c < s.d) {
-            dk[key_row * s.d + c] = dk_acc[c];
-            dv[key_row * s.d + c] = dv_acc[c];
+    _Pragma("unroll") for (int c = 0; c < HALF; ++c) {  // as in the forward: registers stay registers
+        if (first_column + c < s.d) {
+            dk[key_row * s.d + first_column + c] = dk_acc[c];
+            dv[key_row * s.d + first_column + c] = dv_acc[c];
         }
     }
 }
