@@ -16,8 +16,8 @@
     kernel per parameter would cost a step hundreds of launches (see ``PointerTables``).
 ``attention.cu``
     Streamed attention (``ops/flash_attention.py``'s algorithm) forward and backward, with
-    causal and valid-length masks and grouped heads: a thread per query row (two per key row in
-    the dK/dV kernel), tiles in shared memory.
+    causal and valid-length masks and grouped heads: a thread per query row (two per query or key
+    row in the backward kernels), tiles in shared memory.
 
 The ones that stand for a CPU fused kernel take its signature, so an op calls either through
 ``backend.fused(name, dtype)`` without knowing which device it runs on.
@@ -79,7 +79,7 @@ SUM_BLOCKS = 512
 POINTER_TABLES = 16
 #: threads per block of the attention kernels, one query (or key) row each: QUERY_ROWS in attention.cu
 ATTENTION_THREADS = 64
-#: threads per key row of the dK/dV kernel (attention.cu's KEY_SPLIT)
+#: threads per row of the backward kernels, dQ's and dK/dV's (attention.cu's KEY_SPLIT)
 ATTENTION_KEY_SPLIT = 2
 
 
@@ -486,7 +486,7 @@ class CudaKernels:
             tail = (*self._attention_shapes(q, k), q.dtype.type(scale), np.int32(bool(causal)), has_lens)
             dtype = q.dtype.name
             self._function("attention", f"attention_backward_dq_d{size}_{dtype}")(
-                (_attention_grid(B * H, Q),), (ATTENTION_THREADS,), (*common, dq, *tail)
+                (_attention_grid(B * H, Q),), (ATTENTION_KEY_SPLIT * ATTENTION_THREADS,), (*common, dq, *tail)
             )
             self._function("attention", f"attention_backward_dkv_d{size}_{dtype}")(
                 (_attention_grid(B * G, K),), (ATTENTION_KEY_SPLIT * ATTENTION_THREADS,), (*common, dk, dv, *tail)

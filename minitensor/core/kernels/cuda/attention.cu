@@ -4,10 +4,11 @@
 // output o = sum exp(s - m) v, rescaled whenever m grows; backward recomputes each weight from the
 // saved log-sum-exp, p = exp(s - lse). What changes on a GPU is who does what:
 //
-// * Forward and dQ: one block per (batch, head, tile of 64 queries), one thread per query row.
-//   The block walks over the keys in tiles of 32: its threads copy a tile of K and V into shared
-//   memory together, then each thread runs its own row against the tile. All threads read the
-//   same key at the same time, so shared memory serves them with one broadcast.
+// * Forward and dQ: one block per (batch, head, tile of 64 queries), one thread per query row
+//   (two in dQ, each holding half of the row, as in dK/dV below). The block walks over the keys
+//   in tiles of 32: its threads copy a tile of K and V into shared memory together, then each
+//   thread runs its own row against the tile. All threads read the same key at the same time,
+//   so shared memory serves them with one broadcast.
 // * dK and dV: one block per (batch, key/value head, tile of 64 keys), two threads per key row,
 //   each holding half of the row's k, v, dK and dV (four whole rows would not fit in a thread's
 //   registers), walking over the queries in tiles of 16 (Q, dO, lse and D in shared memory); the
@@ -20,8 +21,8 @@
 // j <= i + K - Q) and valid lengths (j < lens[b, i]); a row with no visible key gets a zero
 // output and lse = +inf, so that backward's exp(s - lse) is 0 rather than NaN.
 
-#define QUERY_ROWS 64  // rows per block: one thread per query row (two per key row in dK/dV)
-#define KEY_SPLIT 2    // threads per key row in the dK/dV kernel
+#define QUERY_ROWS 64  // rows per block: one thread per query row in the forward, KEY_SPLIT in the backward
+#define KEY_SPLIT 2    // threads per row in the dQ and dK/dV kernels
 #define KEY_TILE 32    // keys per shared tile in the forward and dQ kernels
 #define QUERY_TILE 16  // queries per shared tile in the dK/dV kernel
 
@@ -66,12 +67,13 @@ __device__ __forceinline__ long long visible_keys(const Shapes& s, const long lo
     return max(n, 0LL);
 }
 
-// The largest of `value` over the block's threads, by a tree in shared memory (halving the active
-// threads each step, a barrier between steps): how many key tiles the block must visit.
+// The largest of `value` over the block's THREADS threads, by a tree in shared memory (halving
+// the active threads each step, a barrier between steps): how many key tiles the block must visit.
+template <int THREADS = QUERY_ROWS>
 __device__ long long block_max(long long value, long long* shared) {
     shared[threadIdx.x] = value;
     __syncthreads();
-    for (int half = QUERY_ROWS / 2; half > 0; half /= 2) {
+    for (int half = THREADS / 2; half > 0; half /= 2) {
         if (threadIdx.x < half) shared[threadIdx.x] = max(shared[threadIdx.x], shared[threadIdx.x + half]);
         __syncthreads();
     }
@@ -97,10 +99,11 @@ struct QueryRow {
     bool active;              // i < Q: a thread past the last query still helps load the tiles
 };
 
-__device__ __forceinline__ QueryRow query_row(const Shapes& s) {
+// `split` threads per row: threads split t .. split t + split - 1 share query row t of the block.
+__device__ __forceinline__ QueryRow query_row(const Shapes& s, int split = 1) {
     const long long tiles = (s.Q + QUERY_ROWS - 1) / QUERY_ROWS;
     const long long bh = blockIdx.x / tiles, b = bh / s.H, h = bh % s.H;
-    const long long i = (blockIdx.x % tiles) * QUERY_ROWS + threadIdx.x;
+    const long long i = (blockIdx.x % tiles) * QUERY_ROWS + threadIdx.x / split;
     return QueryRow{b, b * s.G + h / (s.H / s.G), i, bh * s.Q + i, i < s.Q};
 }
 
@@ -155,36 +158,50 @@ __device__ void attention_forward(const T* q, const T* k, const T* v, const long
 }
 
 // dQ_i = scale sum_j p_ij (dp_ij - D_i) k_j, with p_ij = exp(s_ij - lse_i), dp_ij = dO_i . v_j.
+// Two threads per query row, as dK/dV's per key row (three whole rows a thread would spill):
+// each holds half of q_i, dO_i and dQ_i, and a shuffle with its partner joins the dot products.
+// So that every lane reaches every shuffle, all threads walk the keys the block's longest row
+// sees, and a key beyond a thread's own row adds ds = 0.
 template <typename T, int D>
 __device__ void attention_backward_dq(const T* q, const T* k, const T* v, const long long* lens, const T* lse,
                                       const T* grad_out, const T* delta, T* dq, Shapes s, T scale, int causal) {
+    constexpr int HALF = D / KEY_SPLIT, THREADS = QUERY_ROWS * KEY_SPLIT;
     __shared__ T k_tile[KEY_TILE][D];
     __shared__ T v_tile[KEY_TILE][D];
-    __shared__ long long limits[QUERY_ROWS];
-    const QueryRow r = query_row(s);
+    __shared__ long long limits[THREADS];
+    const QueryRow r = query_row(s, KEY_SPLIT);
     const long long kv = r.kv, row = r.row;
     const bool active = r.active;
+    const int first_column = (threadIdx.x % KEY_SPLIT) * HALF;
 
-    T qr[D], dor[D], acc[D];
-    load_row<T, D>(qr, q, row, s.d, active, scale);
-    load_row<T, D>(dor, grad_out, row, s.d, active, T(1));
-    _Pragma("unroll") for (int c = 0; c < D; ++c) acc[c] = T(0);
+    T qr[HALF], dor[HALF], acc[HALF];
+    _Pragma("unroll") for (int c = 0; c < HALF; ++c) {
+        const int column = first_column + c;
+        const bool here = active && column < s.d;
+        qr[c] = here ? q[row * s.d + column] * scale : T(0);
+        dor[c] = here ? grad_out[row * s.d + column] : T(0);
+        acc[c] = T(0);
+    }
     const T row_lse = active ? lse[row] : infinity<T>(), row_delta = active ? delta[row] : T(0);
     const long long visible = active ? visible_keys(s, lens, causal, r.b, r.i) : 0;
-    const long long block_visible = block_max(visible, limits);
+    const long long block_visible = block_max<THREADS>(visible, limits);
     for (long long j0 = 0; j0 < block_visible; j0 += KEY_TILE) {
         __syncthreads();
-        load_tile<T, D>(k_tile, k + kv * s.K * s.d, j0, KEY_TILE, s.K, s.d);
-        load_tile<T, D>(v_tile, v + kv * s.K * s.d, j0, KEY_TILE, s.K, s.d);
+        load_tile<T, D, THREADS>(k_tile, k + kv * s.K * s.d, j0, KEY_TILE, s.K, s.d);
+        load_tile<T, D, THREADS>(v_tile, v + kv * s.K * s.d, j0, KEY_TILE, s.K, s.d);
         __syncthreads();
-        for (int jj = 0; jj < KEY_TILE && j0 + jj < visible; ++jj) {
-            const T score = dot<T, D>(qr, k_tile[jj]), dp = dot<T, D>(dor, v_tile[jj]);
-            const T ds = exponential(score - row_lse) * (dp - row_delta);
-            _Pragma("unroll") for (int c = 0; c < D; ++c) acc[c] += ds * k_tile[jj][c];
+        for (int jj = 0; jj < KEY_TILE && j0 + jj < block_visible; ++jj) {
+            T score = dot<T, HALF>(qr, k_tile[jj] + first_column), dp = dot<T, HALF>(dor, v_tile[jj] + first_column);
+            score += __shfl_xor_sync(0xffffffffu, score, 1);  // the partner's half: the whole dot products
+            dp += __shfl_xor_sync(0xffffffffu, dp, 1);
+            const T ds = j0 + jj < visible ? exponential(score - row_lse) * (dp - row_delta) : T(0);
+            _Pragma("unroll") for (int c = 0; c < HALF; ++c) acc[c] += ds * k_tile[jj][first_column + c];
         }
     }
     if (!active) return;
-    _Pragma("unroll") for (int c = 0; c < D; ++c) if (c < s.d) dq[row * s.d + c] = acc[c] * scale;  // as above
+    _Pragma("unroll") for (int c = 0; c < HALF; ++c) {  // as in the forward: registers stay registers
+        if (first_column + c < s.d) dq[row * s.d + first_column + c] = acc[c] * scale;
+    }
 }
 
 // dV_j = sum_i p_ij dO_i,  dK_j = scale sum_i p_ij (dp_ij - D_i) q_i, over the queries i of every
