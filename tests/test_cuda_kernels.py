@@ -773,8 +773,8 @@ def test_each_source_compiles_for_a_gpu_and_its_float32_rows_stay_in_registers(n
             stack, stores = (int(part.split()[0]) for part in line.split(",")[:2])
             spills[kernel] = stack + stores  # local memory: an array indexed at run time, or spilled registers
     assert set(KERNELS[name]) <= set(spills), sorted(set(KERNELS[name]) - set(spills))
-    # up to d 64 the forward holds two rows a thread in registers, dQ three half rows and dK/dV
-    # four (two threads a row); at d 128 the backward kernels spill (a kernel on tensor cores
-    # would be the next step)
+    # two threads a row: up to d 64 the forward holds two half rows a thread in registers, dQ
+    # three and dK/dV four; at d 128 the backward kernels spill (a kernel on tensor cores would
+    # be the next step)
     clean = [k for k in spills if k.endswith("float32") and "d128" not in k]
     assert all(spills[k] == 0 for k in clean), {k: spills[k] for k in clean}

@@ -16,8 +16,8 @@
     kernel per parameter would cost a step hundreds of launches (see ``PointerTables``).
 ``attention.cu``
     Streamed attention (``ops/flash_attention.py``'s algorithm) forward and backward, with
-    causal and valid-length masks and grouped heads: a thread per query row (two per query or key
-    row in the backward kernels), tiles in shared memory.
+    causal and valid-length masks and grouped heads: two threads per query (or key) row, tiles in
+    shared memory.
 
 The ones that stand for a CPU fused kernel take its signature, so an op calls either through
 ``backend.fused(name, dtype)`` without knowing which device it runs on.
@@ -77,9 +77,9 @@ MULTI_TENSOR_CHUNK = 16384
 SUM_BLOCKS = 512
 #: device tables of pointers that the multi-tensor kernels keep (see ``PointerTables``)
 POINTER_TABLES = 16
-#: threads per block of the attention kernels, one query (or key) row each: QUERY_ROWS in attention.cu
+#: rows per block of the attention kernels (attention.cu's QUERY_ROWS), ATTENTION_KEY_SPLIT threads each
 ATTENTION_THREADS = 64
-#: threads per row of the backward kernels, dQ's and dK/dV's (attention.cu's KEY_SPLIT)
+#: threads per query (or key) row of the attention kernels (attention.cu's KEY_SPLIT)
 ATTENTION_KEY_SPLIT = 2
 
 
@@ -461,7 +461,7 @@ class CudaKernels:
             lens_arg, has_lens = self._attention_lens(lens, B, Q)
             self._function("attention", f"attention_forward_d{size}_{q.dtype.name}")(
                 (blocks,),
-                (ATTENTION_THREADS,),
+                (ATTENTION_KEY_SPLIT * ATTENTION_THREADS,),
                 (q, k, v, lens_arg, out, lse, *self._attention_shapes(q, k), q.dtype.type(scale))
                 + (np.int32(bool(causal)), has_lens),
             )

@@ -4,8 +4,8 @@
 // output o = sum exp(s - m) v, rescaled whenever m grows; backward recomputes each weight from the
 // saved log-sum-exp, p = exp(s - lse). What changes on a GPU is who does what:
 //
-// * Forward and dQ: one block per (batch, head, tile of 64 queries), one thread per query row
-//   (two in dQ, each holding half of the row, as in dK/dV below). The block walks over the keys
+// * Forward and dQ: one block per (batch, head, tile of 64 queries), two threads per query row,
+//   each holding half of the row (as in dK/dV below). The block walks over the keys
 //   in tiles of 32: its threads copy a tile of K and V into shared memory together, then each
 //   thread runs its own row against the tile. All threads read the same key at the same time,
 //   so shared memory serves them with one broadcast.
@@ -21,8 +21,8 @@
 // j <= i + K - Q) and valid lengths (j < lens[b, i]); a row with no visible key gets a zero
 // output and lse = +inf, so that backward's exp(s - lse) is 0 rather than NaN.
 
-#define QUERY_ROWS 64  // rows per block: one thread per query row in the forward, KEY_SPLIT in the backward
-#define KEY_SPLIT 2    // threads per row in the dQ and dK/dV kernels
+#define QUERY_ROWS 64  // rows per block, KEY_SPLIT threads each
+#define KEY_SPLIT 2    // threads per query (or key) row
 #define KEY_TILE 32    // keys per shared tile in the forward and dQ kernels
 #define QUERY_TILE 16  // queries per shared tile in the dK/dV kernel
 
@@ -115,53 +115,66 @@ __device__ __forceinline__ void load_row(T (&into)[D], const T* matrix, long lon
     _Pragma("unroll") for (int c = 0; c < D; ++c) into[c] = active && c < d ? matrix[row * d + c] * scale : T(0);
 }
 
+// Two threads per query row, as in the backward kernels: each holds half of q_i and of the
+// running output o, the halves of each score joined by a shuffle, so both keep the same m and l.
+// Every lane walks the keys of the block's longest row (each reaches every shuffle); a key
+// beyond a thread's own row changes nothing.
 template <typename T, int D>
 __device__ void attention_forward(const T* q, const T* k, const T* v, const long long* lens, T* out, T* lse, Shapes s,
                                   T scale, int causal) {
+    constexpr int HALF = D / KEY_SPLIT, THREADS = QUERY_ROWS * KEY_SPLIT;
     __shared__ T k_tile[KEY_TILE][D];
     __shared__ T v_tile[KEY_TILE][D];
-    __shared__ long long limits[QUERY_ROWS];
-    const QueryRow r = query_row(s);
+    __shared__ long long limits[THREADS];
+    const QueryRow r = query_row(s, KEY_SPLIT);
     const long long kv = r.kv, row = r.row;
     const bool active = r.active;
+    const int first_column = (threadIdx.x % KEY_SPLIT) * HALF;
 
-    T qr[D], o[D];
-    load_row<T, D>(qr, q, row, s.d, active, scale);
-    _Pragma("unroll") for (int c = 0; c < D; ++c) o[c] = T(0);
+    T qr[HALF], o[HALF];
+    _Pragma("unroll") for (int c = 0; c < HALF; ++c) {
+        const int column = first_column + c;
+        qr[c] = active && column < s.d ? q[row * s.d + column] * scale : T(0);
+        o[c] = T(0);
+    }
     const long long visible = active ? visible_keys(s, lens, causal, r.b, r.i) : 0;
-    const long long block_visible = block_max(visible, limits);
+    const long long block_visible = block_max<THREADS>(visible, limits);
     T m = -infinity<T>(), l = T(0);
     for (long long j0 = 0; j0 < block_visible; j0 += KEY_TILE) {
         __syncthreads();  // everyone is done with the previous tile
-        load_tile<T, D>(k_tile, k + kv * s.K * s.d, j0, KEY_TILE, s.K, s.d);
-        load_tile<T, D>(v_tile, v + kv * s.K * s.d, j0, KEY_TILE, s.K, s.d);
+        load_tile<T, D, THREADS>(k_tile, k + kv * s.K * s.d, j0, KEY_TILE, s.K, s.d);
+        load_tile<T, D, THREADS>(v_tile, v + kv * s.K * s.d, j0, KEY_TILE, s.K, s.d);
         __syncthreads();
-        for (int jj = 0; jj < KEY_TILE && j0 + jj < visible; ++jj) {
-            const T score = dot<T, D>(qr, k_tile[jj]);
+        for (int jj = 0; jj < KEY_TILE && j0 + jj < block_visible; ++jj) {
+            T score = dot<T, HALF>(qr, k_tile[jj] + first_column);
+            score += __shfl_xor_sync(0xffffffffu, score, 1);  // the partner's half: the whole score
+            if (j0 + jj >= visible) continue;                 // (after the shuffle: the partner needs it)
             if (score > m) {  // a new max: what was summed so far shrinks by exp(m - score)
                 const T rescale = exponential(m - score);
                 l *= rescale;
-                _Pragma("unroll") for (int c = 0; c < D; ++c) o[c] *= rescale;
+                _Pragma("unroll") for (int c = 0; c < HALF; ++c) o[c] *= rescale;
                 m = score;
             }
             const T p = exponential(score - m);
             l += p;
-            _Pragma("unroll") for (int c = 0; c < D; ++c) o[c] += p * v_tile[jj][c];
+            _Pragma("unroll") for (int c = 0; c < HALF; ++c) o[c] += p * v_tile[jj][first_column + c];
         }
     }
     if (!active) return;
     const T inverse = l > T(0) ? T(1) / l : T(0);  // no visible key: output 0
-    // unrolled over D with a test, not a loop to s.d: a register array indexed by a run-time
+    // unrolled over HALF with a test, not a loop to s.d: a register array indexed by a run-time
     // count would live in local memory for the whole kernel
-    _Pragma("unroll") for (int c = 0; c < D; ++c) if (c < s.d) out[row * s.d + c] = o[c] * inverse;
-    lse[row] = l > T(0) ? m + logarithm(l) : infinity<T>();
+    _Pragma("unroll") for (int c = 0; c < HALF; ++c) {
+        if (first_column + c < s.d) out[row * s.d + first_column + c] = o[c] * inverse;
+    }
+    if (first_column == 0) lse[row] = l > T(0) ? m + logarithm(l) : infinity<T>();
 }
 
 // dQ_i = scale sum_j p_ij (dp_ij - D_i) k_j, with p_ij = exp(s_ij - lse_i), dp_ij = dO_i . v_j.
-// Two threads per query row, as dK/dV's per key row (three whole rows a thread would spill):
-// each holds half of q_i, dO_i and dQ_i, and a shuffle with its partner joins the dot products.
-// So that every lane reaches every shuffle, all threads walk the keys the block's longest row
-// sees, and a key beyond a thread's own row adds ds = 0.
+// Two threads per query row (three whole rows a thread would spill): each holds half of q_i,
+// dO_i and dQ_i, and a shuffle with its partner joins the dot products. So that every lane
+// reaches every shuffle, all threads walk the keys the block's longest row sees, and a key
+// beyond a thread's own row adds ds = 0.
 template <typename T, int D>
 __device__ void attention_backward_dq(const T* q, const T* k, const T* v, const long long* lens, const T* lse,
                                       const T* grad_out, const T* delta, T* dq, Shapes s, T scale, int causal) {
