@@ -111,6 +111,21 @@ class Device:
 
         return run
 
+    def host_time(self, fn):
+        """A sample of the host's share of ``fn()``: the time until its last launch returns, the
+        device drained before and after (a step that waits for the GPU inside itself shows its
+        full time here)."""
+
+        def run():
+            self.sync()
+            start = time.perf_counter()
+            fn()
+            elapsed = time.perf_counter() - start
+            self.sync()
+            return elapsed
+
+        return run
+
 
 def peak_bytes(device, fn, torch_side=False):
     """The most device memory ``fn()`` holds at once beyond what was held before, in bytes:
@@ -465,18 +480,9 @@ def training_case(device, cfg):
         t_model.train()
         cases["torch"] = lambda: t_step(next_batch("torch", t_data))
 
-    def host_time():
-        """The host's share of one step: until its last launch returns, the device drained after."""
-        device.sync()
-        start = time.perf_counter()
-        cases["minitensor"]()
-        elapsed = time.perf_counter() - start
-        device.sync()
-        return elapsed
-
     rounds, warmup = (3, 1) if cfg.name == "quick" else (10, 3)
     timed = {k: device.timed(f, 1) for k, f in cases.items()}
-    stats = interleaved_stats({**timed, "host": host_time}, rounds, warmup)
+    stats = interleaved_stats({**timed, "host": device.host_time(cases["minitensor"])}, rounds, warmup)
     row = [cfg.name, cfg.batch_size, device.name, format_stats(stats["minitensor"]), format_stats(stats["host"])]
     if "torch" in stats:
         row += [format_stats(stats["torch"]), format_ratio(stats["minitensor"].median / stats["torch"].median)]
@@ -724,21 +730,10 @@ def nanogpt_benchmark(device, quick, nanogpt_dir=NANOGPT_DIR):
             if device.torch_device == "cuda" and torch.cuda.is_bf16_supported():
                 cases["nanoGPT, bfloat16 autocast"] = torch_iterations(torch.bfloat16)
         rounds, warmup = (2, 1) if quick else (5, 1)
-
-        def host_time():
-            """The host's share: until the 10th step's last launch returns, the device drained after
-            (a step that waited for the GPU inside itself would show its full time here)."""
-            device.sync()
-            start = time.perf_counter()
-            cases["minitensor, TF32"]()
-            elapsed = time.perf_counter() - start
-            device.sync()
-            return elapsed
-
-        timed = {k: device.timed(f, 1) for k, f in cases.items()}
-        stats = interleaved_stats({**timed, "minitensor, TF32, host's share": host_time}, rounds, warmup)
-        # where the host's time goes, to cut next: the functions with the most time of their own
         tf32 = cases["minitensor, TF32"]
+        timed = {k: device.timed(f, 1) for k, f in cases.items()}
+        stats = interleaved_stats({**timed, "minitensor, TF32, host's share": device.host_time(tf32)}, rounds, warmup)
+        # where the host's time goes, to cut next: the functions with the most time of their own
         profile_host(device, tf32, "nanoGPT recipe, TF32", steps=1, top=15, per_call=NANOGPT_ITERATIONS)
         mt.set_float32_matmul_precision("highest")
     reference = stats.get("nanoGPT, float32 (TF32)")
