@@ -16,8 +16,8 @@
     kernel per parameter would cost a step hundreds of launches (see ``PointerTables``).
 ``attention.cu``
     Streamed attention (``ops/flash_attention.py``'s algorithm) forward and backward, with
-    causal and valid-length masks and grouped heads: two threads per query (or key) row, tiles in
-    shared memory.
+    causal and valid-length masks and grouped heads: two or four threads per query (or key) row
+    (``attention_split``), tiles in shared memory.
 
 The ones that stand for a CPU fused kernel take its signature, so an op calls either through
 ``backend.fused(name, dtype)`` without knowing which device it runs on.
@@ -77,10 +77,8 @@ MULTI_TENSOR_CHUNK = 16384
 SUM_BLOCKS = 512
 #: device tables of pointers that the multi-tensor kernels keep (see ``PointerTables``)
 POINTER_TABLES = 16
-#: rows per block of the attention kernels (attention.cu's QUERY_ROWS), ATTENTION_KEY_SPLIT threads each
+#: rows per block of the attention kernels (attention.cu's QUERY_ROWS), ``attention_split`` threads each
 ATTENTION_THREADS = 64
-#: threads per query (or key) row of the attention kernels (attention.cu's KEY_SPLIT)
-ATTENTION_KEY_SPLIT = 2
 
 
 _DTYPES = ("float32", "float64")
@@ -123,6 +121,13 @@ KERNELS = {
         for size in sizes
     ],
 }
+
+
+def attention_split(dtype, size):
+    """Threads per query (or key) row of the attention kernels for rows of ``size`` numbers of
+    ``dtype`` (attention.cu's ``Split``): each thread holds at most 128 bytes of a row, so two
+    threads a row, four for 128 floats or 64 doubles."""
+    return 4 if size * np.dtype(dtype).itemsize > 256 else 2
 
 
 def source(name):
@@ -461,7 +466,7 @@ class CudaKernels:
             lens_arg, has_lens = self._attention_lens(lens, B, Q)
             self._function("attention", f"attention_forward_d{size}_{q.dtype.name}")(
                 (blocks,),
-                (ATTENTION_KEY_SPLIT * ATTENTION_THREADS,),
+                (attention_split(q.dtype, size) * ATTENTION_THREADS,),
                 (q, k, v, lens_arg, out, lse, *self._attention_shapes(q, k), q.dtype.type(scale))
                 + (np.int32(bool(causal)), has_lens),
             )
@@ -484,12 +489,12 @@ class CudaKernels:
             lens_arg, has_lens = self._attention_lens(lens, B, Q)
             common = (q, k, v, lens_arg, lse, grad, delta)
             tail = (*self._attention_shapes(q, k), q.dtype.type(scale), np.int32(bool(causal)), has_lens)
-            dtype = q.dtype.name
+            dtype, threads = q.dtype.name, attention_split(q.dtype, size) * ATTENTION_THREADS
             self._function("attention", f"attention_backward_dq_d{size}_{dtype}")(
-                (_attention_grid(B * H, Q),), (ATTENTION_KEY_SPLIT * ATTENTION_THREADS,), (*common, dq, *tail)
+                (_attention_grid(B * H, Q),), (threads,), (*common, dq, *tail)
             )
             self._function("attention", f"attention_backward_dkv_d{size}_{dtype}")(
-                (_attention_grid(B * G, K),), (ATTENTION_KEY_SPLIT * ATTENTION_THREADS,), (*common, dk, dv, *tail)
+                (_attention_grid(B * G, K),), (threads,), (*common, dk, dv, *tail)
             )
         return dq, dk, dv
 

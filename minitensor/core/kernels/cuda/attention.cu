@@ -4,25 +4,32 @@
 // output o = sum exp(s - m) v, rescaled whenever m grows; backward recomputes each weight from the
 // saved log-sum-exp, p = exp(s - lse). What changes on a GPU is who does what:
 //
-// * Forward and dQ: one block per (batch, head, tile of 64 queries), two threads per query row,
-//   each holding half of the row (as in dK/dV below). The block walks over the keys
+// * Forward and dQ: one block per (batch, head, tile of 64 queries), SPLIT threads per query row
+//   (two, or four for the widest rows), each holding its part of the row (as in dK/dV below).
+//   The block walks over the keys
 //   in tiles of 32: its threads copy a tile of K and V into shared memory together, then each
 //   thread runs its own row against the tile. All threads read the same key at the same time,
 //   so shared memory serves them with one broadcast.
-// * dK and dV: one block per (batch, key/value head, tile of 64 keys), two threads per key row,
-//   each holding half of the row's k, v, dK and dV (four whole rows would not fit in a thread's
+// * dK and dV: one block per (batch, key/value head, tile of 64 keys), SPLIT threads per key row,
+//   each holding its part of the row's k, v, dK and dV (four whole rows would not fit in a thread's
 //   registers), walking over the queries in tiles of 16 (Q, dO, lse and D in shared memory); the
-//   two halves of each dot product meet through a register shuffle. A key's gradient sums over
-//   every query that sees it, of every query head of its group, so each pair owns its sums: no
-//   atomics, and the result is the same from run to run.
+//   parts of each dot product meet through register shuffles. A key's gradient sums over
+//   every query that sees it, of every query head of its group, so the threads of each key row
+//   own its sums: no atomics, and the result is the same from run to run.
 //
-// A row is held in registers as D numbers, D a compile-time size at least the head's d (the
-// rest zeros), so the loops over it unroll. Masks: causal (key j visible to query i when
-// j <= i + K - Q) and valid lengths (j < lens[b, i]); a row with no visible key gets a zero
-// output and lse = +inf, so that backward's exp(s - lse) is 0 rather than NaN.
+// A row is D numbers, D a compile-time size at least the head's d (the rest zeros), so the loops
+// over it unroll. A thread holds at most 128 bytes of each row it keeps (32 floats, 16 doubles):
+// SPLIT = 2 threads per row, 4 for rows of 128 floats or 64 doubles (two threads would hold a
+// whole row each of dK/dV's four, more registers than a thread has: they would spill to memory).
+// The row is dealt out to its threads in 16-byte chunks, chunk c to thread c % SPLIT, so that the
+// threads of a row read neighbouring chunks of a shared tile, in different banks of shared
+// memory, at the same time (halves, a part apart, would sit in the same banks and take turns).
+//
+// Masks: causal (key j visible to query i when j <= i + K - Q) and valid lengths (j < lens[b, i]);
+// a row with no visible key gets a zero output and lse = +inf, so that backward's exp(s - lse) is
+// 0 rather than NaN.
 
-#define QUERY_ROWS 64  // rows per block, KEY_SPLIT threads each
-#define KEY_SPLIT 2    // threads per query (or key) row
+#define QUERY_ROWS 64  // rows per block, SPLIT threads each
 #define KEY_TILE 32    // keys per shared tile in the forward and dQ kernels
 #define QUERY_TILE 16  // queries per shared tile in the dK/dV kernel
 
@@ -42,14 +49,44 @@ __device__ __forceinline__ double infinity<double>() {
     return __longlong_as_double(0x7ff0000000000000LL);
 }
 
-// a . b over D numbers, in four interleaved partial sums: four independent chains of
-// multiply-adds instead of one, so the GPU overlaps them (a single chain waits for each add).
+// Threads per row of D numbers of type T: each thread holds at most 128 bytes of a row.
 template <typename T, int D>
-__device__ __forceinline__ T dot(const T* a, const T* b) {
-    static_assert(D % 4 == 0, "rows of a multiple of 4");
+struct Split {
+    static constexpr int value = D * int(sizeof(T)) > 256 ? 4 : 2;
+    static constexpr int part = D / value;                 // numbers a thread holds of each row
+    static constexpr int chunk = 16 / int(sizeof(T));      // numbers per 16-byte chunk
+    static_assert(part % chunk == 0, "each thread holds whole chunks");
+};
+
+// The row column of the c-th number that thread `part` of a row holds: chunk j of the thread's
+// numbers is chunk j * SPLIT + part of the row.
+template <typename T, int D>
+__device__ __forceinline__ int held_column(int part, int c) {
+    constexpr int SPLIT = Split<T, D>::value, CHUNK = Split<T, D>::chunk;
+    return (c / CHUNK * SPLIT + part) * CHUNK + c % CHUNK;
+}
+
+// The thread's part of a . row, a the numbers it holds of some row, `row` a whole row of D
+// (a shared tile's): four interleaved partial sums, four independent chains of multiply-adds
+// instead of one, so the GPU overlaps them (a single chain waits for each add).
+template <typename T, int D>
+__device__ __forceinline__ T dot_part(const T* a, const T* row, int part) {
+    constexpr int PART = Split<T, D>::part;
+    static_assert(PART % 4 == 0, "parts of a multiple of 4");
     T sums[4] = {T(0), T(0), T(0), T(0)};
-    _Pragma("unroll") for (int c = 0; c < D; ++c) sums[c % 4] += a[c] * b[c];
+    _Pragma("unroll") for (int c = 0; c < PART; ++c) sums[c % 4] += a[c] * row[held_column<T, D>(part, c)];
     return (sums[0] + sums[1]) + (sums[2] + sums[3]);
+}
+
+// The whole of a dot product from the SPLIT threads' parts, in every one of them: a butterfly
+// of register shuffles with the neighbours lane ^ 1 (and lane ^ 2). Each lane adds the same two
+// numbers in its own order, and a + b = b + a exactly, so all lanes get the very same sum.
+template <int SPLIT, typename T>
+__device__ __forceinline__ T join_parts(T part_sum) {
+    _Pragma("unroll") for (int lane = 1; lane < SPLIT; lane *= 2) {
+        part_sum += __shfl_xor_sync(0xffffffffu, part_sum, lane);
+    }
+    return part_sum;
 }
 
 // The shapes of one call: q (B, H, Q, d), k and v (B, G, K, d), query head h reads key/value
@@ -107,36 +144,48 @@ __device__ __forceinline__ QueryRow query_row(const Shapes& s, int split = 1) {
     return QueryRow{b, b * s.G + h / (s.H / s.G), i, bh * s.Q + i, i < s.Q};
 }
 
-// Row `row` of a (rows, d) matrix times `scale`, into D registers: zeros past d, and all zeros
-// for a thread that has no row (active false).
+// The numbers thread `part` holds of row `row` of a (rows, d) matrix, times `scale`: zeros past d,
+// and all zeros for a thread that has no row (active false).
 template <typename T, int D>
-__device__ __forceinline__ void load_row(T (&into)[D], const T* matrix, long long row, long long d, bool active,
-                                         T scale) {
-    _Pragma("unroll") for (int c = 0; c < D; ++c) into[c] = active && c < d ? matrix[row * d + c] * scale : T(0);
+__device__ __forceinline__ void load_part(T (&into)[Split<T, D>::part], const T* matrix, long long row, long long d,
+                                          int part, bool active, T scale = T(1)) {
+    _Pragma("unroll") for (int c = 0; c < Split<T, D>::part; ++c) {
+        const int column = held_column<T, D>(part, c);
+        into[c] = active && column < d ? matrix[row * d + column] * scale : T(0);
+    }
 }
 
-// Two threads per query row, as in the backward kernels: each holds half of q_i and of the
-// running output o, the halves of each score joined by a shuffle, so both keep the same m and l.
+// Writes the numbers thread `part` holds back to row `row`, times `scale`. Unrolled, with a test
+// per column, not a loop to the run-time d: a register array indexed by a run-time count would
+// live in local memory for the whole kernel.
+template <typename T, int D>
+__device__ __forceinline__ void store_part(T* matrix, const T (&from)[Split<T, D>::part], long long row, long long d,
+                                           int part, T scale = T(1)) {
+    _Pragma("unroll") for (int c = 0; c < Split<T, D>::part; ++c) {
+        const int column = held_column<T, D>(part, c);
+        if (column < d) matrix[row * d + column] = from[c] * scale;
+    }
+}
+
+// SPLIT threads per query row, as in the backward kernels: each holds its part of q_i and of the
+// running output o, the parts of each score joined by shuffles, so all keep the same m and l.
 // Every lane walks the keys of the block's longest row (each reaches every shuffle); a key
 // beyond a thread's own row changes nothing.
 template <typename T, int D>
 __device__ void attention_forward(const T* q, const T* k, const T* v, const long long* lens, T* out, T* lse, Shapes s,
                                   T scale, int causal) {
-    constexpr int HALF = D / KEY_SPLIT, THREADS = QUERY_ROWS * KEY_SPLIT;
+    constexpr int SPLIT = Split<T, D>::value, PART = Split<T, D>::part, THREADS = QUERY_ROWS * SPLIT;
     __shared__ T k_tile[KEY_TILE][D];
     __shared__ T v_tile[KEY_TILE][D];
     __shared__ long long limits[THREADS];
-    const QueryRow r = query_row(s, KEY_SPLIT);
+    const QueryRow r = query_row(s, SPLIT);
     const long long kv = r.kv, row = r.row;
     const bool active = r.active;
-    const int first_column = (threadIdx.x % KEY_SPLIT) * HALF;
+    const int part = threadIdx.x % SPLIT;
 
-    T qr[HALF], o[HALF];
-    _Pragma("unroll") for (int c = 0; c < HALF; ++c) {
-        const int column = first_column + c;
-        qr[c] = active && column < s.d ? q[row * s.d + column] * scale : T(0);
-        o[c] = T(0);
-    }
+    T qr[PART], o[PART];
+    load_part<T, D>(qr, q, row, s.d, part, active, scale);
+    _Pragma("unroll") for (int c = 0; c < PART; ++c) o[c] = T(0);
     const long long visible = active ? visible_keys(s, lens, causal, r.b, r.i) : 0;
     const long long block_visible = block_max<THREADS>(visible, limits);
     T m = -infinity<T>(), l = T(0);
@@ -146,55 +195,45 @@ __device__ void attention_forward(const T* q, const T* k, const T* v, const long
         load_tile<T, D, THREADS>(v_tile, v + kv * s.K * s.d, j0, KEY_TILE, s.K, s.d);
         __syncthreads();
         for (int jj = 0; jj < KEY_TILE && j0 + jj < block_visible; ++jj) {
-            T score = dot<T, HALF>(qr, k_tile[jj] + first_column);
-            score += __shfl_xor_sync(0xffffffffu, score, 1);  // the partner's half: the whole score
-            if (j0 + jj >= visible) continue;                 // (after the shuffle: the partner needs it)
-            if (score > m) {  // a new max: what was summed so far shrinks by exp(m - score)
+            const T score = join_parts<SPLIT>(dot_part<T, D>(qr, k_tile[jj], part));  // the whole score
+            if (j0 + jj >= visible) continue;  // (after the shuffles: the other parts need this one)
+            if (score > m) {                   // a new max: what was summed so far shrinks by exp(m - score)
                 const T rescale = exponential(m - score);
                 l *= rescale;
-                _Pragma("unroll") for (int c = 0; c < HALF; ++c) o[c] *= rescale;
+                _Pragma("unroll") for (int c = 0; c < PART; ++c) o[c] *= rescale;
                 m = score;
             }
             const T p = exponential(score - m);
             l += p;
-            _Pragma("unroll") for (int c = 0; c < HALF; ++c) o[c] += p * v_tile[jj][first_column + c];
+            _Pragma("unroll") for (int c = 0; c < PART; ++c) o[c] += p * v_tile[jj][held_column<T, D>(part, c)];
         }
     }
     if (!active) return;
-    const T inverse = l > T(0) ? T(1) / l : T(0);  // no visible key: output 0
-    // unrolled over HALF with a test, not a loop to s.d: a register array indexed by a run-time
-    // count would live in local memory for the whole kernel
-    _Pragma("unroll") for (int c = 0; c < HALF; ++c) {
-        if (first_column + c < s.d) out[row * s.d + first_column + c] = o[c] * inverse;
-    }
-    if (first_column == 0) lse[row] = l > T(0) ? m + logarithm(l) : infinity<T>();
+    store_part<T, D>(out, o, row, s.d, part, l > T(0) ? T(1) / l : T(0));  // no visible key: output 0
+    if (part == 0) lse[row] = l > T(0) ? m + logarithm(l) : infinity<T>();
 }
 
 // dQ_i = scale sum_j p_ij (dp_ij - D_i) k_j, with p_ij = exp(s_ij - lse_i), dp_ij = dO_i . v_j.
-// Two threads per query row (three whole rows a thread would spill): each holds half of q_i,
-// dO_i and dQ_i, and a shuffle with its partner joins the dot products. So that every lane
+// SPLIT threads per query row (three whole rows a thread would spill): each holds its part of
+// q_i, dO_i and dQ_i, and shuffles with the others join the dot products. So that every lane
 // reaches every shuffle, all threads walk the keys the block's longest row sees, and a key
 // beyond a thread's own row adds ds = 0.
 template <typename T, int D>
 __device__ void attention_backward_dq(const T* q, const T* k, const T* v, const long long* lens, const T* lse,
                                       const T* grad_out, const T* delta, T* dq, Shapes s, T scale, int causal) {
-    constexpr int HALF = D / KEY_SPLIT, THREADS = QUERY_ROWS * KEY_SPLIT;
+    constexpr int SPLIT = Split<T, D>::value, PART = Split<T, D>::part, THREADS = QUERY_ROWS * SPLIT;
     __shared__ T k_tile[KEY_TILE][D];
     __shared__ T v_tile[KEY_TILE][D];
     __shared__ long long limits[THREADS];
-    const QueryRow r = query_row(s, KEY_SPLIT);
+    const QueryRow r = query_row(s, SPLIT);
     const long long kv = r.kv, row = r.row;
     const bool active = r.active;
-    const int first_column = (threadIdx.x % KEY_SPLIT) * HALF;
+    const int part = threadIdx.x % SPLIT;
 
-    T qr[HALF], dor[HALF], acc[HALF];
-    _Pragma("unroll") for (int c = 0; c < HALF; ++c) {
-        const int column = first_column + c;
-        const bool here = active && column < s.d;
-        qr[c] = here ? q[row * s.d + column] * scale : T(0);
-        dor[c] = here ? grad_out[row * s.d + column] : T(0);
-        acc[c] = T(0);
-    }
+    T qr[PART], dor[PART], acc[PART];
+    load_part<T, D>(qr, q, row, s.d, part, active, scale);
+    load_part<T, D>(dor, grad_out, row, s.d, part, active);
+    _Pragma("unroll") for (int c = 0; c < PART; ++c) acc[c] = T(0);
     const T row_lse = active ? lse[row] : infinity<T>(), row_delta = active ? delta[row] : T(0);
     const long long visible = active ? visible_keys(s, lens, causal, r.b, r.i) : 0;
     const long long block_visible = block_max<THREADS>(visible, limits);
@@ -204,29 +243,27 @@ __device__ void attention_backward_dq(const T* q, const T* k, const T* v, const 
         load_tile<T, D, THREADS>(v_tile, v + kv * s.K * s.d, j0, KEY_TILE, s.K, s.d);
         __syncthreads();
         for (int jj = 0; jj < KEY_TILE && j0 + jj < block_visible; ++jj) {
-            T score = dot<T, HALF>(qr, k_tile[jj] + first_column), dp = dot<T, HALF>(dor, v_tile[jj] + first_column);
-            score += __shfl_xor_sync(0xffffffffu, score, 1);  // the partner's half: the whole dot products
-            dp += __shfl_xor_sync(0xffffffffu, dp, 1);
+            const T score = join_parts<SPLIT>(dot_part<T, D>(qr, k_tile[jj], part));
+            const T dp = join_parts<SPLIT>(dot_part<T, D>(dor, v_tile[jj], part));
             const T ds = j0 + jj < visible ? exponential(score - row_lse) * (dp - row_delta) : T(0);
-            _Pragma("unroll") for (int c = 0; c < HALF; ++c) acc[c] += ds * k_tile[jj][first_column + c];
+            _Pragma("unroll") for (int c = 0; c < PART; ++c) acc[c] += ds * k_tile[jj][held_column<T, D>(part, c)];
         }
     }
     if (!active) return;
-    _Pragma("unroll") for (int c = 0; c < HALF; ++c) {  // as in the forward: registers stay registers
-        if (first_column + c < s.d) dq[row * s.d + first_column + c] = acc[c] * scale;
-    }
+    store_part<T, D>(dq, acc, row, s.d, part, scale);
 }
 
 // dV_j = sum_i p_ij dO_i,  dK_j = scale sum_i p_ij (dp_ij - D_i) q_i, over the queries i of every
-// head of j's group that see key j. Threads 2t and 2t + 1 own key row t of the block, columns
-// [0, D/2) and [D/2, D): each computes its half of q_i . k_j and dO_i . v_j, and a shuffle with
-// its partner (lane ^ 1) gives both the whole. Every thread runs every step, so that the shuffle
-// finds its partner: a pair that has no key, or whose key query i does not see, adds p = 0.
+// head of j's group that see key j. Threads SPLIT t .. SPLIT t + SPLIT - 1 own key row t of the
+// block, each its part of the columns: each computes its part of q_i . k_j and dO_i . v_j, and
+// shuffles with the others give all of them the whole. Every thread runs every step, so that
+// the shuffles find their partners: a row that has no key, or whose key query i does not see,
+// adds p = 0.
 template <typename T, int D>
 __device__ void attention_backward_dkv(const T* q, const T* k, const T* v, const long long* lens, const T* lse,
                                        const T* grad_out, const T* delta, T* dk, T* dv, Shapes s, T scale,
                                        int causal) {
-    constexpr int HALF = D / KEY_SPLIT, THREADS = QUERY_ROWS * KEY_SPLIT;
+    constexpr int SPLIT = Split<T, D>::value, PART = Split<T, D>::part, THREADS = QUERY_ROWS * SPLIT;
     __shared__ T q_tile[QUERY_TILE][D];
     __shared__ T do_tile[QUERY_TILE][D];
     __shared__ T lse_tile[QUERY_TILE];
@@ -234,19 +271,15 @@ __device__ void attention_backward_dkv(const T* q, const T* k, const T* v, const
     __shared__ long long visible_tile[QUERY_TILE];
     const long long tiles = (s.K + QUERY_ROWS - 1) / QUERY_ROWS;
     const long long bg = blockIdx.x / tiles, b = bg / s.G, group = bg % s.G, r = s.H / s.G;
-    const long long j = (blockIdx.x % tiles) * QUERY_ROWS + threadIdx.x / KEY_SPLIT;
-    const int first_column = (threadIdx.x % KEY_SPLIT) * HALF;
+    const long long j = (blockIdx.x % tiles) * QUERY_ROWS + threadIdx.x / SPLIT;
+    const int part = threadIdx.x % SPLIT;
     const bool active = j < s.K;
     const long long key_row = bg * s.K + j;
 
-    T kr[HALF], vr[HALF], dk_acc[HALF], dv_acc[HALF];
-    _Pragma("unroll") for (int c = 0; c < HALF; ++c) {
-        const int column = first_column + c;
-        const bool here = active && column < s.d;
-        kr[c] = here ? k[key_row * s.d + column] : T(0);
-        vr[c] = here ? v[key_row * s.d + column] : T(0);
-        dk_acc[c] = dv_acc[c] = T(0);
-    }
+    T kr[PART], vr[PART], dk_acc[PART], dv_acc[PART];
+    load_part<T, D>(kr, k, key_row, s.d, part, active);
+    load_part<T, D>(vr, v, key_row, s.d, part, active);
+    _Pragma("unroll") for (int c = 0; c < PART; ++c) dk_acc[c] = dv_acc[c] = T(0);
     // the first query that can see the block's first key: causal rows above it see none of it
     const long long first_key = (blockIdx.x % tiles) * QUERY_ROWS;
     const long long first_query = causal ? max(0LL, first_key - (s.K - s.Q)) : 0;
@@ -265,26 +298,22 @@ __device__ void attention_backward_dkv(const T* q, const T* k, const T* v, const
             }
             __syncthreads();
             for (int ii = 0; ii < QUERY_TILE; ++ii) {
-                T score = dot<T, HALF>(q_tile[ii] + first_column, kr), dp = dot<T, HALF>(do_tile[ii] + first_column, vr);
-                score += __shfl_xor_sync(0xffffffffu, score, 1);  // the partner's half: the whole dot products
-                dp += __shfl_xor_sync(0xffffffffu, dp, 1);
+                const T score = join_parts<SPLIT>(dot_part<T, D>(kr, q_tile[ii], part));
+                const T dp = join_parts<SPLIT>(dot_part<T, D>(vr, do_tile[ii], part));
                 const bool sees = active && j < visible_tile[ii];
                 const T p = sees ? exponential(score * scale - lse_tile[ii]) : T(0);
                 const T ds = p * (dp - delta_tile[ii]) * scale;
-                _Pragma("unroll") for (int c = 0; c < HALF; ++c) {
-                    dv_acc[c] += p * do_tile[ii][first_column + c];
-                    dk_acc[c] += ds * q_tile[ii][first_column + c];
+                _Pragma("unroll") for (int c = 0; c < PART; ++c) {
+                    const int column = held_column<T, D>(part, c);
+                    dv_acc[c] += p * do_tile[ii][column];
+                    dk_acc[c] += ds * q_tile[ii][column];
                 }
             }
         }
     }
     if (!active) return;
-    _Pragma("unroll") for (int c = 0; c < HALF; ++c) {  // as in the forward: registers stay registers
-        if (first_column + c < s.d) {
-            dk[key_row * s.d + first_column + c] = dk_acc[c];
-            dv[key_row * s.d + first_column + c] = dv_acc[c];
-        }
-    }
+    store_part<T, D>(dk, dk_acc, key_row, s.d, part);
+    store_part<T, D>(dv, dv_acc, key_row, s.d, part);
 }
 
 // The kernels, by row size D and dtype: attention_forward_d64_float32 and so on. The launcher
