@@ -610,28 +610,42 @@ def test_compile_all_compiles_every_kernel_of_every_source():
 # ---------------------------------------------------------------------------
 
 
-def tiled_attention(q, k, v, lens, causal, scale, grad):
+def tiled_attention(q, k, v, lens, causal, scale, grad, bias=None):
     """The reference: flash_attention's tiles on the CPU (tested against plain attention in
-    test_flash_attention.py), with small tiles so that every code path of the stream runs."""
+    test_flash_attention.py), with small tiles so that every code path of the stream runs.
+    ``bias``: None or (table, window, q_offset, k_offset), a relative bias."""
     leaves = [mt.tensor(a, requires_grad=True) for a in (q, k, v)]
     lens_t = None if lens is None else mt.tensor(lens)
+    table, window, q_offset, k_offset = (None, None, 0, 0) if bias is None else bias
     out, lse = flash_attention(
-        *leaves, valid_lens=lens_t, causal=causal, scale=scale, block_q=8, block_k=8, return_lse=True
-    )
+        *leaves, valid_lens=lens_t, causal=causal, scale=scale, block_q=8, block_k=8, return_lse=True,
+        relative_bias=None if table is None else mt.tensor(table), window=window, q_offset=q_offset,
+        k_offset=k_offset,
+    )  # fmt: skip
     out.backward(mt.tensor(grad))
     return out.numpy(), lse.numpy(), *(leaf.grad.numpy() for leaf in leaves)
 
 
-def check_attention(kernels, B, H, G, Q, K, d, dtype, causal, lens, seed=0):
+def relative_table(rng, H, Q, K, dtype, window=None, q_offset=0, k_offset=0):
+    """A relative bias as a "scores" encoding gives it: (H, Q + K - 1), -inf beyond ``window``."""
+    table = rng.standard_normal((H, Q + K - 1))
+    if window is not None:
+        distance = k_offset - (q_offset + Q - 1) + np.arange(Q + K - 1)
+        table[:, np.abs(distance) > window] = -np.inf
+    return table.astype(dtype), window, q_offset, k_offset
+
+
+def check_attention(kernels, B, H, G, Q, K, d, dtype, causal, lens, seed=0, bias=None):
     rng = np.random.default_rng(seed)
     q = rng.standard_normal((B, H, Q, d)).astype(dtype)
     k, v = (rng.standard_normal((B, G, K, d)).astype(dtype) for _ in range(2))
     grad = rng.standard_normal((B, H, Q, d)).astype(dtype)
     scale = 1 / np.sqrt(d)
-    want = tiled_attention(q, k, v, lens, causal, scale, grad)
+    want = tiled_attention(q, k, v, lens, causal, scale, grad, bias)
     by_row = None if lens is None else np.broadcast_to(np.asarray(lens).reshape(B, -1), (B, Q))
-    out, lse = kernels.attention_forward(q, k, v, by_row, causal, scale)
-    got = (out, lse, *kernels.attention_backward(q, k, v, by_row, causal, scale, out, lse, grad))
+    table = {} if bias is None else dict(table=bias[0], window=bias[1], shift=bias[3] - bias[2])
+    out, lse = kernels.attention_forward(q, k, v, by_row, causal, scale, **table)
+    got = (out, lse, *kernels.attention_backward(q, k, v, by_row, causal, scale, out, lse, grad, **table))
     tol = dict(rtol=2e-4, atol=2e-5) if dtype == np.float32 else dict(rtol=1e-10, atol=1e-12)
     for name, g, w in zip(("out", "lse", "dq", "dk", "dv"), got, want):
         assert g.dtype == dtype and g.shape == w.shape, name
@@ -653,6 +667,45 @@ def check_attention(kernels, B, H, G, Q, K, d, dtype, causal, lens, seed=0):
 )
 def test_streamed_attention_matches_the_tiles(kernels, dtype, B, H, G, Q, K, d, causal, lens):
     check_attention(kernels, B, H, G, Q, K, d, dtype, causal, lens)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(
+    "B, H, G, Q, K, causal, lens, window, q_offset, k_offset",
+    [
+        (2, 4, 2, 70, 70, True, None, None, 0, 0),  # ALiBi's kind: a bias on every key
+        (1, 2, 1, 37, 45, False, [40], None, 0, 0),  # K > Q with lengths
+        (2, 2, 2, 70, 70, True, None, 5, 0, 0),  # a sliding window: most key tiles skipped
+        (1, 2, 2, 9, 70, False, None, 8, 61, 0),  # a window with the queries at positions 61..69
+        (2, 4, 2, 70, 45, False, [[20] * 70, list(range(70))], 30, 10, 3),  # window both ways, empty rows
+    ],
+)
+def test_streamed_attention_with_a_relative_bias(dtype, B, H, G, Q, K, causal, lens, window, q_offset, k_offset):
+    """A "scores" encoding's relative bias (ALiBi, sliding_window, a plugin declaring ``relative``)
+    enters the kernels as its (H, Q + K - 1) table, -inf beyond its window; they add it to every
+    score and skip the keys, and the blocks of keys, that the window hides."""
+    bias = relative_table(np.random.default_rng(1), H, Q, K, dtype, window, q_offset, k_offset)
+    check_attention(emulated(), B, H, G, Q, K, 16, dtype, causal, lens, bias=bias)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_bias_that_hides_a_rows_first_keys_without_a_window(dtype):
+    """-inf inside the table, with no window to say where: here every key before the query
+    (a plugin that looks ahead only), so that the first keys each row meets are hidden, and a
+    row's running max is still -inf when they come (exp(-inf - -inf) would be NaN)."""
+    table, *_ = relative_table(np.random.default_rng(2), 2, 40, 40, dtype)
+    table[:, : 40 - 1] = -np.inf  # distances j - i < 0
+    check_attention(emulated(), 1, 2, 2, 40, 40, 8, dtype, False, None, bias=(table, None, 0, 0))
+
+
+def test_a_bias_table_of_the_wrong_shape_or_a_window_without_one_is_refused(recorded):
+    kernels = CudaKernels(np, load_module=RecordingModule)
+    q = k = v = np.zeros((1, 2, 5, 8), np.float32)
+    with pytest.raises(ValueError, match=r"expected \(H, Q \+ K - 1\) = \(2, 9\)"):
+        kernels.attention_forward(q, k, v, None, False, 1.0, table=np.zeros((2, 5), np.float32))
+    with pytest.raises(ValueError, match="window=3 needs a relative bias table"):
+        kernels.attention_forward(q, k, v, None, False, 1.0, window=3)
+    assert not recorded
 
 
 @pytest.mark.parametrize(
@@ -738,9 +791,10 @@ def test_hypothesis_attention_shapes(groups, Q, K, d, causal, with_lens, seed):
     check_attention(emulated(), 2, *groups, Q, K, d, np.float64, causal, lens, seed=seed)
 
 
-def test_flash_attention_runs_the_kernels_on_a_backend_that_has_them(monkeypatch):
-    """Through the op, under autograd: gradcheck in float64, the weights recomputed on demand,
-    and the tiles still run where the kernels cannot (a bool mask)."""
+@pytest.fixture
+def kernel_calls(monkeypatch):
+    """Device "emulated-cuda": the CPU backend plus the emulated attention kernels, as a GPU
+    backend has them; returns the list of each ``attention_forward`` call's keyword arguments."""
     from minitensor.backends import _BACKENDS, NumpyBackend
 
     calls = []
@@ -750,8 +804,17 @@ def test_flash_attention_runs_the_kernels_on_a_backend_that_has_them(monkeypatch
         attention_kernels = emulated()
 
     original = CudaKernels.attention_forward
-    monkeypatch.setattr(CudaKernels, "attention_forward", lambda self, *a: calls.append(1) or original(self, *a))
+    monkeypatch.setattr(
+        CudaKernels, "attention_forward", lambda self, *a, **kw: calls.append(kw) or original(self, *a, **kw)
+    )
     monkeypatch.setitem(_BACKENDS, "emulated-cuda", EmulatedGPU())
+    return calls
+
+
+def test_flash_attention_runs_the_kernels_on_a_backend_that_has_them(kernel_calls):
+    """Through the op, under autograd: gradcheck in float64, the weights recomputed on demand,
+    and the tiles still run where the kernels cannot (a bool mask)."""
+    calls = kernel_calls
     rng = np.random.default_rng(3)
     q, k, v = (
         mt.tensor(rng.standard_normal((1, 2, 6, 4)), dtype=mt.float64, device="emulated-cuda", requires_grad=True)
@@ -770,6 +833,41 @@ def test_flash_attention_runs_the_kernels_on_a_backend_that_has_them(monkeypatch
     mask = mt.tensor(rng.random((1, 1, 6, 6)) > 0.3, device="emulated-cuda")
     flash_attention(q, k, v, mask=mask)
     assert calls == []  # a bool mask: the tiles
+
+
+@pytest.mark.parametrize("positional", ["alibi", "sliding_window", "t5_relative"])
+def test_a_layers_relative_bias_takes_the_kernels_unless_it_learns(kernel_calls, positional):
+    """A streamed MultiHeadAttention with a "scores" encoding declaring ``relative`` (ALiBi, a
+    sliding window: fixed tables) runs the GPU kernels, as the same layer with no bias does, and
+    computes what the CPU computes. T5's table is learned: while it wants a gradient, the tiles
+    run (the kernels give none); under no_grad the kernels again."""
+    calls = kernel_calls
+    options = {"window": 6} if positional == "sliding_window" else {}
+    mt.manual_seed(0)
+    layer = mt.nn.MultiHeadAttention(
+        16, 4, positional=positional, positional_options=options, fused=True, dtype=mt.float64
+    )
+    x = np.random.default_rng(4).standard_normal((2, 20, 16))
+    outputs, grads = [], []
+    for device in ("cpu", "emulated-cuda"):
+        layer.to(device)
+        layer.zero_grad()
+        X = mt.tensor(x, dtype=mt.float64, device=device, requires_grad=True)
+        out = layer(X, X, X, causal=True)
+        (out * out).sum().backward()
+        outputs.append(out.numpy())
+        grads.append([X.grad.numpy()] + [p.grad.numpy() for p in layer.parameters()])
+    learned = positional == "t5_relative"
+    assert bool(calls) != learned, calls
+    np.testing.assert_allclose(outputs[1], outputs[0], rtol=1e-10, atol=1e-12)
+    for got, want in zip(grads[1], grads[0]):
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
+    if not learned:
+        assert calls[0]["table"] is not None and calls[0]["window"] == options.get("window")
+    calls.clear()
+    with mt.no_grad():
+        np.testing.assert_allclose(layer(X, X, X, causal=True).numpy(), outputs[0], rtol=1e-10, atol=1e-12)
+    assert calls
 
 
 def test_the_emulator_stops_at_an_index_past_a_fixed_size_array():

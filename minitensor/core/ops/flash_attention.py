@@ -71,6 +71,7 @@ import numpy
 from ..autograd import Function, Grads
 from ..backends import Backend
 from ..errors import ShapeError
+from ..grad_mode import is_grad_enabled
 from ..tensor import Array, Tensor
 from .softmax import as_mask_tensors
 
@@ -108,6 +109,7 @@ class StreamPlan:
     k: Array
     unscaled_q: Array
     masks: tuple[Tensor | None, Tensor | None]  # set by stream_plan: the (valid_lens, mask) Tensors
+    table_needs_grad: bool  # set by stream_plan: the table will want a gradient (a learned bias)
 
     def __init__(
         self,
@@ -135,6 +137,7 @@ class StreamPlan:
         self.q_offset, self.k_offset = q_offset, k_offset
         self.block_q, self.block_k = block_q or BLOCK_Q, block_k or BLOCK_K
         self.table = table
+        self.table_needs_grad = False
         self.lens = self._lens(lens)
         self.mask = self._mask(mask)
         self.lse = self.q = self.k = self.unscaled_q = None  # set by the forward pass, for ``weights``
@@ -268,13 +271,19 @@ class StreamPlan:
     # -- the GPU's kernels ----------------------------------------------------------------------
     def device_kernels(self, v: Array) -> Any:
         """The backend's streamed-attention kernels (``kernels/cuda/attention.cu`` on a GPU), or
-        None where the backend has none or this call needs what they lack: a bool mask, a
-        relative bias (so a window too), values of another size than the queries, a head size
-        or dtype without a kernel. Masks by ``causal`` and ``valid_lens`` they apply themselves."""
+        None where the backend has none or this call needs what they lack: a bool mask, the
+        gradient of a relative bias (a learned one, T5's), values of another size than the
+        queries, a head size or dtype without a kernel. Masks by ``causal`` and ``valid_lens``,
+        and a relative bias with its window, they apply themselves."""
         kernels = getattr(self.backend, "attention_kernels", None)
-        if kernels is None or self.mask is not None or self.table is not None or v.shape[-1] != self.d:
+        if kernels is None or self.mask is not None or self.table_needs_grad or v.shape[-1] != self.d:
             return None
         return kernels if kernels.attention_row_size(v.dtype, self.d) is not None else None
+
+    def kernel_bias(self) -> dict[str, Any]:
+        """The relative bias as the kernels take it: the table, the distance of query i and key
+        j being j - i + ``shift``, and the window."""
+        return dict(table=self.table, shift=self.k_offset - self.q_offset, window=self.window)
 
     def lens_by_row(self) -> Array | None:
         """valid_lens as (batch, 1) or (batch, Q), or None: what the kernels take."""
@@ -366,7 +375,9 @@ class FlashAttention(Function):
         ctx.plan = plan
         ctx.kernels = plan.device_kernels(v)
         if ctx.kernels is not None:  # a GPU: the whole stream is one kernel (attention.cu)
-            out, lse = ctx.kernels.attention_forward(q, k, v, plan.lens_by_row(), plan.causal, plan.scale)
+            out, lse = ctx.kernels.attention_forward(
+                q, k, v, plan.lens_by_row(), plan.causal, plan.scale, **plan.kernel_bias()
+            )
             plan.q, plan.unscaled_q, plan.k, plan.lse = None, q, k, lse.reshape(B, g, r, Q)
             ctx.save_for_backward(q, k, v, out, lse)
             return out
@@ -413,7 +424,7 @@ class FlashAttention(Function):
         if ctx.kernels is not None:
             q, k, v, out, lse = ctx.saved
             dq, dk, dv = ctx.kernels.attention_backward(
-                q, k, v, plan.lens_by_row(), plan.causal, plan.scale, out, lse, grad
+                q, k, v, plan.lens_by_row(), plan.causal, plan.scale, out, lse, grad, **plan.kernel_bias()
             )
             return dq, dk, dv, None
         if plan.keep_weights:
@@ -625,4 +636,5 @@ def stream_plan(
         keep_weights,
     )
     plan.masks = masks  # the Tensors (valid_lens, mask), for FlashAttention.apply
+    plan.table_needs_grad = relative_bias is not None and relative_bias.requires_grad and is_grad_enabled()
     return plan

@@ -452,14 +452,18 @@ class CudaKernels:
         sizes = ATTENTION_ROW_SIZES.get(np.dtype(dtype).name, ())
         return next((size for size in sizes if size >= d), None)
 
-    def attention_forward(self, q, k, v, lens, causal, scale):
-        """Streamed ``softmax(scale q k^T, masked) v``. q (B, H, Q, d); k, v (B, G, K, d) with G
-        dividing H; ``lens`` None or int64 (B, Q) valid lengths; ``causal``: key j visible to
-        query i when j <= i + K - Q. Returns the output (B, H, Q, d) and the log-sum-exp of
-        each row (B, H, Q), +inf for a row that sees no key."""
+    def attention_forward(self, q, k, v, lens, causal, scale, table=None, shift=0, window=None):
+        """Streamed ``softmax(scale q k^T + bias, masked) v``. q (B, H, Q, d); k, v (B, G, K, d)
+        with G dividing H; ``lens`` None or int64 (B, Q) valid lengths; ``causal``: key j visible
+        to query i when j <= i + K - Q. ``table``: None or a relative bias (H, Q + K - 1), column
+        j - i + Q - 1 the bias of query i and key j (``flash_attention``'s ``relative_bias``);
+        ``window``: None, or keys at a distance j - i + ``shift`` (the keys' position offset less
+        the queries') beyond it are -inf in ``table``, and skipped. Returns the output
+        (B, H, Q, d) and the log-sum-exp of each row (B, H, Q), +inf for a row that sees no key."""
         q, k, v = (self.xp.ascontiguousarray(a) for a in (q, k, v))
         B, H, Q, d = q.shape
         size = self._attention_size(q, k, v)
+        bias = self._attention_bias(q, k, table, shift, window)
         out, lse = self.xp.empty_like(q), self.xp.empty(q.shape[:-1], q.dtype)
         if q.size and k.shape[2]:
             blocks = _attention_grid(B * H, Q)
@@ -467,28 +471,30 @@ class CudaKernels:
             self._function("attention", f"attention_forward_d{size}_{q.dtype.name}")(
                 (blocks,),
                 (attention_split(q.dtype, size) * ATTENTION_THREADS,),
-                (q, k, v, lens_arg, out, lse, *self._attention_shapes(q, k), q.dtype.type(scale))
-                + (np.int32(bool(causal)), has_lens),
+                (q, k, v, lens_arg, bias[0], out, lse, *self._attention_shapes(q, k), q.dtype.type(scale))
+                + (np.int32(bool(causal)), has_lens, *bias[1:]),
             )
         elif q.size:  # no keys at all: every row is empty
             out.fill(0)
             lse.fill(np.inf)
         return out, lse
 
-    def attention_backward(self, q, k, v, lens, causal, scale, out, lse, grad):
-        """The gradients (dq, dk, dv) of :meth:`attention_forward` for the output's gradient ``grad``."""
+    def attention_backward(self, q, k, v, lens, causal, scale, out, lse, grad, table=None, shift=0, window=None):
+        """The gradients (dq, dk, dv) of :meth:`attention_forward` for the output's gradient
+        ``grad`` (the bias ``table`` takes none: a table that needs one takes the tiles)."""
         q, k, v, out, lse, grad = (self.xp.ascontiguousarray(a) for a in (q, k, v, out, lse, grad))
         B, H, Q, d = q.shape
         G, K = k.shape[1], k.shape[2]
         size = self._attention_size(q, k, v)
+        bias = self._attention_bias(q, k, table, shift, window)
         # the kernels write every row (zeros where nothing is seen): no zeroing launches
         new = self.xp.empty_like if q.size and K else self.xp.zeros_like
         dq, dk, dv = new(q), new(k), new(v)
         if q.size and K:
             delta = (grad * out).sum(axis=-1)  # D_i = dO_i . O_i = sum_j p_ij dp_ij
             lens_arg, has_lens = self._attention_lens(lens, B, Q)
-            common = (q, k, v, lens_arg, lse, grad, delta)
-            tail = (*self._attention_shapes(q, k), q.dtype.type(scale), np.int32(bool(causal)), has_lens)
+            common = (q, k, v, lens_arg, bias[0], lse, grad, delta)
+            tail = (*self._attention_shapes(q, k), q.dtype.type(scale), np.int32(bool(causal)), has_lens, *bias[1:])
             dtype, threads = q.dtype.name, attention_split(q.dtype, size) * ATTENTION_THREADS
             self._function("attention", f"attention_backward_dq_d{size}_{dtype}")(
                 (_attention_grid(B * H, Q),), (threads,), (*common, dq, *tail)
@@ -509,6 +515,22 @@ class CudaKernels:
         if size is None:
             raise ValueError(f"attention: no kernel for heads of size {d} in {q.dtype} (sizes {ATTENTION_ROW_SIZES})")
         return size
+
+    def _attention_bias(self, q, k, table, shift, window):
+        """The kernels' (table, has_table, shift, window) arguments: a pointer either way (the
+        queries when there is no table: has_table 0 ignores it), -1 for no window."""
+        if window is not None and (table is None or window < 0):
+            raise ValueError(f"attention: window={window} needs a relative bias table that is -inf beyond it")
+        if table is None:
+            return q, np.int32(0), np.int64(0), np.int64(-1)
+        H, Q, K = q.shape[1], q.shape[2], k.shape[2]
+        if tuple(table.shape) != (H, Q + K - 1):
+            raise ValueError(
+                f"attention: relative bias table of shape {tuple(table.shape)}; expected (H, Q + K - 1) = "
+                f"{(H, Q + K - 1)}"
+            )
+        table = self.xp.ascontiguousarray(table, dtype=q.dtype)
+        return table, np.int32(1), np.int64(shift), np.int64(-1 if window is None else window)
 
     def _attention_shapes(self, q, k):
         B, H, Q, d = q.shape

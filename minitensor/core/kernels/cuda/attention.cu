@@ -95,13 +95,41 @@ struct Shapes {
     long long B, H, G, Q, K, d;
 };
 
-// How many keys query i of batch b may see: keys 0 .. visible - 1.
-__device__ __forceinline__ long long visible_keys(const Shapes& s, const long long* lens, int causal, long long b,
-                                                  long long i) {
-    long long n = s.K;
-    if (causal) n = min(n, i + (s.K - s.Q) + 1);
-    if (lens != nullptr) n = min(n, lens[b * s.Q + i]);
-    return max(n, 0LL);
+// A relative bias, added to every score: table (H, Q + K - 1), whose column j - i + Q - 1 holds
+// the bias of query i and key j in head h (a "scores" encoding's relative_bias), or none (null).
+// window >= 0: keys farther than `window` from a query, at a distance j - i + shift (shift the
+// key positions' offset less the queries'), have -inf in the table: the kernels skip them, and
+// the blocks of keys that lie wholly beyond it; -1: no window.
+template <typename T>
+struct Bias {
+    const T* table;
+    long long shift, window;
+
+    __device__ __forceinline__ T at(const Shapes& s, long long h, long long i, long long j) const {
+        return table == nullptr ? T(0) : table[h * (s.Q + s.K - 1) + (j - i + s.Q - 1)];
+    }
+};
+
+// The keys query i of batch b may see: first .. end - 1 (none when end == first).
+struct KeyRange {
+    long long first, end;
+};
+
+__device__ __forceinline__ KeyRange visible_keys(const Shapes& s, const long long* lens, int causal, long long shift,
+                                                 long long window, long long b, long long i) {
+    long long first = 0, end = s.K;
+    if (causal) end = min(end, i + (s.K - s.Q) + 1);
+    if (lens != nullptr) end = min(end, lens[b * s.Q + i]);
+    if (window >= 0) {
+        first = max(first, i - shift - window);
+        end = min(end, i - shift + window + 1);
+    }
+    return KeyRange{first, max(end, first)};
+}
+
+// The first key any of the queries first_query .. of a block may see: the lowest row's first.
+__device__ __forceinline__ long long first_key_of_block(long long first_query, long long shift, long long window) {
+    return window >= 0 ? max(0LL, first_query - shift - window) : 0LL;
 }
 
 // The largest of `value` over the block's THREADS threads, by a tree in shared memory (halving
@@ -132,16 +160,17 @@ __device__ __forceinline__ void load_tile(T (*tile)[D], const T* matrix, long lo
 
 // The query row this thread owns: one block per (batch, head, tile of QUERY_ROWS queries).
 struct QueryRow {
-    long long b, kv, i, row;  // batch; its key/value head in (B, G); the query; its row of (B, H, Q)
-    bool active;              // i < Q: a thread past the last query still helps load the tiles
+    long long b, h, kv, i, row;  // batch; head; its key/value head in (B, G); the query; its row of (B, H, Q)
+    long long first_i;           // the block's first query
+    bool active;                 // i < Q: a thread past the last query still helps load the tiles
 };
 
 // `split` threads per row: threads split t .. split t + split - 1 share query row t of the block.
 __device__ __forceinline__ QueryRow query_row(const Shapes& s, int split = 1) {
     const long long tiles = (s.Q + QUERY_ROWS - 1) / QUERY_ROWS;
     const long long bh = blockIdx.x / tiles, b = bh / s.H, h = bh % s.H;
-    const long long i = (blockIdx.x % tiles) * QUERY_ROWS + threadIdx.x / split;
-    return QueryRow{b, b * s.G + h / (s.H / s.G), i, bh * s.Q + i, i < s.Q};
+    const long long first_i = (blockIdx.x % tiles) * QUERY_ROWS, i = first_i + threadIdx.x / split;
+    return QueryRow{b, h, b * s.G + h / (s.H / s.G), i, bh * s.Q + i, first_i, i < s.Q};
 }
 
 // The numbers thread `part` holds of row `row` of a (rows, d) matrix, times `scale`: zeros past d,
@@ -172,8 +201,8 @@ __device__ __forceinline__ void store_part(T* matrix, const T (&from)[Split<T, D
 // Every lane walks the keys of the block's longest row (each reaches every shuffle); a key
 // beyond a thread's own row changes nothing.
 template <typename T, int D>
-__device__ void attention_forward(const T* q, const T* k, const T* v, const long long* lens, T* out, T* lse, Shapes s,
-                                  T scale, int causal) {
+__device__ void attention_forward(const T* q, const T* k, const T* v, const long long* lens, Bias<T> bias, T* out,
+                                  T* lse, Shapes s, T scale, int causal) {
     constexpr int SPLIT = Split<T, D>::value, PART = Split<T, D>::part, THREADS = QUERY_ROWS * SPLIT;
     __shared__ T k_tile[KEY_TILE][D];
     __shared__ T v_tile[KEY_TILE][D];
@@ -186,24 +215,28 @@ __device__ void attention_forward(const T* q, const T* k, const T* v, const long
     T qr[PART], o[PART];
     load_part<T, D>(qr, q, row, s.d, part, active, scale);
     _Pragma("unroll") for (int c = 0; c < PART; ++c) o[c] = T(0);
-    const long long visible = active ? visible_keys(s, lens, causal, r.b, r.i) : 0;
-    const long long block_visible = block_max<THREADS>(visible, limits);
+    const KeyRange keys = active ? visible_keys(s, lens, causal, bias.shift, bias.window, r.b, r.i) : KeyRange{0, 0};
+    const long long block_visible = block_max<THREADS>(keys.end, limits);
     T m = -infinity<T>(), l = T(0);
-    for (long long j0 = 0; j0 < block_visible; j0 += KEY_TILE) {
+    for (long long j0 = first_key_of_block(r.first_i, bias.shift, bias.window); j0 < block_visible; j0 += KEY_TILE) {
         __syncthreads();  // everyone is done with the previous tile
         load_tile<T, D, THREADS>(k_tile, k + kv * s.K * s.d, j0, KEY_TILE, s.K, s.d);
         load_tile<T, D, THREADS>(v_tile, v + kv * s.K * s.d, j0, KEY_TILE, s.K, s.d);
         __syncthreads();
         for (int jj = 0; jj < KEY_TILE && j0 + jj < block_visible; ++jj) {
-            const T score = join_parts<SPLIT>(dot_part<T, D>(qr, k_tile[jj], part));  // the whole score
-            if (j0 + jj >= visible) continue;  // (after the shuffles: the other parts need this one)
-            if (score > m) {                   // a new max: what was summed so far shrinks by exp(m - score)
-                const T rescale = exponential(m - score);
+            const long long j = j0 + jj;
+            const T score = join_parts<SPLIT>(dot_part<T, D>(qr, k_tile[jj], part));  // the whole score q . k
+            // (after the shuffles: the other parts need this one)
+            if (j < keys.first || j >= keys.end) continue;
+            const T biased = score + bias.at(s, r.h, r.i, j);
+            if (biased == -infinity<T>()) continue;  // the bias says "may not attend": exp(-inf - -inf) is no 0
+            if (biased > m) {  // a new max: what was summed so far shrinks by exp(m - biased)
+                const T rescale = exponential(m - biased);
                 l *= rescale;
                 _Pragma("unroll") for (int c = 0; c < PART; ++c) o[c] *= rescale;
-                m = score;
+                m = biased;
             }
-            const T p = exponential(score - m);
+            const T p = exponential(biased - m);
             l += p;
             _Pragma("unroll") for (int c = 0; c < PART; ++c) o[c] += p * v_tile[jj][held_column<T, D>(part, c)];
         }
@@ -219,8 +252,9 @@ __device__ void attention_forward(const T* q, const T* k, const T* v, const long
 // reaches every shuffle, all threads walk the keys the block's longest row sees, and a key
 // beyond a thread's own row adds ds = 0.
 template <typename T, int D>
-__device__ void attention_backward_dq(const T* q, const T* k, const T* v, const long long* lens, const T* lse,
-                                      const T* grad_out, const T* delta, T* dq, Shapes s, T scale, int causal) {
+__device__ void attention_backward_dq(const T* q, const T* k, const T* v, const long long* lens, Bias<T> bias,
+                                      const T* lse, const T* grad_out, const T* delta, T* dq, Shapes s, T scale,
+                                      int causal) {
     constexpr int SPLIT = Split<T, D>::value, PART = Split<T, D>::part, THREADS = QUERY_ROWS * SPLIT;
     __shared__ T k_tile[KEY_TILE][D];
     __shared__ T v_tile[KEY_TILE][D];
@@ -235,9 +269,9 @@ __device__ void attention_backward_dq(const T* q, const T* k, const T* v, const 
     load_part<T, D>(dor, grad_out, row, s.d, part, active);
     _Pragma("unroll") for (int c = 0; c < PART; ++c) acc[c] = T(0);
     const T row_lse = active ? lse[row] : infinity<T>(), row_delta = active ? delta[row] : T(0);
-    const long long visible = active ? visible_keys(s, lens, causal, r.b, r.i) : 0;
-    const long long block_visible = block_max<THREADS>(visible, limits);
-    for (long long j0 = 0; j0 < block_visible; j0 += KEY_TILE) {
+    const KeyRange keys = active ? visible_keys(s, lens, causal, bias.shift, bias.window, r.b, r.i) : KeyRange{0, 0};
+    const long long block_visible = block_max<THREADS>(keys.end, limits);
+    for (long long j0 = first_key_of_block(r.first_i, bias.shift, bias.window); j0 < block_visible; j0 += KEY_TILE) {
         __syncthreads();
         load_tile<T, D, THREADS>(k_tile, k + kv * s.K * s.d, j0, KEY_TILE, s.K, s.d);
         load_tile<T, D, THREADS>(v_tile, v + kv * s.K * s.d, j0, KEY_TILE, s.K, s.d);
@@ -245,7 +279,9 @@ __device__ void attention_backward_dq(const T* q, const T* k, const T* v, const 
         for (int jj = 0; jj < KEY_TILE && j0 + jj < block_visible; ++jj) {
             const T score = join_parts<SPLIT>(dot_part<T, D>(qr, k_tile[jj], part));
             const T dp = join_parts<SPLIT>(dot_part<T, D>(dor, v_tile[jj], part));
-            const T ds = j0 + jj < visible ? exponential(score - row_lse) * (dp - row_delta) : T(0);
+            const long long j = j0 + jj;
+            const bool sees = j >= keys.first && j < keys.end;
+            const T ds = sees ? exponential(score + bias.at(s, r.h, r.i, j) - row_lse) * (dp - row_delta) : T(0);
             _Pragma("unroll") for (int c = 0; c < PART; ++c) acc[c] += ds * k_tile[jj][held_column<T, D>(part, c)];
         }
     }
@@ -260,15 +296,15 @@ __device__ void attention_backward_dq(const T* q, const T* k, const T* v, const 
 // the shuffles find their partners: a row that has no key, or whose key query i does not see,
 // adds p = 0.
 template <typename T, int D>
-__device__ void attention_backward_dkv(const T* q, const T* k, const T* v, const long long* lens, const T* lse,
-                                       const T* grad_out, const T* delta, T* dk, T* dv, Shapes s, T scale,
-                                       int causal) {
+__device__ void attention_backward_dkv(const T* q, const T* k, const T* v, const long long* lens, Bias<T> bias,
+                                       const T* lse, const T* grad_out, const T* delta, T* dk, T* dv, Shapes s,
+                                       T scale, int causal) {
     constexpr int SPLIT = Split<T, D>::value, PART = Split<T, D>::part, THREADS = QUERY_ROWS * SPLIT;
     __shared__ T q_tile[QUERY_TILE][D];
     __shared__ T do_tile[QUERY_TILE][D];
     __shared__ T lse_tile[QUERY_TILE];
     __shared__ T delta_tile[QUERY_TILE];
-    __shared__ long long visible_tile[QUERY_TILE];
+    __shared__ long long first_tile[QUERY_TILE], end_tile[QUERY_TILE];  // each query's visible keys
     const long long tiles = (s.K + QUERY_ROWS - 1) / QUERY_ROWS;
     const long long bg = blockIdx.x / tiles, b = bg / s.G, group = bg % s.G, r = s.H / s.G;
     const long long j = (blockIdx.x % tiles) * QUERY_ROWS + threadIdx.x / SPLIT;
@@ -280,12 +316,17 @@ __device__ void attention_backward_dkv(const T* q, const T* k, const T* v, const
     load_part<T, D>(kr, k, key_row, s.d, part, active);
     load_part<T, D>(vr, v, key_row, s.d, part, active);
     _Pragma("unroll") for (int c = 0; c < PART; ++c) dk_acc[c] = dv_acc[c] = T(0);
-    // the first query that can see the block's first key: causal rows above it see none of it
-    const long long first_key = (blockIdx.x % tiles) * QUERY_ROWS;
-    const long long first_query = causal ? max(0LL, first_key - (s.K - s.Q)) : 0;
+    // the queries that can see any of the block's keys: causal rows above the first key see none
+    // of them, and a window hides them from the rows farther than it from every key
+    const long long first_key = (blockIdx.x % tiles) * QUERY_ROWS, last_key = first_key + QUERY_ROWS - 1;
+    long long first_query = causal ? max(0LL, first_key - (s.K - s.Q)) : 0, end_query = s.Q;
+    if (bias.window >= 0) {
+        first_query = max(first_query, first_key + bias.shift - bias.window);
+        end_query = min(end_query, last_key + bias.shift + bias.window + 1);
+    }
     for (long long h = group * r; h < (group + 1) * r; ++h) {
         const long long base = (b * s.H + h) * s.Q;  // row of (b, h, query 0)
-        for (long long i0 = first_query; i0 < s.Q; i0 += QUERY_TILE) {
+        for (long long i0 = first_query; i0 < end_query; i0 += QUERY_TILE) {
             __syncthreads();
             load_tile<T, D, THREADS>(q_tile, q + base * s.d, i0, QUERY_TILE, s.Q, s.d);
             load_tile<T, D, THREADS>(do_tile, grad_out + base * s.d, i0, QUERY_TILE, s.Q, s.d);
@@ -294,14 +335,17 @@ __device__ void attention_backward_dkv(const T* q, const T* k, const T* v, const
                 const bool in = i < s.Q;
                 lse_tile[threadIdx.x] = in ? lse[base + i] : infinity<T>();
                 delta_tile[threadIdx.x] = in ? delta[base + i] : T(0);
-                visible_tile[threadIdx.x] = in ? visible_keys(s, lens, causal, b, i) : 0;
+                const KeyRange keys =
+                    in ? visible_keys(s, lens, causal, bias.shift, bias.window, b, i) : KeyRange{0, 0};
+                first_tile[threadIdx.x] = keys.first;
+                end_tile[threadIdx.x] = keys.end;
             }
             __syncthreads();
             for (int ii = 0; ii < QUERY_TILE; ++ii) {
                 const T score = join_parts<SPLIT>(dot_part<T, D>(kr, q_tile[ii], part));
                 const T dp = join_parts<SPLIT>(dot_part<T, D>(vr, do_tile[ii], part));
-                const bool sees = active && j < visible_tile[ii];
-                const T p = sees ? exponential(score * scale - lse_tile[ii]) : T(0);
+                const bool sees = active && j >= first_tile[ii] && j < end_tile[ii];
+                const T p = sees ? exponential(score * scale + bias.at(s, h, i0 + ii, j) - lse_tile[ii]) : T(0);
                 const T ds = p * (dp - delta_tile[ii]) * scale;
                 _Pragma("unroll") for (int c = 0; c < PART; ++c) {
                     const int column = held_column<T, D>(part, c);
@@ -320,24 +364,28 @@ __device__ void attention_backward_dkv(const T* q, const T* k, const T* v, const
 // picks the smallest D at least the head's d.
 #define ATTENTION_KERNELS(T, D, DTYPE)                                                                              \
     extern "C" __global__ void attention_forward_d##D##_##DTYPE(                                                    \
-        const T* q, const T* k, const T* v, const long long* lens, T* out, T* lse, long long B, long long H,        \
-        long long G, long long Q, long long K, long long d, T scale, int causal, int has_lens) {                    \
-        attention_forward<T, D>(q, k, v, has_lens ? lens : nullptr, out, lse, Shapes{B, H, G, Q, K, d}, scale,     \
-                                causal);                                                                            \
+        const T* q, const T* k, const T* v, const long long* lens, const T* table, T* out, T* lse, long long B,     \
+        long long H, long long G, long long Q, long long K, long long d, T scale, int causal, int has_lens,         \
+        int has_table, long long shift, long long window) {                                                         \
+        attention_forward<T, D>(q, k, v, has_lens ? lens : nullptr,                                                 \
+                                Bias<T>{has_table ? table : nullptr, shift, window}, out, lse,                      \
+                                Shapes{B, H, G, Q, K, d}, scale, causal);                                           \
     }                                                                                                               \
     extern "C" __global__ void attention_backward_dq_d##D##_##DTYPE(                                                \
-        const T* q, const T* k, const T* v, const long long* lens, const T* lse, const T* grad_out, const T* delta, \
-        T* dq, long long B, long long H, long long G, long long Q, long long K, long long d, T scale, int causal,   \
-        int has_lens) {                                                                                             \
-        attention_backward_dq<T, D>(q, k, v, has_lens ? lens : nullptr, lse, grad_out, delta, dq,                  \
+        const T* q, const T* k, const T* v, const long long* lens, const T* table, const T* lse, const T* grad_out, \
+        const T* delta, T* dq, long long B, long long H, long long G, long long Q, long long K, long long d,         \
+        T scale, int causal, int has_lens, int has_table, long long shift, long long window) {                      \
+        attention_backward_dq<T, D>(q, k, v, has_lens ? lens : nullptr,                                             \
+                                    Bias<T>{has_table ? table : nullptr, shift, window}, lse, grad_out, delta, dq,  \
                                     Shapes{B, H, G, Q, K, d}, scale, causal);                                       \
     }                                                                                                               \
     extern "C" __global__ void attention_backward_dkv_d##D##_##DTYPE(                                               \
-        const T* q, const T* k, const T* v, const long long* lens, const T* lse, const T* grad_out, const T* delta, \
-        T* dk, T* dv, long long B, long long H, long long G, long long Q, long long K, long long d, T scale,        \
-        int causal, int has_lens) {                                                                                 \
-        attention_backward_dkv<T, D>(q, k, v, has_lens ? lens : nullptr, lse, grad_out, delta, dk, dv,             \
-                                     Shapes{B, H, G, Q, K, d}, scale, causal);                                      \
+        const T* q, const T* k, const T* v, const long long* lens, const T* table, const T* lse, const T* grad_out, \
+        const T* delta, T* dk, T* dv, long long B, long long H, long long G, long long Q, long long K, long long d,  \
+        T scale, int causal, int has_lens, int has_table, long long shift, long long window) {                      \
+        attention_backward_dkv<T, D>(q, k, v, has_lens ? lens : nullptr,                                            \
+                                     Bias<T>{has_table ? table : nullptr, shift, window}, lse, grad_out, delta, dk, \
+                                     dv, Shapes{B, H, G, Q, K, d}, scale, causal);                                  \
     }
 
 ATTENTION_KERNELS(float, 32, float32)
