@@ -610,20 +610,22 @@ def test_compile_all_compiles_every_kernel_of_every_source():
 # ---------------------------------------------------------------------------
 
 
-def tiled_attention(q, k, v, lens, causal, scale, grad, bias=None):
+def tiled_attention(q, k, v, lens, causal, scale, grad, bias=None, table_grad=False):
     """The reference: flash_attention's tiles on the CPU (tested against plain attention in
     test_flash_attention.py), with small tiles so that every code path of the stream runs.
-    ``bias``: None or (table, window, q_offset, k_offset), a relative bias."""
+    ``bias``: None or (table, window, q_offset, k_offset), a relative bias; ``table_grad``:
+    the table's gradient too, last."""
     leaves = [mt.tensor(a, requires_grad=True) for a in (q, k, v)]
     lens_t = None if lens is None else mt.tensor(lens)
     table, window, q_offset, k_offset = (None, None, 0, 0) if bias is None else bias
+    table = None if table is None else mt.tensor(table, requires_grad=table_grad)
     out, lse = flash_attention(
         *leaves, valid_lens=lens_t, causal=causal, scale=scale, block_q=8, block_k=8, return_lse=True,
-        relative_bias=None if table is None else mt.tensor(table), window=window, q_offset=q_offset,
-        k_offset=k_offset,
+        relative_bias=table, window=window, q_offset=q_offset, k_offset=k_offset,
     )  # fmt: skip
     out.backward(mt.tensor(grad))
-    return out.numpy(), lse.numpy(), *(leaf.grad.numpy() for leaf in leaves)
+    grads = [leaf.grad.numpy() for leaf in leaves + ([table] if table_grad else [])]
+    return out.numpy(), lse.numpy(), *grads
 
 
 def relative_table(rng, H, Q, K, dtype, window=None, q_offset=0, k_offset=0):
@@ -635,19 +637,22 @@ def relative_table(rng, H, Q, K, dtype, window=None, q_offset=0, k_offset=0):
     return table.astype(dtype), window, q_offset, k_offset
 
 
-def check_attention(kernels, B, H, G, Q, K, d, dtype, causal, lens, seed=0, bias=None):
+def check_attention(kernels, B, H, G, Q, K, d, dtype, causal, lens, seed=0, bias=None, table_grad=False):
     rng = np.random.default_rng(seed)
     q = rng.standard_normal((B, H, Q, d)).astype(dtype)
     k, v = (rng.standard_normal((B, G, K, d)).astype(dtype) for _ in range(2))
     grad = rng.standard_normal((B, H, Q, d)).astype(dtype)
     scale = 1 / np.sqrt(d)
-    want = tiled_attention(q, k, v, lens, causal, scale, grad, bias)
+    want = tiled_attention(q, k, v, lens, causal, scale, grad, bias, table_grad)
     by_row = None if lens is None else np.broadcast_to(np.asarray(lens).reshape(B, -1), (B, Q))
     table = {} if bias is None else dict(table=bias[0], window=bias[1], shift=bias[3] - bias[2])
     out, lse = kernels.attention_forward(q, k, v, by_row, causal, scale, **table)
+    if table_grad:
+        table["table_grad"] = True
     got = (out, lse, *kernels.attention_backward(q, k, v, by_row, causal, scale, out, lse, grad, **table))
+    assert len(got) == len(want)
     tol = dict(rtol=2e-4, atol=2e-5) if dtype == np.float32 else dict(rtol=1e-10, atol=1e-12)
-    for name, g, w in zip(("out", "lse", "dq", "dk", "dv"), got, want):
+    for name, g, w in zip(("out", "lse", "dq", "dk", "dv", "dtable"), got, want):
         assert g.dtype == dtype and g.shape == w.shape, name
         np.testing.assert_array_equal(np.isinf(g), np.isinf(w), err_msg=name)  # rows that see no key
         np.testing.assert_allclose(np.where(np.isinf(g), 0, g), np.where(np.isinf(w), 0, w), err_msg=name, **tol)
@@ -689,6 +694,24 @@ def test_streamed_attention_with_a_relative_bias(dtype, B, H, G, Q, K, causal, l
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(
+    "B, H, G, Q, K, causal, lens, window, q_offset, k_offset",
+    [
+        (2, 4, 2, 70, 70, True, None, None, 0, 0),  # T5's kind: a learned table on every key
+        (3, 2, 1, 130, 45, False, [40, 3, 45], None, 0, 0),  # three query tiles, K < Q, lengths
+        (2, 2, 2, 70, 100, True, None, 9, 0, 30),  # a window: tiles skipped, keys past a tile's end
+        (1, 2, 2, 1, 37, False, None, None, 36, 0),  # one query (a decoding step)
+    ],
+)
+def test_the_gradient_of_a_learned_bias_table(dtype, B, H, G, Q, K, causal, lens, window, q_offset, k_offset):
+    """``table_grad``: dL/dtable[h, c] sums dL/ds over the cells (i, j) of column c = j - i + Q - 1
+    and the batch, as the tiles' ``bincount`` does: per-block partial sums along the diagonals
+    of each key tile, then one ordered sum per column (no atomics)."""
+    bias = relative_table(np.random.default_rng(5), H, Q, K, dtype, window, q_offset, k_offset)
+    check_attention(emulated(), B, H, G, Q, K, 16, dtype, causal, lens, bias=bias, table_grad=True)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_a_bias_that_hides_a_rows_first_keys_without_a_window(dtype):
     """-inf inside the table, with no window to say where: here every key before the query
     (a plugin that looks ahead only), so that the first keys each row meets are hidden, and a
@@ -705,6 +728,9 @@ def test_a_bias_table_of_the_wrong_shape_or_a_window_without_one_is_refused(reco
         kernels.attention_forward(q, k, v, None, False, 1.0, table=np.zeros((2, 5), np.float32))
     with pytest.raises(ValueError, match="window=3 needs a relative bias table"):
         kernels.attention_forward(q, k, v, None, False, 1.0, window=3)
+    lse = np.zeros((1, 2, 5), np.float32)
+    with pytest.raises(ValueError, match="table_grad=True needs the bias table"):
+        kernels.attention_backward(q, k, v, None, False, 1.0, q, lse, q, table_grad=True)
     assert not recorded
 
 
@@ -784,11 +810,17 @@ def test_the_row_size_is_the_smallest_kernel_that_holds_the_head(kernels):
     d=st.integers(1, 40),
     causal=st.booleans(),
     with_lens=st.booleans(),
+    window=st.sampled_from([None, "none", 0, 3, 40]),  # None: no bias; "none": a bias, no window
+    offsets=st.tuples(st.integers(0, 50), st.integers(0, 50)),
     seed=st.integers(0, 2**16),
 )
-def test_hypothesis_attention_shapes(groups, Q, K, d, causal, with_lens, seed):
-    lens = np.random.default_rng(seed).integers(0, K + 2, size=2) if with_lens else None
-    check_attention(emulated(), 2, *groups, Q, K, d, np.float64, causal, lens, seed=seed)
+def test_hypothesis_attention_shapes(groups, Q, K, d, causal, with_lens, window, offsets, seed):
+    rng = np.random.default_rng(seed)
+    lens = rng.integers(0, K + 2, size=2) if with_lens else None
+    bias = None
+    if window is not None:  # a learned relative bias, with or without a window
+        bias = relative_table(rng, groups[0], Q, K, np.float64, None if window == "none" else window, *offsets)
+    check_attention(emulated(), 2, *groups, Q, K, d, np.float64, causal, lens, seed, bias, bias is not None)
 
 
 @pytest.fixture
@@ -836,12 +868,11 @@ def test_flash_attention_runs_the_kernels_on_a_backend_that_has_them(kernel_call
 
 
 @pytest.mark.parametrize("positional", ["alibi", "sliding_window", "t5_relative"])
-def test_a_layers_relative_bias_takes_the_kernels_unless_it_learns(kernel_calls, positional):
+def test_a_layers_relative_bias_takes_the_kernels(kernel_calls, positional):
     """A streamed MultiHeadAttention with a "scores" encoding declaring ``relative`` (ALiBi, a
-    sliding window: fixed tables) runs the GPU kernels, as the same layer with no bias does, and
-    computes what the CPU computes. T5's table is learned: while it wants a gradient, the tiles
-    run (the kernels give none); under no_grad the kernels again."""
-    calls = kernel_calls
+    sliding window: fixed tables; T5: a learned one, which gets its gradient from the kernels)
+    runs the GPU kernels, as the same layer with no bias does, and computes what the CPU
+    computes, gradients included."""
     options = {"window": 6} if positional == "sliding_window" else {}
     mt.manual_seed(0)
     layer = mt.nn.MultiHeadAttention(
@@ -857,17 +888,12 @@ def test_a_layers_relative_bias_takes_the_kernels_unless_it_learns(kernel_calls,
         (out * out).sum().backward()
         outputs.append(out.numpy())
         grads.append([X.grad.numpy()] + [p.grad.numpy() for p in layer.parameters()])
-    learned = positional == "t5_relative"
-    assert bool(calls) != learned, calls
+    assert len(kernel_calls) == 1 and kernel_calls[0]["table"] is not None
+    assert kernel_calls[0]["window"] == options.get("window")
+    assert len(grads[0]) == 5 + (positional == "t5_relative")  # X, the four projections (, T5's table)
     np.testing.assert_allclose(outputs[1], outputs[0], rtol=1e-10, atol=1e-12)
     for got, want in zip(grads[1], grads[0]):
         np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
-    if not learned:
-        assert calls[0]["table"] is not None and calls[0]["window"] == options.get("window")
-    calls.clear()
-    with mt.no_grad():
-        np.testing.assert_allclose(layer(X, X, X, causal=True).numpy(), outputs[0], rtol=1e-10, atol=1e-12)
-    assert calls
 
 
 def test_the_emulator_stops_at_an_index_past_a_fixed_size_array():

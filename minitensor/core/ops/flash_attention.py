@@ -71,7 +71,6 @@ import numpy
 from ..autograd import Function, Grads
 from ..backends import Backend
 from ..errors import ShapeError
-from ..grad_mode import is_grad_enabled
 from ..tensor import Array, Tensor
 from .softmax import as_mask_tensors
 
@@ -109,7 +108,6 @@ class StreamPlan:
     k: Array
     unscaled_q: Array
     masks: tuple[Tensor | None, Tensor | None]  # set by stream_plan: the (valid_lens, mask) Tensors
-    table_needs_grad: bool  # set by stream_plan: the table will want a gradient (a learned bias)
 
     def __init__(
         self,
@@ -137,7 +135,6 @@ class StreamPlan:
         self.q_offset, self.k_offset = q_offset, k_offset
         self.block_q, self.block_k = block_q or BLOCK_Q, block_k or BLOCK_K
         self.table = table
-        self.table_needs_grad = False
         self.lens = self._lens(lens)
         self.mask = self._mask(mask)
         self.lse = self.q = self.k = self.unscaled_q = None  # set by the forward pass, for ``weights``
@@ -271,12 +268,12 @@ class StreamPlan:
     # -- the GPU's kernels ----------------------------------------------------------------------
     def device_kernels(self, v: Array) -> Any:
         """The backend's streamed-attention kernels (``kernels/cuda/attention.cu`` on a GPU), or
-        None where the backend has none or this call needs what they lack: a bool mask, the
-        gradient of a relative bias (a learned one, T5's), values of another size than the
-        queries, a head size or dtype without a kernel. Masks by ``causal`` and ``valid_lens``,
-        and a relative bias with its window, they apply themselves."""
+        None where the backend has none or this call needs what they lack: a bool mask, values of
+        another size than the queries, a head size or dtype without a kernel. Masks by ``causal``
+        and ``valid_lens``, and a relative bias with its window (and its gradient, for a learned
+        one), they apply themselves."""
         kernels = getattr(self.backend, "attention_kernels", None)
-        if kernels is None or self.mask is not None or self.table_needs_grad or v.shape[-1] != self.d:
+        if kernels is None or self.mask is not None or v.shape[-1] != self.d:
             return None
         return kernels if kernels.attention_row_size(v.dtype, self.d) is not None else None
 
@@ -423,10 +420,12 @@ class FlashAttention(Function):
         plan = ctx.plan
         if ctx.kernels is not None:
             q, k, v, out, lse = ctx.saved
-            dq, dk, dv = ctx.kernels.attention_backward(
-                q, k, v, plan.lens_by_row(), plan.causal, plan.scale, out, lse, grad, **plan.kernel_bias()
-            )
-            return dq, dk, dv, None
+            table_grad = plan.table is not None and ctx.needs_input_grad[3]
+            grads = ctx.kernels.attention_backward(
+                q, k, v, plan.lens_by_row(), plan.causal, plan.scale, out, lse, grad, **plan.kernel_bias(),
+                table_grad=table_grad,
+            )  # fmt: skip
+            return grads if table_grad else (*grads, None)
         if plan.keep_weights:
             return FlashAttention.one_tile_backward(ctx, grad)
         q5, k, v, out, lse = ctx.saved
@@ -636,5 +635,4 @@ def stream_plan(
         keep_weights,
     )
     plan.masks = masks  # the Tensors (valid_lens, mask), for FlashAttention.apply
-    plan.table_needs_grad = relative_bias is not None and relative_bias.requires_grad and is_grad_enabled()
     return plan

@@ -79,6 +79,8 @@ SUM_BLOCKS = 512
 POINTER_TABLES = 16
 #: rows per block of the attention kernels (attention.cu's QUERY_ROWS), ``attention_split`` threads each
 ATTENTION_THREADS = 64
+#: keys per shared tile of the attention kernels' forward and dQ (attention.cu's KEY_TILE)
+ATTENTION_KEY_TILE = 32
 
 
 _DTYPES = ("float32", "float64")
@@ -119,7 +121,8 @@ KERNELS = {
         for part in ("forward", "backward_dq", "backward_dkv")
         for dtype, sizes in ATTENTION_ROW_SIZES.items()
         for size in sizes
-    ],
+    ]
+    + [f"attention_bias_grad_{dtype}" for dtype in _DTYPES],
 }
 
 
@@ -479,9 +482,12 @@ class CudaKernels:
             lse.fill(np.inf)
         return out, lse
 
-    def attention_backward(self, q, k, v, lens, causal, scale, out, lse, grad, table=None, shift=0, window=None):
+    def attention_backward(
+        self, q, k, v, lens, causal, scale, out, lse, grad, table=None, shift=0, window=None, table_grad=False
+    ):
         """The gradients (dq, dk, dv) of :meth:`attention_forward` for the output's gradient
-        ``grad`` (the bias ``table`` takes none: a table that needs one takes the tiles)."""
+        ``grad``; ``table_grad``: and the bias table's, (dq, dk, dv, dtable), for a learned bias
+        (T5's): each column sums dL/ds over its (i, j), the batch included."""
         q, k, v, out, lse, grad = (self.xp.ascontiguousarray(a) for a in (q, k, v, out, lse, grad))
         B, H, Q, d = q.shape
         G, K = k.shape[1], k.shape[2]
@@ -490,19 +496,35 @@ class CudaKernels:
         # the kernels write every row (zeros where nothing is seen): no zeroing launches
         new = self.xp.empty_like if q.size and K else self.xp.zeros_like
         dq, dk, dv = new(q), new(k), new(v)
+        if table_grad and table is None:
+            raise ValueError("attention: table_grad=True needs the bias table")
+        dtable = (self.xp.empty if q.size and K else self.xp.zeros)(bias[0].shape, q.dtype) if table_grad else None
         if q.size and K:
             delta = (grad * out).sum(axis=-1)  # D_i = dO_i . O_i = sum_j p_ij dp_ij
             lens_arg, has_lens = self._attention_lens(lens, B, Q)
             common = (q, k, v, lens_arg, bias[0], lse, grad, delta)
             tail = (*self._attention_shapes(q, k), q.dtype.type(scale), np.int32(bool(causal)), has_lens, *bias[1:])
             dtype, threads = q.dtype.name, attention_split(q.dtype, size) * ATTENTION_THREADS
+            blocks = _attention_grid(B * H, Q)
+            # the learned bias's gradient: each dQ block's tiles of ds and its partial sums per
+            # diagonal (attention.cu's BiasGrad), added up by attention_bias_grad
+            scratch = partial = q  # (pointers that table_grad = 0 leaves unread)
+            if table_grad:
+                scratch = self.xp.empty((blocks, ATTENTION_THREADS * ATTENTION_KEY_TILE), q.dtype)
+                partial = self.xp.empty((blocks, K + ATTENTION_THREADS - 1), q.dtype)
             self._function("attention", f"attention_backward_dq_d{size}_{dtype}")(
-                (_attention_grid(B * H, Q),), (threads,), (*common, dq, *tail)
+                (blocks,), (threads,), (*common, dq, scratch, partial, *tail, np.int32(bool(table_grad)))
             )
             self._function("attention", f"attention_backward_dkv_d{size}_{dtype}")(
                 (_attention_grid(B * G, K),), (threads,), (*common, dk, dv, *tail)
             )
-        return dq, dk, dv
+            if table_grad:
+                self._function("attention", f"attention_bias_grad_{dtype}")(
+                    (min(-(-dtable.size // self.elementwise_threads), self.max_blocks),),
+                    (self.elementwise_threads,),
+                    (partial, dtable, np.int64(B), np.int64(H), np.int64(Q), np.int64(K)),
+                )
+        return (dq, dk, dv, dtable) if table_grad else (dq, dk, dv)
 
     def _attention_size(self, q, k, v):
         B, H, Q, d = q.shape

@@ -110,6 +110,19 @@ struct Bias {
     }
 };
 
+// Where the dQ kernel leaves the gradient of a learned bias table (T5's), or nulls: dL/dtable[h, c]
+// sums ds_ij = dL/ds_ij over the (i, j) of column c = j - i + Q - 1, the batch included. Each
+// block puts each key tile's ds (QUERY_ROWS x KEY_TILE) in its own part of `scratch`, then sums
+// the tile's diagonals, one thread per diagonal, row by row, into its own row of `partial`, one
+// number per t = j - (i - first_i) + QUERY_ROWS - 1 (K + QUERY_ROWS - 1 of them); the kernel
+// attention_bias_grad then adds the blocks' rows up per column. No atomics: the same sums in
+// the same order on every run.
+template <typename T>
+struct BiasGrad {
+    T* scratch;
+    T* partial;
+};
+
 // The keys query i of batch b may see: first .. end - 1 (none when end == first).
 struct KeyRange {
     long long first, end;
@@ -253,8 +266,8 @@ __device__ void attention_forward(const T* q, const T* k, const T* v, const long
 // beyond a thread's own row adds ds = 0.
 template <typename T, int D>
 __device__ void attention_backward_dq(const T* q, const T* k, const T* v, const long long* lens, Bias<T> bias,
-                                      const T* lse, const T* grad_out, const T* delta, T* dq, Shapes s, T scale,
-                                      int causal) {
+                                      const T* lse, const T* grad_out, const T* delta, T* dq, BiasGrad<T> bias_grad,
+                                      Shapes s, T scale, int causal) {
     constexpr int SPLIT = Split<T, D>::value, PART = Split<T, D>::part, THREADS = QUERY_ROWS * SPLIT;
     __shared__ T k_tile[KEY_TILE][D];
     __shared__ T v_tile[KEY_TILE][D];
@@ -271,18 +284,43 @@ __device__ void attention_backward_dq(const T* q, const T* k, const T* v, const 
     const T row_lse = active ? lse[row] : infinity<T>(), row_delta = active ? delta[row] : T(0);
     const KeyRange keys = active ? visible_keys(s, lens, causal, bias.shift, bias.window, r.b, r.i) : KeyRange{0, 0};
     const long long block_visible = block_max<THREADS>(keys.end, limits);
+    // the learned bias's gradient, where asked for (see BiasGrad): this block's tile of ds and row
+    // of partial sums, the row zeroed first (tiles the block skips add nothing to it)
+    const long long width = s.K + QUERY_ROWS - 1, local = r.i - r.first_i;
+    T* const ds_tile = bias_grad.partial ? bias_grad.scratch + blockIdx.x * (QUERY_ROWS * KEY_TILE) : nullptr;
+    T* const partial = bias_grad.partial ? bias_grad.partial + blockIdx.x * width : nullptr;
+    if (partial != nullptr) {
+        for (long long t = threadIdx.x; t < width; t += THREADS) partial[t] = T(0);
+    }
     for (long long j0 = first_key_of_block(r.first_i, bias.shift, bias.window); j0 < block_visible; j0 += KEY_TILE) {
         __syncthreads();
         load_tile<T, D, THREADS>(k_tile, k + kv * s.K * s.d, j0, KEY_TILE, s.K, s.d);
         load_tile<T, D, THREADS>(v_tile, v + kv * s.K * s.d, j0, KEY_TILE, s.K, s.d);
         __syncthreads();
-        for (int jj = 0; jj < KEY_TILE && j0 + jj < block_visible; ++jj) {
+        const int count = int(min((long long)KEY_TILE, block_visible - j0));  // keys of this tile visited
+        for (int jj = 0; jj < count; ++jj) {
             const T score = join_parts<SPLIT>(dot_part<T, D>(qr, k_tile[jj], part));
             const T dp = join_parts<SPLIT>(dot_part<T, D>(dor, v_tile[jj], part));
             const long long j = j0 + jj;
             const bool sees = j >= keys.first && j < keys.end;
             const T ds = sees ? exponential(score + bias.at(s, r.h, r.i, j) - row_lse) * (dp - row_delta) : T(0);
             _Pragma("unroll") for (int c = 0; c < PART; ++c) acc[c] += ds * k_tile[jj][held_column<T, D>(part, c)];
+            if (ds_tile != nullptr && part == 0) ds_tile[local * KEY_TILE + jj] = ds;
+        }
+        if (partial != nullptr) {  // (the same for the whole block)
+            if (part == 0) {
+                for (int jj = count; jj < KEY_TILE; ++jj) ds_tile[local * KEY_TILE + jj] = T(0);
+            }
+            __syncthreads();  // the tile's ds written
+            // diagonal u of the tile holds the cells (row, jj = u + row - (QUERY_ROWS - 1)): t = j0 + u
+            for (int u = threadIdx.x; u < QUERY_ROWS + KEY_TILE - 1; u += THREADS) {
+                T sum = T(0);
+                for (int row_in = max(0, QUERY_ROWS - 1 - u); row_in < min(QUERY_ROWS, QUERY_ROWS + KEY_TILE - 1 - u);
+                     ++row_in) {
+                    sum += ds_tile[row_in * KEY_TILE + (u + row_in - (QUERY_ROWS - 1))];
+                }
+                if (j0 + u < width) partial[j0 + u] += sum;  // (past the end: keys past K, all 0)
+            }
         }
     }
     if (!active) return;
@@ -360,6 +398,27 @@ __device__ void attention_backward_dkv(const T* q, const T* k, const T* v, const
     store_part<T, D>(dv, dv_acc, key_row, s.d, part);
 }
 
+// dtable[h, c] = the sum over the batch and the query tiles of the dQ kernel's partial sums of
+// column c = j - i + Q - 1 (see BiasGrad): one thread per (h, c), in a fixed order, in double.
+template <typename T>
+__device__ void attention_bias_grad(const T* partial, T* dtable, Shapes s) {
+    const long long width = s.K + QUERY_ROWS - 1, columns = s.Q + s.K - 1;
+    const long long tiles = (s.Q + QUERY_ROWS - 1) / QUERY_ROWS;
+    for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < s.H * columns;
+         e += (long long)gridDim.x * blockDim.x) {
+        const long long h = e / columns, c = e % columns;
+        double sum = 0.0;
+        for (long long b = 0; b < s.B; ++b) {
+            for (long long tile = 0; tile < tiles; ++tile) {
+                // the cells (i, j) of column c in query tile `tile`: t = j - (i - first_i) + QUERY_ROWS - 1
+                const long long t = c - (s.Q - 1) + tile * QUERY_ROWS + QUERY_ROWS - 1;
+                if (t >= 0 && t < width) sum += double(partial[((b * s.H + h) * tiles + tile) * width + t]);
+            }
+        }
+        dtable[e] = T(sum);
+    }
+}
+
 // The kernels, by row size D and dtype: attention_forward_d64_float32 and so on. The launcher
 // picks the smallest D at least the head's d.
 #define ATTENTION_KERNELS(T, D, DTYPE)                                                                              \
@@ -373,10 +432,12 @@ __device__ void attention_backward_dkv(const T* q, const T* k, const T* v, const
     }                                                                                                               \
     extern "C" __global__ void attention_backward_dq_d##D##_##DTYPE(                                                \
         const T* q, const T* k, const T* v, const long long* lens, const T* table, const T* lse, const T* grad_out, \
-        const T* delta, T* dq, long long B, long long H, long long G, long long Q, long long K, long long d,         \
-        T scale, int causal, int has_lens, int has_table, long long shift, long long window) {                      \
+        const T* delta, T* dq, T* scratch, T* partial, long long B, long long H, long long G, long long Q,          \
+        long long K, long long d, T scale, int causal, int has_lens, int has_table, long long shift,                \
+        long long window, int table_grad) {                                                                         \
         attention_backward_dq<T, D>(q, k, v, has_lens ? lens : nullptr,                                             \
                                     Bias<T>{has_table ? table : nullptr, shift, window}, lse, grad_out, delta, dq,  \
+                                    BiasGrad<T>{scratch, table_grad ? partial : nullptr},                          \
                                     Shapes{B, H, G, Q, K, d}, scale, causal);                                       \
     }                                                                                                               \
     extern "C" __global__ void attention_backward_dkv_d##D##_##DTYPE(                                               \
@@ -387,6 +448,15 @@ __device__ void attention_backward_dkv(const T* q, const T* k, const T* v, const
                                      Bias<T>{has_table ? table : nullptr, shift, window}, lse, grad_out, delta, dk, \
                                      dv, Shapes{B, H, G, Q, K, d}, scale, causal);                                  \
     }
+
+extern "C" __global__ void attention_bias_grad_float32(const float* partial, float* dtable, long long B, long long H,
+                                                       long long Q, long long K) {
+    attention_bias_grad<float>(partial, dtable, Shapes{B, H, 1, Q, K, 0});
+}
+extern "C" __global__ void attention_bias_grad_float64(const double* partial, double* dtable, long long B,
+                                                       long long H, long long Q, long long K) {
+    attention_bias_grad<double>(partial, dtable, Shapes{B, H, 1, Q, K, 0});
+}
 
 ATTENTION_KERNELS(float, 32, float32)
 ATTENTION_KERNELS(float, 64, float32)
