@@ -26,7 +26,8 @@ safetensors, pytest; PyTorch optional) and no network:
    streamed ``flash_attention`` (on a GPU the kernels of ``kernels/cuda/attention.cu``)
    against its plain ``Attention`` (the (T, T) scores and weights) and
    ``torch.nn.functional.scaled_dot_product_attention``, after checking that they agree, and
-   the peak device memory of each;
+   the peak device memory of each; then the streamed call with ALiBi's relative bias and with a
+   learned table (its gradient too) against the same call without a bias;
 7. times an iteration of nanoGPT's shakespeare_char GPU recipe (6 blocks of 384, context 256,
    batch 64, dropout 0.2) as ``minitensor train --preset gpt-char-gpu`` runs it, at TF32 (the
    preset's ``--matmul-precision high``) and in float32, against nanoGPT's own model and
@@ -592,6 +593,73 @@ def long_attention_benchmark(device, quick):
     return rows
 
 
+def alibi_table(num_heads, T):
+    """ALiBi's relative bias (Press, Smith and Lewis 2022) for T queries against T keys, as its
+    "scores" encoding's ``relative_bias`` gives it: (heads, 2 T - 1), column c at distance
+    c - (T - 1), slope_h (j - i) for the keys in the past, slopes 2^(-8 h / heads)."""
+    slopes = 2.0 ** (-8.0 * np.arange(1, num_heads + 1) / num_heads)
+    distances = np.arange(2 * T - 1) - (T - 1)
+    return (slopes[:, None] * np.minimum(distances, 0)[None, :]).astype(np.float32)
+
+
+def relative_bias_benchmark(device, quick):
+    """Streamed causal attention with ALiBi's relative bias and with a learned table (T5's kind:
+    the table's gradient too) against the same call without a bias, at the cases of section 6:
+    what the bias costs the kernels, after checking them against the plain path with the dense
+    (heads, T, T) bias."""
+    from minitensor.ops.flash_attention import flash_attention
+
+    import minitensor as mt
+
+    rng = np.random.default_rng(1)
+    attn = mt.nn.Attention("scaled_dot", "softmax")
+    rows, agreement = [], []
+    for T in QUICK_LONG_ATTENTION_T if quick else LONG_ATTENTION_T:
+        q, k, v, g = (rng.standard_normal((1, 8, T, 64), dtype=np.float32) for _ in range(4))
+        leaves = [mt.tensor(x, requires_grad=True, device=device.name) for x in (q, k, v)]
+        grad = mt.tensor(g, device=device.name)
+        alibi = mt.tensor(alibi_table(8, T), device=device.name)
+        learned = mt.tensor(alibi_table(8, T), device=device.name, requires_grad=True)
+
+        def step(table, leaves=leaves, grad=grad):
+            for leaf in leaves + ([table] if table is not None else []):
+                leaf.grad = None
+            flash_attention(*leaves, causal=True, relative_bias=table).backward(grad)
+            return [leaf.grad for leaf in leaves]
+
+        cases = {
+            "no bias": lambda step=step: step(None),
+            "ALiBi": lambda step=step, table=alibi: step(table),
+            "learned": lambda step=step, table=learned: step(table),
+        }
+        # agreement: the learned table's call against the plain path with its dense bias
+        columns = np.arange(T)[None, :] - np.arange(T)[:, None] + (T - 1)
+        dense = mt.tensor(alibi_table(8, T)[:, columns][None], device=device.name)
+        for leaf in leaves:
+            leaf.grad = None
+        attn(*leaves, causal=True, bias=dense).backward(grad)
+        want = [leaf.grad.numpy() for leaf in leaves]
+        got = [x.numpy() for x in cases["learned"]()]
+        worst = max(float(np.abs(a - b).max()) for a, b in zip(got, want))
+        np.testing.assert_allclose(np.concatenate([a.ravel() for a in got]), np.concatenate([b.ravel() for b in want]),
+                                   rtol=1e-3, atol=1e-3, err_msg=f"T={T}: streamed with a bias vs plain")  # fmt: skip
+        agreement.append(f"T={T}: {worst:.1e}")
+        rounds, warmup = (2, 0) if quick else (10, 2)
+        stats = interleaved_stats({name: device.timed(fn, 1) for name, fn in cases.items()}, rounds, warmup)
+        base = stats["no bias"].median
+        rows.append([T] + [format_stats(stats[name]) for name in cases]
+                    + [format_ratio(stats[name].median / base) for name in ("ALiBi", "learned")])  # fmt: skip
+    print("\nrelative bias: gradients agree with the plain path and its dense bias, largest |difference| "
+          + ", ".join(agreement))  # fmt: skip
+    print_table(
+        ["T", "no bias", "ALiBi", "learned table", "ALiBi/no bias", "learned/no bias"],
+        rows,
+        title=f"Streamed causal attention with a relative bias, batch 1, 8 heads, d_head 64, float32, forward + "
+        f"backward on {device.name}: median per call (±IQR/2)",
+    )
+    return rows
+
+
 # -- 7: nanoGPT's shakespeare_char GPU recipe, an iteration side by side ------------------------------
 # nanoGPT's code (MIT), never part of the project: beside the checkout, or copied into the ignored
 # .refbench/ of a checkout that travels to a machine without the folder beside it
@@ -789,6 +857,7 @@ def main(argv=None):
         ("dropout benchmark", dropout_benchmark),
         ("training benchmark", training_benchmark),
         ("long attention benchmark", long_attention_benchmark),
+        ("relative bias benchmark", relative_bias_benchmark),
         ("nanoGPT recipe benchmark", lambda device, quick: nanogpt_benchmark(device, quick, args.nanogpt)),
     ):
         try:

@@ -558,16 +558,21 @@ def test_on_a_non_default_cupy_stream_with_a_small_grid(cupy_kernels):
 def test_streamed_attention_on_cupy_arrays(cupy_kernels, dtype, d):
     cupy, kernels = cupy_kernels
 
-    class OnTheGpu:  # the same calls, on device copies, results brought back
-        @staticmethod
-        def attention_forward(*args):
-            return tuple(cupy.asnumpy(x) for x in kernels.attention_forward(*_to_gpu(cupy, args)))
+    def on_the_gpu(method):  # the same call, on device copies, results brought back
+        def call(*args, **kwargs):
+            kwargs = dict(zip(kwargs, _to_gpu(cupy, kwargs.values())))
+            return tuple(cupy.asnumpy(x) for x in getattr(kernels, method)(*_to_gpu(cupy, args), **kwargs))
 
-        @staticmethod
-        def attention_backward(*args):
-            return tuple(cupy.asnumpy(x) for x in kernels.attention_backward(*_to_gpu(cupy, args)))
+        return staticmethod(call)
+
+    class OnTheGpu:
+        attention_forward = on_the_gpu("attention_forward")
+        attention_backward = on_the_gpu("attention_backward")
 
     check_attention(OnTheGpu, 2, 8, 4, 300, 333, d, dtype, True, [200, 333])
+    # a learned relative bias with a window, its gradient included
+    bias = relative_table(np.random.default_rng(6), 8, 300, 333, dtype, 40, 33, 0)
+    check_attention(OnTheGpu, 2, 8, 4, 300, 333, d, dtype, True, None, bias=bias, table_grad=True)
 
 
 def _to_gpu(cupy, args):
