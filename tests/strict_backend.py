@@ -814,11 +814,7 @@ def _on_device_arrays(name):
 # What CudaKernels (kernels/cuda) launches beyond the one kernel: layer norm's backward sums
 # the weight's and the bias's gradients over rows in partial sums, then adds those up.
 _MORE_LAUNCHES = {
-    "layer_norm_backward": (
-        "kernel layer_norm_backward_columns",
-        ".sum for kernel layer_norm_backward",
-        ".sum for kernel layer_norm_backward",
-    ),
+    "layer_norm_backward": ("kernel layer_norm_backward_columns", "kernel layer_norm_backward_finish"),
 }
 
 # the GPU backend's names for them: its dropout is fused.dropout_forward (the same mask)

@@ -113,7 +113,12 @@ KERNELS = {
     ],
     "layer_norm": [
         f"{name}_{dtype}"
-        for name in ("layer_norm_forward", "layer_norm_backward_rows", "layer_norm_backward_columns")
+        for name in (
+            "layer_norm_forward",
+            "layer_norm_backward_rows",
+            "layer_norm_backward_columns",
+            "layer_norm_backward_finish",
+        )
         for dtype in _DTYPES
     ],
     "attention": [
@@ -437,16 +442,22 @@ class CudaKernels:
         # the column kernel writes every partial sum (0 for a chunk without rows): no zeroing launches
         new = self.xp.empty if xhat.size else self.xp.zeros
         partial_w, partial_b = new((chunks, D), xhat.dtype), new((chunks, D), xhat.dtype)
+        dweight, dbias = new(D, xhat.dtype), new(D, xhat.dtype)
         if xhat.size:
             self._rows("layer_norm_backward_rows", N, grad, xhat, rstd, weight, dx, np.int64(N), np.int64(D))
             column_blocks = -(-D // self.elementwise_threads)
-            kernel = self._function("layer_norm", f"layer_norm_backward_columns_{xhat.dtype.name}")
-            kernel(
+            dtype = xhat.dtype.name
+            self._function("layer_norm", f"layer_norm_backward_columns_{dtype}")(
                 (column_blocks * chunks,),
                 (self.elementwise_threads,),
                 (grad, xhat, partial_w, partial_b, np.int64(N), np.int64(D), np.int64(chunks)),
             )
-        return dx, partial_w.sum(axis=0), partial_b.sum(axis=0)
+            self._function("layer_norm", f"layer_norm_backward_finish_{dtype}")(
+                (min(column_blocks, self.max_blocks),),
+                (self.elementwise_threads,),
+                (partial_w, partial_b, dweight, dbias, np.int64(D), np.int64(chunks)),
+            )
+        return dx, dweight, dbias
 
     # -- streamed attention (attention.cu) -------------------------------------------------------
     def attention_row_size(self, dtype, d):

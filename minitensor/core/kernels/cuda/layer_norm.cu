@@ -8,8 +8,8 @@
 // Rows as in softmax.cu: one warp per row, its lanes striding over the columns, the row's sums
 // combined with register shuffles. The parameters' gradients sum over rows instead: a grid of
 // (column block, chunk of rows) threads, each summing its chunk of one column into `partial`
-// (chunks x D), which the launcher adds up; no two threads write the same memory, so the result
-// does not depend on scheduling.
+// (chunks x D), and a third launch adds the chunks up, both gradients at once, in chunk order; no
+// two threads write the same memory, so the result does not depend on scheduling.
 
 template <typename T>
 __device__ __forceinline__ T warp_sum(T v) {
@@ -85,6 +85,23 @@ __device__ void layer_norm_backward_columns(const T* __restrict__ grad, const T*
     partial_b[chunk * n + j] = b;
 }
 
+// dweight[j] = sum over the chunks c of partial_w[c, j], dbias[j] the same of partial_b.
+template <typename T>
+__device__ void layer_norm_backward_finish(const T* __restrict__ partial_w, const T* __restrict__ partial_b,
+                                           T* __restrict__ dweight, T* __restrict__ dbias, long long n,
+                                           long long chunks) {
+    for (long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x; j < n;
+         j += (long long)gridDim.x * blockDim.x) {
+        T w = T(0), b = T(0);
+        for (long long c = 0; c < chunks; ++c) {
+            w += partial_w[c * n + j];
+            b += partial_b[c * n + j];
+        }
+        dweight[j] = w;
+        dbias[j] = b;
+    }
+}
+
 extern "C" __global__ void layer_norm_forward_float32(const float* x, const float* weight, const float* bias, float* y,
                                                       float* xhat, float* rstd, long long rows, long long n,
                                                       float eps) {
@@ -114,4 +131,14 @@ extern "C" __global__ void layer_norm_backward_columns_float64(const double* gra
                                                                double* partial_w, double* partial_b, long long rows,
                                                                long long n, long long chunks) {
     layer_norm_backward_columns<double>(grad, xhat, partial_w, partial_b, rows, n, chunks);
+}
+extern "C" __global__ void layer_norm_backward_finish_float32(const float* partial_w, const float* partial_b,
+                                                              float* dweight, float* dbias, long long n,
+                                                              long long chunks) {
+    layer_norm_backward_finish<float>(partial_w, partial_b, dweight, dbias, n, chunks);
+}
+extern "C" __global__ void layer_norm_backward_finish_float64(const double* partial_w, const double* partial_b,
+                                                              double* dweight, double* dbias, long long n,
+                                                              long long chunks) {
+    layer_norm_backward_finish<double>(partial_w, partial_b, dweight, dbias, n, chunks);
 }
