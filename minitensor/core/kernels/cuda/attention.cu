@@ -175,15 +175,19 @@ __device__ __forceinline__ void load_tile(T (*tile)[D], const T* matrix, long lo
 struct QueryRow {
     long long b, h, kv, i, row;  // batch; head; its key/value head in (B, G); the query; its row of (B, H, Q)
     long long first_i;           // the block's first query
+    long long tile;              // the block's tile of queries among all (B, H, tiles), in order
     bool active;                 // i < Q: a thread past the last query still helps load the tiles
 };
 
 // `split` threads per row: threads split t .. split t + split - 1 share query row t of the block.
+// The last tile of queries comes first: under a causal mask it sees the most keys, and a GPU that
+// starts the longest blocks first finishes the grid with fewer of its cores idle (FlashAttention-2
+// orders its blocks so too).
 __device__ __forceinline__ QueryRow query_row(const Shapes& s, int split = 1) {
     const long long tiles = (s.Q + QUERY_ROWS - 1) / QUERY_ROWS;
-    const long long bh = blockIdx.x / tiles, b = bh / s.H, h = bh % s.H;
-    const long long first_i = (blockIdx.x % tiles) * QUERY_ROWS, i = first_i + threadIdx.x / split;
-    return QueryRow{b, h, b * s.G + h / (s.H / s.G), i, bh * s.Q + i, first_i, i < s.Q};
+    const long long bh = blockIdx.x / tiles, b = bh / s.H, h = bh % s.H, tile = tiles - 1 - blockIdx.x % tiles;
+    const long long first_i = tile * QUERY_ROWS, i = first_i + threadIdx.x / split;
+    return QueryRow{b, h, b * s.G + h / (s.H / s.G), i, bh * s.Q + i, first_i, bh * tiles + tile, i < s.Q};
 }
 
 // The numbers thread `part` holds of row `row` of a (rows, d) matrix, times `scale`: zeros past d,
@@ -287,8 +291,8 @@ __device__ void attention_backward_dq(const T* q, const T* k, const T* v, const 
     // the learned bias's gradient, where asked for (see BiasGrad): this block's tile of ds and row
     // of partial sums, the row zeroed first (tiles the block skips add nothing to it)
     const long long width = s.K + QUERY_ROWS - 1, local = r.i - r.first_i;
-    T* const ds_tile = bias_grad.partial ? bias_grad.scratch + blockIdx.x * (QUERY_ROWS * KEY_TILE) : nullptr;
-    T* const partial = bias_grad.partial ? bias_grad.partial + blockIdx.x * width : nullptr;
+    T* const ds_tile = bias_grad.partial ? bias_grad.scratch + r.tile * (QUERY_ROWS * KEY_TILE) : nullptr;
+    T* const partial = bias_grad.partial ? bias_grad.partial + r.tile * width : nullptr;
     if (partial != nullptr) {
         for (long long t = threadIdx.x; t < width; t += THREADS) partial[t] = T(0);
     }
@@ -345,6 +349,7 @@ __device__ void attention_backward_dkv(const T* q, const T* k, const T* v, const
     __shared__ long long first_tile[QUERY_TILE], end_tile[QUERY_TILE];  // each query's visible keys
     const long long tiles = (s.K + QUERY_ROWS - 1) / QUERY_ROWS;
     const long long bg = blockIdx.x / tiles, b = bg / s.G, group = bg % s.G, r = s.H / s.G;
+    // (in order: the first keys, which the most queries see under a causal mask, come first)
     const long long j = (blockIdx.x % tiles) * QUERY_ROWS + threadIdx.x / SPLIT;
     const int part = threadIdx.x % SPLIT;
     const bool active = j < s.K;
