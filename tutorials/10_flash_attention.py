@@ -837,6 +837,11 @@ print(
 #   `attention_weights_for`, `_attend_streamed`, `FUSED_MIN_LENGTH`, `plain_attention`.
 # - `minitensor/core/ops/softmax.py` and `minitensor/core/kernels/cpu.py`: the masked softmax the
 #   stream reproduces.
+# - `minitensor/core/kernels/cuda/attention.cu` (and `docs/gpu.md`): the same algorithm as CUDA
+#   kernels, what a GPU runs in place of the tile loop: a block of threads per (example, head,
+#   tile of 64 queries), each row in the registers of two or four threads, the keys streamed
+#   through shared memory in tiles of 32, masks and a relative bias's table applied inside;
+#   backward with a block per tile of keys, so that no two blocks add into the same memory.
 # - `minitensor/train/config.py`: `TrainConfig.fused` (`--fused`), `LM_RECIPE`,
 #   `lm_num_steps` (`--lm-num-steps`).
 # - `tests/test_flash_attention.py`: streamed equals plain for every mask, bias and head
