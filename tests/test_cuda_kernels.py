@@ -14,6 +14,7 @@ rows shorter than a warp, longer and not a multiple of it, n = 1, and grids that
 """
 
 import os
+import re
 import subprocess
 import sys
 import zlib
@@ -750,6 +751,15 @@ def test_streamed_attention_in_the_widest_rows(dtype, d):
 
     assert attention_split(dtype, emulated().attention_row_size(dtype, d)) == 4
     check_attention(emulated(), 2, 4, 2, 70, 45, d, dtype, True, [30, 45])
+
+
+def test_the_launchers_sizes_are_the_kernels():
+    """The launcher sizes grids and scratch buffers by attention.cu's QUERY_ROWS and KEY_TILE:
+    written twice (C++ and Python), they must agree."""
+    from minitensor.kernels.cuda import ATTENTION_KEY_TILE, ATTENTION_THREADS
+
+    defines = dict(re.findall(r"#define (\w+) (\d+)", source("attention")))
+    assert (int(defines["QUERY_ROWS"]), int(defines["KEY_TILE"])) == (ATTENTION_THREADS, ATTENTION_KEY_TILE)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
