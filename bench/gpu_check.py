@@ -22,7 +22,7 @@ safetensors, pytest; PyTorch optional) and no network:
    waits for the GPU inside itself shows a host time equal to its full time), then where that
    host time goes (cProfile of 5 steps at batch 64, by each function's own time);
 6. times causal attention at long T (``bench/long_attention.py``'s cases on the GPU: batch
-   1, 8 heads, d_head 64, float32, T = 1024 and 4096, forward + backward): minitensor's
+   1, 8 heads, d_head 64, float32, T = 512 to 4096, forward + backward): minitensor's
    streamed ``flash_attention`` (on a GPU the kernels of ``kernels/cuda/attention.cu``)
    against its plain ``Attention`` (the (T, T) scores and weights) and
    ``torch.nn.functional.scaled_dot_product_attention``, after checking that they agree, and
@@ -73,7 +73,9 @@ from train_step import CONFIGS, PAD, build_minitensor, build_torch, make_batches
 KERNEL_SHAPES = [(4096, 512), (32768, 64)]
 TEST_BUDGET_S = 150  # of the 5 minutes the whole check may take
 QUICK_KERNEL_SHAPES = [(256, 64)]
-LONG_ATTENTION_T = (1024, 4096)
+# 1024 and 4096 hold the targets; 512 and 2048 show where streaming starts to pay on a GPU
+# (``MultiHeadAttention(fused="auto")`` streams from FUSED_MIN_LENGTH = 384, the CPU's crossover)
+LONG_ATTENTION_T = (512, 1024, 2048, 4096)
 QUICK_LONG_ATTENTION_T = (128,)
 
 
