@@ -39,12 +39,19 @@ schedule and zero_grad) after two warm-up steps; ``--by-file`` adds where minite
 come from. Target: minitensor's launches per step <= 1.2x PyTorch's dispatched ops.
 ``--quick`` counts the GPT with 2 blocks instead of 6 (the transformer is the same).
 
+Last, one streamed causal ``flash_attention`` call, forward + backward at T = 1,024 (8 heads,
+d_head 64), without a bias, with ALiBi's relative bias and with a learned table (T5's kind, its
+gradient too): on the tiles of CuPy operators (a backend without the CUDA kernels: what every
+biased call ran before the kernels took a bias) and on the kernels of ``kernels/cuda/attention.cu``
+(``CudaKernels`` with the emulator's ``RecordingModule``, which records each launch and runs none).
+
     python bench/launches.py [--quick] [--by-file]
 """
 
 import argparse
 import collections
 import contextlib
+import copy
 import io
 import pathlib
 import sys
@@ -264,6 +271,54 @@ def torch_transformer(torch, cfg):
     return {"forward": forward, "backward": backward, "optimiser": optimiser}
 
 
+# -- one streamed attention call: the tiles vs the CUDA kernels -----------------------------------
+def streamed_attention_launches(T=1024, heads=8):
+    """{bias: (launches on the tiles, launches on the kernels)} of a causal ``flash_attention``
+    forward + backward, bias None, ALiBi's table or a learned one."""
+    from cuda_emulator import RecordingModule
+    from minitensor.kernels.cuda import CudaKernels
+    from minitensor.ops.flash_attention import flash_attention
+    from strict_backend import count_launches, strict_xp
+
+    import minitensor as mt
+    from minitensor import backends
+
+    rng = np.random.default_rng(0)
+    slopes = 2.0 ** (-8.0 * np.arange(1, heads + 1) / heads)
+    alibi = (slopes[:, None] * np.minimum(np.arange(2 * T - 1) - (T - 1), 0)[None, :]).astype(np.float32)
+    arrays = [rng.standard_normal((1, heads, T, 64)).astype(np.float32) for _ in range(4)]
+
+    class NamesOnly(RecordingModule):
+        # the kernel's name alone: holding its arguments would keep the gradients it writes
+        # referenced, and autograd would copy them as arrays something else still holds
+        def get_function(self, name):
+            return lambda grid, block, args: RecordingModule.launches.append(name)
+
+    counts, stand_in = {}, backends._BACKENDS["cuda"]
+    recording = CudaKernels(strict_xp, load_module=NamesOnly)
+
+    class WithKernels(type(stand_in)):
+        # the stand-in's kernels have no attention (its CPU kernels cannot run CUDA C++): these
+        # record each launch a GPU would make and run none
+        attention_kernels = property(lambda self: recording)
+
+    for kernels in (False, True):
+        if kernels:
+            backends._BACKENDS["cuda"] = backend = copy.copy(stand_in)
+            backend.__class__ = WithKernels
+        for name, table in (("none", None), ("ALiBi", False), ("learned table", True)):
+            for _ in range(2):  # count the second call: the first makes what later ones reuse
+                q, k, v = (mt.tensor(a, device="cuda", requires_grad=True) for a in arrays[:3])
+                grad = mt.tensor(arrays[3], device="cuda")
+                bias = None if table is None else mt.tensor(alibi, device="cuda", requires_grad=table)
+                RecordingModule.launches = []
+                with count_launches() as log:
+                    flash_attention(q, k, v, causal=True, relative_bias=bias).backward(grad)
+            counts.setdefault(name, []).append(len(log) + len(RecordingModule.launches))
+    backends._BACKENDS["cuda"] = stand_in
+    return counts
+
+
 # -- report ---------------------------------------------------------------------------------------
 def report(name, describe, ours, theirs, by_file):
     """The table of one model: launches by phase, PyTorch's ops beside them, the ratio."""
@@ -330,6 +385,11 @@ def main():
     ours = count_minitensor(minitensor_transformer(cfg))
     theirs = count_torch(torch, torch_transformer(torch, cfg)) if torch is not None else None
     report("transformer", f"bench/train_step.py's encoder-decoder, {cfg.describe()}", ours, theirs, args.by_file)
+
+    counts = streamed_attention_launches()
+    rows = [[name, tiles, kernels] for name, (tiles, kernels) in counts.items()]
+    title = "streamed attention: one causal flash_attention call, forward + backward, T = 1024, 8 heads, d_head 64"
+    print_table(["bias", "on the tiles", "on the CUDA kernels"], rows, title=title)
 
 
 if __name__ == "__main__":

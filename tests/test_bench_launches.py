@@ -1,5 +1,6 @@
 """``bench/launches.py --quick`` runs: both models' tables print, with PyTorch's column where
-PyTorch (and, for the GPT, nanoGPT's model.py) is there, and minitensor's launches by phase."""
+PyTorch (and, for the GPT, nanoGPT's model.py) is there, and minitensor's launches by phase; and
+the streamed attention call's, on the tiles and on the CUDA kernels."""
 
 import pathlib
 import subprocess
@@ -22,3 +23,13 @@ def test_the_quick_run_prints_its_tables():
     assert ("PyTorch ops" in out) == has_torch
     if has_torch and "nanoGPT's model.py is not at" not in out:
         assert out.count("launches per step <=") == 2  # a verdict for each model
+    # one streamed attention call: a few launches on the kernels, hundreds on the tiles
+    table = out[out.index("streamed attention: one causal flash_attention call") :]
+    names = ("none", "ALiBi", "learned table")
+    rows = {
+        line.split("  ")[0]: [int(n) for n in line.split()[-2:]]
+        for line in table.splitlines()
+        if line.startswith(names)
+    }
+    assert set(rows) == {"none", "ALiBi", "learned table"}, table
+    assert all(kernels <= 6 and tiles > 100 for tiles, kernels in rows.values()), rows
