@@ -181,8 +181,8 @@ struct QueryRow {
 
 // `split` threads per row: threads split t .. split t + split - 1 share query row t of the block.
 // The last tile of queries comes first: under a causal mask it sees the most keys, and a GPU that
-// starts the longest blocks first finishes the grid with fewer of its cores idle (FlashAttention-2
-// orders its blocks so too).
+// starts the longest blocks first finishes the grid with fewer of its cores idle (the
+// longest-processing-time-first rule of scheduling jobs of unequal length).
 __device__ __forceinline__ QueryRow query_row(const Shapes& s, int split = 1) {
     const long long tiles = (s.Q + QUERY_ROWS - 1) / QUERY_ROWS;
     const long long bh = blockIdx.x / tiles, b = bh / s.H, h = bh % s.H, tile = tiles - 1 - blockIdx.x % tiles;
