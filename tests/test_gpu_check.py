@@ -27,6 +27,8 @@ def test_the_benchmarks_run_on_the_cpu_and_check_their_results():
     assert "naive/mt" in out and "Training step (forward + loss + backward + Adam) on cpu" in out
     assert "Dropout (mask and product) on cpu" in out and "everything passed" in out
     assert "nanoGPT's shakespeare_char GPU recipe" in out and "minitensor, TF32" in out
+    assert "Streamed causal attention with a relative bias" in out and "learned/no bias" in out
+    assert "relative bias: gradients agree with the plain path" in out
     if "torch not installed" not in out:
         assert "same weights, no dropout" in out and "mt/torch" in out
         assert "vs nanoGPT" in out and "nanoGPT, float32 (TF32)" in out
