@@ -511,9 +511,9 @@ class CudaKernels:
             raise ValueError("attention: table_grad=True needs the bias table")
         dtable = (self.xp.empty if q.size and K else self.xp.zeros)(bias[0].shape, q.dtype) if table_grad else None
         if q.size and K:
-            delta = (grad * out).sum(axis=-1)  # D_i = dO_i . O_i = sum_j p_ij dp_ij
+            delta = self.xp.empty(q.shape[:-1], q.dtype)  # D_i = dO_i . O_i: the dQ kernel writes it, dK/dV reads it
             lens_arg, has_lens = self._attention_lens(lens, B, Q)
-            common = (q, k, v, lens_arg, bias[0], lse, grad, delta)
+            common = (q, k, v, lens_arg, bias[0], lse, grad)
             tail = (*self._attention_shapes(q, k), q.dtype.type(scale), np.int32(bool(causal)), has_lens, *bias[1:])
             dtype, threads = q.dtype.name, attention_split(q.dtype, size) * ATTENTION_THREADS
             blocks = _attention_grid(B * H, Q)
@@ -524,10 +524,10 @@ class CudaKernels:
                 scratch = self.xp.empty((blocks, ATTENTION_THREADS * ATTENTION_KEY_TILE), q.dtype)
                 partial = self.xp.empty((blocks, K + ATTENTION_THREADS - 1), q.dtype)
             self._function("attention", f"attention_backward_dq_d{size}_{dtype}")(
-                (blocks,), (threads,), (*common, dq, scratch, partial, *tail, np.int32(bool(table_grad)))
+                (blocks,), (threads,), (*common, out, delta, dq, scratch, partial, *tail, np.int32(bool(table_grad)))
             )
             self._function("attention", f"attention_backward_dkv_d{size}_{dtype}")(
-                (_attention_grid(B * G, K),), (threads,), (*common, dk, dv, *tail)
+                (_attention_grid(B * G, K),), (threads,), (*common, delta, dk, dv, *tail)
             )
             if table_grad:
                 self._function("attention", f"attention_bias_grad_{dtype}")(

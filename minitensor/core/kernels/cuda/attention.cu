@@ -263,15 +263,16 @@ __device__ void attention_forward(const T* q, const T* k, const T* v, const long
     if (part == 0) lse[row] = l > T(0) ? m + logarithm(l) : infinity<T>();
 }
 
-// dQ_i = scale sum_j p_ij (dp_ij - D_i) k_j, with p_ij = exp(s_ij - lse_i), dp_ij = dO_i . v_j.
-// SPLIT threads per query row (three whole rows a thread would spill): each holds its part of
-// q_i, dO_i and dQ_i, and shuffles with the others join the dot products. So that every lane
-// reaches every shuffle, all threads walk the keys the block's longest row sees, and a key
-// beyond a thread's own row adds ds = 0.
+// dQ_i = scale sum_j p_ij (dp_ij - D_i) k_j, with p_ij = exp(s_ij - lse_i), dp_ij = dO_i . v_j,
+// D_i = dO_i . O_i (= sum_j p_ij dp_ij), which this kernel computes first and writes to `delta`
+// for the dK/dV kernel that runs after it. SPLIT threads per query row (three whole rows a
+// thread would spill): each holds its part of q_i, dO_i and dQ_i, and shuffles with the others
+// join the dot products. So that every lane reaches every shuffle, all threads walk the keys the
+// block's longest row sees, and a key beyond a thread's own row adds ds = 0.
 template <typename T, int D>
 __device__ void attention_backward_dq(const T* q, const T* k, const T* v, const long long* lens, Bias<T> bias,
-                                      const T* lse, const T* grad_out, const T* delta, T* dq, BiasGrad<T> bias_grad,
-                                      Shapes s, T scale, int causal) {
+                                      const T* lse, const T* grad_out, const T* out, T* delta, T* dq,
+                                      BiasGrad<T> bias_grad, Shapes s, T scale, int causal) {
     constexpr int SPLIT = Split<T, D>::value, PART = Split<T, D>::part, THREADS = QUERY_ROWS * SPLIT;
     __shared__ T k_tile[KEY_TILE][D];
     __shared__ T v_tile[KEY_TILE][D];
@@ -284,8 +285,14 @@ __device__ void attention_backward_dq(const T* q, const T* k, const T* v, const 
     T qr[PART], dor[PART], acc[PART];
     load_part<T, D>(qr, q, row, s.d, part, active, scale);
     load_part<T, D>(dor, grad_out, row, s.d, part, active);
-    _Pragma("unroll") for (int c = 0; c < PART; ++c) acc[c] = T(0);
-    const T row_lse = active ? lse[row] : infinity<T>(), row_delta = active ? delta[row] : T(0);
+    load_part<T, D>(acc, out, row, s.d, part, active);  // O_i's part, for D_i (acc's registers, for now)
+    T delta_part = T(0);
+    _Pragma("unroll") for (int c = 0; c < PART; ++c) {
+        delta_part += dor[c] * acc[c];
+        acc[c] = T(0);
+    }
+    const T row_delta = join_parts<SPLIT>(delta_part), row_lse = active ? lse[row] : infinity<T>();
+    if (active && part == 0) delta[row] = row_delta;
     const KeyRange keys = active ? visible_keys(s, lens, causal, bias.shift, bias.window, r.b, r.i) : KeyRange{0, 0};
     const long long block_visible = block_max<THREADS>(keys.end, limits);
     // the learned bias's gradient, where asked for (see BiasGrad): this block's tile of ds and row
@@ -437,12 +444,12 @@ __device__ void attention_bias_grad(const T* partial, T* dtable, Shapes s) {
     }                                                                                                               \
     extern "C" __global__ void attention_backward_dq_d##D##_##DTYPE(                                                \
         const T* q, const T* k, const T* v, const long long* lens, const T* table, const T* lse, const T* grad_out, \
-        const T* delta, T* dq, T* scratch, T* partial, long long B, long long H, long long G, long long Q,          \
+        const T* out, T* delta, T* dq, T* scratch, T* partial, long long B, long long H, long long G, long long Q,   \
         long long K, long long d, T scale, int causal, int has_lens, int has_table, long long shift,                \
         long long window, int table_grad) {                                                                         \
         attention_backward_dq<T, D>(q, k, v, has_lens ? lens : nullptr,                                             \
-                                    Bias<T>{has_table ? table : nullptr, shift, window}, lse, grad_out, delta, dq,  \
-                                    BiasGrad<T>{scratch, table_grad ? partial : nullptr},                          \
+                                    Bias<T>{has_table ? table : nullptr, shift, window}, lse, grad_out, out, delta, \
+                                    dq, BiasGrad<T>{scratch, table_grad ? partial : nullptr},                      \
                                     Shapes{B, H, G, Q, K, d}, scale, causal);                                       \
     }                                                                                                               \
     extern "C" __global__ void attention_backward_dkv_d##D##_##DTYPE(                                               \
