@@ -1,15 +1,15 @@
-// Streamed attention (FlashAttention) on a GPU: out = softmax(scale Q K^T, masked) V without the
-// (Q, K) scores, forward and backward. The algorithm is minitensor/core/ops/flash_attention.py's (and
-// tutorial 10's): for each query row a running max m, a running sum l of exp(s - m) and a running
-// output o = sum exp(s - m) v, rescaled whenever m grows; backward recomputes each weight from the
-// saved log-sum-exp, p = exp(s - lse). What changes on a GPU is who does what:
+// Streamed attention (FlashAttention) on a GPU: out = softmax(scale Q K^T + bias, masked) V without
+// the (Q, K) scores, forward and backward, the bias relative (see Bias) or none. The algorithm is
+// minitensor/core/ops/flash_attention.py's (and tutorial 10's): for each query row a running max
+// m, a running sum l of exp(s - m) and a running output o = sum exp(s - m) v, rescaled whenever m
+// grows; backward recomputes each weight from the saved log-sum-exp, p = exp(s - lse). What
+// changes on a GPU is who does what:
 //
 // * Forward and dQ: one block per (batch, head, tile of 64 queries), SPLIT threads per query row
 //   (two, or four for the widest rows), each holding its part of the row (as in dK/dV below).
-//   The block walks over the keys
-//   in tiles of 32: its threads copy a tile of K and V into shared memory together, then each
-//   thread runs its own row against the tile. All threads read the same key at the same time,
-//   so shared memory serves them with one broadcast.
+//   The block walks over the keys in tiles of 32: its threads copy a tile of K and V into shared
+//   memory together, then each thread runs its own row against the tile. All threads read the
+//   same key at the same time, so shared memory serves them with one broadcast.
 // * dK and dV: one block per (batch, key/value head, tile of 64 keys), SPLIT threads per key row,
 //   each holding its part of the row's k, v, dK and dV (four whole rows would not fit in a thread's
 //   registers), walking over the queries in tiles of 16 (Q, dO, lse and D in shared memory); the
@@ -19,8 +19,9 @@
 //
 // A row is D numbers, D a compile-time size at least the head's d (the rest zeros), so the loops
 // over it unroll. A thread holds at most 128 bytes of each row it keeps (32 floats, 16 doubles):
-// SPLIT = 2 threads per row, 4 for rows of 128 floats or 64 doubles (two threads would hold a
-// whole row each of dK/dV's four, more registers than a thread has: they would spill to memory).
+// SPLIT = 2 threads per row, 4 for rows of 128 floats or 64 doubles (with two, each thread of
+// dK/dV would hold half of four such rows, 256 numbers: more registers than a thread has, and
+// the rest would spill to memory).
 // The row is dealt out to its threads in 16-byte chunks, chunk c to thread c % SPLIT, so that the
 // threads of a row read neighbouring chunks of a shared tile, in different banks of shared
 // memory, at the same time (halves, a part apart, would sit in the same banks and take turns).
