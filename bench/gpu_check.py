@@ -595,15 +595,6 @@ def long_attention_benchmark(device, quick):
     return rows
 
 
-def alibi_table(num_heads, T):
-    """ALiBi's relative bias (Press, Smith and Lewis 2022) for T queries against T keys, as its
-    "scores" encoding's ``relative_bias`` gives it: (heads, 2 T - 1), column c at distance
-    c - (T - 1), slope_h (j - i) for the keys in the past, slopes 2^(-8 h / heads)."""
-    slopes = 2.0 ** (-8.0 * np.arange(1, num_heads + 1) / num_heads)
-    distances = np.arange(2 * T - 1) - (T - 1)
-    return (slopes[:, None] * np.minimum(distances, 0)[None, :]).astype(np.float32)
-
-
 def relative_bias_benchmark(device, quick):
     """Streamed causal attention with ALiBi's relative bias and with a learned table (T5's kind:
     the table's gradient too) against the same call without a bias, at the cases of section 6:
@@ -615,13 +606,14 @@ def relative_bias_benchmark(device, quick):
 
     rng = np.random.default_rng(1)
     attn = mt.nn.Attention("scaled_dot", "softmax")
+    encoding = mt.plugins.lookup("positional encoding", "alibi")(8, device=device.name)  # ALiBi, 8 heads
     rows, agreement = [], []
     for T in QUICK_LONG_ATTENTION_T if quick else LONG_ATTENTION_T:
         q, k, v, g = (rng.standard_normal((1, 8, T, 64), dtype=np.float32) for _ in range(4))
         leaves = [mt.tensor(x, requires_grad=True, device=device.name) for x in (q, k, v)]
         grad = mt.tensor(g, device=device.name)
-        alibi = mt.tensor(alibi_table(8, T), device=device.name)
-        learned = mt.tensor(alibi_table(8, T), device=device.name, requires_grad=True)
+        alibi = encoding.relative_bias(-(T - 1), T - 1)  # (8, 2 T - 1), as a streamed layer reads it
+        learned = alibi.detach().requires_grad_()  # the same numbers, as a table that learns
 
         def step(table, leaves=leaves, grad=grad):
             for leaf in leaves + ([table] if table is not None else []):
@@ -635,11 +627,9 @@ def relative_bias_benchmark(device, quick):
             "learned": lambda step=step, table=learned: step(table),
         }
         # agreement: the learned table's call against the plain path with its dense bias
-        columns = np.arange(T)[None, :] - np.arange(T)[:, None] + (T - 1)
-        dense = mt.tensor(alibi_table(8, T)[:, columns][None], device=device.name)
         for leaf in leaves:
             leaf.grad = None
-        attn(*leaves, causal=True, bias=dense).backward(grad)
+        attn(*leaves, causal=True, bias=encoding(T, T)).backward(grad)
         want = [leaf.grad.numpy() for leaf in leaves]
         got = [x.numpy() for x in cases["learned"]()]
         worst = max(float(np.abs(a - b).max()) for a, b in zip(got, want))

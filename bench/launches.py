@@ -51,10 +51,10 @@ biased call ran before the kernels took a bias) and on the kernels of ``kernels/
 import argparse
 import collections
 import contextlib
-import copy
 import io
 import pathlib
 import sys
+from unittest import mock
 
 import numpy as np
 from _common import format_ratio, import_torch, print_header, print_table, verdict
@@ -284,8 +284,7 @@ def streamed_attention_launches(T=1024, heads=8):
     from minitensor import backends
 
     rng = np.random.default_rng(0)
-    slopes = 2.0 ** (-8.0 * np.arange(1, heads + 1) / heads)
-    alibi = (slopes[:, None] * np.minimum(np.arange(2 * T - 1) - (T - 1), 0)[None, :]).astype(np.float32)
+    alibi = mt.plugins.lookup("positional encoding", "alibi")(heads, device="cuda").relative_bias(-(T - 1), T - 1)
     arrays = [rng.standard_normal((1, heads, T, 64)).astype(np.float32) for _ in range(4)]
 
     class NamesOnly(RecordingModule):
@@ -294,28 +293,22 @@ def streamed_attention_launches(T=1024, heads=8):
         def get_function(self, name):
             return lambda grid, block, args: RecordingModule.launches.append(name)
 
-    counts, stand_in = {}, backends._BACKENDS["cuda"]
-    recording = CudaKernels(strict_xp, load_module=NamesOnly)
-
-    class WithKernels(type(stand_in)):
-        # the stand-in's kernels have no attention (its CPU kernels cannot run CUDA C++): these
-        # record each launch a GPU would make and run none
-        attention_kernels = property(lambda self: recording)
-
+    # the stand-in's kernels have no attention (its CPU kernels cannot run CUDA C++): for the
+    # second count, kernels that record each launch a GPU would make and run none
+    kernels_that_record = CudaKernels(strict_xp, load_module=NamesOnly)  # one, as a backend keeps one
+    recording = property(lambda backend: kernels_that_record)
+    backend_class, counts = type(backends._BACKENDS["cuda"]), {}
     for kernels in (False, True):
-        if kernels:
-            backends._BACKENDS["cuda"] = backend = copy.copy(stand_in)
-            backend.__class__ = WithKernels
-        for name, table in (("none", None), ("ALiBi", False), ("learned table", True)):
-            for _ in range(2):  # count the second call: the first makes what later ones reuse
-                q, k, v = (mt.tensor(a, device="cuda", requires_grad=True) for a in arrays[:3])
-                grad = mt.tensor(arrays[3], device="cuda")
-                bias = None if table is None else mt.tensor(alibi, device="cuda", requires_grad=table)
-                RecordingModule.launches = []
-                with count_launches() as log:
-                    flash_attention(q, k, v, causal=True, relative_bias=bias).backward(grad)
-            counts.setdefault(name, []).append(len(log) + len(RecordingModule.launches))
-    backends._BACKENDS["cuda"] = stand_in
+        with mock.patch.object(backend_class, "attention_kernels", recording) if kernels else contextlib.nullcontext():
+            for name, table in (("none", None), ("ALiBi", False), ("learned table", True)):
+                for _ in range(2):  # count the second call: the first makes what later ones reuse
+                    q, k, v = (mt.tensor(a, device="cuda", requires_grad=True) for a in arrays[:3])
+                    grad = mt.tensor(arrays[3], device="cuda")
+                    bias = None if table is None else alibi.detach().requires_grad_(table)
+                    RecordingModule.launches = []
+                    with count_launches() as log:
+                        flash_attention(q, k, v, causal=True, relative_bias=bias).backward(grad)
+                counts.setdefault(name, []).append(len(log) + len(RecordingModule.launches))
     return counts
 
 
