@@ -110,8 +110,15 @@ class FakeCupy(StrictNamespace):
                 getDeviceCount=get_device_count,
                 CUDARuntimeError=CUDARuntimeError,
                 deviceSynchronize=_device_synchronize,
-                # what `minitensor info` reports: an H200 on a CUDA 13 driver
-                getDeviceProperties=lambda device: {"name": b"NVIDIA H200", "major": 9, "minor": 0},
+                # what `minitensor info` reports: an H200 on a CUDA 13 driver (and what the attention
+                # kernels ask, to size their grid)
+                getDeviceProperties=lambda device: {
+                    "name": b"NVIDIA H200",
+                    "major": 9,
+                    "minor": 0,
+                    "multiProcessorCount": 132,
+                },
+                getDevice=lambda: 0,
                 runtimeGetVersion=lambda: 13000,
                 driverGetVersion=lambda: 13000,
             ),

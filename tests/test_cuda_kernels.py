@@ -50,7 +50,7 @@ if not cuda_emulator.available() and os.environ.get("CI") != "true":
     pytest.skip(f"the CUDA emulator needs a C++ compiler ({cuda_emulator.COMPILER})", allow_module_level=True)
 
 
-def emulated(row_threads=64, elementwise_threads=32, max_blocks=MAX_BLOCKS):
+def emulated(row_threads=64, elementwise_threads=32, max_blocks=MAX_BLOCKS, attention_splits=None):
     """The kernels on NumPy arrays, run by the emulator (small blocks: each thread is a thread)."""
     return CudaKernels(
         np,
@@ -58,6 +58,7 @@ def emulated(row_threads=64, elementwise_threads=32, max_blocks=MAX_BLOCKS):
         row_threads=row_threads,
         elementwise_threads=elementwise_threads,
         max_blocks=max_blocks,
+        attention_splits=attention_splits,
     )
 
 
@@ -755,11 +756,112 @@ def test_streamed_attention_in_the_widest_rows(dtype, d):
 
 def test_the_launchers_sizes_are_the_kernels():
     """The launcher sizes grids and scratch buffers by attention.cu's QUERY_ROWS and KEY_TILE:
-    written twice (C++ and Python), they must agree."""
-    from minitensor.kernels.cuda import ATTENTION_KEY_TILE, ATTENTION_THREADS
+    written twice (C++ and Python), they must agree; and every number of walkers must divide
+    the rows of a block and the tiles (each walker takes as many keys or queries of a tile)."""
+    from minitensor.kernels.cuda import ATTENTION_KEY_TILE, ATTENTION_MAX_SPLITS, ATTENTION_ROWS
 
-    defines = dict(re.findall(r"#define (\w+) (\d+)", source("attention")))
-    assert (int(defines["QUERY_ROWS"]), int(defines["KEY_TILE"])) == (ATTENTION_THREADS, ATTENTION_KEY_TILE)
+    defines = {name: int(value) for name, value in re.findall(r"#define (\w+) (\d+)", source("attention"))}
+    assert (defines["QUERY_ROWS"], defines["KEY_TILE"]) == (ATTENTION_ROWS, ATTENTION_KEY_TILE)
+    for size in (defines["QUERY_ROWS"], defines["KEY_TILE"], defines["QUERY_TILE"]):
+        assert size % ATTENTION_MAX_SPLITS == 0
+
+
+# -- a row's keys split among walkers: small grids on a large GPU -----------------------------
+@pytest.mark.parametrize("splits", [2, 4])
+@pytest.mark.parametrize(
+    "dtype, B, H, G, Q, K, d, causal, lens",
+    [
+        (np.float32, 1, 2, 2, 70, 70, 16, True, None),  # causal, partial tiles of keys and queries
+        (np.float64, 2, 4, 2, 37, 45, 8, True, [30, 45]),  # grouped heads, K > Q, lengths
+        (np.float64, 2, 2, 1, 20, 13, 5, True, None),  # rows that see no key: walkers with nothing
+        (np.float64, 2, 2, 2, 9, 33, 32, False, [[0] * 9, list(range(9))]),  # per-query lengths, empty rows
+        (np.float32, 1, 2, 1, 3, 2, 3, False, None),  # fewer keys than walkers
+    ],
+)
+def test_walkers_that_split_the_keys_give_the_same_attention(splits, dtype, B, H, G, Q, K, d, causal, lens):
+    """With ``splits`` walkers a row (attention.cu: each takes every splits-th key in the forward
+    and dQ, every splits-th query in dK/dV, and they merge at the end), the kernels give the
+    tiles' results: the walkers' running maxima, sums and outputs merge into the whole row's."""
+    check_attention(emulated(attention_splits=splits), B, H, G, Q, K, d, dtype, causal, lens)
+
+
+@pytest.mark.parametrize("splits", [2, 4])
+def test_walkers_with_a_learned_windowed_bias_and_its_gradient(splits):
+    """The bias table's gradient with walkers: a tile's ds comes from every walker of its rows
+    before the block sums its diagonals, in tiles of QUERY_ROWS / splits queries; three such
+    tiles, a window both ways and lengths."""
+    bias = relative_table(np.random.default_rng(7), 2, 40, 45, np.float64, 9, 3, 0)
+    check_attention(
+        emulated(attention_splits=splits), 2, 2, 2, 40, 45, 8, np.float64, False, [40, 20], bias=bias, table_grad=True
+    )
+
+
+@pytest.mark.parametrize("dtype, d", [(np.float32, 128), (np.float64, 64)])
+def test_four_walkers_of_four_threads_in_the_widest_rows(dtype, d):
+    """16 threads a row (four threads hold each row, four walkers split its keys): the shuffles
+    of a dot product and of the merge reach across the whole row within one warp."""
+    check_attention(emulated(attention_splits=4), 1, 2, 1, 20, 19, d, dtype, True, None)
+
+
+@pytest.mark.parametrize(
+    "rows, split, multiprocessors, expected",
+    [
+        (8 * 4096, 2, 132, 1),  # one sequence of 4,096 tokens, 8 heads, on 132 multiprocessors: full already
+        (8 * 2048, 2, 132, 2),
+        (8 * 1024, 2, 132, 4),  # 16,384 threads: 4 walkers give 65,536, 8 warps for each of 132
+        (8 * 256, 2, 132, 4),  # no more than 4, however small
+        (64 * 8 * 256, 2, 132, 1),  # nanoGPT's batch of 64: plenty of rows
+        (8 * 1024, 4, 16, 1),  # a small GPU
+    ],
+)
+def test_the_walkers_are_the_fewest_that_fill_the_gpu(rows, split, multiprocessors, expected):
+    kernels = CudaKernels(np, load_module=RecordingModule, multiprocessors=multiprocessors)
+    assert kernels.attention_splits(rows, split) == expected
+    assert CudaKernels(np, attention_splits=2, multiprocessors=1).attention_splits(rows, split) == 2
+
+
+def test_the_walkers_are_asked_of_the_current_gpu_once():
+    """Without ``multiprocessors``, the launcher asks CuPy for the current device's count (the
+    stand-in answers 132, an H200's) once; NumPy (the emulator) has none and counts as one."""
+    from fake_cupy import FakeCupy
+
+    cupy = FakeCupy()
+    asked = []
+    properties = cupy.cuda.runtime.getDeviceProperties
+    cupy.cuda.runtime.getDeviceProperties = lambda device: asked.append(device) or properties(device)
+    kernels = CudaKernels(cupy, load_module=RecordingModule)
+    assert [kernels.attention_splits(8 * 1024, 2) for _ in range(3)] == [4, 4, 4] and asked == [0]
+    assert CudaKernels(np, load_module=RecordingModule).attention_splits(100, 2) == 2  # 200 threads < 256
+
+
+def test_the_walkers_are_refused_unless_1_2_or_4():
+    for wrong in (0, 3, 8, "2"):
+        with pytest.raises(ValueError, match=f"attention_splits must be None, 1, 2 or 4, got {wrong!r}"):
+            CudaKernels(np, attention_splits=wrong)
+    with pytest.raises(ValueError, match="multiprocessors must be at least 1, got 0"):
+        CudaKernels(np, multiprocessors=0)
+
+
+@pytest.mark.parametrize("splits", [1, 2, 4])
+def test_the_walkers_launch_the_grid_and_scratch_of_their_rows(recorded, splits):
+    """The launcher's side of the walkers: QUERY_ROWS / splits rows a block (a grid `splits`
+    times as long), as many threads a block as ever, `splits` passed to every kernel, and the
+    learned bias's scratch and partial sums sized by the dQ kernel's tiles of rows."""
+    kernels = CudaKernels(np, load_module=RecordingModule, attention_splits=splits)
+    q = k = v = grad = np.zeros((1, 2, 100, 16), np.float32)
+    table = np.zeros((2, 199), np.float32)
+    out, lse = kernels.attention_forward(q, k, v, None, True, 0.25, table=table)
+    kernels.attention_backward(q, k, v, None, True, 0.25, out, lse, grad, table=table, table_grad=True)
+    (name, grid, block, args), *backward = recorded
+    rows = 64 // splits
+    assert name == "attention_forward_d32_float32" and args[-1] == splits
+    assert grid == (2 * -(-100 // rows),) and block == (2 * 64,)
+    dq, dkv, bias_grad = backward
+    assert [launch[1:3] for launch in (dq, dkv)] == [(grid, block)] * 2
+    assert dq[3][-1] == dkv[3][-1] == splits
+    scratch, partial = dq[3][10:12]
+    assert scratch.shape == (grid[0], rows * 32) and partial.shape == (grid[0], 100 + rows - 1)
+    assert bias_grad[3][-1] == rows
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -767,31 +869,40 @@ def test_the_threads_of_a_row_read_a_tile_without_bank_conflicts(dtype):
     """attention.cu deals each row out to its threads in 16-byte chunks, chunk c to thread
     c % SPLIT: together the threads hold every column once, and at each step they read
     neighbouring chunks of a shared tile, which lie in different banks of shared memory (32 banks
-    of 4 bytes), so the reads of one row never wait for each other. Read from the kernel's own
-    ``held_column`` through the emulator."""
-    from minitensor.kernels.cuda import ATTENTION_ROW_SIZES, attention_split
+    of 4 bytes), so the reads of one row never wait for each other. With walkers, each reads
+    its own row of the tile at the same step: the rows' padding (``Split::stride``) starts them
+    in different banks, so no bank serves more reads than the number of bytes asks for. Read
+    from the kernel's own ``held_column`` and ``stride`` through the emulator."""
+    from minitensor.kernels.cuda import ATTENTION_MAX_SPLITS, ATTENTION_ROW_SIZES, attention_split
 
     name, itemsize = np.dtype(dtype).name, np.dtype(dtype).itemsize
+    ctype = "float" if dtype == np.float32 else "double"
     probes = "".join(
-        f'extern "C" __global__ void held_columns_d{D}(int* out) {{\n'
+        f'extern "C" __global__ void held_columns_d{D}(int* out, int* stride) {{\n'
         f"    for (int c = 0; c < Split<{ctype}, {D}>::part; ++c)\n"
-        f"        out[threadIdx.x * Split<{ctype}, {D}>::part + c] = held_column<{ctype}, {D}>(threadIdx.x, c);\n}}\n"
+        f"        out[threadIdx.x * Split<{ctype}, {D}>::part + c] = held_column<{ctype}, {D}>(threadIdx.x, c);\n"
+        f"    *stride = Split<{ctype}, {D}>::stride;\n}}\n"
         for D in ATTENTION_ROW_SIZES[name]
-        for ctype in ["float" if dtype == np.float32 else "double"]
     )
     module = EmulatedModule(source("attention") + probes)
     for D in ATTENTION_ROW_SIZES[name]:
         split = attention_split(dtype, D)
         part = D // split
         assert part * itemsize <= 128  # at most 128 bytes of a row a thread
-        columns = np.zeros(split * part, np.int32)
-        module.get_function(f"held_columns_d{D}")((1,), (split,), (columns,))
+        columns, stride = np.zeros(split * part, np.int32), np.zeros(1, np.int32)
+        module.get_function(f"held_columns_d{D}")((1,), (split,), (columns, stride))
         columns = columns.reshape(split, part)
         assert sorted(columns.ravel()) == list(range(D))
         for c in range(0, part, 16 // itemsize):  # one 16-byte load per thread
-            first_bank = columns[:, c] * itemsize // 4 % 32
-            banks = {int(b + i) % 32 for b in first_bank for i in range(4)}
-            assert len(banks) == 4 * split, (D, c, columns[:, c])
+            for splits in (1, 2, ATTENTION_MAX_SPLITS):  # walker w reads row w of the tile
+                words = [
+                    (w * int(stride[0]) + column) * itemsize // 4 + i
+                    for w in range(splits)
+                    for column in columns[:, c]
+                    for i in range(4)
+                ]
+                reads_per_bank = np.bincount(np.array(words) % 32, minlength=32)
+                assert reads_per_bank.max() == -(-len(words) // 32), (D, c, splits)
 
 
 @pytest.mark.parametrize("Q, K, causal", [(20, 13, True), (9, 70, False), (70, 70, True)])
@@ -828,14 +939,16 @@ def test_the_row_size_is_the_smallest_kernel_that_holds_the_head(kernels):
     window=st.sampled_from([None, "none", 0, 3, 40]),  # None: no bias; "none": a bias, no window
     offsets=st.tuples(st.integers(0, 50), st.integers(0, 50)),
     seed=st.integers(0, 2**16),
+    splits=st.sampled_from([None, 1, 2, 4]),  # walkers a row; None: as the launcher picks them
 )
-def test_hypothesis_attention_shapes(groups, Q, K, d, causal, with_lens, window, offsets, seed):
+def test_hypothesis_attention_shapes(groups, Q, K, d, causal, with_lens, window, offsets, seed, splits):
     rng = np.random.default_rng(seed)
     lens = rng.integers(0, K + 2, size=2) if with_lens else None
     bias = None
     if window is not None:  # a learned relative bias, with or without a window
         bias = relative_table(rng, groups[0], Q, K, np.float64, None if window == "none" else window, *offsets)
-    check_attention(emulated(), 2, *groups, Q, K, d, np.float64, causal, lens, seed, bias, bias is not None)
+    kernels = emulated(attention_splits=splits)
+    check_attention(kernels, 2, *groups, Q, K, d, np.float64, causal, lens, seed, bias, bias is not None)
 
 
 @pytest.fixture

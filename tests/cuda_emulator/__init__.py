@@ -68,8 +68,10 @@ def _parameters(text):
 
 
 def _expand_macros(code):
-    """The source after the preprocessor: kernels that a macro defines, written out."""
-    done = subprocess.run([COMPILER, "-E", "-P", "-x", "c++", "-"], input=code, capture_output=True, text=True)
+    """The source after the preprocessor: kernels that a macro defines, written out (and their
+    ``__launch_bounds__``, a register budget for NVIDIA's compiler, dropped, as the header does)."""
+    command = [COMPILER, "-E", "-P", "-D__launch_bounds__(...)=", "-x", "c++", "-"]
+    done = subprocess.run(command, input=code, capture_output=True, text=True)
     if done.returncode:
         raise RuntimeError(f"the CUDA emulator could not preprocess the kernels:\n{done.stderr[-4000:]}")
     return done.stdout

@@ -30,6 +30,7 @@ inline thread_local dim3 threadIdx, blockIdx;
 #define __forceinline__ inline
 #define __shared__ static
 #define __restrict__
+#define __launch_bounds__(...)  // a hint to the register allocator: nothing to emulate
 
 namespace emulator {
 using Barrier = std::barrier<>;

@@ -77,10 +77,17 @@ MULTI_TENSOR_CHUNK = 16384
 SUM_BLOCKS = 512
 #: device tables of pointers that the multi-tensor kernels keep (see ``PointerTables``)
 POINTER_TABLES = 16
-#: rows per block of the attention kernels (attention.cu's QUERY_ROWS), ``attention_split`` threads each
-ATTENTION_THREADS = 64
+#: rows per block of the attention kernels (attention.cu's QUERY_ROWS), ``attention_split`` threads each,
+#: when each row's keys are not split (``QUERY_ROWS / splits`` rows when they are)
+ATTENTION_ROWS = 64
 #: keys per shared tile of the attention kernels' forward and dQ (attention.cu's KEY_TILE)
 ATTENTION_KEY_TILE = 32
+#: the most walkers among which the attention kernels split a row's keys (1, 2 or 4; attention.cu)
+ATTENTION_MAX_SPLITS = 4
+#: threads per multiprocessor that the attention kernels' grid should reach before they split the
+#: keys of a row: 8 warps (the dQ and dK/dV kernels' registers let 8 stay on a multiprocessor at
+#: once, the forward's 16), enough for one warp to compute while others wait on memory
+ATTENTION_THREADS_PER_MULTIPROCESSOR = 256
 
 
 _DTYPES = ("float32", "float64")
@@ -143,10 +150,10 @@ def source(name):
     return (SOURCE_DIR / f"{name}.cu").read_text()
 
 
-def _attention_grid(heads, rows):
-    """Blocks of the attention kernels: one per (batch, head, tile of rows), which a grid's x
-    dimension must hold (the kernels do not stride)."""
-    blocks = heads * -(-rows // ATTENTION_THREADS)
+def _attention_grid(heads, rows, splits=1):
+    """Blocks of the attention kernels: one per (batch, head, tile of ``ATTENTION_ROWS // splits``
+    rows), which a grid's x dimension must hold (the kernels do not stride)."""
+    blocks = heads * -(-rows // (ATTENTION_ROWS // splits))
     if blocks > MAX_GRID_X:
         raise ValueError(
             f"attention: {heads} batch x heads x {rows} rows need {blocks} blocks, more than a CUDA grid holds "
@@ -219,7 +226,11 @@ class CudaKernels:
     ``kernel(grid, block, args)`` (default: ``cupy.RawModule``). ``row_threads``: threads per
     block of the row kernels, a multiple of 32 up to 1024 (each warp takes a row);
     ``elementwise_threads``: of the elementwise ones. ``max_blocks``: the largest grid.
-    ``chunk``: elements per chunk of the multi-tensor kernels.
+    ``chunk``: elements per chunk of the multi-tensor kernels. ``attention_splits``: the walkers
+    among which the attention kernels split each row's keys, 1, 2 or 4, or None to let the size
+    of the grid and of the GPU decide (:meth:`attention_splits`); ``multiprocessors``: the GPU's,
+    or None to ask the current device (one where the array library has no ``cuda``: the emulator
+    runs one block at a time).
     """
 
     def __init__(
@@ -230,6 +241,8 @@ class CudaKernels:
         elementwise_threads=ELEMENTWISE_THREADS,
         max_blocks=MAX_BLOCKS,
         chunk=MULTI_TENSOR_CHUNK,
+        attention_splits=None,
+        multiprocessors=None,
     ):
         if not (32 <= row_threads <= 1024 and row_threads % 32 == 0):
             raise ValueError(f"row_threads must be a multiple of 32 in [32, 1024], got {row_threads}")
@@ -239,10 +252,15 @@ class CudaKernels:
             raise ValueError(f"max_blocks must be at least 1, got {max_blocks}")
         if chunk < 1:
             raise ValueError(f"chunk must be at least 1, got {chunk}")
+        if attention_splits not in (None, 1, 2, 4):
+            raise ValueError(f"attention_splits must be None, 1, 2 or 4, got {attention_splits!r}")
+        if multiprocessors is not None and multiprocessors < 1:
+            raise ValueError(f"multiprocessors must be at least 1, got {multiprocessors}")
         self.xp = xp
         self.load_module = load_module or _cupy_module(xp)
         self.row_threads, self.elementwise_threads = int(row_threads), int(elementwise_threads)
         self.max_blocks, self.chunk = int(max_blocks), int(chunk)
+        self.fixed_splits, self.multiprocessors = attention_splits, multiprocessors
         self.pointer_tables = PointerTables(xp)
         self._modules, self._functions = {}, {}
         self._no_lens = None
@@ -480,13 +498,14 @@ class CudaKernels:
         bias = self._attention_bias(q, k, table, shift, window)
         out, lse = self.xp.empty_like(q), self.xp.empty(q.shape[:-1], q.dtype)
         if q.size and k.shape[2]:
-            blocks = _attention_grid(B * H, Q)
+            split = attention_split(q.dtype, size)
+            splits = self.attention_splits(B * H * Q, split)
             lens_arg, has_lens = self._attention_lens(lens, B, Q)
             self._function("attention", f"attention_forward_d{size}_{q.dtype.name}")(
-                (blocks,),
-                (attention_split(q.dtype, size) * ATTENTION_THREADS,),
+                (_attention_grid(B * H, Q, splits),),
+                (split * ATTENTION_ROWS,),
                 (q, k, v, lens_arg, bias[0], out, lse, *self._attention_shapes(q, k), q.dtype.type(scale))
-                + (np.int32(bool(causal)), has_lens, *bias[1:]),
+                + (np.int32(bool(causal)), has_lens, *bias[1:], np.int32(splits)),
             )
         elif q.size:  # no keys at all: every row is empty
             out.fill(0)
@@ -515,27 +534,57 @@ class CudaKernels:
             lens_arg, has_lens = self._attention_lens(lens, B, Q)
             common = (q, k, v, lens_arg, bias[0], lse, grad)
             tail = (*self._attention_shapes(q, k), q.dtype.type(scale), np.int32(bool(causal)), has_lens, *bias[1:])
-            dtype, threads = q.dtype.name, attention_split(q.dtype, size) * ATTENTION_THREADS
-            blocks = _attention_grid(B * H, Q)
+            dtype, split = q.dtype.name, attention_split(q.dtype, size)
+            # each kernel splits the keys (the queries) of its own rows: dK/dV has fewer where G < H
+            splits, kv_splits = self.attention_splits(B * H * Q, split), self.attention_splits(B * G * K, split)
+            blocks, rows = _attention_grid(B * H, Q, splits), ATTENTION_ROWS // splits
             # the learned bias's gradient: each dQ block's tiles of ds and its partial sums per
             # diagonal (attention.cu's BiasGrad), added up by attention_bias_grad
             scratch = partial = q  # (pointers that table_grad = 0 leaves unread)
             if table_grad:
-                scratch = self.xp.empty((blocks, ATTENTION_THREADS * ATTENTION_KEY_TILE), q.dtype)
-                partial = self.xp.empty((blocks, K + ATTENTION_THREADS - 1), q.dtype)
+                scratch = self.xp.empty((blocks, rows * ATTENTION_KEY_TILE), q.dtype)
+                partial = self.xp.empty((blocks, K + rows - 1), q.dtype)
             self._function("attention", f"attention_backward_dq_d{size}_{dtype}")(
-                (blocks,), (threads,), (*common, out, delta, dq, scratch, partial, *tail, np.int32(bool(table_grad)))
+                (blocks,),
+                (split * ATTENTION_ROWS,),
+                (*common, out, delta, dq, scratch, partial, *tail, np.int32(bool(table_grad)), np.int32(splits)),
             )
             self._function("attention", f"attention_backward_dkv_d{size}_{dtype}")(
-                (_attention_grid(B * G, K),), (threads,), (*common, delta, dk, dv, *tail)
+                (_attention_grid(B * G, K, kv_splits),),
+                (split * ATTENTION_ROWS,),
+                (*common, delta, dk, dv, *tail, np.int32(kv_splits)),
             )
             if table_grad:
                 self._function("attention", f"attention_bias_grad_{dtype}")(
                     (min(-(-dtable.size // self.elementwise_threads), self.max_blocks),),
                     (self.elementwise_threads,),
-                    (partial, dtable, np.int64(B), np.int64(H), np.int64(Q), np.int64(K)),
+                    (partial, dtable, np.int64(B), np.int64(H), np.int64(Q), np.int64(K), np.int64(rows)),
                 )
         return (dq, dk, dv, dtable) if table_grad else (dq, dk, dv)
+
+    def attention_splits(self, rows, split):
+        """Walkers per row (1, 2 or 4) for a kernel over ``rows`` rows of ``split`` threads each:
+        the fewest that give each of the GPU's multiprocessors
+        ``ATTENTION_THREADS_PER_MULTIPROCESSOR`` threads (one sequence of 1,024 tokens and 8
+        heads, 16,384 threads, on a GPU of 132 multiprocessors: 4), unless the constructor
+        fixed them."""
+        if self.fixed_splits is not None:
+            return self.fixed_splits
+        wanted = self._multiprocessor_count() * ATTENTION_THREADS_PER_MULTIPROCESSOR
+        splits = 1
+        while splits < ATTENTION_MAX_SPLITS and rows * split * splits < wanted:
+            splits *= 2
+        return splits
+
+    def _multiprocessor_count(self):
+        if self.multiprocessors is None:
+            cuda = getattr(self.xp, "cuda", None)
+            if cuda is None:  # the emulator: one block at a time
+                self.multiprocessors = 1
+            else:  # a host query (no wait for the GPU), made once
+                properties = cuda.runtime.getDeviceProperties(cuda.runtime.getDevice())
+                self.multiprocessors = int(properties["multiProcessorCount"])
+        return self.multiprocessors
 
     def _attention_size(self, q, k, v):
         B, H, Q, d = q.shape

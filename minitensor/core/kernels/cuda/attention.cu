@@ -9,7 +9,8 @@
 //   (two, or four for the widest rows), each holding its part of the row (as in dK/dV below).
 //   The block walks over the keys in tiles of 32: its threads copy a tile of K and V into shared
 //   memory together, then each thread runs its own row against the tile. All threads read the
-//   same key at the same time, so shared memory serves them with one broadcast.
+//   same key at the same time (or `splits` keys, see below), so shared memory serves them with
+//   one broadcast.
 // * dK and dV: one block per (batch, key/value head, tile of 64 keys), SPLIT threads per key row,
 //   each holding its part of the row's k, v, dK and dV (four whole rows would not fit in a thread's
 //   registers), walking over the queries in tiles of 16 (Q, dO, lse and D in shared memory); the
@@ -25,6 +26,17 @@
 // The row is dealt out to its threads in 16-byte chunks, chunk c to thread c % SPLIT, so that the
 // threads of a row read neighbouring chunks of a shared tile, in different banks of shared
 // memory, at the same time (halves, a part apart, would sit in the same banks and take turns).
+//
+// A small grid (one sequence of 1,024 tokens, 8 heads: 8,192 query rows, 16,384 threads) leaves
+// most of a large GPU's cores waiting: each multiprocessor keeps 8 to 16 warps of these kernels
+// at once, and needs them, for while one warp waits for a shared load or an exp another computes.
+// So a row's threads may come as `splits` walkers of SPLIT threads each (1, 2 or 4 walkers; the
+// launcher picks the fewest that give every multiprocessor 8 warps): walker w takes keys w,
+// w + splits, ... of each tile (queries, in dK/dV), keeping its own running max, sum and output,
+// and the walkers merge their results at the end, as two halves of a stream merge (split-K, in
+// the terms of matrix products). A block keeps its QUERY_ROWS * SPLIT threads and so holds
+// QUERY_ROWS / splits rows. The walkers read different rows of a tile at once; a tile row is
+// padded by SPLIT chunks so that those rows start in different banks (Split::stride).
 //
 // Masks: causal (key j visible to query i when j <= i + K - Q) and valid lengths (j < lens[b, i]);
 // a row with no visible key gets a zero output and lse = +inf, so that backward's exp(s - lse) is
@@ -57,6 +69,10 @@ struct Split {
     static constexpr int part = D / value;                 // numbers a thread holds of each row
     static constexpr int chunk = 16 / int(sizeof(T));      // numbers per 16-byte chunk
     static_assert(part % chunk == 0, "each thread holds whole chunks");
+    // numbers per row of a shared tile: D and a pad of SPLIT chunks, so that row r + 1 starts
+    // SPLIT chunks (banks) after row r, and the walkers of a row, reading rows r, r + 1, ... at
+    // once, read different banks (D * sizeof(T) is a multiple of the 128 bytes of a bank row)
+    static constexpr int stride = D + value * chunk;
 };
 
 // The row column of the c-th number that thread `part` of a row holds: chunk j of the thread's
@@ -88,6 +104,14 @@ __device__ __forceinline__ T join_parts(T part_sum) {
         part_sum += __shfl_xor_sync(0xffffffffu, part_sum, lane);
     }
     return part_sum;
+}
+
+// The sum of `value` over the `splits` walkers of a row (lanes SPLIT apart, see the top): the
+// same butterfly as join_parts, one level up, so every walker ends with the same sum.
+template <int SPLIT, typename T>
+__device__ __forceinline__ T join_walkers(T value, int splits) {
+    for (int lane = SPLIT; lane < SPLIT * splits; lane *= 2) value += __shfl_xor_sync(0xffffffffu, value, lane);
+    return value;
 }
 
 // The shapes of one call: q (B, H, Q, d), k and v (B, G, K, d), query head h reads key/value
@@ -161,34 +185,40 @@ __device__ long long block_max(long long value, long long* shared) {
     return result;
 }
 
-// Copies rows [first, first + count) of a (rows, d) matrix into a (count, D) tile, zeros past
-// `rows` and past d: each of the block's THREADS threads takes every THREADS-th element.
+// Copies rows [first, first + count) of a (rows, d) matrix into a (count, D) tile (rows padded to
+// Split::stride), zeros past `rows` and past d: each of the block's THREADS threads takes every
+// THREADS-th element.
 template <typename T, int D, int THREADS = QUERY_ROWS>
-__device__ __forceinline__ void load_tile(T (*tile)[D], const T* matrix, long long first, int count, long long rows,
-                                          long long d) {
+__device__ __forceinline__ void load_tile(T (*tile)[Split<T, D>::stride], const T* matrix, long long first, int count,
+                                          long long rows, long long d) {
     for (int e = threadIdx.x; e < count * D; e += THREADS) {
         const int r = e / D, c = e % D;
         tile[r][c] = (first + r < rows && c < d) ? matrix[(first + r) * d + c] : T(0);
     }
 }
 
-// The query row this thread owns: one block per (batch, head, tile of QUERY_ROWS queries).
+// The query row this thread owns: one block per (batch, head, tile of QUERY_ROWS / splits queries).
 struct QueryRow {
     long long b, h, kv, i, row;  // batch; head; its key/value head in (B, G); the query; its row of (B, H, Q)
     long long first_i;           // the block's first query
     long long tile;              // the block's tile of queries among all (B, H, tiles), in order
+    int rows;                    // queries per tile: QUERY_ROWS / splits
+    int walker;                  // which of the row's `splits` walkers this thread is in
     bool active;                 // i < Q: a thread past the last query still helps load the tiles
 };
 
-// `split` threads per row: threads split t .. split t + split - 1 share query row t of the block.
+// `split` threads per walker, `splits` walkers per row: threads split splits t .. split splits
+// (t + 1) - 1 share query row t of the block, walker w the `split` of them from split (splits t + w).
 // The last tile of queries comes first: under a causal mask it sees the most keys, and a GPU that
 // starts the longest blocks first finishes the grid with fewer of its cores idle (the
 // longest-processing-time-first rule of scheduling jobs of unequal length).
-__device__ __forceinline__ QueryRow query_row(const Shapes& s, int split = 1) {
-    const long long tiles = (s.Q + QUERY_ROWS - 1) / QUERY_ROWS;
+__device__ __forceinline__ QueryRow query_row(const Shapes& s, int split, int splits) {
+    const int rows = QUERY_ROWS / splits;
+    const long long tiles = (s.Q + rows - 1) / rows;
     const long long bh = blockIdx.x / tiles, b = bh / s.H, h = bh % s.H, tile = tiles - 1 - blockIdx.x % tiles;
-    const long long first_i = tile * QUERY_ROWS, i = first_i + threadIdx.x / split;
-    return QueryRow{b, h, b * s.G + h / (s.H / s.G), i, bh * s.Q + i, first_i, bh * tiles + tile, i < s.Q};
+    const long long first_i = tile * rows, i = first_i + threadIdx.x / (split * splits);
+    const int walker = threadIdx.x / split % splits;
+    return QueryRow{b, h, b * s.G + h / (s.H / s.G), i, bh * s.Q + i, first_i, bh * tiles + tile, rows, walker, i < s.Q};
 }
 
 // The numbers thread `part` holds of row `row` of a (rows, d) matrix, times `scale`: zeros past d,
@@ -217,15 +247,16 @@ __device__ __forceinline__ void store_part(T* matrix, const T (&from)[Split<T, D
 // SPLIT threads per query row, as in the backward kernels: each holds its part of q_i and of the
 // running output o, the parts of each score joined by shuffles, so all keep the same m and l.
 // Every lane walks the keys of the block's longest row (each reaches every shuffle); a key
-// beyond a thread's own row changes nothing.
+// beyond a thread's own row changes nothing. With splits > 1 each walker keeps its own m, l and o
+// over its share of the keys, and the walkers merge them at the end.
 template <typename T, int D>
 __device__ void attention_forward(const T* q, const T* k, const T* v, const long long* lens, Bias<T> bias, T* out,
-                                  T* lse, Shapes s, T scale, int causal) {
+                                  T* lse, Shapes s, T scale, int causal, int splits) {
     constexpr int SPLIT = Split<T, D>::value, PART = Split<T, D>::part, THREADS = QUERY_ROWS * SPLIT;
-    __shared__ T k_tile[KEY_TILE][D];
-    __shared__ T v_tile[KEY_TILE][D];
+    __shared__ T k_tile[KEY_TILE][Split<T, D>::stride];
+    __shared__ T v_tile[KEY_TILE][Split<T, D>::stride];
     __shared__ long long limits[THREADS];
-    const QueryRow r = query_row(s, SPLIT);
+    const QueryRow r = query_row(s, SPLIT, splits);
     const long long kv = r.kv, row = r.row;
     const bool active = r.active;
     const int part = threadIdx.x % SPLIT;
@@ -241,7 +272,10 @@ __device__ void attention_forward(const T* q, const T* k, const T* v, const long
         load_tile<T, D, THREADS>(k_tile, k + kv * s.K * s.d, j0, KEY_TILE, s.K, s.d);
         load_tile<T, D, THREADS>(v_tile, v + kv * s.K * s.d, j0, KEY_TILE, s.K, s.d);
         __syncthreads();
-        for (int jj = 0; jj < KEY_TILE && j0 + jj < block_visible; ++jj) {
+        // keys jj = walker, walker + splits, ... below the tile's count rounded up to whole rounds
+        // of splits, so that every walker makes the same number of steps (and of shuffles)
+        const int count = int(min((long long)KEY_TILE, block_visible - j0)), rounds = (count + splits - 1) / splits;
+        for (int jj = r.walker; jj < rounds * splits; jj += splits) {
             const long long j = j0 + jj;
             const T score = join_parts<SPLIT>(dot_part<T, D>(qr, k_tile[jj], part));  // the whole score q . k
             // (after the shuffles: the other parts need this one)
@@ -259,7 +293,19 @@ __device__ void attention_forward(const T* q, const T* k, const T* v, const long
             _Pragma("unroll") for (int c = 0; c < PART; ++c) o[c] += p * v_tile[jj][held_column<T, D>(part, c)];
         }
     }
-    if (!active) return;
+    // the walkers' streams merge, each shrunk to the larger max: m = max(m_a, m_b),
+    // l = l_a exp(m_a - m) + l_b exp(m_b - m), o likewise (a walker that saw no key adds nothing)
+    for (int lane = SPLIT; lane < SPLIT * splits; lane *= 2) {
+        const T m_other = __shfl_xor_sync(0xffffffffu, m, lane), both = max(m, m_other);
+        const T mine = m == -infinity<T>() ? T(0) : exponential(m - both);
+        const T theirs = m_other == -infinity<T>() ? T(0) : exponential(m_other - both);
+        l = l * mine + __shfl_xor_sync(0xffffffffu, l, lane) * theirs;
+        _Pragma("unroll") for (int c = 0; c < PART; ++c) {
+            o[c] = o[c] * mine + __shfl_xor_sync(0xffffffffu, o[c], lane) * theirs;
+        }
+        m = both;
+    }
+    if (!active || r.walker != 0) return;
     store_part<T, D>(out, o, row, s.d, part, l > T(0) ? T(1) / l : T(0));  // no visible key: output 0
     if (part == 0) lse[row] = l > T(0) ? m + logarithm(l) : infinity<T>();
 }
@@ -269,16 +315,17 @@ __device__ void attention_forward(const T* q, const T* k, const T* v, const long
 // for the dK/dV kernel that runs after it. SPLIT threads per query row (three whole rows a
 // thread would spill): each holds its part of q_i, dO_i and dQ_i, and shuffles with the others
 // join the dot products. So that every lane reaches every shuffle, all threads walk the keys the
-// block's longest row sees, and a key beyond a thread's own row adds ds = 0.
+// block's longest row sees, and a key beyond a thread's own row adds ds = 0. With splits > 1 each
+// walker sums over its share of the keys, and the walkers add their sums up at the end.
 template <typename T, int D>
 __device__ void attention_backward_dq(const T* q, const T* k, const T* v, const long long* lens, Bias<T> bias,
                                       const T* lse, const T* grad_out, const T* out, T* delta, T* dq,
-                                      BiasGrad<T> bias_grad, Shapes s, T scale, int causal) {
+                                      BiasGrad<T> bias_grad, Shapes s, T scale, int causal, int splits) {
     constexpr int SPLIT = Split<T, D>::value, PART = Split<T, D>::part, THREADS = QUERY_ROWS * SPLIT;
-    __shared__ T k_tile[KEY_TILE][D];
-    __shared__ T v_tile[KEY_TILE][D];
+    __shared__ T k_tile[KEY_TILE][Split<T, D>::stride];
+    __shared__ T v_tile[KEY_TILE][Split<T, D>::stride];
     __shared__ long long limits[THREADS];
-    const QueryRow r = query_row(s, SPLIT);
+    const QueryRow r = query_row(s, SPLIT, splits);
     const long long kv = r.kv, row = r.row;
     const bool active = r.active;
     const int part = threadIdx.x % SPLIT;
@@ -293,13 +340,13 @@ __device__ void attention_backward_dq(const T* q, const T* k, const T* v, const 
         acc[c] = T(0);
     }
     const T row_delta = join_parts<SPLIT>(delta_part), row_lse = active ? lse[row] : infinity<T>();
-    if (active && part == 0) delta[row] = row_delta;
+    if (active && part == 0 && r.walker == 0) delta[row] = row_delta;
     const KeyRange keys = active ? visible_keys(s, lens, causal, bias.shift, bias.window, r.b, r.i) : KeyRange{0, 0};
     const long long block_visible = block_max<THREADS>(keys.end, limits);
     // the learned bias's gradient, where asked for (see BiasGrad): this block's tile of ds and row
     // of partial sums, the row zeroed first (tiles the block skips add nothing to it)
-    const long long width = s.K + QUERY_ROWS - 1, local = r.i - r.first_i;
-    T* const ds_tile = bias_grad.partial ? bias_grad.scratch + r.tile * (QUERY_ROWS * KEY_TILE) : nullptr;
+    const long long width = s.K + r.rows - 1, local = r.i - r.first_i;
+    T* const ds_tile = bias_grad.partial ? bias_grad.scratch + r.tile * (r.rows * KEY_TILE) : nullptr;
     T* const partial = bias_grad.partial ? bias_grad.partial + r.tile * width : nullptr;
     if (partial != nullptr) {
         for (long long t = threadIdx.x; t < width; t += THREADS) partial[t] = T(0);
@@ -309,56 +356,61 @@ __device__ void attention_backward_dq(const T* q, const T* k, const T* v, const 
         load_tile<T, D, THREADS>(k_tile, k + kv * s.K * s.d, j0, KEY_TILE, s.K, s.d);
         load_tile<T, D, THREADS>(v_tile, v + kv * s.K * s.d, j0, KEY_TILE, s.K, s.d);
         __syncthreads();
-        const int count = int(min((long long)KEY_TILE, block_visible - j0));  // keys of this tile visited
-        for (int jj = 0; jj < count; ++jj) {
+        // keys of this tile visited: jj = walker, walker + splits, ... in whole rounds (as in the forward)
+        const int count = int(min((long long)KEY_TILE, block_visible - j0)), rounds = (count + splits - 1) / splits;
+        for (int jj = r.walker; jj < rounds * splits; jj += splits) {
             const T score = join_parts<SPLIT>(dot_part<T, D>(qr, k_tile[jj], part));
             const T dp = join_parts<SPLIT>(dot_part<T, D>(dor, v_tile[jj], part));
             const long long j = j0 + jj;
-            const bool sees = j >= keys.first && j < keys.end;
+            const bool sees = j >= keys.first && j < keys.end;  // (false past the count: j >= block_visible)
             const T ds = sees ? exponential(score + bias.at(s, r.h, r.i, j) - row_lse) * (dp - row_delta) : T(0);
             _Pragma("unroll") for (int c = 0; c < PART; ++c) acc[c] += ds * k_tile[jj][held_column<T, D>(part, c)];
-            if (ds_tile != nullptr && part == 0) ds_tile[local * KEY_TILE + jj] = ds;
+            if (ds_tile != nullptr && part == 0 && jj < count) ds_tile[local * KEY_TILE + jj] = ds;
         }
         if (partial != nullptr) {  // (the same for the whole block)
-            if (part == 0) {
+            if (part == 0 && r.walker == 0) {
                 for (int jj = count; jj < KEY_TILE; ++jj) ds_tile[local * KEY_TILE + jj] = T(0);
             }
             __syncthreads();  // the tile's ds written
-            // diagonal u of the tile holds the cells (row, jj = u + row - (QUERY_ROWS - 1)): t = j0 + u
-            for (int u = threadIdx.x; u < QUERY_ROWS + KEY_TILE - 1; u += THREADS) {
+            // diagonal u of the tile holds the cells (row, jj = u + row - (rows - 1)): t = j0 + u
+            const int rows = r.rows;
+            for (int u = threadIdx.x; u < rows + KEY_TILE - 1; u += THREADS) {
                 T sum = T(0);
-                for (int row_in = max(0, QUERY_ROWS - 1 - u); row_in < min(QUERY_ROWS, QUERY_ROWS + KEY_TILE - 1 - u);
-                     ++row_in) {
-                    sum += ds_tile[row_in * KEY_TILE + (u + row_in - (QUERY_ROWS - 1))];
+                for (int row_in = max(0, rows - 1 - u); row_in < min(rows, rows + KEY_TILE - 1 - u); ++row_in) {
+                    sum += ds_tile[row_in * KEY_TILE + (u + row_in - (rows - 1))];
                 }
                 if (j0 + u < width) partial[j0 + u] += sum;  // (past the end: keys past K, all 0)
             }
         }
     }
-    if (!active) return;
+    _Pragma("unroll") for (int c = 0; c < PART; ++c) acc[c] = join_walkers<SPLIT>(acc[c], splits);
+    if (!active || r.walker != 0) return;
     store_part<T, D>(dq, acc, row, s.d, part, scale);
 }
 
 // dV_j = sum_i p_ij dO_i,  dK_j = scale sum_i p_ij (dp_ij - D_i) q_i, over the queries i of every
 // head of j's group that see key j. Threads SPLIT t .. SPLIT t + SPLIT - 1 own key row t of the
-// block, each its part of the columns: each computes its part of q_i . k_j and dO_i . v_j, and
+// block (splits = 1), each its part of the columns: each computes its part of q_i . k_j and dO_i . v_j, and
 // shuffles with the others give all of them the whole. Every thread runs every step, so that
 // the shuffles find their partners: a row that has no key, or whose key query i does not see,
-// adds p = 0.
+// adds p = 0. With splits > 1 (QUERY_ROWS / splits keys a block) walker w of a key row takes
+// queries w, w + splits, ... of each tile, and the walkers add their sums up at the end.
 template <typename T, int D>
 __device__ void attention_backward_dkv(const T* q, const T* k, const T* v, const long long* lens, Bias<T> bias,
                                        const T* lse, const T* grad_out, const T* delta, T* dk, T* dv, Shapes s,
-                                       T scale, int causal) {
+                                       T scale, int causal, int splits) {
     constexpr int SPLIT = Split<T, D>::value, PART = Split<T, D>::part, THREADS = QUERY_ROWS * SPLIT;
-    __shared__ T q_tile[QUERY_TILE][D];
-    __shared__ T do_tile[QUERY_TILE][D];
+    static_assert(QUERY_TILE % 4 == 0, "every walker takes as many queries of a tile (splits <= 4)");
+    __shared__ T q_tile[QUERY_TILE][Split<T, D>::stride];
+    __shared__ T do_tile[QUERY_TILE][Split<T, D>::stride];
     __shared__ T lse_tile[QUERY_TILE];
     __shared__ T delta_tile[QUERY_TILE];
     __shared__ long long first_tile[QUERY_TILE], end_tile[QUERY_TILE];  // each query's visible keys
-    const long long tiles = (s.K + QUERY_ROWS - 1) / QUERY_ROWS;
+    const int rows = QUERY_ROWS / splits, walker = threadIdx.x / SPLIT % splits;
+    const long long tiles = (s.K + rows - 1) / rows;
     const long long bg = blockIdx.x / tiles, b = bg / s.G, group = bg % s.G, r = s.H / s.G;
     // (in order: the first keys, which the most queries see under a causal mask, come first)
-    const long long j = (blockIdx.x % tiles) * QUERY_ROWS + threadIdx.x / SPLIT;
+    const long long j = (blockIdx.x % tiles) * rows + threadIdx.x / (SPLIT * splits);
     const int part = threadIdx.x % SPLIT;
     const bool active = j < s.K;
     const long long key_row = bg * s.K + j;
@@ -369,7 +421,7 @@ __device__ void attention_backward_dkv(const T* q, const T* k, const T* v, const
     _Pragma("unroll") for (int c = 0; c < PART; ++c) dk_acc[c] = dv_acc[c] = T(0);
     // the queries that can see any of the block's keys: causal rows above the first key see none
     // of them, and a window hides them from the rows farther than it from every key
-    const long long first_key = (blockIdx.x % tiles) * QUERY_ROWS, last_key = first_key + QUERY_ROWS - 1;
+    const long long first_key = (blockIdx.x % tiles) * rows, last_key = first_key + rows - 1;
     long long first_query = causal ? max(0LL, first_key - (s.K - s.Q)) : 0, end_query = s.Q;
     if (bias.window >= 0) {
         first_query = max(first_query, first_key + bias.shift - bias.window);
@@ -392,7 +444,7 @@ __device__ void attention_backward_dkv(const T* q, const T* k, const T* v, const
                 end_tile[threadIdx.x] = keys.end;
             }
             __syncthreads();
-            for (int ii = 0; ii < QUERY_TILE; ++ii) {
+            for (int ii = walker; ii < QUERY_TILE; ii += splits) {
                 const T score = join_parts<SPLIT>(dot_part<T, D>(kr, q_tile[ii], part));
                 const T dp = join_parts<SPLIT>(dot_part<T, D>(vr, do_tile[ii], part));
                 const bool sees = active && j >= first_tile[ii] && j < end_tile[ii];
@@ -406,25 +458,30 @@ __device__ void attention_backward_dkv(const T* q, const T* k, const T* v, const
             }
         }
     }
-    if (!active) return;
+    _Pragma("unroll") for (int c = 0; c < PART; ++c) {
+        dk_acc[c] = join_walkers<SPLIT>(dk_acc[c], splits);
+        dv_acc[c] = join_walkers<SPLIT>(dv_acc[c], splits);
+    }
+    if (!active || walker != 0) return;
     store_part<T, D>(dk, dk_acc, key_row, s.d, part);
     store_part<T, D>(dv, dv_acc, key_row, s.d, part);
 }
 
 // dtable[h, c] = the sum over the batch and the query tiles of the dQ kernel's partial sums of
 // column c = j - i + Q - 1 (see BiasGrad): one thread per (h, c), in a fixed order, in double.
+// `rows`: queries per tile of the dQ kernel (QUERY_ROWS / splits).
 template <typename T>
-__device__ void attention_bias_grad(const T* partial, T* dtable, Shapes s) {
-    const long long width = s.K + QUERY_ROWS - 1, columns = s.Q + s.K - 1;
-    const long long tiles = (s.Q + QUERY_ROWS - 1) / QUERY_ROWS;
+__device__ void attention_bias_grad(const T* partial, T* dtable, Shapes s, long long rows) {
+    const long long width = s.K + rows - 1, columns = s.Q + s.K - 1;
+    const long long tiles = (s.Q + rows - 1) / rows;
     for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < s.H * columns;
          e += (long long)gridDim.x * blockDim.x) {
         const long long h = e / columns, c = e % columns;
         double sum = 0.0;
         for (long long b = 0; b < s.B; ++b) {
             for (long long tile = 0; tile < tiles; ++tile) {
-                // the cells (i, j) of column c in query tile `tile`: t = j - (i - first_i) + QUERY_ROWS - 1
-                const long long t = c - (s.Q - 1) + tile * QUERY_ROWS + QUERY_ROWS - 1;
+                // the cells (i, j) of column c in query tile `tile`: t = j - (i - first_i) + rows - 1
+                const long long t = c - (s.Q - 1) + tile * rows + rows - 1;
                 if (t >= 0 && t < width) sum += double(partial[((b * s.H + h) * tiles + tile) * width + t]);
             }
         }
@@ -432,43 +489,49 @@ __device__ void attention_bias_grad(const T* partial, T* dtable, Shapes s) {
     }
 }
 
+// The forward keeps 16 warps on a multiprocessor (its 65,536 registers hold 512 threads of 128):
+// its block's threads, and how many such blocks the compiler must fit (so at most 128 registers).
+#define FORWARD_THREADS(T, D) (QUERY_ROWS * Split<T, D>::value)
+#define FORWARD_BLOCKS(T, D) (512 / FORWARD_THREADS(T, D))
+
 // The kernels, by row size D and dtype: attention_forward_d64_float32 and so on. The launcher
 // picks the smallest D at least the head's d.
 #define ATTENTION_KERNELS(T, D, DTYPE)                                                                              \
-    extern "C" __global__ void attention_forward_d##D##_##DTYPE(                                                    \
+    extern "C" __global__ void __launch_bounds__(FORWARD_THREADS(T, D), FORWARD_BLOCKS(T, D))                     \
+        attention_forward_d##D##_##DTYPE(                                                                           \
         const T* q, const T* k, const T* v, const long long* lens, const T* table, T* out, T* lse, long long B,     \
         long long H, long long G, long long Q, long long K, long long d, T scale, int causal, int has_lens,         \
-        int has_table, long long shift, long long window) {                                                         \
+        int has_table, long long shift, long long window, int splits) {                                             \
         attention_forward<T, D>(q, k, v, has_lens ? lens : nullptr,                                                 \
                                 Bias<T>{has_table ? table : nullptr, shift, window}, out, lse,                      \
-                                Shapes{B, H, G, Q, K, d}, scale, causal);                                           \
+                                Shapes{B, H, G, Q, K, d}, scale, causal, splits);                                   \
     }                                                                                                               \
     extern "C" __global__ void attention_backward_dq_d##D##_##DTYPE(                                                \
         const T* q, const T* k, const T* v, const long long* lens, const T* table, const T* lse, const T* grad_out, \
         const T* out, T* delta, T* dq, T* scratch, T* partial, long long B, long long H, long long G, long long Q,   \
         long long K, long long d, T scale, int causal, int has_lens, int has_table, long long shift,                \
-        long long window, int table_grad) {                                                                         \
+        long long window, int table_grad, int splits) {                                                             \
         attention_backward_dq<T, D>(q, k, v, has_lens ? lens : nullptr,                                             \
                                     Bias<T>{has_table ? table : nullptr, shift, window}, lse, grad_out, out, delta, \
                                     dq, BiasGrad<T>{scratch, table_grad ? partial : nullptr},                      \
-                                    Shapes{B, H, G, Q, K, d}, scale, causal);                                       \
+                                    Shapes{B, H, G, Q, K, d}, scale, causal, splits);                               \
     }                                                                                                               \
     extern "C" __global__ void attention_backward_dkv_d##D##_##DTYPE(                                               \
         const T* q, const T* k, const T* v, const long long* lens, const T* table, const T* lse, const T* grad_out, \
         const T* delta, T* dk, T* dv, long long B, long long H, long long G, long long Q, long long K, long long d,  \
-        T scale, int causal, int has_lens, int has_table, long long shift, long long window) {                      \
+        T scale, int causal, int has_lens, int has_table, long long shift, long long window, int splits) {          \
         attention_backward_dkv<T, D>(q, k, v, has_lens ? lens : nullptr,                                            \
                                      Bias<T>{has_table ? table : nullptr, shift, window}, lse, grad_out, delta, dk, \
-                                     dv, Shapes{B, H, G, Q, K, d}, scale, causal);                                  \
+                                     dv, Shapes{B, H, G, Q, K, d}, scale, causal, splits);                          \
     }
 
 extern "C" __global__ void attention_bias_grad_float32(const float* partial, float* dtable, long long B, long long H,
-                                                       long long Q, long long K) {
-    attention_bias_grad<float>(partial, dtable, Shapes{B, H, 1, Q, K, 0});
+                                                       long long Q, long long K, long long rows) {
+    attention_bias_grad<float>(partial, dtable, Shapes{B, H, 1, Q, K, 0}, rows);
 }
 extern "C" __global__ void attention_bias_grad_float64(const double* partial, double* dtable, long long B,
-                                                       long long H, long long Q, long long K) {
-    attention_bias_grad<double>(partial, dtable, Shapes{B, H, 1, Q, K, 0});
+                                                       long long H, long long Q, long long K, long long rows) {
+    attention_bias_grad<double>(partial, dtable, Shapes{B, H, 1, Q, K, 0}, rows);
 }
 
 ATTENTION_KERNELS(float, 32, float32)
