@@ -519,10 +519,17 @@ def profile_host(device, step, what, steps=5, top=20, per_call=1):
 def long_attention_benchmark(device, quick):
     """Forward + backward of causal self-attention, batch 1, 8 heads, d_head 64, float32 (the
     cases of ``bench/long_attention.py``, time only): ``flash_attention`` (streamed over
-    tiles) against the plain ``Attention`` and torch's ``scaled_dot_product_attention``."""
+    tiles) against the plain ``Attention`` and torch's ``scaled_dot_product_attention``. On a
+    GPU, also the streamed kernels with one walker a row, where the launcher splits each row's
+    keys among several on a grid too small to fill the GPU (``attention.cu``): what splitting
+    gains, measured."""
+    from minitensor.backends import get_backend
     from minitensor.ops.flash_attention import flash_attention
 
     import minitensor as mt
+
+    kernels = getattr(get_backend(device.name), "attention_kernels", None)
+    kernels = kernels if hasattr(kernels, "attention_splits") else None  # the CUDA kernels, not the CPU's tiles
 
     rng = np.random.default_rng(0)
     attn = mt.nn.Attention("scaled_dot", "softmax")
@@ -542,6 +549,17 @@ def long_attention_benchmark(device, quick):
 
         cases = {"fused": lambda step=mt_step: step(True), "plain": lambda step=mt_step: step(False)}
         to_numpy = {"fused": mt.Tensor.numpy, "plain": mt.Tensor.numpy}
+        if kernels is not None:
+
+            def one_walker(step=mt_step):
+                kept, kernels.fixed_splits = kernels.fixed_splits, 1
+                try:
+                    return step(True)
+                finally:
+                    kernels.fixed_splits = kept
+
+            cases["fused, 1 walker"] = one_walker
+            to_numpy["fused, 1 walker"] = mt.Tensor.numpy
         if device.torch_device is not None:
             t_leaves = [torch.from_numpy(x).to(device.torch_device).requires_grad_() for x in (q, k, v)]
             t_grad = torch.from_numpy(g).to(device.torch_device)
@@ -567,19 +585,24 @@ def long_attention_benchmark(device, quick):
         stats = interleaved_stats({name: device.timed(fn, 1) for name, fn in cases.items()}, rounds, warmup)
         row = [T, format_stats(stats["fused"]), format_stats(stats["plain"])]
         row.append(format_ratio(stats["fused"].median / stats["plain"].median))
+        if kernels is not None:  # the walkers the launcher picked (forward) and the time with one
+            row += [kernels.attention_splits(8 * T, 2), format_stats(stats["fused, 1 walker"])]
         if "SDPA" in stats:
             row += [format_stats(stats["SDPA"]), format_ratio(stats["fused"].median / stats["SDPA"].median)]
-        peaks = {name: peak_bytes(device, fn, torch_side=name == "SDPA") for name, fn in cases.items()}
+        measured = [name for name in cases if name != "fused, 1 walker"]
+        peaks = {name: peak_bytes(device, cases[name], torch_side=name == "SDPA") for name in measured}
         if peaks["fused"] is not None:
-            row += [f"{peaks[name] / 2**20:.0f} MiB" for name in cases]
+            row += [f"{peaks[name] / 2**20:.0f} MiB" for name in measured]
             if "SDPA" in peaks:
                 row.append(format_ratio(peaks["fused"] / max(peaks["SDPA"], 1)))
         rows.append(row)
     headers = ["T", "fused", "plain", "fused/plain"]
+    if kernels is not None:
+        headers += ["walkers", "fused, 1 walker"]
     if device.torch_device is not None:
         headers += ["SDPA", "fused/SDPA"]
-    if device.name != "cpu":
-        headers += [f"peak {name}" for name in ("fused", "plain", "SDPA")[: len(cases)]]
+    if peaks["fused"] is not None:  # (the CPU has no pool to watch)
+        headers += [f"peak {name}" for name in measured]
         if device.torch_device is not None:
             headers.append("peak fused/SDPA")
     print(

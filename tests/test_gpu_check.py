@@ -48,3 +48,33 @@ def test_the_recipe_benchmark_draws_batches_past_an_epoch():
     done = subprocess.run([sys.executable, "-c", code], cwd=SCRIPT.parent, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == "[1, 2, 1, 2, 1]"
+
+
+def test_long_attention_times_one_walker_beside_the_walkers_the_launcher_picks():
+    """On a GPU, section 6 times the streamed kernels with one walker a row beside the walkers
+    the launcher picks for the grid (attention.cu): here the emulated kernels as a GPU backend's,
+    on a "GPU" of 32 multiprocessors, where T = 128 and 8 heads (2,048 threads) take four."""
+    code = f"""
+import sys
+sys.path.insert(0, {str(SCRIPT.parent.parent / "tests")!r})
+import numpy as np
+import gpu_check
+from cuda_emulator import EmulatedModule
+from minitensor.backends import _BACKENDS, NumpyBackend
+from minitensor.kernels.cuda import CudaKernels
+
+class EmulatedGPU(NumpyBackend):
+    device = "emulated-cuda"
+    attention_kernels = CudaKernels(np, load_module=EmulatedModule, multiprocessors=32)
+
+_BACKENDS["emulated-cuda"] = EmulatedGPU()
+device = gpu_check.Device("emulated-cuda", None)
+device.sync = lambda: None  # (no stream to wait for)
+gpu_check.peak_bytes = lambda *args, **kwargs: None
+(row,) = gpu_check.long_attention_benchmark(device, quick=True)
+print("walkers", row[4], "kept", EmulatedGPU.attention_kernels.fixed_splits)
+"""
+    done = subprocess.run([sys.executable, "-c", code], cwd=SCRIPT.parent, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "fused, 1 walker" in done.stdout and "outputs and gradients agree" in done.stdout
+    assert done.stdout.strip().endswith("walkers 4 kept None")
