@@ -46,7 +46,11 @@
 #define KEY_TILE 32    // keys per shared tile in the forward and dQ kernels
 #define QUERY_TILE 16  // queries per shared tile in the dK/dV kernel
 
-__device__ __forceinline__ float exponential(float v) { return expf(v); }
+// The fast exponential in float32 (__expf: a multiply and the special-function unit's 2^x, two
+// instructions where expf takes ten), as FlashAttention does: it runs once for every (query, key)
+// pair in all three kernels, and its error, 2 + 1.2 |x| units in the last place, is small for
+// the arguments here, s - m <= 0 in a row's useful range.
+__device__ __forceinline__ float exponential(float v) { return __expf(v); }
 __device__ __forceinline__ double exponential(double v) { return exp(v); }
 __device__ __forceinline__ float logarithm(float v) { return logf(v); }
 __device__ __forceinline__ double logarithm(double v) { return log(v); }
