@@ -557,8 +557,10 @@ def test_on_a_non_default_cupy_stream_with_a_small_grid(cupy_kernels):
 @requires_gpu
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype, d", [(np.float32, 64), (np.float32, 100), (np.float64, 32)])
-def test_streamed_attention_on_cupy_arrays(cupy_kernels, dtype, d):
-    cupy, kernels = cupy_kernels
+@pytest.mark.parametrize("splits", [None, 1])  # None: as the launcher picks them for this GPU
+def test_streamed_attention_on_cupy_arrays(cupy_kernels, dtype, d, splits):
+    cupy, _ = cupy_kernels
+    kernels = CudaKernels(cupy, attention_splits=splits)
 
     def on_the_gpu(method):  # the same call, on device copies, results brought back
         def call(*args, **kwargs):
