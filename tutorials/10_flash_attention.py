@@ -842,6 +842,9 @@ print(
 #   tile of 64 queries), each row in the registers of two or four threads, the keys streamed
 #   through shared memory in tiles of 32, masks and a relative bias's table applied inside;
 #   backward with a block per tile of keys, so that no two blocks add into the same memory.
+#   A sequence too short to keep the GPU busy has each row's keys split among up to four groups
+#   of threads, each with its own running max, sum and output, merged at the end by the same
+#   rescaling rule: shrink each by exp(its max - the larger max), then add.
 # - `minitensor/train/config.py`: `TrainConfig.fused` (`--fused`), `LM_RECIPE`,
 #   `lm_num_steps` (`--lm-num-steps`).
 # - `tests/test_flash_attention.py`: streamed equals plain for every mask, bias and head
