@@ -222,7 +222,8 @@ __device__ __forceinline__ QueryRow query_row(const Shapes& s, int split, int sp
     const long long bh = blockIdx.x / tiles, b = bh / s.H, h = bh % s.H, tile = tiles - 1 - blockIdx.x % tiles;
     const long long first_i = tile * rows, i = first_i + threadIdx.x / (split * splits);
     const int walker = threadIdx.x / split % splits;
-    return QueryRow{b, h, b * s.G + h / (s.H / s.G), i, bh * s.Q + i, first_i, bh * tiles + tile, rows, walker, i < s.Q};
+    const long long kv = b * s.G + h / (s.H / s.G);
+    return QueryRow{b, h, kv, i, bh * s.Q + i, first_i, bh * tiles + tile, rows, walker, i < s.Q};
 }
 
 // The numbers thread `part` holds of row `row` of a (rows, d) matrix, times `scale`: zeros past d,
@@ -394,8 +395,8 @@ __device__ void attention_backward_dq(const T* q, const T* k, const T* v, const 
 
 // dV_j = sum_i p_ij dO_i,  dK_j = scale sum_i p_ij (dp_ij - D_i) q_i, over the queries i of every
 // head of j's group that see key j. Threads SPLIT t .. SPLIT t + SPLIT - 1 own key row t of the
-// block (splits = 1), each its part of the columns: each computes its part of q_i . k_j and dO_i . v_j, and
-// shuffles with the others give all of them the whole. Every thread runs every step, so that
+// block (with one walker), each its part of the columns: each computes its part of q_i . k_j and
+// dO_i . v_j, and shuffles with the others give all of them the whole. Every thread runs every step, so that
 // the shuffles find their partners: a row that has no key, or whose key query i does not see,
 // adds p = 0. With splits > 1 (QUERY_ROWS / splits keys a block) walker w of a key row takes
 // queries w, w + splits, ... of each tile, and the walkers add their sums up at the end.
@@ -501,7 +502,7 @@ __device__ void attention_bias_grad(const T* partial, T* dtable, Shapes s, long 
 // The kernels, by row size D and dtype: attention_forward_d64_float32 and so on. The launcher
 // picks the smallest D at least the head's d.
 #define ATTENTION_KERNELS(T, D, DTYPE)                                                                              \
-    extern "C" __global__ void __launch_bounds__(FORWARD_THREADS(T, D), FORWARD_BLOCKS(T, D))                     \
+    extern "C" __global__ void __launch_bounds__(FORWARD_THREADS(T, D), FORWARD_BLOCKS(T, D))                       \
         attention_forward_d##D##_##DTYPE(                                                                           \
         const T* q, const T* k, const T* v, const long long* lens, const T* table, T* out, T* lse, long long B,     \
         long long H, long long G, long long Q, long long K, long long d, T scale, int causal, int has_lens,         \
@@ -512,17 +513,17 @@ __device__ void attention_bias_grad(const T* partial, T* dtable, Shapes s, long 
     }                                                                                                               \
     extern "C" __global__ void attention_backward_dq_d##D##_##DTYPE(                                                \
         const T* q, const T* k, const T* v, const long long* lens, const T* table, const T* lse, const T* grad_out, \
-        const T* out, T* delta, T* dq, T* scratch, T* partial, long long B, long long H, long long G, long long Q,   \
+        const T* out, T* delta, T* dq, T* scratch, T* partial, long long B, long long H, long long G, long long Q,  \
         long long K, long long d, T scale, int causal, int has_lens, int has_table, long long shift,                \
         long long window, int table_grad, int splits) {                                                             \
         attention_backward_dq<T, D>(q, k, v, has_lens ? lens : nullptr,                                             \
                                     Bias<T>{has_table ? table : nullptr, shift, window}, lse, grad_out, out, delta, \
-                                    dq, BiasGrad<T>{scratch, table_grad ? partial : nullptr},                      \
+                                    dq, BiasGrad<T>{scratch, table_grad ? partial : nullptr},                       \
                                     Shapes{B, H, G, Q, K, d}, scale, causal, splits);                               \
     }                                                                                                               \
     extern "C" __global__ void attention_backward_dkv_d##D##_##DTYPE(                                               \
         const T* q, const T* k, const T* v, const long long* lens, const T* table, const T* lse, const T* grad_out, \
-        const T* delta, T* dk, T* dv, long long B, long long H, long long G, long long Q, long long K, long long d,  \
+        const T* delta, T* dk, T* dv, long long B, long long H, long long G, long long Q, long long K, long long d, \
         T scale, int causal, int has_lens, int has_table, long long shift, long long window, int splits) {          \
         attention_backward_dkv<T, D>(q, k, v, has_lens ? lens : nullptr,                                            \
                                      Bias<T>{has_table ? table : nullptr, shift, window}, lse, grad_out, delta, dk, \
