@@ -668,17 +668,18 @@ def check_attention(kernels, B, H, G, Q, K, d, dtype, causal, lens, seed=0, bias
     return got
 
 
+# (B, H, G, Q, K, d, causal, lens) of the streamed kernels' tests against the tiles
+STREAMED_CASES = [
+    (1, 2, 2, 70, 70, 16, True, None),  # causal self-attention, two query tiles, a partial key tile
+    (2, 4, 2, 37, 45, 8, True, [30, 45]),  # grouped heads (2 query heads per key head), K > Q, lengths
+    (2, 2, 1, 20, 13, 5, True, None),  # K < Q: the first rows see no key at all
+    (2, 2, 2, 9, 33, 32, False, [[0] * 9, list(range(9))]),  # per-query lengths, empty rows, d = D
+    (1, 1, 1, 1, 1, 3, False, None),  # one query, one key
+]
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize(
-    "B, H, G, Q, K, d, causal, lens",
-    [
-        (1, 2, 2, 70, 70, 16, True, None),  # causal self-attention, two query tiles, a partial key tile
-        (2, 4, 2, 37, 45, 8, True, [30, 45]),  # grouped heads (2 query heads per key head), K > Q, lengths
-        (2, 2, 1, 20, 13, 5, True, None),  # K < Q: the first rows see no key at all
-        (2, 2, 2, 9, 33, 32, False, [[0] * 9, list(range(9))]),  # per-query lengths, empty rows, d = D
-        (1, 1, 1, 1, 1, 3, False, None),  # one query, one key
-    ],
-)
+@pytest.mark.parametrize("B, H, G, Q, K, d, causal, lens", STREAMED_CASES)
 def test_streamed_attention_matches_the_tiles(kernels, dtype, B, H, G, Q, K, d, causal, lens):
     check_attention(kernels, B, H, G, Q, K, d, dtype, causal, lens)
 
@@ -770,15 +771,10 @@ def test_the_launchers_sizes_are_the_kernels():
 
 # -- a row's keys split among walkers: small grids on a large GPU -----------------------------
 @pytest.mark.parametrize("splits", [2, 4])
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize(
-    "dtype, B, H, G, Q, K, d, causal, lens",
-    [
-        (np.float32, 1, 2, 2, 70, 70, 16, True, None),  # causal, partial tiles of keys and queries
-        (np.float64, 2, 4, 2, 37, 45, 8, True, [30, 45]),  # grouped heads, K > Q, lengths
-        (np.float64, 2, 2, 1, 20, 13, 5, True, None),  # rows that see no key: walkers with nothing
-        (np.float64, 2, 2, 2, 9, 33, 32, False, [[0] * 9, list(range(9))]),  # per-query lengths, empty rows
-        (np.float32, 1, 2, 1, 3, 2, 3, False, None),  # fewer keys than walkers
-    ],
+    "B, H, G, Q, K, d, causal, lens",
+    STREAMED_CASES + [(1, 2, 1, 3, 2, 3, False, None)],  # and fewer keys than walkers
 )
 def test_walkers_that_split_the_keys_give_the_same_attention(splits, dtype, B, H, G, Q, K, d, causal, lens):
     """With ``splits`` walkers a row (attention.cu: each takes every splits-th key in the forward
