@@ -118,6 +118,11 @@ __device__ __forceinline__ T join_walkers(T value, int splits) {
     return value;
 }
 
+// Where the walkers of a row stop in a tile of which `count` keys are visited: walker w takes keys
+// w, w + splits, ... below `count` rounded up to whole rounds of splits, so that every walker makes
+// the same number of steps, and so of shuffles (a key past `count` is outside every row's keys).
+__device__ __forceinline__ int whole_rounds(int count, int splits) { return (count + splits - 1) / splits * splits; }
+
 // The shapes of one call: q (B, H, Q, d), k and v (B, G, K, d), query head h reads key/value
 // head h / (H / G).
 struct Shapes {
@@ -277,10 +282,8 @@ __device__ void attention_forward(const T* q, const T* k, const T* v, const long
         load_tile<T, D, THREADS>(k_tile, k + kv * s.K * s.d, j0, KEY_TILE, s.K, s.d);
         load_tile<T, D, THREADS>(v_tile, v + kv * s.K * s.d, j0, KEY_TILE, s.K, s.d);
         __syncthreads();
-        // keys jj = walker, walker + splits, ... below the tile's count rounded up to whole rounds
-        // of splits, so that every walker makes the same number of steps (and of shuffles)
-        const int count = int(min((long long)KEY_TILE, block_visible - j0)), rounds = (count + splits - 1) / splits;
-        for (int jj = r.walker; jj < rounds * splits; jj += splits) {
+        const int count = int(min((long long)KEY_TILE, block_visible - j0));  // keys of this tile visited
+        for (int jj = r.walker; jj < whole_rounds(count, splits); jj += splits) {
             const long long j = j0 + jj;
             const T score = join_parts<SPLIT>(dot_part<T, D>(qr, k_tile[jj], part));  // the whole score q . k
             // (after the shuffles: the other parts need this one)
@@ -361,9 +364,8 @@ __device__ void attention_backward_dq(const T* q, const T* k, const T* v, const 
         load_tile<T, D, THREADS>(k_tile, k + kv * s.K * s.d, j0, KEY_TILE, s.K, s.d);
         load_tile<T, D, THREADS>(v_tile, v + kv * s.K * s.d, j0, KEY_TILE, s.K, s.d);
         __syncthreads();
-        // keys of this tile visited: jj = walker, walker + splits, ... in whole rounds (as in the forward)
-        const int count = int(min((long long)KEY_TILE, block_visible - j0)), rounds = (count + splits - 1) / splits;
-        for (int jj = r.walker; jj < rounds * splits; jj += splits) {
+        const int count = int(min((long long)KEY_TILE, block_visible - j0));  // keys of this tile visited
+        for (int jj = r.walker; jj < whole_rounds(count, splits); jj += splits) {
             const T score = join_parts<SPLIT>(dot_part<T, D>(qr, k_tile[jj], part));
             const T dp = join_parts<SPLIT>(dot_part<T, D>(dor, v_tile[jj], part));
             const long long j = j0 + jj;
