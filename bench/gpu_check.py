@@ -524,6 +524,7 @@ def long_attention_benchmark(device, quick):
     keys among several on a grid too small to fill the GPU (``attention.cu``): what splitting
     gains, measured."""
     from minitensor.backends import get_backend
+    from minitensor.kernels.cuda import attention_split
     from minitensor.ops.flash_attention import flash_attention
 
     import minitensor as mt
@@ -586,7 +587,8 @@ def long_attention_benchmark(device, quick):
         row = [T, format_stats(stats["fused"]), format_stats(stats["plain"])]
         row.append(format_ratio(stats["fused"].median / stats["plain"].median))
         if kernels is not None:  # the walkers the launcher picked (forward) and the time with one
-            row += [kernels.attention_splits(8 * T, 2), format_stats(stats["fused, 1 walker"])]
+            split = attention_split(np.float32, kernels.attention_row_size(np.float32, 64))  # threads a row
+            row += [kernels.attention_splits(8 * T, split), format_stats(stats["fused, 1 walker"])]
         if "SDPA" in stats:
             row += [format_stats(stats["SDPA"]), format_ratio(stats["fused"].median / stats["SDPA"].median)]
         measured = [name for name in cases if name != "fused, 1 walker"]
