@@ -593,6 +593,8 @@ for _name, _op in (
     ("and", operator.and_),
     ("or", operator.or_),
     ("xor", operator.xor),
+    ("lshift", operator.lshift),
+    ("rshift", operator.rshift),
 ):
     _f, _r, _i = _binary(_op, _name)
     setattr(StrictArray, f"__{_name}__", _f)
@@ -862,6 +864,9 @@ class StrictBackend(Backend):
 
     def integers(self, low, high, shape):
         return StrictArray(self._rng.integers(low, high, shape, dtype=numpy.int64))
+
+    def draw_seed(self):  # on the host, as the CuPy backend draws it: no wait for the device
+        return int(self._rng.integers(0, 2**62, dtype=numpy.int64))
 
     def index_add(self, target, index, values):
         # cupyx.scatter_add(target, index, values) on a GPU

@@ -619,18 +619,20 @@ def test_compile_all_compiles_every_kernel_of_every_source():
 # ---------------------------------------------------------------------------
 
 
-def tiled_attention(q, k, v, lens, causal, scale, grad, bias=None, table_grad=False):
+def tiled_attention(q, k, v, lens, causal, scale, grad, bias=None, table_grad=False, dropout=0.0):
     """The reference: flash_attention's tiles on the CPU (tested against plain attention in
     test_flash_attention.py), with small tiles so that every code path of the stream runs.
     ``bias``: None or (table, window, q_offset, k_offset), a relative bias; ``table_grad``:
-    the table's gradient too, last."""
+    the table's gradient too, last; ``dropout``: p on the weights, the seed drawn after
+    ``mt.manual_seed(DROPOUT_SEED)``."""
+    mt.manual_seed(DROPOUT_SEED)
     leaves = [mt.tensor(a, requires_grad=True) for a in (q, k, v)]
     lens_t = None if lens is None else mt.tensor(lens)
     table, window, q_offset, k_offset = (None, None, 0, 0) if bias is None else bias
     table = None if table is None else mt.tensor(table, requires_grad=table_grad)
     out, lse = flash_attention(
         *leaves, valid_lens=lens_t, causal=causal, scale=scale, block_q=8, block_k=8, return_lse=True,
-        relative_bias=table, window=window, q_offset=q_offset, k_offset=k_offset,
+        relative_bias=table, window=window, q_offset=q_offset, k_offset=k_offset, dropout_p=dropout,
     )  # fmt: skip
     out.backward(mt.tensor(grad))
     grads = [leaf.grad.numpy() for leaf in leaves + ([table] if table_grad else [])]
@@ -646,15 +648,24 @@ def relative_table(rng, H, Q, K, dtype, window=None, q_offset=0, k_offset=0):
     return table.astype(dtype), window, q_offset, k_offset
 
 
-def check_attention(kernels, B, H, G, Q, K, d, dtype, causal, lens, seed=0, bias=None, table_grad=False):
+DROPOUT_SEED = 11
+
+
+def check_attention(
+    kernels, B, H, G, Q, K, d, dtype, causal, lens, seed=0, bias=None, table_grad=False, dropout=0.0
+):  # fmt: skip
     rng = np.random.default_rng(seed)
     q = rng.standard_normal((B, H, Q, d)).astype(dtype)
     k, v = (rng.standard_normal((B, G, K, d)).astype(dtype) for _ in range(2))
     grad = rng.standard_normal((B, H, Q, d)).astype(dtype)
     scale = 1 / np.sqrt(d)
-    want = tiled_attention(q, k, v, lens, causal, scale, grad, bias, table_grad)
+    want = tiled_attention(q, k, v, lens, causal, scale, grad, bias, table_grad, dropout)
     by_row = None if lens is None else np.broadcast_to(np.asarray(lens).reshape(B, -1), (B, Q))
     table = {} if bias is None else dict(table=bias[0], window=bias[1], shift=bias[3] - bias[2])
+    if dropout:  # the seed the tiles drew, drawn again
+        mt.manual_seed(DROPOUT_SEED)
+        scale_kept = 1 / (1 - dropout) if dropout < 1 else 0.0
+        table["dropout"] = (mt.zeros(1)._backend.draw_seed(), round(dropout * 2**32), scale_kept)
     out, lse = kernels.attention_forward(q, k, v, by_row, causal, scale, **table)
     if table_grad:
         table["table_grad"] = True
@@ -682,6 +693,27 @@ STREAMED_CASES = [
 @pytest.mark.parametrize("B, H, G, Q, K, d, causal, lens", STREAMED_CASES)
 def test_streamed_attention_matches_the_tiles(kernels, dtype, B, H, G, Q, K, d, causal, lens):
     check_attention(kernels, B, H, G, Q, K, d, dtype, causal, lens)
+
+
+@pytest.mark.parametrize("splits", [1, 4])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("B, H, G, Q, K, d, causal, lens", STREAMED_CASES)
+def test_streamed_attention_with_dropout_on_the_weights(splits, dtype, B, H, G, Q, K, d, causal, lens):
+    """Dropout inside the kernels: each drops the weights the tiles drop (the counter-based mask
+    of ``mt.dropout`` on the whole (B, H, Q, K) weights, from the same seed, made again in dQ and
+    in dK/dV), the softmax's log-sum-exp untouched, with one walker a row and with four."""
+    check_attention(emulated(attention_splits=splits), B, H, G, Q, K, d, dtype, causal, lens, dropout=0.3)
+
+
+def test_streamed_dropout_with_a_learned_bias_and_edge_probabilities():
+    """Dropout with a learned windowed bias and its gradient (ds is the gradient through the
+    mask); p = 1 drops every weight (zero output and gradients, lse still the softmax's)."""
+    bias = relative_table(np.random.default_rng(3), 2, 40, 45, np.float64, 9, 3, 0)
+    check_attention(
+        emulated(), 2, 2, 2, 40, 45, 8, np.float64, False, [40, 20], bias=bias, table_grad=True, dropout=0.5
+    )
+    out, lse, dq, dk, dv = check_attention(emulated(), 1, 2, 1, 20, 20, 8, np.float64, True, None, dropout=1.0)
+    assert not out.any() and not dq.any() and not dk.any() and not dv.any() and np.isfinite(lse).all()
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -27,8 +27,9 @@ def small_blocks(monkeypatch):
     monkeypatch.setattr(fa, "BLOCK_K", 8)
 
 
-def plain_attention(q, k, v, valid_lens=None, mask=None, causal=False, table=None):
-    """The reference: scores, dense bias, masked softmax, weights @ values, keys repeated per group."""
+def plain_attention(q, k, v, valid_lens=None, mask=None, causal=False, table=None, dropout_p=0.0):
+    """The reference: scores, dense bias, masked softmax, dropout, weights @ values, keys repeated
+    per group."""
     B, H, Q, d = q.shape
     g, K = k.shape[1], k.shape[2]
     k = k.unsqueeze(2).expand(B, g, H // g, K, d).reshape(B, H, K, d)
@@ -40,7 +41,7 @@ def plain_attention(q, k, v, valid_lens=None, mask=None, causal=False, table=Non
     if causal:
         allowed = causal_mask(Q, K, device=q.device)
         mask = allowed if mask is None else mask & allowed
-    return mt.masked_softmax(scores, valid_lens, mask) @ v
+    return mt.dropout(mt.masked_softmax(scores, valid_lens, mask), dropout_p) @ v
 
 
 def random_case(rng, B, H, g, Q, K, d, dtype, device="cpu", table=False):
@@ -107,23 +108,101 @@ def test_flash_attention_equals_the_plain_path(small_blocks, dtype, masks, causa
     blocks=st.tuples(st.integers(1, 9), st.integers(1, 9)),
     causal=st.booleans(),
     with_table=st.booleans(),
+    dropout_p=st.sampled_from([0.0, 0.0, 0.4]),
     seed=st.integers(0, 2**16),
 )
-def test_any_shape_and_block_size_gives_the_plain_result(B, layout, Q, K, blocks, causal, with_table, seed):
+def test_any_shape_and_block_size_gives_the_plain_result(
+    B, layout, Q, K, blocks, causal, with_table, dropout_p, seed
+):  # fmt: skip
     rng = np.random.default_rng(seed)
     H, g = layout
     q, k, v, table = random_case(rng, B, H, g, Q, K, 3, "float64", table=with_table)
     valid_lens = mt.tensor(rng.integers(0, K + 1, size=B))
     leaves = (q, k, v, table)
     fused = outputs_and_grads(
-        lambda: flash_attention(
-            q, k, v, valid_lens, causal=causal, relative_bias=table, block_q=blocks[0], block_k=blocks[1]
+        seeded(
+            lambda: flash_attention(
+                q, k, v, valid_lens, causal=causal, relative_bias=table, block_q=blocks[0], block_k=blocks[1],
+                dropout_p=dropout_p,
+            )
         ),
         leaves,
         seed,
+    )  # fmt: skip
+    plain = outputs_and_grads(
+        seeded(lambda: plain_attention(q, k, v, valid_lens, None, causal, table, dropout_p)), leaves, seed
     )
-    plain = outputs_and_grads(lambda: plain_attention(q, k, v, valid_lens, None, causal, table), leaves, seed)
     assert_same(fused, plain, "float64")
+
+
+# -- dropout on the weights, inside the stream ------------------------------------------------------
+def seeded(fn, seed=7):
+    """``fn`` run after ``mt.manual_seed(seed)``: both paths draw their dropout seed from there."""
+
+    def run():
+        mt.manual_seed(seed)
+        return fn()
+
+    return run
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("masks", ["none", "lens_per_query", "mask_bhqk", "zero_lens"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_dropout_in_the_stream_drops_what_mt_dropout_drops(small_blocks, dtype, masks, causal, device):
+    """flash_attention(dropout_p=p) equals mt.dropout(weights, p) @ V with the same seed: the
+    stream numbers each weight as in the whole (batch, H, Q, K) weights, tile by tile, in the
+    forward pass and again in backward (grouped heads, a bias table, masks)."""
+    rng = np.random.default_rng(3 + causal)
+    B, H, g, Q, K, d = 3, 4, 2, 13, 21, 8
+    q, k, v, table = random_case(rng, B, H, g, Q, K, d, dtype, device, table=True)
+    valid_lens, mask = make_masks(masks, rng, B, H, Q, K, device)
+    leaves = (q, k, v, table)
+    fused = outputs_and_grads(
+        seeded(lambda: flash_attention(q, k, v, valid_lens, mask, causal, relative_bias=table, dropout_p=0.3)),
+        leaves,
+        1,
+    )
+    plain = outputs_and_grads(
+        seeded(lambda: plain_attention(q, k, v, valid_lens, mask, causal, table, dropout_p=0.3)), leaves, 1
+    )
+    assert_same(fused, plain, dtype)
+    undropped = outputs_and_grads(
+        lambda: flash_attention(q, k, v, valid_lens, mask, causal, relative_bias=table), leaves, 1
+    )
+    assert not np.allclose(fused[0], undropped[0])  # it did drop something
+
+
+def test_dropout_in_the_stream_keeps_1_minus_p_of_the_weights_and_draws_anew(small_blocks):
+    """Equal scores and values e_j: each output row is that row's dropped weights, 1 / (K (1 - p))
+    where kept: about 1 - p of them kept, independently from tile to tile and call to call."""
+    B, H, Q, K, p = 2, 2, 40, 64, 0.25
+    q = mt.zeros(B, H, Q, K)
+    k = mt.zeros(B, H, K, K)
+    v = mt.tensor(np.broadcast_to(np.eye(K, dtype=np.float32), (B, H, K, K)).copy())
+    first = flash_attention(q, k, v, dropout_p=p).numpy()
+    kept = first != 0
+    np.testing.assert_allclose(first[kept], 1 / (K * (1 - p)), rtol=1e-6)
+    assert abs(kept.mean() - (1 - p)) < 0.02  # 10,240 weights
+    second = flash_attention(q, k, v, dropout_p=p).numpy()
+    assert (kept != (second != 0)).mean() > 0.2  # a new seed, a new mask
+    assert not flash_attention(q, k, v, dropout_p=1.0).numpy().any()
+    np.testing.assert_allclose(flash_attention(q, k, v, dropout_p=0.0).numpy(), 1 / K, rtol=1e-6)
+    for bad in (-0.1, 1.5, float("nan")):
+        with pytest.raises(ValueError, match="flash_attention: dropout_p must be a probability"):
+            flash_attention(q, k, v, dropout_p=bad)
+
+
+def test_gradcheck_through_the_stream_with_dropout(small_blocks):
+    rng = np.random.default_rng(2)
+    q, k, v, table = random_case(rng, 2, 2, 1, 6, 10, 3, "float64", table=True)
+    lens = mt.tensor([10, 4])
+    assert mt.gradcheck(
+        lambda q, k, v, t: seeded(
+            lambda: flash_attention(q, k, v, lens, causal=True, relative_bias=t, dropout_p=0.4)
+        )(),
+        (q, k, v, table),
+    )
 
 
 def test_gradcheck_through_queries_keys_values_and_the_bias_table(small_blocks):
@@ -204,9 +283,11 @@ def test_nothing_of_size_q_by_k_is_saved_or_allocated():
 
 
 # -- one tile: the stream's form for short sequences, its weights kept ----------------------------------
-def one_tile(q, k, v, valid_lens=None, mask=None, causal=False, table=None):
+def one_tile(q, k, v, valid_lens=None, mask=None, causal=False, table=None, dropout_p=0.0):
     """``flash_attention`` as ``MultiHeadAttention`` calls it on a short sequence (keep_weights)."""
-    plan = fa.stream_plan(q, k, v, valid_lens, mask, causal, relative_bias=table, keep_weights=True)
+    plan = fa.stream_plan(
+        q, k, v, valid_lens, mask, causal, relative_bias=table, keep_weights=True, dropout_p=dropout_p
+    )
     assert plan.keep_weights  # one tile, on the CPU
     return fa.FlashAttention.apply(q, k, v, table, plan=plan, masks=plan.masks)
 
@@ -243,6 +324,27 @@ def test_one_tile_of_any_shape_gives_the_plain_result(B, layout, Q, K, causal, p
     fused = outputs_and_grads(lambda: one_tile(q, k, v, valid_lens, causal=causal), (q, k, v), seed)
     plain = outputs_and_grads(lambda: plain_attention(q, k, v, valid_lens, None, causal), (q, k, v), seed)
     assert_same(fused, plain, "float64")
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_one_tile_with_dropout_equals_the_plain_path(dtype, causal):
+    """One tile drops its kept weights with the plain path's mask (the same seed): the output and
+    every gradient, and the weights it keeps are those before dropout, as the plain path's."""
+    rng = np.random.default_rng(4)
+    B, H, g, Q, K, d = 2, 4, 2, 13, 21, 8
+    q, k, v, table = random_case(rng, B, H, g, Q, K, d, dtype, table=True)
+    valid_lens = mt.tensor(rng.integers(0, K + 1, size=(B, Q)))
+    leaves = (q, k, v, table)
+    fused = outputs_and_grads(seeded(lambda: one_tile(q, k, v, valid_lens, None, causal, table, 0.3)), leaves, 2)
+    plain = outputs_and_grads(
+        seeded(lambda: plain_attention(q, k, v, valid_lens, None, causal, table, dropout_p=0.3)), leaves, 2
+    )
+    assert_same(fused, plain, dtype)
+    assert mt.gradcheck(
+        lambda q, k, v: seeded(lambda: one_tile(q, k, v, valid_lens, causal=causal, dropout_p=0.5))(),
+        tuple(mt.tensor(x.numpy(), dtype="float64", requires_grad=True) for x in (q, k, v)),
+    )
 
 
 def test_gradcheck_through_one_tile():
@@ -319,6 +421,23 @@ def test_the_layer_streams_to_the_same_result(small_blocks, dtype, options):
     assert_same(results[1], results[0], dtype)
 
 
+@pytest.mark.parametrize("options", LAYER_CASES, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) or "plain")
+def test_a_training_layer_with_weight_dropout_streams_to_the_same_result(small_blocks, options):
+    """In training, a layer with dropout on its weights streams (fused="auto" at any length here,
+    fused=True) and drops inside the stream exactly what its plain twin's Dropout drops."""
+    plain, fused = twin_layers("float64", dropout=0.2, **options)
+    rng = np.random.default_rng(8)
+    X = mt.tensor(rng.standard_normal((2, 11, 16)), dtype="float64")
+    results = []
+    for layer in (plain, fused):
+        mt.manual_seed(21)
+        out = layer(X, X, X, valid_lens=mt.tensor([11, 6]), causal=True)
+        out.sum().backward()
+        results.append([out.numpy()] + [p.grad.numpy() for p in layer.parameters()])
+    assert fused._stream is not None and fused._stream.dropout_p == 0.2 and plain._stream is None
+    assert_same(results[1], results[0], "float64")
+
+
 @pytest.mark.parametrize("options", LAYER_CASES[:6], ids=str)
 def test_cached_decoding_streams_to_the_same_result(small_blocks, options):
     plain, fused = twin_layers(**options)
@@ -366,11 +485,11 @@ def test_auto_streams_long_sequences_only_where_exact():
         layer(long, long, long, causal=True)
         assert not layer._stream.keep_weights and layer.attention_weights is None
     dropping = nn.MultiHeadAttention(8, 2, dropout=0.1)
-    dropping(long, long, long)  # training with dropout on the weights: the plain path
-    assert dropping._stream is None
+    dropping(long, long, long)  # training with dropout on the weights: streamed, dropped inside
+    assert dropping._stream is not None and dropping._stream.dropout_p == 0.1
     dropping.eval()
     dropping(long, long, long)
-    assert dropping._stream is not None
+    assert dropping._stream is not None and dropping._stream.dropout_p == 0
     additive = nn.MultiHeadAttention(8, 2, scorer="additive")
     with mt.no_grad():
         additive(long, long, long)
@@ -384,12 +503,7 @@ def test_fused_true_says_why_it_cannot_stream():
         nn.MultiHeadAttention(8, 2, pooling="sparsemax", fused=True)
     with pytest.raises(ValueError, match="fused must be 'auto', True or False"):
         nn.MultiHeadAttention(8, 2, fused="yes")
-    layer = nn.MultiHeadAttention(8, 2, dropout=0.2, fused=True)
-    X = mt.randn(1, 4, 8)
-    with pytest.raises(ValueError, match=r"dropout=0.2 on the attention weights in training"):
-        layer(X, X, X)
-    layer.eval()
-    layer(X, X, X)
+    assert nn.MultiHeadAttention(8, 2, dropout=0.2, fused=True).why_not_fused() is None  # dropped in the stream
 
 
 def test_a_dense_only_score_bias_cannot_stream():

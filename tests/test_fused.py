@@ -85,6 +85,33 @@ def test_dropout_kernel_keeps_1_minus_p_and_backward_uses_the_same_mask():
     assert abs(kept.mean(axis=1) - 0.7).max() < 0.07 and abs(kept.mean(axis=0) - 0.7).max() < 0.15
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_dropout_kernels_and_their_array_code_make_the_same_mask(plain, dtype):
+    """The counter-based mask is a definition, not a kernel's habit: the ops' array code (NumPy,
+    no kernel) and the kernels drop the same elements for the same seed, forward and backward;
+    so do the tile kernel (a tile of a larger matrix numbered as in the whole) and its twin."""
+
+    def run():
+        mt.manual_seed(4)
+        x = mt.tensor(rand(37, 29, dtype=dtype), requires_grad=True)
+        y = mt.nn.functional.dropout(x, 0.35)
+        y.backward(mt.tensor(rand(37, 29, dtype=dtype, seed=1)))
+        return y.numpy(), x.grad.numpy()
+
+    fused, reference = both_paths(plain, run)
+    for a, b in zip(fused, reference):
+        np.testing.assert_array_equal(a, b)
+    from minitensor.core.kernels import fused as kernels
+    from minitensor.core.ops.dropout import dropout_rows
+
+    x = rand(6, 11, dtype=dtype)
+    start = np.array([0, 11, 500, 2**40, 7, 3], dtype=np.int64)  # rows anywhere in a larger whole
+    args = (np.uint64(99), np.uint64(round(0.5 * 2**32)), np.dtype(dtype).type(2.0))
+    np.testing.assert_array_equal(kernels.dropout_rows(x, start, *args), dropout_rows(np, x, start, *args))
+    whole = kernels.dropout_forward(x, *args)  # rows numbered 0, 11, 22, ...: the whole matrix's
+    np.testing.assert_array_equal(kernels.dropout_rows(x, np.arange(6, dtype=np.int64) * 11, *args), whole)
+
+
 def test_dropout_kernel_is_reproducible_and_differs_call_to_call():
     x = mt.ones(64, 64)
     mt.manual_seed(3)

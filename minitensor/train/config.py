@@ -360,12 +360,6 @@ class TrainConfig:
                 "fused",
                 "--fused on streams multi-head attention, which the Bahdanau model (a GRU) has not: use --fused auto",
             )
-        if self.fused == "on" and self.dropout > 0:
-            raise ConfigError(
-                "fused",
-                f"--fused on keeps no attention weights to drop out in training: use --dropout 0 (not "
-                f"{self.dropout:g}) or --fused auto",
-            )
         if self.model != "bahdanau" and self.num_hiddens % self.num_heads:
             raise ConfigError(
                 "num_heads",

@@ -84,9 +84,11 @@ class Backend:
 
     # -- what array libraries spell differently -----------------------------------------
     def draw_seed(self) -> int:
-        """A seed for a counter-based kernel (the fused dropout) drawn from this backend's generator,
-        so that ``mt.manual_seed`` reproduces it; only backends with such kernels need it."""
-        raise NotImplementedError
+        """A seed in [0, 2^62) for counter-based random numbers (the fused dropout, dropout inside
+        the streamed attention) drawn from this backend's generator, so that ``mt.manual_seed``
+        reproduces it. This default reads a drawn integer back to the host, which on a GPU waits
+        for it: a device backend draws on the host instead (the NumPy and CuPy backends do)."""
+        return int(self.to_numpy(self.integers(0, 2**62, ())))
 
     def index_add(self, target: Array, index: Any, values: Array) -> None:  # index: whatever x[index] takes
         """``target[index] += values`` in place, *accumulating* over repeated indices.

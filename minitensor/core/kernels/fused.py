@@ -78,6 +78,23 @@ def dropout_forward(x, seed, threshold, scale):
 dropout_backward = dropout_forward
 
 
+@_kernel
+def dropout_rows(x, row_start, seed, threshold, scale):
+    """out[r, c] = x[r, c] * scale if bits(seed, row_start[r] + c) >= threshold else 0.
+
+    ``dropout_forward`` on a tile of a larger matrix, x (rows, n): element c of row r has the
+    number row_start[r] + c it has in the whole, so the tile keeps exactly what dropout on the
+    whole would keep (the streamed attention's tiles of the (batch, heads, Q, K) weights).
+    """
+    out = np.empty_like(x)
+    zero = x.dtype.type(0)
+    for r in prange(x.shape[0]):
+        start = row_start[r]
+        for c in range(x.shape[1]):
+            out[r, c] = x[r, c] * scale if _uniform_bits(seed, start + c) >= threshold else zero
+    return out
+
+
 # ---------------------------------------------------------------------------
 # ReLU
 # ---------------------------------------------------------------------------

@@ -456,9 +456,11 @@ class MultiHeadAttention(Module):
     grouped heads and "scores" encodings with ``relative = True`` (through their
     ``relative_bias`` and ``window``) included. ``True`` always streams (and says why when
     it cannot), ``False`` never does, and ``"auto"`` (the default) streams where it is
-    exact and faster: Q and K both at least ``FUSED_MIN_LENGTH`` and no dropout on the
-    weights in training. A call within one tile on the CPU (Q and K at most ``BLOCK_Q`` and
-    ``BLOCK_K``, no "scores" encoding) is the stream's one tile, which keeps its weights
+    exact and faster: Q and K both at least ``FUSED_MIN_LENGTH``. Dropout on the weights in
+    training happens inside the stream, with the mask the plain path's ``Dropout`` would draw
+    (the same seed gives the same numbers either way). A call within one tile on the CPU (Q
+    and K at most ``BLOCK_Q`` and ``BLOCK_K``, no "scores" encoding) is the stream's one tile,
+    which keeps its weights
     (``StreamPlan.keep_weights``): "auto" takes it too, and ``attention_weights`` holds them.
     The weights of a longer streamed call are not kept:
     ``mha.attention_weights_for(heads, rows)`` recomputes those asked for.
@@ -534,12 +536,12 @@ class MultiHeadAttention(Module):
         # (plain_attention sets it, for the hooks of mt.viz.capture)
         self.heads_through_attention = False
         self._stream = None  # the last streamed call's plan (for attention_weights_for)
-        if fused is True and self.why_not_fused(training=False):
-            raise ValueError(f"MultiHeadAttention(fused=True): {self.why_not_fused(training=False)}")
+        if fused is True and self.why_not_fused():
+            raise ValueError(f"MultiHeadAttention(fused=True): {self.why_not_fused()}")
 
-    def why_not_fused(self, training: bool | None = None) -> str | None:
-        """Why this layer cannot stream its attention (a sentence), or None when it can.
-        ``training`` (default: the layer's mode) decides whether weight dropout counts."""
+    def why_not_fused(self) -> str | None:
+        """Why this layer cannot stream its attention (a sentence), or None when it can (in
+        training and in evaluation alike: the stream applies weight dropout itself)."""
         attention = self.attention
         if dot_scale(attention.scorer, self.head_size) is None:
             return (
@@ -556,12 +558,6 @@ class MultiHeadAttention(Module):
             return (
                 f"the score bias {name!r} is not relative (relative = True with a relative_bias table), so it "
                 "exists only as a dense (Q, K) matrix"
-            )
-        training = self.training if training is None else training
-        if training and attention.dropout.p > 0:
-            return (
-                f"dropout={attention.dropout.p} on the attention weights in training needs the weights themselves; "
-                "use dropout=0 or call it in eval mode"
             )
         return None
 
@@ -801,9 +797,11 @@ class MultiHeadAttention(Module):
             window = getattr(self.positional, "window", None)
         scale = dot_scale(self.attention.scorer, self.head_size)
         keep = self._one_tile(Q, K)
+        dropout = self.attention.dropout  # on the weights, inside the stream, as the plain path drops them
         plan = stream_plan(
-            q, k, v, valid_lens, mask, causal, scale, table, window, q_offset, k_offset, keep_weights=keep
-        )
+            q, k, v, valid_lens, mask, causal, scale, table, window, q_offset, k_offset, keep_weights=keep,
+            dropout_p=dropout.p if dropout.training else 0.0,
+        )  # fmt: skip
         heads = FlashAttention.apply(q, k, v, table, plan=plan, masks=plan.masks)
         self._stream, self.attention.attention_weights = plan, None
         if plan.P is not None:  # one tile: the weights exist, kept as the plain path keeps them

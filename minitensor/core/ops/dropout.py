@@ -8,6 +8,8 @@ reproducible through ``mt.manual_seed``.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy
 
 from ..autograd import Function, Grads
@@ -17,38 +19,69 @@ from ..tensor import Array, Tensor
 class Dropout(Function):
     """z = a * m / (1 - p), m_i ~ Bernoulli(1 - p);  dL/da = dL/dz * m / (1 - p).
 
-    On the CPU and the GPU (float32, float64) the mask comes from a counter-based generator
-    (``kernels/fused.py``, ``kernels/cuda/elementwise.cu``): the random number of element i
-    is a hash of (seed, i), so one pass makes the mask and the product on every thread, and
-    backward makes the same mask again from the seed instead of keeping it (what PyTorch's
-    GPU dropout does). The seed is drawn on the host (``backend.draw_seed()``), so a GPU step
-    never waits to read it back. Elsewhere the scaled mask is drawn from the backend's
-    generator and saved.
+    The mask comes from a counter-based generator (``kernels/fused.py``,
+    ``kernels/cuda/elementwise.cu``): the random number of element i is a hash of (seed, i),
+    so one pass makes the mask and the product on every thread, and backward makes the same
+    mask again from the seed instead of keeping it (what PyTorch's GPU dropout does). The seed
+    is drawn on the host (``backend.draw_seed()``), so a GPU step never waits to read it back.
+    Where a backend has no kernel for the dtype (float16, say) the same hash runs as array code
+    (``counter_bits``): the same mask for the same seed on every backend, which is also what
+    the streamed attention (``ops.flash_attention``) makes of its weights' tiles.
     """
 
     @staticmethod
     def forward(ctx: Function, a: Array, p: float) -> Array:
-        kernel = ctx.backend.fused("dropout_forward", a.dtype)
-        if kernel is not None and p < 1:
-            # The seed comes from the backend's generator: mt.manual_seed and checkpoints
-            # reproduce it like any other draw.
-            ctx.seed = numpy.uint64(ctx.backend.draw_seed())
-            ctx.threshold = numpy.uint64(round(p * 2**32))  # kept where bits >= p * 2^32
-            ctx.scale = a.dtype.type(1.0 / (1.0 - p))
-            return kernel(ctx.xp.ascontiguousarray(a), ctx.seed, ctx.threshold, ctx.scale)
-        keep = ctx.backend.uniform(a.shape, a.dtype) >= p
-        scale = keep * a.dtype.type(1.0 / (1.0 - p)) if p < 1 else keep * a.dtype.type(0)
-        ctx.save_for_backward(scale)
-        return a * scale
+        # The seed comes from the backend's generator: mt.manual_seed and checkpoints
+        # reproduce it like any other draw.
+        ctx.seed = numpy.uint64(ctx.backend.draw_seed())
+        ctx.threshold = numpy.uint64(round(p * 2**32))  # kept where bits >= p * 2^32
+        ctx.scale = a.dtype.type(1.0 / (1.0 - p) if p < 1 else 0.0)
+        return Dropout.apply_mask(ctx, a)
 
     @staticmethod
     def backward(ctx: Function, grad: Array) -> Grads:
-        if hasattr(ctx, "seed"):
-            kernel = ctx.backend.fused("dropout_backward", grad.dtype)
-            assert kernel is not None  # the backend that ran the forward kernel has this one
-            return kernel(ctx.xp.ascontiguousarray(grad), ctx.seed, ctx.threshold, ctx.scale)
-        (scale,) = ctx.saved
-        return grad * scale
+        return Dropout.apply_mask(ctx, grad)  # the gradient goes through the kept elements, scaled
+
+    @staticmethod
+    def apply_mask(ctx: Function, x: Array) -> Array:
+        """x * scale where bits(seed, i) >= threshold, else 0: the kernel, or its array code."""
+        kernel = ctx.backend.fused("dropout_forward", x.dtype)
+        if kernel is not None:
+            return kernel(ctx.xp.ascontiguousarray(x), ctx.seed, ctx.threshold, ctx.scale)
+        flat = ctx.xp.ascontiguousarray(x).reshape(1, -1)
+        start = ctx.xp.zeros(1, dtype=numpy.int64)
+        return dropout_rows(ctx.xp, flat, start, ctx.seed, ctx.threshold, ctx.scale).reshape(x.shape)
+
+
+# The counter-based generator of the dropout kernels (kernels/fused.py), in array code: what the
+# kernels are tested against, and what a backend without them runs. SplitMix64 (Steele et al.,
+# 2014): number i of seed s is mix(s + (i + 1) * gamma), whose top 32 bits are uniform.
+_GAMMA = numpy.uint64(0x9E3779B97F4A7C15)
+_MIX1 = numpy.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = numpy.uint64(0x94D049BB133111EB)
+
+
+def counter_bits(seed: int, index: Array) -> Array:
+    """The top 32 bits of SplitMix64's output number ``index`` (each element) for ``seed``: the
+    dropout kernels keep element i when this is at least round(p * 2^32). uint64 arithmetic
+    wraps around, as the hash wants."""
+    z = index.astype(numpy.uint64) + numpy.uint64(1)
+    z *= _GAMMA
+    z += numpy.uint64(seed)
+    z ^= z >> 30
+    z *= _MIX1
+    z ^= z >> 27
+    z *= _MIX2
+    z ^= z >> 31
+    return z >> 32
+
+
+def dropout_rows(xp: Any, x: Array, row_start: Array, seed: int, threshold: int, scale: float) -> Array:
+    """``kernels/fused.py``'s ``dropout_rows`` in array code: x (rows, n) with element c of row r
+    kept, times ``scale``, where bits(seed, row_start[r] + c) >= ``threshold``, else 0."""
+    index = row_start[:, None] + xp.arange(x.shape[1], dtype=numpy.int64)
+    keep = counter_bits(seed, index) >= numpy.uint64(threshold)
+    return xp.where(keep, x * x.dtype.type(scale), x.dtype.type(0))
 
 
 def dropout(a: Tensor, p: float = 0.5, training: bool = True) -> Tensor:

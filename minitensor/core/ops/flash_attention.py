@@ -27,6 +27,15 @@ P = exp(S - lse), and with dO the output's gradient and D_i = sum_c dO_ic O_ic
     dV = P^T dO        dP = dO V^T        dS = P * (dP - D)
     dQ = scale dS K    dK = scale dS^T Q  dB[h, j - i] += dS[h, i, j]   (summed per distance)
 
+Dropout on the weights (``dropout_p``, in training) multiplies them by the scaled mask
+M_ij = m_ij / (1 - p) after the softmax, out = (M * P) V: the running sum l still adds every
+exp(s_j - m) (the softmax's denominator is not dropped), the running output only the kept
+ones, o' = o exp(m - m') + sum_j M_ij exp(s_j - m') v_j. In backward dV = (M * P)^T dO and
+dP = M * (dO V^T), and D_i = dO_i . O_i still equals sum_j P_ij dP_ij, so dS = P * (dP - D) is
+unchanged. The mask is never stored: it is a counter-based hash of (seed, the weight's index in
+(batch, H, Q, K)), made again tile by tile in backward (FlashAttention does the same with
+Philox), and the same mask ``mt.dropout`` draws for the whole weights with that seed.
+
 Masks and biases act on each tile as they act on the whole matrix: a key that may not be
 attended gets the score -inf. ``valid_lens``, ``causal`` and a bool ``mask`` are read one
 tile at a time, and a tile that they (or a sliding ``window``) leave entirely empty is
@@ -72,6 +81,7 @@ from ..autograd import Function, Grads
 from ..backends import Backend
 from ..errors import ShapeError
 from ..tensor import Array, Tensor
+from .dropout import dropout_rows
 from .softmax import as_mask_tensors
 
 # Tile sizes (queries x keys): large enough that a tile's matrix products run at BLAS speed
@@ -125,6 +135,7 @@ class StreamPlan:
         block_q: int | None = None,
         block_k: int | None = None,
         keep_weights: bool = False,
+        dropout_p: float = 0.0,
     ) -> None:
         self.backend = backend
         self.xp = backend.xp
@@ -142,6 +153,13 @@ class StreamPlan:
         # the whole (Q, K) matrix is one tile, on the host (a GPU has its own kernels)
         self.keep_weights = keep_weights and self.Q <= self.block_q and self.K <= self.block_k and backend.on_host
         self.P: Array | None = None  # the weights of a one-tile call (batch, g, r * Q, K)
+        # Dropout on the weights: the seed drawn here, from the backend's generator, as
+        # ``ops.Dropout`` draws its own, and weight (b, h, i, j) numbered as in the whole
+        # (batch, H, Q, K) weights, so the stream drops exactly what the plain path would
+        self.dropout_p = dropout_p
+        self.seed = backend.draw_seed() if dropout_p > 0 else 0
+        self.threshold = round(dropout_p * 2**32)  # kept where bits >= p * 2^32
+        self.drop_scale = 1.0 / (1.0 - dropout_p) if dropout_p < 1 else 0.0
 
     # Index arrays over a tile, made on first use (a one-tile call without a bias or a mask
     # needs neither, and a decoding step's plan would spend more time making them than attending)
@@ -265,6 +283,28 @@ class StreamPlan:
         (a copy when r > 1; a view otherwise)."""
         return q5[:, :, :, i0:i1].reshape(self.batch, self.g, self.r * (i1 - i0), q5.shape[-1])
 
+    # -- dropout on the weights -----------------------------------------------------------------
+    def drop(self, x: Array, i0: int, i1: int, j0: int) -> Array:
+        """Dropout on a tile x (batch, g, r * n, n_k) of the weights of queries i0..i1-1 and keys
+        j0.. (or of the gradient of the dropped weights, which goes through the same mask): each
+        element times 1 / (1 - p) where it is kept, else 0, kept as element
+        ((b H + h) Q + i) K + j of the whole weights is kept by ``ops.Dropout`` with this seed."""
+        xp = self.xp
+        batch = xp.arange(self.batch, dtype=numpy.int64).reshape(-1, 1, 1, 1)
+        heads = xp.arange(self.num_heads, dtype=numpy.int64).reshape(1, self.g, self.r, 1)
+        rows = (batch * self.num_heads + heads) * self.Q + xp.arange(i0, i1, dtype=numpy.int64)
+        row_start = (rows * self.K + j0).reshape(-1)  # each tile row's first element, in the whole
+        flat = x.reshape(-1, x.shape[-1])
+        kernel = self.backend.fused("dropout_rows", x.dtype)
+        if kernel is None:
+            return dropout_rows(xp, flat, row_start, self.seed, self.threshold, self.drop_scale).reshape(x.shape)
+        args = (numpy.uint64(self.seed), numpy.uint64(self.threshold), x.dtype.type(self.drop_scale))
+        return kernel(xp.ascontiguousarray(flat), row_start, *args).reshape(x.shape)
+
+    def dropout_args(self) -> tuple[int, int, float] | None:
+        """(seed, threshold, scale) for the GPU's kernels, or None without dropout."""
+        return (self.seed, self.threshold, self.drop_scale) if self.dropout_p > 0 else None
+
     # -- the GPU's kernels ----------------------------------------------------------------------
     def device_kernels(self, v: Array) -> Any:
         """The backend's streamed-attention kernels (``kernels/cuda/attention.cu`` on a GPU), or
@@ -373,7 +413,7 @@ class FlashAttention(Function):
         ctx.kernels = plan.device_kernels(v)
         if ctx.kernels is not None:  # a GPU: the whole stream is one kernel (attention.cu)
             out, lse = ctx.kernels.attention_forward(
-                q, k, v, plan.lens_by_row(), plan.causal, plan.scale, **plan.kernel_bias()
+                q, k, v, plan.lens_by_row(), plan.causal, plan.scale, **plan.kernel_bias(), dropout=plan.dropout_args()
             )
             plan.q, plan.unscaled_q, plan.k, plan.lse = None, q, k, lse.reshape(B, g, r, Q)
             ctx.save_for_backward(q, k, v, out, lse)
@@ -400,9 +440,9 @@ class FlashAttention(Function):
                 S -= shift[..., None]
                 P = xp.exp(S, out=S)  # exp(s - m'), in the scores' memory
                 rescale = xp.exp(m - shift)  # exp(m - m'): 0 for the first block a row sees
-                l = l * rescale + P.sum(axis=-1)
+                l = l * rescale + P.sum(axis=-1)  # (dropout acts after the softmax: l sums every weight)
                 o *= rescale[..., None]
-                o += xp.matmul(P, v[:, :, j0:j1])
+                o += xp.matmul(plan.drop(P, i0, i1, j0) if plan.dropout_p else P, v[:, :, j0:j1])
                 m = m_new
             seen = l > 0
             o /= xp.where(seen, l, 1)[..., None]  # rows with no key keep o = 0
@@ -423,7 +463,7 @@ class FlashAttention(Function):
             table_grad = plan.table is not None and ctx.needs_input_grad[3]
             grads = ctx.kernels.attention_backward(
                 q, k, v, plan.lens_by_row(), plan.causal, plan.scale, out, lse, grad, **plan.kernel_bias(),
-                table_grad=table_grad,
+                table_grad=table_grad, dropout=plan.dropout_args(),
             )  # fmt: skip
             return grads if table_grad else (*grads, None)
         if plan.keep_weights:
@@ -457,8 +497,11 @@ class FlashAttention(Function):
                 S = plan.scores(q_block, k, i0, i1, j0, j1)
                 S -= lse_block
                 P = xp.exp(S, out=S)  # the tile's weights, as the forward pass had them
-                dvalues[:, :, j0:j1] += xp.matmul(P.swapaxes(-1, -2), dO_block)
-                dS = xp.matmul(dO_block, v_block.swapaxes(-1, -2))  # dP
+                Z = plan.drop(P, i0, i1, j0) if plan.dropout_p else P  # what multiplied V
+                dvalues[:, :, j0:j1] += xp.matmul(Z.swapaxes(-1, -2), dO_block)
+                dS = xp.matmul(dO_block, v_block.swapaxes(-1, -2))  # dZ, then dP = dZ through the mask
+                if plan.dropout_p:
+                    dS = plan.drop(dS, i0, i1, j0)
                 dS -= D_block
                 dS *= P
                 dq[n] += xp.matmul(dS, k_block)
@@ -494,18 +537,21 @@ class FlashAttention(Function):
         k_t = ctx.xp.ascontiguousarray(k.swapaxes(-1, -2))
         S = plan.scores(q_block, k, 0, Q, 0, K, prefixes=False, k_t=k_t)  # causal and valid_lens: row_lens
         P = ctx.backend.kernels.softmax_forward(S.reshape(-1, K), plan.row_lens()).reshape(S.shape)
-        plan.P = P
-        ctx.save_for_backward(q_block, k, v, P)
-        return ctx.xp.matmul(P, v).reshape(q.shape[:-1] + (v.shape[-1],))
+        plan.P = P  # the weights before dropout, as the plain path keeps them
+        Z = plan.drop(P, 0, Q, 0) if plan.dropout_p else P
+        ctx.save_for_backward(q_block, k, v, P, Z)
+        return ctx.xp.matmul(Z, v).reshape(q.shape[:-1] + (v.shape[-1],))
 
     @staticmethod
     def one_tile_backward(ctx: Function, grad: Array) -> Grads:
         xp, plan = ctx.xp, ctx.plan
-        q_block, k, v, P = ctx.saved
+        q_block, k, v, P, Z = ctx.saved
         B, g, r, Q, K = plan.batch, plan.g, plan.r, plan.Q, plan.K
         dO = grad.reshape(B, g, r * Q, v.shape[-1])
-        dvalues = xp.matmul(P.swapaxes(-1, -2), dO)
+        dvalues = xp.matmul(Z.swapaxes(-1, -2), dO)
         dP = xp.matmul(dO, xp.ascontiguousarray(v.swapaxes(-1, -2)))  # (V^T copied: as K^T in forward)
+        if plan.dropout_p:  # the gradient of the dropped weights, through the mask
+            dP = plan.drop(dP, 0, Q, 0)
         dS = ctx.backend.kernels.softmax_backward(P.reshape(-1, K), dP.reshape(-1, K)).reshape(P.shape)
         dk = xp.matmul(dS.swapaxes(-1, -2), q_block)  # q_block holds scale q
         dq = xp.matmul(dS, k)
@@ -536,6 +582,7 @@ def flash_attention(
     block_q: int | None = None,
     block_k: int | None = None,
     return_lse: bool = False,
+    dropout_p: float = 0.0,
 ) -> Any:  # the output Tensor; with return_lse=True, (output, lse)
     """softmax(scale Q K^T + B) V with the masked softmax's rules, streamed over tiles (no
     (Q, K) array is ever built; see this module's docstring).
@@ -547,7 +594,10 @@ def flash_attention(
     (H, Q + K - 1) whose column c is the bias at distance (key position - query position)
     = k_offset - (q_offset + Q - 1) + c, as a "scores" encoding's ``relative_bias`` returns
     it (it gets a gradient if it requires one); ``window``: that bias is -inf beyond this
-    distance (tiles entirely beyond it are skipped). Returns the output (batch, H, Q, d) and,
+    distance (tiles entirely beyond it are skipped). ``dropout_p``: dropout on the weights, as
+    ``mt.dropout(weights, p)`` would drop them before they multiply V, with the same mask for the
+    same seed (PyTorch's ``scaled_dot_product_attention`` takes it so too: pass 0 outside
+    training). Returns the output (batch, H, Q, d) and,
     with ``return_lse=True``, also the log-sum-exp of each row's scores (batch, H, Q),
     detached (+inf for a row with no key).
     """
@@ -565,6 +615,7 @@ def flash_attention(
         k_offset=k_offset,
         block_q=block_q,
         block_k=block_k,
+        dropout_p=dropout_p,
     )
     out = FlashAttention.apply(queries, keys, values, relative_bias, plan=plan, masks=plan.masks)
     if return_lse:
@@ -588,9 +639,12 @@ def stream_plan(
     block_q: int | None = None,
     block_k: int | None = None,
     keep_weights: bool = False,
+    dropout_p: float = 0.0,
 ) -> StreamPlan:
     """Check the arguments of ``flash_attention`` and build its ``StreamPlan`` (``keep_weights``:
     see ``StreamPlan``)."""
+    if not 0.0 <= dropout_p <= 1.0:
+        raise ValueError(f"flash_attention: dropout_p must be a probability in [0, 1], got {dropout_p}")
     for name, x in (("queries", queries), ("keys", keys), ("values", values)):
         if not isinstance(x, Tensor) or x.ndim != 4:
             shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
@@ -633,6 +687,7 @@ def stream_plan(
         block_q,
         block_k,
         keep_weights,
+        float(dropout_p),
     )
     plan.masks = masks  # the Tensors (valid_lens, mask), for FlashAttention.apply
     return plan

@@ -53,6 +53,7 @@ kernels a GPU runs, on NumPy arrays, and ``tests/test_cuda_kernels.py`` compares
 
 import math
 import pathlib
+import re
 
 import numpy as np
 
@@ -146,8 +147,11 @@ def attention_split(dtype, size):
 
 
 def source(name):
-    """The CUDA C++ text of the source ``name`` (a key of ``KERNELS``: ``"softmax"``, ...)."""
-    return (SOURCE_DIR / f"{name}.cu").read_text()
+    """The CUDA C++ text of the source ``name`` (a key of ``KERNELS``: ``"softmax"``, ...), with
+    each ``#include "file"`` of this folder pasted in: NVRTC (and the tests' emulator) compile
+    one text, and has no path to look for the file in (nvcc, given the file, finds it beside)."""
+    text = (SOURCE_DIR / f"{name}.cu").read_text()
+    return re.sub(r'^#include "([\w.]+)"$', lambda m: (SOURCE_DIR / m.group(1)).read_text(), text, flags=re.M)
 
 
 def _attention_grid(heads, rows, splits=1):
@@ -484,14 +488,17 @@ class CudaKernels:
         sizes = ATTENTION_ROW_SIZES.get(np.dtype(dtype).name, ())
         return next((size for size in sizes if size >= d), None)
 
-    def attention_forward(self, q, k, v, lens, causal, scale, table=None, shift=0, window=None):
+    def attention_forward(self, q, k, v, lens, causal, scale, table=None, shift=0, window=None, dropout=None):
         """Streamed ``softmax(scale q k^T + bias, masked) v``. q (B, H, Q, d); k, v (B, G, K, d)
         with G dividing H; ``lens`` None or int64 (B, Q) valid lengths; ``causal``: key j visible
         to query i when j <= i + K - Q. ``table``: None or a relative bias (H, Q + K - 1), column
         j - i + Q - 1 the bias of query i and key j (``flash_attention``'s ``relative_bias``);
         ``window``: None, or keys at a distance j - i + ``shift`` (the keys' position offset less
-        the queries') beyond it are -inf in ``table``, and skipped. Returns the output
-        (B, H, Q, d) and the log-sum-exp of each row (B, H, Q), +inf for a row that sees no key."""
+        the queries') beyond it are -inf in ``table``, and skipped. ``dropout``: None, or (seed,
+        threshold, scale) for dropout on the weights, weight (b, h, i, j) kept, times scale, where
+        bits(seed, ((b H + h) Q + i) K + j) >= threshold (the mask :meth:`dropout` makes of the
+        whole weights). Returns the output (B, H, Q, d) and the log-sum-exp of each row (B, H, Q),
+        +inf for a row that sees no key (the softmax's, whatever the dropout)."""
         q, k, v = (self.xp.ascontiguousarray(a) for a in (q, k, v))
         B, H, Q, d = q.shape
         size = self._attention_size(q, k, v)
@@ -505,7 +512,8 @@ class CudaKernels:
                 (_attention_grid(B * H, Q, splits),),
                 (split * ATTENTION_ROWS,),
                 (q, k, v, lens_arg, bias[0], out, lse, *self._attention_shapes(q, k), q.dtype.type(scale))
-                + (np.int32(bool(causal)), has_lens, *bias[1:], np.int32(splits)),
+                + (np.int32(bool(causal)), has_lens, *bias[1:], *self._attention_dropout(dropout, q.dtype))
+                + (np.int32(splits),),
             )
         elif q.size:  # no keys at all: every row is empty
             out.fill(0)
@@ -513,11 +521,26 @@ class CudaKernels:
         return out, lse
 
     def attention_backward(
-        self, q, k, v, lens, causal, scale, out, lse, grad, table=None, shift=0, window=None, table_grad=False
+        self,
+        q,
+        k,
+        v,
+        lens,
+        causal,
+        scale,
+        out,
+        lse,
+        grad,
+        table=None,
+        shift=0,
+        window=None,
+        table_grad=False,
+        dropout=None,
     ):
         """The gradients (dq, dk, dv) of :meth:`attention_forward` for the output's gradient
-        ``grad``; ``table_grad``: and the bias table's, (dq, dk, dv, dtable), for a learned bias
-        (T5's): each column sums dL/ds over its (i, j), the batch included."""
+        ``grad`` (``dropout``: the forward's, whose mask is made again); ``table_grad``: and the
+        bias table's, (dq, dk, dv, dtable), for a learned bias (T5's): each column sums dL/ds
+        over its (i, j), the batch included."""
         q, k, v, out, lse, grad = (self.xp.ascontiguousarray(a) for a in (q, k, v, out, lse, grad))
         B, H, Q, d = q.shape
         G, K = k.shape[1], k.shape[2]
@@ -534,6 +557,7 @@ class CudaKernels:
             lens_arg, has_lens = self._attention_lens(lens, B, Q)
             common = (q, k, v, lens_arg, bias[0], lse, grad)
             tail = (*self._attention_shapes(q, k), q.dtype.type(scale), np.int32(bool(causal)), has_lens, *bias[1:])
+            tail += self._attention_dropout(dropout, q.dtype)
             dtype, split = q.dtype.name, attention_split(q.dtype, size)
             # each kernel splits the keys (the queries) of its own rows: dK/dV has fewer where G < H
             splits, kv_splits = self.attention_splits(B * H * Q, split), self.attention_splits(B * G * K, split)
@@ -613,6 +637,14 @@ class CudaKernels:
             )
         table = self.xp.ascontiguousarray(table, dtype=q.dtype)
         return table, np.int32(1), np.int64(shift), np.int64(-1 if window is None else window)
+
+    @staticmethod
+    def _attention_dropout(dropout, dtype):
+        """The kernels' (seed, threshold, scale) arguments: threshold 0 keeps every weight."""
+        seed, threshold, scale = (0, 0, 1.0) if dropout is None else dropout
+        if not 0 <= threshold <= 2**32:
+            raise ValueError(f"attention: dropout threshold {threshold} is not in [0, 2^32] (round(p * 2^32))")
+        return np.uint64(seed), np.uint64(threshold), np.dtype(dtype).type(scale)
 
     def _attention_shapes(self, q, k):
         B, H, Q, d = q.shape

@@ -41,6 +41,11 @@
 // Masks: causal (key j visible to query i when j <= i + K - Q) and valid lengths (j < lens[b, i]);
 // a row with no visible key gets a zero output and lse = +inf, so that backward's exp(s - lse) is
 // 0 rather than NaN.
+//
+// Dropout on the weights (training): out = (M * P) V, M the scaled mask (see Dropout). The running
+// sum l adds every weight (the softmax's denominator is not dropped), the running output only the
+// kept ones; backward multiplies p by M where it meets dO (dV) and dp = dO . v (dS), and D_i =
+// dO_i . O_i needs no change. No mask is stored: each kernel hashes (seed, index) again.
 
 #define QUERY_ROWS 64  // rows per block, SPLIT threads each
 #define KEY_TILE 32    // keys per shared tile in the forward and dQ kernels
@@ -54,6 +59,23 @@ __device__ __forceinline__ float exponential(float v) { return __expf(v); }
 __device__ __forceinline__ double exponential(double v) { return exp(v); }
 __device__ __forceinline__ float logarithm(float v) { return logf(v); }
 __device__ __forceinline__ double logarithm(double v) { return log(v); }
+
+#include "random.cuh"
+
+// Dropout on the weights: weight (b, h, i, j) is kept, times scale = 1 / (1 - p), when the random
+// number of its index ((b H + h) Q + i) K + j in the whole (B, H, Q, K) weights is at least
+// threshold = round(p 2^32): exactly what elementwise.cu's dropout (and the CPU's) keeps of those
+// weights with this seed, so the stream drops what the plain path would. threshold 0: no dropout.
+template <typename T>
+struct Dropout {
+    unsigned long long seed, threshold;
+    T scale;
+
+    __device__ __forceinline__ T factor(long long index) const {
+        if (threshold == 0) return T(1);
+        return uniform_bits(seed, (unsigned long long)index) >= threshold ? scale : T(0);
+    }
+};
 
 template <typename T>
 __device__ __forceinline__ T infinity();
@@ -260,8 +282,8 @@ __device__ __forceinline__ void store_part(T* matrix, const T (&from)[Split<T, D
 // beyond a thread's own row changes nothing. With splits > 1 each walker keeps its own m, l and o
 // over its share of the keys, and the walkers merge them at the end.
 template <typename T, int D>
-__device__ void attention_forward(const T* q, const T* k, const T* v, const long long* lens, Bias<T> bias, T* out,
-                                  T* lse, Shapes s, T scale, int causal, int splits) {
+__device__ void attention_forward(const T* q, const T* k, const T* v, const long long* lens, Bias<T> bias,
+                                  Dropout<T> dropout, T* out, T* lse, Shapes s, T scale, int causal, int splits) {
     constexpr int SPLIT = Split<T, D>::value, PART = Split<T, D>::part, THREADS = QUERY_ROWS * SPLIT;
     __shared__ T k_tile[KEY_TILE][Split<T, D>::stride];
     __shared__ T v_tile[KEY_TILE][Split<T, D>::stride];
@@ -298,7 +320,8 @@ __device__ void attention_forward(const T* q, const T* k, const T* v, const long
             }
             const T p = exponential(biased - m);
             l += p;
-            _Pragma("unroll") for (int c = 0; c < PART; ++c) o[c] += p * v_tile[jj][held_column<T, D>(part, c)];
+            const T kept = p * dropout.factor(row * s.K + j);
+            _Pragma("unroll") for (int c = 0; c < PART; ++c) o[c] += kept * v_tile[jj][held_column<T, D>(part, c)];
         }
     }
     // the walkers' streams merge, each shrunk to the larger max: m = max(m_a, m_b),
@@ -327,8 +350,8 @@ __device__ void attention_forward(const T* q, const T* k, const T* v, const long
 // walker sums over its share of the keys, and the walkers add their sums up at the end.
 template <typename T, int D>
 __device__ void attention_backward_dq(const T* q, const T* k, const T* v, const long long* lens, Bias<T> bias,
-                                      const T* lse, const T* grad_out, const T* out, T* delta, T* dq,
-                                      BiasGrad<T> bias_grad, Shapes s, T scale, int causal, int splits) {
+                                      Dropout<T> dropout, const T* lse, const T* grad_out, const T* out, T* delta,
+                                      T* dq, BiasGrad<T> bias_grad, Shapes s, T scale, int causal, int splits) {
     constexpr int SPLIT = Split<T, D>::value, PART = Split<T, D>::part, THREADS = QUERY_ROWS * SPLIT;
     __shared__ T k_tile[KEY_TILE][Split<T, D>::stride];
     __shared__ T v_tile[KEY_TILE][Split<T, D>::stride];
@@ -370,7 +393,9 @@ __device__ void attention_backward_dq(const T* q, const T* k, const T* v, const 
             const T dp = join_parts<SPLIT>(dot_part<T, D>(dor, v_tile[jj], part));
             const long long j = j0 + jj;
             const bool sees = j >= keys.first && j < keys.end;  // (false past the count: j >= block_visible)
-            const T ds = sees ? exponential(score + bias.at(s, r.h, r.i, j) - row_lse) * (dp - row_delta) : T(0);
+            const T ds = sees ? exponential(score + bias.at(s, r.h, r.i, j) - row_lse) *
+                                    (dp * dropout.factor(row * s.K + j) - row_delta)
+                              : T(0);
             _Pragma("unroll") for (int c = 0; c < PART; ++c) acc[c] += ds * k_tile[jj][held_column<T, D>(part, c)];
             if (ds_tile != nullptr && part == 0 && jj < count) ds_tile[local * KEY_TILE + jj] = ds;
         }
@@ -404,8 +429,8 @@ __device__ void attention_backward_dq(const T* q, const T* k, const T* v, const 
 // queries w, w + splits, ... of each tile, and the walkers add their sums up at the end.
 template <typename T, int D>
 __device__ void attention_backward_dkv(const T* q, const T* k, const T* v, const long long* lens, Bias<T> bias,
-                                       const T* lse, const T* grad_out, const T* delta, T* dk, T* dv, Shapes s,
-                                       T scale, int causal, int splits) {
+                                       Dropout<T> dropout, const T* lse, const T* grad_out, const T* delta, T* dk,
+                                       T* dv, Shapes s, T scale, int causal, int splits) {
     constexpr int SPLIT = Split<T, D>::value, PART = Split<T, D>::part, THREADS = QUERY_ROWS * SPLIT;
     static_assert(QUERY_TILE % 4 == 0, "every walker takes as many queries of a tile (splits <= 4)");
     __shared__ T q_tile[QUERY_TILE][Split<T, D>::stride];
@@ -456,10 +481,11 @@ __device__ void attention_backward_dkv(const T* q, const T* k, const T* v, const
                 const T dp = join_parts<SPLIT>(dot_part<T, D>(vr, do_tile[ii], part));
                 const bool sees = active && j >= first_tile[ii] && j < end_tile[ii];
                 const T p = sees ? exponential(score * scale + bias.at(s, h, i0 + ii, j) - lse_tile[ii]) : T(0);
-                const T ds = p * (dp - delta_tile[ii]) * scale;
+                const T kept = sees ? dropout.factor((base + i0 + ii) * s.K + j) : T(0);  // M_ij
+                const T ds = p * (dp * kept - delta_tile[ii]) * scale;
                 _Pragma("unroll") for (int c = 0; c < PART; ++c) {
                     const int column = held_column<T, D>(part, c);
-                    dv_acc[c] += p * do_tile[ii][column];
+                    dv_acc[c] += p * kept * do_tile[ii][column];
                     dk_acc[c] += ds * q_tile[ii][column];
                 }
             }
@@ -508,28 +534,34 @@ __device__ void attention_bias_grad(const T* partial, T* dtable, Shapes s, long 
         attention_forward_d##D##_##DTYPE(                                                                           \
         const T* q, const T* k, const T* v, const long long* lens, const T* table, T* out, T* lse, long long B,     \
         long long H, long long G, long long Q, long long K, long long d, T scale, int causal, int has_lens,         \
-        int has_table, long long shift, long long window, int splits) {                                             \
+        int has_table, long long shift, long long window, unsigned long long seed, unsigned long long threshold,    \
+        T drop_scale, int splits) {                                                                                 \
         attention_forward<T, D>(q, k, v, has_lens ? lens : nullptr,                                                 \
-                                Bias<T>{has_table ? table : nullptr, shift, window}, out, lse,                      \
-                                Shapes{B, H, G, Q, K, d}, scale, causal, splits);                                   \
+                                Bias<T>{has_table ? table : nullptr, shift, window},                                \
+                                Dropout<T>{seed, threshold, drop_scale}, out, lse, Shapes{B, H, G, Q, K, d}, scale, \
+                                causal, splits);                                                                    \
     }                                                                                                               \
     extern "C" __global__ void attention_backward_dq_d##D##_##DTYPE(                                                \
         const T* q, const T* k, const T* v, const long long* lens, const T* table, const T* lse, const T* grad_out, \
         const T* out, T* delta, T* dq, T* scratch, T* partial, long long B, long long H, long long G, long long Q,  \
         long long K, long long d, T scale, int causal, int has_lens, int has_table, long long shift,                \
-        long long window, int table_grad, int splits) {                                                             \
+        long long window, unsigned long long seed, unsigned long long threshold, T drop_scale, int table_grad,      \
+        int splits) {                                                                                               \
         attention_backward_dq<T, D>(q, k, v, has_lens ? lens : nullptr,                                             \
-                                    Bias<T>{has_table ? table : nullptr, shift, window}, lse, grad_out, out, delta, \
-                                    dq, BiasGrad<T>{scratch, table_grad ? partial : nullptr},                       \
-                                    Shapes{B, H, G, Q, K, d}, scale, causal, splits);                               \
+                                    Bias<T>{has_table ? table : nullptr, shift, window},                            \
+                                    Dropout<T>{seed, threshold, drop_scale}, lse, grad_out, out, delta, dq,         \
+                                    BiasGrad<T>{scratch, table_grad ? partial : nullptr}, Shapes{B, H, G, Q, K, d}, \
+                                    scale, causal, splits);                                                         \
     }                                                                                                               \
     extern "C" __global__ void attention_backward_dkv_d##D##_##DTYPE(                                               \
         const T* q, const T* k, const T* v, const long long* lens, const T* table, const T* lse, const T* grad_out, \
         const T* delta, T* dk, T* dv, long long B, long long H, long long G, long long Q, long long K, long long d, \
-        T scale, int causal, int has_lens, int has_table, long long shift, long long window, int splits) {          \
+        T scale, int causal, int has_lens, int has_table, long long shift, long long window,                       \
+        unsigned long long seed, unsigned long long threshold, T drop_scale, int splits) {                          \
         attention_backward_dkv<T, D>(q, k, v, has_lens ? lens : nullptr,                                            \
-                                     Bias<T>{has_table ? table : nullptr, shift, window}, lse, grad_out, delta, dk, \
-                                     dv, Shapes{B, H, G, Q, K, d}, scale, causal, splits);                          \
+                                     Bias<T>{has_table ? table : nullptr, shift, window},                           \
+                                     Dropout<T>{seed, threshold, drop_scale}, lse, grad_out, delta, dk, dv,         \
+                                     Shapes{B, H, G, Q, K, d}, scale, causal, splits);                              \
     }
 
 extern "C" __global__ void attention_bias_grad_float32(const float* partial, float* dtable, long long B, long long H,

@@ -44,17 +44,10 @@ __device__ void gelu_backward(const T* __restrict__ x, const T* __restrict__ gra
 }
 
 // ---------------------------------------------------------------------------------------------
-// Dropout with counter-based random numbers (see fused.py): element i's number is a hash of
-// (seed, i), SplitMix64's i-th output (Steele et al., 2014), so no generator state is read or
-// written, and backward makes the same mask again from the seed.
+// Dropout with counter-based random numbers (random.cuh): element i's number is a hash of
+// (seed, i), so no generator state is read or written, and backward makes the same mask again.
 // ---------------------------------------------------------------------------------------------
-__device__ __forceinline__ unsigned long long uniform_bits(unsigned long long seed, unsigned long long i) {
-    unsigned long long z = seed + (i + 1) * 0x9E3779B97F4A7C15ULL;  // wraps around mod 2^64
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    z = z ^ (z >> 31);
-    return z >> 32;  // the top 32 bits: uniform over [0, 2^32)
-}
+#include "random.cuh"
 
 // y_i = x_i * scale if bits(seed, i) >= threshold else 0, with threshold = round(p * 2^32) and
 // scale = 1 / (1 - p); the backward is the same function applied to the gradient.
