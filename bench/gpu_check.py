@@ -704,7 +704,10 @@ def nanogpt_benchmark(device, quick, nanogpt_dir=NANOGPT_DIR):
     pinned upload, ``loss.item()`` every 10 iterations) in float32 and in bfloat16 autocast
     (its default on a GPU that has bfloat16), from the same weights after checking that both
     compute the same loss. minitensor runs at the preset's ``--matmul-precision high`` (TF32,
-    as nanoGPT) and at ``highest``.
+    as nanoGPT) and at ``highest``, and once more at TF32 with its attention streamed
+    (``--fused on``: the CUDA attention kernels with the weights' dropout inside, three launches
+    an attention each way where the plain path at context 256, which ``--fused auto`` takes,
+    runs some 30 CuPy operators with cuBLAS's products; nanoGPT runs SDPA's fused kernel).
     nanoGPT's ``model.py`` is read from ``nanogpt_dir`` (``--nanogpt``); without it, from
     ``_gpt_twin.py`` (the same model without dropout)."""
     import contextlib
@@ -730,9 +733,13 @@ def nanogpt_benchmark(device, quick, nanogpt_dir=NANOGPT_DIR):
         state.model.train()
         batches = endless(state.loader)  # an epoch of the real recipe is 62 batches, fewer than the samples take
 
-        def mt_iterations(precision):
+        attention_layers = [m for m in state.model.modules() if isinstance(m, mt.nn.MultiHeadAttention)]
+
+        def mt_iterations(precision, fused="auto"):
             def run_them():
                 mt.set_float32_matmul_precision(precision)
+                for layer in attention_layers:
+                    layer.fused = fused
                 for _ in range(NANOGPT_ITERATIONS):
                     loop.train_step(state, next(batches))
 
@@ -740,6 +747,7 @@ def nanogpt_benchmark(device, quick, nanogpt_dir=NANOGPT_DIR):
 
         cases["minitensor, TF32"] = mt_iterations("high")
         cases["minitensor, float32"] = mt_iterations("highest")
+        cases["minitensor, TF32, attention streamed"] = mt_iterations("high", fused=True)
         n_params = sum(int(p.numel()) for p in state.model.parameters())
         if device.torch_device is not None:
             nanogpt = load_nanogpt(nanogpt_dir)
@@ -821,6 +829,8 @@ def nanogpt_benchmark(device, quick, nanogpt_dir=NANOGPT_DIR):
         # where the host's time goes, to cut next: the functions with the most time of their own
         profile_host(device, tf32, "nanoGPT recipe, TF32", steps=1, top=15, per_call=NANOGPT_ITERATIONS)
         mt.set_float32_matmul_precision("highest")
+        for layer in attention_layers:
+            layer.fused = "auto"
     reference = stats.get("nanoGPT, float32 (TF32)")
     rows = []
     for name, st in stats.items():

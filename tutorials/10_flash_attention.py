@@ -594,8 +594,7 @@ print("wrote", figure_path(TUTORIAL, "flash_attention.png"))
 # `layer.why_not_fused()` says in a sentence what stands in the way, or None. The streamed
 # computation computes scores as $\text{scale} \cdot \mathbf{q}^\top\mathbf{k}$ and pools
 # them with the softmax, so it needs the scorer `dot` or `scaled_dot`, the pooling
-# `softmax`, a score bias that is relative (a table by distance), and no dropout on the
-# weights in training (dropout needs the weights it drops).
+# `softmax`, and a score bias that is relative (a table by distance).
 
 # %%
 layer = mt.nn.MultiHeadAttention(32, 4).eval()  # fused="auto"
@@ -608,22 +607,45 @@ for length in (16, FUSED_MIN_LENGTH):
     assert (layer.attention_weights is None) == (length >= FUSED_MIN_LENGTH)
 
 for options in ({"scorer": "additive"}, {"pooling": "sparsemax"}, {"dropout": 0.1}):
-    candidate = mt.nn.MultiHeadAttention(32, 4, **options)
-    print(f"{options}: in training: {candidate.why_not_fused(training=True)}")
-    print(f"{'':{len(str(options))}}  in eval mode: {candidate.why_not_fused(training=False)}")
-assert mt.nn.MultiHeadAttention(32, 4, dropout=0.1).why_not_fused(training=False) is None, "eval mode drops nothing"
-assert mt.nn.MultiHeadAttention(32, 4, scorer="additive").why_not_fused(training=False) is not None
+    print(f"{options}: {mt.nn.MultiHeadAttention(32, 4, **options).why_not_fused()}")
+assert mt.nn.MultiHeadAttention(32, 4, dropout=0.1).why_not_fused() is None, "dropout streams too"
+assert mt.nn.MultiHeadAttention(32, 4, scorer="additive").why_not_fused() is not None
 
 with expect_error("fused=True on a layer with the additive scorer", ValueError) as caught:
     mt.nn.MultiHeadAttention(32, 4, scorer="additive", fused=True)
 assert "additive" in str(caught.error)
 
 # %% [markdown]
-# With dropout on the weights, `"auto"` takes the plain path in training and streams in
-# evaluation, where dropout does nothing: the same model, the same numbers either way.
-# (FlashAttention implementations do apply dropout inside the tile, regenerating the
-# random mask from a seed in backward instead of storing it — minitensor's own dropout
-# kernel works that way — but the streamed path here does not.)
+# Dropout on the weights (D2L 11.5's `self.dropout(self.attention_weights)`) seems to need
+# the weights it drops, which the stream never holds. It does not: dropout acts after the
+# softmax, out = (M ⊙ P) V with M the mask scaled by 1/(1 - p), so the running sum $l$ keeps
+# adding every weight (the softmax's denominator is not dropped) and only the running output
+# $\mathbf{o}$ adds the kept ones. Backward needs the same mask again, and it is not stored:
+# minitensor's dropout draws it from a *counter-based* generator, where the random number of
+# weight $(b, h, i, j)$ is a hash of (seed, its index in the whole (batch, heads, Q, K)
+# weights), so each tile makes its own part of the mask again, in backward as in forward
+# (FlashAttention does the same with the Philox generator). In backward,
+# $dV = (M \odot P)^\top dO$ and $dP = M \odot (dO\,V^\top)$, and the row sums
+# $D_i = dO_i \cdot O_i$ need no change. Since the index is that of the whole matrix, the
+# stream drops exactly what `mt.dropout` drops of the plain path's weights with the same
+# seed:
+
+# %%
+mt.manual_seed(3)
+dropping = {fused: mt.nn.MultiHeadAttention(32, 4, dropout=0.2, fused=fused) for fused in (False, True)}
+dropping[True].load_state_dict(dropping[False].state_dict())
+Xd = mt.randn(2, 40, 32)
+outs = {}
+for fused, layer in dropping.items():  # both in training mode: dropout acts
+    mt.manual_seed(7)  # the same seed for both paths' dropout
+    outs[fused] = layer(Xd, Xd, Xd, causal=True)
+gap = float(numpy.abs(outs[True].numpy() - outs[False].numpy()).max())
+print(f"training, dropout 0.2: streamed vs plain, the same seed: max |difference| = {gap:.1e}")
+assert gap < 1e-5 and dropping[True]._stream is not None and dropping[False]._stream is None
+mt.manual_seed(8)
+assert float(numpy.abs(dropping[True](Xd, Xd, Xd, causal=True).numpy() - outs[True].numpy()).max()) > 1e-3
+
+# %% [markdown]
 #
 # The models take the same argument (`TransformerEncoder(..., fused=...)` and the others
 # pass it to every layer), and so do training runs: `TrainConfig(fused="auto" | "on" |
@@ -631,8 +653,9 @@ assert "additive" in str(caught.error)
 # changes neither the parameters nor the results.
 #
 # > **Takeaway.** `fused="auto"` streams sequences of 384 tokens or more when the scorer is a
-# > dot product, the pooling a softmax, any score bias relative, and no dropout acts on the
-# > weights; `why_not_fused()` names the reason when it cannot, and `fused=True` turns that
+# > dot product, the pooling a softmax and any score bias relative, dropout on the weights
+# > included (each tile remakes its part of the mask from the seed); `why_not_fused()` names
+# > the reason when it cannot, and `fused=True` turns that
 # > reason into an error.
 #
 # ## 6. The payoff: a language model on 2048-character windows

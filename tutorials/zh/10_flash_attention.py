@@ -438,7 +438,7 @@ print("wrote", figure_path(TUTORIAL, "flash_attention.png"))
 #
 # ## 5. 层何时流式计算：`fused="auto"` 与 `why_not_fused`
 #
-# `MultiHeadAttention(..., fused=...)` 接受三种取值。`False`：总是走普通路径。`True`：总是流式计算，如果这个层做不到就立即报错。`"auto"`（默认值）：在结果精确且值得时流式计算，也就是查询和键的长度都至少为 `FUSED_MIN_LENGTH` = 384（短于此长度时，普通路径少数几个大数组运算胜过分块循环），并且层中没有任何需要权重本身的东西。`layer.why_not_fused()` 用一句话说明障碍是什么，没有障碍时返回 None。流式计算按 $\text{scale} \cdot \mathbf{q}^\top\mathbf{k}$ 计算评分，再用 softmax 汇聚，因此它要求评分函数为 `dot` 或 `scaled_dot`、汇聚为 `softmax`、注意力偏置是相对的（一张按距离的表），并且训练时权重上没有暂退法（暂退法需要它所丢弃的那些权重）。
+# `MultiHeadAttention(..., fused=...)` 接受三种取值。`False`：总是走普通路径。`True`：总是流式计算，如果这个层做不到就立即报错。`"auto"`（默认值）：在结果精确且值得时流式计算，也就是查询和键的长度都至少为 `FUSED_MIN_LENGTH` = 384（短于此长度时，普通路径少数几个大数组运算胜过分块循环），并且层中没有任何需要权重本身的东西。`layer.why_not_fused()` 用一句话说明障碍是什么，没有障碍时返回 None。流式计算按 $\text{scale} \cdot \mathbf{q}^\top\mathbf{k}$ 计算评分，再用 softmax 汇聚，因此它要求评分函数为 `dot` 或 `scaled_dot`、汇聚为 `softmax`，并且注意力偏置是相对的（一张按距离的表）。
 
 # %%
 layer = mt.nn.MultiHeadAttention(32, 4).eval()  # fused="auto"（默认值）
@@ -451,22 +451,37 @@ for length in (16, FUSED_MIN_LENGTH):
     assert (layer.attention_weights is None) == (length >= FUSED_MIN_LENGTH)
 
 for options in ({"scorer": "additive"}, {"pooling": "sparsemax"}, {"dropout": 0.1}):
-    candidate = mt.nn.MultiHeadAttention(32, 4, **options)
-    print(f"{options}: in training: {candidate.why_not_fused(training=True)}")
-    print(f"{'':{len(str(options))}}  in eval mode: {candidate.why_not_fused(training=False)}")
-assert mt.nn.MultiHeadAttention(32, 4, dropout=0.1).why_not_fused(training=False) is None, "eval mode drops nothing"
-assert mt.nn.MultiHeadAttention(32, 4, scorer="additive").why_not_fused(training=False) is not None
+    print(f"{options}: {mt.nn.MultiHeadAttention(32, 4, **options).why_not_fused()}")
+assert mt.nn.MultiHeadAttention(32, 4, dropout=0.1).why_not_fused() is None, "dropout streams too"
+assert mt.nn.MultiHeadAttention(32, 4, scorer="additive").why_not_fused() is not None
 
 with expect_error("fused=True on a layer with the additive scorer", ValueError) as caught:
     mt.nn.MultiHeadAttention(32, 4, scorer="additive", fused=True)
 assert "additive" in str(caught.error)
 
 # %% [markdown]
-# 如果权重上有暂退法，`"auto"` 在训练时走普通路径，在评估时（暂退法此时不起作用）流式计算：同一个模型，两种方式得到的数字相同。（FlashAttention 的实现确实会在分块内部应用暂退法，在反向传播中由随机种子重新生成随机掩码，而不是把它存下来；minitensor 自己的暂退法计算内核就是这样做的，但这里的流式路径并不这样做。）
+# 权重上的暂退法（D2L 11.5 中的 `self.dropout(self.attention_weights)`）看起来需要它所丢弃的那些权重，而流式计算从不持有它们。其实并不需要：暂退法作用在 softmax 之后，out = (M ⊙ P) V，其中 M 是按 1/(1 - p) 缩放的掩码，因此累计和 $l$ 仍然加上每一个权重（softmax 的分母不被丢弃），只有累计输出 $\mathbf{o}$ 只加上被保留的那些。反向传播需要同一个掩码，而它并没有被存下来：minitensor 的暂退法从一个*基于计数器*的生成器取随机数，权重 $(b, h, i, j)$ 的随机数是 (种子, 它在整个 (batch, heads, Q, K) 权重中的下标) 的哈希值，所以每个分块都能在反向传播中像在前向传播中一样重新生成自己那一部分掩码（FlashAttention 用 Philox 生成器做同样的事）。在反向传播中，$dV = (M \odot P)^\top dO$，$dP = M \odot (dO\,V^\top)$，而行和 $D_i = dO_i \cdot O_i$ 不需要改变。由于下标是整个矩阵中的下标，在种子相同时，流式计算丢弃的正是 `mt.dropout` 从普通路径的权重中丢弃的那些：
+
+# %%
+mt.manual_seed(3)
+dropping = {fused: mt.nn.MultiHeadAttention(32, 4, dropout=0.2, fused=fused) for fused in (False, True)}
+dropping[True].load_state_dict(dropping[False].state_dict())
+Xd = mt.randn(2, 40, 32)
+outs = {}
+for fused, layer in dropping.items():  # 两者都处于训练模式：暂退法起作用
+    mt.manual_seed(7)  # 两条路径的暂退法使用同一个种子
+    outs[fused] = layer(Xd, Xd, Xd, causal=True)
+gap = float(numpy.abs(outs[True].numpy() - outs[False].numpy()).max())
+print(f"training, dropout 0.2: streamed vs plain, the same seed: max |difference| = {gap:.1e}")
+assert gap < 1e-5 and dropping[True]._stream is not None and dropping[False]._stream is None
+mt.manual_seed(8)
+assert float(numpy.abs(dropping[True](Xd, Xd, Xd, causal=True).numpy() - outs[True].numpy()).max()) > 1e-3
+
+# %% [markdown]
 #
 # 模型接受同样的参数（`TransformerEncoder(..., fused=...)` 及其他模型会把它传给每个层），训练运行也一样：`TrainConfig(fused="auto" | "on" | "off")`，`minitensor train --fused auto|on|off`。在 `--resume` 时可以更改它，因为它既不改变参数，也不改变结果。
 #
-# > **要点。** 当评分函数是点积、汇聚是 softmax、注意力偏置（如果有）是相对的，并且没有暂退法作用于权重时，`fused="auto"` 对 384 个词元及以上的序列进行流式计算；做不到时，`why_not_fused()` 说出原因，而 `fused=True` 把这个原因变成一个错误。
+# > **要点。** 当评分函数是点积、汇聚是 softmax、注意力偏置（如果有）是相对的时，`fused="auto"` 对 384 个词元及以上的序列进行流式计算，权重上的暂退法也包括在内（每个分块由种子重新生成自己那一部分掩码）；做不到时，`why_not_fused()` 说出原因，而 `fused=True` 把这个原因变成一个错误。
 #
 # ## 6. 回报：在 2048 个字符的窗口上训练语言模型
 #

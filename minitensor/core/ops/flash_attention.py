@@ -290,6 +290,10 @@ class StreamPlan:
         element times 1 / (1 - p) where it is kept, else 0, kept as element
         ((b H + h) Q + i) K + j of the whole weights is kept by ``ops.Dropout`` with this seed."""
         xp = self.xp
+        args = (numpy.uint64(self.seed), numpy.uint64(self.threshold), x.dtype.type(self.drop_scale))
+        whole = self.backend.fused("dropout_forward", x.dtype)
+        if whole is not None and (i0, i1, j0, x.shape[-1]) == (0, self.Q, 0, self.K):
+            return whole(xp.ascontiguousarray(x), *args)  # one tile is the whole, numbered as it lies
         batch = xp.arange(self.batch, dtype=numpy.int64).reshape(-1, 1, 1, 1)
         heads = xp.arange(self.num_heads, dtype=numpy.int64).reshape(1, self.g, self.r, 1)
         rows = (batch * self.num_heads + heads) * self.Q + xp.arange(i0, i1, dtype=numpy.int64)
@@ -298,7 +302,6 @@ class StreamPlan:
         kernel = self.backend.fused("dropout_rows", x.dtype)
         if kernel is None:
             return dropout_rows(xp, flat, row_start, self.seed, self.threshold, self.drop_scale).reshape(x.shape)
-        args = (numpy.uint64(self.seed), numpy.uint64(self.threshold), x.dtype.type(self.drop_scale))
         return kernel(xp.ascontiguousarray(flat), row_start, *args).reshape(x.shape)
 
     def dropout_args(self) -> tuple[int, int, float] | None:
