@@ -272,44 +272,69 @@ def torch_transformer(torch, cfg):
 
 
 # -- one streamed attention call: the tiles vs the CUDA kernels -----------------------------------
-def streamed_attention_launches(T=1024, heads=8):
-    """{bias: (launches on the tiles, launches on the kernels)} of a causal ``flash_attention``
-    forward + backward, bias None, ALiBi's table or a learned one."""
+@contextlib.contextmanager
+def attention_kernels_that_record():
+    """The stand-in's "cuda" backend with streamed-attention kernels that record each launch a
+    GPU would make and run none (the stand-in's CPU kernels cannot run CUDA C++; the outputs are
+    left unwritten, which a count does not mind): yields the list of their launches."""
     from cuda_emulator import RecordingModule
     from minitensor.kernels.cuda import CudaKernels
-    from minitensor.ops.flash_attention import flash_attention
-    from strict_backend import count_launches, strict_xp
+    from strict_backend import strict_xp
 
-    import minitensor as mt
     from minitensor import backends
 
-    rng = np.random.default_rng(0)
-    alibi = mt.plugins.lookup("positional encoding", "alibi")(heads, device="cuda").relative_bias(-(T - 1), T - 1)
-    arrays = [rng.standard_normal((1, heads, T, 64)).astype(np.float32) for _ in range(4)]
+    made = []
 
     class NamesOnly(RecordingModule):
         # the kernel's name alone: holding its arguments would keep the gradients it writes
         # referenced, and autograd would copy them as arrays something else still holds
         def get_function(self, name):
-            return lambda grid, block, args: RecordingModule.launches.append(name)
+            return lambda grid, block, args: made.append(name)
 
-    # the stand-in's kernels have no attention (its CPU kernels cannot run CUDA C++): for the
-    # second count, kernels that record each launch a GPU would make and run none
     kernels_that_record = CudaKernels(strict_xp, load_module=NamesOnly)  # one, as a backend keeps one
     recording = property(lambda backend: kernels_that_record)
-    backend_class, counts = type(backends._BACKENDS["cuda"]), {}
+    with mock.patch.object(type(backends._BACKENDS["cuda"]), "attention_kernels", recording):
+        yield made
+
+
+def streamed_attention_launches(T=1024, heads=8):
+    """{bias: (launches on the tiles, launches on the kernels)} of a causal ``flash_attention``
+    forward + backward, bias None, ALiBi's table or a learned one."""
+    from minitensor.ops.flash_attention import flash_attention
+    from strict_backend import count_launches
+
+    import minitensor as mt
+
+    rng = np.random.default_rng(0)
+    alibi = mt.plugins.lookup("positional encoding", "alibi")(heads, device="cuda").relative_bias(-(T - 1), T - 1)
+    arrays = [rng.standard_normal((1, heads, T, 64)).astype(np.float32) for _ in range(4)]
+    counts = {}
     for kernels in (False, True):
-        with mock.patch.object(backend_class, "attention_kernels", recording) if kernels else contextlib.nullcontext():
+        with attention_kernels_that_record() if kernels else contextlib.nullcontext([]) as made:
             for name, table in (("none", None), ("ALiBi", False), ("learned table", True)):
                 for _ in range(2):  # count the second call: the first makes what later ones reuse
                     q, k, v = (mt.tensor(a, device="cuda", requires_grad=True) for a in arrays[:3])
                     grad = mt.tensor(arrays[3], device="cuda")
                     bias = None if table is None else alibi.detach().requires_grad_(table)
-                    RecordingModule.launches = []
+                    made.clear()
                     with count_launches() as log:
                         flash_attention(q, k, v, causal=True, relative_bias=bias).backward(grad)
-                counts.setdefault(name, []).append(len(log) + len(RecordingModule.launches))
+                counts.setdefault(name, []).append(len(log) + len(made))
     return counts
+
+
+def streamed_gpt_launches(sizes):
+    """Launches of a step of the GPT of ``minitensor_gpt(sizes)`` with ``--fused on``: its
+    attention on the CUDA kernels, the weights' dropout inside them."""
+    # (numpy's warnings off: the outputs the recording kernels leave unwritten hold any bits)
+    with attention_kernels_that_record() as made, np.errstate(all="ignore"):
+        phases = minitensor_gpt(dict(sizes, fused="on"))
+        for _ in range(WARM_UP):
+            for run in phases.values():
+                run()
+        made.clear()
+        logs = counted_phases(phases)
+    return sum(len(log) for log in logs.values()) + len(made)
 
 
 # -- report ---------------------------------------------------------------------------------------
@@ -373,6 +398,9 @@ def main():
     ours = count_minitensor(minitensor_gpt(sizes))
     theirs = count_torch(torch, torch_gpt(torch, nanogpt, sizes)) if nanogpt is not None else None
     report("gpt", f"the gpt-char-gpu recipe, {describe}", ours, theirs, args.by_file)
+    streamed = streamed_gpt_launches(sizes)
+    versus = f" ({streamed / sum(sum(ops.values()) for ops in theirs.values()):.2f}x PyTorch's)" if theirs else ""
+    print(f"the same step with --fused on (attention on the CUDA kernels, dropout inside): {streamed} launches{versus}")
 
     cfg = train_step.CONFIGS["d2l"]
     ours = count_minitensor(minitensor_transformer(cfg))

@@ -99,13 +99,14 @@ MODELS = {
     "transformer, AdamW, no clipping, Noam, label smoothing": dict(
         optimizer="adamw", clip_grad_norm=None, schedule="noam", label_smoothing=0.1
     ),
-    # streamed attention (valid_lens on the device) with a relative bias table (integer-array indexing)
-    "transformer, streamed, T5 biases": dict(fused="on", dropout=0.0, positional="t5_relative"),
+    # streamed attention (valid_lens on the device) with a relative bias table (integer-array indexing),
+    # the weights' dropout inside the stream (its seed drawn on the host)
+    "transformer, streamed, T5 biases": dict(fused="on", positional="t5_relative"),
     "transformer, ALiBi, post-LN, grouped heads": dict(positional="alibi", norm_first=False, num_kv_heads=1),
     "bahdanau": dict(model="bahdanau"),
     "lm": dict(model="lm", lm_num_steps=8),  # causal
     "lm, streamed, sliding window, learned positions": dict(
-        model="lm", lm_num_steps=8, fused="on", dropout=0.0, positional="sliding_window", input_positional="learned"
+        model="lm", lm_num_steps=8, fused="on", positional="sliding_window", input_positional="learned"
     ),
     # nanoGPT's recipe (GELU, tied embeddings, no biases, GPT-2's init, AdamW with its decay groups, warm-up
     # then cosine, clipping, random windows) at a learner's size, with dropout as its GPU recipe has
