@@ -121,7 +121,8 @@ def test_wheel_holds_minitensor_and_minitensor_plugins(wheel, source):
     assert {"minitensor/data/texts/time_machine.txt", "minitensor/data/texts/README.md"} <= names
     assert {"minitensor/viz/page.js", "minitensor/viz/page.css"} <= names  # what every explain page inlines
     # the GPU's kernels, compiled by CuPy from these sources on first use
-    assert {"minitensor/core/kernels/cuda/softmax.cu", "minitensor/core/kernels/cuda/elementwise.cu"} <= names
+    cuda = "minitensor/core/kernels/cuda/"
+    assert {cuda + "softmax.cu", cuda + "elementwise.cu", cuda + "random.cuh"} <= names  # (.cuh: pasted in)
 
 
 @pytest.mark.slow
