@@ -970,15 +970,16 @@ def test_the_row_size_is_the_smallest_kernel_that_holds_the_head(kernels):
     offsets=st.tuples(st.integers(0, 50), st.integers(0, 50)),
     seed=st.integers(0, 2**16),
     splits=st.sampled_from([None, 1, 2, 4]),  # walkers a row; None: as the launcher picks them
+    dropout=st.sampled_from([0.0, 0.0, 0.3]),
 )
-def test_hypothesis_attention_shapes(groups, Q, K, d, causal, with_lens, window, offsets, seed, splits):
+def test_hypothesis_attention_shapes(groups, Q, K, d, causal, with_lens, window, offsets, seed, splits, dropout):
     rng = np.random.default_rng(seed)
     lens = rng.integers(0, K + 2, size=2) if with_lens else None
     bias = None
     if window is not None:  # a learned relative bias, with or without a window
         bias = relative_table(rng, groups[0], Q, K, np.float64, None if window == "none" else window, *offsets)
     kernels = emulated(attention_splits=splits)
-    check_attention(kernels, 2, *groups, Q, K, d, np.float64, causal, lens, seed, bias, bias is not None)
+    check_attention(kernels, 2, *groups, Q, K, d, np.float64, causal, lens, seed, bias, bias is not None, dropout)
 
 
 @pytest.fixture
@@ -1052,6 +1053,34 @@ def test_a_layers_relative_bias_takes_the_kernels(kernel_calls, positional):
     np.testing.assert_allclose(outputs[1], outputs[0], rtol=1e-10, atol=1e-12)
     for got, want in zip(grads[1], grads[0]):
         np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
+
+
+def test_a_training_layer_drops_in_the_kernels_what_the_cpu_drops(kernel_calls):
+    """A streamed MultiHeadAttention in training with dropout on its weights: the GPU kernels
+    get the seed the layer drew and drop inside the stream what the CPU's tiles drop with that
+    seed (the same draw on both backends after ``mt.manual_seed``), gradients included."""
+    mt.manual_seed(0)
+    layer = mt.nn.MultiHeadAttention(16, 4, num_kv_heads=2, dropout=0.25, fused=True, dtype=mt.float64)
+    x = np.random.default_rng(6).standard_normal((2, 20, 16))
+    outputs, grads = [], []
+    for device in ("cpu", "emulated-cuda"):
+        layer.to(device)
+        layer.zero_grad()
+        X = mt.tensor(x, dtype=mt.float64, device=device, requires_grad=True)
+        mt.manual_seed(9)
+        out = layer(X, X, X, valid_lens=mt.tensor([20, 13], device=device), causal=True)
+        (out * out).sum().backward()
+        outputs.append(out.numpy())
+        grads.append([X.grad.numpy()] + [p.grad.numpy() for p in layer.parameters()])
+    assert len(kernel_calls) == 1 and kernel_calls[0]["dropout"][1] == round(0.25 * 2**32)
+    np.testing.assert_allclose(outputs[1], outputs[0], rtol=1e-10, atol=1e-12)
+    for got, want in zip(grads[1], grads[0]):
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
+    layer.eval()  # no dropout in evaluation: the kernels get none
+    with mt.no_grad():
+        X = mt.tensor(x, dtype=mt.float64, device="emulated-cuda")
+        layer(X, X, X, causal=True)
+    assert kernel_calls[-1]["dropout"] is None
 
 
 def test_the_emulator_stops_at_an_index_past_a_fixed_size_array():
