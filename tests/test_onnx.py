@@ -213,6 +213,32 @@ def test_export_needs_the_forward_to_return_tensors(tmp_path):
         mt.onnx.export(Apply(SquareWithForm), (mt.randn(2),), tmp_path / "x.onnx", dynamic_axes={"nope": [0]})
 
 
+def test_streamed_attention_that_drops_its_weights_is_refused(tmp_path):
+    """export() puts the model in eval mode, where a layer's dropout does nothing; a forward that
+    asks flash_attention for dropout itself is refused, as the Dropout op is, and writes nothing."""
+    from minitensor.ops.flash_attention import flash_attention
+
+    class Dropping(mt.nn.Module):
+        def forward(self, x):
+            return flash_attention(x, x, x, causal=True, dropout_p=0.2)
+
+    with pytest.raises(mt.onnx.ExportError, match=r"streamed attention dropped its weights \(dropout_p=0.2\)"):
+        mt.onnx.export(Dropping(), (mt.randn(1, 2, 5, 4),), tmp_path / "x.onnx")
+    assert not (tmp_path / "x.onnx").exists()
+
+    class SelfAttention(mt.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer = mt.nn.MultiHeadAttention(8, 2, dropout=0.3, fused=True)
+
+        def forward(self, x):
+            return self.layer(x, x, x, causal=True)
+
+    model = SelfAttention()  # in training mode: export() evaluates it, and puts it back
+    mt.onnx.export(model, (mt.randn(1, 5, 8),), tmp_path / "layer.onnx")
+    assert model.training and (tmp_path / "layer.onnx").exists()
+
+
 # -- the encoder-decoder as ONNX Runtime decodes it ---------------------------------------------------
 def _train(tmp_path_factory, args):
     home = tmp_path_factory.mktemp("onnx_run")

@@ -412,6 +412,11 @@ def flash_attention(g, node):
     a row with no key is zeros. Query head h reads key/value head h // (H / g)."""
     q, k, v, table = node.args
     plan = node.kwargs["plan"]
+    if plan.dropout_p:  # as the Dropout op: dropout in training, which an exported graph has not
+        raise ExportError(
+            f"mt.onnx: streamed attention dropped its weights (dropout_p={plan.dropout_p}) in training mode; "
+            "export a model in eval mode (model.eval())"
+        )
     valid_lens, mask = node.kwargs.get("masks") or (None, None)
     heads, groups, d = q.data.shape[1], k.data.shape[1], q.data.shape[-1]
     queries, keys = dims(g, q)[2], dims(g, k)[2]
