@@ -157,7 +157,8 @@ REASONS = {
     "mt.alpha_entmax": "extra: alpha-entmax (Peters et al., 2019), a sparse softmax for attention weights",
     "mt.flash_attention": (
         "extra: streamed attention (online softmax); torch's nearest is `F.scaled_dot_product_attention`, which "
-        "takes a dense mask and no valid_lens, relative bias table or grouped K/V heads"
+        "takes a dense mask and no valid_lens, relative bias table or grouped K/V heads (both take `dropout_p`, "
+        "applied inside the stream)"
     ),
     "mt.entmax15": "extra: 1.5-entmax (Peters et al., 2019), a sparse softmax for attention weights",
     "mt.sparsemax": "extra: sparsemax (Martins and Astudillo, 2016), attention weights that can be exactly 0",
