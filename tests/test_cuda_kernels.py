@@ -614,6 +614,31 @@ def test_compile_all_compiles_every_kernel_of_every_source():
     assert sorted(names) == sorted(in_sources)  # none left out of KERNELS, none listed that is not there
 
 
+def test_the_launcher_compiles_only_the_attention_kernels_a_call_needs():
+    """attention.cu holds five sizes and dtypes of kernels, NVRTC four times slower over all of
+    them than over one: a call compiles its own (D, dtype) once, a learned table's gradient its
+    small kernel alone, and ``source`` leaves the other instantiations out."""
+    loaded = []
+
+    class Loaded(RecordingModule):
+        def __init__(self, code):
+            super().__init__(code)
+            loaded.append([line for line in code.splitlines() if line.startswith("ATTENTION_KERNELS(")])
+
+    kernels = CudaKernels(np, load_module=Loaded)
+    q = np.zeros((1, 2, 4, 64), np.float32)
+    for _ in range(2):  # the second call finds the kernels compiled
+        out, lse = kernels.attention_forward(q, q, q, None, True, 0.125)
+        kernels.attention_backward(q, q, q, None, True, 0.125, out, lse, q)
+    assert loaded == [["ATTENTION_KERNELS(float, 64, float32)"]]
+    table = np.zeros((2, 7), np.float64)
+    q = np.zeros((1, 2, 4, 20), np.float64)
+    out, lse = kernels.attention_forward(q, q, q, None, True, 0.2, table=table)
+    kernels.attention_backward(q, q, q, None, True, 0.2, out, lse, q, table=table, table_grad=True)
+    assert loaded[1:] == [["ATTENTION_KERNELS(double, 32, float64)"], []]  # d 20 in rows of 32; the bias's
+    assert "attention_bias_grad_float64" in source("attention", (None, "float64"))
+
+
 # ---------------------------------------------------------------------------
 # Streamed attention (attention.cu) against the tiles of ops/flash_attention.py
 # ---------------------------------------------------------------------------

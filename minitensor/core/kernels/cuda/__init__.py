@@ -23,7 +23,8 @@ The ones that stand for a CPU fused kernel take its signature, so an op calls ei
 ``backend.fused(name, dtype)`` without knowing which device it runs on.
 
 Each file says how its kernels map onto the GPU. This module compiles a file the first time one
-of its kernels is needed (``cupy.RawModule``: NVRTC, the CUDA runtime compiler that CuPy itself
+of its kernels is needed (attention.cu one row size and dtype at a time: ``source``)
+(``cupy.RawModule``: NVRTC, the CUDA runtime compiler that CuPy itself
 uses for its operators, with CuPy's on-disk cache, so a later process loads it in milliseconds)
 and launches kernels with explicit argument types.
 
@@ -92,6 +93,7 @@ ATTENTION_THREADS_PER_MULTIPROCESSOR = 256
 
 
 _DTYPES = ("float32", "float64")
+_C_TYPES = {"float32": "float", "float64": "double"}
 #: the head sizes D of the attention kernels, per dtype: a head of size d takes the smallest D >= d
 #: (float64 stops at 64: two 64-wide tiles of doubles fill the 32 KiB of shared memory it uses)
 ATTENTION_ROW_SIZES = {"float32": (32, 64, 128), "float64": (32, 64)}
@@ -146,12 +148,31 @@ def attention_split(dtype, size):
     return 4 if size * np.dtype(dtype).itemsize > 256 else 2
 
 
-def source(name):
+def source(name, variant=None):
     """The CUDA C++ text of the source ``name`` (a key of ``KERNELS``: ``"softmax"``, ...), with
     each ``#include "file"`` of this folder pasted in: NVRTC (and the tests' emulator) compile
-    one text, and has no path to look for the file in (nvcc, given the file, finds it beside)."""
+    one text, and has no path to look for the file in (nvcc, given the file, finds it beside).
+
+    ``variant``, for ``"attention"``: ``(D, dtype)``, the text with only the kernels of row size D
+    and that dtype instantiated (``ATTENTION_KERNELS(...)`` lines; D None: none of them, the bias
+    gradient's kernels alone). NVRTC takes some 4 s over all five sizes and dtypes and about 1 s
+    over one, and a call needs one: the launcher compiles each the first time it is needed."""
     text = (SOURCE_DIR / f"{name}.cu").read_text()
-    return re.sub(r'^#include "([\w.]+)"$', lambda m: (SOURCE_DIR / m.group(1)).read_text(), text, flags=re.M)
+    text = re.sub(r'^#include "([\w.]+)"$', lambda m: (SOURCE_DIR / m.group(1)).read_text(), text, flags=re.M)
+    if variant is not None:
+        size, dtype = variant
+        wanted = f"ATTENTION_KERNELS({_C_TYPES[dtype]}, {size}, {dtype})"
+        text = re.sub(r"^ATTENTION_KERNELS\(.*\)$", lambda m: m[0] if m[0] == wanted else "", text, flags=re.M)
+    return text
+
+
+def _module_of(module, kernel):
+    """(source, variant) that holds ``kernel``: an attention kernel's own size and dtype (its name
+    ends in _d<D>_<dtype>, or _<dtype> for the bias gradient's), the whole file otherwise."""
+    if module != "attention":
+        return module, None
+    sized = re.search(r"_d(\d+)_(float\d+)$", kernel)
+    return module, (int(sized[1]), sized[2]) if sized else (None, kernel.rsplit("_", 1)[1])
 
 
 def _attention_grid(heads, rows, splits=1):
@@ -671,10 +692,11 @@ class CudaKernels:
         """The kernel named ``kernel`` (its C name) of ``module``.cu, compiled on first use."""
         function = self._functions.get(kernel)
         if function is None:
-            if module not in self._modules:
-                self._modules[module] = self.load_module(source(module))
+            key = _module_of(module, kernel)
+            if key not in self._modules:
+                self._modules[key] = self.load_module(source(*key))
             try:
-                function = self._modules[module].get_function(kernel)
+                function = self._modules[key].get_function(kernel)
             except Exception as e:  # NVRTC missing or failing: say what to do, in one line
                 first = str(e).strip().splitlines()[0] if str(e).strip() else ""
                 raise DeviceError(
