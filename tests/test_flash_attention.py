@@ -191,6 +191,9 @@ def test_dropout_in_the_stream_keeps_1_minus_p_of_the_weights_and_draws_anew(sma
     for bad in (-0.1, 1.5, float("nan")):
         with pytest.raises(ValueError, match="flash_attention: dropout_p must be a probability"):
             flash_attention(q, k, v, dropout_p=bad)
+    for bad in ("0.1", None, True):
+        with pytest.raises(TypeError, match="flash_attention: dropout_p must be a number"):
+            flash_attention(q, k, v, dropout_p=bad)
 
 
 def test_gradcheck_through_the_stream_with_dropout(small_blocks):
@@ -345,6 +348,26 @@ def test_one_tile_with_dropout_equals_the_plain_path(dtype, causal):
         lambda q, k, v: seeded(lambda: one_tile(q, k, v, valid_lens, causal=causal, dropout_p=0.5))(),
         tuple(mt.tensor(x.numpy(), dtype="float64", requires_grad=True) for x in (q, k, v)),
     )
+
+
+def test_float16_short_sequences_stream_their_tiles():
+    """The one-tile form runs the softmax kernels, which take float32 and float64: a float16 call
+    (a layer in half precision) streams its one tile instead, and gives the float32 result to
+    float16's precision, dropout included."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 40, 16))
+    results = []
+    for dtype in ("float32", "float16"):
+        mt.manual_seed(0)
+        layer = nn.MultiHeadAttention(16, 2, dropout=0.2, dtype=dtype)  # fused="auto", in training
+        X = mt.tensor(x, dtype=dtype, requires_grad=True)
+        mt.manual_seed(1)
+        out = layer(X, X, X, causal=True)
+        out.sum().backward()
+        assert layer._stream is not None and layer._stream.keep_weights == (dtype == "float32")
+        results.append((out.numpy().astype(np.float64), X.grad.numpy().astype(np.float64)))
+    for want, got in zip(*results):
+        np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2)
 
 
 def test_gradcheck_through_one_tile():

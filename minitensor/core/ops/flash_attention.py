@@ -646,6 +646,8 @@ def stream_plan(
 ) -> StreamPlan:
     """Check the arguments of ``flash_attention`` and build its ``StreamPlan`` (``keep_weights``:
     see ``StreamPlan``)."""
+    if not isinstance(dropout_p, (int, float, numpy.floating)) or isinstance(dropout_p, bool):
+        raise TypeError(f"flash_attention: dropout_p must be a number in [0, 1], got {dropout_p!r}")
     if not 0.0 <= dropout_p <= 1.0:
         raise ValueError(f"flash_attention: dropout_p must be a probability in [0, 1], got {dropout_p}")
     for name, x in (("queries", queries), ("keys", keys), ("values", values)):
@@ -689,7 +691,8 @@ def stream_plan(
         k_offset,
         block_q,
         block_k,
-        keep_weights,
+        # (the softmax kernels of the one tile take float32 and float64; float16 streams its tiles)
+        keep_weights and queries.dtype in (numpy.float32, numpy.float64),
         float(dropout_p),
     )
     plan.masks = masks  # the Tensors (valid_lens, mask), for FlashAttention.apply
