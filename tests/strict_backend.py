@@ -856,11 +856,13 @@ class StrictBackend(Backend):
     def seed(self, seed):
         self._rng = numpy.random.default_rng(seed)
 
-    def normal(self, shape, dtype):
-        return StrictArray(self._rng.standard_normal(shape, dtype=dtype))
+    def normal(self, shape, dtype):  # float32 or float64 drawn, as cuRAND (float16 converted)
+        drawn = dtype if numpy.dtype(dtype) in (numpy.float32, numpy.float64) else numpy.float32
+        return StrictArray(self._rng.standard_normal(shape, dtype=drawn).astype(dtype))
 
     def random(self, shape, dtype):
-        return StrictArray(self._rng.random(shape, dtype=dtype))
+        drawn = dtype if numpy.dtype(dtype) in (numpy.float32, numpy.float64) else numpy.float32
+        return StrictArray(self._rng.random(shape, dtype=drawn).astype(dtype))
 
     def integers(self, low, high, shape):
         return StrictArray(self._rng.integers(low, high, shape, dtype=numpy.int64))

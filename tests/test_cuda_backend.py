@@ -177,6 +177,9 @@ def test_random_numbers_are_drawn_on_the_device_and_follow_the_seed(cuda):
     assert mt.randn(4, 5, device=cuda).numpy().tolist() != a.numpy().tolist()  # the stream moves on
     ints = mt.randint(0, 3, (200,), device=cuda).numpy()
     assert ints.dtype == np.int64 and set(np.unique(ints)) == {0, 1, 2}
+    # cuRAND draws float32 and float64: float16 is drawn in float32 and converted, as on the CPU
+    half = [mt.randn(1000, dtype="float16", device=cuda), mt.rand(1000, dtype="float16", device=cuda)]
+    assert all(x.dtype == mt.float16 for x in half) and 0.9 < half[0].numpy().std() < 1.1
 
 
 def test_the_generator_state_round_trips_exactly(cuda):

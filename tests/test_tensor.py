@@ -106,6 +106,8 @@ def test_random_creation(device):
     r = mt.randn(3, 4, device=device)
     assert r.shape == (3, 4) and r.dtype == mt.float32 and r.device == device
     assert mt.randn((2, 2), dtype=mt.float64, device=device).dtype == mt.float64
+    half = mt.randn(2000, dtype=mt.float16, device=device)  # NumPy draws float32 and float64: converted
+    assert half.dtype == mt.float16 and 0.9 < half.numpy().astype(np.float64).std() < 1.1
     assert mt.randn(2, device=device, requires_grad=True).requires_grad
     u = mt.rand(1000, device=device).numpy()
     assert u.dtype == np.float32 and u.min() >= 0 and u.max() < 1 and 0.4 < u.mean() < 0.6

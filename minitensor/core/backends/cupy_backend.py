@@ -101,6 +101,12 @@ def _splitmix64(x: int) -> int:
     return x ^ (x >> 31)
 
 
+def _drawn(dtype: DType) -> Any:
+    """The dtype a generator draws for ``dtype``: cuRAND's float32 or float64 (float16 is drawn in
+    float32, then converted)."""
+    return dtype if numpy.dtype(dtype) in (numpy.float32, numpy.float64) else numpy.float32
+
+
 class CupyBackend(Backend):
     device = "cuda"
 
@@ -166,10 +172,10 @@ class CupyBackend(Backend):
         return self.xp.random.RandomState(self.draw_seed(), method=self.xp.cuda.curand.CURAND_RNG_PSEUDO_PHILOX4_32_10)
 
     def normal(self, shape: Shape, dtype: DType) -> Array:
-        return self._generator().standard_normal(shape, dtype=dtype)
+        return self._generator().standard_normal(shape, dtype=_drawn(dtype)).astype(dtype, copy=False)
 
     def random(self, shape: Shape, dtype: DType) -> Array:
-        return self._generator().random_sample(shape, dtype=dtype)
+        return self._generator().random_sample(shape, dtype=_drawn(dtype)).astype(dtype, copy=False)
 
     def integers(self, low: int, high: int, shape: Shape) -> Array:
         return self._generator().randint(low, high, shape, dtype="int64")

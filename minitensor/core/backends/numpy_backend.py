@@ -96,7 +96,9 @@ class NumpyBackend(Backend):
         self._rng = numpy.random.default_rng(seed)
 
     def normal(self, shape: Shape, dtype: DType) -> numpy.ndarray:
-        return self._rng.standard_normal(shape, dtype=dtype)
+        if numpy.dtype(dtype) in _KERNEL_DTYPES:
+            return self._rng.standard_normal(shape, dtype=dtype)
+        return self._rng.standard_normal(shape, dtype=numpy.float32).astype(dtype)  # float16: as random
 
     def random(self, shape: Shape, dtype: DType) -> numpy.ndarray:
         if numpy.dtype(dtype) in _KERNEL_DTYPES:
