@@ -577,6 +577,8 @@ def test_streamed_attention_on_cupy_arrays(cupy_kernels, dtype, d, splits):
     # a learned relative bias with a window, its gradient included
     bias = relative_table(np.random.default_rng(6), 8, 300, 333, dtype, 40, 33, 0)
     check_attention(OnTheGpu, 2, 8, 4, 300, 333, d, dtype, True, None, bias=bias, table_grad=True)
+    # dropout on the weights inside the kernels: what the tiles drop with the same seed
+    check_attention(OnTheGpu, 2, 8, 4, 300, 333, d, dtype, True, [200, 333], dropout=0.2)
 
 
 def _to_gpu(cupy, args):
