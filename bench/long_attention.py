@@ -67,10 +67,16 @@ Without PyTorch its two columns and the targets against SDPA are left out.
 the character LM's (batch 16, 4 heads of 32): where streaming starts to pay, what
 ``FUSED_MIN_LENGTH`` (the length from which ``fused="auto"`` streams) is set from.
 
+``--dropout P``: instead, fused vs plain minitensor at T = 512 ... 2048 for this shape, each
+without and with dropout P on the weights (the plain path's ``Attention(..., dropout=P)`` in
+training; ``flash_attention(..., dropout_p=P)``, which drops inside the tiles and makes each
+tile's mask again in backward): what dropout costs each path. Target: the fused path with
+dropout faster than the plain path with dropout at every T >= 1024.
+
 ``--quick``: T = 256 and 512, 3 samples, memory at 512 only with the four processes at once
 (a smoke test; the targets need the full run).
 
-    python bench/long_attention.py [--quick] [--threads N] [--blocks [--seq T]] [--crossover]
+    python bench/long_attention.py [--quick] [--threads N] [--blocks [--seq T]] [--crossover] [--dropout P]
 """
 
 import argparse
@@ -299,6 +305,9 @@ def main():
     parser.add_argument(
         "--crossover", action="store_true", help="time fused vs plain at short T instead (fused='auto''s threshold)"
     )
+    parser.add_argument(
+        "--dropout", type=probability, metavar="P", help="time fused vs plain with dropout P on the weights instead"
+    )
     parser.add_argument("--memory-worker", choices=IMPLEMENTATIONS, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.memory_worker:
@@ -307,6 +316,9 @@ def main():
         return block_sizes(args.seq or 2048, args.threads, rounds=3 if args.quick else 7)
     if args.crossover:
         return crossover(args.threads, rounds=3 if args.quick else 7)
+    if args.dropout is not None:
+        sizes = (256, 512) if args.quick else DROPOUT_SIZES
+        return dropout_cost(args.dropout, sizes, args.threads, rounds=3 if args.quick else 7)
 
     torch = import_torch()
     names = IMPLEMENTATIONS if torch is not None else IMPLEMENTATIONS[:2]
@@ -432,6 +444,73 @@ def crossover(threads, rounds):
         rows,
         title=f"float32, {threads} thread(s), {rounds} samples; FUSED_MIN_LENGTH = {FUSED_MIN_LENGTH}",
     )
+
+
+DROPOUT_SIZES = (512, 1024, 2048)
+
+
+def probability(text):
+    """``--dropout``'s argument: a number in (0, 1)."""
+    try:
+        p = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 < p < 1:
+        raise argparse.ArgumentTypeError(f"a dropout probability is in (0, 1), got {text}")
+    return p
+
+
+def dropout_cost(p, sizes, threads, rounds):
+    """Fused vs plain minitensor at this script's shape, each without and with dropout ``p`` on
+    the weights, interleaved: what dropout costs each path, and the fused path against the plain
+    one with it."""
+    from minitensor.ops.flash_attention import flash_attention
+
+    import minitensor as mt
+
+    print_header(f"Dropout {p:g} on the attention weights: fused vs plain minitensor, causal, forward + backward")
+    attention = {rate: mt.nn.Attention("scaled_dot", "softmax", dropout=rate) for rate in (0.0, p)}  # training mode
+    rows, verdicts = [], []
+    for T in sizes:
+        q, k, v, g = (mt.tensor(a) for a in make_inputs(T))
+
+        def case(fn, q=q, k=k, v=v, g=g):
+            def step():
+                leaves = [x.detach().requires_grad_() for x in (q, k, v)]
+                start = time.perf_counter()
+                fn(*leaves).backward(g)
+                return time.perf_counter() - start
+
+            return step
+
+        cases = {
+            "fused": case(lambda *x: flash_attention(*x, causal=True)),
+            "fused, dropout": case(lambda *x: flash_attention(*x, causal=True, dropout_p=p)),
+            "plain": case(lambda *x: attention[0.0](*x, causal=True)),
+            "plain, dropout": case(lambda *x: attention[p](*x, causal=True)),
+        }
+        with limit_threads(threads):
+            stats = interleaved(cases, rounds, warmup=1)
+        median = {name: st.median for name, st in stats.items()}
+        rows.append(
+            [T]
+            + [format_stats(stats[name]) for name in cases]
+            + [
+                format_ratio(median["fused, dropout"] / median["fused"]),
+                format_ratio(median["plain, dropout"] / median["plain"]),
+                format_ratio(median["fused, dropout"] / median["plain, dropout"]),
+            ]
+        )
+        if T >= 1024:
+            verdicts.append((T, median["fused, dropout"] / median["plain, dropout"]))
+    print_table(
+        ["T", *cases, "fused: dropout/none", "plain: dropout/none", "with dropout: fused/plain"],
+        rows,
+        title=f"batch {BATCH}, {HEADS} heads, d_head {D_HEAD}, float32, {threads} thread(s), {rounds} samples",
+    )
+    for T, ratio in verdicts:
+        verdict = "PASS" if ratio < 1 else "FAIL"
+        print(f"{verdict}  T = {T}: with dropout, fused takes {ratio:.2f}x the plain path's time (target < 1)")
 
 
 def print_per_T(T, names, times, memory, skipped):

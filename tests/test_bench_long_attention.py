@@ -52,3 +52,17 @@ def test_a_threads_option_is_bounded_by_the_cpus_this_process_may_use(monkeypatc
     for wrong, message in [("4", "give 1 to 3"), ("0", "give 1 to 3"), ("1000", "1000 threads"), ("two", "'two'")]:
         with pytest.raises(argparse.ArgumentTypeError, match=message):
             thread_count(wrong)
+
+
+def test_the_dropout_run_prints_what_dropout_costs_each_path():
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--dropout", "0.1", "--quick", "--threads", "1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "fused: dropout/none" in done.stdout and "with dropout: fused/plain" in done.stdout
+    for wrong in ("1.5", "none"):
+        refused = subprocess.run([sys.executable, str(SCRIPT), "--dropout", wrong], capture_output=True, text=True)
+        assert refused.returncode == 2 and "--dropout" in refused.stderr
