@@ -616,9 +616,9 @@ with expect_error("fused=True on a layer with the additive scorer", ValueError) 
 assert "additive" in str(caught.error)
 
 # %% [markdown]
-# Dropout on the weights (D2L 11.5's `self.dropout(self.attention_weights)`) seems to need
-# the weights it drops, which the stream never holds. It does not: dropout acts after the
-# softmax, out = (M ⊙ P) V with M the mask scaled by 1/(1 - p), so the running sum $l$ keeps
+# Dropout on the weights (`self.dropout(self.attention_weights)` in D2L 10.3 / 11.3) seems to need
+# the weights it drops, which the stream never holds. It needs them one tile at a time: dropout
+# acts after the softmax, $(M \odot P)\,V$ with $M$ the mask scaled by $1/(1 - p)$, so the running sum $l$ keeps
 # adding every weight (the softmax's denominator is not dropped) and only the running output
 # $\mathbf{o}$ adds the kept ones. Backward needs the same mask again, and it is not stored:
 # minitensor's dropout draws it from a *counter-based* generator, where the random number of

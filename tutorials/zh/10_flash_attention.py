@@ -460,7 +460,7 @@ with expect_error("fused=True on a layer with the additive scorer", ValueError) 
 assert "additive" in str(caught.error)
 
 # %% [markdown]
-# 权重上的暂退法（D2L 11.5 中的 `self.dropout(self.attention_weights)`）看起来需要它所丢弃的那些权重，而流式计算从不持有它们。其实并不需要：暂退法作用在 softmax 之后，out = (M ⊙ P) V，其中 M 是按 1/(1 - p) 缩放的掩码，因此累计和 $l$ 仍然加上每一个权重（softmax 的分母不被丢弃），只有累计输出 $\mathbf{o}$ 只加上被保留的那些。反向传播需要同一个掩码，而它并没有被存下来：minitensor 的暂退法从一个*基于计数器*的生成器取随机数，权重 $(b, h, i, j)$ 的随机数是 (种子, 它在整个 (batch, heads, Q, K) 权重中的下标) 的哈希值，所以每个分块都能在反向传播中像在前向传播中一样重新生成自己那一部分掩码（FlashAttention 用 Philox 生成器做同样的事）。在反向传播中，$dV = (M \odot P)^\top dO$，$dP = M \odot (dO\,V^\top)$，而行和 $D_i = dO_i \cdot O_i$ 不需要改变。由于下标是整个矩阵中的下标，在种子相同时，流式计算丢弃的正是 `mt.dropout` 从普通路径的权重中丢弃的那些：
+# 权重上的暂退法（D2L 10.3 中的 `self.dropout(self.attention_weights)`）看起来需要它所丢弃的那些权重，而流式计算从不持有它们。它只需要一次一个分块的权重：暂退法作用在 softmax 之后，即 $(M \odot P)\,V$，其中 $M$ 是按 $1/(1 - p)$ 缩放的掩码，因此累计和 $l$ 仍然加上每一个权重（softmax 的分母不被丢弃），只有累计输出 $\mathbf{o}$ 只加上被保留的那些。反向传播需要同一个掩码，而它并没有被存下来：minitensor 的暂退法从一个*基于计数器*的生成器取随机数，权重 $(b, h, i, j)$ 的随机数是 (种子, 它在整个 (batch, heads, Q, K) 权重中的下标) 的哈希值，所以每个分块都能在反向传播中像在前向传播中一样重新生成自己那一部分掩码（FlashAttention 用 Philox 生成器做同样的事）。在反向传播中，$dV = (M \odot P)^\top dO$，$dP = M \odot (dO\,V^\top)$，而行和 $D_i = dO_i \cdot O_i$ 不需要改变。由于下标是整个矩阵中的下标，在种子相同时，流式计算丢弃的正是 `mt.dropout` 从普通路径的权重中丢弃的那些：
 
 # %%
 mt.manual_seed(3)
