@@ -23,6 +23,10 @@ def test_the_quick_run_prints_its_tables():
     assert ("PyTorch ops" in out) == has_torch
     if has_torch and "nanoGPT's model.py is not at" not in out:
         assert out.count("launches per step <=") == 2  # a verdict for each model
+    # the GPT's step with its attention on the CUDA kernels (dropout inside): fewer than the plain path's
+    plain = int(out.split("\ntotal", 1)[1].split()[0])
+    streamed = int(out.split("with --fused on (attention on the CUDA kernels, dropout inside): ", 1)[1].split()[0])
+    assert streamed < plain, (streamed, plain)
     # one streamed attention call: a few launches on the kernels, hundreds on the tiles
     table = out[out.index("streamed attention: one causal flash_attention call") :]
     names = ("none", "ALiBi", "learned table")
