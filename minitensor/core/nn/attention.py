@@ -460,8 +460,8 @@ class MultiHeadAttention(Module):
     training happens inside the stream, with the mask the plain path's ``Dropout`` would draw
     (the same seed gives the same numbers either way). A call within one tile on the CPU (Q
     and K at most ``BLOCK_Q`` and ``BLOCK_K``, no "scores" encoding) is the stream's one tile,
-    which keeps its weights
-    (``StreamPlan.keep_weights``): "auto" takes it too, and ``attention_weights`` holds them.
+    which keeps its weights (``StreamPlan.keep_weights``): "auto" takes it too, and
+    ``attention_weights`` holds them.
     The weights of a longer streamed call are not kept:
     ``mha.attention_weights_for(heads, rows)`` recomputes those asked for.
     """
