@@ -1064,22 +1064,32 @@ def test_a_layers_relative_bias_takes_the_kernels(kernel_calls, positional):
     layer = mt.nn.MultiHeadAttention(
         16, 4, positional=positional, positional_options=options, fused=True, dtype=mt.float64
     )
-    x = np.random.default_rng(4).standard_normal((2, 20, 16))
+    grads = same_on_the_cpu_and_the_emulated_gpu(layer, np.random.default_rng(4).standard_normal((2, 20, 16)))
+    assert len(kernel_calls) == 1 and kernel_calls[0]["table"] is not None
+    assert kernel_calls[0]["window"] == options.get("window")
+    assert len(grads) == 5 + (positional == "t5_relative")  # X, the four projections (, T5's table)
+
+
+def same_on_the_cpu_and_the_emulated_gpu(layer, x, lens=None, seed=None):
+    """``layer`` (float64) run on the CPU, then on "emulated-cuda" (``mt.manual_seed(seed)``
+    before each, if given): the same output and gradients (of X and of every parameter),
+    which are returned."""
     outputs, grads = [], []
     for device in ("cpu", "emulated-cuda"):
         layer.to(device)
         layer.zero_grad()
         X = mt.tensor(x, dtype=mt.float64, device=device, requires_grad=True)
-        out = layer(X, X, X, causal=True)
+        if seed is not None:
+            mt.manual_seed(seed)
+        valid_lens = None if lens is None else mt.tensor(lens, device=device)
+        out = layer(X, X, X, valid_lens=valid_lens, causal=True)
         (out * out).sum().backward()
         outputs.append(out.numpy())
         grads.append([X.grad.numpy()] + [p.grad.numpy() for p in layer.parameters()])
-    assert len(kernel_calls) == 1 and kernel_calls[0]["table"] is not None
-    assert kernel_calls[0]["window"] == options.get("window")
-    assert len(grads[0]) == 5 + (positional == "t5_relative")  # X, the four projections (, T5's table)
     np.testing.assert_allclose(outputs[1], outputs[0], rtol=1e-10, atol=1e-12)
     for got, want in zip(grads[1], grads[0]):
         np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
+    return grads[0]
 
 
 def test_a_training_layer_drops_in_the_kernels_what_the_cpu_drops(kernel_calls):
@@ -1089,20 +1099,8 @@ def test_a_training_layer_drops_in_the_kernels_what_the_cpu_drops(kernel_calls):
     mt.manual_seed(0)
     layer = mt.nn.MultiHeadAttention(16, 4, num_kv_heads=2, dropout=0.25, fused=True, dtype=mt.float64)
     x = np.random.default_rng(6).standard_normal((2, 20, 16))
-    outputs, grads = [], []
-    for device in ("cpu", "emulated-cuda"):
-        layer.to(device)
-        layer.zero_grad()
-        X = mt.tensor(x, dtype=mt.float64, device=device, requires_grad=True)
-        mt.manual_seed(9)
-        out = layer(X, X, X, valid_lens=mt.tensor([20, 13], device=device), causal=True)
-        (out * out).sum().backward()
-        outputs.append(out.numpy())
-        grads.append([X.grad.numpy()] + [p.grad.numpy() for p in layer.parameters()])
+    same_on_the_cpu_and_the_emulated_gpu(layer, x, lens=[20, 13], seed=9)
     assert len(kernel_calls) == 1 and kernel_calls[0]["dropout"][1] == round(0.25 * 2**32)
-    np.testing.assert_allclose(outputs[1], outputs[0], rtol=1e-10, atol=1e-12)
-    for got, want in zip(grads[1], grads[0]):
-        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
     layer.eval()  # no dropout in evaluation: the kernels get none
     with mt.no_grad():
         X = mt.tensor(x, dtype=mt.float64, device="emulated-cuda")
