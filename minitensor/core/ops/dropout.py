@@ -31,26 +31,41 @@ class Dropout(Function):
 
     @staticmethod
     def forward(ctx: Function, a: Array, p: float) -> Array:
-        # The seed comes from the backend's generator: mt.manual_seed and checkpoints
-        # reproduce it like any other draw.
-        ctx.seed = numpy.uint64(ctx.backend.draw_seed())
-        ctx.threshold = numpy.uint64(round(p * 2**32))  # kept where bits >= p * 2^32
-        ctx.scale = a.dtype.type(1.0 / (1.0 - p) if p < 1 else 0.0)
-        return Dropout.apply_mask(ctx, a)
+        ctx.mask = counter_mask(ctx.backend, p)
+        return apply_counter_mask(ctx.backend, a, *ctx.mask)
 
     @staticmethod
     def backward(ctx: Function, grad: Array) -> Grads:
-        return Dropout.apply_mask(ctx, grad)  # the gradient goes through the kept elements, scaled
+        # the gradient goes through the kept elements, scaled: the same mask, made again
+        return apply_counter_mask(ctx.backend, grad, *ctx.mask)
 
-    @staticmethod
-    def apply_mask(ctx: Function, x: Array) -> Array:
-        """x * scale where bits(seed, i) >= threshold, else 0: the kernel, or its array code."""
-        kernel = ctx.backend.fused("dropout_forward", x.dtype)
+
+def counter_mask(backend: Any, p: float) -> tuple[int, int, float]:
+    """(seed, threshold, scale) of a counter-based dropout mask of probability ``p``: the seed
+    drawn from the backend's generator (on the host: ``mt.manual_seed`` and checkpoints
+    reproduce it like any other draw, and a GPU step never waits to read it), element i kept
+    where bits(seed, i) >= threshold = round(p 2^32), times scale = 1 / (1 - p) (0 for p = 1)."""
+    return backend.draw_seed(), round(p * 2**32), 1.0 / (1.0 - p) if p < 1 else 0.0
+
+
+def apply_counter_mask(
+    backend: Any, x: Array, seed: int, threshold: int, scale: float, row_start: Array | None = None
+) -> Array:
+    """x * scale where bits(seed, i) >= threshold, else 0, i each element's number: its flat
+    index in x, or, with ``row_start`` (x 2-D, a tile of a larger matrix), row_start[r] + c for
+    element c of row r, its index in the whole. The backend's kernel where it has one for x's
+    dtype (``dropout_forward``, ``dropout_rows``), else the same hash as array code."""
+    xp = backend.xp
+    x = xp.ascontiguousarray(x)
+    args = (numpy.uint64(seed), numpy.uint64(threshold), x.dtype.type(scale))
+    if row_start is None:
+        kernel = backend.fused("dropout_forward", x.dtype)
         if kernel is not None:
-            return kernel(ctx.xp.ascontiguousarray(x), ctx.seed, ctx.threshold, ctx.scale)
-        flat = ctx.xp.ascontiguousarray(x).reshape(1, -1)
-        start = ctx.xp.zeros(1, dtype=numpy.int64)
-        return dropout_rows(ctx.xp, flat, start, ctx.seed, ctx.threshold, ctx.scale).reshape(x.shape)
+            return kernel(x, *args)
+        flat = x.reshape(1, -1)
+        return dropout_rows(xp, flat, xp.zeros(1, dtype=numpy.int64), seed, threshold, scale).reshape(x.shape)
+    kernel = backend.fused("dropout_rows", x.dtype)
+    return dropout_rows(xp, x, row_start, seed, threshold, scale) if kernel is None else kernel(x, row_start, *args)
 
 
 # The counter-based generator of the dropout kernels (kernels/fused.py), in array code: what the

@@ -81,7 +81,7 @@ from ..autograd import Function, Grads
 from ..backends import Backend
 from ..errors import ShapeError
 from ..tensor import Array, Tensor
-from .dropout import dropout_rows
+from .dropout import apply_counter_mask, counter_mask
 from .softmax import as_mask_tensors
 
 # Tile sizes (queries x keys): large enough that a tile's matrix products run at BLAS speed
@@ -157,9 +157,8 @@ class StreamPlan:
         # ``ops.Dropout`` draws its own, and weight (b, h, i, j) numbered as in the whole
         # (batch, H, Q, K) weights, so the stream drops exactly what the plain path would
         self.dropout_p = dropout_p
-        self.seed = backend.draw_seed() if dropout_p > 0 else 0
-        self.threshold = round(dropout_p * 2**32)  # kept where bits >= p * 2^32
-        self.drop_scale = 1.0 / (1.0 - dropout_p) if dropout_p < 1 else 0.0
+        # (seed, threshold, scale): ops.dropout.counter_mask
+        self.dropout_mask = counter_mask(backend, dropout_p) if dropout_p > 0 else None
 
     # Index arrays over a tile, made on first use (a one-tile call without a bias or a mask
     # needs neither, and a decoding step's plan would spend more time making them than attending)
@@ -288,25 +287,19 @@ class StreamPlan:
         """Dropout on a tile x (batch, g, r * n, n_k) of the weights of queries i0..i1-1 and keys
         j0.. (or of the gradient of the dropped weights, which goes through the same mask): each
         element times 1 / (1 - p) where it is kept, else 0, kept as element
-        ((b H + h) Q + i) K + j of the whole weights is kept by ``ops.Dropout`` with this seed."""
+        ((b H + h) Q + i) K + j of the whole weights is kept by ``ops.Dropout`` with this seed.
+        x itself without dropout."""
+        if self.dropout_mask is None:
+            return x
+        if (i0, i1, j0, x.shape[-1]) == (0, self.Q, 0, self.K):  # one tile is the whole, numbered as it lies
+            return apply_counter_mask(self.backend, x, *self.dropout_mask)
         xp = self.xp
-        args = (numpy.uint64(self.seed), numpy.uint64(self.threshold), x.dtype.type(self.drop_scale))
-        whole = self.backend.fused("dropout_forward", x.dtype)
-        if whole is not None and (i0, i1, j0, x.shape[-1]) == (0, self.Q, 0, self.K):
-            return whole(xp.ascontiguousarray(x), *args)  # one tile is the whole, numbered as it lies
         batch = xp.arange(self.batch, dtype=numpy.int64).reshape(-1, 1, 1, 1)
         heads = xp.arange(self.num_heads, dtype=numpy.int64).reshape(1, self.g, self.r, 1)
         rows = (batch * self.num_heads + heads) * self.Q + xp.arange(i0, i1, dtype=numpy.int64)
         row_start = (rows * self.K + j0).reshape(-1)  # each tile row's first element, in the whole
-        flat = x.reshape(-1, x.shape[-1])
-        kernel = self.backend.fused("dropout_rows", x.dtype)
-        if kernel is None:
-            return dropout_rows(xp, flat, row_start, self.seed, self.threshold, self.drop_scale).reshape(x.shape)
-        return kernel(xp.ascontiguousarray(flat), row_start, *args).reshape(x.shape)
-
-    def dropout_args(self) -> tuple[int, int, float] | None:
-        """(seed, threshold, scale) for the GPU's kernels, or None without dropout."""
-        return (self.seed, self.threshold, self.drop_scale) if self.dropout_p > 0 else None
+        tile = apply_counter_mask(self.backend, x.reshape(-1, x.shape[-1]), *self.dropout_mask, row_start=row_start)
+        return tile.reshape(x.shape)
 
     # -- the GPU's kernels ----------------------------------------------------------------------
     def device_kernels(self, v: Array) -> Any:
@@ -416,7 +409,7 @@ class FlashAttention(Function):
         ctx.kernels = plan.device_kernels(v)
         if ctx.kernels is not None:  # a GPU: the whole stream is one kernel (attention.cu)
             out, lse = ctx.kernels.attention_forward(
-                q, k, v, plan.lens_by_row(), plan.causal, plan.scale, **plan.kernel_bias(), dropout=plan.dropout_args()
+                q, k, v, plan.lens_by_row(), plan.causal, plan.scale, **plan.kernel_bias(), dropout=plan.dropout_mask
             )
             plan.q, plan.unscaled_q, plan.k, plan.lse = None, q, k, lse.reshape(B, g, r, Q)
             ctx.save_for_backward(q, k, v, out, lse)
@@ -445,7 +438,7 @@ class FlashAttention(Function):
                 rescale = xp.exp(m - shift)  # exp(m - m'): 0 for the first block a row sees
                 l = l * rescale + P.sum(axis=-1)  # (dropout acts after the softmax: l sums every weight)
                 o *= rescale[..., None]
-                o += xp.matmul(plan.drop(P, i0, i1, j0) if plan.dropout_p else P, v[:, :, j0:j1])
+                o += xp.matmul(plan.drop(P, i0, i1, j0), v[:, :, j0:j1])
                 m = m_new
             seen = l > 0
             o /= xp.where(seen, l, 1)[..., None]  # rows with no key keep o = 0
@@ -466,7 +459,7 @@ class FlashAttention(Function):
             table_grad = plan.table is not None and ctx.needs_input_grad[3]
             grads = ctx.kernels.attention_backward(
                 q, k, v, plan.lens_by_row(), plan.causal, plan.scale, out, lse, grad, **plan.kernel_bias(),
-                table_grad=table_grad, dropout=plan.dropout_args(),
+                table_grad=table_grad, dropout=plan.dropout_mask,
             )  # fmt: skip
             return grads if table_grad else (*grads, None)
         if plan.keep_weights:
@@ -500,11 +493,9 @@ class FlashAttention(Function):
                 S = plan.scores(q_block, k, i0, i1, j0, j1)
                 S -= lse_block
                 P = xp.exp(S, out=S)  # the tile's weights, as the forward pass had them
-                Z = plan.drop(P, i0, i1, j0) if plan.dropout_p else P  # what multiplied V
+                Z = plan.drop(P, i0, i1, j0)  # what multiplied V
                 dvalues[:, :, j0:j1] += xp.matmul(Z.swapaxes(-1, -2), dO_block)
-                dS = xp.matmul(dO_block, v_block.swapaxes(-1, -2))  # dZ, then dP = dZ through the mask
-                if plan.dropout_p:
-                    dS = plan.drop(dS, i0, i1, j0)
+                dS = plan.drop(xp.matmul(dO_block, v_block.swapaxes(-1, -2)), i0, i1, j0)  # dP: dZ through the mask
                 dS -= D_block
                 dS *= P
                 dq[n] += xp.matmul(dS, k_block)
@@ -541,7 +532,7 @@ class FlashAttention(Function):
         S = plan.scores(q_block, k, 0, Q, 0, K, prefixes=False, k_t=k_t)  # causal and valid_lens: row_lens
         P = ctx.backend.kernels.softmax_forward(S.reshape(-1, K), plan.row_lens()).reshape(S.shape)
         plan.P = P  # the weights before dropout, as the plain path keeps them
-        Z = plan.drop(P, 0, Q, 0) if plan.dropout_p else P
+        Z = plan.drop(P, 0, Q, 0)
         ctx.save_for_backward(q_block, k, v, P, Z)
         return ctx.xp.matmul(Z, v).reshape(q.shape[:-1] + (v.shape[-1],))
 
@@ -553,8 +544,7 @@ class FlashAttention(Function):
         dO = grad.reshape(B, g, r * Q, v.shape[-1])
         dvalues = xp.matmul(Z.swapaxes(-1, -2), dO)
         dP = xp.matmul(dO, xp.ascontiguousarray(v.swapaxes(-1, -2)))  # (V^T copied: as K^T in forward)
-        if plan.dropout_p:  # the gradient of the dropped weights, through the mask
-            dP = plan.drop(dP, 0, Q, 0)
+        dP = plan.drop(dP, 0, Q, 0)  # the gradient of the dropped weights, through the mask
         dS = ctx.backend.kernels.softmax_backward(P.reshape(-1, K), dP.reshape(-1, K)).reshape(P.shape)
         dk = xp.matmul(dS.swapaxes(-1, -2), q_block)  # q_block holds scale q
         dq = xp.matmul(dS, k)
