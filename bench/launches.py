@@ -54,7 +54,6 @@ import contextlib
 import io
 import pathlib
 import sys
-from unittest import mock
 
 import numpy as np
 from _common import format_ratio, import_torch, print_header, print_table, verdict
@@ -272,34 +271,10 @@ def torch_transformer(torch, cfg):
 
 
 # -- one streamed attention call: the tiles vs the CUDA kernels -----------------------------------
-@contextlib.contextmanager
-def attention_kernels_that_record():
-    """The stand-in's "cuda" backend with streamed-attention kernels that record each launch a
-    GPU would make and run none (the stand-in's CPU kernels cannot run CUDA C++; the outputs are
-    left unwritten, which a count does not mind): yields the list of their launches."""
-    from cuda_emulator import RecordingModule
-    from minitensor.kernels.cuda import CudaKernels
-    from strict_backend import strict_xp
-
-    from minitensor import backends
-
-    made = []
-
-    class NamesOnly(RecordingModule):
-        # the kernel's name alone: holding its arguments would keep the gradients it writes
-        # referenced, and autograd would copy them as arrays something else still holds
-        def get_function(self, name):
-            return lambda grid, block, args: made.append(name)
-
-    kernels_that_record = CudaKernels(strict_xp, load_module=NamesOnly)  # one, as a backend keeps one
-    recording = property(lambda backend: kernels_that_record)
-    with mock.patch.object(type(backends._BACKENDS["cuda"]), "attention_kernels", recording):
-        yield made
-
-
 def streamed_attention_launches(T=1024, heads=8):
     """{bias: (launches on the tiles, launches on the kernels)} of a causal ``flash_attention``
     forward + backward, bias None, ALiBi's table or a learned one."""
+    from fake_cupy import attention_kernels_that_record
     from minitensor.ops.flash_attention import flash_attention
     from strict_backend import count_launches
 
@@ -310,7 +285,8 @@ def streamed_attention_launches(T=1024, heads=8):
     arrays = [rng.standard_normal((1, heads, T, 64)).astype(np.float32) for _ in range(4)]
     counts = {}
     for kernels in (False, True):
-        with attention_kernels_that_record() if kernels else contextlib.nullcontext([]) as made:
+        recording = attention_kernels_that_record(mt.get_backend("cuda")) if kernels else contextlib.nullcontext([])
+        with recording as made:
             for name, table in (("none", None), ("ALiBi", False), ("learned table", True)):
                 for _ in range(2):  # count the second call: the first makes what later ones reuse
                     q, k, v = (mt.tensor(a, device="cuda", requires_grad=True) for a in arrays[:3])
@@ -326,8 +302,12 @@ def streamed_attention_launches(T=1024, heads=8):
 def streamed_gpt_launches(sizes):
     """Launches of a step of the GPT of ``minitensor_gpt(sizes)`` with ``--fused on``: its
     attention on the CUDA kernels, the weights' dropout inside them."""
+    from fake_cupy import attention_kernels_that_record
+
+    from minitensor import backends
+
     # (numpy's warnings off: the outputs the recording kernels leave unwritten hold any bits)
-    with attention_kernels_that_record() as made, np.errstate(all="ignore"):
+    with attention_kernels_that_record(backends._BACKENDS["cuda"]) as made, np.errstate(all="ignore"):
         phases = minitensor_gpt(dict(sizes, fused="on"))
         for _ in range(WARM_UP):
             for run in phases.values():

@@ -17,8 +17,10 @@ multi-tensor kernels to them (one call, one launch), so the optimiser's and clip
 run here too.
 """
 
+import contextlib
 import math
 import types
+from unittest import mock
 
 import numpy
 import strict_backend
@@ -231,3 +233,24 @@ def fake_cuda_backend(cupy=None):
     backend = CupyBackend(cupy or FakeCupy())
     backend._kernels = FakeCudaKernels()
     return backend
+
+
+@contextlib.contextmanager
+def attention_kernels_that_record(backend):
+    """``backend`` (the stand-in's CupyBackend) with streamed-attention kernels that record each
+    launch a GPU would make and run none (the stand-in's CPU kernels cannot run CUDA C++; the
+    outputs are left unwritten, which a count does not mind): yields the list of their names."""
+    from cuda_emulator import RecordingModule
+    from minitensor.kernels.cuda import CudaKernels
+
+    made = []
+
+    class NamesOnly(RecordingModule):
+        # the kernel's name alone: holding its arguments would keep the gradients it writes
+        # referenced, and autograd would copy them as arrays something else still holds
+        def get_function(self, name):
+            return lambda grid, block, args: made.append(name)
+
+    kernels = CudaKernels(backend.xp, load_module=NamesOnly)  # one, as a backend keeps one
+    with mock.patch.object(type(backend), "attention_kernels", property(lambda _: kernels)):
+        yield made

@@ -13,7 +13,7 @@ that removes some lowers the budget.
 import numpy as np
 import pytest
 from cuda_emulator import RecordingModule
-from fake_cupy import fake_cuda_backend
+from fake_cupy import attention_kernels_that_record, fake_cuda_backend
 from minitensor.kernels.cuda import CudaKernels
 from strict_backend import StrictArray, StrictKernels, count_launches, count_syncs
 from test_sync_free import SIZES, quiet, tiny  # the same small runs as the waits are counted on
@@ -229,25 +229,18 @@ def test_a_training_step_stays_within_its_launch_budget(cuda, tmp_path, text, ch
     assert len(log) <= budget, f"{len(log)} launches per step, over the budget of {budget}:\n{log!r}"
 
 
-def test_with_its_attention_streamed_the_gpt_step_launches_the_kernels_and_fewer(cuda, tmp_path, text, monkeypatch):
+def test_with_its_attention_streamed_the_gpt_step_launches_the_kernels_and_fewer(cuda, tmp_path, text):
     """``--fused on``: each attention of nanoGPT's recipe is three CUDA kernels (forward, dQ,
     dK/dV) with the weights' dropout inside them, where the plain path runs the scores' products,
     mask, softmax and dropout as CuPy operators: the step launches 11 fewer a block, and no tile
-    of CuPy operators runs. (The
-    kernels here record their launches and compute nothing: a count needs no values.)"""
-    made = []
-
-    class NamesOnly(RecordingModule):
-        def get_function(self, name):
-            return lambda grid, block, args: made.append(name)
-
-    kernels = CudaKernels(mt.get_backend(cuda).xp, load_module=NamesOnly)
-    monkeypatch.setattr(type(backends._BACKENDS[cuda]), "attention_kernels", property(lambda backend: kernels))
+    of CuPy operators runs. (The kernels here record their launches and compute nothing: a count
+    needs no values.)"""
     changes = dict(BUDGETS["lm, nanoGPT's recipe"][0], text=text)
-    plain = len(launches_per_step(tiny(tmp_path / "plain", cuda, **changes)))
-    assert not made  # the plain path at this length: no attention kernel
-    with np.errstate(all="ignore"):  # the outputs the recording kernels leave unwritten hold any bits
-        streamed = len(launches_per_step(tiny(tmp_path / "streamed", cuda, **changes, fused="on")))
+    with attention_kernels_that_record(mt.get_backend(cuda)) as made:
+        plain = len(launches_per_step(tiny(tmp_path / "plain", cuda, **changes)))
+        assert not made  # the plain path at this length: no attention kernel
+        with np.errstate(all="ignore"):  # the outputs the recording kernels leave unwritten hold any bits
+            streamed = len(launches_per_step(tiny(tmp_path / "streamed", cuda, **changes, fused="on")))
     steps, blocks = 3, tiny(tmp_path / "x", cuda, **changes).num_blks
     assert sorted(set(made)) == [
         "attention_backward_dkv_d32_float32", "attention_backward_dq_d32_float32", "attention_forward_d32_float32"
