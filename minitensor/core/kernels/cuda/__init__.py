@@ -23,10 +23,10 @@ The ones that stand for a CPU fused kernel take its signature, so an op calls ei
 ``backend.fused(name, dtype)`` without knowing which device it runs on.
 
 Each file says how its kernels map onto the GPU. This module compiles a file the first time one
-of its kernels is needed (attention.cu one row size and dtype at a time: ``source``)
-(``cupy.RawModule``: NVRTC, the CUDA runtime compiler that CuPy itself
-uses for its operators, with CuPy's on-disk cache, so a later process loads it in milliseconds)
-and launches kernels with explicit argument types.
+of its kernels is needed, attention.cu one row size and dtype at a time (``source``), with
+``cupy.RawModule``: NVRTC, the CUDA runtime compiler that CuPy itself uses for its operators,
+with CuPy's on-disk cache, so a later process loads it in milliseconds. It launches kernels with
+explicit argument types.
 
 Why CUDA C++ through CuPy, and not numba.cuda
 ---------------------------------------------
