@@ -37,7 +37,14 @@ import numpy
 from .. import ops
 from ..creation import arange
 from ..errors import ShapeError
-from ..ops.flash_attention import BLOCK_K, BLOCK_Q, FlashAttention, StreamPlan, pick_indices, stream_plan
+from ..ops.flash_attention import (  # noqa: F401  (FUSED_MIN_LENGTH re-exported: the layers' rule)
+    FUSED_MIN_LENGTH,
+    FlashAttention,
+    StreamPlan,
+    fits_one_tile,
+    pick_indices,
+    stream_plan,
+)
 from ..tensor import Device, DType, Tensor, tensor
 from .dropout import Dropout
 from .kv_cache import check_positions
@@ -373,13 +380,6 @@ def dot_scale(scorer: Module, d_head: int) -> float | None:
     return None if declared is None else declared(d_head)
 
 
-# fused="auto" streams when both Q and K reach this length: the shortest at which streaming
-# measured faster than the plain path's few large array operations, for one long sequence
-# and for a batch of them (``python bench/long_attention.py --crossover``). Shorter sequences
-# that fit one tile (``_one_tile``) take the stream's one-tile form, which keeps the weights.
-FUSED_MIN_LENGTH = 384
-
-
 @contextlib.contextmanager
 def plain_attention(model: Module) -> Iterator[Module]:
     """Within the ``with`` block every ``MultiHeadAttention`` in ``model`` takes the plain
@@ -580,8 +580,7 @@ class MultiHeadAttention(Module):
         arithmetic in one node, measured faster than the plain path's separate ones. A "scores"
         encoding keeps the plain path there: short sequences read its dense bias (its
         ``forward``), which ``check_incremental_decoding`` checks, not its ``relative_bias``."""
-        one_tile = Q <= BLOCK_Q and K <= BLOCK_K and self.positional_kind != "scores"
-        return one_tile and self.W_q.weight._backend.on_host
+        return self.positional_kind != "scores" and fits_one_tile(Q, K, self.W_q.weight._backend)
 
     @staticmethod
     def _positional_kind(positional: str | Module) -> str:

@@ -19,6 +19,7 @@ from ..ops import (  # noqa: F401  (re-exported)
     softmax,
     tanh,
 )
+from ..ops.sdpa import scaled_dot_product_attention
 
 __all__ = [
     "conv1d",
@@ -31,6 +32,7 @@ __all__ = [
     "log_softmax",
     "masked_softmax",
     "relu",
+    "scaled_dot_product_attention",
     "sigmoid",
     "softmax",
     "tanh",

@@ -90,6 +90,26 @@ from .softmax import as_mask_tensors
 BLOCK_Q = 256
 BLOCK_K = 256
 
+# Where streaming pays (``MultiHeadAttention(fused="auto")`` and
+# ``F.scaled_dot_product_attention`` both ask ``stream_pays``): from this length on, for both Q
+# and K, the shortest at which streaming measured faster than the plain path's few large array
+# operations, for one long sequence and for a batch of them (``python bench/long_attention.py
+# --crossover``); and, on the CPU, a call short enough for one tile, whose weights the stream
+# keeps (``StreamPlan.keep_weights``): the plain path's arithmetic in one node, measured faster
+# than the plain path's separate ones.
+FUSED_MIN_LENGTH = 384
+
+
+def fits_one_tile(Q: int, K: int, backend: Backend) -> bool:
+    """Is a call of Q queries and K keys one tile of the stream on the CPU (where the stream
+    keeps its weights, ``StreamPlan.keep_weights``)?"""
+    return Q <= BLOCK_Q and K <= BLOCK_K and backend.on_host
+
+
+def stream_pays(Q: int, K: int, backend: Backend) -> bool:
+    """Is streaming Q queries against K keys faster than the plain path (see FUSED_MIN_LENGTH)?"""
+    return (Q >= FUSED_MIN_LENGTH and K >= FUSED_MIN_LENGTH) or fits_one_tile(Q, K, backend)
+
 
 def _blocks(n: int, size: int) -> list[tuple[int, int]]:
     return [(start, min(start + size, n)) for start in range(0, n, size)]
