@@ -156,9 +156,9 @@ REASONS = {
     "mt.sub": ALPHA.format("-"),
     "mt.alpha_entmax": "extra: alpha-entmax (Peters et al., 2019), a sparse softmax for attention weights",
     "mt.flash_attention": (
-        "extra: streamed attention (online softmax); torch's nearest is `F.scaled_dot_product_attention`, which "
-        "takes a dense mask and no valid_lens, relative bias table or grouped K/V heads (both take `dropout_p`, "
-        "applied inside the stream)"
+        "extra: streamed attention (online softmax) with minitensor's masks: valid_lens, a lower-right `causal`, "
+        "a relative bias table (a window too); `F.scaled_dot_product_attention` takes PyTorch's call to it "
+        "(both take `dropout_p`, applied inside the stream, and grouped K/V heads)"
     ),
     "mt.entmax15": "extra: 1.5-entmax (Peters et al., 2019), a sparse softmax for attention weights",
     "mt.sparsemax": "extra: sparsemax (Martins and Astudillo, 2016), attention weights that can be exactly 0",
@@ -298,6 +298,11 @@ REASONS = {
         "per-class `weight=` (a weighted mean in ops/loss.py)"
     ),
     "mt.nn.functional.dropout": INPLACE,
+    "mt.nn.functional.scaled_dot_product_attention": (
+        "aligned: PyTorch's rules (upper-left `is_causal`, bool or float `attn_mask`, `enable_gqa`); runs the "
+        "stream (FlashAttention) where it pays and takes the call, else the plain path; `attn_mask` with "
+        "`is_causal=True` is refused, as PyTorch's reference code refuses it"
+    ),
     "mt.nn.functional.relu": INPLACE,
     "mt.nn.functional.embedding": (
         "not yet aligned: `padding_idx` lives in `nn.Embedding` (its row gets no gradient); no `max_norm`, "

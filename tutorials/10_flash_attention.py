@@ -38,6 +38,7 @@ import tempfile
 import time
 import tracemalloc
 
+import minitensor.nn.functional as F
 import numpy
 from _tutorial import SMOKE, expect_error, figure_path, pick, text  # noqa: F401  (shared helpers; text: figure labels)
 from matplotlib.figure import Figure
@@ -646,6 +647,32 @@ mt.manual_seed(8)
 assert float(numpy.abs(dropping[True](Xd, Xd, Xd, causal=True).numpy() - outs[True].numpy()).max()) > 1e-3
 
 # %% [markdown]
+# ### PyTorch's one call
+#
+# A model written for PyTorch attends with one function, as nanoGPT does:
+# `F.scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False,
+# scale=None, enable_gqa=False)`. `minitensor.nn.functional` has it too, with PyTorch's rules: it
+# streams where `fused="auto"` would, and takes the plain path where the stream cannot take the
+# call (a float `attn_mask`, which is a dense bias on the scores). One rule differs from
+# minitensor's own `causal=`. With fewer queries than keys, PyTorch's `is_causal` lets query $i$
+# see the keys $j \le i$, the upper-left corner of the mask; a decoder with a cache needs its
+# last query to see every key, $j \le i + K - Q$, the lower-right corner, and that is what
+# `causal=True` means in minitensor:
+
+# %%
+Xs = mt.randn(2, 4, 48, 8)  # (batch, heads, steps, d_head): queries, keys and values at once
+mine = flash_attention(Xs, Xs, Xs, causal=True)
+theirs = F.scaled_dot_product_attention(Xs, Xs, Xs, is_causal=True)  # PyTorch's call, nanoGPT's
+gap = float(numpy.abs(mine.numpy() - theirs.numpy()).max())
+print(f"F.scaled_dot_product_attention vs flash_attention, 48 x 48: max |difference| = {gap:.1e}")
+assert gap < 1e-5
+last = Xs[:, :, -1:]  # the last query alone, against all 48 keys
+upper_left = F.scaled_dot_product_attention(last, Xs, Xs, is_causal=True)  # sees key 0 only
+lower_right = flash_attention(last, Xs, Xs, causal=True)  # sees every key, as in the full pass
+assert numpy.allclose(upper_left.numpy(), Xs[:, :, :1].numpy()), "one key: its value, weight 1"
+assert numpy.allclose(lower_right.numpy(), mine[:, :, -1:].numpy(), atol=1e-6)
+
+# %% [markdown]
 #
 # The models take the same argument (`TransformerEncoder(..., fused=...)` and the others
 # pass it to every layer), and so do training runs: `TrainConfig(fused="auto" | "on" |
@@ -857,7 +884,9 @@ print(
 #   loop orders),
 #   `StreamPlan` (`visits`, `scores`, `bias`, `weights`), `stream_plan`, `BLOCK_Q`, `BLOCK_K`.
 # - `minitensor/core/nn/attention.py`: `MultiHeadAttention(fused=...)`, `why_not_fused`,
-#   `attention_weights_for`, `_attend_streamed`, `FUSED_MIN_LENGTH`, `plain_attention`.
+#   `attention_weights_for`, `_attend_streamed`, `plain_attention`.
+# - `minitensor/core/ops/sdpa.py`: `F.scaled_dot_product_attention`, PyTorch's call over the two
+#   paths (`stream_pays` and `FUSED_MIN_LENGTH`, in `flash_attention.py`, pick for it and for the layers).
 # - `minitensor/core/ops/softmax.py` and `minitensor/core/kernels/cpu.py`: the masked softmax the
 #   stream reproduces.
 # - `minitensor/core/kernels/cuda/attention.cu` (and `docs/gpu.md`): the same algorithm as CUDA

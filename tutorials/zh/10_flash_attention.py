@@ -15,6 +15,7 @@ import tempfile
 import time
 import tracemalloc
 
+import minitensor.nn.functional as F
 import numpy
 from _tutorial import SMOKE, expect_error, figure_path, pick, text  # noqa: F401  （共用的辅助函数；text：图的标签）
 from matplotlib.figure import Figure
@@ -478,6 +479,24 @@ mt.manual_seed(8)
 assert float(numpy.abs(dropping[True](Xd, Xd, Xd, causal=True).numpy() - outs[True].numpy()).max()) > 1e-3
 
 # %% [markdown]
+# ### PyTorch 的一次调用
+#
+# 为 PyTorch 写的模型用一个函数计算注意力，nanoGPT 就是这样：`F.scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False)`。`minitensor.nn.functional` 中也有它，规则与 PyTorch 相同：在 `fused="auto"` 会流式计算的地方流式计算，流式计算接不了的调用（浮点型的 `attn_mask`，它是加在评分上的稠密偏置）走普通路径。有一条规则与 minitensor 自己的 `causal=` 不同。查询比键少时，PyTorch 的 `is_causal` 让查询 $i$ 看到键 $j \le i$，即掩码的左上角；带缓存的解码器需要它的最后一个查询看到所有键，$j \le i + K - Q$，即右下角，这正是 minitensor 中 `causal=True` 的含义：
+
+# %%
+Xs = mt.randn(2, 4, 48, 8)  # (batch, heads, steps, d_head)：查询、键和值都是它
+mine = flash_attention(Xs, Xs, Xs, causal=True)
+theirs = F.scaled_dot_product_attention(Xs, Xs, Xs, is_causal=True)  # PyTorch 的调用，即 nanoGPT 的调用
+gap = float(numpy.abs(mine.numpy() - theirs.numpy()).max())
+print(f"F.scaled_dot_product_attention vs flash_attention, 48 x 48: max |difference| = {gap:.1e}")
+assert gap < 1e-5
+last = Xs[:, :, -1:]  # 只取最后一个查询，对着全部 48 个键
+upper_left = F.scaled_dot_product_attention(last, Xs, Xs, is_causal=True)  # 只看到键 0
+lower_right = flash_attention(last, Xs, Xs, causal=True)  # 看到每个键，与完整计算中一样
+assert numpy.allclose(upper_left.numpy(), Xs[:, :, :1].numpy()), "one key: its value, weight 1"
+assert numpy.allclose(lower_right.numpy(), mine[:, :, -1:].numpy(), atol=1e-6)
+
+# %% [markdown]
 #
 # 模型接受同样的参数（`TransformerEncoder(..., fused=...)` 及其他模型会把它传给每个层），训练运行也一样：`TrainConfig(fused="auto" | "on" | "off")`，`minitensor train --fused auto|on|off`。在 `--resume` 时可以更改它，因为它既不改变参数，也不改变结果。
 #
@@ -618,7 +637,8 @@ print(
 # ## 代码在引擎中的位置
 #
 # - `minitensor/core/ops/flash_attention.py`：`flash_attention`（`return_lse=`、`block_q=`、`block_k=`），`FlashAttention`（前向循环和反向传播，采用 FlashAttention-2 的循环顺序），`StreamPlan`（`visits`、`scores`、`bias`、`weights`），`stream_plan`，`BLOCK_Q`，`BLOCK_K`。
-# - `minitensor/core/nn/attention.py`：`MultiHeadAttention(fused=...)`、`why_not_fused`、`attention_weights_for`、`_attend_streamed`、`FUSED_MIN_LENGTH`、`plain_attention`。
+# - `minitensor/core/nn/attention.py`：`MultiHeadAttention(fused=...)`、`why_not_fused`、`attention_weights_for`、`_attend_streamed`、`plain_attention`。
+# - `minitensor/core/ops/sdpa.py`：`F.scaled_dot_product_attention`，PyTorch 的调用，在两条路径之上（`flash_attention.py` 中的 `stream_pays` 和 `FUSED_MIN_LENGTH` 为它和各个层做选择）。
 # - `minitensor/core/ops/softmax.py` 和 `minitensor/core/kernels/cpu.py`：流式计算所复现的掩蔽 softmax。
 # - `minitensor/core/kernels/cuda/attention.cu`（及 `docs/gpu.md`）：同一个算法写成的 CUDA 计算内核，GPU 用它代替分块循环：每个（样本、头、64 个查询的分块）一个线程块，每一行放在两个或四个线程的寄存器里，键以 32 个为一块流经共享内存，掩蔽和相对偏置表都在计算内核内部施加；反向传播按键的分块分配线程块，因此没有两个线程块往同一块内存里累加。序列太短、填不满 GPU 时，每一行的键分给至多四组线程，各组维护自己的当前最大值、累计和与输出，最后用同样的重新缩放规则合并：各自乘以 exp(自己的最大值 − 较大的最大值)，再相加。
 # - `minitensor/train/config.py`：`TrainConfig.fused`（`--fused`）、`LM_RECIPE`、`lm_num_steps`（`--lm-num-steps`）。
