@@ -189,6 +189,25 @@ def test_any_shape_gives_the_formula_on_every_path(lead, L, S, E, group, is_caus
         np.testing.assert_allclose(got.numpy(), want, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("case", ["causal L < S", "causal L > S", "grouped, causal", "bool mask, a row empty"])
+def test_every_device_streams_to_the_formula(case, device, monkeypatch):
+    """On every backend (on a GPU: the CUDA kernels, upper-left causal as one length per query),
+    streamed: the output and the gradients of the plain path on the CPU."""
+    monkeypatch.setattr(fa, "FUSED_MIN_LENGTH", 1)  # stream whatever the length
+    rng = np.random.default_rng(5)
+    q, k, v, options = arguments(case, rng)
+    G = rng.standard_normal(reference(q, k, v, **options).shape)
+    results = []
+    for where, streamable in ((device, sdpa._streamable), ("cpu", lambda *args: False)):
+        monkeypatch.setattr(sdpa, "_streamable", streamable)
+        leaves = [mt.tensor(x, device=where, requires_grad=True) for x in (q, k, v)]
+        out = F.scaled_dot_product_attention(*leaves, **as_tensors(options, device=where))
+        (out * mt.tensor(G, device=where)).sum().backward()
+        results.append([out.numpy()] + [x.grad.numpy() for x in leaves])
+    for a, b in zip(*results, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
 @pytest.mark.parametrize(
     "L, S, options, streams",
     [
