@@ -336,3 +336,26 @@ def test_float16_runs_the_numpy_code():
     y = mt.nn.functional.layer_norm(mt.nn.functional.dropout(x.relu(), 0.25), 48)
     y.sum().backward()
     assert y.dtype == x.grad.dtype == np.float16 and np.isfinite(x.grad.numpy()).all()
+
+
+@pytest.mark.parametrize(
+    "name, fn",
+    [
+        ("softmax", lambda x: mt.softmax(x, axis=-1)),
+        ("log_softmax", lambda x: mt.log_softmax(x, axis=0)),
+        ("masked_softmax", lambda x: mt.masked_softmax(x, mt.tensor([3, 0, 48] * 21 + [1], device=x.device))),
+        ("cross_entropy", lambda x: mt.cross_entropy(x, mt.tensor(np.arange(64) % 48, device=x.device))),
+        ("scaled_dot_product_attention", lambda x: mt.nn.functional.scaled_dot_product_attention(x, x, x)),
+    ],
+)
+def test_the_softmax_family_takes_float16_through_float32(name, fn, device):
+    """The row kernels are compiled for float32 and float64: float16 goes through float32 (as
+    PyTorch computes a half-precision softmax) and comes back float16, forward and backward."""
+    x16 = mt.tensor(rand(64, 48, dtype="float16") * 4, device=device, requires_grad=True)
+    x32 = mt.tensor(x16.numpy().astype("float32"), device=device, requires_grad=True)
+    y16, y32 = fn(x16), fn(x32)
+    y16.sum().backward()
+    y32.sum().backward()
+    assert y16.dtype == x16.grad.dtype == np.float16, name
+    np.testing.assert_allclose(y16.numpy(), y32.numpy(), rtol=2e-3, atol=2e-3)
+    np.testing.assert_allclose(x16.grad.numpy(), x32.grad.numpy(), rtol=2e-3, atol=2e-3)

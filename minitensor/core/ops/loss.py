@@ -35,7 +35,12 @@ class CrossEntropy(Function):
     ) -> Array:
         xp = ctx.xp
         num_classes = logits.shape[-1]
-        rows = xp.ascontiguousarray(logits).reshape(-1, num_classes)
+        # float16 logits are computed in float32 (log-probabilities and the sum over positions,
+        # which in float16 would overflow past 65,504), as PyTorch does; the results are rounded
+        # back to float16
+        ctx.dtype = logits.dtype
+        work = "float32" if logits.dtype == "float16" else logits.dtype
+        rows = xp.ascontiguousarray(logits, dtype=work).reshape(-1, num_classes)
         t = target.reshape(-1)
         valid = t != ignore_index
         if mask is not None:
@@ -53,11 +58,11 @@ class CrossEntropy(Function):
             per_row = -(1 - label_smoothing) * picked - label_smoothing * logp.mean(axis=-1)
         else:
             per_row = -picked
-        weight = valid.astype(logits.dtype)
+        weight = valid.astype(work)
         per_row = xp.where(valid, per_row, 0)
         if reduction == "mean":
             # the number of valid positions stays on the device (read, it would make the host wait)
-            count = xp.maximum(valid.sum(), 1).astype(logits.dtype)
+            count = xp.maximum(valid.sum(), 1).astype(work)
             weight = weight / count
             out = per_row.sum() / count
         elif reduction == "sum":
@@ -78,7 +83,7 @@ class CrossEntropy(Function):
         if ctx.smoothing:
             d -= ctx.smoothing / num_classes
         scale = weight * (grad.reshape(-1) if ctx.reduction == "none" else grad)
-        return (d * scale[:, None]).reshape(ctx.shape), None, None
+        return (d * scale[:, None]).reshape(ctx.shape).astype(ctx.dtype, copy=False), None, None
 
 
 def _out_of_range(safe_t: Array, inside: Array, num_classes: int, ignore_index: int) -> str:

@@ -20,10 +20,28 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy
+
 from ..autograd import Function, Grads
 from ..errors import ShapeError
 from ..tensor import Array, Tensor
 from .axes import normalize_axis
+
+
+def row_kernel(backend: Any, name: str) -> Any:
+    """The backend's row kernel ``name`` (``softmax_forward``, ``log_softmax_backward``, ...: the
+    contract of kernels/cpu.py) for every float dtype. The kernels are compiled for float32 and
+    float64; float16 rows go through float32 and the result is rounded once, as PyTorch computes
+    a half-precision softmax (its exponentials and sums in float32)."""
+    kernel = getattr(backend.kernels, name)
+
+    def run(x: Array, *rest: Any) -> Array:
+        if x.dtype != numpy.float16:
+            return kernel(x, *rest)
+        rest = tuple(a.astype(numpy.float32) if getattr(a, "dtype", None) == numpy.float16 else a for a in rest)
+        return kernel(x.astype(numpy.float32), *rest).astype(numpy.float16)
+
+    return run
 
 
 def _to_rows(xp: Any, x: Array, axis: int) -> tuple[Array, tuple[tuple[int, ...], int]]:
@@ -51,7 +69,7 @@ class Softmax(Function):
     def forward(ctx: Function, x: Array, axis: int = -1) -> Array:
         axis = normalize_axis(axis, x.ndim, ctx.kernel)  # the kernel's name is the op's
         rows, ctx.layout = _to_rows(ctx.xp, x, axis)
-        y = getattr(ctx.backend.kernels, ctx.kernel + "_forward")(rows)
+        y = row_kernel(ctx.backend, ctx.kernel + "_forward")(rows)
         ctx.save_for_backward(y)
         return _from_rows(ctx.xp, y, ctx.layout)
 
@@ -59,7 +77,7 @@ class Softmax(Function):
     def backward(ctx: Function, grad: Array) -> Grads:
         (y,) = ctx.saved
         g, _ = _to_rows(ctx.xp, grad, ctx.layout[1])
-        dx = getattr(ctx.backend.kernels, ctx.kernel + "_backward")(y, g)
+        dx = row_kernel(ctx.backend, ctx.kernel + "_backward")(y, g)
         return _from_rows(ctx.xp, dx, ctx.layout)
 
 
@@ -135,7 +153,7 @@ class MaskedSoftmax(Function):
             x = apply_mask(xp, x, mask)
         rows, ctx.layout = _to_rows(xp, x, normalize_axis(-1, x.ndim, "masked_softmax"))
         lens = None if valid_lens is None else lens_per_row(xp, valid_lens, x.shape)
-        y = ctx.backend.kernels.softmax_forward(rows, lens)
+        y = row_kernel(ctx.backend, "softmax_forward")(rows, lens)
         ctx.save_for_backward(y)
         return y.reshape(x.shape)
 
@@ -143,7 +161,7 @@ class MaskedSoftmax(Function):
     def backward(ctx: Function, grad: Array) -> Grads:
         (y,) = ctx.saved
         g, _ = _to_rows(ctx.xp, grad, grad.ndim - 1)
-        return ctx.backend.kernels.softmax_backward(y, g).reshape(grad.shape), None, None
+        return row_kernel(ctx.backend, "softmax_backward")(y, g).reshape(grad.shape), None, None
 
 
 def softmax(x: Tensor, axis: int = -1) -> Tensor:
