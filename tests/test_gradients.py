@@ -440,6 +440,16 @@ VALID_LENS = {
 }
 
 
+@pytest.mark.parametrize("shape, axis", [((3, 0), -1), ((2, 0, 4), 1), ((0, 5), -1)])
+def test_the_softmax_family_over_empty_axes(device, shape, axis):
+    """Rows of no element (attention over no key, a batch of no rows): empty results and
+    gradients, as in PyTorch, not a reshape error."""
+    x = mt.zeros(*shape, device=device, requires_grad=True)
+    for y in (x.softmax(axis=axis), x.log_softmax(axis=axis), mt.masked_softmax(x)):
+        y.sum().backward()
+        assert y.shape == x.grad.shape == shape
+
+
 def _masked_reference(scores, keep):
     s = np.where(keep, scores, -np.inf)
     m = np.max(s, axis=-1, keepdims=True)

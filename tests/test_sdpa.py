@@ -228,6 +228,16 @@ def test_the_stream_runs_where_it_pays_and_can(monkeypatch, L, S, options, strea
     assert ran == ["stream" if streams else "plain"]
 
 
+@pytest.mark.parametrize("L, S", [(5, 0), (0, 5), (0, 0)])
+def test_no_keys_or_no_queries(path, L, S):
+    """No key: every query sees none, zeros (PyTorch's too); no query: an empty output."""
+    q, k, v = leaves(np.random.default_rng(6), (2, 3, L, 4), (2, 3, S, 4), (2, 3, S, 6))
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    out.sum().backward()
+    assert out.shape == (2, 3, L, 6) and not out.numpy().any()
+    assert q.grad.shape == q.shape and k.grad.shape == k.shape and not q.grad.numpy().any()
+
+
 def test_broadcast_batch_axes_take_the_plain_path(monkeypatch):
     monkeypatch.setattr(sdpa, "_streamed", lambda *args: pytest.fail("streamed"))
     q, k = mt.randn(2, 3, 5, 4), mt.randn(1, 3, 5, 4)

@@ -82,7 +82,7 @@ from ..backends import Backend
 from ..errors import ShapeError
 from ..tensor import Array, Tensor
 from .dropout import apply_counter_mask, counter_mask
-from .softmax import as_mask_tensors
+from .softmax import as_mask_tensors, as_rows
 
 # Tile sizes (queries x keys): large enough that a tile's matrix products run at BLAS speed
 # and the Python loop is short, small enough that a tile of batch * heads * 256 * 256 floats
@@ -550,7 +550,7 @@ class FlashAttention(Function):
         # than the copy costs (as ``ops.matmul._stacked`` measured for the plain path)
         k_t = ctx.xp.ascontiguousarray(k.swapaxes(-1, -2))
         S = plan.scores(q_block, k, 0, Q, 0, K, prefixes=False, k_t=k_t)  # causal and valid_lens: row_lens
-        P = ctx.backend.kernels.softmax_forward(S.reshape(-1, K), plan.row_lens()).reshape(S.shape)
+        P = ctx.backend.kernels.softmax_forward(as_rows(S), plan.row_lens()).reshape(S.shape)
         plan.P = P  # the weights before dropout, as the plain path keeps them
         Z = plan.drop(P, 0, Q, 0)
         ctx.save_for_backward(q_block, k, v, P, Z)
@@ -565,7 +565,7 @@ class FlashAttention(Function):
         dvalues = xp.matmul(Z.swapaxes(-1, -2), dO)
         dP = xp.matmul(dO, xp.ascontiguousarray(v.swapaxes(-1, -2)))  # (V^T copied: as K^T in forward)
         dP = plan.drop(dP, 0, Q, 0)  # the gradient of the dropped weights, through the mask
-        dS = ctx.backend.kernels.softmax_backward(P.reshape(-1, K), dP.reshape(-1, K)).reshape(P.shape)
+        dS = ctx.backend.kernels.softmax_backward(as_rows(P), as_rows(dP)).reshape(P.shape)
         dk = xp.matmul(dS.swapaxes(-1, -2), q_block)  # q_block holds scale q
         dq = xp.matmul(dS, k)
         dq *= dq.dtype.type(plan.scale)

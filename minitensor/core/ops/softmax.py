@@ -18,6 +18,7 @@ Functions first move ``axis`` to the end and flatten the rest.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy
@@ -44,12 +45,18 @@ def row_kernel(backend: Any, name: str) -> Any:
     return run
 
 
+def as_rows(x: Array) -> Array:
+    """``x`` (..., n) as a (rows, n) matrix; reshape(-1, n) cannot say how many rows when n is 0."""
+    return x.reshape(math.prod(x.shape[:-1]), x.shape[-1])
+
+
 def _to_rows(xp: Any, x: Array, axis: int) -> tuple[Array, tuple[tuple[int, ...], int]]:
     """View ``x`` as a contiguous (rows, n) matrix with ``axis`` (0..ndim-1) last; return how to undo it."""
     if axis != x.ndim - 1:
         x = xp.moveaxis(x, axis, -1)
     shape = x.shape
-    return xp.ascontiguousarray(x).reshape(-1, shape[-1] if shape else 1), (shape, axis)
+    rows = as_rows(xp.ascontiguousarray(x)) if shape else x.reshape(1, 1)
+    return rows, (shape, axis)
 
 
 def _from_rows(xp: Any, rows: Array, layout: tuple[tuple[int, ...], int]) -> Array:
