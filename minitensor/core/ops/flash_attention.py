@@ -577,7 +577,7 @@ class FlashAttention(Function):
             cells = columns[None] + (xp.arange(plan.num_heads) * table.shape[1])[:, None, None]
             dtable = xp.bincount(cells.reshape(-1), weights=per_head.reshape(-1), minlength=table.size)
             grad_table = dtable.reshape(table.shape).astype(table.dtype)
-        return dq.reshape(B, g * r, Q, -1), dk, dvalues, grad_table
+        return dq.reshape(B, g * r, Q, k.shape[-1]), dk, dvalues, grad_table
 
 
 def flash_attention(

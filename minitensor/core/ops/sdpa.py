@@ -263,7 +263,7 @@ def _as_4d(x: Tensor) -> Tensor:
         return x
     if x.ndim == 2:
         return reshape(x, (1, 1) + x.shape)
-    return reshape(x, (-1,) + x.shape[-3:])
+    return reshape(x, (math.prod(x.shape[:-3]),) + x.shape[-3:])  # (-1 cannot say it when a size is 0)
 
 
 def _mask_4d(mask: Tensor, full: tuple[int, ...], shape4: tuple[int, ...]) -> Tensor:
