@@ -89,7 +89,7 @@ def _plain(
 ) -> Tensor:
     """The whole (..., L, S) scores and weights: D2L's scaled dot-product attention (11.3.2)."""
     Hq, Hk = _heads(query), _heads(key)
-    if Hk not in (1, Hq):  # grouped heads: each key/value head repeated for its query heads
+    if 1 < Hk < Hq:  # grouped heads: each key/value head repeated for its query heads
         key, value = _repeat_heads(key, Hq), _repeat_heads(value, Hq)
     scores = matmul(query, swapaxes(key, -1, -2)) * scale
     mask = _upper_left(query, key.shape[-2]) if is_causal else None
@@ -129,9 +129,7 @@ def _streamed(
     mask = None
     if attn_mask is not None:
         mask = attn_mask if attn_mask.ndim <= 2 else _mask_4d(attn_mask, query.shape[:-2] + (L, S), (B, H, L, S))
-    plan = stream_plan(
-        q, k, v, lens, mask, causal, scale, keep_weights=True, dropout_p=dropout_p
-    )  # fmt: skip
+    plan = stream_plan(q, k, v, lens, mask, causal, scale, keep_weights=True, dropout_p=dropout_p)
     out = FlashAttention.apply(q, k, v, None, plan=plan, masks=plan.masks)
     return reshape(out, query.shape[:-1] + (value.shape[-1],))
 
