@@ -24,6 +24,7 @@ from unittest import mock
 
 import numpy
 import strict_backend
+from minitensor.backends import cublas_gemm
 from minitensor.kernels.cuda import PointerTables
 from strict_backend import StrictArray, StrictKernels, StrictNamespace, note, strict_xp
 
@@ -254,3 +255,47 @@ def attention_kernels_that_record(backend):
     kernels = CudaKernels(backend.xp, load_module=NamesOnly)  # one, as a backend keeps one
     with mock.patch.object(type(backend), "attention_kernels", property(lambda _: kernels)):
         yield made
+
+
+# -- cuBLAS's bfloat16 products (minitensor/core/backends/cublas_gemm.py), in NumPy ----------------
+def to_bfloat16(x):
+    """float32 rounded to bfloat16's 8 bits of mantissa (to nearest, ties to even), as float32."""
+    bits = numpy.ascontiguousarray(x, numpy.float32).view(numpy.uint32).astype(numpy.uint64)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return rounded.astype(numpy.uint32).view(numpy.float32).reshape(numpy.shape(x))
+
+
+def read_matrices(operand, rows, columns, count):
+    """The ``count`` column-major (rows, columns) matrices cuBLAS reads from the operand's memory,
+    as a (count, rows, columns) array."""
+    x = getattr(operand.array, "_a", operand.array)  # (a StrictArray's NumPy array)
+    size = x.itemsize
+    return numpy.lib.stride_tricks.as_strided(
+        x, shape=(count, rows, columns), strides=(operand.stride * size, size, operand.ld * size), writeable=False
+    )
+
+
+def run_like_cublas(call, bfloat16=True):
+    """``cublasGemmStridedBatchedEx`` with the arguments of ``call``, in NumPy: C_p = op(A_p) op(B_p)
+    for each p, column-major, C written with ``ldc`` and ``stride_c``; returns the row-major output."""
+    m, n, k, count = call.m, call.n, call.k, call.batch_count
+    a_rows, a_cols = (m, k) if call.first.trans == cublas_gemm.CUBLAS_OP_N else (k, m)
+    b_rows, b_cols = (k, n) if call.second.trans == cublas_gemm.CUBLAS_OP_N else (n, k)
+    A = read_matrices(call.first, a_rows, a_cols, count)
+    B = read_matrices(call.second, b_rows, b_cols, count)
+    if call.first.trans != cublas_gemm.CUBLAS_OP_N:
+        A = A.swapaxes(-1, -2)
+    if call.second.trans != cublas_gemm.CUBLAS_OP_N:
+        B = B.swapaxes(-1, -2)
+    if bfloat16:
+        A, B = to_bfloat16(A), to_bfloat16(B)
+    C = numpy.matmul(A.astype(numpy.float64), B.astype(numpy.float64)).astype(numpy.float32)  # (count, m, n)
+    out = numpy.zeros(count * call.stride_c + call.ldc * n, numpy.float32)
+    view = numpy.lib.stride_tricks.as_strided(out, shape=(count, m, n), strides=(call.stride_c * 4, 4, call.ldc * 4))
+    view[...] = C
+    return out[: count * call.stride_c].reshape(call.shape) if count else out[:0].reshape(call.shape)
+
+
+def launch_in_numpy(xp, call, out):
+    """``cublas_gemm.launch`` on the stand-in: the call run by ``run_like_cublas``, into ``out``."""
+    out._a[...] = run_like_cublas(call)

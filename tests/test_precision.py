@@ -43,11 +43,72 @@ def test_the_default_is_pytorchs():
 @pytest.mark.parametrize("precision, compute_type, math_mode", [("high", 7, 3), ("medium", 7, 3), ("highest", 1, 0)])
 def test_each_precision_sets_cublas_compute_type_and_math_mode(cupy, precision, compute_type, math_mode):
     """The compute type reaches CuPy's 2-D products, the handle's math mode its batched ones
-    (CUBLAS_TF32_TENSOR_OP_MATH = 3); "medium" is "high": CuPy has no bfloat16 mode for float32."""
+    (CUBLAS_TF32_TENSOR_OP_MATH = 3); at "medium" too, for the products minitensor leaves to
+    CuPy: CuPy has no bfloat16 mode for float32 (its own products then call cuBLAS, below)."""
     mt.set_float32_matmul_precision(precision)
     assert cupy._core._routines_linalg.set == {np.dtype(np.float32): compute_type}  # float64, float16 untouched
     assert cupy.math_modes == {1: math_mode}
     assert mt.get_float32_matmul_precision() == precision
+
+
+@pytest.fixture
+def gemm_calls(monkeypatch):
+    """cuBLAS's bfloat16 products (``cublas_gemm.launch``) run in NumPy on the stand-in, each
+    call recorded as (M, N, K, batch count)."""
+    from fake_cupy import launch_in_numpy
+    from minitensor.backends import cublas_gemm
+
+    calls = []
+
+    def launch(xp, call, out):
+        calls.append((call.n, call.m, call.k, call.batch_count))
+        launch_in_numpy(xp, call, out)
+
+    monkeypatch.setattr(cublas_gemm, "launch", launch)
+    return calls
+
+
+def test_medium_computes_minitensors_products_on_bfloat16_tensor_cores(cupy, gemm_calls):
+    """Every product of a Linear layer and of a batched matmul, forward and backward, is one
+    cuBLAS call at "medium" (bfloat16 inputs, float32 sums: PyTorch's "medium"), none at "high";
+    float64 products never."""
+    from fake_cupy import to_bfloat16
+
+    rng = np.random.default_rng(0)
+    x_, w_ = rng.standard_normal((2, 5, 16)), rng.standard_normal((8, 16))
+    q_, k_ = rng.standard_normal((2, 3, 5, 16)), rng.standard_normal((2, 3, 7, 16))
+
+    def run():
+        x, w = (mt.tensor(a, dtype=mt.float32, device="cuda", requires_grad=True) for a in (x_, w_))
+        q, k = (mt.tensor(a, dtype=mt.float32, device="cuda", requires_grad=True) for a in (q_, k_))
+        y, s = mt.linear(x, w), q @ k.swapaxes(-1, -2)
+        (y.sum() + s.sum()).backward()
+        return y.numpy(), s.numpy(), w.grad.numpy(), k.grad.numpy()
+
+    mt.set_float32_matmul_precision("high")
+    exact = run()
+    assert not gemm_calls
+    mt.set_float32_matmul_precision("medium")
+    y, s, w_grad, k_grad = run()
+    assert sorted(gemm_calls) == sorted(
+        [(10, 8, 16, 1), (10, 16, 8, 1), (8, 16, 10, 1), (5, 7, 16, 6), (5, 16, 7, 6), (16, 7, 5, 6)]
+    )  # Linear: X W^T, G W, G^T X; scores S = Q K^T: G K, Q^T G (K^T's gradient)
+    rounded = to_bfloat16(x_.astype(np.float32)).reshape(10, 16) @ to_bfloat16(w_.astype(np.float32)).T
+    np.testing.assert_allclose(y.reshape(10, 8), rounded, rtol=1e-5, atol=1e-5)  # bfloat16 inputs, float32 sums
+    for medium, high in zip((y, s, w_grad, k_grad), exact, strict=True):
+        error = np.abs(medium - high).max() / np.abs(high).max()
+        assert 1e-5 < error < 2e-2  # 8 bits of mantissa, not float32's 24
+    gemm_calls.clear()
+    mt.tensor(x_, device="cuda") @ mt.tensor(w_.T, device="cuda")  # float64
+    assert not gemm_calls
+
+
+def test_medium_on_a_gpu_before_ampere_keeps_float32(cupy, gemm_calls, monkeypatch):
+    monkeypatch.setattr(backends._BACKENDS["cuda"], "_compute_capability", lambda: 75)
+    mt.set_float32_matmul_precision("medium")
+    a = mt.ones(4, 4, device="cuda")
+    np.testing.assert_array_equal((a @ a).numpy(), 4 * np.ones((4, 4)))
+    assert not gemm_calls
 
 
 def test_a_gpu_backend_built_later_starts_at_the_precision_set_before(monkeypatch):
@@ -112,13 +173,16 @@ def test_a_config_names_a_bad_precision():
 def test_on_a_gpu_tf32_rounds_float32_products_and_highest_does_not(batch):
     """TF32 keeps 10 bits of mantissa: a product of length 4096 differs from float64's by
     about 1e-3 relative at "high", by about 1e-6 at "highest"; for a 2-D product (a Linear
-    layer's, CuPy's compute type) and a batched one (attention's, the cuBLAS math mode)."""
+    layer's, CuPy's compute type) and a batched one (attention's, the cuBLAS math mode). At
+    "medium", cuBLAS's bfloat16 path (cublas_gemm.py), coarser still."""
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((*batch, 128, 4096)), rng.standard_normal((*batch, 4096, 128))
     exact = a @ b
     errors = {}
-    for precision in ("highest", "high", "highest"):
+    for precision in ("highest", "high", "medium", "highest"):
         mt.set_float32_matmul_precision(precision)
         x, y = mt.tensor(a, dtype=mt.float32, device="cuda"), mt.tensor(b, dtype=mt.float32, device="cuda")
         errors[precision] = np.abs((x @ y).numpy() - exact).max() / np.abs(exact).max()
     assert errors["highest"] < 1e-5 and 1e-5 < errors["high"] < 1e-2, errors  # and "highest" again after "high"
+    # bfloat16 keeps 8 bits (cublas_gemm.py): coarser than TF32, still a few parts in a thousand
+    assert errors["high"] < errors["medium"] < 3e-2, errors

@@ -34,9 +34,15 @@ def listed(events):
 @pytest.fixture
 def cuda(monkeypatch):
     """ "cuda" served by the CuPy backend on the stand-in, whose transfers count_syncs() sees
-    (on a machine with a GPU too: the real CuPy's cannot be counted)."""
+    (on a machine with a GPU too: the real CuPy's cannot be counted); cuBLAS's bfloat16
+    products (matmul precision "medium") run in NumPy there."""
+    from fake_cupy import launch_in_numpy
+    from minitensor.backends import cublas_gemm
+
     monkeypatch.setitem(backends._BACKENDS, "cuda", fake_cuda_backend())
-    return "cuda"
+    monkeypatch.setattr(cublas_gemm, "launch", launch_in_numpy)
+    yield "cuda"
+    mt.set_float32_matmul_precision("highest")  # a run sets its config's, for the whole process
 
 
 @pytest.fixture(scope="module")
@@ -117,6 +123,8 @@ MODELS = {
         "eval_interval": 1000,
     },
     "lm, rotary positions, grouped heads": dict(model="lm", lm_num_steps=8, positional="rotary", num_kv_heads=1),
+    # float32 products on bfloat16 tensor cores: minitensor's own cuBLAS calls (backends/cublas_gemm.py)
+    "lm, bfloat16 products": dict(model="lm", lm_num_steps=8, matmul_precision="medium"),
 }
 
 

@@ -116,9 +116,15 @@ class Backend:
         return None
 
     def set_float32_matmul_precision(self, precision: str) -> None:
-        """Compute float32 matrix products at ``precision`` ("highest"; "high" and "medium": TF32
-        tensor cores; see ``minitensor/core/precision.py``). Only a GPU has the lower ones, so by
-        default this does nothing: NumPy multiplies float32 in float32."""
+        """Compute float32 matrix products at ``precision`` ("highest"; "high": TF32 tensor
+        cores; "medium": bfloat16 ones; see ``minitensor/core/precision.py``). Only a GPU has the
+        lower ones, so by default this does nothing: NumPy multiplies float32 in float32."""
+
+    def matmul(self, a: Array, b: Array) -> Array:
+        """``a @ b`` on this device's arrays: the matrix products of ``ops/matmul.py`` (matmul,
+        Linear, forward and backward) come here, so that a backend may compute them its own way
+        (the CuPy backend's float32 products on bfloat16 tensor cores at precision "medium")."""
+        return a @ b
 
     @property
     def kernels(self) -> Any:

@@ -23,6 +23,7 @@ import numpy
 
 from ..errors import DeviceError
 from ..kernels.cuda import CudaKernels
+from . import cublas_gemm
 from .base import Backend
 
 if TYPE_CHECKING:
@@ -185,18 +186,20 @@ class CupyBackend(Backend):
         # cupy.add.at is an atomic scatter-add: repeated indices accumulate
         self.xp.add.at(target, index, values)
 
-    # -- TF32 tensor cores for float32 products (core/precision.py) ----------------------------
+    # -- TF32 and bfloat16 tensor cores for float32 products (core/precision.py) ------------------
     # CuPy takes two routes to cuBLAS, and each must be told. Its 2-D products pass a compute
     # type, CuPy's per-dtype setting (read once from the CUPY_TF32 environment variable, or set
     # through the setter its own tests use). Its batched products (attention's scores and
     # P V) pass the legacy type CUDA_R_32F instead, which follows the math mode of CuPy's cuBLAS
-    # handle. CuPy has no bfloat16 mode for float32 data, so "medium" is "high" here, which is
-    # what PyTorch does where it lacks one.
+    # handle. Neither route has a bfloat16 mode for float32 data, so at "medium" minitensor's
+    # own products (``matmul`` below) call cuBLAS themselves (cublas_gemm.py), and CuPy's, which
+    # few take then (the streamed attention's tiles), use TF32.
     COMPUTE_TYPES = {"highest": "COMPUTE_TYPE_DEFAULT", "high": "COMPUTE_TYPE_TF32", "medium": "COMPUTE_TYPE_TF32"}
     #: cublasMath_t (cublas_api.h): CUBLAS_DEFAULT_MATH, CUBLAS_TF32_TENSOR_OP_MATH (CuPy names only the first)
     MATH_MODES = {"highest": 0, "high": 3, "medium": 3}
 
     def set_float32_matmul_precision(self, precision: str) -> None:
+        self._bfloat16 = False  # until "medium" is set, below, where the GPU has them
         # CuPy itself falls back to float32, with a warning, on a GPU older than compute
         # capability 8.0. A CuPy without these settings keeps float32, and says so.
         linalg: Any = getattr(getattr(self.xp, "_core", None), "_routines_linalg", None)
@@ -221,6 +224,21 @@ class CupyBackend(Backend):
             return
         linalg.set_compute_type(numpy.float32, compute_type)
         cublas.setMathMode(handle, self.MATH_MODES[precision])  # this thread's handle on the current GPU
+        # bfloat16 tensor cores from compute capability 8.0 (Ampere) on; before, cuBLAS would
+        # compute in float32 anyway, and CuPy has already warned that TF32 is not there either
+        self._bfloat16 = precision == "medium" and self._compute_capability() >= 80
+
+    _bfloat16 = False  # float32 products on bfloat16 tensor cores ("medium")
+
+    def _compute_capability(self) -> int:
+        runtime = self.xp.cuda.runtime
+        properties = runtime.getDeviceProperties(runtime.getDevice())
+        return 10 * int(properties["major"]) + int(properties["minor"])
+
+    def matmul(self, a: Array, b: Array) -> Array:
+        if self._bfloat16 and a.dtype == numpy.float32 and b.dtype == numpy.float32:
+            return cublas_gemm.bf16_matmul(self.xp, a, b)
+        return a @ b
 
     #: the CPU's fused kernels (kernels/fused.py) that the GPU has too, by the ops' names for them
     FUSED = {

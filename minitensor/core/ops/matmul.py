@@ -8,12 +8,13 @@ from typing import Any
 import numpy as np
 
 from ..autograd import Function, Grads, sum_to_shape
+from ..backends import Backend
 from ..errors import ShapeError
 from ..tensor import Array, Tensor
 from .promote import promote
 
 
-def _stacked(xp: Any, a: Array, b: Array) -> Array:
+def _stacked(backend: Backend, a: Array, b: Array) -> Array:
     """``a @ b`` for stacks of matrices, copying a strided stack first where that pays.
 
     NumPy's batched matmul hands a matrix to BLAS only when its rows are contiguous in
@@ -25,11 +26,12 @@ def _stacked(xp: Any, a: Array, b: Array) -> Array:
     cache, where the copy would move as many bytes as the product reads. 2-D products pass
     transposes to BLAS as a flag and need none of this (the callers test ``ndim`` first).
     """
+    xp = backend.xp
     if a.ndim > 2 and not _blas_reads_in_place(xp, a) and (b.shape[-1] if b.ndim > 1 else 1) >= _REUSE:
         a = xp.ascontiguousarray(a)
     if b.ndim > 2 and not _blas_reads_in_place(xp, b) and (a.shape[-2] if a.ndim > 1 else 1) >= _REUSE:
         b = xp.ascontiguousarray(b)
-    return a @ b
+    return backend.matmul(a, b)
 
 
 def _blas_reads_in_place(xp: Any, a: Array) -> bool:
@@ -62,7 +64,7 @@ class MatMul(Function):
     def forward(ctx: Function, a: Array, b: Array) -> Array:
         ctx.save_for_backward(a, b)
         try:
-            return a @ b if a.ndim <= 2 and b.ndim <= 2 else _stacked(ctx.xp, a, b)
+            return ctx.backend.matmul(a, b) if a.ndim <= 2 and b.ndim <= 2 else _stacked(ctx.backend, a, b)
         except ValueError:
             pass  # explain NumPy's terse message in the user's terms
         if a.ndim == 0 or b.ndim == 0:
@@ -83,8 +85,9 @@ class MatMul(Function):
     def backward(ctx: Function, grad: Array) -> Grads:
         a, b = ctx.saved
         need_a, need_b = ctx.needs_input_grad
+        mm = ctx.backend.matmul
         if a.ndim == 2 and b.ndim == 2:  # the common case, without the general machinery
-            return (grad @ b.T if need_a else None), (a.T @ grad if need_b else None)
+            return (mm(grad, b.T) if need_a else None), (mm(a.T, grad) if need_b else None)
         xp = ctx.xp
         if a.ndim == 1 and b.ndim == 1:  # dot product: grad is a scalar
             return (grad * b if need_a else None), (grad * a if need_b else None)
@@ -100,15 +103,15 @@ class MatMul(Function):
             g = xp.ascontiguousarray(g)  # one copy for both products (a GPU launch saved too)
         ga = gb = None
         if need_a:
-            ga = sum_to_shape(_stacked(xp, g, xp.swapaxes(b2, -1, -2)), a2.shape).reshape(a.shape)
+            ga = sum_to_shape(_stacked(ctx.backend, g, xp.swapaxes(b2, -1, -2)), a2.shape).reshape(a.shape)
         if need_b:
             if b2.ndim == 2 and a2.ndim > 2:
                 # X (..., n) @ W (n, m), as in a Linear layer: fold the batch axes into one
                 # matrix product instead of a batch of products summed afterwards.
                 n, m = b2.shape
-                gb = a2.reshape(-1, n).T @ g.reshape(-1, m)
+                gb = mm(a2.reshape(-1, n).T, g.reshape(-1, m))
             else:
-                gb = sum_to_shape(_stacked(xp, xp.swapaxes(a2, -1, -2), g), b2.shape)
+                gb = sum_to_shape(_stacked(ctx.backend, xp.swapaxes(a2, -1, -2), g), b2.shape)
             gb = gb.reshape(b.shape)
         return ga, gb
 
@@ -142,7 +145,7 @@ class Linear(Function):
     @staticmethod
     def forward(ctx: Function, x: Array, weight: Array, bias: Array | None) -> Array:
         x2 = x.reshape(-1, x.shape[-1])
-        y = x2 @ weight.T  # BLAS reads W^T in place: no copy
+        y = ctx.backend.matmul(x2, weight.T)  # BLAS reads W^T in place: no copy
         if bias is not None:
             y += bias  # y is fresh: add in place instead of allocating another (N, out)
         ctx.save_for_backward(x2, weight)
@@ -153,8 +156,8 @@ class Linear(Function):
         x2, weight = ctx.saved
         need_x, need_w, need_b = ctx.needs_input_grad
         g2 = grad.reshape(-1, weight.shape[0])
-        gx = (g2 @ weight).reshape(*grad.shape[:-1], weight.shape[1]) if need_x else None
-        gw = g2.T @ x2 if need_w else None
+        gx = ctx.backend.matmul(g2, weight).reshape(*grad.shape[:-1], weight.shape[1]) if need_x else None
+        gw = ctx.backend.matmul(g2.T, x2) if need_w else None
         gb = g2.sum(axis=0) if need_b else None
         return gx, gw, gb
 

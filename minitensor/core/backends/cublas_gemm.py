@@ -1,0 +1,161 @@
+"""float32 matrix products on bfloat16 tensor cores: ``set_float32_matmul_precision("medium")``
+on a GPU, by one call of cuBLAS's ``cublasGemmStridedBatchedEx``.
+
+PyTorch's "medium" lets a float32 product round its inputs to bfloat16 (8 bits of mantissa, the
+exponent and so the range of float32) and sum the products in float32, on the tensor cores'
+bfloat16 path, about twice the TF32 path's rate on an A100 or H100. cuBLAS offers it as the
+compute type ``CUBLAS_COMPUTE_32F_FAST_16BF`` for float32 data; CuPy's own products never ask for
+it (its compute-type setting maps "BF16" to plain float32 for float32 data), so minitensor's
+products (``ops/matmul.py``, through ``Backend.matmul``) make the call themselves here.
+
+cuBLAS reads matrices column-major (Fortran order) and NumPy lays them out row-major, so a
+row-major C = A B is computed as its transpose, the column-major C^T = B^T A^T, which has the
+very memory of the row-major C. Each operand's memory serves as it is, without a copy, where it
+is one of two layouts:
+
+- rows contiguous (row-major, rows ``ld`` numbers apart): seen column-major, the memory of a
+  row-major X is X^T, taken with ``CUBLAS_OP_N``;
+- columns contiguous (a transposed view, such as attention's K^T or Linear's W^T): the memory is
+  X column-major, taken with ``CUBLAS_OP_T``.
+
+A stack of matrices (batched products, attention's heads) must lie evenly spaced, one stride
+apart, or be one matrix broadcast over the stack (stride 0); any other operand is copied first.
+``gemm_arguments`` works this out from shapes and strides alone, so the tests check it on the CPU
+by running the same call in NumPy (``tests/test_cublas_gemm.py``); ``launch`` makes it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+import numpy
+
+Array = Any  # a CuPy array (NumPy's in the tests)
+
+CUBLAS_OP_N, CUBLAS_OP_T = 0, 1
+CUDA_R_32F = 0  # cudaDataType_t (library_types.h)
+CUBLAS_COMPUTE_32F_FAST_16BF = 75  # cublasComputeType_t (cublas_api.h)
+CUBLAS_GEMM_DEFAULT_TENSOR_OP = 99
+_INT32_MAX = 2**31 - 1
+
+
+class Operand(NamedTuple):
+    """How cuBLAS reads one operand: the array whose memory it reads (the operand itself, or a
+    contiguous copy), its ``trans`` flag, leading dimension and stride between matrices."""
+
+    array: Any
+    trans: int
+    ld: int
+    stride: int
+
+
+class GemmArguments(NamedTuple):
+    """One ``cublasGemmStridedBatchedEx`` call computing out (batch..., M, N) = a @ b: cuBLAS's
+    m, n, k are N, M, K, its first operand is ``b``'s memory and its second ``a``'s."""
+
+    shape: tuple[int, ...]  # the output's
+    m: int
+    n: int
+    k: int
+    first: Operand  # b
+    second: Operand  # a
+    ldc: int
+    stride_c: int
+    batch_count: int
+
+
+def gemm_arguments(xp: Any, a: Array, b: Array) -> GemmArguments | None:
+    """The call for a (..., M, K) @ b (..., K, N), float32, or None where a plain ``a @ b``
+    should take it (fewer than two axes, no element, shapes that do not fit: ``a @ b`` gives
+    NumPy's answer or error; sizes beyond cuBLAS's 32-bit counts)."""
+    if a.ndim < 2 or b.ndim < 2 or a.shape[-1] != b.shape[-2] or not (a.size and b.size):
+        return None
+    try:
+        batch = tuple(numpy.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
+    except ValueError:
+        return None
+    (M, K), N = a.shape[-2:], b.shape[-1]
+    count = math.prod(batch)
+    if max(M, N, K, count) > _INT32_MAX:
+        return None
+    return GemmArguments(
+        batch + (M, N), N, M, K, _operand(xp, b, batch), _operand(xp, a, batch), N, M * N, count
+    )  # fmt: skip
+
+
+def _operand(xp: Any, x: Array, batch: tuple[int, ...]) -> Operand:
+    """How cuBLAS reads ``x`` (..., R, C) broadcast to the stack ``batch`` (see the module's
+    docstring): in place where its layout allows, else from a contiguous copy."""
+    R, C = x.shape[-2:]
+    lead = (1,) * (len(batch) - (x.ndim - 2)) + tuple(x.shape[:-2])
+    if any(n != 1 for n in lead) and lead != batch:  # broadcast along some batch axes only
+        x = xp.ascontiguousarray(xp.broadcast_to(x, batch + (R, C)))
+        lead = batch
+    found = _layout(x)
+    if found is not None:
+        trans, ld = found
+        stride = _stack_stride(x)
+        if stride is not None:
+            return Operand(x, trans, ld, stride)
+    x = xp.ascontiguousarray(x)
+    return Operand(x, CUBLAS_OP_N, C, 0 if all(n == 1 for n in lead) else R * C)
+
+
+def _layout(x: Array) -> tuple[int, int] | None:
+    """(trans, ld) of one matrix of ``x`` as it lies in memory, or None when it lies otherwise."""
+    R, C = x.shape[-2:]
+    size = x.itemsize
+    row, column = x.strides[-2:]
+    if row % size or column % size or row < 0 or column < 0:
+        return None
+    row, column = row // size, column // size
+    if (C == 1 or column == 1) and (R == 1 or row >= C):  # rows contiguous, ld apart
+        return CUBLAS_OP_N, max(row if R > 1 else C, C, 1)
+    if (R == 1 or row == 1) and (C == 1 or column >= R):  # columns contiguous
+        return CUBLAS_OP_T, max(column if C > 1 else R, R, 1)
+    return None
+
+
+def _stack_stride(x: Array) -> int | None:
+    """The distance, in numbers, between successive matrices of the stack ``x`` flattened over
+    its batch axes: 0 for one matrix (or one broadcast over the stack), None when they are not
+    evenly spaced."""
+    axes = [(n, s) for n, s in zip(x.shape[:-2], x.strides[:-2], strict=True) if n != 1]
+    if all(s == 0 for _, s in axes):
+        return 0
+    expected = axes[-1][1]
+    for n, s in reversed(axes):
+        if s != expected:
+            return None
+        expected = s * n
+    stride = axes[-1][1]
+    return stride // x.itemsize if stride > 0 and stride % x.itemsize == 0 else None
+
+
+def bf16_matmul(xp: Any, a: Array, b: Array) -> Array:
+    """a @ b for float32 CuPy arrays on bfloat16 tensor cores (``CUBLAS_COMPUTE_32F_FAST_16BF``):
+    the inputs rounded to bfloat16, the products summed in float32, a float32 result. Falls
+    back to ``a @ b`` where ``gemm_arguments`` says so."""
+    call = gemm_arguments(xp, a, b)
+    if call is None:
+        return a @ b
+    out = xp.empty(call.shape, dtype=numpy.float32)
+    launch(xp, call, out)
+    return out
+
+
+def launch(xp: Any, call: GemmArguments, out: Array) -> None:
+    """The cuBLAS call itself, on CuPy's handle (and so its current stream): out = a @ b."""
+    one, zero = numpy.ones(1, numpy.float32), numpy.zeros(1, numpy.float32)  # read at the call
+    first, second = call.first, call.second
+    xp.cuda.cublas.gemmStridedBatchedEx(
+        xp.cuda.get_cublas_handle(),
+        first.trans, second.trans, call.m, call.n, call.k,
+        one.ctypes.data,
+        first.array.data.ptr, CUDA_R_32F, first.ld, first.stride,
+        second.array.data.ptr, CUDA_R_32F, second.ld, second.stride,
+        zero.ctypes.data,
+        out.data.ptr, CUDA_R_32F, call.ldc, call.stride_c,
+        call.batch_count, CUBLAS_COMPUTE_32F_FAST_16BF, CUBLAS_GEMM_DEFAULT_TENSOR_OP,
+    )  # fmt: skip

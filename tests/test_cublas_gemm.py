@@ -1,0 +1,102 @@
+"""``backends/cublas_gemm.py``: the cuBLAS call behind ``set_float32_matmul_precision("medium")``.
+
+Without a GPU the call itself cannot run, so ``run_like_cublas`` (``fake_cupy.py``) runs it in
+NumPy as cuBLAS defines it (column-major matrices read from each operand's memory with its own ``trans``, ``ld``
+and stride between matrices, the inputs rounded to bfloat16 and the products summed in float32):
+if the arguments that ``gemm_arguments`` works out from shapes and strides were wrong, the
+product would be. Every layout ``ops/matmul.py`` hands over is tried: contiguous, transposed
+views, head-split views, broadcast stacks, padded rows.
+"""
+
+import numpy as np
+import pytest
+from fake_cupy import run_like_cublas, to_bfloat16
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from minitensor.backends.cublas_gemm import CUBLAS_OP_N, gemm_arguments
+
+
+def rand(rng, *shape):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def layouts(rng):
+    """(name, a, b): the operands ops/matmul.py and the layers hand to a product."""
+    q = rand(rng, 2, 7, 3, 8).transpose(0, 2, 1, 3)  # (2, 3, 7, 8), heads split from the features
+    w = rand(rng, 6, 8)
+    stack = rand(rng, 2, 3, 5, 8)
+    yield "2-D", rand(rng, 7, 8), rand(rng, 8, 5)
+    yield "Linear: X W^T (a transposed view)", rand(rng, 7, 8), w.T
+    yield "Linear backward: G^T X", rand(rng, 7, 6).T, rand(rng, 7, 8)
+    yield "scores Q K^T", stack, rand(rng, 2, 3, 9, 8).swapaxes(-1, -2)
+    yield "weights @ V", rand(rng, 2, 3, 5, 9), rand(rng, 2, 3, 9, 4)
+    yield "head-split queries (copied)", q, rand(rng, 2, 3, 8, 4)
+    yield "a stack times one matrix", stack, rand(rng, 8, 4)
+    yield "one matrix times a stack", rand(rng, 5, 8), rand(rng, 2, 3, 8, 4)
+    yield "broadcast along one axis (copied)", rand(rng, 2, 1, 5, 8), rand(rng, 1, 3, 8, 4)
+    yield "a stack from broadcast_to (stride 0)", np.broadcast_to(rand(rng, 5, 8), (4, 5, 8)), rand(rng, 4, 8, 3)
+    yield "padded rows (a column slice)", rand(rng, 7, 12)[:, :8], rand(rng, 8, 10)[:, 2:7]
+    yield "a row and a column", rand(rng, 1, 8), rand(rng, 8, 1)
+    yield "decoding: one query", rand(rng, 2, 3, 1, 8), rand(rng, 2, 3, 8, 40)
+    yield "reversed rows (copied)", rand(rng, 7, 8)[::-1], rand(rng, 8, 5)
+
+
+@pytest.mark.parametrize("case", [name for name, _, _ in layouts(np.random.default_rng(0))])
+def test_the_arguments_compute_a_at_b(case):
+    a, b = next((a, b) for name, a, b in layouts(np.random.default_rng(0)) if name == case)
+    call = gemm_arguments(np, a, b)
+    want = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    np.testing.assert_allclose(run_like_cublas(call, bfloat16=False), want, rtol=1e-5, atol=1e-5)
+    # on bfloat16 inputs: 8 bits of mantissa, an error of about 2^-9 per input, summed in float32
+    np.testing.assert_allclose(run_like_cublas(call), want, rtol=0, atol=0.05 * np.abs(want).max() + 1e-3)
+
+
+def test_operands_are_read_in_place_where_their_layout_allows():
+    rng = np.random.default_rng(1)
+    x, w = rand(rng, 7, 8), rand(rng, 6, 8)
+    call = gemm_arguments(np, x, w.T)
+    assert call.first.array.base is w and call.second.array is x  # no copy of either
+    assert (call.first.trans, call.second.trans) != (CUBLAS_OP_N, CUBLAS_OP_N)  # W^T read as W, transposed
+    stack, one = rand(rng, 2, 3, 5, 8), rand(rng, 8, 4)
+    call = gemm_arguments(np, stack, one)
+    assert call.second.stride == 5 * 8 and call.first.stride == 0 and call.batch_count == 6
+
+
+@pytest.mark.parametrize(
+    "a_shape, b_shape",
+    [((3,), (3, 4)), ((2, 3), (4, 5)), ((0, 3), (3, 4)), ((2, 0), (0, 4)), ((2, 2, 3), (3, 3, 4))],
+)
+def test_what_cublas_should_not_take_falls_back_to_a_at_b(a_shape, b_shape):
+    """A vector, shapes that do not fit or do not broadcast, no element: ``a @ b`` answers (or
+    raises, in words ops/matmul.py turns into minitensor's)."""
+    assert gemm_arguments(np, np.ones(a_shape, np.float32), np.ones(b_shape, np.float32)) is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    batch_a=st.sampled_from([(), (1,), (3,), (2, 3), (2, 1), (1, 3)]),
+    batch_b=st.sampled_from([(), (1,), (3,), (2, 3), (2, 1), (1, 3)]),
+    M=st.integers(1, 6),
+    K=st.integers(1, 6),
+    N=st.integers(1, 6),
+    transpose_a=st.booleans(),
+    transpose_b=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_any_layout_and_broadcast(batch_a, batch_b, M, K, N, transpose_a, transpose_b, seed):
+    try:
+        np.broadcast_shapes(batch_a, batch_b)
+    except ValueError:
+        return
+    rng = np.random.default_rng(seed)
+    a = rand(rng, *batch_a, K, M).swapaxes(-1, -2) if transpose_a else rand(rng, *batch_a, M, K)
+    b = rand(rng, *batch_b, N, K).swapaxes(-1, -2) if transpose_b else rand(rng, *batch_b, K, N)
+    want = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    np.testing.assert_allclose(run_like_cublas(gemm_arguments(np, a, b), bfloat16=False), want, rtol=1e-5, atol=1e-5)
+
+
+def test_bfloat16_rounding_keeps_8_bits():
+    x = np.array([1.0, 1 + 2**-8, 1 + 2**-7, 3.14159265, -2.5e-3, 1e30], np.float32)
+    y = to_bfloat16(x)
+    assert y[0] == 1.0 and y[1] == 1.0 and y[2] == 1 + 2**-7  # 1 + 2^-8 is a tie: to even
+    np.testing.assert_allclose(y, x, rtol=2**-8)
