@@ -704,7 +704,8 @@ def nanogpt_benchmark(device, quick, nanogpt_dir=NANOGPT_DIR):
     pinned upload, ``loss.item()`` every 10 iterations) in float32 and in bfloat16 autocast
     (its default on a GPU that has bfloat16), from the same weights after checking that both
     compute the same loss. minitensor runs at the preset's ``--matmul-precision high`` (TF32,
-    as nanoGPT) and at ``highest``, and once more at TF32 with its attention streamed
+    as nanoGPT), at ``highest``, at ``medium`` (its products on bfloat16 tensor cores, beside
+    nanoGPT's bfloat16 autocast), and once more at TF32 with its attention streamed
     (``--fused on``: the CUDA attention kernels with the weights' dropout inside, three launches
     an attention each way where the plain path at context 256, which ``--fused auto`` takes,
     runs some 30 CuPy operators with cuBLAS's products; nanoGPT runs SDPA's fused kernel).
@@ -748,6 +749,9 @@ def nanogpt_benchmark(device, quick, nanogpt_dir=NANOGPT_DIR):
         cases["minitensor, TF32"] = mt_iterations("high")
         cases["minitensor, float32"] = mt_iterations("highest")
         cases["minitensor, TF32, attention streamed"] = mt_iterations("high", fused=True)
+        # bfloat16 tensor cores for minitensor's products (backends/cublas_gemm.py): the stretch's
+        # counterpart of nanoGPT's bfloat16 autocast (whose activations are bfloat16 too)
+        cases["minitensor, bfloat16 products (medium)"] = mt_iterations("medium")
         n_params = sum(int(p.numel()) for p in state.model.parameters())
         if device.torch_device is not None:
             nanogpt = load_nanogpt(nanogpt_dir)
@@ -831,20 +835,21 @@ def nanogpt_benchmark(device, quick, nanogpt_dir=NANOGPT_DIR):
         mt.set_float32_matmul_precision("highest")
         for layer in attention_layers:
             layer.fused = "auto"
-    reference = stats.get("nanoGPT, float32 (TF32)")
+    references = {
+        f"/ {name}": stats[name] for name in ("nanoGPT, float32 (TF32)", "nanoGPT, bfloat16 autocast") if name in stats
+    }
     rows = []
     for name, st in stats.items():
-        row = [name, format_time(st.median / NANOGPT_ITERATIONS)]
-        if reference is not None:
-            row.append(format_ratio(st.median / reference.median))
-        rows.append(row)
+        rows.append([name, format_time(st.median / NANOGPT_ITERATIONS)])
+        rows[-1] += [format_ratio(st.median / ref.median) for ref in references.values()]
     print_table(
-        ["what", "per iteration"] + (["/ nanoGPT float32"] if reference is not None else []),
+        ["what", "per iteration", *references],
         rows,
         title=f"nanoGPT's shakespeare_char GPU recipe ({config.num_blks} x {config.num_hiddens}, "
         f"{config.num_heads} heads, context {config.lm_num_steps}, batch {config.batch_size}, dropout "
         f"{config.dropout:g}) on {device.name}: median time per training iteration "
-        f"({NANOGPT_ITERATIONS} back to back per sample); target minitensor TF32 <= 1.5x nanoGPT float32",
+        f"({NANOGPT_ITERATIONS} back to back per sample); target minitensor TF32 <= 1.5x nanoGPT float32, "
+        "stretch bfloat16 <= 1.5x nanoGPT bfloat16",
     )
     return rows
 

@@ -27,6 +27,7 @@ def test_the_benchmarks_run_on_the_cpu_and_check_their_results():
     assert "naive/mt" in out and "Training step (forward + loss + backward + Adam) on cpu" in out
     assert "Dropout (mask and product) on cpu" in out and "everything passed" in out
     assert "nanoGPT's shakespeare_char GPU recipe" in out and "minitensor, TF32" in out
+    assert "minitensor, bfloat16 products (medium)" in out
     assert "Streamed causal attention with a relative bias" in out and "learned/no bias" in out
     assert "relative bias: gradients agree with the plain path" in out
     if "torch not installed" not in out:
