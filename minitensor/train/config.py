@@ -260,8 +260,8 @@ class TrainConfig:
     clip_grad_norm: float | None = setting(1.0, optional(number(0)))  # 0 or None: no clipping
     # running
     device: str = setting("cpu", identifier, resumable=True)
-    # float32 matrix products on a GPU: "high" lets them use TF32 tensor cores (nanoGPT's train.py does;
-    # "medium" is the same with CuPy); "highest" keeps float32 (mt.set_float32_matmul_precision); the CPU ignores it
+    # float32 matrix products on a GPU: "high" lets them use TF32 tensor cores (nanoGPT's train.py does),
+    # "medium" bfloat16 ones; "highest" keeps float32 (mt.set_float32_matmul_precision); the CPU ignores it
     matmul_precision: str = setting("highest", one_of(PRECISIONS), resumable=True)
     # processes training one model (data parallelism over MPI, train/distributed.py); a resumed
     # run may use another number: the global minibatches, and so the run, are the same
