@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import minitensor as mt
 
-sdpa = importlib.import_module("minitensor.ops.sdpa")
+sdpa = importlib.import_module("minitensor.nn.sdpa")
 fa = importlib.import_module("minitensor.ops.flash_attention")
 attend = F.scaled_dot_product_attention
 

@@ -885,7 +885,7 @@ print(
 #   `StreamPlan` (`visits`, `scores`, `bias`, `weights`), `stream_plan`, `BLOCK_Q`, `BLOCK_K`.
 # - `minitensor/core/nn/attention.py`: `MultiHeadAttention(fused=...)`, `why_not_fused`,
 #   `attention_weights_for`, `_attend_streamed`, `plain_attention`.
-# - `minitensor/core/ops/sdpa.py`: `F.scaled_dot_product_attention`, PyTorch's call over the two
+# - `minitensor/core/nn/sdpa.py`: `F.scaled_dot_product_attention`, PyTorch's call over the two
 #   paths (`stream_pays` and `FUSED_MIN_LENGTH`, in `flash_attention.py`, pick for it and for the layers).
 # - `minitensor/core/ops/softmax.py` and `minitensor/core/kernels/cpu.py`: the masked softmax the
 #   stream reproduces.

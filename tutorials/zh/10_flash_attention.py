@@ -638,7 +638,7 @@ print(
 #
 # - `minitensor/core/ops/flash_attention.py`：`flash_attention`（`return_lse=`、`block_q=`、`block_k=`），`FlashAttention`（前向循环和反向传播，采用 FlashAttention-2 的循环顺序），`StreamPlan`（`visits`、`scores`、`bias`、`weights`），`stream_plan`，`BLOCK_Q`，`BLOCK_K`。
 # - `minitensor/core/nn/attention.py`：`MultiHeadAttention(fused=...)`、`why_not_fused`、`attention_weights_for`、`_attend_streamed`、`plain_attention`。
-# - `minitensor/core/ops/sdpa.py`：`F.scaled_dot_product_attention`，PyTorch 的调用，在两条路径之上（`flash_attention.py` 中的 `stream_pays` 和 `FUSED_MIN_LENGTH` 为它和各个层做选择）。
+# - `minitensor/core/nn/sdpa.py`：`F.scaled_dot_product_attention`，PyTorch 的调用，在两条路径之上（`flash_attention.py` 中的 `stream_pays` 和 `FUSED_MIN_LENGTH` 为它和各个层做选择）。
 # - `minitensor/core/ops/softmax.py` 和 `minitensor/core/kernels/cpu.py`：流式计算所复现的掩蔽 softmax。
 # - `minitensor/core/kernels/cuda/attention.cu`（及 `docs/gpu.md`）：同一个算法写成的 CUDA 计算内核，GPU 用它代替分块循环：每个（样本、头、64 个查询的分块）一个线程块，每一行放在两个或四个线程的寄存器里，键以 32 个为一块流经共享内存，掩蔽和相对偏置表都在计算内核内部施加；反向传播按键的分块分配线程块，因此没有两个线程块往同一块内存里累加。序列太短、填不满 GPU 时，每一行的键分给至多四组线程，各组维护自己的当前最大值、累计和与输出，最后用同样的重新缩放规则合并：各自乘以 exp(自己的最大值 − 较大的最大值)，再相加。
 # - `minitensor/train/config.py`：`TrainConfig.fused`（`--fused`）、`LM_RECIPE`、`lm_num_steps`（`--lm-num-steps`）。

@@ -19,7 +19,7 @@ from ..ops import (  # noqa: F401  (re-exported)
     softmax,
     tanh,
 )
-from ..ops.sdpa import scaled_dot_product_attention
+from .sdpa import scaled_dot_product_attention
 
 __all__ = [
     "conv1d",

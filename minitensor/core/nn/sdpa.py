@@ -43,13 +43,9 @@ from typing import Any
 import numpy
 
 from ..errors import DeviceError, DTypeError, ShapeError
+from ..ops import add, dropout, expand, masked_softmax, matmul, reshape, swapaxes, unsqueeze
+from ..ops.flash_attention import FlashAttention, stream_pays, stream_plan
 from ..tensor import Tensor
-from .dropout import dropout
-from .elementwise import add
-from .flash_attention import FlashAttention, stream_pays, stream_plan
-from .matmul import matmul
-from .shape import expand, reshape, swapaxes, unsqueeze
-from .softmax import masked_softmax
 
 _OP = "scaled_dot_product_attention"
 
