@@ -804,7 +804,8 @@ def _add_train_parser(sub, common, help_recipe=None):
         "--matmul-precision",
         choices=PRECISIONS,
         help="float32 matrix products on a GPU: high lets them use TF32 tensor cores (faster, ~1e-3 relative "
-        "error), medium bfloat16 ones (faster still, 8x TF32's error); highest (the default) keeps float32; the CPU ignores it",
+        "error), medium bfloat16 ones (faster still, 8x TF32's error); highest (the default) keeps float32; "
+        "the CPU ignores it",
     )
     run.add_argument(
         "--eval-interval",
