@@ -750,8 +750,11 @@ def nanogpt_benchmark(device, quick, nanogpt_dir=NANOGPT_DIR):
         cases["minitensor, float32"] = mt_iterations("highest")
         cases["minitensor, TF32, attention streamed"] = mt_iterations("high", fused=True)
         # bfloat16 tensor cores for minitensor's products (backends/cublas_gemm.py): the stretch's
-        # counterpart of nanoGPT's bfloat16 autocast (whose activations are bfloat16 too)
-        cases["minitensor, bfloat16 products (medium)"] = mt_iterations("medium")
+        # counterpart of nanoGPT's bfloat16 autocast (whose activations are bfloat16 too). Its cuBLAS
+        # call runs here for the first time on a GPU: if it fails, the rest of the table still comes
+        medium_failure = probe_medium(device)
+        if medium_failure is None:
+            cases["minitensor, bfloat16 products (medium)"] = mt_iterations("medium")
         n_params = sum(int(p.numel()) for p in state.model.parameters())
         if device.torch_device is not None:
             nanogpt = load_nanogpt(nanogpt_dir)
@@ -851,7 +854,33 @@ def nanogpt_benchmark(device, quick, nanogpt_dir=NANOGPT_DIR):
         f"({NANOGPT_ITERATIONS} back to back per sample); target minitensor TF32 <= 1.5x nanoGPT float32, "
         "stretch bfloat16 <= 1.5x nanoGPT bfloat16",
     )
+    if medium_failure is not None:
+        raise RuntimeError(f"the recipe at matmul precision medium did not run: {medium_failure}")
     return rows
+
+
+def probe_medium(device):
+    """None if a float32 product at precision "medium" (cuBLAS's bfloat16 path) runs on ``device``
+    and is within bfloat16's error of the float32 one, else what went wrong (printed)."""
+    import minitensor as mt
+
+    rng = np.random.default_rng(0)
+    a, b = (mt.tensor(rng.standard_normal((256, 512)), dtype=mt.float32, device=device.name) for _ in range(2))
+    try:
+        mt.set_float32_matmul_precision("highest")
+        exact = (a @ b.T).numpy()
+        mt.set_float32_matmul_precision("medium")
+        error = float(np.abs((a @ b.T).numpy() - exact).max() / np.abs(exact).max())
+    except Exception as e:  # (a cuBLAS error, say)
+        failure = f"{type(e).__name__}: {e}"
+    else:
+        failure = None if error < 3e-2 else f"relative error {error:.1e}, more than bfloat16's"
+        print(f"[matmul precision medium] a (256, 512) x (512, 256) product: relative error {error:.1e}")
+    finally:
+        mt.set_float32_matmul_precision("highest")
+    if failure:
+        print(f"[matmul precision medium] FAILED: {failure}")
+    return failure
 
 
 def main(argv=None):
