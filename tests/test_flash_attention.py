@@ -520,6 +520,30 @@ def test_auto_streams_long_sequences_only_where_exact():
     assert additive._stream is None
 
 
+def test_auto_keeps_a_dense_mask_on_the_plain_path_on_a_gpu(monkeypatch):
+    """The GPU's kernels take valid_lens and causal but no bool mask; streaming one there would
+    be a loop over tiles of CuPy operators, thousands of launches: "auto" takes the plain path
+    (the CPU streams it), and fused=True still streams it."""
+    from fake_cupy import fake_cuda_backend
+
+    from minitensor import backends
+
+    monkeypatch.setitem(backends._BACKENDS, "cuda", fake_cuda_backend())
+    T = nn.attention.FUSED_MIN_LENGTH
+    for device, streams in (("cuda", False), ("cpu", True)):
+        mt.manual_seed(0)
+        layer = nn.MultiHeadAttention(8, 2).to(device)
+        X, mask = mt.randn(1, T, 8, device=device), mt.ones(1, T, T, dtype=mt.bool, device=device)
+        with mt.no_grad():
+            layer(X, X, X, mask=mask)
+            assert (layer._stream is not None) == streams, device
+            layer(X, X, X, valid_lens=mt.tensor([T - 3], device=device))
+            assert layer._stream is not None, device  # lengths: the kernels take them
+            layer.fused = True
+            layer(X, X, X, mask=mask)
+            assert layer._stream is not None, device
+
+
 def test_fused_true_says_why_it_cannot_stream():
     with pytest.raises(ValueError, match="scorer 'additive'"):
         nn.MultiHeadAttention(8, 2, scorer="additive", fused=True)

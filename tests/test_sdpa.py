@@ -239,6 +239,24 @@ def test_no_keys_or_no_queries(path, L, S):
     assert q.grad.shape == q.shape and k.grad.shape == k.shape and not q.grad.numpy().any()
 
 
+def test_on_a_gpu_a_bool_mask_takes_the_plain_path(monkeypatch):
+    """The GPU's attention kernels take no dense mask, and the stream's loop over tiles of CuPy
+    operators would launch thousands of kernels: the plain path runs (on the CPU the stream)."""
+    from fake_cupy import fake_cuda_backend
+
+    from minitensor import backends
+
+    monkeypatch.setitem(backends._BACKENDS, "cuda", fake_cuda_backend())
+    ran = []
+    monkeypatch.setattr(sdpa, "_streamed", lambda *args: ran.append("stream") or args[0])
+    monkeypatch.setattr(sdpa, "_plain", lambda *args: ran.append("plain") or args[0])
+    for device in ("cuda", "cpu"):
+        q, mask = mt.zeros(1, 2, 400, 4, device=device), mt.ones(400, 400, dtype=mt.bool, device=device)
+        F.scaled_dot_product_attention(q, q, q, attn_mask=mask)
+        F.scaled_dot_product_attention(q, q, q, is_causal=True)
+    assert ran == ["plain", "stream", "stream", "stream"]
+
+
 def test_broadcast_batch_axes_take_the_plain_path(monkeypatch):
     monkeypatch.setattr(sdpa, "_streamed", lambda *args: pytest.fail("streamed"))
     q, k = mt.randn(2, 3, 5, 4), mt.randn(1, 3, 5, 4)

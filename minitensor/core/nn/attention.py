@@ -42,6 +42,7 @@ from ..ops.flash_attention import (  # noqa: F401  (FUSED_MIN_LENGTH re-exported
     FlashAttention,
     StreamPlan,
     fits_one_tile,
+    pays_with_mask,
     pick_indices,
     stream_plan,
 )
@@ -456,7 +457,8 @@ class MultiHeadAttention(Module):
     grouped heads and "scores" encodings with ``relative = True`` (through their
     ``relative_bias`` and ``window``) included. ``True`` always streams (and says why when
     it cannot), ``False`` never does, and ``"auto"`` (the default) streams where it is
-    exact and faster: Q and K both at least ``FUSED_MIN_LENGTH``. Dropout on the weights in
+    exact and faster: Q and K both at least ``FUSED_MIN_LENGTH``, and on a GPU no dense bool
+    ``mask`` (its kernels take ``valid_lens`` and ``causal``, not a mask). Dropout on the weights in
     training happens inside the stream, with the mask the plain path's ``Dropout`` would draw
     (the same seed gives the same numbers either way). A call within one tile on the CPU (Q
     and K at most ``BLOCK_Q`` and ``BLOCK_K``, no "scores" encoding) is the stream's one tile,
@@ -561,8 +563,8 @@ class MultiHeadAttention(Module):
             )
         return None
 
-    def _streams(self, Q: int, K: int) -> bool:
-        """Take the streamed path for Q queries and K keys?"""
+    def _streams(self, Q: int, K: int, mask: bool = False) -> bool:
+        """Take the streamed path for Q queries and K keys (``mask``: with a dense bool mask)?"""
         if self.fused is False:
             return False
         if self.fused is True:
@@ -570,7 +572,7 @@ class MultiHeadAttention(Module):
             if reason:
                 raise ValueError(f"MultiHeadAttention(fused=True): {reason}")
             return True
-        if self.why_not_fused() is not None:
+        if self.why_not_fused() is not None or (mask and not pays_with_mask(self.W_q.weight._backend)):
             return False
         return (Q >= FUSED_MIN_LENGTH and K >= FUSED_MIN_LENGTH) or self._one_tile(Q, K)
 
@@ -761,7 +763,7 @@ class MultiHeadAttention(Module):
             if mask.ndim == 3:  # (batch, Q, K): the same for every head
                 mask = ops.unsqueeze(mask, 1)
         self._stream = None
-        if self._streams(Q, K):
+        if self._streams(Q, K, mask is not None):
             return self.merge_and_project(self._attend_streamed(q, k, v, valid_lens, mask, causal, q_offset, k_offset))
         bias = None
         if self.positional_kind == "scores":

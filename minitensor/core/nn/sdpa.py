@@ -140,7 +140,7 @@ def _streamable(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | N
         return False
     if _heads(query) % _heads(key):
         return False  # query heads broadcast over several key heads
-    return stream_pays(query.shape[-2], key.shape[-2], query._backend)
+    return stream_pays(query.shape[-2], key.shape[-2], query._backend, mask=attn_mask is not None)
 
 
 def _check(

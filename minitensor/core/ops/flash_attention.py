@@ -106,9 +106,21 @@ def fits_one_tile(Q: int, K: int, backend: Backend) -> bool:
     return Q <= BLOCK_Q and K <= BLOCK_K and backend.on_host
 
 
-def stream_pays(Q: int, K: int, backend: Backend) -> bool:
-    """Is streaming Q queries against K keys faster than the plain path (see FUSED_MIN_LENGTH)?"""
+def stream_pays(Q: int, K: int, backend: Backend, mask: bool = False) -> bool:
+    """Is streaming Q queries against K keys faster than the plain path (see FUSED_MIN_LENGTH)?
+    ``mask``: the call has a dense bool mask (see ``pays_with_mask``)."""
+    if mask and not pays_with_mask(backend):
+        return False
     return (Q >= FUSED_MIN_LENGTH and K >= FUSED_MIN_LENGTH) or fits_one_tile(Q, K, backend)
+
+
+def pays_with_mask(backend: Backend) -> bool:
+    """Does the stream pay for a call with a dense bool mask on ``backend``? On the CPU, where the
+    tiles are a few BLAS products each. Not on a GPU: there the stream pays through its CUDA
+    kernels (attention.cu), which take causal and valid_lens but no dense mask, and its loop
+    over tiles of array operations would launch some twenty kernels a tile, thousands a call
+    where the plain path launches a few."""
+    return backend.on_host
 
 
 def _blocks(n: int, size: int) -> list[tuple[int, int]]:
