@@ -448,6 +448,23 @@ def test_the_softmax_family_over_empty_axes(device, shape, axis):
     for y in (x.softmax(axis=axis), x.log_softmax(axis=axis), mt.masked_softmax(x)):
         y.sum().backward()
         assert y.shape == x.grad.shape == shape
+    if axis == -1:  # the sparse poolings too
+        alpha = mt.tensor(1.5, device=device, requires_grad=True)
+        for y in (mt.entmax15(x), mt.sparsemax(x), mt.alpha_entmax(x, 1.3), mt.alpha_entmax(x, alpha)):
+            y.sum().backward()
+            assert y.shape == x.grad.shape == shape
+
+
+@pytest.mark.parametrize("op", ["max", "min", "argmax", "argmin"])
+def test_the_largest_of_nothing_is_refused_by_name(device, op):
+    """A sum over no element is 0, but a max has no answer: an error naming the op and the axis
+    (NumPy's own "zero-size array to reduction operation" would surface as a broadcasting error)."""
+    x = mt.zeros(3, 0, device=device)
+    with pytest.raises(mt.ShapeError, match=rf"{op}: axis 1 of shape \(3, 0\) has no element"):
+        getattr(mt, op)(x, axis=1)
+    with pytest.raises(mt.ShapeError, match=rf"{op}: the tensor of shape \(3, 0\) has no element"):
+        getattr(mt, op)(x)
+    assert getattr(mt, op)(x, axis=0).shape == (0,)  # over the axis that has elements: fine
 
 
 def _masked_reference(scores, keep):

@@ -79,6 +79,9 @@ class Entmax15(Function):
         xp = ctx.xp
         z, allowed, shape = candidate_rows(xp, x, valid_lens, mask, "entmax15")
         K = shape[-1]
+        if K == 0:  # rows of no key: nothing to weigh
+            ctx.save_for_backward(z)
+            return z.reshape(shape)
         z = z / 2
         z_sorted, allowed_sorted = sorted_candidates(xp, z, allowed)
         top = z_sorted[:, :1]  # the row maximum (0 on an empty row)
@@ -125,6 +128,10 @@ class AlphaEntmax(Function):
             am1 = alpha.reshape(()).astype(z.dtype) - 1
             if not float(am1) > 0:  # one explicit sync: a clear error instead of NaN weights
                 raise ValueError(f"alpha_entmax: alpha must be > 1, got {float(am1) + 1}")
+        ctx.am1 = am1
+        if shape[-1] == 0:  # rows of no key: nothing to weigh
+            ctx.save_for_backward(z)
+            return z.reshape(shape)
         X = z * am1
         top = xp.max(xp.where(allowed, X, -xp.inf), axis=-1, keepdims=True)
         top = xp.where(allowed.any(axis=-1, keepdims=True), top, 0)
@@ -147,7 +154,6 @@ class AlphaEntmax(Function):
         total = p.sum(axis=-1, keepdims=True)
         p = p / xp.where(total > 0, total, 1)
         ctx.save_for_backward(p)
-        ctx.am1 = am1
         return p.reshape(shape)
 
     @staticmethod

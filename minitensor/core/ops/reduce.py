@@ -10,6 +10,7 @@ import builtins
 from typing import Any
 
 from ..autograd import Function, Grads
+from ..errors import ShapeError
 from ..tensor import Array, Axes, Tensor
 from .axes import normalize_axes, normalize_axis
 
@@ -22,6 +23,18 @@ def reduced_axes(axis: Axes | None, ndim: int, op: str) -> tuple[int, ...]:
     if type(axis) is int:
         return (normalize_axis(axis, ndim, op),)
     return tuple(sorted(normalize_axes(axis, ndim, op)))
+
+
+def _some(a: Tensor, axis: Axes | None, op: str) -> None:
+    """Refuse a max, min, argmax or argmin over an axis with no element, which has no answer
+    (a sum of nothing is 0; a largest of nothing is not anything), as PyTorch refuses it."""
+    axes = reduced_axes(axis, a.ndim, op)
+    empty = [i for i in axes if a.shape[i] == 0]
+    if empty:
+        where = f"axis {empty[0]}" if axis is not None else "the tensor"
+        raise ShapeError(
+            f"{op}: {where} of shape {tuple(a.shape)} has no element, and the {op} of nothing is undefined"
+        )
 
 
 def _keepdims_shape(shape: tuple[int, ...], axes: tuple[int, ...]) -> tuple[int, ...]:
@@ -129,13 +142,14 @@ def max(a: Tensor, axis: Axes | None = None, keepdims: bool = False) -> Tensor: 
     """z = max_i a_i over ``axis`` (an int, a tuple of ints, or None for every axis), values
     only (see ``argmax`` for positions); ``keepdims`` as for ``sum``. The gradient goes to the
     maxima, shared equally among tied ones (1/m each for m ties)."""
+    _some(a, axis, "max")
     return Max.apply(a, axis=axis, keepdims=keepdims)
 
 
 def min(a: Tensor, axis: Axes | None = None, keepdims: bool = False) -> Tensor:  # noqa: A001
     """The smallest element(s) over ``axis`` (values only; see ``argmin`` for positions),
     computed as min(a) = -max(-a), so tied minima share the gradient as ``max``'s maxima do."""
-    reduced_axes(axis, a.ndim, "min")  # so that an error names min, not max
+    _some(a, axis, "min")  # so that an error names min, not max
     return -Max.apply(-a, axis=axis, keepdims=keepdims)
 
 
@@ -180,6 +194,7 @@ def argmax(a: Tensor, axis: int | None = None, keepdims: bool = False) -> Tensor
     """Positions of the maxima (an int64 tensor, not differentiable)."""
     if axis is not None:
         axis = normalize_axis(axis, a.ndim, "argmax")
+    _some(a, axis, "argmax")
     return ArgMax.apply(a, axis=axis, keepdims=keepdims)
 
 
@@ -187,4 +202,5 @@ def argmin(a: Tensor, axis: int | None = None, keepdims: bool = False) -> Tensor
     """Positions of the minima (an int64 tensor, not differentiable)."""
     if axis is not None:
         axis = normalize_axis(axis, a.ndim, "argmin")
+    _some(a, axis, "argmin")
     return ArgMin.apply(a, axis=axis, keepdims=keepdims)
