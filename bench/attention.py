@@ -40,6 +40,15 @@ Two more tables, minitensor against itself (interleaved the same way):
   Targets: g = 1 takes <= 0.6x the time of g = num_heads; its cache is g / num_heads of
   the bytes.
 
+And one more against PyTorch, the function a PyTorch model attends with:
+``F.scaled_dot_product_attention(q, k, v, is_causal=True)`` (``minitensor.nn.functional``'s, which
+runs the stream or the plain path) against ``torch.nn.functional.scaled_dot_product_attention``,
+forward + backward on the same q, k, v, at the heads of nanoGPT's GPU recipe (6 heads of 64,
+context 256, a batch of 8) and at a longer context (8 heads of 64, 1,024 tokens, a batch of 2),
+after checking that both give the same outputs and gradients. Target: <= 2.0x PyTorch's, the
+stream's own target against SDPA in ``long_attention.py`` (PyTorch's CPU SDPA is one fused C++
+kernel, where the stream is a loop over BLAS-sized tiles).
+
     python bench/attention.py [--quick] [--profile]
 """
 
@@ -273,6 +282,64 @@ def bias_and_decode_tables(X, G, W, rounds, warmup):
     print("\n".join(verdicts))
 
 
+SDPA_SHAPES = {"nanoGPT's heads, T 256": (8, 6, 256, 64), "T 1024": (2, 8, 1024, 64)}  # (batch, heads, T, d)
+SDPA_TARGET = 2.0  # minitensor / torch, forward + backward (long_attention.py's target for the stream)
+
+
+def sdpa_cases(torch, shape, seed=0):
+    """Forward + backward of one causal F.scaled_dot_product_attention call in each library."""
+    rng = np.random.default_rng(seed)
+    arrays = [rng.standard_normal(shape).astype(np.float32) for _ in range(3)]
+    G = rng.standard_normal(shape).astype(np.float32)
+
+    def ours():
+        q, k, v = (mt.tensor(a, requires_grad=True) for a in arrays)
+        out = mt.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        (out * mt.tensor(G)).sum().backward()
+        return [out.numpy(), q.grad.numpy(), k.grad.numpy(), v.grad.numpy()]
+
+    def theirs():
+        q, k, v = (torch.tensor(a, requires_grad=True) for a in arrays)
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        (out * torch.tensor(G)).sum().backward()
+        return [out.detach().numpy(), q.grad.numpy(), k.grad.numpy(), v.grad.numpy()]
+
+    for a, b in zip(ours(), theirs(), strict=True):  # the same work: the same numbers
+        np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-4)
+    return {"minitensor": timed(ours), "torch": timed(theirs)}
+
+
+def timed(fn):
+    def sample():
+        start = time.perf_counter()
+        fn()
+        return time.perf_counter() - start
+
+    return sample
+
+
+def sdpa_table(torch, rounds, warmup):
+    rows, verdicts = [], []
+    for threads in THREAD_COUNTS:
+        for name, shape in SDPA_SHAPES.items():
+            with limit_threads(threads, torch):
+                stats = interleaved(sdpa_cases(torch, shape), rounds, warmup)
+            ratio = stats["minitensor"].median / stats["torch"].median
+            rows.append([threads, name, format_stats(stats["minitensor"]), format_stats(stats["torch"]),
+                         format_ratio(ratio)])  # fmt: skip
+            verdicts.append(
+                f"{verdict(ratio <= SDPA_TARGET)}  {threads} thread(s), {name}: F.scaled_dot_product_attention "
+                f"forward+backward is {ratio:.2f}x torch's (target <= {SDPA_TARGET}x)"
+            )
+    print_table(
+        ["threads", "shape", "minitensor", "torch", "mt/torch"],
+        rows,
+        title="F.scaled_dot_product_attention(q, k, v, is_causal=True), forward + backward, float32: "
+        + ", ".join(f"{name} = (batch, heads, T, d) {shape}" for name, shape in SDPA_SHAPES.items()),
+    )
+    print("\n".join(verdicts))
+
+
 def main():
     import argparse
 
@@ -315,6 +382,8 @@ def main():
             f"torch's (target <= {TARGET}x)"
         )
     bias_and_decode_tables(X, G, W, rounds, warmup)
+    if torch is not None:
+        sdpa_table(torch, max(rounds // 4, 4), warmup)
     if args.profile:
         for threads in THREAD_COUNTS:
             profile(X, G, W, threads)
