@@ -64,6 +64,7 @@ from _common import (
     limit_threads,
     print_header,
     print_table,
+    timed,
     verdict,
 )
 
@@ -307,15 +308,6 @@ def sdpa_cases(torch, shape, seed=0):
     for a, b in zip(ours(), theirs(), strict=True):  # the same work: the same numbers
         np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-4)
     return {"minitensor": timed(ours), "torch": timed(theirs)}
-
-
-def timed(fn):
-    def sample():
-        start = time.perf_counter()
-        fn()
-        return time.perf_counter() - start
-
-    return sample
 
 
 def sdpa_table(torch, rounds, warmup):

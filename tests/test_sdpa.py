@@ -209,6 +209,15 @@ def test_every_device_streams_to_the_formula(case, device, monkeypatch):
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
 
 
+@pytest.fixture
+def paths_taken(monkeypatch):
+    """The paths the calls take, in order ("stream" or "plain"), each returning its queries."""
+    ran = []
+    monkeypatch.setattr(sdpa, "_streamed", lambda *args: ran.append("stream") or args[0])
+    monkeypatch.setattr(sdpa, "_plain", lambda *args: ran.append("plain") or args[0])
+    return ran
+
+
 @pytest.mark.parametrize(
     "L, S, options, streams",
     [
@@ -218,10 +227,8 @@ def test_every_device_streams_to_the_formula(case, device, monkeypatch):
         (16, 16, {"attn_mask": "float"}, False),  # a dense additive mask
     ],
 )
-def test_the_stream_runs_where_it_pays_and_can(monkeypatch, L, S, options, streams):
-    ran = []
-    monkeypatch.setattr(sdpa, "_streamed", lambda *args: ran.append("stream") or args[0])
-    monkeypatch.setattr(sdpa, "_plain", lambda *args: ran.append("plain") or args[0])
+def test_the_stream_runs_where_it_pays_and_can(paths_taken, L, S, options, streams):
+    ran = paths_taken
     q, k = mt.randn(1, 2, L, 4), mt.randn(1, 2, S, 4)
     if options.get("attn_mask") == "float":
         options = {"attn_mask": mt.zeros(L, S)}
@@ -239,7 +246,7 @@ def test_no_keys_or_no_queries(path, L, S):
     assert q.grad.shape == q.shape and k.grad.shape == k.shape and not q.grad.numpy().any()
 
 
-def test_on_a_gpu_a_bool_mask_takes_the_plain_path(monkeypatch):
+def test_on_a_gpu_a_bool_mask_takes_the_plain_path(monkeypatch, paths_taken):
     """The GPU's attention kernels take no dense mask, and the stream's loop over tiles of CuPy
     operators would launch thousands of kernels: the plain path runs (on the CPU the stream)."""
     from fake_cupy import fake_cuda_backend
@@ -247,9 +254,7 @@ def test_on_a_gpu_a_bool_mask_takes_the_plain_path(monkeypatch):
     from minitensor import backends
 
     monkeypatch.setitem(backends._BACKENDS, "cuda", fake_cuda_backend())
-    ran = []
-    monkeypatch.setattr(sdpa, "_streamed", lambda *args: ran.append("stream") or args[0])
-    monkeypatch.setattr(sdpa, "_plain", lambda *args: ran.append("plain") or args[0])
+    ran = paths_taken
     for device in ("cuda", "cpu"):
         q, mask = mt.zeros(1, 2, 400, 4, device=device), mt.ones(400, 400, dtype=mt.bool, device=device)
         F.scaled_dot_product_attention(q, q, q, attn_mask=mask)

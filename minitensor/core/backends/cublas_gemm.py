@@ -91,15 +91,13 @@ def _operand(xp: Any, x: Array, batch: tuple[int, ...]) -> Operand:
     lead = (1,) * (len(batch) - (x.ndim - 2)) + tuple(x.shape[:-2])
     if any(n != 1 for n in lead) and lead != batch:  # broadcast along some batch axes only
         x = xp.ascontiguousarray(xp.broadcast_to(x, batch + (R, C)))
-        lead = batch
-    found = _layout(x)
-    if found is not None:
-        trans, ld = found
-        stride = _stack_stride(x)
-        if stride is not None:
-            return Operand(x, trans, ld, stride)
-    x = xp.ascontiguousarray(x)
-    return Operand(x, CUBLAS_OP_N, C, 0 if all(n == 1 for n in lead) else R * C)
+    found, stride = _layout(x), _stack_stride(x)
+    if found is None or stride is None:
+        x = xp.ascontiguousarray(x)
+        found, stride = _layout(x), _stack_stride(x)
+    assert found is not None and stride is not None  # (a contiguous copy has both)
+    trans, ld = found
+    return Operand(x, trans, ld, stride)
 
 
 def _layout(x: Array) -> tuple[int, int] | None:

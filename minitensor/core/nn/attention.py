@@ -42,8 +42,8 @@ from ..ops.flash_attention import (  # noqa: F401  (FUSED_MIN_LENGTH re-exported
     FlashAttention,
     StreamPlan,
     fits_one_tile,
-    pays_with_mask,
     pick_indices,
+    stream_pays,
     stream_plan,
 )
 from ..tensor import Device, DType, Tensor, tensor
@@ -572,9 +572,10 @@ class MultiHeadAttention(Module):
             if reason:
                 raise ValueError(f"MultiHeadAttention(fused=True): {reason}")
             return True
-        if self.why_not_fused() is not None or (mask and not pays_with_mask(self.W_q.weight._backend)):
+        if self.why_not_fused() is not None:
             return False
-        return (Q >= FUSED_MIN_LENGTH and K >= FUSED_MIN_LENGTH) or self._one_tile(Q, K)
+        # (a "scores" encoding keeps the plain path for one tile: see _one_tile)
+        return stream_pays(Q, K, self.W_q.weight._backend, mask, one_tile=self.positional_kind != "scores")
 
     def _one_tile(self, Q: int, K: int) -> bool:
         """Is a call of Q queries and K keys one tile of the stream on the CPU, whose weights

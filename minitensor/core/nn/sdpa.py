@@ -44,6 +44,7 @@ import numpy
 
 from ..errors import DeviceError, DTypeError, ShapeError
 from ..ops import add, dropout, expand, masked_softmax, matmul, reshape, swapaxes, unsqueeze
+from ..ops.dropout import check_probability
 from ..ops.flash_attention import FlashAttention, stream_pays, stream_plan
 from ..tensor import Tensor
 
@@ -69,9 +70,8 @@ def scaled_dot_product_attention(
     the query heads. Streams (FlashAttention) where that is faster and possible."""
     _check(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
-    if _streamable(query, key, value, attn_mask):
-        return _streamed(query, key, value, attn_mask, float(dropout_p), bool(is_causal), scale)
-    return _plain(query, key, value, attn_mask, float(dropout_p), bool(is_causal), scale)
+    attend = _streamed if _streamable(query, key, value, attn_mask) else _plain
+    return attend(query, key, value, attn_mask, float(dropout_p), bool(is_causal), scale)
 
 
 def _plain(
@@ -216,10 +216,7 @@ def _check(
                 f"{_OP}: attn_mask of shape {tuple(attn_mask.shape)} does not broadcast to the scores "
                 f"(..., L, S) = {full}"
             )
-    if not isinstance(dropout_p, (int, float, numpy.floating)) or isinstance(dropout_p, bool):
-        raise TypeError(f"{_OP}: dropout_p must be a number in [0, 1], got {dropout_p!r}")
-    if not 0.0 <= dropout_p <= 1.0:
-        raise ValueError(f"{_OP}: dropout_p must be a probability in [0, 1], got {dropout_p}")
+    check_probability(_OP, "dropout_p", dropout_p)
     if not isinstance(is_causal, (bool, numpy.bool_)):
         raise TypeError(f"{_OP}: is_causal must be True or False, got {is_causal!r}")
     if is_causal and attn_mask is not None:

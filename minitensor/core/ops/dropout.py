@@ -40,6 +40,15 @@ class Dropout(Function):
         return apply_counter_mask(ctx.backend, grad, *ctx.mask)
 
 
+def check_probability(op: str, name: str, p: Any) -> None:
+    """Refuse a dropout probability ``p`` (the argument ``name`` of ``op``) that is not a number in
+    [0, 1], naming both."""
+    if not isinstance(p, (int, float, numpy.floating)) or isinstance(p, bool):
+        raise TypeError(f"{op}: {name} must be a number in [0, 1], got {p!r}")
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"{op}: {name} must be a probability in [0, 1], got {p}")
+
+
 def counter_mask(backend: Any, p: float) -> tuple[int, int, float]:
     """(seed, threshold, scale) of a counter-based dropout mask of probability ``p``: the seed
     drawn from the backend's generator (on the host: ``mt.manual_seed`` and checkpoints

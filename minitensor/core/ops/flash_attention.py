@@ -81,7 +81,7 @@ from ..autograd import Function, Grads
 from ..backends import Backend
 from ..errors import ShapeError
 from ..tensor import Array, Tensor
-from .dropout import apply_counter_mask, counter_mask
+from .dropout import apply_counter_mask, check_probability, counter_mask
 from .softmax import as_mask_tensors, as_rows
 
 # Tile sizes (queries x keys): large enough that a tile's matrix products run at BLAS speed
@@ -106,21 +106,18 @@ def fits_one_tile(Q: int, K: int, backend: Backend) -> bool:
     return Q <= BLOCK_Q and K <= BLOCK_K and backend.on_host
 
 
-def stream_pays(Q: int, K: int, backend: Backend, mask: bool = False) -> bool:
-    """Is streaming Q queries against K keys faster than the plain path (see FUSED_MIN_LENGTH)?
-    ``mask``: the call has a dense bool mask (see ``pays_with_mask``)."""
-    if mask and not pays_with_mask(backend):
+def stream_pays(Q: int, K: int, backend: Backend, mask: bool = False, one_tile: bool = True) -> bool:
+    """Is streaming Q queries against K keys faster than the plain path? From FUSED_MIN_LENGTH on,
+    and, where ``one_tile`` allows it, for a call that is one tile on the CPU.
+
+    ``mask``: the call has a dense bool mask. The stream pays for one on the CPU, where its tiles
+    are a few BLAS products each, but not on a GPU: there it pays through its CUDA kernels
+    (attention.cu), which take causal and valid_lens but no dense mask, and its loop over tiles
+    of array operations would launch some twenty kernels a tile, thousands a call where the
+    plain path launches a few."""
+    if mask and not backend.on_host:
         return False
-    return (Q >= FUSED_MIN_LENGTH and K >= FUSED_MIN_LENGTH) or fits_one_tile(Q, K, backend)
-
-
-def pays_with_mask(backend: Backend) -> bool:
-    """Does the stream pay for a call with a dense bool mask on ``backend``? On the CPU, where the
-    tiles are a few BLAS products each. Not on a GPU: there the stream pays through its CUDA
-    kernels (attention.cu), which take causal and valid_lens but no dense mask, and its loop
-    over tiles of array operations would launch some twenty kernels a tile, thousands a call
-    where the plain path launches a few."""
-    return backend.on_host
+    return (Q >= FUSED_MIN_LENGTH and K >= FUSED_MIN_LENGTH) or (one_tile and fits_one_tile(Q, K, backend))
 
 
 def _blocks(n: int, size: int) -> list[tuple[int, int]]:
@@ -668,10 +665,7 @@ def stream_plan(
 ) -> StreamPlan:
     """Check the arguments of ``flash_attention`` and build its ``StreamPlan`` (``keep_weights``:
     see ``StreamPlan``)."""
-    if not isinstance(dropout_p, (int, float, numpy.floating)) or isinstance(dropout_p, bool):
-        raise TypeError(f"flash_attention: dropout_p must be a number in [0, 1], got {dropout_p!r}")
-    if not 0.0 <= dropout_p <= 1.0:
-        raise ValueError(f"flash_attention: dropout_p must be a probability in [0, 1], got {dropout_p}")
+    check_probability("flash_attention", "dropout_p", dropout_p)
     for name, x in (("queries", queries), ("keys", keys), ("values", values)):
         if not isinstance(x, Tensor) or x.ndim != 4:
             shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
