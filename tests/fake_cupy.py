@@ -120,6 +120,7 @@ class FakeCupy(StrictNamespace):
                     "major": 9,
                     "minor": 0,
                     "multiProcessorCount": 132,
+                    "totalGlobalMem": 150_000_000_000,  # an H200's 139.7 GiB
                 },
                 getDevice=lambda: 0,
                 runtimeGetVersion=lambda: 13000,

@@ -757,12 +757,43 @@ def min_num_parameters(config, src_vocab_size, tgt_vocab_size):
     if c.model == "bahdanau":  # embeddings, a GRU layer's input and hidden weights, the output layer
         return (src_vocab_size + 2 * tgt_vocab_size) * h + c.num_blks * 2 * 3 * h * h
     kv = h // c.num_heads * (c.num_kv_heads or c.num_heads)  # the K and V heads (fewer when grouped)
-    block = 2 * h * h + 2 * h * kv + 2 * h * c.ffn_num_hiddens  # W_q, W_o, W_k, W_v and the FFN
+    attention = 2 * h * h + 2 * h * kv  # W_q, W_o, W_k, W_v
+    block = attention + 2 * h * c.ffn_num_hiddens  # and the FFN
+    # the token embedding and the output layer, one Parameter when tied
+    decoder_ends = (1 if c.tie_embeddings else 2) * tgt_vocab_size * h
     if c.model == "lm":
-        return 2 * tgt_vocab_size * h + c.num_blks * block
+        return decoder_ends + c.num_blks * block
     encoder = src_vocab_size * h + c.num_blks * block
-    decoder = 2 * tgt_vocab_size * h + c.num_blks * (block + 4 * h * h)  # + cross-attention
+    decoder = decoder_ends + c.num_blks * (block + attention)  # + cross-attention, grouped as well
     return encoder + decoder
+
+
+MODEL_NAMES = {"transformer": "an encoder-decoder Transformer", "bahdanau": "a Bahdanau GRU", "lm": "a language model"}
+TRAINING_BYTES_PER_PARAMETER = 4 * 4  # float32: the weight, its gradient and Adam's two moments
+
+
+def check_fits_device(config, src_vocab_size, tgt_vocab_size):
+    """Refuse, before ``build_model`` allocates anything, a model whose training cannot fit the
+    device's memory (``Backend.memory_size``): its weights, gradients and Adam's moments alone,
+    ``min_num_parameters`` x 16 bytes, a floor under what the run needs (activations come on
+    top). A mistyped size (``--num-hiddens 30000``) is then an error naming the sizes, not a
+    machine swapping or a process killed by the system for memory."""
+    memory = get_backend(config.device).memory_size()
+    parameters = min_num_parameters(config, src_vocab_size, tgt_vocab_size)
+    needed = parameters * TRAINING_BYTES_PER_PARAMETER
+    if memory is not None and needed > memory:
+        sizes = ", ".join(
+            f"{flag_of(name)} {getattr(config, name)}"
+            for name in ("num_hiddens", "ffn_num_hiddens", "num_blks")
+            if not (name == "ffn_num_hiddens" and config.model == "bahdanau")
+        )
+        raise ConfigError(
+            "num_hiddens",
+            f"{sizes}: {MODEL_NAMES[config.model]} of at least {parameters:,} parameters; training keeps "
+            f"each as float32 four times (weight, gradient, Adam's two moments), at least "
+            f"{needed / 2**30:,.1f} GiB, more than the {memory / 2**30:,.1f} GiB of device "
+            f"{config.device!r}",
+        )
 
 
 def build_optimizer(config, model):

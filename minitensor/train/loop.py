@@ -64,6 +64,7 @@ from .config import (
     build_model,
     build_optimizer,
     build_scheduler,
+    check_fits_device,
     detokenize,
     load_tokenizer,
     loss_per_char,
@@ -458,6 +459,7 @@ def set_up(config, run, log, resume, ranks=None):
     data = build_data(config, tokenizer=tokenizer)
     if data.tokenizer is not None and not resume and ranks.rank == 0:
         data.tokenizer.save(os.path.join(run.path, TOKENIZER_FILE))
+    check_fits_device(config, len(data.src_vocab), len(data.tgt_vocab))
     model = build_model(config, data.src_vocab, data.tgt_vocab)
     train_arrays, heldout_arrays = _arrays(config, data, "train"), _arrays(config, data, "heldout")
     epoch_size = None

@@ -59,6 +59,12 @@ class Backend:
         """True if ``obj`` is an array of this backend."""
         raise NotImplementedError
 
+    def memory_size(self) -> int | None:
+        """The bytes of memory this device holds (a GPU's own, the machine's RAM for the CPU), or
+        None where the system does not say: what a run's size is checked against *before* it
+        allocates, so that a mistyped ``--num-hiddens`` is refused instead of filling the memory."""
+        return None
+
     # -- random numbers (generated on the device) ---------------------------------------
     def seed(self, seed: int) -> None:
         raise NotImplementedError

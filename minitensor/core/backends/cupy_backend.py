@@ -230,10 +230,16 @@ class CupyBackend(Backend):
 
     _bfloat16 = False  # float32 products on bfloat16 tensor cores ("medium")
 
-    def _compute_capability(self) -> int:
+    def _properties(self) -> dict[str, Any]:
         runtime = self.xp.cuda.runtime
-        properties = runtime.getDeviceProperties(runtime.getDevice())
+        return runtime.getDeviceProperties(runtime.getDevice())  # type: ignore[no-any-return]
+
+    def _compute_capability(self) -> int:
+        properties = self._properties()
         return 10 * int(properties["major"]) + int(properties["minor"])
+
+    def memory_size(self) -> int | None:
+        return int(self._properties()["totalGlobalMem"])  # the current GPU's
 
     def matmul(self, a: Array, b: Array) -> Array:
         if self._bfloat16 and a.dtype == numpy.float32 and b.dtype == numpy.float32:

@@ -92,6 +92,12 @@ class NumpyBackend(Backend):
     def is_array(self, obj: object) -> bool:
         return isinstance(obj, numpy.ndarray)
 
+    def memory_size(self) -> int | None:
+        try:  # the machine's RAM (Linux, macOS); Windows has no sysconf
+            return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (AttributeError, ValueError, OSError):
+            return None
+
     def seed(self, seed: int) -> None:
         self._rng = numpy.random.default_rng(seed)
 
