@@ -101,7 +101,7 @@ IGNORED = {
 # -- why: one line per difference ----------------------------------------------------------------
 # Shared reasons first, then REASONS by name. "teaching choice": minitensor differs on purpose;
 # "extra": not in PyTorch; "not yet aligned": an oversight or missing feature, with what it takes.
-AXIS = "teaching choice: NumPy's `axis`/`keepdims` for `dim`/`keepdim` (not yet aligned, see above the table)"
+AXIS = "teaching choice: NumPy's `axis`/`keepdims` in the signature; PyTorch's `dim`/`keepdim` work too (see above)"
 DTYPE_ARG = "no `dtype=` (not yet aligned: it would be a cast before the op; `x.to(dtype)` does it)"
 DEVICE = "`device='cpu'`: no global default device (see above the table)"
 INPLACE = (
@@ -744,10 +744,11 @@ the names and defaults agree.
 
 Two differences run through the whole API:
 
-- `axis`, `keepdims` (and `axis0`, `start_axis`, ...): minitensor uses NumPy's words throughout, \
-those of the arrays underneath; PyTorch says `dim`, `keepdim`. \
-Not yet aligned: accepting PyTorch's words as aliases would touch ops/reduce.py, ops/shape.py, \
-ops/join.py, ops/softmax.py and the Tensor methods.
+- `axis`, `keepdims` (and `axis0`, `start_axis`, ...): minitensor's signatures use NumPy's words, \
+those of the arrays underneath; PyTorch says `dim`, `keepdim` (`dim0`, `start_dim`, ...). Every \
+function, method and layer with such a parameter takes PyTorch's word too, \
+`x.sum(dim=1, keepdim=True)` as `x.sum(axis=1, keepdims=True)` (`torch_names` in \
+minitensor/core/ops/axes.py); both words in one call are refused.
 - `device='cpu'`: minitensor has no global default device, so creation functions say 'cpu' where \
 PyTorch's `device=None` means its current default device (`torch.set_default_device`). Not yet \
 aligned: a default device would be new state in backends/.

@@ -17,6 +17,7 @@ import minitensor.nn.functional as F
 import numpy as np
 import pytest
 from minitensor.errors import AxisError
+from minitensor.ops.axes import TORCH_NAMES
 
 import minitensor as mt
 
@@ -170,6 +171,79 @@ def test_in_range_axes_match_numpy(device, label, name, param):
         for g, w in zip(got, want) if isinstance(want, list) else [(got, want)]:
             assert np.shape(g) == np.shape(w), (name, param, axis)
             np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6, err_msg=f"{name} {param}={axis}")
+
+
+# -- PyTorch's words: dim, keepdim, dim0, start_dim ... -------------------------------------------
+FROM_NUMPY = {numpy: torch for torch, numpy in TORCH_NAMES.items()}
+TORCH_PARAMS = [(label, name, p) for label, name, p in PARAMS if p in FROM_NUMPY]
+
+
+def test_every_axis_parameter_but_permutes_has_a_pytorch_word():
+    assert {p for _, _, p in PARAMS} - set(FROM_NUMPY) == {"axes"}  # permute(*axes): never a keyword
+    assert len(TORCH_PARAMS) > 40
+
+
+@pytest.mark.parametrize("label,name,param", TORCH_PARAMS, ids=[f"{lb}.{n}-{p}" for lb, n, p in TORCH_PARAMS])
+def test_pytorchs_word_for_an_axis_gives_what_numpys_gives(label, name, param):
+    """``x.sum(dim=1)`` is ``x.sum(axis=1)``, for every op, method and layer of the walk."""
+    fn, case = FOUND[label, name][0], CASES[_key(label, name)]
+
+    def in_pytorchs_words(*args, **kwargs):
+        return fn(*args, **{FROM_NUMPY.get(k, k): v for k, v in kwargs.items()})
+
+    a, x = _tensor(case["shape"], "cpu")
+    n = x.ndim + 1 if case["new"] else x.ndim
+    for axis in case["valid"] or range(-n, n):
+        got = _as_numpy(case["call"](in_pytorchs_words, x, **{param: axis}))
+        want = _as_numpy(case["call"](fn, x, **{param: axis}))
+        for g, w in zip(got, want) if isinstance(want, list) else [(got, want)]:
+            np.testing.assert_array_equal(g, w, err_msg=f"{name} {FROM_NUMPY[param]}={axis}")
+    with pytest.raises(AxisError, match=rf"{case['op']}: axis {n} is out of bounds"):  # the same checks
+        case["call"](in_pytorchs_words, x, **{param: n})
+
+
+@pytest.mark.parametrize("name", ["sum", "mean", "max", "min", "var", "argmax", "argmin"])
+def test_keepdim_is_keepdims(name):
+    x = mt.randn(2, 3, 4)
+    for fn in (getattr(mt, name), getattr(mt.Tensor, name)):
+        got = fn(x, dim=1, keepdim=True)
+        assert got.shape == (2, 1, 4)
+        np.testing.assert_array_equal(got.numpy(), fn(x, axis=1, keepdims=True).numpy())
+
+
+def test_both_words_for_one_parameter_are_refused_and_unknown_words_stay_unknown():
+    x = mt.randn(2, 3)
+    for call in (
+        lambda: x.sum(axis=0, dim=1),
+        lambda: mt.softmax(x, axis=0, dim=0),
+        lambda: mt.nn.Softmax(axis=0, dim=1),
+    ):
+        with pytest.raises(TypeError, match=r"got both axis= and dim=, NumPy's and PyTorch's name of one parameter"):
+            call()
+    with pytest.raises(TypeError, match="keepdims= and keepdim="):
+        mt.mean(x, 0, keepdims=True, keepdim=True)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'dims'"):
+        x.sum(dims=0)
+    with pytest.raises(TypeError, match="multiple values for argument 'axis'"):  # by position and by word
+        x.sum(0, dim=0)
+    # the signature a reader sees is NumPy's, the function's own
+    assert list(inspect.signature(mt.Tensor.sum).parameters) == ["self", "axis", "keepdims"]
+    assert mt.nn.Softmax(dim=0).axis == 0
+
+
+def test_pytorchs_words_agree_with_pytorch():
+    torch = pytest.importorskip("torch")
+    a = np.random.default_rng(1).standard_normal((2, 3, 4)).astype(np.float32)
+    x, t = mt.tensor(a), torch.tensor(a)
+    for call in (
+        lambda m: m.softmax(dim=1),
+        lambda m: m.sum(dim=(0, 2), keepdim=True),
+        lambda m: m.var(dim=-1, keepdim=True),
+        lambda m: m.transpose(dim0=0, dim1=2),
+        lambda m: m.flatten(start_dim=1),
+        lambda m: m.argmax(dim=2, keepdim=True),
+    ):
+        np.testing.assert_allclose(call(x).numpy(), call(t).numpy(), rtol=1e-6, atol=1e-6)
 
 
 # -- several axes at once, permutations, the odd cases --------------------------------------------

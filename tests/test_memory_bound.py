@@ -10,9 +10,9 @@ import os
 
 import pytest
 from fake_cupy import fake_cuda_backend
+from minitensor.backends import get_backend
 
 from minitensor import backends, cli
-from minitensor.backends import get_backend
 from minitensor.train.config import (
     TRAINING_BYTES_PER_PARAMETER,
     ConfigError,

@@ -3,7 +3,8 @@
 1. ``tensor.py``: what a tensor is (data on a backend, ``grad``, operators).
 2. ``autograd.py``: ``Function`` (forward and backward side by side) and the backward pass.
 3. ``ops/``: each operation with its derivative (elementwise, reduce, matmul, shape, softmax,
-   loss, ...), broadcasting undone once in ``ops/axes.py``.
+   loss, ...); axis arguments checked once in ``ops/axes.py``, broadcasting undone once in
+   ``autograd.py`` (``sum_to_shape``).
 4. ``gradcheck.py``: analytic gradients against finite differences, the test of every op.
 5. ``backends/`` and ``kernels/``: NumPy or CuPy behind one interface; the numba loops for the
    softmax family and the fused pieces of a training step, and their CUDA C++ twins.

@@ -704,9 +704,16 @@ def tensor(data: Any, requires_grad: bool = False, dtype: DType = None, device: 
 # methods above call them, so they load here, once Tensor and tensor() exist. Hence
 # minitensor/__init__.py imports this module before the others.
 from . import autograd, ops  # noqa: E402
-from .ops.axes import normalize_axes, normalize_axis  # noqa: E402
+from .ops.axes import normalize_axes, normalize_axis, torch_names  # noqa: E402
 from .ops.compare import AllTrue, And, AnyTrue, Equal, Greater, GreaterEqual, Invert, Less, LessEqual, NotEqual, Or, Xor  # noqa: E402
 from .ops.elementwise import Abs, Add, Div, Exp, Log, Mul, Neg, Pow, ReLU, Sigmoid, Sqrt, Sub, Tanh  # noqa: E402
 from .ops.indexing import normalize_index  # noqa: E402
 from .ops.matmul import MatMul  # noqa: E402
 from .ops.promote import promote  # noqa: E402
+
+# PyTorch's words for the axis parameters, ``x.sum(dim=1, keepdim=True)``, as the ops take them
+# (ops/axes.py); the methods are wrapped here, where the ops' module has loaded
+for _name in ("sum", "mean", "max", "min", "var", "argmax", "argmin", "all", "any", "size", "flatten", "transpose",
+              "swapaxes", "squeeze", "unsqueeze", "softmax", "log_softmax", "split"):  # fmt: skip
+    setattr(Tensor, _name, torch_names(getattr(Tensor, _name)))
+del _name

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..ops.axes import torch_names
 from ..tensor import Tensor
 from . import functional as F
 from .module import Module
@@ -54,8 +55,9 @@ class Sigmoid(Module):
 
 
 class Softmax(Module):
-    """softmax(x)_j = exp(x_j) / sum_k exp(x_k) along ``axis``."""
+    """softmax(x)_j = exp(x_j) / sum_k exp(x_k) along ``axis`` (PyTorch's ``dim``)."""
 
+    @torch_names
     def __init__(self, axis: int = -1) -> None:
         super().__init__()
         self.axis = axis

@@ -12,14 +12,24 @@ count the new one: -ndim-1..ndim. A 0-d tensor has no axes at all.
 
 The common case, an in-range Python int, costs two comparisons (these run on every
 softmax, concat, transpose...); NumPy integers and mistakes take the slow path.
+
+The parameters carry NumPy's names (``axis``, ``keepdims``), those of the arrays underneath;
+``torch_names`` lets every op that has them take PyTorch's too (``dim``, ``keepdim``), so
+``x.sum(dim=1, keepdim=True)`` from a PyTorch program is ``x.sum(axis=1, keepdims=True)``.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import operator
-from typing import Any
+from collections.abc import Callable
+from typing import Any, ParamSpec, TypeVar
 
 from ..errors import AxisError
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 def axis_error(op: str, axis: int, ndim: int, new: bool = False, valid: str | None = None) -> AxisError:
@@ -77,3 +87,41 @@ def normalize_axes(axes: Any, ndim: int, op: str) -> tuple[int, ...]:
         twice = next(a for a in out if out.count(a) > 1)
         raise AxisError(f"{op}: axis {twice} is repeated in {tuple(axes)} ({_tensor_of(ndim)})", None, ndim)
     return out
+
+
+#: PyTorch's name of each axis parameter -> NumPy's, the one minitensor's signatures use
+TORCH_NAMES = {
+    "dim": "axis",
+    "keepdim": "keepdims",
+    "dim0": "axis0",
+    "dim1": "axis1",
+    "start_dim": "start_axis",
+    "end_dim": "end_axis",
+}
+
+
+def torch_names(fn: Callable[P, R]) -> Callable[P, R]:
+    """``fn``, also taking PyTorch's names of its axis parameters (``TORCH_NAMES``) as keywords.
+
+    A call by position or by NumPy's names passes straight through (one check of the keywords);
+    both names of one parameter in one call is a TypeError, as two values for one parameter are.
+    """
+    parameters = inspect.signature(fn).parameters
+    renames = {theirs: ours for theirs, ours in TORCH_NAMES.items() if ours in parameters}
+    if not renames:
+        raise TypeError(f"torch_names: {fn.__qualname__} has no axis parameter to rename")
+
+    @functools.wraps(fn)
+    def taking_torch_names(*args: P.args, **kwargs: P.kwargs) -> R:
+        if kwargs and not renames.keys().isdisjoint(kwargs):
+            for theirs, ours in renames.items():
+                if theirs in kwargs:
+                    if ours in kwargs:
+                        raise TypeError(
+                            f"{fn.__qualname__}() got both {ours}= and {theirs}=, NumPy's and PyTorch's "
+                            f"name of one parameter: give one"
+                        )
+                    kwargs[ours] = kwargs.pop(theirs)
+        return fn(*args, **kwargs)
+
+    return taking_torch_names

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from ..autograd import Function, Grads
 from ..errors import ShapeError
 from ..tensor import Array, Tensor
-from .axes import normalize_axis
+from .axes import normalize_axis, torch_names
 from .indexing import getitem
 
 
@@ -54,6 +54,7 @@ class Stack(Function):
         return tuple(ctx.xp.moveaxis(grad, ctx.axis, 0))
 
 
+@torch_names
 def concat(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
     """Join ``tensors`` (a sequence, at least one) end to end along an existing ``axis``:
     z = [a_1 | a_2 | ...]; each input gets its own block of the gradient back.
@@ -71,6 +72,7 @@ cat = concat
 """PyTorch's name for ``concat``, the same function: tensors joined along an existing axis."""
 
 
+@torch_names
 def stack(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
     """Join ``tensors`` (a sequence of tensors of one shape, at least one) along a new axis:
     z[..., k, ...] = a_k at position ``axis`` of the result; a_k's gradient is slice k."""
@@ -80,6 +82,7 @@ def stack(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
     return Stack.apply(*tensors, axis=axis)
 
 
+@torch_names
 def split(a: Tensor, split_size_or_sections: int | Sequence[int], axis: int = 0) -> list[Tensor]:
     """Split into pieces along ``axis`` (PyTorch's rule): an int is the size of each piece
     (the last may be smaller); a list gives every piece's size and must add up."""

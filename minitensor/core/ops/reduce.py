@@ -12,7 +12,7 @@ from typing import Any
 from ..autograd import Function, Grads
 from ..errors import ShapeError
 from ..tensor import Array, Axes, Tensor
-from .axes import normalize_axes, normalize_axis
+from .axes import normalize_axes, normalize_axis, torch_names
 
 
 def reduced_axes(axis: Axes | None, ndim: int, op: str) -> tuple[int, ...]:
@@ -123,6 +123,7 @@ class Var(Function):
         return _expand(ctx.xp, grad, ctx.shape, ctx.axes) * (2 / ctx.denom) * centered
 
 
+@torch_names
 def sum(a: Tensor, axis: Axes | None = None, keepdims: bool = False) -> Tensor:  # noqa: A001
     """z = sum_i a_i over ``axis`` (an int, a tuple of ints, or None for every axis); dz/da_i = 1.
 
@@ -132,12 +133,14 @@ def sum(a: Tensor, axis: Axes | None = None, keepdims: bool = False) -> Tensor: 
     return Sum.apply(a, axis=axis, keepdims=keepdims)
 
 
+@torch_names
 def mean(a: Tensor, axis: Axes | None = None, keepdims: bool = False) -> Tensor:
     """z = (1/N) sum_i a_i over ``axis`` (an int, a tuple of ints, or None for every axis), N the
     number of elements averaged; dz/da_i = 1/N. ``keepdims`` as for ``sum``."""
     return Mean.apply(a, axis=axis, keepdims=keepdims)
 
 
+@torch_names
 def max(a: Tensor, axis: Axes | None = None, keepdims: bool = False) -> Tensor:  # noqa: A001
     """z = max_i a_i over ``axis`` (an int, a tuple of ints, or None for every axis), values
     only (see ``argmax`` for positions); ``keepdims`` as for ``sum``. The gradient goes to the
@@ -146,6 +149,7 @@ def max(a: Tensor, axis: Axes | None = None, keepdims: bool = False) -> Tensor: 
     return Max.apply(a, axis=axis, keepdims=keepdims)
 
 
+@torch_names
 def min(a: Tensor, axis: Axes | None = None, keepdims: bool = False) -> Tensor:  # noqa: A001
     """The smallest element(s) over ``axis`` (values only; see ``argmin`` for positions),
     computed as min(a) = -max(-a), so tied minima share the gradient as ``max``'s maxima do."""
@@ -153,6 +157,7 @@ def min(a: Tensor, axis: Axes | None = None, keepdims: bool = False) -> Tensor: 
     return -Max.apply(-a, axis=axis, keepdims=keepdims)
 
 
+@torch_names
 def var(a: Tensor, axis: Axes | None = None, keepdims: bool = False, correction: int = 1) -> Tensor:
     """z = sum_i (a_i - mean)^2 / (N - correction) over ``axis`` (None: every axis);
     dz/da_i = 2 (a_i - mean) / (N - correction).
@@ -190,6 +195,7 @@ def _positions(xp: Any, out: Array, axis: int | None, keepdims: bool) -> Array:
     return out.astype("int64")
 
 
+@torch_names
 def argmax(a: Tensor, axis: int | None = None, keepdims: bool = False) -> Tensor:
     """Positions of the maxima (an int64 tensor, not differentiable)."""
     if axis is not None:
@@ -198,6 +204,7 @@ def argmax(a: Tensor, axis: int | None = None, keepdims: bool = False) -> Tensor
     return ArgMax.apply(a, axis=axis, keepdims=keepdims)
 
 
+@torch_names
 def argmin(a: Tensor, axis: int | None = None, keepdims: bool = False) -> Tensor:
     """Positions of the minima (an int64 tensor, not differentiable)."""
     if axis is not None:

@@ -9,7 +9,7 @@ from typing import Any
 from ..autograd import Function, Grads, sum_to_shape
 from ..errors import AxisError, ShapeError
 from ..tensor import Array, Axes, Shape, Tensor
-from .axes import axis_error, normalize_axes, normalize_axis
+from .axes import axis_error, normalize_axes, normalize_axis, torch_names
 
 
 class Reshape(Function):
@@ -84,6 +84,7 @@ def reshape(a: Tensor, *shape: Shape) -> Tensor:
     return Reshape.apply(a, _shape_arg(shape))
 
 
+@torch_names
 def flatten(a: Tensor, start_axis: int = 0, end_axis: int = -1) -> Tensor:
     """Merge axes start_axis..end_axis into one (a 0-d tensor becomes shape (1,), as in PyTorch)."""
     n = a.ndim
@@ -111,6 +112,7 @@ def permute(a: Tensor, *axes: Axes) -> Tensor:
     return Permute.apply(a, _shape_arg(axes))
 
 
+@torch_names
 def transpose(a: Tensor, axis0: int = -2, axis1: int = -1) -> Tensor:
     """Swap two axes (PyTorch's ``transpose``; NumPy calls it ``swapaxes``)."""
     n = a.ndim
@@ -143,6 +145,7 @@ def expand(a: Tensor, *shape: Shape) -> Tensor:
     return BroadcastTo.apply(a, shape)
 
 
+@torch_names
 def squeeze(a: Tensor, axis: Axes | None = None) -> Tensor:
     """Remove axes of length 1 (all of them, or the given ones)."""
     if axis is None:
@@ -156,6 +159,7 @@ def squeeze(a: Tensor, axis: Axes | None = None) -> Tensor:
     return Reshape.apply(a, shape)
 
 
+@torch_names
 def unsqueeze(a: Tensor, axis: int) -> Tensor:
     """Insert an axis of length 1 at ``axis`` (negative counts from the new end)."""
     axis = normalize_axis(axis, a.ndim, "unsqueeze", new=True)

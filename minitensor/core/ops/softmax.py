@@ -26,7 +26,7 @@ import numpy
 from ..autograd import Function, Grads
 from ..errors import ShapeError
 from ..tensor import Array, Tensor
-from .axes import normalize_axis
+from .axes import normalize_axis, torch_names
 
 
 def row_kernel(backend: Any, name: str) -> Any:
@@ -171,6 +171,7 @@ class MaskedSoftmax(Function):
         return row_kernel(ctx.backend, "softmax_backward")(y, g).reshape(grad.shape), None, None
 
 
+@torch_names
 def softmax(x: Tensor, axis: int = -1) -> Tensor:
     """softmax(x)_i = exp(x_i) / sum_j exp(x_j) along ``axis`` (the last by default): weights,
     each at least 0, that sum to 1 (D2L 3.4 / 4.1, softmax regression).
@@ -183,6 +184,7 @@ def softmax(x: Tensor, axis: int = -1) -> Tensor:
     return Softmax.apply(x, axis=axis)
 
 
+@torch_names
 def log_softmax(x: Tensor, axis: int = -1) -> Tensor:
     """log_softmax(x)_i = x_i - log sum_j exp(x_j) along ``axis`` (the last by default), computed
     as x_i - m - log sum_j exp(x_j - m) with m = max_j x_j, so no exp overflows.
