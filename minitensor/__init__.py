@@ -25,7 +25,19 @@ from .core import backends, cuda, nn, ops, optim
 from .core._printing import get_printoptions, set_printoptions
 from .core.autograd import Function
 from .core.backends import available_backends, get_backend
-from .core.creation import arange, from_dlpack, full, ones, ones_like, rand, randint, randn, zeros, zeros_like
+from .core.creation import (
+    arange,
+    from_dlpack,
+    full,
+    multinomial,
+    ones,
+    ones_like,
+    rand,
+    randint,
+    randn,
+    zeros,
+    zeros_like,
+)
 from .core.dtypes import bool, bool_, float16, float32, float64, int32, int64, long  # mt.bool, as torch.bool
 from .core.errors import AxisError, DeviceError, DTypeError, GradcheckError, GraphError, ShapeError
 from .core.grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
@@ -112,6 +124,7 @@ __all__ = [
     "is_grad_enabled",
     "long",
     "manual_seed",
+    "multinomial",
     "nn",
     "no_grad",
     "ones",

@@ -231,6 +231,8 @@ REASONS = {
         "teaching choice: NumPy's `integers(low, high, shape)`, always int64, no generator objects; " + DEVICE + "; "
         "not yet aligned: `low` has no default and `shape` is PyTorch's `size`, no `requires_grad=`"
     ),
+    "mt.multinomial": "teaching choice: one seeded generator per device (`mt.manual_seed`), no generator objects",
+    "mt.topk": AXIS + "; the values always come sorted (PyTorch leaves the order unspecified with `sorted=False`)",
     "mt.get_printoptions": "extra: reads back what `set_printoptions` set (PyTorch has no public getter)",
     "mt.getitem": "extra: the function behind `x[index]` (as `operator.getitem`)",
     "mt.gradcheck": (
@@ -342,6 +344,7 @@ REASONS = {
     "Tensor.argmin": AXIS,
     "Tensor.flatten": AXIS,
     "Tensor.size": AXIS,
+    "Tensor.topk": AXIS + "; the values always come sorted (PyTorch leaves the order unspecified with `sorted=False`)",
     "Tensor.split": AXIS,
     "Tensor.squeeze": AXIS,
     "Tensor.var": AXIS,
@@ -741,6 +744,12 @@ and legacy switches are left out everywhere, since minitensor has nothing for th
 {ignored}.
 - Order and keyword-only-ness of parameters are not compared; "—" in the differences column means \
 the names and defaults agree.
+
+Together the aligned names make a GPT written as nanoGPT's `model.py` writes one (fused q/k/v \
+split by `dim`, `view`/`transpose`/`contiguous`, causal `scaled_dot_product_attention`, `ModuleDict`, \
+tied weights, `apply(init)`, optimiser groups by `p.dim()`, generation with `topk`, a masked \
+assignment, `multinomial` and `cat`) run unchanged with minitensor in `torch`'s place: \
+`tests/test_pytorch_habits.py` trains one, and checks its loss and gradients against PyTorch's.
 
 Two differences run through the whole API:
 

@@ -100,6 +100,11 @@ CASES = {
     "var": _case("var", ref=lambda a, axis: np.var(a, axis=axis, ddof=1)),
     "argmax": _case("argmax", ref=np.argmax),
     "argmin": _case("argmin", ref=np.argmin),
+    "topk": _case(
+        "topk",
+        call=lambda f, x, axis: f(x, 2, axis=axis).values,
+        ref=lambda a, axis: np.take(-np.sort(-a, axis=axis), [0, 1], axis=axis),
+    ),
     "any": _case("any", call=lambda f, x, axis: f(x > 0, axis=axis), ref=lambda a, axis: np.any(a > 0, axis=axis)),
     "all": _case("all", call=lambda f, x, axis: f(x > 0, axis=axis), ref=lambda a, axis: np.all(a > 0, axis=axis)),
     "size": _case("size", ref=lambda a, axis: a.shape[axis]),

@@ -1,10 +1,14 @@
-"""Making new tensors: zeros, ones, full, arange, randn, rand, randint, ``*_like``, ``from_dlpack``."""
+"""Making new tensors: zeros, ones, full, arange, randn, rand, randint, multinomial, ``*_like``,
+``from_dlpack``."""
 
 from typing import Any
+
+import numpy
 
 from .autograd import Function
 from .backends import Backend, get_backend
 from .dtypes import as_dtype, float32
+from .errors import ShapeError
 from .tensor import Device, DType, Shape, Tensor, tensor  # noqa: F401  (tensor is re-exported)
 
 
@@ -108,6 +112,76 @@ def randint(low: int, high: int, shape: Shape, device: Device = "cpu") -> Tensor
     b = get_backend(device)
     shape = (shape,) if isinstance(shape, int) else tuple(shape)
     return Tensor._make(b.integers(low, high, shape), b, None)
+
+
+MAX_SAMPLES = 1 << 24  # multinomial's num_samples, at most: it sizes what a call allocates
+
+
+def multinomial(probs: Tensor, num_samples: int, replacement: bool = False) -> Tensor:
+    """``num_samples`` categories drawn from ``probs``, category j with probability
+    probs[j] / sum(probs): int64 indices of shape (num_samples,) for a 1-D ``probs`` of n
+    categories, (rows, num_samples) for a 2-D one (a distribution per row), from the device's
+    seeded generator (``mt.manual_seed``). The weights need not sum to 1; they must be finite,
+    >= 0 and not all 0.
+
+    With ``replacement`` every draw is independent: the first category whose cumulative share
+    passes a uniform number u. Without (PyTorch's default) no category comes twice in a row: the
+    Gumbel-top-k trick, the ``num_samples`` largest of log p_j + g_j with g_j = -log(-log u_j),
+    which is drawing categories one at a time, each in proportion to the weight of those left
+    (Kool, van Hoof & Welling 2019). Not differentiable.
+    """
+    if not isinstance(probs, Tensor):
+        raise TypeError(f"multinomial: probs must be a Tensor, got {type(probs).__name__}")
+    if probs.ndim not in (1, 2) or probs.shape[-1] == 0:
+        raise ShapeError(f"multinomial: probs must be 1-D (n,) or 2-D (rows, n) with n >= 1, got shape {probs.shape}")
+    if probs.dtype.kind != "f":
+        raise TypeError(f"multinomial: probs must be floating point (weights), got {probs.dtype}")
+    n = probs.shape[-1]
+    if not isinstance(num_samples, int) or isinstance(num_samples, bool) or not 1 <= num_samples <= MAX_SAMPLES:
+        raise ValueError(f"multinomial: num_samples must be an integer from 1 to {MAX_SAMPLES:,}, got {num_samples!r}")
+    if not replacement and num_samples > n:
+        raise ValueError(
+            f"multinomial: {num_samples} different categories cannot be drawn from {n} without replacement "
+            f"(replacement=True draws each independently)"
+        )
+    b, xp = probs._backend, probs._backend.xp
+    p = probs.data.reshape(-1, n).astype(numpy.float64)  # the cumulative sums in float64
+    rows = p.shape[0]
+    nonzero = (p > 0).sum(axis=1)
+    # one flag for every row's weights (on a GPU, checked at the next read: see Backend.check)
+    ok = xp.isfinite(p).all() & (p >= 0).all() & (nonzero >= (1 if replacement else num_samples)).all()
+    b.check(ok, lambda: _bad_weights(b.to_numpy(p), num_samples, replacement), ValueError)
+    if replacement:
+        cdf = xp.cumsum(xp.maximum(p, 0), axis=1)
+        cdf = cdf / xp.where(cdf[:, -1:] > 0, cdf[:, -1:], 1)  # each row rises to exactly 1
+        # one search for all rows: row r's cumulative shares, shifted to [r, r + 1], follow row r - 1's
+        offset = xp.arange(rows)[:, None]
+        u = b.random((rows, num_samples), numpy.float64)
+        at = xp.searchsorted((cdf + offset).ravel(), (u + offset).ravel(), side="right")
+        samples = at.reshape(rows, num_samples) - offset * n
+    else:
+        log_p = xp.where(p > 0, xp.log(xp.where(p > 0, p, 1)), -xp.inf)  # a weight of 0 is never drawn
+        gumbel = -xp.log(-xp.log(b.random((rows, n), numpy.float64)))
+        samples = xp.argsort(-(log_p + gumbel), axis=1, kind="stable")[:, :num_samples]
+    samples = samples.clip(0, n - 1).astype(numpy.int64)  # in range even before a failed check is read
+    return Tensor._make(samples.reshape(probs.shape[:-1] + (num_samples,)), b, None)
+
+
+def _bad_weights(host: numpy.ndarray, num_samples: int, replacement: bool) -> str:
+    """What is wrong with the first bad row of ``multinomial``'s weights (read only on failure)."""
+    for r, row in enumerate(host):
+        where = f"row {r}" if host.shape[0] > 1 else "probs"
+        if not numpy.isfinite(row).all():
+            return f"multinomial: {where} holds {row[~numpy.isfinite(row)][0]}; weights must be finite"
+        if (row < 0).any():
+            return f"multinomial: {where} holds {row[row < 0][0]:g}; weights must be >= 0"
+        needed = 1 if replacement else num_samples
+        if (row > 0).sum() < needed:
+            return (
+                f"multinomial: {where} has {(row > 0).sum()} categories of nonzero weight, "
+                f"fewer than the {needed} {'draw needs' if needed == 1 else 'different draws need'}"
+            )
+    return "multinomial: invalid weights"
 
 
 def zeros_like(t: Tensor, dtype: DType = None, requires_grad: bool = False) -> Tensor:

@@ -146,9 +146,21 @@ class Tensor:
             return self.shape
         return self.data.shape[normalize_axis(axis, self.data.ndim, "size")]
 
+    def dim(self) -> int:
+        """PyTorch's ``x.dim()``: the number of axes, ``ndim``."""
+        return self.data.ndim
+
     def numel(self) -> int:
         """The number of elements, the product of ``shape`` (1 for a 0-d tensor), as a Python int."""
         return int(self.data.size)
+
+    def contiguous(self) -> Tensor:
+        """PyTorch's ``x.contiguous()``: ``x`` itself when its elements lie in memory row by row
+        (C order), else a copy that does, the gradient passing through. The ops take any
+        layout, so it is about speed: a product reads a row-by-row operand fastest."""
+        if self.data.flags.c_contiguous:
+            return self
+        return ops.shape.Contiguous.apply(self)
 
     def __len__(self) -> int:
         if not self.data.shape:
@@ -611,6 +623,11 @@ class Tensor:
         to x's shape) is True."""
         return ops.masked_fill(self, mask, value)
 
+    def topk(self, k: int, axis: int = -1, largest: bool = True, sorted: bool = True) -> ops.reduce.TopK:  # noqa: A002
+        """``mt.topk(x, k, axis, largest, sorted)``: the k largest elements along ``axis`` and their
+        positions, ``(values, indices)``; values largest first."""
+        return ops.topk(self, k, axis=axis, largest=largest, sorted=sorted)
+
     def split(self, split_size_or_sections: int | Sequence[int], axis: int = 0) -> list[Tensor]:
         """``mt.split(x, split_size_or_sections, axis)``: a list of pieces along ``axis``, each of the
         given size (an int; the last may be smaller) or of the sizes listed."""
@@ -714,6 +731,6 @@ from .ops.promote import promote  # noqa: E402
 # PyTorch's words for the axis parameters, ``x.sum(dim=1, keepdim=True)``, as the ops take them
 # (ops/axes.py); the methods are wrapped here, where the ops' module has loaded
 for _name in ("sum", "mean", "max", "min", "var", "argmax", "argmin", "all", "any", "size", "flatten", "transpose",
-              "swapaxes", "squeeze", "unsqueeze", "softmax", "log_softmax", "split"):  # fmt: skip
+              "swapaxes", "squeeze", "unsqueeze", "softmax", "log_softmax", "split", "topk"):  # fmt: skip
     setattr(Tensor, _name, torch_names(getattr(Tensor, _name)))
 del _name

@@ -16,7 +16,7 @@ from .join import cat, concat, split, stack
 from .loss import cross_entropy
 from .matmul import linear, matmul
 from .norm import layer_norm
-from .reduce import argmax, argmin, max, mean, min, sum, var
+from .reduce import argmax, argmin, max, mean, min, sum, topk, var
 from .select import masked_fill, where
 from .shape import broadcast_to, expand, flatten, permute, reshape, squeeze, swapaxes, transpose, unsqueeze
 from .softmax import log_softmax, masked_softmax, softmax
@@ -74,6 +74,7 @@ __all__ = [
     "swapaxes",
     "tanh",
     "to_device",
+    "topk",
     "transpose",
     "unsqueeze",
     "var",

@@ -1,4 +1,5 @@
-"""Reductions: sum, mean, max, min, var over some axes (``axis=None`` means all).
+"""Reductions: sum, mean, max, min, var over some axes (``axis=None`` means all), and topk,
+the k largest along one axis.
 
 Backward has to undo the reduction's loss of axes: the gradient of the (smaller) output is
 reshaped as if ``keepdims=True`` and broadcast back over the reduced axes.
@@ -7,7 +8,7 @@ reshaped as if ``keepdims=True`` and broadcast back over the reduced axes.
 from __future__ import annotations
 
 import builtins
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..autograd import Function, Grads
 from ..errors import ShapeError
@@ -211,3 +212,68 @@ def argmin(a: Tensor, axis: int | None = None, keepdims: bool = False) -> Tensor
         axis = normalize_axis(axis, a.ndim, "argmin")
     _some(a, axis, "argmin")
     return ArgMin.apply(a, axis=axis, keepdims=keepdims)
+
+
+class TopKIndices(Function):
+    """The positions of the k largest (``largest=False``: smallest) elements along ``axis``, in
+    order, int64. Not differentiable. The sort is stable, so of equal elements the first position
+    comes first; NaN counts as larger than every number, as in PyTorch."""
+
+    differentiable = False
+
+    @staticmethod
+    def forward(ctx: Any, a: Array, k: int, axis: int, largest: bool) -> Array:
+        xp = ctx.xp
+        keys = a
+        if largest:  # a descending order as an ascending sort of keys that reverse the order
+            keys = -a if a.dtype.kind == "f" else ~a  # (~a = -a - 1 for integers, never overflows)
+            if a.dtype.kind == "f":
+                keys = xp.where(xp.isnan(a), -xp.inf, keys)  # NaN first (ascending sorts put it last)
+        order = xp.argsort(keys, axis=axis, kind="stable")
+        return xp.take(order, xp.arange(k), axis=axis)
+
+
+class TakeAlongAxis(Function):
+    """z = a at ``indices`` along ``axis`` (NumPy's ``take_along_axis``, PyTorch's ``gather``);
+    dL/da: zeros, with dL/dz put back at the positions read (here each is read at most once)."""
+
+    @staticmethod
+    def forward(ctx: Function, a: Array, indices: Array, axis: int) -> Array:
+        ctx.shape, ctx.indices, ctx.axis = a.shape, indices, axis
+        return ctx.xp.take_along_axis(a, indices, axis=axis)
+
+    @staticmethod
+    def backward(ctx: Function, grad: Array) -> Grads:
+        out = ctx.xp.zeros(ctx.shape, grad.dtype)
+        ctx.xp.put_along_axis(out, ctx.indices, grad, axis=ctx.axis)
+        return out, None
+
+
+class TopK(NamedTuple):
+    """What ``topk`` returns: the values and their positions, as PyTorch's ``topk`` does."""
+
+    values: Tensor
+    indices: Tensor
+
+
+@torch_names
+def topk(a: Tensor, k: int, axis: int = -1, largest: bool = True, sorted: bool = True) -> TopK:  # noqa: A002
+    """The k largest elements along ``axis`` (``largest=False``: the k smallest) and their
+    positions: ``values, indices = mt.topk(logits, 10)``. ``values`` is differentiable: each
+    chosen element gets its value's gradient, the others none (as max's maxima do, k = 1).
+
+    Values come in order, largest first (smallest first with ``largest=False``), whatever
+    ``sorted`` says (PyTorch leaves the order unspecified when it is False); equal elements in
+    the order of their positions.
+    """
+    axis = normalize_axis(axis, a.ndim, "topk") if a.ndim else 0
+    if a.dtype.kind not in "fi":
+        raise TypeError(f"topk: needs a tensor of numbers, got {a.dtype}")
+    n = a.shape[axis] if a.ndim else 1
+    if not isinstance(k, int) or isinstance(k, bool) or not 0 <= k <= n:
+        raise ValueError(f"topk: k must be an integer from 0 to {n} (the length of axis {axis}), got {k!r}")
+    if a.ndim == 0:  # a number: its own top 1, as in PyTorch
+        values, indices = topk(a.reshape(1), k, 0, largest)
+        return TopK(values.reshape(()), indices.reshape(())) if k else TopK(values, indices)
+    indices = TopKIndices.apply(a, k=k, axis=axis, largest=largest)
+    return TopK(TakeAlongAxis.apply(a, indices, axis=axis), indices)

@@ -54,6 +54,18 @@ class Permute(Function):
         return ctx.xp.transpose(grad, ctx.inverse)
 
 
+class Contiguous(Function):
+    """z = a, laid out in memory row by row (C order): ``Tensor.contiguous``'s copy; dz/da = 1."""
+
+    @staticmethod
+    def forward(ctx: Function, a: Array) -> Array:
+        return ctx.xp.ascontiguousarray(a)
+
+    @staticmethod
+    def backward(ctx: Function, grad: Array) -> Grads:
+        return grad
+
+
 class BroadcastTo(Function):
     """Repeat along axes of length 1 (and new leading axes);  backward sums them back."""
 
