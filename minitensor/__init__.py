@@ -28,6 +28,7 @@ from .core.backends import available_backends, get_backend
 from .core.creation import (
     arange,
     from_dlpack,
+    from_numpy,
     full,
     multinomial,
     ones,
@@ -114,6 +115,7 @@ __all__ = [
     "float32",
     "float64",
     "from_dlpack",
+    "from_numpy",
     "full",
     "get_backend",
     "get_float32_matmul_precision",

@@ -1,5 +1,6 @@
 """What a PyTorch program reaches for and minitensor has the same way: ``mt.topk``,
-``mt.multinomial``, ``x.contiguous()``, ``x.dim()`` -- and a GPT written as nanoGPT writes one.
+``mt.multinomial``, ``mt.from_numpy``, ``x.contiguous()``, ``x.clone()``, ``x.dim()`` -- and a
+GPT written as nanoGPT writes one.
 
 The last tests build one small GPT from one source, written against a ``torch`` namespace in
 PyTorch's habits (fused q/k/v split by ``dim``, ``view``/``transpose``/``contiguous``, causal
@@ -192,6 +193,30 @@ def test_contiguous_is_the_tensor_itself_or_a_row_by_row_copy(device):
     np.testing.assert_array_equal(c.numpy(), t.numpy())
     (c * mt.arange(12.0, device=device).reshape(4, 3)).sum().backward()
     np.testing.assert_array_equal(x.grad.numpy(), np.arange(12.0).reshape(4, 3).T)
+
+
+def test_clone_copies_and_keeps_the_gradient_path(device):
+    x = mt.tensor(np.arange(6.0).reshape(2, 3), device=device, requires_grad=True)
+    assert mt.gradcheck(lambda t: t.transpose(0, 1).clone() * 3, [x])
+    c = x.clone()
+    assert c.grad_fn is not None and c.data is not x.data
+    with mt.no_grad():
+        c[0, 0] = 100.0  # a copy: x keeps its value
+    assert x.numpy()[0, 0] == 0.0
+    assert not x.clone().detach().requires_grad
+
+
+def test_from_numpy_shares_memory_as_pytorchs_does():
+    a = np.arange(6, dtype=np.int64).reshape(2, 3)
+    t = mt.from_numpy(a)
+    a[0, 0] = 42
+    assert t.device == "cpu" and t.dtype == np.int64 and t.numpy()[0, 0] == 42
+    batch = mt.stack([mt.from_numpy(a[i]) for i in range(2)])  # nanoGPT's get_batch
+    np.testing.assert_array_equal(batch.numpy(), a)
+    with pytest.raises(TypeError, match="from_numpy: expected a numpy.ndarray, got list"):
+        mt.from_numpy([1, 2])
+    with pytest.raises(TypeError, match="from_numpy: unsupported dtype <U1"):
+        mt.from_numpy(np.array(["a"]))
 
 
 # -- a GPT in PyTorch's habits ---------------------------------------------------------------------

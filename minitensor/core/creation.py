@@ -1,5 +1,5 @@
 """Making new tensors: zeros, ones, full, arange, randn, rand, randint, multinomial, ``*_like``,
-``from_dlpack``."""
+``from_numpy``, ``from_dlpack``."""
 
 from typing import Any
 
@@ -198,6 +198,16 @@ def ones_like(t: Tensor, dtype: DType = None, requires_grad: bool = False) -> Te
 
 # DLPack device types (dlpack.h: kDLCPU, kDLCUDA) and the minitensor device that holds each
 _DLPACK_DEVICES = {1: "cpu", 2: "cuda"}
+
+
+def from_numpy(array: numpy.ndarray) -> Tensor:
+    """A CPU tensor sharing memory with the NumPy ``array`` (no copy, as ``torch.from_numpy``):
+    writing to one changes the other. ``mt.tensor(array)`` copies instead."""
+    if not isinstance(array, numpy.ndarray):
+        raise TypeError(f"from_numpy: expected a numpy.ndarray, got {type(array).__name__}")
+    if array.dtype.kind not in "fiub":
+        raise TypeError(f"from_numpy: unsupported dtype {array.dtype} (numbers or booleans expected)")
+    return Tensor._make(array, get_backend("cpu"), None)
 
 
 def from_dlpack(obj: Any) -> Tensor:

@@ -160,7 +160,7 @@ class Tensor:
         layout, so it is about speed: a product reads a row-by-row operand fastest."""
         if self.data.flags.c_contiguous:
             return self
-        return ops.shape.Contiguous.apply(self)
+        return ops.shape.Clone.apply(self)
 
     def __len__(self) -> int:
         if not self.data.shape:
@@ -171,6 +171,11 @@ class Tensor:
     def detach(self) -> Tensor:
         """The same data, cut from the graph (no copy)."""
         return Tensor._make(self.data, self._backend, None)
+
+    def clone(self) -> Tensor:
+        """A copy of the data that stays in the graph: the gradient passes back to ``x``
+        (``x.clone().detach()``, PyTorch's idiom, is a copy cut from it)."""
+        return ops.shape.Clone.apply(self)
 
     # The reads from the device below (and .to("cpu")) are where the host waits for the device
     # anyway: there the checks the ops left on the device are made (Backend.check), first.

@@ -54,12 +54,13 @@ class Permute(Function):
         return ctx.xp.transpose(grad, ctx.inverse)
 
 
-class Contiguous(Function):
-    """z = a, laid out in memory row by row (C order): ``Tensor.contiguous``'s copy; dz/da = 1."""
+class Clone(Function):
+    """z = a, a copy laid out in memory row by row (C order): ``Tensor.clone`` and
+    ``Tensor.contiguous``'s copy; dz/da = 1."""
 
     @staticmethod
     def forward(ctx: Function, a: Array) -> Array:
-        return ctx.xp.ascontiguousarray(a)
+        return a.copy(order="C")
 
     @staticmethod
     def backward(ctx: Function, grad: Array) -> Grads:
