@@ -229,7 +229,8 @@ REASONS = {
     ),
     "mt.randint": (
         "teaching choice: NumPy's `integers(low, high, shape)`, always int64, no generator objects; " + DEVICE + "; "
-        "not yet aligned: `low` has no default and `shape` is PyTorch's `size`, no `requires_grad=`"
+        "PyTorch's short form `randint(high, shape)` draws from [0, high) as its `low=0` does; "
+        "not yet aligned: `shape` is PyTorch's `size`, no `requires_grad=`"
     ),
     "mt.multinomial": "teaching choice: one seeded generator per device (`mt.manual_seed`), no generator objects",
     "mt.topk": AXIS + "; the values always come sorted (PyTorch leaves the order unspecified with `sorted=False`)",

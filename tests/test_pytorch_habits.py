@@ -219,6 +219,26 @@ def test_from_numpy_shares_memory_as_pytorchs_does():
         mt.from_numpy(np.array(["a"]))
 
 
+def test_a_batch_is_cut_as_nanogpts_get_batch_cuts_it():
+    """``torch.randint(high, size)`` and a tensor of one integer as a slice bound."""
+    data = np.arange(1000, dtype=np.uint16)  # nanoGPT keeps its tokens as uint16
+    block_size, batch_size = 8, 4
+    mt.manual_seed(0)
+    ix = mt.randint(len(data) - block_size, (batch_size,))
+    x = mt.stack([mt.from_numpy((data[i : i + block_size]).astype(np.int64)) for i in ix])
+    y = mt.stack([mt.from_numpy((data[i + 1 : i + 1 + block_size]).astype(np.int64)) for i in ix])
+    starts = ix.numpy()
+    assert x.shape == (4, 8) and ((0 <= starts) & (starts < len(data) - block_size)).all()
+    np.testing.assert_array_equal(x.numpy(), starts[:, None] + np.arange(8))
+    np.testing.assert_array_equal(y.numpy(), x.numpy() + 1)
+    mt.manual_seed(0)
+    np.testing.assert_array_equal(mt.randint(0, len(data) - block_size, (batch_size,)).numpy(), starts)
+    assert list(range(mt.tensor(3))) == [0, 1, 2]
+    for bad in (mt.tensor(1.0), mt.tensor([1, 2])):
+        with pytest.raises(TypeError, match="only an integer tensor of one element can be an index"):
+            data[bad:]
+
+
 # -- a GPT in PyTorch's habits ---------------------------------------------------------------------
 def gpt_of(torch, nn, F, vocab_size=17, block_size=12, n_layer=2, n_head=2, n_embd=16):
     """A small GPT in the way nanoGPT's model.py writes one, for any ``torch``-like namespace."""

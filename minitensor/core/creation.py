@@ -106,9 +106,12 @@ def rand(*shape: Shape, dtype: DType = None, device: Device = "cpu", requires_gr
     return _leaf(b.uniform(_shape(shape), as_dtype(dtype) or float32), b, requires_grad)
 
 
-def randint(low: int, high: int, shape: Shape, device: Device = "cpu") -> Tensor:
+def randint(low: int, high: int | Shape, shape: Shape | None = None, device: Device = "cpu") -> Tensor:
     """A tensor of shape ``shape`` (an int or a tuple) of random int64 drawn uniformly from
-    [low, high), on ``device``."""
+    [low, high), on ``device``. PyTorch's short form draws from [0, high): ``randint(high,
+    shape)``, as in ``torch.randint(len(data) - block_size, (batch_size,))``."""
+    if shape is None:  # randint(high, shape)
+        low, high, shape = 0, low, high
     b = get_backend(device)
     shape = (shape,) if isinstance(shape, int) else tuple(shape)
     return Tensor._make(b.integers(low, high, shape), b, None)

@@ -225,6 +225,15 @@ class Tensor:
     def __int__(self) -> int:
         return int(self.item())
 
+    def __index__(self) -> int:
+        """An integer tensor of one element where Python wants an index (``data[i : i + 8]``,
+        ``range(n)``), as in PyTorch: a read, like ``int(x)``."""
+        if self.data.dtype.kind not in "iu" or self.data.size != 1:
+            raise TypeError(
+                f"only an integer tensor of one element can be an index, not one of shape {self.shape} and {self.dtype}"
+            )
+        return int(self.item())
+
     def __bool__(self) -> bool:
         if self.data.size != 1:
             raise ValueError(
