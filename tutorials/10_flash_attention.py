@@ -674,6 +674,10 @@ assert numpy.allclose(lower_right.numpy(), mine[:, :, -1:].numpy(), atol=1e-6)
 
 # %% [markdown]
 #
+# The rest of nanoGPT's `model.py` runs on minitensor as it is written: executed with
+# minitensor in `torch`'s place (`bench/nanogpt_model.py`), it gives PyTorch's loss and
+# gradients from the same weights and trains at PyTorch's pace on a CPU.
+#
 # The models take the same argument (`TransformerEncoder(..., fused=...)` and the others
 # pass it to every layer), and so do training runs: `TrainConfig(fused="auto" | "on" |
 # "off")`, `minitensor train --fused auto|on|off`. A run may change it on `--resume`, since it

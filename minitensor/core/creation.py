@@ -111,7 +111,9 @@ def randint(low: int, high: int | Shape, shape: Shape | None = None, device: Dev
     [low, high), on ``device``. PyTorch's short form draws from [0, high): ``randint(high,
     shape)``, as in ``torch.randint(len(data) - block_size, (batch_size,))``."""
     if shape is None:  # randint(high, shape)
-        low, high, shape = 0, low, high
+        return randint(0, low, high, device)
+    if not isinstance(high, int):
+        raise TypeError(f"randint: high must be an integer, got {high!r}")
     b = get_backend(device)
     shape = (shape,) if isinstance(shape, int) else tuple(shape)
     return Tensor._make(b.integers(low, high, shape), b, None)

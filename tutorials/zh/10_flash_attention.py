@@ -498,6 +498,8 @@ assert numpy.allclose(lower_right.numpy(), mine[:, :, -1:].numpy(), atol=1e-6)
 
 # %% [markdown]
 #
+# nanoGPT 的 `model.py` 的其余部分也能照原样在 minitensor 上运行：让 minitensor 代替 `torch` 来执行它（`bench/nanogpt_model.py`），从同样的权重出发，它给出与 PyTorch 相同的损失和梯度，在 CPU 上的训练速度也与 PyTorch 相当。
+#
 # 模型接受同样的参数（`TransformerEncoder(..., fused=...)` 及其他模型会把它传给每个层），训练运行也一样：`TrainConfig(fused="auto" | "on" | "off")`，`minitensor train --fused auto|on|off`。在 `--resume` 时可以更改它，因为它既不改变参数，也不改变结果。
 #
 # > **要点。** 当评分函数是点积、汇聚是 softmax、注意力偏置（如果有）是相对的时，`fused="auto"` 对 384 个词元及以上的序列进行流式计算，权重上的暂退法也包括在内（每个分块由种子重新生成自己那一部分掩码）；做不到时，`why_not_fused()` 说出原因，而 `fused=True` 把这个原因变成一个错误。
