@@ -343,14 +343,32 @@ def check_equal(config, vocab_size, train, torch):
     check_nanogpt(config, vocab_size, twin, X, Y, t_loss.item(), theirs, torch)
 
 
-def load_nanogpt(folder):
-    """nanoGPT's ``model.py`` as a module (loaded from its file: nothing joins sys.path), or None."""
+def load_nanogpt(folder, torch_like=None):
+    """nanoGPT's ``model.py`` as a module (loaded from its file: nothing joins sys.path), or None.
+
+    With ``torch_like`` (a module with ``nn`` and ``nn.functional``: minitensor) its ``import
+    torch`` lines get that module instead: ``sys.modules`` answers them with it while the file
+    executes, and is put back after (the module's globals keep what it imported)."""
     path = pathlib.Path(folder) / "model.py"
     if not path.is_file():
         return None
-    spec = importlib.util.spec_from_file_location("nanogpt_model", path)
+    name = "nanogpt_model" if torch_like is None else f"nanogpt_model_on_{torch_like.__name__}"
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    if torch_like is None:
+        spec.loader.exec_module(module)
+        return module
+    names = ("torch", "torch.nn", "torch.nn.functional")
+    saved = {n: sys.modules.get(n) for n in names}
+    sys.modules.update(zip(names, (torch_like, torch_like.nn, torch_like.nn.functional), strict=True))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        for n, old in saved.items():
+            if old is None:
+                sys.modules.pop(n, None)
+            else:
+                sys.modules[n] = old
     return module
 
 

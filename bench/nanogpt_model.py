@@ -3,7 +3,7 @@
 What it measures
 ----------------
 nanoGPT's ``model.py`` (``../shared/refbench/nanogpt``, or ``--nanogpt DIR``; MIT-licensed, read
-from its file as ``gpt_char.py`` reads it, nothing of it copied here) is executed twice: once as
+from its file by ``gpt_char.load_nanogpt``, nothing of it copied here) is executed twice: once as
 written, on PyTorch, and once with minitensor in ``torch``'s place (while the file executes,
 ``sys.modules`` answers ``import torch``, ``torch.nn`` and ``torch.nn.functional`` with
 minitensor, ``minitensor.nn`` and ``minitensor.nn.functional``). The second is a PyTorch program
@@ -30,45 +30,17 @@ Without PyTorch or without nanoGPT's checkout the script says what is missing an
 import argparse
 import contextlib
 import gc
-import importlib.util
 import io
-import pathlib
-import sys
 import time
 
 import numpy as np
 from _common import count_between, format_ratio, import_torch, limit_threads, print_header, thread_count, verdict
-from gpt_char import NANOGPT, batch_offsets, cut, load_text, recipe
+from gpt_char import NANOGPT, batch_offsets, cut, load_nanogpt, load_text, recipe
 
 TARGET = 1.0  # minitensor's step / PyTorch's, nanoGPT's model.py on each
 TOLERANCE = 1e-9  # relative, float64
 BLOCK = 25  # training steps per turn
 LR, BETAS, WEIGHT_DECAY, CLIP = 1e-3, (0.9, 0.99), 0.1, 1.0
-
-
-def load_model_py(folder, torch_like=None):
-    """nanoGPT's ``model.py`` as a module, on PyTorch, or with ``torch_like`` (a module with ``nn``
-    and ``nn.functional``) answering its ``import torch`` lines; None where the file is not."""
-    path = pathlib.Path(folder) / "model.py"
-    if not path.is_file():
-        return None
-    spec = importlib.util.spec_from_file_location(f"nanogpt_model_on_{getattr(torch_like, '__name__', 'torch')}", path)
-    module = importlib.util.module_from_spec(spec)
-    if torch_like is None:
-        spec.loader.exec_module(module)
-        return module
-    names = ("torch", "torch.nn", "torch.nn.functional")
-    saved = {name: sys.modules.get(name) for name in names}
-    sys.modules.update(zip(names, (torch_like, torch_like.nn, torch_like.nn.functional), strict=True))
-    try:
-        spec.loader.exec_module(module)  # its globals keep the modules it imported now
-    finally:
-        for name, old in saved.items():
-            if old is None:
-                sys.modules.pop(name, None)
-            else:
-                sys.modules[name] = old
-    return module
 
 
 def build(module, config, vocab_size):
@@ -185,11 +157,11 @@ def main():
         return
     import minitensor as mt
 
-    on_torch = load_model_py(args.nanogpt)
+    on_torch = load_nanogpt(args.nanogpt)
     if on_torch is None:
         print(f"nanoGPT's model.py is not at {args.nanogpt}: give its folder with --nanogpt DIR")
         return
-    on_mt = load_model_py(args.nanogpt, mt)
+    on_mt = load_nanogpt(args.nanogpt, mt)
     config = recipe(args.quick, args.steps)
     train, _, vocab = load_text(config)
     c = config
