@@ -386,5 +386,12 @@ def test_to_accepts_dtype_names_and_device_names():
     assert x.to("float64").dtype == mt.float64
     assert x.to("cpu") is x
     assert x.to("strict").device == "strict"
-    with pytest.raises(mt.DeviceError, match="unknown device 'tpu'.*cpu"):
+    with pytest.raises(mt.DeviceError, match="unknown device 'tpu'.*cpu") as unknown:
         x.to("tpu")
+    assert str(unknown.value).endswith("]")  # no hint for a name PyTorch does not use either
+    # PyTorch's spellings are named with minitensor's
+    for name in ("cuda:0", "cuda:1", "GPU"):
+        with pytest.raises(mt.DeviceError, match=f"unknown device '{name}'.*minitensor's GPU is device 'cuda'"):
+            mt.zeros(2, device=name)
+    with pytest.raises(mt.DeviceError, match="unknown device 'CPU'.*; the CPU is device 'cpu'$"):
+        x.to("CPU")

@@ -51,7 +51,20 @@ def get_backend(device: "str | Backend | None") -> Backend:
         pass
     if device == "cuda":
         return _load_cuda()
-    raise DeviceError(f"unknown device {device!r}: available devices are {available_backends()}")
+    raise DeviceError(f"unknown device {device!r}: available devices are {available_backends()}{_hint(device)}")
+
+
+def _hint(device: object) -> str:
+    """What a PyTorch user may have meant: its "cuda:0", a "gpu", an upper-case "CPU"."""
+    name = str(device).strip().lower()
+    if name.startswith("cuda:") or name in ("gpu", "cuda"):
+        return (
+            "; minitensor's GPU is device 'cuda', one GPU, the current one (CUDA_VISIBLE_DEVICES=N before "
+            "the program starts picks GPU N)"
+        )
+    if name in ("cpu", "cpu:0"):
+        return "; the CPU is device 'cpu'"
+    return ""
 
 
 def available_backends() -> list[str]:
