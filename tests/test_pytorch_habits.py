@@ -1,6 +1,6 @@
 """What a PyTorch program reaches for and minitensor has the same way: ``mt.topk``,
-``mt.multinomial``, ``mt.from_numpy``, ``x.contiguous()``, ``x.clone()``, ``x.dim()`` -- and a
-GPT written as nanoGPT writes one.
+``mt.multinomial``, ``mt.tril``, ``mt.from_numpy``, ``x.contiguous()``, ``x.clone()``,
+``x.dim()`` -- and a GPT written as nanoGPT writes one.
 
 The last tests build one small GPT from one source, written against a ``torch`` namespace in
 PyTorch's habits (fused q/k/v split by ``dim``, ``view``/``transpose``/``contiguous``, causal
@@ -183,6 +183,26 @@ def test_multinomial_never_waits_for_the_device():
     assert not log.waits, log
 
 
+# -- tril, triu ------------------------------------------------------------------------------------
+@settings(max_examples=30, deadline=None)
+@given(shape=st.lists(st.integers(1, 5), min_size=2, max_size=4), diagonal=st.integers(-4, 4))
+def test_tril_and_triu_keep_numpys_triangles(shape, diagonal):
+    a = np.random.default_rng(diagonal + 5).standard_normal(shape)
+    np.testing.assert_array_equal(mt.tril(mt.tensor(a), diagonal).numpy(), np.tril(a, diagonal))
+    np.testing.assert_array_equal(mt.triu(mt.tensor(a), diagonal).numpy(), np.triu(a, diagonal))
+
+
+def test_tril_and_triu_on_every_device_with_their_gradients(device):
+    x = mt.tensor(np.random.default_rng(0).standard_normal((2, 3, 4)), device=device, requires_grad=True)
+    for diagonal in (-1, 0, 2):
+        assert mt.gradcheck(lambda t: mt.tril(t, diagonal) * t, [x])  # noqa: B023
+        assert mt.gradcheck(lambda t: mt.triu(t, diagonal), [x])  # noqa: B023
+    with pytest.raises(ShapeError, match=r"tril: needs a tensor of at least 2 dimensions \(matrices\), got shape"):
+        mt.tril(mt.ones(3, device=device))
+    with pytest.raises(TypeError, match="triu: diagonal must be an integer, got 1.5"):
+        mt.triu(x, 1.5)
+
+
 # -- contiguous, dim -------------------------------------------------------------------------------
 def test_contiguous_is_the_tensor_itself_or_a_row_by_row_copy(device):
     x = mt.randn(3, 4, device=device, requires_grad=True)
@@ -240,20 +260,29 @@ def test_a_batch_is_cut_as_nanogpts_get_batch_cuts_it():
 
 
 # -- a GPT in PyTorch's habits ---------------------------------------------------------------------
-def gpt_of(torch, nn, F, vocab_size=17, block_size=12, n_layer=2, n_head=2, n_embd=16):
-    """A small GPT in the way nanoGPT's model.py writes one, for any ``torch``-like namespace."""
+def gpt_of(torch, nn, F, vocab_size=17, block_size=12, n_layer=2, n_head=2, n_embd=16, flash=True):
+    """A small GPT in the way nanoGPT's model.py writes one, for any ``torch``-like namespace;
+    ``flash=False`` writes the attention matrix out, as nanoGPT does without SDPA."""
 
     class SelfAttention(nn.Module):
         def __init__(self):
             super().__init__()
             self.c_attn = nn.Linear(n_embd, 3 * n_embd, bias=False)
             self.c_proj = nn.Linear(n_embd, n_embd, bias=False)
+            if not flash:  # the causal mask, a buffer (not saved: the two paths share state dicts)
+                mask = torch.tril(torch.ones(block_size, block_size)).view(1, 1, block_size, block_size)
+                self.register_buffer("bias", mask, persistent=False)
 
         def forward(self, x):
             B, T, C = x.size()
             q, k, v = self.c_attn(x).split(n_embd, dim=2)
             q, k, v = (t.view(B, T, n_head, C // n_head).transpose(1, 2) for t in (q, k, v))
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=True)
+            if flash:
+                y = F.scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=True)
+            else:
+                att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+                att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
+                y = F.softmax(att, dim=-1) @ v
             return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
 
     class Block(nn.Module):
@@ -349,9 +378,17 @@ def test_a_gpt_written_in_pytorchs_habits_trains_and_generates_on_minitensor():
     np.testing.assert_array_equal(out, (3 + np.arange(11)) % 17)  # it continues the pattern
 
 
-def test_the_same_gpt_source_gives_pytorchs_loss_and_gradients():
+def test_the_attention_matrix_written_out_gives_what_the_one_call_gives():
+    flash, plain = gpt_of(mt, mt.nn, F), gpt_of(mt, mt.nn, F, flash=False)
+    plain.load_state_dict(flash.state_dict())
+    X, _ = _pattern_batch(np.random.default_rng(2))
+    np.testing.assert_allclose(plain(mt.tensor(X))[0].numpy(), flash(mt.tensor(X))[0].numpy(), atol=1e-5)
+
+
+@pytest.mark.parametrize("flash", [True, False])
+def test_the_same_gpt_source_gives_pytorchs_loss_and_gradients(flash):
     torch = pytest.importorskip("torch")
-    ours, theirs = gpt_of(mt, mt.nn, F), gpt_of(torch, torch.nn, torch.nn.functional)
+    ours, theirs = gpt_of(mt, mt.nn, F, flash=flash), gpt_of(torch, torch.nn, torch.nn.functional, flash=flash)
     ours.to(mt.float64)
     theirs.double()
     state = {k: v.numpy() for k, v in ours.state_dict().items()}

@@ -17,7 +17,7 @@ from .loss import cross_entropy
 from .matmul import linear, matmul
 from .norm import layer_norm
 from .reduce import argmax, argmin, max, mean, min, sum, topk, var
-from .select import masked_fill, where
+from .select import masked_fill, tril, triu, where
 from .shape import broadcast_to, expand, flatten, permute, reshape, squeeze, swapaxes, transpose, unsqueeze
 from .softmax import log_softmax, masked_softmax, softmax
 from .sparsemax import sparsemax
@@ -76,6 +76,8 @@ __all__ = [
     "to_device",
     "topk",
     "transpose",
+    "tril",
+    "triu",
     "unsqueeze",
     "var",
     "where",

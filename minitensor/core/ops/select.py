@@ -1,8 +1,9 @@
-"""Choosing between values elementwise: where and masked_fill."""
+"""Choosing between values elementwise: where and masked_fill; tril and triu keep a triangle."""
 
 from __future__ import annotations
 
 from ..autograd import Function, Grads
+from ..errors import ShapeError
 from ..tensor import Array, Number, Tensor
 from .promote import promote
 
@@ -43,3 +44,39 @@ def where(cond: Tensor, a: Tensor, b: Tensor) -> Tensor:
 def masked_fill(a: Tensor, mask: Tensor, value: Number) -> Tensor:
     """``a`` with ``value`` wherever ``mask`` is True (PyTorch's ``masked_fill``)."""
     return Where.apply(_as_bool(mask, a), value, a)
+
+
+class Triangle(Function):
+    """z = a on and below (``lower``; else on and above) the ``diagonal``-th diagonal of the last
+    two axes, 0 elsewhere;  dL/da = dL/dz on the kept triangle, 0 elsewhere."""
+
+    @staticmethod
+    def forward(ctx: Function, a: Array, diagonal: int, lower: bool) -> Array:
+        ctx.diagonal, ctx.lower = diagonal, lower
+        return (ctx.xp.tril if lower else ctx.xp.triu)(a, diagonal)
+
+    @staticmethod
+    def backward(ctx: Function, grad: Array) -> Grads:
+        return (ctx.xp.tril if ctx.lower else ctx.xp.triu)(grad, ctx.diagonal)
+
+
+def _triangle(a: Tensor, diagonal: int, lower: bool) -> Tensor:
+    op = "tril" if lower else "triu"
+    if a.ndim < 2:
+        raise ShapeError(f"{op}: needs a tensor of at least 2 dimensions (matrices), got shape {a.shape}")
+    if not isinstance(diagonal, int) or isinstance(diagonal, bool):
+        raise TypeError(f"{op}: diagonal must be an integer, got {diagonal!r}")
+    return Triangle.apply(a, diagonal=diagonal, lower=lower)
+
+
+def tril(a: Tensor, diagonal: int = 0) -> Tensor:
+    """The lower triangle of the last two axes, a[..., i, j] where j <= i + ``diagonal``, zeros
+    above it. ``mt.tril(mt.ones(T, T))`` is the causal mask of self-attention, query i seeing
+    the keys j <= i, as nanoGPT builds it (``== 0`` where a score gets -inf)."""
+    return _triangle(a, diagonal, lower=True)
+
+
+def triu(a: Tensor, diagonal: int = 0) -> Tensor:
+    """The upper triangle of the last two axes, a[..., i, j] where j >= i + ``diagonal``, zeros
+    below it: ``mt.triu(mt.ones(T, T), 1)`` marks the future keys a causal query must not see."""
+    return _triangle(a, diagonal, lower=False)
