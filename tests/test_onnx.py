@@ -202,6 +202,25 @@ def test_a_plugin_made_of_ops_exports_with_no_extra_work(tmp_path):
         mt.plugins._reset()
 
 
+class PyTorchHabits(mt.nn.Module):
+    def forward(self, X):
+        a = X.transpose(1, 2).contiguous()  # a copy (Clone), as nanoGPT writes it
+        b = mt.tril(a, -1) + mt.triu(a, 2) + a  # no zeros left: no ties for topk
+        values, indices = mt.topk(b, 2, dim=-1)
+        return values * 2, indices
+
+
+def test_contiguous_tril_triu_and_topk_export_and_agree(tmp_path):
+    path = tmp_path / "habits.onnx"
+    mt.manual_seed(0)
+    mt.onnx.export(PyTorchHabits(), (mt.randn(2, 5, 4),), path, input_names=["X"], dynamic_axes={"X": {0: "batch"}})
+    X = mt.randn(3, 5, 4)
+    values, indices = PyTorchHabits()(X)
+    got_values, got_indices = session(path).run(None, {"X": X.numpy()})
+    numpy.testing.assert_allclose(got_values, values.numpy(), rtol=1e-6)
+    numpy.testing.assert_array_equal(got_indices, indices.numpy())  # (random normal data: no ties)
+
+
 def test_export_needs_the_forward_to_return_tensors(tmp_path):
     class Pair(mt.nn.Module):
         def forward(self, x):

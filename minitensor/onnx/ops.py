@@ -463,6 +463,36 @@ def permute(g, node):
     return g.op("Transpose", g.value(a), perm=[int(x) % a.data.ndim for x in axes])
 
 
+@maps(shape.Clone)
+def clone(g, node):
+    """a itself: ONNX values have no memory layout to copy into."""
+    return g.op("Identity", g.value(node.args[0]))
+
+
+@maps(select.Triangle)
+def triangle(g, node):
+    """tril / triu: the triangle of the last two axes, the rest zeros."""
+    (a,) = node.args
+    k = g.constant(numpy.array(node.kwargs["diagonal"], dtype=numpy.int64), "k")
+    return g.op("Trilu", g.value(a), k, upper=int(not node.kwargs["lower"]))
+
+
+@maps(reduce.TopKIndices)
+def topk_indices(g, node):
+    """The positions of the k largest (smallest) along ``axis``, in order: TopK's second output."""
+    (a,) = node.args
+    k = g.constant(numpy.array([node.kwargs["k"]], dtype=numpy.int64), "k")
+    largest = int(bool(node.kwargs["largest"]))
+    return g.op("TopK", g.value(a), k, axis=node.kwargs["axis"], largest=largest, sorted=1, outputs=2)[1]
+
+
+@maps(reduce.TakeAlongAxis)
+def take_along_axis(g, node):
+    """a at ``indices`` along ``axis``: GatherElements."""
+    a, indices = node.args
+    return g.op("GatherElements", g.value(a), g.value(indices), axis=node.kwargs["axis"])
+
+
 @maps(shape.BroadcastTo)
 def broadcast_to(g, node):
     """a repeated along its axes of length 1 to the new shape."""
