@@ -93,6 +93,11 @@ CASES = {
     "split": _case(
         "split", call=lambda f, x, axis: f(x, 1, axis=axis), ref=lambda a, axis: np.split(a, a.shape[axis], axis)
     ),
+    "chunk": _case(
+        "chunk",
+        call=lambda f, x, axis: f(x, 2, axis=axis),
+        ref=lambda a, axis: np.split(a, [-(-a.shape[axis] // 2)], axis),  # two pieces of ceil(n / 2) at most
+    ),
     "sum": _case("sum", ref=np.sum),
     "mean": _case("mean", ref=np.mean),
     "max": _case("max", ref=np.max),

@@ -1,6 +1,6 @@
 """What a PyTorch program reaches for and minitensor has the same way: ``mt.topk``,
-``mt.multinomial``, ``mt.tril``, ``mt.from_numpy``, ``x.contiguous()``, ``x.clone()``,
-``x.dim()`` -- and a GPT written as nanoGPT writes one.
+``mt.multinomial``, ``mt.tril``, ``mt.chunk``, ``mt.from_numpy``, ``x.contiguous()``,
+``x.clone()``, ``x.dim()`` -- and a GPT written as nanoGPT writes one.
 
 The last tests build one small GPT from one source, written against a ``torch`` namespace in
 PyTorch's habits (fused q/k/v split by ``dim``, ``view``/``transpose``/``contiguous``, causal
@@ -201,6 +201,28 @@ def test_tril_and_triu_on_every_device_with_their_gradients(device):
         mt.tril(mt.ones(3, device=device))
     with pytest.raises(TypeError, match="triu: diagonal must be an integer, got 1.5"):
         mt.triu(x, 1.5)
+
+
+# -- chunk -----------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "n, chunks, lengths",  # what torch.arange(n).chunk(chunks) gives (PyTorch 2.13)
+    [(0, 3, [0, 0, 0]), (5, 3, [2, 2, 1]), (6, 3, [2, 2, 2]), (7, 4, [2, 2, 2, 1]), (2, 5, [1, 1]), (10, 1, [10])],
+)
+def test_chunk_cuts_pytorchs_pieces(n, chunks, lengths):
+    pieces = mt.arange(n).chunk(chunks)
+    assert [p.shape[0] for p in pieces] == lengths
+    np.testing.assert_array_equal(np.concatenate([p.numpy() for p in pieces]), np.arange(n))
+
+
+def test_chunk_splits_a_fused_projection_and_refuses_a_bad_count(device):
+    x = mt.tensor(np.arange(12.0).reshape(2, 6), device=device, requires_grad=True)
+    q, k, v = x.chunk(3, dim=-1)
+    np.testing.assert_array_equal(k.numpy(), [[2.0, 3.0], [8.0, 9.0]])
+    (q + 2 * k + 3 * v).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), np.tile([1.0, 1.0, 2.0, 2.0, 3.0, 3.0], (2, 1)))
+    for bad in (0, -2, 1.5, True):
+        with pytest.raises(ValueError, match="chunk: chunks must be a positive integer"):
+            mt.chunk(x, bad)
 
 
 # -- contiguous, dim -------------------------------------------------------------------------------

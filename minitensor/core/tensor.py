@@ -647,6 +647,11 @@ class Tensor:
         given size (an int; the last may be smaller) or of the sizes listed."""
         return ops.split(self, split_size_or_sections, axis=axis)
 
+    def chunk(self, chunks: int, axis: int = 0) -> list[Tensor]:
+        """``mt.chunk(x, chunks, axis)``: at most ``chunks`` pieces along ``axis``, of equal length
+        but the last."""
+        return ops.chunk(self, chunks, axis=axis)
+
     # -- printing ---------------------------------------------------------------------------
     def __repr__(self) -> str:
         """``tensor([...], dtype=..., device=..., grad_fn=...)``, laid out as PyTorch does (_printing.py)."""
@@ -745,6 +750,6 @@ from .ops.promote import promote  # noqa: E402
 # PyTorch's words for the axis parameters, ``x.sum(dim=1, keepdim=True)``, as the ops take them
 # (ops/axes.py); the methods are wrapped here, where the ops' module has loaded
 for _name in ("sum", "mean", "max", "min", "var", "argmax", "argmin", "all", "any", "size", "flatten", "transpose",
-              "swapaxes", "squeeze", "unsqueeze", "softmax", "log_softmax", "split", "topk"):  # fmt: skip
+              "swapaxes", "squeeze", "unsqueeze", "softmax", "log_softmax", "split", "chunk", "topk"):  # fmt: skip
     setattr(Tensor, _name, torch_names(getattr(Tensor, _name)))
 del _name

@@ -12,7 +12,7 @@ from .elementwise import abs, add, clamp, clip, div, exp, gelu, log, mul, neg, p
 from .entmax import alpha_entmax, entmax15
 from .flash_attention import flash_attention
 from .indexing import embedding, getitem
-from .join import cat, concat, split, stack
+from .join import cat, chunk, concat, split, stack
 from .loss import cross_entropy
 from .matmul import linear, matmul
 from .norm import layer_norm
@@ -31,6 +31,7 @@ __all__ = [
     "astype",
     "broadcast_to",
     "cat",
+    "chunk",
     "clamp",
     "clip",
     "concat",

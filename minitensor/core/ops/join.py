@@ -105,3 +105,15 @@ def split(a: Tensor, split_size_or_sections: int | Sequence[int], axis: int = 0)
         pieces.append(getitem(a, lead + (slice(start, start + size),)))
         start += size
     return pieces
+
+
+@torch_names
+def chunk(a: Tensor, chunks: int, axis: int = 0) -> list[Tensor]:
+    """At most ``chunks`` pieces along ``axis``, each ceil(n / chunks) long but the last (PyTorch's
+    rule, so there may be fewer): ``q, k, v = qkv.chunk(3, dim=-1)``."""
+    if not isinstance(chunks, int) or isinstance(chunks, bool) or chunks < 1:
+        raise ValueError(f"chunk: chunks must be a positive integer, got {chunks!r}")
+    n = a.shape[normalize_axis(axis, a.ndim, "chunk")]
+    if n == 0:  # as many empty pieces as asked, as in PyTorch
+        return split(a, [0] * chunks, axis=axis)
+    return split(a, -(-n // chunks), axis=axis)
