@@ -347,6 +347,10 @@ REASONS = {
     "Tensor.flatten": AXIS,
     "Tensor.size": AXIS,
     "Tensor.chunk": AXIS,
+    "Tensor.cuda": (
+        "teaching choice: minitensor computes on one GPU, the current one (`CUDA_VISIBLE_DEVICES` picks it), "
+        "so no `device=`"
+    ),
     "Tensor.topk": AXIS + "; the values always come sorted (PyTorch leaves the order unspecified with `sorted=False`)",
     "Tensor.split": AXIS,
     "Tensor.squeeze": AXIS,

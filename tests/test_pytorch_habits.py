@@ -248,6 +248,23 @@ def test_clone_copies_and_keeps_the_gradient_path(device):
     assert not x.clone().detach().requires_grad
 
 
+def test_half_and_cuda_are_to_with_a_dtype_and_a_device(monkeypatch):
+    from fake_cupy import fake_cuda_backend
+
+    from minitensor import backends
+
+    x = mt.randn(2, 3, requires_grad=True)
+    h = x.half()
+    assert h.dtype == np.float16 and h.half() is h
+    h.float().sum().backward()
+    assert x.grad.dtype == np.float32 and np.all(x.grad.numpy() == 1.0)
+    layer = mt.nn.Linear(3, 2).half()
+    assert layer.weight.dtype == np.float16 and layer(h).dtype == np.float16
+    monkeypatch.setitem(backends._BACKENDS, "cuda", fake_cuda_backend())  # the CuPy stand-in
+    on_gpu = x.cuda()
+    assert on_gpu.device == "cuda" and on_gpu.cuda() is on_gpu and on_gpu.grad_fn is not None
+
+
 def test_from_numpy_shares_memory_as_pytorchs_does():
     a = np.arange(6, dtype=np.int64).reshape(2, 3)
     t = mt.from_numpy(a)

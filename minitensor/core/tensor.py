@@ -267,6 +267,10 @@ class Tensor:
         ``mt.gradcheck`` needs."""
         return self.to(dtype="float64")
 
+    def half(self) -> Tensor:
+        """``x.to(mt.float16)``: a float16 copy (``x`` itself if it is float16 already); differentiable."""
+        return self.to(dtype="float16")
+
     def long(self) -> Tensor:
         """``x.to(mt.int64)``: an int64 copy (``x`` itself if it is int64 already), the dtype of token
         indices and class labels."""
@@ -281,6 +285,11 @@ class Tensor:
         """``x.to("cpu")``: a copy in host memory (``x`` itself if it is there already);
         differentiable, the gradient goes back to the original device."""
         return self.to(device="cpu")
+
+    def cuda(self) -> Tensor:
+        """``x.to("cuda")``: a copy on the GPU (``x`` itself if it is there already);
+        differentiable. A ``DeviceError`` says what is missing where CUDA is not available."""
+        return self.to(device="cuda")
 
     # -- autograd -------------------------------------------------------------------------
     def backward(self, grad: Tensor | Array | None = None, retain_graph: bool = False) -> None:
