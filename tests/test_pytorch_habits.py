@@ -223,6 +223,8 @@ def test_chunk_splits_a_fused_projection_and_refuses_a_bad_count(device):
     for bad in (0, -2, 1.5, True):
         with pytest.raises(ValueError, match="chunk: chunks must be a positive integer"):
             mt.chunk(x, bad)
+    with pytest.raises(ValueError, match="chunk: 1,000,000,000 empty pieces of an empty axis; at most 65,536"):
+        mt.zeros(0, 3, device=device).chunk(10**9)  # a count the data does not bound
 
 
 # -- contiguous, dim -------------------------------------------------------------------------------

@@ -107,6 +107,9 @@ def split(a: Tensor, split_size_or_sections: int | Sequence[int], axis: int = 0)
     return pieces
 
 
+MAX_EMPTY_PIECES = 1 << 16  # chunk's pieces of an empty axis, at most
+
+
 @torch_names
 def chunk(a: Tensor, chunks: int, axis: int = 0) -> list[Tensor]:
     """At most ``chunks`` pieces along ``axis``, each ceil(n / chunks) long but the last (PyTorch's
@@ -114,6 +117,8 @@ def chunk(a: Tensor, chunks: int, axis: int = 0) -> list[Tensor]:
     if not isinstance(chunks, int) or isinstance(chunks, bool) or chunks < 1:
         raise ValueError(f"chunk: chunks must be a positive integer, got {chunks!r}")
     n = a.shape[normalize_axis(axis, a.ndim, "chunk")]
-    if n == 0:  # as many empty pieces as asked, as in PyTorch
+    if n == 0:  # as many empty pieces as asked, as in PyTorch (the only count not bounded by n)
+        if chunks > MAX_EMPTY_PIECES:
+            raise ValueError(f"chunk: {chunks:,} empty pieces of an empty axis; at most {MAX_EMPTY_PIECES:,}")
         return split(a, [0] * chunks, axis=axis)
     return split(a, -(-n // chunks), axis=axis)
