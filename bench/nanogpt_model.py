@@ -59,7 +59,7 @@ def optimiser(model):
         return model.configure_optimizers(WEIGHT_DECAY, LR, BETAS, "cpu")
 
 
-def copy_weights(mt, torch, theirs, ours, dtype):
+def copy_weights(mt, theirs, ours, dtype):
     """Load the PyTorch GPT's weights into the minitensor GPT, as ``dtype``."""
     state = {name: mt.tensor(value.detach().numpy()).to(dtype) for name, value in theirs.state_dict().items()}
     ours.load_state_dict(state)
@@ -70,7 +70,7 @@ def check_equal(mt, torch, on_mt, on_torch, config, vocab_size, train):
     torch.manual_seed(99)
     theirs = build(on_torch, config, vocab_size).double()
     ours = build(on_mt, config, vocab_size).to(mt.float64)
-    copy_weights(mt, torch, theirs, ours, mt.float64)
+    copy_weights(mt, theirs, ours, mt.float64)
     X, Y = cut(train, batch_offsets(len(train), config.lm_num_steps, 1, config.batch_size, 99)[0], config.lm_num_steps)
     _, loss_t = theirs(torch.from_numpy(X), torch.from_numpy(Y))
     loss_t.backward()
@@ -96,7 +96,7 @@ def train_both(mt, torch, on_mt, on_torch, config, vocab_size, train, steps):
     torch.manual_seed(0)
     theirs = build(on_torch, config, vocab_size)
     ours = build(on_mt, config, vocab_size)
-    copy_weights(mt, torch, theirs, ours, mt.float32)
+    copy_weights(mt, theirs, ours, mt.float32)
     T = config.lm_num_steps
     offsets = batch_offsets(len(train), T, steps, config.batch_size, 0)
     runs = {}

@@ -29,20 +29,16 @@ from ..tensor import Array, Tensor
 from .axes import normalize_axis, torch_names
 
 
-def row_kernel(backend: Any, name: str) -> Any:
+def run_rows(backend: Any, name: str, x: Array, *rest: Any) -> Array:
     """The backend's row kernel ``name`` (``softmax_forward``, ``log_softmax_backward``, ...: the
-    contract of kernels/cpu.py) for every float dtype. The kernels are compiled for float32 and
-    float64; float16 rows go through float32 and the result is rounded once, as PyTorch computes
-    a half-precision softmax (its exponentials and sums in float32)."""
+    contract of kernels/cpu.py) on the rows ``x``, for every float dtype. The kernels are compiled
+    for float32 and float64; float16 rows go through float32 and the result is rounded once, as
+    PyTorch computes a half-precision softmax (its exponentials and sums in float32)."""
     kernel = getattr(backend.kernels, name)
-
-    def run(x: Array, *rest: Any) -> Array:
-        if x.dtype != numpy.float16:
-            return kernel(x, *rest)
-        rest = tuple(a.astype(numpy.float32) if getattr(a, "dtype", None) == numpy.float16 else a for a in rest)
-        return kernel(x.astype(numpy.float32), *rest).astype(numpy.float16)
-
-    return run
+    if x.dtype != numpy.float16:
+        return kernel(x, *rest)
+    rest = tuple(a.astype(numpy.float32) if getattr(a, "dtype", None) == numpy.float16 else a for a in rest)
+    return kernel(x.astype(numpy.float32), *rest).astype(numpy.float16)
 
 
 def as_rows(x: Array) -> Array:
@@ -76,7 +72,7 @@ class Softmax(Function):
     def forward(ctx: Function, x: Array, axis: int = -1) -> Array:
         axis = normalize_axis(axis, x.ndim, ctx.kernel)  # the kernel's name is the op's
         rows, ctx.layout = _to_rows(ctx.xp, x, axis)
-        y = row_kernel(ctx.backend, ctx.kernel + "_forward")(rows)
+        y = run_rows(ctx.backend, ctx.kernel + "_forward", rows)
         ctx.save_for_backward(y)
         return _from_rows(ctx.xp, y, ctx.layout)
 
@@ -84,7 +80,7 @@ class Softmax(Function):
     def backward(ctx: Function, grad: Array) -> Grads:
         (y,) = ctx.saved
         g, _ = _to_rows(ctx.xp, grad, ctx.layout[1])
-        dx = row_kernel(ctx.backend, ctx.kernel + "_backward")(y, g)
+        dx = run_rows(ctx.backend, ctx.kernel + "_backward", y, g)
         return _from_rows(ctx.xp, dx, ctx.layout)
 
 
@@ -160,7 +156,7 @@ class MaskedSoftmax(Function):
             x = apply_mask(xp, x, mask)
         rows, ctx.layout = _to_rows(xp, x, normalize_axis(-1, x.ndim, "masked_softmax"))
         lens = None if valid_lens is None else lens_per_row(xp, valid_lens, x.shape)
-        y = row_kernel(ctx.backend, "softmax_forward")(rows, lens)
+        y = run_rows(ctx.backend, "softmax_forward", rows, lens)
         ctx.save_for_backward(y)
         return y.reshape(x.shape)
 
@@ -168,7 +164,7 @@ class MaskedSoftmax(Function):
     def backward(ctx: Function, grad: Array) -> Grads:
         (y,) = ctx.saved
         g, _ = _to_rows(ctx.xp, grad, grad.ndim - 1)
-        return row_kernel(ctx.backend, "softmax_backward")(y, g).reshape(grad.shape), None, None
+        return run_rows(ctx.backend, "softmax_backward", y, g).reshape(grad.shape), None, None
 
 
 @torch_names
