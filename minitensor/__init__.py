@@ -27,10 +27,12 @@ from .core.autograd import Function
 from .core.backends import available_backends, get_backend
 from .core.creation import (
     arange,
+    eye,
     from_dlpack,
     from_numpy,
     full,
     multinomial,
+    normal,
     ones,
     ones_like,
     rand,
@@ -111,6 +113,7 @@ __all__ = [
     "bool_",
     "cuda",
     "enable_grad",
+    "eye",
     "float16",
     "float32",
     "float64",
@@ -129,6 +132,7 @@ __all__ = [
     "multinomial",
     "nn",
     "no_grad",
+    "normal",
     "ones",
     "ones_like",
     "ops",

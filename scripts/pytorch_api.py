@@ -132,6 +132,13 @@ SWAPAXES = (
 )
 SCHEDULE = "extra: {} (PyTorch builds it from LambdaLR or by chaining its schedulers)"
 
+SORT = "; always stable (`stable=` is accepted and changes nothing), NaN last as in PyTorch"
+REPEAT_INTERLEAVE = (
+    "; no `output_size` (the counts are read to the host to size the result) and no one-argument form "
+    "`repeat_interleave(repeats)`"
+)
+MSE_WEIGHT = "not yet aligned: no per-element `weight=` (multiply the `reduction='none'` losses by it)"
+
 REASONS = {
     # -- minitensor ------------------------------------------------------------------------------
     "mt.AxisError": ERROR.format(
@@ -235,6 +242,16 @@ REASONS = {
     ),
     "mt.multinomial": "teaching choice: one seeded generator per device (`mt.manual_seed`), no generator objects",
     "mt.topk": AXIS + "; the values always come sorted (PyTorch leaves the order unspecified with `sorted=False`)",
+    "mt.eye": "teaching choice: " + DEVICE,
+    "mt.normal": (
+        "teaching choice: one seeded generator per device (`mt.manual_seed`), no generator objects; `dtype`, "
+        "`device` and `requires_grad` are those PyTorch's `size=` forms take as keywords"
+    ),
+    "mt.sort": AXIS + SORT,
+    "mt.repeat_interleave": AXIS + REPEAT_INTERLEAVE,
+    "mt.repeat": "extra: the function form of `Tensor.repeat` (NumPy's `tile`), as each method here has one",
+    "mt.bmm": "not yet aligned: no `out_dtype` (PyTorch's float32 result of float16 inputs): the inputs' dtype",
+    "mt.mse_loss": "extra: `nn.functional.mse_loss` at the top level too, as `mt.cross_entropy` is",
     "mt.get_printoptions": "extra: reads back what `set_printoptions` set (PyTorch has no public getter)",
     "mt.getitem": "extra: the function behind `x[index]` (as `operator.getitem`)",
     "mt.gradcheck": (
@@ -297,6 +314,8 @@ REASONS = {
     "mt.nn.ModuleList": "not yet aligned: `modules=()` where PyTorch says None; both mean no modules",
     # -- minitensor.nn.functional ----------------------------------------------------------------
     "mt.nn.functional.conv1d": "not yet aligned: no grouped convolution (`groups=`), in ops/conv.py",
+    "mt.nn.functional.mse_loss": MSE_WEIGHT,
+    "mt.nn.CrossEntropyLoss": "not yet aligned: no per-class `weight=`, as `cross_entropy`",
     "mt.nn.functional.cross_entropy": (
         "extra: `mask=` (D2L's padding mask over target tokens, besides `ignore_index`); not yet aligned: no "
         "per-class `weight=` (a weighted mean in ops/loss.py)"
@@ -353,6 +372,12 @@ REASONS = {
     ),
     "Tensor.topk": AXIS + "; the values always come sorted (PyTorch leaves the order unspecified with `sorted=False`)",
     "Tensor.split": AXIS,
+    "Tensor.sort": AXIS + SORT,
+    "Tensor.repeat_interleave": AXIS + REPEAT_INTERLEAVE,
+    "Tensor.type": (
+        "teaching choice: `x.type(mt.bool)` converts as in PyTorch; `x.type()` names the dtype "
+        "(`minitensor.float32`) where PyTorch names a tensor class (`torch.FloatTensor`); no `non_blocking`"
+    ),
     "Tensor.squeeze": AXIS,
     "Tensor.var": AXIS,
     "Tensor.max": MAX_MIN,

@@ -110,6 +110,10 @@ CASES = {
         call=lambda f, x, axis: f(x, 2, axis=axis).values,
         ref=lambda a, axis: np.take(-np.sort(-a, axis=axis), [0, 1], axis=axis),
     ),
+    "sort": _case("sort", call=lambda f, x, axis: f(x, axis=axis).values, ref=lambda a, axis: np.sort(a, axis=axis)),
+    "repeat_interleave": _case(
+        "repeat_interleave", call=lambda f, x, axis: f(x, 2, axis=axis), ref=lambda a, axis: np.repeat(a, 2, axis)
+    ),
     "any": _case("any", call=lambda f, x, axis: f(x > 0, axis=axis), ref=lambda a, axis: np.any(a > 0, axis=axis)),
     "all": _case("all", call=lambda f, x, axis: f(x > 0, axis=axis), ref=lambda a, axis: np.all(a > 0, axis=axis)),
     "size": _case("size", ref=lambda a, axis: a.shape[axis]),

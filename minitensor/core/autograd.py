@@ -248,6 +248,8 @@ def backward(root: Tensor, grad: Tensor | Array | None = None, retain_graph: boo
         for p, pg in zip(ctx.inputs, input_grads):
             if pg is None or not isinstance(p, Tensor) or not p.requires_grad:
                 continue
+            if p._seq > t._seq:  # an input newer than its output: written by ``x[...] = v`` since
+                raise _written_since_error(ctx, p)
             if pg.shape != p.data.shape:
                 pg = sum_to_shape(pg, p.data.shape)
             if p in grads:
@@ -262,6 +264,14 @@ def backward(root: Tensor, grad: Tensor | Array | None = None, retain_graph: boo
             # that a second backward can say what happened instead of doing nothing.
             ctx.inputs = ctx.saved = None
             ctx.__dict__.clear()
+
+
+def _written_since_error(ctx: Function, p: Tensor) -> GraphError:
+    return GraphError(
+        f"backward: {type(ctx).__name__} used a tensor of shape {tuple(p.shape)} that was written "
+        "afterwards (x[...] = v), so its gradient cannot reach the value it had; write before the "
+        "tensor is used, or write to a copy (y = x.clone(); y[...] = v) or use mt.where / masked_fill"
+    )
 
 
 def _freed_graph_error(ctx: Function) -> GraphError:

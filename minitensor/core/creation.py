@@ -1,5 +1,5 @@
-"""Making new tensors: zeros, ones, full, arange, randn, rand, randint, multinomial, ``*_like``,
-``from_numpy``, ``from_dlpack``."""
+"""Making new tensors: zeros, ones, full, arange, eye, randn, rand, normal, randint, multinomial,
+``*_like``, ``from_numpy``, ``from_dlpack``."""
 
 from typing import Any
 
@@ -8,7 +8,7 @@ import numpy
 from .autograd import Function
 from .backends import Backend, get_backend
 from .dtypes import as_dtype, float32
-from .errors import ShapeError
+from .errors import DeviceError, ShapeError
 from .tensor import Device, DType, Shape, Tensor, tensor  # noqa: F401  (tensor is re-exported)
 
 
@@ -43,6 +43,16 @@ class Arange(Function):
     @staticmethod
     def forward(ctx: Any, start: float, stop: float, step: float, dtype: DType, device: Device) -> Any:
         return ctx.xp.arange(start, stop, step, dtype=dtype)
+
+
+class Eye(Function):
+    """The identity matrix, n x m: ones on the diagonal (``eye``); a maker as ``Full`` is."""
+
+    differentiable = False
+
+    @staticmethod
+    def forward(ctx: Any, n: int, m: int, dtype: DType, device: Device) -> Any:
+        return ctx.xp.eye(n, m, dtype=dtype)
 
 
 def _full(shape: tuple[Any, ...], fill: Any, dtype: DType, device: Device, requires_grad: bool) -> Tensor:
@@ -92,6 +102,21 @@ def arange(
     return Arange.apply(start, stop, step, dtype=as_dtype(dtype), device=device)
 
 
+def eye(
+    n: int, m: int | None = None, dtype: DType = None, device: Device = "cpu", requires_grad: bool = False
+) -> Tensor:
+    """The n x m (default n x n) identity matrix: ones where row = column, zeros elsewhere.
+    D2L 11.1 shows it as the attention weights of queries that attend only to their own key."""
+    m = n if m is None else m
+    if not all(isinstance(k, (int, numpy.integer)) and not isinstance(k, bool) and k >= 0 for k in (n, m)):
+        raise ValueError(f"eye: n and m must be integers >= 0, got n={n!r}, m={m!r}")
+    dtype = as_dtype(dtype) or float32
+    backend = get_backend(device)
+    backend.check_fits("eye", (int(n), int(m)), numpy.dtype(dtype).itemsize)
+    t = Eye.apply(int(n), int(m), dtype=dtype, device=device)
+    return t.requires_grad_(True) if requires_grad else t
+
+
 def randn(*shape: Shape, dtype: DType = None, device: Device = "cpu", requires_grad: bool = False) -> Tensor:
     """Standard normal samples from the device's seeded generator (``mt.manual_seed``)."""
     b = get_backend(device)
@@ -104,6 +129,41 @@ def rand(*shape: Shape, dtype: DType = None, device: Device = "cpu", requires_gr
     ``zeros``."""
     b = get_backend(device)
     return _leaf(b.uniform(_shape(shape), as_dtype(dtype) or float32), b, requires_grad)
+
+
+def normal(
+    mean: float | Tensor = 0.0,
+    std: float | Tensor = 1.0,
+    size: Shape | None = None,
+    dtype: DType = None,
+    device: Device = None,
+    requires_grad: bool = False,
+) -> Tensor:
+    """Samples of the normal distribution N(mean, std^2), as PyTorch's ``normal``: numbers and a
+    ``size`` (``normal(0.0, 0.5, (50,))``, D2L 11.2's noise), or tensors of means and/or standard
+    deviations, broadcast, one sample each. mean + std * randn(...), from the device's seeded
+    generator; the samples are a new leaf (no gradient flows back to a tensor ``mean`` or ``std``)."""
+    tensors = [t for t in (mean, std) if isinstance(t, Tensor)]
+    if not tensors and size is None:
+        raise ValueError("normal: give size with numbers for mean and std, e.g. normal(0.0, 1.0, (2, 3))")
+    if tensors and size is not None:
+        raise ValueError("normal: size goes with numbers for mean and std; with tensors, the shape is theirs")
+    if len(tensors) == 2 and tensors[0]._backend is not tensors[1]._backend:
+        raise DeviceError(f"normal: mean and std on different devices, {tensors[0].device!r} and {tensors[1].device!r}")
+    means, stds = (t.data if isinstance(t, Tensor) else t for t in (mean, std))
+    positive = stds >= 0  # (NaN is not)
+    if not bool(positive.all() if hasattr(positive, "all") else positive):
+        raise ValueError(f"normal: std must be >= 0, got {std!r}")
+    if tensors:
+        backend = tensors[0]._backend
+        shape = tuple(numpy.broadcast_shapes(*(tuple(t.shape) for t in tensors)))
+        dtype = dtype or tensors[0].dtype
+    else:
+        backend = get_backend(device or "cpu")
+        shape = _shape((size,))
+    dtype = as_dtype(dtype) or float32
+    data = (backend.normal(shape, dtype) * stds + means).astype(dtype, copy=False)
+    return _leaf(data, backend, requires_grad)
 
 
 def randint(low: int, high: int | Shape, shape: Shape | None = None, device: Device = "cpu") -> Tensor:

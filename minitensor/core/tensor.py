@@ -276,6 +276,13 @@ class Tensor:
         indices and class labels."""
         return self.to(dtype="int64")
 
+    def type(self, dtype: DType = None) -> Tensor | str:
+        """PyTorch's ``x.type(mt.bool)``: ``x.to(dtype=dtype)``; with no dtype, the name of this
+        one (``"minitensor.float32"``, where PyTorch says ``"torch.FloatTensor"``)."""
+        if dtype is None:
+            return f"minitensor.{self.dtype}"
+        return self.to(dtype=dtype)
+
     def astype(self, dtype: DType) -> Tensor:
         """``x.to(dtype=dtype)``: a copy with another dtype (``x`` itself when nothing changes),
         NumPy's name for it; differentiable (the gradient is converted back)."""
@@ -379,8 +386,24 @@ class Tensor:
         self.data *= self._value(other)
         return self
 
-    def __setitem__(self, index: Any, value: Tensor | Array) -> None:
-        self._check_inplace("__setitem__")
+    def __setitem__(self, index: Any, value: Tensor | Array | Number) -> None:
+        """``x[index] = value``. Outside the graph, the values are written in place. In the graph
+        (x or value requires grad, grad mode on), as in PyTorch: D2L's ``X[~mask] = -1e6`` on
+        scores, ``P[:, 0::2] = sin(...)``. x then stands for the new value (``ops.setitem``, out
+        of place), and an op that used x before the write refuses backward (its gradient would
+        reach the new value). A leaf that requires grad is refused: write to it under no_grad()."""
+        if grad_mode._enabled and (self.requires_grad or (isinstance(value, Tensor) and value.requires_grad)):
+            if self.requires_grad and self._ctx is None:
+                raise GraphError(
+                    "__setitem__: in-place write to a leaf tensor that requires grad (a parameter or an "
+                    "input created with requires_grad=True); do it inside `with mt.no_grad():` (as "
+                    "initialisers do), or write to a copy: y = x.clone(); y[...] = v"
+                )
+            before = Tensor._make(self.data, self._backend, self._ctx)  # the value x had, in the graph
+            before._seq = self._seq  # (where the ops that used x find it in backward's order)
+            after = setitem(before, index, value)
+            self.data, self._ctx, self._seq, self.requires_grad = after.data, after._ctx, after._seq, True
+            return
         self.data[normalize_index(index, self)] = self._value(value)
 
     # -- arithmetic: ``x * y`` is ``Mul.apply(x, y)`` (ops/elementwise.py) -------------------------
@@ -519,6 +542,14 @@ class Tensor:
         """``mt.tanh(x)``: the hyperbolic tangent elementwise, in (-1, 1); derivative 1 - tanh(x)^2."""
         return Tanh.apply(self)
 
+    def sin(self) -> Tensor:
+        """``mt.sin(x)``: the sine elementwise (radians); derivative cos x."""
+        return ops.sin(self)
+
+    def cos(self) -> Tensor:
+        """``mt.cos(x)``: the cosine elementwise (radians); derivative -sin x."""
+        return ops.cos(self)
+
     def sigmoid(self) -> Tensor:
         """``mt.sigmoid(x)``: 1 / (1 + exp(-x)) elementwise, in (0, 1); derivative s (1 - s)."""
         return Sigmoid.apply(self)
@@ -651,6 +682,25 @@ class Tensor:
         positions, ``(values, indices)``; values largest first."""
         return ops.topk(self, k, axis=axis, largest=largest, sorted=sorted)
 
+    def sort(self, axis: int = -1, descending: bool = False, stable: bool = False) -> ops.reduce.Sort:
+        """``mt.sort(x, axis, descending)``: the elements along ``axis`` in order and the positions
+        they came from, ``(values, indices)``."""
+        return ops.sort(self, axis=axis, descending=descending, stable=stable)
+
+    def repeat(self, *reps: int | Sequence[int]) -> Tensor:
+        """``mt.repeat(x, *reps)``: x copied ``reps[k]`` times along each axis k, end to end
+        (PyTorch's ``x.repeat(2, 1)``, NumPy's ``tile``)."""
+        return ops.repeat(self, *reps)
+
+    def repeat_interleave(self, repeats: int | Sequence[int] | Tensor, axis: int | None = None) -> Tensor:
+        """``mt.repeat_interleave(x, repeats, axis)``: each element (or slice along ``axis``)
+        repeated in place, ``repeats`` times (one count, or one per slice)."""
+        return ops.repeat_interleave(self, repeats, axis=axis)
+
+    def bmm(self, other: Tensor) -> Tensor:
+        """``mt.bmm(x, other)``: the batched product of two 3-D tensors, matrix by matrix."""
+        return ops.bmm(self, other)
+
     def split(self, split_size_or_sections: int | Sequence[int], axis: int = 0) -> list[Tensor]:
         """``mt.split(x, split_size_or_sections, axis)``: a list of pieces along ``axis``, each of the
         given size (an int; the last may be smaller) or of the sizes listed."""
@@ -752,13 +802,14 @@ from . import autograd, ops  # noqa: E402
 from .ops.axes import normalize_axes, normalize_axis, torch_names  # noqa: E402
 from .ops.compare import AllTrue, And, AnyTrue, Equal, Greater, GreaterEqual, Invert, Less, LessEqual, NotEqual, Or, Xor  # noqa: E402
 from .ops.elementwise import Abs, Add, Div, Exp, Log, Mul, Neg, Pow, ReLU, Sigmoid, Sqrt, Sub, Tanh  # noqa: E402
-from .ops.indexing import normalize_index  # noqa: E402
+from .ops.indexing import normalize_index, setitem  # noqa: E402
 from .ops.matmul import MatMul  # noqa: E402
 from .ops.promote import promote  # noqa: E402
 
 # PyTorch's words for the axis parameters, ``x.sum(dim=1, keepdim=True)``, as the ops take them
 # (ops/axes.py); the methods are wrapped here, where the ops' module has loaded
 for _name in ("sum", "mean", "max", "min", "var", "argmax", "argmin", "all", "any", "size", "flatten", "transpose",
-              "swapaxes", "squeeze", "unsqueeze", "softmax", "log_softmax", "split", "chunk", "topk"):  # fmt: skip
+              "swapaxes", "squeeze", "unsqueeze", "softmax", "log_softmax", "split", "chunk", "topk", "sort",
+              "repeat_interleave"):  # fmt: skip
     setattr(Tensor, _name, torch_names(getattr(Tensor, _name)))
 del _name

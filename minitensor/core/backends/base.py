@@ -17,6 +17,7 @@ user asks for (``Tensor.item()``, ``.numpy()``, ``float()``: ``raise_failed_chec
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -64,6 +65,17 @@ class Backend:
         None where the system does not say: what a run's size is checked against *before* it
         allocates, so that a mistyped ``--num-hiddens`` is refused instead of filling the memory."""
         return None
+
+    def check_fits(self, op: str, shape: tuple[int, ...], itemsize: int) -> None:
+        """Refuse, before allocating it, a result of ``shape`` larger than the device's memory:
+        where a size comes from the caller's numbers (``repeat``'s counts, ``eye``'s n), a
+        mistyped one would otherwise fill the memory and meet the system's killer."""
+        size, memory = math.prod(shape) * itemsize, self.memory_size()
+        if memory is not None and size > memory:
+            raise ValueError(
+                f"{op}: the result would have shape {tuple(shape)}, {size / 2**30:,.1f} GiB, more than "
+                f"the {memory / 2**30:,.1f} GiB of the device ({self.device})"
+            )
 
     # -- random numbers (generated on the device) ---------------------------------------
     def seed(self, seed: int) -> None:

@@ -9,7 +9,8 @@ from .container import ModuleDict, ModuleList, Sequential
 from .conv import Conv1d
 from .dropout import Dropout
 from .kv_cache import KVCache
-from .linear import Embedding, Linear
+from .linear import Embedding, LazyLinear, Linear
+from .loss import CrossEntropyLoss, MSELoss
 from .module import Module, Parameter
 from .normalization import LayerNorm
 from .rnn import GRU, GRUCell
@@ -34,6 +35,7 @@ __all__ = [
     "Identity",
     "KVCache",
     "LayerNorm",
+    "LazyLinear",
     "Linear",
     "LogSoftmax",
     "Module",
@@ -63,8 +65,10 @@ __all__ += [
 ]
 __all__ += [
     "Conv1d",
+    "CrossEntropyLoss",
     "GRU",
     "GRUCell",
+    "MSELoss",
     "Seq2Seq",
     "Seq2SeqAttentionDecoder",
     "Seq2SeqConfig",

@@ -52,6 +52,37 @@ class Linear(Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
 
+class LazyLinear(Linear):
+    """A ``Linear`` whose in_features is the last axis of its first input (PyTorch's
+    ``LazyLinear``; D2L's models are written with it, ``nn.LazyLinear(num_hiddens)``).
+
+    Until that first call the weight has shape (out_features, 0); the call gives it its shape
+    and draws it as ``Linear`` does, in the weight's dtype and on its device (so ``.to()``
+    before the first call is kept). The Parameter objects stay the same, so an optimiser made
+    before the first call still holds them, but it must not step before it.
+    """
+
+    def __init__(self, out_features: int, bias: bool = True, dtype: DType = None, device: Device = None) -> None:
+        super().__init__(0, out_features, bias=bias, dtype=dtype, device=device)
+        self.in_features: int | None = None  # type: ignore[assignment]  # (until the first call)
+
+    def forward(self, X: Tensor) -> Tensor:
+        """Y = X W^T + b; the first call sets in_features = X.shape[-1] and draws W and b."""
+        if self.in_features is None:
+            if X.ndim == 0:
+                raise ValueError("LazyLinear: its first input must have a last axis to take in_features from")
+            self.in_features = X.shape[-1]
+            weight = self.weight
+            weight.data = zeros(self.out_features, self.in_features, dtype=weight.dtype, device=weight.device).data
+            self.reset_parameters()
+        return super().forward(X)
+
+    def reset_parameters(self) -> None:
+        """Draw W and b as ``Linear`` does, once in_features is known (nothing before the first call)."""
+        if self.in_features is not None:
+            super().reset_parameters()
+
+
 class Embedding(Module):
     """A table of num_embeddings vectors: token index i -> row i of W (num_embeddings, embedding_dim).
 

@@ -8,15 +8,34 @@ from __future__ import annotations
 from .conv import conv1d
 from .convert import astype, to_device
 from .dropout import dropout
-from .elementwise import abs, add, clamp, clip, div, exp, gelu, log, mul, neg, pow, relu, sigmoid, sqrt, sub, tanh
+from .elementwise import (
+    abs,
+    add,
+    clamp,
+    clip,
+    cos,
+    div,
+    exp,
+    gelu,
+    log,
+    mul,
+    neg,
+    pow,
+    relu,
+    sigmoid,
+    sin,
+    sqrt,
+    sub,
+    tanh,
+)
 from .entmax import alpha_entmax, entmax15
 from .flash_attention import flash_attention
 from .indexing import embedding, getitem
-from .join import cat, chunk, concat, split, stack
-from .loss import cross_entropy
-from .matmul import linear, matmul
+from .join import cat, chunk, concat, repeat, repeat_interleave, split, stack
+from .loss import cross_entropy, mse_loss
+from .matmul import bmm, linear, matmul
 from .norm import layer_norm
-from .reduce import argmax, argmin, max, mean, min, sum, topk, var
+from .reduce import argmax, argmin, max, mean, min, sort, sum, topk, var
 from .select import masked_fill, tril, triu, where
 from .shape import broadcast_to, expand, flatten, permute, reshape, squeeze, swapaxes, transpose, unsqueeze
 from .softmax import log_softmax, masked_softmax, softmax
@@ -29,6 +48,7 @@ __all__ = [
     "argmax",
     "argmin",
     "astype",
+    "bmm",
     "broadcast_to",
     "cat",
     "chunk",
@@ -36,6 +56,7 @@ __all__ = [
     "clip",
     "concat",
     "conv1d",
+    "cos",
     "cross_entropy",
     "div",
     "dropout",
@@ -48,23 +69,28 @@ __all__ = [
     "gelu",
     "getitem",
     "layer_norm",
+    "linear",
     "log",
     "log_softmax",
     "masked_fill",
     "masked_softmax",
-    "linear",
     "matmul",
     "max",
     "mean",
     "min",
+    "mse_loss",
     "mul",
     "neg",
     "permute",
     "pow",
     "relu",
+    "repeat",
+    "repeat_interleave",
     "reshape",
     "sigmoid",
+    "sin",
     "softmax",
+    "sort",
     "sparsemax",
     "split",
     "sqrt",

@@ -171,6 +171,34 @@ class Tanh(Function):
         return grad * (1 - z * z)
 
 
+class Sin(Function):
+    """z = sin a;  dz/da = cos a."""
+
+    @staticmethod
+    def forward(ctx: Function, a: Array) -> Array:
+        ctx.save_for_backward(a)
+        return ctx.xp.sin(a)
+
+    @staticmethod
+    def backward(ctx: Function, grad: Array) -> Grads:
+        (a,) = ctx.saved
+        return grad * ctx.xp.cos(a)
+
+
+class Cos(Function):
+    """z = cos a;  dz/da = -sin a."""
+
+    @staticmethod
+    def forward(ctx: Function, a: Array) -> Array:
+        ctx.save_for_backward(a)
+        return ctx.xp.cos(a)
+
+    @staticmethod
+    def backward(ctx: Function, grad: Array) -> Grads:
+        (a,) = ctx.saved
+        return -grad * ctx.xp.sin(a)
+
+
 class Sigmoid(Function):
     """z = 1 / (1 + e^-a);  dz/da = z (1 - z).
 
@@ -368,6 +396,18 @@ def sqrt(a: Tensor) -> Tensor:
 def tanh(a: Tensor) -> Tensor:
     """z = tanh(a) = (1 - e^(-2a)) / (1 + e^(-2a)) elementwise, in (-1, 1); dz/da = 1 - z^2."""
     return Tanh.apply(a)
+
+
+def sin(a: Tensor) -> Tensor:
+    """z = sin a elementwise (radians); dz/da = cos a. The even columns of the sinusoidal
+    positional encoding (D2L 11.6.3, Vaswani et al. 2017): sin(i / 10000^(2j/d))."""
+    return Sin.apply(a)
+
+
+def cos(a: Tensor) -> Tensor:
+    """z = cos a elementwise (radians); dz/da = -sin a. The odd columns of the sinusoidal
+    positional encoding (D2L 11.6.3): cos(i / 10000^(2j/d))."""
+    return Cos.apply(a)
 
 
 def sigmoid(a: Tensor) -> Tensor:

@@ -1,4 +1,5 @@
-"""Indexing ``x[...]`` and embedding lookup: reading some elements, possibly repeatedly.
+"""Indexing ``x[...]``, writing ``x[...] = v`` in the graph, and embedding lookup: reading some
+elements, possibly repeatedly.
 
 Backward writes the gradient back into a zero tensor of the input's shape. With basic
 indexing (ints, slices, ``None``, ``...``) every input element is read at most once, so a
@@ -128,6 +129,52 @@ def getitem(a: Tensor, index: Any) -> Tensor:
     if isinstance(index, Tensor):  # kept inside the index (not a second input of the op)
         index = (index,)
     return GetItem.apply(a, index)
+
+
+class SetItem(Function):
+    """z = a with z[index] = v (``x[index] = v`` on a tensor in the graph);  dL/da = dL/dz with 0
+    at the positions written (their old values no longer matter), dL/dv = dL/dz[index] (summed
+    back to v's shape where v was broadcast). Out of place: z is a new array, so the arrays that
+    earlier ops saved for their backward keep the values they saw."""
+
+    @staticmethod
+    def forward(ctx: Function, a: Array, v: Any, index: Any) -> Array:
+        index = normalize_index(index)
+        if not ctx.backend.on_host and not _is_basic(index):
+            index = _check_array_parts(a.shape, index, ctx.backend)
+        ctx.index, ctx.v_dtype = index, getattr(v, "dtype", None)
+        z = a.copy()
+        try:
+            z[index] = v
+        except (IndexError, ValueError) as e:
+            shape = tuple(getattr(v, "shape", ()))
+            raise IndexError(
+                f"setitem: values of shape {shape} do not fit index {index!r} of shape {tuple(a.shape)}: {e}"
+            ) from None
+        return z
+
+    @staticmethod
+    def backward(ctx: Function, grad: Array) -> Grads:
+        need_a, need_v, _ = ctx.needs_input_grad
+        gv = grad[ctx.index].astype(ctx.v_dtype, copy=False) if need_v else None
+        ga = None
+        if need_a:
+            ga = grad.copy()
+            ga[ctx.index] = 0
+        return ga, gv, None
+
+
+def setitem(a: Tensor, index: Any, value: Any) -> Tensor:
+    """A tensor equal to ``a`` with ``value`` written at ``index`` (what ``x[index] = value`` records
+    when x or value is in the graph); value may be a number, an array or a tensor, broadcast to
+    the positions. Differentiable in both: the positions written take value's gradient, the rest
+    a's. Where integer-array indexing names one position twice, the last write wins (as in NumPy)."""
+    normalize_index(index, a)  # index tensors on another device: a clear error now
+    if isinstance(index, Tensor):
+        index = (index,)
+    if isinstance(value, Tensor) and value.dtype != a.dtype:
+        value = value.astype(a.dtype)  # as the assignment into an array would (and differentiable)
+    return SetItem.apply(a, value, index)
 
 
 class Embedding(Function):

@@ -1,9 +1,13 @@
-"""Joining and splitting: concat, stack, split. Backward hands each input its own slice
-of the gradient."""
+"""Joining and splitting: concat, stack, split, and joining copies (repeat_interleave, repeat).
+Backward hands each input its own slice of the gradient; a copied element gets the sum of its
+copies' gradients."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
+
+import numpy
 
 from ..autograd import Function, Grads
 from ..errors import ShapeError
@@ -122,3 +126,90 @@ def chunk(a: Tensor, chunks: int, axis: int = 0) -> list[Tensor]:
             raise ValueError(f"chunk: {chunks:,} empty pieces of an empty axis; at most {MAX_EMPTY_PIECES:,}")
         return split(a, [0] * chunks, axis=axis)
     return split(a, -(-n // chunks), axis=axis)
+
+
+# -- copies joined: each element repeated ------------------------------------------------------
+class RepeatInterleave(Function):
+    """z = each slice of ``a`` along ``axis`` repeated ``counts[i]`` times in place (NumPy's
+    ``repeat``);  dL/da[i] = the sum of dL/dz over the copies of slice i."""
+
+    @staticmethod
+    def forward(ctx: Function, a: Array, counts: Any, axis: int) -> Array:
+        ctx.shape, ctx.counts, ctx.axis = a.shape, counts, axis
+        return ctx.xp.repeat(a, counts, axis=axis)
+
+    @staticmethod
+    def backward(ctx: Function, grad: Array) -> Grads:
+        xp, n, counts = ctx.xp, ctx.shape[ctx.axis], ctx.counts
+        g = xp.moveaxis(grad, ctx.axis, 0)
+        if isinstance(counts, int):  # (n * r, ...) -> (n, r, ...), summed over the r copies
+            out = g.reshape(n, counts, *g.shape[1:]).sum(axis=1)
+        else:  # copy j came from slice source[j]: add it there (a count may be 0)
+            out = xp.zeros((n, *g.shape[1:]), dtype=grad.dtype)
+            source = xp.asarray(numpy.repeat(numpy.arange(n), counts))
+            ctx.backend.index_add(out, source, g)
+        return xp.moveaxis(out, 0, ctx.axis)
+
+
+@torch_names
+def repeat_interleave(a: Tensor, repeats: int | Sequence[int] | Tensor, axis: int | None = None) -> Tensor:
+    """Each element (``axis=None``: of the flattened tensor) or each slice along ``axis`` repeated
+    in place: ``repeat_interleave([1, 2], 3)`` is [1, 1, 1, 2, 2, 2] (PyTorch's name; NumPy's
+    ``repeat``). ``repeats`` is one count for all, or one count per slice (a sequence or an
+    integer tensor; its values are read to the host, since they size the result). Each copy's
+    gradient adds up into its original. D2L 11.3.1 repeats the valid lengths this way, one per
+    query row: ``repeat_interleave(valid_lens, num_queries)``.
+    """
+    if axis is None:
+        a, axis = a.reshape(-1), 0
+    axis = normalize_axis(axis, a.ndim, "repeat_interleave")
+    n = a.shape[axis]
+    counts = numpy.asarray(repeats._backend.to_numpy(repeats.data) if isinstance(repeats, Tensor) else repeats)
+    if counts.dtype.kind not in "iu" or counts.ndim > 1 or (counts.ndim == 1 and counts.size not in (1, n)):
+        raise ValueError(
+            f"repeat_interleave: repeats must be one integer or one per slice ({n} along axis {axis}), got {repeats!r}"
+        )
+    if (counts < 0).any():
+        raise ValueError(f"repeat_interleave: repeats must not be negative, got {repeats!r}")
+    one = counts.ndim == 0 or counts.size == 1
+    total = int(counts.reshape(-1)[0]) * n if one else int(counts.sum())
+    a._backend.check_fits("repeat_interleave", (*a.shape[:axis], total, *a.shape[axis + 1 :]), a.data.itemsize)
+    return RepeatInterleave.apply(a, int(counts.reshape(-1)[0]) if one else counts.tolist(), axis)
+
+
+class Tile(Function):
+    """z = ``a`` repeated ``reps[k]`` times along each axis k, end to end (NumPy's ``tile``,
+    PyTorch's ``Tensor.repeat``);  dL/da = the sum of dL/dz over the copies."""
+
+    @staticmethod
+    def forward(ctx: Function, a: Array, reps: tuple[int, ...]) -> Array:
+        ctx.shape, ctx.reps = a.shape, reps
+        return ctx.xp.tile(a.reshape((1,) * (len(reps) - a.ndim) + a.shape), reps)
+
+    @staticmethod
+    def backward(ctx: Function, grad: Array) -> Grads:
+        # (r0 * d0, r1 * d1, ...) -> (r0, d0, r1, d1, ...): summing the r axes adds the copies
+        dims = (1,) * (len(ctx.reps) - len(ctx.shape)) + ctx.shape
+        split_shape = [n for pair in zip(ctx.reps, dims, strict=True) for n in pair]
+        return grad.reshape(split_shape).sum(axis=tuple(range(0, 2 * len(dims), 2))).reshape(ctx.shape)
+
+
+def repeat(a: Tensor, *reps: int | Sequence[int]) -> Tensor:
+    """``a`` copied ``reps[k]`` times along each axis k, the copies end to end: PyTorch's
+    ``x.repeat(2, 1, 1)`` (NumPy's ``tile``); more counts than axes add leading axes. Each copy's
+    gradient adds up into the original. Not ``repeat_interleave``, which repeats each element in
+    place."""
+    given = tuple(reps[0]) if len(reps) == 1 and isinstance(reps[0], (tuple, list)) else reps
+    if len(given) < a.ndim or not all(_is_count(r) for r in given):
+        raise ValueError(
+            f"repeat: needs a count (an integer >= 0) for each of the {a.ndim} axes of shape "
+            f"{tuple(a.shape)}, or more, got {given!r}"
+        )
+    counts = tuple(int(r) for r in given)  # type: ignore[arg-type]  # (integers: checked above)
+    dims = (1,) * (len(counts) - a.ndim) + tuple(a.shape)
+    a._backend.check_fits("repeat", tuple(r * d for r, d in zip(counts, dims, strict=True)), a.data.itemsize)
+    return Tile.apply(a, counts)
+
+
+def _is_count(r: Any) -> bool:
+    return bool(isinstance(r, (int, numpy.integer)) and not isinstance(r, bool) and r >= 0)

@@ -15,6 +15,7 @@ loss does per token. With no valid position at all the loss is 0 and so is its g
 from __future__ import annotations
 
 from functools import partial
+from typing import Any
 
 from ..autograd import Function, Grads
 from ..errors import ShapeError
@@ -125,3 +126,15 @@ def cross_entropy(
     if mask is not None and not isinstance(mask, Tensor):
         mask = Tensor._make(logits._backend.array(mask, "bool"), logits._backend, None)
     return CrossEntropy.apply(logits, target, mask, ignore_index, reduction, label_smoothing)
+
+
+def mse_loss(input: Tensor, target: Tensor | Any, reduction: str = "mean") -> Tensor:  # noqa: A002
+    """The squared error (input - target)^2 of D2L 3.1.1, elementwise (the shapes broadcast), then
+    averaged ("mean"), summed ("sum") or kept ("none"): PyTorch's ``mse_loss``. A composition of
+    ops (``sub``, ``mul``, ``mean``), so its gradient, 2 (input - target) / n for the mean, is
+    theirs."""
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"mse_loss: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+    diff = input - target
+    error = diff * diff
+    return error if reduction == "none" else error.mean() if reduction == "mean" else error.sum()

@@ -128,6 +128,20 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
     return MatMul.apply(*promote(a, b))
 
 
+def bmm(a: Tensor, b: Tensor) -> Tensor:
+    """Batched matrix product of two 3-D tensors: a (n, r, k) @ b (n, k, c) -> (n, r, c), the
+    i-th matrix of one times the i-th of the other (PyTorch's ``bmm``, D2L 11.2 / 11.3's
+    attention pooling ``torch.bmm(weights, values)``). ``matmul`` restricted to three axes and
+    no broadcasting, so a batch that does not match is an error instead of a broadcast."""
+    shapes = tuple(getattr(t, "shape", None) for t in (a, b))
+    if not all(isinstance(s, tuple) and len(s) == 3 for s in shapes) or a.shape[0] != b.shape[0]:
+        raise ShapeError(
+            f"bmm: needs two 3-D tensors (batch, n, m) and (batch, m, p) with the same batch, got shapes "
+            f"{' and '.join(str(s) for s in shapes)}; matmul broadcasts and takes other ranks"
+        )
+    return matmul(a, b)
+
+
 class Linear(Function):
     """Y = X W^T + b for X (..., in), W (out, in), b (out,): a Linear layer in one node.
 

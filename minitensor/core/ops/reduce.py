@@ -249,6 +249,13 @@ class TakeAlongAxis(Function):
         return out, None
 
 
+class Sort(NamedTuple):
+    """What ``sort`` returns: the sorted values and the positions they came from (PyTorch's)."""
+
+    values: Tensor
+    indices: Tensor
+
+
 class TopK(NamedTuple):
     """What ``topk`` returns: the values and their positions, as PyTorch's ``topk`` does."""
 
@@ -277,3 +284,16 @@ def topk(a: Tensor, k: int, axis: int = -1, largest: bool = True, sorted: bool =
         return TopK(values.reshape(()), indices.reshape(())) if k else TopK(values, indices)
     indices = TopKIndices.apply(a, k=k, axis=axis, largest=largest)
     return TopK(TakeAlongAxis.apply(a, indices, axis=axis), indices)
+
+
+@torch_names
+def sort(a: Tensor, axis: int = -1, descending: bool = False, stable: bool = False) -> Sort:
+    """The elements along ``axis`` in increasing order (``descending=True``: decreasing) and the
+    positions they came from: ``values, indices = mt.sort(x)``, ``values`` differentiable (each
+    element's gradient goes back to the position it came from). Always stable: equal elements
+    keep the order of their positions (``stable`` is accepted for PyTorch's sake); NaN counts as
+    larger than every number, as in PyTorch. D2L 11.2 sorts its random training inputs."""
+    if a.ndim == 0:
+        return Sort(*topk(a, 1))
+    n = a.shape[normalize_axis(axis, a.ndim, "sort")]
+    return Sort(*topk(a, n, axis=axis, largest=descending))
