@@ -221,6 +221,41 @@ def test_contiguous_tril_triu_and_topk_export_and_agree(tmp_path):
     numpy.testing.assert_array_equal(got_indices, indices.numpy())  # (random normal data: no ties)
 
 
+class D2LHabits(mt.nn.Module):
+    def forward(self, X):
+        batch_size = X.shape[0]
+        waves = X.sin() + mt.cos(X) * mt.eye(4)[1]
+        tiled = mt.arange(1, 4).repeat(batch_size, 1)  # a traced count: the batch
+        per_row = mt.repeat_interleave(waves, 2, dim=1)  # (batch, 6, 4)
+        chosen = mt.repeat_interleave(waves, [0, 1, 2], dim=1)  # (batch, 3, 4)
+        return per_row.sum(1) + chosen.sum(1), tiled
+
+
+def test_sin_cos_eye_repeat_and_repeat_interleave_export_and_agree(tmp_path):
+    path = tmp_path / "d2l.onnx"
+    mt.onnx.export(D2LHabits(), (mt.randn(2, 3, 4),), path, input_names=["X"], dynamic_axes={"X": {0: "batch"}})
+    X = mt.randn(5, 3, 4)
+    values, tiled = D2LHabits()(X)
+    got_values, got_tiled = session(path).run(None, {"X": X.numpy()})
+    numpy.testing.assert_allclose(got_values, values.numpy(), rtol=1e-5, atol=1e-6)
+    numpy.testing.assert_array_equal(got_tiled, tiled.numpy())  # five rows where the trace had two
+
+
+def test_a_write_in_the_traced_forward_is_refused_not_lost(tmp_path):
+    """Export runs under no_grad, where ``x[i] = v`` writes in place and records no op: the graph
+    would silently lack the write. D2L's sequence_mask writes so; where() is the exportable form."""
+
+    class Writes(mt.nn.Module):
+        def forward(self, X):
+            Y = X * 2
+            Y[:, 0] = 0.0
+            return Y
+
+    with pytest.raises(mt.onnx.ExportError, match=r"x\[index\] = v in the traced forward .* mt.where"):
+        mt.onnx.export(Writes(), (mt.randn(2, 3),), tmp_path / "writes.onnx")
+    assert not (tmp_path / "writes.onnx").exists()
+
+
 def test_export_needs_the_forward_to_return_tensors(tmp_path):
     class Pair(mt.nn.Module):
         def forward(self, x):

@@ -27,7 +27,7 @@ import importlib
 import numpy
 
 from .. import Tensor
-from ..creation import Arange, Full
+from ..creation import Arange, Eye, Full
 from ..ops import compare, convert, elementwise, entmax, indexing, join, norm, reduce, select, shape
 from .graph import ExportError, onnx_dtype
 from .trace import symbolic_shape
@@ -122,6 +122,8 @@ for _op, _onnx in [
     (elementwise.Log, "Log"),
     (elementwise.Sqrt, "Sqrt"),
     (elementwise.Tanh, "Tanh"),
+    (elementwise.Sin, "Sin"),
+    (elementwise.Cos, "Cos"),
     (elementwise.Sigmoid, "Sigmoid"),
     (elementwise.ReLU, "Relu"),
     (elementwise.Abs, "Abs"),
@@ -500,6 +502,38 @@ def broadcast_to(g, node):
     return g.op("Expand", g.value(a), g.shape(tuple(new_shape)))
 
 
+@maps(join.Tile)
+def tile(g, node):
+    """a copied end to end along each axis (``Tensor.repeat``): Tile, after Unsqueeze where the
+    counts add leading axes. A count may be a traced length (``.repeat(batch_size, 1)``)."""
+    a, reps = node.args
+    x, lead = g.value(a), len(reps) - a.data.ndim
+    if lead:
+        x = g.op("Unsqueeze", x, axes_tensor(g, range(lead)))
+    return g.op("Tile", x, g.shape(tuple(reps)))
+
+
+@maps(join.RepeatInterleave)
+def repeat_interleave(g, node):
+    """Each slice along ``axis`` repeated in place. One count r: a new axis after ``axis``, tiled
+    r times, merged back (the other lengths read from the input, so they may vary); a count
+    per slice: a Gather of the positions, which those counts fix."""
+    a, counts, axis = node.args
+    x, ndim = g.value(a), a.data.ndim
+    if not isinstance(counts, int):
+        positions = numpy.repeat(numpy.arange(len(counts), dtype=numpy.int64), counts)
+        return g.op("Gather", x, g.constant(positions, "positions"), axis=axis)
+    reps = numpy.ones(ndim + 1, dtype=numpy.int64)
+    reps[axis + 1] = counts
+    tiled = g.op("Tile", g.op("Unsqueeze", x, axes_tensor(g, [axis + 1])), g.constant(reps, "repeats"))
+    shape = g.op("Shape", x)
+    parts = [g.op("Slice", shape, axes_tensor(g, [0]), axes_tensor(g, [axis]))] if axis else []
+    parts.append(axes_tensor(g, [-1]))
+    if axis + 1 < ndim:
+        parts.append(g.op("Slice", shape, axes_tensor(g, [axis + 1]), axes_tensor(g, [ndim])))
+    return g.op("Reshape", tiled, g.op("Concat", *parts, axis=0))
+
+
 @maps(join.Concat)
 def concat(g, node):
     """The tensors joined along an existing axis."""
@@ -794,6 +828,13 @@ def arg_extreme(g, node):
     if axis is None:
         x, axis = g.op("Reshape", x, g.shape((-1,))), 0
     return g.op("ArgMax" if node.op is reduce.ArgMax else "ArgMin", x, axis=axis, keepdims=int(bool(keepdims)))
+
+
+@maps(Eye)
+def eye(g, node):
+    """The identity matrix, a constant."""
+    n, m = node.args
+    return g.constant(numpy.eye(int(n), int(m), dtype=node.out.data.dtype), "eye")
 
 
 @maps(Full)

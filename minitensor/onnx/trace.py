@@ -103,6 +103,17 @@ class TracedTensor(Tensor):
         """The lengths as SymDims: plain ints of this pass that remember where they came from."""
         return symbolic_shape(self)
 
+    def __setitem__(self, index, value):
+        """Refused: after ``x[index] = v`` x stands for a new value, but the ops the trace recorded
+        hold x itself, those before the write as well as those after (export runs under no_grad,
+        where a write is in place and no op records it)."""
+        from .graph import ExportError  # (graph.py imports this module)
+
+        raise ExportError(
+            "mt.onnx: x[index] = v in the traced forward cannot be exported; write the new value as "
+            "a new tensor instead: x = mt.where(mask, v, x) or x = x.masked_fill(mask, v)"
+        )
+
 
 class Trace:
     """The nodes of one recorded forward pass, in the order they ran (see the module docstring)."""

@@ -165,6 +165,8 @@ def repeat_interleave(a: Tensor, repeats: int | Sequence[int] | Tensor, axis: in
     axis = normalize_axis(axis, a.ndim, "repeat_interleave")
     n = a.shape[axis]
     counts = numpy.asarray(repeats._backend.to_numpy(repeats.data) if isinstance(repeats, Tensor) else repeats)
+    if counts.size == 0:  # ([] is float64 to NumPy: the counts of an empty axis)
+        counts = counts.astype(numpy.int64)
     if counts.dtype.kind not in "iu" or counts.ndim > 1 or (counts.ndim == 1 and counts.size not in (1, n)):
         raise ValueError(
             f"repeat_interleave: repeats must be one integer or one per slice ({n} along axis {axis}), got {repeats!r}"
@@ -205,7 +207,8 @@ def repeat(a: Tensor, *reps: int | Sequence[int]) -> Tensor:
             f"repeat: needs a count (an integer >= 0) for each of the {a.ndim} axes of shape "
             f"{tuple(a.shape)}, or more, got {given!r}"
         )
-    counts = tuple(int(r) for r in given)  # type: ignore[arg-type]  # (integers: checked above)
+    # (ints kept as they are: under mt.onnx.export a count may be a traced length, .repeat(batch_size, 1))
+    counts = tuple(r if isinstance(r, int) else int(r) for r in given)  # type: ignore[arg-type]
     dims = (1,) * (len(counts) - a.ndim) + tuple(a.shape)
     a._backend.check_fits("repeat", tuple(r * d for r, d in zip(counts, dims, strict=True)), a.data.itemsize)
     return Tile.apply(a, counts)

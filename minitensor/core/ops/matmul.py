@@ -134,7 +134,7 @@ def bmm(a: Tensor, b: Tensor) -> Tensor:
     attention pooling ``torch.bmm(weights, values)``). ``matmul`` restricted to three axes and
     no broadcasting, so a batch that does not match is an error instead of a broadcast."""
     shapes = tuple(getattr(t, "shape", None) for t in (a, b))
-    if not all(isinstance(s, tuple) and len(s) == 3 for s in shapes) or a.shape[0] != b.shape[0]:
+    if not all(isinstance(s, tuple) and len(s) == 3 for s in shapes) or (a.shape[0], a.shape[2]) != b.shape[:2]:
         raise ShapeError(
             f"bmm: needs two 3-D tensors (batch, n, m) and (batch, m, p) with the same batch, got shapes "
             f"{' and '.join(str(s) for s in shapes)}; matmul broadcasts and takes other ranks"

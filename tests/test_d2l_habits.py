@@ -1,0 +1,556 @@
+"""The PyTorch that D2L's attention chapter (chapter 11 of d2l.ai, PyTorch edition) writes, as
+minitensor has it: ``sin``/``cos``, ``bmm``, ``repeat_interleave``, ``Tensor.repeat``, ``sort``,
+``eye``, ``normal``, ``Tensor.type``, ``nn.LazyLinear``, ``nn.MSELoss``, and ``X[~mask] = value``
+on a tensor in the graph.
+
+The last tests write the chapter's models once, in the book's habits, for any ``torch``-like
+namespace (11.2's Nadaraya-Watson regression, 11.3's masked softmax with ``sequence_mask`` and
+its two scoring functions, 11.5's multi-head attention, 11.6's sinusoidal positions, 11.7's
+Transformer): with minitensor as ``torch`` they learn; with PyTorch, where it is installed, they
+give the same outputs and gradients from the same weights.
+"""
+
+import math
+import re
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from minitensor.errors import GraphError, ShapeError
+
+import minitensor as mt
+
+
+def _f64(device, *shape, seed=0):
+    data = np.random.default_rng(seed).standard_normal(shape)
+    return mt.tensor(data, dtype=mt.float64, device=device, requires_grad=True)
+
+
+# -- the new ops, each against NumPy and its gradient against finite differences ---------------------
+def test_sin_and_cos_with_their_gradients(device):
+    x = _f64(device, 3, 4)
+    np.testing.assert_allclose(mt.sin(x).numpy(), np.sin(x.numpy()))
+    np.testing.assert_allclose(x.cos().numpy(), np.cos(x.numpy()))
+    assert mt.gradcheck(mt.sin, [x]) and mt.gradcheck(lambda t: t.cos() * t, [x])
+
+
+def test_bmm_multiplies_matrix_by_matrix_and_refuses_a_broadcast(device):
+    a, b = _f64(device, 2, 3, 4, seed=1), _f64(device, 2, 4, 5, seed=2)
+    np.testing.assert_allclose(mt.bmm(a, b).numpy(), a.numpy() @ b.numpy())
+    assert mt.gradcheck(mt.bmm, [a, b]) and mt.gradcheck(lambda s, t: s.bmm(t), [a, b])
+    for shapes in [((2, 3, 4), (1, 4, 5)), ((3, 4), (4, 5)), ((2, 3, 4), (2, 3, 5))]:
+        with pytest.raises(ShapeError, match=rf"bmm: needs two 3-D tensors .*got shapes {re.escape(str(shapes[0]))}"):
+            mt.bmm(mt.ones(*shapes[0], device=device), mt.ones(*shapes[1], device=device))
+
+
+@pytest.mark.parametrize(
+    "shape,repeats,axis",
+    [((2, 3), 2, None), ((2, 3), 3, 1), ((2, 3), [1, 0, 2], 1), ((4,), [2, 2, 0, 1], 0), ((2, 3, 2), [3, 1], 0)],
+)
+def test_repeat_interleave_repeats_each_slice_in_place(device, shape, repeats, axis):
+    x = _f64(device, *shape)
+    want = np.repeat(x.numpy(), repeats, axis=axis)
+    np.testing.assert_array_equal(mt.repeat_interleave(x, repeats, axis=axis).numpy(), want)
+    counts = mt.tensor(repeats, device=device) if isinstance(repeats, list) else repeats
+    np.testing.assert_array_equal(x.repeat_interleave(counts, dim=axis).numpy(), want)
+    assert mt.gradcheck(lambda t: mt.repeat_interleave(t, repeats, axis=axis) ** 2, [x])  # noqa: B023
+
+
+@pytest.mark.parametrize("shape,reps", [((3,), (2,)), ((2, 3), (2, 1)), ((2, 3), (2, 1, 3)), ((1, 2), ((4, 1),))])
+def test_repeat_tiles_the_whole_tensor(device, shape, reps):
+    x = _f64(device, *shape)
+    counts = reps[0] if isinstance(reps[0], tuple) else reps
+    np.testing.assert_array_equal(x.repeat(*reps).numpy(), np.tile(x.numpy(), counts))
+    assert mt.gradcheck(lambda t: t.repeat(*reps) ** 2, [x])  # noqa: B023
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    shape=st.lists(st.integers(0, 4), min_size=1, max_size=3),
+    data=st.data(),
+)
+def test_repeat_and_repeat_interleave_keep_numpys_shapes(shape, data):
+    a = np.arange(math.prod(shape), dtype=np.float64).reshape(shape)
+    extra = data.draw(st.integers(0, 2))
+    reps = data.draw(st.lists(st.integers(0, 3), min_size=len(shape) + extra, max_size=len(shape) + extra))
+    np.testing.assert_array_equal(mt.tensor(a).repeat(*reps).numpy(), np.tile(a, reps))
+    axis = data.draw(st.integers(-len(shape), len(shape) - 1))
+    counts = data.draw(st.lists(st.integers(0, 3), min_size=shape[axis], max_size=shape[axis]))
+    np.testing.assert_array_equal(mt.repeat_interleave(mt.tensor(a), counts, axis).numpy(), np.repeat(a, counts, axis))
+
+
+def test_repeats_that_cannot_be_are_refused_before_anything_is_allocated():
+    x = mt.ones(2, 3)
+    for bad, message in [
+        ((2,), "a count .* for each of the 2 axes"),
+        ((2, -1), "a count"),
+        ((2.0, 1), "a count"),
+        ((10**6, 10**6), r"would have shape \(2000000, 3000000\), .* GiB, more than the .* GiB of the device"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            x.repeat(*bad)
+    for bad, message in [
+        ([1, 2], "one per slice \\(3 along axis 1\\)"),
+        ([1.5, 1, 1], "must be one integer"),
+        (-1, "must not be negative"),
+        (10**12, "would have shape"),
+    ]:
+        with pytest.raises(ValueError, match=f"repeat_interleave: .*{message}"):
+            x.repeat_interleave(bad, dim=1)
+    with pytest.raises(ValueError, match="eye: the result would have shape"):
+        mt.eye(10**7)
+
+
+@settings(max_examples=40, deadline=None)
+@given(shape=st.lists(st.integers(1, 5), min_size=1, max_size=3), descending=st.booleans(), data=st.data())
+def test_sort_matches_numpys_stable_sort(shape, descending, data):
+    a = np.random.default_rng(data.draw(st.integers(0, 99))).integers(0, 3, shape).astype(np.float64)  # ties
+    axis = data.draw(st.integers(-len(shape), len(shape) - 1))
+    values, indices = mt.sort(mt.tensor(a), dim=axis, descending=descending)
+    order = np.argsort(-a if descending else a, axis=axis, kind="stable")
+    np.testing.assert_array_equal(indices.numpy(), order)
+    np.testing.assert_array_equal(values.numpy(), np.take_along_axis(a, order, axis))
+
+
+def test_sort_gives_each_gradient_back_to_its_position(device):
+    x = _f64(device, 3, 5)
+    assert mt.gradcheck(lambda t: mt.sort(t).values * mt.arange(5.0, device=device).double(), [x])
+    assert mt.gradcheck(lambda t: t.sort(axis=0, descending=True).values ** 2, [x])
+    assert mt.sort(mt.tensor([2.0, float("nan"), 1.0])).indices.tolist() == [2, 0, 1]  # NaN last, as PyTorch
+
+
+def test_eye_and_normal_make_what_their_names_say(device):
+    np.testing.assert_array_equal(mt.eye(3, device=device).numpy(), np.eye(3))
+    assert mt.eye(2, 4, dtype=mt.int64).dtype == mt.int64 and mt.eye(0).shape == (0, 0)
+    mt.manual_seed(0)
+    noise = mt.normal(1.0, 0.5, (20000,), device=device)
+    assert noise.device == device and not noise.requires_grad
+    assert abs(noise.mean().item() - 1.0) < 0.02 and abs(noise.var().item() ** 0.5 - 0.5) < 0.02
+    means = mt.tensor([0.0, 100.0], device=device)
+    draws = mt.normal(means.reshape(2, 1), mt.tensor([[1.0] * 3], device=device))
+    assert draws.shape == (2, 3) and (draws[1] > 50).all().item() and (draws[0] < 50).all().item()
+    for call, message in [
+        (lambda: mt.normal(0.0, 1.0), "give size"),
+        (lambda: mt.normal(means, 1.0, (2,)), "size goes with numbers"),
+        (lambda: mt.normal(0.0, -1.0, (2,)), "std must be >= 0"),
+        (lambda: mt.normal(means, mt.tensor([1.0, float("nan")], device=device)), "std must be >= 0"),
+        (lambda: mt.eye(2.5), "n and m must be integers"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            call()
+
+
+def test_type_converts_or_names_the_dtype():
+    x = mt.tensor([0.0, 2.0], requires_grad=True)
+    assert x.type(mt.bool).tolist() == [False, True] and x.type() == "minitensor.float32"
+    (x.type(mt.float64) * 3).sum().backward()
+    assert x.grad.tolist() == [3.0, 3.0]
+
+
+# -- x[index] = value in the graph ---------------------------------------------------------------------
+def test_a_write_into_a_tensor_in_the_graph_is_differentiable(device):
+    def masked(t):  # D2L's sequence_mask: X[~mask] = value
+        X = t * 1.0
+        X[~(mt.arange(4, device=device)[None, :] < mt.tensor([1, 3, 4], device=device)[:, None])] = -1e6
+        return X.softmax(-1)
+
+    def slices(t, v):  # 11.6's P[:, :, 0::2] = sin(...), with the values in the graph too
+        X = t * 2
+        X[:, 0::2] = v.sin()
+        return X
+
+    def broadcast(t, v):  # one value to many positions: its gradient adds them up
+        X = t.exp()
+        X[[0, 2], 1:] = v
+        return X
+
+    x = _f64(device, 3, 4)
+    assert mt.gradcheck(masked, [x])
+    assert mt.gradcheck(slices, [x, _f64(device, 3, 2, seed=1)])
+    assert mt.gradcheck(broadcast, [x, _f64(device, 1, seed=2)])
+    weights = masked(x)
+    np.testing.assert_array_equal((weights.numpy() > 0).sum(axis=1), [1, 3, 4])
+
+
+def test_a_write_into_a_plain_tensor_makes_it_part_of_the_graph(device):
+    v = _f64(device, 3)
+    P = mt.zeros(2, 3, dtype=mt.float64, device=device)
+    P[1] = v
+    assert P.requires_grad and not P.is_leaf
+    (P * P).sum().backward()
+    np.testing.assert_allclose(v.grad.numpy(), 2 * v.numpy())
+
+
+def test_what_a_write_would_make_wrong_is_refused_with_a_reason():
+    w = mt.randn(2, 3, requires_grad=True)
+    with pytest.raises(GraphError, match="__setitem__: in-place write to a leaf tensor that requires grad"):
+        w[0] = 1.0
+    X = w * 2
+    Y = X * 3  # used before the write: its gradient would reach the new value
+    X[0] = 0.0
+    with pytest.raises(GraphError, match=r"backward: Mul used a tensor of shape \(2, 3\) that was written afterwards"):
+        (Y.sum() + X.sum()).backward()
+    with mt.no_grad():  # outside the graph a write stays in place, views see it
+        row = w[0]
+        w[0, 1] = 5.0
+    assert row[1].item() == 5.0
+
+
+def test_a_written_tensor_keeps_what_earlier_ops_saved():
+    x = mt.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    X = x * 1.0
+    Y = X.exp()  # saves exp(X) for its backward
+    X2 = Y * 1.0
+    X2[0] = 100.0
+    (X2 * X2).sum().backward()  # Y and exp's saved output are as they were: d/dx sum(exp(x)^2) at 1..
+    np.testing.assert_allclose(x.grad.numpy(), [0.0, 2 * np.exp(4.0), 2 * np.exp(6.0)], rtol=1e-6)
+
+
+# -- layers --------------------------------------------------------------------------------------------
+def test_lazy_linear_takes_its_width_from_the_first_input():
+    layer = mt.nn.LazyLinear(4).to(mt.float64)
+    optimizer = mt.optim.SGD(layer.parameters(), lr=0.1)  # made before the first call, as D2L's may be
+    assert layer.weight.shape == (4, 0) and "in_features=None" in repr(layer)
+    before = layer.weight
+    Y = layer(mt.ones(2, 3, dtype=mt.float64))
+    assert Y.shape == (2, 4) and Y.dtype == mt.float64 and layer.weight is before and layer.in_features == 3
+    assert layer.weight.shape == (4, 3) and np.abs(layer.weight.numpy()).max() <= 1 / math.sqrt(3)
+    Y.sum().backward()
+    old = layer.weight.numpy().copy()
+    optimizer.step()
+    np.testing.assert_allclose(layer.weight.numpy(), old - 0.1 * 2)  # dY/dW = the ones, twice
+    with pytest.raises(ShapeError, match="linear: input of shape"):
+        layer(mt.ones(2, 5, dtype=mt.float64))  # the width is fixed now
+
+
+@pytest.mark.parametrize("reduction,want", [("none", [[1.0, 4.0]]), ("sum", 5.0), ("mean", 2.5)])
+def test_mse_loss_reduces_as_asked(device, reduction, want):
+    y_hat, y = mt.tensor([[1.0, 2.0]], device=device), mt.tensor([0.0, 0.0], device=device)
+    np.testing.assert_allclose(mt.nn.MSELoss(reduction=reduction)(y_hat, y).numpy(), want)
+    np.testing.assert_allclose(mt.nn.functional.mse_loss(y_hat, y, reduction=reduction).numpy(), want)
+    loss = lambda a, b: mt.nn.functional.mse_loss(a, b, reduction=reduction)  # noqa: E731
+    assert mt.gradcheck(loss, [_f64(device, 2, 3), _f64(device, 3, seed=1)])  # broadcast: y for every row
+    with pytest.raises(ValueError, match="MSELoss: reduction must be"):
+        mt.nn.MSELoss(reduction="avg")
+
+
+# -- D2L's chapter 11, in its own habits ----------------------------------------------------------------
+def chapter_of(torch, nn, F):
+    """The attention chapter's code, as the book writes it in PyTorch, for any ``torch``-like
+    namespace: a dict of its functions and classes."""
+
+    def sequence_mask(X, valid_len, value=0):  # 10.7's: positions past each valid length
+        maxlen = X.size(1)
+        mask = torch.arange(maxlen, dtype=torch.float32, device=X.device)[None, :] < valid_len[:, None]
+        X[~mask] = value
+        return X
+
+    def masked_softmax(X, valid_lens):  # 11.3.1
+        if valid_lens is None:
+            return F.softmax(X, dim=-1)
+        shape = X.shape
+        if valid_lens.dim() == 1:
+            valid_lens = torch.repeat_interleave(valid_lens, shape[1])
+        else:
+            valid_lens = valid_lens.reshape(-1)
+        X = sequence_mask(X.reshape(-1, shape[-1]), valid_lens, value=-1e6)
+        return F.softmax(X.reshape(shape), dim=-1)
+
+    class AdditiveAttention(nn.Module):  # 11.3.2
+        def __init__(self, num_hiddens, dropout):
+            super().__init__()
+            self.W_k = nn.LazyLinear(num_hiddens, bias=False)
+            self.W_q = nn.LazyLinear(num_hiddens, bias=False)
+            self.w_v = nn.LazyLinear(1, bias=False)
+            self.dropout = nn.Dropout(dropout)
+
+        def forward(self, queries, keys, values, valid_lens):
+            queries, keys = self.W_q(queries), self.W_k(keys)
+            features = torch.tanh(queries.unsqueeze(2) + keys.unsqueeze(1))
+            scores = self.w_v(features).squeeze(-1)
+            self.attention_weights = masked_softmax(scores, valid_lens)
+            return torch.bmm(self.dropout(self.attention_weights), values)
+
+    class DotProductAttention(nn.Module):  # 11.3.3
+        def __init__(self, dropout):
+            super().__init__()
+            self.dropout = nn.Dropout(dropout)
+
+        def forward(self, queries, keys, values, valid_lens=None):
+            d = queries.shape[-1]
+            scores = torch.bmm(queries, keys.transpose(1, 2)) / math.sqrt(d)
+            self.attention_weights = masked_softmax(scores, valid_lens)
+            return torch.bmm(self.dropout(self.attention_weights), values)
+
+    class MultiHeadAttention(nn.Module):  # 11.5
+        def __init__(self, num_hiddens, num_heads, dropout, bias=False):
+            super().__init__()
+            self.num_heads = num_heads
+            self.attention = DotProductAttention(dropout)
+            self.W_q = nn.LazyLinear(num_hiddens, bias=bias)
+            self.W_k = nn.LazyLinear(num_hiddens, bias=bias)
+            self.W_v = nn.LazyLinear(num_hiddens, bias=bias)
+            self.W_o = nn.LazyLinear(num_hiddens, bias=bias)
+
+        def transpose_qkv(self, X):
+            X = X.reshape(X.shape[0], X.shape[1], self.num_heads, -1)
+            X = X.permute(0, 2, 1, 3)
+            return X.reshape(-1, X.shape[2], X.shape[3])
+
+        def transpose_output(self, X):
+            X = X.reshape(-1, self.num_heads, X.shape[1], X.shape[2])
+            X = X.permute(0, 2, 1, 3)
+            return X.reshape(X.shape[0], X.shape[1], -1)
+
+        def forward(self, queries, keys, values, valid_lens):
+            queries = self.transpose_qkv(self.W_q(queries))
+            keys = self.transpose_qkv(self.W_k(keys))
+            values = self.transpose_qkv(self.W_v(values))
+            if valid_lens is not None:
+                valid_lens = torch.repeat_interleave(valid_lens, repeats=self.num_heads, dim=0)
+            output = self.attention(queries, keys, values, valid_lens)
+            return self.W_o(self.transpose_output(output))
+
+    class PositionalEncoding(nn.Module):  # 11.6.3
+        def __init__(self, num_hiddens, dropout, max_len=1000):
+            super().__init__()
+            self.dropout = nn.Dropout(dropout)
+            self.P = torch.zeros((1, max_len, num_hiddens))
+            X = torch.arange(max_len, dtype=torch.float32).reshape(-1, 1) / torch.pow(
+                10000, torch.arange(0, num_hiddens, 2, dtype=torch.float32) / num_hiddens
+            )
+            self.P[:, :, 0::2] = torch.sin(X)
+            self.P[:, :, 1::2] = torch.cos(X)
+
+        def forward(self, X):
+            X = X + self.P[:, : X.shape[1], :].to(X.device)
+            return self.dropout(X)
+
+    class PositionWiseFFN(nn.Module):  # 11.7.2
+        def __init__(self, ffn_num_hiddens, ffn_num_outputs):
+            super().__init__()
+            self.dense1 = nn.LazyLinear(ffn_num_hiddens)
+            self.relu = nn.ReLU()
+            self.dense2 = nn.LazyLinear(ffn_num_outputs)
+
+        def forward(self, X):
+            return self.dense2(self.relu(self.dense1(X)))
+
+    class AddNorm(nn.Module):  # 11.7.3
+        def __init__(self, norm_shape, dropout):
+            super().__init__()
+            self.dropout = nn.Dropout(dropout)
+            self.ln = nn.LayerNorm(norm_shape)
+
+        def forward(self, X, Y):
+            return self.ln(self.dropout(Y) + X)
+
+    class TransformerEncoderBlock(nn.Module):  # 11.7.4
+        def __init__(self, num_hiddens, ffn_num_hiddens, num_heads, dropout, use_bias=False):
+            super().__init__()
+            self.attention = MultiHeadAttention(num_hiddens, num_heads, dropout, use_bias)
+            self.addnorm1 = AddNorm(num_hiddens, dropout)
+            self.ffn = PositionWiseFFN(ffn_num_hiddens, num_hiddens)
+            self.addnorm2 = AddNorm(num_hiddens, dropout)
+
+        def forward(self, X, valid_lens):
+            Y = self.addnorm1(X, self.attention(X, X, X, valid_lens))
+            return self.addnorm2(Y, self.ffn(Y))
+
+    class TransformerEncoder(nn.Module):
+        def __init__(self, vocab_size, num_hiddens, ffn_num_hiddens, num_heads, num_blks, dropout):
+            super().__init__()
+            self.num_hiddens = num_hiddens
+            self.embedding = nn.Embedding(vocab_size, num_hiddens)
+            self.pos_encoding = PositionalEncoding(num_hiddens, dropout)
+            self.blks = nn.Sequential()
+            for i in range(num_blks):
+                self.blks.add_module(
+                    "block" + str(i), TransformerEncoderBlock(num_hiddens, ffn_num_hiddens, num_heads, dropout)
+                )
+
+        def forward(self, X, valid_lens):
+            X = self.pos_encoding(self.embedding(X) * math.sqrt(self.num_hiddens))
+            self.attention_weights = [None] * len(self.blks)
+            for i, blk in enumerate(self.blks):
+                X = blk(X, valid_lens)
+                self.attention_weights[i] = blk.attention.attention.attention_weights
+            return X
+
+    class TransformerDecoderBlock(nn.Module):  # 11.7.5
+        def __init__(self, num_hiddens, ffn_num_hiddens, num_heads, dropout, i):
+            super().__init__()
+            self.i = i
+            self.attention1 = MultiHeadAttention(num_hiddens, num_heads, dropout)
+            self.addnorm1 = AddNorm(num_hiddens, dropout)
+            self.attention2 = MultiHeadAttention(num_hiddens, num_heads, dropout)
+            self.addnorm2 = AddNorm(num_hiddens, dropout)
+            self.ffn = PositionWiseFFN(ffn_num_hiddens, num_hiddens)
+            self.addnorm3 = AddNorm(num_hiddens, dropout)
+
+        def forward(self, X, state):
+            enc_outputs, enc_valid_lens = state[0], state[1]
+            key_values = X if state[2][self.i] is None else torch.cat((state[2][self.i], X), dim=1)
+            state[2][self.i] = key_values
+            if self.training:
+                batch_size, num_steps, _ = X.shape
+                dec_valid_lens = torch.arange(1, num_steps + 1, device=X.device).repeat(batch_size, 1)
+            else:
+                dec_valid_lens = None
+            X2 = self.attention1(X, key_values, key_values, dec_valid_lens)
+            Y = self.addnorm1(X, X2)
+            Y2 = self.attention2(Y, enc_outputs, enc_outputs, enc_valid_lens)
+            Z = self.addnorm2(Y, Y2)
+            return self.addnorm3(Z, self.ffn(Z)), state
+
+    class TransformerDecoder(nn.Module):
+        def __init__(self, vocab_size, num_hiddens, ffn_num_hiddens, num_heads, num_blks, dropout):
+            super().__init__()
+            self.num_hiddens, self.num_blks = num_hiddens, num_blks
+            self.embedding = nn.Embedding(vocab_size, num_hiddens)
+            self.pos_encoding = PositionalEncoding(num_hiddens, dropout)
+            self.blks = nn.Sequential()
+            for i in range(num_blks):
+                self.blks.add_module(
+                    "block" + str(i), TransformerDecoderBlock(num_hiddens, ffn_num_hiddens, num_heads, dropout, i)
+                )
+            self.dense = nn.LazyLinear(vocab_size)
+
+        def init_state(self, enc_outputs, enc_valid_lens):
+            return [enc_outputs, enc_valid_lens, [None] * self.num_blks]
+
+        def forward(self, X, state):
+            X = self.pos_encoding(self.embedding(X) * math.sqrt(self.num_hiddens))
+            for blk in self.blks:
+                X, state = blk(X, state)
+            return self.dense(X), state
+
+    class NWKernelRegression(nn.Module):  # 11.2.4
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.rand((1,), requires_grad=True))
+
+        def forward(self, queries, keys, values):
+            queries = queries.repeat_interleave(keys.shape[1]).reshape((-1, keys.shape[1]))
+            self.attention_weights = F.softmax(-(((queries - keys) * self.w) ** 2) / 2, dim=1)
+            return torch.bmm(self.attention_weights.unsqueeze(1), values.unsqueeze(-1)).reshape(-1)
+
+    return dict(locals())
+
+
+def nadaraya_watson(torch, nn, F, x_train, noise, w, epochs=5):
+    """11.2 from its data to its training loop: the nonparametric estimate at the test points,
+    the losses of the parametric one, trained from weight ``w``; every tensor of ``torch``."""
+    ch = chapter_of(torch, nn, F)
+    n_train = len(x_train)
+    x_train, _ = torch.sort(torch.tensor(x_train))  # the book's: torch.sort(torch.rand(n_train) * 5)
+
+    def f(x):
+        return 2 * torch.sin(x) + x**0.8
+
+    y_train = f(x_train) + torch.tensor(noise)  # the book's noise: torch.normal(0.0, 0.5, (n_train,))
+    x_test = torch.arange(0, 5, 0.1)
+    X_repeat = x_test.repeat_interleave(n_train).reshape((-1, n_train))
+    attention_weights = F.softmax(-((X_repeat - x_train) ** 2) / 2, dim=1)
+    y_hat = torch.matmul(attention_weights, y_train)
+    X_tile, Y_tile = x_train.repeat((n_train, 1)), y_train.repeat((n_train, 1))
+    keys = X_tile[(1 - torch.eye(n_train)).type(torch.bool)].reshape((n_train, -1))
+    values = Y_tile[(1 - torch.eye(n_train)).type(torch.bool)].reshape((n_train, -1))
+    net = ch["NWKernelRegression"]()
+    with torch.no_grad():
+        net.w.fill_(w)
+    loss = nn.MSELoss(reduction="none")
+    trainer = torch.optim.SGD(net.parameters(), lr=0.5)
+    losses = []
+    for _ in range(epochs):
+        trainer.zero_grad()
+        l = loss(net(x_train, keys, values), y_train)  # noqa: E741  (the book's name)
+        l.sum().backward()
+        trainer.step()
+        losses.append(l.sum().item())
+    return y_hat.numpy(), losses, net.attention_weights.detach().numpy()
+
+
+def _nw_data(n_train=50, seed=0):
+    rng = np.random.default_rng(seed)
+    return (rng.random(n_train) * 5).astype(np.float32), rng.normal(0.0, 0.5, n_train).astype(np.float32)
+
+
+def test_nadaraya_watson_as_the_book_writes_it_learns_on_minitensor():
+    x_train, noise = _nw_data()
+    y_hat, losses, weights = nadaraya_watson(mt, mt.nn, mt.nn.functional, x_train, noise, w=0.5, epochs=8)
+    assert y_hat.shape == (50,) and losses[-1] < 0.8 * losses[0]
+    np.testing.assert_allclose(weights.sum(axis=1), 1.0, rtol=1e-5)
+
+
+def _transformer(lib, nn, F, vocab=11):
+    ch = chapter_of(lib, nn, F)
+    encoder = ch["TransformerEncoder"](vocab, 8, 16, 2, 2, 0.0)
+    decoder = ch["TransformerDecoder"](vocab, 8, 16, 2, 2, 0.0)
+    return ch, encoder, decoder
+
+
+def _translate(lib, encoder, decoder, src, tgt, valid_lens):
+    enc_outputs = encoder(lib.tensor(src), lib.tensor(valid_lens))
+    state = decoder.init_state(enc_outputs, lib.tensor(valid_lens))
+    logits, _ = decoder(lib.tensor(tgt), state)
+    return logits
+
+
+def _batch(vocab=11):
+    rng = np.random.default_rng(3)
+    return rng.integers(0, vocab, (3, 5)), rng.integers(0, vocab, (3, 4)), np.array([5, 2, 3])
+
+
+def test_the_books_transformer_trains_on_minitensor_and_masks_what_it_should():
+    ch, encoder, decoder = _transformer(mt, mt.nn, mt.nn.functional)
+    src, tgt, valid_lens = _batch()
+    _translate(mt, encoder, decoder, src, tgt, valid_lens)  # the lazy layers take their widths
+    params = list(encoder.parameters()) + list(decoder.parameters())
+    optimizer = mt.optim.Adam(params, lr=0.01)
+    losses = []
+    for _ in range(30):
+        logits = _translate(mt, encoder, decoder, src, tgt, valid_lens)
+        loss = mt.nn.CrossEntropyLoss()(logits.reshape(-1, 11), mt.tensor(tgt.reshape(-1)))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.2 * losses[0]
+    weights = encoder.attention_weights[0].numpy().reshape(3, 2, 5, 5)  # (batch, heads, queries, keys)
+    for row, n in enumerate(valid_lens):
+        assert np.all(weights[row, :, :, n:] < 1e-6) and np.allclose(weights[row].sum(-1), 1.0, rtol=1e-5)
+    P = ch["PositionalEncoding"](8, 0.0).P.numpy()[0]
+    i, j = 7, 2  # position 7, columns 2j and 2j + 1: sin and cos of i / 10000^(2j/d)
+    angle = i / 10000 ** (2 * j / 8)
+    np.testing.assert_allclose(P[i, 2 * j : 2 * j + 2], [math.sin(angle), math.cos(angle)], rtol=1e-5)
+
+
+def test_the_same_chapter_source_gives_pytorchs_numbers():
+    torch = pytest.importorskip("torch")
+    x_train, noise = _nw_data()
+    ours = nadaraya_watson(mt, mt.nn, mt.nn.functional, x_train, noise, w=0.5)
+    theirs = nadaraya_watson(torch, torch.nn, torch.nn.functional, x_train, noise, w=0.5)
+    np.testing.assert_allclose(ours[0], theirs[0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(ours[1], theirs[1], rtol=1e-4)
+    np.testing.assert_allclose(ours[2], theirs[2], rtol=1e-4, atol=1e-6)
+
+    src, tgt, valid_lens = _batch()
+    (_, encoder, decoder), (_, encoder_t, decoder_t) = (
+        _transformer(mt, mt.nn, mt.nn.functional),
+        _transformer(torch, torch.nn, torch.nn.functional),
+    )
+    _translate(mt, encoder, decoder, src, tgt, valid_lens)  # the lazy layers take their widths
+    _translate(torch, encoder_t, decoder_t, src, tgt, valid_lens)
+    for model, model_t in ((encoder, encoder_t), (decoder, decoder_t)):
+        model_t.load_state_dict({k: torch.tensor(v.numpy()) for k, v in model.state_dict().items()})
+    logits = _translate(mt, encoder, decoder, src, tgt, valid_lens)
+    logits_t = _translate(torch, encoder_t, decoder_t, src, tgt, valid_lens)
+    np.testing.assert_allclose(logits.detach().numpy(), logits_t.detach().numpy(), rtol=1e-4, atol=1e-5)
+    (logits * logits).sum().backward()
+    (logits_t * logits_t).sum().backward()
+    for model, model_t in ((encoder, encoder_t), (decoder, decoder_t)):
+        grads_t = dict(model_t.named_parameters())
+        for name, p in model.named_parameters():
+            np.testing.assert_allclose(p.grad.numpy(), grads_t[name].grad.numpy(), rtol=1e-3, atol=1e-4, err_msg=name)
