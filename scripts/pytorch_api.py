@@ -781,7 +781,15 @@ Together the aligned names make a GPT written as nanoGPT's `model.py` writes one
 split by `dim`, `view`/`transpose`/`contiguous`, causal `scaled_dot_product_attention`, `ModuleDict`, \
 tied weights, `apply(init)`, optimiser groups by `p.dim()`, generation with `topk`, a masked \
 assignment, `multinomial` and `cat`) run unchanged with minitensor in `torch`'s place: \
-`tests/test_pytorch_habits.py` trains one, and checks its loss and gradients against PyTorch's.
+`tests/test_pytorch_habits.py` trains one, and checks its loss and gradients against PyTorch's. So \
+does the attention chapter as D2L's PyTorch edition writes it (11.2's Nadaraya-Watson regression \
+with `sort`, `repeat_interleave`, `eye`, `.type(torch.bool)`, `bmm` and `MSELoss`; `masked_softmax` \
+with `sequence_mask`'s `X[~mask] = value`; additive and scaled dot-product attention; multi-head \
+attention; sinusoidal positions written with `sin`/`cos` into slices; the Transformer of \
+`LazyLinear` layers): `tests/test_d2l_habits.py` writes it once, trains it on minitensor and checks \
+its outputs and gradients against PyTorch's. One difference there: `x[i] = v` makes x a new node of \
+the graph, so an op that used x *before* the write is refused at backward (PyTorch keeps the old \
+value's node); writing before x is used, as the book does, works the same.
 
 Two differences run through the whole API:
 

@@ -64,7 +64,8 @@ class Tensor:
     the tensor's dtype (``x * 2`` stays float32). Comparisons (``==``, ``<``, ...), ``& | ^ ~``,
     ``any`` and ``all`` give bool tensors outside the graph. Methods ending in ``_`` change the
     tensor in place and are refused (``GraphError``) on a tensor that requires grad unless grad
-    mode is off (``mt.no_grad()``), since values saved for backward would silently change.
+    mode is off (``mt.no_grad()``), since values saved for backward would silently change. A
+    write ``x[index] = v`` in the graph is recorded instead (``ops.setitem``, out of place).
 
     D2L 2.1 (data manipulation) and 2.5 (automatic differentiation).
     """
@@ -329,7 +330,7 @@ class Tensor:
         self._retain_grad = True
         return self
 
-    # -- in-place updates (optimisers, initialisation): only outside the graph -------------
+    # -- in-place updates (optimisers, initialisation): outside the graph; x[i] = v in it too ----
     def _check_inplace(self, name: str) -> None:
         if self.requires_grad and grad_mode._enabled:
             raise GraphError(
