@@ -191,6 +191,10 @@ def test_what_a_write_would_make_wrong_is_refused_with_a_reason():
     X[0] = 0.0
     with pytest.raises(GraphError, match=r"backward: Mul used a tensor of shape \(2, 3\) that was written afterwards"):
         (Y.sum() + X.sum()).backward()
+    with pytest.raises(ShapeError, match=r"setitem: cannot write values of shape \(4,\) at 0 of shape \(2, 3\)"):
+        X[0] = mt.ones(4)
+    with pytest.raises(IndexError, match="setitem: .* index 5 is out of bounds for axis 0"):
+        X[[0, 5]] = 1.0
     with mt.no_grad():  # outside the graph a write stays in place, views see it
         row = w[0]
         w[0, 1] = 5.0

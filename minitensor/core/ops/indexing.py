@@ -146,10 +146,11 @@ class SetItem(Function):
         z = a.copy()
         try:
             z[index] = v
-        except (IndexError, ValueError) as e:
+        except (IndexError, ValueError) as e:  # a position outside, or values that do not broadcast
+            error = IndexError if isinstance(e, IndexError) else ShapeError
             shape = tuple(getattr(v, "shape", ()))
-            raise IndexError(
-                f"setitem: values of shape {shape} do not fit index {index!r} of shape {tuple(a.shape)}: {e}"
+            raise error(
+                f"setitem: cannot write values of shape {shape} at {index!r} of shape {tuple(a.shape)}: {e}"
             ) from None
         return z
 
