@@ -787,9 +787,10 @@ with `sort`, `repeat_interleave`, `eye`, `.type(torch.bool)`, `bmm` and `MSELoss
 with `sequence_mask`'s `X[~mask] = value`; additive and scaled dot-product attention; multi-head \
 attention; sinusoidal positions written with `sin`/`cos` into slices; the Transformer of \
 `LazyLinear` layers): `tests/test_d2l_habits.py` writes it once, trains it on minitensor and checks \
-its outputs and gradients against PyTorch's. One difference there: `x[i] = v` makes x a new node of \
-the graph, so an op that used x *before* the write is refused at backward (PyTorch keeps the old \
-value's node); writing before x is used, as the book does, works the same.
+its outputs and gradients against PyTorch's. `x[i] = v` in the graph is out of place underneath: \
+x stands for a new node, the ops that used x before the write get the gradient of the value they \
+used, and what they saved keeps its values (PyTorch refuses a backward through a saved tensor that \
+was written since).
 
 Two differences run through the whole API:
 

@@ -86,6 +86,11 @@ class Function:
     a Function all the same so that every tensor an op makes comes out of ``apply``, where a
     tracer sees it (``tracing``)."""
 
+    writes_input = False
+    """True for the op of ``x[index] = v`` in the graph (``ops.indexing.SetItem``): its output is
+    the tensor x itself, rebound, and its first input the value x had before, which ops that used
+    x before the write still need their gradients to reach (``backward`` follows the link)."""
+
     # -- what forward uses ------------------------------------------------------------
     def save_for_backward(self, *arrays: Array) -> None:
         """Keep arrays that ``backward`` needs (freed after the backward pass)."""
@@ -230,6 +235,7 @@ def backward(root: Tensor, grad: Tensor | Array | None = None, retain_graph: boo
     """
     grads = {root: _root_gradient(root, grad)}  # dL/dt so far (tensors hash by identity)
     heap = [(-root._seq, root)]
+    written: dict[Tensor, Tensor] = {}  # x -> the value x had before ``x[...] = v``, once its node is freed
     while heap:
         t = heappop(heap)[1]
         g = grads.pop(t)  # complete: every tensor made from t has passed its part back
@@ -246,10 +252,12 @@ def backward(root: Tensor, grad: Tensor | Array | None = None, retain_graph: boo
         if type(input_grads) is not tuple:
             input_grads = (input_grads,)
         for p, pg in zip(ctx.inputs, input_grads):
-            if pg is None or not isinstance(p, Tensor) or not p.requires_grad:
+            if pg is None or not isinstance(p, Tensor):
                 continue
             if p._seq > t._seq:  # an input newer than its output: written by ``x[...] = v`` since
-                raise _written_since_error(ctx, p)
+                p = _value_used(p, t, written)
+            if not p.requires_grad:
+                continue
             if pg.shape != p.data.shape:
                 pg = sum_to_shape(pg, p.data.shape)
             if p in grads:
@@ -262,16 +270,22 @@ def backward(root: Tensor, grad: Tensor | Array | None = None, retain_graph: boo
         if not retain_graph:
             # Drop the saved arrays and the links to the inputs; the emptied node stays so
             # that a second backward can say what happened instead of doing nothing.
+            if ctx.writes_input:
+                written[t] = ctx.inputs[0]
             ctx.inputs = ctx.saved = None
             ctx.__dict__.clear()
 
 
-def _written_since_error(ctx: Function, p: Tensor) -> GraphError:
-    return GraphError(
-        f"backward: {type(ctx).__name__} used a tensor of shape {tuple(p.shape)} that was written "
-        "afterwards (x[...] = v), so its gradient cannot reach the value it had; write before the "
-        "tensor is used, or write to a copy (y = x.clone(); y[...] = v) or use mt.where / masked_fill"
-    )
+def _value_used(p: Tensor, t: Tensor, written: dict[Tensor, Tensor]) -> Tensor:
+    """The value that tensor ``p`` had when ``t`` was made from it. ``x[...] = v`` rebinds x to a
+    new node whose first input is x's previous value (and gives x a new creation number), so the
+    ops that used x before the write reach that value by walking back, write by write."""
+    while p._seq > t._seq:
+        ctx = p._ctx
+        if ctx is None or not ctx.writes_input:
+            raise GraphError(f"backward: an input of {t.grad_fn!r} is newer than its output")  # (never: an engine bug)
+        p = ctx.inputs[0] if ctx.inputs is not None else written[p]
+    return p
 
 
 def _freed_graph_error(ctx: Function) -> GraphError:

@@ -391,8 +391,9 @@ class Tensor:
         """``x[index] = value``. Outside the graph, the values are written in place. In the graph
         (x or value requires grad, grad mode on), as in PyTorch: D2L's ``X[~mask] = -1e6`` on
         scores, ``P[:, 0::2] = sin(...)``. x then stands for the new value (``ops.setitem``, out
-        of place), and an op that used x before the write refuses backward (its gradient would
-        reach the new value). A leaf that requires grad is refused: write to it under no_grad()."""
+        of place, so what earlier ops saved keeps its values), and the ops that used x before the
+        write still get the gradient of the value they used (``autograd.backward`` follows the
+        write's link). A leaf that requires grad is refused: write to it under no_grad()."""
         if grad_mode._enabled and (self.requires_grad or (isinstance(value, Tensor) and value.requires_grad)):
             if self.requires_grad and self._ctx is None:
                 raise GraphError(

@@ -137,6 +137,8 @@ class SetItem(Function):
     back to v's shape where v was broadcast). Out of place: z is a new array, so the arrays that
     earlier ops saved for their backward keep the values they saw."""
 
+    writes_input = True  # the output is x rebound; ``a`` is the value x had (see autograd.backward)
+
     @staticmethod
     def forward(ctx: Function, a: Array, v: Any, index: Any) -> Array:
         index = normalize_index(index)
