@@ -315,6 +315,10 @@ REASONS = {
     # -- minitensor.nn.functional ----------------------------------------------------------------
     "mt.nn.functional.conv1d": "not yet aligned: no grouped convolution (`groups=`), in ops/conv.py",
     "mt.nn.functional.mse_loss": MSE_WEIGHT,
+    "mt.nn.UninitializedParameter": (
+        "teaching choice: made from a tensor as `Parameter` is (an empty one that keeps the dtype and device); "
+        "`materialize(data)` takes the values where PyTorch's takes a shape"
+    ),
     "mt.nn.CrossEntropyLoss": "not yet aligned: no per-class `weight=`, as `cross_entropy`",
     "mt.nn.functional.cross_entropy": (
         "extra: `mask=` (D2L's padding mask over target tokens, besides `ignore_index`); not yet aligned: no "

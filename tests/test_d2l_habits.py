@@ -250,6 +250,28 @@ def test_lazy_linear_takes_its_width_from_the_first_input():
         layer(mt.ones(2, 5, dtype=mt.float64))  # the width is fixed now
 
 
+def test_a_lazy_model_takes_its_shapes_from_a_saved_state_dict():
+    """D2L 5.6's file I/O: a model of LazyLinear layers saved after a call, loaded into a fresh
+    one that has never seen an input."""
+
+    def mlp():
+        return mt.nn.Sequential(mt.nn.LazyLinear(8), mt.nn.ReLU(), mt.nn.LazyLinear(2))
+
+    net, X = mlp(), mt.randn(3, 5)
+    Y = net(X)
+    saved = {k: v.numpy() for k, v in net.state_dict().items()}
+    clone = mlp()
+    weight = clone[0].weight
+    assert isinstance(weight, mt.nn.UninitializedParameter) and clone[0].in_features is None
+    clone.load_state_dict(saved)
+    assert clone[0].weight is weight and type(weight) is mt.nn.Parameter and clone[0].in_features == 5
+    np.testing.assert_array_equal(clone(X).numpy(), Y.numpy())
+    fresh = mlp()
+    with pytest.raises(RuntimeError, match=r"shape mismatch for '0.weight': the state_dict has shape \(9, 5\)"):
+        fresh.load_state_dict({**saved, "0.weight": np.zeros((9, 5), np.float32)})
+    assert fresh[0].in_features is None  # nothing was changed
+
+
 @pytest.mark.parametrize("reduction,want", [("none", [[1.0, 4.0]]), ("sum", 5.0), ("mean", 2.5)])
 def test_mse_loss_reduces_as_asked(device, reduction, want):
     y_hat, y = mt.tensor([[1.0, 2.0]], device=device), mt.tensor([0.0, 0.0], device=device)

@@ -11,7 +11,7 @@ from .dropout import Dropout
 from .kv_cache import KVCache
 from .linear import Embedding, LazyLinear, Linear
 from .loss import CrossEntropyLoss, MSELoss
-from .module import Module, Parameter
+from .module import Module, Parameter, UninitializedParameter
 from .normalization import LayerNorm
 from .rnn import GRU, GRUCell
 from .seq2seq import Seq2Seq, Seq2SeqAttentionDecoder, Seq2SeqDecoder, Seq2SeqEncoder
@@ -48,6 +48,7 @@ __all__ = [
     "Sigmoid",
     "Softmax",
     "Tanh",
+    "UninitializedParameter",
     "functional",
     "init",
 ]

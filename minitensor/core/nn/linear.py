@@ -10,7 +10,7 @@ from ..grad_mode import no_grad
 from ..tensor import Device, DType, Tensor, tensor
 from . import functional as F
 from . import init
-from .module import Module, Parameter
+from .module import Module, Parameter, UninitializedParameter
 
 
 class Linear(Module):
@@ -56,24 +56,34 @@ class LazyLinear(Linear):
     """A ``Linear`` whose in_features is the last axis of its first input (PyTorch's
     ``LazyLinear``; D2L's models are written with it, ``nn.LazyLinear(num_hiddens)``).
 
-    Until that first call the weight has shape (out_features, 0); the call gives it its shape
-    and draws it as ``Linear`` does, in the weight's dtype and on its device (so ``.to()``
-    before the first call is kept). The Parameter objects stay the same, so an optimiser made
-    before the first call still holds them, but it must not step before it.
+    Until that first call the weight is an ``UninitializedParameter`` of shape (out_features, 0);
+    the call gives it its shape and draws it as ``Linear`` does, in the weight's dtype and on its
+    device (so ``.to()`` before the first call is kept). ``load_state_dict`` gives it the saved
+    shape instead (D2L 5.6 loads a saved model into a fresh one). The Parameter object stays the
+    same either way, so an optimiser made before the first call holds it, but must not step
+    before it.
     """
 
     def __init__(self, out_features: int, bias: bool = True, dtype: DType = None, device: Device = None) -> None:
         super().__init__(0, out_features, bias=bias, dtype=dtype, device=device)
-        self.in_features: int | None = None  # type: ignore[assignment]  # (until the first call)
+        self.weight = UninitializedParameter(self.weight)
+
+    @property  # type: ignore[override]
+    def in_features(self) -> int | None:
+        """The input width: None until the first input (or a loaded state_dict) sets it."""
+        return None if isinstance(self.weight, UninitializedParameter) else self.weight.shape[1]
+
+    @in_features.setter
+    def in_features(self, value: int | None) -> None:
+        pass  # (Linear.__init__ sets it; here the weight's shape is the truth)
 
     def forward(self, X: Tensor) -> Tensor:
         """Y = X W^T + b; the first call sets in_features = X.shape[-1] and draws W and b."""
-        if self.in_features is None:
+        weight = self.weight
+        if isinstance(weight, UninitializedParameter):
             if X.ndim == 0:
                 raise ValueError("LazyLinear: its first input must have a last axis to take in_features from")
-            self.in_features = X.shape[-1]
-            weight = self.weight
-            weight.data = zeros(self.out_features, self.in_features, dtype=weight.dtype, device=weight.device).data
+            weight.materialize(zeros(self.out_features, X.shape[-1], dtype=weight.dtype, device=weight.device).data)
             self.reset_parameters()
         return super().forward(X)
 

@@ -76,6 +76,21 @@ class Parameter(Tensor):
         return "Parameter containing:\n" + super().__repr__()
 
 
+class UninitializedParameter(Parameter):
+    """A Parameter whose shape is not known yet (PyTorch's name): a lazy layer's weight before
+    its first input (``nn.LazyLinear``). Its data is an empty array that keeps the dtype and
+    device (``.to()`` moves it); ``materialize`` gives it its values, in place, and makes it a
+    plain Parameter, so an optimiser that holds it still does. ``load_state_dict`` materialises
+    it from the saved value's shape, as PyTorch does."""
+
+    __slots__ = ()
+
+    def materialize(self, data: Any) -> None:
+        """Become a Parameter holding ``data`` (an array of this device), this object still."""
+        self.data = data
+        self.__class__ = Parameter  # type: ignore[assignment]  # (the same slots: a tensor can change class)
+
+
 class Module:
     """Base class of layers and models: subclass it, call ``super().__init__()`` first, assign
     layers and Parameters as attributes, and write ``forward``."""
@@ -438,7 +453,10 @@ class Module:
             except (TypeError, ValueError) as e:
                 problems.append(f"{name!r}: {e}")
                 continue
-            if tuple(value.shape) != target.shape:
+            fits = tuple(value.shape) == target.shape
+            if isinstance(target, UninitializedParameter):  # any length where it has none yet
+                fits = value.ndim == target.ndim and all(n in (m, 0) for m, n in zip(value.shape, target.shape))
+            if not fits:
                 problems.append(
                     f"shape mismatch for {name!r}: the state_dict has shape {tuple(value.shape)}, "
                     f"the model has shape {target.shape}"
@@ -451,7 +469,11 @@ class Module:
             )
         with no_grad():
             for name, value in values.items():
-                own[name].copy_(value)
+                target = own[name]
+                if isinstance(target, UninitializedParameter):  # a lazy layer's weight takes the saved shape
+                    target.materialize(target._backend.xp.array(value, copy=True))
+                else:
+                    target.copy_(value)
         return IncompatibleKeys(missing, unexpected)
 
     # -- printing ---------------------------------------------------------------------------
