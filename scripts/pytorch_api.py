@@ -788,7 +788,8 @@ assignment, `multinomial` and `cat`) run unchanged with minitensor in `torch`'s 
 `tests/test_pytorch_habits.py` trains one, and checks its loss and gradients against PyTorch's. So \
 does the attention chapter as D2L's PyTorch edition writes it (11.2's Nadaraya-Watson regression \
 with `sort`, `repeat_interleave`, `eye`, `.type(torch.bool)`, `bmm` and `MSELoss`; `masked_softmax` \
-with `sequence_mask`'s `X[~mask] = value`; additive and scaled dot-product attention; multi-head \
+with `sequence_mask`'s `X[~mask] = value`; additive and scaled dot-product attention; 11.4's \
+Bahdanau decoder on 10.7's GRU encoder, with `X.t()`; multi-head \
 attention; sinusoidal positions written with `sin`/`cos` into slices; the Transformer of \
 `LazyLinear` layers): `tests/test_d2l_habits.py` writes it once, trains it on minitensor and checks \
 its outputs and gradients against PyTorch's. `x[i] = v` in the graph is out of place underneath: \

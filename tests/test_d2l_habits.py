@@ -1,13 +1,14 @@
 """The PyTorch that D2L's attention chapter (chapter 11 of d2l.ai, PyTorch edition) writes, as
 minitensor has it: ``sin``/``cos``, ``bmm``, ``repeat_interleave``, ``Tensor.repeat``, ``sort``,
-``eye``, ``normal``, ``Tensor.type``, ``nn.LazyLinear``, ``nn.MSELoss``, and ``X[~mask] = value``
-on a tensor in the graph.
+``eye``, ``normal``, ``Tensor.type``, ``Tensor.t``, ``nn.LazyLinear``, ``nn.MSELoss``, and
+``X[~mask] = value`` on a tensor in the graph.
 
 The last tests write the chapter's models once, in the book's habits, for any ``torch``-like
 namespace (11.2's Nadaraya-Watson regression, 11.3's masked softmax with ``sequence_mask`` and
-its two scoring functions, 11.5's multi-head attention, 11.6's sinusoidal positions, 11.7's
-Transformer): with minitensor as ``torch`` they learn; with PyTorch, where it is installed, they
-give the same outputs and gradients from the same weights.
+its two scoring functions, 11.4's Bahdanau decoder on 10.7's GRU encoder, 11.5's multi-head
+attention, 11.6's sinusoidal positions, 11.7's Transformer): with minitensor as ``torch`` they
+learn; with PyTorch, where it is installed, they give the same outputs and gradients from the
+same weights.
 """
 
 import math
@@ -474,6 +475,43 @@ def chapter_of(torch, nn, F):
                 X, state = blk(X, state)
             return self.dense(X), state
 
+    class Seq2SeqEncoder(nn.Module):  # 10.7.2: a GRU over the embedded tokens, time-major
+        def __init__(self, vocab_size, embed_size, num_hiddens, num_layers, dropout=0):
+            super().__init__()
+            self.embedding = nn.Embedding(vocab_size, embed_size)
+            self.rnn = nn.GRU(embed_size, num_hiddens, num_layers, dropout=dropout)
+
+        def forward(self, X, *args):
+            embs = self.embedding(X.t().type(torch.int64))
+            outputs, state = self.rnn(embs)
+            return outputs, state
+
+    class Seq2SeqAttentionDecoder(nn.Module):  # 11.4.2: Bahdanau attention over the encoder's outputs
+        def __init__(self, vocab_size, embed_size, num_hiddens, num_layers, dropout=0):
+            super().__init__()
+            self.attention = AdditiveAttention(num_hiddens, dropout)
+            self.embedding = nn.Embedding(vocab_size, embed_size)
+            self.rnn = nn.GRU(embed_size + num_hiddens, num_hiddens, num_layers, dropout=dropout)
+            self.dense = nn.LazyLinear(vocab_size)
+
+        def init_state(self, enc_outputs, enc_valid_lens):
+            outputs, hidden_state = enc_outputs
+            return (outputs.permute(1, 0, 2), hidden_state, enc_valid_lens)
+
+        def forward(self, X, state):
+            enc_outputs, hidden_state, enc_valid_lens = state
+            X = self.embedding(X).permute(1, 0, 2)
+            outputs, self._attention_weights = [], []
+            for x in X:
+                query = torch.unsqueeze(hidden_state[-1], dim=1)
+                context = self.attention(query, enc_outputs, enc_outputs, enc_valid_lens)
+                x = torch.cat((context, torch.unsqueeze(x, dim=1)), dim=-1)
+                out, hidden_state = self.rnn(x.permute(1, 0, 2), hidden_state)
+                outputs.append(out)
+                self._attention_weights.append(self.attention.attention_weights)
+            outputs = self.dense(torch.cat(outputs, dim=0))
+            return outputs.permute(1, 0, 2), [enc_outputs, hidden_state, enc_valid_lens]
+
     class NWKernelRegression(nn.Module):  # 11.2.4
         def __init__(self):
             super().__init__()
@@ -575,6 +613,30 @@ def test_the_books_transformer_trains_on_minitensor_and_masks_what_it_should():
     np.testing.assert_allclose(P[i, 2 * j : 2 * j + 2], [math.sin(angle), math.cos(angle)], rtol=1e-5)
 
 
+def _bahdanau(lib, nn, F, vocab=11):
+    ch = chapter_of(lib, nn, F)
+    return ch["Seq2SeqEncoder"](vocab, 6, 8, 2), ch["Seq2SeqAttentionDecoder"](vocab, 6, 8, 2)
+
+
+def test_the_books_bahdanau_model_trains_on_minitensor():
+    encoder, decoder = _bahdanau(mt, mt.nn, mt.nn.functional)
+    src, tgt, valid_lens = _batch()
+    _translate(mt, encoder, decoder, src, tgt, valid_lens)  # the lazy layers take their widths
+    optimizer = mt.optim.Adam(list(encoder.parameters()) + list(decoder.parameters()), lr=0.02)
+    losses = []
+    for _ in range(40):
+        logits = _translate(mt, encoder, decoder, src, tgt, valid_lens)
+        loss = mt.nn.CrossEntropyLoss()(logits.reshape(-1, 11), mt.tensor(tgt.reshape(-1)))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.3 * losses[0]
+    weights = np.stack([w.numpy() for w in decoder._attention_weights])  # (steps, batch, 1, keys)
+    for row, n in enumerate(valid_lens):
+        assert np.all(weights[:, row, :, n:] < 1e-6)
+
+
 def test_the_same_chapter_source_gives_pytorchs_numbers():
     torch = pytest.importorskip("torch")
     x_train, noise = _nw_data()
@@ -585,20 +647,21 @@ def test_the_same_chapter_source_gives_pytorchs_numbers():
     np.testing.assert_allclose(ours[2], theirs[2], rtol=1e-4, atol=1e-6)
 
     src, tgt, valid_lens = _batch()
-    (_, encoder, decoder), (_, encoder_t, decoder_t) = (
-        _transformer(mt, mt.nn, mt.nn.functional),
-        _transformer(torch, torch.nn, torch.nn.functional),
-    )
-    _translate(mt, encoder, decoder, src, tgt, valid_lens)  # the lazy layers take their widths
-    _translate(torch, encoder_t, decoder_t, src, tgt, valid_lens)
-    for model, model_t in ((encoder, encoder_t), (decoder, decoder_t)):
-        model_t.load_state_dict({k: torch.tensor(v.numpy()) for k, v in model.state_dict().items()})
-    logits = _translate(mt, encoder, decoder, src, tgt, valid_lens)
-    logits_t = _translate(torch, encoder_t, decoder_t, src, tgt, valid_lens)
-    np.testing.assert_allclose(logits.detach().numpy(), logits_t.detach().numpy(), rtol=1e-4, atol=1e-5)
-    (logits * logits).sum().backward()
-    (logits_t * logits_t).sum().backward()
-    for model, model_t in ((encoder, encoder_t), (decoder, decoder_t)):
-        grads_t = dict(model_t.named_parameters())
-        for name, p in model.named_parameters():
-            np.testing.assert_allclose(p.grad.numpy(), grads_t[name].grad.numpy(), rtol=1e-3, atol=1e-4, err_msg=name)
+    for build in (lambda *lib: _transformer(*lib)[1:], _bahdanau):
+        encoder, decoder = build(mt, mt.nn, mt.nn.functional)
+        encoder_t, decoder_t = build(torch, torch.nn, torch.nn.functional)
+        _translate(mt, encoder, decoder, src, tgt, valid_lens)  # the lazy layers take their widths
+        _translate(torch, encoder_t, decoder_t, src, tgt, valid_lens)
+        for model, model_t in ((encoder, encoder_t), (decoder, decoder_t)):
+            model_t.load_state_dict({k: torch.tensor(v.numpy()) for k, v in model.state_dict().items()})
+        logits = _translate(mt, encoder, decoder, src, tgt, valid_lens)
+        logits_t = _translate(torch, encoder_t, decoder_t, src, tgt, valid_lens)
+        np.testing.assert_allclose(logits.detach().numpy(), logits_t.detach().numpy(), rtol=1e-4, atol=1e-5)
+        (logits * logits).sum().backward()
+        (logits_t * logits_t).sum().backward()
+        for model, model_t in ((encoder, encoder_t), (decoder, decoder_t)):
+            grads_t = dict(model_t.named_parameters())
+            for name, p in model.named_parameters():
+                np.testing.assert_allclose(
+                    p.grad.numpy(), grads_t[name].grad.numpy(), rtol=1e-3, atol=1e-4, err_msg=name
+                )

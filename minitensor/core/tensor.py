@@ -23,7 +23,7 @@ import numpy
 from . import _printing, grad_mode
 from .backends import Backend, get_backend
 from .dtypes import as_dtype
-from .errors import DeviceError, DTypeError, GraphError
+from .errors import DeviceError, DTypeError, GraphError, ShapeError
 
 if TYPE_CHECKING:
     from typing_extensions import Self  # typing.Self, from Python 3.11 on
@@ -643,6 +643,13 @@ class Tensor:
     def T(self) -> Tensor:
         """All axes reversed (the transpose of a matrix)."""
         return ops.permute(self, tuple(reversed(range(self.ndim))))
+
+    def t(self) -> Tensor:
+        """The transpose of a matrix (PyTorch's ``x.t()``: at most two axes, D2L 10.7's
+        ``X.t()`` turning (batch, steps) tokens time-major); ``x.T`` reverses any number."""
+        if self.ndim > 2:
+            raise ShapeError(f"t: expects at most 2 axes, got shape {tuple(self.shape)}; use transpose or permute")
+        return self.T
 
     def broadcast_to(self, *shape: Shape) -> Tensor:
         """``mt.broadcast_to(x, *shape)``: repeated along axes of length 1 (and new leading axes) to
