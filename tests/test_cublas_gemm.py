@@ -100,3 +100,47 @@ def test_bfloat16_rounding_keeps_8_bits():
     y = to_bfloat16(x)
     assert y[0] == 1.0 and y[1] == 1.0 and y[2] == 1 + 2**-7  # 1 + 2^-8 is a tie: to even
     np.testing.assert_allclose(y, x, rtol=2**-8)
+
+
+class RecordingCublas:
+    """CuPy's ``cuda.cublas`` as ``launch`` uses it, recording calls; the handle starts in
+    ``mode`` (0 host, 1 device: CuPy's own BLAS routines switch a shared handle to device mode)."""
+
+    def __init__(self, mode):
+        self.mode, self.calls = mode, []
+
+    def getPointerMode(self, handle):  # noqa: N802  (cuBLAS's names)
+        return self.mode
+
+    def setPointerMode(self, handle, mode):  # noqa: N802
+        self.calls.append(("setPointerMode", handle, mode))
+        self.mode = mode
+
+    def gemmStridedBatchedEx(self, handle, *args):  # noqa: N802
+        self.calls.append(("gemm", handle, self.mode, args))
+
+
+@pytest.mark.parametrize("mode", [0, 1], ids=["host mode", "device mode"])
+def test_the_call_reads_alpha_and_beta_in_host_pointer_mode_and_leaves_the_handle_as_it_was(mode):
+    """alpha and beta go as host pointers (``numpy`` arrays' addresses): cuBLAS must be in host
+    pointer mode during the call, and the handle, which CuPy shares, is put back after it."""
+    import types
+
+    from minitensor.backends import cublas_gemm
+
+    def on_device(array):  # a CuPy array's ``data.ptr``, here an address that names the operand
+        return types.SimpleNamespace(data=types.SimpleNamespace(ptr=id(array)))
+
+    rng = np.random.default_rng(0)
+    call = gemm_arguments(np, rand(rng, 2, 3, 4), rand(rng, 2, 4, 5))
+    call = call._replace(first=call.first._replace(array=on_device(call.first.array)),
+                         second=call.second._replace(array=on_device(call.second.array)))  # fmt: skip
+    recorder = RecordingCublas(mode)
+    xp = types.SimpleNamespace(cuda=types.SimpleNamespace(cublas=recorder, get_cublas_handle=lambda: 7))
+    cublas_gemm.launch(xp, call, on_device("out"))
+    gemms = [c for c in recorder.calls if c[0] == "gemm"]
+    assert len(gemms) == 1 and gemms[0][1] == 7 and gemms[0][2] == cublas_gemm.CUBLAS_POINTER_MODE_HOST
+    args = gemms[0][3]  # transa, transb, m, n, k, alpha, A, Atype, lda, strideA, B, ..., beta, C, ...
+    assert args[2:5] == (call.m, call.n, call.k) and args[-3:] == (2, 75, 99)  # batch, FAST_16BF, TENSOR_OP
+    assert recorder.mode == mode  # as it was
+    assert len(recorder.calls) == (1 if mode == 0 else 3)  # no pointer-mode calls where it was right

@@ -34,6 +34,7 @@ import numpy
 Array = Any  # a CuPy array (NumPy's in the tests)
 
 CUBLAS_OP_N, CUBLAS_OP_T = 0, 1
+CUBLAS_POINTER_MODE_HOST = 0  # cublasPointerMode_t: alpha and beta are read from host memory
 CUDA_R_32F = 0  # cudaDataType_t (library_types.h)
 CUBLAS_COMPUTE_32F_FAST_16BF = 75  # cublasComputeType_t (cublas_api.h)
 CUBLAS_GEMM_DEFAULT_TENSOR_OP = 99
@@ -144,16 +145,28 @@ def bf16_matmul(xp: Any, a: Array, b: Array) -> Array:
 
 
 def launch(xp: Any, call: GemmArguments, out: Array) -> None:
-    """The cuBLAS call itself, on CuPy's handle (and so its current stream): out = a @ b."""
+    """The cuBLAS call itself, on CuPy's handle (and so its current stream): out = a @ b.
+
+    alpha = 1 and beta = 0 are passed as host pointers, which cuBLAS reads as such only in the
+    handle's host pointer mode: CuPy's default, but a handle is shared (CuPy's own BLAS calls
+    switch it to device mode for some routines), so the mode is set for the call and put back."""
     one, zero = numpy.ones(1, numpy.float32), numpy.zeros(1, numpy.float32)  # read at the call
     first, second = call.first, call.second
-    xp.cuda.cublas.gemmStridedBatchedEx(
-        xp.cuda.get_cublas_handle(),
-        first.trans, second.trans, call.m, call.n, call.k,
-        one.ctypes.data,
-        first.array.data.ptr, CUDA_R_32F, first.ld, first.stride,
-        second.array.data.ptr, CUDA_R_32F, second.ld, second.stride,
-        zero.ctypes.data,
-        out.data.ptr, CUDA_R_32F, call.ldc, call.stride_c,
-        call.batch_count, CUBLAS_COMPUTE_32F_FAST_16BF, CUBLAS_GEMM_DEFAULT_TENSOR_OP,
-    )  # fmt: skip
+    cublas, handle = xp.cuda.cublas, xp.cuda.get_cublas_handle()
+    mode = cublas.getPointerMode(handle)
+    if mode != CUBLAS_POINTER_MODE_HOST:
+        cublas.setPointerMode(handle, CUBLAS_POINTER_MODE_HOST)
+    try:
+        cublas.gemmStridedBatchedEx(
+            handle,
+            first.trans, second.trans, call.m, call.n, call.k,
+            one.ctypes.data,
+            first.array.data.ptr, CUDA_R_32F, first.ld, first.stride,
+            second.array.data.ptr, CUDA_R_32F, second.ld, second.stride,
+            zero.ctypes.data,
+            out.data.ptr, CUDA_R_32F, call.ldc, call.stride_c,
+            call.batch_count, CUBLAS_COMPUTE_32F_FAST_16BF, CUBLAS_GEMM_DEFAULT_TENSOR_OP,
+        )  # fmt: skip
+    finally:
+        if mode != CUBLAS_POINTER_MODE_HOST:
+            cublas.setPointerMode(handle, mode)
