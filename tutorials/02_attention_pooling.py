@@ -294,6 +294,29 @@ assert loss_end < loss_start, "the learned w fits better than w at its start"
 assert losses[-1] < losses[0], "the training loss fell"
 
 # %% [markdown]
+# **The book's own code runs here.** D2L builds those leave-one-out keys in PyTorch: tile the
+# training inputs into an $n \times n$ table, cut its diagonal out with
+# `(1 - torch.eye(n)).type(torch.bool)`, reshape to $n \times (n - 1)$, and pool with
+# `torch.bmm`. With `import minitensor as torch` those lines run unchanged — as does the
+# chapter's whole PyTorch code, which `tests/test_d2l_habits.py` runs on both libraries and
+# compares — and at the learned $w$ they give the loss of the mask above:
+
+# %%
+import minitensor as torch  # the book's PyTorch lines below, unchanged
+
+n_train = len(data.x_train)
+x_train, y_train = torch.tensor(data.x_train), torch.tensor(data.y_train)
+X_tile, Y_tile = x_train.repeat((n_train, 1)), y_train.repeat((n_train, 1))
+keys = X_tile[(1 - torch.eye(n_train)).type(torch.bool)].reshape((n_train, -1))
+values = Y_tile[(1 - torch.eye(n_train)).type(torch.bool)].reshape((n_train, -1))
+queries = x_train.repeat_interleave(keys.shape[1]).reshape((-1, keys.shape[1]))
+weights = torch.nn.functional.softmax(-(((queries - keys) * w) ** 2) / 2, dim=1)
+y_hat = torch.bmm(weights.unsqueeze(1), values.unsqueeze(-1)).reshape(-1)
+loss_cut = torch.nn.MSELoss(reduction="none")(y_hat, y_train).sum().item()
+print(f"the book's keys cut to (n, n - 1): loss {loss_cut:.4f}; the mask: loss {loss_end:.4f}")
+assert abs(loss_cut - loss_end) < 1e-4 * loss_end, "cutting the diagonal out is masking it"
+
+# %% [markdown]
 # Is that the best $w$? With a single parameter we can simply try many values: a grid search
 # over $w$ evaluates the same loss and should find about the same minimum. The loss is steep
 # for small $w$ and nearly flat around its minimum, which is why `train_parametric` uses more,

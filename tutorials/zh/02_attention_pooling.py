@@ -271,6 +271,28 @@ assert loss_end < loss_start, "the learned w fits better than w at its start"
 assert losses[-1] < losses[0], "the training loss fell"
 
 # %% [markdown]
+# **书中的代码在这里照样运行。** D2L 用 PyTorch 构造这些留一法的键：把训练输入铺成
+# $n \times n$ 的表，用 `(1 - torch.eye(n)).type(torch.bool)` 去掉对角线，变形为
+# $n \times (n - 1)$，再用 `torch.bmm` 汇聚。写成 `import minitensor as torch` 后，这几行
+# 无须改动即可运行——整章的 PyTorch 代码也是如此，`tests/test_d2l_habits.py` 在两个库上运行
+# 它并加以比较——而且在学到的 $w$ 处，它们给出与上面的掩蔽相同的损失：
+
+# %%
+import minitensor as torch  # the book's PyTorch lines below, unchanged
+
+n_train = len(data.x_train)
+x_train, y_train = torch.tensor(data.x_train), torch.tensor(data.y_train)
+X_tile, Y_tile = x_train.repeat((n_train, 1)), y_train.repeat((n_train, 1))
+keys = X_tile[(1 - torch.eye(n_train)).type(torch.bool)].reshape((n_train, -1))
+values = Y_tile[(1 - torch.eye(n_train)).type(torch.bool)].reshape((n_train, -1))
+queries = x_train.repeat_interleave(keys.shape[1]).reshape((-1, keys.shape[1]))
+weights = torch.nn.functional.softmax(-(((queries - keys) * w) ** 2) / 2, dim=1)
+y_hat = torch.bmm(weights.unsqueeze(1), values.unsqueeze(-1)).reshape(-1)
+loss_cut = torch.nn.MSELoss(reduction="none")(y_hat, y_train).sum().item()
+print(f"the book's keys cut to (n, n - 1): loss {loss_cut:.4f}; the mask: loss {loss_end:.4f}")
+assert abs(loss_cut - loss_end) < 1e-4 * loss_end, "cutting the diagonal out is masking it"
+
+# %% [markdown]
 # 这就是最好的 $w$ 吗？只有一个参数时，我们可以直接试许多个取值：在 $w$ 上做网格搜索，算的是
 # 同一个损失，应当找到大致相同的最小值。这个损失在 $w$ 小的地方很陡，在最小值附近几乎是平的，
 # 所以 `train_parametric` 没有照搬 D2L 的 5 个迭代周期、学习率 0.5，而是走更多、更小的步
