@@ -166,12 +166,33 @@ def test_a_write_into_a_tensor_in_the_graph_is_differentiable(device):
         X[[0, 2], 1:] = v
         return X
 
+    def selected(t, v):  # one value (in the graph) where a mask of t's whole shape says
+        X = t * 3
+        X[mt.tensor(np.arange(12).reshape(3, 4) % 3 == 0, device=device)] = v * 2
+        return X
+
     x = _f64(device, 3, 4)
     assert mt.gradcheck(masked, [x])
+    assert mt.gradcheck(selected, [x, _f64(device, 1, seed=3)]) and mt.gradcheck(selected, [x, _f64(device, seed=4)])
     assert mt.gradcheck(slices, [x, _f64(device, 3, 2, seed=1)])
     assert mt.gradcheck(broadcast, [x, _f64(device, 1, seed=2)])
     weights = masked(x)
     np.testing.assert_array_equal((weights.numpy() > 0).sum(axis=1), [1, 3, 4])
+
+
+def test_the_books_masked_softmax_never_waits_for_the_device():
+    """D2L's ``X[~mask] = -1e6`` writes one value where a mask of X's whole shape says: a select,
+    with nothing read back to the host (a boolean index would count the mask's True entries
+    there first), forward and backward."""
+    from strict_backend import count_syncs
+
+    ch = chapter_of(mt, mt.nn, mt.nn.functional)
+    scores = mt.randn(2, 3, 4, device="strict", requires_grad=True)
+    with count_syncs() as log:
+        weights = ch["masked_softmax"](scores, mt.tensor([2, 3], device="strict"))
+        (weights * weights).sum().backward()
+    assert not log.waits, log
+    np.testing.assert_array_equal(weights.numpy()[0, :, 2:], 0.0)
 
 
 def test_a_write_into_a_plain_tensor_makes_it_part_of_the_graph(device):

@@ -9,6 +9,7 @@ plain assignment does; with integer-array indexing one element can be read many 
 
 from __future__ import annotations
 
+import math
 from functools import partial
 from typing import Any
 
@@ -142,9 +143,15 @@ class SetItem(Function):
     @staticmethod
     def forward(ctx: Function, a: Array, v: Any, index: Any) -> Array:
         index = normalize_index(index)
+        ctx.index, ctx.v_dtype, ctx.v_shape = index, getattr(v, "dtype", None), getattr(v, "shape", ())
+        mask = _whole_mask(index, a.shape)
+        ctx.mask = mask if mask is not None and (not ctx.v_shape or math.prod(ctx.v_shape) == 1) else None
+        if ctx.mask is not None:
+            # one value where a mask of a's own shape says (D2L's X[~mask] = -1e6): a select, which
+            # a GPU runs without first counting the mask's True entries on the host
+            return ctx.xp.where(ctx.mask, ctx.xp.asarray(v).reshape(()), a).astype(a.dtype, copy=False)
         if not ctx.backend.on_host and not _is_basic(index):
-            index = _check_array_parts(a.shape, index, ctx.backend)
-        ctx.index, ctx.v_dtype = index, getattr(v, "dtype", None)
+            index = ctx.index = _check_array_parts(a.shape, index, ctx.backend)
         z = a.copy()
         try:
             z[index] = v
@@ -159,12 +166,25 @@ class SetItem(Function):
     @staticmethod
     def backward(ctx: Function, grad: Array) -> Grads:
         need_a, need_v, _ = ctx.needs_input_grad
+        if ctx.mask is not None:  # the select's: dL/dv sums dL/dz over the mask, a's keeps the rest
+            xp = ctx.xp
+            gv = xp.where(ctx.mask, grad, 0).sum().reshape(ctx.v_shape).astype(ctx.v_dtype) if need_v else None
+            return (xp.where(ctx.mask, 0, grad) if need_a else None), gv, None
         gv = grad[ctx.index].astype(ctx.v_dtype, copy=False) if need_v else None
         ga = None
         if need_a:
             ga = grad.copy()
             ga[ctx.index] = 0
         return ga, gv, None
+
+
+def _whole_mask(index: Any, shape: tuple[int, ...]) -> Array | None:
+    """The bool array of ``index`` where it is one mask of the whole ``shape``, else None."""
+    parts = index if type(index) is tuple else (index,)
+    if len(parts) != 1 or getattr(parts[0], "dtype", None) is None:
+        return None
+    mask = parts[0]
+    return mask if mask.dtype.kind == "b" and tuple(mask.shape) == tuple(shape) else None
 
 
 def setitem(a: Tensor, index: Any, value: Any) -> Tensor:
