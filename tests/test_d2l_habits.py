@@ -599,9 +599,12 @@ def _transformer(lib, nn, F, vocab=11):
 
 
 def _translate(lib, encoder, decoder, src, tgt, valid_lens):
-    enc_outputs = encoder(lib.tensor(src), lib.tensor(valid_lens))
-    state = decoder.init_state(enc_outputs, lib.tensor(valid_lens))
-    logits, _ = decoder(lib.tensor(tgt), state)
+    """The logits of one batch; ``lib`` is ``torch``-like (its ``tensor`` makes the inputs) or a
+    function that does."""
+    tensor = getattr(lib, "tensor", lib)
+    enc_outputs = encoder(tensor(src), tensor(valid_lens))
+    state = decoder.init_state(enc_outputs, tensor(valid_lens))
+    logits, _ = decoder(tensor(tgt), state)
     return logits
 
 
@@ -656,6 +659,29 @@ def test_the_books_bahdanau_model_trains_on_minitensor():
     weights = np.stack([w.numpy() for w in decoder._attention_weights])  # (steps, batch, 1, keys)
     for row, n in enumerate(valid_lens):
         assert np.all(weights[:, row, :, n:] < 1e-6)
+
+
+@pytest.mark.parametrize("build", ["transformer", "bahdanau"])
+def test_a_training_step_of_the_books_models_never_waits_for_the_device(build):
+    """On the GPU stand-in, which records every read back to the host: the book's code, forward,
+    loss, backward and Adam's step, reads nothing back (issue 25's rule for minitensor's own
+    models, here for a learner's)."""
+    from strict_backend import count_syncs
+
+    lib = (mt, mt.nn, mt.nn.functional)
+    encoder, decoder = _transformer(*lib)[1:] if build == "transformer" else _bahdanau(*lib)
+    encoder.to("strict")
+    decoder.to("strict")
+    src, tgt, valid_lens = (mt.tensor(a, device="strict") for a in _batch())
+    _translate(lambda a: a, encoder, decoder, src, tgt, valid_lens)  # the lazy layers take their widths
+    optimizer = mt.optim.Adam(list(encoder.parameters()) + list(decoder.parameters()), lr=0.01)
+    with count_syncs() as log:
+        logits = _translate(lambda a: a, encoder, decoder, src, tgt, valid_lens)
+        loss = mt.nn.CrossEntropyLoss()(logits.reshape(-1, 11), tgt.reshape(-1))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    assert not log.waits, log
 
 
 def test_the_same_chapter_source_gives_pytorchs_numbers():
