@@ -13,6 +13,8 @@ import math
 from functools import partial
 from typing import Any
 
+import numpy
+
 from ..autograd import Function, Grads
 from ..backends import Backend, get_backend
 from ..errors import DeviceError, ShapeError
@@ -149,7 +151,11 @@ class SetItem(Function):
         if ctx.mask is not None:
             # one value where a mask of a's own shape says (D2L's X[~mask] = -1e6): a select, which
             # a GPU runs without first counting the mask's True entries on the host
-            return ctx.xp.where(ctx.mask, ctx.xp.asarray(v).reshape(()), a).astype(a.dtype, copy=False)
+            if ctx.backend.is_array(v):
+                v = v.reshape(())
+            elif isinstance(v, numpy.ndarray):
+                v = v.item()  # (a number is an argument of the kernel: nothing copied to the device)
+            return ctx.xp.where(ctx.mask, v, a).astype(a.dtype, copy=False)
         if not ctx.backend.on_host and not _is_basic(index):
             index = ctx.index = _check_array_parts(a.shape, index, ctx.backend)
         z = a.copy()
