@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 from minitensor.errors import GraphError, ShapeError
 
 import minitensor as mt
@@ -193,6 +194,30 @@ def test_the_books_masked_softmax_never_waits_for_the_device():
         (weights * weights).sum().backward()
     assert not log.waits, log
     np.testing.assert_array_equal(weights.numpy()[0, :, 2:], 0.0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), shape=hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=4))
+def test_a_write_in_the_graph_is_numpys_assignment_and_its_gradient_splits_there(data, shape):
+    """Any basic index (ints, slices with any step, None, ...): the values are NumPy's, the
+    gradient of sum(z * w) is w with zeros where the write went (for x) and w there (for v)."""
+    index = data.draw(hnp.basic_indices(shape, allow_newaxis=True, allow_ellipsis=True))
+    rng = np.random.default_rng(0)
+    a, w = rng.standard_normal(shape), rng.standard_normal(shape)
+    target = a[index].shape
+    v = rng.standard_normal(data.draw(st.sampled_from([target, target[1:], ()])) if target else ())
+    x, value = mt.tensor(a, requires_grad=True), mt.tensor(v, requires_grad=True)
+    z = x * 1.0
+    z[index] = value
+    want = a.copy()
+    want[index] = v
+    np.testing.assert_array_equal(z.numpy(), want)
+    (z * mt.tensor(w)).sum().backward()
+    written = np.zeros(shape, bool)
+    written[index] = True
+    np.testing.assert_allclose(x.grad.numpy(), np.where(written, 0.0, w))
+    lead = tuple(range(len(target) - v.ndim))  # the axes v was broadcast along
+    np.testing.assert_allclose(value.grad.numpy(), w[index].sum(axis=lead), atol=1e-12)
 
 
 def test_a_write_into_a_plain_tensor_makes_it_part_of_the_graph(device):
