@@ -141,6 +141,8 @@ def test_eye_and_normal_make_what_their_names_say(device):
     ]:
         with pytest.raises(ValueError, match=message):
             call()
+    with pytest.raises(TypeError, match="normal: the samples are floating-point numbers, not int64"):
+        mt.normal(mt.tensor([1, 2], device=device), 1.0)
 
 
 def test_type_converts_or_names_the_dtype():

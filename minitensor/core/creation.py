@@ -162,6 +162,8 @@ def normal(
         backend = get_backend(device or "cpu")
         shape = _shape((size,))
     dtype = as_dtype(dtype) or float32
+    if numpy.dtype(dtype).kind != "f":
+        raise TypeError(f"normal: the samples are floating-point numbers, not {numpy.dtype(dtype)}; pass float means")
     data = (backend.normal(shape, dtype) * stds + means).astype(dtype, copy=False)
     return _leaf(data, backend, requires_grad)
 
