@@ -297,6 +297,12 @@ def test_lazy_linear_takes_its_width_from_the_first_input():
     np.testing.assert_allclose(layer.weight.numpy(), old - 0.1 * 2)  # dY/dW = the ones, twice
     with pytest.raises(ShapeError, match="linear: input of shape"):
         layer(mt.ones(2, 5, dtype=mt.float64))  # the width is fixed now
+    adam_layer = mt.nn.LazyLinear(2)
+    adam = mt.optim.Adam(adam_layer.parameters(), lr=0.1)  # Adam's moments: made at its first step
+    adam.step()  # nothing to do yet: no gradient
+    adam_layer(mt.ones(1, 3)).sum().backward()
+    adam.step()
+    assert adam_layer.weight.shape == (2, 3)
 
 
 def test_a_lazy_model_takes_its_shapes_from_a_saved_state_dict():

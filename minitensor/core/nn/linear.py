@@ -60,8 +60,8 @@ class LazyLinear(Linear):
     the call gives it its shape and draws it as ``Linear`` does, in the weight's dtype and on its
     device (so ``.to()`` before the first call is kept). ``load_state_dict`` gives it the saved
     shape instead (D2L 5.6 loads a saved model into a fresh one). The Parameter object stays the
-    same either way, so an optimiser made before the first call holds it, but must not step
-    before it.
+    same either way, so an optimiser made before the first call holds it (its state is made at
+    the first step, which has no gradient to take before that call).
     """
 
     def __init__(self, out_features: int, bias: bool = True, dtype: DType = None, device: Device = None) -> None:
