@@ -1,0 +1,248 @@
+"""D2L's attention chapter as the book writes it in PyTorch (d2l.ai, chapters 10.7 and 11), written
+once here for any ``torch``-like namespace: ``chapter_of(torch, torch.nn, torch.nn.functional)``
+or ``chapter_of(mt, mt.nn, mt.nn.functional)``. The code follows the book's (its names, its
+``LazyLinear`` layers, ``sequence_mask``'s ``X[~mask] = value``, ``bmm``, ``repeat_interleave``)
+without being a copy of it. Used by ``tests/test_d2l_habits.py`` (both libraries give the same
+numbers) and by ``bench/d2l_book.py`` (how fast each runs it). Imports nothing but ``math``."""
+
+import math
+
+
+def chapter_of(torch, nn, F):
+    """The attention chapter's code, as the book writes it in PyTorch, for any ``torch``-like
+    namespace: a dict of its functions and classes."""
+
+    def sequence_mask(X, valid_len, value=0):  # 10.7's: positions past each valid length
+        maxlen = X.size(1)
+        mask = torch.arange(maxlen, dtype=torch.float32, device=X.device)[None, :] < valid_len[:, None]
+        X[~mask] = value
+        return X
+
+    def masked_softmax(X, valid_lens):  # 11.3.1
+        if valid_lens is None:
+            return F.softmax(X, dim=-1)
+        shape = X.shape
+        if valid_lens.dim() == 1:
+            valid_lens = torch.repeat_interleave(valid_lens, shape[1])
+        else:
+            valid_lens = valid_lens.reshape(-1)
+        X = sequence_mask(X.reshape(-1, shape[-1]), valid_lens, value=-1e6)
+        return F.softmax(X.reshape(shape), dim=-1)
+
+    class AdditiveAttention(nn.Module):  # 11.3.2
+        def __init__(self, num_hiddens, dropout):
+            super().__init__()
+            self.W_k = nn.LazyLinear(num_hiddens, bias=False)
+            self.W_q = nn.LazyLinear(num_hiddens, bias=False)
+            self.w_v = nn.LazyLinear(1, bias=False)
+            self.dropout = nn.Dropout(dropout)
+
+        def forward(self, queries, keys, values, valid_lens):
+            queries, keys = self.W_q(queries), self.W_k(keys)
+            features = torch.tanh(queries.unsqueeze(2) + keys.unsqueeze(1))
+            scores = self.w_v(features).squeeze(-1)
+            self.attention_weights = masked_softmax(scores, valid_lens)
+            return torch.bmm(self.dropout(self.attention_weights), values)
+
+    class DotProductAttention(nn.Module):  # 11.3.3
+        def __init__(self, dropout):
+            super().__init__()
+            self.dropout = nn.Dropout(dropout)
+
+        def forward(self, queries, keys, values, valid_lens=None):
+            d = queries.shape[-1]
+            scores = torch.bmm(queries, keys.transpose(1, 2)) / math.sqrt(d)
+            self.attention_weights = masked_softmax(scores, valid_lens)
+            return torch.bmm(self.dropout(self.attention_weights), values)
+
+    class MultiHeadAttention(nn.Module):  # 11.5
+        def __init__(self, num_hiddens, num_heads, dropout, bias=False):
+            super().__init__()
+            self.num_heads = num_heads
+            self.attention = DotProductAttention(dropout)
+            self.W_q = nn.LazyLinear(num_hiddens, bias=bias)
+            self.W_k = nn.LazyLinear(num_hiddens, bias=bias)
+            self.W_v = nn.LazyLinear(num_hiddens, bias=bias)
+            self.W_o = nn.LazyLinear(num_hiddens, bias=bias)
+
+        def transpose_qkv(self, X):
+            X = X.reshape(X.shape[0], X.shape[1], self.num_heads, -1)
+            X = X.permute(0, 2, 1, 3)
+            return X.reshape(-1, X.shape[2], X.shape[3])
+
+        def transpose_output(self, X):
+            X = X.reshape(-1, self.num_heads, X.shape[1], X.shape[2])
+            X = X.permute(0, 2, 1, 3)
+            return X.reshape(X.shape[0], X.shape[1], -1)
+
+        def forward(self, queries, keys, values, valid_lens):
+            queries = self.transpose_qkv(self.W_q(queries))
+            keys = self.transpose_qkv(self.W_k(keys))
+            values = self.transpose_qkv(self.W_v(values))
+            if valid_lens is not None:
+                valid_lens = torch.repeat_interleave(valid_lens, repeats=self.num_heads, dim=0)
+            output = self.attention(queries, keys, values, valid_lens)
+            return self.W_o(self.transpose_output(output))
+
+    class PositionalEncoding(nn.Module):  # 11.6.3
+        def __init__(self, num_hiddens, dropout, max_len=1000):
+            super().__init__()
+            self.dropout = nn.Dropout(dropout)
+            self.P = torch.zeros((1, max_len, num_hiddens))
+            X = torch.arange(max_len, dtype=torch.float32).reshape(-1, 1) / torch.pow(
+                10000, torch.arange(0, num_hiddens, 2, dtype=torch.float32) / num_hiddens
+            )
+            self.P[:, :, 0::2] = torch.sin(X)
+            self.P[:, :, 1::2] = torch.cos(X)
+
+        def forward(self, X):
+            X = X + self.P[:, : X.shape[1], :].to(X.device)
+            return self.dropout(X)
+
+    class PositionWiseFFN(nn.Module):  # 11.7.2
+        def __init__(self, ffn_num_hiddens, ffn_num_outputs):
+            super().__init__()
+            self.dense1 = nn.LazyLinear(ffn_num_hiddens)
+            self.relu = nn.ReLU()
+            self.dense2 = nn.LazyLinear(ffn_num_outputs)
+
+        def forward(self, X):
+            return self.dense2(self.relu(self.dense1(X)))
+
+    class AddNorm(nn.Module):  # 11.7.3
+        def __init__(self, norm_shape, dropout):
+            super().__init__()
+            self.dropout = nn.Dropout(dropout)
+            self.ln = nn.LayerNorm(norm_shape)
+
+        def forward(self, X, Y):
+            return self.ln(self.dropout(Y) + X)
+
+    class TransformerEncoderBlock(nn.Module):  # 11.7.4
+        def __init__(self, num_hiddens, ffn_num_hiddens, num_heads, dropout, use_bias=False):
+            super().__init__()
+            self.attention = MultiHeadAttention(num_hiddens, num_heads, dropout, use_bias)
+            self.addnorm1 = AddNorm(num_hiddens, dropout)
+            self.ffn = PositionWiseFFN(ffn_num_hiddens, num_hiddens)
+            self.addnorm2 = AddNorm(num_hiddens, dropout)
+
+        def forward(self, X, valid_lens):
+            Y = self.addnorm1(X, self.attention(X, X, X, valid_lens))
+            return self.addnorm2(Y, self.ffn(Y))
+
+    class TransformerEncoder(nn.Module):
+        def __init__(self, vocab_size, num_hiddens, ffn_num_hiddens, num_heads, num_blks, dropout):
+            super().__init__()
+            self.num_hiddens = num_hiddens
+            self.embedding = nn.Embedding(vocab_size, num_hiddens)
+            self.pos_encoding = PositionalEncoding(num_hiddens, dropout)
+            self.blks = nn.Sequential()
+            for i in range(num_blks):
+                self.blks.add_module(
+                    "block" + str(i), TransformerEncoderBlock(num_hiddens, ffn_num_hiddens, num_heads, dropout)
+                )
+
+        def forward(self, X, valid_lens):
+            X = self.pos_encoding(self.embedding(X) * math.sqrt(self.num_hiddens))
+            self.attention_weights = [None] * len(self.blks)
+            for i, blk in enumerate(self.blks):
+                X = blk(X, valid_lens)
+                self.attention_weights[i] = blk.attention.attention.attention_weights
+            return X
+
+    class TransformerDecoderBlock(nn.Module):  # 11.7.5
+        def __init__(self, num_hiddens, ffn_num_hiddens, num_heads, dropout, i):
+            super().__init__()
+            self.i = i
+            self.attention1 = MultiHeadAttention(num_hiddens, num_heads, dropout)
+            self.addnorm1 = AddNorm(num_hiddens, dropout)
+            self.attention2 = MultiHeadAttention(num_hiddens, num_heads, dropout)
+            self.addnorm2 = AddNorm(num_hiddens, dropout)
+            self.ffn = PositionWiseFFN(ffn_num_hiddens, num_hiddens)
+            self.addnorm3 = AddNorm(num_hiddens, dropout)
+
+        def forward(self, X, state):
+            enc_outputs, enc_valid_lens = state[0], state[1]
+            key_values = X if state[2][self.i] is None else torch.cat((state[2][self.i], X), dim=1)
+            state[2][self.i] = key_values
+            if self.training:
+                batch_size, num_steps, _ = X.shape
+                dec_valid_lens = torch.arange(1, num_steps + 1, device=X.device).repeat(batch_size, 1)
+            else:
+                dec_valid_lens = None
+            X2 = self.attention1(X, key_values, key_values, dec_valid_lens)
+            Y = self.addnorm1(X, X2)
+            Y2 = self.attention2(Y, enc_outputs, enc_outputs, enc_valid_lens)
+            Z = self.addnorm2(Y, Y2)
+            return self.addnorm3(Z, self.ffn(Z)), state
+
+    class TransformerDecoder(nn.Module):
+        def __init__(self, vocab_size, num_hiddens, ffn_num_hiddens, num_heads, num_blks, dropout):
+            super().__init__()
+            self.num_hiddens, self.num_blks = num_hiddens, num_blks
+            self.embedding = nn.Embedding(vocab_size, num_hiddens)
+            self.pos_encoding = PositionalEncoding(num_hiddens, dropout)
+            self.blks = nn.Sequential()
+            for i in range(num_blks):
+                self.blks.add_module(
+                    "block" + str(i), TransformerDecoderBlock(num_hiddens, ffn_num_hiddens, num_heads, dropout, i)
+                )
+            self.dense = nn.LazyLinear(vocab_size)
+
+        def init_state(self, enc_outputs, enc_valid_lens):
+            return [enc_outputs, enc_valid_lens, [None] * self.num_blks]
+
+        def forward(self, X, state):
+            X = self.pos_encoding(self.embedding(X) * math.sqrt(self.num_hiddens))
+            for blk in self.blks:
+                X, state = blk(X, state)
+            return self.dense(X), state
+
+    class Seq2SeqEncoder(nn.Module):  # 10.7.2: a GRU over the embedded tokens, time-major
+        def __init__(self, vocab_size, embed_size, num_hiddens, num_layers, dropout=0):
+            super().__init__()
+            self.embedding = nn.Embedding(vocab_size, embed_size)
+            self.rnn = nn.GRU(embed_size, num_hiddens, num_layers, dropout=dropout)
+
+        def forward(self, X, *args):
+            embs = self.embedding(X.t().type(torch.int64))
+            outputs, state = self.rnn(embs)
+            return outputs, state
+
+    class Seq2SeqAttentionDecoder(nn.Module):  # 11.4.2: Bahdanau attention over the encoder's outputs
+        def __init__(self, vocab_size, embed_size, num_hiddens, num_layers, dropout=0):
+            super().__init__()
+            self.attention = AdditiveAttention(num_hiddens, dropout)
+            self.embedding = nn.Embedding(vocab_size, embed_size)
+            self.rnn = nn.GRU(embed_size + num_hiddens, num_hiddens, num_layers, dropout=dropout)
+            self.dense = nn.LazyLinear(vocab_size)
+
+        def init_state(self, enc_outputs, enc_valid_lens):
+            outputs, hidden_state = enc_outputs
+            return (outputs.permute(1, 0, 2), hidden_state, enc_valid_lens)
+
+        def forward(self, X, state):
+            enc_outputs, hidden_state, enc_valid_lens = state
+            X = self.embedding(X).permute(1, 0, 2)
+            outputs, self._attention_weights = [], []
+            for x in X:
+                query = torch.unsqueeze(hidden_state[-1], dim=1)
+                context = self.attention(query, enc_outputs, enc_outputs, enc_valid_lens)
+                x = torch.cat((context, torch.unsqueeze(x, dim=1)), dim=-1)
+                out, hidden_state = self.rnn(x.permute(1, 0, 2), hidden_state)
+                outputs.append(out)
+                self._attention_weights.append(self.attention.attention_weights)
+            outputs = self.dense(torch.cat(outputs, dim=0))
+            return outputs.permute(1, 0, 2), [enc_outputs, hidden_state, enc_valid_lens]
+
+    class NWKernelRegression(nn.Module):  # 11.2.4
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.rand((1,), requires_grad=True))
+
+        def forward(self, queries, keys, values):
+            queries = queries.repeat_interleave(keys.shape[1]).reshape((-1, keys.shape[1]))
+            self.attention_weights = F.softmax(-(((queries - keys) * self.w) ** 2) / 2, dim=1)
+            return torch.bmm(self.attention_weights.unsqueeze(1), values.unsqueeze(-1)).reshape(-1)
+
+    return dict(locals())
