@@ -241,9 +241,26 @@ def test_sin_cos_eye_repeat_and_repeat_interleave_export_and_agree(tmp_path):
     numpy.testing.assert_array_equal(got_tiled, tiled.numpy())  # five rows where the trace had two
 
 
-def test_a_write_in_the_traced_forward_is_refused_not_lost(tmp_path):
-    """Export runs under no_grad, where ``x[i] = v`` writes in place and records no op: the graph
-    would silently lack the write. D2L's sequence_mask writes so; where() is the exportable form."""
+def test_the_books_masked_write_exports_and_other_writes_are_refused_not_lost(tmp_path):
+    """Export runs under no_grad, where ``x[i] = v`` would write in place and record no op: the
+    trace records it instead (the ops before the write keep the old value). D2L's sequence_mask
+    write, a bool mask of the whole tensor and one value, exports as Where; others are refused,
+    where before they were silently left out of the graph."""
+
+    class Masks(mt.nn.Module):
+        def forward(self, X, valid_lens):
+            before = X * 2  # reads X before the write
+            mask = mt.arange(X.shape[1])[None, :] < valid_lens[:, None]
+            X[~mask] = -1e6  # the input itself, written
+            return X.softmax(-1) + before
+
+    path = tmp_path / "masks.onnx"
+    axes = {"X": {0: "batch", 1: "steps"}, "valid_lens": {0: "batch"}}
+    example = (mt.randn(2, 5), mt.tensor([5, 2]))
+    mt.onnx.export(Masks(), example, path, input_names=["X", "valid_lens"], dynamic_axes=axes)
+    X, valid_lens = mt.randn(3, 7), mt.tensor([7, 1, 4])
+    (got,) = session(path).run(None, {"X": X.numpy(), "valid_lens": valid_lens.numpy()})
+    numpy.testing.assert_allclose(got, Masks()(X.clone(), valid_lens).numpy(), rtol=1e-6, atol=1e-6)
 
     class Writes(mt.nn.Module):
         def forward(self, X):
@@ -251,9 +268,29 @@ def test_a_write_in_the_traced_forward_is_refused_not_lost(tmp_path):
             Y[:, 0] = 0.0
             return Y
 
-    with pytest.raises(mt.onnx.ExportError, match=r"x\[index\] = v in the traced forward .* mt.where"):
+    with pytest.raises(mt.onnx.ExportError, match=r"x\[index\] = v exports where index is a bool mask .* mt.where"):
         mt.onnx.export(Writes(), (mt.randn(2, 3),), tmp_path / "writes.onnx")
     assert not (tmp_path / "writes.onnx").exists()
+
+
+def test_the_books_transformer_encoder_exports_and_agrees(tmp_path):
+    """D2L 11.7's encoder as the book writes it (tests/d2l_chapter.py: LazyLinear, masked_softmax
+    with sequence_mask's write, repeat_interleave of the valid lengths by a traced length),
+    exported with a dynamic batch and length, run by ONNX Runtime at other sizes."""
+    from d2l_chapter import chapter_of
+
+    mt.manual_seed(0)
+    encoder = chapter_of(mt, mt.nn, mt.nn.functional)["TransformerEncoder"](20, 8, 16, 2, 2, 0.0)
+    X, valid_lens = mt.randint(0, 20, (2, 5)), mt.tensor([5, 3])
+    encoder(X, valid_lens)  # the lazy layers take their widths
+    path = tmp_path / "encoder.onnx"
+    axes = {"X": {0: "batch", 1: "steps"}, "valid_lens": {0: "batch"}}
+    mt.onnx.export(encoder, (X, valid_lens), path, input_names=["X", "valid_lens"], dynamic_axes=axes)
+    X, valid_lens = mt.randint(0, 20, (3, 9)), mt.tensor([9, 1, 4])
+    (got,) = session(path).run(None, {"X": X.numpy(), "valid_lens": valid_lens.numpy()})
+    encoder.eval()
+    with mt.no_grad():
+        numpy.testing.assert_allclose(got, encoder(X, valid_lens).numpy(), rtol=1e-4, atol=1e-5)
 
 
 def test_export_needs_the_forward_to_return_tensors(tmp_path):

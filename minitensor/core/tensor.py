@@ -145,7 +145,7 @@ class Tensor:
         """The shape (PyTorch's ``x.size()``), or its length along ``axis``."""
         if axis is None:
             return self.shape
-        return self.data.shape[normalize_axis(axis, self.data.ndim, "size")]
+        return self.shape[normalize_axis(axis, self.data.ndim, "size")]  # (shape: a traced length under mt.onnx)
 
     def dim(self) -> int:
         """PyTorch's ``x.dim()``: the number of axes, ``ndim``."""

@@ -130,7 +130,7 @@ def export(module, example_inputs, path, *, input_names=None, output_names=None,
     graph_inputs = []
     for name, t in zip(input_names, tensors):
         g.fresh(name)  # reserve it
-        g.bind(t, name)
+        g.bind(trace.original(t), name)  # (an input written in the pass: its value before the write)
         graph_inputs.append(value_info(name, t))
 
     for node in _needed(trace.nodes, outputs):

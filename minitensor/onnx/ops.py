@@ -523,15 +523,33 @@ def repeat_interleave(g, node):
     if not isinstance(counts, int):
         positions = numpy.repeat(numpy.arange(len(counts), dtype=numpy.int64), counts)
         return g.op("Gather", x, g.constant(positions, "positions"), axis=axis)
-    reps = numpy.ones(ndim + 1, dtype=numpy.int64)
-    reps[axis + 1] = counts
-    tiled = g.op("Tile", g.op("Unsqueeze", x, axes_tensor(g, [axis + 1])), g.constant(reps, "repeats"))
+    reps = (1,) * (axis + 1) + (counts,) + (1,) * (ndim - axis - 1)  # (the count may be a traced length)
+    tiled = g.op("Tile", g.op("Unsqueeze", x, axes_tensor(g, [axis + 1])), g.shape(reps))
     shape = g.op("Shape", x)
     parts = [g.op("Slice", shape, axes_tensor(g, [0]), axes_tensor(g, [axis]))] if axis else []
     parts.append(axes_tensor(g, [-1]))
     if axis + 1 < ndim:
         parts.append(g.op("Slice", shape, axes_tensor(g, [axis + 1]), axes_tensor(g, [ndim])))
     return g.op("Reshape", tiled, g.op("Concat", *parts, axis=0))
+
+
+@maps(indexing.SetItem)
+def setitem(g, node):
+    """``x[mask] = v`` with a bool mask of x's whole shape and one value (D2L's ``X[~mask] = -1e6``):
+    Where. Other writes are refused with the form that exports."""
+    a, value, index = node.args
+    parts = index if isinstance(index, tuple) else (index,)
+    mask = parts[0] if len(parts) == 1 else None
+    whole = isinstance(mask, Tensor) and mask.data.dtype == bool and mask.data.shape == a.data.shape
+    if not whole or numpy.size(getattr(value, "data", value)) != 1:
+        raise ExportError(
+            "mt.onnx: x[index] = v exports where index is a bool mask of x's whole shape and v one value "
+            "(D2L's X[~mask] = -1e6); write the new value as x = mt.where(mask, v, x) instead"
+        )
+    v = g.value(value, dtype=a.data.dtype)
+    if isinstance(value, Tensor) and value.data.dtype != a.data.dtype:
+        v = g.op("Cast", v, to=onnx_dtype(a.data.dtype))
+    return g.op("Where", g.value(mask), v, g.value(a))
 
 
 @maps(join.Concat)

@@ -25,7 +25,9 @@ import contextlib
 import operator
 
 from .. import Tensor
+from .. import tracing as engine_tracing
 from ..grad_mode import no_grad
+from ..ops import indexing
 from ..tracing import install
 
 
@@ -104,15 +106,11 @@ class TracedTensor(Tensor):
         return symbolic_shape(self)
 
     def __setitem__(self, index, value):
-        """Refused: after ``x[index] = v`` x stands for a new value, but the ops the trace recorded
-        hold x itself, those before the write as well as those after (export runs under no_grad,
-        where a write is in place and no op records it)."""
-        from .graph import ExportError  # (graph.py imports this module)
-
-        raise ExportError(
-            "mt.onnx: x[index] = v in the traced forward cannot be exported; write the new value as "
-            "a new tensor instead: x = mt.where(mask, v, x) or x = x.masked_fill(mask, v)"
-        )
+        """``x[index] = value`` in the pass being traced: recorded as the write's op, whose output
+        is x itself from here on, while the nodes recorded so far are made to name the value x
+        had (``Trace.write``). Export runs under no_grad, where a plain tensor's write would be
+        in place and record nothing."""
+        engine_tracing.tracer.write(self, index, value)
 
 
 class Trace:
@@ -121,6 +119,7 @@ class Trace:
     def __init__(self):
         self.nodes = []
         self._traced = []  # the tensors made TracedTensors, to be given back their class
+        self._originals = {}  # id(x) -> the tensor that holds x's value from before its first write
 
     def function(self, cls, args, kwargs, out):
         """The engine's hook: ``Function.apply`` ran ``cls`` on ``args``, ``kwargs`` and made ``out``."""
@@ -133,11 +132,53 @@ class Trace:
             tensor.__class__ = TracedTensor
             self._traced.append(tensor)
 
+    def write(self, x, index, value):
+        """``x[index] = value``: a new tensor takes over the value x had -- in every node recorded
+        so far and every length read from x (they ran before the write) -- then the write is
+        recorded as the op ``setitem`` of that value, with x as its output. Ops before the write
+        read the old value and ops after it the new one, as the pass ran; the graph has no
+        in-place writes."""
+        before = Tensor._make(x.data, x._backend, None)
+        self.watch(before)
+        for node in self.nodes:
+            node.args, node.kwargs = _renamed((node.args, node.kwargs), x, before)
+            if node.out is x:
+                node.out = before
+        self._originals.setdefault(id(x), before)
+        after = indexing.setitem(before, index, value)
+        self.nodes[-1].out = x
+        x.data = after.data
+
+    def original(self, tensor):
+        """The tensor holding ``tensor``'s value as the pass began (itself unless written in it)."""
+        return self._originals.get(id(tensor), tensor)
+
     def end(self):
         """Every tensor of the trace a plain Tensor again (the outputs, the inputs, a cached state)."""
         for t in self._traced:
             t.__class__ = Tensor
         self._traced.clear()
+
+
+def _renamed(value, old, new):
+    """``value`` (nested tuples, lists, dicts, slices, SymDims, Tensors) with ``new`` wherever
+    ``old`` was: a new object where something changed, ``value`` itself where nothing did."""
+    if value is old:
+        return new
+    if isinstance(value, SymDim):
+        kind, a, b = value.expr
+        if kind == "dim":
+            return SymDim(int(value), ("dim", new, b)) if a is old else value
+        a2, b2 = _renamed(a, old, new), _renamed(b, old, new)
+        return value if a2 is a and b2 is b else SymDim(int(value), (kind, a2, b2))
+    if isinstance(value, (tuple, list)):
+        parts = [_renamed(v, old, new) for v in value]
+        return value if all(p is v for p, v in zip(parts, value)) else type(value)(parts)
+    if isinstance(value, dict):
+        return {k: _renamed(v, old, new) for k, v in value.items()}
+    if isinstance(value, slice):
+        return slice(*(_renamed(v, old, new) for v in (value.start, value.stop, value.step)))
+    return value
 
 
 def symbolic_shape(tensor):

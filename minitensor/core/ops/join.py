@@ -164,19 +164,30 @@ def repeat_interleave(a: Tensor, repeats: int | Sequence[int] | Tensor, axis: in
         a, axis = a.reshape(-1), 0
     axis = normalize_axis(axis, a.ndim, "repeat_interleave")
     n = a.shape[axis]
-    counts = numpy.asarray(repeats._backend.to_numpy(repeats.data) if isinstance(repeats, Tensor) else repeats)
-    if counts.size == 0:  # ([] is float64 to NumPy: the counts of an empty axis)
-        counts = counts.astype(numpy.int64)
-    if counts.dtype.kind not in "iu" or counts.ndim > 1 or (counts.ndim == 1 and counts.size not in (1, n)):
-        raise ValueError(
-            f"repeat_interleave: repeats must be one integer or one per slice ({n} along axis {axis}), got {repeats!r}"
-        )
-    if (counts < 0).any():
-        raise ValueError(f"repeat_interleave: repeats must not be negative, got {repeats!r}")
-    one = counts.ndim == 0 or counts.size == 1
-    total = int(counts.reshape(-1)[0]) * n if one else int(counts.sum())
+    count: int | list[int]
+    if isinstance(repeats, int) and not isinstance(repeats, bool):
+        # one count, kept as it is: under mt.onnx.export it may be a traced length (shape[1])
+        if repeats < 0:
+            raise ValueError(f"repeat_interleave: repeats must not be negative, got {repeats!r}")
+        count, total = repeats, repeats * n
+    else:
+        counts = numpy.asarray(repeats._backend.to_numpy(repeats.data) if isinstance(repeats, Tensor) else repeats)
+        if counts.size == 0:  # ([] is float64 to NumPy: the counts of an empty axis)
+            counts = counts.astype(numpy.int64)
+        if counts.dtype.kind not in "iu" or counts.ndim > 1 or (counts.ndim == 1 and counts.size not in (1, n)):
+            raise ValueError(
+                f"repeat_interleave: repeats must be one integer or one per slice ({n} along axis {axis}), "
+                f"got {repeats!r}"
+            )
+        if (counts < 0).any():
+            raise ValueError(f"repeat_interleave: repeats must not be negative, got {repeats!r}")
+        if counts.size == 1:
+            count = int(counts.reshape(-1)[0])
+            total = count * n
+        else:
+            count, total = counts.tolist(), int(counts.sum())
     a._backend.check_fits("repeat_interleave", (*a.shape[:axis], total, *a.shape[axis + 1 :]), a.data.itemsize)
-    return RepeatInterleave.apply(a, int(counts.reshape(-1)[0]) if one else counts.tolist(), axis)
+    return RepeatInterleave.apply(a, count, axis)
 
 
 class Tile(Function):
