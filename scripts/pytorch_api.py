@@ -795,7 +795,8 @@ attention; sinusoidal positions written with `sin`/`cos` into slices; the Transf
 its outputs and gradients against PyTorch's. `x[i] = v` in the graph is out of place underneath: \
 x stands for a new node, the ops that used x before the write get the gradient of the value they \
 used, and what they saved keeps its values (PyTorch refuses a backward through a saved tensor that \
-was written since).
+was written since). Unlike PyTorch, such a write does not reach through views: x gets a new \
+array, and a tensor x was reshaped or sliced from keeps its values.
 
 Two differences run through the whole API:
 

@@ -393,7 +393,8 @@ class Tensor:
         scores, ``P[:, 0::2] = sin(...)``. x then stands for the new value (``ops.setitem``, out
         of place, so what earlier ops saved keeps its values), and the ops that used x before the
         write still get the gradient of the value they used (``autograd.backward`` follows the
-        write's link). A leaf that requires grad is refused: write to it under no_grad()."""
+        write's link). Unlike PyTorch's, such a write does not reach through views: x gets a new
+        array. A leaf that requires grad is refused: write to it under no_grad()."""
         if grad_mode._enabled and (self.requires_grad or (isinstance(value, Tensor) and value.requires_grad)):
             if self.requires_grad and self._ctx is None:
                 raise GraphError(
