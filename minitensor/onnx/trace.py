@@ -16,7 +16,10 @@ size only. So ``tracing(*inputs)`` installs a ``Trace`` at the engine's one hook
   from others (``t.shape[1] // 2`` is ``("floordiv", ("dim", t, 1), 2)``). Comparisons and
   ``int()`` give plain numbers: Python ``if``s take this pass's branch, as every tracer does.
   A tensor made before the trace (a parameter, a buffer) keeps plain lengths: it is a
-  constant of the graph. When the trace ends every TracedTensor is a plain ``Tensor`` again.
+  constant of the graph. When the trace ends every TracedTensor is a plain ``Tensor`` again;
+- a write ``x[index] = v`` into a TracedTensor (D2L's ``X[~mask] = -1e6``) is recorded as an op
+  whose output is x, after the value x had before it has taken x's place in every node recorded
+  so far (``Trace.write``): the nodes follow tensors by identity, and x names two values.
 
 ``mt.onnx.export`` then turns the nodes into ONNX operators (``onnx/ops.py``).
 """
