@@ -407,20 +407,26 @@ def _batch(vocab=11):
     return rng.integers(0, vocab, (3, 5)), rng.integers(0, vocab, (3, 4)), np.array([5, 2, 3])
 
 
-def test_the_books_transformer_trains_on_minitensor_and_masks_what_it_should():
-    ch, encoder, decoder = _transformer(mt, mt.nn, mt.nn.functional)
+def _overfit(encoder, decoder, lr, steps):
+    """The losses of ``steps`` Adam steps on one batch (the book's loop, without its padding mask)."""
     src, tgt, valid_lens = _batch()
     _translate(mt, encoder, decoder, src, tgt, valid_lens)  # the lazy layers take their widths
-    params = list(encoder.parameters()) + list(decoder.parameters())
-    optimizer = mt.optim.Adam(params, lr=0.01)
+    optimizer = mt.optim.Adam(list(encoder.parameters()) + list(decoder.parameters()), lr=lr)
     losses = []
-    for _ in range(30):
+    for _ in range(steps):
         logits = _translate(mt, encoder, decoder, src, tgt, valid_lens)
         loss = mt.nn.CrossEntropyLoss()(logits.reshape(-1, 11), mt.tensor(tgt.reshape(-1)))
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
         losses.append(loss.item())
+    return losses
+
+
+def test_the_books_transformer_trains_on_minitensor_and_masks_what_it_should():
+    ch, encoder, decoder = _transformer(mt, mt.nn, mt.nn.functional)
+    _, _, valid_lens = _batch()
+    losses = _overfit(encoder, decoder, lr=0.01, steps=30)
     assert losses[-1] < 0.2 * losses[0]
     weights = encoder.attention_weights[0].numpy().reshape(3, 2, 5, 5)  # (batch, heads, queries, keys)
     for row, n in enumerate(valid_lens):
@@ -438,17 +444,8 @@ def _bahdanau(lib, nn, F, vocab=11):
 
 def test_the_books_bahdanau_model_trains_on_minitensor():
     encoder, decoder = _bahdanau(mt, mt.nn, mt.nn.functional)
-    src, tgt, valid_lens = _batch()
-    _translate(mt, encoder, decoder, src, tgt, valid_lens)  # the lazy layers take their widths
-    optimizer = mt.optim.Adam(list(encoder.parameters()) + list(decoder.parameters()), lr=0.02)
-    losses = []
-    for _ in range(40):
-        logits = _translate(mt, encoder, decoder, src, tgt, valid_lens)
-        loss = mt.nn.CrossEntropyLoss()(logits.reshape(-1, 11), mt.tensor(tgt.reshape(-1)))
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
+    _, _, valid_lens = _batch()
+    losses = _overfit(encoder, decoder, lr=0.02, steps=40)
     assert losses[-1] < 0.3 * losses[0]
     weights = np.stack([w.numpy() for w in decoder._attention_weights])  # (steps, batch, 1, keys)
     for row, n in enumerate(valid_lens):
