@@ -1,9 +1,11 @@
 """D2L's attention chapter as the book writes it in PyTorch (d2l.ai, chapters 10.7 and 11), written
 once here for any ``torch``-like namespace: ``chapter_of(torch, torch.nn, torch.nn.functional)``
-or ``chapter_of(mt, mt.nn, mt.nn.functional)``. The code follows the book's (its names, its
-``LazyLinear`` layers, ``sequence_mask``'s ``X[~mask] = value``, ``bmm``, ``repeat_interleave``)
-without being a copy of it. Used by ``tests/test_d2l_habits.py`` (both libraries give the same
-numbers) and by ``bench/d2l_book.py`` (how fast each runs it). Imports nothing but ``math``."""
+or ``chapter_of(mt, mt.nn, mt.nn.functional)``. It follows the book's PyTorch code closely (its
+names, its ``LazyLinear`` layers, ``sequence_mask``'s ``X[~mask] = value``, ``bmm``,
+``repeat_interleave``): the point is to run what a reader of the book runs (the book's sample
+code is under a modified MIT licence, d2l.ai). Used by ``tests/test_d2l_habits.py`` (both
+libraries give the same numbers) and by ``bench/d2l_book.py`` (how fast each runs it). Imports
+nothing but ``math``."""
 
 import math
 
