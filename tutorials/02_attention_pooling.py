@@ -297,9 +297,9 @@ assert losses[-1] < losses[0], "the training loss fell"
 # **The book's own code runs here.** D2L builds those leave-one-out keys in PyTorch: tile the
 # training inputs into an $n \times n$ table, cut its diagonal out with
 # `(1 - torch.eye(n)).type(torch.bool)`, reshape to $n \times (n - 1)$, and pool with
-# `torch.bmm`. With `import minitensor as torch` those lines run unchanged — as does the
-# chapter's whole PyTorch code, which `tests/test_d2l_habits.py` runs on both libraries and
-# compares — and at the learned $w$ they give the loss of the mask above:
+# `torch.bmm`. With `import minitensor as torch` those lines run unchanged — as do the
+# chapter's models in the book's PyTorch code, which `tests/test_d2l_habits.py` runs on both
+# libraries and compares — and at the learned $w$ they give the loss of the mask above:
 
 # %%
 import minitensor as torch  # the book's PyTorch lines below, unchanged

@@ -274,7 +274,7 @@ assert losses[-1] < losses[0], "the training loss fell"
 # **书中的代码在这里照样运行。** D2L 用 PyTorch 构造这些留一法的键：把训练输入铺成
 # $n \times n$ 的表，用 `(1 - torch.eye(n)).type(torch.bool)` 去掉对角线，变形为
 # $n \times (n - 1)$，再用 `torch.bmm` 汇聚。写成 `import minitensor as torch` 后，这几行
-# 无须改动即可运行——整章的 PyTorch 代码也是如此，`tests/test_d2l_habits.py` 在两个库上运行
+# 无须改动即可运行——书中本章各个模型的 PyTorch 代码也是如此，`tests/test_d2l_habits.py` 在两个库上运行
 # 它并加以比较——而且在学到的 $w$ 处，它们给出与上面的掩蔽相同的损失：
 
 # %%
