@@ -538,10 +538,8 @@ def setitem(g, node):
     """``x[mask] = v`` with a bool mask of x's whole shape and one value (D2L's ``X[~mask] = -1e6``):
     Where. Other writes are refused with the form that exports."""
     a, value, index = node.args
-    parts = index if isinstance(index, tuple) else (index,)
-    mask = parts[0] if len(parts) == 1 else None
-    whole = isinstance(mask, Tensor) and mask.data.dtype == bool and mask.data.shape == a.data.shape
-    if not whole or numpy.size(getattr(value, "data", value)) != 1:
+    mask = indexing.select_mask(index, a.data.shape, value)  # (the rule the op's forward follows)
+    if mask is None:
         raise ExportError(
             "mt.onnx: x[index] = v exports where index is a bool mask of x's whole shape and v one value "
             "(D2L's X[~mask] = -1e6); write the new value as x = mt.where(mask, v, x) instead"

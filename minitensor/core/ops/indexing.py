@@ -146,8 +146,7 @@ class SetItem(Function):
     def forward(ctx: Function, a: Array, v: Any, index: Any) -> Array:
         index = normalize_index(index)
         ctx.index, ctx.v_dtype, ctx.v_shape = index, getattr(v, "dtype", None), getattr(v, "shape", ())
-        mask = _whole_mask(index, a.shape)
-        ctx.mask = mask if mask is not None and (not ctx.v_shape or math.prod(ctx.v_shape) == 1) else None
+        ctx.mask = select_mask(index, a.shape, v)
         if ctx.mask is not None:
             # one value where a mask of a's own shape says (D2L's X[~mask] = -1e6): a select, which
             # a GPU runs without first counting the mask's True entries on the host
@@ -184,12 +183,16 @@ class SetItem(Function):
         return ga, gv, None
 
 
-def _whole_mask(index: Any, shape: tuple[int, ...]) -> Array | None:
-    """The bool array of ``index`` where it is one mask of the whole ``shape``, else None."""
+def select_mask(index: Any, shape: tuple[int, ...], value: Any) -> Any:
+    """The mask of a write ``x[index] = value`` that is a select, where(mask, value, x): ``index``
+    one bool mask of x's whole ``shape`` and ``value`` one number (D2L's ``X[~mask] = -1e6``);
+    else None. Arrays or tensors alike (``mt.onnx`` asks it of the recorded write too)."""
     parts = index if type(index) is tuple else (index,)
-    if len(parts) != 1 or getattr(parts[0], "dtype", None) is None:
+    if len(parts) != 1 or math.prod(getattr(value, "shape", ())) != 1:
         return None
     mask = parts[0]
+    if getattr(mask, "dtype", None) is None:
+        return None
     return mask if mask.dtype.kind == "b" and tuple(mask.shape) == tuple(shape) else None
 
 
