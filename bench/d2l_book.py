@@ -42,7 +42,7 @@ from _common import (
 )
 
 sys.path.insert(1, str(pathlib.Path(__file__).resolve().parent.parent / "tests"))  # the chapter's code
-from d2l_chapter import chapter_of  # noqa: E402
+from d2l_chapter import chapter_of, translate  # noqa: E402
 
 import minitensor as mt  # noqa: E402
 
@@ -84,13 +84,6 @@ def batch(size, seed=0):
     return src, tgt, src_lens
 
 
-def logits_of(lib, encoder, decoder, data):
-    """The book's ``EncoderDecoder.forward``: encode, init_state, decode (teacher forcing)."""
-    src, tgt, src_lens = (lib.tensor(a) for a in data)
-    state = decoder.init_state(encoder(src, src_lens), src_lens)
-    return decoder(tgt, state)[0]
-
-
 def loss_of(lib, logits, data):
     """The book's ``Seq2Seq.loss``: cross-entropy per token, padding masked out, averaged."""
     Y = lib.tensor(data[1]).reshape(-1)
@@ -105,12 +98,12 @@ def check_equal(torch, size):
     ours, theirs = models(mt, size, 0.0), models(torch, size, 0.0)
     worst = {}
     for name in ours:
-        logits_of(mt, *ours[name], data)  # the lazy layers take their widths
-        logits_of(torch, *theirs[name], data)
+        translate(mt, *ours[name], *data)  # the lazy layers take their widths
+        translate(torch, *theirs[name], *data)
         for model, model_t in zip(ours[name], theirs[name], strict=True):
             model_t.load_state_dict({k: torch.tensor(v.numpy()) for k, v in model.state_dict().items()})
-        got = logits_of(mt, *ours[name], data).numpy()
-        want = logits_of(torch, *theirs[name], data).detach().numpy()
+        got = translate(mt, *ours[name], *data).numpy()
+        want = translate(torch, *theirs[name], *data).detach().numpy()
         worst[name] = float(np.abs(got - want).max() / np.abs(want).max())
         if worst[name] > TOLERANCE:
             sys.exit(f"{name}: minitensor's logits differ from PyTorch's by {worst[name]:.2e} (relative); stopping")
@@ -120,12 +113,12 @@ def check_equal(torch, size):
 
 def step_of(lib, encoder, decoder, name, data):
     """One training step of the book's loop on ``lib``, as a function of nothing."""
-    logits_of(lib, encoder, decoder, data)  # the lazy layers take their widths
+    translate(lib, encoder, decoder, *data)  # the lazy layers take their widths
     params = list(encoder.parameters()) + list(decoder.parameters())
     optimizer = lib.optim.Adam(params, lr=LR[name])
 
     def step():
-        loss = loss_of(lib, logits_of(lib, encoder, decoder, data), data)
+        loss = loss_of(lib, translate(lib, encoder, decoder, *data), data)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()

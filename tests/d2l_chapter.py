@@ -248,3 +248,14 @@ def chapter_of(torch, nn, F):
             return torch.bmm(self.attention_weights.unsqueeze(1), values.unsqueeze(-1)).reshape(-1)
 
     return dict(locals())
+
+
+def translate(lib, encoder, decoder, src, tgt, valid_lens):
+    """The book's ``EncoderDecoder.forward`` (10.6): encode, ``init_state``, decode with teacher
+    forcing; the logits. ``lib`` is ``torch``-like (its ``tensor`` makes the inputs from arrays)
+    or a function that does (``lambda a: a`` for inputs that are tensors already)."""
+    tensor = getattr(lib, "tensor", lib)
+    enc_outputs = encoder(tensor(src), tensor(valid_lens))
+    state = decoder.init_state(enc_outputs, tensor(valid_lens))
+    logits, _ = decoder(tensor(tgt), state)
+    return logits

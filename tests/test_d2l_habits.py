@@ -16,7 +16,7 @@ import re
 
 import numpy as np
 import pytest
-from d2l_chapter import chapter_of
+from d2l_chapter import chapter_of, translate
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -392,16 +392,6 @@ def _transformer(lib, nn, F, vocab=11):
     return ch, encoder, decoder
 
 
-def _translate(lib, encoder, decoder, src, tgt, valid_lens):
-    """The logits of one batch; ``lib`` is ``torch``-like (its ``tensor`` makes the inputs) or a
-    function that does."""
-    tensor = getattr(lib, "tensor", lib)
-    enc_outputs = encoder(tensor(src), tensor(valid_lens))
-    state = decoder.init_state(enc_outputs, tensor(valid_lens))
-    logits, _ = decoder(tensor(tgt), state)
-    return logits
-
-
 def _batch(vocab=11):
     rng = np.random.default_rng(3)
     return rng.integers(0, vocab, (3, 5)), rng.integers(0, vocab, (3, 4)), np.array([5, 2, 3])
@@ -410,11 +400,11 @@ def _batch(vocab=11):
 def _overfit(encoder, decoder, lr, steps):
     """The losses of ``steps`` Adam steps on one batch (the book's loop, without its padding mask)."""
     src, tgt, valid_lens = _batch()
-    _translate(mt, encoder, decoder, src, tgt, valid_lens)  # the lazy layers take their widths
+    translate(mt, encoder, decoder, src, tgt, valid_lens)  # the lazy layers take their widths
     optimizer = mt.optim.Adam(list(encoder.parameters()) + list(decoder.parameters()), lr=lr)
     losses = []
     for _ in range(steps):
-        logits = _translate(mt, encoder, decoder, src, tgt, valid_lens)
+        logits = translate(mt, encoder, decoder, src, tgt, valid_lens)
         loss = mt.nn.CrossEntropyLoss()(logits.reshape(-1, 11), mt.tensor(tgt.reshape(-1)))
         optimizer.zero_grad()
         loss.backward()
@@ -464,10 +454,10 @@ def test_a_training_step_of_the_books_models_never_waits_for_the_device(build):
     encoder.to("strict")
     decoder.to("strict")
     src, tgt, valid_lens = (mt.tensor(a, device="strict") for a in _batch())
-    _translate(lambda a: a, encoder, decoder, src, tgt, valid_lens)  # the lazy layers take their widths
+    translate(lambda a: a, encoder, decoder, src, tgt, valid_lens)  # the lazy layers take their widths
     optimizer = mt.optim.Adam(list(encoder.parameters()) + list(decoder.parameters()), lr=0.01)
     with count_syncs() as log:
-        logits = _translate(lambda a: a, encoder, decoder, src, tgt, valid_lens)
+        logits = translate(lambda a: a, encoder, decoder, src, tgt, valid_lens)
         loss = mt.nn.CrossEntropyLoss()(logits.reshape(-1, 11), tgt.reshape(-1))
         optimizer.zero_grad()
         loss.backward()
@@ -488,12 +478,12 @@ def test_the_same_chapter_source_gives_pytorchs_numbers():
     for build in (lambda *lib: _transformer(*lib)[1:], _bahdanau):
         encoder, decoder = build(mt, mt.nn, mt.nn.functional)
         encoder_t, decoder_t = build(torch, torch.nn, torch.nn.functional)
-        _translate(mt, encoder, decoder, src, tgt, valid_lens)  # the lazy layers take their widths
-        _translate(torch, encoder_t, decoder_t, src, tgt, valid_lens)
+        translate(mt, encoder, decoder, src, tgt, valid_lens)  # the lazy layers take their widths
+        translate(torch, encoder_t, decoder_t, src, tgt, valid_lens)
         for model, model_t in ((encoder, encoder_t), (decoder, decoder_t)):
             model_t.load_state_dict({k: torch.tensor(v.numpy()) for k, v in model.state_dict().items()})
-        logits = _translate(mt, encoder, decoder, src, tgt, valid_lens)
-        logits_t = _translate(torch, encoder_t, decoder_t, src, tgt, valid_lens)
+        logits = translate(mt, encoder, decoder, src, tgt, valid_lens)
+        logits_t = translate(torch, encoder_t, decoder_t, src, tgt, valid_lens)
         np.testing.assert_allclose(logits.detach().numpy(), logits_t.detach().numpy(), rtol=1e-4, atol=1e-5)
         (logits * logits).sum().backward()
         (logits_t * logits_t).sum().backward()
