@@ -9,6 +9,7 @@ from .autograd import Function
 from .backends import Backend, get_backend
 from .dtypes import as_dtype, float32
 from .errors import DeviceError, ShapeError
+from .ops.join import is_count
 from .tensor import Device, DType, Shape, Tensor, tensor  # noqa: F401  (tensor is re-exported)
 
 
@@ -108,7 +109,7 @@ def eye(
     """The n x m (default n x n) identity matrix: ones where row = column, zeros elsewhere.
     D2L 11.1 shows it as the attention weights of queries that attend only to their own key."""
     m = n if m is None else m
-    if not all(isinstance(k, (int, numpy.integer)) and not isinstance(k, bool) and k >= 0 for k in (n, m)):
+    if not (is_count(n) and is_count(m)):
         raise ValueError(f"eye: n and m must be integers >= 0, got n={n!r}, m={m!r}")
     dtype = as_dtype(dtype) or float32
     backend = get_backend(device)

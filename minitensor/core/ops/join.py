@@ -213,7 +213,7 @@ def repeat(a: Tensor, *reps: int | Sequence[int]) -> Tensor:
     gradient adds up into the original. Not ``repeat_interleave``, which repeats each element in
     place."""
     given = tuple(reps[0]) if len(reps) == 1 and isinstance(reps[0], (tuple, list)) else reps
-    if len(given) < a.ndim or not all(_is_count(r) for r in given):
+    if len(given) < a.ndim or not all(is_count(r) for r in given):
         raise ValueError(
             f"repeat: needs a count (an integer >= 0) for each of the {a.ndim} axes of shape "
             f"{tuple(a.shape)}, or more, got {given!r}"
@@ -225,5 +225,6 @@ def repeat(a: Tensor, *reps: int | Sequence[int]) -> Tensor:
     return Tile.apply(a, counts)
 
 
-def _is_count(r: Any) -> bool:
+def is_count(r: Any) -> bool:
+    """An integer >= 0 (Python's or NumPy's; not a bool): a count a caller may give an op."""
     return bool(isinstance(r, (int, numpy.integer)) and not isinstance(r, bool) and r >= 0)
