@@ -89,7 +89,7 @@ class LazyLinear(Linear):
 
     def reset_parameters(self) -> None:
         """Draw W and b as ``Linear`` does, once in_features is known (nothing before the first call)."""
-        if self.in_features is not None:
+        if self.in_features:  # (None, and 0 while Linear.__init__ runs: no width to draw for yet)
             super().reset_parameters()
 
 
