@@ -14,7 +14,10 @@ privately and, like ``cupy.ndarray``,
   NumPy scalars are fine;
 - return 0-d arrays, not NumPy scalars, from reductions and element access (as CuPy does);
 - allow ``item()``, ``bool()``, ``float()``, ``int()`` on one-element arrays (explicit syncs,
-  allowed by CuPy too) and ``get()`` for an explicit host copy.
+  allowed by CuPy too) and ``get()`` for an explicit host copy;
+- have only CuPy's names and keywords: ``xp.errstate`` is an AttributeError, ``a.max(initial=0)``
+  and ``xp.zeros(3, like=a)`` are TypeErrors, as they are on a GPU (NumPy has them, CuPy does
+  not). What CuPy has is read off a real CuPy into ``cupy_api.json`` by ``scripts/cupy_api.py``.
 
 ``xp`` is a stand-in for the ``cupy`` module: every function is NumPy's, wrapped so that
 StrictArray arguments are unwrapped and array results wrapped again. The kernels unwrap
@@ -46,11 +49,14 @@ a basic slice, ``broadcast_to``), nor does an allocation alone (``xp.empty``).
 """
 
 import contextlib
+import functools
+import json
 import numbers
 import operator
 import os
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy
 from minitensor.backends import Backend
@@ -60,6 +66,31 @@ import minitensor
 _IMPLICIT = (
     "Implicit conversion to a NumPy array is not allowed. Please use `.get()` to construct a NumPy array explicitly."
 )
+
+
+# -- CuPy's API: the names the stand-in has, and what its functions take ------------------------
+#: {"names": {dotted name: spec or None}, "ndarray": {method: spec}, "ufunc": {method: spec}}, a spec
+#: {positional: [names], keyword: [names], varargs, varkw} or None where CuPy does not say
+CUPY_API = json.loads(Path(__file__).with_name("cupy_api.json").read_text())
+
+
+def check_cupy_call(what, spec, args, kwargs):
+    """Refuse, as CuPy's ``what`` would, a keyword it does not take or more positional arguments
+    than it has (NumPy's function, which runs the call here, may take both)."""
+    if spec is None:
+        return
+    takes = spec["positional"] + spec["keyword"]
+    unknown = [] if spec["varkw"] else [k for k in kwargs if k not in takes]
+    if unknown:
+        raise TypeError(
+            f"{what}() got the keyword {unknown[0]!r}, which CuPy {CUPY_API['cupy']}'s {what} does not take "
+            f"(it takes {', '.join(takes) or 'none'}; NumPy's does: tests/cupy_api.json)"
+        )
+    if len(args) > len(spec["positional"]) and not spec["varargs"]:
+        raise TypeError(
+            f"{what}() takes at most {len(spec['positional'])} positional arguments in CuPy {CUPY_API['cupy']} "
+            f"({', '.join(spec['positional'])}), {len(args)} given"
+        )
 
 
 # -- counting host <-> device traffic ---------------------------------------------------------------
@@ -359,9 +390,22 @@ def _operand(other, op):
     return NotImplemented
 
 
+def _quiet(compute):
+    """``compute`` without NumPy's floating-point warnings: CuPy has none (1 / 0 is inf and 0 / 0
+    NaN, silently; it has no ``errstate`` either), so code tested here must not count on them."""
+
+    @functools.wraps(compute)
+    def quiet(*args, **kwargs):
+        with numpy.errstate(all="ignore"):
+            return compute(*args, **kwargs)
+
+    return quiet
+
+
 def _binary(op, name):
     # every operator is one elementwise kernel (in place too: it writes into self); a matrix
     # product is a GEMM, after the copies CuPy makes of operands its GEMM cannot read
+    @_quiet
     def forward(self, other):
         b = _operand(other, name)
         if b is NotImplemented:
@@ -371,6 +415,7 @@ def _binary(op, name):
         launched(f"__{name}__")
         return _wrap(op(self._a, b))
 
+    @_quiet
     def reflected(self, other):
         b = _operand(other, name)
         if b is NotImplemented:
@@ -380,6 +425,7 @@ def _binary(op, name):
         launched(f"__r{name}__")
         return _wrap(op(b, self._a))
 
+    @_quiet
     def inplace(self, other):
         b = _operand(other, name)
         if b is NotImplemented:
@@ -533,7 +579,11 @@ class StrictArray:
 
 
 def _method(name):
+    spec = CUPY_API["ndarray"][name]  # (a KeyError here: a method cupy.ndarray does not have)
+
+    @_quiet
     def method(self, *args, **kwargs):
+        check_cupy_call(f"ndarray.{name}", spec, args, kwargs)
         args, kwargs = _unwrap(args, where=name), _unwrap(kwargs, where=name)
         out = getattr(self._a, name)(*args, **kwargs)
         # a new array was computed (.sum, .astype, a copying .reshape), or self changed in place
@@ -623,8 +673,10 @@ class _Function:
         self._fn, self._name = fn, name
         self._host_ok = name in _FROM_HOST
 
+    @_quiet
     def __call__(self, *args, **kwargs):
         where = f"xp.{self._name}"
+        check_cupy_call(where, self._spec(), args, kwargs)
         if self._name in _DATA_SIZED or (self._name == "where" and len(args) + len(kwargs) == 1):
             note("read", where)
         elif self._host_ok and _has_host_data(args[:1]):
@@ -635,6 +687,9 @@ class _Function:
         if self._launches(out, args, kwargs):
             launched(where)
         return _wrap(out)
+
+    def _spec(self):
+        return CUPY_API["names"].get(self._name)
 
     def _launches(self, out, args, kwargs):
         """Would CuPy run a kernel for this call? For one that computes a new array or writes
@@ -654,8 +709,14 @@ class _Ufunc(_Function):
     def __getattr__(self, name):
         attr = getattr(self._fn, name)
         if callable(attr):
+            if name not in CUPY_API["ufunc"]:
+                raise AttributeError(f"CuPy's ufunc has no method {name!r} (tests/cupy_api.json)")
             return _Ufunc(attr, f"{self._name}.{name}")
         return attr
+
+    def _spec(self):
+        ufunc, _, method = self._name.rpartition(".")
+        return CUPY_API["ufunc"][method] if ufunc else CUPY_API["names"].get(self._name)
 
     def _launches(self, out, args, kwargs):
         # a ufunc always computes: a new array, into out= (positional too), or in place (.at)
@@ -671,8 +732,13 @@ class StrictNamespace:
     def __getattr__(self, name):
         if name == "ndarray":
             return StrictArray
-        attr = getattr(self._module, name)  # AttributeError for names NumPy lacks
         full = self._prefix + name
+        if full not in CUPY_API["names"] and not name.startswith("__"):
+            raise AttributeError(
+                f"module 'cupy' has no attribute {full!r} (NumPy has it; CuPy {CUPY_API['cupy']} does not: "
+                "tests/cupy_api.json)"
+            )
+        attr = getattr(self._module, name)  # AttributeError for names NumPy lacks
         if isinstance(attr, numpy.ufunc):
             out = _Ufunc(attr, full)
         elif isinstance(attr, type):  # dtypes (xp.float32), xp.dtype, xp.errstate

@@ -1,6 +1,9 @@
 """The "strict" test backend really behaves like CuPy where it matters: if it silently
 accepted NumPy calls, the op tests running on it would prove nothing."""
 
+import importlib.util
+from pathlib import Path
+
 import numpy as np
 import pytest
 from minitensor.autograd import Function
@@ -75,7 +78,7 @@ def test_get_is_a_copy():
 
 def test_namespace_is_like_cupy():
     assert xp.float32 is np.float32 and xp.inf == np.inf and xp.newaxis is None
-    assert xp.ndarray is StrictArray and xp.errstate is np.errstate
+    assert xp.ndarray is StrictArray
     a = xp.zeros((3,))
     assert isinstance(a, StrictArray)
     xp.add.at(a, sa([0, 0, 2]).astype("int64"), sa([1.0, 1.0, 1.0]))  # in place, through the wrapper
@@ -84,6 +87,34 @@ def test_namespace_is_like_cupy():
     assert all(isinstance(p, StrictArray) for p in parts)
     assert isinstance(xp.asarray(np.ones(2)), StrictArray)  # the explicit upload
     assert isinstance(xp.log(2.0), StrictArray)  # scalars in, 0-d array out (as CuPy)
+
+
+def test_namespace_has_only_what_cupy_has():
+    """NumPy's names and keywords that CuPy lacks fail here as on a GPU (tests/cupy_api.json, read
+    off CuPy by scripts/cupy_api.py), with what CuPy takes instead."""
+    assert getattr(xp, "errstate", None) is None  # kernels/reference.py asks so, and gets a no-op
+    with pytest.raises(AttributeError, match="'cupy' has no attribute 'errstate'"):
+        xp.errstate(all="ignore")
+    with pytest.raises(AttributeError, match="has no attribute 'random.bit_generator'"):
+        xp.random.bit_generator  # a name in NumPy's random that CuPy's does not have
+    a = xp.ones((2, 3))
+    with pytest.raises(
+        TypeError, match=r"'initial', which CuPy .*ndarray.max does not take \(it takes axis, out, keepdims"
+    ):
+        a.max(initial=0.0)
+    with pytest.raises(TypeError, match="'like'"):
+        xp.zeros(3, like=a)
+    with pytest.raises(TypeError, match="'where'"):
+        xp.exp(a, where=a > 0)  # a ufunc: out, casting and dtype only
+    with pytest.raises(TypeError, match="at most 3 positional"):
+        xp.argsort(a, -1, "stable", None)
+    with pytest.raises(AttributeError, match="ufunc has no method 'resolve_dtypes'"):
+        xp.add.resolve_dtypes
+    # what CuPy does take passes: keywords by name, positional out of a ufunc, stable sorts
+    np.testing.assert_array_equal(xp.argsort(a, axis=1, kind="stable").get(), [[0, 1, 2]] * 2)
+    out = xp.empty((2, 3))
+    xp.exp(a, out)
+    assert a.max(axis=0, keepdims=True).shape == (1, 3)
 
 
 def test_kernels_take_device_arrays_only():
@@ -125,3 +156,35 @@ def test_strict_tensors_hold_strict_arrays():
     assert isinstance(y.data, StrictArray)
     y.backward()
     assert isinstance(t.grad.data, StrictArray)
+
+
+def _cupy_api_script():
+    spec = importlib.util.spec_from_file_location("cupy_api", Path(__file__).parent.parent / "scripts" / "cupy_api.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_cupy_signatures_are_read_as_cython_writes_them():
+    """scripts/cupy_api.py reads a Cython function's parameters off its docstring's first line."""
+    read = _cupy_api_script().from_doc_line
+    assert read("_ndarray_base.max(self, axis=None, out=None, keepdims=False) -> _ndarray_base") == {
+        "positional": ["axis", "out", "keepdims"], "keyword": [], "varargs": False, "varkw": False,
+    }  # fmt: skip
+    assert read("add(x1, x2, /, out=None, \\*, casting='same_kind', dtype=None)") == {
+        "positional": ["x1", "x2", "out"], "keyword": ["casting", "dtype"], "varargs": False, "varkw": False,
+    }  # fmt: skip
+    assert read("_ndarray_base.sort(self, int axis=-1, kind=None)")["positional"] == ["axis", "kind"]
+    assert read("_ndarray_base.reshape(self, *shape, order='C', copy=None)") == {
+        "positional": [], "keyword": ["order", "copy"], "varargs": True, "varkw": False,
+    }  # fmt: skip
+    assert read("f(a, axes=(0, 1), s=',', **kwargs)") == {
+        "positional": ["a", "axes", "s"], "keyword": [], "varargs": False, "varkw": True,
+    }  # fmt: skip
+    assert read("Portable container of a pseudo-random number generator.") is None
+
+
+def test_cupy_api_file_is_this_cupys():
+    """Where CuPy is installed (no GPU needed), tests/cupy_api.json is what it has."""
+    pytest.importorskip("cupy")
+    assert _cupy_api_script().main(["--check"]) == 0, "run python scripts/cupy_api.py and commit the file"
