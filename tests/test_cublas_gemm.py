@@ -144,3 +144,23 @@ def test_the_call_reads_alpha_and_beta_in_host_pointer_mode_and_leaves_the_handl
     assert args[2:5] == (call.m, call.n, call.k) and args[-3:] == (2, 75, 99)  # batch, FAST_16BF, TENSOR_OP
     assert recorder.mode == mode  # as it was
     assert len(recorder.calls) == (1 if mode == 0 else 3)  # no pointer-mode calls where it was right
+
+
+@pytest.mark.gpu
+def test_the_enum_values_are_cupys():
+    """cublas_gemm.py writes cuBLAS's enum values as numbers (CuPy names some, not all); where CuPy
+    and its cuBLAS import (no GPU needed), they are CuPy's, and its call takes the 23 arguments
+    passed (the stand-in's cuBLAS takes whatever it is given)."""
+    cupy = pytest.importorskip("cupy")
+    try:
+        cublas = cupy.cuda.cublas  # loaded on first use, with the cuBLAS library
+    except ImportError as e:
+        pytest.skip(f"CuPy's cuBLAS does not load here: {e}")
+    from minitensor.backends import cublas_gemm
+
+    for name in ("CUBLAS_OP_N", "CUBLAS_OP_T", "CUBLAS_POINTER_MODE_HOST", "CUBLAS_COMPUTE_32F_FAST_16BF"):
+        assert getattr(cublas_gemm, name) == getattr(cublas, name), name
+    assert cublas_gemm.CUBLAS_GEMM_DEFAULT_TENSOR_OP == getattr(cublas, "CUBLAS_GEMM_DEFAULT_TENSOR_OP", 99)
+    assert cublas_gemm.CUDA_R_32F == 0  # cudaDataType_t's CUDA_R_32F (library_types.h)
+    doc = cublas.gemmStridedBatchedEx.__doc__.splitlines()[0]  # Cython's signature line
+    assert doc.count(",") + 1 == 23, doc
