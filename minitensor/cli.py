@@ -125,7 +125,11 @@ def _info(args):
         return 0
     from .backends.cupy_backend import cuda_summary
 
-    backend = mt.get_backend("cuda")
+    try:  # CuPy sees a GPU; can it run a kernel and load cuBLAS and cuRAND there?
+        backend = mt.get_backend("cuda")
+    except mt.DeviceError as e:
+        print(f"cuda: FAILED: {e}")
+        return 1
     print(f"cuda: available ({cuda_summary(backend.xp)})")
     try:  # the kernels compile with NVRTC on first use: check now, not in the middle of training
         names = backend.kernels.compile_all()

@@ -19,6 +19,7 @@ from minitensor.backends.cupy_backend import CupyBackend, cuda_unavailable_reaso
 
 import minitensor as mt
 from minitensor import backends
+from minitensor.cli import main
 from minitensor.train.checkpoint import load_checkpoint, save_checkpoint
 from minitensor.train.config import TrainConfig
 from minitensor.train.loop import train
@@ -103,6 +104,37 @@ def test_a_gpu_that_cannot_run_a_kernel_fails_at_the_first_call_in_one_line(monk
     assert "CuPy sees a GPU but cannot run a kernel on it" in message and "libnvrtc-builtins" in message
     assert "minitensor[gpu]" in message and "(details)" not in message
     assert "cuda" not in backends._BACKENDS
+
+
+def test_a_cupy_without_its_cuda_libraries_fails_at_the_first_call_in_one_line(monkeypatch, no_cuda, capsys):
+    """``cupy-cuda13x`` without ``[ctk]`` on a machine with no CUDA toolkit: CuPy's kernels may
+    compile, but cuBLAS loads only at the first product. The first use of "cuda" says so."""
+    missing = 'Failure finding "libcublasLt.so.13 or libcublasLt.so.12": No such file: libcublasLt.so.13\n(search log)'
+
+    class NoCublas(FakeCupy):
+        def __init__(self):
+            super().__init__()
+            cuda = self.cuda
+
+            class Cuda(type(cuda)):
+                @property
+                def cublas(self):
+                    raise ImportError(missing)
+
+            self.cuda = Cuda(**{k: v for k, v in vars(cuda).items() if k != "cublas"})
+
+    monkeypatch.setitem(sys.modules, "cupy", NoCublas())
+    with pytest.raises(mt.DeviceError) as caught:
+        mt.ones(2, device="cuda")
+    message = str(caught.value)
+    assert "CuPy sees a GPU but cannot load cuBLAS (ImportError: Failure finding" in message
+    assert "minitensor[gpu]" in message and "(search log)" not in message
+    assert "cuda" not in backends._BACKENDS
+    assert main(["info"]) == 1  # `minitensor info` says the same, in its cuda line
+    assert (
+        "cuda: FAILED: device 'cuda' is not available: CuPy sees a GPU but cannot load cuBLAS"
+        in capsys.readouterr().out
+    )
 
 
 def test_a_broken_cuda_installation_is_reported_not_raised():

@@ -120,15 +120,22 @@ class CupyBackend(Backend):
         self.seed(int.from_bytes(os.urandom(8), "little"))
 
     def check_it_runs(self) -> None:
-        """Run one tiny CuPy kernel (CuPy compiles it with NVRTC for this GPU), or raise a
-        ``DeviceError`` that says what failed and what to install: a CuPy without its CUDA
-        libraries, or built for another CUDA major, fails here rather than inside a user's op."""
+        """Run one tiny CuPy kernel (CuPy compiles it with NVRTC for this GPU) and load the CUDA
+        libraries minitensor calls through CuPy (cuBLAS for the matrix products, cuRAND for the
+        random draws), or raise a ``DeviceError`` that says what failed and what to install: a
+        CuPy without its CUDA libraries (``cupy-cuda13x`` without ``[ctk]`` on a machine with no
+        CUDA toolkit), or built for another CUDA major, fails here rather than inside a user's op
+        (CuPy loads each library at its first use: the first ``@`` would raise an ImportError)."""
+        what = "run a kernel on it"
         try:
             (self.xp.arange(4) * 2).sum()
+            for library in ("cuBLAS", "cuRAND"):
+                what = f"load {library}"
+                getattr(self.xp.cuda, library.lower())
         except Exception as e:
             first = (str(e).strip().splitlines() or [""])[0]
             raise DeviceError(
-                f"device 'cuda' is not available: CuPy sees a GPU but cannot run a kernel on it "
+                f"device 'cuda' is not available: CuPy sees a GPU but cannot {what} "
                 f"({type(e).__name__}: {first}); {INSTALL_HINT}"
             ) from e
 
