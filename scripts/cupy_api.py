@@ -18,6 +18,7 @@ axis=None, out=None, keepdims=False)``). Run it after a CuPy release, and commit
 """
 
 from __future__ import annotations
+import __future__
 
 import argparse
 import inspect
@@ -30,7 +31,7 @@ from typing import Any
 OUT = Path(__file__).resolve().parent.parent / "tests" / "cupy_api.json"
 #: the submodules minitensor's array code reaches through ``xp`` (``xp.random.*``); ``cupy.cuda`` is
 #: the stand-in's own (tests/fake_cupy.py), each of its names written after CuPy's
-SUBMODULES = ("random", "linalg", "fft")
+SUBMODULES = ("random", "linalg", "fft", "lib", "lib.stride_tricks")
 #: a signature line in a docstring: ``name(...)`` or ``Class.name(...)``, maybe ``-> type``
 _DOC_SIGNATURE = re.compile(r"^[\w.]+\((.*)\)(\s*->.*)?$")
 
@@ -114,6 +115,8 @@ def describe(namespace: Any) -> dict[str, Any]:
         except Exception:  # a name whose library is missing here (cupy.cuda's cuBLAS): present
             names[name] = None
             continue
+        if isinstance(obj, __future__._Feature) or (inspect.ismodule(obj) and not obj.__name__.startswith("cupy")):
+            continue  # a module's own imports (``annotations``, ``numpy as np``): not CuPy's API
         if inspect.ismodule(obj) or inspect.isclass(obj) or not callable(obj):
             names[name] = None
         else:
@@ -126,7 +129,10 @@ def read_cupy() -> dict[str, Any]:
 
     api: dict[str, Any] = {"cupy": cupy.__version__, "names": describe(cupy)}
     for sub in SUBMODULES:
-        for name, spec in describe(getattr(cupy, sub)).items():
+        module = cupy
+        for part in sub.split("."):
+            module = getattr(module, part)
+        for name, spec in describe(module).items():
             api["names"][f"{sub}.{name}"] = spec
     api["ndarray"] = {
         name: parameters(getattr(cupy.ndarray, name))

@@ -732,16 +732,16 @@ class StrictNamespace:
     def __getattr__(self, name):
         if name == "ndarray":
             return StrictArray
+        attr = getattr(self._module, name)  # AttributeError for names NumPy lacks
         full = self._prefix + name
         if full not in CUPY_API["names"] and not name.startswith("__"):
             raise AttributeError(
                 f"module 'cupy' has no attribute {full!r} (NumPy has it; CuPy {CUPY_API['cupy']} does not: "
                 "tests/cupy_api.json)"
             )
-        attr = getattr(self._module, name)  # AttributeError for names NumPy lacks
         if isinstance(attr, numpy.ufunc):
             out = _Ufunc(attr, full)
-        elif isinstance(attr, type):  # dtypes (xp.float32), xp.dtype, xp.errstate
+        elif isinstance(attr, type):  # dtypes (xp.float32), xp.dtype
             out = attr
         elif type(attr).__name__ == "module":
             out = StrictNamespace(attr, full + ".")
