@@ -7,6 +7,8 @@ import weakref
 import numpy as np
 import pytest
 from helpers import rand
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from minitensor.autograd import Function
 
 import minitensor as mt
@@ -362,6 +364,96 @@ def test_given_gradient_is_not_aliased(device):
     with mt.no_grad():
         x.grad.zero_()
     np.testing.assert_array_equal(g.numpy(), 1.0)
+
+
+# -- a gradient that is zero but on a slice (x[t]: autograd.GradAt) --------------------------------
+def test_reading_rows_in_a_loop_gives_each_row_its_gradient(device):
+    """``for x_t in X``: every row's gradient lands in its row, added to the other paths' (a
+    dense one from ``X * w``, overlapping slices, a row read twice), as the dense sum would."""
+    X = rand(device, 5, 3)
+    w = rand(device, 5, 3, seed=7)
+    total = (X * w).sum()
+    for t, x_t in enumerate(X):
+        total = total + (x_t * (t + 1)).sum()
+    total = total + (X[1:4] * 10).sum() + X[2].sum() + X[-1, 1:].sum()
+    total.backward()
+    expected = w.numpy() + np.arange(1, 6)[:, None]
+    expected[1:4] += 10
+    expected[2] += 1
+    expected[-1, 1:] += 1
+    np.testing.assert_allclose(X.grad.numpy(), expected)
+
+
+@pytest.mark.parametrize("slice_first", [True, False])
+def test_a_slice_gradient_never_writes_into_an_array_another_tensor_holds(device, slice_first):
+    """Add hands one gradient array to both of its inputs; adding a[0]'s slice gradient into a's
+    must copy it first, or b's gradient (the same array) would change too. Either order of
+    arrival: the slice first (made after the sum, so visited first) or the shared array first."""
+    x = rand(device, 3, 2)
+    a, b = x * 1, x * 1
+    a.retain_grad()
+    b.retain_grad()
+    if slice_first:
+        loss = (a + b).sum() + a[0].sum() * 3
+    else:
+        row = a[0].sum() * 3
+        loss = row + (a + b).sum()
+    loss.backward()
+    np.testing.assert_allclose(b.grad.numpy(), np.ones((3, 2)))
+    np.testing.assert_allclose(a.grad.numpy(), [[4, 4], [1, 1], [1, 1]])
+    np.testing.assert_allclose(x.grad.numpy(), [[5, 5], [2, 2], [2, 2]])
+
+
+@st.composite
+def basic_reads(draw):
+    """A shape and a few basic indices into it, each keeping at least one axis."""
+    shape = tuple(draw(st.lists(st.integers(1, 4), min_size=1, max_size=3)))
+    reads = []
+    for _ in range(draw(st.integers(1, 6))):
+        index = []
+        for axis, n in enumerate(shape):
+            if axis < len(shape) - 1 and draw(st.booleans()):
+                index.append(draw(st.integers(-n, n - 1)))  # an int drops the axis; the last axis stays
+            else:
+                start, stop = draw(st.integers(-n, n)), draw(st.integers(-n, n))
+                index.append(slice(start, stop, draw(st.sampled_from([None, 1, 2, -1]))))
+        reads.append((tuple(index), draw(st.floats(-2, 2, allow_nan=False))))
+    return shape, reads, draw(st.booleans())
+
+
+@settings(max_examples=60, deadline=None)
+@given(basic_reads())
+def test_slice_gradients_add_up_as_numpy_says(case):
+    """Any basic reads of x (overlapping, empty, reversed, with a dense path or without): x's
+    gradient is NumPy's sum of each read's weight at the positions it read."""
+    shape, reads, dense = case
+    x = mt.tensor(np.arange(np.prod(shape), dtype=np.float64).reshape(shape), requires_grad=True)
+    total = (x * 0.5).sum() if dense else None
+    expected = np.full(shape, 0.5 if dense else 0.0)
+    for index, weight in reads:
+        part = (x[index] * weight).sum()
+        total = part if total is None else total + part
+        expected[index] += weight
+    total.backward()
+    np.testing.assert_allclose(x.grad.numpy(), expected, atol=1e-12)
+
+
+def test_a_loop_over_rows_allocates_one_gradient_not_one_per_row():
+    """T reads of one row each: backward fills one array of X's shape (one ``zeros``) and adds
+    each row's gradient into its row, where a dense gradient per read made T arrays of X's size
+    and T - 1 sums of them (T^2 memory traffic; PyTorch's ``unbind`` costs T rows too)."""
+    from strict_backend import count_launches
+
+    for T in (4, 16):
+        X = rand("strict", T, 8)
+        total = None
+        for x_t in X:
+            total = x_t.sum() if total is None else total + x_t.sum()
+        with count_launches() as log:
+            total.backward()
+        launched = log.by("what")
+        assert launched.get("xp.zeros", 0) == 1, launched
+        assert len(log) <= T + 4, log  # a row's add each, the zeros, the leaf's copy
 
 
 # -- a user-written Function ---------------------------------------------------------------------------

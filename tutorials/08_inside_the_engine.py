@@ -941,7 +941,9 @@ print(f"this process: rank {here.rank} of {here.size}")
 #   the creation number `_seq`, and every operator in the class body: `x * w` is
 #   `Tensor.__mul__`, one line calling `Mul.apply`;
 # * `minitensor/core/autograd.py` — `Function` (`apply`, `save_for_backward`, `needs_input_grad`,
-#   `differentiable`), `backward` (the heap), `sum_to_shape` (undoing broadcasting), `_accumulate`
+#   `differentiable`), `backward` (the heap), `GradAt` (a gradient that is zero but on a slice, such
+#   as `x[t]`'s: added into its slice of one array, so a loop over x's rows stays linear),
+#   `sum_to_shape` (undoing broadcasting), `_accumulate`
 #   (how a leaf takes a gradient that nothing else holds without copying it, as PyTorch does);
 #   `minitensor/core/tracing.py` — the one hook a tracer installs;
 # * `minitensor/core/ops/elementwise.py` — the simplest ops, each forward beside its backward;

@@ -29,6 +29,9 @@ So ``apply`` is where a tracer watches a forward pass (``mt.onnx.export`` does):
 recursion, so a chain of 100,000 operations is fine -- calls each node's
 ``backward`` and adds up the gradients that reach a tensor along different paths. Gradients
 of broadcast inputs are summed back to the input's shape here, once, instead of in every op.
+A gradient that is zero but on a slice (``GradAt``, what reading ``x[t]`` passes back) is added
+where it belongs, into one array per tensor that backward owns: a loop over the T steps of x
+costs T slices in backward, not T arrays of x's size.
 Afterwards the graph is freed (the saved arrays and the links to the inputs are dropped) so
 memory returns at once; ``retain_graph=True`` keeps it for a second backward.
 """
@@ -55,6 +58,34 @@ Grads: TypeAlias = Array | tuple[Array | None, ...]
 
 _new_object = object.__new__  # a Function instance without running __init__ (the per-op path)
 _make = Tensor._make  # the per-op path again: one lookup saved on every op
+
+
+class GradAt:
+    """dL/da for an input ``a`` of ``shape`` that the op read at a basic ``index`` only: zero
+    everywhere but ``a[index]``, where it is ``values``. What ``x[index]``'s backward returns
+    (``ops.indexing.GetItem``) instead of zeros of x's shape with ``values`` written in.
+
+    Why: ``for x_t in X`` (D2L's RNN from scratch, a decoder's loop over its steps) reads X
+    T times, and T dense gradients of X's shape, each added to the sum so far, cost T^2 steps
+    of memory traffic. backward adds each ``GradAt`` into one array per tensor instead
+    (``_add``): T slices in all, as PyTorch's ``unbind`` does. ``index`` must select a view
+    (the result has at least one axis), so that the slice can be added to in place.
+    """
+
+    __slots__ = ("shape", "index", "values")
+
+    def __init__(self, shape: tuple[int, ...], index: Any, values: Array) -> None:
+        self.shape, self.index, self.values = tuple(shape), index, values
+
+    @property
+    def dtype(self) -> Any:
+        return self.values.dtype
+
+    def dense(self, xp: Any) -> Array:
+        """The gradient as an array of ``shape``: zeros, ``values`` at ``index``."""
+        out = xp.zeros(self.shape, dtype=self.values.dtype)
+        out[self.index] = self.values
+        return out
 
 
 class Function:
@@ -124,7 +155,9 @@ class Function:
 
         Return None for an input that gets no gradient (a constant, an index, or one for which
         ``ctx.needs_input_grad`` is False). A gradient may keep the broadcast output's shape: the
-        engine sums it back to the input's shape.
+        engine sums it back to the input's shape. One that is zero but on a slice of the input
+        may be returned as ``GradAt(input_shape, index, values)``: the engine adds it into that
+        slice of the input's gradient (``x[index]``'s backward does).
         """
         raise NotImplementedError
 
@@ -236,9 +269,14 @@ def backward(root: Tensor, grad: Tensor | Array | None = None, retain_graph: boo
     grads = {root: _root_gradient(root, grad)}  # dL/dt so far (tensors hash by identity)
     heap = [(-root._seq, root)]
     written: dict[Tensor, Tensor] = {}  # x -> the value x had before ``x[...] = v``, once its node is freed
+    owned: set[int] = set()  # ids of the arrays in ``grads`` that backward made: nothing else holds them
     while heap:
         t = heappop(heap)[1]
         g = grads.pop(t)  # complete: every tensor made from t has passed its part back
+        if type(g) is GradAt:
+            g = g.dense(t._backend.xp)
+        else:
+            owned.discard(id(g))  # from here on, the node's backward may hand it on as it is
         ctx = t._ctx
         if ctx is None or t._retain_grad:
             _accumulate(t, g)
@@ -261,7 +299,7 @@ def backward(root: Tensor, grad: Tensor | Array | None = None, retain_graph: boo
             if pg.shape != p.data.shape:
                 pg = sum_to_shape(pg, p.data.shape)
             if p in grads:
-                grads[p] = grads[p] + pg
+                grads[p] = _add(grads[p], pg, owned, p._backend.xp)
             else:
                 grads[p] = pg
                 heappush(heap, (-p._seq, p))
@@ -286,6 +324,30 @@ def _value_used(p: Tensor, t: Tensor, written: dict[Tensor, Tensor]) -> Tensor:
             raise GraphError(f"backward: an input of {t.grad_fn!r} is newer than its output")  # (never: an engine bug)
         p = ctx.inputs[0] if ctx.inputs is not None else written[p]
     return p
+
+
+def _add(total: Any, part: Any, owned: set[int], xp: Any) -> Array:
+    """total + part: the gradient a tensor has received so far plus one more path's (each an
+    array or a ``GradAt``). Added in place into ``total`` when backward made that array
+    itself (its id in ``owned``: no node's backward has seen it, nothing else holds it),
+    else into a new array that backward then owns; a ``GradAt`` is added to its slice only."""
+    if type(total) is GradAt:
+        total = total.dense(xp)
+    elif id(total) not in owned or not total.ndim or total.dtype != part.dtype:
+        owned.discard(id(total))  # (a dtype that differs: NumPy's promotion, as before, in a new array)
+        if type(part) is not GradAt:
+            total = total + part
+            if total.ndim:  # (a 0-d sum may be a NumPy scalar: nothing to add into)
+                owned.add(id(total))
+            return total
+        total = total.copy()
+    if type(part) is GradAt:
+        view = total[part.index]  # a view: GradAt's index keeps an axis
+        view += part.values
+    else:
+        total += part
+    owned.add(id(total))
+    return total
 
 
 def _freed_graph_error(ctx: Function) -> GraphError:

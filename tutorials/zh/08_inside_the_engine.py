@@ -909,7 +909,8 @@ print(f"this process: rank {here.rank} of {here.size}")
 # * `minitensor/core/tensor.py` —— `Tensor`：`data`、`grad`、`requires_grad`、`grad_fn`（`_ctx`）、
 #   创建编号 `_seq`，以及类体中的每个运算符：`x * w` 就是 `Tensor.__mul__`，一行调用 `Mul.apply` 的代码；
 # * `minitensor/core/autograd.py` —— `Function`（`apply`、`save_for_backward`、`needs_input_grad`、
-#   `differentiable`）、`backward`（堆）、`sum_to_shape`（撤销广播）、`_accumulate`
+#   `differentiable`）、`backward`（堆）、`GradAt`（只在一个切片上非零的梯度，如 `x[t]` 的：加进同一个数组的
+#   那个切片里，所以对 x 的各行循环的开销是线性的）、`sum_to_shape`（撤销广播）、`_accumulate`
 #   （叶子节点如何像 PyTorch 那样，不加复制地接收一个别处都不持有的梯度）；
 #   `minitensor/core/tracing.py` —— 追踪器安装的唯一钩子；
 # * `minitensor/core/ops/elementwise.py` —— 最简单的运算，每个运算的前向都紧挨着它的反向；

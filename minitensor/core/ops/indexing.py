@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy
 
-from ..autograd import Function, Grads
+from ..autograd import Function, GradAt, Grads
 from ..backends import Backend, get_backend
 from ..errors import DeviceError, ShapeError
 from ..tensor import Array, Tensor
@@ -96,7 +96,8 @@ def _out_of_bounds(p: Array, axis: int, n: int) -> str:
 
 
 class GetItem(Function):
-    """z = a[index];  dL/da = zeros with dL/dz added at the positions read."""
+    """z = a[index];  dL/da = zeros with dL/dz added at the positions read (for a basic index,
+    a ``GradAt``: the zeros are left to the engine, which adds the slice into a's gradient)."""
 
     @staticmethod
     def forward(ctx: Function, a: Array, index: Any) -> Array:
@@ -113,6 +114,10 @@ class GetItem(Function):
 
     @staticmethod
     def backward(ctx: Function, grad: Array) -> Grads:
+        if _is_basic(ctx.index) and grad.ndim:
+            # zero but on the slice read: the engine adds it where it belongs (a loop over x's
+            # rows then costs one array in backward, not one per row: see autograd.GradAt)
+            return GradAt(ctx.shape, ctx.index, grad)
         out = ctx.xp.zeros(ctx.shape, dtype=ctx.dtype)
         if _is_basic(ctx.index):
             out[ctx.index] = grad
