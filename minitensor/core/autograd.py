@@ -331,6 +331,8 @@ def _add(total: Any, part: Any, owned: set[int], xp: Any) -> Array:
     array or a ``GradAt``). Added in place into ``total`` when backward made that array
     itself (its id in ``owned``: no node's backward has seen it, nothing else holds it),
     else into a new array that backward then owns; a ``GradAt`` is added to its slice only."""
+    if type(total) is GradAt and type(part) is not GradAt:
+        total, part = part, total  # start from the dense one (a + b is b + a, to the last bit)
     if type(total) is GradAt:
         total = total.dense(xp)
     elif id(total) not in owned or not total.ndim or total.dtype != part.dtype:
