@@ -65,7 +65,7 @@ class GradAt:
     everywhere but ``a[index]``, where it is ``values``. What ``x[index]``'s backward returns
     (``ops.indexing.GetItem``) instead of zeros of x's shape with ``values`` written in.
 
-    Why: ``for x_t in X`` (D2L's RNN from scratch, a decoder's loop over its steps) reads X
+    Why: ``for x_t in X`` (a decoder's loop over its embedded inputs, D2L 11.4) reads X
     T times, and T dense gradients of X's shape, each added to the sum so far, cost T^2 steps
     of memory traffic. backward adds each ``GradAt`` into one array per tensor instead
     (``_add``): T slices in all, as PyTorch's ``unbind`` does. ``index`` must select a view
