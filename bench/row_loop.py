@@ -76,8 +76,7 @@ def step(lib, tensors):
 
 
 def on(lib, arrays):
-    if lib is mt:
-        return [mt.tensor(a, requires_grad=True) for a in arrays]
+    """The arrays as ``lib``'s leaf tensors (minitensor and PyTorch spell it alike)."""
     return [lib.tensor(a, requires_grad=True) for a in arrays]
 
 

@@ -114,12 +114,13 @@ class GetItem(Function):
 
     @staticmethod
     def backward(ctx: Function, grad: Array) -> Grads:
-        if _is_basic(ctx.index) and grad.ndim:
+        basic = _is_basic(ctx.index)
+        if basic and grad.ndim:
             # zero but on the slice read: the engine adds it where it belongs (a loop over x's
             # rows then costs one array in backward, not one per row: see autograd.GradAt)
             return GradAt(ctx.shape, ctx.index, grad)
         out = ctx.xp.zeros(ctx.shape, dtype=ctx.dtype)
-        if _is_basic(ctx.index):
+        if basic:
             out[ctx.index] = grad
         else:
             ctx.backend.index_add(out, ctx.index, grad)
