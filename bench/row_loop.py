@@ -1,4 +1,4 @@
-"""A loop over a tensor's time steps, forward and backward: minitensor vs PyTorch as T grows.
+"""Loops over a tensor's time steps, forward and backward: minitensor vs PyTorch as T grows.
 
 What is measured
 ----------------
@@ -18,8 +18,22 @@ then the sum of the last state, backward to X and the weights; at T = 50, 100, 2
 library with the same weights and inputs (the gradients checked equal first), interleaved,
 medians, at ``--threads`` threads (default 1: the cell's products are small).
 
+The second loop writes each state into a tensor of outputs, as PyTorch's seq2seq tutorials
+fill their decoders' outputs, then takes the sum of squares of all of them:
+
+    outputs = zeros(T, 32, 256);  for t, x in enumerate(X):  H = ...;  outputs[t] = H
+
+A write in the graph used to copy ``outputs`` whole (out of place, so that what earlier ops
+saved keeps its values) and keep every copy until backward: T^2 in time and memory. Where
+nothing else holds the array it now writes in place (``autograd.sole_holder``), and backward
+zeroes each written slice in the one gradient array. PyTorch writes in place too, but its
+backward copies the gradient at every write (``CopySlices``): quadratic. minitensor's peak
+memory of this loop (NumPy's allocations, ``tracemalloc``) is printed as a multiple of the
+outputs' size.
+
 Targets: minitensor's forward + backward <= 1.5x PyTorch's at every T, and linear in T: the
-time at T = 400 at most 1.25 x 8 times the time at T = 50 (PyTorch's own growth is about 8x).
+time at T = 400 at most 1.25 x 8 times the time at T = 50 (PyTorch's own growth is about 8x
+for the reads); the writing loop's peak memory at most 6x the outputs' size at every T.
 
     python bench/row_loop.py [--quick] [--threads N]
 """
@@ -27,6 +41,7 @@ time at T = 400 at most 1.25 x 8 times the time at T = 50 (PyTorch's own growth 
 import argparse
 import os
 import sys
+import tracemalloc
 
 import numpy as np
 
@@ -52,6 +67,8 @@ QUICK_LENGTHS = (8, 32)
 BATCH, FEATURES = 32, 256
 VS_TORCH = 1.5
 LINEAR_SLACK = 1.25  # time(T_max) / time(T_min) at most this many times T_max / T_min
+PEAK_VS_OUTPUTS = 6  # the writing loop's peak traced memory, in sizes of its outputs
+LOOPS = {"reads": "for x in X", "writes": "outputs[t] = H"}
 
 
 def inputs(T, features, seed=0):
@@ -62,17 +79,31 @@ def inputs(T, features, seed=0):
     return X, W_x, W_h, b
 
 
-def step(lib, tensors):
+def step(lib, tensors, loop="reads"):
     """Forward and backward of the loop; the gradients (X, W_x, W_h, b)."""
     X, W_x, W_h, b = tensors
     for t in tensors:
         t.grad = None
     H = None
-    for x in X:
+    outputs = lib.zeros(tuple(X.shape)) if loop == "writes" else None
+    for t, x in enumerate(X):
         Z = x @ W_x + b if H is None else x @ W_x + H @ W_h + b
         H = lib.tanh(Z)
-    H.sum().backward()
+        if outputs is not None:
+            outputs[t] = H
+    loss = H.sum() if outputs is None else (outputs * outputs).sum()
+    loss.backward()
     return [t.grad for t in tensors]
+
+
+def peak_memory(tensors):
+    """The peak of NumPy's allocations during minitensor's writing loop, in bytes."""
+    tracemalloc.start()
+    try:
+        step(mt, tensors, "writes")
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
 
 
 def on(lib, arrays):
@@ -89,47 +120,64 @@ def parse_args():
 
 def main():
     args = parse_args()
-    print_header("A loop over a tensor's time steps (for x in X), forward + backward", args.quick)
+    print_header("Loops over a tensor's time steps (for x in X; outputs[t] = H), forward + backward", args.quick)
     torch = import_torch()
     lengths = QUICK_LENGTHS if args.quick else LENGTHS
     features = 32 if args.quick else FEATURES
     rounds = 3 if args.quick else 15
-    rows, medians = [], {}
+    medians = {loop: {} for loop in LOOPS}
+    peaks = {}
     with limit_threads(args.threads, torch):
-        for T in lengths:
-            arrays = inputs(T, features)
-            ours = on(mt, arrays)
-            cases = {"minitensor": timed(lambda ours=ours: step(mt, ours))}
-            if torch is not None:
-                theirs = on(torch, arrays)
-                for a, b in zip(step(mt, ours), step(torch, theirs)):
-                    np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=2e-3, atol=2e-5)
-                cases["torch"] = timed(lambda theirs=theirs: step(torch, theirs))
-            stats = interleaved(cases, rounds, warmup=1)
-            medians[T] = {name: s.median for name, s in stats.items()}
-            row = [T, format_stats(stats["minitensor"])]
-            if torch is not None:
-                row += [format_stats(stats["torch"]), format_ratio(stats["minitensor"].median / stats["torch"].median)]
-            rows.append(row)
-    headers = ["T", "minitensor"] + (["torch", "minitensor / torch"] if torch is not None else [])
-    print_table(
-        headers, rows, title=f"forward + backward, batch {BATCH}, {features} features, {args.threads} thread(s)"
-    )
+        for loop, code in LOOPS.items():
+            rows = []
+            for T in lengths:
+                arrays = inputs(T, features)
+                ours = on(mt, arrays)
+                cases = {"minitensor": timed(lambda ours=ours, loop=loop: step(mt, ours, loop))}
+                if torch is not None:
+                    theirs = on(torch, arrays)
+                    for a, b in zip(step(mt, ours, loop), step(torch, theirs, loop)):
+                        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=2e-3, atol=2e-5)
+                    cases["torch"] = timed(lambda theirs=theirs, loop=loop: step(torch, theirs, loop))
+                stats = interleaved(cases, rounds, warmup=1)
+                medians[loop][T] = {name: s.median for name, s in stats.items()}
+                row = [T, format_stats(stats["minitensor"])]
+                if torch is not None:
+                    ratio = stats["minitensor"].median / stats["torch"].median
+                    row += [format_stats(stats["torch"]), format_ratio(ratio)]
+                if loop == "writes":
+                    peaks[T] = peak_memory(ours) / arrays[0].nbytes
+                    row.append(f"{peaks[T]:.1f}x")
+                rows.append(row)
+            headers = ["T", "minitensor"] + (["torch", "minitensor / torch"] if torch is not None else [])
+            if loop == "writes":
+                headers.append("minitensor's peak / outputs")
+            title = f"{code}: forward + backward, batch {BATCH}, {features} features, {args.threads} thread(s)"
+            print_table(headers, rows, title=title)
     first, last = lengths[0], lengths[-1]
-    growth = medians[last]["minitensor"] / medians[first]["minitensor"]
     bound = LINEAR_SLACK * last / first
-    line = f"minitensor's time grows {growth:.1f}x from T = {first} to T = {last}"
-    if torch is not None:
-        line += f" (torch's {medians[last]['torch'] / medians[first]['torch']:.1f}x)"
-    print(line)
+    growths = {}
+    for loop, code in LOOPS.items():
+        growths[loop] = medians[loop][last]["minitensor"] / medians[loop][first]["minitensor"]
+        line = f"{code}: minitensor's time grows {growths[loop]:.1f}x from T = {first} to T = {last}"
+        if torch is not None:
+            line += f" (torch's {medians[loop][last]['torch'] / medians[loop][first]['torch']:.1f}x)"
+        print(line)
     if args.quick:
         print("--quick: small sizes; the targets are judged on the full run")
         return
     steps = last // first
-    print(f"{verdict(growth <= bound)}  linear in T: {growth:.1f}x for {steps}x the steps (target <= {bound:.1f}x)")
-    if torch is not None:
-        worst = max(m["minitensor"] / m["torch"] for m in medians.values())
-        print(f"{verdict(worst <= VS_TORCH)}  at most {format_ratio(worst)} PyTorch's time (target <= {VS_TORCH}x)")
+    for loop, code in LOOPS.items():
+        growth = growths[loop]
+        target = f"target <= {bound:.1f}x"
+        print(f"{verdict(growth <= bound)}  {code}: linear in T, {growth:.1f}x for {steps}x the steps ({target})")
+        if torch is not None:
+            worst = max(m["minitensor"] / m["torch"] for m in medians[loop].values())
+            target = f"target <= {VS_TORCH}x"
+            print(f"{verdict(worst <= VS_TORCH)}  {code}: at most {format_ratio(worst)} PyTorch's time ({target})")
+    most = max(peaks.values())
+    target = f"target <= {PEAK_VS_OUTPUTS}x"
+    print(f"{verdict(most <= PEAK_VS_OUTPUTS)}  outputs[t] = H: peak memory {most:.1f}x the outputs' size ({target})")
 
 
 if __name__ == "__main__":

@@ -796,7 +796,10 @@ its outputs and gradients against PyTorch's. `x[i] = v` in the graph is out of p
 x stands for a new node, the ops that used x before the write get the gradient of the value they \
 used, and what they saved keeps its values (PyTorch refuses a backward through a saved tensor that \
 was written since). Unlike PyTorch, such a write does not reach through views: x gets a new \
-array, and a tensor x was reshaped or sliced from keeps its values.
+array, and a tensor x was reshaped or sliced from keeps its values. Where nothing else can see \
+x's array (no view, no other tensor, no op that saved it), the write goes into it after all, \
+since nobody could tell: `outputs[t] = y` in a loop of T steps costs T slices forward and \
+backward (PyTorch's backward copies the gradient at every write; `bench/row_loop.py`).
 
 Two differences run through the whole API:
 

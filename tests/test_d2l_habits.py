@@ -267,6 +267,7 @@ def test_what_a_write_would_make_wrong_is_refused_with_a_reason():
         X[0] = mt.ones(4)
     with pytest.raises(IndexError, match="setitem: .* index 5 is out of bounds for axis 0"):
         X[[0, 5]] = 1.0
+    np.testing.assert_array_equal(X.numpy(), 2 * w.detach().numpy())  # (written in place: nothing, still)
     with mt.no_grad():  # outside the graph a write stays in place, views see it
         row = w[0]
         w[0, 1] = 5.0
@@ -281,6 +282,144 @@ def test_a_written_tensor_keeps_what_earlier_ops_saved():
     X2[0] = 100.0
     (X2 * X2).sum().backward()  # Y and exp's saved output are as they were: d/dx sum(exp(x)^2) at 1..
     np.testing.assert_allclose(x.grad.numpy(), [0.0, 2 * np.exp(4.0), 2 * np.exp(6.0)], rtol=1e-6)
+
+
+# -- writes in a loop: in place where nothing else can see x's array ---------------------------------------
+def test_writes_in_a_loop_cost_slices_not_copies():
+    """``outputs[t] = y`` for t = 0 .. T-1 (a decoder filling its outputs, as PyTorch tutorials
+    write it): nothing else holds the array of ``outputs``, so each write goes into it -- no copy
+    of outputs per step, forward or backward, where out-of-place writes made T copies and kept
+    all T alive until backward (T^2 time and memory)."""
+    from strict_backend import count_launches
+
+    for T in (4, 16):
+        X = mt.randn(T, 8, device="strict", requires_grad=True)
+        outputs = mt.zeros(T, 8, device="strict")
+        with count_launches() as log:
+            for t in range(T):
+                outputs[t] = X[t] * 2
+        assert log.by("what") == {"__mul__": T, "setitem": T}, log  # the product, its slice written
+        with count_launches() as log:
+            (outputs * outputs).sum().backward()
+        launched = log.by("what")
+        assert ".copy" not in launched and len(log) <= 5 * T + 6, log  # a few slices per step
+        np.testing.assert_allclose(X.grad.numpy(), 8 * X.detach().numpy(), rtol=1e-6)
+
+
+def _holders(x):
+    """Ways something other than x comes to hold x's array (or a view of it)."""
+    return {
+        "a view, read before": lambda: x[0],
+        "a detached tensor": lambda: x.detach(),
+        "an op that saved x": lambda: x * x,
+        "an array of the caller": lambda: x.data,
+    }
+
+
+@pytest.mark.parametrize("holder", list(_holders(None)))
+def test_a_write_copies_where_something_else_holds_the_array(holder):
+    """A write in the graph never changes what another holder of x's array sees (as before:
+    out of place), and gradients stay right either way."""
+    w = _f64("cpu", 3, 2)
+    x = w * 1.0
+    held = _holders(x)[holder]()
+    seen = np.array(held.data if isinstance(held, mt.Tensor) else held, copy=True)
+    array = x.data
+    x[0] = 7.0
+    assert x.data is not array
+    np.testing.assert_array_equal(held.data if isinstance(held, mt.Tensor) else held, seen)
+    np.testing.assert_array_equal(x.numpy()[0], 7.0)
+    loss = (x * x).sum() + (held.sum() if isinstance(held, mt.Tensor) and held.requires_grad else 0)
+    loss.backward()
+    expected = 2 * w.detach().numpy()  # x * x after the write: rows 1 and 2 reach w
+    expected[0] = 0
+    if holder == "a view, read before":
+        expected[0] += 1
+    elif holder == "an op that saved x":
+        expected += 2 * w.detach().numpy()
+    np.testing.assert_allclose(w.grad.numpy(), expected)
+
+
+def test_a_written_tensor_whose_gradient_is_shared_leaves_the_other_alone(device):
+    """Add hands one gradient array to both inputs: the write's backward zeroes its slice in a
+    copy then, not in the array that y's gradient is too. Either order of creation."""
+    for written_first in (True, False):
+        w = _f64(device, 3, 2)
+        if written_first:
+            z = w * 1.0
+            y = w * 2.0
+        else:
+            y = w * 2.0
+            z = w * 1.0
+        z[1] = 0.0
+        y.retain_grad()
+        (z + y).sum().backward()
+        np.testing.assert_array_equal(y.grad.numpy(), np.ones((3, 2)))
+        np.testing.assert_allclose(w.grad.numpy(), [[3, 3], [2, 2], [3, 3]])
+    z = _f64(device, 3, 2) * 1.0
+    z[0] = 0.0
+    g = mt.ones(3, 2, dtype=mt.float64, device=device)
+    z.backward(g)  # the caller's gradient: read, never written
+    np.testing.assert_array_equal(g.numpy(), 1.0)
+
+
+def test_a_graph_kept_for_a_second_backward_gives_the_same_gradient_twice(device):
+    w = _f64(device, 4)
+    outputs = mt.zeros(4, dtype=mt.float64, device=device)
+    for t in range(4):
+        outputs[t] = w[t] * (t + 1)
+    outputs.retain_grad()
+    loss = (outputs * outputs).sum()
+    loss.backward(retain_graph=True)
+    first = w.grad.numpy().copy()
+    np.testing.assert_allclose(first, 2 * np.arange(1, 5) ** 2 * w.detach().numpy())
+    np.testing.assert_allclose(outputs.grad.numpy(), 2 * outputs.detach().numpy())
+    loss.backward()
+    np.testing.assert_allclose(w.grad.numpy(), 2 * first)
+
+
+@st.composite
+def write_sequences(draw):
+    """A shape, then writes at basic indices, each followed (or not) by a read of the whole tensor."""
+    shape = tuple(draw(st.lists(st.integers(1, 4), min_size=1, max_size=3)))
+    steps = []
+    for _ in range(draw(st.integers(1, 5))):
+        index = draw(hnp.basic_indices(shape, allow_ellipsis=True))
+        steps.append((index, draw(st.booleans())))
+    return shape, steps, draw(st.booleans())
+
+
+@settings(max_examples=60, deadline=None)
+@given(write_sequences())
+def test_writes_and_reads_in_any_order_give_numpys_gradients(case):
+    """x written at any basic indices, read in between: each read's weight w_k reaches, at every
+    position, whoever wrote it last before the read (x itself where nobody did). The same whether
+    the writes go in place or, with a detached copy of x's array held throughout, out of place."""
+    shape, steps, hold = case
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal(shape)
+    x = mt.tensor(a, requires_grad=True)
+    z = x * 1.0
+    keep = z.detach() if hold else None
+    owner = np.full(shape, -1)  # who wrote each position last: -1 for x, else the write's number
+    values, reads, total = [], [], None
+    for j, (index, read) in enumerate(steps):
+        v = mt.tensor(rng.standard_normal(a[index].shape), requires_grad=True)
+        z[index] = v
+        values.append((index, v))
+        owner[index] = j
+        if read or j == len(steps) - 1:
+            w_k = rng.standard_normal(shape)
+            part = (z * mt.tensor(w_k)).sum()
+            total = part if total is None else total + part
+            reads.append((owner.copy(), w_k))
+    if keep is not None:
+        np.testing.assert_array_equal(keep.numpy(), a)
+    total.backward()
+    np.testing.assert_allclose(x.grad.numpy(), sum(np.where(o == -1, w, 0) for o, w in reads), atol=1e-12)
+    for j, (index, v) in enumerate(values):
+        full = sum(np.where(o == j, w, 0) for o, w in reads)
+        np.testing.assert_allclose(v.grad.numpy(), full[index], atol=1e-12)
 
 
 # -- layers --------------------------------------------------------------------------------------------

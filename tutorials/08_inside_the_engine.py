@@ -944,7 +944,8 @@ print(f"this process: rank {here.rank} of {here.size}")
 #   `differentiable`), `backward` (the heap), `GradAt` (a gradient that is zero but on a slice, such
 #   as `x[t]`'s: added into its slice of one array, so a loop over x's rows stays linear),
 #   `sum_to_shape` (undoing broadcasting), `_accumulate`
-#   (how a leaf takes a gradient that nothing else holds without copying it, as PyTorch does);
+#   (how a leaf takes a gradient that nothing else holds without copying it, as PyTorch does),
+#   `sole_holder` (the same test of reference counts lets `outputs[t] = y` write in place);
 #   `minitensor/core/tracing.py` — the one hook a tracer installs;
 # * `minitensor/core/ops/elementwise.py` — the simplest ops, each forward beside its backward;
 #   `minitensor/core/ops/compare.py` — the comparisons, outside the graph;

@@ -120,7 +120,10 @@ class Function:
     writes_input = False
     """True for the op of ``x[index] = v`` in the graph (``ops.indexing.SetItem``): its output is
     the tensor x itself, rebound, and its first input the value x had before, which ops that used
-    x before the write still need their gradients to reach (``backward`` follows the link)."""
+    x before the write still need their gradients to reach (``backward`` follows the link).
+    ``backward`` also tells such a node whether the gradient it gets is backward's alone
+    (``ctx.grad_is_own``): then it zeroes the positions written in that array, not in a copy, so
+    that T writes in a loop (``outputs[t] = y``) cost T slices in backward, not T copies of x."""
 
     # -- what forward uses ------------------------------------------------------------
     def save_for_backward(self, *arrays: Array) -> None:
@@ -286,6 +289,8 @@ def backward(root: Tensor, grad: Tensor | Array | None = None, retain_graph: boo
             raise _freed_graph_error(ctx)
         # The chain rule at this node: dL/d(output) -> dL/d(each input), added to what that
         # input has received along other paths.
+        if ctx.writes_input:
+            ctx.grad_is_own = _unshared(g)
         input_grads = ctx.backward(ctx, g)
         if type(input_grads) is not tuple:
             input_grads = (input_grads,)
@@ -412,6 +417,22 @@ def _accumulate(t: Tensor, g: Array) -> None:
         t.grad = Tensor._make(g.astype(t.data.dtype, copy=True), t._backend, None)
 
 
+def _unshared(g: Array) -> bool:
+    """True if nothing but ``backward``'s variable holds the gradient ``g`` (called from there,
+    as ``_accumulate`` is: the same count of references), and no other array shares its memory."""
+    return sys.getrefcount(g) == _UNSHARED and _owns_memory(g)
+
+
+def sole_holder(t: Tensor) -> bool:
+    """True if nothing but tensor ``t`` can reach its array: no other tensor shares it, no op
+    saved it (or a view of it) for backward, no variable of the caller holds it. Then
+    ``x[index] = v`` in the graph may write into x's array (``Tensor.__setitem__``) instead of a
+    copy: nobody could see the difference, and a loop of T writes costs T slices, not T copies
+    of x (with T of them alive until backward). NumPy decides the same way, by reference
+    counts, when it reuses a temporary in ``a + b + c``."""
+    return sys.getrefcount(t.data) == _HELD_ONCE and _owns_memory(t.data)
+
+
 def _owns_memory(g: Array) -> bool:
     """True if ``g`` is a writeable array whose memory nothing else can reach.
 
@@ -441,21 +462,32 @@ def _base_refcount(view: Array) -> int:
     return sys.getrefcount(base)
 
 
-def _count_references() -> tuple[int, int]:
-    """What ``sys.getrefcount`` reports in ``_accumulate`` for an array that nothing but
-    ``backward``'s variable holds, and in ``_base_refcount`` for the base of a view that
-    nothing but the view holds. Measured once, along the same calls, because Python
-    versions count their own temporary references differently."""
+def _count_references() -> tuple[int, int, int]:
+    """What ``sys.getrefcount`` reports in ``_accumulate`` (and ``_unshared``) for an array that
+    nothing but ``backward``'s variable holds, in ``_base_refcount`` for the base of a view that
+    nothing but the view holds, and in ``sole_holder`` for an array that only its tensor holds.
+    Measured once, along the same calls, because Python versions count their own temporary
+    references differently."""
 
-    def backward_like() -> tuple[int, int]:
+    class Holder:
+        __slots__ = ("data",)  # as Tensor's
+
+        def __init__(self, data: Array) -> None:
+            self.data = data
+
+    def backward_like() -> tuple[int, int, int]:
         g = numpy.empty(2)
-        return accumulate_like(g), _base_refcount(numpy.empty(2)[:1])
+        holder = Holder(numpy.empty(2))
+        return accumulate_like(g), _base_refcount(numpy.empty(2)[:1]), sole_holder_like(holder)
 
     def accumulate_like(g: Array) -> int:
 
         return sys.getrefcount(g)
 
+    def sole_holder_like(t: Any) -> int:
+        return sys.getrefcount(t.data)
+
     return backward_like()
 
 
-_UNSHARED, _ONLY_VIEWED = _count_references()
+_UNSHARED, _ONLY_VIEWED, _HELD_ONCE = _count_references()

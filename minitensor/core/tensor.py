@@ -394,7 +394,9 @@ class Tensor:
         of place, so what earlier ops saved keeps its values), and the ops that used x before the
         write still get the gradient of the value they used (``autograd.backward`` follows the
         write's link). Unlike PyTorch's, such a write does not reach through views: x gets a new
-        array. A leaf that requires grad is refused: write to it under no_grad()."""
+        array -- or keeps its own, written in place, where nothing else can see it
+        (``autograd.sole_holder``; ``outputs[t] = y`` in a loop). A leaf that requires grad is
+        refused: write to it under no_grad()."""
         if grad_mode._enabled and (self.requires_grad or (isinstance(value, Tensor) and value.requires_grad)):
             if self.requires_grad and self._ctx is None:
                 raise GraphError(
@@ -402,10 +404,17 @@ class Tensor:
                     "input created with requires_grad=True); do it inside `with mt.no_grad():` (as "
                     "initialisers do), or write to a copy: y = x.clone(); y[...] = v"
                 )
+            in_place = autograd.sole_holder(self)
             before = Tensor._make(self.data, self._backend, self._ctx)  # the value x had, in the graph
             before._seq = self._seq  # (where the ops that used x find it in backward's order)
-            after = setitem(before, index, value)
+            after = setitem(before, index, value, in_place=in_place)
             self.data, self._ctx, self._seq, self.requires_grad = after.data, after._ctx, after._seq, True
+            if in_place:
+                # x's array holds the new values now, so ``before`` keeps its place in the graph
+                # and its shape, not an array: no backward reads it (the write's needs only the
+                # index), and a reference to x's array would make the next write copy it.
+                xp = self._backend.xp
+                before.data = xp.broadcast_to(xp.empty((), dtype=self.data.dtype), self.data.shape)
             return
         self.data[normalize_index(index, self)] = self._value(value)
 

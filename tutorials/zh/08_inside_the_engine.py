@@ -911,7 +911,8 @@ print(f"this process: rank {here.rank} of {here.size}")
 # * `minitensor/core/autograd.py` —— `Function`（`apply`、`save_for_backward`、`needs_input_grad`、
 #   `differentiable`）、`backward`（堆）、`GradAt`（只在一个切片上非零的梯度，如 `x[t]` 的：加进同一个数组的
 #   那个切片里，所以对 x 的各行循环的开销是线性的）、`sum_to_shape`（撤销广播）、`_accumulate`
-#   （叶子节点如何像 PyTorch 那样，不加复制地接收一个别处都不持有的梯度）；
+#   （叶子节点如何像 PyTorch 那样，不加复制地接收一个别处都不持有的梯度）、`sole_holder`
+#   （同样靠引用计数判断，让 `outputs[t] = y` 原地写入）；
 #   `minitensor/core/tracing.py` —— 追踪器安装的唯一钩子；
 # * `minitensor/core/ops/elementwise.py` —— 最简单的运算，每个运算的前向都紧挨着它的反向；
 #   `minitensor/core/ops/compare.py` —— 比较运算，在计算图之外；

@@ -144,14 +144,17 @@ class SetItem(Function):
     """z = a with z[index] = v (``x[index] = v`` on a tensor in the graph);  dL/da = dL/dz with 0
     at the positions written (their old values no longer matter), dL/dv = dL/dz[index] (summed
     back to v's shape where v was broadcast). Out of place: z is a new array, so the arrays that
-    earlier ops saved for their backward keep the values they saw."""
+    earlier ops saved for their backward keep the values they saw -- unless ``in_place``, which
+    ``Tensor.__setitem__`` passes when nothing else can reach a's array (``autograd.sole_holder``):
+    then z is a itself, and ``outputs[t] = y`` in a loop of T steps writes T slices, not T copies."""
 
     writes_input = True  # the output is x rebound; ``a`` is the value x had (see autograd.backward)
 
     @staticmethod
-    def forward(ctx: Function, a: Array, v: Any, index: Any) -> Array:
+    def forward(ctx: Function, a: Array, v: Any, index: Any, in_place: bool = False) -> Array:
         index = normalize_index(index)
         ctx.index, ctx.v_dtype, ctx.v_shape = index, getattr(v, "dtype", None), getattr(v, "shape", ())
+        ctx.grad_is_own = False  # (autograd.backward says whether the gradient it passes is its alone)
         ctx.mask = select_mask(index, a.shape, v)
         if ctx.mask is not None:
             # one value where a mask of a's own shape says (D2L's X[~mask] = -1e6): a select, which
@@ -163,7 +166,7 @@ class SetItem(Function):
             return ctx.xp.where(ctx.mask, v, a).astype(a.dtype, copy=False)
         if not ctx.backend.on_host and not _is_basic(index):
             index = ctx.index = _check_array_parts(a.shape, index, ctx.backend)
-        z = a.copy()
+        z = a if in_place else a.copy()
         try:
             z[index] = v
         except (IndexError, ValueError) as e:  # a position outside, or values that do not broadcast
@@ -181,10 +184,11 @@ class SetItem(Function):
             xp = ctx.xp
             gv = xp.where(ctx.mask, grad, 0).sum().reshape(ctx.v_shape).astype(ctx.v_dtype) if need_v else None
             return (xp.where(ctx.mask, 0, grad) if need_a else None), gv, None
-        gv = grad[ctx.index].astype(ctx.v_dtype, copy=False) if need_v else None
+        in_place = need_a and ctx.grad_is_own  # grad is backward's alone: zero the slice in it
+        gv = grad[ctx.index].astype(ctx.v_dtype, copy=in_place) if need_v else None
         ga = None
         if need_a:
-            ga = grad.copy()
+            ga = grad if in_place else grad.copy()
             ga[ctx.index] = 0
         return ga, gv, None
 
@@ -202,17 +206,18 @@ def select_mask(index: Any, shape: tuple[int, ...], value: Any) -> Any:
     return mask if mask.dtype.kind == "b" and tuple(mask.shape) == tuple(shape) else None
 
 
-def setitem(a: Tensor, index: Any, value: Any) -> Tensor:
+def setitem(a: Tensor, index: Any, value: Any, in_place: bool = False) -> Tensor:
     """A tensor equal to ``a`` with ``value`` written at ``index`` (what ``x[index] = value`` records
     when x or value is in the graph); value may be a number, an array or a tensor, broadcast to
     the positions. Differentiable in both: the positions written take value's gradient, the rest
-    a's. Where integer-array indexing names one position twice, the last write wins (as in NumPy)."""
+    a's. Where integer-array indexing names one position twice, the last write wins (as in NumPy).
+    ``in_place``: write into a's array (only where nothing else can reach it: see SetItem)."""
     normalize_index(index, a)  # index tensors on another device: a clear error now
     if isinstance(index, Tensor):
         index = (index,)
     if isinstance(value, Tensor) and value.dtype != a.dtype:
         value = value.astype(a.dtype)  # as the assignment into an array would (and differentiable)
-    return SetItem.apply(a, value, index)
+    return SetItem.apply(a, value, index, in_place=in_place)
 
 
 class Embedding(Function):
