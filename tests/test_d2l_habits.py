@@ -306,6 +306,21 @@ def test_writes_in_a_loop_cost_slices_not_copies():
         np.testing.assert_allclose(X.grad.numpy(), 8 * X.detach().numpy(), rtol=1e-6)
 
 
+def test_a_tensor_written_into_itself_writes_the_value_it_had(device):
+    """``y[:] = y`` (or ``y[0] = y`` where y broadcasts): the right-hand side is y's value before
+    the write, as in NumPy and PyTorch -- not the node the write makes (which backward would then
+    visit twice: "the graph through SetItem was freed")."""
+    w = _f64(device, 2)
+    y = w.sum(keepdims=True) * 1.0
+    y[:] = y
+    P = w * 1.0
+    P2 = P.reshape(2, 1) * 1.0
+    P2[0] = P2[1]
+    (y * 3 + P2.sum()).sum().backward()
+    np.testing.assert_allclose(y.numpy(), [w.detach().numpy().sum()])
+    np.testing.assert_allclose(w.grad.numpy(), [3.0, 5.0])
+
+
 def _holders(x):
     """Ways something other than x comes to hold x's array (or a view of it)."""
     return {

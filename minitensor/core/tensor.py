@@ -404,9 +404,11 @@ class Tensor:
                     "input created with requires_grad=True); do it inside `with mt.no_grad():` (as "
                     "initialisers do), or write to a copy: y = x.clone(); y[...] = v"
                 )
-            in_place = autograd.sole_holder(self)
+            in_place = value is not self and autograd.sole_holder(self)
             before = Tensor._make(self.data, self._backend, self._ctx)  # the value x had, in the graph
             before._seq = self._seq  # (where the ops that used x find it in backward's order)
+            if value is self:  # x[index] = x writes the value x had (x itself is about to be the new one)
+                value = before
             after = setitem(before, index, value, in_place=in_place)
             self.data, self._ctx, self._seq, self.requires_grad = after.data, after._ctx, after._seq, True
             if in_place:
