@@ -52,6 +52,11 @@ UNARY = {
 }
 
 
+# a value's shape -> the shapes it may be expanded to (a view with zero strides)
+EXPANDS = {(4,): [(3, 4)], (3, 1): [(3, 4)], (1,): [(4,), (3, 4), (3, 1)], (): [(1,), (4,)]}
+KINDS = ["binary", "unary", "reduce", "read", "view", "clone", "expand", "detach", "fill", "write", "write", "write"]
+
+
 def _shape(index, shape):
     return np.zeros(shape)[index].shape
 
@@ -65,7 +70,7 @@ def programs(draw):
     steps = []
     for _ in range(draw(st.integers(1, 12))):
         n = len(shapes)
-        kind = draw(st.sampled_from(["binary", "unary", "reduce", "read", "view", "detach", "write", "write", "write"]))
+        kind = draw(st.sampled_from(KINDS))
         i = draw(st.integers(0, n - 1))
         if kind == "binary":
             j = draw(st.integers(0, n - 1))
@@ -88,9 +93,13 @@ def programs(draw):
                 continue
             steps.append(("read", i, index))
             shapes.append(target)
-        elif kind == "view":
-            steps.append(("view", i))
+        elif kind in ("view", "clone"):
+            steps.append((kind, i))
             shapes.append(shapes[i])
+        elif kind == "expand" and EXPANDS.get(shapes[i]):
+            shape = draw(st.sampled_from(EXPANDS[shapes[i]]))
+            steps.append(("expand", i, shape))  # a read-only view: a write to it must copy
+            shapes.append(shape)
         elif kind == "detach":
             steps.append(("detach", i))
             shapes.append(shapes[i])
@@ -111,6 +120,13 @@ def programs(draw):
                 j = draw(st.sampled_from(fits))
                 steps.append(("write", i, index, j))
                 grad[i] = True
+            continue
+        elif kind == "fill" and grad[i] and writable[i]:  # x[index] = a number, or D2L's X[~mask] = -1e6
+            mask = draw(st.lists(st.booleans(), min_size=int(np.prod(shapes[i])), max_size=int(np.prod(shapes[i]))))
+            index = draw(st.sampled_from([*INDICES[shapes[i]], np.array(mask, bool).reshape(shapes[i])]))
+            steps.append(
+                ("fill", i, index, draw(st.sampled_from([0.0, -7.0, 2.5])))
+            )  # (-1e6 would swamp the differences)
             continue
         else:
             continue
@@ -148,8 +164,15 @@ def run_minitensor(steps, inputs, hold):
         elif kind == "view":
             x = values[step[1]]
             values.append(x.reshape(-1).reshape(x.shape))
+        elif kind == "clone":
+            values.append(values[step[1]].clone())
+        elif kind == "expand":
+            values.append(values[step[1]].expand(*step[2]))
         elif kind == "detach":
             values.append(values[step[1]].detach())
+        elif kind == "fill":
+            _, i, index, number = step
+            values[i][mt.tensor(index, device=values[i].device) if isinstance(index, np.ndarray) else index] = number
         else:  # x[index] = v: the tensor object is rebound, every later use sees the new value
             _, i, index, j = step
             values[i][index] = values[j]
@@ -175,15 +198,22 @@ def run_numpy(steps, inputs, constants=None):
             values.append(np.asarray(values[i].sum(axis=axis, keepdims=keepdims)))
         elif kind == "read":
             values.append(np.array(values[step[1]][step[2]]))
-        elif kind == "view":
+        elif kind in ("view", "clone"):
             values.append(values[step[1]].copy())
+        elif kind == "expand":
+            values.append(np.broadcast_to(values[step[1]], step[2]).copy())
+        elif kind == "fill":
+            _, i, index, number = step
+            new = np.array(values[i])  # (a copy, an array even where NumPy made a scalar)
+            new[index] = number
+            values[i] = new
         elif kind == "detach":
             if constants is None:
                 recorded[k] = values[step[1]].copy()
             values.append(recorded[k].copy())
         else:
             _, i, index, j = step
-            new = values[i].copy()
+            new = np.array(values[i])  # (a copy, an array even where NumPy made a scalar)
             new[index] = values[j]
             values[i] = new
     return values, recorded
