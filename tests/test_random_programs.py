@@ -54,7 +54,9 @@ UNARY = {
 
 # a value's shape -> the shapes it may be expanded to (a view with zero strides)
 EXPANDS = {(4,): [(3, 4)], (3, 1): [(3, 4)], (1,): [(4,), (3, 4), (3, 1)], (): [(1,), (4,)]}
-KINDS = ["binary", "unary", "reduce", "read", "view", "clone", "expand", "detach", "fill", "write", "write", "write"]
+# a value's shape -> the ways to cut it into pieces (``for row in x``, chunk, split) and their shapes
+PIECES = {(3, 4): {"rows": [(4,)] * 3, "columns": [(3, 1)] * 4}, (3, 1): {"rows": [(1,)] * 3, "split": [(1,)] * 3}}
+KINDS = ["binary", "unary", "reduce", "read", "view", "clone", "expand", "pieces", "detach", "fill"] + ["write"] * 3
 
 
 def _shape(index, shape):
@@ -96,6 +98,14 @@ def programs(draw):
         elif kind in ("view", "clone"):
             steps.append((kind, i))
             shapes.append(shapes[i])
+        elif kind == "pieces" and PIECES.get(shapes[i]):
+            how = draw(st.sampled_from(sorted(PIECES[shapes[i]])))
+            steps.append(("pieces", i, how))  # several results of one op: slices of one gradient
+            for shape in PIECES[shapes[i]][how]:
+                shapes.append(shape)
+                grad.append(grad[i])
+                writable.append(True)
+            continue
         elif kind == "expand" and EXPANDS.get(shapes[i]):
             shape = draw(st.sampled_from(EXPANDS[shapes[i]]))
             steps.append(("expand", i, shape))  # a read-only view: a write to it must copy
@@ -166,6 +176,12 @@ def run_minitensor(steps, inputs, hold):
             values.append(x.reshape(-1).reshape(x.shape))
         elif kind == "clone":
             values.append(values[step[1]].clone())
+        elif kind == "pieces":
+            x, how = values[step[1]], step[2]
+            if how == "split":  # (3, 1) -> three (1, 1), reversed, each reshaped to (1,)
+                values.extend(p.reshape(1) for p in x.split(1)[::-1])
+            else:
+                values.extend(list(x) if how == "rows" else x.chunk(4, axis=1))
         elif kind == "expand":
             values.append(values[step[1]].expand(*step[2]))
         elif kind == "detach":
@@ -202,6 +218,13 @@ def run_numpy(steps, inputs, constants=None):
             values.append(values[step[1]].copy())
         elif kind == "expand":
             values.append(np.broadcast_to(values[step[1]], step[2]).copy())
+        elif kind == "pieces":
+            x, how = values[step[1]], step[2]
+            if how == "split":  # (3, 1) -> three (1, 1), reversed: seen as (1,) each
+                pieces = [p.reshape(1) for p in np.split(x, 3)[::-1]]
+            else:
+                pieces = list(x) if how == "rows" else np.split(x, 4, axis=1)
+            values.extend(np.array(p) for p in pieces)
         elif kind == "fill":
             _, i, index, number = step
             new = np.array(values[i])  # (a copy, an array even where NumPy made a scalar)
