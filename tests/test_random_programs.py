@@ -15,6 +15,7 @@ respect to each input must equal central differences of the NumPy program.
 
 import numpy as np
 import pytest
+from conftest import DEVICES
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -270,7 +271,7 @@ def numeric_gradients(steps, inputs, weights, eps=1e-6):
     return grads
 
 
-@pytest.mark.parametrize("device", ["cpu", "strict"])
+@pytest.mark.parametrize("device", DEVICES)  # (and "cuda" where CuPy finds a GPU: pytest -m gpu)
 @settings(max_examples=80, deadline=None)
 @given(case=programs(), seed=st.integers(0, 2**16))
 def test_a_random_program_has_numpys_values_and_its_gradients(device, case, seed):
