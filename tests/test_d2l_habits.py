@@ -321,6 +321,25 @@ def test_a_tensor_written_into_itself_writes_the_value_it_had(device):
     np.testing.assert_allclose(w.grad.numpy(), [3.0, 5.0])
 
 
+def test_a_copied_write_lets_the_old_value_go():
+    """Where a write must copy (here a detached tensor shares x's array for one step), the graph
+    does not keep the old array: it lives as long as its other holders (here until the next
+    step), not until backward -- T writes would otherwise keep T copies of x."""
+    import weakref
+
+    X = mt.randn(6, 5, requires_grad=True)
+    outputs = mt.zeros(6, 5)
+    old = []
+    for t in range(6):
+        last = outputs.detach()  # a second holder of outputs' array: this write copies
+        old.append(weakref.ref(last.data))
+        outputs[t] = X[t] * 2
+    del last
+    assert sum(ref() is not None for ref in old) == 0
+    (outputs * outputs).sum().backward()
+    np.testing.assert_allclose(X.grad.numpy(), 8 * X.detach().numpy(), rtol=1e-6)
+
+
 def _holders(x):
     """Ways something other than x comes to hold x's array (or a view of it)."""
     return {

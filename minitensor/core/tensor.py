@@ -411,12 +411,11 @@ class Tensor:
                 value = before
             after = setitem(before, index, value, in_place=in_place)
             self.data, self._ctx, self._seq, self.requires_grad = after.data, after._ctx, after._seq, True
-            if in_place:
-                # x's array holds the new values now, so ``before`` keeps its place in the graph
-                # and its shape, not an array: no backward reads it (the write's needs only the
-                # index), and a reference to x's array would make the next write copy it.
-                xp = self._backend.xp
-                before.data = xp.broadcast_to(xp.empty((), dtype=self.data.dtype), self.data.shape)
+            # ``before`` keeps its place in the graph and its shape, not its array: no backward
+            # reads that (the write's needs only the index); held, it would keep every earlier
+            # value of x alive until backward, or, written in place, make the next write copy.
+            xp = self._backend.xp
+            before.data = xp.broadcast_to(xp.empty((), dtype=self.data.dtype), self.data.shape)
             return
         self.data[normalize_index(index, self)] = self._value(value)
 
