@@ -2,7 +2,7 @@
 # # 8. Inside the engine: reverse-mode autograd and a fused softmax kernel
 #
 # Every model of the previous tutorials was trained by gradient descent, and every
-# gradient came from one place: `minitensor/core/autograd.py`, about 300 lines. This tutorial
+# gradient came from one place: `minitensor/core/autograd.py`, about 500 lines. This tutorial
 # opens it. We
 #
 # 1. write reverse-mode automatic differentiation (反向模式自动微分) from scratch for scalars,
@@ -13,7 +13,7 @@
 #    (前向传播 / 反向传播), and check it with `mt.gradcheck`, the gradient check (梯度检验) —
 #    which also catches a deliberately wrong backward;
 # 4. draw the graph of scaled dot-product attention and watch the order in which
-#    `backward` visits its nodes;
+#    `backward` visits its nodes, and what a write `x[i] = v` into a tensor in the graph becomes;
 # 5. see why the softmax at the heart of attention runs as a *fused* numba kernel (融合计算内核), and
 #    time it against plain NumPy;
 # 6. leave the single process: trace one step of data-parallel training over three simulated
@@ -506,6 +506,59 @@ with expect_error("a third backward through the graph the second one freed", mt.
     y.backward()
 
 # %% [markdown]
+# ## Writing into a tensor in the graph
+#
+# D2L's `masked_softmax` writes `X[~mask] = -1e6` into scores that require grad, and PyTorch
+# users fill a decoder's outputs with `outputs[t] = y`. minitensor records such a write as an
+# op, `SetItem` in `ops/indexing.py`: x is rebound to a new node whose input is the value x
+# had, so the ops that used x before the write still send their gradient to the value they
+# used. Its backward is one line each way: the positions written take the gradient of `v`,
+# the others that of the old x.
+#
+# Where does the new value live? If an op saved x's array for its backward (a product does),
+# writing into that array would change what the backward reads: the write must copy. If
+# nothing but x holds the array, nobody could tell a copy from a write in place, and a loop of
+# T writes that copied would move T arrays of x's size (T² work). `autograd.sole_holder`
+# decides by counting the references to the array (`sys.getrefcount`), as NumPy does when it
+# reuses the temporary of `a + b` in `a + b + c`. Below, the same loop twice: once as written,
+# once with a detached tensor sharing `outputs`' array at every write (a second holder). A weak
+# reference, which is not a holder, tells whether `outputs` kept its array.
+
+# %%
+import weakref
+
+
+def fill(steps, second_holder):
+    """outputs[t] = tanh(2 X[t]) for every step t, then backward: (kept its array?, seconds)."""
+    X = mt.randn(steps, 32, 256, requires_grad=True)
+    outputs = mt.zeros(steps, 32, 256)
+    first_array = weakref.ref(outputs.data)
+    start = timeit.default_timer()
+    for t in range(steps):
+        other = outputs.detach() if second_holder else None  # shares outputs' array
+        outputs[t] = (X[t] * 2).tanh()
+    del other
+    (outputs * outputs).sum().backward()
+    seconds = timeit.default_timer() - start
+    y = np.tanh(2 * X.detach().numpy())
+    assert np.allclose(X.grad.numpy(), 4 * y * (1 - y**2), atol=1e-5), "the same gradient either way"
+    return first_array() is outputs.data, seconds
+
+
+for steps in pick((50, 100, 200), (10, 20)):
+    runs = {holder: [fill(steps, holder) for _ in range(3)] for holder in (False, True)}
+    assert all(kept for kept, _ in runs[False]) and not any(kept for kept, _ in runs[True])
+    alone, shared = (min(seconds for _, seconds in runs[holder]) for holder in (False, True))
+    print(f"{steps:3d} steps: written in place {alone * 1e3:6.1f} ms, copied at every write {shared * 1e3:6.1f} ms")
+
+# %% [markdown]
+# Written in place, the time doubles with the number of steps; copied, it grows faster: T
+# copies of a tensor whose size grows with T (the fastest of three runs each). Either way the write's node keeps only the shape of the value x had,
+# not its array: an old value lives as long as its other holders (an op that saved it), not
+# until backward. PyTorch writes in place always and keeps a version counter on each tensor:
+# a backward that needs a value written since raises an error instead of copying.
+
+# %% [markdown]
 # ## Why the softmax kernel is fused
 #
 # Attention computes a softmax over every row of its (batch, heads, queries, keys) scores;
@@ -926,11 +979,15 @@ print(f"this process: rank {here.rank} of {here.size}")
 # 2. Extend the from-scratch `Value` with `__pow__`, `exp` and division, and train a
 #    one-neuron regression with it. Then make `graph()` recursive and find the depth at which
 #    a chain of `Value`s breaks.
-# 3. Write a fused *masked* softmax for (rows, n) scores and `valid_lens` in numba (one row per
+# 3. Which of these make the next `outputs[t] = y` copy: `row = outputs[0]`, `host =
+#    outputs.numpy()`, `doubled = outputs * 2`, `squared = outputs * outputs`? Predict, then
+#    check with a weak reference as `fill` does. Why does `x[0] = x[1]` copy, although `x[1]` is
+#    only read?
+# 4. Write a fused *masked* softmax for (rows, n) scores and `valid_lens` in numba (one row per
 #    `prange` iteration, zeros past the valid length, zeros for a row with none), compare it
 #    with `reference.softmax_forward(np, x, lens)` and with `cpu.softmax_forward(x, lens)`,
 #    and time the three.
-# 4. Run the trace with `R = 12` ranks for the 10 rows: two shards are empty. What does
+# 5. Run the trace with `R = 12` ranks for the 10 rows: two shards are empty. What does
 #    `allreduce_gradients` add for them, and does every rank still hold one process's
 #    gradient? Then build replica 1 with `dropout=0.1`: why do the replicas stay identical
 #    after the step, although the gradient no longer equals one process's?

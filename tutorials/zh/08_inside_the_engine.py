@@ -2,7 +2,7 @@
 # # 8. 引擎内部：反向模式自动微分与融合的 softmax 计算内核
 #
 # 前面各个教程中的每个模型都是用梯度下降训练的，而每个梯度都出自同一个地方：
-# `minitensor/core/autograd.py`，大约 300 行代码。本教程就来打开它。我们将：
+# `minitensor/core/autograd.py`，大约 500 行代码。本教程就来打开它。我们将：
 #
 # 1. 从零开始为标量编写反向模式自动微分（reverse-mode automatic differentiation），
 #    只用 30 行，并与 minitensor 的结果相互核对；
@@ -11,7 +11,8 @@
 # 3. 编写我们自己的可微运算，即一个带有 `forward` 和 `backward`（前向传播 / 反向传播）的
 #    `mt.Function`，并用梯度检验（gradient check）`mt.gradcheck` 检查它——
 #    它也能查出一个故意写错的 `backward`；
-# 4. 画出缩放点积注意力的计算图，观察 `backward` 访问各个节点的顺序；
+# 4. 画出缩放点积注意力的计算图，观察 `backward` 访问各个节点的顺序，
+#    以及写入计算图中张量的 `x[i] = v` 变成了什么；
 # 5. 弄清注意力核心处的 softmax 为什么以*融合*的 numba 计算内核（fused kernel）运行，
 #    并与普通的 NumPy 实现比较运行时间；
 # 6. 走出单个进程：在三个模拟的进程上追踪数据并行训练的一步，看看为什么它们的梯度要按
@@ -495,6 +496,57 @@ with expect_error("a third backward through the graph the second one freed", mt.
     y.backward()
 
 # %% [markdown]
+# ## 写入计算图中的张量
+#
+# D2L 的 `masked_softmax` 在需要梯度的评分上写入 `X[~mask] = -1e6`，PyTorch 用户也常用
+# `outputs[t] = y` 逐步填好解码器的输出。minitensor 把这样的写入记录为一个运算，即
+# `ops/indexing.py` 中的 `SetItem`：x 被重新绑定到一个新节点，这个节点的输入是 x 原来的值，
+# 所以在写入之前用过 x 的运算，仍把梯度传给它们当时用到的那个值。它的反向传播两边各一行：
+# 被写入的位置取 `v` 的梯度，其余位置取旧 x 的梯度。
+#
+# 新值放在哪里？如果某个运算为反向传播保存了 x 的数组（乘积就会保存），往这个数组里写就会改变
+# 反向传播读到的值：写入必须复制。如果除了 x 之外没有谁持有这个数组，复制与原地写入就无从区分，
+# 而每次都复制的话，一个写入 T 次的循环要搬动 T 个与 x 一样大的数组（T² 的工作量）。
+# `autograd.sole_holder` 通过数一数数组的引用（`sys.getrefcount`）来决定，正如 NumPy 在
+# `a + b + c` 中复用 `a + b` 的临时数组时所做的那样。下面把同一个循环运行两遍：一遍照原样写，
+# 一遍在每次写入时都让一个分离出来的张量共享 `outputs` 的数组（第二个持有者）。弱引用不是持有者，
+# 它告诉我们 `outputs` 是否保留了自己的数组。
+
+# %%
+import weakref
+
+
+def fill(steps, second_holder):
+    """outputs[t] = tanh(2 X[t]) for every step t, then backward: (kept its array?, seconds)."""
+    X = mt.randn(steps, 32, 256, requires_grad=True)
+    outputs = mt.zeros(steps, 32, 256)
+    first_array = weakref.ref(outputs.data)
+    start = timeit.default_timer()
+    for t in range(steps):
+        other = outputs.detach() if second_holder else None  # shares outputs' array
+        outputs[t] = (X[t] * 2).tanh()
+    del other
+    (outputs * outputs).sum().backward()
+    seconds = timeit.default_timer() - start
+    y = np.tanh(2 * X.detach().numpy())
+    assert np.allclose(X.grad.numpy(), 4 * y * (1 - y**2), atol=1e-5), "the same gradient either way"
+    return first_array() is outputs.data, seconds
+
+
+for steps in pick((50, 100, 200), (10, 20)):
+    runs = {holder: [fill(steps, holder) for _ in range(3)] for holder in (False, True)}
+    assert all(kept for kept, _ in runs[False]) and not any(kept for kept, _ in runs[True])
+    alone, shared = (min(seconds for _, seconds in runs[holder]) for holder in (False, True))
+    print(f"{steps:3d} steps: written in place {alone * 1e3:6.1f} ms, copied at every write {shared * 1e3:6.1f} ms")
+
+# %% [markdown]
+# 原地写入时，耗时随步数翻倍而翻倍；每次都复制时，耗时增长得更快：T 次复制一个大小随 T 增长的张量
+# （每种情况取三次运行中最快的一次）。无论哪种情况，写入的节点都只保留 x 原来的值的形状，
+# 而不保留它的数组：一个旧值只在它的其他持有者（比如保存了它的运算）还在时才存活，而不是一直活到
+# 反向传播。PyTorch 总是原地写入，并给每个张量配一个版本计数器：如果反向传播需要的值在此后被写过，
+# 它会报错，而不是去复制。
+
+# %% [markdown]
 # ## 为什么 softmax 计算内核是融合的
 #
 # 注意力要对形状为（批量大小, 头数, 查询数, 键数）的评分的每一行计算 softmax；
@@ -896,11 +948,14 @@ print(f"this process: rank {here.rank} of {here.size}")
 #    （符号写反、漏掉因子 2、在原地修改某个输入*之后*才保存它），读一读 gradcheck 给出的信息。
 # 2. 为从零实现的 `Value` 添加 `__pow__`、`exp` 和除法，并用它训练一个单神经元的回归模型。
 #    然后把 `graph()` 改成递归实现，找出 `Value` 链长到多深时会出错。
-# 3. 用 numba 为形状为 (rows, n) 的评分和 `valid_lens` 编写一个融合的*掩蔽* softmax
+# 3. 下面哪些会让接下来的 `outputs[t] = y` 复制：`row = outputs[0]`、`host = outputs.numpy()`、
+#    `doubled = outputs * 2`、`squared = outputs * outputs`？先预测，再用 `fill` 中那样的弱引用检验。
+#    为什么 `x[0] = x[1]` 会复制，尽管 `x[1]` 只是被读取？
+# 4. 用 numba 为形状为 (rows, n) 的评分和 `valid_lens` 编写一个融合的*掩蔽* softmax
 #    （每次 `prange` 迭代处理一行，有效长度之外为零，没有有效元素的行全为零），
 #    把它与 `reference.softmax_forward(np, x, lens)` 和 `cpu.softmax_forward(x, lens)` 相比较，
 #    并对三者计时。
-# 4. 用 `R = 12` 个进程对这 10 行运行追踪：有两个分片是空的。`allreduce_gradients` 为它们
+# 5. 用 `R = 12` 个进程对这 10 行运行追踪：有两个分片是空的。`allreduce_gradients` 为它们
 #    加上了什么？每个进程是否仍然持有单个进程的梯度？然后用 `dropout=0.1` 构建副本 1：
 #    为什么更新之后各副本仍然相同，尽管梯度已经不再等于单个进程的梯度？
 #
