@@ -553,10 +553,11 @@ for steps in pick((50, 100, 200), (10, 20)):
 
 # %% [markdown]
 # Written in place, the time doubles with the number of steps; copied, it grows faster: T
-# copies of a tensor whose size grows with T (the fastest of three runs each). Either way the write's node keeps only the shape of the value x had,
-# not its array: an old value lives as long as its other holders (an op that saved it), not
-# until backward. PyTorch writes in place always and keeps a version counter on each tensor:
-# a backward that needs a value written since raises an error instead of copying.
+# copies of a tensor whose size grows with T (the fastest of three runs each). Either way the
+# write's node keeps only the shape of the value x had, not its array: an old value lives as
+# long as its other holders (an op that saved it), not until backward. PyTorch writes in place
+# always and keeps a version counter on each tensor: a backward that needs a value written
+# since raises an error instead of copying.
 
 # %% [markdown]
 # ## Why the softmax kernel is fused
