@@ -57,7 +57,12 @@ UNARY = {
 EXPANDS = {(4,): [(3, 4)], (3, 1): [(3, 4)], (1,): [(4,), (3, 4), (3, 1)], (): [(1,), (4,)]}
 # a value's shape -> the ways to cut it into pieces (``for row in x``, chunk, split) and their shapes
 PIECES = {(3, 4): {"rows": [(4,)] * 3, "columns": [(3, 1)] * 4}, (3, 1): {"rows": [(1,)] * 3, "split": [(1,)] * 3}}
-KINDS = ["binary", "unary", "reduce", "read", "view", "clone", "expand", "pieces", "detach", "fill"] + ["write"] * 3
+KINDS = ["binary", "unary", "matmul", "reduce", "read", "view", "clone", "expand", "pieces", "detach", "fill"] + [
+    "write"
+] * 3
+
+
+MATRIX = np.random.default_rng(7).standard_normal((4, 4)) / 2
 
 
 def _shape(index, shape):
@@ -84,6 +89,9 @@ def programs(draw):
             continue
         elif kind == "unary":
             steps.append(("unary", draw(st.sampled_from(sorted(UNARY))), i))
+            shapes.append(shapes[i])
+        elif kind == "matmul" and shapes[i] in ((3, 4), (4,)):  # x @ W, W a constant (4, 4): saves x
+            steps.append(("matmul", i))
             shapes.append(shapes[i])
         elif kind == "reduce" and REDUCTIONS[shapes[i]]:
             axis, keepdims = draw(st.sampled_from(REDUCTIONS[shapes[i]]))
@@ -167,6 +175,9 @@ def run_minitensor(steps, inputs, hold):
             values.append(BINARY[step[1]][0](values[step[2]], values[step[3]]))
         elif kind == "unary":
             values.append(UNARY[step[1]][0](values[step[2]]))
+        elif kind == "matmul":
+            x = values[step[1]]
+            values.append(x @ mt.tensor(MATRIX, dtype=x.dtype, device=x.device))
         elif kind == "reduce":
             _, i, axis, keepdims = step
             values.append(values[i].sum(axis=axis, keepdims=keepdims))
@@ -210,6 +221,8 @@ def run_numpy(steps, inputs, constants=None):
             values.append(BINARY[step[1]][1](values[step[2]], values[step[3]]))
         elif kind == "unary":
             values.append(UNARY[step[1]][1](values[step[2]]))
+        elif kind == "matmul":
+            values.append(values[step[1]] @ MATRIX)
         elif kind == "reduce":
             _, i, axis, keepdims = step
             values.append(np.asarray(values[i].sum(axis=axis, keepdims=keepdims)))
