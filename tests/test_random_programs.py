@@ -3,13 +3,15 @@ fan-out, views, detached values and writes in the graph.
 
 Each op has its own gradient test (test_gradients.py); what those cannot reach is how the
 engine joins them: a value used by many later ops, a slice's gradient added into one array
-(``autograd.GradAt``), a leaf taking a gradient without a copy, ``x[index] = v`` rebinding x
--- in place where nothing else can reach x's array, out of place where something can -- while
-the ops that used x before the write still reach the value they used. Those paths decide by
-who holds an array (reference counts), so a program written by hypothesis, mixing them in any
-order, is run on minitensor and, step by step, on plain NumPy arrays with the semantics of
+(``autograd.GradAt``), pieces of one op (``for row in x``, ``chunk``, ``split``), views
+(reshaped, or expanded with zero strides), ops that save their inputs, a leaf taking a gradient
+without a copy, ``x[index] = v`` and D2L's ``X[~mask] = -1e6`` rebinding x -- in place where
+nothing else can reach x's array, out of place where something can -- while the ops that used
+x before the write still reach the value they used. Those paths decide by who holds an array
+(reference counts), so a program written by hypothesis, mixing them in any order, is run on
+minitensor and, step by step, on plain NumPy arrays with the semantics of
 ``docs/pytorch_differences.md`` (a write in the graph makes a new value; a detached value is a
-constant). The loss is a weighted sum of every value's final binding; its gradient with
+constant). The loss is a weighted sum of some of the values' final bindings; its gradient with
 respect to each input must equal central differences of the NumPy program.
 """
 
