@@ -145,7 +145,7 @@ def test_the_gpu_backend_computes_gelu_with_one_kernel_each_way(cuda):
 
 
 def test_a_leaf_takes_a_fresh_gradient_as_it_is_and_copies_a_shared_one(cuda):
-    """autograd._accumulate on CuPy's arrays: a gradient that views nothing and that nothing else
+    """autograd._accumulate (with _unshared) on CuPy's arrays: a gradient that views nothing and that nothing else
     holds becomes ``.grad`` without a copy (a launch per parameter per step); one that is shared
     (Add hands the caller's gradient to both inputs) is copied, so each ``.grad`` is its own."""
     a, b = (mt.randn(4, device=cuda, requires_grad=True) for _ in range(2))

@@ -282,7 +282,8 @@ def backward(root: Tensor, grad: Tensor | Array | None = None, retain_graph: boo
             owned.discard(id(g))  # from here on, the node's backward may hand it on as it is
         ctx = t._ctx
         if ctx is None or t._retain_grad:
-            _accumulate(t, g)
+            unshared = ctx is None and _unshared(g)  # (only a leaf may take g itself; asked before
+            _accumulate(t, g, unshared)  # the call, whose arguments would count as holders of g)
             if ctx is None:
                 continue
         if ctx.inputs is None:
@@ -399,7 +400,7 @@ def _root_gradient(root: Tensor, grad: Tensor | Array | None) -> Array:
     return grad
 
 
-def _accumulate(t: Tensor, g: Array) -> None:
+def _accumulate(t: Tensor, g: Array, unshared: bool) -> None:
     """Add ``g`` to ``t.grad``, which always ends up an array of its own.
 
     ``.grad`` must be safe to update in place (gradient clipping, weight decay). ``g`` may
@@ -407,19 +408,22 @@ def _accumulate(t: Tensor, g: Array) -> None:
     read-only broadcast view (from ``sum``) or the caller's array: then ``.grad`` is a copy.
     But most often ``g`` is a fresh array that nothing else holds (a product's, a
     softmax's), and copying it would cost a pass over memory for nothing: then the leaf
-    takes it as it is, as PyTorch does (it too counts the references to decide).
+    takes it as it is, as PyTorch does (it too counts the references to decide: backward
+    asks ``_unshared`` and passes the answer as ``unshared``).
     """
     if t.grad is not None:
         t.grad = Tensor._make(t.grad.data + g, t._backend, None)
-    elif t._ctx is None and g.dtype == t.data.dtype and sys.getrefcount(g) == _UNSHARED and _owns_memory(g):
+    elif unshared and g.dtype == t.data.dtype:
         t.grad = Tensor._make(g, t._backend, None)
     else:
         t.grad = Tensor._make(g.astype(t.data.dtype, copy=True), t._backend, None)
 
 
 def _unshared(g: Array) -> bool:
-    """True if nothing but ``backward``'s variable holds the gradient ``g`` (called from there,
-    as ``_accumulate`` is: the same count of references), and no other array shares its memory."""
+    """True if nothing but ``backward``'s variable holds the gradient ``g`` (called from there
+    alone: the count of references depends on the calls in between), and no other array shares
+    its memory. A leaf takes such a gradient as its ``.grad``; ``x[index] = v``'s backward
+    zeroes the written slice in it."""
     return sys.getrefcount(g) == _UNSHARED and _owns_memory(g)
 
 
@@ -443,7 +447,7 @@ def _owns_memory(g: Array) -> bool:
     A device array (CuPy's): one that views no other array, ``base`` None. On a GPU the copy
     is not only a pass over memory but a kernel launch, one per parameter in every step, for
     a step whose time is mostly launches. (CuPy's views always name their base, its arrays are
-    always writeable, and the reference count in ``_accumulate`` has ruled out a second holder.)
+    always writeable, and the reference count in ``_unshared`` has ruled out a second holder.)
     """
     if type(g) is not numpy.ndarray:
         return getattr(g, "base", g) is None  # an array type without ``base``: assume shared
@@ -463,8 +467,8 @@ def _base_refcount(view: Array) -> int:
 
 
 def _count_references() -> tuple[int, int, int]:
-    """What ``sys.getrefcount`` reports in ``_accumulate`` (and ``_unshared``) for an array that
-    nothing but ``backward``'s variable holds, in ``_base_refcount`` for the base of a view that
+    """What ``sys.getrefcount`` reports in ``_unshared`` for an array that nothing but
+    ``backward``'s variable holds, in ``_base_refcount`` for the base of a view that
     nothing but the view holds, and in ``sole_holder`` for an array that only its tensor holds.
     Measured once, along the same calls, because Python versions count their own temporary
     references differently."""
@@ -478,10 +482,9 @@ def _count_references() -> tuple[int, int, int]:
     def backward_like() -> tuple[int, int, int]:
         g = numpy.empty(2)
         holder = Holder(numpy.empty(2))
-        return accumulate_like(g), _base_refcount(numpy.empty(2)[:1]), sole_holder_like(holder)
+        return unshared_like(g), _base_refcount(numpy.empty(2)[:1]), sole_holder_like(holder)
 
-    def accumulate_like(g: Array) -> int:
-
+    def unshared_like(g: Array) -> int:
         return sys.getrefcount(g)
 
     def sole_holder_like(t: Any) -> int:
