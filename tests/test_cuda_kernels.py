@@ -385,6 +385,35 @@ def test_dropout_keeps_about_one_minus_p_and_strides_over_a_small_grid():
     )
 
 
+def test_a_seed_on_the_device_is_read_where_it_lies(kernels):
+    """In a captured CUDA graph a dropout's seed is a uint64 on the device that the graph rewrites
+    before each replay: the kernel, given its address, drops what it drops given the number, and
+    a seed rewritten in that word changes the mask (the same launch arguments)."""
+    x = rng_for("seed on device").standard_normal(999).astype(np.float32)
+    threshold, scale = round(0.4 * 2**32), 1 / 0.6
+    word = np.array(2**61 + 5, np.uint64).reshape(())  # a 0-d array: a captured seed, table[k]
+    first = kernels.dropout(x, word, threshold, scale)
+    np.testing.assert_array_equal(first, kernels.dropout(x, 2**61 + 5, threshold, scale))
+    word[...] = 77
+    np.testing.assert_array_equal(kernels.dropout(x, word, threshold, scale), kernels.dropout(x, 77, threshold, scale))
+    with pytest.raises(TypeError, match="one uint64"):
+        kernels.dropout(x, np.array([1, 2], np.uint64), threshold, scale)
+
+
+def test_seeds_drawn_on_the_device_are_the_hosts_draws():
+    """``draw_seeds`` fills a graph's table with the draws the CuPy backend's ``draw_seed`` would
+    have made on the host (a replayed step drops what an eager one would), over a small grid."""
+    from minitensor.backends.cupy_backend import CupyBackend, _splitmix64
+
+    host = CupyBackend.__new__(CupyBackend)  # its generator alone: no CuPy needed
+    host.seed(2**63 + 12345)
+    skipped = [host.draw_seed() for _ in range(5)]
+    want = [host.draw_seed() for _ in range(300)]
+    seeds = np.zeros(300, np.uint64)
+    emulated(elementwise_threads=32, max_blocks=3).draw_seeds(seeds, _splitmix64(2**63 + 12345), len(skipped) + 1)
+    assert seeds.tolist() == want
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_gelu_matches_its_reference(kernels, dtype):
     """Against the float64 reference; float32 within a few ulp of erfcf far out in the tail."""
@@ -679,7 +708,8 @@ DROPOUT_SEED = 11
 
 
 def check_attention(
-    kernels, B, H, G, Q, K, d, dtype, causal, lens, seed=0, bias=None, table_grad=False, dropout=0.0
+    kernels, B, H, G, Q, K, d, dtype, causal, lens, seed=0, bias=None, table_grad=False, dropout=0.0,
+    seed_on_device=False,
 ):  # fmt: skip
     rng = np.random.default_rng(seed)
     q = rng.standard_normal((B, H, Q, d)).astype(dtype)
@@ -689,10 +719,12 @@ def check_attention(
     want = tiled_attention(q, k, v, lens, causal, scale, grad, bias, table_grad, dropout)
     by_row = None if lens is None else np.broadcast_to(np.asarray(lens).reshape(B, -1), (B, Q))
     table = {} if bias is None else dict(table=bias[0], window=bias[1], shift=bias[3] - bias[2])
-    if dropout:  # the seed the tiles drew, drawn again
+    if dropout:  # the seed the tiles drew, drawn again (as a captured graph holds it, on the device)
         mt.manual_seed(DROPOUT_SEED)
         scale_kept = 1 / (1 - dropout) if dropout < 1 else 0.0
-        table["dropout"] = (mt.zeros(1)._backend.draw_seed(), round(dropout * 2**32), scale_kept)
+        drawn = mt.zeros(1)._backend.draw_seed()
+        seed = np.array(drawn, np.uint64).reshape(()) if seed_on_device else drawn
+        table["dropout"] = (seed, round(dropout * 2**32), scale_kept)
     out, lse = kernels.attention_forward(q, k, v, by_row, causal, scale, **table)
     if table_grad:
         table["table_grad"] = True
@@ -730,6 +762,11 @@ def test_streamed_attention_with_dropout_on_the_weights(splits, dtype, B, H, G, 
     of ``mt.dropout`` on the whole (B, H, Q, K) weights, from the same seed, made again in dQ and
     in dK/dV), the softmax's log-sum-exp untouched, with one walker a row and with four."""
     check_attention(emulated(attention_splits=splits), B, H, G, Q, K, d, dtype, causal, lens, dropout=0.3)
+
+
+def test_streamed_dropout_reads_a_seed_on_the_device():
+    """The three kernels read a captured graph's seed at its address: the same weights dropped."""
+    check_attention(emulated(), 2, 4, 2, 37, 45, 8, np.float32, True, [30, 45], dropout=0.3, seed_on_device=True)
 
 
 def test_streamed_dropout_with_a_learned_bias_and_edge_probabilities():

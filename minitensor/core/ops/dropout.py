@@ -66,7 +66,7 @@ def apply_counter_mask(
     dtype (``dropout_forward``, ``dropout_rows``), else the same hash as array code."""
     xp = backend.xp
     x = xp.ascontiguousarray(x)
-    args = (numpy.uint64(seed), numpy.uint64(threshold), x.dtype.type(scale))
+    args = (as_seed(seed), numpy.uint64(threshold), x.dtype.type(scale))
     if row_start is None:
         kernel = backend.fused("dropout_forward", x.dtype)
         if kernel is not None:
@@ -85,13 +85,20 @@ _MIX1 = numpy.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = numpy.uint64(0x94D049BB133111EB)
 
 
+def as_seed(seed: Any) -> Any:
+    """A seed drawn on the host as a uint64 scalar. Inside a captured CUDA graph a seed is a 0-d
+    uint64 array on the device instead (``minitensor.cuda.graph``: the graph rewrites it before
+    each replay, so that each replay drops other elements), and it stays one."""
+    return numpy.uint64(seed) if isinstance(seed, (int, numpy.integer)) else seed
+
+
 def counter_bits(seed: int, index: Array) -> Array:
     """The top 32 bits of SplitMix64's output number ``index`` (each element) for ``seed``: the
     dropout kernels keep element i when this is at least round(p * 2^32). uint64 arithmetic
     wraps around, as the hash wants."""
     z = index.astype(numpy.uint64) + numpy.uint64(1)
     z *= _GAMMA
-    z += numpy.uint64(seed)
+    z += as_seed(seed)
     z ^= z >> 30
     z *= _MIX1
     z ^= z >> 27

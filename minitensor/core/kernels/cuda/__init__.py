@@ -77,6 +77,9 @@ MULTI_TENSOR_CHUNK = 16384
 #: the most blocks (partial sums) of the multi-tensor sum of squares' first launch: few enough for
 #: one block to add them up in the second
 SUM_BLOCKS = 512
+#: the seed argument that tells a kernel to read its seed at the address that follows it
+#: (random.cuh's SEED_ON_DEVICE: a captured graph's seeds, which change at every replay)
+SEED_ON_DEVICE = 2**64 - 1
 #: device tables of pointers that the multi-tensor kernels keep (see ``PointerTables``)
 POINTER_TABLES = 16
 #: rows per block of the attention kernels (attention.cu's QUERY_ROWS), ``attention_split`` threads each,
@@ -115,7 +118,8 @@ KERNELS = {
         f"{name}_{dtype}"
         for name in ("gelu_forward", "gelu_backward", "dropout", "relu_forward", "relu_backward", "adam_update")
         for dtype in _DTYPES
-    ],
+    ]
+    + ["draw_seeds"],
     "multi_tensor": [
         f"{name}_{dtype}"
         for name in ("adam_update_multi", "sum_of_squares_partial", "sum_of_squares_finish", "scale_multi")
@@ -288,7 +292,7 @@ class CudaKernels:
         self.fixed_splits, self.multiprocessors = attention_splits, multiprocessors
         self.pointer_tables = PointerTables(xp)
         self._modules, self._functions = {}, {}
-        self._no_lens = None
+        self._no_lens = self._no_seed = None
 
     def __repr__(self):
         return f"CudaKernels({self.xp.__name__}, row_threads={self.row_threads})"
@@ -324,13 +328,37 @@ class CudaKernels:
 
     def dropout(self, x, seed, threshold, scale):
         """``x_i * scale`` where ``bits(seed, i) >= threshold``, else 0: ``fused.dropout_forward``
-        on the GPU, element for element the same mask."""
+        on the GPU, element for element the same mask. ``seed``: a number, or a 0-d uint64 array
+        on the device that holds it (a captured graph's, rewritten before each replay)."""
         x = self._floats(x, "dropout")
         y = self.xp.empty_like(x)
         self._elementwise(
-            "dropout", x.size, x, y, np.int64(x.size), np.uint64(seed), np.uint64(threshold), x.dtype.type(scale)
+            "dropout", x.size, x, y, np.int64(x.size), *self._seed(seed), np.uint64(threshold), x.dtype.type(scale)
         )
         return y
+
+    def draw_seeds(self, seeds, key, first):
+        """``seeds[i] = splitmix64(key ^ (first + i)) >> 2`` for each i, in place (``seeds``: a
+        uint64 array on the device): with ``key = splitmix64(seed)`` these are draws ``first``,
+        ``first + 1``, ... of the CuPy backend's ``draw_seed``, made where a captured graph reads
+        them, without an upload."""
+        if seeds.size:
+            blocks = min(-(-seeds.size // self.elementwise_threads), self.max_blocks)
+            self._function("elementwise", "draw_seeds")(
+                (blocks,), (self.elementwise_threads,), (seeds, np.int64(seeds.size), np.uint64(key), np.uint64(first))
+            )
+
+    def _seed(self, seed):
+        """The (seed, seed_at) arguments of a kernel with dropout: a seed drawn on the host by
+        value (and a word the kernel never reads), a seed on the device (a 0-d uint64 array) by
+        address, with ``SEED_ON_DEVICE`` in its place."""
+        if isinstance(seed, (int, np.integer)):
+            if self._no_seed is None:
+                self._no_seed = self.xp.zeros(1, np.uint64)
+            return np.uint64(seed), self._no_seed
+        if seed.dtype != np.uint64 or seed.size != 1:
+            raise TypeError(f"a seed on the device must be one uint64, got {seed.dtype} of shape {seed.shape}")
+        return np.uint64(SEED_ON_DEVICE), seed
 
     # -- the fused kernels of kernels/fused.py, with their signatures ------------------------------
     def relu_forward(self, x):
@@ -659,13 +687,12 @@ class CudaKernels:
         table = self.xp.ascontiguousarray(table, dtype=q.dtype)
         return table, np.int32(1), np.int64(shift), np.int64(-1 if window is None else window)
 
-    @staticmethod
-    def _attention_dropout(dropout, dtype):
-        """The kernels' (seed, threshold, scale) arguments: threshold 0 keeps every weight."""
+    def _attention_dropout(self, dropout, dtype):
+        """The kernels' (seed, seed_at, threshold, scale) arguments: threshold 0 keeps every weight."""
         seed, threshold, scale = (0, 0, 1.0) if dropout is None else dropout
         if not 0 <= threshold <= 2**32:
             raise ValueError(f"attention: dropout threshold {threshold} is not in [0, 2^32] (round(p * 2^32))")
-        return np.uint64(seed), np.uint64(threshold), np.dtype(dtype).type(scale)
+        return *self._seed(seed), np.uint64(threshold), np.dtype(dtype).type(scale)
 
     def _attention_shapes(self, q, k):
         B, H, Q, d = q.shape

@@ -534,34 +534,35 @@ __device__ void attention_bias_grad(const T* partial, T* dtable, Shapes s, long 
         attention_forward_d##D##_##DTYPE(                                                                           \
         const T* q, const T* k, const T* v, const long long* lens, const T* table, T* out, T* lse, long long B,     \
         long long H, long long G, long long Q, long long K, long long d, T scale, int causal, int has_lens,         \
-        int has_table, long long shift, long long window, unsigned long long seed, unsigned long long threshold,    \
-        T drop_scale, int splits) {                                                                                 \
+        int has_table, long long shift, long long window, unsigned long long seed,                                  \
+        const unsigned long long* seed_at, unsigned long long threshold, T drop_scale, int splits) {                \
         attention_forward<T, D>(q, k, v, has_lens ? lens : nullptr,                                                 \
                                 Bias<T>{has_table ? table : nullptr, shift, window},                                \
-                                Dropout<T>{seed, threshold, drop_scale}, out, lse, Shapes{B, H, G, Q, K, d}, scale, \
-                                causal, splits);                                                                    \
+                                Dropout<T>{read_seed(seed, seed_at), threshold, drop_scale}, out, lse,              \
+                                Shapes{B, H, G, Q, K, d}, scale, causal, splits);                                   \
     }                                                                                                               \
     extern "C" __global__ void attention_backward_dq_d##D##_##DTYPE(                                                \
         const T* q, const T* k, const T* v, const long long* lens, const T* table, const T* lse, const T* grad_out, \
         const T* out, T* delta, T* dq, T* scratch, T* partial, long long B, long long H, long long G, long long Q,  \
         long long K, long long d, T scale, int causal, int has_lens, int has_table, long long shift,                \
-        long long window, unsigned long long seed, unsigned long long threshold, T drop_scale, int table_grad,      \
-        int splits) {                                                                                               \
+        long long window, unsigned long long seed, const unsigned long long* seed_at, unsigned long long threshold, \
+        T drop_scale, int table_grad, int splits) {                                                                 \
         attention_backward_dq<T, D>(q, k, v, has_lens ? lens : nullptr,                                             \
                                     Bias<T>{has_table ? table : nullptr, shift, window},                            \
-                                    Dropout<T>{seed, threshold, drop_scale}, lse, grad_out, out, delta, dq,         \
-                                    BiasGrad<T>{scratch, table_grad ? partial : nullptr}, Shapes{B, H, G, Q, K, d}, \
-                                    scale, causal, splits);                                                         \
+                                    Dropout<T>{read_seed(seed, seed_at), threshold, drop_scale}, lse, grad_out,     \
+                                    out, delta, dq, BiasGrad<T>{scratch, table_grad ? partial : nullptr},           \
+                                    Shapes{B, H, G, Q, K, d}, scale, causal, splits);                               \
     }                                                                                                               \
     extern "C" __global__ void attention_backward_dkv_d##D##_##DTYPE(                                               \
         const T* q, const T* k, const T* v, const long long* lens, const T* table, const T* lse, const T* grad_out, \
         const T* delta, T* dk, T* dv, long long B, long long H, long long G, long long Q, long long K, long long d, \
-        T scale, int causal, int has_lens, int has_table, long long shift, long long window,                       \
-        unsigned long long seed, unsigned long long threshold, T drop_scale, int splits) {                          \
+        T scale, int causal, int has_lens, int has_table, long long shift, long long window,                        \
+        unsigned long long seed, const unsigned long long* seed_at, unsigned long long threshold, T drop_scale,     \
+        int splits) {                                                                                               \
         attention_backward_dkv<T, D>(q, k, v, has_lens ? lens : nullptr,                                            \
                                      Bias<T>{has_table ? table : nullptr, shift, window},                           \
-                                     Dropout<T>{seed, threshold, drop_scale}, lse, grad_out, delta, dk, dv,         \
-                                     Shapes{B, H, G, Q, K, d}, scale, causal, splits);                              \
+                                     Dropout<T>{read_seed(seed, seed_at), threshold, drop_scale}, lse, grad_out,    \
+                                     delta, dk, dv, Shapes{B, H, G, Q, K, d}, scale, causal, splits);               \
     }
 
 extern "C" __global__ void attention_bias_grad_float32(const float* partial, float* dtable, long long B, long long H,

@@ -108,12 +108,21 @@ extern "C" __global__ void gelu_backward_float64(const double* x, const double* 
     gelu_backward<double>(x, grad, dx, size);
 }
 extern "C" __global__ void dropout_float32(const float* x, float* y, long long size, unsigned long long seed,
-                                           unsigned long long threshold, float scale) {
-    dropout<float>(x, y, size, seed, threshold, scale);
+                                           const unsigned long long* seed_at, unsigned long long threshold,
+                                           float scale) {
+    dropout<float>(x, y, size, read_seed(seed, seed_at), threshold, scale);
 }
 extern "C" __global__ void dropout_float64(const double* x, double* y, long long size, unsigned long long seed,
-                                           unsigned long long threshold, double scale) {
-    dropout<double>(x, y, size, seed, threshold, scale);
+                                           const unsigned long long* seed_at, unsigned long long threshold,
+                                           double scale) {
+    dropout<double>(x, y, size, read_seed(seed, seed_at), threshold, scale);
+}
+// seeds[i] = splitmix64(key ^ (first + i)) >> 2 with key = splitmix64(seed): draw number first + i
+// of the CuPy backend's draw_seed, made on the device, where a captured graph reads its seeds
+extern "C" __global__ void draw_seeds(unsigned long long* seeds, long long count, unsigned long long key,
+                                      unsigned long long first) {
+    const GridStride g = grid_stride();
+    for (long long i = g.first; i < count; i += g.stride) seeds[i] = splitmix64(key ^ (first + i)) >> 2;
 }
 extern "C" __global__ void relu_forward_float32(const float* x, float* y, long long size) {
     relu_forward<float>(x, y, size);
