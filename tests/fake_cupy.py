@@ -51,12 +51,75 @@ class _RandomState:
 
 
 class _Stream:
-    """cupy.cuda.Stream: a queue of GPU work; ``synchronize()`` waits until it has run."""
+    """cupy.cuda.Stream: a queue of GPU work; ``synchronize()`` waits until it has run. A stream
+    other than the null one can capture a CUDA graph (``begin_capture``): the launches made
+    until ``end_capture`` are kept by ``strict_backend`` and run again by the graph's ``launch``."""
 
-    ptr = 0
+    _current = []  # the streams made current by `with stream:`, innermost last
+
+    def __init__(self, null=False, non_blocking=False, ptr=None):
+        self.ptr = 0 if null else id(self)
+        self.capturing = False
 
     def synchronize(self):
         note("sync", "Stream.synchronize()")
+
+    def record(self, event=None):
+        return event or _Event()
+
+    def wait_event(self, event):
+        assert isinstance(event, _Event)
+
+    def __enter__(self):
+        _Stream._current.append(self)
+        return self
+
+    def __exit__(self, *exc):
+        _Stream._current.pop()
+
+    def begin_capture(self, mode=None):
+        if self.ptr == 0:
+            raise RuntimeError("cannot capture on the default (legacy) stream")
+        if _Stream._current[-1:] != [self]:
+            raise AssertionError("the stand-in captures the current stream only: use `with stream:` first")
+        strict_backend.begin_capture()
+        self.capturing = True
+
+    def end_capture(self):
+        if not self.capturing:
+            raise CUDARuntimeError("cudaErrorIllegalState: the stream is not capturing")
+        self.capturing = False
+        return _Graph(strict_backend.end_capture())
+
+    def is_capturing(self):
+        return self.capturing
+
+
+class _Event:
+    """cupy.cuda.Event: a point in a stream's queue."""
+
+
+class _Graph:
+    """cupy.cuda.Graph: ``launch(stream)`` runs the captured launches again, as one launch."""
+
+    def __init__(self, steps):
+        self.steps = steps
+
+    def launch(self, stream=None):
+        _launched("graph launch")
+        strict_backend.replay(self.steps)
+
+
+class _MemoryPool:
+    """cupy.cuda.MemoryPool: here NumPy allocates; ``malloc`` is what ``using_allocator`` takes."""
+
+    def malloc(self, size):
+        raise AssertionError("the stand-in allocates with NumPy")
+
+
+@contextlib.contextmanager
+def _using_allocator(allocator=None):
+    yield
 
 
 class _Device:
@@ -107,7 +170,7 @@ class FakeCupy(StrictNamespace):
             self.created_generators.append(rs)
             return rs
 
-        stream = _Stream()
+        stream = _Stream(null=True)
         self.cuda = types.SimpleNamespace(
             runtime=types.SimpleNamespace(
                 getDeviceCount=get_device_count,
@@ -127,8 +190,10 @@ class FakeCupy(StrictNamespace):
                 driverGetVersion=lambda: 13000,
             ),
             curand=types.SimpleNamespace(CURAND_RNG_PSEUDO_PHILOX4_32_10=161),
-            Stream=types.SimpleNamespace(null=stream),
-            get_current_stream=lambda: stream,
+            Stream=_stream_class(stream),
+            get_current_stream=lambda: (_Stream._current or [stream])[-1],
+            MemoryPool=_MemoryPool,
+            using_allocator=_using_allocator,
             Device=_Device,
         )
         self.random = types.SimpleNamespace(RandomState=random_state)
@@ -150,6 +215,11 @@ class FakeCupy(StrictNamespace):
     @staticmethod
     def from_dlpack(obj):
         return StrictArray(numpy.from_dlpack(obj))
+
+
+def _stream_class(null):
+    """``cupy.cuda.Stream``: the class, with its ``null`` stream."""
+    return type("Stream", (_Stream,), {"null": null})
 
 
 def _launched(what):
@@ -191,11 +261,27 @@ class FakeCudaKernels(StrictKernels):
             _launched("kernel adam_update_multi")
         from minitensor.kernels import fused  # numba, loaded on first use as StrictKernels does
 
-        for w, g, m, v in zip(params, grads, exp_avgs, exp_avg_sqs):
-            if decay != 1:
-                w *= decay  # AdamW's decay, w's dtype times w's dtype as the kernel does
-            g = numpy.ascontiguousarray(g, dtype=w.dtype)
-            fused.adam_update(w, g, m, v, step_size, beta1, beta2, eps, weight_decay, bias_sqrt2)
+        def update():
+            for w, g, m, v in zip(params, grads, exp_avgs, exp_avg_sqs):
+                if decay != 1:
+                    w *= decay  # AdamW's decay, w's dtype times w's dtype as the kernel does
+                g = numpy.ascontiguousarray(g, dtype=w.dtype)
+                fused.adam_update(w, g, m, v, step_size, beta1, beta2, eps, weight_decay, bias_sqrt2)
+
+        strict_backend._recorded(update, in_place=True)
+
+    def draw_seeds(self, seeds, key, first):
+        """elementwise.cu's ``draw_seeds``: the host's draws ``first``, ``first + 1``, ... in place."""
+        from minitensor.backends.cupy_backend import _splitmix64
+
+        table = _device(seeds, "draw_seeds")
+        if table.size:
+            _launched("kernel draw_seeds")
+
+        def draw():
+            table[...] = [_splitmix64(key ^ (first + i)) >> 2 for i in range(table.size)]
+
+        strict_backend._recorded(draw, in_place=True)
 
     def l2_norm_multi(self, arrays, max_norm=math.inf):
         arrays = list(arrays)
@@ -207,12 +293,16 @@ class FakeCudaKernels(StrictKernels):
             self.pointer_tables.table(arrays)
             _launched("kernel sum_of_squares_partial")
         _launched("kernel sum_of_squares_finish")
-        total = math.fsum(float(numpy.dot(a.reshape(-1).astype(numpy.float64), a.reshape(-1))) for a in data)
-        norm = dtype.type(math.sqrt(total))
-        value = float(norm)
-        scale = max_norm / (value + 1e-6)  # the kernel's factor: in float64 from the rounded norm
-        scale = scale if math.isfinite(value) and scale < 1.0 else 1.0
-        return StrictArray(numpy.array(norm)), StrictArray(numpy.array(scale, dtype))
+
+        def norm_and_scale():
+            total = math.fsum(float(numpy.dot(a.reshape(-1).astype(numpy.float64), a.reshape(-1))) for a in data)
+            norm = dtype.type(math.sqrt(total))
+            value = float(norm)
+            scale = max_norm / (value + 1e-6)  # the kernel's factor: in float64 from the rounded norm
+            scale = scale if math.isfinite(value) and scale < 1.0 else 1.0
+            return numpy.array(norm), numpy.array(scale, dtype)
+
+        return strict_backend._recorded(norm_and_scale)
 
     def scale_multi(self, arrays, factor):
         arrays = list(arrays)
@@ -223,8 +313,12 @@ class FakeCudaKernels(StrictKernels):
             self.pointer_tables.table(arrays)
             _launched("kernel scale_multi")
         f = _device(factor, "scale_multi").reshape(())
-        for a in data:
-            a *= f
+
+        def scale():
+            for a in data:
+                a *= f
+
+        strict_backend._recorded(scale, in_place=True)
 
 
 def fake_cuda_backend(cupy=None):

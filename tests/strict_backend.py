@@ -191,7 +191,12 @@ def _minitensor_frames():
 
 
 def note(kind, what):
-    """Record a transfer in every open ``count_syncs()`` log (nothing when none is open)."""
+    """Record a transfer in every open ``count_syncs()`` log (nothing when none is open). Inside a
+    CUDA graph's capture a transfer is an error, as CUDA makes it one."""
+    if _captures:
+        raise CaptureError(
+            f"cudaErrorStreamCaptureUnsupported: operation not permitted when stream is capturing ({kind} {what})"
+        )
     if _recording:
         stack = _minitensor_frames()
         event = Transfer(kind, what, stack[0] if stack else "(outside minitensor)", stack)
@@ -250,6 +255,70 @@ def launched(what):
         event = Launch(what, stack[0] if stack else "(outside minitensor)")
         for log in _launch_logs:
             log.events.append(event)
+
+
+# -- CUDA graphs: what the fake CuPy's Stream.begin_capture records ---------------------------------
+class CaptureError(RuntimeError):
+    """What CUDA raises for a transfer or a synchronisation inside a stream capture."""
+
+
+_captures = []  # the captures under way (one at most): each a list of (compute, result)
+
+
+def begin_capture():
+    """From now on every launch is also kept, as ``compute`` (which runs it again on the same
+    arrays) and its result, so that a replay (``replay``) runs it again into the same memory."""
+    if _captures:
+        raise CaptureError("cudaErrorIllegalState: a capture is already under way")
+    _captures.append([])
+
+
+def end_capture():
+    """The launches kept since ``begin_capture``. A GPU runs nothing while it captures, so what
+    the capture computed here is spoilt (NaN, or the lowest integer) until the first replay
+    writes it: code that reads a captured result without replaying fails the tests."""
+    steps = _captures.pop()
+    for _, result in steps:
+        for a in _arrays_in(result):
+            if a.base is None and a.dtype.kind in "fc":
+                a.fill(numpy.nan)
+            elif a.base is None and a.dtype.kind in "iu":
+                a.fill(numpy.iinfo(a.dtype).min)
+    return steps
+
+
+def replay(steps):
+    """Run the kept launches again, in order, each into the memory of its captured result."""
+    for compute, result in steps:
+        out = compute()
+        if result is not None:
+            for into, value in zip(_arrays_in(result), _arrays_in_raw(out)):
+                numpy.copyto(into, value, casting="unsafe")
+
+
+def _arrays_in_raw(obj):
+    """The NumPy arrays (and scalars) a compute returned, in ``_arrays_in``'s order."""
+    if isinstance(obj, (tuple, list)):
+        for o in obj:
+            yield from _arrays_in_raw(o)
+    elif obj is not None:
+        yield obj
+
+
+def _recorded(compute, in_place=False):
+    """Run ``compute`` (a launch) and wrap its result; inside a capture keep it for the replays.
+    ``in_place``: it writes into arrays it was given, and its result is not its own memory."""
+    out = compute()
+    wrapped = _wrap(out)
+    if _captures:
+        _captures[-1].append((compute, None if in_place or out is None else wrapped))
+    return wrapped
+
+
+def _scalars_read(args):
+    """Kernel arguments with 0-d arrays read as numbers: a seed a captured graph keeps on the
+    device, which the kernel reads when it runs (at each replay)."""
+    return [a[()] if isinstance(a, numpy.ndarray) and a.ndim == 0 else a for a in args]
 
 
 def _arrays_in(obj):
@@ -413,7 +482,8 @@ def _binary(op, name):
         if name == "matmul":
             _cupy_matmul_copies(self._a, b)
         launched(f"__{name}__")
-        return _wrap(op(self._a, b))
+        a = self._a
+        return _recorded(lambda: op(a, b))
 
     @_quiet
     def reflected(self, other):
@@ -423,7 +493,8 @@ def _binary(op, name):
         if name == "matmul":
             _cupy_matmul_copies(b, self._a)
         launched(f"__r{name}__")
-        return _wrap(op(b, self._a))
+        a = self._a
+        return _recorded(lambda: op(b, a))
 
     @_quiet
     def inplace(self, other):
@@ -433,7 +504,8 @@ def _binary(op, name):
         if name == "matmul":
             _cupy_matmul_copies(self._a, b)
         launched(f"__i{name}__")
-        self._a = getattr(operator, f"__i{name}__")(self._a, b)
+        a, iop = self._a, getattr(operator, f"__i{name}__")
+        self._a = _recorded(lambda: iop(a, b), in_place=True)._a
         return self
 
     return forward, reflected, inplace
@@ -545,11 +617,17 @@ class StrictArray:
             note("read", "bool-mask getitem")
         if _index_uploads(index):
             note("upload", "host index")
-        out = self._a[_index(index)]
+        a, i = self._a, _index(index)
+        out = a[i]
+        if isinstance(out, numpy.generic):  # an element: on CuPy a 0-d view of it, here too
+            out = a[(*(i if isinstance(i, tuple) else (i,)), Ellipsis)]
         # a basic index is a view (a[0] too: a 0-d view on CuPy, where NumPy gives a scalar);
         # an advanced one gathers into a new array
-        if isinstance(out, numpy.ndarray) and not numpy.may_share_memory(out, self._a):
+        if isinstance(out, numpy.ndarray) and not numpy.may_share_memory(out, a):
             launched("getitem")
+            if _captures:
+                _captures[-1].append((lambda: a[i], _wrap(out)))
+                return _captures[-1][-1][1]
         return _wrap(out)
 
     def __setitem__(self, index, value):
@@ -558,24 +636,29 @@ class StrictArray:
         if _index_uploads(index):
             note("upload", "host index")
         launched("setitem")
-        self._a[_index(index)] = _unwrap(value, where="__setitem__")
+        a, i, v = self._a, _index(index), _unwrap(value, where="__setitem__")
+        _recorded(lambda: a.__setitem__(i, v), in_place=True)
 
     # -- unary operators -------------------------------------------------------------------
     def __neg__(self):
         launched("__neg__")
-        return _wrap(-self._a)
+        a = self._a
+        return _recorded(lambda: -a)
 
     def __pos__(self):
         launched("__pos__")
-        return _wrap(+self._a)
+        a = self._a
+        return _recorded(lambda: +a)
 
     def __abs__(self):
         launched("__abs__")
-        return _wrap(abs(self._a))
+        a = self._a
+        return _recorded(lambda: abs(a))
 
     def __invert__(self):
         launched("__invert__")
-        return _wrap(~self._a)
+        a = self._a
+        return _recorded(lambda: ~a)
 
 
 def _method(name):
@@ -585,11 +668,16 @@ def _method(name):
     def method(self, *args, **kwargs):
         check_cupy_call(f"ndarray.{name}", spec, args, kwargs)
         args, kwargs = _unwrap(args, where=name), _unwrap(kwargs, where=name)
-        out = getattr(self._a, name)(*args, **kwargs)
+        a = self._a
+        out = getattr(a, name)(*args, **kwargs)
         # a new array was computed (.sum, .astype, a copying .reshape), or self changed in place
         # (.fill, .sort return None); .T, .transpose, .view, a .reshape of contiguous data: views
         if out is None or _is_new(out, self):
             launched(f".{name}")
+            if _captures:
+                wrapped = _wrap(out)
+                _captures[-1].append((lambda: getattr(a, name)(*args, **kwargs), None if out is None else wrapped))
+                return wrapped
         return _wrap(out)
 
     method.__name__ = name
@@ -683,9 +771,15 @@ class _Function:
             note("upload", where)
         if self._name == "matmul" and len(args) >= 2:
             _cupy_matmul_copies(*_unwrap(args[:2], where=where))
-        out = self._fn(*_unwrap(args, self._host_ok, where), **_unwrap(kwargs, self._host_ok, where))
+        fn, uargs, ukwargs = self._fn, _unwrap(args, self._host_ok, where), _unwrap(kwargs, self._host_ok, where)
+        out = fn(*uargs, **ukwargs)
         if self._launches(out, args, kwargs):
             launched(where)
+            if _captures:  # into out= (or .at's target): in place; else a result of its own
+                wrapped = _wrap(out)
+                in_place = out is None or "out" in kwargs
+                _captures[-1].append((lambda: fn(*uargs, **ukwargs), None if in_place else wrapped))
+                return wrapped
         return _wrap(out)
 
     def _spec(self):
@@ -809,26 +903,24 @@ class StrictKernels:
     def softmax_forward(self, x, lens=None):
         a = _device_rows(x, "softmax_forward")
         launched("kernel softmax_forward")
-        return StrictArray(self._impl().softmax_forward(a, _device_lens(lens, a.shape[0])))
+        impl, lens = self._impl(), _device_lens(lens, a.shape[0])
+        return _recorded(lambda: impl.softmax_forward(a, lens))
 
     def softmax_backward(self, y, g):
         launched("kernel softmax_backward")
-        return StrictArray(
-            self._impl().softmax_backward(_device_rows(y, "softmax_backward"), _device_rows(g, "softmax_backward"))
-        )
+        impl, y, g = self._impl(), _device_rows(y, "softmax_backward"), _device_rows(g, "softmax_backward")
+        return _recorded(lambda: impl.softmax_backward(y, g))
 
     def log_softmax_forward(self, x, lens=None):
         a = _device_rows(x, "log_softmax_forward")
         launched("kernel log_softmax_forward")
-        return StrictArray(self._impl().log_softmax_forward(a, _device_lens(lens, a.shape[0])))
+        impl, lens = self._impl(), _device_lens(lens, a.shape[0])
+        return _recorded(lambda: impl.log_softmax_forward(a, lens))
 
     def log_softmax_backward(self, y, g):
         launched("kernel log_softmax_backward")
-        return StrictArray(
-            self._impl().log_softmax_backward(
-                _device_rows(y, "log_softmax_backward"), _device_rows(g, "log_softmax_backward")
-            )
-        )
+        impl, y, g = self._impl(), _device_rows(y, "log_softmax_backward"), _device_rows(g, "log_softmax_backward")
+        return _recorded(lambda: impl.log_softmax_backward(y, g))
 
     # The exact GELU: CUDA's gelu_forward / gelu_backward (``CudaKernels``), here the numba CPU
     # kernels of kernels/gelu.py, which compute the same function. A backend on the fake CuPy
@@ -839,7 +931,7 @@ class StrictKernels:
 
         x = _kernel_input(x, "gelu_forward")
         launched("kernel gelu_forward")
-        return _wrap(CpuGelu.forward(x))
+        return _recorded(lambda: CpuGelu.forward(x))
 
     def gelu_backward(self, x, g):
         from minitensor.kernels.gelu import CpuGelu
@@ -847,7 +939,7 @@ class StrictKernels:
         x = _kernel_input(x, "gelu_backward")
         g = _kernel_input(g, "gelu_backward", x.dtype)
         launched("kernel gelu_backward")
-        return _wrap(CpuGelu.backward(x, g))
+        return _recorded(lambda: CpuGelu.backward(x, g))
 
 
 def _kernel_input(a, name, dtype=None):
@@ -858,7 +950,8 @@ def _kernel_input(a, name, dtype=None):
         a = _unwrap(a, where=name)
         if not a.flags.c_contiguous or (dtype is not None and a.dtype != dtype):
             launched(f"xp.ascontiguousarray for kernel {name}")
-            a = numpy.ascontiguousarray(a, dtype=dtype)
+            source = a
+            a = _recorded(lambda: numpy.ascontiguousarray(source, dtype=dtype))._a
     return a
 
 
@@ -873,7 +966,8 @@ def _on_device_arrays(name):
         launched(f"kernel {name}")
         for what in _MORE_LAUNCHES.get(name, ()):
             launched(what)
-        return _wrap(getattr(fused, name)(*arrays))
+        kernel = getattr(fused, name)
+        return _recorded(lambda: kernel(*_scalars_read(arrays)))
 
     run.__name__ = name
     return run

@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy
 
+from ..errors import DeviceError
+
 if TYPE_CHECKING:
     from ..tensor import Array, DType, Shape
 
@@ -116,6 +118,11 @@ class Backend:
         unbuffered sum.
         """
         raise NotImplementedError
+
+    def begin_capture(self) -> Any:
+        """Start capturing a CUDA graph (``mt.cuda.graph``): the CuPy backend's, ``cuda_graph.py``.
+        Elsewhere there is nothing to capture: a CPU step launches no kernels."""
+        raise DeviceError(f"cuda graph: capturing needs the 'cuda' device, not {self.device!r}")
 
     def fused(self, name: str, dtype: DType) -> Callable[..., Any] | None:
         """The fused kernel ``name`` of ``minitensor/core/kernels/fused.py`` for arrays of

@@ -25,6 +25,7 @@ from ..errors import DeviceError
 from ..kernels.cuda import CudaKernels
 from . import cublas_gemm
 from .base import Backend
+from .cuda_graph import Capture
 
 if TYPE_CHECKING:
     from ..tensor import Array, DType, Shape
@@ -117,6 +118,7 @@ class CupyBackend(Backend):
             import cupy  # type: ignore[no-redef]
         self.xp = cupy
         self._kernels: CudaKernels | None = None
+        self._capture: Capture | None = None  # the CUDA graph being captured (cuda_graph.py)
         self.seed(int.from_bytes(os.urandom(8), "little"))
 
     def check_it_runs(self) -> None:
@@ -173,11 +175,46 @@ class CupyBackend(Backend):
         splitmix(splitmix(seed) xor n). Each round is a bijection of 64-bit integers, so the draws
         of one seed differ before the last two bits are dropped. A few Python integer operations,
         where a NumPy SeedSequence per draw cost far more: this runs at every dropout of every step."""
+        if self._capture is not None:  # inside a CUDA graph: a seed on the device, drawn at each replay
+            return self._capture.draw_seed()
         self._draws += 1
-        return _splitmix64(_splitmix64(self._seed & _MASK64) ^ self._draws) >> 2
+        return _splitmix64(self.seed_key() ^ self._draws) >> 2
+
+    def seed_key(self) -> int:
+        """splitmix64(seed): draw n is splitmix64(key ^ n) >> 2 (on the device: ``draw_seeds``)."""
+        return _splitmix64(self._seed & _MASK64)
+
+    def skip_draws(self, count: int) -> int:
+        """Count ``count`` draws as made (a replayed graph made them on the device); returns the
+        number of the first."""
+        self._draws += count
+        return self._draws - count + 1
 
     def _generator(self) -> Any:  # a cupy.random.RandomState
+        if self._capture is not None:
+            raise DeviceError(
+                "cuda graph: a random draw other than dropout's (cuRAND: randn, rand, an initialisation) cannot be "
+                "captured, its seed would be replayed; make it before the capture or outside the graph"
+            )
         return self.xp.random.RandomState(self.draw_seed(), method=self.xp.cuda.curand.CURAND_RNG_PSEUDO_PHILOX4_32_10)
+
+    # -- CUDA graphs (cuda_graph.py) ------------------------------------------------------------
+    def begin_capture(self) -> Capture:
+        """Start capturing a CUDA graph of what this thread launches next (``mt.cuda.graph``)."""
+        if self._capture is not None:
+            raise DeviceError("cuda graph: a capture is already under way; end it before starting another")
+        capture = Capture(self)
+        capture.begin()
+        self._capture = capture
+        return capture
+
+    def end_capture(self, failed: bool = False) -> Capture:
+        """End the capture begun by ``begin_capture`` (``failed``: after an error, keeping no graph)."""
+        capture, self._capture = self._capture, None
+        if capture is None:
+            raise DeviceError("cuda graph: no capture is under way")
+        capture.abort() if failed else capture.end()
+        return capture
 
     def normal(self, shape: Shape, dtype: DType) -> Array:
         return self._generator().standard_normal(shape, dtype=_drawn(dtype)).astype(dtype, copy=False)
