@@ -812,6 +812,13 @@ def _add_train_parser(sub, common, help_recipe=None):
         "the CPU ignores it",
     )
     run.add_argument(
+        "--cuda-graph",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="capture each step's forward and backward once as a CUDA graph and replay it by one launch "
+        "(the same numbers, without the host's time per kernel launch; needs --device cuda)",
+    )
+    run.add_argument(
         "--eval-interval",
         type=int,
         metavar="N",
@@ -843,7 +850,7 @@ def _add_train_parser(sub, common, help_recipe=None):
         "--resume",
         action="store_true",
         help="continue the run in --out from its checkpoint (only --epochs, --steps, --fused, --device, "
-        "--matmul-precision, --workers, --eval-interval, --eval-iters and --no-progress may change)",
+        "--matmul-precision, --cuda-graph, --workers, --eval-interval, --eval-iters and --no-progress may change)",
     )
     run.add_argument(
         "--overwrite",

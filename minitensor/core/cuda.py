@@ -7,6 +7,7 @@ only inside ``cuda_unavailable_reason``).
 
 import contextlib
 from collections.abc import Iterator
+from typing import Any
 
 from .backends import _BACKENDS
 from .backends.cupy_backend import cuda_unavailable_reason
@@ -42,8 +43,8 @@ class CUDAGraph:
     """
 
     def __init__(self) -> None:
-        self._capture = None
-        self._backend = None
+        self._capture: Any = None  # the backend's Capture, once captured
+        self._backend: Any = None  # the backend capturing or captured on
 
     def capture_begin(self) -> None:
         """Start recording what this thread launches on the GPU (``graph`` calls it)."""

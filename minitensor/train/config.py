@@ -263,6 +263,9 @@ class TrainConfig:
     # float32 matrix products on a GPU: "high" lets them use TF32 tensor cores (nanoGPT's train.py does),
     # "medium" bfloat16 ones; "highest" keeps float32 (mt.set_float32_matmul_precision); the CPU ignores it
     matmul_precision: str = setting("highest", one_of(PRECISIONS), resumable=True)
+    # the forward and backward of each step captured once as a CUDA graph and replayed by one launch
+    # (train/graphed.py): the same numbers, without the host's launch time; needs --device cuda
+    cuda_graph: bool = setting(False, boolean, resumable=True)
     # processes training one model (data parallelism over MPI, train/distributed.py); a resumed
     # run may use another number: the global minibatches, and so the run, are the same
     workers: int = setting(1, integer(1, 4096), resumable=True)
@@ -354,6 +357,15 @@ class TrainConfig:
                 f"--num-kv-heads {self.num_kv_heads} must divide --num-heads "
                 f"{self.num_heads} (the query heads share key/value heads in "
                 "equal groups) and needs a Transformer model",
+            )
+        if self.cuda_graph and self.device != "cuda":
+            raise ConfigError(
+                "cuda_graph", f"--cuda-graph captures a step's GPU kernels: it needs --device cuda, not {self.device!r}"
+            )
+        if self.cuda_graph and self.workers > 1:
+            raise ConfigError(
+                "cuda_graph",
+                f"--cuda-graph replays one process's step: it takes one worker, not --workers {self.workers}",
             )
         if self.fused == "on" and self.model == "bahdanau":
             raise ConfigError(

@@ -71,6 +71,7 @@ from .config import (
     model_scorer,
 )
 from .distributed import allreduce_gradients, broadcast_parameters, rank_seed, select_gpu, world
+from .graphed import GraphedStep
 from .plots import plot_loss, plot_seq2seq_attention, plot_transformer_attention
 from .run import BEST_DIR, RunFolder, load_run_checkpoint
 
@@ -404,6 +405,7 @@ class TrainState:
     world: object = None  # the processes training together (distributed.World); None: this one alone
     read_every: int = 1  # read the steps' numbers every this many steps (READ_EVERY on a device)
     unread: list = field(default_factory=list)  # the StepNumbers not read yet (read_losses)
+    graphed: object = None  # --cuda-graph: forward and backward replayed as CUDA graphs (graphed.py)
 
     def result(self, **changes):
         """The ``TrainResult`` of the run as it stands."""
@@ -534,6 +536,9 @@ def set_up(config, run, log, resume, ranks=None):
         world=ranks,
         # on the CPU, reading is free; several ranks add their losses up on the host anyway
         read_every=1 if get_backend(config.device).on_host or ranks.size > 1 else READ_EVERY,
+        graphed=GraphedStep(lambda b: _loss(model, b, config, _pad(data.tgt_vocab)), optimizer)
+        if config.cuda_graph
+        else None,
     )
 
 
@@ -561,6 +566,8 @@ def train_step(state, batch):
     if state.world is not None and state.world.size > 1:
         value, num_tokens = _distributed_backward(state, batch)
         numbers = StepNumbers(state.step, state.loader.epoch, value, num_tokens)
+    elif (replayed := state.graphed(batch) if state.graphed is not None else None) is not None:
+        numbers = StepNumbers(state.step, state.loader.epoch, *replayed)  # forward and backward in one launch
     else:
         loss, num_tokens = _loss(model, batch, config, _pad(state.data.tgt_vocab))
         numbers = StepNumbers(state.step, state.loader.epoch, loss.detach(), num_tokens)

@@ -1,0 +1,195 @@
+"""CUDA graphs: a step's kernels captured once and replayed by one launch (``mt.cuda.graph``,
+``minitensor train --cuda-graph``).
+
+Tested without a GPU on the CuPy stand-in (``fake_cupy.py``), which records the launches of a
+capture and runs them again at each replay, as a GPU replays a graph: into the same memory,
+with the arguments they were captured with (a seed passed by value stays the same), and
+nothing else (Python does not run; a capture's results are spoilt until the first replay).
+It refuses, as CUDA does, a read, a synchronisation or an upload inside a capture.
+
+What must hold: a replayed step computes what the same step run eagerly computes, to the bit,
+dropout included (each replay draws the seeds the eager calls would have drawn), and a run
+with ``--cuda-graph`` is the run without it.
+"""
+
+import numpy as np
+import pytest
+from fake_cupy import fake_cuda_backend
+from minitensor.errors import DeviceError
+from strict_backend import CaptureError, count_launches
+
+import minitensor as mt
+from minitensor import backends
+from minitensor.train import graphed
+from minitensor.train.config import ConfigError, TrainConfig
+from minitensor.train.loop import train
+
+pytest.importorskip("safetensors")
+
+
+@pytest.fixture
+def cuda(monkeypatch):
+    monkeypatch.setitem(backends._BACKENDS, "cuda", fake_cuda_backend())
+    return "cuda"
+
+
+def _leaf(shape, seed, device):
+    data = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+    return mt.tensor(data, device=device, requires_grad=True)
+
+
+def _step(w, x):
+    """A small step with every kind of launch: a product, a kernel (softmax), dropout (a seed),
+    an in-place write, a reduction; its backward."""
+    h = mt.dropout((x @ w).tanh(), 0.5)
+    h[:, 0] = 0.0
+    loss = (h.softmax(-1) * h).sum()
+    loss.backward()
+    return loss
+
+
+def test_a_replay_computes_what_the_eager_step_does_dropout_included(cuda):
+    w, x = _leaf((6, 5), 0, cuda), mt.tensor(np.ones((3, 6), np.float32), device=cuda)
+    mt.manual_seed(1)
+    eager = []
+    for _ in range(3):
+        w.grad = None
+        eager.append((_step(w, x).item(), w.grad.numpy().copy()))
+    state = backends.get_backend(cuda).get_rng_state()
+    assert len({loss for loss, _ in eager}) == 3  # fresh dropout masks at every step
+
+    mt.manual_seed(1)
+    w.grad = None
+    g = mt.cuda.CUDAGraph()
+    with mt.cuda.graph(g):
+        loss = _step(w, x)
+    assert np.isnan(loss.numpy())  # a capture runs nothing: its results wait for a replay
+    for want_loss, want_grad in eager:
+        g.replay()
+        assert loss.item() == want_loss
+        np.testing.assert_array_equal(w.grad.numpy(), want_grad)
+    # the generator moved on by the draws the eager steps made: a checkpoint's state is the same
+    assert backends.get_backend(cuda).get_rng_state() == state
+
+
+def test_a_replay_is_one_launch_and_a_seed_table(cuda):
+    w, x = _leaf((6, 5), 0, cuda), mt.tensor(np.ones((3, 6), np.float32), device=cuda)
+    with count_launches() as eager:
+        _step(w, x)
+    w.grad = None
+    g = mt.cuda.CUDAGraph()
+    with mt.cuda.graph(g):
+        _step(w, x)
+    with count_launches() as replayed:
+        g.replay()
+    assert len(eager) > 15
+    assert [e.what for e in replayed.events] == ["kernel draw_seeds", "graph launch"]
+
+
+@pytest.mark.parametrize(
+    "inside, error, match",
+    [
+        (lambda t: t.sum().item(), CaptureError, "not permitted when stream is capturing"),
+        (lambda t: t + mt.tensor([1.0], device="cuda"), CaptureError, "upload"),
+        (lambda t: mt.randn(3, device="cuda"), DeviceError, "cannot be captured"),
+    ],
+    ids=["a read", "an upload", "a cuRAND draw"],
+)
+def test_what_cannot_be_captured_is_refused_and_leaves_no_capture(cuda, inside, error, match):
+    """A read, an upload of host data or a random draw whose seed would be replayed: refused
+    inside the capture (CUDA itself refuses the first two), and the capture ends with nothing
+    kept, so that the next one starts afresh."""
+    t = mt.ones(3, device=cuda)
+    g = mt.cuda.CUDAGraph()
+    with pytest.raises(error, match=match):
+        with mt.cuda.graph(g):
+            inside(t)
+    with pytest.raises(RuntimeError, match="nothing captured"):
+        g.replay()
+    again = mt.cuda.CUDAGraph()
+    with mt.cuda.graph(again):
+        doubled = t * 2
+    again.replay()
+    assert doubled.tolist() == [2.0, 2.0, 2.0]
+
+
+def test_one_capture_at_a_time_and_a_graph_captures_once(cuda):
+    g = mt.cuda.CUDAGraph()
+    with mt.cuda.graph(g):
+        with pytest.raises(DeviceError, match="already under way"):
+            mt.cuda.CUDAGraph().capture_begin()
+    with pytest.raises(RuntimeError, match="already captured"):
+        g.capture_begin()
+    assert repr(g) == "CUDAGraph(captured)"
+
+
+def test_checks_on_the_data_are_made_again_after_each_replay(cuda):
+    """An embedding's index out of range is found on the device (``Backend.check``) at the next
+    read: after a replay too, for the index the replay was given."""
+    emb = mt.nn.Embedding(5, 3).to(cuda)
+    index = mt.tensor([[1, 2]], device=cuda)
+    g = mt.cuda.CUDAGraph()
+    with mt.cuda.graph(g):
+        out = emb(index).sum()
+    g.replay()
+    assert np.isfinite(out.item())
+    index.data[...] = mt.tensor([[1, 7]], device=cuda).data
+    g.replay()
+    with pytest.raises(IndexError, match="7"):
+        out.item()
+
+
+def test_graphs_need_the_gpu():
+    with pytest.raises(DeviceError, match="needs the 'cuda' device"):
+        backends.get_backend("cpu").begin_capture()
+    with pytest.raises(ConfigError, match="--cuda-graph .* needs --device cuda"):
+        TrainConfig(task="reverse", cuda_graph=True).validate()
+
+
+def _tiny(out, device, **changes):
+    settings = dict(
+        task="reverse", num_train=96, num_heldout=8, max_len=4, batch_size=4, epochs=2, num_blks=1,
+        num_hiddens=8, ffn_num_hiddens=16, num_heads=2, dropout=0.1, progress=False, device=device, out=str(out),
+    )  # fmt: skip
+    settings.update(changes)
+    return TrainConfig(**settings)
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {},  # the encoder-decoder: valid lengths, masks, dropout, clipping, Adam
+        dict(preset="gpt-char-gpu", text=None),  # set below: a character GPT (AdamW, GELU, tied)
+    ],
+    ids=["seq2seq", "gpt"],
+)
+def test_a_run_with_cuda_graphs_is_the_run_without(monkeypatch, tmp_path, changes):
+    """The same losses at every step and the same weights at the end, the graphs replayed for
+    every step after the warm-up; the 96 reversals make 24 minibatches of one shape an epoch."""
+    if "preset" in changes:
+        text = tmp_path / "text.txt"
+        text.write_text("the quick brown fox jumps over the lazy dog. " * 30)
+        changes = dict(
+            text=str(text), model="lm", lm_num_steps=16, num_hiddens=16, ffn_num_hiddens=32, num_heads=2,
+            activation="gelu", tie_embeddings=True, bias=False, optimizer="adamw", epochs=1, steps=12,
+        )  # fmt: skip
+    runs, replays = [], []
+    real_call = graphed.GraphedStep.__call__
+
+    def counted(self, batch):
+        result = real_call(self, batch)
+        replays.append(result is not None)
+        return result
+
+    monkeypatch.setattr(graphed.GraphedStep, "__call__", counted)
+    for graph in (False, True):
+        monkeypatch.setitem(backends._BACKENDS, "cuda", fake_cuda_backend())
+        result = train(_tiny(tmp_path / str(graph), "cuda", cuda_graph=graph, **changes), log=lambda *_: None)
+        weights = {k: v.numpy() for k, v in result.model.state_dict().items()}
+        runs.append((result.history["loss"], weights))
+    (eager_losses, eager_weights), (graph_losses, graph_weights) = runs
+    assert graph_losses == eager_losses
+    for name, value in eager_weights.items():
+        np.testing.assert_array_equal(graph_weights[name], value, err_msg=name)
+    assert replays[: graphed.WARMUP_STEPS] == [False] * graphed.WARMUP_STEPS
+    assert all(replays[graphed.WARMUP_STEPS :]) and len(replays) == len(eager_losses)
