@@ -405,14 +405,15 @@ def training_benchmark(device, quick):
         if quick:
             cfg = replace(cfg, name="quick", num_hiddens=32, ffn_num_hiddens=64, num_heads=4, num_blks=1, num_steps=8)
         rows.append(training_case(device, cfg))
-    headers = ["config", "batch", "device", "minitensor", "mt host"]
+    headers = ["config", "batch", "device", "minitensor", "mt host", "mt graph"]
     if len(rows[0]) > len(headers):
-        headers += ["torch", "mt/torch"]
+        headers += ["torch", "mt/torch", "graph/torch"]
     print_table(
         headers,
         rows,
         title=f"Training step (forward + loss + backward + Adam) on {device.name}: median; mt host = the time "
-        "until the step returns, before the device is drained",
+        "until the step returns, before the device is drained; mt graph = forward and backward replayed as a CUDA "
+        "graph (--cuda-graph; GPU only)",
     )
     return rows
 
@@ -441,6 +442,24 @@ def training_case(device, cfg):
         return data[counter[name] % len(data)]
 
     cases = {"minitensor": lambda: mt_step(next_batch("minitensor", mt_data))}
+    if device.name == "cuda":  # the same step with its forward and backward replayed as a CUDA graph
+        order = ("enc_X", "dec_X", "enc_valid_lens", "Y", "mask")
+        graph_data = [tuple(b[k] for k in order) for b in mt_data]
+
+        def graph_loss(b):
+            enc_X, dec_X, enc_valid_lens, Y, mask = b
+            return mt.cross_entropy(mt_model(enc_X, dec_X, enc_valid_lens), Y, mask=mask), None
+
+        graphed = graphed_step(device, graph_loss, mt_opt, graph_data[0], f"{cfg.name}, batch {cfg.batch_size}")
+        if graphed is not None:
+
+            def graphed_train_step():
+                counter["graph"] = counter.get("graph", 0) + 1
+                loss, _ = graphed(graph_data[counter["graph"] % len(graph_data)])
+                mt_opt.step()
+                return loss
+
+            cases["minitensor, CUDA graph"] = graphed_train_step
     torch = device.torch
     agreement = ""
     if device.torch_device is not None:
@@ -487,14 +506,66 @@ def training_case(device, cfg):
     timed = {k: device.timed(f, 1) for k, f in cases.items()}
     stats = interleaved_stats({**timed, "host": device.host_time(cases["minitensor"])}, rounds, warmup)
     row = [cfg.name, cfg.batch_size, device.name, format_stats(stats["minitensor"]), format_stats(stats["host"])]
+    graph = stats.get("minitensor, CUDA graph")
+    row += [format_stats(graph) if graph else "-"]
     if "torch" in stats:
         row += [format_stats(stats["torch"]), format_ratio(stats["minitensor"].median / stats["torch"].median)]
+        row += [format_ratio(graph.median / stats["torch"].median) if graph else "-"]
     print(f"\n[{cfg.name}] {cfg.describe()}; {sum(int(p.numel()) for p in mt_model.parameters()):,} parameters")
     if agreement:
         print(f"[{cfg.name}, batch {cfg.batch_size}] {agreement}")
     if cfg.batch_size == TRAINING_BATCH_SIZES[0] or cfg.name == "quick":
         profile_host(device, cases["minitensor"], f"{cfg.name}, batch {cfg.batch_size}")
     return row
+
+
+def graphed_step(device, loss_fn, optimizer, batch, what):
+    """A ``GraphedStep`` (``minitensor train --cuda-graph``: forward, loss and backward captured as a
+    CUDA graph, replayed by one launch) of ``loss_fn`` (batch -> (loss, tokens)), captured on
+    ``batch`` after its warm-up steps and checked: its replay gives the loss and the gradients of
+    the same step run eagerly, dropout included (the same seeds). None, with the error printed,
+    where the capture or the check fails: this may be the first run of a capture on a GPU."""
+    import minitensor as mt
+    from minitensor.train.graphed import WARMUP_STEPS, GraphedStep
+
+    graphed, backend = GraphedStep(loss_fn, optimizer), mt.backends.get_backend(device.name)
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+
+    def eager():
+        optimizer.zero_grad()
+        loss, _ = loss_fn(batch)
+        loss.backward()
+        return loss.item(), [None if p.grad is None else p.grad.numpy() for p in params]
+
+    try:
+        for _ in range(WARMUP_STEPS):
+            if graphed(batch) is not None:
+                raise RuntimeError("the graph was captured before its warm-up steps")
+            eager()
+        rng = backend.get_rng_state()
+        want_loss, want_grads = eager()
+        backend.set_rng_state(rng)
+        start = time.perf_counter()
+        got = graphed(batch)
+        capture = time.perf_counter() - start
+        got_loss = got[0].item()
+        worst = max(
+            float(np.abs(p.grad.numpy() - g).max() / max(np.abs(g).max(), 1e-30))
+            for p, g in zip(params, want_grads)
+            if g is not None
+        )
+        print(
+            f"[cuda graph, {what}] captured and replayed in {format_time(capture)}: loss {got_loss:.6f} vs eager "
+            f"{want_loss:.6f}; gradients within {worst:.1e} of eager's (relative to each one's largest)"
+        )
+        if abs(got_loss - want_loss) > 1e-5 * abs(want_loss) or not worst < 1e-4:
+            raise RuntimeError(
+                f"the replayed step is not the eager one (loss {got_loss} vs {want_loss}, grads {worst})"
+            )
+    except Exception:
+        print(f"[cuda graph, {what}] FAILED\n{traceback.format_exc()}", flush=True)
+        return None
+    return graphed
 
 
 def profile_host(device, step, what, steps=5, top=20, per_call=1):
@@ -736,19 +807,33 @@ def nanogpt_benchmark(device, quick, nanogpt_dir=NANOGPT_DIR):
 
         attention_layers = [m for m in state.model.modules() if isinstance(m, mt.nn.MultiHeadAttention)]
 
-        def mt_iterations(precision, fused="auto"):
+        def mt_iterations(precision, fused="auto", graphed=None):
             def run_them():
                 mt.set_float32_matmul_precision(precision)
                 for layer in attention_layers:
                     layer.fused = fused
+                state.graphed = graphed  # None: eager
                 for _ in range(NANOGPT_ITERATIONS):
                     loop.train_step(state, next(batches))
+                state.graphed = None
 
             return run_them
 
         cases["minitensor, TF32"] = mt_iterations("high")
         cases["minitensor, float32"] = mt_iterations("highest")
         cases["minitensor, TF32, attention streamed"] = mt_iterations("high", fused=True)
+        if device.name == "cuda":  # --cuda-graph: forward and backward replayed as one CUDA graph
+            mt.set_float32_matmul_precision("high")  # captured with the products it will replay
+            pad = loop._pad(state.data.tgt_vocab)
+            graphed = graphed_step(
+                device,
+                lambda b: loop._loss(state.model, b, config, pad),
+                state.optimizer,
+                next(batches),
+                "recipe, TF32",
+            )
+            if graphed is not None:
+                cases["minitensor, TF32, CUDA graph"] = mt_iterations("high", graphed=graphed)
         # bfloat16 tensor cores for minitensor's products (backends/cublas_gemm.py): the stretch's
         # counterpart of nanoGPT's bfloat16 autocast (whose activations are bfloat16 too). Its cuBLAS
         # call runs here for the first time on a GPU: if it fails, the rest of the table still comes

@@ -120,6 +120,20 @@ def step_of_minitensor(model, optimizer, scheduler, clip, compute_loss):
 
 def minitensor_gpt(sizes):
     import minitensor as mt
+
+    config, model, optimizer, scheduler, batch = gpt_parts(sizes)
+
+    def compute_loss():
+        X, Y = batch()
+        return mt.cross_entropy(model(X), Y)
+
+    return step_of_minitensor(model, optimizer, scheduler, config.clip_grad_norm, compute_loss)
+
+
+def gpt_parts(sizes):
+    """(config, model, optimizer, scheduler, batch) of the gpt-char-gpu recipe at ``sizes`` on the
+    stand-in's "cuda"; ``batch()`` uploads a random minibatch (X, Y)."""
+    import minitensor as mt
     from minitensor.data import TEXTS
     from minitensor.train.config import TrainConfig, build_model, build_optimizer, build_scheduler
 
@@ -134,12 +148,41 @@ def minitensor_gpt(sizes):
     rng = np.random.default_rng(0)
     B, T = config.batch_size, config.lm_num_steps
 
-    def compute_loss():
-        X = mt.tensor(rng.integers(0, VOCAB, (B, T)), device="cuda")
-        Y = mt.tensor(rng.integers(0, VOCAB, (B, T)), device="cuda")
-        return mt.cross_entropy(model(X), Y)
+    def batch():
+        return tuple(mt.tensor(rng.integers(0, VOCAB, (B, T)), device="cuda") for _ in range(2))
 
-    return step_of_minitensor(model, optimizer, scheduler, config.clip_grad_norm, compute_loss)
+    return config, model, optimizer, scheduler, batch
+
+
+def graphed_gpt_launches(sizes):
+    """Launches of a step of the GPT of ``minitensor_gpt(sizes)`` with ``--cuda-graph``
+    (``train/graphed.py``): the batch uploaded and copied into the graph's inputs, the replay (its
+    dropout seeds drawn, then one launch for the whole forward and backward), the loss kept, the
+    clipping and the optimiser."""
+    from minitensor.nn.utils import clip_grad_norm_
+    from strict_backend import count_launches
+
+    import minitensor as mt
+    from minitensor.train.graphed import WARMUP_STEPS, GraphedStep
+
+    config, model, optimizer, scheduler, batch = gpt_parts(sizes)
+    graphed = GraphedStep(lambda b: (mt.cross_entropy(model(b[0]), b[1]), None), optimizer)
+
+    def step():
+        b = batch()
+        if graphed(b) is None:  # the warm-up steps, eager
+            loss = mt.cross_entropy(model(b[0]), b[1])
+            optimizer.zero_grad()
+            loss.backward()
+        clip_grad_norm_(model.parameters(), config.clip_grad_norm)
+        optimizer.step()
+        scheduler.step()
+
+    for _ in range(WARMUP_STEPS + 2):  # the warm-up steps, the capture, a replay
+        step()
+    with count_launches() as log:
+        step()
+    return len(log)
 
 
 def minitensor_transformer(cfg):
@@ -381,6 +424,11 @@ def main():
     streamed = streamed_gpt_launches(sizes)
     versus = f" ({streamed / sum(sum(ops.values()) for ops in theirs.values()):.2f}x PyTorch's)" if theirs else ""
     print(f"the same step with --fused on (attention on the CUDA kernels, dropout inside): {streamed} launches{versus}")
+    graphed = graphed_gpt_launches(sizes)
+    versus = f" ({graphed / sum(sum(ops.values()) for ops in theirs.values()):.2f}x PyTorch's)" if theirs else ""
+    print(
+        f"the same step with --cuda-graph (forward and backward replayed as one CUDA graph): {graphed} launches{versus}"
+    )
 
     cfg = train_step.CONFIGS["d2l"]
     ours = count_minitensor(minitensor_transformer(cfg))

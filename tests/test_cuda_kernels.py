@@ -246,7 +246,7 @@ def test_a_warp_per_row_and_a_thread_per_element_up_to_max_blocks(recorded):
     # what the C signatures take: arrays, then int64 sizes, uint64 seeds, a scale of x's dtype
     assert args1[0] is x and [type(a) for a in args1[2:]] == [np.int64, np.int64]
     assert args2[1].dtype == np.int64 and list(args2[3:]) == [7, 3]
-    assert [type(a) for a in dropout_launch[3][2:]] == [np.int64, np.uint64, np.uint64, np.float32]
+    assert [type(a) for a in dropout_launch[3][2:]] == [np.int64, np.uint64, np.ndarray, np.uint64, np.float32]
 
 
 @pytest.mark.parametrize("max_blocks", [1, 2, 3])

@@ -79,3 +79,29 @@ print("walkers", row[4], "kept", EmulatedGPU.attention_kernels.fixed_splits)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "fused, 1 walker" in done.stdout and "outputs and gradients agree" in done.stdout
     assert done.stdout.strip().endswith("walkers 4 kept None")
+
+
+def test_the_training_sections_time_a_cuda_graph_beside_the_eager_step():
+    """On a GPU, sections 5 and 7 capture the step as a CUDA graph (``--cuda-graph``), check that
+    a replay gives the eager step's loss and gradients, and time it beside the eager step: here on
+    the CuPy stand-in, which replays captured launches as a GPU replays a graph."""
+    code = f"""
+import sys
+sys.path.insert(0, {str(SCRIPT.parent.parent / "tests")!r})
+import gpu_check
+from fake_cupy import fake_cuda_backend, launch_in_numpy
+from minitensor.backends import _BACKENDS, cublas_gemm
+
+_BACKENDS["cuda"] = fake_cuda_backend()
+cublas_gemm.launch = launch_in_numpy  # the bfloat16 products of precision "medium", in NumPy
+device = gpu_check.Device("cuda", None)
+(row,) = gpu_check.training_benchmark(device, quick=True)
+print("graph column", row[5] != "-")
+gpu_check.nanogpt_benchmark(device, quick=True, nanogpt_dir="/nonexistent")
+"""
+    done = subprocess.run([sys.executable, "-c", code], cwd=SCRIPT.parent, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-3000:]
+    out = done.stdout
+    assert "FAILED" not in out, out[-3000:]
+    assert out.count("[cuda graph, ") == 2 and "gradients within 0.0e+00 of eager's" in out
+    assert "graph column True" in out and "minitensor, TF32, CUDA graph" in out

@@ -118,7 +118,6 @@ class CupyBackend(Backend):
             import cupy  # type: ignore[no-redef]
         self.xp = cupy
         self._kernels: CudaKernels | None = None
-        self._capture: Capture | None = None  # the CUDA graph being captured (cuda_graph.py)
         self.seed(int.from_bytes(os.urandom(8), "little"))
 
     def check_it_runs(self) -> None:
@@ -273,6 +272,7 @@ class CupyBackend(Backend):
         self._bfloat16 = precision == "medium" and self._compute_capability() >= 80
 
     _bfloat16 = False  # float32 products on bfloat16 tensor cores ("medium")
+    _capture: Capture | None = None  # the CUDA graph being captured (cuda_graph.py)
 
     def _properties(self) -> dict[str, Any]:
         runtime = self.xp.cuda.runtime
