@@ -750,6 +750,9 @@ _FROM_HOST = {"array", "asarray", "asanyarray"}  # cupy.array(host) is the expli
 # functions that allocate and compute nothing: no kernel (cupy.zeros fills: a launch)
 _ALLOCATE_ONLY = {"empty", "empty_like"}
 
+# functions that write into an array they are given and return None: a kernel each
+_WRITE_IN_PLACE = {"copyto", "put", "place", "putmask", "fill_diagonal"}
+
 # functions whose output size depends on the data: CuPy reads it from the device first
 _DATA_SIZED = {"nonzero", "argwhere", "flatnonzero", "unique", "extract", "compress"}
 
@@ -787,11 +790,11 @@ class _Function:
 
     def _launches(self, out, args, kwargs):
         """Would CuPy run a kernel for this call? For one that computes a new array or writes
-        into ``out=``; not for a view (``xp.reshape``, ``xp.broadcast_to``, ``ascontiguousarray``
+        into ``out=`` (or into its first argument: ``copyto``); not for a view (``xp.reshape``, ``xp.broadcast_to``, ``ascontiguousarray``
         of contiguous data) nor for ``xp.empty``, which only allocates."""
         if self._name in _ALLOCATE_ONLY:
             return False
-        return "out" in kwargs or _is_new(out, (args, kwargs))
+        return "out" in kwargs or self._name in _WRITE_IN_PLACE or _is_new(out, (args, kwargs))
 
     def __repr__(self):
         return f"<strict xp.{self._name}>"

@@ -160,8 +160,9 @@ def _tiny(out, device, **changes):
     [
         {},  # the encoder-decoder: valid lengths, masks, dropout, clipping, Adam
         dict(preset="gpt-char-gpu", text=None),  # set below: a character GPT (AdamW, GELU, tied)
+        dict(preset="gpt-char-gpu", text=None, fused="on"),  # its attention streamed, dropout inside
     ],
-    ids=["seq2seq", "gpt"],
+    ids=["seq2seq", "gpt", "gpt-streamed"],
 )
 def test_a_run_with_cuda_graphs_is_the_run_without(monkeypatch, tmp_path, changes):
     """The same losses at every step and the same weights at the end, the graphs replayed for
@@ -172,6 +173,7 @@ def test_a_run_with_cuda_graphs_is_the_run_without(monkeypatch, tmp_path, change
         changes = dict(
             text=str(text), model="lm", lm_num_steps=16, num_hiddens=16, ffn_num_hiddens=32, num_heads=2,
             activation="gelu", tie_embeddings=True, bias=False, optimizer="adamw", epochs=1, steps=12,
+            fused=changes.get("fused", "auto"),
         )  # fmt: skip
     runs, replays = [], []
     real_call = graphed.GraphedStep.__call__
