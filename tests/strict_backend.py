@@ -790,8 +790,9 @@ class _Function:
 
     def _launches(self, out, args, kwargs):
         """Would CuPy run a kernel for this call? For one that computes a new array or writes
-        into ``out=`` (or into its first argument: ``copyto``); not for a view (``xp.reshape``, ``xp.broadcast_to``, ``ascontiguousarray``
-        of contiguous data) nor for ``xp.empty``, which only allocates."""
+        into ``out=`` (or into its first argument: ``copyto``); not for a view (``xp.reshape``,
+        ``xp.broadcast_to``, ``ascontiguousarray`` of contiguous data) nor for ``xp.empty``,
+        which only allocates."""
         if self._name in _ALLOCATE_ONLY:
             return False
         return "out" in kwargs or self._name in _WRITE_IN_PLACE or _is_new(out, (args, kwargs))
