@@ -60,7 +60,11 @@ class CUDAGraph:
         """Stop recording (``failed``: after an error inside the capture, keeping nothing)."""
         if self._backend is None:
             raise RuntimeError("CUDAGraph: capture_end without capture_begin")
-        capture = self._backend.end_capture(failed)
+        try:
+            capture = self._backend.end_capture(failed)
+        except BaseException:  # CUDA refused the capture (it had waited for the GPU, say)
+            self._backend = None
+            raise
         self._capture = None if failed else capture
         if failed:
             self._backend = None

@@ -50,7 +50,7 @@ class GraphedStep:
             entry = self.graphs[key] = self._capture(batch)
         inputs, (loss, num_tokens), grads, graph = entry
         for static, new in zip(inputs, batch):
-            static.data[...] = new.data  # the graph reads its own input arrays
+            static.copy_(new)  # the graph reads its own input arrays
         graph.replay()
         for p, grad in zip(self.params, grads):  # an eager step of another shape may have replaced them
             p.grad = grad
