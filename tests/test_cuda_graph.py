@@ -15,8 +15,11 @@ with ``--cuda-graph`` is the run without it.
 import numpy as np
 import pytest
 from fake_cupy import fake_cuda_backend
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from minitensor.errors import DeviceError
 from strict_backend import CaptureError, count_launches
+from test_random_programs import INPUT_SHAPES, loss_weights, programs, run_minitensor
 
 import minitensor as mt
 from minitensor import backends
@@ -31,6 +34,14 @@ pytest.importorskip("safetensors")
 def cuda(monkeypatch):
     monkeypatch.setitem(backends._BACKENDS, "cuda", fake_cuda_backend())
     return "cuda"
+
+
+@pytest.fixture(scope="module")
+def stand_in():
+    """"cuda" on the stand-in for a whole module: for hypothesis, whose examples share a fixture."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(backends._BACKENDS, "cuda", fake_cuda_backend())
+        yield "cuda"
 
 
 def _leaf(shape, seed, device):
@@ -137,6 +148,66 @@ def test_checks_on_the_data_are_made_again_after_each_replay(cuda):
     g.replay()
     with pytest.raises(IndexError, match="7"):
         out.item()
+
+
+class Constants:
+    """The constants of a random program (``run_minitensor``'s ``constant``), made on the first
+    run and handed out again, in the same order, to the later ones: a capture may not upload."""
+
+    def __init__(self):
+        self.made, self.next = [], None
+
+    def __call__(self, array, dtype, device):
+        if self.next is None:
+            self.made.append(mt.tensor(array, dtype=dtype, device=device))
+            return self.made[-1]
+        return next(self.next)
+
+    def again(self):
+        self.next = iter(self.made)
+
+
+@settings(max_examples=40, deadline=None)
+@given(case=programs(), seed=st.integers(0, 2**16))
+def test_a_random_program_replayed_computes_what_it_computes_eagerly(stand_in, case, seed):
+    """``tests/test_random_programs.py``'s programs (fan-out, views, pieces, detached values,
+    writes in place and out of place, masked writes) captured once and replayed on two sets of
+    inputs: every value and every input's gradient equal to the same program run eagerly."""
+    steps, in_loss, hold = case
+    cuda = stand_in
+    rng = np.random.default_rng(seed)
+    arrays = [[rng.standard_normal(s) for s in INPUT_SHAPES] for _ in range(2)]
+    weights = [None if w is None else mt.tensor(w, device=cuda) for w in loss_weights(steps, in_loss)]
+    constant = Constants()
+
+    def program(inputs):
+        values = run_minitensor(steps, inputs, hold, constant)
+        loss = sum((v * w).sum() for v, w in zip(values, weights) if w is not None)
+        if loss.requires_grad:
+            loss.backward()
+        return values
+
+    eager = []
+    for a in arrays:
+        inputs = [mt.tensor(x, device=cuda, requires_grad=True) for x in a]
+        values = program(inputs)
+        eager.append(([v.numpy() for v in values], [None if x.grad is None else x.grad.numpy() for x in inputs]))
+        constant.again()
+    static = [mt.tensor(x, device=cuda, requires_grad=True) for x in arrays[0]]
+    g = mt.cuda.CUDAGraph()
+    with mt.cuda.graph(g):
+        values = program(static)
+    for a, (want_values, want_grads) in zip(arrays, eager):
+        with mt.no_grad():
+            for x, new in zip(static, a):
+                x.copy_(mt.tensor(new, device=cuda))
+        g.replay()
+        for k, (v, want) in enumerate(zip(values, want_values)):
+            np.testing.assert_array_equal(v.numpy(), want, err_msg=f"value {k}")
+        for n, (x, want) in enumerate(zip(static, want_grads)):
+            assert (x.grad is None) == (want is None), f"input {n}"
+            if want is not None:
+                np.testing.assert_array_equal(x.grad.numpy(), want, err_msg=f"input {n}")
 
 
 def test_graphs_need_the_gpu():

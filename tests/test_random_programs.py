@@ -166,9 +166,11 @@ def _broadcasts(shape, target):
         return False
 
 
-def run_minitensor(steps, inputs, hold):
+def run_minitensor(steps, inputs, hold, constant=None):
     """The program on tensors; with ``hold``, a detached copy of every value is kept alive, so
-    that no write can go in place. Returns every value's final binding."""
+    that no write can go in place. Returns every value's final binding. ``constant(array, dtype,
+    device)`` makes the tensors of the constants it uses (a matrix, a mask): ``mt.tensor``."""
+    constant = constant or (lambda array, dtype, device: mt.tensor(array, dtype=dtype, device=device))
     values = list(inputs)
     held = []
     for step in steps:
@@ -179,7 +181,7 @@ def run_minitensor(steps, inputs, hold):
             values.append(UNARY[step[1]][0](values[step[2]]))
         elif kind == "matmul":
             x = values[step[1]]
-            values.append(x @ mt.tensor(MATRIX, dtype=x.dtype, device=x.device))
+            values.append(x @ constant(MATRIX, x.dtype, x.device))
         elif kind == "reduce":
             _, i, axis, keepdims = step
             values.append(values[i].sum(axis=axis, keepdims=keepdims))
@@ -202,7 +204,7 @@ def run_minitensor(steps, inputs, hold):
             values.append(values[step[1]].detach())
         elif kind == "fill":
             _, i, index, number = step
-            values[i][mt.tensor(index, device=values[i].device) if isinstance(index, np.ndarray) else index] = number
+            values[i][constant(index, None, values[i].device) if isinstance(index, np.ndarray) else index] = number
         else:  # x[index] = v: the tensor object is rebound, every later use sees the new value
             _, i, index, j = step
             values[i][index] = values[j]
