@@ -38,7 +38,7 @@ def cuda(monkeypatch):
 
 @pytest.fixture(scope="module")
 def stand_in():
-    """ "cuda" on the stand-in for a whole module: for hypothesis, whose examples share a fixture."""
+    """The device "cuda" on the stand-in for a whole module: hypothesis's examples share one fixture."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setitem(backends._BACKENDS, "cuda", fake_cuda_backend())
         yield "cuda"
