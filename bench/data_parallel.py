@@ -250,6 +250,7 @@ def minitensor_worker(cfg, warmup, steps, check):
         bar=None,
         read_every=1,  # the losses read at every step, as the loop does on the CPU
         unread=[],
+        graphed=None,  # no CUDA graphs (--cuda-graph): the CPU launches no kernels
     )
     batches = forever(loader)
     times, tokens = [], []
