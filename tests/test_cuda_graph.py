@@ -124,6 +124,30 @@ def test_what_cannot_be_captured_is_refused_and_leaves_no_capture(cuda, inside, 
     assert doubled.tolist() == [2.0, 2.0, 2.0]
 
 
+def test_a_step_that_cannot_be_captured_says_so_and_names_the_flag(cuda):
+    """A step that reads from the GPU (a model printing a loss, say) cannot be a graph:
+    ``--cuda-graph`` fails at its capture in one line that says why and what to do, and leaves
+    the device as it was (the next capture works)."""
+    w = _leaf((6, 5), 0, cuda)
+    x = mt.tensor(np.ones((3, 6), np.float32), device=cuda)
+
+    def loss_fn(batch):
+        loss = (batch[0] @ w).sum()
+        print(loss.item())  # a read: fine eagerly, refused in a capture
+        return loss, None
+
+    step = graphed.GraphedStep(loss_fn, mt.optim.SGD([w], lr=0.1))
+    for _ in range(graphed.WARMUP_STEPS):
+        assert step((x,)) is None
+    with pytest.raises(DeviceError, match=r"--cuda-graph: the step could not be captured .*CaptureError.*without"):
+        step((x,))
+    g = mt.cuda.CUDAGraph()
+    with mt.cuda.graph(g):
+        y = x * 2
+    g.replay()
+    assert float(y.sum().item()) == 36.0
+
+
 def test_one_capture_at_a_time_and_a_graph_captures_once(cuda):
     g = mt.cuda.CUDAGraph()
     with mt.cuda.graph(g):

@@ -19,6 +19,7 @@ from collections import Counter
 from typing import Any
 
 from ..core import cuda
+from ..core.errors import DeviceError
 from ..core.tensor import Tensor
 
 #: eager steps of a minibatch shape before its graph is captured: the first compiles the kernels
@@ -61,7 +62,13 @@ class GraphedStep:
         inputs = tuple(t.detach().clone() for t in batch)  # made before the capture: the graph's static inputs
         self.optimizer.zero_grad()  # no gradients: backward in the capture makes the graph's own
         graph = cuda.CUDAGraph()
-        with cuda.graph(graph):
-            loss, num_tokens = self.loss_fn(inputs)
-            loss.backward()
+        try:
+            with cuda.graph(graph):
+                loss, num_tokens = self.loss_fn(inputs)
+                loss.backward()
+        except Exception as e:  # a step that reads from the GPU, a draw that cannot be replayed...
+            cause = " ".join(f"{type(e).__name__}: {e}".split())
+            raise DeviceError(
+                f"--cuda-graph: the step could not be captured as a CUDA graph ({cause}); train without --cuda-graph"
+            ) from e
         return inputs, (loss, num_tokens), [p.grad for p in self.params], graph
