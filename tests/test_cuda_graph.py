@@ -254,10 +254,11 @@ def _tiny(out, device, **changes):
     "changes",
     [
         {},  # the encoder-decoder: valid lengths, masks, dropout, clipping, Adam
+        dict(num_train=98, epochs=3),  # and an epoch's last, shorter minibatch: eager twice, then a graph
         dict(preset="gpt-char-gpu", text=None),  # set below: a character GPT (AdamW, GELU, tied)
         dict(preset="gpt-char-gpu", text=None, fused="on"),  # its attention streamed, dropout inside
     ],
-    ids=["seq2seq", "gpt", "gpt-streamed"],
+    ids=["seq2seq", "seq2seq-two-shapes", "gpt", "gpt-streamed"],
 )
 def test_a_run_with_cuda_graphs_is_the_run_without(monkeypatch, tmp_path, changes):
     """The same losses at every step and the same weights at the end, the graphs replayed for
@@ -288,5 +289,8 @@ def test_a_run_with_cuda_graphs_is_the_run_without(monkeypatch, tmp_path, change
     assert graph_losses == eager_losses
     for name, value in eager_weights.items():
         np.testing.assert_array_equal(graph_weights[name], value, err_msg=name)
-    assert replays[: graphed.WARMUP_STEPS] == [False] * graphed.WARMUP_STEPS
-    assert all(replays[graphed.WARMUP_STEPS :]) and len(replays) == len(eager_losses)
+    assert replays[: graphed.WARMUP_STEPS] == [False] * graphed.WARMUP_STEPS and len(replays) == len(eager_losses)
+    if "num_train" in changes:  # 24 full minibatches an epoch and one of 2: its third is captured
+        assert replays[24::25] == [False, False, True] and replays.count(False) == graphed.WARMUP_STEPS + 2
+    else:
+        assert all(replays[graphed.WARMUP_STEPS :])
