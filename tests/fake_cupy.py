@@ -328,6 +328,7 @@ def fake_cuda_backend(cupy=None):
 
     backend = CupyBackend(cupy or FakeCupy())
     backend._kernels = FakeCudaKernels()
+    backend.direct_cublas = FakeDirectCublas  # a capture's products: cuBLAS called directly, here in NumPy
     return backend
 
 
@@ -370,9 +371,10 @@ def read_matrices(operand, rows, columns, count):
     )
 
 
-def run_like_cublas(call, bfloat16=True):
+def run_like_cublas(call, bfloat16=True, dtype=numpy.float32):
     """``cublasGemmStridedBatchedEx`` with the arguments of ``call``, in NumPy: C_p = op(A_p) op(B_p)
-    for each p, column-major, C written with ``ldc`` and ``stride_c``; returns the row-major output."""
+    for each p, column-major, C written with ``ldc`` and ``stride_c``; returns the row-major output
+    (of ``dtype``: float32, or float64 for a product of doubles)."""
     m, n, k, count = call.m, call.n, call.k, call.batch_count
     a_rows, a_cols = (m, k) if call.first.trans == cublas_gemm.CUBLAS_OP_N else (k, m)
     b_rows, b_cols = (k, n) if call.second.trans == cublas_gemm.CUBLAS_OP_N else (n, k)
@@ -384,9 +386,12 @@ def run_like_cublas(call, bfloat16=True):
         B = B.swapaxes(-1, -2)
     if bfloat16:
         A, B = to_bfloat16(A), to_bfloat16(B)
-    C = numpy.matmul(A.astype(numpy.float64), B.astype(numpy.float64)).astype(numpy.float32)  # (count, m, n)
-    out = numpy.zeros(count * call.stride_c + call.ldc * n, numpy.float32)
-    view = numpy.lib.stride_tricks.as_strided(out, shape=(count, m, n), strides=(call.stride_c * 4, 4, call.ldc * 4))
+    C = numpy.matmul(A.astype(numpy.float64), B.astype(numpy.float64)).astype(dtype)  # (count, m, n)
+    out = numpy.zeros(count * call.stride_c + call.ldc * n, dtype)
+    size = out.itemsize
+    view = numpy.lib.stride_tricks.as_strided(
+        out, shape=(count, m, n), strides=(call.stride_c * size, size, call.ldc * size)
+    )
     view[...] = C
     return out[: count * call.stride_c].reshape(call.shape) if count else out[:0].reshape(call.shape)
 
@@ -394,3 +399,17 @@ def run_like_cublas(call, bfloat16=True):
 def launch_in_numpy(xp, call, out):
     """``cublas_gemm.launch`` on the stand-in: the call run by ``run_like_cublas``, into ``out``."""
     out._a[...] = run_like_cublas(call)
+
+
+class FakeDirectCublas:
+    """``cublas_gemm.DirectCublas`` on the stand-in: the call run by ``run_like_cublas`` (bfloat16
+    inputs at the bfloat16 compute type), kept by a capture as a launch that writes ``out``."""
+
+    def gemm(self, call, out, data_type, compute_type):
+        _launched("cublasGemmStridedBatchedEx")
+        bfloat16 = compute_type == cublas_gemm.CUBLAS_COMPUTE_32F_FAST_16BF
+
+        def run():
+            out._a[...] = run_like_cublas(call, bfloat16, out.dtype)
+
+        strict_backend._recorded(run, in_place=True)

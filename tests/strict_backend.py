@@ -346,6 +346,12 @@ def _is_new(result, inputs):
     return not any(numpy.may_share_memory(result, a) for a in _arrays_in(inputs))
 
 
+def _refuse_cublas_in_a_capture():
+    """CuPy's products call cuBLAS through wrappers that refuse to run while a stream captures."""
+    if _captures:
+        raise NotImplementedError("calling cuBLAS API during stream capture is currently unsupported")
+
+
 def _cupy_matmul_copies(a, b):
     """Record the launches that ``cupy.matmul`` (``cupy/_core/_routines_linalg.pyx``) makes
     before its GEMM on the NumPy arrays ``a`` and ``b``, the operands as CuPy would get them.
@@ -480,6 +486,7 @@ def _binary(op, name):
         if b is NotImplemented:
             return NotImplemented
         if name == "matmul":
+            _refuse_cublas_in_a_capture()
             _cupy_matmul_copies(self._a, b)
         launched(f"__{name}__")
         a = self._a
@@ -491,6 +498,7 @@ def _binary(op, name):
         if b is NotImplemented:
             return NotImplemented
         if name == "matmul":
+            _refuse_cublas_in_a_capture()
             _cupy_matmul_copies(b, self._a)
         launched(f"__r{name}__")
         a = self._a
@@ -502,6 +510,7 @@ def _binary(op, name):
         if b is NotImplemented:
             return NotImplemented
         if name == "matmul":
+            _refuse_cublas_in_a_capture()
             _cupy_matmul_copies(self._a, b)
         launched(f"__i{name}__")
         a, iop = self._a, getattr(operator, f"__i{name}__")
@@ -772,6 +781,8 @@ class _Function:
             note("read", where)
         elif self._host_ok and _has_host_data(args[:1]):
             note("upload", where)
+        if self._name in ("matmul", "dot", "tensordot", "einsum", "inner", "vdot"):
+            _refuse_cublas_in_a_capture()
         if self._name == "matmul" and len(args) >= 2:
             _cupy_matmul_copies(*_unwrap(args[:2], where=where))
         fn, uargs, ukwargs = self._fn, _unwrap(args, self._host_ok, where), _unwrap(kwargs, self._host_ok, where)

@@ -7,9 +7,11 @@ with the arguments they were captured with (a seed passed by value stays the sam
 nothing else (Python does not run; a capture's results are spoilt until the first replay).
 It refuses, as CUDA does, a read, a synchronisation or an upload inside a capture.
 
-What must hold: a replayed step computes what the same step run eagerly computes, to the bit,
-dropout included (each replay draws the seeds the eager calls would have drawn), and a run
-with ``--cuda-graph`` is the run without it.
+What must hold: a replayed step computes what the same step run eagerly computes, dropout
+included (each replay draws the seeds the eager calls would have drawn), and a run with
+``--cuda-graph`` is the run without it. Equal to float32's rounding, not to the bit: as CuPy
+does, the stand-in refuses CuPy's products inside a capture, and the capture's products are
+cuBLAS calls of minitensor's own (``cublas_gemm.captured_matmul``), here run in NumPy.
 """
 
 import numpy as np
@@ -76,9 +78,9 @@ def test_a_replay_computes_what_the_eager_step_does_dropout_included(cuda):
         loss = _step(w, x)
     assert np.isnan(loss.numpy())  # a capture runs nothing: its results wait for a replay
     for want_loss, want_grad in eager:
-        g.replay()
-        assert loss.item() == want_loss
-        np.testing.assert_array_equal(w.grad.numpy(), want_grad)
+        g.replay()  # (its product is cuBLAS's own call, not CuPy's: equal to float32's rounding)
+        assert loss.item() == pytest.approx(want_loss, rel=1e-6)
+        np.testing.assert_allclose(w.grad.numpy(), want_grad, rtol=1e-5, atol=1e-7)
     # the generator moved on by the draws the eager steps made: a checkpoint's state is the same
     assert backends.get_backend(cuda).get_rng_state() == state
 
@@ -227,11 +229,11 @@ def test_a_random_program_replayed_computes_what_it_computes_eagerly(stand_in, c
                 x.copy_(mt.tensor(new, device=cuda))
         g.replay()
         for k, (v, want) in enumerate(zip(values, want_values)):
-            np.testing.assert_array_equal(v.numpy(), want, err_msg=f"value {k}")
+            np.testing.assert_allclose(v.numpy(), want, rtol=1e-13, atol=1e-13, err_msg=f"value {k}")
         for n, (x, want) in enumerate(zip(static, want_grads)):
             assert (x.grad is None) == (want is None), f"input {n}"
             if want is not None:
-                np.testing.assert_array_equal(x.grad.numpy(), want, err_msg=f"input {n}")
+                np.testing.assert_allclose(x.grad.numpy(), want, rtol=1e-13, atol=1e-13, err_msg=f"input {n}")
 
 
 def test_graphs_need_the_gpu():
@@ -286,9 +288,10 @@ def test_a_run_with_cuda_graphs_is_the_run_without(monkeypatch, tmp_path, change
         weights = {k: v.numpy() for k, v in result.model.state_dict().items()}
         runs.append((result.history["loss"], weights))
     (eager_losses, eager_weights), (graph_losses, graph_weights) = runs
-    assert graph_losses == eager_losses
+    # the same masks and steps; the products differ by float32's rounding (module docstring)
+    np.testing.assert_allclose(graph_losses, eager_losses, rtol=1e-5)
     for name, value in eager_weights.items():
-        np.testing.assert_array_equal(graph_weights[name], value, err_msg=name)
+        np.testing.assert_allclose(graph_weights[name], value, rtol=1e-4, atol=1e-6, err_msg=name)
     assert replays[: graphed.WARMUP_STEPS] == [False] * graphed.WARMUP_STEPS and len(replays) == len(eager_losses)
     if "num_train" in changes:  # 24 full minibatches an epoch and one of 2: its third is captured
         assert replays[24::25] == [False, False, True] and replays.count(False) == graphed.WARMUP_STEPS + 2

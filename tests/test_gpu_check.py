@@ -103,5 +103,5 @@ gpu_check.nanogpt_benchmark(device, quick=True, nanogpt_dir="/nonexistent")
     assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-3000:]
     out = done.stdout
     assert "FAILED" not in out, out[-3000:]
-    assert out.count("[cuda graph, ") == 2 and "gradients within 0.0e+00 of eager's" in out
+    assert out.count("[cuda graph, ") == 2 and out.count("of eager's (relative to each one's largest)") == 2
     assert "graph column True" in out and "minitensor, TF32, CUDA graph" in out

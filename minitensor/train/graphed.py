@@ -9,8 +9,9 @@ launches, and their learning rate and step count change at every step), as does 
 loop reads.
 
 The replayed step computes what the eager one would, dropout included (a replay draws the
-seeds the eager calls would have drawn): a run with ``--cuda-graph`` gives the losses of the
-same run without it.
+seeds the eager calls would have drawn), its products by a cuBLAS call of its own (CuPy's refuse
+to run in a capture): a run with ``--cuda-graph`` gives the losses of the same run without it,
+to float32's rounding.
 """
 
 from __future__ import annotations

@@ -170,3 +170,103 @@ def launch(xp: Any, call: GemmArguments, out: Array) -> None:
     finally:
         if mode != CUBLAS_POINTER_MODE_HOST:
             cublas.setPointerMode(handle, mode)
+
+
+# -- products inside a CUDA graph's capture ----------------------------------------------------------
+# CuPy refuses to call cuBLAS while a stream captures (each of its cuBLAS wrappers sets the
+# handle's stream first, and that raises "calling cuBLAS API during stream capture is currently
+# unsupported"; cuBLAS itself supports capture: the cuBLAS documentation's "CUDA Graphs Support").
+# So a capture's products call cuBLAS here directly, through ctypes, on CuPy's handle with the
+# capture's stream, with the compute type the precision asks for.
+CUDA_R_64F = 1
+CUBLAS_COMPUTE_32F, CUBLAS_COMPUTE_64F, CUBLAS_COMPUTE_32F_FAST_TF32 = 68, 70, 77
+CUBLAS_GEMM_DEFAULT = -1
+#: (data type, compute type) of a captured product, by dtype and float32 matmul precision
+CAPTURED_TYPES = {
+    ("float32", "highest"): (CUDA_R_32F, CUBLAS_COMPUTE_32F),
+    ("float32", "high"): (CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_TF32),
+    ("float32", "medium"): (CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_16BF),
+    ("float64", "highest"): (CUDA_R_64F, CUBLAS_COMPUTE_64F),
+    ("float64", "high"): (CUDA_R_64F, CUBLAS_COMPUTE_64F),
+    ("float64", "medium"): (CUDA_R_64F, CUBLAS_COMPUTE_64F),
+}
+
+
+class DirectCublas:
+    """libcublas called through ctypes, not through CuPy: the library CuPy has already loaded
+    (``dlopen`` of its soname, ``libcublas.so.<CUDA major>``, finds the loaded one) and CuPy's
+    handle, taken before the capture began."""
+
+    def __init__(self, xp: Any) -> None:
+        import ctypes
+
+        major = int(xp.cuda.runtime.runtimeGetVersion()) // 1000
+        self.lib = ctypes.CDLL(f"libcublas.so.{major}")
+        self.handle = ctypes.c_void_p(int(xp.cuda.get_cublas_handle()))
+        p, i, ll = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
+        gemm: list[Any] = [p, i, i, i, i, i, p] + [p, i, i, ll] * 2 + [p, p, i, i, ll, i, i, i]
+        self.lib.cublasSetStream_v2.argtypes = [p, p]
+        self.lib.cublasGetPointerMode_v2.argtypes = [p, ctypes.POINTER(i)]
+        self.lib.cublasSetPointerMode_v2.argtypes = [p, i]
+        self.lib.cublasGemmStridedBatchedEx.argtypes = gemm
+        self.xp, self.ctypes = xp, ctypes
+
+    def _check(self, status: int, what: str) -> None:
+        if status:
+            raise RuntimeError(f"{what} failed: cuBLAS status {status}")
+
+    def gemm(self, call: GemmArguments, out: Array, data_type: int, compute_type: int) -> None:
+        """``out = a @ b`` on the current stream (the capture's): the call of ``launch``, direct."""
+        ctypes, lib, handle = self.ctypes, self.lib, self.handle
+        scalar = numpy.float64 if compute_type == CUBLAS_COMPUTE_64F else numpy.float32
+        one, zero = numpy.ones(1, scalar), numpy.zeros(1, scalar)  # read at the call: baked into the graph
+        self._check(lib.cublasSetStream_v2(handle, self.xp.cuda.get_current_stream().ptr), "cublasSetStream")
+        mode = ctypes.c_int()
+        self._check(lib.cublasGetPointerMode_v2(handle, ctypes.byref(mode)), "cublasGetPointerMode")
+        if mode.value != CUBLAS_POINTER_MODE_HOST:
+            self._check(lib.cublasSetPointerMode_v2(handle, CUBLAS_POINTER_MODE_HOST), "cublasSetPointerMode")
+        first, second = call.first, call.second
+        try:
+            status = lib.cublasGemmStridedBatchedEx(
+                handle, first.trans, second.trans, call.m, call.n, call.k,
+                one.ctypes.data,
+                first.array.data.ptr, data_type, first.ld, first.stride,
+                second.array.data.ptr, data_type, second.ld, second.stride,
+                zero.ctypes.data,
+                out.data.ptr, data_type, call.ldc, call.stride_c,
+                call.batch_count, compute_type, CUBLAS_GEMM_DEFAULT,
+            )  # fmt: skip
+            self._check(status, "cublasGemmStridedBatchedEx")
+        finally:
+            if mode.value != CUBLAS_POINTER_MODE_HOST:
+                lib.cublasSetPointerMode_v2(handle, mode.value)
+
+
+def captured_matmul(xp: Any, cublas: Any, a: Array, b: Array, precision: str) -> Array:
+    """``a @ b`` inside a CUDA graph's capture, by ``cublas`` (a ``DirectCublas``): float32 at the
+    matmul ``precision``'s compute type, float64 in float64; vectors as one-row or one-column
+    matrices, as ``a @ b`` takes them. Refuses (``TypeError``) what cuBLAS's strided call cannot
+    take in place of CuPy's product."""
+    types = CAPTURED_TYPES.get((numpy.dtype(a.dtype).name, precision))
+    if types is None or a.dtype != b.dtype:
+        raise TypeError(
+            f"cuda graph: a product of {a.dtype} and {b.dtype} cannot be captured (float32 or float64 only)"
+        )
+    vector_a, vector_b = a.ndim == 1, b.ndim == 1
+    a2 = a[None, :] if vector_a else a
+    b2 = b[:, None] if vector_b else b
+    call = gemm_arguments(xp, a2, b2)
+    if call is None:
+        if a2.ndim >= 2 and b2.ndim >= 2 and a2.shape[-1] == b2.shape[-2]:  # an empty product
+            batch = numpy.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
+            out = xp.zeros(batch + (a2.shape[-2], b2.shape[-1]), a.dtype)
+        else:
+            raise TypeError(f"cuda graph: the product {a.shape} @ {b.shape} cannot be captured")
+    else:
+        out = xp.empty(call.shape, dtype=a.dtype)
+        cublas.gemm(call, out, *types)
+    if vector_a:
+        out = out[..., 0, :]
+    if vector_b:
+        out = out[..., 0]
+    return out

@@ -25,6 +25,10 @@ anew. So
   the table the very draws that as many eager calls would have made: a replayed step drops
   what the same step run eagerly would, and the generator's state (a checkpoint's) moves on by
   as many draws. Other random draws (cuRAND's) cannot be captured and are refused;
+- the products: CuPy refuses to call cuBLAS while a stream captures, though cuBLAS supports
+  capture, so inside a capture ``Backend.matmul`` calls cuBLAS directly (``cublas_gemm``'s
+  ``DirectCublas``, through ctypes, on CuPy's handle): equal to CuPy's products to float32's
+  rounding (another call than CuPy's);
 - the checks on the data that ops make without waiting (``Backend.check``: an embedding's index
   out of range) are made again after each replay, on a copy of their flags;
 - nothing may wait for the GPU inside a capture (``.item()``, a print of a tensor, an upload of
@@ -61,11 +65,18 @@ class Capture:
         self.graph: Any = None
         self._contexts = contextlib.ExitStack()
         self._pending: Any = None
+        self._cublas: Any = None  # cuBLAS for the capture's products (or why it is not there)
 
     def begin(self) -> None:
         """Start recording: from now on every launch on this thread goes into the graph, and every
         allocation comes from the graph's own pool."""
         xp, backend = self.xp, self.backend
+        # CuPy refuses to call cuBLAS while a stream captures, so the capture's products call it
+        # directly (cublas_gemm.captured_matmul), on CuPy's handle, found here, before the capture
+        try:
+            self._cublas = backend.direct_cublas()
+        except Exception as e:  # (raised at the first product: a step without one needs none)
+            self._cublas = e
         # the captured work reads what the current stream has queued before it
         self.stream.wait_event(xp.cuda.get_current_stream().record())
         # checks made by the captured ops are the graph's; earlier ones stay pending
@@ -97,6 +108,15 @@ class Capture:
         self.checks = self.backend.__dict__.pop("_pending_checks", [])
         if self._pending is not None:
             self.backend._pending_checks = self._pending
+
+    def cublas(self) -> Any:
+        """The ``DirectCublas`` the capture's products call."""
+        if isinstance(self._cublas, Exception):
+            raise DeviceError(
+                f"cuda graph: a matrix product cannot be captured: cuBLAS is not reachable directly "
+                f"({type(self._cublas).__name__}: {self._cublas})"
+            ) from self._cublas
+        return self._cublas
 
     def draw_seed(self) -> Any:
         """A dropout's seed inside the capture: the next slot of the table, a 0-d uint64 array on

@@ -235,13 +235,14 @@ class CupyBackend(Backend):
     # through the setter its own tests use). Its batched products (attention's scores and
     # P V) pass the legacy type CUDA_R_32F instead, which follows the math mode of CuPy's cuBLAS
     # handle. Neither route has a bfloat16 mode for float32 data, so at "medium" minitensor's
-    # own products (``matmul`` below) call cuBLAS themselves (cublas_gemm.py), and CuPy's, which
-    # few take then (the streamed attention's tiles), use TF32.
+    # products (every one goes through ``matmul`` below) call cuBLAS themselves (cublas_gemm.py);
+    # CuPy's setting still serves any product of CuPy's own.
     COMPUTE_TYPES = {"highest": "COMPUTE_TYPE_DEFAULT", "high": "COMPUTE_TYPE_TF32", "medium": "COMPUTE_TYPE_TF32"}
     #: cublasMath_t (cublas_api.h): CUBLAS_DEFAULT_MATH, CUBLAS_TF32_TENSOR_OP_MATH (CuPy names only the first)
     MATH_MODES = {"highest": 0, "high": 3, "medium": 3}
 
     def set_float32_matmul_precision(self, precision: str) -> None:
+        self._precision = precision  # a capture's products ask cuBLAS for it themselves (matmul)
         self._bfloat16 = False  # until "medium" is set, below, where the GPU has them
         # CuPy itself falls back to float32, with a warning, on a GPU older than compute
         # capability 8.0. A CuPy without these settings keeps float32, and says so.
@@ -272,6 +273,7 @@ class CupyBackend(Backend):
         self._bfloat16 = precision == "medium" and self._compute_capability() >= 80
 
     _bfloat16 = False  # float32 products on bfloat16 tensor cores ("medium")
+    _precision = "highest"  # the float32 matmul precision set last
     _capture: Capture | None = None  # the CUDA graph being captured (cuda_graph.py)
 
     def _properties(self) -> dict[str, Any]:
@@ -286,9 +288,15 @@ class CupyBackend(Backend):
         return int(self._properties()["totalGlobalMem"])  # the current GPU's
 
     def matmul(self, a: Array, b: Array) -> Array:
+        if self._capture is not None:  # CuPy refuses to call cuBLAS inside a capture: call it directly
+            return cublas_gemm.captured_matmul(self.xp, self._capture.cublas(), a, b, self._precision)
         if self._bfloat16 and a.dtype == numpy.float32 and b.dtype == numpy.float32:
             return cublas_gemm.bf16_matmul(self.xp, a, b)
         return a @ b
+
+    def direct_cublas(self) -> Any:
+        """libcublas through ctypes (``cublas_gemm.DirectCublas``), for the products of a capture."""
+        return cublas_gemm.DirectCublas(self.xp)
 
     #: the CPU's fused kernels (kernels/fused.py) that the GPU has too, by the ops' names for them
     FUSED = {

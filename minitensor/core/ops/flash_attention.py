@@ -296,14 +296,13 @@ class StreamPlan:
         (``prefixes=False``: not where only ``causal`` or ``valid_lens`` mask, see ``row_lens``).
         ``q_block`` holds the queries already multiplied by ``scale``; ``k_t``, if given, the
         tile's keys transposed, (batch, g, d, n_k)."""
-        xp = self.xp
-        S = xp.matmul(q_block, k[:, :, j0:j1].swapaxes(-1, -2) if k_t is None else k_t)
+        S = self.backend.matmul(q_block, k[:, :, j0:j1].swapaxes(-1, -2) if k_t is None else k_t)
         S5 = S.reshape(self.batch, self.g, self.r, i1 - i0, j1 - j0)  # a view: heads of a group apart
         if self.table is not None:
             S5 += self.bias(i0, i1, j0, j1)
         allowed = self._allowed(i0, i1, j0, j1, prefixes)
         if allowed is not None:
-            xp.copyto(S5, -xp.inf, where=~allowed)
+            self.xp.copyto(S5, -self.xp.inf, where=~allowed)
         return S
 
     def query_block(self, q5: Array, i0: int, i1: int) -> Array:
@@ -467,7 +466,7 @@ class FlashAttention(Function):
                 rescale = xp.exp(m - shift)  # exp(m - m'): 0 for the first block a row sees
                 l = l * rescale + P.sum(axis=-1)  # (dropout acts after the softmax: l sums every weight)
                 o *= rescale[..., None]
-                o += xp.matmul(plan.drop(P, i0, i1, j0), v[:, :, j0:j1])
+                o += ctx.backend.matmul(plan.drop(P, i0, i1, j0), v[:, :, j0:j1])
                 m = m_new
             seen = l > 0
             o /= xp.where(seen, l, 1)[..., None]  # rows with no key keep o = 0
@@ -496,6 +495,7 @@ class FlashAttention(Function):
         q5, k, v, out, lse = ctx.saved
         B, g, r, Q, d = q5.shape
         dv = v.shape[-1]
+        mm = ctx.backend.matmul  # every product through the backend's (a GPU's: cuBLAS, capturable)
         table = plan.table
         want_table = table is not None and ctx.needs_input_grad[3]
         dO = grad.reshape(B, g, r, Q, dv)
@@ -523,12 +523,12 @@ class FlashAttention(Function):
                 S -= lse_block
                 P = xp.exp(S, out=S)  # the tile's weights, as the forward pass had them
                 Z = plan.drop(P, i0, i1, j0)  # what multiplied V
-                dvalues[:, :, j0:j1] += xp.matmul(Z.swapaxes(-1, -2), dO_block)
-                dS = plan.drop(xp.matmul(dO_block, v_block.swapaxes(-1, -2)), i0, i1, j0)  # dP: dZ through the mask
+                dvalues[:, :, j0:j1] += mm(Z.swapaxes(-1, -2), dO_block)
+                dS = plan.drop(mm(dO_block, v_block.swapaxes(-1, -2)), i0, i1, j0)  # dP: dZ through the mask
                 dS -= D_block
                 dS *= P
-                dq[n] += xp.matmul(dS, k_block)
-                dk[:, :, j0:j1] += xp.matmul(dS.swapaxes(-1, -2), q_block)  # q_block already holds scale q
+                dq[n] += mm(dS, k_block)
+                dk[:, :, j0:j1] += mm(dS.swapaxes(-1, -2), q_block)  # q_block already holds scale q
                 if want_table:
                     per_head = dS.reshape(B, plan.num_heads, i1 - i0, j1 - j0).sum(axis=0)
                     columns = plan._diagonals[: i1 - i0, : j1 - j0] + (j0 - i0)
@@ -563,7 +563,7 @@ class FlashAttention(Function):
         plan.P = P  # the weights before dropout, as the plain path keeps them
         Z = plan.drop(P, 0, Q, 0)
         ctx.save_for_backward(q_block, k, v, P, Z)
-        return ctx.xp.matmul(Z, v).reshape(q.shape[:-1] + (v.shape[-1],))
+        return ctx.backend.matmul(Z, v).reshape(q.shape[:-1] + (v.shape[-1],))
 
     @staticmethod
     def one_tile_backward(ctx: Function, grad: Array) -> Grads:
@@ -571,12 +571,13 @@ class FlashAttention(Function):
         q_block, k, v, P, Z = ctx.saved
         B, g, r, Q, K = plan.batch, plan.g, plan.r, plan.Q, plan.K
         dO = grad.reshape(B, g, r * Q, v.shape[-1])
-        dvalues = xp.matmul(Z.swapaxes(-1, -2), dO)
-        dP = xp.matmul(dO, xp.ascontiguousarray(v.swapaxes(-1, -2)))  # (V^T copied: as K^T in forward)
+        mm = ctx.backend.matmul  # every product through the backend's (a GPU's: cuBLAS, capturable)
+        dvalues = mm(Z.swapaxes(-1, -2), dO)
+        dP = mm(dO, xp.ascontiguousarray(v.swapaxes(-1, -2)))  # (V^T copied: as K^T in forward)
         dP = plan.drop(dP, 0, Q, 0)  # the gradient of the dropped weights, through the mask
         dS = ctx.backend.kernels.softmax_backward(as_rows(P), as_rows(dP)).reshape(P.shape)
-        dk = xp.matmul(dS.swapaxes(-1, -2), q_block)  # q_block holds scale q
-        dq = xp.matmul(dS, k)
+        dk = mm(dS.swapaxes(-1, -2), q_block)  # q_block holds scale q
+        dq = mm(dS, k)
         dq *= dq.dtype.type(plan.scale)
         grad_table = None
         if plan.table is not None and ctx.needs_input_grad[3]:
