@@ -161,6 +161,81 @@ def test_the_enum_values_are_cupys():
     for name in ("CUBLAS_OP_N", "CUBLAS_OP_T", "CUBLAS_POINTER_MODE_HOST", "CUBLAS_COMPUTE_32F_FAST_16BF"):
         assert getattr(cublas_gemm, name) == getattr(cublas, name), name
     assert cublas_gemm.CUBLAS_GEMM_DEFAULT_TENSOR_OP == getattr(cublas, "CUBLAS_GEMM_DEFAULT_TENSOR_OP", 99)
+    for name in ("CUBLAS_COMPUTE_32F", "CUBLAS_COMPUTE_64F", "CUBLAS_COMPUTE_32F_FAST_TF32", "CUBLAS_GEMM_DEFAULT"):
+        assert getattr(cublas_gemm, name) == getattr(cublas, name, getattr(cublas_gemm, name)), (
+            name
+        )  # (a captured product's)
     assert cublas_gemm.CUDA_R_32F == 0  # cudaDataType_t's CUDA_R_32F (library_types.h)
     doc = cublas.gemmStridedBatchedEx.__doc__.splitlines()[0]  # Cython's signature line
     assert doc.count(",") + 1 == 23, doc
+
+
+@pytest.mark.parametrize(
+    "dtype, precision, types",
+    [("float32", "highest", (0, 68)), ("float32", "high", (0, 77)), ("float32", "medium", (0, 75)),
+     ("float64", "high", (1, 70))],
+)  # fmt: skip
+def test_a_captured_product_calls_cublas_directly_on_the_capture_stream(monkeypatch, dtype, precision, types):
+    """Inside a CUDA graph's capture CuPy refuses its own cuBLAS calls, so ``captured_matmul`` calls
+    libcublas through ctypes (``DirectCublas``): on CuPy's handle, with the current (capturing)
+    stream, host pointer mode for alpha and beta (and the handle's mode put back), the
+    precision's compute type, and the 23 arguments of ``cublasGemmStridedBatchedEx`` in order."""
+    import ctypes
+    import types as pytypes
+
+    from minitensor.backends import cublas_gemm
+
+    calls, loaded, alpha_beta = [], [], []
+
+    class Function:
+        def __init__(self, name):
+            self.name, self.argtypes = name, None
+
+        def __call__(self, *args):
+            calls.append((self.name, args))
+            if self.name == "cublasGemmStridedBatchedEx":  # alpha's and beta's bytes, while they live
+                alpha_beta.extend(ctypes.string_at(args[i], 8) for i in (6, 15))
+            if self.name == "cublasGetPointerMode_v2":
+                args[1]._obj.value = 1  # device mode, as CuPy's own routines may leave the handle
+            return 0
+
+    class Library:
+        def __getattr__(self, name):
+            function = Function(name)
+            setattr(self, name, function)
+            return function
+
+    monkeypatch.setattr(ctypes, "CDLL", lambda name: loaded.append(name) or loaded.append(Library()) or loaded[-1])
+    stream = pytypes.SimpleNamespace(ptr=4242)
+    runtime = pytypes.SimpleNamespace(runtimeGetVersion=lambda: 12040)
+    cuda = pytypes.SimpleNamespace(runtime=runtime, get_cublas_handle=lambda: 7, get_current_stream=lambda: stream)
+
+    class Device(np.ndarray):  # a NumPy array with CuPy's ``data.ptr``
+        @property
+        def data(self):
+            return pytypes.SimpleNamespace(ptr=self.__array_interface__["data"][0])
+
+    xp = pytypes.SimpleNamespace(
+        cuda=cuda,
+        empty=lambda shape, dtype: np.empty(shape, dtype).view(Device),
+        ascontiguousarray=lambda x: np.ascontiguousarray(x).view(Device),
+        broadcast_to=np.broadcast_to,
+    )
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((2, 3, 4)).astype(dtype).view(Device)
+    b = rng.standard_normal((4, 5)).astype(dtype).view(Device).T.T  # a view: read in place
+    out = cublas_gemm.captured_matmul(xp, cublas_gemm.DirectCublas(xp), a, b, precision)
+    assert loaded[0] == "libcublas.so.12" and out.shape == (2, 3, 5) and out.dtype == dtype
+    names = [name for name, _ in calls]
+    assert names == ["cublasSetStream_v2", "cublasGetPointerMode_v2", "cublasSetPointerMode_v2",
+                     "cublasGemmStridedBatchedEx", "cublasSetPointerMode_v2"]  # fmt: skip
+    assert calls[0][1][0].value == 7 and calls[0][1][1] == 4242
+    assert calls[2][1][1] == cublas_gemm.CUBLAS_POINTER_MODE_HOST and calls[4][1][1] == 1  # put back
+    args = calls[3][1]
+    assert len(args) == 23 == len(loaded[1].cublasGemmStridedBatchedEx.argtypes)
+    call = cublas_gemm.gemm_arguments(xp, a, b)
+    assert args[1:6] == (call.first.trans, call.second.trans, call.m, call.n, call.k)
+    assert args[8] == args[12] == args[17] == types[0] and args[-2:] == (types[1], cublas_gemm.CUBLAS_GEMM_DEFAULT)
+    assert args[7] == b.data.ptr and args[11] == a.data.ptr and args[16] == out.data.ptr
+    scalar = np.dtype(np.float64 if dtype == "float64" else np.float32)  # alpha 1, beta 0, as the compute's type
+    assert [np.frombuffer(raw[: scalar.itemsize], scalar)[0] for raw in alpha_beta] == [1.0, 0.0]

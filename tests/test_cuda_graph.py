@@ -17,6 +17,7 @@ cuBLAS calls of minitensor's own (``cublas_gemm.captured_matmul``), here run in 
 import numpy as np
 import pytest
 from fake_cupy import fake_cuda_backend
+from gpu import GPU
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from minitensor.errors import DeviceError
@@ -297,3 +298,47 @@ def test_a_run_with_cuda_graphs_is_the_run_without(monkeypatch, tmp_path, change
         assert replays[24::25] == [False, False, True] and replays.count(False) == graphed.WARMUP_STEPS + 2
     else:
         assert all(replays[graphed.WARMUP_STEPS :])
+
+
+# -- on a real GPU (pytest -m gpu): what the stand-in can only imitate -----------------------------
+@pytest.mark.gpu
+@pytest.mark.skipif(not GPU, reason="needs CuPy and a CUDA GPU")
+@pytest.mark.parametrize("precision, rtol", [("highest", 1e-5), ("high", 1e-5)])
+def test_on_the_gpu_a_replay_computes_what_the_eager_step_does(precision, rtol):
+    """CuPy's stream capture, the graph's own memory pool, the products through cuBLAS called
+    directly, the seed table drawn on the device: three replays against three eager steps."""
+    mt.set_float32_matmul_precision(precision)
+    try:
+        rng = np.random.default_rng(0)
+        w = mt.tensor(rng.standard_normal((64, 48)).astype(np.float32), device="cuda", requires_grad=True)
+        x = mt.tensor(rng.standard_normal((32, 64)).astype(np.float32), device="cuda")
+        mt.manual_seed(3)
+        eager = []
+        for _ in range(3):
+            w.grad = None
+            eager.append((_step(w, x).item(), w.grad.numpy().copy()))
+        mt.manual_seed(3)
+        w.grad = None
+        g = mt.cuda.CUDAGraph()
+        with mt.cuda.graph(g):
+            loss = _step(w, x)
+        for want_loss, want_grad in eager:
+            g.replay()
+            assert loss.item() == pytest.approx(want_loss, rel=rtol)
+            np.testing.assert_allclose(w.grad.numpy(), want_grad, rtol=rtol, atol=rtol * np.abs(want_grad).max())
+    finally:
+        mt.set_float32_matmul_precision("highest")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not GPU, reason="needs CuPy and a CUDA GPU")
+def test_on_the_gpu_a_run_with_cuda_graphs_is_the_run_without(tmp_path):
+    """``minitensor train --cuda-graph`` on the GPU: the encoder-decoder's losses and weights."""
+    runs = []
+    for graph in (False, True):
+        result = train(_tiny(tmp_path / str(graph), "cuda", cuda_graph=graph, steps=12), log=lambda *_: None)
+        runs.append((result.history["loss"], {k: v.numpy() for k, v in result.model.state_dict().items()}))
+    (eager_losses, eager_weights), (graph_losses, graph_weights) = runs
+    np.testing.assert_allclose(graph_losses, eager_losses, rtol=1e-4)
+    for name, value in eager_weights.items():
+        np.testing.assert_allclose(graph_weights[name], value, rtol=1e-3, atol=1e-5, err_msg=name)
