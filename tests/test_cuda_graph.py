@@ -303,7 +303,7 @@ def test_a_run_with_cuda_graphs_is_the_run_without(monkeypatch, tmp_path, change
 # -- on a real GPU (pytest -m gpu): what the stand-in can only imitate -----------------------------
 @pytest.mark.gpu
 @pytest.mark.skipif(not GPU, reason="needs CuPy and a CUDA GPU")
-@pytest.mark.parametrize("precision, rtol", [("highest", 1e-5), ("high", 1e-5)])
+@pytest.mark.parametrize("precision, rtol", [("highest", 1e-5), ("high", 2e-3)])  # TF32: its own rounding
 def test_on_the_gpu_a_replay_computes_what_the_eager_step_does(precision, rtol):
     """CuPy's stream capture, the graph's own memory pool, the products through cuBLAS called
     directly, the seed table drawn on the device: three replays against three eager steps."""
