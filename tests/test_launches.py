@@ -30,9 +30,12 @@ pytest.importorskip("safetensors")
 
 @pytest.fixture
 def cuda(monkeypatch):
-    """ "cuda" served by the CuPy backend on the stand-in, whose launches count_launches() sees."""
+    """ "cuda" served by the CuPy backend on the stand-in, whose launches count_launches() sees;
+    the float32 matmul precision put back after (a run of the GPU preset sets "high" for the
+    whole process)."""
     monkeypatch.setitem(backends._BACKENDS, "cuda", fake_cuda_backend())
-    return "cuda"
+    yield "cuda"
+    mt.set_float32_matmul_precision("highest")
 
 
 def launches(fn):
