@@ -239,3 +239,17 @@ def test_a_captured_product_calls_cublas_directly_on_the_capture_stream(monkeypa
     assert args[7] == b.data.ptr and args[11] == a.data.ptr and args[16] == out.data.ptr
     scalar = np.dtype(np.float64 if dtype == "float64" else np.float32)  # alpha 1, beta 0, as the compute's type
     assert [np.frombuffer(raw[: scalar.itemsize], scalar)[0] for raw in alpha_beta] == [1.0, 0.0]
+
+
+def test_a_captured_product_of_nothing_is_zeros_and_one_too_large_is_refused():
+    """No element: zeros of the product's shape (a sum over nothing), with no call; a count
+    beyond cuBLAS's 32-bit ones: refused in words, never a wrong answer."""
+    from minitensor.backends import cublas_gemm
+
+    out = cublas_gemm.captured_matmul(np, None, np.ones((2, 3, 0), np.float32), np.ones((0, 4), np.float32), "high")
+    assert out.shape == (2, 3, 4) and not out.any()
+    huge = np.broadcast_to(np.ones(1, np.float32), (2**31, 1))  # 2^31 rows, no memory
+    with pytest.raises(TypeError, match=r"product \(2147483648, 1\) @ \(1, 2\) cannot be captured"):
+        cublas_gemm.captured_matmul(np, None, huge, np.ones((1, 2), np.float32), "highest")
+    with pytest.raises(TypeError, match="float32 or float64 only"):
+        cublas_gemm.captured_matmul(np, None, np.ones((2, 2), np.float16), np.ones((2, 2), np.float16), "high")

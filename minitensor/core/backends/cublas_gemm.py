@@ -256,12 +256,11 @@ def captured_matmul(xp: Any, cublas: Any, a: Array, b: Array, precision: str) ->
     a2 = a[None, :] if vector_a else a
     b2 = b[:, None] if vector_b else b
     call = gemm_arguments(xp, a2, b2)
-    if call is None:
-        if a2.ndim >= 2 and b2.ndim >= 2 and a2.shape[-1] == b2.shape[-2]:  # an empty product
-            batch = numpy.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
-            out = xp.zeros(batch + (a2.shape[-2], b2.shape[-1]), a.dtype)
-        else:
+    if call is None:  # no element (a sum over nothing is 0), else shapes or sizes cuBLAS's call cannot take
+        if a2.size and b2.size or a2.ndim < 2 or b2.ndim < 2 or a2.shape[-1] != b2.shape[-2]:
             raise TypeError(f"cuda graph: the product {a.shape} @ {b.shape} cannot be captured")
+        batch = numpy.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
+        out = xp.zeros(batch + (a2.shape[-2], b2.shape[-1]), a.dtype)
     else:
         out = xp.empty(call.shape, dtype=a.dtype)
         cublas.gemm(call, out, *types)
