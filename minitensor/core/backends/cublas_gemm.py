@@ -26,7 +26,9 @@ by running the same call in NumPy (``tests/test_cublas_gemm.py``); ``launch`` ma
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import numpy
@@ -151,25 +153,46 @@ def launch(xp: Any, call: GemmArguments, out: Array) -> None:
     handle's host pointer mode: CuPy's default, but a handle is shared (CuPy's own BLAS calls
     switch it to device mode for some routines), so the mode is set for the call and put back."""
     one, zero = numpy.ones(1, numpy.float32), numpy.zeros(1, numpy.float32)  # read at the call
-    first, second = call.first, call.second
     cublas, handle = xp.cuda.cublas, xp.cuda.get_cublas_handle()
-    mode = cublas.getPointerMode(handle)
-    if mode != CUBLAS_POINTER_MODE_HOST:
-        cublas.setPointerMode(handle, CUBLAS_POINTER_MODE_HOST)
-    try:
+    with _host_pointer_mode(lambda: cublas.getPointerMode(handle), lambda mode: cublas.setPointerMode(handle, mode)):
         cublas.gemmStridedBatchedEx(
             handle,
-            first.trans, second.trans, call.m, call.n, call.k,
-            one.ctypes.data,
-            first.array.data.ptr, CUDA_R_32F, first.ld, first.stride,
-            second.array.data.ptr, CUDA_R_32F, second.ld, second.stride,
-            zero.ctypes.data,
-            out.data.ptr, CUDA_R_32F, call.ldc, call.stride_c,
-            call.batch_count, CUBLAS_COMPUTE_32F_FAST_16BF, CUBLAS_GEMM_DEFAULT_TENSOR_OP,
-        )  # fmt: skip
+            *_gemm_arguments(
+                call, out, one, zero, CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_16BF, CUBLAS_GEMM_DEFAULT_TENSOR_OP
+            ),
+        )
+
+
+def _gemm_arguments(
+    call: GemmArguments, out: Array, one: Any, zero: Any, data_type: int, compute_type: int, algo: int
+) -> tuple[Any, ...]:
+    """The arguments of ``cublasGemmStridedBatchedEx`` after its handle, for ``call`` into
+    ``out``: alpha and beta at the host addresses of ``one`` and ``zero`` (NumPy arrays the
+    caller keeps alive through the call)."""
+    first, second = call.first, call.second
+    return (
+        first.trans, second.trans, call.m, call.n, call.k,
+        one.ctypes.data,
+        first.array.data.ptr, data_type, first.ld, first.stride,
+        second.array.data.ptr, data_type, second.ld, second.stride,
+        zero.ctypes.data,
+        out.data.ptr, data_type, call.ldc, call.stride_c,
+        call.batch_count, compute_type, algo,
+    )  # fmt: skip
+
+
+@contextlib.contextmanager
+def _host_pointer_mode(get_mode: Any, set_mode: Any) -> Iterator[None]:
+    """The handle in host pointer mode for the block (alpha and beta go as host pointers), its
+    mode put back after: CuPy shares the handle, and its own BLAS calls switch some to device mode."""
+    mode = get_mode()
+    if mode != CUBLAS_POINTER_MODE_HOST:
+        set_mode(CUBLAS_POINTER_MODE_HOST)
+    try:
+        yield
     finally:
         if mode != CUBLAS_POINTER_MODE_HOST:
-            cublas.setPointerMode(handle, mode)
+            set_mode(mode)
 
 
 # -- products inside a CUDA graph's capture ----------------------------------------------------------
@@ -222,24 +245,17 @@ class DirectCublas:
         one, zero = numpy.ones(1, scalar), numpy.zeros(1, scalar)  # read at the call: baked into the graph
         self._check(lib.cublasSetStream_v2(handle, self.xp.cuda.get_current_stream().ptr), "cublasSetStream")
         mode = ctypes.c_int()
-        self._check(lib.cublasGetPointerMode_v2(handle, ctypes.byref(mode)), "cublasGetPointerMode")
-        if mode.value != CUBLAS_POINTER_MODE_HOST:
-            self._check(lib.cublasSetPointerMode_v2(handle, CUBLAS_POINTER_MODE_HOST), "cublasSetPointerMode")
-        first, second = call.first, call.second
-        try:
-            status = lib.cublasGemmStridedBatchedEx(
-                handle, first.trans, second.trans, call.m, call.n, call.k,
-                one.ctypes.data,
-                first.array.data.ptr, data_type, first.ld, first.stride,
-                second.array.data.ptr, data_type, second.ld, second.stride,
-                zero.ctypes.data,
-                out.data.ptr, data_type, call.ldc, call.stride_c,
-                call.batch_count, compute_type, CUBLAS_GEMM_DEFAULT,
-            )  # fmt: skip
-            self._check(status, "cublasGemmStridedBatchedEx")
-        finally:
-            if mode.value != CUBLAS_POINTER_MODE_HOST:
-                lib.cublasSetPointerMode_v2(handle, mode.value)
+
+        def get_mode() -> int:
+            self._check(lib.cublasGetPointerMode_v2(handle, ctypes.byref(mode)), "cublasGetPointerMode")
+            return mode.value
+
+        def set_mode(value: int) -> None:
+            self._check(lib.cublasSetPointerMode_v2(handle, value), "cublasSetPointerMode")
+
+        with _host_pointer_mode(get_mode, set_mode):
+            arguments = _gemm_arguments(call, out, one, zero, data_type, compute_type, CUBLAS_GEMM_DEFAULT)
+            self._check(lib.cublasGemmStridedBatchedEx(handle, *arguments), "cublasGemmStridedBatchedEx")
 
 
 def captured_matmul(xp: Any, cublas: Any, a: Array, b: Array, precision: str) -> Array:
