@@ -253,3 +253,23 @@ def test_a_captured_product_of_nothing_is_zeros_and_one_too_large_is_refused():
         cublas_gemm.captured_matmul(np, None, huge, np.ones((1, 2), np.float32), "highest")
     with pytest.raises(TypeError, match="float32 or float64 only"):
         cublas_gemm.captured_matmul(np, None, np.ones((2, 2), np.float16), np.ones((2, 2), np.float16), "high")
+
+
+def test_every_product_of_the_ops_goes_through_the_backend():
+    """The matmul precision and a CUDA graph's capture reach only the products that call
+    ``Backend.matmul``: an array's ``@`` in an op would be CuPy's own product on a GPU, in float32
+    at precision "medium" and refused inside a capture (as the GRU's were)."""
+    import ast
+    from pathlib import Path
+
+    import minitensor.core.ops as ops
+
+    found = []
+    for path in sorted(Path(ops.__file__).parent.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.BinOp, ast.AugAssign)) and isinstance(node.op, ast.MatMult):
+                found.append(f"{path.name}:{node.lineno}")
+            if isinstance(node, ast.Attribute) and node.attr in ("matmul", "dot", "einsum", "tensordot"):
+                if isinstance(node.value, ast.Name) and node.value.id in ("xp", "numpy", "np", "cupy"):
+                    found.append(f"{path.name}:{node.lineno} ({node.value.id}.{node.attr})")
+    assert not found, f"products that bypass Backend.matmul: {found}"

@@ -258,10 +258,11 @@ def _tiny(out, device, **changes):
     [
         {},  # the encoder-decoder: valid lengths, masks, dropout, clipping, Adam
         dict(num_train=98, epochs=3),  # and an epoch's last, shorter minibatch: eager twice, then a graph
+        dict(model="bahdanau"),  # D2L's GRU encoder-decoder with additive attention: its products in a loop
         dict(preset="gpt-char-gpu", text=None),  # set below: a character GPT (AdamW, GELU, tied)
         dict(preset="gpt-char-gpu", text=None, fused="on"),  # its attention streamed, dropout inside
     ],
-    ids=["seq2seq", "seq2seq-two-shapes", "gpt", "gpt-streamed"],
+    ids=["seq2seq", "seq2seq-two-shapes", "bahdanau", "gpt", "gpt-streamed"],
 )
 def test_a_run_with_cuda_graphs_is_the_run_without(monkeypatch, tmp_path, changes):
     """The same losses at every step and the same weights at the end, the graphs replayed for

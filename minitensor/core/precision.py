@@ -11,9 +11,10 @@ offers it and nanoGPT's ``train.py`` turns it on (``torch.backends.cuda.matmul.a
 - ``"high"``: TF32 tensor cores where the GPU has them, for every product (2-D and batched).
 - ``"medium"``: bfloat16 tensor cores (8 bits of mantissa, float32's range, float32 sums), as in
   PyTorch, about twice TF32's rate on an A100 or H100, with 8 times TF32's rounding error. CuPy
-  multiplies float32 data in TF32 at best, so minitensor's own products (matmul and Linear,
-  forward and backward) call cuBLAS for it themselves (``backends/cublas_gemm.py``); the few
-  CuPy products left (the streamed attention's tiles) use TF32. Before Ampere: float32.
+  multiplies float32 data in TF32 at best, so the engine's products (every one goes through
+  ``Backend.matmul``: matmul and Linear, the streamed attention's tiles, the GRU and the
+  convolution, forward and backward) call cuBLAS for it themselves (``backends/cublas_gemm.py``).
+  Before Ampere: float32.
 
 The CPU ignores it: NumPy's BLAS has no such mode, so CPU results never change. Float64 and
 float16 products are unaffected everywhere. ``minitensor train`` sets it from

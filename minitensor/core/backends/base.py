@@ -146,9 +146,11 @@ class Backend:
         lower ones, so by default this does nothing: NumPy multiplies float32 in float32."""
 
     def matmul(self, a: Array, b: Array) -> Array:
-        """``a @ b`` on this device's arrays: the matrix products of ``ops/matmul.py`` (matmul,
-        Linear, forward and backward) come here, so that a backend may compute them its own way
-        (the CuPy backend's float32 products on bfloat16 tensor cores at precision "medium")."""
+        """``a @ b`` on this device's arrays: every matrix product of the ops (matmul, Linear, the
+        streamed attention's tiles, the GRU, the convolution; forward and backward) comes here, so
+        that a backend may compute them its own way (the CuPy backend's float32 products on
+        bfloat16 tensor cores at precision "medium", and by a direct cuBLAS call inside a CUDA
+        graph's capture, where CuPy's own products are refused)."""
         return a @ b
 
     @property

@@ -53,7 +53,7 @@ class Conv1d(Function):
         cols = xp.stack(taps, axis=-1).transpose(0, 2, 1, 3).reshape(N * L_out, C * k)
         ctx.save_for_backward(cols, weight)
         ctx.geometry = (N, C, L, L_out, stride, padding, dilation)
-        out = cols @ weight.reshape(O, C * k).T  # (N L_out, O)
+        out = ctx.backend.matmul(cols, weight.reshape(O, C * k).T)  # (N L_out, O)
         return out.reshape(N, L_out, O).transpose(0, 2, 1)
 
     @staticmethod
@@ -64,10 +64,11 @@ class Conv1d(Function):
         O, _, k = weight.shape
         need_x, need_w = ctx.needs_input_grad[:2]
         G = grad.transpose(0, 2, 1).reshape(N * L_out, O)
-        d_weight = (G.T @ cols).reshape(weight.shape) if need_w else None
+        d_weight = ctx.backend.matmul(G.T, cols).reshape(weight.shape) if need_w else None
         d_x = None
         if need_x:
-            d_cols = (G @ weight.reshape(O, C * k)).reshape(N, L_out, C, k).transpose(0, 2, 1, 3)  # (N, C, L_out, k)
+            d_cols = ctx.backend.matmul(G, weight.reshape(O, C * k)).reshape(N, L_out, C, k)
+            d_cols = d_cols.transpose(0, 2, 1, 3)  # (N, C, L_out, k)
             d_x = xp.zeros((N, C, L + 2 * padding), dtype=grad.dtype)
             span = stride * (L_out - 1) + 1
             for j in range(k):  # col2im: each tap's gradient goes back to the slice it read

@@ -53,8 +53,9 @@ class LayerNorm(Function):
             ctx.save_for_backward(xhat, rstd)
             return y.reshape(x.shape)
         mean_weights = xp.full((D, 1), 1.0 / D, dtype=x.dtype)  # row @ mean_weights = row mean
-        centered = x2 - x2 @ mean_weights
-        rstd = 1.0 / xp.sqrt((centered * centered) @ mean_weights + eps)
+        mm = ctx.backend.matmul
+        centered = x2 - mm(x2, mean_weights)
+        rstd = 1.0 / xp.sqrt(mm(centered * centered, mean_weights) + eps)
         xhat = centered * rstd  # (N, D)
         ctx.save_for_backward(xhat, rstd, weight, mean_weights)
         y = xhat.reshape(x.shape)
@@ -79,7 +80,8 @@ class LayerNorm(Function):
         gw = (g * xhat).sum(axis=0).reshape(ctx.normalized_shape) if need_w else None
         gb = g.sum(axis=0).reshape(ctx.normalized_shape) if need_b else None
         gxhat = g * weight.reshape(-1) if weight is not None else g
-        gx = rstd * (gxhat - gxhat @ mean_weights - xhat * ((gxhat * xhat) @ mean_weights))
+        mm = ctx.backend.matmul
+        gx = rstd * (gxhat - mm(gxhat, mean_weights) - xhat * mm(gxhat * xhat, mean_weights))
         return gx.reshape(grad.shape), gw, gb
 
 

@@ -53,13 +53,13 @@ class GRUSequence(Function):
 
     @staticmethod
     def forward(ctx: Function, gates_x: Array, H0: Array, W_hh: Array, b_hh: Array) -> Array:
-        xp = ctx.xp
+        xp, matmul = ctx.xp, ctx.backend.matmul  # the backend's products: its precision, its graphs
         steps, h = gates_x.shape[0], H0.shape[-1]
         outputs = xp.empty((steps,) + H0.shape, dtype=H0.dtype)
         R_all, Z_all, N_all, G_n_all = (xp.empty_like(outputs) for _ in range(4))
         H = H0
         for t in range(steps):
-            G = H @ W_hh.T  # (batch, 3h): H_{t-1}'s share of all three gates
+            G = matmul(H, W_hh.T)  # (batch, 3h): H_{t-1}'s share of all three gates
             if b_hh is not None:
                 G = G + b_hh
             gx = gates_x[t]
@@ -74,7 +74,7 @@ class GRUSequence(Function):
 
     @staticmethod
     def backward(ctx: Function, grad: Array) -> Grads:
-        xp = ctx.xp
+        xp, matmul = ctx.xp, ctx.backend.matmul
         H0, outputs, R_all, Z_all, N_all, G_n_all, W_hh = ctx.saved
         steps, batch, h = outputs.shape
         d_gates_x = xp.empty((steps, batch, 3 * h), dtype=grad.dtype)
@@ -89,9 +89,9 @@ class GRUSequence(Function):
             da_r = da_n * G_n_all[t] * R * (1 - R)
             d_gates_x[t, :, :h], d_gates_x[t, :, h : 2 * h], d_gates_x[t, :, 2 * h :] = da_r, da_z, da_n
             d_G[t, :, :h], d_G[t, :, h : 2 * h], d_G[t, :, 2 * h :] = da_r, da_z, da_n * R
-            dH = dH * Z + d_G[t] @ W_hh
+            dH = dH * Z + matmul(d_G[t], W_hh)
         H_prevs = xp.concatenate([H0[None], outputs[:-1]]).reshape(-1, h)  # H_0 .. H_{T-1}
         d_G = d_G.reshape(-1, 3 * h)
-        d_W_hh = d_G.T @ H_prevs
+        d_W_hh = matmul(d_G.T, H_prevs)
         d_b_hh = d_G.sum(axis=0) if ctx.has_bias else None
         return d_gates_x, dH, d_W_hh, d_b_hh
