@@ -102,12 +102,12 @@ class _Event:
 class _Graph:
     """cupy.cuda.Graph: ``launch(stream)`` runs the captured launches again, as one launch."""
 
-    def __init__(self, steps):
-        self.steps = steps
+    def __init__(self, recording):
+        self.recording = recording  # strict_backend.Recording
 
     def launch(self, stream=None):
         _launched("graph launch")
-        strict_backend.replay(self.steps)
+        strict_backend.replay(self.recording)
 
 
 class _MemoryPool:

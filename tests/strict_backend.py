@@ -50,11 +50,14 @@ a basic slice, ``broadcast_to``), nor does an allocation alone (``xp.empty``).
 
 import contextlib
 import functools
+import gc
 import json
 import numbers
 import operator
 import os
 import sys
+import types
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -265,11 +268,27 @@ class CaptureError(RuntimeError):
 _captures = []  # the captures under way (one at most): each a list of (compute, result)
 
 
+class Recording:
+    """What a capture kept: its launches (``steps``: (compute, result)) and the allocations made
+    before the capture that they read or write (``earlier``: (``_Allocation``, what))."""
+
+    def __init__(self, steps, earlier):
+        self.steps, self.earlier = steps, earlier
+
+
+_recordings = weakref.WeakSet()  # the Recordings alive: while there is one, allocations are tracked
+
+
 def begin_capture():
     """From now on every launch is also kept, as ``compute`` (which runs it again on the same
     arrays) and its result, so that a replay (``replay``) runs it again into the same memory."""
     if _captures:
         raise CaptureError("cudaErrorIllegalState: a capture is already under way")
+    if not _recordings:  # no graph alive: nothing tracked since the last one; take stock
+        _allocations.clear()
+        for obj in gc.get_objects():
+            if type(obj) is StrictArray:
+                _track(obj)
     _captures.append([])
 
 
@@ -284,14 +303,33 @@ def end_capture():
                 a.fill(numpy.nan)
             elif a.base is None and a.dtype.kind in "iu":
                 a.fill(numpy.iinfo(a.dtype).min)
-    return steps
+    earlier = {}
+    for compute, _ in steps:
+        for a in _numpy_arrays_held(compute):
+            entry = _allocations.get(id(_owner(a)))
+            if entry is not None and not entry[1].in_capture:  # (an untracked array: host data)
+                earlier.setdefault(id(entry[1]), (entry[1], f"{a.dtype} {a.shape}"))
+    recording = Recording(steps, list(earlier.values()))
+    _recordings.add(recording)
+    return recording
 
 
-def replay(steps):
+def replay(recording):
     """Run the kept launches again, in order, each into the memory of its captured result
-    (without NumPy's floating-point warnings, as the captured operators ran: CuPy has none)."""
+    (without NumPy's floating-point warnings, as the captured operators ran: CuPy has none).
+
+    First, as a GPU would not: refuse to run if memory allocated before the capture, which the
+    launches read or write, has been freed since (no array over it is left). On a GPU its pool
+    hands freed memory to the next array that asks, so the replay would read that array's data,
+    or overwrite it, silently; PyTorch's ``torch.cuda.graph`` documents the same rule."""
+    for allocation, what in recording.earlier:
+        if not allocation.arrays:
+            raise CaptureError(
+                f"the graph reads memory freed since its capture (a {what} array, allocated before the "
+                "capture, has no array left over it): on a GPU its pool may have handed it to another array"
+            )
     with numpy.errstate(all="ignore"):
-        for compute, result in steps:
+        for compute, result in recording.steps:
             out = compute()
             if result is not None:
                 for into, value in zip(_arrays_in(result), _arrays_in_raw(out)):
@@ -522,6 +560,68 @@ def _binary(op, name):
     return forward, reflected, inplace
 
 
+# -- memory as a GPU frees it: an allocation lives while an array over it does ----------------------
+class _Allocation:
+    """One allocation (the NumPy array that owns the memory) and the StrictArrays over it: on a
+    GPU, CuPy frees the memory once the last of them (views included) is gone."""
+
+    __slots__ = ("arrays", "in_capture")
+
+    def __init__(self):
+        # id -> weak reference, each removed as its array goes (StrictArrays have no hash)
+        self.arrays, self.in_capture = {}, bool(_captures)
+
+    def add(self, array):
+        ref = weakref.ref(array, lambda ref, arrays=self.arrays: arrays.pop(id(ref), None))
+        self.arrays[id(ref)] = ref
+
+
+_allocations = {}  # id(owner) -> (weakref to owner, _Allocation), while a graph is alive
+
+
+def _owner(a):
+    """The NumPy array that owns ``a``'s memory (``a`` itself, or the array it views)."""
+    while isinstance(a.base, numpy.ndarray):
+        a = a.base
+    return a
+
+
+def _track(array):
+    """Count ``array`` (a StrictArray) among the arrays over its allocation."""
+    owner = _owner(array._a)
+    key = id(owner)
+    entry = _allocations.get(key)
+    if entry is None or entry[0]() is not owner:
+
+        def forget(ref, key=key):
+            if _allocations.get(key, (None,))[0] is ref:
+                del _allocations[key]
+
+        entry = _allocations[key] = (weakref.ref(owner, forget), _Allocation())
+    entry[1].add(array)
+
+
+def _numpy_arrays_held(obj, depth=0):
+    """The NumPy arrays a kept launch (a closure) holds: in its cells, their tuples, lists, dicts
+    (a NamedTuple of cuBLAS arguments too), StrictArrays and the closures they hold."""
+    if depth > 8:
+        return
+    if isinstance(obj, numpy.ndarray):
+        yield obj
+    elif isinstance(obj, StrictArray):
+        yield obj._a
+    elif isinstance(obj, (tuple, list)):
+        for o in obj:
+            yield from _numpy_arrays_held(o, depth + 1)
+    elif isinstance(obj, dict):
+        for o in obj.values():
+            yield from _numpy_arrays_held(o, depth + 1)
+    elif isinstance(obj, types.FunctionType) and obj.__closure__:
+        for cell in obj.__closure__:
+            with contextlib.suppress(ValueError):  # an empty cell
+                yield from _numpy_arrays_held(cell.cell_contents, depth + 1)
+
+
 class StrictArray:
     """A NumPy array that behaves like a ``cupy.ndarray``: see the module docstring."""
 
@@ -532,6 +632,8 @@ class StrictArray:
     def __init__(self, a):
         assert isinstance(a, numpy.ndarray), type(a)
         self._a = a
+        if _captures or _recordings:  # a graph may read this memory: track whether it is freed
+            _track(self)
 
     # -- refusing the host ----------------------------------------------------------
     def __array__(self, dtype=None, copy=None):

@@ -5,7 +5,9 @@ Tested without a GPU on the CuPy stand-in (``fake_cupy.py``), which records the 
 capture and runs them again at each replay, as a GPU replays a graph: into the same memory,
 with the arguments they were captured with (a seed passed by value stays the same), and
 nothing else (Python does not run; a capture's results are spoilt until the first replay).
-It refuses, as CUDA does, a read, a synchronisation or an upload inside a capture.
+It refuses, as CUDA does, a read, a synchronisation or an upload inside a capture, and, as
+CUDA does not (it replays whatever the memory then holds), a replay that reads memory made
+before the capture and freed since.
 
 What must hold: a replayed step computes what the same step run eagerly computes, dropout
 included (each replay draws the seeds the eager calls would have drawn), and a run with
@@ -175,6 +177,49 @@ def test_checks_on_the_data_are_made_again_after_each_replay(cuda):
     g.replay()
     with pytest.raises(IndexError, match="7"):
         out.item()
+
+
+def test_a_replay_of_memory_freed_since_the_capture_is_refused(cuda):
+    """On a GPU, memory that a graph reads but that was made before the capture and freed after
+    it goes back to the pool, and a replay reads whatever array got it next, silently. The
+    stand-in refuses such a replay; while an array (a view, here) is left over it, the replay runs."""
+    a = mt.ones(4, device=cuda)
+    g = mt.cuda.CUDAGraph()
+    with mt.cuda.graph(g):
+        doubled = a * 2
+    view = a[1:]
+    del a
+    g.replay()
+    assert doubled.tolist() == [2.0] * 4
+    del view
+    with pytest.raises(CaptureError, match=r"freed since its capture \(a float32 \(4,\) array"):
+        g.replay()
+
+
+def test_a_graph_keeps_the_causal_mask_it_reads(cuda):
+    """Causal attention reads a mask made once per shape and kept in a cache of 8
+    (``attention._shared_causal_mask``): if the cache dropped it while a graph read it, the next
+    replay would read freed memory. The graph keeps it (``Backend.keep_for_replay``)."""
+    from minitensor.core.nn import attention
+
+    attn = mt.nn.MultiHeadAttention(8, 2, dropout=0.0, fused=False).to(cuda)
+    x = mt.tensor(np.random.default_rng(0).standard_normal((2, 5, 8)).astype(np.float32), device=cuda)
+
+    def step():
+        loss = (attn(x, x, x, causal=True) ** 2).sum()
+        loss.backward()  # and the autograd graph, which held the mask too, is gone
+        return loss.detach()
+
+    expected = step().item()
+    attn.zero_grad()  # set to None: the graph's backward makes them
+    g = mt.cuda.CUDAGraph()
+    with mt.cuda.graph(g):
+        loss = step()
+    for n in range(10, 19):  # nine other shapes: the cache drops the (5, 5) mask
+        attention._causal_masks(n, n, backends.get_backend(cuda))
+    assert attention._causal_masks.cache_info().currsize == 8
+    g.replay()
+    assert loss.item() == pytest.approx(expected, rel=1e-6)
 
 
 class Constants:

@@ -124,6 +124,12 @@ class Backend:
         Elsewhere there is nothing to capture: a CPU step launches no kernels."""
         raise DeviceError(f"cuda graph: capturing needs the 'cuda' device, not {self.device!r}")
 
+    def keep_for_replay(self, array: Any) -> None:
+        """While a CUDA graph is being captured, keep ``array`` alive as long as the graph: an
+        array made before the capture (a cache's) that the captured kernels read must not be
+        freed while the graph may replay them, or the memory pool hands its memory to another
+        array and the replay reads that one. Nothing to keep where nothing is captured."""
+
     def fused(self, name: str, dtype: DType) -> Callable[..., Any] | None:
         """The fused kernel ``name`` of ``minitensor/core/kernels/fused.py`` for arrays of
         ``dtype`` on this device, or None.

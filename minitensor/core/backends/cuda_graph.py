@@ -29,6 +29,10 @@ anew. So
   capture, so inside a capture ``Backend.matmul`` calls cuBLAS directly (``cublas_gemm``'s
   ``DirectCublas``, through ctypes, on CuPy's handle): equal to CuPy's products to float32's
   rounding (another call than CuPy's);
+- what it reads must outlive it: an array made before the capture and freed after it goes
+  back to the eager pool, which hands its memory to the next array. The caller keeps its
+  inputs; an op that reads a cache's array (the shared causal mask) hands it to
+  ``Backend.keep_for_replay``, which the graph holds;
 - the checks on the data that ops make without waiting (``Backend.check``: an embedding's index
   out of range) are made again after each replay, on a copy of their flags;
 - nothing may wait for the GPU inside a capture (``.item()``, a print of a tensor, an upload of
@@ -60,6 +64,7 @@ class Capture:
         self.seeds = xp.zeros(MAX_GRAPH_SEEDS, dtype=numpy.uint64)
         self.draws = 0  # seeds the captured kernels read, table[0:draws]
         self.checks: list[Any] = []  # the checks the captured ops made (their flags: the graph's)
+        self.kept: list[Any] = []  # arrays made before the capture that it reads (Backend.keep_for_replay)
         self.pool = xp.cuda.MemoryPool()
         self.stream = xp.cuda.Stream(non_blocking=True)  # capture needs a stream other than the legacy default
         self.graph: Any = None

@@ -207,6 +207,10 @@ class CupyBackend(Backend):
         self._capture = capture
         return capture
 
+    def keep_for_replay(self, array: Any) -> None:
+        if self._capture is not None:
+            self._capture.kept.append(array)
+
     def end_capture(self, failed: bool = False) -> Capture:
         """End the capture begun by ``begin_capture`` (``failed``: after an error, keeping no graph)."""
         capture, self._capture = self._capture, None

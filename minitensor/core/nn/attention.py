@@ -65,11 +65,18 @@ def causal_mask(num_queries: int, num_keys: int, device: Device = "cpu") -> Tens
     return j <= i + (num_keys - num_queries)
 
 
-@functools.lru_cache(maxsize=8)
 def _shared_causal_mask(num_queries: int, num_keys: int, backend: Any) -> Tensor:
     """``causal_mask``, made once per shape and device and shared by every layer that asks: a
     GPT's blocks all mask the same (T, T), and building it is four launches on a GPU. Only read
-    here (``weigh`` combines it into a new mask); the public ``causal_mask`` stays a fresh tensor."""
+    here (``weigh`` combines it into a new mask); the public ``causal_mask`` stays a fresh tensor.
+    A CUDA graph being captured keeps it: the cache may drop it while the graph still reads it."""
+    mask = _causal_masks(num_queries, num_keys, backend)
+    backend.keep_for_replay(mask.data)
+    return mask
+
+
+@functools.lru_cache(maxsize=8)
+def _causal_masks(num_queries: int, num_keys: int, backend: Any) -> Tensor:
     return causal_mask(num_queries, num_keys, device=backend)
 
 
