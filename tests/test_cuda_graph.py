@@ -222,6 +222,49 @@ def test_a_graph_keeps_the_causal_mask_it_reads(cuda):
     assert loss.item() == pytest.approx(expected, rel=1e-6)
 
 
+def test_clipping_can_be_captured(cuda):
+    """Clipping the gradients is a graph's work (the norm and the factor stay on the device), but
+    its multi-tensor kernels read a table of the gradients' addresses, uploaded when new (a
+    capture's gradients are) and kept in a cache of ``POINTER_TABLES``: no upload can be
+    captured, nor may a graph read a table the cache drops later. Inside a capture, clipping
+    takes the gradients one by one (``Backend.fused`` offers no multi-tensor kernel there), and
+    later clipping of other arrays, which fills the cache, changes nothing in the replay."""
+    from minitensor.core.kernels.cuda import POINTER_TABLES
+
+    model = mt.nn.Linear(4, 3).to(cuda)
+    x = mt.tensor(np.random.default_rng(1).standard_normal((5, 4)).astype(np.float32), device=cuda)
+
+    def step():
+        (model(x) ** 2).sum().backward()
+        return mt.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+
+    expected = float(step())
+    expected_grad = model.weight.grad.numpy().copy()
+    model.zero_grad()
+    g = mt.cuda.CUDAGraph()
+    with mt.cuda.graph(g):
+        norm = step()
+    for n in range(POINTER_TABLES + 1):  # other gradients' tables fill the cache
+        others = [mt.zeros(n + 1, device=cuda, requires_grad=True)]
+        others[0].grad = mt.ones(n + 1, device=cuda)
+        mt.nn.utils.clip_grad_norm_(others, 1.0)
+    g.replay()
+    assert float(norm) == pytest.approx(expected, rel=1e-5)  # a sum in another order
+    np.testing.assert_allclose(model.weight.grad.numpy(), expected_grad, rtol=1e-5)
+
+
+def test_an_optimiser_step_is_refused_inside_a_capture(cuda):
+    """Its learning rate and step count go to the kernels by value: a replay would repeat the
+    captured ones, silently. Refused, in words; the step belongs after the replay."""
+    model = mt.nn.Linear(4, 3).to(cuda)
+    optimizer = mt.optim.Adam(model.parameters())
+    (model(mt.ones(2, 4, device=cuda)) ** 2).sum().backward()
+    g = mt.cuda.CUDAGraph()
+    with pytest.raises(DeviceError, match=r"Adam.step: .*cannot be captured.*after g.replay\(\)"):
+        with mt.cuda.graph(g):
+            optimizer.step()
+
+
 class Constants:
     """The constants of a random program (``run_minitensor``'s ``constant``), made on the first
     run and handed out again, in the same order, to the later ones: a capture may not upload."""

@@ -124,6 +124,11 @@ class Backend:
         Elsewhere there is nothing to capture: a CPU step launches no kernels."""
         raise DeviceError(f"cuda graph: capturing needs the 'cuda' device, not {self.device!r}")
 
+    @property
+    def capturing(self) -> bool:
+        """Is a CUDA graph being captured here (between ``begin_capture`` and its end)?"""
+        return False
+
     def keep_for_replay(self, array: Any) -> None:
         """While a CUDA graph is being captured, keep ``array`` alive as long as the graph: an
         array made before the capture (a cache's) that the captured kernels read must not be

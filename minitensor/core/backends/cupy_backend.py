@@ -207,6 +207,10 @@ class CupyBackend(Backend):
         self._capture = capture
         return capture
 
+    @property
+    def capturing(self) -> bool:
+        return self._capture is not None
+
     def keep_for_replay(self, array: Any) -> None:
         if self._capture is not None:
             self._capture.kept.append(array)
@@ -320,6 +324,8 @@ class CupyBackend(Backend):
 
     def fused(self, name: str, dtype: DType) -> Callable[..., Any] | None:
         # each replaces several CuPy operators (a launch each) by one kernel of kernels/cuda
+        if name.endswith("_multi") and self._capture is not None:
+            return None  # their tables of addresses are uploads, which a capture cannot make
         if name in self.FUSED and numpy.dtype(dtype) in (numpy.float32, numpy.float64):
             return getattr(self.kernels, self.FUSED[name])
         return None

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..creation import zeros_like
+from ..errors import DeviceError
 from ..grad_mode import enable_grad, no_grad
 from ..tensor import Array, Tensor
 
@@ -106,6 +107,14 @@ class Optimizer:
     def step(self, closure: Callable[[], Tensor] | None = None) -> Tensor | None:
         """Update every parameter that has a gradient. ``closure`` (optional) recomputes and
         returns the loss, as in PyTorch; step returns it."""
+        for group in self.param_groups:
+            if group["params"] and group["params"][0]._backend.capturing:
+                raise DeviceError(
+                    f"{type(self).__name__}.step: an optimiser step cannot be captured in a CUDA graph: its "
+                    "learning rate and step count go to the kernels by value, and a replay would repeat the "
+                    "captured ones; call step() after g.replay(), outside the graph (as minitensor train "
+                    "--cuda-graph does)"
+                )
         loss = None
         if closure is not None:
             with enable_grad():
