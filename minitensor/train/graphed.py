@@ -46,8 +46,10 @@ class GraphedStep:
         key = tuple((tuple(t.shape), str(t.dtype)) for t in batch)
         entry = self.graphs.get(key)
         if entry is None:
+            if len(self.graphs) >= MAX_GRAPHS:  # (and no more shapes counted: a count each would grow)
+                return None
             self.seen[key] += 1
-            if self.seen[key] <= WARMUP_STEPS or len(self.graphs) >= MAX_GRAPHS:
+            if self.seen[key] <= WARMUP_STEPS:
                 return None
             entry = self.graphs[key] = self._capture(batch)
         inputs, (loss, num_tokens), grads, graph = entry
