@@ -38,6 +38,9 @@ safetensors, pytest; PyTorch optional) and no network:
 The full recipe, 5,000 iterations with an estimate of the held-out loss every 250 (nanoGPT's
 published figure: 1.47 nats per character), is a run of its own, at most 10 minutes:
 ``timeout 600 minitensor train --preset gpt-char-gpu --device cuda --no-progress --out DIR``.
+``--recipe-flags FILE`` writes there the flags that run should add, from step 7's timings
+(``--cuda-graph`` where its graph agreed with the eager step and was faster), for a command
+that runs both on one lease of a GPU: ``... --out DIR $(cat FILE)``.
 
 It prints medians and ratios, and is meant to finish well within 5 minutes. GPU work is
 asynchronous, so every sample ends with a synchronisation of the device and of PyTorch.
@@ -770,7 +773,7 @@ def endless(loader):
         yield from loader
 
 
-def nanogpt_benchmark(device, quick, nanogpt_dir=NANOGPT_DIR):
+def nanogpt_benchmark(device, quick, nanogpt_dir=NANOGPT_DIR, flags_file=None):
     """An iteration of nanoGPT's ``config/train_shakespeare_char.py`` (6 blocks of 384, 6 heads,
     context 256, batch 64, dropout 0.2; 10.7 M parameters) as ``minitensor train --preset
     gpt-char-gpu`` runs it (``loop.train_step``: the batch drawn and uploaded, forward, loss,
@@ -785,7 +788,8 @@ def nanogpt_benchmark(device, quick, nanogpt_dir=NANOGPT_DIR):
     an attention each way where the plain path at context 256, which ``--fused auto`` takes,
     runs some 30 CuPy operators with cuBLAS's products; nanoGPT runs SDPA's fused kernel).
     nanoGPT's ``model.py`` is read from ``nanogpt_dir`` (``--nanogpt``); without it, from
-    ``_gpt_twin.py`` (the same model without dropout)."""
+    ``_gpt_twin.py`` (the same model without dropout). ``flags_file``: where to write the flags
+    that the full recipe's run should add (``recipe_flags``)."""
     import contextlib
     import io
 
@@ -943,9 +947,25 @@ def nanogpt_benchmark(device, quick, nanogpt_dir=NANOGPT_DIR):
         f"({NANOGPT_ITERATIONS} back to back per sample); target minitensor TF32 <= 1.5x nanoGPT float32, "
         "stretch bfloat16 <= 1.5x nanoGPT bfloat16",
     )
+    if flags_file:
+        from minitensor.atomic import write_atomic
+
+        flags = recipe_flags(stats)
+        write_atomic(flags_file, " ".join(flags) + "\n")
+        print(f"[recipe flags] {' '.join(flags) or '(none)'} written to {flags_file}: for the full recipe's run")
     if medium_failure is not None:
         raise RuntimeError(f"the recipe at matmul precision medium did not run: {medium_failure}")
     return rows
+
+
+def recipe_flags(stats):
+    """The flags the full recipe's run (``minitensor train --preset gpt-char-gpu``) should add,
+    from the recipe's timings (name -> stats with a ``median``): ``--cuda-graph`` where the
+    graph was captured, its replay agreed with the eager step (``graphed_step``; else it has no
+    row) and it made an iteration at least 5% faster than the eager one. A check and a full run
+    may share one short lease of a GPU: the run then takes what the check measured."""
+    eager, graph = stats.get("minitensor, TF32"), stats.get("minitensor, TF32, CUDA graph")
+    return ["--cuda-graph"] if eager and graph and graph.median < 0.95 * eager.median else []
 
 
 def probe_medium(device):
@@ -979,8 +999,17 @@ def main(argv=None):
     parser.add_argument("--no-tests", action="store_true", help="skip the GPU-marked tests")
     parser.add_argument("--quick", action="store_true", help="small sizes, few rounds")
     parser.add_argument("--nanogpt", default=NANOGPT_DIR, help="the folder of nanoGPT's model.py (a reference)")
+    parser.add_argument(
+        "--recipe-flags",
+        metavar="FILE",
+        help="write there the flags the full recipe's run should add (--cuda-graph where it paid); empty if unsure",
+    )
     args = parser.parse_args(argv)
     start = time.perf_counter()
+    if args.recipe_flags:  # none until the recipe's section says otherwise, even if it fails
+        from minitensor.atomic import write_atomic
+
+        write_atomic(args.recipe_flags, "\n")
     if not args.no_install:
         install()
     import minitensor as mt
@@ -1008,7 +1037,10 @@ def main(argv=None):
         ("training benchmark", training_benchmark),
         ("long attention benchmark", long_attention_benchmark),
         ("relative bias benchmark", relative_bias_benchmark),
-        ("nanoGPT recipe benchmark", lambda device, quick: nanogpt_benchmark(device, quick, args.nanogpt)),
+        (
+            "nanoGPT recipe benchmark",
+            lambda device, quick: nanogpt_benchmark(device, quick, args.nanogpt, args.recipe_flags),
+        ),
     ):
         try:
             section(device, args.quick)

@@ -81,10 +81,12 @@ print("walkers", row[4], "kept", EmulatedGPU.attention_kernels.fixed_splits)
     assert done.stdout.strip().endswith("walkers 4 kept None")
 
 
-def test_the_training_sections_time_a_cuda_graph_beside_the_eager_step():
+def test_the_training_sections_time_a_cuda_graph_beside_the_eager_step(tmp_path):
     """On a GPU, sections 5 and 7 capture the step as a CUDA graph (``--cuda-graph``), check that
     a replay gives the eager step's loss and gradients, and time it beside the eager step: here on
-    the CuPy stand-in, which replays captured launches as a GPU replays a graph."""
+    the CuPy stand-in, which replays captured launches as a GPU replays a graph. The recipe's
+    section writes the flags for the full recipe's run (``--recipe-flags``)."""
+    flags = tmp_path / "flags"
     code = f"""
 import sys
 sys.path.insert(0, {str(SCRIPT.parent.parent / "tests")!r})
@@ -97,7 +99,7 @@ cublas_gemm.launch = launch_in_numpy  # the bfloat16 products of precision "medi
 device = gpu_check.Device("cuda", None)
 (row,) = gpu_check.training_benchmark(device, quick=True)
 print("graph column", row[5] != "-")
-gpu_check.nanogpt_benchmark(device, quick=True, nanogpt_dir="/nonexistent")
+gpu_check.nanogpt_benchmark(device, quick=True, nanogpt_dir="/nonexistent", flags_file={str(flags)!r})
 """
     done = subprocess.run([sys.executable, "-c", code], cwd=SCRIPT.parent, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-3000:]
@@ -105,3 +107,23 @@ gpu_check.nanogpt_benchmark(device, quick=True, nanogpt_dir="/nonexistent")
     assert "FAILED" not in out, out[-3000:]
     assert out.count("[cuda graph, ") == 2 and out.count("of eager's (relative to each one's largest)") == 2
     assert "graph column True" in out and "minitensor, TF32, CUDA graph" in out
+    assert flags.read_text() in ("--cuda-graph\n", "\n") and f"written to {flags}" in out  # (timings decide)
+
+
+def test_the_recipe_run_adds_cuda_graph_where_the_check_found_it_faster():
+    code = """
+from _common import Stats
+from gpu_check import recipe_flags
+
+def timed(eager, graph=None):
+    stats = {"minitensor, TF32": Stats.of([eager])}
+    if graph is not None:
+        stats["minitensor, TF32, CUDA graph"] = Stats.of([graph])
+    return recipe_flags(stats)
+
+print(timed(100.0, 60.0), timed(100.0, 97.0), timed(100.0))
+"""
+    done = subprocess.run([sys.executable, "-c", code], cwd=SCRIPT.parent, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    # within 5% a capture's risks are not worth it; no graph row: the capture or its check failed
+    assert done.stdout.split("\n")[-2] == "['--cuda-graph'] [] []"
