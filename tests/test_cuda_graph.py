@@ -153,6 +153,35 @@ def test_a_step_that_cannot_be_captured_says_so_and_names_the_flag(cuda):
     assert float(y.sum().item()) == 36.0
 
 
+@pytest.mark.parametrize("error", [0.0, 1e-3], ids=["right", "one product off by 1e-3"])
+def test_a_graph_that_does_not_compute_the_eager_step_stops_the_run(cuda, monkeypatch, error):
+    """Each graph of ``--cuda-graph`` is checked once, when made: its first replay against the
+    same minibatch run eagerly with the same dropout seeds. A graph whose products were wrong (a
+    cuBLAS call with a wrong argument, on a GPU no test has seen) would train silently wrong:
+    it stops the run instead, in one line. A right one passes, dropout and all."""
+    import fake_cupy
+
+    run_like_cublas = fake_cupy.run_like_cublas  # the captured products (eager ones are CuPy's)
+    monkeypatch.setattr(fake_cupy, "run_like_cublas", lambda *a: run_like_cublas(*a) * np.float32(1 + error))
+    w = _leaf((6, 5), 0, cuda)
+    x = mt.tensor(np.random.default_rng(2).standard_normal((3, 6)).astype(np.float32), device=cuda)
+
+    def loss_fn(batch):
+        return (mt.dropout(batch[0] @ w, 0.5).tanh() ** 2).sum(), None
+
+    step = graphed.GraphedStep(loss_fn, mt.optim.SGD([w], lr=0.1))
+    for _ in range(graphed.WARMUP_STEPS):
+        assert step((x,)) is None
+    if not error:
+        loss, _ = step((x,))
+        assert np.isfinite(loss.item()) and step((x,)) is not None
+        return
+    with pytest.raises(
+        DeviceError, match=r"--cuda-graph: the CUDA graph for minibatches shaped \(3, 6\) does not compute"
+    ):
+        step((x,))
+
+
 def test_one_capture_at_a_time_and_a_graph_captures_once(cuda):
     g = mt.cuda.CUDAGraph()
     with mt.cuda.graph(g):

@@ -11,7 +11,10 @@ loop reads.
 The replayed step computes what the eager one would, dropout included (a replay draws the
 seeds the eager calls would have drawn), its products by a cuBLAS call of its own (CuPy's refuse
 to run in a capture): a run with ``--cuda-graph`` gives the losses of the same run without it,
-to float32's rounding.
+to float32's rounding. Each graph is checked once, when it is made: the first minibatch of its
+shape runs eagerly too, with the same dropout seeds, and the graph's first replay must give
+the same loss and gradients (to the rounding of the matmul precision) or the run stops with an
+error, since a graph that computes something else would train silently wrong.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from typing import Any
 from ..core import cuda
 from ..core.errors import DeviceError
 from ..core.tensor import Tensor
+from ..ops.join import stack
+from ..precision import get_float32_matmul_precision
 
 #: eager steps of a minibatch shape before its graph is captured: the first compiles the kernels
 #: and fills the caches (a causal mask, the optimiser's state), none of which may happen in a capture
@@ -29,6 +34,13 @@ WARMUP_STEPS = 2
 #: graphs kept, one per minibatch shape (an epoch's full minibatches and its last, shorter one);
 #: other shapes run eagerly. Each graph holds the memory of a whole step's activations.
 MAX_GRAPHS = 2
+
+
+def replay_tolerance() -> tuple[float, float]:
+    """How far (relative) a replayed step's loss and gradients may be from the eager step's: the
+    capture's products are another cuBLAS call (CuPy's refuse to be captured), equal in float32
+    to its rounding, and at TF32 or bfloat16 to theirs (another call may take another algorithm)."""
+    return (1e-5, 1e-4) if get_float32_matmul_precision() == "highest" else (2e-3, 2e-2)
 
 
 class GraphedStep:
@@ -41,16 +53,21 @@ class GraphedStep:
         self.params = [p for group in optimizer.param_groups for p in group["params"]]
         self.graphs: dict[Any, Any] = {}
         self.seen: Counter[Any] = Counter()
+        #: per graph, its first replay against the eager step: (loss, eager loss, largest relative
+        #: gradient difference)
+        self.first_replays: dict[Any, tuple[float, float, float]] = {}
 
     def __call__(self, batch: tuple[Tensor, ...]) -> tuple[Any, Any] | None:
         key = tuple((tuple(t.shape), str(t.dtype)) for t in batch)
         entry = self.graphs.get(key)
+        expected = None
         if entry is None:
             if len(self.graphs) >= MAX_GRAPHS:  # (and no more shapes counted: a count each would grow)
                 return None
             self.seen[key] += 1
             if self.seen[key] <= WARMUP_STEPS:
                 return None
+            expected = self._eager(batch)
             entry = self.graphs[key] = self._capture(batch)
         inputs, (loss, num_tokens), grads, graph = entry
         for static, new in zip(inputs, batch):
@@ -58,8 +75,41 @@ class GraphedStep:
         graph.replay()
         for p, grad in zip(self.params, grads):  # an eager step of another shape may have replaced them
             p.grad = grad
+        if expected is not None:
+            self._check(expected, loss, key)
         # the next replay rewrites the graph's outputs: the loop keeps copies
         return loss.detach().clone(), num_tokens.detach().clone() if isinstance(num_tokens, Tensor) else num_tokens
+
+    def _eager(self, batch: tuple[Tensor, ...]) -> tuple[Tensor, list[Any]]:
+        """The step run eagerly on ``batch``: its loss and gradients, for the graph's first replay to
+        match. The generator is put back after it, so the replay draws the same dropout seeds
+        (and the run goes on as it would have without this check)."""
+        backend = self.params[0]._backend
+        state = backend.get_rng_state()
+        self.optimizer.zero_grad()
+        loss, _ = self.loss_fn(batch)
+        loss.backward()
+        backend.set_rng_state(state)
+        return loss.detach(), [None if p.grad is None else p.grad.detach() for p in self.params]
+
+    def _check(self, expected: tuple[Tensor, list[Any]], loss: Tensor, key: Any) -> None:
+        """Stop the run if the graph's first replay is not the eager step (one read of the device)."""
+        eager_loss, eager_grads = expected
+        worst_grad = [
+            (p.grad - g).abs().max() / g.abs().max().clamp(min=1e-30)
+            for p, g in zip(self.params, eager_grads)
+            if g is not None and p.grad is not None
+        ]
+        numbers = [float(x) for x in (loss, eager_loss, stack(worst_grad).max() if worst_grad else loss * 0)]
+        got, want, grad_error = self.first_replays[key] = tuple(numbers)
+        loss_tol, grad_tol = replay_tolerance()
+        if not (abs(got - want) <= loss_tol * abs(want) and grad_error <= grad_tol):
+            shapes = ", ".join(str(shape) for shape, _ in key)
+            raise DeviceError(
+                f"--cuda-graph: the CUDA graph for minibatches shaped {shapes} does not compute the eager step: "
+                f"loss {got!r} vs {want!r}, gradients up to {grad_error:.1e} apart (relative, at most {grad_tol:g} "
+                f"expected); train without --cuda-graph (and please report it)"
+            )
 
     def _capture(self, batch: tuple[Tensor, ...]) -> tuple[Any, ...]:
         inputs = tuple(t.detach().clone() for t in batch)  # made before the capture: the graph's static inputs
