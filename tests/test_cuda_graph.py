@@ -23,7 +23,7 @@ from gpu import GPU
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from minitensor.errors import DeviceError
-from strict_backend import CaptureError, count_launches
+from strict_backend import CaptureError, count_launches, count_syncs
 from test_random_programs import INPUT_SHAPES, loss_weights, programs, run_minitensor
 
 import minitensor as mt
@@ -173,7 +173,9 @@ def test_a_graph_that_does_not_compute_the_eager_step_stops_the_run(cuda, monkey
     for _ in range(graphed.WARMUP_STEPS):
         assert step((x,)) is None
     if not error:
-        loss, _ = step((x,))
+        with count_syncs() as log:
+            loss, _ = step((x,))
+        assert len(log.waits) == 1, log  # the check reads its three numbers at once
         assert np.isfinite(loss.item()) and step((x,)) is not None
         return
     with pytest.raises(

@@ -40,9 +40,10 @@ class CUDAGraph:
     Run the code once or twice before capturing it (kernels compile and caches fill there, not
     in the graph), then set the gradients to None (``zero_grad()``): a replay reads the memory
     the capture read, so what was made before the capture (inputs, parameters, a gradient to
-    accumulate onto) must outlive the graph. A step with dropout replays fresh masks: the same ones as the same step run
-    eagerly, draw for draw; its products are cuBLAS calls of the graph's own (CuPy refuses to
-    make its own in a capture), equal to eager ones to float32's rounding.
+    accumulate onto) must outlive the graph. A step with dropout replays fresh masks: the same
+    ones as the same step run eagerly, draw for draw; its products are cuBLAS calls of the
+    graph's own (CuPy refuses to make its own in a capture), equal to eager ones to float32's
+    rounding.
     """
 
     def __init__(self) -> None:

@@ -19,6 +19,7 @@ error, since a graph that computes something else would train silently wrong.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from typing import Any
 
@@ -100,8 +101,11 @@ class GraphedStep:
             for p, g in zip(self.params, eager_grads)
             if g is not None and p.grad is not None
         ]
-        numbers = [float(x) for x in (loss, eager_loss, stack(worst_grad).max() if worst_grad else loss * 0)]
-        got, want, grad_error = self.first_replays[key] = tuple(numbers)
+        worst = stack(worst_grad).max() if worst_grad else loss * 0
+        got, want, grad_error = stack([loss.reshape(()), eager_loss.reshape(()), worst.astype(loss.dtype)]).tolist()
+        self.first_replays[key] = (got, want, grad_error)
+        if not math.isfinite(want):  # the eager step diverged: the loop's own check says so
+            return
         loss_tol, grad_tol = replay_tolerance()
         if not (abs(got - want) <= loss_tol * abs(want) and grad_error <= grad_tol):
             shapes = ", ".join(str(shape) for shape, _ in key)
