@@ -306,8 +306,9 @@ def end_capture():
     earlier = {}
     for compute, _ in steps:
         for a in _numpy_arrays_held(compute):
-            entry = _allocations.get(id(_owner(a)))
-            if entry is not None and not entry[1].in_capture:  # (an untracked array: host data)
+            owner = _owner(a)
+            entry = _allocations.get(id(owner))
+            if entry is not None and entry[0]() is owner and not entry[1].in_capture:  # (untracked: host data)
                 earlier.setdefault(id(entry[1]), (entry[1], f"{a.dtype} {a.shape}"))
     recording = Recording(steps, list(earlier.values()))
     _recordings.add(recording)
