@@ -42,8 +42,9 @@ published figure: 1.47 nats per character), is a run of its own, at most 10 minu
 (``--cuda-graph`` where its graph agreed with the eager step and was faster), for a command
 that runs both on one lease of a GPU: ``... --out DIR $(cat FILE)``.
 
-It prints medians and ratios, and is meant to finish well within 5 minutes. GPU work is
-asynchronous, so every sample ends with a synchronisation of the device and of PyTorch.
+It prints medians and ratios, then the GPU targets with PASS / MISS (``--json FILE``: also as
+JSON), and is meant to finish well within 5 minutes. GPU work is asynchronous, so every sample
+ends with a synchronisation of the device and of PyTorch.
 
 ``--device cpu`` runs steps 3 to 7 on the CPU instead (numba CPU kernels, naive NumPy,
 PyTorch CPU), which is how the test suite checks this script on machines without a GPU;
@@ -70,7 +71,15 @@ ROOT = os.path.dirname(HERE)
 SOURCE_PATHS = [ROOT, os.path.join(ROOT, "plugins")]
 sys.path[:0] = [HERE, *SOURCE_PATHS]
 
-from _common import Stats, format_ratio, format_stats, format_time, import_torch, print_table  # noqa: E402
+from _common import (  # noqa: E402
+    Stats,
+    format_ratio,
+    format_stats,
+    format_time,
+    import_torch,
+    print_table,
+    verdict,
+)
 from train_step import CONFIGS, PAD, build_minitensor, build_torch, make_batches, minitensor_state  # noqa: E402
 
 KERNEL_SHAPES = [(4096, 512), (32768, 64)]
@@ -80,6 +89,69 @@ QUICK_KERNEL_SHAPES = [(256, 64)]
 # (``MultiHeadAttention(fused="auto")`` streams from FUSED_MIN_LENGTH = 384, the CPU's crossover)
 LONG_ATTENTION_T = (512, 1024, 2048, 4096)
 QUICK_LONG_ATTENTION_T = (128,)
+
+
+# -- the GPU targets (bench/README.md), judged from what the sections measure ------------------------
+#: (key, what, the largest ratio allowed, the stretch's or None): each ratio is minitensor's time
+#: (or memory) over its peer's, the worst where a section measures several. The full recipe's
+#: held-out loss within 10 minutes is the recipe run's own (see the module docstring).
+TARGETS = [
+    ("softmax/torch", "softmax family / torch, each kernel at both shapes (worst)", 2.0, None),
+    ("softmax/naive", "softmax family / naive CuPy (worst): never slower", 1.0, None),
+    ("dropout/generator", "dropout, mask and product / one long-lived generator", 2.0, None),
+    ("step 64/torch", "training step, batch 64 / PyTorch", 1.5, 1.2),
+    ("step 64, graph/torch", "the same, forward and backward as a CUDA graph", 1.5, 1.2),
+    ("step 1024/torch", "training step, batch 1024 / PyTorch", 1.2, None),
+    ("step 1024, graph/torch", "the same, forward and backward as a CUDA graph", 1.2, None),
+    ("fused/SDPA, T 4096", "flash_attention fwd+bwd at T = 4096 / SDPA", 2.0, None),
+    ("fused/plain, T >= 1024", "flash_attention / the plain path, T >= 1024 (worst): faster", 1.0, None),
+    ("peak fused/SDPA, T 4096", "flash_attention's peak memory at T = 4096 / SDPA's", 1.5, None),
+    ("recipe/nanoGPT", "nanoGPT recipe iteration, TF32 / nanoGPT float32 (TF32)", 1.5, 1.0),
+    ("recipe, graph/nanoGPT", "the same with --cuda-graph", 1.5, 1.0),
+    ("recipe bfloat16/nanoGPT bfloat16", "stretch: bfloat16 products / nanoGPT's bfloat16 autocast", 1.5, None),
+]
+MEASURED = {}  # key -> ratio, filled by the sections
+
+
+def note_ratio(key, ratio):
+    """Note a ratio for ``key``; where a section measures several, the worst counts."""
+    MEASURED[key] = max(MEASURED.get(key, ratio), float(ratio))
+
+
+def print_targets(device, json_file=None, failures=()):
+    """The targets with what this run measured and PASS / MISS (``-``: not measured here, a
+    section that failed or a peer that is missing), and, with ``json_file``, all of it as JSON
+    for the README's table."""
+    rows, judged = [], []
+    for key, what, limit, stretch in TARGETS:
+        value = MEASURED.get(key)
+        ok = None if value is None else value <= limit
+        stretched = None if value is None or stretch is None else value <= stretch
+        shown = "-" if value is None else format_ratio(value)
+        stretch_shown = (
+            "" if stretch is None else f"<= {stretch:g}x " + ("-" if stretched is None else verdict(stretched))
+        )
+        rows.append([what, shown, f"<= {limit:g}x", "-" if ok is None else verdict(ok), stretch_shown])
+        judged.append(dict(key=key, what=what, limit=limit, stretch=stretch, measured=value, ok=ok))
+        judged[-1]["stretch_ok"] = stretched
+    print_table(
+        ["target", "measured", "limit", "verdict", "stretch"],
+        rows,
+        title=f"Targets on {device.name} ({describe(device)})"
+        + ("" if device.name == "cuda" else ": for information, the targets are a GPU's"),
+    )
+    if json_file:
+        import datetime
+        import json
+
+        from minitensor.atomic import write_atomic
+
+        report = dict(
+            date=datetime.date.today().isoformat(), device=device.name, describe=describe(device),
+            targets=judged, measured=MEASURED, failures=list(failures),
+        )  # fmt: skip
+        write_atomic(json_file, json.dumps(report, indent=1) + "\n")
+        print(f"[targets] written to {json_file}")
 
 
 # -- the device, for both libraries ------------------------------------------------------------------
@@ -343,6 +415,9 @@ def kernel_benchmark(device, quick):
             cases = kernel_cases(device, shape, kind, rng)
             stats = interleaved_stats({k: device.timed(f, repeat) for k, f in cases.items()}, rounds, warmup=2)
             ours = stats["minitensor"]
+            note_ratio("softmax/naive", ours.median / stats["naive"].median)
+            if "torch" in stats:
+                note_ratio("softmax/torch", ours.median / stats["torch"].median)
             row = [
                 kind,
                 f"{shape}",
@@ -394,6 +469,7 @@ def dropout_benchmark(device, quick):
         format_ratio(stats["minitensor"].median / stats["one generator"].median),
     ]
     print_table(headers, [row], title=f"Dropout (mask and product) on {device.name}: median per call")
+    note_ratio("dropout/generator", stats["minitensor"].median / stats["one generator"].median)
     return stats
 
 
@@ -514,6 +590,9 @@ def training_case(device, cfg):
     if "torch" in stats:
         row += [format_stats(stats["torch"]), format_ratio(stats["minitensor"].median / stats["torch"].median)]
         row += [format_ratio(graph.median / stats["torch"].median) if graph else "-"]
+        note_ratio(f"step {cfg.batch_size}/torch", stats["minitensor"].median / stats["torch"].median)
+        if graph:
+            note_ratio(f"step {cfg.batch_size}, graph/torch", graph.median / stats["torch"].median)
     print(f"\n[{cfg.name}] {cfg.describe()}; {sum(int(p.numel()) for p in mt_model.parameters()):,} parameters")
     if agreement:
         print(f"[{cfg.name}, batch {cfg.batch_size}] {agreement}")
@@ -642,6 +721,10 @@ def long_attention_benchmark(device, quick):
         stats = interleaved_stats({name: device.timed(fn, 1) for name, fn in cases.items()}, rounds, warmup)
         row = [T, format_stats(stats["fused"]), format_stats(stats["plain"])]
         row.append(format_ratio(stats["fused"].median / stats["plain"].median))
+        if T >= 1024:
+            note_ratio("fused/plain, T >= 1024", stats["fused"].median / stats["plain"].median)
+        if T == 4096 and "SDPA" in stats:
+            note_ratio("fused/SDPA, T 4096", stats["fused"].median / stats["SDPA"].median)
         if kernels is not None:  # the walkers the launcher picked (forward) and the time with one
             split = attention_split(np.float32, kernels.attention_row_size(np.float32, 64))  # threads a row
             row += [kernels.attention_splits(8 * T, split), format_stats(stats["fused, 1 walker"])]
@@ -653,6 +736,8 @@ def long_attention_benchmark(device, quick):
             row += [f"{peaks[name] / 2**20:.0f} MiB" for name in measured]
             if "SDPA" in peaks:
                 row.append(format_ratio(peaks["fused"] / max(peaks["SDPA"], 1)))
+                if T == 4096:
+                    note_ratio("peak fused/SDPA, T 4096", peaks["fused"] / max(peaks["SDPA"], 1))
         rows.append(row)
     headers = ["T", "fused", "plain", "fused/plain"]
     if kernels is not None:
@@ -912,6 +997,13 @@ def nanogpt_benchmark(device, quick, nanogpt_dir=NANOGPT_DIR, flags_file=None):
     references = {
         f"/ {name}": stats[name] for name in ("nanoGPT, float32 (TF32)", "nanoGPT, bfloat16 autocast") if name in stats
     }
+    for key, ours, theirs in (
+        ("recipe/nanoGPT", "minitensor, TF32", "nanoGPT, float32 (TF32)"),
+        ("recipe, graph/nanoGPT", "minitensor, TF32, CUDA graph", "nanoGPT, float32 (TF32)"),
+        ("recipe bfloat16/nanoGPT bfloat16", "minitensor, bfloat16 products (medium)", "nanoGPT, bfloat16 autocast"),
+    ):
+        if ours in stats and theirs in stats:
+            note_ratio(key, stats[ours].median / stats[theirs].median)
     rows = []
     for name, st in stats.items():
         rows.append([name, format_time(st.median / NANOGPT_ITERATIONS)])
@@ -982,6 +1074,7 @@ def main(argv=None):
         metavar="FILE",
         help="write there the flags the full recipe's run should add (--cuda-graph where it paid); empty if unsure",
     )
+    parser.add_argument("--json", metavar="FILE", help="write there the targets and what this run measured, as JSON")
     args = parser.parse_args(argv)
     start = time.perf_counter()
     if args.recipe_flags:  # none until the recipe's section says otherwise, even if it fails
@@ -1025,6 +1118,7 @@ def main(argv=None):
         except (Exception, SystemExit):
             failures.append(name)
             print(f"{name}: FAILED\n{traceback.format_exc()}", flush=True)
+    print_targets(device, args.json, failures)
     print(
         f"\ngpu_check finished in {format_time(time.perf_counter() - start)}"
         + (f"; FAILED: {', '.join(failures)}" if failures else "; everything passed")

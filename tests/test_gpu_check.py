@@ -2,6 +2,7 @@
 benchmarks run on the CPU with the same code, and asking for "cuda" without one fails with
 the reason."""
 
+import json
 import pathlib
 import subprocess
 import sys
@@ -18,10 +19,18 @@ def run(*args):
     )
 
 
-def test_the_benchmarks_run_on_the_cpu_and_check_their_results():
-    done = run("--device", "cpu", "--no-tests", "--quick")
+def test_the_benchmarks_run_on_the_cpu_and_check_their_results(tmp_path):
+    report = tmp_path / "targets.json"
+    done = run("--device", "cpu", "--no-tests", "--quick", "--json", str(report))
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout
+    # the targets judged at the end, and as JSON for the README's table
+    assert "Targets on cpu" in out and "a GPU's" in out and f"[targets] written to {report}" in out
+    targets = json.loads(report.read_text())
+    assert targets["device"] == "cpu" and targets["failures"] == []
+    judged = {t["key"]: t for t in targets["targets"]}
+    assert judged["softmax/naive"]["measured"] > 0 and judged["softmax/naive"]["ok"] in (True, False)
+    assert judged["step 64, graph/torch"]["measured"] is None  # a CUDA graph needs the GPU
     for kernel in ("softmax forward", "masked softmax forward", "softmax backward", "log_softmax forward"):
         assert kernel in out
     assert "naive/mt" in out and "Training step (forward + loss + backward + Adam) on cpu" in out
