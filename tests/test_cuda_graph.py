@@ -184,6 +184,18 @@ def test_a_graph_that_does_not_compute_the_eager_step_stops_the_run(cuda, monkey
         step((x,))
 
 
+def test_a_diverged_step_is_left_to_the_loops_check(cuda):
+    """A step whose eager loss is already NaN says nothing about the graph: the check of a new
+    graph stands aside, and the loop's own check of the losses names the step that diverged."""
+    w = mt.tensor(np.full((6, 5), np.nan, np.float32), device=cuda, requires_grad=True)
+    x = mt.tensor(np.ones((3, 6), np.float32), device=cuda)
+    step = graphed.GraphedStep(lambda batch: ((batch[0] @ w).sum(), None), mt.optim.SGD([w], lr=0.1))
+    for _ in range(graphed.WARMUP_STEPS):
+        assert step((x,)) is None
+    loss, _ = step((x,))
+    assert np.isnan(loss.item()) and np.isnan(list(step.first_replays.values())[0][1])
+
+
 def test_one_capture_at_a_time_and_a_graph_captures_once(cuda):
     g = mt.cuda.CUDAGraph()
     with mt.cuda.graph(g):
