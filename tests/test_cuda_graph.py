@@ -16,12 +16,15 @@ does, the stand-in refuses CuPy's products inside a capture, and the capture's p
 cuBLAS calls of minitensor's own (``cublas_gemm.captured_matmul``), here run in NumPy.
 """
 
+import functools
+
 import numpy as np
 import pytest
-from fake_cupy import fake_cuda_backend
+from fake_cupy import fake_cuda_backend, launch_in_numpy
 from gpu import GPU
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from minitensor.backends import cublas_gemm
 from minitensor.errors import DeviceError
 from strict_backend import CaptureError, count_launches, count_syncs
 from test_random_programs import INPUT_SHAPES, loss_weights, programs, run_minitensor
@@ -392,10 +395,13 @@ def _tiny(out, device, **changes):
         dict(model="bahdanau"),  # D2L's GRU encoder-decoder with additive attention: its products in a loop
         dict(preset="gpt-char-gpu", text=None),  # set below: a character GPT (AdamW, GELU, tied)
         dict(preset="gpt-char-gpu", text=None, fused="on"),  # its attention streamed, dropout inside
+        # a learned relative bias (T5's) in the streamed kernels, its table's gradient too
+        dict(preset="gpt-char-gpu", text=None, fused="on", positional="t5_relative"),
+        dict(preset="gpt-char-gpu", text=None, matmul_precision="medium"),  # bfloat16 products, captured
     ],
-    ids=["seq2seq", "seq2seq-two-shapes", "bahdanau", "gpt", "gpt-streamed"],
+    ids=["seq2seq", "seq2seq-two-shapes", "bahdanau", "gpt", "gpt-streamed", "gpt-t5-streamed", "gpt-bfloat16"],
 )
-def test_a_run_with_cuda_graphs_is_the_run_without(monkeypatch, tmp_path, changes):
+def test_a_run_with_cuda_graphs_is_the_run_without(monkeypatch, tmp_path, request, changes):
     """The same losses at every step and the same weights at the end, the graphs replayed for
     every step after the warm-up; the 96 reversals make 24 minibatches of one shape an epoch."""
     if "preset" in changes:
@@ -404,8 +410,11 @@ def test_a_run_with_cuda_graphs_is_the_run_without(monkeypatch, tmp_path, change
         changes = dict(
             text=str(text), model="lm", lm_num_steps=16, num_hiddens=16, ffn_num_hiddens=32, num_heads=2,
             activation="gelu", tie_embeddings=True, bias=False, optimizer="adamw", epochs=1, steps=12,
-            fused=changes.get("fused", "auto"),
+            **{key: value for key, value in changes.items() if key in ("fused", "positional", "matmul_precision")},
         )  # fmt: skip
+    if changes.get("matmul_precision") == "medium":  # the eager bfloat16 products, in NumPy
+        monkeypatch.setattr(cublas_gemm, "launch", launch_in_numpy)
+        request.addfinalizer(functools.partial(mt.set_float32_matmul_precision, mt.get_float32_matmul_precision()))
     runs, replays = [], []
     real_call = graphed.GraphedStep.__call__
 
