@@ -137,6 +137,10 @@ def _info(args):
     except mt.DeviceError as e:
         print(f"cuda kernels: FAILED: {e}")
         return 1
+    try:  # a CUDA graph's products call cuBLAS directly (CuPy refuses to inside a capture)
+        print(f"cuda graphs: ready (cuBLAS reached directly: {backend.direct_cublas().name})")
+    except Exception as e:  # optional: only --cuda-graph needs it
+        print(f"cuda graphs: not available ({type(e).__name__}: {e}); train without --cuda-graph")
     return 0
 
 

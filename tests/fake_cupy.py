@@ -405,6 +405,8 @@ class FakeDirectCublas:
     """``cublas_gemm.DirectCublas`` on the stand-in: the call run by ``run_like_cublas`` (bfloat16
     inputs at the bfloat16 compute type), kept by a capture as a launch that writes ``out``."""
 
+    name = "cuBLAS run in NumPy (the tests' stand-in)"
+
     def gemm(self, call, out, data_type, compute_type):
         _launched("cublasGemmStridedBatchedEx")
         bfloat16 = compute_type == cublas_gemm.CUBLAS_COMPUTE_32F_FAST_16BF

@@ -224,7 +224,8 @@ class DirectCublas:
         import ctypes
 
         major = int(xp.cuda.runtime.runtimeGetVersion()) // 1000
-        self.lib = ctypes.CDLL(f"libcublas.so.{major}")
+        self.name = f"libcublas.so.{major}"
+        self.lib = ctypes.CDLL(self.name)
         self.handle = ctypes.c_void_p(int(xp.cuda.get_cublas_handle()))
         p, i, ll = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
         gemm: list[Any] = [p, i, i, i, i, i, p] + [p, i, i, ll] * 2 + [p, p, i, i, ll, i, i, i]
