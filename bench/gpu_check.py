@@ -415,18 +415,13 @@ def kernel_benchmark(device, quick):
             cases = kernel_cases(device, shape, kind, rng)
             stats = interleaved_stats({k: device.timed(f, repeat) for k, f in cases.items()}, rounds, warmup=2)
             ours = stats["minitensor"]
-            note_ratio("softmax/naive", ours.median / stats["naive"].median)
+            vs_naive = ours.median / stats["naive"].median
+            note_ratio("softmax/naive", vs_naive)
+            row = [kind, f"{shape}", format_stats(ours), format_stats(stats["naive"]), format_ratio(1 / vs_naive)]
             if "torch" in stats:
-                note_ratio("softmax/torch", ours.median / stats["torch"].median)
-            row = [
-                kind,
-                f"{shape}",
-                format_stats(ours),
-                format_stats(stats["naive"]),
-                format_ratio(stats["naive"].median / ours.median),
-            ]
-            if "torch" in stats:
-                row += [format_stats(stats["torch"]), format_ratio(ours.median / stats["torch"].median)]
+                vs_torch = ours.median / stats["torch"].median
+                note_ratio("softmax/torch", vs_torch)
+                row += [format_stats(stats["torch"]), format_ratio(vs_torch)]
             rows.append(row)
     headers = ["kernel", "shape", "minitensor", "naive", "naive/mt"]
     if device.torch_device is not None:
@@ -463,13 +458,10 @@ def dropout_benchmark(device, quick):
         raise SystemExit(f"dropout kept {kept:.3f} of the elements, expected {1 - p}")
     stats = interleaved_stats({k: device.timed(f, 10) for k, f in cases.items()}, 5 if quick else 15, warmup=2)
     headers = ["dropout p=0.1", *stats, "mt/one generator"]
-    row = [
-        f"{shape}",
-        *(format_stats(v) for v in stats.values()),
-        format_ratio(stats["minitensor"].median / stats["one generator"].median),
-    ]
+    ratio = stats["minitensor"].median / stats["one generator"].median
+    note_ratio("dropout/generator", ratio)
+    row = [f"{shape}", *(format_stats(v) for v in stats.values()), format_ratio(ratio)]
     print_table(headers, [row], title=f"Dropout (mask and product) on {device.name}: median per call")
-    note_ratio("dropout/generator", stats["minitensor"].median / stats["one generator"].median)
     return stats
 
 
@@ -588,11 +580,13 @@ def training_case(device, cfg):
     graph = stats.get("minitensor, CUDA graph")
     row += [format_stats(graph) if graph else "-"]
     if "torch" in stats:
-        row += [format_stats(stats["torch"]), format_ratio(stats["minitensor"].median / stats["torch"].median)]
-        row += [format_ratio(graph.median / stats["torch"].median) if graph else "-"]
-        note_ratio(f"step {cfg.batch_size}/torch", stats["minitensor"].median / stats["torch"].median)
+        vs_torch = stats["minitensor"].median / stats["torch"].median
+        note_ratio(f"step {cfg.batch_size}/torch", vs_torch)
+        row += [format_stats(stats["torch"]), format_ratio(vs_torch), "-"]
         if graph:
-            note_ratio(f"step {cfg.batch_size}, graph/torch", graph.median / stats["torch"].median)
+            graph_vs_torch = graph.median / stats["torch"].median
+            note_ratio(f"step {cfg.batch_size}, graph/torch", graph_vs_torch)
+            row[-1] = format_ratio(graph_vs_torch)
     print(f"\n[{cfg.name}] {cfg.describe()}; {sum(int(p.numel()) for p in mt_model.parameters()):,} parameters")
     if agreement:
         print(f"[{cfg.name}, batch {cfg.batch_size}] {agreement}")
@@ -719,25 +713,27 @@ def long_attention_benchmark(device, quick):
         agreement.append(f"T={T}: {worst:.1e}")
         rounds, warmup = (2, 0) if quick else (10, 2)  # (the agreement check warmed them up)
         stats = interleaved_stats({name: device.timed(fn, 1) for name, fn in cases.items()}, rounds, warmup)
-        row = [T, format_stats(stats["fused"]), format_stats(stats["plain"])]
-        row.append(format_ratio(stats["fused"].median / stats["plain"].median))
+        vs_plain = stats["fused"].median / stats["plain"].median
+        row = [T, format_stats(stats["fused"]), format_stats(stats["plain"]), format_ratio(vs_plain)]
         if T >= 1024:
-            note_ratio("fused/plain, T >= 1024", stats["fused"].median / stats["plain"].median)
-        if T == 4096 and "SDPA" in stats:
-            note_ratio("fused/SDPA, T 4096", stats["fused"].median / stats["SDPA"].median)
+            note_ratio("fused/plain, T >= 1024", vs_plain)
         if kernels is not None:  # the walkers the launcher picked (forward) and the time with one
             split = attention_split(np.float32, kernels.attention_row_size(np.float32, 64))  # threads a row
             row += [kernels.attention_splits(8 * T, split), format_stats(stats["fused, 1 walker"])]
         if "SDPA" in stats:
-            row += [format_stats(stats["SDPA"]), format_ratio(stats["fused"].median / stats["SDPA"].median)]
+            vs_sdpa = stats["fused"].median / stats["SDPA"].median
+            if T == 4096:
+                note_ratio("fused/SDPA, T 4096", vs_sdpa)
+            row += [format_stats(stats["SDPA"]), format_ratio(vs_sdpa)]
         measured = [name for name in cases if name != "fused, 1 walker"]
         peaks = {name: peak_bytes(device, cases[name], torch_side=name == "SDPA") for name in measured}
         if peaks["fused"] is not None:
             row += [f"{peaks[name] / 2**20:.0f} MiB" for name in measured]
             if "SDPA" in peaks:
-                row.append(format_ratio(peaks["fused"] / max(peaks["SDPA"], 1)))
+                peak_ratio = peaks["fused"] / max(peaks["SDPA"], 1)
                 if T == 4096:
-                    note_ratio("peak fused/SDPA, T 4096", peaks["fused"] / max(peaks["SDPA"], 1))
+                    note_ratio("peak fused/SDPA, T 4096", peak_ratio)
+                row.append(format_ratio(peak_ratio))
         rows.append(row)
     headers = ["T", "fused", "plain", "fused/plain"]
     if kernels is not None:
