@@ -166,12 +166,16 @@ def graphed_gpt_launches(sizes):
     from minitensor.train.graphed import WARMUP_STEPS, GraphedStep
 
     config, model, optimizer, scheduler, batch = gpt_parts(sizes)
-    graphed = GraphedStep(lambda b: (mt.cross_entropy(model(b[0]), b[1]), None), optimizer)
+
+    def loss_of(b):
+        return mt.cross_entropy(model(b[0]), b[1]), None
+
+    graphed = GraphedStep(loss_of, optimizer)
 
     def step():
         b = batch()
         if graphed(b) is None:  # the warm-up steps, eager
-            loss = mt.cross_entropy(model(b[0]), b[1])
+            loss, _ = loss_of(b)
             optimizer.zero_grad()
             loss.backward()
         clip_grad_norm_(model.parameters(), config.clip_grad_norm)
