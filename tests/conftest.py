@@ -71,6 +71,7 @@ SLOW_FILES = {
     "test_distributed.py",  # mpiexec
     "test_onnx.py",  # trains, exports and runs a model in ONNX Runtime
     "test_gpu_check.py",  # benchmark smoke runs, in subprocesses
+    "test_cuda_races.py",  # the CUDA kernels again, built with ThreadSanitizer, in subprocesses
     "test_bench_data_parallel.py",
     "test_bench_gpt_char.py",
     "test_bench_long_attention.py",

@@ -975,7 +975,7 @@ def test_the_threads_of_a_row_read_a_tile_without_bank_conflicts(dtype):
         f'extern "C" __global__ void held_columns_d{D}(int* out, int* stride) {{\n'
         f"    for (int c = 0; c < Split<{ctype}, {D}>::part; ++c)\n"
         f"        out[threadIdx.x * Split<{ctype}, {D}>::part + c] = held_column<{ctype}, {D}>(threadIdx.x, c);\n"
-        f"    *stride = Split<{ctype}, {D}>::stride;\n}}\n"
+        f"    if (threadIdx.x == 0) *stride = Split<{ctype}, {D}>::stride;\n}}\n"
         for D in ATTENTION_ROW_SIZES[name]
     )
     module = EmulatedModule(source("attention") + probes)

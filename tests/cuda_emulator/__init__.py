@@ -9,7 +9,11 @@ GPU runs, thread by thread, on any machine with g++ (C++20).
 
 The emulated launch checks what a GPU cannot: the number of arguments, each pointer's dtype
 against the kernel's parameter type, C-contiguity, and each scalar's exact type (a float64 where
-the kernel takes a float would be read as garbage on a GPU).
+the kernel takes a float would be read as garbage on a GPU). Its build checks each index into a
+fixed-size array, and, with ``CUDA_EMULATOR_SANITIZE=thread`` (``race_checked_env``), the order
+of every shared read and write against the barriers: the data races of a block's threads.
+Blocks run one after another, so a race between two blocks is not seen (the kernels give each
+output to one block).
 """
 
 import ctypes
@@ -45,12 +49,45 @@ _CTYPES = {
 #: an index past the end of a fixed-size array (a shared tile, a row held in registers) stops the
 #: process (SIGILL) instead of reading a neighbour's memory, as a GPU silently would
 CHECKS = ("-fsanitize=bounds", "-fsanitize-undefined-trap-on-error")
+#: ``CUDA_EMULATOR_SANITIZE=thread`` builds the kernels with ThreadSanitizer too
+#: (tests/test_cuda_races.py): every read and write a CUDA thread makes is checked against the
+#: barriers that order it with the other threads' (see ``race_checked_env``)
+SANITIZE = os.environ.get("CUDA_EMULATOR_SANITIZE", "")
+if SANITIZE not in ("", "thread"):
+    raise ValueError(f"CUDA_EMULATOR_SANITIZE must be 'thread' or unset, got {SANITIZE!r}")
+if SANITIZE:
+    CHECKS += ("-fsanitize=thread", "-g")  # -g: the report names the kernel's lines
 _KERNEL = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\(([^)]*)\)', re.S)
 
 
 def available():
     """True where a C++ compiler is found (the emulator needs one)."""
     return shutil.which(COMPILER) is not None
+
+
+def race_checked_env(env=None):
+    """The environment of a Python process whose emulated kernels run under ThreadSanitizer, or
+    None where the compiler has no ThreadSanitizer runtime.
+
+    A CUDA thread of the emulator is a ``std::thread`` and ``__syncthreads()`` a ``std::barrier``,
+    so the sanitizer sees the very order the barriers promise: it reports two accesses to the same
+    memory by two threads, at least one a write, that no barrier orders, whether or not the run's
+    timing made them collide (a missing ``__syncthreads()`` between filling a shared tile and
+    reading it, two threads writing one word). On a GPU that is ``compute-sanitizer --tool
+    racecheck``'s job. A report stops the process with exit code 66. The runtime must be loaded
+    before the interpreter starts (``LD_PRELOAD``), hence a process of its own."""
+    found = subprocess.run([COMPILER, "-print-file-name=libtsan.so"], capture_output=True, text=True)
+    runtime = found.stdout.strip()
+    if found.returncode or not os.path.isabs(runtime) or not os.path.exists(runtime):
+        return None
+    env = dict(os.environ if env is None else env)
+    env.update(
+        CUDA_EMULATOR_SANITIZE="thread",
+        LD_PRELOAD=runtime,
+        TSAN_OPTIONS="halt_on_error=1 exitcode=66",
+        OPENBLAS_NUM_THREADS="1",  # NumPy's own threads are not the kernels' business
+    )
+    return env
 
 
 def _parameters(text):
@@ -90,7 +127,8 @@ def _build(code):
             f"    emulator::launch(grid, block, [=] {{ {name}({unpack}); }});\n}}"
         )
     source = "\n".join(lines)
-    key = hashlib.sha256((source + HEADER.read_text()).encode()).hexdigest()[:16]
+    # the flags in the key too: a build with the sanitizer is another library
+    key = hashlib.sha256((source + HEADER.read_text() + repr(CHECKS)).encode()).hexdigest()[:16]
     folder = pathlib.Path(tempfile.gettempdir()) / "minitensor-cuda-emulator"
     folder.mkdir(exist_ok=True)
     library = folder / f"{key}.so"
