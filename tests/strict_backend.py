@@ -17,7 +17,9 @@ privately and, like ``cupy.ndarray``,
   allowed by CuPy too) and ``get()`` for an explicit host copy;
 - have only CuPy's names and keywords: ``xp.errstate`` is an AttributeError, ``a.max(initial=0)``
   and ``xp.zeros(3, like=a)`` are TypeErrors, as they are on a GPU (NumPy has them, CuPy does
-  not). What CuPy has is read off a real CuPy into ``cupy_api.json`` by ``scripts/cupy_api.py``.
+  not). What CuPy has is read off a real CuPy into ``cupy_api.json`` by ``scripts/cupy_api.py``;
+- hand out garbage from ``xp.empty`` and ``xp.empty_like`` (NaN, or every bit set), as CuPy's
+  memory pool hands out a block an earlier array used, where NumPy's fresh pages are zeros.
 
 ``xp`` is a stand-in for the ``cupy`` module: every function is NumPy's, wrapped so that
 StrictArray arguments are unwrapped and array results wrapped again. The kernels unwrap
@@ -864,6 +866,20 @@ _FROM_HOST = {"array", "asarray", "asanyarray"}  # cupy.array(host) is the expli
 # functions that allocate and compute nothing: no kernel (cupy.zeros fills: a launch)
 _ALLOCATE_ONLY = {"empty", "empty_like"}
 
+
+def _garbage(array):
+    """What ``cupy.empty`` hands out: a block of CuPy's memory pool that an earlier array used, not
+    zeros (which NumPy's fresh pages are). NaN in a float array, every bit set in an integer one,
+    True in a bool one: an op that reads memory it got from ``xp.empty`` before writing it fails
+    its test here, as it would compute with garbage on a GPU."""
+    if array.dtype.kind in "fc":
+        array.fill(numpy.nan)
+    elif array.dtype.kind == "b":
+        array.fill(True)
+    elif array.size and array.flags.c_contiguous:
+        array.reshape(-1).view(numpy.uint8).fill(0xFF)
+
+
 # functions that write into an array they are given and return None: a kernel each
 _WRITE_IN_PLACE = {"copyto", "put", "place", "putmask", "fill_diagonal"}
 
@@ -892,6 +908,8 @@ class _Function:
             _cupy_matmul_copies(*_unwrap(args[:2], where=where))
         fn, uargs, ukwargs = self._fn, _unwrap(args, self._host_ok, where), _unwrap(kwargs, self._host_ok, where)
         out = fn(*uargs, **ukwargs)
+        if self._name in _ALLOCATE_ONLY:
+            _garbage(out)
         if self._launches(out, args, kwargs):
             launched(where)
             if _captures:  # into out= (or .at's target): in place; else a result of its own

@@ -1164,6 +1164,31 @@ def test_the_emulator_stops_at_an_index_past_a_fixed_size_array():
     assert past.returncode != 0 and "finished" not in past.stdout
 
 
+def test_shared_memory_not_written_in_this_block_reads_nan():
+    """A GPU's shared memory holds, at a block's start, whatever was there before; the emulator
+    gives each block memory of its own, NaN until written (-1 for an integer), so that a kernel
+    that reads a slot it did not write fails its test instead of reading zeros or an earlier
+    block's values. (A ``load_tile`` that left a tile's padding unwritten passed every attention
+    test while the emulator's shared memory was static: zeros at the start.)"""
+    code = (
+        'extern "C" __global__ void leftovers(float* out, long long* ints) {\n'
+        "    __shared__ float tile[4];\n"
+        "    __shared__ long long counts[2];\n"
+        "    if (blockIdx.x == 0) tile[threadIdx.x] = 5.0f;  // block 1 writes nothing\n"
+        "    if (threadIdx.x == 0) counts[0] = 7;  // and counts[1] is never written\n"
+        "    __syncthreads();\n"
+        "    out[blockIdx.x * 4 + threadIdx.x] = tile[threadIdx.x];\n"
+        "    if (threadIdx.x == 0) ints[2 * blockIdx.x] = counts[0], ints[2 * blockIdx.x + 1] = counts[1];\n"
+        "}\n"
+    )
+    out, ints = np.zeros(8, np.float32), np.zeros(4, np.int64)
+    EmulatedModule(code).get_function("leftovers")((2,), (4,), (out, ints))
+    assert out[:4].tolist() == [5.0] * 4 and np.isnan(out[4:]).all()
+    assert ints.tolist() == [7, -1, 7, -1]
+    with pytest.raises(ValueError, match="shared arrays only"):  # what the emulator cannot rewrite, it refuses
+        EmulatedModule('extern "C" __global__ void scalar(float* out) {\n    __shared__ float total;\n}\n')
+
+
 NVCC = __import__("shutil").which("nvcc")
 
 

@@ -149,6 +149,25 @@ def test_a_hidden_numpy_call_passes_on_cpu_and_fails_on_strict():
         HostExp.apply(mt.ones(2, device="strict"))
 
 
+class AddIntoEmpty(Function):
+    """An op that (wrongly) adds into memory fresh from ``xp.empty`` as if it held zeros."""
+
+    @staticmethod
+    def forward(ctx, a):
+        out = ctx.xp.empty(a.shape, a.dtype)
+        out += a
+        return out
+
+
+def test_empty_hands_out_garbage_as_cupys_memory_pool_does():
+    """``cupy.empty`` gives a block an earlier array used; NumPy's fresh pages are zeros, which
+    would let an op that reads before it writes pass here and fail on a GPU."""
+    assert np.isnan(xp.empty((2, 3), np.float32).get()).all()
+    assert (xp.empty_like(xp.zeros(4, np.int64)).get() == -1).all()
+    assert (xp.empty(3, np.uint8).get() == 255).all() and xp.empty(2, bool).get().all()
+    assert np.isnan(AddIntoEmpty.apply(mt.ones(3, device="strict")).numpy()).all()
+
+
 def test_strict_tensors_hold_strict_arrays():
     t = mt.randn(2, 3, device="strict", requires_grad=True)
     assert isinstance(t.data, StrictArray)

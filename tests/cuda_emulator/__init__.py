@@ -2,10 +2,11 @@
 
 ``EmulatedModule(code)`` stands in for ``cupy.RawModule(code=code)``: it compiles the same
 source with the host's C++ compiler against ``cuda_emulator.h`` (every CUDA thread a
-``std::thread``, ``__syncthreads`` and the warp shuffles real barriers) and its
-``get_function(name)`` returns a kernel called as CuPy's are, ``kernel(grid, block, args)``,
-on NumPy arrays. So ``CudaKernels(numpy, load_module=EmulatedModule)`` runs the very kernels a
-GPU runs, thread by thread, on any machine with g++ (C++20).
+``std::thread``, ``__syncthreads`` and the warp shuffles real barriers, each block's shared
+memory its own and NaN until written) and its ``get_function(name)`` returns a kernel called as
+CuPy's are, ``kernel(grid, block, args)``, on NumPy arrays. So ``CudaKernels(numpy,
+load_module=EmulatedModule)`` runs the very kernels a GPU runs, thread by thread, on any machine
+with g++ (C++20).
 
 The emulated launch checks what a GPU cannot: the number of arguments, each pointer's dtype
 against the kernel's parameter type, C-contiguity, and each scalar's exact type (a float64 where
@@ -104,6 +105,30 @@ def _parameters(text):
     return params
 
 
+_SHARED = re.compile(r"^(\s*)__shared__\s+([^;]*?)\s*;", re.M)
+_ARRAY = re.compile(r"(\w+)\s*((?:\[[^\]]*\])+)")
+
+
+def _with_block_shared_memory(code):
+    """Each ``__shared__ T a[N], b[M];`` (a line of its own) as ``auto& a =
+    emulator::shared<T[N]>(__PRETTY_FUNCTION__, "a"); ...``: memory of the running block, NaN
+    until written (see cuda_emulator.h)."""
+
+    def rewrite(match):
+        indent, text = match.groups()
+        first = re.search(r"\w+\s*\[", text)
+        if first is None or _ARRAY.sub("", text[first.start() :]).replace(",", "").strip():
+            raise ValueError(f"the CUDA emulator takes shared arrays only, as `__shared__ T a[N], b[M];`: {text!r}")
+        ctype = text[: first.start()].strip()
+        declarations = [
+            f'auto& {name} = emulator::shared<{ctype}{dims}>(__PRETTY_FUNCTION__, "{name}");'
+            for name, dims in _ARRAY.findall(text[first.start() :])
+        ]
+        return indent + " ".join(declarations)
+
+    return _SHARED.sub(rewrite, code)
+
+
 def _expand_macros(code):
     """The source after the preprocessor: kernels that a macro defines, written out (and their
     ``__launch_bounds__``, a register budget for NVIDIA's compiler, dropped, as the header does)."""
@@ -119,7 +144,7 @@ def _build(code):
     """Compile ``code`` with a launcher per kernel into a shared library (cached by content, on
     disk across processes)."""
     kernels = {name: _parameters(params) for name, params in _KERNEL.findall(_expand_macros(code))}
-    lines = [f'#include "{HEADER.name}"', code]
+    lines = [f'#include "{HEADER.name}"', _with_block_shared_memory(code)]
     for name, params in kernels.items():
         unpack = ", ".join(f"*reinterpret_cast<{c + '*' if p else c}*>(args[{i}])" for i, (c, p) in enumerate(params))
         lines.append(

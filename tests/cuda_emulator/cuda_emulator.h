@@ -5,15 +5,23 @@
 // threads; the warp shuffles exchange values through a 32-slot buffer between two barriers over
 // the warp's threads, so a kernel whose lanes disagree about a shuffle deadlocks here as it
 // misbehaves on a GPU. A thread that returns drops out of its barriers (as an exited thread does
-// on a GPU). Blocks run one after another, so a __shared__ variable (a static here) belongs to
-// the running block. Device intrinsics are the C library's functions with CUDA's names.
+// on a GPU). Blocks run one after another, each with shared memory of its own: the emulator's
+// build rewrites every `__shared__ T name[N];` into `auto& name = emulator::shared<T[N]>(...)`,
+// memory the block's first thread to reach the declaration allocates filled with 0xFF bytes (NaN
+// for a float or a double, -1 for an integer), so that a kernel that reads shared memory it did
+// not write in this block gets NaN, as a GPU gives it whatever an earlier kernel left there,
+// instead of zeros or the previous block's values. Device intrinsics are the C library's
+// functions with CUDA's names.
 #pragma once
 
 #include <barrier>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -28,7 +36,6 @@ inline thread_local dim3 threadIdx, blockIdx;
 #define __device__
 #define __host__
 #define __forceinline__ inline
-#define __shared__ static
 #define __restrict__
 #define __launch_bounds__(...)  // a hint to the register allocator: nothing to emulate
 
@@ -44,6 +51,25 @@ struct Warp {
 inline thread_local Barrier* block_barrier = nullptr;
 inline thread_local Warp* warp = nullptr;
 
+// The running block's shared memory, by the function (template arguments included) and name of
+// each declaration.
+struct SharedMemory {
+    std::mutex lock;
+    std::map<std::string, std::unique_ptr<unsigned char[]>> variables;
+};
+inline SharedMemory* block_shared = nullptr;
+
+template <typename T>
+T& shared(const char* function, const char* name) {
+    std::lock_guard<std::mutex> hold(block_shared->lock);
+    auto& bytes = block_shared->variables[std::string(function) + "::" + name];
+    if (!bytes) {
+        bytes.reset(new unsigned char[sizeof(T)]);  // aligned for any scalar type
+        std::memset(bytes.get(), 0xFF, sizeof(T));
+    }
+    return *reinterpret_cast<T*>(bytes.get());
+}
+
 // Runs kernel(args...) on a grid of `grid` blocks of `block` threads (1-D, as the kernels use).
 template <typename Kernel>
 void launch(unsigned grid, unsigned block, Kernel kernel) {
@@ -51,6 +77,8 @@ void launch(unsigned grid, unsigned block, Kernel kernel) {
     blockDim = dim3{block, 1, 1};
     for (unsigned b = 0; b < grid; ++b) {
         Barrier barrier(block);
+        SharedMemory memory;
+        block_shared = &memory;
         std::vector<std::unique_ptr<Warp>> warps;
         for (unsigned first = 0; first < block; first += 32)
             warps.push_back(std::make_unique<Warp>(std::min(32u, block - first)));
