@@ -48,7 +48,7 @@ def race_checked(code, timeout=600):
             [sys.executable, "-c", program], env=ENV, cwd=TESTS, capture_output=True, text=True, timeout=timeout
         )
         # The sanitizer's runtime failing to map its own memory ("ThreadSanitizer failed to
-        # allocate ... (errno: 12)", seen once in about 150 runs) says nothing about the
+        # allocate ... (errno: 12)", seen twice in about 150 runs) says nothing about the
         # kernels: that run, and only that, goes again.
         if "ThreadSanitizer failed to allocate" not in done.stderr:
             break

@@ -189,6 +189,7 @@ def test_cli_train_then_translate(tmp_path, capsys):
     )
     printed = capsys.readouterr().out
     assert "held-out exact match" in printed and "checkpoint/ (the latest" in printed and "wall time" in printed
+    assert f"`minitensor translate --checkpoint {out}` loads" in printed  # what to run next, as it is spelt
     assert cli.main(["translate", "--checkpoint", out, "abc", "--show-attention"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] and set(lines[0]) <= set("abcdefghij")
@@ -252,6 +253,7 @@ def test_cli_char_lm_train_and_generate(tmp_path, capsys):
     )
     printed = capsys.readouterr().out
     assert "perplexity" in printed and "a unigram model (character frequencies alone) scores" in printed
+    assert f"`minitensor generate --checkpoint {out}` loads" in printed
     assert printed.count("held-out prompt") == 2 and os.path.isdir(os.path.join(out, "best"))
     assert cli.main(["generate", "--checkpoint", out, "--prompt", "the ", "--max-len", "12"]) == 0
     generated = capsys.readouterr().out.rstrip("\n")

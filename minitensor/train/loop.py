@@ -750,9 +750,11 @@ def finish(state, figures=True, lang="en"):
     result = state.result()
     _report(result, state.data, state.log, figures, lang=lang)
     result.wall_time = time.perf_counter() - state.start_time
+    command = "generate" if state.config.model == "lm" else "translate"  # the next thing a learner runs
     state.log(
         f"wall time {result.wall_time:.1f} s; run folder {state.run.path}: best/ (the lowest held-out loss, "
-        f"{state.best_loss:.4f}: what translate and generate load) and checkpoint/ (the latest, for --resume)"
+        f"{state.best_loss:.4f}: what `minitensor {command} --checkpoint {state.run.path}` loads) and "
+        "checkpoint/ (the latest, for --resume)"
     )
     if result.figures:
         state.log("figures: " + ", ".join(os.path.abspath(f) for f in result.figures))
