@@ -876,8 +876,8 @@ def _garbage(array):
         array.fill(numpy.nan)
     elif array.dtype.kind == "b":
         array.fill(True)
-    elif array.size and array.flags.c_contiguous:
-        array.reshape(-1).view(numpy.uint8).fill(0xFF)
+    elif array.dtype.kind in "iu":  # every bit set: -1, or the largest unsigned value
+        array.fill(numpy.iinfo(array.dtype).max if array.dtype.kind == "u" else -1)
 
 
 # functions that write into an array they are given and return None: a kernel each

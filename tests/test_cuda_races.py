@@ -115,7 +115,6 @@ def attention_cases():
     threads a row, grouped heads, lengths, causal, a learned windowed bias and its gradient, dropout."""
     from test_cuda_kernels import STREAMED_CASES, check_attention, emulated, relative_table
 
-    # three builds of the kernels: float32 rows of 8 and 128, float64 rows of 8
     B, H, G, Q, K, d, causal, lens = STREAMED_CASES[1]  # grouped heads, lengths, K > Q
     check_attention(emulated(), B, H, G, Q, K, d, np.float32, causal, lens)
     check_attention(emulated(attention_splits=2), 1, 2, 2, 70, 70, 8, np.float64, True, None)  # two query tiles
@@ -129,8 +128,9 @@ def attention_cases():
 def row_cases():
     """softmax.cu's and layer_norm.cu's row kernels (a warp a row, its lanes meeting in shuffles,
     several rows a block: no shared memory, so what is checked is that no two threads write one
-    word), layer norm's column kernels, elementwise.cu's GELU and dropout. (A thread costs the sanitizer about a
-    millisecond to start, and the emulator starts one per CUDA thread: the arrays are small.)"""
+    word), layer norm's column kernels, elementwise.cu's GELU and dropout. (The sanitizer takes
+    about a millisecond to start a thread, and the emulator starts one per CUDA thread: the arrays
+    are small.)"""
     import test_cuda_kernels as t
 
     kernels = t.emulated()
@@ -161,5 +161,6 @@ CASES = {"attention": attention_cases, "rows": row_cases, "multi_tensor": multi_
 
 @pytest.mark.parametrize("source", sorted(CASES))
 def test_the_kernels_have_no_data_races(source):
+    """``CASES[source]`` in a race-checked process: the values right and no report."""
     done = race_checked(f"import test_cuda_races\ntest_cuda_races.CASES[{source!r}]()\nprint('checked')")
     assert done.returncode == 0 and "checked" in done.stdout, report(done)
