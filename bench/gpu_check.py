@@ -132,8 +132,9 @@ def print_targets(device, json_file=None, failures=()):
             "" if stretch is None else f"<= {stretch:g}x " + ("-" if stretched is None else verdict(stretched))
         )
         rows.append([what, shown, f"<= {limit:g}x", "-" if ok is None else verdict(ok), stretch_shown])
-        judged.append(dict(key=key, what=what, limit=limit, stretch=stretch, measured=value, ok=ok))
-        judged[-1]["stretch_ok"] = stretched
+        judged.append(
+            dict(key=key, what=what, limit=limit, stretch=stretch, measured=value, ok=ok, stretch_ok=stretched)
+        )
     print_table(
         ["target", "measured", "limit", "verdict", "stretch"],
         rows,
