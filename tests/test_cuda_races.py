@@ -10,11 +10,17 @@ ThreadSanitizer sees exactly the order the barriers give: built with it
 one of them a write, that no barrier orders, whether or not this run's timing made them collide.
 On a GPU, ``compute-sanitizer --tool racecheck`` does this job for shared memory.
 
+The blocks of a grid share no barrier at all: a GPU runs them in any order, or together, so one
+block must never read or write what another writes in the same launch (the kernels give each
+output to one block, and add blocks' partial sums up in a later launch). Built for the check, the
+emulator runs all the blocks of a launch at once, and the sanitizer reports such a pair of accesses
+too, where the emulator's usual order (block 0, then 1, ...) gives the values a careless kernel
+expects.
+
 Here each kernel source runs cases of ``test_cuda_kernels.py`` and ``test_multi_tensor.py``
 (their values checked as there) in a process whose emulator is built with ThreadSanitizer; a
 report stops that process and fails the test with the report. Kernels written here without one of
-their barriers show that the check fails where it should. The emulator runs a grid's blocks one
-after another, so races between blocks are not seen (each output belongs to one block).
+their barriers, or passing a value from block to block, show that the check fails where it should.
 """
 
 import ast
@@ -109,6 +115,33 @@ def test_a_missing_barrier_is_reported(missing):
         assert "ThreadSanitizer: data race" in done.stderr and "shift_through_shared" in done.stderr
 
 
+CARRY = """
+extern "C" __global__ void running_sum(const float* x, float* out, int n) {
+    // block b adds its element to block b - 1's sum: right only if block b - 1 has finished
+    if (threadIdx.x == 0 && blockIdx.x < n) out[blockIdx.x] = x[blockIdx.x] + (blockIdx.x ? out[blockIdx.x - 1] : 0.0f);
+}
+"""
+
+
+def test_a_value_passed_between_blocks_is_reported():
+    """A running sum that hands each block's total to the next block through global memory: the
+    emulator's usual order of blocks (0, 1, 2, ...) gives the right sums, as a GPU might on one
+    run and not the next. Race-checked, the blocks run at once and the sanitizer reports block
+    b's read of what block b - 1 writes (exit code 66)."""
+    n = 8
+    call = (
+        f"kernel = EmulatedModule({CARRY!r}).get_function('running_sum')\n"
+        f"x, out = np.arange(1, {n + 1}, dtype=np.float32), np.zeros({n}, np.float32)\n"
+        f"kernel(({n},), (32,), (x, out, np.int32({n})))\n"
+    )
+    usual = {"np": np, "EmulatedModule": cuda_emulator.EmulatedModule}
+    exec(call, usual)
+    assert usual["out"].tolist() == np.cumsum(np.arange(1, n + 1)).tolist()  # blocks in order: "right"
+    done = race_checked("import numpy as np\nfrom cuda_emulator import EmulatedModule\n" + call)
+    assert done.returncode == 66, report(done)
+    assert "ThreadSanitizer: data race" in done.stderr and "running_sum" in done.stderr
+
+
 # -- every kernel source, race-checked ---------------------------------------------------------------
 def attention_cases():
     """attention.cu's forward, dQ and dK/dV kernels: one and several walkers a row, two and four
@@ -161,6 +194,12 @@ CASES = {"attention": attention_cases, "rows": row_cases, "multi_tensor": multi_
 
 @pytest.mark.parametrize("source", sorted(CASES))
 def test_the_kernels_have_no_data_races(source):
-    """``CASES[source]`` in a race-checked process: the values right and no report."""
-    done = race_checked(f"import test_cuda_races\ntest_cuda_races.CASES[{source!r}]()\nprint('checked')")
+    """``CASES[source]`` in a race-checked process: the values right and no report, with all the
+    blocks of every launch run at once (no launch larger than one wave of the emulator)."""
+    done = race_checked(
+        f"import test_cuda_races\ntest_cuda_races.CASES[{source!r}]()\n"
+        "from cuda_emulator import EmulatedKernel\nprint('checked', EmulatedKernel.most_threads)"
+    )
     assert done.returncode == 0 and "checked" in done.stdout, report(done)
+    most_threads = int(done.stdout.split()[-1])
+    assert 0 < most_threads <= cuda_emulator.WAVE_THREADS, f"a launch of {most_threads} threads ran in waves"

@@ -13,8 +13,9 @@ against the kernel's parameter type, C-contiguity, and each scalar's exact type 
 the kernel takes a float would be read as garbage on a GPU). Its build checks each index into a
 fixed-size array, and, with ``CUDA_EMULATOR_SANITIZE=thread`` (``race_checked_env``), the order
 of every shared read and write against the barriers: the data races of a block's threads.
-Blocks run one after another, so a race between two blocks is not seen (the kernels give each
-output to one block).
+Under the race check, a launch's blocks run at once (up to ``WAVE_THREADS`` threads), so a race
+between two blocks is seen too: one block reading or writing what another writes in the same
+launch. Otherwise blocks run one after another.
 """
 
 import ctypes
@@ -56,8 +57,13 @@ CHECKS = ("-fsanitize=bounds", "-fsanitize-undefined-trap-on-error")
 SANITIZE = os.environ.get("CUDA_EMULATOR_SANITIZE", "")
 if SANITIZE not in ("", "thread"):
     raise ValueError(f"CUDA_EMULATOR_SANITIZE must be 'thread' or unset, got {SANITIZE!r}")
+#: under the race check, the blocks of a launch run at once, up to this many threads in all (a
+#: larger grid runs in waves of blocks, each wave after the last): ThreadSanitizer then sees the
+#: accesses of two blocks of a wave to one word, unordered as a GPU leaves them
+WAVE_THREADS = 1024
 if SANITIZE:
-    CHECKS += ("-fsanitize=thread", "-g")  # -g: the report names the kernel's lines
+    # -g: the report names the kernel's lines
+    CHECKS += ("-fsanitize=thread", "-g", f"-DCUDA_EMULATOR_WAVE_THREADS={WAVE_THREADS}")
 _KERNEL = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\(([^)]*)\)', re.S)
 
 
@@ -190,6 +196,10 @@ def _dims(d):
 
 
 class EmulatedKernel:
+    #: the most threads (grid times block) of any launch in this process: the race check's cases
+    #: keep it within ``WAVE_THREADS``, so that all the blocks of each launch run at once
+    most_threads = 0
+
     def __init__(self, name, params, function):
         self.name, self.params, self.function = name, params, function
         function.argtypes = [ctypes.c_uint, ctypes.c_uint, ctypes.POINTER(ctypes.c_void_p)]
@@ -217,6 +227,7 @@ class EmulatedKernel:
                     raise TypeError(f"{self.name}: argument {i} must be a numpy.{dtype} ({ctype}), got {arg!r}")
                 values.append(_CTYPES[dtype.type](arg.item()))
         argv = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
+        EmulatedKernel.most_threads = max(EmulatedKernel.most_threads, grid[0] * block[0])
         self.function(grid[0], block[0], argv)
 
 

@@ -5,15 +5,18 @@
 // threads; the warp shuffles exchange values through a 32-slot buffer between two barriers over
 // the warp's threads, so a kernel whose lanes disagree about a shuffle deadlocks here as it
 // misbehaves on a GPU. A thread that returns drops out of its barriers (as an exited thread does
-// on a GPU). Blocks run one after another, each with shared memory of its own: the emulator's
-// build rewrites every `__shared__ T name[N];` into `auto& name = emulator::shared<T[N]>(...)`,
-// memory the block's first thread to reach the declaration allocates filled with 0xFF bytes (NaN
-// for a float or a double, -1 for an integer), so that a kernel that reads shared memory it did
-// not write in this block gets NaN, as a GPU gives it whatever an earlier kernel left there,
-// instead of zeros or the previous block's values. Device intrinsics are the C library's
-// functions with CUDA's names.
+// on a GPU). Blocks run one after another; in the race check's build (CUDA_EMULATOR_WAVE_THREADS
+// defined) as many blocks as hold that many threads run at once, as a GPU runs them, so that
+// ThreadSanitizer sees two blocks' accesses to one word unordered. Each block has shared memory
+// of its own: the emulator's build rewrites every `__shared__ T name[N];` into
+// `auto& name = emulator::shared<T[N]>(...)`, memory the block's first thread to reach the
+// declaration allocates filled with 0xFF bytes (NaN for a float or a double, -1 for an integer),
+// so that a kernel that reads shared memory it did not write in this block gets NaN, as a GPU
+// gives it whatever an earlier kernel left there, instead of zeros or the previous block's values.
+// Device intrinsics are the C library's functions with CUDA's names.
 #pragma once
 
+#include <algorithm>
 #include <barrier>
 #include <cmath>
 #include <cstdint>
@@ -57,7 +60,7 @@ struct SharedMemory {
     std::mutex lock;
     std::map<std::string, std::unique_ptr<unsigned char[]>> variables;
 };
-inline SharedMemory* block_shared = nullptr;
+inline thread_local SharedMemory* block_shared = nullptr;
 
 template <typename T>
 T& shared(const char* function, const char* name) {
@@ -70,30 +73,53 @@ T& shared(const char* function, const char* name) {
     return *reinterpret_cast<T*>(bytes.get());
 }
 
+// What a block's threads share: their barrier, their warps' and their shared memory.
+struct Block {
+    explicit Block(unsigned threads) : barrier(threads) {
+        for (unsigned first = 0; first < threads; first += 32)
+            warps.push_back(std::make_unique<Warp>(std::min(32u, threads - first)));
+    }
+    Barrier barrier;
+    SharedMemory memory;
+    std::vector<std::unique_ptr<Warp>> warps;
+};
+
+// The threads that may run at once: one block's by default; under the race check, a wave of
+// blocks. Blocks of one wave share no barrier, so the sanitizer reports what one block writes and
+// another reads or writes in the same launch (a GPU runs blocks in any order, or together); the
+// waves' joins order one wave after the next, so a grid larger than one wave is checked only
+// block against block within each wave (the race check's cases fit one).
+#ifndef CUDA_EMULATOR_WAVE_THREADS
+#define CUDA_EMULATOR_WAVE_THREADS 1
+#endif
+constexpr unsigned wave_threads = CUDA_EMULATOR_WAVE_THREADS;
+
 // Runs kernel(args...) on a grid of `grid` blocks of `block` threads (1-D, as the kernels use).
 template <typename Kernel>
 void launch(unsigned grid, unsigned block, Kernel kernel) {
     gridDim = dim3{grid, 1, 1};
     blockDim = dim3{block, 1, 1};
-    for (unsigned b = 0; b < grid; ++b) {
-        Barrier barrier(block);
-        SharedMemory memory;
-        block_shared = &memory;
-        std::vector<std::unique_ptr<Warp>> warps;
-        for (unsigned first = 0; first < block; first += 32)
-            warps.push_back(std::make_unique<Warp>(std::min(32u, block - first)));
+    unsigned wave = std::max(1u, wave_threads / block);
+    for (unsigned first = 0; first < grid; first += wave) {
+        unsigned last = std::min(grid, first + wave);
+        std::vector<std::unique_ptr<Block>> blocks;
+        for (unsigned b = first; b < last; ++b) blocks.push_back(std::make_unique<Block>(block));
         std::vector<std::thread> threads;
-        threads.reserve(block);
-        for (unsigned t = 0; t < block; ++t) {
-            threads.emplace_back([&, b, t] {
-                blockIdx = dim3{b, 1, 1};
-                threadIdx = dim3{t, 1, 1};
-                block_barrier = &barrier;
-                warp = warps[t / 32].get();
-                kernel();
-                warp->barrier.arrive_and_drop();  // an exited thread no longer holds anyone up
-                barrier.arrive_and_drop();
-            });
+        threads.reserve((last - first) * block);
+        for (unsigned b = first; b < last; ++b) {
+            Block& mine = *blocks[b - first];
+            for (unsigned t = 0; t < block; ++t) {
+                threads.emplace_back([&, b, t] {
+                    blockIdx = dim3{b, 1, 1};
+                    threadIdx = dim3{t, 1, 1};
+                    block_barrier = &mine.barrier;
+                    block_shared = &mine.memory;
+                    warp = mine.warps[t / 32].get();
+                    kernel();
+                    warp->barrier.arrive_and_drop();  // an exited thread no longer holds anyone up
+                    mine.barrier.arrive_and_drop();
+                });
+            }
         }
         for (auto& thread : threads) thread.join();
     }
