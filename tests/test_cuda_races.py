@@ -1,4 +1,5 @@
-"""The GPU kernels free of data races between a block's threads, checked on the CPU.
+"""The GPU kernels free of data races (a block's threads, a launch's blocks, a warp's lanes), checked
+on the CPU.
 
 A block of CUDA threads shares its tiles of shared memory and orders its reads and writes of
 them with ``__syncthreads()``. One barrier missing lets a fast thread overwrite a tile that a
@@ -15,12 +16,15 @@ block must never read or write what another writes in the same launch (the kerne
 output to one block, and add blocks' partial sums up in a later launch). Built for the check, the
 emulator runs all the blocks of a launch at once, and the sanitizer reports such a pair of accesses
 too, where the emulator's usual order (block 0, then 1, ...) gives the values a careless kernel
-expects.
+expects. Within a warp, a shuffle passes values between lanes and orders no memory (``__syncwarp``
+does), so the check reports lanes that pass a value through shared memory with only a shuffle
+between the write and the read, although the emulator's shuffles wait at barriers.
 
 Here each kernel source runs cases of ``test_cuda_kernels.py`` and ``test_multi_tensor.py``
 (their values checked as there) in a process whose emulator is built with ThreadSanitizer; a
 report stops that process and fails the test with the report. Kernels written here without one of
-their barriers, or passing a value from block to block, show that the check fails where it should.
+their barriers, passing a value from block to block, or ordering lanes with a shuffle, show that
+the check fails where it should.
 """
 
 import ast
@@ -140,6 +144,40 @@ def test_a_value_passed_between_blocks_is_reported():
     done = race_checked("import numpy as np\nfrom cuda_emulator import EmulatedModule\n" + call)
     assert done.returncode == 66, report(done)
     assert "ThreadSanitizer: data race" in done.stderr and "running_sum" in done.stderr
+
+
+BROADCAST = """
+extern "C" __global__ void broadcast_through_shared(float* out) {
+    __shared__ float value[1];
+    if (threadIdx.x == 0) value[0] = 42.0f;
+    ORDER
+    out[threadIdx.x] = value[0];
+}
+"""
+
+
+@pytest.mark.parametrize("order", ["__syncwarp();", "__shfl_sync(0xffffffffu, 0, 0);"])
+def test_a_shuffle_does_not_order_memory(order):
+    """Lane 0 writes a shared word that the warp's lanes then read. ``__syncwarp()`` between the
+    write and the reads orders them; a shuffle moves a value between lanes and orders no memory
+    (CUDA C++ Programming Guide, "Synchronization Functions"), so with only a shuffle there the
+    sanitizer reports the race, although every lane read 42 in the emulator, whose shuffles wait
+    at barriers."""
+    source = BROADCAST.replace("ORDER", order)
+    done = race_checked(
+        "import numpy as np\n"
+        "from cuda_emulator import EmulatedModule\n"
+        f"kernel = EmulatedModule({source!r}).get_function('broadcast_through_shared')\n"
+        "out = np.zeros(32, np.float32)\n"
+        "kernel((1,), (32,), (out,))\n"
+        "print(out.tolist())\n"
+    )
+    if order == "__syncwarp();":
+        assert done.returncode == 0, report(done)
+        assert ast.literal_eval(done.stdout) == [42.0] * 32
+    else:
+        assert done.returncode == 66, report(done)
+        assert "ThreadSanitizer: data race" in done.stderr and "broadcast_through_shared" in done.stderr
 
 
 # -- every kernel source, race-checked ---------------------------------------------------------------

@@ -15,7 +15,8 @@ fixed-size array, and, with ``CUDA_EMULATOR_SANITIZE=thread`` (``race_checked_en
 of every shared read and write against the barriers: the data races of a block's threads.
 Under the race check, a launch's blocks run at once (up to ``WAVE_THREADS`` threads), so a race
 between two blocks is seen too: one block reading or writing what another writes in the same
-launch. Otherwise blocks run one after another.
+launch; and a warp shuffle orders no memory, as on a GPU (``__syncwarp`` does). Otherwise blocks
+run one after another.
 """
 
 import ctypes

@@ -2,14 +2,15 @@
 // (minitensor/core/kernels/cuda/*.cu) unchanged on a machine without a GPU, for the tests.
 //
 // Every CUDA thread of a block is a std::thread. __syncthreads() is a barrier over the block's
-// threads; the warp shuffles exchange values through a 32-slot buffer between two barriers over
-// the warp's threads, so a kernel whose lanes disagree about a shuffle deadlocks here as it
-// misbehaves on a GPU. A thread that returns drops out of its barriers (as an exited thread does
-// on a GPU). Blocks run one after another; in the race check's build (CUDA_EMULATOR_WAVE_THREADS
-// defined) as many blocks as hold that many threads run at once, as a GPU runs them, so that
-// ThreadSanitizer sees two blocks' accesses to one word unordered. Each block has shared memory
-// of its own: the emulator's build rewrites every `__shared__ T name[N];` into
-// `auto& name = emulator::shared<T[N]>(...)`, memory the block's first thread to reach the
+// threads and __syncwarp() one over the warp's; the warp shuffles exchange values through a
+// 32-slot buffer between two barriers over the warp's threads, so a kernel whose lanes disagree
+// about a shuffle deadlocks here as it misbehaves on a GPU (under ThreadSanitizer, a shuffle's
+// barriers order no memory: see `unordered`). A thread that returns drops out of its barriers (as
+// an exited thread does on a GPU). Blocks run one after another; in the race check's build
+// (CUDA_EMULATOR_WAVE_THREADS defined) as many blocks as hold that many threads run at once, as a
+// GPU runs them, so that ThreadSanitizer sees two blocks' accesses to one word unordered. Each
+// block has shared memory of its own: the emulator's build rewrites every `__shared__ T name[N];`
+// into `auto& name = emulator::shared<T[N]>(...)`, memory the block's first thread to reach the
 // declaration allocates filled with 0xFF bytes (NaN for a float or a double, -1 for an integer),
 // so that a kernel that reads shared memory it did not write in this block gets NaN, as a GPU
 // gives it whatever an earlier kernel left there, instead of zeros or the previous block's values.
@@ -17,6 +18,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <barrier>
 #include <cmath>
 #include <cstdint>
@@ -48,8 +50,40 @@ using Barrier = std::barrier<>;
 struct Warp {
     explicit Warp(std::ptrdiff_t lanes) : barrier(lanes) {}
     Barrier barrier;
-    std::uint64_t slots[32] = {};
+    std::atomic<std::uint64_t> slots[32] = {};
 };
+
+#ifdef __SANITIZE_THREAD__
+extern "C" {
+void AnnotateIgnoreReadsBegin(const char* file, int line);
+void AnnotateIgnoreReadsEnd(const char* file, int line);
+void AnnotateIgnoreWritesBegin(const char* file, int line);
+void AnnotateIgnoreWritesEnd(const char* file, int line);
+void AnnotateIgnoreSyncBegin(const char* file, int line);
+void AnnotateIgnoreSyncEnd(const char* file, int line);
+}
+#endif
+
+// A shuffle moves values, not memory order: on a GPU, __shfl_sync orders no lane's reads and
+// writes of memory against another lane's (__syncwarp does: CUDA C++ Programming Guide,
+// "Synchronization Functions"). So ThreadSanitizer is told to look away while a lane waits at a
+// shuffle's barrier (neither the order that barrier gives nor its own bookkeeping counts), and
+// lanes that pass a value through shared memory with only a shuffle between the write and the
+// read are reported, as compute-sanitizer's racecheck reports them on a GPU.
+template <typename Wait>
+void unordered(Wait wait) {
+#ifdef __SANITIZE_THREAD__
+    AnnotateIgnoreReadsBegin(__FILE__, __LINE__);
+    AnnotateIgnoreWritesBegin(__FILE__, __LINE__);
+    AnnotateIgnoreSyncBegin(__FILE__, __LINE__);
+#endif
+    wait();
+#ifdef __SANITIZE_THREAD__
+    AnnotateIgnoreSyncEnd(__FILE__, __LINE__);
+    AnnotateIgnoreWritesEnd(__FILE__, __LINE__);
+    AnnotateIgnoreReadsEnd(__FILE__, __LINE__);
+#endif
+}
 
 inline thread_local Barrier* block_barrier = nullptr;
 inline thread_local Warp* warp = nullptr;
@@ -116,7 +150,8 @@ void launch(unsigned grid, unsigned block, Kernel kernel) {
                     block_shared = &mine.memory;
                     warp = mine.warps[t / 32].get();
                     kernel();
-                    warp->barrier.arrive_and_drop();  // an exited thread no longer holds anyone up
+                    // an exited thread no longer holds anyone up
+                    emulator::unordered([] { warp->barrier.arrive_and_drop(); });
                     mine.barrier.arrive_and_drop();
                 });
             }
@@ -127,17 +162,22 @@ void launch(unsigned grid, unsigned block, Kernel kernel) {
 }  // namespace emulator
 
 inline void __syncthreads() { emulator::block_barrier->arrive_and_wait(); }
+inline void __syncwarp(unsigned = 0xffffffffu) { emulator::warp->barrier.arrive_and_wait(); }
 
 template <typename T>
 T __shfl_sync_from(T value, unsigned source_lane) {
     static_assert(sizeof(T) <= sizeof(std::uint64_t), "a shuffle moves at most 8 bytes");
     auto* w = emulator::warp;
-    unsigned lane = threadIdx.x % 32;
-    std::memcpy(&w->slots[lane], &value, sizeof(T));
-    w->barrier.arrive_and_wait();  // every lane has written its value
+    std::uint64_t bits = 0;
+    std::memcpy(&bits, &value, sizeof(T));
+    // relaxed: the slots pass the values, and order nothing else (see unordered)
+    w->slots[threadIdx.x % 32].store(bits, std::memory_order_relaxed);
+    emulator::unordered([w] { w->barrier.arrive_and_wait(); });  // every lane has written
+    bits = w->slots[source_lane % 32].load(std::memory_order_relaxed);
+    // every lane has read before the next shuffle writes
+    emulator::unordered([w] { w->barrier.arrive_and_wait(); });
     T out;
-    std::memcpy(&out, &w->slots[source_lane % 32], sizeof(T));
-    w->barrier.arrive_and_wait();  // every lane has read before the next shuffle writes
+    std::memcpy(&out, &bits, sizeof(T));
     return out;
 }
 
