@@ -319,7 +319,8 @@ def test_a_kernel_that_does_not_compile_says_what_to_install():
 
 
 def test_the_emulator_checks_argument_types(kernels):
-    """What a GPU would read as garbage is an error here: a float64 where float is taken."""
+    """What a GPU would read as garbage is an error here: a float64 where float is taken; and a
+    launch it refuses."""
     softmax = EmulatedModule(source("softmax"))
     function = softmax.get_function("softmax_forward_float32")
     x = np.zeros((2, 3), np.float32)
@@ -329,6 +330,11 @@ def test_the_emulator_checks_argument_types(kernels):
         function((1,), (32,), (x, x.copy(), 2, np.int64(3)))
     with pytest.raises(TypeError, match="takes 4 arguments"):
         function((1,), (32,), (x, x))
+    # a launch a GPU refuses ("invalid configuration argument"), where the emulator would run
+    # nothing, or divide by zero, quietly
+    for grid, block in [(0, 32), (1, 0), (1, 2048)]:
+        with pytest.raises(ValueError, match="1 or more blocks of 1 to 1,024 threads"):
+            function((grid,), (block,), (x, x.copy(), np.int64(2), np.int64(3)))
 
 
 def test_inputs_are_not_modified_and_outputs_are_new(kernels):

@@ -210,6 +210,8 @@ class EmulatedKernel:
         grid, block = _dims(grid), _dims(block)
         if any(d != 1 for d in grid[1:] + block[1:]):
             raise ValueError(f"{self.name}: the emulator launches 1-D grids and blocks, got {grid}, {block}")
+        if grid[0] < 1 or not 1 <= block[0] <= 1024:  # CUDA refuses it: "invalid configuration argument"
+            raise ValueError(f"{self.name}: a launch needs 1 or more blocks of 1 to 1,024 threads, got {grid}, {block}")
         if len(args) != len(self.params):
             raise TypeError(f"{self.name} takes {len(self.params)} arguments, got {len(args)}")
         values = []
