@@ -373,13 +373,14 @@ def test_translate_encodes_the_source_as_the_training_data_do():
         model.eval()
         state = model.begin_decoding(mt.tensor(enc_X), mt.tensor([5, 2, 3]))
         expected = beam_search(model, state, tgt_vocab.bos, tgt_vocab.eos, 5, beam_size=3)
-    for got, want in zip(found, expected):
+    for got, want in zip(found, expected, strict=True):
         assert got.tokens == tgt_vocab.to_tokens(want.tokens) and got.score == pytest.approx(want.score, rel=1e-12)
     one = translate(model, sentences[1], src_vocab, tgt_vocab, num_steps=6, beam_size=3, max_len=5)
     assert isinstance(one, Hypothesis) and one.tokens == found[1].tokens
     # and the result does not depend on which other sentences share the batch (to the last bits
     # of the scores, which BLAS may round differently for a row in another place of the batch)
-    for got, want in zip(translate(model, sentences[::-1], src_vocab, tgt_vocab, 6, 3, max_len=5)[::-1], found):
+    reversed_batch = translate(model, sentences[::-1], src_vocab, tgt_vocab, 6, 3, max_len=5)[::-1]
+    for got, want in zip(reversed_batch, found, strict=True):
         assert got.tokens == want.tokens and got.score == pytest.approx(want.score, rel=1e-12)
     with pytest.raises(TypeError, match="list"):
         translate(model, "a b", src_vocab, tgt_vocab, 6)
