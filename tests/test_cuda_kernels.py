@@ -1195,6 +1195,30 @@ def test_shared_memory_not_written_in_this_block_reads_nan():
         EmulatedModule('extern "C" __global__ void scalar(float* out) {\n    __shared__ float total;\n}\n')
 
 
+def test_a_shuffle_from_a_lane_that_is_not_there_reads_nan():
+    """A shuffle that reads a lane which has returned, or which a partial warp (a block of fewer
+    than 32 threads) does not have, gets an undefined value on a GPU; the emulator gives NaN, so
+    that a reduction over lanes that are not there fails its test. The same sum over the lanes
+    that are there is right."""
+    code = (
+        'extern "C" __global__ void lane_sum(float* out, int alive, int widest) {\n'
+        "    if (threadIdx.x >= alive) return;  // these lanes have nothing to add\n"
+        "    float v = float(threadIdx.x);\n"
+        "    for (int offset = widest; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);\n"
+        "    out[threadIdx.x] = v;\n"
+        "}\n"
+    )
+    kernel = EmulatedModule(code).get_function("lane_sum")
+    for threads, alive, widest, right in [(32, 32, 16, True), (32, 16, 16, False), (32, 16, 8, True),
+                                          (16, 16, 16, False), (16, 16, 8, True)]:  # fmt: skip
+        out = np.zeros(32, np.float32)
+        kernel((1,), (threads,), (out, np.int32(alive), np.int32(widest)))
+        if right:
+            assert out[:alive].tolist() == [float(sum(range(alive)))] * alive, (threads, alive, widest)
+        else:  # lane ^ 16 has returned, or is not in the block
+            assert np.isnan(out[:alive]).all(), (threads, alive, widest)
+
+
 NVCC = __import__("shutil").which("nvcc")
 
 

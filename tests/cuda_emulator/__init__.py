@@ -3,20 +3,21 @@
 ``EmulatedModule(code)`` stands in for ``cupy.RawModule(code=code)``: it compiles the same
 source with the host's C++ compiler against ``cuda_emulator.h`` (every CUDA thread a
 ``std::thread``, ``__syncthreads`` and the warp shuffles real barriers, each block's shared
-memory its own and NaN until written) and its ``get_function(name)`` returns a kernel called as
-CuPy's are, ``kernel(grid, block, args)``, on NumPy arrays. So ``CudaKernels(numpy,
-load_module=EmulatedModule)`` runs the very kernels a GPU runs, thread by thread, on any machine
-with g++ (C++20).
+memory its own and NaN until written, a shuffle from a lane that has returned NaN too) and its
+``get_function(name)`` returns a kernel called as CuPy's are, ``kernel(grid, block, args)``, on
+NumPy arrays. So ``CudaKernels(numpy, load_module=EmulatedModule)`` runs the very kernels a GPU
+runs, thread by thread, on any machine with g++ (C++20).
 
 The emulated launch checks what a GPU cannot: the number of arguments, each pointer's dtype
 against the kernel's parameter type, C-contiguity, and each scalar's exact type (a float64 where
-the kernel takes a float would be read as garbage on a GPU). Its build checks each index into a
-fixed-size array, and, with ``CUDA_EMULATOR_SANITIZE=thread`` (``race_checked_env``), the order
-of every shared read and write against the barriers: the data races of a block's threads.
-Under the race check, a launch's blocks run at once (up to ``WAVE_THREADS`` threads), so a race
-between two blocks is seen too: one block reading or writing what another writes in the same
-launch; and a warp shuffle orders no memory, as on a GPU (``__syncwarp`` does). Otherwise blocks
-run one after another.
+the kernel takes a float would be read as garbage on a GPU); and, as a GPU does, the grid's and
+the block's size. Its build checks each index into a fixed-size array, and, with
+``CUDA_EMULATOR_SANITIZE=thread`` (``race_checked_env``), the order of every shared read and
+write against the barriers: the data races of a block's threads. Under the race check, a
+launch's blocks run at once (up to ``WAVE_THREADS`` threads), so a race between two blocks is
+seen too: one block reading or writing what another writes in the same launch; and a warp
+shuffle orders no memory, as on a GPU (``__syncwarp`` does). Otherwise blocks run one after
+another.
 """
 
 import ctypes

@@ -6,7 +6,8 @@
 // 32-slot buffer between two barriers over the warp's threads, so a kernel whose lanes disagree
 // about a shuffle deadlocks here as it misbehaves on a GPU (under ThreadSanitizer, a shuffle's
 // barriers order no memory: see `unordered`). A thread that returns drops out of its barriers (as
-// an exited thread does on a GPU). Blocks run one after another; in the race check's build
+// an exited thread does on a GPU), and a shuffle that reads its lane, or a lane a partial warp
+// does not have, gets NaN (see `no_lane`). Blocks run one after another; in the race check's build
 // (CUDA_EMULATOR_WAVE_THREADS defined) as many blocks as hold that many threads run at once, as a
 // GPU runs them, so that ThreadSanitizer sees two blocks' accesses to one word unordered. Each
 // block has shared memory of its own: the emulator's build rewrites every `__shared__ T name[N];`
@@ -47,10 +48,16 @@ inline thread_local dim3 threadIdx, blockIdx;
 namespace emulator {
 using Barrier = std::barrier<>;
 
+// A lane that has exited, or that a partial warp does not have, holds all bits set in its slot: a
+// shuffle that reads it gets NaN (-1 for an integer), where a GPU gives an undefined value.
+constexpr std::uint64_t no_lane = ~std::uint64_t(0);
+
 struct Warp {
-    explicit Warp(std::ptrdiff_t lanes) : barrier(lanes) {}
+    explicit Warp(std::ptrdiff_t lanes) : barrier(lanes) {
+        for (auto& slot : slots) slot.store(no_lane, std::memory_order_relaxed);
+    }
     Barrier barrier;
-    std::atomic<std::uint64_t> slots[32] = {};
+    std::atomic<std::uint64_t> slots[32];
 };
 
 #ifdef __SANITIZE_THREAD__
@@ -150,7 +157,8 @@ void launch(unsigned grid, unsigned block, Kernel kernel) {
                     block_shared = &mine.memory;
                     warp = mine.warps[t / 32].get();
                     kernel();
-                    // an exited thread no longer holds anyone up
+                    // an exited thread no longer holds anyone up, and has no value to shuffle
+                    warp->slots[t % 32].store(no_lane, std::memory_order_relaxed);
                     emulator::unordered([] { warp->barrier.arrive_and_drop(); });
                     mine.barrier.arrive_and_drop();
                 });
