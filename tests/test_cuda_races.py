@@ -70,6 +70,21 @@ def report(done):
     return f"exit code {done.returncode}\n{done.stderr[-6000:]}"
 
 
+def with_kernel(source, name, code):
+    """A program that runs ``code`` with ``np`` and ``kernel``: the kernel ``name`` of ``source``,
+    emulated."""
+    return (
+        "import numpy as np\nfrom cuda_emulator import EmulatedModule\n"
+        f"kernel = EmulatedModule({source!r}).get_function({name!r})\n{code}"
+    )
+
+
+def assert_reported(done, name):
+    """The sanitizer found a data race in the kernel ``name`` and stopped the process."""
+    assert done.returncode == 66, report(done)
+    assert "ThreadSanitizer: data race" in done.stderr and name in done.stderr
+
+
 # -- the check fails where it should ---------------------------------------------------------------
 SHIFT = """
 extern "C" __global__ void shift_through_shared(float* out, int rounds) {
@@ -103,20 +118,20 @@ def test_a_missing_barrier_is_reported(missing):
         source = source.replace(barrier, "" if barrier == missing else "__syncthreads();")
     threads, rounds = 64, 2
     done = race_checked(
-        "import numpy as np\n"
-        "from cuda_emulator import EmulatedModule\n"
-        f"kernel = EmulatedModule({source!r}).get_function('shift_through_shared')\n"
-        f"out = np.zeros({threads}, np.float32)\n"
-        f"kernel((1,), ({threads},), (out, np.int32({rounds})))\n"
-        "print(out.tolist())\n"
+        with_kernel(
+            source,
+            "shift_through_shared",
+            f"out = np.zeros({threads}, np.float32)\n"
+            f"kernel((1,), ({threads},), (out, np.int32({rounds})))\n"
+            "print(out.tolist())\n",
+        )
     )
     if missing is None:
         assert done.returncode == 0, report(done)
         neighbour = (np.arange(threads) + 1) % threads
         assert ast.literal_eval(done.stdout) == sum(100 * t + neighbour for t in range(rounds)).tolist()
     else:
-        assert done.returncode == 66, report(done)
-        assert "ThreadSanitizer: data race" in done.stderr and "shift_through_shared" in done.stderr
+        assert_reported(done, "shift_through_shared")
 
 
 CARRY = """
@@ -133,17 +148,16 @@ def test_a_value_passed_between_blocks_is_reported():
     run and not the next. Race-checked, the blocks run at once and the sanitizer reports block
     b's read of what block b - 1 writes (exit code 66)."""
     n = 8
-    call = (
-        f"kernel = EmulatedModule({CARRY!r}).get_function('running_sum')\n"
+    program = with_kernel(
+        CARRY,
+        "running_sum",
         f"x, out = np.arange(1, {n + 1}, dtype=np.float32), np.zeros({n}, np.float32)\n"
-        f"kernel(({n},), (32,), (x, out, np.int32({n})))\n"
+        f"kernel(({n},), (32,), (x, out, np.int32({n})))\n",
     )
-    usual = {"np": np, "EmulatedModule": cuda_emulator.EmulatedModule}
-    exec(call, usual)
-    assert usual["out"].tolist() == np.cumsum(np.arange(1, n + 1)).tolist()  # blocks in order: "right"
-    done = race_checked("import numpy as np\nfrom cuda_emulator import EmulatedModule\n" + call)
-    assert done.returncode == 66, report(done)
-    assert "ThreadSanitizer: data race" in done.stderr and "running_sum" in done.stderr
+    usual = {}
+    exec(program, usual)  # in this process: the emulator's usual build, blocks in order
+    assert usual["out"].tolist() == np.cumsum(np.arange(1, n + 1)).tolist()  # "right"
+    assert_reported(race_checked(program), "running_sum")
 
 
 BROADCAST = """
@@ -165,19 +179,17 @@ def test_a_shuffle_does_not_order_memory(order):
     at barriers."""
     source = BROADCAST.replace("ORDER", order)
     done = race_checked(
-        "import numpy as np\n"
-        "from cuda_emulator import EmulatedModule\n"
-        f"kernel = EmulatedModule({source!r}).get_function('broadcast_through_shared')\n"
-        "out = np.zeros(32, np.float32)\n"
-        "kernel((1,), (32,), (out,))\n"
-        "print(out.tolist())\n"
+        with_kernel(
+            source,
+            "broadcast_through_shared",
+            "out = np.zeros(32, np.float32)\nkernel((1,), (32,), (out,))\nprint(out.tolist())\n",
+        )
     )
     if order == "__syncwarp();":
         assert done.returncode == 0, report(done)
         assert ast.literal_eval(done.stdout) == [42.0] * 32
     else:
-        assert done.returncode == 66, report(done)
-        assert "ThreadSanitizer: data race" in done.stderr and "broadcast_through_shared" in done.stderr
+        assert_reported(done, "broadcast_through_shared")
 
 
 # -- every kernel source, race-checked ---------------------------------------------------------------
