@@ -22,6 +22,7 @@ from pathlib import Path
 
 import cuda_emulator
 import numpy as np
+import nvrtc
 import pytest
 from cuda_emulator import EmulatedModule, RecordingModule
 from gpu import requires_gpu
@@ -29,7 +30,15 @@ from helpers import special_rows
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from minitensor.kernels import cpu, fused, gelu, reference
-from minitensor.kernels.cuda import ELEMENTWISE_THREADS, KERNELS, MAX_BLOCKS, ROW_THREADS, CudaKernels, source
+from minitensor.kernels.cuda import (
+    ELEMENTWISE_THREADS,
+    KERNELS,
+    MAX_BLOCKS,
+    NVRTC_OPTIONS,
+    ROW_THREADS,
+    CudaKernels,
+    source,
+)
 from minitensor.ops.flash_attention import FlashAttention, flash_attention, stream_plan
 
 import minitensor as mt
@@ -1238,14 +1247,67 @@ def test_each_source_compiles_for_a_gpu_and_its_rows_stay_in_registers(name, tmp
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    report, kernel, spills = done.stderr, None, {}
-    for line in report.splitlines():
-        if "Compiling entry function" in line:
-            kernel = line.split("'")[1]
-        elif "spill stores" in line and kernel:  # "256 bytes stack frame, 0 bytes spill stores, ..."
-            stack, stores = (int(part.split()[0]) for part in line.split(",")[:2])
-            spills[kernel] = stack + stores  # local memory: an array indexed at run time, or spilled registers
+    spills = local_memory(done.stderr)
     assert set(KERNELS[name]) <= set(spills), sorted(set(KERNELS[name]) - set(spills))
     # a thread holds at most 128 bytes of each row (two threads a row, four for the widest): the
     # forward keeps two such parts in registers, dQ three and dK/dV four, with none spilled
     assert all(n == 0 for n in spills.values()), {k: n for k, n in spills.items() if n}
+
+
+def local_memory(report):
+    """{kernel: bytes of local memory} from ptxas's ``-v`` report (nvcc's or NVRTC's): its stack
+    frame and spill stores, an array indexed at run time or registers spilled."""
+    kernel, spills = None, {}
+    for line in report.splitlines():
+        if "Compiling entry function" in line:
+            kernel = line.split("'")[1]
+        elif kernel and (found := re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores", line)):
+            spills[kernel] = int(found[1]) + int(found[2])
+    return spills
+
+
+NVRTC_LIBRARY = nvrtc.library_path()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["compute_80", "sm_90"])
+def test_nvrtc_compiles_every_text_the_launcher_hands_to_cupy(arch):
+    """What a GPU run compiles, compiled as it will be: every text the launcher gives
+    ``cupy.RawModule`` (each source with its includes pasted in, the attention kernels one size
+    and dtype at a time), by NVRTC, with this package's options and those CuPy adds, for the
+    oldest GPU with TF32 (PTX, what CuPy makes for a GPU newer than its NVRTC knows) and for an
+    H100 or H200 (a cubin: ptxas too, and no kernel may spill to local memory there either).
+    NVRTC has no host headers, so it refuses what g++ (the emulator) and nvcc accept; and every
+    kernel the launcher looks up must be in what it made.
+    Needs libnvrtc, not a GPU: missing, it skips, and fails under CI=true (.ci/run installs it)."""
+    if NVRTC_LIBRARY is None:
+        message = "needs NVIDIA's NVRTC (pip install nvidia-cuda-nvrtc), absent here"
+        pytest.fail(message) if os.environ.get("CI") == "true" else pytest.skip(message)
+    compiler = nvrtc.Nvrtc(NVRTC_LIBRARY)
+    texts, spills = [], {}
+
+    class Compiled:
+        """``load_module`` for the launcher: NVRTC compiles the text; a kernel must be in it."""
+
+        def __init__(self, code):
+            texts.append(code)
+            options = NVRTC_OPTIONS + nvrtc.CUPY_OPTIONS + (f"-arch={arch}",)
+            if arch.startswith("sm_"):  # ptxas runs: its report, as in the nvcc test above
+                options += ("--ptxas-options=-v",)
+            compiled, log = compiler.compile(code, options)
+            spills.update(local_memory(log))
+            assert compiled is not None, (
+                f"NVRTC {compiler.version} refused a text of {code.count(chr(10))} lines:\n{log}"
+            )
+            self.entries = nvrtc.entries(compiled)
+
+        def get_function(self, name):
+            assert name in self.entries, f"{name} is not a kernel of what NVRTC compiled"
+            return name
+
+    names = CudaKernels(np, load_module=Compiled).compile_all()
+    assert len(names) == sum(len(kernels) for kernels in KERNELS.values())
+    # softmax, elementwise, multi_tensor, layer_norm; attention's five (D, dtype) and two bias kernels
+    assert len(texts) == len(KERNELS) - 1 + 7
+    if arch.startswith("sm_"):  # on the H100 / H200 too, every kernel keeps its arrays in registers
+        assert set(names) <= set(spills) and not any(spills.values()), {k: n for k, n in spills.items() if n}

@@ -240,9 +240,14 @@ class PointerTables:
         return table
 
 
+#: the options this package passes to NVRTC through ``cupy.RawModule`` (CuPy adds its own and the
+#: GPU's ``-arch``); ``tests/test_cuda_kernels.py`` compiles every source with NVRTC and these
+NVRTC_OPTIONS = ("--std=c++17",)
+
+
 def _cupy_module(xp):
     def load(code):
-        return xp.RawModule(code=code, options=("--std=c++17",))
+        return xp.RawModule(code=code, options=NVRTC_OPTIONS)
 
     return load
 
