@@ -1,7 +1,7 @@
 """Tests for the GPU's CUDA C++ kernels in ``minitensor/core/kernels/cuda`` (softmax.cu, elementwise.cu).
 
 Without a GPU, ``tests/cuda_emulator`` compiles the very same sources with the host's C++
-compiler, every CUDA thread a ``std::thread`` and ``__syncthreads`` and the warp shuffles real
+compiler, every CUDA thread a fiber of its own and ``__syncthreads`` and the warp shuffles real
 barriers, so ``CudaKernels(numpy, load_module=EmulatedModule)`` runs the kernels a GPU runs.
 Where CuPy finds a GPU, the tests marked ``gpu`` compile them with NVRTC and run them on CuPy
 arrays.
@@ -1228,6 +1228,37 @@ def test_a_shuffle_from_a_lane_that_is_not_there_reads_nan():
             assert np.isnan(out[:alive]).all(), (threads, alive, widest)
 
 
+DIVERGENT = """
+extern "C" __global__ void divergent(float* out) {
+    float v = float(threadIdx.x);
+    if (threadIdx.x % 32 < 16) v += __shfl_xor_sync(0xffffffffu, v, 1);  // half of each warp shuffles
+    __syncthreads();  // while the other half waits here
+    out[threadIdx.x] = v;
+}
+"""
+
+
+def test_threads_that_wait_at_different_barriers_stop_with_deadlock():
+    """Half of each warp waits at a shuffle, the other half at __syncthreads(): neither barrier
+    ever fills, and a GPU would hang (or, since Volta, give undefined values). The emulator's
+    fibers find that no thread can go on and stop the process, naming the block, instead of
+    waiting forever as threads would. (A thread that returns is no such case: it leaves its
+    barriers, as on a GPU; the emulator's own tests above rely on it.)"""
+    code = (
+        "import numpy as np\nfrom cuda_emulator import EmulatedModule\n"
+        f"kernel = EmulatedModule({DIVERGENT!r}).get_function('divergent')\n"
+        "kernel((2,), (64,), (np.zeros(64, np.float32),))\nprint('finished')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=Path(cuda_emulator.__file__).parent.parent,
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode != 0 and "finished" not in done.stdout, done.stdout
+    assert "cuda emulator: deadlock in block 0: 64 of its 64 threads wait at a barrier" in done.stderr, done.stderr[
+        -2000:
+    ]
+
+
 NVCC = __import__("shutil").which("nvcc")
 
 
@@ -1282,7 +1313,9 @@ def test_nvrtc_compiles_every_text_the_launcher_hands_to_cupy(arch):
     Needs libnvrtc, not a GPU: missing, it skips, and fails under CI=true (.ci/run installs it)."""
     if NVRTC_LIBRARY is None:
         message = "needs NVIDIA's NVRTC (pip install nvidia-cuda-nvrtc), absent here"
-        pytest.fail(message) if os.environ.get("CI") == "true" else pytest.skip(message)
+        if os.environ.get("CI") == "true":
+            pytest.fail("under CI=true the kernels must compile with NVRTC: " + message)
+        pytest.skip(message)
     compiler = nvrtc.Nvrtc(NVRTC_LIBRARY)
     texts, spills = [], {}
 

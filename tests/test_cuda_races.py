@@ -4,8 +4,9 @@ on the CPU.
 A block of CUDA threads shares its tiles of shared memory and orders its reads and writes of
 them with ``__syncthreads()``. One barrier missing lets a fast thread overwrite a tile that a
 slow one is still reading: the result is wrong sometimes, on some GPUs, and a test of the values
-catches it only when the timing happens to collide. The tests' CUDA emulator runs every CUDA
-thread as a ``std::thread`` and ``__syncthreads()`` as a ``std::barrier``, so GCC's
+catches it only when the timing happens to collide. Built for this check, the tests' CUDA
+emulator runs every CUDA thread as a ``std::thread`` (a fiber otherwise) and ``__syncthreads()``
+as a ``std::barrier``, so GCC's
 ThreadSanitizer sees exactly the order the barriers give: built with it
 (``cuda_emulator.race_checked_env``), the emulator reports every pair of accesses to one word,
 one of them a write, that no barrier orders, whether or not this run's timing made them collide.

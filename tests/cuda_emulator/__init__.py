@@ -1,8 +1,9 @@
 """Run minitensor's CUDA C++ kernels on the CPU: the tests' GPU where there is none.
 
 ``EmulatedModule(code)`` stands in for ``cupy.RawModule(code=code)``: it compiles the same
-source with the host's C++ compiler against ``cuda_emulator.h`` (every CUDA thread a
-``std::thread``, ``__syncthreads`` and the warp shuffles real barriers, each block's shared
+source with the host's C++ compiler against ``cuda_emulator.h`` (every CUDA thread a fiber,
+``__syncthreads`` and the warp shuffles real barriers, threads that wait at different barriers
+stopped as a deadlock, each block's shared
 memory its own and NaN until written, a shuffle from a lane that has returned NaN too) and its
 ``get_function(name)`` returns a kernel called as CuPy's are, ``kernel(grid, block, args)``, on
 NumPy arrays. So ``CudaKernels(numpy, load_module=EmulatedModule)`` runs the very kernels a GPU
@@ -78,13 +79,14 @@ def race_checked_env(env=None):
     """The environment of a Python process whose emulated kernels run under ThreadSanitizer, or
     None where the compiler has no ThreadSanitizer runtime.
 
-    A CUDA thread of the emulator is a ``std::thread`` and ``__syncthreads()`` a ``std::barrier``,
-    so the sanitizer sees the very order the barriers promise: it reports two accesses to the same
-    memory by two threads, at least one a write, that no barrier orders, whether or not the run's
-    timing made them collide (a missing ``__syncthreads()`` between filling a shared tile and
-    reading it, two threads writing one word). On a GPU that is ``compute-sanitizer --tool
-    racecheck``'s job. A report stops the process with exit code 66. The runtime must be loaded
-    before the interpreter starts (``LD_PRELOAD``), hence a process of its own."""
+    In this build a CUDA thread of the emulator is a ``std::thread`` (a fiber otherwise) and
+    ``__syncthreads()`` a ``std::barrier``, so the sanitizer sees the very order the barriers
+    promise: it reports two accesses to the same memory by two threads, at least one a write, that
+    no barrier orders, whether or not the run's timing made them collide (a missing
+    ``__syncthreads()`` between filling a shared tile and reading it, two threads writing one
+    word). On a GPU that is ``compute-sanitizer --tool racecheck``'s job. A report stops the
+    process with exit code 66. The runtime must be loaded before the interpreter starts
+    (``LD_PRELOAD``), hence a process of its own."""
     found = subprocess.run([COMPILER, "-print-file-name=libtsan.so"], capture_output=True, text=True)
     runtime = found.stdout.strip()
     if found.returncode or not os.path.isabs(runtime) or not os.path.exists(runtime):

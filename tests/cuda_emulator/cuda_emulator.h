@@ -1,15 +1,22 @@
 // A CUDA C++ emulator for the CPU: just enough of CUDA to run minitensor's kernels
 // (minitensor/core/kernels/cuda/*.cu) unchanged on a machine without a GPU, for the tests.
 //
-// Every CUDA thread of a block is a std::thread. __syncthreads() is a barrier over the block's
-// threads and __syncwarp() one over the warp's; the warp shuffles exchange values through a
-// 32-slot buffer between two barriers over the warp's threads, so a kernel whose lanes disagree
-// about a shuffle deadlocks here as it misbehaves on a GPU (under ThreadSanitizer, a shuffle's
-// barriers order no memory: see `unordered`). A thread that returns drops out of its barriers (as
-// an exited thread does on a GPU), and a shuffle that reads its lane, or a lane a partial warp
-// does not have, gets NaN (see `no_lane`). Blocks run one after another; in the race check's build
-// (CUDA_EMULATOR_WAVE_THREADS defined) as many blocks as hold that many threads run at once, as a
-// GPU runs them, so that ThreadSanitizer sees two blocks' accesses to one word unordered. Each
+// Every CUDA thread of a block is a fiber: its own stack and registers, all of a block's fibers
+// taking turns on one OS thread, each running until it waits at a barrier or returns (a switch
+// costs some microseconds, where starting and waking a std::thread per CUDA thread cost some
+// hundred on a 2-core machine). __syncthreads() is a barrier over the block's threads and
+// __syncwarp() one over the warp's; the warp shuffles exchange values through a 32-slot buffer
+// between two barriers over the warp's threads, so a kernel whose lanes disagree about a shuffle,
+// or whose threads wait at different barriers, stops here with "deadlock" where a GPU would hang
+// or misbehave. A thread that returns drops out of its barriers (as an exited thread
+// does on a GPU), and a shuffle that reads its lane, or a lane a partial warp does not have, gets
+// NaN (see `no_lane`). Blocks run one after another.
+//
+// The race check's build (CUDA_EMULATOR_WAVE_THREADS defined, with ThreadSanitizer) runs every
+// CUDA thread as a std::thread instead, the barriers std::barrier: the sanitizer follows threads,
+// not fibers. There as many blocks as hold that many threads run at once, as a GPU runs them, so
+// that ThreadSanitizer sees two blocks' accesses to one word unordered (and a shuffle's barriers
+// order no memory: see `unordered`). Each
 // block has shared memory of its own: the emulator's build rewrites every `__shared__ T name[N];`
 // into `auto& name = emulator::shared<T[N]>(...)`, memory the block's first thread to reach the
 // declaration allocates filled with 0xFF bytes (NaN for a float or a double, -1 for an integer),
@@ -31,6 +38,15 @@
 #include <thread>
 #include <vector>
 
+#ifndef CUDA_EMULATOR_WAVE_THREADS
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#endif
+
 struct dim3 {
     unsigned x = 1, y = 1, z = 1;
 };
@@ -46,7 +62,48 @@ inline thread_local dim3 threadIdx, blockIdx;
 #define __launch_bounds__(...)  // a hint to the register allocator: nothing to emulate
 
 namespace emulator {
+#ifdef CUDA_EMULATOR_WAVE_THREADS
 using Barrier = std::barrier<>;
+#else
+// The fiber that runs, the scheduler's context it returns to, and a count of every arrival at a
+// barrier and every return: a round of turns that adds none means no fiber can go on.
+struct Fiber {
+    ucontext_t context;
+    char* stack = nullptr;
+    bool done = false;
+};
+inline thread_local ucontext_t scheduler;
+inline thread_local Fiber* running = nullptr;
+inline thread_local std::uint64_t progress = 0;
+
+// std::barrier's arrive_and_wait and arrive_and_drop for fibers: a fiber that arrives before the
+// last yields its turn until the phase ends.
+class Barrier {
+  public:
+    explicit Barrier(std::ptrdiff_t count) : expected_(count) {}
+    void arrive_and_wait() {
+        const std::uint64_t mine = phase_;
+        ++arrived_;
+        end_phase_if_all_arrived();
+        while (phase_ == mine) swapcontext(&running->context, &scheduler);
+    }
+    void arrive_and_drop() {  // this phase and the next expect one fiber fewer
+        --expected_;
+        end_phase_if_all_arrived();
+    }
+
+  private:
+    void end_phase_if_all_arrived() {
+        ++progress;
+        if (arrived_ >= expected_) {
+            arrived_ = 0;
+            ++phase_;
+        }
+    }
+    std::ptrdiff_t expected_, arrived_ = 0;
+    std::uint64_t phase_ = 0;
+};
+#endif
 
 // A lane that has exited, or that a partial warp does not have, holds all bits set in its slot: a
 // shuffle that reads it gets NaN (-1 for an integer), where a GPU gives an undefined value.
@@ -125,14 +182,12 @@ struct Block {
     std::vector<std::unique_ptr<Warp>> warps;
 };
 
-// The threads that may run at once: one block's by default; under the race check, a wave of
-// blocks. Blocks of one wave share no barrier, so the sanitizer reports what one block writes and
-// another reads or writes in the same launch (a GPU runs blocks in any order, or together); the
-// waves' joins order one wave after the next, so a grid larger than one wave is checked only
-// block against block within each wave (the race check's cases fit one).
-#ifndef CUDA_EMULATOR_WAVE_THREADS
-#define CUDA_EMULATOR_WAVE_THREADS 1
-#endif
+#ifdef CUDA_EMULATOR_WAVE_THREADS
+// The race check: the threads that may run at once are a wave of blocks, each CUDA thread a
+// std::thread. Blocks of one wave share no barrier, so the sanitizer reports what one block
+// writes and another reads or writes in the same launch (a GPU runs blocks in any order, or
+// together); the waves' joins order one wave after the next, so a grid larger than one wave is
+// checked only block against block within each wave (the race check's cases fit one).
 constexpr unsigned wave_threads = CUDA_EMULATOR_WAVE_THREADS;
 
 // Runs kernel(args...) on a grid of `grid` blocks of `block` threads (1-D, as the kernels use).
@@ -167,6 +222,82 @@ void launch(unsigned grid, unsigned block, Kernel kernel) {
         for (auto& thread : threads) thread.join();
     }
 }
+#else
+// A fiber's stack, with an inaccessible page below it: a kernel that overflows it stops
+// (SIGSEGV) instead of writing over another fiber's.
+constexpr std::size_t fiber_stack_bytes = 256 * 1024;
+
+inline char* new_fiber_stack() {
+    const std::size_t page = std::size_t(sysconf(_SC_PAGESIZE));
+    void* memory = mmap(nullptr, fiber_stack_bytes + page, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+    if (memory == MAP_FAILED) {
+        std::perror("cuda emulator: mmap of a fiber's stack");
+        std::abort();
+    }
+    mprotect(memory, page, PROT_NONE);
+    return static_cast<char*>(memory) + page;
+}
+
+// The kernel of the running launch, which every fiber of a block calls, then leaves its barriers.
+inline thread_local void (*run_kernel)(const void*) = nullptr;
+inline thread_local const void* kernel_arguments = nullptr;
+
+inline void fiber_main() {
+    run_kernel(kernel_arguments);
+    // an exited thread no longer holds anyone up, and has no value to shuffle
+    warp->slots[threadIdx.x % 32].store(no_lane, std::memory_order_relaxed);
+    warp->barrier.arrive_and_drop();
+    block_barrier->arrive_and_drop();
+    running->done = true;
+}  // back to the scheduler (uc_link)
+
+// Runs kernel(args...) on a grid of `grid` blocks of `block` threads (1-D, as the kernels use):
+// block after block, each block's threads as fibers taking turns until all have returned.
+template <typename Kernel>
+void launch(unsigned grid, unsigned block, Kernel kernel) {
+    gridDim = dim3{grid, 1, 1};
+    blockDim = dim3{block, 1, 1};
+    static thread_local std::vector<Fiber> fibers;  // their stacks serve launch after launch
+    while (fibers.size() < block) fibers.push_back(Fiber{{}, new_fiber_stack(), false});
+    run_kernel = [](const void* k) { (*static_cast<const Kernel*>(k))(); };
+    kernel_arguments = &kernel;
+    for (unsigned b = 0; b < grid; ++b) {
+        Block mine(block);
+        blockIdx = dim3{b, 1, 1};
+        block_barrier = &mine.barrier;
+        block_shared = &mine.memory;
+        for (unsigned t = 0; t < block; ++t) {
+            Fiber& fiber = fibers[t];
+            fiber.done = false;
+            getcontext(&fiber.context);
+            fiber.context.uc_stack.ss_sp = fiber.stack;
+            fiber.context.uc_stack.ss_size = fiber_stack_bytes;
+            fiber.context.uc_link = &scheduler;
+            makecontext(&fiber.context, fiber_main, 0);
+        }
+        for (unsigned left = block; left > 0;) {
+            const std::uint64_t before = progress;
+            for (unsigned t = 0; t < block; ++t) {
+                if (fibers[t].done) continue;
+                running = &fibers[t];
+                threadIdx = dim3{t, 1, 1};
+                warp = mine.warps[t / 32].get();
+                swapcontext(&scheduler, &fibers[t].context);
+                if (fibers[t].done) --left;
+            }
+            if (left > 0 && progress == before) {  // every thread left waits, and none can arrive
+                std::fprintf(stderr,
+                             "cuda emulator: deadlock in block %u: %u of its %u threads wait at "
+                             "a barrier (__syncthreads, __syncwarp or a shuffle) that the others "
+                             "never reach\n",
+                             b, left, block);
+                std::abort();
+            }
+        }
+    }
+}
+#endif
 }  // namespace emulator
 
 inline void __syncthreads() { emulator::block_barrier->arrive_and_wait(); }

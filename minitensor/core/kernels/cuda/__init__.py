@@ -46,10 +46,11 @@ reads finished inputs and the code after it reads a finished output, and the hos
 Testing without a GPU
 ---------------------
 ``tests/cuda_emulator`` compiles these same sources with the host's C++ compiler against a
-small header in which every CUDA thread is a ``std::thread`` and ``__syncthreads`` and the warp
-shuffles are real barriers; ``CudaKernels(numpy, load_module=EmulatedModule)`` then runs the
-kernels a GPU runs, on NumPy arrays, and ``tests/test_cuda_kernels.py`` compares them with
-``reference.py`` and with the CPU kernels.
+small header in which every CUDA thread is a fiber of its own (a ``std::thread`` under the race
+check) and ``__syncthreads`` and the warp shuffles are real barriers;
+``CudaKernels(numpy, load_module=EmulatedModule)`` then runs the kernels a GPU runs, on NumPy
+arrays, and ``tests/test_cuda_kernels.py`` compares them with ``reference.py`` and with the CPU
+kernels.
 """
 
 import math
