@@ -1254,9 +1254,8 @@ def test_threads_that_wait_at_different_barriers_stop_with_deadlock():
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode != 0 and "finished" not in done.stdout, done.stdout
-    assert "cuda emulator: deadlock in block 0: 64 of its 64 threads wait at a barrier" in done.stderr, done.stderr[
-        -2000:
-    ]
+    expected = "cuda emulator: deadlock in block 0: 64 of its 64 threads wait at a barrier"
+    assert expected in done.stderr, done.stderr[-2000:]
 
 
 NVCC = __import__("shutil").which("nvcc")
