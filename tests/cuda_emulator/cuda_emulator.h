@@ -229,6 +229,9 @@ constexpr std::size_t fiber_stack_bytes = 256 * 1024;
 
 inline char* new_fiber_stack() {
     const std::size_t page = std::size_t(sysconf(_SC_PAGESIZE));
+#ifndef MAP_STACK  // Linux's hint that the memory is a stack; other systems go without it
+#define MAP_STACK 0
+#endif
     void* memory = mmap(nullptr, fiber_stack_bytes + page, PROT_READ | PROT_WRITE,
                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
     if (memory == MAP_FAILED) {
