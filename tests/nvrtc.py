@@ -39,7 +39,6 @@ class Nvrtc:
     """One loaded libnvrtc: ``compile(code, options) -> (PTX or cubin bytes, log)``."""
 
     def __init__(self, path: str):
-        self.path = path
         self.lib = ctypes.CDLL(path)
         self.lib.nvrtcGetErrorString.restype = ctypes.c_char_p
         major, minor = ctypes.c_int(), ctypes.c_int()

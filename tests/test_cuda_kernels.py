@@ -1244,10 +1244,8 @@ def test_threads_that_wait_at_different_barriers_stop_with_deadlock():
     fibers find that no thread can go on and stop the process, naming the block, instead of
     waiting forever as threads would. (A thread that returns is no such case: it leaves its
     barriers, as on a GPU; the emulator's own tests above rely on it.)"""
-    code = (
-        "import numpy as np\nfrom cuda_emulator import EmulatedModule\n"
-        f"kernel = EmulatedModule({DIVERGENT!r}).get_function('divergent')\n"
-        "kernel((2,), (64,), (np.zeros(64, np.float32),))\nprint('finished')\n"
+    code = cuda_emulator.program(
+        DIVERGENT, "divergent", "kernel((2,), (64,), (np.zeros(64, np.float32),))\nprint('finished')\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], cwd=Path(cuda_emulator.__file__).parent.parent,

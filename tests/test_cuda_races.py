@@ -71,15 +71,6 @@ def report(done):
     return f"exit code {done.returncode}\n{done.stderr[-6000:]}"
 
 
-def with_kernel(source, name, code):
-    """A program that runs ``code`` with ``np`` and ``kernel``: the kernel ``name`` of ``source``,
-    emulated."""
-    return (
-        "import numpy as np\nfrom cuda_emulator import EmulatedModule\n"
-        f"kernel = EmulatedModule({source!r}).get_function({name!r})\n{code}"
-    )
-
-
 def assert_reported(done, name):
     """The sanitizer found a data race in the kernel ``name`` and stopped the process."""
     assert done.returncode == 66, report(done)
@@ -119,7 +110,7 @@ def test_a_missing_barrier_is_reported(missing):
         source = source.replace(barrier, "" if barrier == missing else "__syncthreads();")
     threads, rounds = 64, 2
     done = race_checked(
-        with_kernel(
+        cuda_emulator.program(
             source,
             "shift_through_shared",
             f"out = np.zeros({threads}, np.float32)\n"
@@ -149,7 +140,7 @@ def test_a_value_passed_between_blocks_is_reported():
     run and not the next. Race-checked, the blocks run at once and the sanitizer reports block
     b's read of what block b - 1 writes (exit code 66)."""
     n = 8
-    program = with_kernel(
+    program = cuda_emulator.program(
         CARRY,
         "running_sum",
         f"x, out = np.arange(1, {n + 1}, dtype=np.float32), np.zeros({n}, np.float32)\n"
@@ -180,7 +171,7 @@ def test_a_shuffle_does_not_order_memory(order):
     at barriers."""
     source = BROADCAST.replace("ORDER", order)
     done = race_checked(
-        with_kernel(
+        cuda_emulator.program(
             source,
             "broadcast_through_shared",
             "out = np.zeros(32, np.float32)\nkernel((1,), (32,), (out,))\nprint(out.tolist())\n",

@@ -75,6 +75,16 @@ def available():
     return shutil.which(COMPILER) is not None
 
 
+def program(source, name, code):
+    """The text of a Python program that runs ``code`` with ``np`` and ``kernel``, the kernel
+    ``name`` of ``source`` emulated: for a test that runs a kernel in a process of its own (under
+    the race check, or where the kernel stops the process)."""
+    return (
+        "import numpy as np\nfrom cuda_emulator import EmulatedModule\n"
+        f"kernel = EmulatedModule({source!r}).get_function({name!r})\n{code}"
+    )
+
+
 def race_checked_env(env=None):
     """The environment of a Python process whose emulated kernels run under ThreadSanitizer, or
     None where the compiler has no ThreadSanitizer runtime.
