@@ -96,6 +96,11 @@ def limit_threads(n, torch=None):
     from threadpoolctl import threadpool_limits
 
     numba = sys.modules.get("numba")
+    if numba is not None and n > numba.config.NUMBA_NUM_THREADS:
+        raise SystemExit(
+            f"{os.path.basename(sys.argv[0])}: measuring at {n} threads needs numba to allow {n}; it allows "
+            f"{numba.config.NUMBA_NUM_THREADS} here (NUMBA_NUM_THREADS, or the cores this process may use)"
+        )
     old_numba = numba.get_num_threads() if numba is not None else None
     old_torch = torch.get_num_threads() if torch is not None else None
     try:

@@ -59,8 +59,8 @@ def device(request):
     return request.param
 
 
-# The full tier alone: ``python -m pytest -q -m "not slow"`` is a contributor's quick loop
-# (under 2 minutes on 2 cores); CI runs everything. Slow are whole files that build the docs
+# The full tier alone: ``python -m pytest -q -n auto --dist loadgroup -m "not slow"`` is a
+# contributor's quick loop; CI runs everything. Slow are whole files that build the docs
 # site, run the tutorials, drive a browser, start MPI jobs, export to ONNX Runtime or run a
 # benchmark's smoke test; and, marked in their files, the wheel builds (test_packaging.py).
 SLOW_FILES = {
@@ -79,15 +79,64 @@ SLOW_FILES = {
 }
 
 
+# The README's test command runs the suite on pytest-xdist's workers, ``-n auto --dist
+# loadgroup``: each worker a process of its own, handed whole groups of tests. A group is a test
+# file, so that a module's fixtures are made once; the files that share one of the expensive
+# session fixtures below form one group, so that it is made once too (the tutorials' runs, about
+# three minutes on 2 cores, and a trained model).
+SHARED_SESSION_FIXTURES = ("tutorial_runs", "trained_run")
+MAX_WORKERS = 4
+
+
+def usable_cores():
+    """The cores this process may run on (a container or taskset may allow fewer than the machine has)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto``: a worker for each core this process may use, at most ``MAX_WORKERS``; each
+    worker's tests start processes of their own (the tutorials, mpiexec, a browser), and a core
+    already runs a worker. PYTEST_XDIST_AUTO_NUM_WORKERS asks for fewer (or, up to the cores, more)."""
+    cores = usable_cores()
+    asked = os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS")
+    return max(1, min(int(asked), cores)) if asked and asked.isdigit() else min(cores, MAX_WORKERS)
+
+
+def pytest_configure(config):
+    """On a worker: BLAS gets this worker's share of the cores, and so do the processes its tests
+    start (the tutorials, ``minitensor train``). Otherwise each of two workers' OpenBLAS starts a
+    thread a core, and on 2 cores four threads, spinning while they wait for work, take turns on
+    two. numba keeps a thread a core, so that the tests still run its kernels in parallel (and the
+    benchmarks' smoke runs can ask for 2), but its threads sleep while they wait
+    (OMP_WAIT_POLICY, read when numba first starts them)."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        from threadpoolctl import threadpool_limits
+
+        share = max(1, usable_cores() // workers)
+        config._blas_threads = threadpool_limits(share, user_api="blas")
+        for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ.setdefault(name, str(share))  # for the processes the tests start
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the groups
 def pytest_collection_modifyitems(items):
     """Mark ``slow`` the tests of SLOW_FILES. On a GPU, the tests that take the ``cuda`` fixture
     (test_cuda_backend.py) run on the real device: mark them ``gpu`` so that ``pytest -m gpu``
-    includes them."""
+    includes them. Put each test in its pytest-xdist group: its file's, or the group of a shared
+    session fixture some test of its file takes."""
+    group = {item.path.name: item.path.name for item in items}
+    for item in items:
+        for fixture in SHARED_SESSION_FIXTURES:
+            if fixture in getattr(item, "fixturenames", ()):
+                group[item.path.name] = fixture
     for item in items:
         if item.path.name in SLOW_FILES:
             item.add_marker(pytest.mark.slow)
         if GPU and "cuda" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.gpu)
+        item.add_marker(pytest.mark.xdist_group(group[item.path.name]))
 
 
 # A small Transformer trained once per test session, for the tests that need a trained model
