@@ -59,7 +59,7 @@ def device(request):
     return request.param
 
 
-# The full tier alone: ``python -m pytest -q -n auto --dist loadgroup -m "not slow"`` is a
+# The full tier alone: ``python -m pytest -q -n auto -m "not slow"`` is a
 # contributor's quick loop; CI runs everything. Slow are whole files that build the docs
 # site, run the tutorials, drive a browser, start MPI jobs, export to ONNX Runtime or run a
 # benchmark's smoke test; and, marked in their files, the wheel builds (test_packaging.py).
@@ -79,12 +79,15 @@ SLOW_FILES = {
 }
 
 
-# The README's test command runs the suite on pytest-xdist's workers, ``-n auto --dist
-# loadgroup``: each worker a process of its own, handed whole groups of tests. A group is a test
-# file, so that a module's fixtures are made once; the files that share one of the expensive
-# session fixtures below form one group, so that it is made once too (the tutorials' runs, about
-# three minutes on 2 cores, and a trained model).
-SHARED_SESSION_FIXTURES = ("tutorial_runs", "trained_run")
+# The README's test command runs the suite on pytest-xdist's workers, ``-n auto``: each worker a
+# process of its own, handed whole test files, so that a module's fixtures are made once. The
+# files that share one of the expensive session fixtures below go to one worker together, so
+# that it is made once too (the tutorials' runs, about three minutes on 2 cores, and a trained
+# model). A file whose tests take one of them must be listed here (checked at collection).
+SHARED_SESSION_FIXTURES = {
+    "tutorial_runs": ("test_docs.py", "test_tutorials.py"),
+    "trained_run": ("test_viz_page.py", "test_viz_browser.py"),
+}
 MAX_WORKERS = 4
 
 
@@ -120,23 +123,46 @@ def pytest_configure(config):
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the groups
+def work_unit(nodeid):
+    """What one worker runs whole, for a test id: its file, or the shared session fixture whose
+    files include it."""
+    path = nodeid.split("::", 1)[0]
+    name = path.rsplit("/", 1)[-1]
+    return next((fixture for fixture, files in SHARED_SESSION_FIXTURES.items() if name in files), path)
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)  # before pytest-xdist's own, the fallback
+def pytest_xdist_make_scheduler(config, log):
+    """``-n`` alone (pytest-xdist's ``--dist load``) hands out ``work_unit``s rather than single
+    tests; a ``--dist`` asked for by another name gets pytest-xdist's own scheduler."""
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FilesAndSharedFixtures(LoadScopeScheduling):
+        def _split_scope(self, nodeid):  # LoadScopeScheduling's grouping, as its loadfile subclass does
+            return work_unit(nodeid)
+
+    return FilesAndSharedFixtures(config, log)
+
+
 def pytest_collection_modifyitems(items):
     """Mark ``slow`` the tests of SLOW_FILES. On a GPU, the tests that take the ``cuda`` fixture
     (test_cuda_backend.py) run on the real device: mark them ``gpu`` so that ``pytest -m gpu``
-    includes them. Put each test in its pytest-xdist group: its file's, or the group of a shared
-    session fixture some test of its file takes."""
-    group = {item.path.name: item.path.name for item in items}
-    for item in items:
-        for fixture in SHARED_SESSION_FIXTURES:
-            if fixture in getattr(item, "fixturenames", ()):
-                group[item.path.name] = fixture
+    includes them. A test that takes a shared session fixture must be in one of its files, or
+    the workers would each make the fixture."""
     for item in items:
         if item.path.name in SLOW_FILES:
             item.add_marker(pytest.mark.slow)
         if GPU and "cuda" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.gpu)
-        item.add_marker(pytest.mark.xdist_group(group[item.path.name]))
+        for fixture, files in SHARED_SESSION_FIXTURES.items():
+            if fixture in getattr(item, "fixturenames", ()) and item.path.name not in files:
+                raise pytest.UsageError(
+                    f"{item.nodeid} takes the session fixture {fixture}, which {', '.join(files)} share: "
+                    f"add {item.path.name} to SHARED_SESSION_FIXTURES[{fixture!r}] in tests/conftest.py, "
+                    "so that one worker runs the files that make it"
+                )
 
 
 # A small Transformer trained once per test session, for the tests that need a trained model
@@ -179,13 +205,11 @@ class TutorialRuns:
         self.done = {}
 
     def run(self, path):
-        import importlib.util
+        from helpers import load_module
 
         lang = "zh" if path.parent.name == "zh" else "en"
         if (lang, path.stem) not in self.done:
-            spec = importlib.util.spec_from_file_location("render_tutorial", ROOT / "docs/_hooks/render_tutorial.py")
-            render = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(render)
+            render = load_module(ROOT / "docs/_hooks/render_tutorial.py", "render_tutorial")
             self.done[lang, path.stem] = render.run_in_subprocess(path, self.folder / lang, timeout=300)
         return self.done[lang, path.stem]
 

@@ -1,6 +1,7 @@
 """Small helpers shared by the engine tests."""
 
 import hashlib
+import importlib.util
 import os
 
 import numpy as np
@@ -84,6 +85,16 @@ def special_rows(dtype):
     )
     lens = np.array([5, 5, 5, 0, 99, 2, -4], dtype=np.int64)
     return x, lens
+
+
+def load_module(path, name):
+    """The Python file at ``path`` run as a fresh module called ``name`` (a script, a benchmark's
+    helpers, a tutorial's), without putting it on sys.path or in sys.modules, where it could
+    stand in for another module of the same name."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def file_hashes(folder):

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from helpers import load_module
 
 SCRIPT = pathlib.Path(__file__).resolve().parent.parent / "bench" / "long_attention.py"
 
@@ -43,10 +44,7 @@ def test_a_threads_option_is_bounded_by_the_cpus_this_process_may_use(monkeypatc
 
     # loaded under a name of its own: experiments/ has a _common module too, and a bare
     # ``import _common`` here would stand in for it in sys.modules for the rest of the session
-    spec = importlib.util.spec_from_file_location("bench_common", SCRIPT.parent / "_common.py")
-    common = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(common)
-    thread_count = common.thread_count
+    thread_count = load_module(SCRIPT.parent / "_common.py", "bench_common").thread_count
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
     assert [thread_count(n) for n in ("1", "3")] == [1, 3]
     for wrong, message in [("4", "give 1 to 3"), ("0", "give 1 to 3"), ("1000", "1000 threads"), ("two", "'two'")]:

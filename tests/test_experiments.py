@@ -4,20 +4,17 @@ Each prints a markdown table with a row per positional encoding / pooling and pe
 in [0, 100]; the numbers themselves (tiny models, one epoch) mean nothing here.
 """
 
-import importlib.util
 import re
 from pathlib import Path
 
 import pytest
+from helpers import load_module
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 
 
 def load(name):
-    spec = importlib.util.spec_from_file_location(f"experiments_{name}", EXPERIMENTS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module(EXPERIMENTS / f"{name}.py", f"experiments_{name}")
 
 
 def table_rows(report):

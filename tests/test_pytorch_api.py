@@ -6,11 +6,11 @@ is regenerated and must equal the committed one, so a change to the public API t
 written up (a new name, a new argument) fails here until the page is regenerated.
 """
 
-import importlib.util
 import re
 from pathlib import Path
 
 import pytest
+from helpers import load_module
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "pytorch_differences.md"
@@ -18,10 +18,7 @@ SCRIPT = ROOT / "scripts" / "pytorch_api.py"
 
 
 def load_script():
-    spec = importlib.util.spec_from_file_location("pytorch_api", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module(SCRIPT, "pytorch_api")
 
 
 def table_rows(text):

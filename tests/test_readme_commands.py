@@ -244,7 +244,7 @@ def test_the_two_opening_commands_are_the_english_readmes():
     english, chinese = bash_blocks(read(README))[:2], bash_blocks(read(README_ZH))[:2]
     assert english == [
         "pip install -e . && minitensor train\n",
-        'pip install -e ".[test]" && python -m pytest -q -n auto --dist loadgroup\n',
+        'pip install -e ".[test]" && python -m pytest -q -n auto\n',
     ]
     assert chinese == english
 

@@ -1,11 +1,11 @@
 """The "strict" test backend really behaves like CuPy where it matters: if it silently
 accepted NumPy calls, the op tests running on it would prove nothing."""
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import load_module
 from minitensor.autograd import Function
 from strict_backend import StrictArray
 from strict_backend import strict_xp as xp
@@ -178,10 +178,7 @@ def test_strict_tensors_hold_strict_arrays():
 
 
 def _cupy_api_script():
-    spec = importlib.util.spec_from_file_location("cupy_api", Path(__file__).parent.parent / "scripts" / "cupy_api.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module(Path(__file__).parent.parent / "scripts" / "cupy_api.py", "cupy_api")
 
 
 def test_cupy_signatures_are_read_as_cython_writes_them():

@@ -10,6 +10,7 @@ import tokenize
 import warnings
 
 import pytest
+from helpers import load_module
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 ENGLISH = sorted(ROOT.joinpath("tutorials").glob("[0-9][0-9]_*.py"))
@@ -128,12 +129,7 @@ def test_chinese_tutorial_uses_the_glossary_terms_of_its_english_twin(english):
 
 def load_tutorial_helpers(folder, name):
     """``_tutorial.py`` as a tutorial in ``folder`` imports it, as a fresh module named ``name``."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(name, folder / "_tutorial.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module(folder / "_tutorial.py", name)
 
 
 def test_chinese_figures_draw_with_a_cjk_font():
