@@ -329,7 +329,10 @@ def run_gpu_tests(device):
     # below still shows which tests failed (-q alone prints them only at the end)
     args = [sys.executable, "-m", "pytest", "-q", "-rfE", "--tb=line", "-m", "gpu", "-p", "no:cacheprovider"]
     if parallel_ok(device):
-        args += ["-n", str(min(8, os.cpu_count() or 1))]
+        # test by test (worksteal), not the suite's whole files (tests/conftest.py): the gpu-marked
+        # tests are the "cuda" cases of some thirty files, unevenly (test_gradients.py has the
+        # most), and none takes a shared session fixture
+        args += ["-n", str(min(8, os.cpu_count() or 1)), "--dist", "worksteal"]
     print("$ " + " ".join(["python"] + args[1:]), flush=True)
     start = time.perf_counter()
     # Its own process group, so that the budget below also ends pytest-xdist's workers.
@@ -853,7 +856,6 @@ def nanogpt_benchmark(device, quick, nanogpt_dir=NANOGPT_DIR, flags_file=None):
     import contextlib
     import io
 
-    from _gpt_twin import twin_state
     from gpt_char import cut, load_nanogpt
 
     import minitensor as mt
@@ -910,6 +912,8 @@ def nanogpt_benchmark(device, quick, nanogpt_dir=NANOGPT_DIR, flags_file=None):
             cases["minitensor, bfloat16 products (medium)"] = mt_iterations("medium")
         n_params = sum(int(p.numel()) for p in state.model.parameters())
         if device.torch_device is not None:
+            from _gpt_twin import twin_state  # imports torch
+
             nanogpt = load_nanogpt(nanogpt_dir)
             source = f"nanoGPT's model.py ({nanogpt_dir})"
             if nanogpt is None:
