@@ -126,6 +126,26 @@ def test_float32_with_float64(device, op):
         fn(b, a)
 
 
+FLOAT_ONLY = {
+    "softmax": lambda x: mt.softmax(x, dim=-1),
+    "log_softmax": lambda x: x.log_softmax(dim=-1),
+    "masked_softmax": lambda x: mt.masked_softmax(x, mt.tensor([1, 2], device=x.device)),
+    "cross_entropy": lambda x: mt.cross_entropy(x, mt.tensor([0, 1], device=x.device)),
+    "layer_norm": lambda x: mt.nn.LayerNorm(3, device=x.device)(x),
+    "gelu": lambda x: mt.nn.functional.gelu(x, approximate="tanh"),
+}
+
+
+@pytest.mark.parametrize("op", sorted(FLOAT_ONLY))
+@pytest.mark.parametrize("dtype", ["int64", "bool"])
+def test_ops_of_real_numbers_refuse_integers(device, op, dtype):
+    """As in PyTorch. Before, the softmax family failed with numba's typing error from inside
+    its kernel, and layer norm of [1, 2, 3] gave [316, 632, 949]."""
+    x = mt.tensor([[1, 2, 3], [4, 5, 6]], device=device).to(dtype)
+    raises(mt.DTypeError, lambda: FLOAT_ONLY[op](x), f"{op}: ", dtype, ".float()")
+    FLOAT_ONLY[op](x.float())
+
+
 def test_integer_tensor_cannot_require_grad(device):
     raises(TypeError, lambda: mt.tensor([1, 2], requires_grad=True, device=device), "int64", ".float()")
     raises(TypeError, lambda: mt.zeros(2, dtype=mt.int64, requires_grad=True, device=device), "int64")

@@ -379,6 +379,28 @@ def test_functional_api_promotes_like_the_operators(device):
     for out in (mt.add(f, i), mt.mul(i, f), mt.where(mt.tensor([True, False, True], device=device), f, i)):
         assert out.dtype == mt.float32
     assert mt.matmul(f, i).dtype == mt.float32
+    assert mt.nn.functional.linear(i.reshape(1, 3), mt.ones(2, 3, device=device)).dtype == mt.float32
+
+
+@pytest.mark.parametrize("name", ["exp", "log", "sqrt", "tanh", "sigmoid", "sin", "cos"])
+def test_real_functions_of_integers_are_float32(device, name):
+    """PyTorch's rule: an integer tensor through a function of real numbers gives the default
+    float dtype, float32 (NumPy's would be float64, and a model would drift to it)."""
+    i = mt.tensor([[1, 2, 3], [4, 5, 6]], device=device)
+    expected = getattr(mt, name)(i.float())
+    for out in (getattr(mt, name)(i), getattr(i, name)()):
+        assert out.dtype == mt.float32
+        np.testing.assert_array_equal(out.numpy(), expected.numpy())
+
+
+def test_true_division_of_integers_is_float32(device):
+    i, j = mt.tensor([1, 2, 3], device=device), mt.tensor([2, 4, 4], device=device)
+    for out in (i / j, i / 2, 6 / j, mt.div(i, j), i.div(j), i / mt.ones(3, device=device)):
+        assert out.dtype == mt.float32
+    np.testing.assert_array_equal((i / j).numpy(), np.array([0.5, 0.5, 0.75], np.float32))
+    np.testing.assert_array_equal((6 / j).numpy(), np.array([3, 1.5, 1.5], np.float32))
+    assert (i / mt.ones(3, dtype=mt.float64, device=device)).dtype == mt.float64  # the float's dtype
+    assert (mt.tensor([1, 2], dtype=mt.int32, device=device) / 2).dtype == mt.float32
 
 
 def test_to_accepts_dtype_names_and_device_names():

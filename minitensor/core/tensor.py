@@ -440,10 +440,12 @@ class Tensor:
         return _reflected(Mul, self, other)
 
     def __truediv__(self, other: Tensor | Number) -> Tensor:
-        return _binary(Div, self, other)
+        if self.data.dtype.kind == "f":
+            return _binary(Div, self, other)
+        return ops.div(self, other)  # integers divided give float32 (true division, as in PyTorch)
 
     def __rtruediv__(self, other: Number) -> Tensor:
-        return _reflected(Div, self, other)
+        return ops.div(other, self)
 
     def __pow__(self, other: Tensor | Number) -> Tensor:
         return _binary(Pow, self, other)
@@ -478,7 +480,7 @@ class Tensor:
 
     def div(self, other: Tensor | Number) -> Tensor:
         """``x.div(y)`` is ``x / y`` (``mt.div``): the elementwise quotient, with broadcasting."""
-        return _binary(Div, self, other)
+        return self / other
 
     def pow(self, other: Tensor | Number) -> Tensor:
         """``x.pow(p)`` is ``x ** p`` (``mt.pow``): the elementwise power; ``p`` a number or a tensor."""
@@ -541,19 +543,19 @@ class Tensor:
 
     def exp(self) -> Tensor:
         """``mt.exp(x)``: e^x elementwise; its derivative is the output itself."""
-        return Exp.apply(self)
+        return ops.exp(self)
 
     def log(self) -> Tensor:
         """``mt.log(x)``: the natural logarithm ln x elementwise; derivative 1/x."""
-        return Log.apply(self)
+        return ops.log(self)
 
     def sqrt(self) -> Tensor:
         """``mt.sqrt(x)``: the square root elementwise; derivative 1 / (2 sqrt(x))."""
-        return Sqrt.apply(self)
+        return ops.sqrt(self)
 
     def tanh(self) -> Tensor:
         """``mt.tanh(x)``: the hyperbolic tangent elementwise, in (-1, 1); derivative 1 - tanh(x)^2."""
-        return Tanh.apply(self)
+        return ops.tanh(self)
 
     def sin(self) -> Tensor:
         """``mt.sin(x)``: the sine elementwise (radians); derivative cos x."""
@@ -565,7 +567,7 @@ class Tensor:
 
     def sigmoid(self) -> Tensor:
         """``mt.sigmoid(x)``: 1 / (1 + exp(-x)) elementwise, in (0, 1); derivative s (1 - s)."""
-        return Sigmoid.apply(self)
+        return ops.sigmoid(self)
 
     def relu(self) -> Tensor:
         """``mt.relu(x)``: max(x, 0) elementwise; derivative 1 where x > 0, else 0."""
@@ -821,7 +823,7 @@ def tensor(data: Any, requires_grad: bool = False, dtype: DType = None, device: 
 from . import autograd, ops  # noqa: E402
 from .ops.axes import normalize_axes, normalize_axis, torch_names  # noqa: E402
 from .ops.compare import AllTrue, And, AnyTrue, Equal, Greater, GreaterEqual, Invert, Less, LessEqual, NotEqual, Or, Xor  # noqa: E402
-from .ops.elementwise import Abs, Add, Div, Exp, Log, Mul, Neg, Pow, ReLU, Sigmoid, Sqrt, Sub, Tanh  # noqa: E402
+from .ops.elementwise import Abs, Add, Div, Mul, Neg, Pow, ReLU, Sub  # noqa: E402
 from .ops.indexing import normalize_index, setitem  # noqa: E402
 from .ops.matmul import MatMul  # noqa: E402
 from .ops.promote import promote  # noqa: E402

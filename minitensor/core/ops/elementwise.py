@@ -14,7 +14,7 @@ from typing import Any
 from ..autograd import Function, Grads
 from ..backends import Backend
 from ..tensor import Array, Number, Tensor
-from .promote import promote
+from .promote import as_float, float_only, promote
 
 
 # -- arithmetic --------------------------------------------------------------------------
@@ -363,8 +363,10 @@ def mul(a: Tensor | Number, b: Tensor | Number) -> Tensor:
 
 
 def div(a: Tensor | Number, b: Tensor | Number) -> Tensor:
-    """z = a / b elementwise, broadcasting (``a / b`` on tensors); dz/da = 1/b, dz/db = -a/b^2."""
-    return Div.apply(*promote(a, b))
+    """z = a / b elementwise, broadcasting (``a / b`` on tensors); dz/da = 1/b, dz/db = -a/b^2.
+    True division: integers divided give float32, as in PyTorch."""
+    a, b = (as_float(x) if isinstance(x, Tensor) else x for x in promote(a, b))
+    return Div.apply(a, b)
 
 
 def pow(a: Tensor | Number, p: Tensor | Number) -> Tensor:  # noqa: A001
@@ -380,34 +382,34 @@ def neg(a: Tensor) -> Tensor:
 
 def exp(a: Tensor) -> Tensor:
     """z = e^a elementwise; dz/da = e^a = z."""
-    return Exp.apply(a)
+    return Exp.apply(as_float(a))
 
 
 def log(a: Tensor) -> Tensor:
     """z = ln a, the natural logarithm, elementwise; dz/da = 1/a (-inf at 0, nan below, as in NumPy)."""
-    return Log.apply(a)
+    return Log.apply(as_float(a))
 
 
 def sqrt(a: Tensor) -> Tensor:
     """z = sqrt(a) elementwise; dz/da = 1 / (2 sqrt(a))."""
-    return Sqrt.apply(a)
+    return Sqrt.apply(as_float(a))
 
 
 def tanh(a: Tensor) -> Tensor:
     """z = tanh(a) = (1 - e^(-2a)) / (1 + e^(-2a)) elementwise, in (-1, 1); dz/da = 1 - z^2."""
-    return Tanh.apply(a)
+    return Tanh.apply(as_float(a))
 
 
 def sin(a: Tensor) -> Tensor:
     """z = sin a elementwise (radians); dz/da = cos a. The even columns of the sinusoidal
     positional encoding (D2L 11.6.3, Vaswani et al. 2017): sin(i / 10000^(2j/d))."""
-    return Sin.apply(a)
+    return Sin.apply(as_float(a))
 
 
 def cos(a: Tensor) -> Tensor:
     """z = cos a elementwise (radians); dz/da = -sin a. The odd columns of the sinusoidal
     positional encoding (D2L 11.6.3): cos(i / 10000^(2j/d))."""
-    return Cos.apply(a)
+    return Cos.apply(as_float(a))
 
 
 def sigmoid(a: Tensor) -> Tensor:
@@ -416,7 +418,7 @@ def sigmoid(a: Tensor) -> Tensor:
     Computed as (1 + tanh(a/2)) / 2, the same function, which never overflows e^(-a).
     An activation function of D2L 4.1 / 5.1 (multilayer perceptrons) and the gates of a GRU.
     """
-    return Sigmoid.apply(a)
+    return Sigmoid.apply(as_float(a))
 
 
 def relu(a: Tensor) -> Tensor:
@@ -435,7 +437,7 @@ def gelu(a: Tensor, approximate: str = "none") -> Tensor:
         op = _GELU_FORMS[approximate]
     except (KeyError, TypeError):
         raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}") from None
-    return op.apply(a)
+    return op.apply(float_only("gelu", a))
 
 
 def abs(a: Tensor) -> Tensor:  # noqa: A001

@@ -21,6 +21,7 @@ from ..autograd import Function, Grads
 from ..errors import ShapeError
 from ..tensor import Array, Tensor
 from .indexing import in_range
+from .promote import float_only
 
 
 class CrossEntropy(Function):
@@ -110,6 +111,7 @@ def cross_entropy(
     ``reduction``: "mean" over valid positions, "sum", or "none" (per position, 0 where ignored).
     ``label_smoothing``: e in [0, 1), see the module docstring.
     """
+    float_only("cross_entropy", logits)
     if not isinstance(target, Tensor):
         target = Tensor._make(logits._backend.array(target), logits._backend, None)
     if target.dtype.kind not in "iu":

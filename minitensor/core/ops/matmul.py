@@ -188,4 +188,6 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         )
     if bias is not None and tuple(bias.shape) != (weight.shape[0],):
         raise ShapeError(f"linear: bias of shape {tuple(bias.shape)}, expected ({weight.shape[0]},)")
+    if x.data.dtype.kind != "f":  # integer data meeting float weights becomes their dtype, as in a + b
+        x, weight = promote(x, weight)
     return Linear.apply(x, weight, bias)

@@ -8,6 +8,12 @@
 - Two floats of different precision are refused by ``Function.apply``: a model drifting to
   float64 unnoticed is slow, and an error saying which conversion to make is kinder.
 - Anything else (lists, NumPy arrays) becomes a tensor on the other operand's device.
+
+Ops defined on real numbers alone, as PyTorch's: ``exp``, ``log``, ``sqrt``, ``tanh``,
+``sigmoid``, ``sin``, ``cos`` and true division turn integer data into float32 (``as_float``),
+never NumPy's float64; the softmax family, cross-entropy's logits, layer norm and GELU refuse it
+in words (``float_only``), where NumPy's integer arithmetic would give a wrong answer or numba
+a typing error from inside a kernel.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from typing import Any
 
 import numpy
 
+from ..errors import DTypeError
 from ..tensor import DType, Tensor, tensor
 from .convert import AsType
 
@@ -41,6 +48,21 @@ def promote(a: Any, b: Any) -> tuple[Tensor, Any]:
     elif kb == "f" and ka != "f":
         a = _as_float(a, b.dtype)
     return a, b
+
+
+def as_float(t: Tensor) -> Tensor:
+    """``t``, or a float32 copy of it if it holds integers or booleans (PyTorch's default dtype)."""
+    return t if t.data.dtype.kind == "f" else _as_float(t, None)
+
+
+def float_only(op: str, t: Tensor) -> Tensor:
+    """``t`` for an op that PyTorch, too, takes on floating-point data only; integers or booleans
+    are refused, naming ``op`` and the conversion to make."""
+    if t.data.dtype.kind != "f":
+        raise DTypeError(
+            f"{op}: needs floating-point input, got {t.dtype}; convert it first with .float() (float32) or .double()"
+        )
+    return t
 
 
 def _as_float(t: Tensor, dtype: DType) -> Tensor:

@@ -27,6 +27,7 @@ from ..autograd import Function, Grads
 from ..errors import ShapeError
 from ..tensor import Array, Tensor
 from .axes import normalize_axis, torch_names
+from .promote import float_only
 
 
 def run_rows(backend: Any, name: str, x: Array, *rest: Any) -> Array:
@@ -177,7 +178,7 @@ def softmax(x: Tensor, axis: int = -1) -> Tensor:
     dL/dx_i = y_i (g_i - sum_j g_j y_j). Same shape as ``x``; a masked version for attention
     is ``masked_softmax``.
     """
-    return Softmax.apply(x, axis=axis)
+    return Softmax.apply(float_only("softmax", x), axis=axis)
 
 
 @torch_names
@@ -188,7 +189,7 @@ def log_softmax(x: Tensor, axis: int = -1) -> Tensor:
     The log-probabilities a cross-entropy loss needs, without the round trip through a
     softmax that underflows to log 0. Backward: dL/dx_i = g_i - softmax(x)_i sum_j g_j.
     """
-    return LogSoftmax.apply(x, axis=axis)
+    return LogSoftmax.apply(float_only("log_softmax", x), axis=axis)
 
 
 def masked_softmax(x: Tensor, valid_lens: Tensor | None = None, mask: Tensor | None = None) -> Tensor:
@@ -201,4 +202,4 @@ def masked_softmax(x: Tensor, valid_lens: Tensor | None = None, mask: Tensor | N
     array. A query with no key left gets all-zero weights (never NaN, never uniform). Returns
     weights of x's shape; masked keys receive no gradient.
     """
-    return MaskedSoftmax.apply(x, *as_mask_tensors(x, valid_lens, mask))
+    return MaskedSoftmax.apply(float_only("masked_softmax", x), *as_mask_tensors(x, valid_lens, mask))
