@@ -94,7 +94,7 @@ sys.meta_path.insert(0, _EnginePaths())
 del _name, _module
 
 # The public API, as ``from minitensor import *`` and the API reference see it: the names
-# imported above for users, every op (``ops.__all__``, not copied here) and the four names
+# imported above for users, every op (``ops.__all__``, not copied here) and the names
 # ``__getattr__`` loads on first use. Listing those is only strings: nothing is imported until
 # one is used (a star import would import them, pluggy included; nothing in minitensor does one).
 __all__ = [
@@ -148,7 +148,7 @@ __all__ = [
     "zeros_like",
 ]
 __all__ += ops.__all__
-__all__ += ["hookimpl", "plugins", "testing", "viz", "onnx"]  # noqa: F405 -- not imported here: see __getattr__
+__all__ += ["hookimpl", "plugins", "testing", "viz", "onnx", "save", "load"]  # noqa: F405 -- not imported here: see __getattr__
 
 __version__ = "0.1.0"
 
@@ -162,4 +162,6 @@ def __getattr__(name):
         return plugins if name == "plugins" else plugins.hookimpl
     if name in ("testing", "viz", "onnx"):  # the conformance kit, the drawings, the export: on first use too
         return importlib.import_module(f"minitensor.{name}")
+    if name in ("save", "load"):  # torch.save / torch.load's counterparts (serialization.py), safetensors inside
+        return getattr(importlib.import_module("minitensor.serialization"), name)
     raise AttributeError(f"module 'minitensor' has no attribute {name!r}")

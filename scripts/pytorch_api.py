@@ -144,7 +144,9 @@ REASONS = {
     "mt.AxisError": ERROR.format(
         "an axis out of range", "ShapeError and NumPy's AxisError (an IndexError, as PyTorch raises)"
     ),
-    "mt.DTypeError": ERROR.format("mixed float precisions", "TypeError (PyTorch raises RuntimeError)"),
+    "mt.DTypeError": ERROR.format(
+        "mixed float precisions, or integers where an op takes floats", "TypeError (PyTorch raises RuntimeError)"
+    ),
     "mt.DeviceError": ERROR.format("mixed or missing devices", "RuntimeError, as PyTorch raises"),
     "mt.GradcheckError": "extra: what `mt.gradcheck` raises, an AssertionError saying which gradients disagree",
     "mt.GraphError": ERROR.format("a misused backward pass", "RuntimeError, as PyTorch raises"),
@@ -260,6 +262,14 @@ REASONS = {
         "features minitensor lacks (forward mode, batched and sparse gradients)"
     ),
     "mt.to_device": "extra: the differentiable function behind `Tensor.to(device)`",
+    "mt.save": (
+        "teaching choice: writes a tensor, a list or tuple of tensors or a dict of them (a `state_dict`) as "
+        "safetensors, never a pickle; other objects are refused (an optimizer's state goes into a checkpoint)"
+    ),
+    "mt.load": (
+        "teaching choice: reads safetensors, never a pickle, so nothing in the file runs and no `weights_only` is "
+        "needed (what PyTorch's `weights_only=True` approximates); `map_location` as in PyTorch"
+    ),
     # -- minitensor.nn ---------------------------------------------------------------------------
     "mt.nn.AddNorm": "extra: D2L's residual connection plus layer norm (post-LN, or pre-LN with `norm_first`)",
     "mt.nn.Attention": "extra: one attention layer built from a scorer and a pooling plugin (D2L's scoring functions)",
@@ -453,9 +463,12 @@ class Param:
 
 
 def _default_text(value):
-    """A default as stable text: no memory addresses, functions by their dotted name."""
+    """A default as stable text: no memory addresses or file paths; functions and modules by their
+    dotted names."""
     if value is inspect.Parameter.empty:
         return REQUIRED
+    if inspect.ismodule(value):  # torch.save's pickle_module: its repr names the file it came from
+        return value.__name__
     if callable(value) and hasattr(value, "__qualname__"):
         return f"{value.__module__}.{value.__qualname__}"
     return re.sub(r" at 0x[0-9a-fA-F]+", "", repr(value))
