@@ -306,6 +306,37 @@ def test_other_argument_errors(device):
     raises(ValueError, lambda: x.item(), "item", "3 elements")
 
 
+MAKERS = {
+    "zeros": lambda *shape, **kw: mt.zeros(*shape, **kw),
+    "ones": lambda *shape, **kw: mt.ones(*shape, **kw),
+    "randn": lambda *shape, **kw: mt.randn(*shape, **kw),
+    "rand": lambda *shape, **kw: mt.rand(*shape, **kw),
+    "full": lambda *shape, **kw: mt.full(shape, 7.0, **kw),
+    "normal": lambda *shape, **kw: mt.normal(0.0, 1.0, shape, **kw),
+}
+
+
+@pytest.mark.parametrize("maker", sorted(MAKERS))
+def test_a_new_tensors_shape_is_checked_before_allocating(device, maker):
+    """Whole numbers >= 0, and a size the device holds: a mistyped size is refused in words
+    (NumPy said "negative dimensions are not allowed", and a size beyond the memory would have
+    been drawn until the system killed the process)."""
+    make = MAKERS[maker]
+    raises(ValueError, lambda: make(-1, 3, device=device), f"{maker}: a shape is whole numbers >= 0, got (-1, 3)")
+    raises(TypeError, lambda: make(2.5, device=device), f"{maker}: a shape is whole numbers >= 0, got (2.5,)")
+    raises(TypeError, lambda: make(True, 2, device=device), f"{maker}: ")
+    if mt.get_backend(device).memory_size() is not None:
+        raises(ValueError, lambda: make(10**6, 10**7, device=device), f"{maker}: the result would have shape", "GiB")
+    assert make(0, 3, device=device).shape == (0, 3) and make(np.int64(2), device=device).shape == (2,)
+
+
+def test_ragged_data_and_seeds_are_refused_by_name():
+    raises(ValueError, lambda: mt.tensor([[1, 2], [3]]), "tensor: the data do not form a rectangular array")
+    raises(TypeError, lambda: mt.manual_seed("7"), "manual_seed: ", "'7'")
+    raises(ValueError, lambda: mt.manual_seed(-1), "manual_seed: ", "-1")
+    mt.manual_seed(np.int64(0))
+
+
 # -- gradcheck ----------------------------------------------------------------------------------------
 def test_gradcheck_needs_float64(device):
     x = mt.ones(2, device=device, requires_grad=True)

@@ -13,11 +13,18 @@ from .ops.join import is_count
 from .tensor import Device, DType, Shape, Tensor, tensor  # noqa: F401  (tensor is re-exported)
 
 
-def _shape(shape: tuple[Any, ...]) -> tuple[Any, ...]:
-    # Any, not int: under mt.onnx.export a length may be a traced dimension
+def _shape(op: str, shape: tuple[Any, ...], dtype: DType, backend: Backend) -> tuple[Any, ...]:
+    """The shape of a new tensor, given as ``zeros(2, 3)`` or ``zeros((2, 3))``, checked before
+    anything is allocated: whole numbers >= 0, and a result the device's memory can hold (a
+    mistyped size is refused in words instead of filling the memory)."""
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
-        return tuple(shape[0])
-    return tuple(shape)
+        shape = tuple(shape[0])
+    shape = tuple(shape)  # Any, not int: under mt.onnx.export a length may be a traced dimension (an int)
+    if not all(is_count(n) for n in shape):
+        whole = all(isinstance(n, (int, numpy.integer)) and not isinstance(n, bool) for n in shape)
+        raise (ValueError if whole else TypeError)(f"{op}: a shape is whole numbers >= 0, got {shape}")
+    backend.check_fits(op, shape, numpy.dtype(dtype).itemsize)
+    return shape
 
 
 class Full(Function):
@@ -56,8 +63,9 @@ class Eye(Function):
         return ctx.xp.eye(n, m, dtype=dtype)
 
 
-def _full(shape: tuple[Any, ...], fill: Any, dtype: DType, device: Device, requires_grad: bool) -> Tensor:
-    t = Full.apply(shape, fill, dtype=as_dtype(dtype) or float32, device=device)
+def _full(op: str, shape: tuple[Any, ...], fill: Any, dtype: DType, device: Device, requires_grad: bool) -> Tensor:
+    dtype = as_dtype(dtype) or float32
+    t = Full.apply(_shape(op, shape, dtype, get_backend(device)), fill, dtype=dtype, device=device)
     return t.requires_grad_(True) if requires_grad else t
 
 
@@ -72,13 +80,13 @@ def zeros(*shape: Shape, dtype: DType = None, device: Device = "cpu", requires_g
     ``dtype`` defaults to float32; ``device`` is ``"cpu"`` or ``"cuda"``; ``requires_grad=True``
     makes it a leaf that collects gradients (floating-point dtypes only).
     """
-    return _full(_shape(shape), 0, dtype, device, requires_grad)
+    return _full("zeros", shape, 0, dtype, device, requires_grad)
 
 
 def ones(*shape: Shape, dtype: DType = None, device: Device = "cpu", requires_grad: bool = False) -> Tensor:
     """A new leaf tensor of the given shape filled with 1: ``ones(2, 3)`` or ``ones((2, 3))``;
     ``dtype`` (default float32), ``device`` and ``requires_grad`` as for ``zeros``."""
-    return _full(_shape(shape), 1, dtype, device, requires_grad)
+    return _full("ones", shape, 1, dtype, device, requires_grad)
 
 
 def full(
@@ -86,8 +94,8 @@ def full(
 ) -> Tensor:
     """A new leaf tensor of shape ``shape`` (an int or a tuple) filled with ``fill_value``;
     ``dtype`` (default float32), ``device`` and ``requires_grad`` as for ``zeros``."""
-    shape = (shape,) if isinstance(shape, int) else tuple(shape)
-    return _full(shape, fill_value, dtype, device, requires_grad)
+    shape = (shape,) if isinstance(shape, (int, numpy.integer)) else shape
+    return _full("full", (shape,), fill_value, dtype, device, requires_grad)
 
 
 def arange(
@@ -120,16 +128,16 @@ def eye(
 
 def randn(*shape: Shape, dtype: DType = None, device: Device = "cpu", requires_grad: bool = False) -> Tensor:
     """Standard normal samples from the device's seeded generator (``mt.manual_seed``)."""
-    b = get_backend(device)
-    return _leaf(b.normal(_shape(shape), as_dtype(dtype) or float32), b, requires_grad)
+    b, dtype = get_backend(device), as_dtype(dtype) or float32
+    return _leaf(b.normal(_shape("randn", shape, dtype, b), dtype), b, requires_grad)
 
 
 def rand(*shape: Shape, dtype: DType = None, device: Device = "cpu", requires_grad: bool = False) -> Tensor:
     """A new tensor of the given shape with samples of U(0, 1), uniform in [0, 1): ``rand(2, 3)``
     or ``rand((2, 3))``; ``dtype`` (default float32), ``device`` and ``requires_grad`` as for
     ``zeros``."""
-    b = get_backend(device)
-    return _leaf(b.uniform(_shape(shape), as_dtype(dtype) or float32), b, requires_grad)
+    b, dtype = get_backend(device), as_dtype(dtype) or float32
+    return _leaf(b.uniform(_shape("rand", shape, dtype, b), dtype), b, requires_grad)
 
 
 def normal(
@@ -161,8 +169,9 @@ def normal(
         dtype = dtype or tensors[0].dtype
     else:
         backend = get_backend(device or "cpu")
-        shape = _shape((size,))
     dtype = as_dtype(dtype) or float32
+    if not tensors:
+        shape = _shape("normal", (size,), dtype, backend)
     if numpy.dtype(dtype).kind != "f":
         raise TypeError(f"normal: the samples are floating-point numbers, not {numpy.dtype(dtype)}; pass float means")
     data = (backend.normal(shape, dtype) * stds + means).astype(dtype, copy=False)

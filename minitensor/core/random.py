@@ -14,6 +14,10 @@ _host = numpy.random.default_rng()
 def manual_seed(seed: int) -> None:
     """Seed every backend's generator and the host generator used for data order."""
     global _host
+    if not isinstance(seed, (int, numpy.integer)) or isinstance(seed, bool) or seed < 0:
+        raise (ValueError if isinstance(seed, (int, numpy.integer)) else TypeError)(
+            f"manual_seed: the seed must be a whole number >= 0, got {seed!r}"
+        )
     seed = int(seed)
     _SEED[0] = seed
     _host = numpy.random.default_rng(seed)

@@ -802,7 +802,10 @@ def tensor(data: Any, requires_grad: bool = False, dtype: DType = None, device: 
         if backend.is_array(data):
             arr = data.copy()
         else:
-            host = numpy.asarray(data)
+            try:
+                host = numpy.asarray(data)
+            except ValueError as e:  # nested lists of different lengths, mostly: NumPy's words say which
+                raise ValueError(f"tensor: the data do not form a rectangular array of numbers ({e})") from None
             if dtype is None and not isinstance(data, numpy.ndarray) and host.dtype.kind == "f":
                 host = host.astype(numpy.float32)
             arr = backend.array(host)
