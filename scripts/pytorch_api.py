@@ -324,7 +324,9 @@ REASONS = {
     "mt.nn.ModuleList": "not yet aligned: `modules=()` where PyTorch says None; both mean no modules",
     # -- minitensor.nn.functional ----------------------------------------------------------------
     "mt.nn.functional.conv1d": "not yet aligned: no grouped convolution (`groups=`), in ops/conv.py",
-    "mt.nn.functional.mse_loss": MSE_WEIGHT,
+    "mt.nn.functional.mse_loss": MSE_WEIGHT
+    + "; behaviour: a target that would broadcast the input to a larger shape ((n, 1) against (n,)) is a ShapeError, "
+    "where PyTorch warns and compares every prediction with every target",
     "mt.nn.UninitializedParameter": (
         "teaching choice: made from a tensor as `Parameter` is (an empty one that keeps the dtype and device); "
         "`materialize(data)` takes the values where PyTorch's takes a shape"

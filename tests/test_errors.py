@@ -330,6 +330,26 @@ def test_a_new_tensors_shape_is_checked_before_allocating(device, maker):
     assert make(0, 3, device=device).shape == (0, 3) and make(np.int64(2), device=device).shape == (2,)
 
 
+def test_a_loss_target_that_would_broadcast_the_predictions_is_refused(device):
+    """(n, 1) predictions against (n,) targets would compare each prediction with every target,
+    a loss that still decreases (PyTorch warns)."""
+    pred = mt.ones(4, 1, device=device)
+    raises(mt.ShapeError, lambda: mt.nn.functional.mse_loss(pred, mt.zeros(4, device=device)), "mse_loss: ",
+           "(4, 1)", "(4,)", "broadcast to (4, 4)", "target.reshape(4, 1)")  # fmt: skip
+    raises(mt.ShapeError, lambda: mt.nn.MSELoss()(mt.ones(4, device=device), [[0.0]] * 3), "(3, 1)")
+    assert mt.nn.functional.mse_loss(pred, 0.0).item() == 1.0  # a target that broadcasts to the input's shape
+    assert mt.nn.functional.mse_loss(pred, mt.zeros(1, device=device), reduction="none").shape == (4, 1)
+
+
+def test_containers_and_dropout_name_themselves():
+    net = mt.nn.Sequential(mt.nn.Linear(2, 2), mt.nn.ReLU())
+    raises(IndexError, lambda: net[2], "Sequential: index 2 is out of range for 2 modules")
+    raises(IndexError, lambda: mt.nn.ModuleList([net])[-2], "ModuleList: index -2 is out of range for 1 modules")
+    assert net[-1] is net[1]
+    raises(ValueError, lambda: mt.nn.Dropout("0.5"), "Dropout: p must be a probability", "'0.5'")
+    raises(ValueError, lambda: mt.dropout(mt.ones(2), True), "dropout: p must be a probability", "True")
+
+
 def test_ragged_data_and_seeds_are_refused_by_name():
     raises(ValueError, lambda: mt.tensor([[1, 2], [3]]), "tensor: the data do not form a rectangular array")
     raises(TypeError, lambda: mt.manual_seed("7"), "manual_seed: ", "'7'")

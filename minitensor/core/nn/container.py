@@ -14,6 +14,14 @@ from typing import Any
 from .module import Module
 
 
+def _at(items: list[Any], index: int, container: str) -> Any:
+    """``items[index]``, or an IndexError that names the container and its length."""
+    try:
+        return items[index]
+    except IndexError:
+        raise IndexError(f"{container}: index {index} is out of range for {len(items)} modules") from None
+
+
 class Sequential(Module):
     """Layers applied one after another: ``Sequential(Linear(2, 8), ReLU(), Linear(8, 2))``.
 
@@ -47,7 +55,7 @@ class Sequential(Module):
         items = list(self._modules.items())
         if isinstance(index, slice):
             return Sequential(OrderedDict(items[index]))
-        return items[index][1]
+        return _at(items, index, "Sequential")[1]
 
     def __len__(self) -> int:
         return len(self._modules)
@@ -77,7 +85,7 @@ class ModuleList(Module):
 
     def __getitem__(self, index: int | slice) -> Module:
         modules = list(self._modules.values())
-        return ModuleList(modules[index]) if isinstance(index, slice) else modules[index]
+        return ModuleList(modules[index]) if isinstance(index, slice) else _at(modules, index, "ModuleList")
 
     def __setitem__(self, index: int, module: Module) -> None:
         self.add_module(list(self._modules)[index], module)

@@ -15,8 +15,8 @@ class Dropout(Module):
 
     def __init__(self, p: float = 0.5) -> None:
         super().__init__()
-        if not 0.0 <= p <= 1.0:
-            raise ValueError(f"Dropout: p must be a probability in [0, 1], got {p}")
+        if not (isinstance(p, (int, float)) and not isinstance(p, bool) and 0.0 <= p <= 1.0):
+            raise ValueError(f"Dropout: p must be a probability in [0, 1], got {p!r}")
         self.p = p
 
     def forward(self, X: Tensor) -> Tensor:

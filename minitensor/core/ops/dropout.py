@@ -124,8 +124,8 @@ def dropout(a: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
     with ``training=False`` (or p = 0) ``a`` is returned as it is. ``p`` outside [0, 1] is a
     ``ValueError``.
     """
-    if not 0.0 <= p <= 1.0:
-        raise ValueError(f"dropout: p must be a probability in [0, 1], got {p}")
+    if not (isinstance(p, (int, float)) and not isinstance(p, bool) and 0.0 <= p <= 1.0):
+        raise ValueError(f"dropout: p must be a probability in [0, 1], got {p!r}")
     if not training or p == 0.0:
         return a
     return Dropout.apply(a, p)

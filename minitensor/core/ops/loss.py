@@ -17,6 +17,8 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
+import numpy
+
 from ..autograd import Function, Grads
 from ..errors import ShapeError
 from ..tensor import Array, Tensor
@@ -131,12 +133,23 @@ def cross_entropy(
 
 
 def mse_loss(input: Tensor, target: Tensor | Any, reduction: str = "mean") -> Tensor:  # noqa: A002
-    """The squared error (input - target)^2 of D2L 3.1.1, elementwise (the shapes broadcast), then
-    averaged ("mean"), summed ("sum") or kept ("none"): PyTorch's ``mse_loss``. A composition of
-    ops (``sub``, ``mul``, ``mean``), so its gradient, 2 (input - target) / n for the mean, is
-    theirs."""
+    """The squared error (input - target)^2 of D2L 3.1.1, elementwise, then averaged ("mean"),
+    summed ("sum") or kept ("none"): PyTorch's ``mse_loss``. A composition of ops (``sub``,
+    ``mul``, ``mean``), so its gradient, 2 (input - target) / n for the mean, is theirs.
+
+    The target may broadcast to the input's shape (a number, say), never beyond it: predictions
+    of shape (n, 1) against targets of shape (n,) would broadcast to (n, n), every prediction
+    compared with every target, a wrong loss that still decreases. PyTorch warns there; this is
+    a ShapeError."""
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f"mse_loss: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
     diff = input - target
+    if diff.shape != input.shape:
+        target_shape = tuple(target.shape) if isinstance(target, Tensor) else numpy.shape(target)
+        raise ShapeError(
+            f"mse_loss: input of shape {tuple(input.shape)} and target of shape {target_shape} broadcast to "
+            f"{tuple(diff.shape)}, comparing each prediction with several targets; give the target the "
+            f"input's shape (target.reshape{tuple(input.shape)})"
+        )
     error = diff * diff
     return error if reduction == "none" else error.mean() if reduction == "mean" else error.sum()
