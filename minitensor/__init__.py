@@ -148,7 +148,7 @@ __all__ = [
     "zeros_like",
 ]
 __all__ += ops.__all__
-__all__ += ["hookimpl", "plugins", "testing", "viz", "onnx", "save", "load"]  # noqa: F405 -- not imported here: see __getattr__
+__all__ += ["hookimpl", "plugins", "testing", "viz", "onnx", "utils", "save", "load"]  # noqa: F405 -- not imported here: see __getattr__
 
 __version__ = "0.1.0"
 
@@ -160,7 +160,7 @@ def __getattr__(name):
         plugins = importlib.import_module("minitensor.core.plugins")
         globals()["plugins"] = plugins
         return plugins if name == "plugins" else plugins.hookimpl
-    if name in ("testing", "viz", "onnx"):  # the conformance kit, the drawings, the export: on first use too
+    if name in ("testing", "viz", "onnx", "utils"):  # the conformance kit, the drawings, the export, data loading
         return importlib.import_module(f"minitensor.{name}")
     if name in ("save", "load"):  # torch.save / torch.load's counterparts (serialization.py), safetensors inside
         return getattr(importlib.import_module("minitensor.serialization"), name)

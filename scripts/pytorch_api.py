@@ -4,7 +4,7 @@
     python scripts/pytorch_api.py --check    # exit 1 if the page is out of date
 
 For every public name of ``minitensor``, ``minitensor.nn``, ``minitensor.nn.functional``,
-``minitensor.optim`` and ``minitensor.optim.lr_scheduler``, and every public attribute of
+``minitensor.optim``, ``minitensor.optim.lr_scheduler`` and ``minitensor.utils.data``, and every public attribute of
 ``minitensor.Tensor``, the page says whether PyTorch has it and, where both do, which parameter
 names and defaults differ (read with ``inspect.signature``). Every difference needs a line in
 ``REASONS`` below -- why minitensor differs, or "not yet aligned" and what aligning would take --
@@ -37,6 +37,7 @@ MODULES = [
     ("minitensor.nn.functional", "torch.nn.functional", "mt.nn.functional."),
     ("minitensor.optim", "torch.optim", "mt.optim."),
     ("minitensor.optim.lr_scheduler", "torch.optim.lr_scheduler", "mt.optim.lr_scheduler."),
+    ("minitensor.utils.data", "torch.utils.data", "mt.utils.data."),
 ]
 
 #: minitensor names whose PyTorch counterpart lives elsewhere (or has another name)
@@ -262,6 +263,16 @@ REASONS = {
         "features minitensor lacks (forward mode, batched and sparse gradients)"
     ),
     "mt.to_device": "extra: the differentiable function behind `Tensor.to(device)`",
+    "mt.utils.data.DataLoader": (
+        "teaching choice: the common case of PyTorch's loader: batches in order or shuffled (a new order each "
+        "epoch from the generator `mt.manual_seed` seeds), `drop_last`, `collate_fn`; no samplers, `generator` or "
+        "`pin_memory`; `num_workers` is accepted with a warning and nothing starts: the data are read in the "
+        "calling process"
+    ),
+    "mt.utils.data.default_collate": (
+        "behaviour: Python floats become float32 (minitensor's rule for Python numbers, as in `mt.tensor`), where "
+        "PyTorch's become float64"
+    ),
     "mt.save": (
         "teaching choice: writes a tensor, a list or tuple of tensors or a dict of them (a `state_dict`) as "
         "safetensors, never a pickle; other objects are refused (an optimizer's state goes into a checkpoint)"
@@ -771,9 +782,9 @@ INTRO = """\
 # minitensor and PyTorch: the differences
 
 This page lists every public name of `minitensor`, `minitensor.nn`, `minitensor.nn.functional`, \
-`minitensor.optim` and `minitensor.optim.lr_scheduler`, and every public attribute of \
+`minitensor.optim`, `minitensor.optim.lr_scheduler` and `minitensor.utils.data`, and every public attribute of \
 `minitensor.Tensor`, beside its PyTorch counterpart (`torch`, `torch.nn`, `torch.nn.functional`, \
-`torch.optim`, `torch.optim.lr_scheduler`, `torch.Tensor`): whether PyTorch has it, which \
+`torch.optim`, `torch.optim.lr_scheduler`, `torch.utils.data`, `torch.Tensor`): whether PyTorch has it, which \
 parameter names and defaults differ, and either "aligned" (made to match) or why it differs — \
 a teaching choice, a D2L extra, or "not yet aligned" with what aligning would take. It is \
 generated, with the reasons kept in the script, by `python scripts/pytorch_api.py`; run it after \
