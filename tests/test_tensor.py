@@ -393,6 +393,13 @@ def test_real_functions_of_integers_are_float32(device, name):
         np.testing.assert_array_equal(out.numpy(), expected.numpy())
 
 
+def test_means_of_integers_and_booleans_are_float32(device):
+    i, b = mt.tensor([1, 2, 4], device=device), mt.tensor([True, False, True, True], device=device)
+    for out, value in ((i.mean(), 7 / 3), (mt.var(i), 7 / 3), (b.mean(), 0.75), (i.mean(dim=0, keepdim=True), 7 / 3)):
+        assert out.dtype == mt.float32
+        np.testing.assert_allclose(out.numpy(), value, rtol=1e-6)
+
+
 def test_true_division_of_integers_is_float32(device):
     i, j = mt.tensor([1, 2, 3], device=device), mt.tensor([2, 4, 4], device=device)
     for out in (i / j, i / 2, 6 / j, mt.div(i, j), i.div(j), i / mt.ones(3, device=device)):

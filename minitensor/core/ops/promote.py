@@ -9,11 +9,11 @@
   float64 unnoticed is slow, and an error saying which conversion to make is kinder.
 - Anything else (lists, NumPy arrays) becomes a tensor on the other operand's device.
 
-Ops defined on real numbers alone, as PyTorch's: ``exp``, ``log``, ``sqrt``, ``tanh``,
-``sigmoid``, ``sin``, ``cos`` and true division turn integer data into float32 (``as_float``),
-never NumPy's float64; the softmax family, cross-entropy's logits, layer norm and GELU refuse it
-in words (``float_only``), where NumPy's integer arithmetic would give a wrong answer or numba
-a typing error from inside a kernel.
+Ops defined on real numbers alone: ``exp``, ``log``, ``sqrt``, ``tanh``, ``sigmoid``, ``sin``,
+``cos`` and true division (as PyTorch's), and ``mean`` and ``var`` (which PyTorch refuses) turn
+integer data into float32 (``as_float``), never NumPy's float64. The softmax family,
+cross-entropy's logits, layer norm and GELU refuse it in words (``float_only``), where NumPy's
+integer arithmetic would give a wrong answer or numba a typing error from inside a kernel.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from ..autograd import Function, Grads
 from ..errors import ShapeError
 from ..tensor import Array, Axes, Tensor
 from .axes import normalize_axes, normalize_axis, torch_names
+from .promote import as_float
 
 
 def reduced_axes(axis: Axes | None, ndim: int, op: str) -> tuple[int, ...]:
@@ -137,8 +138,9 @@ def sum(a: Tensor, axis: Axes | None = None, keepdims: bool = False) -> Tensor: 
 @torch_names
 def mean(a: Tensor, axis: Axes | None = None, keepdims: bool = False) -> Tensor:
     """z = (1/N) sum_i a_i over ``axis`` (an int, a tuple of ints, or None for every axis), N the
-    number of elements averaged; dz/da_i = 1/N. ``keepdims`` as for ``sum``."""
-    return Mean.apply(a, axis=axis, keepdims=keepdims)
+    number of elements averaged; dz/da_i = 1/N. ``keepdims`` as for ``sum``. The mean of
+    integers or booleans (an accuracy, ``(pred == y).mean()``) is float32, not NumPy's float64."""
+    return Mean.apply(as_float(a), axis=axis, keepdims=keepdims)
 
 
 @torch_names
@@ -165,8 +167,9 @@ def var(a: Tensor, axis: Axes | None = None, keepdims: bool = False, correction:
 
     ``correction=1`` (the default, as in PyTorch) is the unbiased estimate; ``correction=0``
     the population variance, which layer normalisation uses. ``keepdims`` as for ``sum``.
+    Integers or booleans give float32, as ``mean``.
     """
-    return Var.apply(a, axis=axis, keepdims=keepdims, correction=correction)
+    return Var.apply(as_float(a), axis=axis, keepdims=keepdims, correction=correction)
 
 
 class ArgMax(Function):
