@@ -53,6 +53,10 @@ ELSEWHERE = {
     "mt.optim.clip_grad_norm_": "torch.nn.utils.clip_grad_norm_",
     "mt.optim.LRScheduler": "torch.optim.lr_scheduler.LRScheduler",
     "mt.optim.LambdaLR": "torch.optim.lr_scheduler.LambdaLR",
+    "mt.optim.StepLR": "torch.optim.lr_scheduler.StepLR",
+    "mt.optim.MultiStepLR": "torch.optim.lr_scheduler.MultiStepLR",
+    "mt.optim.ExponentialLR": "torch.optim.lr_scheduler.ExponentialLR",
+    "mt.optim.CosineAnnealingLR": "torch.optim.lr_scheduler.CosineAnnealingLR",
 }
 
 #: PyTorch classes whose own signature is ``(*args, **kwargs)`` and which pass their arguments

@@ -202,14 +202,55 @@ def test_lambda_lr_matches_pytorch():
         theirs.step()
 
 
+# PyTorch's four schedules: (how to make one from an optimiser, its closed form for a base lr and an epoch)
+PYTORCH_SCHEDULES = {
+    "StepLR": (dict(step_size=3, gamma=0.5), lambda base, e: base * 0.5 ** (e // 3)),
+    "MultiStepLR": (dict(milestones=[6, 2], gamma=0.1), lambda base, e: base * 0.1 ** ((e >= 2) + (e >= 6))),
+    "ExponentialLR": (dict(gamma=0.9), lambda base, e: base * 0.9**e),
+    "CosineAnnealingLR": (
+        dict(T_max=5, eta_min=0.01),
+        lambda base, e: 0.01 + (base - 0.01) * (1 + math.cos(math.pi * e / 5)) / 2,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PYTORCH_SCHEDULES))
+def test_pytorchs_schedules_follow_their_closed_forms(name):
+    options, form = PYTORCH_SCHEDULES[name]
+    sched = getattr(optim, name)(two_groups(0.1, 0.2), **options)
+    assert getattr(optim.lr_scheduler, name) is type(sched)
+    seen = lrs_over(sched, 16)  # past T_max and every milestone
+    for col, base in enumerate((0.1, 0.2)):
+        np.testing.assert_allclose(seen[:, col], [form(base, e) for e in range(16)], rtol=1e-12)
+
+
+@pytest.mark.parametrize("name", sorted(PYTORCH_SCHEDULES))
+def test_pytorchs_schedules_match_pytorch(name):
+    torch = pytest.importorskip("torch")
+    options, _ = PYTORCH_SCHEDULES[name]
+    ours = getattr(optim, name)(two_groups(0.1, 0.2), **options)
+    p, q = torch.zeros(1, requires_grad=True), torch.zeros(1, requires_grad=True)
+    opt = torch.optim.SGD([{"params": [p], "lr": 0.1}, {"params": [q], "lr": 0.2}])
+    theirs = getattr(torch.optim.lr_scheduler, name)(opt, **options)
+    for _ in range(16):
+        np.testing.assert_allclose(ours.get_last_lr(), theirs.get_last_lr(), rtol=1e-9, atol=1e-15)
+        opt.step()
+        ours.step()
+        theirs.step()
+
+
 @pytest.mark.parametrize(
     "make",
     [
         lambda opt: optim.NoamLR(opt, d_model=8, warmup_steps=3),
         lambda opt: optim.WarmupCosineLR(opt, warmup_steps=3, total_steps=9, min_lr=0.001),
         lambda opt: optim.LambdaLR(opt, lambda e: 0.9**e),
+        lambda opt: optim.StepLR(opt, step_size=2),
+        lambda opt: optim.MultiStepLR(opt, milestones=[2, 5], gamma=0.5),
+        lambda opt: optim.ExponentialLR(opt, gamma=0.8),
+        lambda opt: optim.CosineAnnealingLR(opt, T_max=6),
     ],
-    ids=["noam", "warmup_cosine", "lambda"],
+    ids=["noam", "warmup_cosine", "lambda", "step", "multistep", "exponential", "cosine"],
 )
 def test_schedule_state_round_trip(make):
     sched = make(two_groups())
@@ -234,6 +275,15 @@ def test_schedule_errors():
         optim.WarmupCosineLR(two_groups(), warmup_steps=5, total_steps=5)
     with pytest.raises(KeyError, match="initial_lr"):
         optim.NoamLR(two_groups(), d_model=8, warmup_steps=3, last_epoch=5)
+    for make, message in [
+        (lambda: optim.StepLR(two_groups(), step_size=0), "StepLR: step_size must be an integer >= 1, got 0"),
+        (lambda: optim.StepLR(two_groups(), 2, gamma=-1), "StepLR: gamma must be a number > 0, got -1"),
+        (lambda: optim.MultiStepLR(two_groups(), [3, 1.5]), "MultiStepLR: a milestone must be an integer >= 1"),
+        (lambda: optim.ExponentialLR(two_groups(), gamma="0.9"), "ExponentialLR: gamma must be a number > 0"),
+        (lambda: optim.CosineAnnealingLR(two_groups(), T_max=0), "CosineAnnealingLR: T_max must be an integer"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            make()
 
 
 # -- gradient clipping ------------------------------------------------------------------------------

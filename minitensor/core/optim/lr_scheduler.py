@@ -1,5 +1,6 @@
 """Learning-rate schedules (PyTorch's ``torch.optim.lr_scheduler``): ``LRScheduler``,
-``LambdaLR``, ``NoamLR`` and ``WarmupCosineLR``.
+``LambdaLR``, ``NoamLR`` and ``WarmupCosineLR``, and PyTorch's ``StepLR``, ``MultiStepLR``,
+``ExponentialLR`` and ``CosineAnnealingLR`` (D2L 12.11, "Learning Rate Scheduling").
 
 A scheduler sets ``group["lr"]`` of every parameter group of an optimiser; call
 ``scheduler.step()`` once after each ``optimizer.step()``::
@@ -15,20 +16,32 @@ particular diverge); a learning rate that grows over the first ``warmup_steps`` 
 decays afterwards trains them reliably.
 
 Counting: ``last_epoch`` (PyTorch's name) is how many times ``step()`` has been called, 0
-right after construction. ``NoamLR`` and ``WarmupCosineLR`` number training steps from 1,
+right after construction. PyTorch's four schedules are computed from ``last_epoch`` in closed
+form (PyTorch updates the rate step by step; the numbers are the same where no other schedule
+changes it). ``NoamLR`` and ``WarmupCosineLR`` number training steps from 1,
 as the Transformer paper does: the learning rate in force for optimiser step t = last_epoch
 + 1 is lr(t). Construction sets lr(1) at once, so the first step is never wasted at 0.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from .optimizer import Optimizer
 
-__all__ = ["LRScheduler", "LambdaLR", "NoamLR", "WarmupCosineLR"]
+__all__ = [
+    "CosineAnnealingLR",
+    "ExponentialLR",
+    "LRScheduler",
+    "LambdaLR",
+    "MultiStepLR",
+    "NoamLR",
+    "StepLR",
+    "WarmupCosineLR",
+]
 
 
 class LRScheduler:
@@ -177,3 +190,77 @@ class WarmupCosineLR(LRScheduler):
     def get_lr(self) -> list[float]:
         """``lr_at(last_epoch + 1, base_lr)`` for every parameter group, a list."""
         return [self.lr_at(self.last_epoch + 1, base) for base in self.base_lrs]
+
+
+def _positive_int(name: str, value: Any, scheduler: str) -> int:
+    if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+        raise ValueError(f"{scheduler}: {name} must be an integer >= 1, got {value!r}")
+    return value
+
+
+def _factor(gamma: Any, scheduler: str) -> float:
+    if not (isinstance(gamma, (int, float)) and not isinstance(gamma, bool) and 0 < gamma):
+        raise ValueError(f"{scheduler}: gamma must be a number > 0, got {gamma!r}")
+    return float(gamma)
+
+
+class StepLR(LRScheduler):
+    """lr = base_lr * gamma^(last_epoch // step_size): the rate multiplied by ``gamma`` every
+    ``step_size`` steps (or epochs, if ``step()`` is called once an epoch), PyTorch's ``StepLR``."""
+
+    def __init__(self, optimizer: Optimizer, step_size: int, gamma: float = 0.1, last_epoch: int = -1) -> None:
+        self.step_size = _positive_int("step_size", step_size, "StepLR")
+        self.gamma = _factor(gamma, "StepLR")
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self) -> list[float]:
+        """base_lr * gamma^(last_epoch // step_size) for every parameter group, a list."""
+        return [base * self.gamma ** (self.last_epoch // self.step_size) for base in self.base_lrs]
+
+
+class MultiStepLR(LRScheduler):
+    """lr = base_lr * gamma^k, k the number of ``milestones`` reached (milestone <= last_epoch):
+    the rate multiplied by ``gamma`` at each milestone, PyTorch's ``MultiStepLR`` (D2L 12.11's
+    factor schedule at epochs 15 and 30: ``MultiStepLR(trainer, milestones=[15, 30], gamma=0.5)``)."""
+
+    def __init__(
+        self, optimizer: Optimizer, milestones: Iterable[int], gamma: float = 0.1, last_epoch: int = -1
+    ) -> None:
+        self.milestones = sorted(_positive_int("a milestone", m, "MultiStepLR") for m in milestones)
+        self.gamma = _factor(gamma, "MultiStepLR")
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self) -> list[float]:
+        """base_lr * gamma^(milestones reached) for every parameter group, a list."""
+        reached = bisect.bisect_right(self.milestones, self.last_epoch)
+        return [base * self.gamma**reached for base in self.base_lrs]
+
+
+class ExponentialLR(LRScheduler):
+    """lr = base_lr * gamma^last_epoch: the rate multiplied by ``gamma`` at every step,
+    PyTorch's ``ExponentialLR``."""
+
+    def __init__(self, optimizer: Optimizer, gamma: float, last_epoch: int = -1) -> None:
+        self.gamma = _factor(gamma, "ExponentialLR")
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self) -> list[float]:
+        """base_lr * gamma^last_epoch for every parameter group, a list."""
+        return [base * self.gamma**self.last_epoch for base in self.base_lrs]
+
+
+class CosineAnnealingLR(LRScheduler):
+    """lr = eta_min + (base_lr - eta_min) * (1 + cos(pi * last_epoch / T_max)) / 2: half a cosine
+    from each group's base rate down to ``eta_min`` over ``T_max`` steps (Loshchilov and Hutter's
+    SGDR without restarts), PyTorch's ``CosineAnnealingLR``. Past ``T_max`` the cosine goes on,
+    back up, as PyTorch's does; ``WarmupCosineLR`` holds ``min_lr`` instead and warms up first."""
+
+    def __init__(self, optimizer: Optimizer, T_max: int, eta_min: float = 0.0, last_epoch: int = -1) -> None:  # noqa: N803
+        self.T_max = _positive_int("T_max", T_max, "CosineAnnealingLR")
+        self.eta_min = eta_min
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self) -> list[float]:
+        """eta_min + (base_lr - eta_min) (1 + cos(pi last_epoch / T_max)) / 2 for every group, a list."""
+        cosine = (1 + math.cos(math.pi * self.last_epoch / self.T_max)) / 2
+        return [self.eta_min + (base - self.eta_min) * cosine for base in self.base_lrs]
