@@ -108,10 +108,17 @@ def load(f, map_location=None):
         keys = json.loads(metadata["keys"]) if ours else sorted(arrays)
     except (KeyError, ValueError, TypeError) as e:
         raise ValueError(f"load: {name} was written by mt.save but its metadata is damaged ({e!r})") from e
-    if structure not in STRUCTURES or not isinstance(devices, dict) or sorted(keys) != sorted(arrays):
+    names = isinstance(keys, list) and all(isinstance(k, str) for k in keys) and sorted(keys) == sorted(arrays)
+    if (
+        structure not in STRUCTURES
+        or not names
+        or (structure == "tensor" and len(keys) != 1)
+        or not (isinstance(devices, dict) and all(isinstance(d, str) for d in devices.values()))
+    ):
+        held = f"{len(keys)} tensors" if isinstance(keys, list) else f"keys {str(keys)[:40]!r}"
         raise ValueError(
             f"load: {name} was written by mt.save but its metadata is damaged: a {structure!r} "
-            f"of {len(keys)} tensors, where the file holds {len(arrays)}"
+            f"of {held}, where the file holds {len(arrays)} tensors"
         )
 
     def to_tensor(key):

@@ -172,10 +172,18 @@ def test_damaged_metadata_is_an_error(tmp_path):
         (meta, "metadata is damaged"),  # no "keys"
         ({**meta, "keys": '["0", "1"]'}, "a 'list' of 2 tensors, where the file holds 1"),
         ({**meta, "keys": '["0"]', "structure": "set"}, "a 'set' of 1 tensors"),
+        ({**meta, "keys": "5"}, "a 'list' of keys '5', where the file holds 1 tensors"),  # crafted: never a TypeError
+        ({**meta, "keys": '["0"]', "devices": '{"0": 5}'}, "metadata is damaged"),
+        ({**meta, "keys": '["0"]', "requires_grad": "7"}, "metadata is damaged"),
     ]:
         (tmp_path / "f").write_bytes(save(arrays, metadata=metadata))
         with pytest.raises(ValueError, match=message):
             mt.load(tmp_path / "f")
+    two = {"tensor": np.ones(1, np.float32), "other": np.ones(1, np.float32)}
+    tensor_of_two = {**meta, "structure": "tensor", "keys": '["tensor", "other"]'}
+    (tmp_path / "f").write_bytes(save(two, metadata=tensor_of_two))
+    with pytest.raises(ValueError, match="a 'tensor' of 2 tensors"):
+        mt.load(tmp_path / "f")
 
 
 def test_a_safetensors_file_from_elsewhere_loads_as_a_dict(tmp_path):
