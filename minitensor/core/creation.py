@@ -20,9 +20,10 @@ def _shape(op: str, shape: tuple[Any, ...], dtype: DType, backend: Backend) -> t
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = tuple(shape[0])
     shape = tuple(shape)  # Any, not int: under mt.onnx.export a length may be a traced dimension (an int)
-    if not all(is_count(n) for n in shape):
-        whole = all(isinstance(n, (int, numpy.integer)) and not isinstance(n, bool) for n in shape)
-        raise (ValueError if whole else TypeError)(f"{op}: a shape is whole numbers >= 0, got {shape}")
+    for n in shape:
+        if (type(n) is not int or n < 0) and not is_count(n):  # (the first test passes most lengths)
+            whole = all(isinstance(n, (int, numpy.integer)) and not isinstance(n, bool) for n in shape)
+            raise (ValueError if whole else TypeError)(f"{op}: a shape is whole numbers >= 0, got {shape}")
     backend.check_fits(op, shape, numpy.dtype(dtype).itemsize)
     return shape
 

@@ -67,6 +67,17 @@ def _first_kernel() -> None:
 _KERNEL_DTYPES = (numpy.dtype(numpy.float32), numpy.dtype(numpy.float64))
 
 
+def _machine_ram() -> int | None:
+    try:  # Linux, macOS; Windows has no sysconf
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+# read once: every new tensor's size is checked against it (creation.py), and it does not change
+_RAM = _machine_ram()
+
+
 class NumpyBackend(Backend):
     device = "cpu"
     xp = numpy
@@ -93,10 +104,7 @@ class NumpyBackend(Backend):
         return isinstance(obj, numpy.ndarray)
 
     def memory_size(self) -> int | None:
-        try:  # the machine's RAM (Linux, macOS); Windows has no sysconf
-            return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        except (AttributeError, ValueError, OSError):
-            return None
+        return _RAM  # the machine's RAM
 
     def seed(self, seed: int) -> None:
         self._rng = numpy.random.default_rng(seed)
