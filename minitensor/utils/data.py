@@ -17,7 +17,6 @@ warned about, never used to start processes. The training loop of ``minitensor t
 ``minitensor.data.Batches`` instead, which also saves its place in the data for ``--resume``.
 """
 
-import math
 import numbers
 import warnings
 
@@ -111,7 +110,7 @@ class DataLoader:
 
     def __len__(self):
         n = len(self.dataset)
-        return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)  # (integer ceiling)
 
     def __iter__(self):
         n = len(self.dataset)
