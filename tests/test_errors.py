@@ -346,8 +346,10 @@ def test_containers_and_dropout_name_themselves():
     raises(IndexError, lambda: net[2], "Sequential: index 2 is out of range for 2 modules")
     raises(IndexError, lambda: mt.nn.ModuleList([net])[-2], "ModuleList: index -2 is out of range for 1 modules")
     assert net[-1] is net[1]
-    raises(ValueError, lambda: mt.nn.Dropout("0.5"), "Dropout: p must be a probability", "'0.5'")
-    raises(ValueError, lambda: mt.dropout(mt.ones(2), True), "dropout: p must be a probability", "True")
+    raises(TypeError, lambda: mt.nn.Dropout("0.5"), "Dropout: p must be a number in [0, 1], got '0.5'")
+    raises(TypeError, lambda: mt.dropout(mt.ones(2), True), "dropout: p must be a number in [0, 1], got True")
+    raises(ValueError, lambda: mt.nn.Dropout(1.5), "Dropout: p must be a probability in [0, 1], got 1.5")
+    raises(ValueError, lambda: mt.nn.GRU(2, 3, dropout=-0.1), "GRU: dropout must be a probability in [0, 1], got -0.1")
 
 
 def test_ragged_data_and_seeds_are_refused_by_name():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..ops.dropout import check_probability
 from ..tensor import Tensor
 from . import functional as F
 from .module import Module
@@ -15,8 +16,7 @@ class Dropout(Module):
 
     def __init__(self, p: float = 0.5) -> None:
         super().__init__()
-        if not (isinstance(p, (int, float)) and not isinstance(p, bool) and 0.0 <= p <= 1.0):
-            raise ValueError(f"Dropout: p must be a probability in [0, 1], got {p!r}")
+        check_probability("Dropout", "p", p)
         self.p = p
 
     def forward(self, X: Tensor) -> Tensor:

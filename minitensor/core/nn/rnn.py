@@ -36,6 +36,7 @@ import math
 from ..creation import zeros
 from ..errors import ShapeError
 from ..ops import stack
+from ..ops.dropout import check_probability
 from ..ops.rnn import GRUSequence
 from ..tensor import Device, DType, Tensor
 from . import functional as F
@@ -117,8 +118,7 @@ class GRU(Module):
         super().__init__()
         if num_layers < 1:
             raise ValueError(f"GRU: num_layers must be >= 1, got {num_layers}")
-        if not 0.0 <= dropout <= 1.0:
-            raise ValueError(f"GRU: dropout must be a probability in [0, 1], got {dropout}")
+        check_probability("GRU", "dropout", dropout)
         self.input_size, self.num_hiddens, self.num_layers = input_size, num_hiddens, num_layers
         self.dropout, self.bias, self.batch_first = dropout, bias, batch_first
         for layer in range(num_layers):

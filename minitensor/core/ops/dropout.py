@@ -122,10 +122,9 @@ def dropout(a: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
         z = a * m / (1 - p),   m_i ~ Bernoulli(1 - p),   so E[z] = a;
 
     with ``training=False`` (or p = 0) ``a`` is returned as it is. ``p`` outside [0, 1] is a
-    ``ValueError``.
+    ``ValueError``, a ``p`` that is not a number a ``TypeError`` (``check_probability``).
     """
-    if not (isinstance(p, (int, float)) and not isinstance(p, bool) and 0.0 <= p <= 1.0):
-        raise ValueError(f"dropout: p must be a probability in [0, 1], got {p!r}")
+    check_probability("dropout", "p", p)
     if not training or p == 0.0:
         return a
     return Dropout.apply(a, p)
