@@ -239,6 +239,152 @@ def test_pytorchs_schedules_match_pytorch(name):
         theirs.step()
 
 
+# Schedules run together on one optimiser (PyTorch's four compose: each multiplies the rate it finds).
+CHAINS = {
+    "exponential+step": [("ExponentialLR", dict(gamma=0.9)), ("StepLR", dict(step_size=2, gamma=0.5))],
+    "cosine+multistep": [
+        ("CosineAnnealingLR", dict(T_max=5, eta_min=0.01)),
+        ("MultiStepLR", dict(milestones=[3, 7, 7], gamma=0.5)),  # 7 twice: gamma^2 there
+    ],
+    "step+cosine": [("StepLR", dict(step_size=3, gamma=0.5)), ("CosineAnnealingLR", dict(T_max=4))],
+    "cosine+exponential": [("CosineAnnealingLR", dict(T_max=3)), ("ExponentialLR", dict(gamma=0.95))],
+}
+
+
+def schedules_side_by_side(torch, chain, steps, set_lrs=None):
+    """Our schedules and PyTorch's, made in ``chain`` order on two-group SGDs and stepped in that order
+    after every optimiser step; at step ``k`` of ``set_lrs = (k, lrs)`` the groups' rates are set by hand
+    first. Returns ([our group lrs], [PyTorch's]) in force for every optimiser step, and the last step's
+    get_last_lr() of every scheduler, ours and PyTorch's."""
+    ours_opt = two_groups(0.1, 0.2)
+    p, q = torch.zeros(1, requires_grad=True), torch.zeros(1, requires_grad=True)
+    theirs_opt = torch.optim.SGD([{"params": [p], "lr": 0.1}, {"params": [q], "lr": 0.2}])
+    ours = [getattr(optim, name)(ours_opt, **options) for name, options in chain]
+    theirs = [getattr(torch.optim.lr_scheduler, name)(theirs_opt, **options) for name, options in chain]
+    seen_ours, seen_theirs = [], []
+    for k in range(steps):
+        if set_lrs is not None and k == set_lrs[0]:
+            for opt in (ours_opt, theirs_opt):
+                for group, lr in zip(opt.param_groups, set_lrs[1]):
+                    group["lr"] = lr
+        seen_ours.append([g["lr"] for g in ours_opt.param_groups])
+        seen_theirs.append([g["lr"] for g in theirs_opt.param_groups])
+        theirs_opt.step()
+        for ours_sched, theirs_sched in zip(ours, theirs):
+            ours_sched.step()
+            theirs_sched.step()
+    last = [s.get_last_lr() for s in ours], [s.get_last_lr() for s in theirs]
+    return (seen_ours, seen_theirs), last
+
+
+@pytest.mark.parametrize("name", sorted(PYTORCH_SCHEDULES))
+def test_pytorchs_schedules_match_pytorch_over_many_steps(name):
+    # 40 steps: eight cosine half-periods (up and down again, through both special cases of its recursion)
+    torch = pytest.importorskip("torch")
+    (ours, theirs), (last_ours, last_theirs) = schedules_side_by_side(torch, [(name, PYTORCH_SCHEDULES[name][0])], 40)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-13, atol=1e-17)
+    np.testing.assert_allclose(last_ours, last_theirs, rtol=1e-13, atol=1e-17)
+
+
+@pytest.mark.parametrize("chain", sorted(CHAINS))
+def test_chained_schedules_match_pytorch(chain):
+    torch = pytest.importorskip("torch")
+    (ours, theirs), (last_ours, last_theirs) = schedules_side_by_side(torch, CHAINS[chain], 40)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-13, atol=1e-17)
+    np.testing.assert_allclose(last_ours, last_theirs, rtol=1e-13, atol=1e-17)  # each one's own last rate
+
+
+def test_chained_schedules_compose_by_hand():
+    # no PyTorch needed: the user's report, ExponentialLR(0.9) then StepLR(2, 0.5), 4 steps
+    opt = two_groups(0.1, 0.2)
+    first, second = optim.ExponentialLR(opt, gamma=0.9), optim.StepLR(opt, step_size=2, gamma=0.5)
+    for _ in range(4):
+        opt.step()
+        first.step()
+        second.step()
+    for group, base in zip(opt.param_groups, (0.1, 0.2)):
+        assert group["lr"] == pytest.approx(base * 0.9**4 * 0.5**2, rel=1e-12)  # 0.0164025, not 0.025
+    assert second.get_last_lr() == [g["lr"] for g in opt.param_groups]
+
+
+@pytest.mark.parametrize(
+    "chain",
+    [[(name, PYTORCH_SCHEDULES[name][0])] for name in sorted(PYTORCH_SCHEDULES)]
+    + [CHAINS["exponential+step"], CHAINS["cosine+multistep"]],
+    ids=sorted(PYTORCH_SCHEDULES) + ["exponential+step", "cosine+multistep"],
+)
+def test_schedules_carry_on_from_a_rate_set_by_hand_as_pytorch(chain):
+    torch = pytest.importorskip("torch")
+    (ours, theirs), _ = schedules_side_by_side(torch, chain, 30, set_lrs=(7, [0.05, 0.3]))
+    assert ours[7] == [0.05, 0.3]
+    np.testing.assert_allclose(ours, theirs, rtol=1e-13, atol=1e-17)
+
+
+@pytest.mark.parametrize("name", sorted(PYTORCH_SCHEDULES))
+def test_schedules_keep_a_rate_set_by_hand(name):
+    # no PyTorch needed: after a change by hand, the schedule scales the new rate, where a closed form
+    # would put the old one back; alone, the rate is then twice what it would have been (the cosine:
+    # its distance from eta_min scaled by the ratio of the cosine's values, from step 1 to step 3)
+    options, form = PYTORCH_SCHEDULES[name]
+    opt = two_groups(0.1, 0.2)
+    sched = getattr(optim, name)(opt, **options)
+    sched.step()
+    opt.param_groups[0]["lr"] *= 2
+    sched.step()
+    sched.step()
+    if name == "CosineAnnealingLR":
+        ratio = (1 + math.cos(math.pi * 3 / 5)) / (1 + math.cos(math.pi * 1 / 5))
+        expected = 0.01 + (2 * form(0.1, 1) - 0.01) * ratio
+    else:
+        expected = 2 * form(0.1, 3)
+    assert opt.param_groups[0]["lr"] == pytest.approx(expected, rel=1e-12)
+    assert opt.param_groups[1]["lr"] == pytest.approx(form(0.2, 3), rel=1e-12)  # the other group: untouched
+
+
+@pytest.mark.parametrize("name", sorted(PYTORCH_SCHEDULES))
+def test_resuming_at_last_epoch_sets_the_closed_form(name):
+    # made with last_epoch=e (after the optimiser's state, which holds initial_lr, was loaded), a
+    # schedule sets its closed form at e + 1 from base_lrs, whatever the group's rate was
+    options, form = PYTORCH_SCHEDULES[name]
+    opt = two_groups(0.1, 0.2)
+    for group in opt.param_groups:
+        group["initial_lr"], group["lr"] = group["lr"], 123.0
+    sched = getattr(optim, name)(opt, **options, last_epoch=4)
+    assert sched.last_epoch == 5 and sched.base_lrs == [0.1, 0.2]
+    np.testing.assert_allclose(sched.get_last_lr(), [form(0.1, 5), form(0.2, 5)], rtol=1e-12)
+    np.testing.assert_allclose(sched._get_closed_form_lr(), [form(0.1, 5), form(0.2, 5)], rtol=1e-12)
+    for e in range(6, 20):  # then on recursively, along the same curve
+        sched.step()
+        np.testing.assert_allclose(sched.get_last_lr(), [form(0.1, e), form(0.2, e)], rtol=1e-10)
+
+
+@pytest.mark.parametrize("chain", sorted(CHAINS))
+def test_chained_schedules_state_round_trip(chain):
+    # saved after 6 steps with the optimiser (JSON: plain numbers and lists), loaded into fresh ones in
+    # the order they step: the next 12 rates are those of the run that never stopped
+    def make():
+        opt = two_groups(0.1, 0.2)
+        return opt, [getattr(optim, name)(opt, **options) for name, options in CHAINS[chain]]
+
+    def advance(opt, schedules, steps):
+        seen = []
+        for _ in range(steps):
+            seen.append([g["lr"] for g in opt.param_groups])
+            for sched in schedules:
+                sched.step()
+        return seen
+
+    opt, schedules = make()
+    advance(opt, schedules, 6)
+    saved = json.loads(json.dumps({"opt": opt.state_dict(), "schedules": [s.state_dict() for s in schedules]}))
+    resumed_opt, resumed = make()
+    resumed_opt.load_state_dict(saved["opt"])
+    for sched, state in zip(resumed, saved["schedules"]):
+        sched.load_state_dict(state)
+    assert [g["lr"] for g in resumed_opt.param_groups] == [g["lr"] for g in opt.param_groups]
+    assert advance(resumed_opt, resumed, 12) == advance(opt, schedules, 12)
+
+
 @pytest.mark.parametrize(
     "make",
     [

@@ -16,11 +16,20 @@ particular diverge); a learning rate that grows over the first ``warmup_steps`` 
 decays afterwards trains them reliably.
 
 Counting: ``last_epoch`` (PyTorch's name) is how many times ``step()`` has been called, 0
-right after construction. PyTorch's four schedules are computed from ``last_epoch`` in closed
-form (PyTorch updates the rate step by step; the numbers are the same where no other schedule
-changes it). ``NoamLR`` and ``WarmupCosineLR`` number training steps from 1,
+right after construction. ``NoamLR`` and ``WarmupCosineLR`` number training steps from 1,
 as the Transformer paper does: the learning rate in force for optimiser step t = last_epoch
 + 1 is lr(t). Construction sets lr(1) at once, so the first step is never wasted at 0.
+
+Chaining: PyTorch's four schedules (``StepLR``, ``MultiStepLR``, ``ExponentialLR``,
+``CosineAnnealingLR``) update the group's *current* rate step by step, as PyTorch's do
+("multiply by gamma now"), rather than setting it from ``base_lrs``: so two of them on one
+optimiser compose (ExponentialLR then StepLR: both factors apply), and a rate changed by hand
+mid-run is carried on from. A closed form would overwrite the other schedule's (or the user's)
+change at every step. Each also has PyTorch's ``_get_closed_form_lr()``, the rate from
+``base_lrs`` and ``last_epoch`` alone: it is what a scheduler made with ``last_epoch >= 0``
+(resuming) sets, since the rate in the group then need not be the schedule's.
+``LambdaLR``, ``NoamLR`` and ``WarmupCosineLR`` set their rate from ``base_lrs`` (as
+PyTorch's ``LambdaLR`` does): they overwrite, they do not compose.
 """
 
 from __future__ import annotations
@@ -60,12 +69,16 @@ class LRScheduler:
                     "parameter group (load the optimiser's state_dict first, or start with last_epoch=-1)"
                 )
         self.base_lrs = [group["initial_lr"] for group in optimizer.param_groups]
-        self.last_epoch = last_epoch
-        self.step()
+        self.last_epoch = last_epoch + 1  # construction is step 0 (or, resuming, the next step)
+        # Resuming, the group's rate need not be where the schedule is (a fresh optimiser, or
+        # one whose state was loaded after): the closed form, where the schedule has one, puts it there.
+        closed_form = getattr(self, "_get_closed_form_lr", None)
+        self._apply(closed_form() if last_epoch != -1 and closed_form is not None else self.get_lr())
 
     def get_lr(self) -> list[float]:
         """The learning rate of every parameter group for the current ``last_epoch``, a list; written
-        by each subclass (the base class raises ``NotImplementedError``). ``step()`` applies it."""
+        by each subclass (the base class raises ``NotImplementedError``). ``step()`` applies it. A
+        recursive schedule computes it from the groups' current ``lr``, so call it once per step."""
         raise NotImplementedError(f"{type(self).__name__} must define get_lr()")
 
     def step(self) -> None:
@@ -73,10 +86,14 @@ class LRScheduler:
         self.last_epoch += 1
         self._apply(self.get_lr())
 
-    def _apply(self, lrs: Iterable[float]) -> None:
-        for group, lr in zip(self.optimizer.param_groups, lrs):
+    def _apply(self, lrs: list[float]) -> None:
+        for group, lr in zip(self.optimizer.param_groups, lrs, strict=True):
             group["lr"] = lr
-        self._last_lr = list(lrs)
+        self._last_lr = [group["lr"] for group in self.optimizer.param_groups]
+
+    def _current_lrs(self) -> list[float]:
+        """The groups' learning rates now: what a recursive schedule multiplies."""
+        return [group["lr"] for group in self.optimizer.param_groups]
 
     def get_last_lr(self) -> list[float]:
         """The learning rates the last ``step()`` (or the construction) set, one per group."""
@@ -205,8 +222,12 @@ def _factor(gamma: Any, scheduler: str) -> float:
 
 
 class StepLR(LRScheduler):
-    """lr = base_lr * gamma^(last_epoch // step_size): the rate multiplied by ``gamma`` every
-    ``step_size`` steps (or epochs, if ``step()`` is called once an epoch), PyTorch's ``StepLR``."""
+    """The rate multiplied by ``gamma`` every ``step_size`` steps (or epochs, if ``step()`` is
+    called once an epoch), PyTorch's ``StepLR``. Recursively, at step last_epoch:
+
+        lr <- lr * gamma   if last_epoch > 0 and last_epoch % step_size == 0,   else lr unchanged
+
+    alone, that is lr = base_lr * gamma^(last_epoch // step_size) (``_get_closed_form_lr``)."""
 
     def __init__(self, optimizer: Optimizer, step_size: int, gamma: float = 0.1, last_epoch: int = -1) -> None:
         self.step_size = _positive_int("step_size", step_size, "StepLR")
@@ -214,46 +235,85 @@ class StepLR(LRScheduler):
         super().__init__(optimizer, last_epoch)
 
     def get_lr(self) -> list[float]:
+        """Every group's current lr, times gamma at a non-zero multiple of step_size, a list."""
+        if self.last_epoch == 0 or self.last_epoch % self.step_size != 0:
+            return self._current_lrs()
+        return [lr * self.gamma for lr in self._current_lrs()]
+
+    def _get_closed_form_lr(self) -> list[float]:
         """base_lr * gamma^(last_epoch // step_size) for every parameter group, a list."""
         return [base * self.gamma ** (self.last_epoch // self.step_size) for base in self.base_lrs]
 
 
 class MultiStepLR(LRScheduler):
-    """lr = base_lr * gamma^k, k the number of ``milestones`` reached (milestone <= last_epoch):
-    the rate multiplied by ``gamma`` at each milestone, PyTorch's ``MultiStepLR`` (D2L 12.11's
-    factor schedule at epochs 15 and 30: ``MultiStepLR(trainer, milestones=[15, 30], gamma=0.5)``)."""
+    """The rate multiplied by ``gamma`` at each of the ``milestones``, PyTorch's ``MultiStepLR``
+    (D2L 12.11's factor schedule at epochs 15 and 30: ``MultiStepLR(trainer, milestones=[15,
+    30], gamma=0.5)``). Recursively, at step last_epoch:
+
+        lr <- lr * gamma^k,   k = how many times last_epoch is listed in ``milestones`` (often 0)
+
+    alone, lr = base_lr * gamma^(milestones reached, milestone <= last_epoch) (the closed form).
+    A milestone listed twice multiplies by gamma^2 there, as in PyTorch."""
 
     def __init__(
         self, optimizer: Optimizer, milestones: Iterable[int], gamma: float = 0.1, last_epoch: int = -1
     ) -> None:
+        # a sorted list (JSON-safe in state_dict), not PyTorch's Counter: list.count and bisect serve
         self.milestones = sorted(_positive_int("a milestone", m, "MultiStepLR") for m in milestones)
         self.gamma = _factor(gamma, "MultiStepLR")
         super().__init__(optimizer, last_epoch)
 
     def get_lr(self) -> list[float]:
+        """Every group's current lr, times gamma^(times last_epoch is a milestone), a list."""
+        hits = self.milestones.count(self.last_epoch)
+        if not hits:
+            return self._current_lrs()
+        return [lr * self.gamma**hits for lr in self._current_lrs()]
+
+    def _get_closed_form_lr(self) -> list[float]:
         """base_lr * gamma^(milestones reached) for every parameter group, a list."""
         reached = bisect.bisect_right(self.milestones, self.last_epoch)
         return [base * self.gamma**reached for base in self.base_lrs]
 
 
 class ExponentialLR(LRScheduler):
-    """lr = base_lr * gamma^last_epoch: the rate multiplied by ``gamma`` at every step,
-    PyTorch's ``ExponentialLR``."""
+    """The rate multiplied by ``gamma`` at every step, PyTorch's ``ExponentialLR``:
+    lr <- lr * gamma at each step after construction; alone, lr = base_lr * gamma^last_epoch
+    (the closed form)."""
 
     def __init__(self, optimizer: Optimizer, gamma: float, last_epoch: int = -1) -> None:
         self.gamma = _factor(gamma, "ExponentialLR")
         super().__init__(optimizer, last_epoch)
 
     def get_lr(self) -> list[float]:
+        """Every group's current lr times gamma (unchanged at construction, last_epoch 0), a list."""
+        if self.last_epoch == 0:
+            return self._current_lrs()
+        return [lr * self.gamma for lr in self._current_lrs()]
+
+    def _get_closed_form_lr(self) -> list[float]:
         """base_lr * gamma^last_epoch for every parameter group, a list."""
         return [base * self.gamma**self.last_epoch for base in self.base_lrs]
 
 
 class CosineAnnealingLR(LRScheduler):
-    """lr = eta_min + (base_lr - eta_min) * (1 + cos(pi * last_epoch / T_max)) / 2: half a cosine
-    from each group's base rate down to ``eta_min`` over ``T_max`` steps (Loshchilov and Hutter's
-    SGDR without restarts), PyTorch's ``CosineAnnealingLR``. Past ``T_max`` the cosine goes on,
-    back up, as PyTorch's does; ``WarmupCosineLR`` holds ``min_lr`` instead and warms up first."""
+    """Half a cosine from each group's base rate down to ``eta_min`` over ``T_max`` steps
+    (Loshchilov and Hutter's SGDR without restarts), PyTorch's ``CosineAnnealingLR``. Alone:
+
+        lr = eta_min + (base_lr - eta_min) * (1 + cos(pi * last_epoch / T_max)) / 2
+
+    (``_get_closed_form_lr``). Like PyTorch's, each step computes it recursively from the
+    current rate, so that it composes with other schedules (e = last_epoch):
+
+        lr <- eta_min + (lr - eta_min) * (1 + cos(pi e / T_max)) / (1 + cos(pi (e - 1) / T_max))
+
+    except where the ratio's denominator is 0: at e = T_max + 1 (mod 2 T_max), coming back up
+    from the bottom of the cosine (there lr - eta_min = 0 and cos((e - 1) pi / T_max) = -1), the
+    step adds the closed form's increment instead, lr <- lr + (base_lr - eta_min) (1 - cos(pi /
+    T_max)) / 2. (PyTorch's other special case, the first step after resuming, is the closed form
+    that construction with ``last_epoch >= 0`` sets here.)
+    Past ``T_max`` the cosine goes on, back up, as PyTorch's does; ``WarmupCosineLR`` holds
+    ``min_lr`` instead and warms up first."""
 
     def __init__(self, optimizer: Optimizer, T_max: int, eta_min: float = 0.0, last_epoch: int = -1) -> None:  # noqa: N803
         self.T_max = _positive_int("T_max", T_max, "CosineAnnealingLR")
@@ -261,6 +321,17 @@ class CosineAnnealingLR(LRScheduler):
         super().__init__(optimizer, last_epoch)
 
     def get_lr(self) -> list[float]:
+        """Every group's next lr by the recursion above (unchanged at last_epoch 0), a list."""
+        e, T, eta_min = self.last_epoch, self.T_max, self.eta_min
+        if e == 0:
+            return self._current_lrs()
+        if (e - 1 - T) % (2 * T) == 0:
+            rise = (1 - math.cos(math.pi / T)) / 2
+            return [lr + (base - eta_min) * rise for lr, base in zip(self._current_lrs(), self.base_lrs, strict=True)]
+        ratio = (1 + math.cos(math.pi * e / T)) / (1 + math.cos(math.pi * (e - 1) / T))
+        return [eta_min + (lr - eta_min) * ratio for lr in self._current_lrs()]
+
+    def _get_closed_form_lr(self) -> list[float]:
         """eta_min + (base_lr - eta_min) (1 + cos(pi last_epoch / T_max)) / 2 for every group, a list."""
         cosine = (1 + math.cos(math.pi * self.last_epoch / self.T_max)) / 2
         return [self.eta_min + (base - self.eta_min) * cosine for base in self.base_lrs]
