@@ -7,6 +7,7 @@ from typing import Any
 
 from ..creation import zeros
 from ..grad_mode import no_grad
+from ..ops import where
 from ..tensor import Device, DType, Tensor, tensor
 from . import functional as F
 from . import init
@@ -97,9 +98,11 @@ class Embedding(Module):
     """A table of num_embeddings vectors: token index i -> row i of W (num_embeddings, embedding_dim).
 
     The same as one_hot(i) @ W, without building the one-hot vectors. W ~ N(0, 1) as in
-    PyTorch. With ``padding_idx``, that row starts at zero, looks up as zero and gets no
-    gradient: the output is multiplied by (index != padding_idx), so the gradient reaching
-    the padding row is exactly zero and the optimiser leaves it alone.
+    PyTorch. With ``padding_idx``, as in PyTorch, that row starts at zero and gets no
+    gradient, so training leaves it where it is; a look-up returns whatever it holds (zeros
+    unless it was set, e.g. by ``from_pretrained`` or ``load_state_dict``). The gradient is
+    cut at the output -- where(index == padding_idx, Y.detach(), Y) -- which costs the size of
+    the output, not of the table, and nothing for a frozen table.
     """
 
     def __init__(
@@ -131,7 +134,8 @@ class Embedding(Module):
 
     @classmethod
     def from_pretrained(cls, embeddings: Any, freeze: bool = True, padding_idx: int | None = None) -> Embedding:
-        """An Embedding holding a copy of ``embeddings`` (e.g. GloVe vectors); frozen by default."""
+        """An Embedding holding a copy of ``embeddings`` (e.g. GloVe vectors); frozen by default.
+        The ``padding_idx`` row keeps its pretrained values (as in PyTorch); it gets no gradient."""
         embeddings = embeddings if isinstance(embeddings, Tensor) else tensor(embeddings)
         if embeddings.ndim != 2:
             raise ValueError(f"Embedding.from_pretrained: expected a 2-D table, got shape {embeddings.shape}")
@@ -144,12 +148,17 @@ class Embedding(Module):
     def forward(self, indices: Any) -> Tensor:
         """Look up rows of the table: integer ``indices`` of any shape, e.g. (batch_size, num_steps)
         token ids, -> (*indices.shape, embedding_dim). ``indices`` may be a list or array; it
-        becomes a tensor on the table's device. Positions holding ``padding_idx`` give zero vectors."""
+        becomes a tensor on the table's device. Positions holding ``padding_idx`` give that row
+        (zeros unless it was set) and send no gradient back to it."""
         if not isinstance(indices, Tensor):
             indices = tensor(indices, device=self.weight.device)
         Y = F.embedding(indices, self.weight)
-        if self.padding_idx is not None:
-            Y = Y * (indices != self.padding_idx).unsqueeze(-1)
+        if self.padding_idx is not None and Y.requires_grad:
+            # The padding row's only gradient comes from the positions that looked it up; cutting
+            # the graph there (the value stays) leaves it exactly zero, PyTorch's behaviour.
+            # Multiplying Y by (index != padding_idx) would give the same gradient but also make
+            # the row look up as zero, whatever it holds.
+            Y = where((indices == self.padding_idx).unsqueeze(-1), Y.detach(), Y)
         return Y
 
     def extra_repr(self) -> str:

@@ -1,0 +1,79 @@
+"""What a user comparing with PyTorch hands to the layers: Embedding's padding row.
+
+Values are checked against PyTorch where it is installed (skipped cleanly where not); the
+errors by their messages.
+"""
+
+import numpy as np
+import pytest
+
+import minitensor as mt
+from minitensor import nn
+
+# -- Embedding(padding_idx): the row looks up as it is, and gets no gradient ----------------------
+
+
+def test_embedding_padding_row_looks_up_as_it_is_and_gets_no_gradient():
+    table = np.arange(8, dtype=np.float32).reshape(4, 2)
+    frozen = nn.Embedding.from_pretrained(mt.tensor(table), padding_idx=1)
+    np.testing.assert_array_equal(frozen(mt.tensor([1, 2])).numpy(), table[[1, 2]])  # not zeros
+
+    emb = nn.Embedding.from_pretrained(table, freeze=False, padding_idx=1)
+    tokens = mt.tensor([[1, 2, 1], [0, 1, 3]])
+    out = emb(tokens)
+    np.testing.assert_array_equal(out.numpy(), table[tokens.numpy()])
+    (out * out).sum().backward()  # dL/dY = 2 Y, added up per row; none reaches row 1
+    expected = np.zeros_like(table)
+    for i in tokens.numpy().reshape(-1):
+        if i != 1:
+            expected[i] += 2 * table[i]
+    np.testing.assert_array_equal(emb.weight.grad.numpy(), expected)
+
+
+def test_embedding_padding_row_still_starts_at_zero_and_stays_there():
+    mt.manual_seed(0)
+    emb = nn.Embedding(5, 3, padding_idx=0)
+    assert np.all(emb.weight.numpy()[0] == 0)
+    before = emb.weight.numpy().copy()
+    opt = mt.optim.SGD(emb.parameters(), lr=0.1)
+    for _ in range(3):
+        opt.zero_grad()
+        ((emb([[0, 2], [3, 0]]) - 1) ** 2).sum().backward()
+        opt.step()
+    after = emb.weight.numpy()
+    assert np.all(after[0] == 0) and np.all(after[[2, 3]] != before[[2, 3]])
+    with mt.no_grad():  # nothing to cut without a graph: the plain look-up
+        assert not emb([0, 1]).requires_grad
+
+
+def test_embedding_padding_matches_torch_in_lookup_and_training():
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    ref = torch.nn.Embedding(6, 3, padding_idx=2)
+    with torch.no_grad():
+        ref.weight[2] = torch.tensor([0.5, -1.0, 2.0])  # a padding row that is not zero
+    emb = nn.Embedding(6, 3, padding_idx=2)
+    emb.load_state_dict({k: v.detach().numpy() for k, v in ref.state_dict().items()})
+    tokens = np.array([[2, 0, 5, 2], [1, 2, 5, 4]])
+    target = np.random.default_rng(0).standard_normal((2, 4, 3)).astype(np.float32)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    opt = mt.optim.SGD(emb.parameters(), lr=0.1)
+    for _ in range(3):
+        ref_out = ref(torch.tensor(tokens))
+        out = emb(mt.tensor(tokens))
+        np.testing.assert_allclose(out.numpy(), ref_out.detach().numpy(), rtol=1e-6, atol=1e-6)
+        ref_opt.zero_grad()
+        ((ref_out - torch.tensor(target)) ** 2).sum().backward()
+        opt.zero_grad()
+        ((out - mt.tensor(target)) ** 2).sum().backward()
+        np.testing.assert_allclose(emb.weight.grad.numpy(), ref.weight.grad.numpy(), rtol=1e-5, atol=1e-6)
+        ref_opt.step()
+        opt.step()
+    np.testing.assert_allclose(emb.weight.numpy(), ref.weight.detach().numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(emb.weight.numpy()[2], [0.5, -1.0, 2.0])  # untouched by training
+
+    table = torch.randn(4, 2)
+    np.testing.assert_array_equal(
+        nn.Embedding.from_pretrained(table.numpy(), padding_idx=1)(mt.tensor([1, 3])).numpy(),
+        torch.nn.Embedding.from_pretrained(table, padding_idx=1)(torch.tensor([1, 3])).numpy(),
+    )
