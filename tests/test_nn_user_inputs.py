@@ -1,4 +1,5 @@
-"""What a user comparing with PyTorch hands to the layers: Embedding's padding row.
+"""What a user comparing with PyTorch hands to the layers: Embedding's padding row, and lists
+and arrays to Linear.
 
 Values are checked against PyTorch where it is installed (skipped cleanly where not); the
 errors by their messages.
@@ -77,3 +78,38 @@ def test_embedding_padding_matches_torch_in_lookup_and_training():
         nn.Embedding.from_pretrained(table.numpy(), padding_idx=1)(mt.tensor([1, 3])).numpy(),
         torch.nn.Embedding.from_pretrained(table, padding_idx=1)(torch.tensor([1, 3])).numpy(),
     )
+
+
+# -- Linear: lists and NumPy arrays, as Embedding takes them; anything else in words ---------------
+
+
+def test_linear_takes_lists_and_numpy_arrays_in_the_weights_dtype():
+    mt.manual_seed(0)
+    lin = nn.Linear(4, 3)
+    x = [[1.0, 2.0, 3.0, 4.0], [0.0, -1.0, 0.5, 2.0]]
+    expected = lin(mt.tensor(x)).numpy()
+    for given in (x, np.array(x), np.array(x, dtype=np.float32), tuple(map(tuple, x))):
+        y = lin(given)
+        assert y.dtype == mt.float32 and y.requires_grad
+        np.testing.assert_allclose(y.numpy(), expected, rtol=1e-6)
+    assert lin([[1, 2, 3, 4]]).dtype == mt.float32  # integers, too
+    assert lin.double()(np.array(x, dtype=np.float32)).dtype == mt.float64
+    assert nn.LazyLinear(2)([[1.0, 2.0, 3.0]]).shape == (1, 2)
+
+
+def test_linear_and_lazylinear_refuse_other_inputs_by_name():
+    for layer, name in ((nn.Linear(4, 3), "Linear"), (nn.LazyLinear(3), "LazyLinear")):
+        words = r"expected a Tensor \(or a list or NumPy array of numbers\), got NoneType"
+        with pytest.raises(TypeError, match=f"{name}: {words}"):
+            layer(None)
+        with pytest.raises(TypeError, match=f"{name}: .* got dict"):
+            layer({"x": [1.0, 2.0, 3.0, 4.0]})
+
+
+def test_linear_on_lists_matches_torch_on_tensors():
+    torch = pytest.importorskip("torch")
+    ref = torch.nn.Linear(4, 3)
+    lin = nn.Linear(4, 3)
+    lin.load_state_dict({k: v.detach().numpy() for k, v in ref.state_dict().items()})
+    x = [[1.0, 2.0, 3.0, 4.0], [0.0, -1.0, 0.5, 2.0]]
+    np.testing.assert_allclose(lin(x).numpy(), ref(torch.tensor(x)).detach().numpy(), rtol=1e-6, atol=1e-6)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy
+
 from ..creation import zeros
 from ..grad_mode import no_grad
 from ..ops import where
@@ -12,6 +14,18 @@ from ..tensor import Device, DType, Tensor, tensor
 from . import functional as F
 from . import init
 from .module import Module, Parameter, UninitializedParameter
+
+
+def as_input(layer: str, X: Any, like: Tensor) -> Tensor:
+    """A layer's input as a Tensor: a Tensor as it is; a list, tuple, number or NumPy array becomes
+    one on ``like``'s device, in its dtype when that is floating-point (as ``x + [1, 2]`` takes
+    x's dtype in ``ops/promote.py``), so ``Linear(4, 3)([[1, 2, 3, 4]])`` is float like its
+    weight. Anything else is a TypeError naming ``layer``, not an AttributeError from inside it."""
+    if isinstance(X, Tensor):
+        return X
+    if not isinstance(X, (list, tuple, int, float, numpy.ndarray, numpy.generic)):
+        raise TypeError(f"{layer}: expected a Tensor (or a list or NumPy array of numbers), got {type(X).__name__}")
+    return tensor(X, dtype=like.dtype if like.dtype.kind == "f" else None, device=like.device)
 
 
 class Linear(Module):
@@ -45,8 +59,9 @@ class Linear(Module):
 
     def forward(self, X: Tensor) -> Tensor:
         """Y = X W^T + b (``mt.linear``): X (..., in_features) -> Y (..., out_features), any number
-        of leading axes, e.g. (batch_size, num_steps, num_hiddens) position by position."""
-        return F.linear(X, self.weight, self.bias)
+        of leading axes, e.g. (batch_size, num_steps, num_hiddens) position by position. X may be a
+        list or NumPy array (it becomes a tensor in the weight's dtype); integer X is promoted to it."""
+        return F.linear(as_input(type(self).__name__, X, self.weight), self.weight, self.bias)
 
     def extra_repr(self) -> str:
         """The settings shown in the repr: ``in_features=..., out_features=..., bias=True``."""
@@ -80,6 +95,7 @@ class LazyLinear(Linear):
 
     def forward(self, X: Tensor) -> Tensor:
         """Y = X W^T + b; the first call sets in_features = X.shape[-1] and draws W and b."""
+        X = as_input(type(self).__name__, X, self.weight)
         weight = self.weight
         if isinstance(weight, UninitializedParameter):
             if X.ndim == 0:
