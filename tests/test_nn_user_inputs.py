@@ -1,5 +1,5 @@
-"""What a user comparing with PyTorch hands to the layers: Embedding's padding row, and lists
-and arrays to Linear.
+"""What a user comparing with PyTorch hands to the layers: Embedding's padding row, integer
+inputs to GRU / GRUCell, and lists and arrays to Linear.
 
 Values are checked against PyTorch where it is installed (skipped cleanly where not); the
 errors by their messages.
@@ -77,6 +77,54 @@ def test_embedding_padding_matches_torch_in_lookup_and_training():
     np.testing.assert_array_equal(
         nn.Embedding.from_pretrained(table.numpy(), padding_idx=1)(mt.tensor([1, 3])).numpy(),
         torch.nn.Embedding.from_pretrained(table, padding_idx=1)(torch.tensor([1, 3])).numpy(),
+    )
+
+
+# -- GRU / GRUCell: integer inputs are promoted to the weights' dtype ------------------------------
+
+
+def test_gru_promotes_integer_inputs_and_states_to_the_weights_dtype():
+    mt.manual_seed(0)
+    X = [[[1, 2]], [[3, -1]]]  # (num_steps, batch, input_size), integers
+    gru = nn.GRU(2, 3, num_layers=2)
+    outputs, state = gru(mt.tensor(X))
+    assert outputs.dtype == mt.float32 and state.dtype == mt.float32
+    float_outputs, float_state = gru(mt.tensor(X, dtype=mt.float32))
+    np.testing.assert_array_equal(outputs.numpy(), float_outputs.numpy())
+    assert np.any(outputs.numpy() != 0)
+    H = [[[1, 0, -1]], [[0, 2, 0]]]  # an integer initial state, too
+    as_floats = gru(mt.tensor(X, dtype=mt.float32), mt.tensor(H, dtype=mt.float32))[0]
+    np.testing.assert_array_equal(gru(mt.tensor(X), mt.tensor(H))[0].numpy(), as_floats.numpy())
+    assert nn.GRU(2, 3).double()(mt.tensor(X))[0].dtype == mt.float64
+
+    cell = nn.GRUCell(2, 3)
+    h = cell(mt.tensor([[1, 2]]), mt.tensor([[1, 0, 0]]))
+    assert h.dtype == mt.float32
+    np.testing.assert_array_equal(h.numpy(), cell(mt.tensor([[1.0, 2.0]]), mt.tensor([[1.0, 0.0, 0.0]])).numpy())
+    assert cell(mt.tensor([[1, 2]])).dtype == mt.float32
+
+
+def test_gru_on_integer_inputs_matches_torch_on_their_float_values():
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    X = np.array([[[1, 2], [0, -3]], [[3, -1], [2, 2]], [[0, 1], [1, 1]]])  # (3 steps, batch 2, 2)
+    ref = torch.nn.GRU(2, 4, num_layers=2)
+    gru = nn.GRU(2, 4, num_layers=2)
+    gru.load_state_dict({k: v.detach().numpy() for k, v in ref.state_dict().items()})
+    outputs, state = gru(mt.tensor(X))
+    ref_outputs, ref_state = ref(torch.tensor(X, dtype=torch.float32))  # torch takes float input only
+    np.testing.assert_allclose(outputs.numpy(), ref_outputs.detach().numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(state.numpy(), ref_state.detach().numpy(), rtol=1e-5, atol=1e-6)
+
+    ref_cell = torch.nn.GRUCell(2, 4)
+    cell = nn.GRUCell(2, 4)
+    cell.load_state_dict({k: v.detach().numpy() for k, v in ref_cell.state_dict().items()})
+    H = np.array([[1, 0, -1, 2], [0, 0, 1, 1]])
+    np.testing.assert_allclose(
+        cell(mt.tensor(X[0]), mt.tensor(H)).numpy(),
+        ref_cell(torch.tensor(X[0], dtype=torch.float32), torch.tensor(H, dtype=torch.float32)).detach().numpy(),
+        rtol=1e-5,
+        atol=1e-6,
     )
 
 

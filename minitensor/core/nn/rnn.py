@@ -37,6 +37,7 @@ from ..creation import zeros
 from ..errors import ShapeError
 from ..ops import stack
 from ..ops.dropout import check_probability
+from ..ops.promote import promote
 from ..ops.rnn import GRUSequence
 from ..tensor import Device, DType, Tensor
 from . import functional as F
@@ -47,6 +48,13 @@ from .module import Module, Parameter
 def _check_state(name: str, H: Tensor, expected: tuple[int, ...]) -> None:
     if tuple(H.shape) != expected:
         raise ShapeError(f"{name}: hidden state of shape {tuple(H.shape)}; expected {expected}")
+
+
+def _as_weight_dtype(X: Tensor, weight: Tensor) -> Tensor:
+    """Integer (or bool) ``X`` as a copy in ``weight``'s float dtype, as ``Linear`` promotes its
+    input: the zero initial state is made in the input's dtype, and an integer state would run
+    the whole recurrence in integers, truncating every step to zero."""
+    return X if X.dtype.kind == "f" else promote(X, weight)[0]
 
 
 class GRUCell(Module):
@@ -69,13 +77,16 @@ class GRUCell(Module):
     def forward(self, X: Tensor, H: Tensor | None = None) -> Tensor:
         """One GRU step: X (batch_size, input_size) and H (batch_size, num_hiddens), zeros if None ->
         H_new (batch_size, num_hiddens), by the equations of ``GRU`` (D2L 9.1 / 10.2). A
-        ``ShapeError`` if X or H has another shape."""
+        ``ShapeError`` if X or H has another shape. Integer X or H is promoted to the weights'
+        dtype, as ``Linear`` promotes its input."""
         if X.ndim != 2 or X.shape[-1] != self.input_size:
             raise ShapeError(f"GRUCell: input of shape {tuple(X.shape)}; expected (batch, {self.input_size})")
         batch = X.shape[0]
+        X = _as_weight_dtype(X, self.weight_ih)
         if H is None:
             H = zeros(batch, self.num_hiddens, dtype=X.dtype, device=X.device)
         _check_state("GRUCell", H, (batch, self.num_hiddens))
+        H = _as_weight_dtype(H, self.weight_hh)
         gates_x = F.linear(X, self.weight_ih, self.bias_ih).unsqueeze(0)  # a sequence of one step
         return GRUSequence.apply(gates_x, H, self.weight_hh, self.bias_hh).reshape(batch, self.num_hiddens)
 
@@ -142,6 +153,8 @@ class GRU(Module):
             Z_t = sigmoid(X_t W_iz^T + b_iz + H_{t-1} W_hz^T + b_hz)
             N_t = tanh(X_t W_in^T + b_in + R_t * (H_{t-1} W_hn^T + b_hn))
             H_t = Z_t * H_{t-1} + (1 - Z_t) * N_t
+
+        Integer inputs or H are promoted to the weights' dtype, as ``Linear`` promotes its input.
         """
         if self.batch_first:
             inputs = inputs.swapaxes(0, 1)
@@ -151,9 +164,11 @@ class GRU(Module):
         steps, batch, _ = inputs.shape
         if steps == 0:
             raise ShapeError("GRU: the inputs have no time steps")
+        inputs = _as_weight_dtype(inputs, self.weight_ih_l0)
         if H is None:
             H = zeros(self.num_layers, batch, self.num_hiddens, dtype=inputs.dtype, device=inputs.device)
         _check_state("GRU", H, (self.num_layers, batch, self.num_hiddens))
+        H = _as_weight_dtype(H, self.weight_hh_l0)
         X, last_states = inputs, []
         for layer in range(self.num_layers):
             W_ih, W_hh, b_ih, b_hh = self.layer_parameters(layer)
