@@ -1,9 +1,11 @@
 """What a user comparing with PyTorch hands to the layers: Embedding's padding row, integer
-inputs to GRU / GRUCell, and lists and arrays to Linear.
+inputs to GRU / GRUCell, lists and arrays to Linear, and a state_dict that is not a mapping.
 
 Values are checked against PyTorch where it is installed (skipped cleanly where not); the
 errors by their messages.
 """
+
+import io
 
 import numpy as np
 import pytest
@@ -161,3 +163,24 @@ def test_linear_on_lists_matches_torch_on_tensors():
     lin.load_state_dict({k: v.detach().numpy() for k, v in ref.state_dict().items()})
     x = [[1.0, 2.0, 3.0, 4.0], [0.0, -1.0, 0.5, 2.0]]
     np.testing.assert_allclose(lin(x).numpy(), ref(torch.tensor(x)).detach().numpy(), rtol=1e-6, atol=1e-6)
+
+
+# -- load_state_dict: a mapping, or a TypeError ---------------------------------------------------
+
+
+def test_load_state_dict_refuses_what_is_not_a_mapping():
+    net = nn.Linear(2, 2)
+    before = net.weight.numpy().copy()
+    with pytest.raises(TypeError, match="load_state_dict: expected a dict-like state_dict .*, got NoneType"):
+        net.load_state_dict(None)
+    with pytest.raises(TypeError, match="load_state_dict: .* got list"):
+        net.load_state_dict([1, 2])  # not read as two unexpected keys
+    with pytest.raises(TypeError, match="load_state_dict: .* got list"):
+        net.load_state_dict(list(net.state_dict().items()))
+    np.testing.assert_array_equal(net.weight.numpy(), before)
+
+    buffer = io.BytesIO()  # NumPy's .npz file is a mapping, and loads
+    np.savez(buffer, weight=np.ones((2, 2), np.float32), bias=np.zeros(2, np.float32))
+    buffer.seek(0)
+    assert net.load_state_dict(np.load(buffer)) == ([], [])
+    assert np.all(net.weight.numpy() == 1)

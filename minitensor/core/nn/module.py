@@ -435,7 +435,12 @@ class Module:
         Everything is checked before anything is copied: a failed load changes nothing.
         With ``strict=True`` missing and unexpected keys are an error (all listed in one
         message); a shape mismatch is always one. Returns ``(missing_keys, unexpected_keys)``.
+        Anything but a mapping (a dict, an ``OrderedDict``, NumPy's ``.npz`` file) is a TypeError.
         """
+        if not isinstance(state_dict, Mapping):  # a list's items would read as unexpected keys
+            raise TypeError(
+                f"load_state_dict: expected a dict-like state_dict (name -> tensor), got {type(state_dict).__name__}"
+            )
         own = self.state_dict(keep_vars=True)
         missing = [k for k in own if k not in state_dict]
         unexpected = [k for k in state_dict if k not in own]
