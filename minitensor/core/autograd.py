@@ -47,7 +47,7 @@ import numpy
 from . import grad_mode, tracing
 from .backends import get_backend
 from .errors import DeviceError, DTypeError, GraphError, ShapeError
-from .tensor import Array, Tensor
+from .tensor import Array, Tensor, _creation_counter
 
 if TYPE_CHECKING:
     from .backends import Backend
@@ -56,6 +56,7 @@ if TYPE_CHECKING:
 #: input that gets none), as a tuple, or the gradient itself for a single input
 Grads: TypeAlias = Array | tuple[Array | None, ...]
 
+_SHAPE_WORDS = ("broadcast", "shape", "dimension", "mismatch", "align")  # in NumPy's and CuPy's errors of shapes
 _new_object = object.__new__  # a Function instance without running __init__ (the per-op path)
 _make = Tensor._make  # the per-op path again: one lookup saved on every op
 
@@ -206,6 +207,8 @@ class Function:
         except ValueError as e:
             if isinstance(e, ShapeError) or first is None:  # (a maker's error is not about shapes that meet)
                 raise
+            if not any(word in str(e).lower() for word in _SHAPE_WORDS):  # (NumPy's word on a value: say whose)
+                raise ValueError(f"{cls.__name__.lower()}: {e}") from None
             shapes = " and ".join(str(tuple(a.shape)) for a in args if isinstance(a, Tensor))
             raise ShapeError(
                 f"{cls.__name__.lower()}: shapes {shapes} do not fit together ({e}); to broadcast, "
@@ -288,6 +291,8 @@ def backward(root: Tensor, grad: Tensor | Array | None = None, retain_graph: boo
                 continue
         if ctx.inputs is None:
             raise _freed_graph_error(ctx)
+        if writes.latest > t._seq:  # something was changed in place since t was made
+            writes.check(ctx, t)
         # The chain rule at this node: dL/d(output) -> dL/d(each input), added to what that
         # input has received along other paths.
         if ctx.writes_input:
@@ -318,6 +323,63 @@ def backward(root: Tensor, grad: Tensor | Array | None = None, retain_graph: boo
                 written[t] = ctx.inputs[0]
             ctx.inputs = ctx.saved = None
             ctx.__dict__.clear()
+
+
+class WriteLog:
+    """Which arrays were changed in place (``x += y``, ``add_``, ``copy_``, ``x[i] = v`` outside the
+    graph) and when, so that backward can refuse a gradient computed from values that changed.
+
+    An op's backward reads the arrays its forward saved, and a write into one of them between
+    the forward and the backward would change the gradient without a sound (``c = a * x;
+    x.mul_(5); c.backward()`` would give 5x the gradient). PyTorch keeps a version counter on
+    every tensor for this. Here a write stamps the array that owns the memory (views and
+    ``detach()`` share it) with the creation number current at the write (``Tensor._seq``, the
+    clock that orders the graph), and backward checks a node's inputs only when some write came
+    after the node's output was made: never, in a loop of forward, backward and optimiser step.
+
+    The check looks at every Tensor input of the node, not only at what its backward saved
+    (which ops keep in their own ways), so it is stricter than PyTorch's: a write to an input of
+    an op that saves nothing (``c = a + x; x += 1; c.backward()``) is refused too.
+    """
+
+    CAPACITY = 4096  # arrays remembered; past it, the longest-unwritten are forgotten first
+
+    def __init__(self) -> None:
+        self.latest = -1  # the stamp of the last write: backward compares it with a node's
+        self.stamps: dict[int, int] = {}  # id of the memory's owner -> stamp of its last write
+
+    def note(self, array: Array) -> None:
+        """Stamp ``array`` (and every array sharing its memory) as written now."""
+        self.latest = next(_creation_counter)
+        key = id(_memory_owner(array))
+        self.stamps.pop(key, None)  # (re-inserted last: the dict's order is the order of writes)
+        self.stamps[key] = self.latest
+        if len(self.stamps) > self.CAPACITY:
+            del self.stamps[next(iter(self.stamps))]
+        # An id outlives its array and may be reused, but harmlessly: any node that reads a
+        # new array at that id was made after the new array, so after the stamp.
+
+    def check(self, ctx: Function, output: Tensor) -> None:
+        """Raise if an input of ``ctx`` was written after ``output`` (ctx's result) was made."""
+        for x in ctx.inputs:
+            if isinstance(x, Tensor) and self.stamps.get(id(_memory_owner(x.data)), -1) > output._seq:
+                raise GraphError(
+                    f"backward: an input of {type(ctx).__name__.lower()} (shape {tuple(x.shape)}, "
+                    f"{x.dtype}) was changed in place after {type(ctx).__name__.lower()} used it "
+                    "(x += y, add_, copy_, x[i] = v, an optimiser step ...), so its gradient would "
+                    "come from the new values. Change a copy instead (x = x + y, y = x.clone()), or "
+                    "change it after backward(), as an optimiser does"
+                )
+
+
+def _memory_owner(array: Array) -> Array:
+    """The array that owns ``array``'s memory (``array`` itself unless it is a view)."""
+    while array.base is not None and hasattr(array.base, "shape"):
+        array = array.base
+    return array
+
+
+writes = WriteLog()
 
 
 def _value_used(p: Tensor, t: Tensor, written: dict[Tensor, Tensor]) -> Tensor:
@@ -411,12 +473,15 @@ def _accumulate(t: Tensor, g: Array, unshared: bool) -> None:
     takes it as it is, as PyTorch does (it too counts the references to decide: backward
     asks ``_unshared`` and passes the answer as ``unshared``).
     """
-    if t.grad is not None:
-        t.grad = Tensor._make(t.grad.data + g, t._backend, None)
+    if t._grad is not None:
+        try:
+            t._grad.data += g  # in place, as PyTorch: whoever holds t.grad sees the sum
+        except ValueError:  # (a read-only array, such as a broadcast view someone assigned)
+            t._grad = Tensor._make(t._grad.data + g, t._backend, None)
     elif unshared and g.dtype == t.data.dtype:
-        t.grad = Tensor._make(g, t._backend, None)
+        t._grad = Tensor._make(g, t._backend, None)
     else:
-        t.grad = Tensor._make(g.astype(t.data.dtype, copy=True), t._backend, None)
+        t._grad = Tensor._make(g.astype(t.data.dtype, copy=True), t._backend, None)
 
 
 def _unshared(g: Array) -> bool:

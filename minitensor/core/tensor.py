@@ -70,7 +70,7 @@ class Tensor:
     D2L 2.1 (data manipulation) and 2.5 (automatic differentiation).
     """
 
-    __slots__ = ("data", "grad", "requires_grad", "_ctx", "_backend", "_retain_grad", "_seq", "__weakref__")
+    __slots__ = ("data", "_grad", "requires_grad", "_ctx", "_backend", "_retain_grad", "_seq", "__weakref__")
 
     # NumPy must hand ``ndarray * tensor`` back to Tensor.__rmul__ instead of looping
     # over the tensor as if it were a sequence.
@@ -78,7 +78,7 @@ class Tensor:
     __array_priority__ = 1000
 
     data: Array
-    grad: Tensor | None
+    _grad: Tensor | None
     requires_grad: bool
     _ctx: autograd.Function | None
     _backend: Backend
@@ -87,7 +87,7 @@ class Tensor:
 
     def __init__(self, data: Any, requires_grad: bool = False, dtype: DType = None, device: Device = None) -> None:
         t = tensor(data, requires_grad=requires_grad, dtype=dtype, device=device)
-        self.data, self.grad, self.requires_grad = t.data, None, t.requires_grad
+        self.data, self._grad, self.requires_grad = t.data, None, t.requires_grad
         self._ctx, self._backend, self._retain_grad, self._seq = None, t._backend, False, t._seq
 
     @classmethod
@@ -98,7 +98,7 @@ class Tensor:
             data = backend.xp.asarray(data)
         t = object.__new__(cls)
         t.data = data
-        t.grad = None
+        t._grad = None
         t.requires_grad = ctx is not None
         t._ctx = ctx
         t._backend = backend
@@ -137,6 +137,31 @@ class Tensor:
         return self._ctx is None
 
     @property
+    def grad(self) -> Tensor | None:
+        """dL/d(this tensor) after ``backward()``, for leaves that require grad (and tensors that
+        called ``retain_grad()``): a Tensor of this tensor's shape, dtype and device, or None.
+        A second backward adds into it, in place (``optimizer.zero_grad()`` clears it)."""
+        return self._grad
+
+    @grad.setter
+    def grad(self, value: Tensor | None) -> None:
+        # Checked as in PyTorch: an optimiser's fused kernel walks the gradient element by
+        # element beside the parameter, and one of another shape would send it past the end.
+        if value is not None:
+            if not isinstance(value, Tensor):
+                raise TypeError(f"grad: can only be a Tensor or None, not {type(value).__name__}")
+            if value.shape != self.shape or value.dtype != self.dtype or value._backend is not self._backend:
+                error: type[Exception] = DeviceError if value._backend is not self._backend else ShapeError
+                if value.dtype != self.dtype:
+                    error = DTypeError
+                raise error(
+                    f"grad: a gradient ({value.dtype}, shape {value.shape}, on {value.device!r}) for a "
+                    f"tensor ({self.dtype}, shape {self.shape}, on {self.device!r}); the two must "
+                    "match in shape, dtype and device"
+                )
+        self._grad = value
+
+    @property
     def grad_fn(self) -> autograd.Function | None:
         """The Function that produced this tensor, or None for a leaf."""
         return self._ctx
@@ -167,6 +192,13 @@ class Tensor:
         if not self.data.shape:
             raise TypeError("len() of a 0-d tensor")
         return self.data.shape[0]
+
+    def __iter__(self) -> Any:
+        """``for row in x``: ``x[0]``, ``x[1]``, ... along the first axis, as in PyTorch (D2L's
+        decoders loop over time steps this way)."""
+        if not self.data.shape:
+            raise TypeError("iteration over a 0-d tensor")
+        return (self[i] for i in range(self.data.shape[0]))
 
     # -- leaving the graph, leaving the device --------------------------------------------
     def detach(self) -> Tensor:
@@ -339,20 +371,54 @@ class Tensor:
                 "optimisers do), or use the out-of-place form"
             )
 
-    def _value(self, other: Tensor | Array) -> Array:
+    def _value(self, other: Tensor | Array, name: str = "in-place update") -> Array:
         if isinstance(other, Tensor):
             if other._backend is not self._backend:
                 raise DeviceError(
-                    f"in-place update: a tensor on {self.device!r} cannot take values from one on "
+                    f"{name}: a tensor on {self.device!r} cannot take values from one on "
                     f"{other.device!r}; move them with .to({self.device!r}) first"
                 )
             return other.data
         return other
 
+    def _write(self, name: str, ufunc: str, other: Tensor | Number | Array) -> Self:
+        """self = self <ufunc> other in self's own array (``ufunc``: NumPy's name, "add",
+        "multiply"...), as ``add_``, ``x += y`` and the others do outside the graph. As in
+        PyTorch, the result must fit self's dtype: ``int_tensor += 0.5`` is refused, not rounded."""
+        value = self._value(other, name)
+        dtype = self.data.dtype
+        result = numpy.result_type(dtype, getattr(value, "dtype", value))
+        if ufunc == "true_divide" and result.kind != "f":
+            result = numpy.dtype(numpy.float64)  # (i / j is a float even for integers)
+        if _KIND_ORDER.index(result.kind) > _KIND_ORDER.index(dtype.kind):
+            raise DTypeError(
+                f"{name}: the result is {result}, which this tensor ({dtype}, shape {self.shape}) "
+                "cannot hold in place (PyTorch refuses it too); compute a new tensor instead, or "
+                "convert first: x = x.float()"
+            )
+        try:
+            getattr(self._backend.xp, ufunc)(self.data, value, out=self.data, casting="unsafe")
+        except ValueError as e:
+            shape = getattr(value, "shape", ())
+            raise ShapeError(
+                f"{name}: a value of shape {tuple(shape)} does not broadcast to the tensor's shape "
+                f"{self.shape}, which an in-place update keeps ({e})"
+            ) from None
+        autograd.writes.note(self.data)
+        return self
+
     def copy_(self, other: Tensor | Array) -> Self:
         """Overwrite the values with ``other``'s (broadcast to this shape)."""
         self._check_inplace("copy_")
-        self.data[...] = self._value(other)
+        value = self._value(other, "copy_")
+        try:
+            self.data[...] = value
+        except ValueError as e:
+            raise ShapeError(
+                f"copy_: values of shape {tuple(getattr(value, 'shape', ()))} do not broadcast to the "
+                f"tensor's shape {self.shape} ({e})"
+            ) from None
+        autograd.writes.note(self.data)
         return self
 
     def zero_(self) -> Self:
@@ -363,6 +429,7 @@ class Tensor:
         """
         self._check_inplace("zero_")
         self.data[...] = 0
+        autograd.writes.note(self.data)
         return self
 
     def fill_(self, value: Number) -> Self:
@@ -370,22 +437,63 @@ class Tensor:
         ``zero_``: not on a tensor that requires grad unless grad mode is off."""
         self._check_inplace("fill_")
         self.data[...] = value
+        autograd.writes.note(self.data)
         return self
 
     def add_(self, other: Tensor | Number, alpha: Number = 1.0) -> Self:
-        """self += alpha * other, in place."""
+        """self += alpha * other, in place; returns ``self``. The rule of ``zero_``: not on a
+        tensor that requires grad unless grad mode is off."""
         self._check_inplace("add_")
-        other = self._value(other)
-        self.data += other if alpha == 1.0 else alpha * other
-        return self
+        if alpha != 1.0:
+            other = alpha * self._value(other, "add_")
+        return self._write("add_", "add", other)
+
+    def sub_(self, other: Tensor | Number, alpha: Number = 1.0) -> Self:
+        """self -= alpha * other, in place; returns ``self``. The rule of ``zero_``."""
+        self._check_inplace("sub_")
+        if alpha != 1.0:
+            other = alpha * self._value(other, "sub_")
+        return self._write("sub_", "subtract", other)
 
     def mul_(self, other: Tensor | Number) -> Self:
         """self *= other, in place: ``other`` a number or a tensor on the same device, broadcast to
         this shape; returns ``self``. The rule of ``zero_``: not on a tensor that requires grad
         unless grad mode is off."""
         self._check_inplace("mul_")
-        self.data *= self._value(other)
-        return self
+        return self._write("mul_", "multiply", other)
+
+    def div_(self, other: Tensor | Number) -> Self:
+        """self /= other, in place; returns ``self``. The rule of ``zero_``."""
+        self._check_inplace("div_")
+        return self._write("div_", "true_divide", other)
+
+    # ``x -= lr * x.grad`` (D2L 3.4's ``sgd``, under no_grad): Python calls ``x.__isub__(...)`` and
+    # binds the name to what it returns. Outside the graph that is x itself, changed in place, as
+    # in PyTorch. In the graph it is a new tensor, ``x - y``: the name moves to it, while other
+    # names for the old x keep the old value (PyTorch would change that tensor in place and
+    # rewrite its history; here only ``x[i] = v`` does that).
+    def _update(self, name: str, ufunc: str, out_of_place: Any, other: Tensor | Number) -> Tensor:
+        if grad_mode._enabled and (self.requires_grad or (isinstance(other, Tensor) and other.requires_grad)):
+            if self.requires_grad and self._ctx is None:
+                raise GraphError(
+                    f"{name}: in-place update of a leaf tensor that requires grad (a parameter, or an "
+                    "input created with requires_grad=True); update it inside `with mt.no_grad():`, "
+                    "as D2L's sgd and the optimisers do"
+                )
+            return out_of_place(self, other)  # type: ignore[no-any-return]
+        return self._write(name, ufunc, other)
+
+    def __iadd__(self, other: Tensor | Number) -> Tensor:
+        return self._update("+=", "add", Tensor.__add__, other)
+
+    def __isub__(self, other: Tensor | Number) -> Tensor:
+        return self._update("-=", "subtract", Tensor.__sub__, other)
+
+    def __imul__(self, other: Tensor | Number) -> Tensor:
+        return self._update("*=", "multiply", Tensor.__mul__, other)
+
+    def __itruediv__(self, other: Tensor | Number) -> Tensor:
+        return self._update("/=", "true_divide", Tensor.__truediv__, other)
 
     def __setitem__(self, index: Any, value: Tensor | Array | Number) -> None:
         """``x[index] = value``. Outside the graph, the values are written in place. In the graph
@@ -417,7 +525,16 @@ class Tensor:
             xp = self._backend.xp
             before.data = xp.broadcast_to(xp.empty((), dtype=self.data.dtype), self.data.shape)
             return
-        self.data[normalize_index(index, self)] = self._value(value)
+        index = normalize_index(index, self)
+        value = self._value(value, "__setitem__")
+        try:
+            self.data[index] = value
+        except ValueError as e:
+            raise ShapeError(
+                f"__setitem__: values of shape {tuple(getattr(value, 'shape', ()))} do not fit "
+                f"x[index] of a tensor of shape {self.shape} ({e})"
+            ) from None
+        autograd.writes.note(self.data)
 
     # -- arithmetic: ``x * y`` is ``Mul.apply(x, y)`` (ops/elementwise.py) -------------------------
     # ``2 * x``: int.__mul__ does not know Tensors, so Python calls ``x.__rmul__(2)``.
@@ -753,6 +870,7 @@ class Tensor:
 
 # PyTorch's defaults, left out of the repr; an empty tensor shows any dtype but float32
 _DTYPES_NOT_SHOWN = (numpy.dtype("float32"), numpy.dtype("int64"), numpy.dtype("bool"))
+_KIND_ORDER = "biuf"  # bool < integers < floats: an in-place result may not climb this (``_write``)
 _PLAIN_NUMBER = {int, float}  # exact types: np.float64 subclasses float but is not weak
 
 
@@ -784,12 +902,20 @@ def _is_dtype_name(name: str) -> bool:
         return False
 
 
+def _has_own_dtype(data: Any) -> bool:
+    """True if ``data`` (or, for nested lists, its first element) carries a dtype of its own: a
+    NumPy array or scalar, or a Tensor. ``tensor`` keeps that dtype (float64 stays float64)."""
+    while isinstance(data, (list, tuple)) and data:
+        data = data[0]
+    return isinstance(data, (numpy.ndarray, numpy.generic, Tensor))
+
+
 def tensor(data: Any, requires_grad: bool = False, dtype: DType = None, device: Device = None) -> Tensor:
     """A new leaf tensor holding a copy of ``data``.
 
     ``data``: a number, nested lists, a NumPy array or a Tensor. Floating-point Python data
-    becomes float32 (the default), integers int64, booleans bool; a NumPy array keeps its
-    dtype unless ``dtype`` says otherwise (as in PyTorch).
+    becomes float32 (the default), integers int64, booleans bool; a NumPy array or scalar, or a
+    list of tensors, keeps its dtype unless ``dtype`` says otherwise (as in PyTorch).
     """
     if isinstance(data, Tensor):
         backend = get_backend(device) if device is not None else data._backend
@@ -806,8 +932,8 @@ def tensor(data: Any, requires_grad: bool = False, dtype: DType = None, device: 
                 host = numpy.asarray(data)
             except ValueError as e:  # nested lists of different lengths, mostly: NumPy's words say which
                 raise ValueError(f"tensor: the data do not form a rectangular array of numbers ({e})") from None
-            if dtype is None and not isinstance(data, numpy.ndarray) and host.dtype.kind == "f":
-                host = host.astype(numpy.float32)
+            if dtype is None and host.dtype.kind == "f" and not _has_own_dtype(data):
+                host = host.astype(numpy.float32)  # Python floats: the default dtype, as in PyTorch
             arr = backend.array(host)
     dtype = as_dtype(dtype)
     if dtype is not None and arr.dtype != dtype:
