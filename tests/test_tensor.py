@@ -424,3 +424,69 @@ def test_to_accepts_dtype_names_and_device_names():
             mt.zeros(2, device=name)
     with pytest.raises(mt.DeviceError, match="unknown device 'CPU'.*; the CPU is device 'cpu'$"):
         x.to("CPU")
+
+
+# -- what a user comparing with PyTorch found (each a silent difference or a library's error) ------
+def test_integer_and_boolean_conversions_leave_the_graph():
+    a = mt.tensor([1.5, 2.5], requires_grad=True)
+    assert not a.long().requires_grad and not a.to(mt.bool).requires_grad
+    (a.long().float() * a).sum().backward()  # the integer copy is a constant, as in PyTorch
+    assert a.grad.tolist() == [1.0, 2.0]
+
+
+def test_pow_gradients_at_zero_are_pytorchs():
+    """Where the exponent is 0, z = 1 and dz/da = 0; where the base is 0 and the exponent >= 0,
+    dz/dp = 0 (not nan and -inf from 0 * 0^-1 and log 0)."""
+    x = mt.tensor([0.0, 1.0], requires_grad=True)
+    (x**0).sum().backward()
+    assert x.grad.tolist() == [0.0, 0.0]
+    a, p = mt.tensor([0.0, 0.0, 2.0], requires_grad=True), mt.tensor([0.0, 2.0, 0.0], requires_grad=True)
+    (a**p).sum().backward()
+    assert a.grad.tolist() == [0.0, 0.0, 0.0]
+    np.testing.assert_allclose(p.grad.numpy(), [0.0, 0.0, np.log(2.0)], rtol=1e-6)
+    b = mt.tensor([0.0, 2.0], requires_grad=True)
+    (0**b).sum().backward()
+    assert b.grad.tolist() == [0.0, 0.0]
+
+
+def test_mixed_dtypes_take_pytorchs_result_type():
+    i, f = mt.tensor([1, 2]), mt.tensor([1.5])
+    assert mt.cat([i, f]).dtype == mt.float32 and mt.cat([i, f]).tolist() == [1.0, 2.0, 1.5]
+    assert mt.stack([mt.tensor([1]), f]).dtype == mt.float32
+    assert mt.tensor([1, 2, 3]).clamp(1.5, 2.5).tolist() == [1.5, 2.0, 2.5]
+    assert mt.tensor([1, 2, 3]).clamp(0, 2).dtype == mt.int64
+    filled = mt.tensor([1, 2, 3]).masked_fill(mt.tensor([True, False, False]), 2.7)
+    assert filled.dtype == mt.int64 and filled.tolist() == [2, 2, 3]  # a's dtype kept, as in PyTorch
+    cond = mt.tensor([True, False])
+    assert mt.where(cond, 1.0, 0.0).tolist() == [1.0, 0.0] and mt.where(cond, 1.0, 0.0).dtype == mt.float32
+    assert mt.where(cond, 1, 0).dtype == mt.int64
+    assert mt.tensor([mt.tensor(1.5, dtype=mt.float64)]).dtype == mt.float64
+    assert mt.tensor(np.float64(0.1)).dtype == mt.float64 and mt.tensor([0.1]).dtype == mt.float32
+
+
+@pytest.mark.parametrize(
+    "make, error, words",
+    [
+        (lambda: mt.arange(0, 2.5, 0.5, dtype=mt.int64), ValueError, "arange: dtype int64 needs a whole-number step"),
+        (lambda: mt.arange(0, 5, 0), ValueError, "arange: step must not be zero"),
+        (lambda: mt.arange(float("nan")), ValueError, "arange: stop must be a finite number"),
+        (lambda: mt.arange(1e13), ValueError, "arange: the result would have shape"),
+        (lambda: mt.rand(3, dtype=mt.int64), mt.DTypeError, "rand: draws real numbers"),
+        (lambda: mt.randn(3, dtype=mt.bool), mt.DTypeError, "randn: draws real numbers"),
+        (lambda: mt.ones(2, 6).reshape(-2, 12), mt.ShapeError, r"reshape: lengths are >= 0, or -1"),
+        (lambda: list(mt.tensor(3.0)), TypeError, "iteration over a 0-d tensor"),
+        (lambda: mt.tensor([1, 2]) ** -1, ValueError, "pow: Integers to negative integer powers"),
+        (lambda: mt.ones(4)[::0], ValueError, "getitem: slice step cannot be zero"),
+    ],
+)
+def test_wrong_arguments_are_named(make, error, words):
+    with pytest.raises(error, match=words) as info:
+        make()
+    assert error is not ValueError or not isinstance(info.value, mt.ShapeError)  # not about shapes
+
+
+def test_arange_takes_what_pytorchs_takes():
+    assert mt.arange(mt.tensor(3)).tolist() == [0, 1, 2]
+    assert mt.arange(5, 0, -2).tolist() == [5, 3, 1] and mt.arange(2, 1).tolist() == []
+    assert mt.arange(0, 1, 0.25).tolist() == [0.0, 0.25, 0.5, 0.75]
+    assert mt.arange(0, 3, 1.0, dtype=mt.int64).tolist() == [0, 1, 2]

@@ -1,6 +1,7 @@
 """Making new tensors: zeros, ones, full, arange, eye, randn, rand, normal, randint, multinomial,
 ``*_like``, ``from_numpy``, ``from_dlpack``."""
 
+import math
 from typing import Any
 
 import numpy
@@ -8,7 +9,7 @@ import numpy
 from .autograd import Function
 from .backends import Backend, get_backend
 from .dtypes import as_dtype, float32
-from .errors import DeviceError, ShapeError
+from .errors import DeviceError, DTypeError, ShapeError
 from .ops.join import is_count
 from .tensor import Device, DType, Shape, Tensor, tensor  # noqa: F401  (tensor is re-exported)
 
@@ -64,6 +65,17 @@ class Eye(Function):
         return ctx.xp.eye(n, m, dtype=dtype)
 
 
+_REAL = (int, float, numpy.integer, numpy.floating)
+
+
+def _float_dtype(op: str, dtype: DType) -> numpy.dtype:
+    """``dtype`` (float32 if None) for a maker of real-valued samples, which integers cannot hold."""
+    dtype = as_dtype(dtype) or float32
+    if dtype.kind != "f":
+        raise DTypeError(f"{op}: draws real numbers, which dtype {dtype} cannot hold; use randint for integers")
+    return dtype
+
+
 def _full(op: str, shape: tuple[Any, ...], fill: Any, dtype: DType, device: Device, requires_grad: bool) -> Tensor:
     dtype = as_dtype(dtype) or float32
     t = Full.apply(_shape(op, shape, dtype, get_backend(device)), fill, dtype=dtype, device=device)
@@ -107,9 +119,20 @@ def arange(
     gives float32 (unless ``dtype`` says otherwise)."""
     if stop is None:
         start, stop = 0, start
+    start, stop, step = (v.item() if isinstance(v, Tensor) else v for v in (start, stop, step))
+    for name, v in (("start", start), ("stop", stop), ("step", step)):
+        if isinstance(v, bool) or not isinstance(v, _REAL) or not math.isfinite(v):
+            raise ValueError(f"arange: {name} must be a finite number, got {v!r}")
+    if step == 0:
+        raise ValueError(f"arange: step must not be zero (start={start!r}, stop={stop!r})")
     if dtype is None:
         dtype = "float32" if any(isinstance(v, float) for v in (start, stop, step)) else "int64"
-    return Arange.apply(start, stop, step, dtype=as_dtype(dtype), device=device)
+    dtype = as_dtype(dtype)
+    if dtype.kind != "f" and step != int(step):
+        raise ValueError(f"arange: dtype {dtype} needs a whole-number step, got {step!r}")
+    backend = get_backend(device)
+    backend.check_fits("arange", (max(0, math.ceil((stop - start) / step)),), dtype.itemsize)
+    return Arange.apply(start, stop, step, dtype=dtype, device=device)
 
 
 def eye(
@@ -129,7 +152,7 @@ def eye(
 
 def randn(*shape: Shape, dtype: DType = None, device: Device = "cpu", requires_grad: bool = False) -> Tensor:
     """Standard normal samples from the device's seeded generator (``mt.manual_seed``)."""
-    b, dtype = get_backend(device), as_dtype(dtype) or float32
+    b, dtype = get_backend(device), _float_dtype("randn", dtype)
     return _leaf(b.normal(_shape("randn", shape, dtype, b), dtype), b, requires_grad)
 
 
@@ -137,7 +160,7 @@ def rand(*shape: Shape, dtype: DType = None, device: Device = "cpu", requires_gr
     """A new tensor of the given shape with samples of U(0, 1), uniform in [0, 1): ``rand(2, 3)``
     or ``rand((2, 3))``; ``dtype`` (default float32), ``device`` and ``requires_grad`` as for
     ``zeros``."""
-    b, dtype = get_backend(device), as_dtype(dtype) or float32
+    b, dtype = get_backend(device), _float_dtype("rand", dtype)
     return _leaf(b.uniform(_shape("rand", shape, dtype, b), dtype), b, requires_grad)
 
 

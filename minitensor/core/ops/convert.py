@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy
+
 from .. import grad_mode
 from ..autograd import Function, Grads
 from ..backends import Backend
@@ -23,7 +25,13 @@ class AsType(Function):
 
 def astype(a: Tensor, dtype: DType) -> Tensor:
     """``a`` converted to ``dtype`` (a dtype, or its name such as ``"float64"``); the gradient is
-    converted back to a's dtype. ``x.to(dtype)`` and ``x.astype(dtype)`` call it."""
+    converted back to a's dtype. ``x.to(dtype)`` and ``x.astype(dtype)`` call it.
+
+    Integers and booleans carry no gradient: converted to one of those, the result leaves the
+    graph (``x.long()`` does not require grad), as in PyTorch."""
+    if numpy.dtype(dtype).kind not in "fc" and a.requires_grad:
+        with grad_mode.no_grad():
+            return AsType.apply(a, dtype)
     return AsType.apply(a, dtype)
 
 

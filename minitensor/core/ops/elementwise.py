@@ -76,7 +76,10 @@ class Div(Function):
 
 
 class Pow(Function):
-    """z = a ** p;  dz/da = p a^(p-1),  dz/dp = a^p log(a) (when the exponent is a tensor)."""
+    """z = a ** p;  dz/da = p a^(p-1),  dz/dp = a^p log(a) (when the exponent is a tensor).
+
+    Where p = 0, z = 1 whatever a is, and dz/da = 0 (not 0 * 0^-1 = nan at a = 0); where a = 0
+    and p >= 0, dz/dp = 0 (not 1 * log 0 = -inf at p = 0): PyTorch's values at those points."""
 
     @staticmethod
     def forward(ctx: Function, a: Array, p: Array) -> Array:
@@ -88,14 +91,18 @@ class Pow(Function):
     def backward(ctx: Function, grad: Array) -> Grads:
         a, p, z = ctx.saved
         need_a, need_p = ctx.needs_input_grad
-        ga = grad * p * a ** (p - 1) if need_a else None
-        gp = None
+        xp = ctx.xp
+        ga = gp = None
+        if need_a:
+            if not isinstance(p, xp.ndarray):  # a number: x ** 2, x ** 0.5
+                ga = grad * p * a ** (p - 1) if p != 0 else grad * 0
+            else:
+                with _quiet(xp):
+                    ga = xp.where(p == 0, 0, grad * p * a ** (p - 1))
         if need_p:
-            # a^p log a is 0 where a^p is 0 (the limit), not 0 * -inf = nan. For a
-            # number a (``2 ** x``), log a is a float64 0-d array: cast back to z's dtype.
-            xp = ctx.xp
+            # For a number a (``2 ** x``), log a is a float64 0-d array: cast back to z's dtype.
             with _quiet(xp):
-                gp = grad * xp.where(z == 0, 0, z * xp.log(a)).astype(z.dtype, copy=False)
+                gp = grad * xp.where((a == 0) & (p >= 0), 0, z * xp.log(a)).astype(z.dtype, copy=False)
         return ga, gp
 
 
@@ -449,6 +456,8 @@ def clip(a: Tensor, min: Number | None = None, max: Number | None = None) -> Ten
     """Clamp to [min, max] (either may be None); PyTorch calls it ``clamp``."""
     if min is None and max is None:
         raise ValueError("clip: give min, max or both")
+    if isinstance(min, float) or isinstance(max, float):  # integers clamped to 1.5: float32, as in PyTorch
+        a = as_float(a)
     return Clip.apply(a, min, max)
 
 

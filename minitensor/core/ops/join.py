@@ -14,6 +14,7 @@ from ..errors import ShapeError
 from ..tensor import Array, Tensor
 from .axes import normalize_axis, torch_names
 from .indexing import getitem
+from .promote import promote_all
 
 
 class Concat(Function):
@@ -69,7 +70,7 @@ def concat(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
     tensors = list(tensors)
     if not tensors:
         raise ValueError("concat: needs at least one tensor")
-    return Concat.apply(*tensors, axis=axis)
+    return Concat.apply(*promote_all(tensors), axis=axis)
 
 
 cat = concat
@@ -83,7 +84,7 @@ def stack(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
     tensors = list(tensors)
     if not tensors:
         raise ValueError("stack: needs at least one tensor")
-    return Stack.apply(*tensors, axis=axis)
+    return Stack.apply(*promote_all(tensors), axis=axis)
 
 
 @torch_names

@@ -50,6 +50,16 @@ def promote(a: Any, b: Any) -> tuple[Tensor, Any]:
     return a, b
 
 
+def promote_all(tensors: list[Tensor]) -> list[Tensor]:
+    """The tensors of one ``cat`` or ``stack`` made fit to join: integers or booleans among floats
+    become that float dtype (NumPy would make int64 and float32 a float64); floats of different
+    precision are left for ``Function.apply`` to refuse."""
+    floats = [t.data.dtype for t in tensors if isinstance(t, Tensor) and t.data.dtype.kind == "f"]
+    if not floats or len(floats) == len(tensors):
+        return tensors
+    return [_as_float(t, floats[0]) if isinstance(t, Tensor) and t.data.dtype.kind != "f" else t for t in tensors]
+
+
 def as_float(t: Tensor) -> Tensor:
     """``t``, or a float32 copy of it if it holds integers or booleans (PyTorch's default dtype)."""
     return t if t.data.dtype.kind == "f" else _as_float(t, None)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..autograd import Function, Grads
 from ..errors import ShapeError
-from ..tensor import Array, Number, Tensor
+from ..tensor import Array, Number, Tensor, tensor
 from .promote import promote
 
 
@@ -36,13 +36,18 @@ def _as_bool(cond: Tensor | Array, like: Tensor) -> Tensor:
 
 def where(cond: Tensor, a: Tensor, b: Tensor) -> Tensor:
     """Elementwise ``a if cond else b`` (all three broadcast together)."""
+    if not isinstance(a, Tensor) and not isinstance(b, Tensor):  # where(cond, 1.0, 0.0): on cond's device
+        a = tensor(a, device=cond.device) if isinstance(cond, Tensor) else tensor(a)
     a, b = promote(a, b)
     like = a if isinstance(a, Tensor) else b
     return Where.apply(_as_bool(cond, like), a, b)
 
 
 def masked_fill(a: Tensor, mask: Tensor, value: Number) -> Tensor:
-    """``a`` with ``value`` wherever ``mask`` is True (PyTorch's ``masked_fill``)."""
+    """``a`` with ``value`` wherever ``mask`` is True (PyTorch's ``masked_fill``). The result
+    keeps a's dtype, as in PyTorch: 2.7 written into integers is 2."""
+    if isinstance(value, (int, float)) and a.data.dtype.kind != "f":
+        value = a.data.dtype.type(value)  # (NumPy would make the whole result a float64)
     return Where.apply(_as_bool(mask, a), value, a)
 
 

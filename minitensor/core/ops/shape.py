@@ -94,7 +94,10 @@ def reshape(a: Tensor, *shape: Shape) -> Tensor:
     """The same elements in a new shape: ``reshape(x, 2, 3)`` or ``reshape(x, (2, 3))``; one axis
     may be -1, inferred from the others. A ``ShapeError`` if the element counts differ;
     backward reshapes the gradient back."""
-    return Reshape.apply(a, _shape_arg(shape))
+    shape = _shape_arg(shape)
+    if min(shape, default=0) < -1:  # (NumPy would read any negative length as -1)
+        raise ShapeError(f"reshape: lengths are >= 0, or -1 for the one to infer; got {shape}")
+    return Reshape.apply(a, shape)
 
 
 @torch_names
