@@ -110,8 +110,8 @@ AXIS = "teaching choice: NumPy's `axis`/`keepdims` in the signature; PyTorch's `
 DTYPE_ARG = "no `dtype=` (not yet aligned: it would be a cast before the op; `x.to(dtype)` does it)"
 DEVICE = "`device='cpu'`: no global default device (see above the table)"
 INPLACE = (
-    "teaching choice: no in-place ops on the autograd graph (in-place updates happen only under no_grad, in the "
-    "optimisers), so no `inplace=`"
+    "teaching choice: no in-place ops on the autograd graph (an in-place update changes a tensor outside it, see "
+    "above the table), so no `inplace=`"
 )
 SAME_FUNCTION = "the same function as `{}`, whose row compares it with PyTorch's documented one"
 UNREADABLE = "torch's {} has no readable signature; minitensor's matches the documented PyTorch use"
@@ -125,6 +125,12 @@ ERROR = "extra: minitensor's exception for {}, a {}; its message says how to fix
 MAX_MIN = (
     AXIS + "; with an axis it returns the values only (PyTorch: a (values, indices) pair; use argmax for indices); "
     "no elementwise `max(a, b)` overload (not yet aligned: `mt.where(a > b, a, b)`)"
+)
+CLASS_AXIS = (
+    "teaching choice: the classes are the *last* axis of the logits, (..., C), as D2L's decoders output "
+    "(batch, steps, vocab), where PyTorch's are axis 1, (N, C, d1, ...); 2-D logits read alike, and "
+    "(N, C, d) logits with an (N, d) target are refused with a ShapeError, unless C equals d, where the "
+    "two readings differ silently (D2L's older `pred.permute(0, 2, 1)` is not needed here)"
 )
 ALPHA = "not yet aligned: no `alpha=` (a {} alpha * b; one keyword in ops/elementwise.py)"
 TRANSPOSE = (
@@ -215,8 +221,9 @@ REASONS = {
     "mt.conv1d": "not yet aligned: no grouped convolution (`groups=`, in ops/conv.py)",
     "mt.cross_entropy": (
         "extra: `mask=` (D2L's padding mask over target tokens, besides `ignore_index`); not yet aligned: no "
-        "per-class `weight=` (a weighted mean in ops/loss.py)"
-    ),
+        "per-class `weight=` (a weighted mean in ops/loss.py); "
+    )
+    + CLASS_AXIS,
     "mt.div": "not yet aligned: true division only; no `rounding_mode=` (floor or trunc division)",
     "mt.dropout": SAME_FUNCTION.format("mt.nn.functional.dropout"),
     "mt.embedding": SAME_FUNCTION.format("mt.nn.functional.embedding"),
@@ -321,15 +328,28 @@ REASONS = {
     ),
     "mt.nn.Dropout": INPLACE,
     "mt.nn.ReLU": INPLACE,
+    "mt.nn.Linear": (
+        "extra: a list or NumPy array input becomes a tensor in the weight's dtype, and integer input is promoted "
+        "to it, where PyTorch refuses both"
+    ),
+    "mt.optim.clip_grad_norm_": (
+        "teaching choice: where the total norm is not finite (a gradient overflowed), the gradients are left as "
+        "they are and the norm returned, where PyTorch scales them by max_norm / inf into zeros and NaN; the "
+        "caller skips the step (`error_if_nonfinite=True` raises, as in PyTorch)"
+    ),
     "mt.nn.Embedding": (
         "not yet aligned: no `max_norm` renormalisation, no `scale_grad_by_freq`, no sparse gradients (minitensor "
         "has no sparse tensors)"
     ),
     "mt.nn.GRU": (
         "teaching choice: D2L's `num_hiddens` for PyTorch's `hidden_size`; not yet aligned: no bidirectional GRU, "
-        "no projections (`proj_size`)"
+        "no projections (`proj_size`); extra: integer inputs and initial states are promoted to the weights' dtype, "
+        "where PyTorch refuses them"
     ),
-    "mt.nn.GRUCell": "teaching choice: D2L's `num_hiddens` for PyTorch's `hidden_size`",
+    "mt.nn.GRUCell": (
+        "teaching choice: D2L's `num_hiddens` for PyTorch's `hidden_size`; extra: integer inputs and initial "
+        "states are promoted to the weights' dtype, where PyTorch refuses them"
+    ),
     "mt.nn.Identity": (
         "not yet aligned: PyTorch's Identity accepts and ignores any arguments (to stand in for a configurable "
         "layer); minitensor's takes none (one line in nn/activation.py)"
@@ -346,11 +366,12 @@ REASONS = {
         "teaching choice: made from a tensor as `Parameter` is (an empty one that keeps the dtype and device); "
         "`materialize(data)` takes the values where PyTorch's takes a shape"
     ),
-    "mt.nn.CrossEntropyLoss": "not yet aligned: no per-class `weight=`, as `cross_entropy`",
+    "mt.nn.CrossEntropyLoss": "not yet aligned: no per-class `weight=`, as `cross_entropy`; " + CLASS_AXIS,
     "mt.nn.functional.cross_entropy": (
         "extra: `mask=` (D2L's padding mask over target tokens, besides `ignore_index`); not yet aligned: no "
-        "per-class `weight=` (a weighted mean in ops/loss.py)"
-    ),
+        "per-class `weight=` (a weighted mean in ops/loss.py); "
+    )
+    + CLASS_AXIS,
     "mt.nn.functional.dropout": INPLACE,
     "mt.nn.functional.scaled_dot_product_attention": (
         "aligned: PyTorch's rules (upper-left `is_causal`, bool or float `attn_mask`, `enable_gqa`); runs the "
@@ -432,6 +453,7 @@ REASONS = {
         "`inputs=`"
     ),
     "Tensor.div": "not yet aligned: true division only; no `rounding_mode=` (floor or trunc division)",
+    "Tensor.div_": "not yet aligned: true division only; no `rounding_mode=` (floor or trunc division)",
     "Tensor.numpy": (
         "teaching choice: `numpy()` always returns a host copy (never a view of the tensor's memory), so there is "
         "nothing for `force=` to force"
@@ -831,7 +853,7 @@ x's array (no view, no other tensor, no op that saved it), the write goes into i
 since nobody could tell: `outputs[t] = y` in a loop of T steps costs T slices forward and \
 backward (PyTorch's backward copies the gradient at every write; `bench/row_loop.py`).
 
-Two differences run through the whole API:
+Three differences run through the whole API:
 
 - `axis`, `keepdims` (and `axis0`, `start_axis`, ...): minitensor's signatures use NumPy's words, \
 those of the arrays underneath; PyTorch says `dim`, `keepdim` (`dim0`, `start_dim`, ...). Every \
@@ -841,6 +863,17 @@ minitensor/core/ops/axes.py); both words in one call are refused.
 - `device='cpu'`: minitensor has no global default device, so creation functions say 'cpu' where \
 PyTorch's `device=None` means its current default device (`torch.set_default_device`). Not yet \
 aligned: a default device would be new state in backends/.
+- In-place updates (`x += y`, `-=`, `*=`, `/=`, `add_`, `sub_`, `mul_`, `div_`, `copy_`, \
+`zero_`, `x[i] = v`): outside the graph (under `no_grad`, as in D2L's `sgd`, or on tensors that \
+do not require grad) they change the tensor itself, as in PyTorch, and the result must fit its \
+dtype (`int_tensor += 0.5` is refused). On a tensor in the graph, `x += y` makes a new tensor `x \
++ y` and Python moves the name to it, where PyTorch changes the tensor in place and rewrites its \
+history: other names for the old x keep its value; the underscore methods are refused there; \
+`x[i] = v` works as described above. A leaf that requires grad is refused, as in PyTorch. \
+Backward refuses a gradient whose inputs were changed in place after an op used them, as PyTorch \
+does with its version counters, and more strictly: it checks every tensor input of the op \
+(`autograd.WriteLog`), not only the ones its backward saved, so `c = a + x; x += 1; \
+c.backward()` is refused here and allowed in PyTorch.
 """
 
 

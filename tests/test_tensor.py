@@ -462,6 +462,8 @@ def test_mixed_dtypes_take_pytorchs_result_type():
     assert mt.where(cond, 1, 0).dtype == mt.int64
     assert mt.tensor([mt.tensor(1.5, dtype=mt.float64)]).dtype == mt.float64
     assert mt.tensor(np.float64(0.1)).dtype == mt.float64 and mt.tensor([0.1]).dtype == mt.float32
+    assert mt.full((2,), 3).dtype == mt.int64 and mt.full((2,), True).dtype == mt.bool
+    assert mt.full((2,), 3.0).dtype == mt.float32 and mt.full((2,), 3, dtype=mt.float64).dtype == mt.float64
 
 
 @pytest.mark.parametrize(
@@ -490,3 +492,10 @@ def test_arange_takes_what_pytorchs_takes():
     assert mt.arange(5, 0, -2).tolist() == [5, 3, 1] and mt.arange(2, 1).tolist() == []
     assert mt.arange(0, 1, 0.25).tolist() == [0.0, 0.25, 0.5, 0.75]
     assert mt.arange(0, 3, 1.0, dtype=mt.int64).tolist() == [0, 1, 2]
+
+
+def test_cross_entropy_names_pytorchs_class_axis():
+    """(N, C, d) logits with an (N, d) target, PyTorch's layout: the error says where the classes
+    go here (the last axis), so D2L's older ``pred.permute(0, 2, 1)`` reads as what to undo."""
+    with pytest.raises(mt.ShapeError, match=r"classes are the last axis .* logits.permute\(0, 2, 1\)"):
+        mt.cross_entropy(mt.randn(2, 5, 3), mt.zeros(2, 3, dtype=mt.int64))

@@ -106,8 +106,14 @@ def full(
     shape: Shape, fill_value: float, dtype: DType = None, device: Device = "cpu", requires_grad: bool = False
 ) -> Tensor:
     """A new leaf tensor of shape ``shape`` (an int or a tuple) filled with ``fill_value``;
-    ``dtype`` (default float32), ``device`` and ``requires_grad`` as for ``zeros``."""
+    ``device`` and ``requires_grad`` as for ``zeros``. Without ``dtype``, the fill value's kind
+    decides, as in PyTorch: ``full((2,), 7.0)`` is float32, ``full((2,), 7)`` int64,
+    ``full((2,), True)`` bool."""
     shape = (shape,) if isinstance(shape, (int, numpy.integer)) else shape
+    if dtype is None and isinstance(fill_value, (bool, numpy.bool_)):
+        dtype = "bool"
+    elif dtype is None and isinstance(fill_value, (int, numpy.integer)):
+        dtype = "int64"
     return _full("full", (shape,), fill_value, dtype, device, requires_grad)
 
 

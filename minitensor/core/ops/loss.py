@@ -119,9 +119,16 @@ def cross_entropy(
     if target.dtype.kind not in "iu":
         raise TypeError(f"cross_entropy: target must hold integer class indices, got {target.dtype}")
     if tuple(logits.shape[:-1]) != tuple(target.shape):
+        torch_layout = logits.ndim >= 3 and tuple(target.shape) == tuple(logits.shape[:1] + logits.shape[2:])
         raise ShapeError(
             f"cross_entropy: logits of shape {logits.shape} need a target of shape {logits.shape[:-1]}, "
             f"got {target.shape}"
+            + (
+                "; the classes are the last axis of the logits here, where PyTorch reads axis 1: "
+                "for logits laid out (N, C, d), pass logits.permute(0, 2, 1)"
+                if torch_layout
+                else ""
+            )
         )
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f"cross_entropy: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
