@@ -5,6 +5,7 @@ The NumPy references below are the textbook formulas, written independently of t
 under test; gradients are set by hand so only the optimiser is being tested.
 """
 
+import inspect
 import json
 import math
 
@@ -201,6 +202,171 @@ def test_bad_parameters_and_hyperparameters_are_refused():
             cls([p], **kwargs)
     with pytest.raises(ValueError, match="lr"):
         mt.optim.SGD([{"params": [p], "lr": -1.0}], lr=0.1)
+
+
+def test_hyperparameters_of_the_wrong_type_are_a_type_error_naming_them():
+    # never Python's own "'<' not supported between instances of 'str' and 'int'"
+    (p, _) = make_params()
+    bad = [
+        (mt.optim.SGD, dict(lr="0.1"), r"SGD: lr must be a number, got '0.1' \(str\)"),
+        (mt.optim.SGD, dict(lr=None), r"SGD: lr must be a number, got None \(NoneType\)"),
+        (mt.optim.SGD, dict(lr=0.1, momentum="0.9"), "SGD: momentum must be a number"),
+        (mt.optim.SGD, dict(lr=0.1, dampening=None), "SGD: dampening must be a number"),
+        (mt.optim.SGD, dict(lr=0.1, weight_decay=[0.1]), "SGD: weight_decay must be a number"),
+        (mt.optim.Adam, dict(lr="1e-3"), "Adam: lr must be a number"),
+        (mt.optim.Adam, dict(betas=0.9), r"Adam: betas must be a pair of numbers in \[0, 1\), got 0.9"),
+        (mt.optim.Adam, dict(betas=("0.9", 0.999)), "Adam: betas must be a number, got '0.9'"),
+        (mt.optim.Adam, dict(eps=None), "Adam: eps must be a number"),
+        (mt.optim.AdamW, dict(weight_decay="0.01"), "AdamW: weight_decay must be a number"),
+    ]
+    for cls, kwargs, message in bad:
+        with pytest.raises(TypeError, match=message):
+            cls([p], **kwargs)
+    with pytest.raises(TypeError, match="SGD: lr must be a number"):
+        mt.optim.SGD([{"params": [p], "lr": "0.1"}], lr=0.1)
+    with pytest.raises(ValueError, match="SGD: lr must be >= 0, got nan"):
+        mt.optim.SGD([p], lr=float("nan"))
+    with pytest.raises(ValueError, match=r"Adam: a Tensor lr must hold one floating-point number, got shape \(2,\)"):
+        mt.optim.Adam([p], lr=mt.tensor([0.1, 0.2]))
+    with pytest.raises(ValueError, match="SGD: lr must be >= 0"):
+        mt.optim.SGD([p], lr=mt.tensor(-0.1))
+    mt.optim.Adam([p], betas=[0.8, 0.9])  # a list of two, as after a JSON round trip: accepted
+
+
+TENSOR_LR_OPTIMISERS = {
+    "sgd": lambda ps, lr: mt.optim.SGD(ps, lr=lr),
+    "sgd_momentum": lambda ps, lr: mt.optim.SGD(ps, lr=lr, momentum=0.9, weight_decay=0.1, nesterov=True),
+    "adam": lambda ps, lr: mt.optim.Adam(ps, lr=lr, weight_decay=0.1),
+    "adam_unfused": lambda ps, lr: mt.optim.Adam(ps, lr=lr, weight_decay=0.1, fused=False),
+    "adamw": lambda ps, lr: mt.optim.AdamW(ps, lr=lr, weight_decay=0.1),
+    "adamw_unfused": lambda ps, lr: mt.optim.AdamW(ps, lr=lr, weight_decay=0.1, fused=False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TENSOR_LR_OPTIMISERS))
+def test_a_tensor_lr_steps_as_its_number_and_is_read_at_every_step(name):
+    # PyTorch accepts a one-element tensor lr; SGD used to fail at step() ("does not support ufuncs")
+    make = TENSOR_LR_OPTIMISERS[name]
+    params, expected_params = make_params(), make_params()
+    grads = gradient_sequence(params, 4)
+    lr = mt.tensor(0.05, dtype=mt.float64)
+    opt, expected_opt = make(params, lr), make(expected_params, 0.05)
+    run(opt, params, grads[:2])
+    run(expected_opt, expected_params, grads[:2])
+    with mt.no_grad():
+        lr.mul_(0.5)  # changed in place: the next steps use 0.025
+    expected_opt.param_groups[0]["lr"] = 0.025
+    for a, b in zip(run(opt, params, grads[2:]), run(expected_opt, expected_params, grads[2:])):
+        np.testing.assert_array_equal(a, b)
+    assert opt.param_groups[0]["lr"] is lr  # kept as given
+
+
+def test_mixing_parameters_and_groups_is_a_type_error_naming_the_optimiser():
+    p, q = make_params()
+    for params in ([{"params": [p]}, q], [p, {"params": [q]}]):
+        with pytest.raises(TypeError, match="SGD: param groups must be dicts: the list mixes"):
+            mt.optim.SGD(params, lr=0.1)
+    with pytest.raises(TypeError, match=r"Adam: a parameter group must be a dict \{'params': \[...\], ...\}, got list"):
+        mt.optim.Adam([p]).add_param_group([q])
+    with pytest.raises(ValueError, match=r"SGD: a parameter group needs a 'params' entry, got one with \['lr'\]"):
+        mt.optim.SGD([{"lr": 0.1}], lr=0.1)
+
+
+def stepped(opt, params, steps=2):
+    run(opt, params, gradient_sequence(params, steps))
+    return opt
+
+
+def test_load_state_dict_refuses_another_optimisers_state_and_changes_nothing():
+    params = make_params()
+    sgd_state = stepped(mt.optim.SGD(params, lr=0.1, momentum=0.9), params).state_dict()
+    adam_state = stepped(mt.optim.Adam(params), params).state_dict()
+
+    adam = stepped(mt.optim.Adam(params, lr=0.01), params)
+    before = adam.state_dict()
+    with pytest.raises(
+        ValueError, match=r"Adam.load_state_dict: parameter group 0 of the state has no \['betas', 'eps'\].*SGD's"
+    ):
+        adam.load_state_dict(sgd_state)
+    # the settings made to fit, the per-parameter state still is SGD's (it used to fail at step(): KeyError 'step')
+    disguised = json.loads(json.dumps(sgd_state, default=lambda a: a.tolist()))
+    for group in disguised["param_groups"]:
+        group.update(betas=[0.9, 0.999], eps=1e-8)
+    with pytest.raises(
+        ValueError,
+        match=r"Adam.load_state_dict: the state of parameter 0 has \['momentum_buffer'\], SGD's, "
+        r"where this Adam keeps \['exp_avg', 'exp_avg_sq', 'step'\]",
+    ):
+        adam.load_state_dict(disguised)
+    after = adam.state_dict()
+    assert after["param_groups"] == before["param_groups"]
+    for i in before["state"]:
+        for key, value in before["state"][i].items():
+            np.testing.assert_array_equal(after["state"][i][key], value)
+    stepped(adam, params)  # still works
+
+    sgd = mt.optim.SGD(params, lr=0.1, momentum=0.9)
+    with pytest.raises(
+        ValueError,
+        match=r"SGD.load_state_dict: parameter group 0 of the state has no "
+        r"\['dampening', 'momentum', 'nesterov'\].*Adam or AdamW's",
+    ):
+        sgd.load_state_dict(adam_state)
+    mt.optim.AdamW(params).load_state_dict(adam_state)  # Adam and AdamW keep the same state: accepted, as in PyTorch
+
+
+def set_grad_bypassing_its_checks(p, grad):
+    """Give ``p`` a gradient without ``grad``'s setter (which may refuse a wrong one): an optimiser must
+    defend itself against a gradient set around it."""
+    if isinstance(inspect.getattr_static(type(p), "grad"), property):
+        object.__setattr__(p, "_grad", grad)  # the setter's storage
+    else:
+        object.__setattr__(p, "grad", grad)  # a plain slot
+    assert p.grad is grad
+
+
+@pytest.mark.parametrize("name", sorted(TENSOR_LR_OPTIMISERS))
+def test_a_gradient_that_does_not_fit_its_parameter_is_refused_before_any_update(name):
+    # the fused Adam kernel used to read past the end of a smaller gradient; SGD failed halfway with
+    # NumPy's broadcast error. Now: a clear error, and no parameter or state changed.
+    make = TENSOR_LR_OPTIMISERS[name]
+    params = make_params(dtype=np.float32)  # shapes (3, 2) and (2,)
+    opt = make(params, 0.1)
+    run(opt, params, gradient_sequence(params, 1))
+    before = [p.numpy().copy() for p in params]
+    state_before = {k: (dict(v) if isinstance(v, dict) else v) for k, v in opt.state_dict()["state"].items()}
+    optimiser = type(opt).__name__
+    for grad, error, message in [
+        (mt.tensor(5.0), mt.ShapeError, rf"{optimiser}.step: a parameter of shape \(2,\) has a gradient of shape \(\)"),
+        (mt.ones(3), mt.ShapeError, rf"{optimiser}.step: a parameter of shape \(2,\) has a gradient of shape \(3,\)"),
+        (
+            mt.ones(2, dtype=mt.float64),
+            mt.DTypeError,
+            rf"{optimiser}.step: .* dtype float32 has a gradient of dtype float64",
+        ),
+        (np.ones(2, dtype=np.float32), TypeError, rf"{optimiser}.step: .* not a Tensor but a ndarray"),
+    ]:
+        params[0].grad = mt.ones(3, 2)  # a good one first: not updated either
+        set_grad_bypassing_its_checks(params[1], grad)
+        with pytest.raises(error, match=message):
+            opt.step()
+        for p, b in zip(params, before):
+            np.testing.assert_array_equal(p.numpy(), b)
+        state = opt.state_dict()["state"]
+        assert state.keys() == state_before.keys()
+        for i in state:
+            for key, value in state_before[i].items():
+                np.testing.assert_array_equal(state[i][key], value)
+
+
+def test_a_gradient_on_another_device_is_refused():
+    (p,) = make_params(shapes=((2,),), device="strict")
+    opt = mt.optim.Adam([p], lr=0.1)
+    set_grad_bypassing_its_checks(p, mt.ones(2, dtype=mt.float64))  # on the CPU
+    with pytest.raises(
+        mt.DeviceError, match=r"Adam.step: a parameter of shape \(2,\) on 'strict' has its gradient on 'cpu'"
+    ):
+        opt.step()
 
 
 def test_step_with_closure_returns_the_loss():

@@ -22,6 +22,8 @@ class Adam(Optimizer):
     scale of its gradient. (As in PyTorch, eps is added to sqrt(v) / sqrt(1 - beta2^t).)
     """
 
+    state_keys = frozenset({"step", "exp_avg", "exp_avg_sq"})  # t, m, v: all three from the first step
+
     def __init__(
         self,
         params: Params,
@@ -31,7 +33,9 @@ class Adam(Optimizer):
         weight_decay: float = 0.0,
         fused: bool | None = None,
     ) -> None:
-        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay))
+        # a list of two becomes a tuple (as state_dict's JSON form does); anything else goes to the check
+        betas = tuple(betas) if isinstance(betas, list) else betas
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
         if fused not in (None, True, False):
             raise ValueError(f"{type(self).__name__}: fused must be None, True or False, got {fused!r}")
         # As PyTorch's ``fused=``: the whole update of a parameter in one kernel (a numba loop
@@ -43,11 +47,15 @@ class Adam(Optimizer):
 
     def check_hyperparameters(self, group: Group) -> None:
         """The base checks (lr, weight_decay >= 0), plus ``betas``: two numbers in [0, 1), and
-        eps >= 0. Raises ``ValueError``."""
+        eps >= 0. Raises ``TypeError`` for a setting that is not a number (or betas not a pair),
+        ``ValueError`` for one out of range."""
         super().check_hyperparameters(group)
-        if len(group["betas"]) != 2 or not all(0.0 <= b < 1.0 for b in group["betas"]):
-            raise ValueError(f"Adam: betas must be two numbers in [0, 1), got {group['betas']}")
-        if group["eps"] < 0:
+        betas = group["betas"]
+        if not (isinstance(betas, tuple) and len(betas) == 2):
+            raise TypeError(f"Adam: betas must be a pair of numbers in [0, 1), got {betas!r}")
+        if not all(0.0 <= self.check_number("betas", b) < 1.0 for b in betas):
+            raise ValueError(f"Adam: betas must be two numbers in [0, 1), got {betas}")
+        if self.check_number("eps", group["eps"]) < 0:
             raise ValueError(f"Adam: eps must be >= 0, got {group['eps']}")
 
     def update(self, param: Tensor, grad: Array, state: dict[str, Any], group: Group) -> None:

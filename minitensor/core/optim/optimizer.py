@@ -12,11 +12,13 @@ it without pickle and load it back on any device.
 
 from __future__ import annotations
 
+import inspect
+import numbers
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, ClassVar
 
 from ..creation import zeros_like
-from ..errors import DeviceError
+from ..errors import DeviceError, DTypeError, ShapeError
 from ..grad_mode import enable_grad, no_grad
 from ..tensor import Array, Tensor
 
@@ -44,7 +46,16 @@ class Optimizer:
 
     ``state_dict()`` / ``load_state_dict()`` save and restore the settings and the state (host
     NumPy arrays, no pickle).
+
+    ``lr`` may be a number or, as in PyTorch, a one-element floating-point Tensor: ``step()``
+    reads its value then, so changing it in place changes the rate; the update rules only ever
+    see a Python float.
     """
+
+    #: the names of a parameter's state entries once it has any (SGD: its momentum buffer);
+    #: ``load_state_dict`` refuses a saved state with others, such as another optimiser's.
+    #: None (a subclass that does not say): not checked.
+    state_keys: ClassVar[frozenset[str] | None] = None
 
     def __init__(self, params: Params, defaults: dict[str, Any]) -> None:
         self.defaults = dict(defaults)
@@ -56,11 +67,26 @@ class Optimizer:
                 f"{type(self).__name__}: got an empty parameter list (does the model register its "
                 "layers as attributes, after super().__init__()?)"
             )
-        for group in params if isinstance(params[0], dict) else [{"params": params}]:
+        groups = [isinstance(item, dict) for item in params]
+        if any(groups) and not all(groups):
+            item = groups.index(False)
+            raise TypeError(
+                f"{type(self).__name__}: param groups must be dicts: the list mixes parameter groups (dicts) "
+                f"and parameters (item {groups.index(True)} is a dict, item {item} a {type(params[item]).__name__}); "
+                "give either parameters, or groups {'params': [...], ...} only"
+            )
+        for group in params if groups[0] else [{"params": params}]:
             self.add_param_group(group)
 
     def add_param_group(self, group: Group) -> None:
         """Add ``{"params": [...], "lr": ..., ...}``; missing settings come from the defaults."""
+        name = type(self).__name__
+        if not isinstance(group, dict):
+            raise TypeError(
+                f"{name}: a parameter group must be a dict {{'params': [...], ...}}, got {type(group).__name__}"
+            )
+        if "params" not in group:
+            raise ValueError(f"{name}: a parameter group needs a 'params' entry, got one with {sorted(group)}")
         group = dict(group)
         params = group["params"]
         params = [params] if isinstance(params, Tensor) else list(params)
@@ -87,11 +113,29 @@ class Optimizer:
         self.param_groups.append(group)
 
     def check_hyperparameters(self, group: Group) -> None:
-        """Raise ValueError for settings the update rule cannot use (subclasses extend it)."""
-        if group["lr"] < 0:
-            raise ValueError(f"{type(self).__name__}: lr must be >= 0, got {group['lr']}")
-        if group.get("weight_decay", 0) < 0:
-            raise ValueError(f"{type(self).__name__}: weight_decay must be >= 0, got {group['weight_decay']}")
+        """Refuse settings the update rule cannot use (subclasses extend it): ``lr`` a number >= 0
+        or a one-element floating-point Tensor holding one, ``weight_decay`` a number >= 0. A
+        setting of the wrong type is a ``TypeError``, a value out of range a ``ValueError``."""
+        name, lr = type(self).__name__, group["lr"]
+        if isinstance(lr, Tensor):
+            if lr.numel() != 1 or lr.dtype.kind != "f":
+                raise ValueError(
+                    f"{name}: a Tensor lr must hold one floating-point number, got shape {lr.shape}, dtype {lr.dtype}"
+                )
+            value = lr.item()
+        else:
+            value = self.check_number("lr", lr)
+        if not value >= 0:  # NaN too
+            raise ValueError(f"{name}: lr must be >= 0, got {value}")
+        if "weight_decay" in group and not self.check_number("weight_decay", group["weight_decay"]) >= 0:
+            raise ValueError(f"{name}: weight_decay must be >= 0, got {group['weight_decay']}")
+
+    def check_number(self, setting: str, value: Any) -> float:
+        """``value`` as a float if it is a real number (int, float, NumPy scalar; not a bool), else a
+        ``TypeError`` naming the optimiser and the setting: ``check_hyperparameters``' type check."""
+        if isinstance(value, numbers.Real) and not isinstance(value, bool):
+            return float(value)
+        raise TypeError(f"{type(self).__name__}: {setting} must be a number, got {value!r} ({type(value).__name__})")
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Forget the gradients: call before each backward, or they add up across steps."""
@@ -119,9 +163,45 @@ class Optimizer:
         if closure is not None:
             with enable_grad():
                 loss = closure()
+        self.check_gradients()
         for group in self.param_groups:
+            if isinstance(group["lr"], Tensor):  # read now: an in-place change takes effect
+                group = {**group, "lr": group["lr"].item()}
             self.update_group(group)
         return loss
+
+    def check_gradients(self) -> None:
+        """Refuse, before any parameter changes, a gradient that is not a Tensor of its parameter's
+        shape, dtype and device: a fused kernel trusts them (it would read past the end of a
+        smaller gradient), and an update rule would broadcast a wrong shape into the parameter or
+        fail halfway through the step. ``grad``'s setter checks too, but ``.grad`` may have been
+        set around it. The check compares a shape, a dtype and a device per parameter: it runs
+        at every step."""
+        for group in self.param_groups:
+            for p in group["params"]:
+                g = p.grad
+                if g is None:
+                    continue
+                if not isinstance(g, Tensor):
+                    raise TypeError(
+                        f"{type(self).__name__}.step: a parameter of shape {p.shape} has a gradient that is "
+                        f"not a Tensor but a {type(g).__name__}"
+                    )
+                if g.data.shape != p.data.shape:
+                    raise ShapeError(
+                        f"{type(self).__name__}.step: a parameter of shape {p.shape} has a gradient of shape "
+                        f"{g.shape}; nothing was updated"
+                    )
+                if g.data.dtype != p.data.dtype:
+                    raise DTypeError(
+                        f"{type(self).__name__}.step: a parameter of shape {p.shape} and dtype {p.dtype} has a "
+                        f"gradient of dtype {g.dtype}; nothing was updated"
+                    )
+                if g._backend is not p._backend:
+                    raise DeviceError(
+                        f"{type(self).__name__}.step: a parameter of shape {p.shape} on {p.device!r} has its "
+                        f"gradient on {g.device!r}; nothing was updated"
+                    )
 
     def update_group(self, group: Group) -> None:
         """Update every parameter of ``group`` that has a gradient: ``update`` for each. A rule
@@ -177,11 +257,27 @@ class Optimizer:
                     f"{name}.load_state_dict: parameter group {i} has {len(saved['params'])} parameter(s) in "
                     f"the state, {len(group['params'])} in this optimiser"
                 )
+            # Another optimiser's group lacks some of this one's settings (SGD's has no betas, Adam's
+            # no momentum): loaded, the rule would find its settings or its state missing at step().
+            missing = sorted(set(self.defaults) - set(saved))
+            if missing:
+                present = sorted(k for k in saved if k != "params")
+                raise ValueError(
+                    f"{name}.load_state_dict: parameter group {i} of the state has no {missing} that this {name} "
+                    f"needs (its settings are {present}{_whose(present, 'defaults')}); is it another "
+                    "optimiser's state?"
+                )
             by_index.update(zip((int(k) for k in saved["params"]), group["params"]))
         new_state = {}
         for key, values in state_dict["state"].items():
             if int(key) not in by_index:
                 raise ValueError(f"{name}.load_state_dict: state for parameter {key}, which no group lists")
+            if self.state_keys is not None and values and set(values) != self.state_keys:
+                keys = sorted(values)
+                raise ValueError(
+                    f"{name}.load_state_dict: the state of parameter {key} has {keys}{_whose(keys, 'state_keys')}, "
+                    f"where this {name} keeps {sorted(self.state_keys)}; is it another optimiser's state?"
+                )
             p = by_index[int(key)]
             where = f"{name}.load_state_dict: state[{key}]"
             new_state[p] = {k: _to_param_device(v, p, f"{where}[{k!r}]") for k, v in values.items()}
@@ -200,6 +296,28 @@ class Optimizer:
             lines.append(f"Parameter Group {i}")
             lines += [f"    {k}: {v}" for k, v in group.items() if k != "params"]
         return "\n".join(lines + [")"])
+
+
+def _whose(keys: list[str], what: str) -> str:
+    """The words ", SGD's" when ``keys`` look like a known optimiser class's, else "": to name in
+    an error the optimiser a state came from. ``what="state_keys"``: a parameter's state, the class's
+    ``state_keys`` exactly; ``what="defaults"``: a group's settings, all of the class's constructor
+    settings among them (a group also holds others, like a schedule's ``initial_lr``)."""
+    found, names = set(keys), set()
+    for cls in _subclasses(Optimizer):
+        if what == "state_keys":
+            if cls.state_keys is not None and cls.state_keys == found:
+                names.add(cls.__name__)
+        else:
+            settings = set(inspect.signature(cls.__init__).parameters) - {"self", "params", "fused"}
+            if settings and settings <= found:
+                names.add(cls.__name__)
+    return f", {' or '.join(sorted(names))}'s" if names else ""
+
+
+def _subclasses(cls: type[Optimizer]) -> list[type[Optimizer]]:
+    """Every subclass of ``cls``, at any depth."""
+    return [sub for direct in cls.__subclasses__() for sub in [direct, *_subclasses(direct)]]
 
 
 def _to_param_device(value: Any, p: Tensor, where: str) -> Any:

@@ -20,6 +20,8 @@ class SGD(Optimizer):
     oscillating components cancel; Nesterov's variant looks one step ahead.
     """
 
+    state_keys = frozenset({"momentum_buffer"})  # b, once momentum has made it
+
     def __init__(
         self,
         params: Params,
@@ -33,10 +35,12 @@ class SGD(Optimizer):
         super().__init__(params, defaults)
 
     def check_hyperparameters(self, group: Group) -> None:
-        """The base checks (lr, weight_decay >= 0), plus momentum >= 0; ``nesterov=True`` needs
-        momentum > 0 and dampening = 0. Raises ``ValueError``."""
+        """The base checks (lr, weight_decay >= 0), plus momentum >= 0 and dampening numbers;
+        ``nesterov=True`` needs momentum > 0 and dampening = 0. Raises ``TypeError`` for a setting
+        that is not a number, ``ValueError`` for one out of range."""
         super().check_hyperparameters(group)
-        if group["momentum"] < 0:
+        self.check_number("dampening", group["dampening"])
+        if self.check_number("momentum", group["momentum"]) < 0:
             raise ValueError(f"SGD: momentum must be >= 0, got {group['momentum']}")
         if group["nesterov"] and (group["momentum"] <= 0 or group["dampening"] != 0):
             raise ValueError("SGD: nesterov momentum needs momentum > 0 and dampening = 0")
