@@ -231,10 +231,9 @@ REASONS = {
     "mt.log_softmax": SAME_FUNCTION.format("mt.nn.functional.log_softmax"),
     "mt.relu": SAME_FUNCTION.format("mt.nn.functional.relu"),
     "mt.masked_fill": UNREADABLE.format("`masked_fill` function") + " (`Tensor.masked_fill(mask, value)`)",
-    "mt.enable_grad": (
-        "not yet aligned: a context manager and a decorator with parentheses (`@mt.enable_grad()`); PyTorch also "
-        "takes the bare `@torch.enable_grad` (`orig_func`), which an `__init__(self, orig_func=None)` in "
-        "grad_mode.py would allow"
+    "mt.no_grad": (
+        "aligned: `@mt.no_grad` works bare and with parentheses, as PyTorch's; PyTorch takes `orig_func` in "
+        "`__new__`, which its signature does not show"
     ),
     "mt.expand": "extra: the function form of `Tensor.expand`, which PyTorch has only as a method",
     "mt.from_dlpack": (

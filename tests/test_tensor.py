@@ -499,3 +499,25 @@ def test_cross_entropy_names_pytorchs_class_axis():
     go here (the last axis), so D2L's older ``pred.permute(0, 2, 1)`` reads as what to undo."""
     with pytest.raises(mt.ShapeError, match=r"classes are the last axis .* logits.permute\(0, 2, 1\)"):
         mt.cross_entropy(mt.randn(2, 5, 3), mt.zeros(2, 3, dtype=mt.int64))
+
+
+@pytest.mark.parametrize("decorate", [mt.no_grad, mt.no_grad()], ids=["bare", "called"])
+def test_no_grad_decorates_with_or_without_parentheses(decorate):
+    @decorate
+    def double(x):
+        return x * 2
+
+    x = mt.ones(2, requires_grad=True)
+    assert not double(x).requires_grad and double.__name__ == "double"
+    assert (x * 2).requires_grad  # the mode is back after the call
+    assert mt.enable_grad(lambda: mt.is_grad_enabled())() is True
+
+
+def test_python_number_protocols():
+    assert f"{mt.tensor(3.14159):.2f}" == "3.14" and f"{mt.tensor(7)}" == "tensor(7)"
+    with pytest.raises(TypeError, match="unsupported format string"):
+        f"{mt.tensor([1.0, 2.0]):.2f}"
+    x = mt.tensor([-1.0, 2.0], requires_grad=True)
+    assert abs(x).tolist() == [1.0, 2.0] and +x is x
+    abs(x).sum().backward()
+    assert x.grad.tolist() == [-1.0, 1.0]

@@ -31,6 +31,15 @@ class _GradMode:
 
     mode = True
 
+    def __new__(cls, orig_func: Any = None) -> Any:
+        # ``@mt.no_grad`` without parentheses, as PyTorch allows: the class gets the function
+        if orig_func is None:
+            return super().__new__(cls)
+        return cls()(orig_func)
+
+    def __init__(self, orig_func: Any = None) -> None:
+        pass
+
     def __enter__(self) -> "_GradMode":
         self._prev = _enabled
         set_grad_enabled(self.mode)

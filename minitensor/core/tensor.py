@@ -252,6 +252,12 @@ class Tensor:
         """(device type, device id) as DLPack numbers them: (1, 0) for the CPU, (2, n) for CUDA GPU n."""
         return self.data.__dlpack_device__()
 
+    def __format__(self, spec: str) -> str:
+        """``f"{loss:.4f}"``: a 0-d tensor formats as its number, as in PyTorch."""
+        if self.data.ndim == 0 and spec:
+            return format(self.item(), spec)
+        return super().__format__(spec)
+
     def __float__(self) -> float:
         return float(self.item())
 
@@ -575,6 +581,12 @@ class Tensor:
 
     def __rmatmul__(self, other: Array) -> Tensor:
         return _reflected(MatMul, self, other)
+
+    def __pos__(self) -> Tensor:
+        return self
+
+    def __abs__(self) -> Tensor:
+        return ops.abs(self)
 
     def __neg__(self) -> Tensor:
         return Neg.apply(self)
