@@ -164,9 +164,18 @@ def test_a_change_before_use_or_after_backward_is_fine():
     assert a.grad.tolist() == [3.0 + 4.0, 3.0 + 6.0]
 
 
-def test_a_stray_optimiser_step_between_forward_and_backward_is_refused():
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda params: mt.optim.SGD(params, lr=0.1),
+        lambda params: mt.optim.Adam(params, lr=0.1),  # fused: a kernel writes the arrays directly
+        lambda params: mt.optim.Adam(params, lr=0.1, fused=False),
+    ],
+    ids=["SGD", "Adam", "Adam-unfused"],
+)
+def test_a_stray_optimiser_step_between_forward_and_backward_is_refused(make):
     layer = mt.nn.Linear(3, 2)
-    optimizer = mt.optim.SGD(layer.parameters(), lr=0.1)
+    optimizer = make(layer.parameters())
     x = mt.ones(4, 3)
     layer(x).sum().backward()
     loss = layer(x).sum()

@@ -17,6 +17,7 @@ import numbers
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
 
+from ..autograd import writes
 from ..creation import zeros_like
 from ..errors import DeviceError, DTypeError, ShapeError
 from ..grad_mode import enable_grad, no_grad
@@ -168,6 +169,11 @@ class Optimizer:
             if isinstance(group["lr"], Tensor):  # read now: an in-place change takes effect
                 group = {**group, "lr": group["lr"].item()}
             self.update_group(group)
+            for p in group["params"]:
+                if p.grad is not None:
+                    # a graph made before this step must not run backward on the new values
+                    # (a fused kernel writes the arrays directly, past the tensors' add_)
+                    writes.note(p.data)
         return loss
 
     def check_gradients(self) -> None:
