@@ -239,6 +239,11 @@ def config_from_args(args):
     return TrainConfig.recipe(given.pop("model", TrainConfig.model), args.preset, out=default_out(args), **given)
 
 
+def _preset_settings(name):
+    """The fields ``--preset NAME`` sets, as a new run would take them (its text: the one shipped)."""
+    return {"text": os.path.abspath(TEXTS["tinyshakespeare"]), **PRESETS[name]}
+
+
 def _resumed_config(args):
     """The saved run's config with what ``--resume`` may change; flags that would change
     anything else are refused, each named, rather than silently ignored."""
@@ -253,6 +258,16 @@ def _resumed_config(args):
         for name in given
         if name not in resumable and given[name] != saved.setting(name)
     ]
+    if args.preset:  # a preset is many settings at once: refused where one of them differs from the run's
+        preset = {**_preset_settings(args.preset), **given}  # a flag beside it overrides it, as in a new run
+        differ = [
+            f"{flag_of(name)} {value!r}, the run has {saved.setting(name)!r}"
+            for name, value in preset.items()
+            if name not in resumable and name not in given and value != saved.setting(name)
+        ]
+        if differ:
+            more = "; ..." if len(differ) > 3 else ""
+            refused.append(f"--preset {args.preset} (it sets {'; '.join(differ[:3])}{more})")
     if refused:
         raise ConfigError(
             None,

@@ -96,6 +96,13 @@ def test_resume_refuses_other_settings_by_name(run):
     assert file_hashes(run) == before
 
 
+def test_resume_refuses_a_preset_that_differs_from_the_run(run):
+    before = file_hashes(run)
+    refused = minitensor("train", "--out", str(run), "--resume", "--preset", "gpt-char")
+    one_line(refused, 2, "refused: --preset gpt-char (it sets", "--model 'lm', the run has 'transformer'")
+    assert file_hashes(run) == before
+
+
 def test_a_copied_run_resumes_into_the_copy_from_another_directory(run, tmp_path):
     before = file_hashes(run)
     shutil.copytree(run, tmp_path / "copy", symlinks=True)
