@@ -1,5 +1,5 @@
-"""Making new tensors: zeros, ones, full, arange, eye, randn, rand, normal, randint, multinomial,
-``*_like``, ``from_numpy``, ``from_dlpack``."""
+"""Making new tensors: zeros, ones, full, empty, arange, linspace, eye, randn, rand, normal, randint,
+randperm, multinomial, ``*_like``, ``from_numpy``, ``from_dlpack``."""
 
 import math
 from typing import Any
@@ -53,6 +53,17 @@ class Arange(Function):
     @staticmethod
     def forward(ctx: Any, start: float, stop: float, step: float, dtype: DType, device: Device) -> Any:
         return ctx.xp.arange(start, stop, step, dtype=dtype)
+
+
+class Linspace(Function):
+    """``steps`` evenly spaced numbers from start to end, both included (``linspace``); a maker
+    as ``Full`` is."""
+
+    differentiable = False
+
+    @staticmethod
+    def forward(ctx: Any, start: float, end: float, steps: int, dtype: DType, device: Device) -> Any:
+        return ctx.xp.linspace(start, end, steps).astype(dtype, copy=False)  # (computed in float64)
 
 
 class Eye(Function):
@@ -141,6 +152,30 @@ def arange(
     return Arange.apply(start, stop, step, dtype=dtype, device=device)
 
 
+def linspace(
+    start: float,
+    end: float,
+    steps: int,
+    dtype: DType = None,
+    device: Device = "cpu",
+    requires_grad: bool = False,
+) -> Tensor:
+    """``steps`` evenly spaced numbers from ``start`` to ``end``, both included: start + i (end -
+    start) / (steps - 1) for i = 0..steps-1, a 1-D tensor, float32 unless ``dtype`` says otherwise
+    (``linspace(-4, 4, 9)``: the x axis of D2L 5.1's activation plots). ``steps`` is required,
+    as in PyTorch; ``device`` and ``requires_grad`` as for ``zeros``."""
+    start, end = (v.item() if isinstance(v, Tensor) else v for v in (start, end))
+    for name, v in (("start", start), ("end", end)):
+        if isinstance(v, bool) or not isinstance(v, _REAL) or not math.isfinite(v):
+            raise ValueError(f"linspace: {name} must be a finite number, got {v!r}")
+    if not is_count(steps):
+        raise ValueError(f"linspace: steps must be an integer >= 0, got {steps!r}")
+    dtype = as_dtype(dtype) or float32
+    get_backend(device).check_fits("linspace", (int(steps),), max(numpy.dtype(dtype).itemsize, 8))
+    t = Linspace.apply(float(start), float(end), int(steps), dtype=dtype, device=device)
+    return t.requires_grad_(True) if requires_grad else t
+
+
 def eye(
     n: int, m: int | None = None, dtype: DType = None, device: Device = "cpu", requires_grad: bool = False
 ) -> Tensor:
@@ -219,6 +254,22 @@ def randint(low: int, high: int | Shape, shape: Shape | None = None, device: Dev
     b = get_backend(device)
     shape = (shape,) if isinstance(shape, int) else tuple(shape)
     return Tensor._make(b.integers(low, high, shape), b, None)
+
+
+def randperm(n: int, dtype: DType = "int64", device: Device = "cpu") -> Tensor:
+    """A random order of 0, 1, ..., n-1 (each of the n! equally likely), int64, from the device's
+    seeded generator (``mt.manual_seed``): ``X[mt.randperm(len(X))]`` shuffles examples, as D2L
+    3.2's ``data_iter`` does with ``random.shuffle``. Drawn as the order that sorts n uniform
+    numbers (ties, with 2^-53 chance each, are kept in position order)."""
+    if not is_count(n):
+        raise ValueError(f"randperm: n must be an integer >= 0, got {n!r}")
+    dtype = as_dtype(dtype)
+    if dtype is None or dtype.kind not in "iuf":
+        raise DTypeError(f"randperm: draws positions, which dtype {dtype} cannot hold; use int64")
+    b = get_backend(device)
+    b.check_fits("randperm", (int(n),), 8)
+    order = b.xp.argsort(b.random((int(n),), numpy.float64), kind="stable")
+    return Tensor._make(order.astype(dtype), b, None)
 
 
 MAX_SAMPLES = 1 << 24  # multinomial's num_samples, at most: it sizes what a call allocates
@@ -301,6 +352,37 @@ def ones_like(t: Tensor, dtype: DType = None, requires_grad: bool = False) -> Te
     """Ones of ``t``'s shape on ``t``'s device, with ``t``'s dtype unless ``dtype`` is given (a new
     leaf; ``requires_grad`` as for ``zeros``)."""
     return ones(t.shape, dtype=dtype or t.dtype, device=t.device, requires_grad=requires_grad)
+
+
+def full_like(t: Tensor, fill_value: float, dtype: DType = None, requires_grad: bool = False) -> Tensor:
+    """``fill_value`` in ``t``'s shape on ``t``'s device, with ``t``'s dtype unless ``dtype`` is given
+    (a new leaf; ``requires_grad`` as for ``zeros``)."""
+    return full(t.shape, fill_value, dtype=dtype or t.dtype, device=t.device, requires_grad=requires_grad)
+
+
+def empty(*shape: Shape, dtype: DType = None, device: Device = "cpu", requires_grad: bool = False) -> Tensor:
+    """A new tensor of the given shape whose values are not to be read before they are written
+    (PyTorch's ``empty``): here they are zeros, which the device gives as cheaply as no values,
+    so an ``empty`` read by mistake is at least the same each time. Arguments as for ``zeros``."""
+    return _full("empty", shape, 0, dtype, device, requires_grad)
+
+
+def empty_like(t: Tensor, dtype: DType = None, requires_grad: bool = False) -> Tensor:
+    """``empty`` in ``t``'s shape on ``t``'s device, with ``t``'s dtype unless ``dtype`` is given:
+    zeros here, as ``empty``'s."""
+    return empty(t.shape, dtype=dtype or t.dtype, device=t.device, requires_grad=requires_grad)
+
+
+def rand_like(t: Tensor, dtype: DType = None, requires_grad: bool = False) -> Tensor:
+    """``rand`` in ``t``'s shape on ``t``'s device: samples of U(0, 1), with ``t``'s dtype unless
+    ``dtype`` is given (a float dtype: an integer ``t`` needs one)."""
+    return rand(t.shape, dtype=dtype or t.dtype, device=t.device, requires_grad=requires_grad)
+
+
+def randn_like(t: Tensor, dtype: DType = None, requires_grad: bool = False) -> Tensor:
+    """``randn`` in ``t``'s shape on ``t``'s device: standard normal samples, with ``t``'s dtype
+    unless ``dtype`` is given (a float dtype: an integer ``t`` needs one)."""
+    return randn(t.shape, dtype=dtype or t.dtype, device=t.device, requires_grad=requires_grad)
 
 
 # DLPack device types (dlpack.h: kDLCPU, kDLCUDA) and the minitensor device that holds each

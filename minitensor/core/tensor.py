@@ -315,6 +315,11 @@ class Tensor:
         indices and class labels."""
         return self.to(dtype="int64")
 
+    def type_as(self, other: Tensor) -> Tensor:
+        """``x.to(other.dtype)``: a copy with ``other``'s dtype (``x`` itself if it has it already);
+        differentiable between float dtypes."""
+        return self.to(dtype=other.dtype)
+
     def type(self, dtype: DType = None) -> Tensor | str:
         """PyTorch's ``x.type(mt.bool)``: ``x.to(dtype=dtype)``; with no dtype, the name of this
         one (``"minitensor.float32"``, where PyTorch says ``"torch.FloatTensor"``)."""
@@ -753,6 +758,74 @@ class Tensor:
         over the flattened tensor when ``axis`` is None."""
         return ops.argmin(self, axis=axis, keepdims=keepdims)
 
+    def std(self, axis: Axes | None = None, keepdims: bool = False, correction: int = 1) -> Tensor:
+        """``mt.std(x, axis, keepdims, correction)``: sqrt(var), the standard deviation over ``axis``;
+        ``correction=1`` (the default) as for ``var``."""
+        return ops.std(self, axis=axis, keepdims=keepdims, correction=correction)
+
+    def prod(self, axis: Axes | None = None, keepdims: bool = False) -> Tensor:
+        """``mt.prod(x, axis, keepdims)``: the product over ``axis`` (None: every axis); the gradient,
+        the product of the others, is right where some elements are 0."""
+        return ops.prod(self, axis=axis, keepdims=keepdims)
+
+    def logsumexp(self, axis: Axes | None = None, keepdims: bool = False) -> Tensor:
+        """``mt.logsumexp(x, axis, keepdims)``: log sum exp(x) over ``axis``, computed without
+        overflow; derivative softmax(x)."""
+        return ops.logsumexp(self, axis=axis, keepdims=keepdims)
+
+    def cumsum(self, axis: int) -> Tensor:
+        """``mt.cumsum(x, axis)``: the running sum along ``axis``; the gradient is the running sum of
+        the gradient from the other end."""
+        return ops.cumsum(self, axis=axis)
+
+    def norm(self, p: Number | str = "fro", axis: Axes | None = None, keepdims: bool = False) -> Tensor:
+        """``mt.norm(x, p, axis, keepdims)``: the p-norm, by default the 2-norm of all elements
+        (``x.norm()``, D2L 2.3); derivative x / ||x|| for p = 2 (0 at x = 0)."""
+        return ops.norm(self, p, axis=axis, keepdims=keepdims)
+
+    def maximum(self, other: Tensor | Number) -> Tensor:
+        """``mt.maximum(x, other)``: the larger of the two elementwise, broadcasting; ties share the
+        gradient half and half."""
+        return ops.maximum(self, other)
+
+    def minimum(self, other: Tensor | Number) -> Tensor:
+        """``mt.minimum(x, other)``: the smaller of the two elementwise, broadcasting; ties share the
+        gradient half and half."""
+        return ops.minimum(self, other)
+
+    def dot(self, other: Tensor) -> Tensor:
+        """``mt.dot(x, other)``: the dot product of two 1-D tensors, sum_i x_i other_i."""
+        return ops.dot(self, other)
+
+    def mv(self, vec: Tensor) -> Tensor:
+        """``mt.mv(x, vec)``: the product of the matrix x (n, m) and the vector ``vec`` (m,), (n,)."""
+        return ops.mv(self, vec)
+
+    def mm(self, other: Tensor) -> Tensor:
+        """``mt.mm(x, other)``: the product of two matrices, (n, k) @ (k, m) -> (n, m)."""
+        return ops.mm(self, other)
+
+    def gather(self, axis: int, index: Tensor) -> Tensor:
+        """``mt.gather(x, axis, index)``: the elements picked along ``axis`` by the integer ``index``
+        (its shape is the result's); the gradient adds up at the positions picked."""
+        return ops.gather(self, axis, index)
+
+    def flip(self, axis: Axes) -> Tensor:
+        """``mt.flip(x, axis)``: the elements in reverse order along ``axis`` (an int or a tuple)."""
+        return ops.flip(self, axis)
+
+    def isnan(self) -> Tensor:
+        """``mt.isnan(x)``: True where an element is NaN (a bool tensor, outside the graph)."""
+        return ops.isnan(self)
+
+    def isinf(self) -> Tensor:
+        """``mt.isinf(x)``: True where an element is +inf or -inf (a bool tensor, outside the graph)."""
+        return ops.isinf(self)
+
+    def isfinite(self) -> Tensor:
+        """``mt.isfinite(x)``: True where an element is neither NaN nor infinite (a bool tensor)."""
+        return ops.isfinite(self)
+
     def reshape(self, *shape: Shape) -> Tensor:
         """``mt.reshape(x, *shape)``: the same elements in a new shape, ``x.reshape(2, 3)`` or
         ``x.reshape((2, 3))``; one axis may be -1, inferred from the others."""
@@ -792,6 +865,15 @@ class Tensor:
         if self.ndim > 2:
             raise ShapeError(f"t: expects at most 2 axes, got shape {tuple(self.shape)}; use transpose or permute")
         return self.T
+
+    def view_as(self, other: Tensor) -> Tensor:
+        """``x.reshape(other.shape)``: the same elements in ``other``'s shape (PyTorch's ``view_as``)."""
+        return ops.reshape(self, other.shape)
+
+    def expand_as(self, other: Tensor) -> Tensor:
+        """``x.expand(other.shape)``: repeated along axes of length 1 to ``other``'s shape; the
+        gradient is summed back."""
+        return ops.expand(self, other.shape)
 
     def broadcast_to(self, *shape: Shape) -> Tensor:
         """``mt.broadcast_to(x, *shape)``: repeated along axes of length 1 (and new leading axes) to
@@ -878,6 +960,17 @@ class Tensor:
         elif self.requires_grad:
             extras.append("requires_grad=True")
         return _printing.tensor_repr("tensor(", data, extras)
+
+    # Last in the class: from here on, ``int`` and ``bool`` in this body name these methods.
+    def int(self) -> Tensor:
+        """``x.to(mt.int32)``: an int32 copy (``x`` itself if it is int32 already), outside the graph
+        (integers carry no gradient), as PyTorch's ``x.int()``; floats are truncated toward 0."""
+        return self.to(dtype="int32")
+
+    def bool(self) -> Tensor:
+        """``x.to(mt.bool)``: True where an element is nonzero (``x`` itself if it is bool already),
+        outside the graph, as PyTorch's ``x.bool()``."""
+        return self.to(dtype="bool")
 
 
 # PyTorch's defaults, left out of the repr; an empty tensor shows any dtype but float32
@@ -973,6 +1066,6 @@ from .ops.promote import promote  # noqa: E402
 # (ops/axes.py); the methods are wrapped here, where the ops' module has loaded
 for _name in ("sum", "mean", "max", "min", "var", "argmax", "argmin", "all", "any", "size", "flatten", "transpose",
               "swapaxes", "squeeze", "unsqueeze", "softmax", "log_softmax", "split", "chunk", "topk", "sort",
-              "repeat_interleave"):  # fmt: skip
+              "repeat_interleave", "std", "prod", "logsumexp", "cumsum", "norm", "gather", "flip"):  # fmt: skip
     setattr(Tensor, _name, torch_names(getattr(Tensor, _name)))
 del _name

@@ -5,6 +5,7 @@ Read ``elementwise.py`` first: each op is a few lines of forward and a line of b
 
 from __future__ import annotations
 
+from .compare import isfinite, isinf, isnan
 from .conv import conv1d
 from .convert import astype, to_device
 from .dropout import dropout
@@ -18,6 +19,8 @@ from .elementwise import (
     exp,
     gelu,
     log,
+    maximum,
+    minimum,
     mul,
     neg,
     pow,
@@ -30,14 +33,14 @@ from .elementwise import (
 )
 from .entmax import alpha_entmax, entmax15
 from .flash_attention import flash_attention
-from .indexing import embedding, getitem
+from .indexing import embedding, gather, getitem
 from .join import cat, chunk, concat, repeat, repeat_interleave, split, stack
 from .loss import cross_entropy, mse_loss
-from .matmul import bmm, linear, matmul
-from .norm import layer_norm
-from .reduce import argmax, argmin, max, mean, min, sort, sum, topk, var
+from .matmul import bmm, dot, linear, matmul, mm, mv
+from .norm import layer_norm, norm
+from .reduce import argmax, argmin, cumsum, logsumexp, max, mean, min, prod, sort, std, sum, topk, var
 from .select import masked_fill, tril, triu, where
-from .shape import broadcast_to, expand, flatten, permute, reshape, squeeze, swapaxes, transpose, unsqueeze
+from .shape import broadcast_to, expand, flatten, flip, permute, reshape, squeeze, swapaxes, transpose, unsqueeze
 from .softmax import log_softmax, masked_softmax, softmax
 from .sparsemax import sparsemax
 
@@ -58,7 +61,9 @@ __all__ = [
     "conv1d",
     "cos",
     "cross_entropy",
+    "cumsum",
     "div",
+    "dot",
     "dropout",
     "embedding",
     "entmax15",
@@ -66,23 +71,35 @@ __all__ = [
     "expand",
     "flash_attention",
     "flatten",
+    "flip",
+    "gather",
     "gelu",
     "getitem",
+    "isfinite",
+    "isinf",
+    "isnan",
     "layer_norm",
     "linear",
     "log",
     "log_softmax",
+    "logsumexp",
     "masked_fill",
     "masked_softmax",
     "matmul",
     "max",
+    "maximum",
     "mean",
     "min",
+    "minimum",
+    "mm",
     "mse_loss",
     "mul",
+    "mv",
     "neg",
+    "norm",
     "permute",
     "pow",
+    "prod",
     "relu",
     "repeat",
     "repeat_interleave",
@@ -96,6 +113,7 @@ __all__ = [
     "sqrt",
     "squeeze",
     "stack",
+    "std",
     "sub",
     "sum",
     "swapaxes",

@@ -10,7 +10,7 @@ the scores it selects (``where``, ``masked_fill``) carry it.
 from typing import Any
 
 from ..autograd import Function
-from ..tensor import Array
+from ..tensor import Array, Tensor
 
 
 class Compare(Function):
@@ -113,3 +113,44 @@ class AllTrue(Compare):
     @staticmethod
     def forward(ctx: Any, a: Array, axis: int | None = None) -> Array:
         return a.all(axis=axis)
+
+
+class IsNaN(Compare):
+    """``isnan(a)``: True where an element is NaN (not a number: 0/0, inf - inf)."""
+
+    @staticmethod
+    def forward(ctx: Any, a: Array) -> Array:
+        return ctx.xp.isnan(a)
+
+
+class IsInf(Compare):
+    """``isinf(a)``: True where an element is +inf or -inf."""
+
+    @staticmethod
+    def forward(ctx: Any, a: Array) -> Array:
+        return ctx.xp.isinf(a)
+
+
+class IsFinite(Compare):
+    """``isfinite(a)``: True where an element is neither NaN nor infinite."""
+
+    @staticmethod
+    def forward(ctx: Any, a: Array) -> Array:
+        return ctx.xp.isfinite(a)
+
+
+def isnan(a: Tensor) -> Tensor:
+    """True where ``a`` is NaN, a bool tensor outside the graph: ``loss.isnan()`` catches a
+    diverging run (NaN is the one value not equal to itself, ``a != a``)."""
+    return IsNaN.apply(a)
+
+
+def isinf(a: Tensor) -> Tensor:
+    """True where ``a`` is +inf or -inf (an overflow, a masked score), a bool tensor outside the graph."""
+    return IsInf.apply(a)
+
+
+def isfinite(a: Tensor) -> Tensor:
+    """True where ``a`` is an ordinary number, neither NaN nor +-inf, a bool tensor outside the
+    graph: ``isfinite(grad).all()`` before an optimiser step."""
+    return IsFinite.apply(a)

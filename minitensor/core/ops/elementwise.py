@@ -333,6 +333,47 @@ class Clip(Function):
         return grad * inside
 
 
+class Maximum(Function):
+    """z = max(a, b) elementwise;  dz/da = 1 where a > b, 0 where a < b, 1/2 where a = b
+    (dz/db the rest: 1 - dz/da).
+
+    At a tie max is not differentiable; each input gets half the gradient, PyTorch's choice,
+    which keeps it a subgradient (the two halves still add up to dL/dz).
+    """
+
+    @staticmethod
+    def forward(ctx: Function, a: Array, b: Array) -> Array:
+        ctx.save_for_backward(a, b)
+        return ctx.xp.maximum(a, b)
+
+    @staticmethod
+    def backward(ctx: Function, grad: Array) -> Grads:
+        a, b = ctx.saved
+        return _split_at_ties(ctx, grad, a > b, a == b)
+
+
+class Minimum(Function):
+    """z = min(a, b) elementwise;  dz/da = 1 where a < b, 0 where a > b, 1/2 where a = b, as
+    ``Maximum``."""
+
+    @staticmethod
+    def forward(ctx: Function, a: Array, b: Array) -> Array:
+        ctx.save_for_backward(a, b)
+        return ctx.xp.minimum(a, b)
+
+    @staticmethod
+    def backward(ctx: Function, grad: Array) -> Grads:
+        a, b = ctx.saved
+        return _split_at_ties(ctx, grad, a < b, a == b)
+
+
+def _split_at_ties(ctx: Function, grad: Array, a_wins: Array, tie: Array) -> Grads:
+    """dL/da = dL/dz where a was chosen, half of it at a tie; dL/db what is left."""
+    need_a, need_b = ctx.needs_input_grad
+    share = ctx.xp.where(a_wins, 1.0, ctx.xp.where(tie, 0.5, 0.0)).astype(grad.dtype, copy=False)
+    return (grad * share if need_a else None), (grad * (1 - share) if need_b else None)
+
+
 class _quiet:
     """``with _quiet(xp):`` silences floating-point warnings where inf/nan are handled."""
 
@@ -463,3 +504,16 @@ def clip(a: Tensor, min: Number | None = None, max: Number | None = None) -> Ten
 
 clamp = clip
 """PyTorch's name for ``clip``, the same function: every element clamped to [min, max]."""
+
+
+def maximum(a: Tensor | Number, b: Tensor | Number) -> Tensor:
+    """z = max(a, b) elementwise, broadcasting (PyTorch's ``maximum``, and ``max(a, b)`` with two
+    tensors); dz/da = 1 where a > b, 0 where a < b, and 1/2 each at a tie. D2L 5.1's ReLU from
+    scratch is ``mt.max(X, mt.zeros_like(X))``. NaN in either input gives NaN, as in PyTorch."""
+    return Maximum.apply(*promote(a, b))
+
+
+def minimum(a: Tensor | Number, b: Tensor | Number) -> Tensor:
+    """z = min(a, b) elementwise, broadcasting (PyTorch's ``minimum``, and ``min(a, b)`` with two
+    tensors); dz/da = 1 where a < b, 0 where a > b, and 1/2 each at a tie."""
+    return Minimum.apply(*promote(a, b))

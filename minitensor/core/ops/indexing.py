@@ -1,5 +1,5 @@
-"""Indexing ``x[...]``, writing ``x[...] = v`` in the graph, and embedding lookup: reading some
-elements, possibly repeatedly.
+"""Indexing ``x[...]``, writing ``x[...] = v`` in the graph, embedding lookup and ``gather``:
+reading some elements, possibly repeatedly.
 
 Backward writes the gradient back into a zero tensor of the input's shape. With basic
 indexing (ints, slices, ``None``, ``...``) every input element is read at most once, so a
@@ -19,6 +19,7 @@ from ..autograd import Function, GradAt, Grads
 from ..backends import Backend, get_backend
 from ..errors import DeviceError, ShapeError
 from ..tensor import Array, Tensor
+from .axes import normalize_axis, torch_names
 
 
 def normalize_index(index: Any, like: Tensor | None = None) -> Any:
@@ -265,3 +266,67 @@ def embedding(indices: Tensor, weight: Tensor) -> Tensor:
     if not isinstance(indices, Tensor):
         indices = Tensor._make(weight._backend.array(indices), weight._backend, None)
     return Embedding.apply(weight, indices)
+
+
+class Gather(Function):
+    """z[i][j][k] = a[index[i][j][k]][j][k] along axis 0 (likewise along any ``axis``): each
+    element of ``index`` picks one element of its row of ``a``.  dL/da = zeros with dL/dz
+    *added* at the positions read: a scatter-add, since an index may pick one element twice.
+    """
+
+    @staticmethod
+    def forward(ctx: Function, a: Array, index: Array, axis: int) -> Array:
+        xp, n = ctx.xp, a.shape[axis]
+        if index.size:
+            inside = in_range(index, n)
+            ctx.backend.check(inside.all(), partial(_gather_out_of_range, index, axis, n))
+            if not ctx.backend.on_host:
+                index = xp.where(inside, index, 0)  # until it raises, a bad index reads position 0
+        # index may be shorter than a along the other axes (PyTorch's rule): read that corner of a
+        corner = tuple(slice(None) if d == axis else slice(0, m) for d, m in enumerate(index.shape))
+        # where each element of z comes from in a: index along ``axis``, its own position elsewhere
+        ctx.where = tuple(
+            index if d == axis else xp.arange(m).reshape([m if e == d else 1 for e in range(index.ndim)])
+            for d, m in enumerate(index.shape)
+        )
+        ctx.shape = a.shape
+        return xp.take_along_axis(a[corner], index, axis=axis)
+
+    @staticmethod
+    def backward(ctx: Function, grad: Array) -> Grads:
+        out = ctx.xp.zeros(ctx.shape, dtype=grad.dtype)
+        ctx.backend.index_add(out, ctx.where, grad)
+        return out, None
+
+
+def _gather_out_of_range(index: Array, axis: int, n: int) -> str:
+    """The message of Gather's check (read from the device only when it fails)."""
+    low, high = int(index.min()), int(index.max())
+    return (
+        f"gather: index {high if high >= n else low} is out of range for axis {axis} of length {n} (valid: 0..{n - 1})"
+    )
+
+
+@torch_names
+def gather(a: Tensor, axis: int, index: Tensor) -> Tensor:
+    """Elements of ``a`` picked along ``axis`` by the integer tensor ``index`` (PyTorch's
+    ``gather``): out[i][j] = a[index[i][j]][j] for axis 0, a[i][index[i][j]] for axis 1. The
+    result has index's shape; index has a's number of axes and is no longer than a along the
+    others. ``y_hat.gather(1, y.reshape(-1, 1))`` picks each row's probability of its label (D2L
+    4.1's cross-entropy from scratch). The gradient adds up at the positions picked."""
+    if not isinstance(a, Tensor) or not isinstance(index, Tensor):
+        raise TypeError(f"gather: a and index must be Tensors, got {type(a).__name__} and {type(index).__name__}")
+    if index.dtype.kind not in "iu":
+        raise TypeError(f"gather: index must be an integer tensor (int64), got {index.dtype}")
+    if index._backend is not a._backend:
+        raise DeviceError(f"gather: index on {index.device!r}, the tensor on {a.device!r}; move one with .to()")
+    if a.ndim == 0:  # a number: index 0 along axis 0 or -1 reads it, as in PyTorch
+        normalize_axis(axis, 1, "gather")
+        return gather(a.reshape(1), 0, index.reshape(-1)).reshape(index.shape)
+    axis = normalize_axis(axis, a.ndim, "gather")
+    if index.ndim != a.ndim or any(m > n for d, (m, n) in enumerate(zip(index.shape, a.shape)) if d != axis):
+        raise ShapeError(
+            f"gather: index of shape {index.shape} for a tensor of shape {a.shape} along axis {axis}: index "
+            f"must have {a.ndim} axes, none longer than the tensor's but axis {axis}"
+        )
+    return Gather.apply(a, index, axis=axis)

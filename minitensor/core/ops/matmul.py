@@ -1,5 +1,9 @@
 """Matrix product with NumPy's rules: batched, broadcasting over leading axes, 1-D operands
-treated as a row (left) or column (right) vector and squeezed away again."""
+treated as a row (left) or column (right) vector and squeezed away again.
+
+D2L 2.3's products by rank, ``dot`` (vector . vector), ``mv`` (matrix @ vector) and ``mm``
+(matrix @ matrix), and ``bmm`` (a batch of matrices) are ``matmul`` with the ranks checked
+first: a tensor of the wrong rank is an error naming the op rather than a broadcast product."""
 
 from __future__ import annotations
 
@@ -139,6 +143,41 @@ def bmm(a: Tensor, b: Tensor) -> Tensor:
             f"bmm: needs two 3-D tensors (batch, n, m) and (batch, m, p) with the same batch, got shapes "
             f"{' and '.join(str(s) for s in shapes)}; matmul broadcasts and takes other ranks"
         )
+    return matmul(a, b)
+
+
+def _ranks(op: str, a: Tensor, b: Tensor, want: tuple[int, int], what: str) -> None:
+    shapes = tuple(getattr(t, "shape", None) for t in (a, b))
+    if not all(isinstance(s, tuple) for s in shapes) or (len(shapes[0]), len(shapes[1])) != want:  # type: ignore[arg-type]
+        raise ShapeError(f"{op}: needs {what}, got shapes {shapes[0]} and {shapes[1]}; matmul takes other ranks")
+
+
+def dot(a: Tensor, b: Tensor) -> Tensor:
+    """The dot product of two vectors of one length, sum_i a_i b_i, a 0-d tensor (D2L 2.3.6);
+    dL/da = dL/dz b, dL/db = dL/dz a. Both must be 1-D (``ShapeError`` otherwise)."""
+    _ranks("dot", a, b, (1, 1), "two 1-D tensors (vectors)")
+    if a.shape != b.shape:
+        raise ShapeError(f"dot: the vectors differ in length, {a.shape[0]} and {b.shape[0]}")
+    return matmul(a, b)
+
+
+def mv(a: Tensor, b: Tensor) -> Tensor:
+    """The matrix-vector product A x (D2L 2.3.7): A (n, m) and x (m,) give (n,), each element
+    the dot product of a row of A with x; the gradients are matmul's."""
+    _ranks("mv", a, b, (2, 1), "a 2-D tensor (matrix) and a 1-D tensor (vector)")
+    if a.shape[1] != b.shape[0]:
+        raise ShapeError(
+            f"mv: a matrix of shape {a.shape} times a vector of length {b.shape[0]}: {a.shape[1]} != {b.shape[0]}"
+        )
+    return matmul(a, b)
+
+
+def mm(a: Tensor, b: Tensor) -> Tensor:
+    """The matrix-matrix product A B (D2L 2.3.8): A (n, k) and B (k, m) give (n, m); dL/dA =
+    dL/dZ B^T, dL/dB = A^T dL/dZ. Both must be 2-D: ``matmul`` (``@``) batches and broadcasts."""
+    _ranks("mm", a, b, (2, 2), "two 2-D tensors (matrices)")
+    if a.shape[1] != b.shape[0]:
+        raise ShapeError(f"mm: shapes {a.shape} and {b.shape} do not fit: {a.shape[1]} != {b.shape[0]}")
     return matmul(a, b)
 
 

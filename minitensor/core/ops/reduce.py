@@ -1,5 +1,5 @@
-"""Reductions: sum, mean, max, min, var over some axes (``axis=None`` means all), and topk,
-the k largest along one axis.
+"""Reductions: sum, mean, max, min, var, std, prod, logsumexp over some axes (``axis=None``
+means all); topk, the k largest along one axis; cumsum, the running sum along one.
 
 Backward has to undo the reduction's loss of axes: the gradient of the (smaller) output is
 reshaped as if ``keepdims=True`` and broadcast back over the reduced axes.
@@ -14,6 +14,7 @@ from ..autograd import Function, Grads
 from ..errors import ShapeError
 from ..tensor import Array, Axes, Tensor
 from .axes import normalize_axes, normalize_axis, torch_names
+from .elementwise import maximum, minimum
 from .promote import as_float
 
 
@@ -147,7 +148,12 @@ def mean(a: Tensor, axis: Axes | None = None, keepdims: bool = False) -> Tensor:
 def max(a: Tensor, axis: Axes | None = None, keepdims: bool = False) -> Tensor:  # noqa: A001
     """z = max_i a_i over ``axis`` (an int, a tuple of ints, or None for every axis), values
     only (see ``argmax`` for positions); ``keepdims`` as for ``sum``. The gradient goes to the
-    maxima, shared equally among tied ones (1/m each for m ties)."""
+    maxima, shared equally among tied ones (1/m each for m ties).
+
+    With a tensor in place of the axis, ``max(a, b)`` is PyTorch's other ``max``: ``maximum(a, b)``,
+    elementwise, broadcasting (D2L 5.1's ``torch.max(X, torch.zeros_like(X))``)."""
+    if isinstance(axis, Tensor):
+        return _two_tensors("max", maximum, a, axis, keepdims)
     _some(a, axis, "max")
     return Max.apply(a, axis=axis, keepdims=keepdims)
 
@@ -155,7 +161,10 @@ def max(a: Tensor, axis: Axes | None = None, keepdims: bool = False) -> Tensor: 
 @torch_names
 def min(a: Tensor, axis: Axes | None = None, keepdims: bool = False) -> Tensor:  # noqa: A001
     """The smallest element(s) over ``axis`` (values only; see ``argmin`` for positions),
-    computed as min(a) = -max(-a), so tied minima share the gradient as ``max``'s maxima do."""
+    computed as min(a) = -max(-a), so tied minima share the gradient as ``max``'s maxima do.
+    With a tensor in place of the axis, ``min(a, b)`` is ``minimum(a, b)``, elementwise."""
+    if isinstance(axis, Tensor):
+        return _two_tensors("min", minimum, a, axis, keepdims)
     _some(a, axis, "min")  # so that an error names min, not max
     return -Max.apply(-a, axis=axis, keepdims=keepdims)
 
@@ -170,6 +179,119 @@ def var(a: Tensor, axis: Axes | None = None, keepdims: bool = False, correction:
     Integers or booleans give float32, as ``mean``.
     """
     return Var.apply(as_float(a), axis=axis, keepdims=keepdims, correction=correction)
+
+
+def _two_tensors(op: str, elementwise: Any, a: Tensor, b: Tensor, keepdims: bool) -> Tensor:
+    if keepdims:
+        raise TypeError(f"{op}: keepdims goes with an axis; {op}(a, b) of two tensors is elementwise")
+    return elementwise(a, b)  # type: ignore[no-any-return]
+
+
+@torch_names
+def std(a: Tensor, axis: Axes | None = None, keepdims: bool = False, correction: int = 1) -> Tensor:
+    """The standard deviation sqrt(var): z = sqrt(sum_i (a_i - mean)^2 / (N - correction)) over
+    ``axis`` (None: every axis); dz/da_i = (a_i - mean) / ((N - correction) z).
+
+    ``correction=1`` (the default, as PyTorch's and ``var``'s) is the square root of the unbiased
+    variance, 0 that of the population variance. Built from ``var`` and ``sqrt``, so its gradient
+    is their chain rule (infinite where every element is equal, z = 0, as in PyTorch)."""
+    return var(a, axis=axis, keepdims=keepdims, correction=correction).sqrt()
+
+
+class Prod(Function):
+    """z = prod_i a_i over the axes;  dz/da_i = prod_{j != i} a_j.
+
+    That is z / a_i where no a_j is 0. With zeros it is computed without dividing: where one
+    a_j is 0, only that element gets a gradient (the product of the others), and where two or
+    more are, none does (every product of the others holds a 0). PyTorch's values, never NaN.
+    """
+
+    @staticmethod
+    def forward(ctx: Function, a: Array, axis: Axes | None = None, keepdims: bool = False) -> Array:
+        axes = reduced_axes(axis, a.ndim, "prod")
+        ctx.save_for_backward(a)
+        ctx.shape, ctx.axes = a.shape, axes
+        return a.prod(axis=axes, keepdims=keepdims)
+
+    @staticmethod
+    def backward(ctx: Function, grad: Array) -> Grads:
+        (a,) = ctx.saved
+        xp, axes = ctx.xp, ctx.axes
+        zero = a == 0
+        zeros = zero.sum(axis=axes, keepdims=True)
+        nonzero = xp.where(zero, 1, a)
+        others = nonzero.prod(axis=axes, keepdims=True)  # the product of the nonzero elements
+        share = xp.where(zeros == 0, others / nonzero, xp.where(zero & (zeros == 1), others, 0))
+        return _expand(xp, grad, ctx.shape, axes) * share.astype(grad.dtype, copy=False)
+
+
+@torch_names
+def prod(a: Tensor, axis: Axes | None = None, keepdims: bool = False) -> Tensor:
+    """z = prod_i a_i over ``axis`` (an int, a tuple of ints, or None for every axis); dz/da_i =
+    the product of the other elements, correct where some are 0 (see ``Prod``). ``keepdims`` as
+    for ``sum``. Integers give int64, as in PyTorch (NumPy's product widens them)."""
+    return Prod.apply(a, axis=axis, keepdims=keepdims)
+
+
+class LogSumExp(Function):
+    """z = log sum_i exp(a_i) over the axes;  dz/da_i = exp(a_i - z), the softmax of a.
+
+    Computed as m + log sum_i exp(a_i - m) with m the largest a_i, the same number, whose
+    exponentials are at most 1: exp(1000) overflows, exp(1000 - m) does not.
+    """
+
+    @staticmethod
+    def forward(ctx: Function, a: Array, axis: Axes | None = None, keepdims: bool = False) -> Array:
+        xp = ctx.xp
+        axes = reduced_axes(axis, a.ndim, "logsumexp")
+        m = a.max(axis=axes, keepdims=True) if a.size else xp.zeros(_keepdims_shape(a.shape, axes), a.dtype)
+        m = xp.where(xp.isfinite(m), m, 0)  # a row of -inf (or one inf): nothing to shift
+        z = xp.log(xp.exp(a - m).sum(axis=axes, keepdims=True)) + m
+        ctx.save_for_backward(a, z)
+        ctx.shape, ctx.axes = a.shape, axes
+        return z if keepdims else z.reshape(tuple(n for i, n in enumerate(a.shape) if i not in axes))
+
+    @staticmethod
+    def backward(ctx: Function, grad: Array) -> Grads:
+        a, z = ctx.saved
+        return _expand(ctx.xp, grad, ctx.shape, ctx.axes) * ctx.xp.exp(a - z)
+
+
+@torch_names
+def logsumexp(a: Tensor, axis: Axes | None = None, keepdims: bool = False) -> Tensor:
+    """z = log sum_i exp(a_i) over ``axis`` (None: every axis), computed without overflow as
+    m + log sum_i exp(a_i - m), m the largest; dz/da_i = exp(a_i - z), the softmax along the
+    axes. The log-partition function of D2L 4.1's softmax. Integers give float32."""
+    return LogSumExp.apply(as_float(a), axis=axis, keepdims=keepdims)
+
+
+class CumSum(Function):
+    """z_k = sum_{i <= k} a_i along ``axis``;  dL/da_i = sum_{k >= i} dL/dz_k, the running sum of
+    the gradient taken from the other end (reverse, cumsum, reverse)."""
+
+    @staticmethod
+    def forward(ctx: Function, a: Array, axis: int) -> Array:
+        ctx.axis = axis
+        return ctx.xp.cumsum(a, axis=axis)
+
+    @staticmethod
+    def backward(ctx: Function, grad: Array) -> Grads:
+        xp, axis = ctx.xp, ctx.axis
+        return xp.flip(xp.cumsum(xp.flip(grad, axis), axis=axis), axis)
+
+
+@torch_names
+def cumsum(a: Tensor, axis: int) -> Tensor:
+    """The running sum along ``axis``: z_k = a_0 + ... + a_k (PyTorch's ``cumsum``, whose ``dim``
+    is required too); dL/da_i = sum_{k >= i} dL/dz_k. Integers and booleans give int64, as in
+    PyTorch."""
+    if a.ndim == 0:  # a number: its own running sum (axis 0 or -1, as PyTorch takes)
+        normalize_axis(axis, 1, "cumsum")
+        return cumsum(a.reshape(1), 0).reshape(())
+    axis = normalize_axis(axis, a.ndim, "cumsum")
+    if a.data.dtype.kind in "bi" and a.data.dtype != "int64":
+        a = a.astype("int64")
+    return CumSum.apply(a, axis=axis)
 
 
 class ArgMax(Function):

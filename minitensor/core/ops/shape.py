@@ -142,6 +142,28 @@ swapaxes = transpose
 """NumPy's name for ``transpose``, the same function: two axes swapped (by default the last two)."""
 
 
+class Flip(Function):
+    """z = a with the order of the elements reversed along the axes;  backward reverses the
+    gradient along the same axes (a reversal is its own inverse)."""
+
+    @staticmethod
+    def forward(ctx: Function, a: Array, axes: tuple[int, ...]) -> Array:
+        ctx.axes = axes
+        return ctx.xp.flip(a, axis=axes)
+
+    @staticmethod
+    def backward(ctx: Function, grad: Array) -> Grads:
+        return ctx.xp.flip(grad, axis=ctx.axes)
+
+
+@torch_names
+def flip(a: Tensor, axis: Axes) -> Tensor:
+    """``a`` reversed along ``axis`` (an int or a tuple of ints; PyTorch's ``dims``, required as
+    there): ``flip(x, 0)`` puts the last row first. A bidirectional RNN reads the sequence
+    flipped along time. The gradient is flipped back."""
+    return Flip.apply(a, normalize_axes(axis, a.ndim, "flip"))
+
+
 def broadcast_to(a: Tensor, *shape: Shape) -> Tensor:
     """``a`` repeated along its axes of length 1 (and new leading axes) to ``shape``, NumPy's
     broadcasting rule made explicit; the gradient is summed back over the repeated axes."""
