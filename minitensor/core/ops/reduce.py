@@ -14,7 +14,7 @@ from ..autograd import Function, Grads
 from ..errors import ShapeError
 from ..tensor import Array, Axes, Tensor
 from .axes import normalize_axes, normalize_axis, torch_names
-from .elementwise import maximum, minimum
+from .elementwise import _quiet, maximum, minimum
 from .promote import as_float
 
 
@@ -246,7 +246,8 @@ class LogSumExp(Function):
         axes = reduced_axes(axis, a.ndim, "logsumexp")
         m = a.max(axis=axes, keepdims=True) if a.size else xp.zeros(_keepdims_shape(a.shape, axes), a.dtype)
         m = xp.where(xp.isfinite(m), m, 0)  # a row of -inf (or one inf): nothing to shift
-        z = xp.log(xp.exp(a - m).sum(axis=axes, keepdims=True)) + m
+        with _quiet(xp):  # a row of -inf: log 0 = -inf, the right answer
+            z = xp.log(xp.exp(a - m).sum(axis=axes, keepdims=True)) + m
         ctx.save_for_backward(a, z)
         ctx.shape, ctx.axes = a.shape, axes
         return z if keepdims else z.reshape(tuple(n for i, n in enumerate(a.shape) if i not in axes))
