@@ -239,6 +239,67 @@ def config_from_args(args):
     return TrainConfig.recipe(given.pop("model", TrainConfig.model), args.preset, out=default_out(args), **given)
 
 
+# The Bahdanau model is D2L's GRU encoder-decoder: it reads num_hiddens, num_blks and dropout, and
+# none of these (--num-kv-heads and --input-positional are refused by TrainConfig.validate).
+_TRANSFORMER_ONLY = (
+    "positional",
+    "num_heads",
+    "ffn_num_hiddens",
+    "norm_first",
+    "activation",
+    "bias",
+    "tie_embeddings",
+    "init",
+)
+
+
+def _flag_with_value(name, value):
+    """'--num-train 5', '--no-special-tokens': a setting as the user typed it."""
+    flag = flag_of(name)
+    if isinstance(value, bool):
+        return flag if value else "--no-" + flag.removeprefix("--")
+    return f"{flag} {value}"
+
+
+def _refuse_unused_flags(config, given):
+    """Refuse flags given on the command line (``given``: only those) that the run would ignore:
+    a generated task's on a text or a corpus, a language model's on a task, a Transformer's on
+    the Bahdanau model. Checked on what the user typed, not on the config: a config made in
+    Python (``config.replace(model="bahdanau")``) may carry settings another model reads."""
+    generated = not (config.text or config.data)
+    source = "--text FILE (a language model's text)" if config.text else "--data FILE (a corpus)"
+    rules = (  # (the settings, whether this run ignores them, whose settings they are)
+        (
+            ("task", "num_train", "num_heldout", "min_len", "max_len"),
+            not generated,
+            f"a generated task, which {source} replaces",
+        ),
+        (
+            ("min_len", "max_len"),
+            generated and config.task == "date",
+            "the reverse, copy and sort tasks, not the date task",
+        ),
+        (
+            ("lm_num_steps", "lm_sampling", "special_tokens"),
+            not config.text,
+            "a language model, which --text FILE trains",
+        ),
+        (("heldout_fraction", "max_examples"), generated, "a corpus (--data FILE) or a text (--text FILE)"),
+        (
+            _TRANSFORMER_ONLY,
+            config.model == "bahdanau",
+            "the Transformer: the Bahdanau model (a GRU with additive attention) has no positional encoding, "
+            "heads or feed-forward blocks",
+        ),
+    )
+    for names, ignored, whose in rules:
+        unused = [name for name in names if ignored and name in given]
+        if unused:
+            typed = ", ".join(_flag_with_value(name, given[name]) for name in unused)
+            what, them = ("are settings", "them") if len(unused) > 1 else ("is a setting", "it")
+            raise ConfigError(unused[0], f"{typed} {what} of {whose}; leave {them} out")
+
+
 def _preset_settings(name):
     """The fields ``--preset NAME`` sets, as a new run would take them (its text: the one shipped)."""
     return {"text": os.path.abspath(TEXTS["tinyshakespeare"]), **PRESETS[name]}
@@ -289,7 +350,11 @@ def _train(args):
     elif args.workers is not None:
         check_workers(args.workers)
     # the settings are checked here too when mpiexec is to start the processes: one error, not N
-    config = _resumed_config(args) if args.resume else config_from_args(args)
+    if args.resume:
+        config = _resumed_config(args)
+    else:  # the config's own checks first, then the flags given that this run would ignore
+        config = config_from_args(args).validate()
+        _refuse_unused_flags(config, explicit_settings(args))
     if launching:
         config.validate()
         return _launch_workers(args.argv, args.workers)

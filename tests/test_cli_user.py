@@ -214,6 +214,45 @@ def test_bad_input_is_one_line_and_exit_code_2(run, args, fragments):
     one_line(result, 2, *fragments)
 
 
+@pytest.mark.parametrize(
+    "flags,fragments",
+    [
+        # a Transformer's settings on the Bahdanau model (a GRU), as --num-kv-heads already was
+        (["--model", "bahdanau", "--positional", "rotary"], ["--positional rotary is a setting of the Transformer"]),
+        (["--model", "bahdanau", "--num-heads", "2"], ["--num-heads 2 is a setting of the Transformer", "Bahdanau"]),
+        # a generated task's settings on a text
+        (
+            ["--text", "text.txt", "--task", "reverse", "--num-train", "5", "--max-len", "3"],
+            ["--task reverse, --num-train 5, --max-len 3 are settings of a generated task, which --text FILE"],
+        ),
+        # a language model's settings on a task
+        (["--lm-sampling", "random"], ["--lm-sampling random is a setting of a language model"]),
+        (["--no-special-tokens"], ["--no-special-tokens is a setting of a language model"]),
+        (["--lm-num-steps", "8"], ["--lm-num-steps 8 is a setting of a language model"]),
+        (["--max-examples", "9"], ["--max-examples 9 is a setting of a corpus (--data FILE) or a text"]),
+        (["--max-len", "3"], ["--max-len 3 is a setting of the reverse, copy and sort tasks, not the date task"]),
+    ],
+)
+def test_flags_a_run_would_ignore_are_refused_by_name(tmp_path, monkeypatch, capsys, flags, fragments):
+    from minitensor import cli
+
+    (tmp_path / "text.txt").write_text("to be or not to be, that is the question\n" * 40, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["train", *flags, "--steps", "1", "--no-progress", "--out", "run"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and all(f in err for f in fragments), err
+    assert not (tmp_path / "run").exists()
+
+
+def test_defaults_of_another_kind_of_run_are_not_refused(tmp_path, capsys):
+    """Only flags the user typed are refused: --text's LM and the Bahdanau model take the rest as it is."""
+    from minitensor.cli import _refuse_unused_flags, build_parser, config_from_args, explicit_settings
+
+    for argv in (["--model", "bahdanau"], ["--text", "text.txt"], ["--task", "reverse", "--max-len", "4"]):
+        args = build_parser().parse_args(["train", *argv])
+        _refuse_unused_flags(config_from_args(args), explicit_settings(args))  # nothing raised
+
+
 def test_unknown_characters_are_named_and_debug_shows_the_traceback(run):
     translated = minitensor("translate", "--checkpoint", "runs/reverse", "abé", cwd=run.parent.parent)
     assert translated.returncode == 0

@@ -501,9 +501,11 @@ def set_up(config, run, log, resume, ranks=None):
         if data.tokenizer is not None:
             ratio = data.heldout_chars / len(data.heldout)
             what += f" (a vocabulary of {len(data.tokenizer)}, {ratio:.2f} characters per token)"
+        # the Bahdanau model (a GRU) has no positional encoding: naming config.positional would claim one
+        positional = "" if config.model == "bahdanau" else f", positional {config.positional}"
         log(
             f"minitensor train: {config.model} ({num_params:,} parameters; scorer {model_scorer(config)}, "
-            f"pooling {config.pooling}, positional {config.positional}) on the {config.source_name}: {what}; "
+            f"pooling {config.pooling}{positional}) on the {config.source_name}: {what}; "
             f"{steps_per_epoch} steps per epoch, {total_steps} steps, batch {config.batch_size}, "
             f"{config.optimizer} lr {config.lr:g} ({config.schedule}), device {config.device}, seed {config.seed}"
             + _workers(ranks)
