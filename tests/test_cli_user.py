@@ -231,9 +231,17 @@ def test_bad_input_is_one_line_and_exit_code_2(run, args, fragments):
         (["--lm-num-steps", "8"], ["--lm-num-steps 8 is a setting of a language model"]),
         (["--max-examples", "9"], ["--max-examples 9 is a setting of a corpus (--data FILE) or a text"]),
         (["--max-len", "3"], ["--max-len 3 is a setting of the reverse, copy and sort tasks, not the date task"]),
+        # settings that would train wrongly or leave a checkpoint nothing can use
+        (["--lr", "0.01", "--min-lr", "0.1"], ["--min-lr 0.1 is above --lr 0.01"]),
+        (["--text", "text.txt", "--lm-num-steps", "1"], ["--lm-num-steps 1: a language model's window must hold"]),
+        pytest.param(
+            ["--text", "/dev/zero"],
+            ["--text /dev/zero: not a regular file"],
+            marks=pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="no /dev/zero here"),
+        ),
     ],
 )
-def test_flags_a_run_would_ignore_are_refused_by_name(tmp_path, monkeypatch, capsys, flags, fragments):
+def test_flags_a_run_would_ignore_or_misuse_are_refused_by_name(tmp_path, monkeypatch, capsys, flags, fragments):
     from minitensor import cli
 
     (tmp_path / "text.txt").write_text("to be or not to be, that is the question\n" * 40, encoding="utf-8")

@@ -334,6 +334,19 @@ class TrainConfig:
             raise ConfigError("tokenizer", "--tokenizer bpe tokenizes a text for a language model: give --text FILE")
         if self.vocab_size is not None and self.tokenizer != "bpe":
             raise ConfigError("vocab_size", "--vocab-size sets the size of a BPE vocabulary: add --tokenizer bpe")
+        if self.min_lr > self.lr:  # the cosine would then raise the learning rate as the run goes on
+            raise ConfigError(
+                "min_lr",
+                f"--min-lr {self.min_lr:g} is above --lr {self.lr:g}: the schedule decays from the peak --lr down "
+                "to --min-lr; give a --min-lr at most --lr",
+            )
+        if self.text and self.lm_num_steps < 2:
+            # generate continues a text in windows of lm_num_steps, each starting from half of the last
+            raise ConfigError(
+                "lm_num_steps",
+                f"--lm-num-steps {self.lm_num_steps}: a language model's window must hold at least 2 tokens "
+                "(generate continues a text window by window, each from half of the last)",
+            )
         if self.min_len > self.max_len:
             raise ConfigError("min_len", f"--min-len {self.min_len} is above --max-len {self.max_len}")
         heldout_lens = (self.heldout_min_len, self.heldout_max_len)
@@ -398,8 +411,13 @@ class TrainConfig:
         for key in ("data", "text"):
             file = getattr(self, key)
             if file is not None and not os.path.isfile(file):
-                what = "is a folder, not a file" if os.path.isdir(file) else "does not exist"
-                raise ConfigError(key, f"--{key} {file}: the file {what}")
+                if os.path.isdir(file):
+                    what = "the file is a folder, not a file"
+                elif os.path.exists(file):  # /dev/zero, a pipe, a socket: no end to read to, or no size
+                    what = "not a regular file (a device, a pipe or a socket); give a text file"
+                else:
+                    what = "the file does not exist"
+                raise ConfigError(key, f"--{key} {file}: {what}")
         return self
 
     @classmethod
