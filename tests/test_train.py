@@ -357,3 +357,25 @@ def test_the_progress_bar_shows_loss_and_tokens_per_second_on_a_terminal(tmp_pat
     monkeypatch.setattr("sys.stderr", plain)
     train(reverse_config(tmp_path / "again", num_train=320, epochs=1, progress=True), log=quiet)
     assert plain.getvalue() == ""
+
+
+def test_a_run_of_one_step_trains_at_the_peak_lr(tmp_path):
+    """--steps 1: the warm-up has no room, and the cosine's last step is at min_lr (0): the one
+    step must still train, at --lr, so that two lrs give two models, and a resume stretches the decay."""
+    from minitensor import nn, optim
+    from minitensor.train.config import build_scheduler
+
+    for warmup in (None, 0, 5):
+        opt = optim.Adam(nn.Linear(2, 2).parameters(), lr=0.5)
+        build_scheduler(TrainConfig(lr=0.5, warmup_steps=warmup), opt, 1)
+        assert opt.param_groups[0]["lr"] == 0.5  # the only step's
+    tiny = dict(num_train=64, num_heldout=8, max_len=3, num_hiddens=8, ffn_num_hiddens=16, num_heads=2, steps=1)
+    weights = [
+        _weights(train(reverse_config(tmp_path / str(lr), lr=lr, **tiny), log=quiet, figures=False).model)
+        for lr in (1e-3, 1e-2)
+    ]
+    # at min_lr (0) both runs' one step left the weights as the seed made them: equal
+    assert any(not numpy.array_equal(weights[0][k], weights[1][k]) for k in weights[0])
+    lines = []
+    resumed = train(reverse_config(tmp_path / "0.01", lr=1e-2, **{**tiny, "steps": 3}), log=lines.append, resume=True)
+    assert resumed.step == 3 and "note: the cosine schedule now ends at step 3 instead of 2" in lines

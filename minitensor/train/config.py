@@ -869,7 +869,18 @@ def build_scheduler(config, optimizer, total_steps):
             max(1, warmup),
             factor=config.lr * (config.num_hiddens * max(1, warmup)) ** 0.5,
         )
+    if total_steps == 1:  # see cosine_end: the one step is a warm-up's last, at the peak lr
+        return optim.WarmupCosineLR(optimizer, 1, cosine_end(total_steps), min_lr=config.min_lr)
     return optim.WarmupCosineLR(optimizer, min(warmup, total_steps - 1), total_steps, min_lr=config.min_lr)
+
+
+def cosine_end(total_steps):
+    """The step at which a run of ``total_steps`` ends its cosine schedule: ``total_steps``, and
+    2 for a run of one step. WarmupCosineLR spends step ``total_steps`` at min_lr (0 by default)
+    and a warm-up must end before it, so a single step would train nothing; a one-step warm-up
+    before a decay at step 2 makes the run's only step the warm-up's last, at the peak lr (as
+    the first step of PyTorch's CosineAnnealingLR is), and a resumed run stretches the decay."""
+    return max(total_steps, 2)
 
 
 def tokenize_text(config, text, tokenizer=None):

@@ -65,6 +65,7 @@ from .config import (
     build_optimizer,
     build_scheduler,
     check_fits_device,
+    cosine_end,
     detokenize,
     load_tokenizer,
     loss_per_char,
@@ -489,9 +490,9 @@ def set_up(config, run, log, resume, ranks=None):
         loader.load_state_dict(info["extra"]["batches"])
         history, step = info["extra"]["history"], info["step"]
         saved_step, best_loss = step, run.best_loss()
-        if isinstance(scheduler, WarmupCosineLR) and scheduler.total_steps != total_steps:
+        if isinstance(scheduler, WarmupCosineLR) and scheduler.total_steps != cosine_end(total_steps):
             log(f"note: the cosine schedule now ends at step {total_steps} instead of {scheduler.total_steps}")
-            scheduler.total_steps = total_steps
+            scheduler.total_steps = cosine_end(total_steps)
         log(f"resuming {run.display} at step {step} (epoch {_epochs_done(loader)})" + _workers(ranks))
     else:
         num_params = sum(p.numel() for p in model.parameters())
