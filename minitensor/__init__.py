@@ -53,6 +53,7 @@ from .core.errors import AxisError, DeviceError, DTypeError, GradcheckError, Gra
 from .core.grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .core.gradcheck import gradcheck
 from .core.ops import *  # noqa: F403  (mt.exp, mt.softmax...: every op, listed in ops.__all__)
+from .core.ops.reduce import norm  # (ops.norm is the module of layer_norm)
 from .core.precision import get_float32_matmul_precision, set_float32_matmul_precision
 from .core.random import manual_seed
 
@@ -143,6 +144,7 @@ __all__ = [
     "multinomial",
     "nn",
     "no_grad",
+    "norm",
     "normal",
     "ones",
     "ones_like",

@@ -124,8 +124,11 @@ D2L_MODEL = (
 ERROR = "extra: minitensor's exception for {}, a {}; its message says how to fix the call"
 MAX_MIN = (
     AXIS + "; with an axis it returns the values only (PyTorch: a (values, indices) pair; use argmax for indices); "
-    "no elementwise `max(a, b)` overload (not yet aligned: `mt.where(a > b, a, b)`)"
+    "with a tensor as its second argument it is elementwise, `maximum` / `minimum` (PyTorch's other overload, "
+    "`torch.max(X, torch.zeros_like(X))`), given by position: `other=` as a keyword is not taken"
 )
+LIKE = "not yet aligned: the result is always on the input's device (`device=` would be one argument)"
+GENERATOR = "teaching choice: one seeded generator per device (`mt.manual_seed`), no generator objects"
 CLASS_AXIS = (
     "teaching choice: the classes are the *last* axis of the logits, (..., C), as D2L's decoders output "
     "(batch, steps, vocab), where PyTorch's are axis 1, (N, C, d1, ...); 2-D logits read alike, and "
@@ -256,6 +259,29 @@ REASONS = {
     "mt.multinomial": "teaching choice: one seeded generator per device (`mt.manual_seed`), no generator objects",
     "mt.topk": AXIS + "; the values always come sorted (PyTorch leaves the order unspecified with `sorted=False`)",
     "mt.eye": "teaching choice: " + DEVICE,
+    "mt.linspace": "teaching choice: " + DEVICE,
+    "mt.empty": (
+        "teaching choice: " + DEVICE + "; the values are zeros (which cost no more), where PyTorch's are whatever the "
+        "memory held"
+    ),
+    "mt.empty_like": LIKE + "; the values are zeros, as `mt.empty`'s",
+    "mt.full_like": LIKE,
+    "mt.rand_like": GENERATOR + "; " + LIKE,
+    "mt.randn_like": GENERATOR + "; " + LIKE,
+    "mt.randperm": (
+        GENERATOR + "; " + DEVICE + "; `dtype='int64'` is `mt.int64`; no `requires_grad=` (positions are integers, "
+        "which carry no gradient)"
+    ),
+    "mt.cumsum": AXIS + "; " + DTYPE_ARG,
+    "mt.prod": AXIS + "; " + DTYPE_ARG,
+    "mt.std": AXIS,
+    "mt.logsumexp": AXIS + "; `axis=None` reduces every axis, where PyTorch requires `dim`",
+    "mt.norm": (
+        AXIS + "; " + DTYPE_ARG + "; `p` is 'fro' (2) or a number > 0, `math.inf` included; not yet aligned: no "
+        "nuclear norm ('nuc'), no p <= 0 (`torch.linalg.vector_norm` is PyTorch's preferred spelling)"
+    ),
+    "mt.gather": "no `sparse_grad=`: minitensor has no sparse tensors, so the gradient is dense (PyTorch's default)",
+    "mt.mm": "not yet aligned: no `out_dtype` (PyTorch's float32 result of float16 inputs): the inputs' dtype",
     "mt.normal": (
         "teaching choice: one seeded generator per device (`mt.manual_seed`), no generator objects; `dtype`, "
         "`device` and `requires_grad` are those PyTorch's `size=` forms take as keywords"
@@ -431,6 +457,14 @@ REASONS = {
     ),
     "Tensor.squeeze": AXIS,
     "Tensor.var": AXIS,
+    "Tensor.std": AXIS,
+    "Tensor.cumsum": AXIS + "; " + DTYPE_ARG,
+    "Tensor.prod": AXIS + "; " + DTYPE_ARG,
+    "Tensor.logsumexp": AXIS + "; `axis=None` reduces every axis, where PyTorch requires `dim`",
+    "Tensor.norm": (
+        AXIS + "; " + DTYPE_ARG + "; `p` is 'fro' (2) or a number > 0, `math.inf` included; not yet aligned: no "
+        "nuclear norm ('nuc'), no p <= 0"
+    ),
     "Tensor.max": MAX_MIN,
     "Tensor.min": MAX_MIN,
     "Tensor.sum": AXIS + "; " + DTYPE_ARG,

@@ -103,6 +103,17 @@ CASES = {
     "max": _case("max", ref=np.max),
     "min": _case("min", ref=np.min),
     "var": _case("var", ref=lambda a, axis: np.var(a, axis=axis, ddof=1)),
+    "std": _case("std", ref=lambda a, axis: np.std(a, axis=axis, ddof=1)),
+    "prod": _case("prod", ref=np.prod),
+    "logsumexp": _case("logsumexp", ref=lambda a, axis: np.log(np.exp(a).sum(axis=axis))),
+    "norm": _case("norm", ref=lambda a, axis: np.sqrt((a * a).sum(axis=axis))),
+    "cumsum": _case("cumsum", ref=np.cumsum),
+    "flip": _case("flip", ref=np.flip),
+    "gather": _case(
+        "gather",
+        call=lambda f, x, axis: f(x, axis=axis, index=mt.zeros_like(x, dtype=mt.int64)),
+        ref=lambda a, axis: np.take_along_axis(a, np.zeros(a.shape, dtype=np.int64), axis),
+    ),
     "argmax": _case("argmax", ref=np.argmax),
     "argmin": _case("argmin", ref=np.argmin),
     "topk": _case(

@@ -781,7 +781,7 @@ class Tensor:
     def norm(self, p: Number | str = "fro", axis: Axes | None = None, keepdims: bool = False) -> Tensor:
         """``mt.norm(x, p, axis, keepdims)``: the p-norm, by default the 2-norm of all elements
         (``x.norm()``, D2L 2.3); derivative x / ||x|| for p = 2 (0 at x = 0)."""
-        return ops.norm(self, p, axis=axis, keepdims=keepdims)
+        return ops.reduce.norm(self, p, axis=axis, keepdims=keepdims)
 
     def maximum(self, other: Tensor | Number) -> Tensor:
         """``mt.maximum(x, other)``: the larger of the two elementwise, broadcasting; ties share the

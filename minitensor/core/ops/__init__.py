@@ -1,5 +1,8 @@
 """The differentiable operations, one Function class per op, grouped by kind.
 
+The vector norm is ``reduce.norm``, exported as ``mt.norm`` but not as ``ops.norm``, which names
+the module of layer normalisation (``ops/norm.py``).
+
 Read ``elementwise.py`` first: each op is a few lines of forward and a line of backward.
 """
 
@@ -37,7 +40,7 @@ from .indexing import embedding, gather, getitem
 from .join import cat, chunk, concat, repeat, repeat_interleave, split, stack
 from .loss import cross_entropy, mse_loss
 from .matmul import bmm, dot, linear, matmul, mm, mv
-from .norm import layer_norm, norm
+from .norm import layer_norm
 from .reduce import argmax, argmin, cumsum, logsumexp, max, mean, min, prod, sort, std, sum, topk, var
 from .select import masked_fill, tril, triu, where
 from .shape import broadcast_to, expand, flatten, flip, permute, reshape, squeeze, swapaxes, transpose, unsqueeze
@@ -96,7 +99,6 @@ __all__ = [
     "mul",
     "mv",
     "neg",
-    "norm",
     "permute",
     "pow",
     "prod",
