@@ -105,6 +105,14 @@ def _betas(text):
     return betas
 
 
+def _path(text):
+    """A file or folder given on the command line: an empty one is refused, not read as "no
+    path" (``--out "$RUN"`` with RUN unset would otherwise write into the default folder)."""
+    if not text:
+        raise argparse.ArgumentTypeError('the path is empty (an unset shell variable, as in "$RUN"?)')
+    return text
+
+
 def _positive_number(text):
     try:
         value = float(text)
@@ -746,8 +754,8 @@ def _add_train_parser(sub, common, help_recipe=None):
     )
     data = p.add_argument_group("data")
     data.add_argument("--task", choices=TASKS, default=None, help="generated task")
-    data.add_argument("--data", metavar="FILE", help="tab-separated parallel corpus (D2L fra-eng format)")
-    data.add_argument("--text", metavar="FILE", help="a text file: train a character language model")
+    data.add_argument("--data", type=_path, metavar="FILE", help="tab-separated parallel corpus (D2L fra-eng format)")
+    data.add_argument("--text", type=_path, metavar="FILE", help="a text file: train a character language model")
     data.add_argument("--num-train", type=int, help="generated training examples")
     data.add_argument("--num-heldout", type=int, help="generated held-out examples")
     data.add_argument("--heldout-fraction", type=float, help="held-out part of a corpus or a text")
@@ -926,6 +934,7 @@ def _add_train_parser(sub, common, help_recipe=None):
     )
     run.add_argument(
         "--out",
+        type=_path,
         metavar="DIR",
         help="the run folder: checkpoints and figures (default runs/<task>, "
         "runs/lm for --text, runs/corpus for --data)",
@@ -956,9 +965,10 @@ def _add_train_parser(sub, common, help_recipe=None):
     t = sub.add_parser("translate", parents=[common], help="translate text with a trained encoder-decoder checkpoint")
     t.add_argument("text", nargs="+", help='source text(s), e.g. "3 May 2021"')
     model_from = t.add_mutually_exclusive_group(required=True)
-    model_from.add_argument("--checkpoint", metavar="DIR", help=where)
+    model_from.add_argument("--checkpoint", type=_path, metavar="DIR", help=where)
     model_from.add_argument(
         "--onnx",
+        type=_path,
         metavar="DIR",
         help="an exported encoder-decoder (minitensor export of a Transformer or Bahdanau checkpoint): greedy "
         "decoding with ONNX Runtime, no minitensor model code",
@@ -972,7 +982,9 @@ def _add_train_parser(sub, common, help_recipe=None):
     )
     t.add_argument("--max-len", type=_at_least(1), help="longest output in tokens")
     t.add_argument("--show-attention", action="store_true", help="write the attention heatmap as a PNG")
-    t.add_argument("--attention-dir", metavar="DIR", help="where the heatmap goes (default: the run directory)")
+    t.add_argument(
+        "--attention-dir", type=_path, metavar="DIR", help="where the heatmap goes (default: the run directory)"
+    )
     t.add_argument(
         "--device", default="cpu", help="where the model runs (default %(default)s; a checkpoint loads on any device)"
     )
@@ -988,10 +1000,11 @@ def _add_train_parser(sub, common, help_recipe=None):
         "A language model: model.onnx, its full-window forward pass (tokens (batch, num_steps) -> logits "
         "(batch, num_steps, vocab), no key/value cache), and vocab.json.",
     )
-    x.add_argument("--checkpoint", required=True, metavar="DIR", help=where)
+    x.add_argument("--checkpoint", required=True, type=_path, metavar="DIR", help=where)
     x.add_argument(
         "--onnx",
         required=True,
+        type=_path,
         metavar="DIR",
         help="the folder for the graphs and vocab.json (encoder.onnx + decoder_step.onnx, or a language "
         "model's model.onnx)",
@@ -999,7 +1012,7 @@ def _add_train_parser(sub, common, help_recipe=None):
     x.set_defaults(func=_export)
 
     g = sub.add_parser("generate", parents=[common], help="continue a prompt with a trained language-model checkpoint")
-    g.add_argument("--checkpoint", required=True, metavar="DIR", help=where)
+    g.add_argument("--checkpoint", required=True, type=_path, metavar="DIR", help=where)
     g.add_argument("--prompt", required=True, help="the text to continue")
     g.add_argument("--max-len", type=_at_least(1), default=100, help="tokens to generate (default %(default)s)")
     search = g.add_mutually_exclusive_group()
@@ -1027,6 +1040,7 @@ def _add_train_parser(sub, common, help_recipe=None):
     )
     g.add_argument(
         "--draft",
+        type=_path,
         metavar="RUN",
         help="speculative decoding with this smaller language model (a run or checkpoint folder, trained on "
         "the same text) proposing tokens the checkpoint verifies",
@@ -1054,8 +1068,8 @@ def _add_train_parser(sub, common, help_recipe=None):
         help="write one offline HTML page of a model's attention on an input (scores, weights, graph)",
     )
     e.add_argument("text", help='the input: a sentence to translate, or a language model\'s prompt, e.g. "3 May 2021"')
-    e.add_argument("--checkpoint", required=True, metavar="DIR", help=where)
-    e.add_argument("--out", metavar="FILE", help="the page (default: explain.html in the run folder)")
+    e.add_argument("--checkpoint", required=True, type=_path, metavar="DIR", help=where)
+    e.add_argument("--out", type=_path, metavar="FILE", help="the page (default: explain.html in the run folder)")
     e.add_argument(
         "--lang", choices=("en", "zh"), default="en", help="the language the page opens in (default %(default)s)"
     )

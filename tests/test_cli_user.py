@@ -207,6 +207,10 @@ def test_ctrl_c_keeps_the_last_checkpoint_and_says_how_to_go_on(tmp_path):
         (["train", *TINY, "--num-heldout", "0"], ["--num-heldout must be an integer from 1"]),
         (["demo", "--device", "cuda"], ["device 'cuda' is not available"]),
         (["translate", "--checkpoint", "runs/reverse", "   "], ["input 1 is empty"]),
+        # an unset shell variable (--out "$RUN") must not become the default folder
+        (["train", *TINY, "--out", ""], ["argument --out: the path is empty"]),
+        (["translate", "--checkpoint", "", "abc"], ["argument --checkpoint: the path is empty"]),
+        (["generate", "--checkpoint", "runs/reverse", "--draft", "", "--prompt", "a"], ["argument --draft: the path"]),
     ],
 )
 def test_bad_input_is_one_line_and_exit_code_2(run, args, fragments):
