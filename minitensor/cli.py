@@ -23,7 +23,7 @@ import minitensor as mt
 from . import demo, errors
 from .data.bpe import symbol_text
 from .data.tasks import TEXTS
-from .inference import SAMPLE_TEMPERATURE, generate, translate
+from .inference import MAX_BEAM_SIZE, SAMPLE_TEMPERATURE, generate, translate
 from .nn import Seq2SeqConfig, TransformerConfig
 from .precision import PRECISIONS
 from .train.checkpoint import CheckpointError, find_checkpoint, load_checkpoint
@@ -81,7 +81,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 # -- argument types: refused by the parser, before anything runs -----------------------------------
-def _at_least(low):
+def _at_least(low, high=None, why=""):
+    """An integer >= ``low`` (and <= ``high``, where ``why`` says where that bound comes from)."""
+
     def convert(text):
         try:
             value = int(text)
@@ -89,9 +91,15 @@ def _at_least(low):
             raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
         if value < low:
             raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
+        if high is not None and value > high:
+            raise argparse.ArgumentTypeError(f"must be at most {high}{why}, got {value}")
         return value
 
     return convert
+
+
+# --beam K: every decoding step holds K rows per example (see inference.MAX_BEAM_SIZE)
+_beam_width = _at_least(1, MAX_BEAM_SIZE, " (each step holds K times the scores and caches; beams in use are 4 to 10)")
 
 
 def _betas(text):
@@ -975,10 +983,10 @@ def _add_train_parser(sub, common, help_recipe=None):
     )
     t.add_argument(
         "--beam",
-        type=_at_least(1),
+        type=_beam_width,
         default=1,
         metavar="K",
-        help="beam search with K beams (default %(default)s: greedy)",
+        help=f"beam search with K beams, at most {MAX_BEAM_SIZE} (default %(default)s: greedy)",
     )
     t.add_argument("--max-len", type=_at_least(1), help="longest output in tokens")
     t.add_argument("--show-attention", action="store_true", help="write the attention heatmap as a PNG")
@@ -1024,7 +1032,12 @@ def _add_train_parser(sub, common, help_recipe=None):
     search.add_argument(
         "--greedy", action="store_true", help="greedy search instead of sampling (it tends to repeat a phrase)"
     )
-    search.add_argument("--beam", type=_at_least(1), metavar="K", help="beam search with K beams instead of sampling")
+    search.add_argument(
+        "--beam",
+        type=_beam_width,
+        metavar="K",
+        help=f"beam search with K beams (at most {MAX_BEAM_SIZE}) instead of sampling",
+    )
     search.add_argument(
         "--decoder",
         metavar="NAMES",
@@ -1075,10 +1088,10 @@ def _add_train_parser(sub, common, help_recipe=None):
     )
     e.add_argument(
         "--beam",
-        type=_at_least(1),
+        type=_beam_width,
         default=1,
         metavar="K",
-        help="beam search with K beams (default %(default)s: greedy)",
+        help=f"beam search with K beams, at most {MAX_BEAM_SIZE} (default %(default)s: greedy)",
     )
     e.add_argument(
         "--max-len",

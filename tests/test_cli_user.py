@@ -207,6 +207,24 @@ def test_ctrl_c_keeps_the_last_checkpoint_and_says_how_to_go_on(tmp_path):
         (["train", *TINY, "--num-heldout", "0"], ["--num-heldout must be an integer from 1"]),
         (["demo", "--device", "cuda"], ["device 'cuda' is not available"]),
         (["translate", "--checkpoint", "runs/reverse", "   "], ["input 1 is empty"]),
+        # a beam so wide that its scores and caches fill the memory: refused before anything is allocated
+        (["translate", "--checkpoint", "runs/reverse", "--beam", "100000000", "abc"], ["argument --beam: must be at"]),
+        (["generate", "--checkpoint", "runs/reverse", "--prompt", "a", "--beam", "100000000"], ["--beam: must be at"]),
+        (["explain", "--checkpoint", "runs/reverse", "--beam", "257", "abc"], ["argument --beam: must be at most 256"]),
+        (
+            [
+                "generate",
+                "--checkpoint",
+                "runs/reverse",
+                "--prompt",
+                "a",
+                "--decoder",
+                "beam",
+                "--decoder-opt",
+                "beam_size=1000",
+            ],
+            ["beam_size must be from 1 to 256"],
+        ),
         # an unset shell variable (--out "$RUN") must not become the default folder
         (["train", *TINY, "--out", ""], ["argument --out: the path is empty"]),
         (["translate", "--checkpoint", "", "abc"], ["argument --checkpoint: the path is empty"]),
@@ -263,6 +281,13 @@ def test_defaults_of_another_kind_of_run_are_not_refused(tmp_path, capsys):
     for argv in (["--model", "bahdanau"], ["--text", "text.txt"], ["--task", "reverse", "--max-len", "4"]):
         args = build_parser().parse_args(["train", *argv])
         _refuse_unused_flags(config_from_args(args), explicit_settings(args))  # nothing raised
+
+
+def test_the_python_searches_refuse_a_beam_too_wide_before_decoding():
+    from minitensor.inference import MAX_BEAM_SIZE, run_search
+
+    with pytest.raises(ValueError, match="beam_size must be from 1 to 256"):
+        run_search(None, None, [[1]], 2, 5, beam_size=MAX_BEAM_SIZE + 1)  # before the model is touched
 
 
 def test_unknown_characters_are_named_and_debug_shows_the_traceback(run):

@@ -107,6 +107,14 @@ __all__ = [
 # / 83% are words of its book.
 SAMPLE_TEMPERATURE = 0.5
 
+# The widest beam a search accepts. Every step holds (examples x beam x vocabulary) scores and the
+# model's cache for every beam row, so the width must be bounded before anything is allocated: a
+# mistyped --beam 100000000 asked for tens of GB. Beams in use are 4 to 10 (D2L, fairseq, Hugging
+# Face's examples) and wider ones translate worse, not better (Koehn and Knowles, "Six Challenges
+# for Neural Machine Translation", 2017); 256 leaves room for experiments far past that while one
+# step of a 50,000-token vocabulary stays near 100 MB per example.
+MAX_BEAM_SIZE = 256
+
 
 class Hypothesis(NamedTuple):
     """One decoded sequence.
@@ -455,8 +463,8 @@ def run_search(
     """
     if max_len < 1:
         raise ValueError(f"max_len must be at least 1, got {max_len}")
-    if beam_size < 1:
-        raise ValueError(f"beam_size must be at least 1, got {beam_size}")
+    if not 1 <= beam_size <= MAX_BEAM_SIZE:
+        raise ValueError(f"beam_size must be from 1 to {MAX_BEAM_SIZE} (MAX_BEAM_SIZE), got {beam_size}")
     if n_best is not None and n_best < 1:
         raise ValueError(f"n_best must be at least 1, got {n_best}")
     start = numpy.asarray(start, dtype=numpy.int64)
