@@ -379,3 +379,22 @@ def test_a_run_of_one_step_trains_at_the_peak_lr(tmp_path):
     lines = []
     resumed = train(reverse_config(tmp_path / "0.01", lr=1e-2, **{**tiny, "steps": 3}), log=lines.append, resume=True)
     assert resumed.step == 3 and "note: the cosine schedule now ends at step 3 instead of 2" in lines
+
+
+def test_the_loss_estimates_are_gathered_in_chunks_with_the_same_result(tmp_path, monkeypatch):
+    """--eval-iters K draws K x batch_size rows: gathered all at once, 1,000,000 iterations asked
+    for 27 GiB. In chunks of whole evaluation batches, the same rows give the same estimate."""
+    tiny = dict(num_train=64, num_heldout=8, max_len=3, num_hiddens=8, ffn_num_hiddens=16, num_heads=2, steps=2)
+    tiny.update(eval_interval=2, eval_iters=5, batch_size=16, eval_batch_size=8)
+    whole = train(reverse_config(tmp_path / "whole", **tiny), log=quiet, figures=False).history["estimates"]
+    monkeypatch.setattr(loop, "ESTIMATE_CHUNK_ROWS", 12)  # chunks of 8 rows, the last of them shorter
+    gathered = []
+    real = loop.summed_loss
+    monkeypatch.setattr(
+        loop, "summed_loss", lambda model, arrays, *a: gathered.append(len(arrays[0])) or real(model, arrays, *a)
+    )
+    chunked = train(reverse_config(tmp_path / "chunked", **tiny), log=quiet, figures=False).history["estimates"]
+    assert max(gathered[:20]) == 8 and sum(gathered[:20]) == 2 * 5 * 16  # train, then val: 80 rows each
+    assert chunked[0]["step"] == whole[0]["step"] == 2
+    for name in ("train", "val"):
+        assert abs(chunked[0][name] - whole[0][name]) < 1e-9

@@ -108,6 +108,10 @@ class TrainResult:
     finished: bool = True  # False when stopped early by ``stop_after_epochs``
 
 
+#: the most rows ``estimate_losses`` gathers at once (whole evaluation batches): its --eval-iters
+#: x --batch-size rows are evaluated in chunks of about this many, never copied all at once
+ESTIMATE_CHUNK_ROWS = 8192
+
 #: how often a run on a device reads its losses (and the progress bar shows them): every
 #: READ_EVERY steps. On the CPU they are read at every step, where reading is free.
 READ_EVERY = 10
@@ -145,7 +149,13 @@ def _arrays(config, data, which):
 
 # -- evaluation -----------------------------------------------------------------------------------
 def heldout_loss(model, arrays, config, pad):
-    """Mean token loss over the held-out arrays (no dropout, no graph, no label smoothing).
+    """Mean token loss over the held-out arrays (no dropout, no graph, no label smoothing)."""
+    total, count = summed_loss(model, arrays, config, pad)
+    return total / max(count, 1)
+
+
+def summed_loss(model, arrays, config, pad):
+    """(summed token loss, number of tokens) over ``arrays``, as ``heldout_loss`` scores them.
 
     On a device the batches' losses stay there and are read once, summed in float64, at the
     end: a read per batch would make the host wait for each forward before it queued the next.
@@ -175,7 +185,7 @@ def heldout_loss(model, arrays, config, pad):
                 total = stack(losses).sum().item()
     finally:
         model.train(was_training)
-    return total / max(count, 1)
+    return total, count
 
 
 def decode_heldout(model, pairs, data, config, beam_size=1):
@@ -701,10 +711,19 @@ def estimate_losses(state):
     read_losses(state)
     config, data = state.config, state.data
     rng = numpy.random.default_rng([config.seed, state.step])
+    # eval_iters x batch_size rows (up to 1,000,000 x batch_size) are gathered a chunk at a time,
+    # whole evaluation batches each: the rows are drawn in the same order as all at once would be
+    chunk = config.eval_batch_size * max(1, ESTIMATE_CHUNK_ROWS // config.eval_batch_size)
+    rows_wanted = config.eval_iters * config.batch_size
     losses = {}
     for name, arrays in (("train", state.loader.arrays), ("val", state.heldout_arrays)):
-        rows = rng.integers(0, len(arrays[0]), size=config.eval_iters * config.batch_size)
-        losses[name] = heldout_loss(state.model, [numpy.asarray(a)[rows] for a in arrays], config, _pad(data.tgt_vocab))
+        total, count = 0.0, 0
+        for start in range(0, rows_wanted, chunk):
+            rows = rng.integers(0, len(arrays[0]), size=min(chunk, rows_wanted - start))
+            part = [numpy.asarray(a)[rows] for a in arrays]
+            part_total, part_count = summed_loss(state.model, part, config, _pad(data.tgt_vocab))
+            total, count = total + part_total, count + part_count
+        losses[name] = total / max(count, 1)
     state.history.setdefault("estimates", []).append({"step": state.step, **losses})
     _say(
         state,
