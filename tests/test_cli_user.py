@@ -332,6 +332,36 @@ def test_a_plugin_file_for_one_run(tmp_path):
     assert loaded.returncode == 0, loaded.stderr
 
 
+def test_a_plugin_that_gives_nan_before_any_update_is_blamed_not_the_lr(tmp_path):
+    (tmp_path / "nan_scorer.py").write_text(
+        "import minitensor as mt\n"
+        "from minitensor import hookimpl\n\n"
+        "class NaNScorer(mt.nn.Module):\n"
+        "    def __init__(self, query_size, key_size, **options):\n"
+        "        super().__init__()\n"
+        "    def forward(self, queries, keys):\n"
+        "        return (queries @ keys.swapaxes(-1, -2)) * float('nan')\n\n"
+        "@hookimpl\n"
+        "def minitensor_scorers():\n"
+        "    return {'nan_scorer': NaNScorer}\n"
+    )
+    failed = minitensor(
+        "train",
+        *TINY,
+        "--steps",
+        "2",
+        "--plugin",
+        "nan_scorer.py",
+        "--scorer",
+        "nan_scorer",
+        "--out",
+        "run",
+        cwd=tmp_path,
+    )
+    message = one_line(failed, 1, "is nan at step 1, before any update", "scorer nan_scorer, pooling softmax")
+    assert "learning rate is not the cause" in message and "--lr" not in message
+
+
 def test_a_file_that_is_not_utf8_is_named_with_its_line(tmp_path, capsys):
     from minitensor import cli
 

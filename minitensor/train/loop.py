@@ -231,6 +231,14 @@ def _progress_bar(config, total, initial):
 
 
 def _diverged(what, value, step, epoch, config):
+    if step == 1:  # computed before any update: the model itself gives it, whatever the learning rate
+        positional = "" if config.model == "bahdanau" else f", positional {config.positional}"
+        return TrainingError(
+            f"the training {what} is {value} at step 1, before any update: the model's output is already "
+            f"{value} before training changed anything, so the learning rate is not the cause. Check the "
+            f"attention plugins in use (scorer {model_scorer(config)}, pooling {config.pooling}{positional}) "
+            "and their options."
+        )
     return TrainingError(
         f"the training {what} became {value} at step {step} (epoch {epoch + 1}): training diverged and was stopped. "
         f"Try a lower learning rate, e.g. --lr {config.lr / 10:g} (now {config.lr:g})"
