@@ -319,3 +319,23 @@ def test_disabling_a_name_that_matches_no_entry_point_warns_listing_them(loud_an
     )
     assert "good (good-plugin 1.0)" in message and "loud (loud-plugin 1.0)" in message  # among any installed
     assert not loud_and_good.exists()
+
+
+def test_a_distribution_declaring_the_group_minitensor_plugins_is_named_not_skipped_silently(tmp_path, monkeypatch):
+    """The contract page once said "a minitensor.plugins entry point"; the loader reads the group
+    "minitensor". A distribution that followed the page is warned about (strict: refused)."""
+    module = unique("misgrouped")
+    make_distribution(tmp_path / "site", "misgrouped-plugin", {}, {module: SCORER_MODULE.format(cls="M", name="m")})
+    info = tmp_path / "site" / "misgrouped_plugin-1.0.dist-info"
+    (info / "entry_points.txt").write_text(f"[minitensor.plugins]\nmisgrouped = {module}\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    mtp._reset()
+    with pytest.warns(RuntimeWarning) as record:
+        assert "m" not in mtp.scorers()
+    message = next(str(r.message) for r in record if "misgrouped" in str(r.message))
+    assert "misgrouped-plugin 1.0 declares the entry point 'misgrouped' in the group 'minitensor.plugins'" in message
+    assert "[project.entry-points.minitensor]" in message and "\n" not in message
+    monkeypatch.setenv("MINITENSOR_STRICT_PLUGINS", "1")
+    mtp._reset()
+    with pytest.raises(mtp.PluginError, match="in the group 'minitensor.plugins'"):
+        mtp.scorers()

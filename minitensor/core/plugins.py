@@ -294,6 +294,7 @@ def _load_entry_points(pm: pluggy.PluginManager) -> None:
             if strict:
                 raise PluginError(message + " (MINITENSOR_STRICT_PLUGINS is set)") from e
             warnings.warn(message + "; continuing without it", RuntimeWarning, stacklevel=2)
+    _warn_of_misnamed_groups()
     unknown = sorted(disabled - found.keys())
     if unknown:  # a typo must not leave the plugin it meant quietly enabled
         there = ", ".join(f"{ep_name} ({source})" for ep_name, source in sorted(found.items())) or "(none)"
@@ -303,6 +304,26 @@ def _load_entry_points(pm: pluggy.PluginManager) -> None:
             RuntimeWarning,
             stacklevel=2,
         )
+
+
+# Groups a plugin's author may write for ENTRY_POINT_GROUP (the contract page once said
+# "minitensor.plugins"): their entry points are never loaded, so they are named, not skipped silently.
+MISNAMED_GROUPS = ("minitensor.plugins", "minitensor_plugins")
+
+
+def _warn_of_misnamed_groups() -> None:
+    """Warn about (or, strict, refuse) entry points declared in a group minitensor does not read."""
+    for group in MISNAMED_GROUPS:
+        for ep in entry_points(group=group):
+            dist = getattr(ep, "dist", None)
+            source = f"{dist.metadata['Name']} {dist.version}" if dist is not None else f"entry point {ep.value}"
+            message = (
+                f"minitensor: {source} declares the entry point {ep.name!r} in the group {group!r}, which "
+                f"minitensor does not read: declare it in [project.entry-points.{ENTRY_POINT_GROUP}]"
+            )
+            if _env_flag("MINITENSOR_STRICT_PLUGINS"):
+                raise PluginError(message + " (MINITENSOR_STRICT_PLUGINS is set)")
+            warnings.warn(message + "; it is not loaded", RuntimeWarning, stacklevel=3)
 
 
 def _check(pm: pluggy.PluginManager) -> None:
