@@ -64,7 +64,7 @@ from .train.distributed import (
 )
 from .train.loop import TrainingError, train
 from .train.plots import plot_cross_attention, plot_seq2seq_attention
-from .train.run import BEST_DIR, CHECKPOINT_DIR, holds_run, load_run_checkpoint, nothing_to_resume
+from .train.run import BEST_DIR, CHECKPOINT_DIR, has_checkpoint, load_run_checkpoint, nothing_to_resume
 
 # `minitensor.plugins` is imported inside the functions that use it: it imports pluggy, which
 # `minitensor --help` never needs.
@@ -325,7 +325,7 @@ def _resumed_config(args):
     """The saved run's config with what ``--resume`` may change; flags that would change
     anything else are refused, each named, rather than silently ignored."""
     out = default_out(args)
-    if not holds_run(out):
+    if not has_checkpoint(out):
         raise nothing_to_resume(out)
     saved, _ = load_run_checkpoint(find_checkpoint(out, CHECKPOINT_DIR))
     given = explicit_settings(args)

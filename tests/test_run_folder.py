@@ -103,6 +103,40 @@ def test_resume_needs_a_run(tmp_path):
     assert not (tmp_path / "no-such-run-here").exists()  # refused: no empty folder left behind
 
 
+def test_a_full_disk_names_the_checkpoint_and_the_run_left_without_one_is_not_offered_to_resume(
+    finished_run, tmp_path, monkeypatch, capsys
+):
+    """[Errno 28] names no file: the failed save is named. A run whose first checkpoint/ was never
+    written (best/ alone) has nothing to resume: a new run and --resume both say so, one way."""
+    from minitensor import cli
+    from minitensor.train.checkpoint import save
+
+    def full(path, data):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(save, "_write_file", full)
+    with pytest.raises(OSError) as info:
+        train(tiny(tmp_path / "full"), log=quiet, stop_after_epochs=1)
+    assert info.value.errno == 28 and info.value.filename == str(tmp_path / "full" / BEST_DIR)
+    monkeypatch.undo()
+
+    run = copy_of(finished_run, tmp_path)
+    shutil.rmtree(run / CHECKPOINT_DIR)  # best/ alone, as a full disk leaves it after best/ was saved
+    before = file_hashes(run)
+    for resume in (False, True):
+        with pytest.raises(RunExistsError) as info:
+            train(tiny(run), log=quiet, resume=resume, stop_after_epochs=1)
+        message = str(info.value)
+        assert "holds an unfinished run with no checkpoint/ (best)" in message and "--overwrite" in message
+        assert "--resume" not in message
+    assert cli.main(["train", "--out", str(run), "--resume", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "unfinished run with no checkpoint/" in err and err.count("\n") == 1, err
+    assert file_hashes(run) == before
+    with RunFolder(run, overwrite=True):  # what the message offers
+        assert os.listdir(run) == [LOCK_FILE]
+
+
 def test_a_folder_in_use_is_refused_at_once(tmp_path):
     with RunFolder(tmp_path / "run"):
         owner = (tmp_path / "run" / LOCK_FILE).read_text()

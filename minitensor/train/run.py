@@ -92,11 +92,36 @@ def holds_run(folder):
     return any(not f.endswith(".png") and f != TOKENIZER_FILE for f in run_files(folder))
 
 
+def has_checkpoint(folder):
+    """Whether ``folder`` holds a checkpoint/ to resume from (or the backup an interrupted save
+    left of one, which ``find_checkpoint`` recovers)."""
+    try:
+        find_checkpoint(folder, CHECKPOINT_DIR)
+    except CheckpointError:
+        return False
+    return True
+
+
 def nothing_to_resume(folder):
-    """The error for ``--resume`` of a folder that holds no run."""
+    """The error for ``--resume`` of a folder that holds no run, or a run with no checkpoint."""
+    if holds_run(folder):  # e.g. best/ alone: the disk filled up while the first checkpoint/ was saved
+        return unfinished_run(folder)
     return RunFolderError(
         f"{folder} holds no run to resume (no {CHECKPOINT_DIR}/ in it); start one with: "
         f"minitensor train --out {shlex.quote(os.fspath(folder))}"
+    )
+
+
+def unfinished_run(folder):
+    """The error for a folder holding a run's files but no checkpoint/: a run that stopped
+    before its first checkpoint was saved. There is nothing to resume, so --resume is not
+    offered; the user deletes those files or trains elsewhere."""
+    files = run_files(folder)
+    shown = ", ".join(files[:4]) + (", ..." if len(files) > 4 else "")
+    return RunExistsError(
+        f"{folder} holds an unfinished run with no {CHECKPOINT_DIR}/ ({shown}): it stopped before its first "
+        "checkpoint was saved, so there is nothing to resume; delete it and start afresh with --overwrite, "
+        "or choose another --out"
     )
 
 
@@ -249,7 +274,7 @@ class RunFolder:
 
     def _check_contents(self):
         if self.resume:
-            if not holds_run(self.path):
+            if not has_checkpoint(self.path):
                 raise nothing_to_resume(self.display)
             return
         if not run_files(self.path):
@@ -257,6 +282,8 @@ class RunFolder:
         if self.overwrite:
             self._delete_run_files()
             return
+        if not has_checkpoint(self.path):
+            raise unfinished_run(self.display)
         raise RunExistsError(
             f"{self.display} already holds a run ({describe_run(self.path)}); continue it with --resume, "
             f"delete it and start afresh with --overwrite, or choose another --out"

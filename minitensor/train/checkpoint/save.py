@@ -87,10 +87,12 @@ def save_checkpoint(
         _rename(tmp, directory)
         reached("after-second-rename")
         _fsync_dir(parent)
-    except BaseException:
+    except BaseException as e:
         if backup is not None and not os.path.lexists(directory):
             _rename(backup, directory)
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(e, OSError) and e.filename is None:  # a full disk names no file: say which save failed
+            raise OSError(e.errno, e.strerror, directory) from e
         raise
     # 4. The new checkpoint is in place: delete the old one and any older leftovers.
     reached("before-cleanup")
