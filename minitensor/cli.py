@@ -321,6 +321,13 @@ def _preset_settings(name):
     return {"text": os.path.abspath(TEXTS["tinyshakespeare"]), **PRESETS[name]}
 
 
+def _resumable_flags():
+    """'--fused, --epochs, ... and --eval-iters': the flags a resumed run may change, from
+    TrainConfig (what --help, the refusal and docs/guide.md list: tests/test_cli.py checks the guide)."""
+    flags = [flag_of(name) for name in TrainConfig.resumable_fields()]
+    return f"{', '.join(flags[:-1])} and {flags[-1]}"
+
+
 def _resumed_config(args):
     """The saved run's config with what ``--resume`` may change; flags that would change
     anything else are refused, each named, rather than silently ignored."""
@@ -950,8 +957,7 @@ def _add_train_parser(sub, common, help_recipe=None):
     run.add_argument(
         "--resume",
         action="store_true",
-        help="continue the run in --out from its checkpoint (only --epochs, --steps, --fused, --device, "
-        "--matmul-precision, --cuda-graph, --workers, --eval-interval, --eval-iters and --no-progress may change)",
+        help=f"continue the run in --out from its checkpoint (only {_resumable_flags()} may change)",
     )
     run.add_argument(
         "--overwrite",

@@ -140,3 +140,18 @@ def test_train_help_takes_its_defaults_from_the_config():
     assert helps["lr"] == "peak learning rate; default 0.01; 0.005 for --text (the character LM)"
     for dest, text in helps.items():  # no number restated by hand beside the generated one
         assert text.count("default") <= 2 and not re.search(r"\(default \d", text), (dest, text)
+
+
+def test_the_guide_lists_the_flags_a_resumed_run_may_change():
+    """docs/guide.md names the flags --resume lets change: exactly TrainConfig's resumable fields,
+    in their order, as `train --help` and the refusal list them (cli._resumable_flags)."""
+    import re
+    from pathlib import Path
+
+    guide = (Path(__file__).resolve().parents[1] / "docs" / "guide.md").read_text(encoding="utf-8")
+    sentence = " ".join(guide.split("Only `--fused`", 1)[1].split("may change", 1)[0].split())
+    listed = ["--fused"] + re.findall(r"`(--[a-z-]+)`", sentence)
+    assert listed == [flag_of(name) for name in TrainConfig.resumable_fields()]
+    assert f"only {cli._resumable_flags()} may change" in " ".join(
+        next(a.help for a in _train_parser()._actions if a.dest == "resume").split()
+    )
