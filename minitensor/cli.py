@@ -23,7 +23,7 @@ import minitensor as mt
 from . import demo, errors
 from .data.bpe import symbol_text
 from .data.tasks import TEXTS
-from .inference import MAX_BEAM_SIZE, SAMPLE_TEMPERATURE, generate, translate
+from .inference import SAMPLE_TEMPERATURE, generate, translate
 from .nn import Seq2SeqConfig, TransformerConfig
 from .precision import PRECISIONS
 from .train.checkpoint import CheckpointError, find_checkpoint, load_checkpoint
@@ -98,7 +98,13 @@ def _at_least(low, high=None, why=""):
     return convert
 
 
-# --beam K: every decoding step holds K rows per example (see inference.MAX_BEAM_SIZE)
+# The widest --beam. Every decoding step holds (examples x beam x vocabulary) scores and the model's
+# cache for every beam row, so the width is bounded before anything is allocated: a mistyped
+# --beam 100000000 grew to 12 GB. Beams in use are 4 to 10 (D2L, fairseq, Hugging Face's examples)
+# and wider ones translate worse, not better (Koehn and Knowles, "Six Challenges for Neural Machine
+# Translation", 2017); 256 leaves room for experiments far past that. (The Python searches take any
+# width whose scores fit the memory, for exhaustive search on a small vocabulary.)
+MAX_BEAM_SIZE = 256
 _beam_width = _at_least(1, MAX_BEAM_SIZE, " (each step holds K times the scores and caches; beams in use are 4 to 10)")
 
 

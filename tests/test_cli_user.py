@@ -269,11 +269,15 @@ def test_defaults_of_another_kind_of_run_are_not_refused(tmp_path, capsys):
         _refuse_unused_flags(config_from_args(args), explicit_settings(args))  # nothing raised
 
 
-def test_the_python_searches_refuse_a_beam_too_wide_before_decoding():
-    from minitensor.inference import MAX_BEAM_SIZE, run_search
+def test_the_python_searches_refuse_a_beam_whose_scores_cannot_fit_before_it_grows(run):
+    """The command line caps --beam; translate / beam_search take any width whose scores fit the
+    memory (a small vocabulary searched exhaustively), and refuse at the first step one that cannot."""
+    from minitensor import cli
+    from minitensor.inference import translate
 
-    with pytest.raises(ValueError, match="beam_size must be from 1 to 256"):
-        run_search(None, None, [[1]], 2, 5, beam_size=MAX_BEAM_SIZE + 1)  # before the model is touched
+    model, _, src_vocab, tgt_vocab, num_steps, _ = cli._load_for_inference(str(run))
+    with pytest.raises(ValueError, match=r"beam_size 1000000000000: a decoding step's scores: .* GiB, more than"):
+        translate(model, list("abc"), src_vocab, tgt_vocab, num_steps, beam_size=10**12, max_len=30)
 
 
 def test_unknown_characters_are_named_and_debug_shows_the_traceback(run):

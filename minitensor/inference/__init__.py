@@ -15,7 +15,6 @@ An application of the engine, beside training (``minitensor.train``), the explai
 
 from .decoders import Decoder, Forbid, apply_processors, decoder  # noqa: F401
 from .decoding import (  # noqa: F401
-    MAX_BEAM_SIZE,
     SAMPLE_TEMPERATURE,
     Hypothesis,
     beam_search,

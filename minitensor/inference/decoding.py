@@ -83,6 +83,7 @@ from typing import NamedTuple
 import numpy
 
 from .. import Tensor, tensor
+from ..backends import get_backend
 from ..data.batching import build_array
 from ..grad_mode import no_grad
 from ..nn.attention import plain_attention
@@ -106,14 +107,6 @@ __all__ = [
 # non-words. Of the words the example LM (docs/guide.md) writes at 0.4 / 0.5 / 0.6 / 0.7, 89 / 92 / 86
 # / 83% are words of its book.
 SAMPLE_TEMPERATURE = 0.5
-
-# The widest beam a search accepts. Every step holds (examples x beam x vocabulary) scores and the
-# model's cache for every beam row, so the width must be bounded before anything is allocated: a
-# mistyped --beam 100000000 asked for tens of GB. Beams in use are 4 to 10 (D2L, fairseq, Hugging
-# Face's examples) and wider ones translate worse, not better (Koehn and Knowles, "Six Challenges
-# for Neural Machine Translation", 2017); 256 leaves room for experiments far past that while one
-# step of a 50,000-token vocabulary stays near 100 MB per example.
-MAX_BEAM_SIZE = 256
 
 
 class Hypothesis(NamedTuple):
@@ -254,6 +247,20 @@ def step_attention(model):
 
 
 # -- the one search loop ------------------------------------------------------------------------
+def _check_beam_fits(k, n, V, max_len):
+    """Refuse, at the first step, a beam whose scores could not fit the host's memory: a step
+    holds (examples, width, |V|) float64 scores, the width growing to k or to the |V|^max_len
+    sequences there are. A beam that wide is exhaustive search (module docstring), affordable on a
+    small vocabulary; a mistyped beam_size=100000000 must not allocate until the system kills it."""
+    sequences = 1
+    for _ in range(max_len):  # |V|^max_len without building a huge integer
+        sequences *= V
+        if sequences >= k:
+            break
+    widest = min(k, sequences)
+    get_backend("cpu").check_fits(f"beam_size {k}: a decoding step's scores", (n, widest, V), 8)
+
+
 def _search(model, state, start, eos, max_len, beam_size, length_penalty, attention, noise, history, processors=()):
     """Beam search over ``start.shape[0]`` examples (see the module docstring for the rules).
 
@@ -292,6 +299,8 @@ def _search(model, state, start, eos, max_len, beam_size, length_penalty, attent
         processed = apply_processors(processors, logp, prefix) if processors else logp
         weights = attention(model) if attention is not None else None
         n, V = len(examples), logp.shape[-1]
+        if step == 1:
+            _check_beam_fits(k, n, V, max_len)
         rows_fed = n * width
         total = (scores[:, None] + processed).reshape(n, width, V)  # processed log P of every extension
         model_total = (log_probs[:, None] + logp).reshape(n, width, V) if separate else total
@@ -463,8 +472,8 @@ def run_search(
     """
     if max_len < 1:
         raise ValueError(f"max_len must be at least 1, got {max_len}")
-    if not 1 <= beam_size <= MAX_BEAM_SIZE:
-        raise ValueError(f"beam_size must be from 1 to {MAX_BEAM_SIZE} (MAX_BEAM_SIZE), got {beam_size}")
+    if beam_size < 1:
+        raise ValueError(f"beam_size must be at least 1, got {beam_size}")
     if n_best is not None and n_best < 1:
         raise ValueError(f"n_best must be at least 1, got {n_best}")
     start = numpy.asarray(start, dtype=numpy.int64)
