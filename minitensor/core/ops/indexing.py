@@ -269,7 +269,7 @@ def embedding(indices: Tensor, weight: Tensor) -> Tensor:
 
 
 class Gather(Function):
-    """z[i][j][k] = a[index[i][j][k]][j][k] along axis 0 (likewise along any ``axis``): each
+    """``z[i][j][k] = a[index[i][j][k]][j][k]`` along axis 0 (likewise along any ``axis``): each
     element of ``index`` picks one element of its row of ``a``.  dL/da = zeros with dL/dz
     *added* at the positions read: a scatter-add, since an index may pick one element twice.
     """
@@ -310,7 +310,7 @@ def _gather_out_of_range(index: Array, axis: int, n: int) -> str:
 @torch_names
 def gather(a: Tensor, axis: int, index: Tensor) -> Tensor:
     """Elements of ``a`` picked along ``axis`` by the integer tensor ``index`` (PyTorch's
-    ``gather``): out[i][j] = a[index[i][j]][j] for axis 0, a[i][index[i][j]] for axis 1. The
+    ``gather``): ``out[i][j] = a[index[i][j]][j]`` for axis 0, ``a[i][index[i][j]]`` for axis 1. The
     result has index's shape; index has a's number of axes and is no longer than a along the
     others. ``y_hat.gather(1, y.reshape(-1, 1))`` picks each row's probability of its label (D2L
     4.1's cross-entropy from scratch). The gradient adds up at the positions picked."""
