@@ -1,5 +1,4 @@
-"""The vector norm ``norm`` (D2L 2.3.11), at the end, and layer normalisation (Ba et al., 2016),
-fused into one Function.
+"""Layer normalisation (Ba et al., 2016), fused into one Function.
 
 Over the last axes (``normalized_shape``) of each example:
 
@@ -16,16 +15,13 @@ axes:
 
 from __future__ import annotations
 
-import math
 import weakref
 from typing import Any
 
 from ..autograd import Function, Grads
 from ..errors import ShapeError
-from ..tensor import Array, Axes, Shape, Tensor
-from .axes import torch_names
-from .promote import as_float, float_only
-from .reduce import _expand, _keepdims_shape, reduced_axes
+from ..tensor import Array, Shape, Tensor
+from .promote import float_only
 
 
 class LayerNorm(Function):
@@ -129,60 +125,3 @@ def layer_norm(
         if p is not None and tuple(p.shape) != normalized_shape:
             raise ShapeError(f"layer_norm: {name} has shape {p.shape}, expected {normalized_shape}")
     return LayerNorm.apply(float_only("layer_norm", x), weight, bias, k, eps)
-
-
-class Norm(Function):
-    """z = (sum_i |a_i|^p)^(1/p) over the axes;  dz/da_i = sign(a_i) |a_i|^(p-1) / z^(p-1).
-
-    For p = 2 that is a_i / z, the vector divided by its length; for p = 1, sign(a_i); for
-    p = inf, z = max_i |a_i| and the gradient goes to the largest |a_i| (ties share it, as
-    ``max``'s). Where z = 0 (all zeros) the gradient is 0, not 0/0: PyTorch's subgradient.
-    """
-
-    @staticmethod
-    def forward(ctx: Function, a: Array, p: float, axis: Axes | None = None, keepdims: bool = False) -> Array:
-        xp = ctx.xp
-        axes = reduced_axes(axis, a.ndim, "norm")
-        size = abs(a)
-        if p == math.inf:
-            z = size.max(axis=axes, keepdims=True) if a.size else xp.zeros(_keepdims_shape(a.shape, axes), a.dtype)
-        elif p == 2:
-            z = xp.sqrt((a * a).sum(axis=axes, keepdims=True))
-        elif p == 1:
-            z = size.sum(axis=axes, keepdims=True)
-        else:
-            z = (size**p).sum(axis=axes, keepdims=True) ** (1 / p)
-        ctx.save_for_backward(a, z)
-        ctx.p, ctx.shape, ctx.axes = p, a.shape, axes
-        return z if keepdims else z.reshape(tuple(n for i, n in enumerate(a.shape) if i not in axes))
-
-    @staticmethod
-    def backward(ctx: Function, grad: Array) -> Grads:
-        a, z = ctx.saved
-        xp, p = ctx.xp, ctx.p
-        safe = xp.where(z == 0, 1, z)  # all zeros: any finite z, the share below is 0 anyway
-        if p == math.inf:
-            top = (abs(a) == z).astype(a.dtype)
-            share = xp.sign(a) * top / top.sum(axis=ctx.axes, keepdims=True)
-        elif p == 2:
-            share = a / safe
-        elif p == 1:
-            share = xp.sign(a)
-        else:
-            share = xp.sign(a) * (abs(a) / safe) ** (p - 1)
-        share = xp.where(z == 0, 0, share).astype(grad.dtype, copy=False)
-        return _expand(xp, grad, ctx.shape, ctx.axes) * share
-
-
-@torch_names
-def norm(a: Tensor, p: float | str = "fro", axis: Axes | None = None, keepdims: bool = False) -> Tensor:
-    """The p-norm (sum_i |a_i|^p)^(1/p) over ``axis`` (None: every element, as one long vector);
-    by default p = 2 ("fro", the Frobenius norm of a matrix: the length of the vector of its
-    elements), PyTorch's ``torch.norm(x)`` (D2L 2.3.11). ``p`` is any number > 0 or
-    ``math.inf`` (the largest |a_i|). dz/da_i = sign(a_i) |a_i|^(p-1) / z^(p-1), which is a / z
-    for p = 2 and 0 where z = 0. ``keepdims`` as for ``sum``. Integers give float32."""
-    if p == "fro":
-        p = 2.0
-    if isinstance(p, bool) or not isinstance(p, (int, float)) or not p > 0:
-        raise ValueError(f"norm: p must be 'fro' or a number > 0 (math.inf for the largest |a_i|), got {p!r}")
-    return Norm.apply(as_float(a), float(p), axis=axis, keepdims=keepdims)
