@@ -1151,6 +1151,11 @@ class StrictBackend(Backend):
     def is_array(self, obj):
         return isinstance(obj, StrictArray)
 
+    def memory_owner(self, array):
+        # The NumPy array underneath: a StrictArray's ``base`` is a new wrapper at every call
+        # (it answers CuPy's question by reference counts), never the same object twice.
+        return _owner(array._a)
+
     def seed(self, seed):
         self._rng = numpy.random.default_rng(seed)
 

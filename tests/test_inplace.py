@@ -204,11 +204,20 @@ def test_a_training_loop_is_never_refused(optimizer):
 
 def test_the_write_log_is_bounded():
     log = autograd.WriteLog()
-    arrays = [np.zeros(1) for _ in range(log.CAPACITY + 10)]
-    for a in arrays:
-        log.note(a)
+    tensors = [mt.zeros(1) for _ in range(log.CAPACITY + 10)]
+    for t in tensors:
+        log.note(t)
     assert len(log.stamps) == log.CAPACITY
-    assert id(arrays[0]) not in log.stamps and id(arrays[-1]) in log.stamps  # the oldest go first
+    assert id(tensors[0].data) not in log.stamps and id(tensors[-1].data) in log.stamps  # the oldest go first
+
+
+@pytest.mark.parametrize("device", ["cpu", "strict"])
+def test_a_write_through_any_view_counts(device):
+    """A view's writes stamp the memory's owner, which every view of it shares."""
+    x = mt.zeros(2, 3, device=device)
+    views = [x, x.detach(), x.reshape(6), x[0], x.transpose(0, 1)]
+    owners = {id(x._backend.memory_owner(v.data)) for v in views}
+    assert len(owners) == 1
 
 
 # -- .grad -----------------------------------------------------------------------------------------

@@ -348,10 +348,10 @@ class WriteLog:
         self.latest = -1  # the stamp of the last write: backward compares it with a node's
         self.stamps: dict[int, int] = {}  # id of the memory's owner -> stamp of its last write
 
-    def note(self, array: Array) -> None:
-        """Stamp ``array`` (and every array sharing its memory) as written now."""
+    def note(self, t: Tensor) -> None:
+        """Stamp ``t``'s array (and every array sharing its memory) as written now."""
         self.latest = next(_creation_counter)
-        key = id(_memory_owner(array))
+        key = id(t._backend.memory_owner(t.data))
         self.stamps.pop(key, None)  # (re-inserted last: the dict's order is the order of writes)
         self.stamps[key] = self.latest
         if len(self.stamps) > self.CAPACITY:
@@ -362,7 +362,7 @@ class WriteLog:
     def check(self, ctx: Function, output: Tensor) -> None:
         """Raise if an input of ``ctx`` was written after ``output`` (ctx's result) was made."""
         for x in ctx.inputs:
-            if isinstance(x, Tensor) and self.stamps.get(id(_memory_owner(x.data)), -1) > output._seq:
+            if isinstance(x, Tensor) and self.stamps.get(id(x._backend.memory_owner(x.data)), -1) > output._seq:
                 raise GraphError(
                     f"backward: an input of {type(ctx).__name__.lower()} (shape {tuple(x.shape)}, "
                     f"{x.dtype}) was changed in place after {type(ctx).__name__.lower()} used it "
@@ -370,13 +370,6 @@ class WriteLog:
                     "come from the new values. Change a copy instead (x = x + y, y = x.clone()), or "
                     "change it after backward(), as an optimiser does"
                 )
-
-
-def _memory_owner(array: Array) -> Array:
-    """The array that owns ``array``'s memory (``array`` itself unless it is a view)."""
-    while array.base is not None and hasattr(array.base, "shape"):
-        array = array.base
-    return array
 
 
 writes = WriteLog()

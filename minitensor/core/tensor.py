@@ -415,7 +415,7 @@ class Tensor:
                 f"{name}: a value of shape {tuple(shape)} does not broadcast to the tensor's shape "
                 f"{self.shape}, which an in-place update keeps ({e})"
             ) from None
-        autograd.writes.note(self.data)
+        autograd.writes.note(self)
         return self
 
     def copy_(self, other: Tensor | Array) -> Self:
@@ -429,7 +429,7 @@ class Tensor:
                 f"copy_: values of shape {tuple(getattr(value, 'shape', ()))} do not broadcast to the "
                 f"tensor's shape {self.shape} ({e})"
             ) from None
-        autograd.writes.note(self.data)
+        autograd.writes.note(self)
         return self
 
     def zero_(self) -> Self:
@@ -440,7 +440,7 @@ class Tensor:
         """
         self._check_inplace("zero_")
         self.data[...] = 0
-        autograd.writes.note(self.data)
+        autograd.writes.note(self)
         return self
 
     def fill_(self, value: Number) -> Self:
@@ -448,7 +448,7 @@ class Tensor:
         ``zero_``: not on a tensor that requires grad unless grad mode is off."""
         self._check_inplace("fill_")
         self.data[...] = value
-        autograd.writes.note(self.data)
+        autograd.writes.note(self)
         return self
 
     def add_(self, other: Tensor | Number, alpha: Number = 1.0) -> Self:
@@ -545,7 +545,7 @@ class Tensor:
                 f"__setitem__: values of shape {tuple(getattr(value, 'shape', ()))} do not fit "
                 f"x[index] of a tensor of shape {self.shape} ({e})"
             ) from None
-        autograd.writes.note(self.data)
+        autograd.writes.note(self)
 
     # -- arithmetic: ``x * y`` is ``Mul.apply(x, y)`` (ops/elementwise.py) -------------------------
     # ``2 * x``: int.__mul__ does not know Tensors, so Python calls ``x.__rmul__(2)``.

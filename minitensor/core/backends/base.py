@@ -62,6 +62,13 @@ class Backend:
         """True if ``obj`` is an array of this backend."""
         raise NotImplementedError
 
+    def memory_owner(self, array: Array) -> Any:
+        """The object that owns ``array``'s memory: ``array`` itself, or the array it is a view
+        of (NumPy's and CuPy's ``base``, which points at the owner, never at another view). What
+        ``autograd.WriteLog`` stamps, so that a write through a view counts for every view."""
+        base = array.base
+        return array if base is None or not hasattr(base, "shape") else base
+
     def memory_size(self) -> int | None:
         """The bytes of memory this device holds (a GPU's own, the machine's RAM for the CPU), or
         None where the system does not say: what a run's size is checked against *before* it

@@ -173,7 +173,7 @@ class Optimizer:
                 if p.grad is not None:
                     # a graph made before this step must not run backward on the new values
                     # (a fused kernel writes the arrays directly, past the tensors' add_)
-                    writes.note(p.data)
+                    writes.note(p)
         return loss
 
     def check_gradients(self) -> None:
