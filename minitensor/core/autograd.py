@@ -456,7 +456,8 @@ def _root_gradient(root: Tensor, grad: Tensor | Array | None) -> Array:
 
 
 def _accumulate(t: Tensor, g: Array, unshared: bool) -> None:
-    """Add ``g`` to ``t.grad``, which always ends up an array of its own.
+    """Add ``g`` to ``t.grad``: into its array, in place, when there is one (as in PyTorch, whoever
+    holds ``t.grad`` sees the sum), else as a new ``.grad`` with an array of its own.
 
     ``.grad`` must be safe to update in place (gradient clipping, weight decay). ``g`` may
     be shared with other tensors (``Add`` hands one gradient to both inputs), be a
