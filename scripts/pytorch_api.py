@@ -290,6 +290,7 @@ REASONS = {
     "mt.repeat_interleave": AXIS + REPEAT_INTERLEAVE,
     "mt.repeat": "extra: the function form of `Tensor.repeat` (NumPy's `tile`), as each method here has one",
     "mt.bmm": "not yet aligned: no `out_dtype` (PyTorch's float32 result of float16 inputs): the inputs' dtype",
+    "mt.one_hot": "extra: `nn.functional.one_hot` at the top level too, as `mt.cross_entropy` is",
     "mt.mse_loss": "extra: `nn.functional.mse_loss` at the top level too, as `mt.cross_entropy` is",
     "mt.get_printoptions": "extra: reads back what `set_printoptions` set (PyTorch has no public getter)",
     "mt.getitem": "extra: the function behind `x[index]` (as `operator.getitem`)",

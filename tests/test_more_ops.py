@@ -440,3 +440,39 @@ def test_reductions_property(shape, data):
     if shape[axis] > 1:
         np.testing.assert_allclose(x.std(axis).numpy(), np.std(a, axis=axis, ddof=1))
         assert mt.gradcheck(lambda x: x.std(axis).sum(), [x])
+
+
+# -- F.one_hot (D2L 9.5) and nn.Flatten (D2L 4.2's first layer) ---------------------------------------
+def test_one_hot_matches_pytorch(device):
+    F = mt.nn.functional
+    indices = np.array([[0, 3], [2, 1]])
+    got = F.one_hot(mt.tensor(indices, device=device), 4)
+    assert got.dtype == mt.int64 and got.shape == (2, 2, 4) and not got.requires_grad
+    np.testing.assert_array_equal(got.numpy(), np.eye(4, dtype=np.int64)[indices])
+    assert F.one_hot(mt.tensor([1, 2], device=device)).shape == (2, 3)  # num_classes inferred
+    torch = pytest.importorskip("torch")
+    np.testing.assert_array_equal(got.numpy(), torch.nn.functional.one_hot(torch.tensor(indices), 4).numpy())
+
+
+@pytest.mark.parametrize(
+    "call, error, words",
+    [
+        (lambda F: F.one_hot(mt.tensor([0, 5]), 3), IndexError, r"class index 5 is out of range for 3 classes"),
+        (lambda F: F.one_hot(mt.tensor([-1]), 3), IndexError, r"class index -1 is out of range"),
+        (lambda F: F.one_hot(mt.tensor([1.0])), TypeError, r"one_hot: indices must be an integer tensor"),
+        (lambda F: F.one_hot(mt.tensor([1]), 0), ValueError, r"num_classes must be an integer >= 1"),
+        (lambda F: F.one_hot(mt.zeros(0, dtype=mt.int64)), ValueError, r"cannot infer num_classes"),
+        (lambda F: F.one_hot(mt.tensor([1]), 10**13), ValueError, r"one_hot: the result would have shape"),
+    ],
+)
+def test_one_hot_refuses_what_it_cannot_encode(call, error, words):
+    with pytest.raises(error, match=words):
+        call(mt.nn.functional)
+
+
+def test_flatten_layer():
+    net = mt.nn.Sequential(mt.nn.Flatten(), mt.nn.LazyLinear(10))
+    X = mt.randn(2, 1, 28, 28)
+    assert net(X).shape == (2, 10) and mt.nn.Flatten(0)(X).shape == (2 * 28 * 28,)
+    assert mt.nn.Flatten(1, 2)(X).shape == (2, 28, 28)
+    assert repr(mt.nn.Flatten()) == "Flatten(start_dim=1, end_dim=-1)"

@@ -2,7 +2,7 @@
 of layer. ``functional`` holds the same computations as plain functions (PyTorch's ``F``)."""
 
 from . import functional, init, utils
-from .activation import GELU, Identity, LogSoftmax, ReLU, Sigmoid, Softmax, Tanh
+from .activation import GELU, Flatten, Identity, LogSoftmax, ReLU, Sigmoid, Softmax, Tanh
 from .attention import Attention, MultiHeadAttention
 from .config import Seq2SeqConfig, TransformerConfig
 from .container import ModuleDict, ModuleList, Sequential
@@ -31,6 +31,7 @@ __all__ = [
     "Attention",
     "Dropout",
     "Embedding",
+    "Flatten",
     "GELU",
     "Identity",
     "KVCache",

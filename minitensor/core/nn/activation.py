@@ -1,4 +1,5 @@
-"""Activation functions as modules, for use inside ``Sequential``."""
+"""Activation functions as modules, for use inside ``Sequential``, and the other layers without
+parameters: ``Identity``, ``Flatten``."""
 
 from __future__ import annotations
 
@@ -77,6 +78,23 @@ class LogSoftmax(Softmax):
     def forward(self, X: Tensor) -> Tensor:
         """log_softmax(X) along the layer's ``axis`` (``mt.log_softmax``): log-probabilities."""
         return F.log_softmax(X, axis=self.axis)
+
+
+class Flatten(Module):
+    """Merge axes ``start_dim``..``end_dim`` into one, by default every axis but the batch's: the
+    first layer of D2L's MLPs and CNNs, ``nn.Sequential(nn.Flatten(), nn.LazyLinear(10))``,
+    turning (batch_size, 1, 28, 28) images into (batch_size, 784) rows."""
+
+    def __init__(self, start_dim: int = 1, end_dim: int = -1) -> None:
+        super().__init__()
+        self.start_dim, self.end_dim = start_dim, end_dim
+
+    def forward(self, X: Tensor) -> Tensor:
+        """``X.flatten(start_dim, end_dim)``: the same elements, those axes merged (row by row)."""
+        return X.flatten(self.start_dim, self.end_dim)
+
+    def extra_repr(self) -> str:
+        return f"start_dim={self.start_dim}, end_dim={self.end_dim}"
 
 
 class Identity(Module):

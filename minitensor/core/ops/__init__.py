@@ -36,7 +36,7 @@ from .elementwise import (
 )
 from .entmax import alpha_entmax, entmax15
 from .flash_attention import flash_attention
-from .indexing import embedding, gather, getitem
+from .indexing import embedding, gather, getitem, one_hot
 from .join import cat, chunk, concat, repeat, repeat_interleave, split, stack
 from .loss import cross_entropy, mse_loss
 from .matmul import bmm, dot, linear, matmul, mm, mv
@@ -69,6 +69,7 @@ __all__ = [
     "dot",
     "dropout",
     "embedding",
+    "one_hot",
     "entmax15",
     "exp",
     "expand",

@@ -268,6 +268,44 @@ def embedding(indices: Tensor, weight: Tensor) -> Tensor:
     return Embedding.apply(weight, indices)
 
 
+class OneHot(Function):
+    """z[..., c] = 1 where c = indices[...], else 0, int64 (PyTorch's ``F.one_hot``): the one-hot
+    vectors of D2L 9.5, which ``embedding`` spares building. Outside the graph: class indices
+    have no gradient."""
+
+    differentiable = False
+
+    @staticmethod
+    def forward(ctx: Any, indices: Array, num_classes: int) -> Array:
+        if indices.size:  # (ctx is the backend: an op outside the graph has no node)
+            ctx.check(in_range(indices, num_classes).all(), partial(_one_hot_out_of_range, indices, num_classes))
+        return (indices[..., None] == ctx.xp.arange(num_classes)).astype(numpy.int64)
+
+
+def _one_hot_out_of_range(indices: Array, n: int) -> str:
+    low, high = int(indices.min()), int(indices.max())
+    bad = high if high >= n else low
+    return f"one_hot: class index {bad} is out of range for {n} classes (valid: 0..{n - 1})"
+
+
+def one_hot(indices: Tensor, num_classes: int = -1) -> Tensor:
+    """The one-hot vectors of integer class ``indices`` of any shape: (*indices.shape,
+    num_classes), int64, a 1 at each index and 0 elsewhere (PyTorch's ``F.one_hot``, D2L 9.5's
+    inputs to an RNN from scratch). ``num_classes=-1``: one more than the largest index (read
+    from the device, as PyTorch reads it)."""
+    if not isinstance(indices, Tensor) or indices.dtype.kind not in "iu":
+        what = indices.dtype if isinstance(indices, Tensor) else type(indices).__name__
+        raise TypeError(f"one_hot: indices must be an integer tensor of class indices, got {what}")
+    if num_classes == -1:
+        if not indices.numel():
+            raise ValueError("one_hot: cannot infer num_classes from an empty tensor; pass num_classes")
+        num_classes = int(indices.max().item()) + 1
+    if isinstance(num_classes, bool) or not isinstance(num_classes, (int, numpy.integer)) or num_classes < 1:
+        raise ValueError(f"one_hot: num_classes must be an integer >= 1 (or -1 to infer it), got {num_classes!r}")
+    indices._backend.check_fits("one_hot", (*indices.shape, int(num_classes)), 8)
+    return OneHot.apply(indices, int(num_classes))
+
+
 class Gather(Function):
     """``z[i][j][k] = a[index[i][j][k]][j][k]`` along axis 0 (likewise along any ``axis``): each
     element of ``index`` picks one element of its row of ``a``.  dL/da = zeros with dL/dz
