@@ -94,6 +94,7 @@ class Flatten(Module):
         return X.flatten(self.start_dim, self.end_dim)
 
     def extra_repr(self) -> str:
+        """``start_dim=1, end_dim=-1``: what ``print(model)`` shows inside ``Flatten(...)``."""
         return f"start_dim={self.start_dim}, end_dim={self.end_dim}"
 
 
