@@ -905,9 +905,9 @@ dtype (`int_tensor += 0.5` is refused). On a tensor in the graph, `x += y` makes
 history: other names for the old x keep its value; the underscore methods are refused there; \
 `x[i] = v` works as described above. A leaf that requires grad is refused, as in PyTorch. \
 Backward refuses a gradient whose inputs were changed in place after an op used them, as PyTorch \
-does with its version counters, and more strictly: it checks every tensor input of the op \
-(`autograd.WriteLog`), not only the ones its backward saved, so `c = a + x; x += 1; \
-c.backward()` is refused here and allowed in PyTorch.
+does with its version counters (`autograd.WriteLog`). It passes by an op whose backward reads no \
+input (`c = a + x; x += 1; c.backward()` is fine, as in PyTorch), and is a little stricter for \
+the others: it checks every tensor input of such an op, not only the ones its backward saved.
 """
 
 

@@ -150,6 +150,27 @@ def test_a_change_after_use_is_refused(how, which):
         c.sum().backward()
 
 
+def test_a_change_to_what_backward_does_not_read_is_fine():
+    """``h - running_mean``, the buffer updated before backward: subtraction's backward reads
+    no input (``Function.reads_inputs``), so PyTorch runs it, and so does minitensor."""
+    w = mt.tensor([[1.0]], requires_grad=True)
+    running_mean = mt.zeros(1)
+    h = mt.ones(2, 1) @ w
+    out = (h - running_mean) + running_mean
+    with mt.no_grad():
+        running_mean.mul_(0.9).add_(0.1 * h.mean(0))
+    out.sum().backward()
+    assert w.grad.tolist() == [[2.0]]
+
+
+def test_flip_is_a_copy():
+    """As PyTorch's: a write into the flipped tensor does not reach the original."""
+    x = mt.tensor([1.0, 2.0, 3.0])
+    y = x.flip(0)
+    y += 10
+    assert x.tolist() == [1.0, 2.0, 3.0] and y.tolist() == [13.0, 12.0, 11.0]
+
+
 def test_a_change_before_use_or_after_backward_is_fine():
     a = mt.tensor([1.0, 2.0], requires_grad=True)
     x = mt.tensor([1.0, 1.0])

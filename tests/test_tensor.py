@@ -461,7 +461,10 @@ def test_mixed_dtypes_take_pytorchs_result_type():
     assert mt.where(cond, 1.0, 0.0).tolist() == [1.0, 0.0] and mt.where(cond, 1.0, 0.0).dtype == mt.float32
     assert mt.where(cond, 1, 0).dtype == mt.int64
     assert mt.tensor([mt.tensor(1.5, dtype=mt.float64)]).dtype == mt.float64
-    assert mt.tensor(np.float64(0.1)).dtype == mt.float64 and mt.tensor([0.1]).dtype == mt.float32
+    assert mt.tensor([0.1]).dtype == mt.float32 and mt.tensor([mt.tensor(1.0), 2.0]).dtype == mt.float32
+    assert mt.tensor([np.float32(1.0), 2.0]).dtype == mt.float32
+    # a NumPy scalar is a number, as in arithmetic (promote): it combines with float32 tensors
+    assert mt.tensor(np.float64(0.1)).dtype == mt.float32 and (mt.ones(3) * mt.tensor(np.sqrt(2.0))).dtype == mt.float32
     assert mt.full((2,), 3).dtype == mt.int64 and mt.full((2,), True).dtype == mt.bool
     assert mt.full((2,), 3.0).dtype == mt.float32 and mt.full((2,), 3, dtype=mt.float64).dtype == mt.float64
 

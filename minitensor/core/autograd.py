@@ -118,6 +118,12 @@ class Function:
     a Function all the same so that every tensor an op makes comes out of ``apply``, where a
     tracer sees it (``tracing``)."""
 
+    reads_inputs = True
+    """False for an op whose backward needs no input's values, only shapes (``add``, ``sub``,
+    ``neg``, ``sum``, ``mean``, a reshape or a permutation): backward's check of in-place writes
+    (``WriteLog``) passes it by, as PyTorch's version counters, which look at saved tensors
+    alone, would. ``x = a + buffer; buffer.mul_(0.9); x.backward()`` is then fine, as there."""
+
     writes_input = False
     """True for the op of ``x[index] = v`` in the graph (``ops.indexing.SetItem``): its output is
     the tensor x itself, rebound, and its first input the value x had before, which ops that used
@@ -337,9 +343,10 @@ class WriteLog:
     clock that orders the graph), and backward checks a node's inputs only when some write came
     after the node's output was made: never, in a loop of forward, backward and optimiser step.
 
-    The check looks at every Tensor input of the node, not only at what its backward saved
-    (which ops keep in their own ways), so it is stricter than PyTorch's: a write to an input of
-    an op that saves nothing (``c = a + x; x += 1; c.backward()``) is refused too.
+    The check looks at every Tensor input of a node whose backward reads its inputs' values
+    (``Function.reads_inputs``), not only at what that backward saved (which ops keep in their
+    own ways), so it is stricter than PyTorch's where an op saves only some of its inputs: a
+    write to one it did not save is refused too.
     """
 
     CAPACITY = 4096  # arrays remembered; past it, the longest-unwritten are forgotten first
@@ -361,6 +368,8 @@ class WriteLog:
 
     def check(self, ctx: Function, output: Tensor) -> None:
         """Raise if an input of ``ctx`` was written after ``output`` (ctx's result) was made."""
+        if not ctx.reads_inputs:
+            return
         for x in ctx.inputs:
             if isinstance(x, Tensor) and self.stamps.get(id(x._backend.memory_owner(x.data)), -1) > output._seq:
                 raise GraphError(

@@ -1007,20 +1007,26 @@ def _is_dtype_name(name: str) -> bool:
         return False
 
 
-def _has_own_dtype(data: Any) -> bool:
-    """True if ``data`` (or, for nested lists, its first element) carries a dtype of its own: a
-    NumPy array or scalar, or a Tensor. ``tensor`` keeps that dtype (float64 stays float64)."""
+def _carried_float(data: Any) -> numpy.dtype:
+    """The float dtype ``tensor`` gives floating-point ``data``: that of a NumPy array or a Tensor
+    (for nested lists, of their first element: ``[t1, t2]`` of float64 tensors stays float64),
+    else float32, PyTorch's default, for Python floats and NumPy scalars alike (``promote``
+    treats a NumPy scalar as a Python number too: ``mt.tensor(np.sqrt(d))`` must combine with
+    float32 tensors, as its 0-d PyTorch twin does)."""
     while isinstance(data, (list, tuple)) and data:
         data = data[0]
-    return isinstance(data, (numpy.ndarray, numpy.generic, Tensor))
+    if isinstance(data, (numpy.ndarray, Tensor)) and data.dtype.kind == "f":
+        return data.dtype
+    return numpy.dtype(numpy.float32)
 
 
 def tensor(data: Any, requires_grad: bool = False, dtype: DType = None, device: Device = None) -> Tensor:
     """A new leaf tensor holding a copy of ``data``.
 
     ``data``: a number, nested lists, a NumPy array or a Tensor. Floating-point Python data
-    becomes float32 (the default), integers int64, booleans bool; a NumPy array or scalar, or a
-    list of tensors, keeps its dtype unless ``dtype`` says otherwise (as in PyTorch).
+    becomes float32 (the default), integers int64, booleans bool; a NumPy array, or a list of
+    tensors, keeps its dtype unless ``dtype`` says otherwise (as in PyTorch). A NumPy float
+    scalar becomes float32, as a Python float does (PyTorch: float64).
     """
     if isinstance(data, Tensor):
         backend = get_backend(device) if device is not None else data._backend
@@ -1037,8 +1043,8 @@ def tensor(data: Any, requires_grad: bool = False, dtype: DType = None, device: 
                 host = numpy.asarray(data)
             except ValueError as e:  # nested lists of different lengths, mostly: NumPy's words say which
                 raise ValueError(f"tensor: the data do not form a rectangular array of numbers ({e})") from None
-            if dtype is None and host.dtype.kind == "f" and not _has_own_dtype(data):
-                host = host.astype(numpy.float32)  # Python floats: the default dtype, as in PyTorch
+            if dtype is None and host.dtype.kind == "f":
+                host = host.astype(_carried_float(data), copy=False)
             arr = backend.array(host)
     dtype = as_dtype(dtype)
     if dtype is not None and arr.dtype != dtype:

@@ -21,6 +21,8 @@ from .promote import as_float, float_only, promote
 class Add(Function):
     """z = a + b;  dz/da = 1, dz/db = 1."""
 
+    reads_inputs = False  # (its backward needs only shapes: see Function.reads_inputs)
+
     @staticmethod
     def forward(ctx: Function, a: Array, b: Array) -> Array:
         return a + b
@@ -32,6 +34,8 @@ class Add(Function):
 
 class Sub(Function):
     """z = a - b;  dz/da = 1, dz/db = -1."""
+
+    reads_inputs = False  # (its backward needs only shapes: see Function.reads_inputs)
 
     @staticmethod
     def forward(ctx: Function, a: Array, b: Array) -> Array:
@@ -108,6 +112,8 @@ class Pow(Function):
 
 class Neg(Function):
     """z = -a;  dz/da = -1."""
+
+    reads_inputs = False  # (its backward needs only shapes: see Function.reads_inputs)
 
     @staticmethod
     def forward(ctx: Function, a: Array) -> Array:

@@ -53,6 +53,8 @@ def _expand(xp: Any, grad: Array, shape: tuple[int, ...], axes: tuple[int, ...])
 class Sum(Function):
     """z = sum_i a_i over the axes;  dz/da_i = 1."""
 
+    reads_inputs = False  # (its backward needs only shapes: see Function.reads_inputs)
+
     @staticmethod
     def forward(ctx: Function, a: Array, axis: Axes | None = None, keepdims: bool = False) -> Array:
         ctx.shape, ctx.axes = a.shape, reduced_axes(axis, a.ndim, "sum")
@@ -65,6 +67,8 @@ class Sum(Function):
 
 class Mean(Function):
     """z = (1/N) sum_i a_i;  dz/da_i = 1/N."""
+
+    reads_inputs = False  # (its backward needs only shapes: see Function.reads_inputs)
 
     @staticmethod
     def forward(ctx: Function, a: Array, axis: Axes | None = None, keepdims: bool = False) -> Array:

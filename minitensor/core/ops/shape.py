@@ -15,6 +15,8 @@ from .axes import axis_error, normalize_axes, normalize_axis, torch_names
 class Reshape(Function):
     """Same elements, new shape;  backward reshapes the gradient back."""
 
+    reads_inputs = False  # (its backward needs only shapes: see Function.reads_inputs)
+
     @staticmethod
     def forward(ctx: Function, a: Array, shape: tuple[int, ...]) -> Array:
         ctx.shape = a.shape
@@ -33,6 +35,8 @@ class Reshape(Function):
 
 class Permute(Function):
     """Reorder the axes;  backward applies the inverse permutation."""
+
+    reads_inputs = False  # (its backward needs only shapes: see Function.reads_inputs)
 
     @staticmethod
     def forward(ctx: Function, a: Array, axes: tuple[int, ...]) -> Array:
@@ -149,7 +153,7 @@ class Flip(Function):
     @staticmethod
     def forward(ctx: Function, a: Array, axes: tuple[int, ...]) -> Array:
         ctx.axes = axes
-        return ctx.xp.flip(a, axis=axes)
+        return ctx.xp.flip(a, axis=axes).copy()  # a copy, as PyTorch's: a write to it must not reach a
 
     @staticmethod
     def backward(ctx: Function, grad: Array) -> Grads:
