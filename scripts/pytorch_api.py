@@ -380,6 +380,7 @@ REASONS = {
         "not yet aligned: PyTorch's Identity accepts and ignores any arguments (to stand in for a configurable "
         "layer); minitensor's takes none (one line in nn/activation.py)"
     ),
+    "mt.nn.Flatten": AXIS,
     "mt.nn.Softmax": AXIS + "; the axis defaults to the last, where PyTorch's None picks one (with a warning)",
     "mt.nn.LogSoftmax": AXIS + "; the axis defaults to the last, where PyTorch's None picks one (with a warning)",
     "mt.nn.ModuleList": "not yet aligned: `modules=()` where PyTorch says None; both mean no modules",

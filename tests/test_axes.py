@@ -131,6 +131,9 @@ CASES = {
     "unsqueeze": _case("unsqueeze", ref=np.expand_dims, new=True),
     "squeeze": _case("squeeze", ref=lambda a, axis: np.squeeze(a, axis), shape=(1, 3, 1), valid=(0, 2, -1, -3)),
     "flatten": _case("flatten", ref=_flatten),
+    "nn.Flatten": _case(
+        "flatten", call=_LAYER, ref=lambda a, **kw: _flatten(a, **{"start_axis": 1, **kw}), valid=(1, 2, -1, -2)
+    ),
     "transpose": _case("transpose", ref=_SWAP),
     "swapaxes": _case("transpose", ref=_SWAP),
     "permute": _case(

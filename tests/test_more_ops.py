@@ -474,5 +474,5 @@ def test_flatten_layer():
     net = mt.nn.Sequential(mt.nn.Flatten(), mt.nn.LazyLinear(10))
     X = mt.randn(2, 1, 28, 28)
     assert net(X).shape == (2, 10) and mt.nn.Flatten(0)(X).shape == (2 * 28 * 28,)
-    assert mt.nn.Flatten(1, 2)(X).shape == (2, 28, 28)
-    assert repr(mt.nn.Flatten()) == "Flatten(start_dim=1, end_dim=-1)"
+    assert mt.nn.Flatten(1, 2)(X).shape == (2, 28, 28) and mt.nn.Flatten(start_dim=2)(X).shape == (2, 1, 784)
+    assert repr(mt.nn.Flatten()) == "Flatten(start_axis=1, end_axis=-1)"

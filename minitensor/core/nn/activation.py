@@ -81,21 +81,23 @@ class LogSoftmax(Softmax):
 
 
 class Flatten(Module):
-    """Merge axes ``start_dim``..``end_dim`` into one, by default every axis but the batch's: the
-    first layer of D2L's MLPs and CNNs, ``nn.Sequential(nn.Flatten(), nn.LazyLinear(10))``,
-    turning (batch_size, 1, 28, 28) images into (batch_size, 784) rows."""
+    """Merge axes ``start_axis``..``end_axis`` (PyTorch's ``start_dim``, ``end_dim``) into one, by
+    default every axis but the batch's: the first layer of D2L's MLPs and CNNs,
+    ``nn.Sequential(nn.Flatten(), nn.LazyLinear(10))``, turning (batch_size, 1, 28, 28) images
+    into (batch_size, 784) rows."""
 
-    def __init__(self, start_dim: int = 1, end_dim: int = -1) -> None:
+    @torch_names
+    def __init__(self, start_axis: int = 1, end_axis: int = -1) -> None:
         super().__init__()
-        self.start_dim, self.end_dim = start_dim, end_dim
+        self.start_axis, self.end_axis = start_axis, end_axis
 
     def forward(self, X: Tensor) -> Tensor:
-        """``X.flatten(start_dim, end_dim)``: the same elements, those axes merged (row by row)."""
-        return X.flatten(self.start_dim, self.end_dim)
+        """``X.flatten(start_axis, end_axis)``: the same elements, those axes merged (row by row)."""
+        return X.flatten(self.start_axis, self.end_axis)
 
     def extra_repr(self) -> str:
-        """``start_dim=1, end_dim=-1``: what ``print(model)`` shows inside ``Flatten(...)``."""
-        return f"start_dim={self.start_dim}, end_dim={self.end_dim}"
+        """``start_axis=1, end_axis=-1``: what ``print(model)`` shows inside ``Flatten(...)``."""
+        return f"start_axis={self.start_axis}, end_axis={self.end_axis}"
 
 
 class Identity(Module):
