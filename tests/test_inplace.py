@@ -90,6 +90,10 @@ def test_a_result_that_does_not_fit_the_dtype_is_refused():
 
 def test_shape_and_device_errors_name_the_update():
     x = mt.zeros(2, 3)
+    with pytest.raises(TypeError, match=r"add_: takes a tensor or a number, not a list"):
+        x.add_([1.0, 2.0, 3.0], alpha=2)
+    with pytest.raises(TypeError, match=r"\+=: takes a tensor or a number, not a list"):
+        x += [1.0, 2.0, 3.0]
     with pytest.raises(mt.ShapeError, match=r"\+=: a value of shape \(5,\)"):
         x += mt.ones(5)
     with pytest.raises(mt.ShapeError, match=r"__setitem__: values of shape \(5,\)"):

@@ -392,11 +392,20 @@ class Tensor:
             return other.data
         return other
 
+    def _operand(self, name: str, other: Any) -> Any:
+        """The array or number an in-place update takes: a tensor, a number or an array of this
+        device, as PyTorch takes a tensor or a number (a list is refused, not repeated)."""
+        if isinstance(other, (Tensor, int, float, numpy.generic)) or self._backend.is_array(other):
+            return self._value(other, name)
+        raise TypeError(
+            f"{name}: takes a tensor or a number, not a {type(other).__name__}; make it one: mt.tensor(...)"
+        )
+
     def _write(self, name: str, ufunc: str, other: Tensor | Number | Array) -> Self:
         """self = self <ufunc> other in self's own array (``ufunc``: NumPy's name, "add",
         "multiply"...), as ``add_``, ``x += y`` and the others do outside the graph. As in
         PyTorch, the result must fit self's dtype: ``int_tensor += 0.5`` is refused, not rounded."""
-        value = self._value(other, name)
+        value = self._operand(name, other)
         dtype = self.data.dtype
         result = numpy.result_type(dtype, getattr(value, "dtype", value))
         if ufunc == "true_divide" and result.kind != "f":
@@ -456,14 +465,14 @@ class Tensor:
         tensor that requires grad unless grad mode is off."""
         self._check_inplace("add_")
         if alpha != 1.0:
-            other = alpha * self._value(other, "add_")
+            other = alpha * self._operand("add_", other)
         return self._write("add_", "add", other)
 
     def sub_(self, other: Tensor | Number, alpha: Number = 1.0) -> Self:
         """self -= alpha * other, in place; returns ``self``. The rule of ``zero_``."""
         self._check_inplace("sub_")
         if alpha != 1.0:
-            other = alpha * self._value(other, "sub_")
+            other = alpha * self._operand("sub_", other)
         return self._write("sub_", "subtract", other)
 
     def mul_(self, other: Tensor | Number) -> Self:
