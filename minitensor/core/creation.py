@@ -79,6 +79,18 @@ class Eye(Function):
 _REAL = (int, float, numpy.integer, numpy.floating)
 
 
+def _finite_numbers(op: str, **values: Any) -> list[Any]:
+    """The bounds of ``arange`` or ``linspace`` as numbers (a one-element Tensor read), each
+    checked finite and named in the error where it is not."""
+    numbers = []
+    for name, v in values.items():
+        v = v.item() if isinstance(v, Tensor) else v
+        if isinstance(v, bool) or not isinstance(v, _REAL) or not math.isfinite(v):
+            raise ValueError(f"{op}: {name} must be a finite number, got {v!r}")
+        numbers.append(v)
+    return numbers
+
+
 def _float_dtype(op: str, dtype: DType) -> numpy.dtype:
     """``dtype`` (float32 if None) for a maker of real-valued samples, which integers cannot hold."""
     dtype = as_dtype(dtype) or float32
@@ -136,10 +148,7 @@ def arange(
     gives float32 (unless ``dtype`` says otherwise)."""
     if stop is None:
         start, stop = 0, start
-    start, stop, step = (v.item() if isinstance(v, Tensor) else v for v in (start, stop, step))
-    for name, v in (("start", start), ("stop", stop), ("step", step)):
-        if isinstance(v, bool) or not isinstance(v, _REAL) or not math.isfinite(v):
-            raise ValueError(f"arange: {name} must be a finite number, got {v!r}")
+    start, stop, step = _finite_numbers("arange", start=start, stop=stop, step=step)
     if step == 0:
         raise ValueError(f"arange: step must not be zero (start={start!r}, stop={stop!r})")
     if dtype is None:
@@ -164,10 +173,7 @@ def linspace(
     start) / (steps - 1) for i = 0..steps-1, a 1-D tensor, float32 unless ``dtype`` says otherwise
     (``linspace(-4, 4, 9)``: the x axis of D2L 5.1's activation plots). ``steps`` is required,
     as in PyTorch; ``device`` and ``requires_grad`` as for ``zeros``."""
-    start, end = (v.item() if isinstance(v, Tensor) else v for v in (start, end))
-    for name, v in (("start", start), ("end", end)):
-        if isinstance(v, bool) or not isinstance(v, _REAL) or not math.isfinite(v):
-            raise ValueError(f"linspace: {name} must be a finite number, got {v!r}")
+    start, end = _finite_numbers("linspace", start=start, end=end)
     if not is_count(steps):
         raise ValueError(f"linspace: steps must be an integer >= 0, got {steps!r}")
     dtype = as_dtype(dtype) or float32
