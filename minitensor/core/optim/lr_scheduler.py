@@ -89,7 +89,7 @@ class LRScheduler:
     def _apply(self, lrs: list[float]) -> None:
         for group, lr in zip(self.optimizer.param_groups, lrs, strict=True):
             group["lr"] = lr
-        self._last_lr = [group["lr"] for group in self.optimizer.param_groups]
+        self._last_lr = self._current_lrs()
 
     def _current_lrs(self) -> list[float]:
         """The groups' learning rates now: what a recursive schedule multiplies."""
