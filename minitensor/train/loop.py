@@ -230,14 +230,20 @@ def _progress_bar(config, total, initial):
     return tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True, leave=False, file=sys.stderr)
 
 
+def _plugins(config):
+    """'scorer scaled_dot, pooling softmax, positional sinusoidal': the plugins the model uses, as
+    the run's header and its errors name them. The Bahdanau model (a GRU) has no positional
+    encoding: naming config.positional would claim one."""
+    positional = "" if config.model == "bahdanau" else f", positional {config.positional}"
+    return f"scorer {model_scorer(config)}, pooling {config.pooling}{positional}"
+
+
 def _diverged(what, value, step, epoch, config):
     if step == 1:  # computed before any update: the model itself gives it, whatever the learning rate
-        positional = "" if config.model == "bahdanau" else f", positional {config.positional}"
         return TrainingError(
             f"the training {what} is {value} at step 1, before any update: the model's output is already "
             f"{value} before training changed anything, so the learning rate is not the cause. Check the "
-            f"attention plugins in use (scorer {model_scorer(config)}, pooling {config.pooling}{positional}) "
-            "and their options."
+            f"attention plugins in use ({_plugins(config)}) and their options."
         )
     return TrainingError(
         f"the training {what} became {value} at step {step} (epoch {epoch + 1}): training diverged and was stopped. "
@@ -520,11 +526,9 @@ def set_up(config, run, log, resume, ranks=None):
         if data.tokenizer is not None:
             ratio = data.heldout_chars / len(data.heldout)
             what += f" (a vocabulary of {len(data.tokenizer)}, {ratio:.2f} characters per token)"
-        # the Bahdanau model (a GRU) has no positional encoding: naming config.positional would claim one
-        positional = "" if config.model == "bahdanau" else f", positional {config.positional}"
         log(
-            f"minitensor train: {config.model} ({num_params:,} parameters; scorer {model_scorer(config)}, "
-            f"pooling {config.pooling}{positional}) on the {config.source_name}: {what}; "
+            f"minitensor train: {config.model} ({num_params:,} parameters; {_plugins(config)}) on the "
+            f"{config.source_name}: {what}; "
             f"{steps_per_epoch} steps per epoch, {total_steps} steps, batch {config.batch_size}, "
             f"{config.optimizer} lr {config.lr:g} ({config.schedule}), device {config.device}, seed {config.seed}"
             + _workers(ranks)
