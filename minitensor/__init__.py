@@ -23,6 +23,7 @@ from .core.tensor import Tensor, tensor  # isort: skip
 
 from .core import backends, cuda, nn, ops, optim
 from .core._printing import get_printoptions, set_printoptions
+from .core.amp import autocast, get_autocast_dtype, is_autocast_enabled
 from .core.autograd import Function
 from .core.backends import available_backends, get_backend
 from .core.creation import (
@@ -48,7 +49,7 @@ from .core.creation import (
     zeros,
     zeros_like,
 )
-from .core.dtypes import bool, bool_, float16, float32, float64, int32, int64, long  # mt.bool, as torch.bool
+from .core.dtypes import bfloat16, bool, bool_, float16, float32, float64, int32, int64, long  # mt.bool, as torch.bool
 from .core.errors import AxisError, DeviceError, DTypeError, GradcheckError, GraphError, ShapeError
 from .core.grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .core.gradcheck import gradcheck
@@ -117,6 +118,8 @@ __all__ = [
     "arange",
     "available_backends",
     "backends",
+    "autocast",
+    "bfloat16",
     "bool",
     "bool_",
     "cuda",
@@ -131,12 +134,14 @@ __all__ = [
     "from_numpy",
     "full",
     "full_like",
+    "get_autocast_dtype",
     "get_backend",
     "get_float32_matmul_precision",
     "get_printoptions",
     "gradcheck",
     "int32",
     "int64",
+    "is_autocast_enabled",
     "is_grad_enabled",
     "linspace",
     "long",

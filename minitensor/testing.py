@@ -48,6 +48,7 @@ class as its options.
 import numpy
 
 from . import Tensor, gradcheck, ops, tensor
+from .dtypes import is_floating
 from .errors import GradcheckError
 from .grad_mode import no_grad
 from .nn import Module, MultiHeadAttention
@@ -193,7 +194,7 @@ def _check_independence(c, what_in, run, inputs, batched):
     before = run(*inputs)
     changed = []
     for x, b in zip(inputs, batched):
-        if b and x is not None and x.dtype.kind == "f":
+        if b and x is not None and is_floating(x.dtype):
             host = x.numpy()
             host[1] = c.rng.standard_normal(host[1].shape)
             x = tensor(host, dtype=x.dtype, device=c.device)

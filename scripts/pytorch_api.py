@@ -155,6 +155,13 @@ MSE_WEIGHT = "not yet aligned: no per-element `weight=` (multiply the `reduction
 
 REASONS = {
     # -- minitensor ------------------------------------------------------------------------------
+    "mt.autocast": (
+        "bfloat16 only (PyTorch's default on a GPU is float16, which needs its GradScaler; `dtype=mt.float16` "
+        "is refused); `cache_enabled` is accepted and ignored; the ops in bfloat16 and in float32 are listed in "
+        "minitensor/core/amp.py"
+    ),
+    "mt.get_autocast_dtype": UNREADABLE.format("get_autocast_dtype"),
+    "mt.is_autocast_enabled": UNREADABLE.format("is_autocast_enabled"),
     "mt.AxisError": ERROR.format(
         "an axis out of range", "ShapeError and NumPy's AxisError (an IndexError, as PyTorch raises)"
     ),

@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy
 
+from .dtypes import is_floating
+
 
 @dataclasses.dataclass
 class PrintOptions:
@@ -131,7 +133,7 @@ class _Formatter:
 
     def __init__(self, shown: numpy.ndarray) -> None:
         """``shown``: the values on show, flat (all of them, or those an abbreviation keeps)."""
-        self.floating = shown.dtype.kind == "f"
+        self.floating = is_floating(shown.dtype)
         self.whole = True  # all the (finite, nonzero) values are whole numbers: print "2."
         self.sci = False
         self.width = 1

@@ -46,6 +46,7 @@ import numpy
 
 from . import grad_mode, tracing
 from .backends import get_backend
+from .dtypes import float32, is_floating, is_low_precision
 from .errors import DeviceError, DTypeError, GraphError, ShapeError
 from .tensor import Array, Tensor, _creation_counter
 
@@ -242,7 +243,7 @@ def _check_compatible(cls: type[Function], a: Tensor, b: Tensor) -> None:
             f"with .to({a.device!r}) or .to({b.device!r})"
         )
     da, db = a.data.dtype, b.data.dtype
-    if da.kind == "f" and db.kind == "f" and cls.differentiable:  # (a comparison's bools drift nowhere)
+    if is_floating(da) and is_floating(db) and cls.differentiable:  # (a comparison's bools drift nowhere)
         # NumPy would silently promote float32 to float64 (slow, and a model's dtype would
         # drift); PyTorch refuses in matmul. Refuse everywhere and say how to fix it.
         raise DTypeError(
@@ -260,6 +261,8 @@ def sum_to_shape(grad: Array, shape: tuple[int, ...]) -> Array:
     """
     if grad.shape == shape:
         return grad
+    if is_low_precision(grad.dtype):  # summed in float32 and rounded once, as Sum does
+        return sum_to_shape(grad.astype(float32), shape).astype(grad.dtype)
     lead = grad.ndim - len(shape)
     if lead > 0:
         grad = grad.sum(axis=tuple(range(lead)))

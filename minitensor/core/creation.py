@@ -8,7 +8,7 @@ import numpy
 
 from .autograd import Function
 from .backends import Backend, get_backend
-from .dtypes import as_dtype, float32
+from .dtypes import as_dtype, float32, is_floating
 from .errors import DeviceError, DTypeError, ShapeError
 from .ops.join import is_count
 from .tensor import Device, DType, Shape, Tensor, tensor  # noqa: F401  (tensor is re-exported)
@@ -298,7 +298,7 @@ def multinomial(probs: Tensor, num_samples: int, replacement: bool = False) -> T
         raise TypeError(f"multinomial: probs must be a Tensor, got {type(probs).__name__}")
     if probs.ndim not in (1, 2) or probs.shape[-1] == 0:
         raise ShapeError(f"multinomial: probs must be 1-D (n,) or 2-D (rows, n) with n >= 1, got shape {probs.shape}")
-    if probs.dtype.kind != "f":
+    if not is_floating(probs.dtype):
         raise TypeError(f"multinomial: probs must be floating point (weights), got {probs.dtype}")
     n = probs.shape[-1]
     if not isinstance(num_samples, int) or isinstance(num_samples, bool) or not 1 <= num_samples <= MAX_SAMPLES:

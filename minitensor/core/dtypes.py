@@ -11,6 +11,7 @@ from __future__ import annotations
 import builtins  # ``bool`` below is the dtype (PyTorch's name): the annotations say builtins.bool
 from typing import TYPE_CHECKING
 
+import ml_dtypes
 import numpy
 
 if TYPE_CHECKING:
@@ -19,6 +20,12 @@ if TYPE_CHECKING:
 float16 = numpy.dtype("float16")
 """Half precision (16-bit) floating point. The numba kernels are compiled for float32 and float64 only,
 so float16 data takes NumPy's plain array code."""
+
+bfloat16 = numpy.dtype(ml_dtypes.bfloat16)
+"""Brain floating point (16-bit): float32's 8 exponent bits (its range) with 7 bits of mantissa
+(about two decimal digits). NumPy has no such dtype; the ``ml_dtypes`` package adds it, and CuPy
+takes the same one. It is the storage dtype of ``mt.autocast`` (``core/amp.py``): products
+rounded to it, sums and softmaxes kept in float32."""
 
 float32 = numpy.dtype("float32")
 """Single precision (32-bit) floating point, the default for floating-point data and parameters."""
@@ -61,5 +68,18 @@ def as_dtype(dtype: DType) -> numpy.dtype | None:
 
 
 def is_floating(dtype: numpy.dtype) -> builtins.bool:
-    """True for a floating-point dtype (float16, float32, float64)."""
-    return dtype.kind == "f"
+    """True for a floating-point dtype (float16, bfloat16, float32, float64). bfloat16 is not
+    NumPy's own, so its ``kind`` is ``"V"``, not ``"f"``: ask this, not ``dtype.kind``."""
+    return dtype.kind == "f" or dtype == bfloat16
+
+
+def is_low_precision(dtype: numpy.dtype) -> builtins.bool:
+    """True for float16 and bfloat16: the kernels are compiled for float32 and float64 only, and
+    sums of many such numbers must be taken in float32 (a bfloat16 sum of 10,000 ones is 256)."""
+    return dtype == float16 or dtype == bfloat16
+
+
+def compute_dtype(dtype: numpy.dtype) -> numpy.dtype:
+    """The dtype an op computes in for data of ``dtype``: float32 for float16 and bfloat16 (the
+    result is rounded once at the end, as PyTorch does), the dtype itself otherwise."""
+    return float32 if is_low_precision(dtype) else dtype

@@ -22,7 +22,7 @@ import numpy
 
 from . import _printing, grad_mode
 from .backends import Backend, get_backend
-from .dtypes import as_dtype
+from .dtypes import as_dtype, bfloat16, is_floating
 from .errors import DeviceError, DTypeError, GraphError, ShapeError
 
 if TYPE_CHECKING:
@@ -310,6 +310,11 @@ class Tensor:
         """``x.to(mt.float16)``: a float16 copy (``x`` itself if it is float16 already); differentiable."""
         return self.to(dtype="float16")
 
+    def bfloat16(self) -> Tensor:
+        """``x.to(mt.bfloat16)``: a bfloat16 copy (``x`` itself if it is bfloat16 already);
+        differentiable, the gradient turned back into x's dtype. ``mt.autocast`` makes these."""
+        return self.to(dtype=bfloat16)
+
     def long(self) -> Tensor:
         """``x.to(mt.int64)``: an int64 copy (``x`` itself if it is int64 already), the dtype of token
         indices and class labels."""
@@ -358,7 +363,7 @@ class Tensor:
         Only floating-point tensors can require gradients (``DTypeError`` otherwise: convert with
         ``.float()`` first); a non-leaf cannot stop (``GraphError``: use ``detach()``).
         """
-        if requires_grad and self.data.dtype.kind != "f":
+        if requires_grad and not is_floating(self.data.dtype):
             raise DTypeError(
                 f"requires_grad: only floating-point tensors can require gradients, this one "
                 f"is {self.data.dtype}; convert it first with .float() or .double()"
@@ -408,9 +413,9 @@ class Tensor:
         value = self._operand(name, other)
         dtype = self.data.dtype
         result = numpy.result_type(dtype, getattr(value, "dtype", value))
-        if ufunc == "true_divide" and result.kind != "f":
+        if ufunc == "true_divide" and not is_floating(result):
             result = numpy.dtype(numpy.float64)  # (i / j is a float even for integers)
-        if _KIND_ORDER.index(result.kind) > _KIND_ORDER.index(dtype.kind):
+        if _KIND_ORDER.index(_kind(result)) > _KIND_ORDER.index(_kind(dtype)):
             raise DTypeError(
                 f"{name}: the result is {result}, which this tensor ({dtype}, shape {self.shape}) "
                 "cannot hold in place (PyTorch refuses it too); compute a new tensor instead, or "
@@ -577,7 +582,7 @@ class Tensor:
         return _reflected(Mul, self, other)
 
     def __truediv__(self, other: Tensor | Number) -> Tensor:
-        if self.data.dtype.kind == "f":
+        if is_floating(self.data.dtype):
             return _binary(Div, self, other)
         return ops.div(self, other)  # integers divided give float32 (true division, as in PyTorch)
 
@@ -985,6 +990,13 @@ class Tensor:
 # PyTorch's defaults, left out of the repr; an empty tensor shows any dtype but float32
 _DTYPES_NOT_SHOWN = (numpy.dtype("float32"), numpy.dtype("int64"), numpy.dtype("bool"))
 _KIND_ORDER = "biuf"  # bool < integers < floats: an in-place result may not climb this (``_write``)
+
+
+def _kind(dtype: numpy.dtype) -> str:
+    """NumPy's kind letter of ``dtype``, with bfloat16 (``ml_dtypes``'s, kind "V") a float, "f"."""
+    return "f" if is_floating(dtype) else dtype.kind
+
+
 _PLAIN_NUMBER = {int, float}  # exact types: np.float64 subclasses float but is not weak
 
 
@@ -996,7 +1008,7 @@ def _binary(function: type[autograd.Function], a: Tensor, b: Any) -> Tensor:
     through ``promote`` first (ops/promote.py).
     """
     if (isinstance(b, Tensor) and b.data.dtype == a.data.dtype) or (
-        type(b) in _PLAIN_NUMBER and a.data.dtype.kind == "f"
+        type(b) in _PLAIN_NUMBER and is_floating(a.data.dtype)
     ):
         return function.apply(a, b)
     return function.apply(*promote(a, b))
@@ -1024,7 +1036,7 @@ def _carried_float(data: Any) -> numpy.dtype:
     float32 tensors, as its 0-d PyTorch twin does)."""
     while isinstance(data, (list, tuple)) and data:
         data = data[0]
-    if isinstance(data, (numpy.ndarray, Tensor)) and data.dtype.kind == "f":
+    if isinstance(data, (numpy.ndarray, Tensor)) and is_floating(data.dtype):
         return data.dtype
     return numpy.dtype(numpy.float32)
 
@@ -1052,13 +1064,13 @@ def tensor(data: Any, requires_grad: bool = False, dtype: DType = None, device: 
                 host = numpy.asarray(data)
             except ValueError as e:  # nested lists of different lengths, mostly: NumPy's words say which
                 raise ValueError(f"tensor: the data do not form a rectangular array of numbers ({e})") from None
-            if dtype is None and host.dtype.kind == "f":
+            if dtype is None and is_floating(host.dtype):
                 host = host.astype(_carried_float(data), copy=False)
             arr = backend.array(host)
     dtype = as_dtype(dtype)
     if dtype is not None and arr.dtype != dtype:
         arr = arr.astype(dtype)
-    if arr.dtype.kind not in "fiub":
+    if _kind(arr.dtype) not in "fiub":
         raise TypeError(f"tensor: unsupported data of dtype {arr.dtype} (numbers or booleans expected)")
     t = Tensor._make(arr, backend, None)
     if requires_grad:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy
 
+from ..dtypes import bfloat16, float32
 from ..errors import DeviceError
 
 if TYPE_CHECKING:
@@ -168,8 +169,22 @@ class Backend:
         streamed attention's tiles, the GRU, the convolution; forward and backward) comes here, so
         that a backend may compute them its own way (the CuPy backend's float32 products on
         bfloat16 tensor cores at precision "medium", and by a direct cuBLAS call inside a CUDA
-        graph's capture, where CuPy's own products are refused)."""
+        graph's capture, where CuPy's own products are refused).
+
+        bfloat16 operands (``mt.autocast``) are multiplied as float32 and the result rounded to
+        bfloat16 once (``bfloat16_matmul``)."""
+        if a.dtype == bfloat16 or b.dtype == bfloat16:
+            return self.bfloat16_matmul(a, b)
         return a @ b
+
+    def bfloat16_matmul(self, a: Array, b: Array) -> Array:
+        """``a @ b`` for bfloat16 operands, as a tensor core computes it: the products of the
+        (exactly representable) bfloat16 numbers summed in float32, the result rounded to
+        bfloat16 once. Done here as a float32 product of the operands made float32, since
+        neither NumPy's BLAS nor CuPy's products have a bfloat16 GEMM to call (NumPy would run
+        ml_dtypes' plain loop, a hundred times slower, and return float32). On a GPU that is
+        the float32 path, so at precision "medium" the bfloat16 tensor cores after all."""
+        return self.matmul(a.astype(float32), b.astype(float32)).astype(bfloat16)
 
     @property
     def kernels(self) -> Any:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy
 
+from ..dtypes import bfloat16
 from ..errors import DeviceError
 from ..kernels.cuda import CudaKernels
 from . import cublas_gemm
@@ -296,6 +297,8 @@ class CupyBackend(Backend):
         return int(self._properties()["totalGlobalMem"])  # the current GPU's
 
     def matmul(self, a: Array, b: Array) -> Array:
+        if a.dtype == bfloat16 or b.dtype == bfloat16:  # mt.autocast: as float32, rounded (Backend)
+            return self.bfloat16_matmul(a, b)
         if self._capture is not None:  # CuPy refuses to call cuBLAS inside a capture: call it directly
             return cublas_gemm.captured_matmul(self.xp, self._capture.cublas(), a, b, self._precision)
         if self._bfloat16 and a.dtype == numpy.float32 and b.dtype == numpy.float32:

@@ -46,6 +46,7 @@ import math
 import numba
 import numpy as np
 
+from ..dtypes import is_floating
 from .cpu import _STRICT, _kernel, exp_f32
 from .reference import _quiet
 
@@ -121,7 +122,7 @@ def reference_backward(xp, x, g):
 def _like(y, x):
     # Computed in float64 and rounded once: in float32, 1 - erf loses the relative accuracy
     # of Phi's left tail (erfc(2.4) = 7e-4 from 1 - 0.9993). Float results keep x's dtype.
-    return y.astype(x.dtype) if x.dtype.kind == "f" else y
+    return y.astype(x.dtype) if is_floating(x.dtype) else y
 
 
 # -- the CPU, float64: numba and libm ------------------------------------------------------------

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy
 
-from .. import ops
+from .. import amp, ops
 from ..creation import arange
 from ..errors import ShapeError
 from ..ops.flash_attention import (  # noqa: F401  (FUSED_MIN_LENGTH re-exported: the layers' rule)
@@ -325,7 +325,9 @@ class Attention(Module):
         bias: Tensor | None = None,
     ) -> Tensor:
         """Scores (..., Q, K) -> the pooling's weights, after the bias and the masks; kept
-        (detached) in ``attention_weights``."""
+        (detached) in ``attention_weights``. Inside ``mt.autocast`` the pooling, built-in or a
+        plugin, gets its scores in float32, as the softmax would take them."""
+        scores = amp.in_float32(scores)
         if bias is not None:
             scores = scores + self._check_bias(bias, scores)
         valid_lens = as_tensor(valid_lens, scores)
@@ -806,6 +808,7 @@ class MultiHeadAttention(Module):
             window = getattr(self.positional, "window", None)
         scale = dot_scale(self.attention.scorer, self.head_size)
         keep = self._one_tile(Q, K)
+        q, k, v = (amp.in_float32(x) for x in (q, k, v))  # the stream's softmax, in float32 (flash_attention)
         dropout = self.attention.dropout  # on the weights, inside the stream, as the plain path drops them
         plan = stream_plan(
             q, k, v, valid_lens, mask, causal, scale, table, window, q_offset, k_offset, keep_weights=keep,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ..dtypes import is_floating
 from ..grad_mode import no_grad
 from ..tensor import Tensor
 
@@ -25,7 +26,7 @@ def _fill(tensor: Tensor, data: Any) -> Tensor:
 
 
 def _random_dtype(tensor: Tensor) -> Any:
-    if tensor.dtype.kind != "f":
+    if not is_floating(tensor.dtype):
         raise TypeError(f"init: random initialisation needs a floating-point tensor, got {tensor.dtype}")
     # The generators draw float32 or float64; other floats (float16) are drawn in float32.
     return tensor.dtype if tensor.dtype.itemsize >= 4 else "float32"

@@ -8,6 +8,7 @@ from typing import Any
 import numpy
 
 from ..creation import zeros
+from ..dtypes import is_floating
 from ..grad_mode import no_grad
 from ..ops import where
 from ..tensor import Device, DType, Tensor, tensor
@@ -25,7 +26,7 @@ def as_input(layer: str, X: Any, like: Tensor) -> Tensor:
         return X
     if not isinstance(X, (list, tuple, int, float, numpy.ndarray, numpy.generic)):
         raise TypeError(f"{layer}: expected a Tensor (or a list or NumPy array of numbers), got {type(X).__name__}")
-    return tensor(X, dtype=like.dtype if like.dtype.kind == "f" else None, device=like.device)
+    return tensor(X, dtype=like.dtype if is_floating(like.dtype) else None, device=like.device)
 
 
 class Linear(Module):

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from ..creation import zeros_like
+from ..dtypes import is_floating
 from ..grad_mode import no_grad
 from ..tensor import Tensor, tensor
 
@@ -61,7 +62,7 @@ class Parameter(Tensor):
         elif not isinstance(data, Tensor):
             data = tensor(data)
         p = cls._make(data.data, data._backend, None)
-        if p.dtype.kind != "f":
+        if not is_floating(p.dtype):
             raise TypeError(
                 f"Parameter: parameters must hold floating-point data to be learned, got {p.dtype}; "
                 "convert it first, e.g. Parameter(t.float())"
@@ -374,7 +375,7 @@ class Module:
                 dtype = target
 
         def convert(t: Tensor) -> None:  # in place: the tensor object stays, its array (and device) change
-            new = t.to(dtype=dtype if dtype is not None and t.dtype.kind == "f" else None, device=device)
+            new = t.to(dtype=dtype if dtype is not None and is_floating(t.dtype) else None, device=device)
             t.data, t._backend = new.data, new._backend
 
         with no_grad():
@@ -506,6 +507,6 @@ def _as_array(value: Any, target: Tensor) -> Any:
         data = value
     else:
         data = backend.array(value)  # a NumPy array or nested lists, from the host
-    if data.dtype.kind not in "fiub":
+    if data.dtype.kind not in "fiub" and not is_floating(data.dtype):
         raise TypeError(f"cannot load a value of dtype {data.dtype} (numbers expected)")
     return data.astype(target.dtype, copy=False)

@@ -34,6 +34,7 @@ from __future__ import annotations
 import math
 
 from ..creation import zeros
+from ..dtypes import is_floating
 from ..errors import ShapeError
 from ..ops import stack
 from ..ops.dropout import check_probability
@@ -54,7 +55,7 @@ def _as_weight_dtype(X: Tensor, weight: Tensor) -> Tensor:
     """Integer (or bool) ``X`` as a copy in ``weight``'s float dtype, as ``Linear`` promotes its
     input: the zero initial state is made in the input's dtype, and an integer state would run
     the whole recurrence in integers, truncating every step to zero."""
-    return X if X.dtype.kind == "f" else promote(X, weight)[0]
+    return X if is_floating(X.dtype) else promote(X, weight)[0]
 
 
 class GRUCell(Module):

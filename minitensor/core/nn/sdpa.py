@@ -42,6 +42,8 @@ from typing import Any
 
 import numpy
 
+from .. import amp
+from ..dtypes import is_floating
 from ..errors import DeviceError, DTypeError, ShapeError
 from ..ops import add, dropout, expand, masked_softmax, matmul, reshape, swapaxes, unsqueeze
 from ..ops.dropout import check_probability
@@ -89,7 +91,7 @@ def _plain(
         key, value = _repeat_heads(key, Hq), _repeat_heads(value, Hq)
     scores = matmul(query, swapaxes(key, -1, -2)) * scale
     mask = _upper_left(query, key.shape[-2]) if is_causal else None
-    if attn_mask is not None and attn_mask.dtype.kind == "f":
+    if attn_mask is not None and is_floating(attn_mask.dtype):
         # -inf where a key is masked out; a row left with only -inf gets zeros from the softmax
         scores = add(scores, attn_mask)
     elif attn_mask is not None:
@@ -113,7 +115,7 @@ def _streamed(
     before the heads flattened into one (the weights keep their order, so dropout numbers them as
     the plain path does), upper-left causal as one length per query where L != S."""
     L, S = query.shape[-2], key.shape[-2]
-    q, k, v = (_as_4d(x) for x in (query, key, value))
+    q, k, v = (amp.in_float32(_as_4d(x)) for x in (query, key, value))  # float32 in autocast (flash_attention)
     B, H = q.shape[:2]
     causal, lens = False, None
     if is_causal and L == S:
@@ -132,7 +134,7 @@ def _streamed(
 
 def _streamable(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None) -> bool:
     """Does the stream take this call, and is it faster there?"""
-    if attn_mask is not None and attn_mask.dtype.kind == "f":
+    if attn_mask is not None and is_floating(attn_mask.dtype):
         return False  # a dense additive bias
     if key.shape[:-3] != query.shape[:-3] or (key.ndim < 3 and key.shape[:-2] != query.shape[:-2]):
         return False  # batch axes that broadcast: the plain path's matrix products do that
@@ -159,7 +161,7 @@ def _check(
             raise TypeError(f"{_OP}: {name} must be a Tensor, got {type(x).__name__}")
         if x.ndim < 2:
             raise ShapeError(f"{_OP}: {name} must have at least 2 axes (..., steps, features), got {tuple(x.shape)}")
-        if x.dtype.kind != "f":
+        if not is_floating(x.dtype):
             raise DTypeError(f"{_OP}: {name} must be a float tensor, got {x.dtype}")
         if x._backend is not query._backend:
             raise DeviceError(

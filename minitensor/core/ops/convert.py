@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import numpy
-
 from .. import grad_mode
 from ..autograd import Function, Grads
 from ..backends import Backend
+from ..dtypes import as_dtype, is_floating
 from ..tensor import Array, DType, Tensor
 
 
@@ -29,7 +28,8 @@ def astype(a: Tensor, dtype: DType) -> Tensor:
 
     Integers and booleans carry no gradient: converted to one of those, the result leaves the
     graph (``x.long()`` does not require grad), as in PyTorch."""
-    if numpy.dtype(dtype).kind not in "fc" and a.requires_grad:
+    dtype = as_dtype(dtype)
+    if not is_floating(dtype) and dtype.kind != "c" and a.requires_grad:
         with grad_mode.no_grad():
             return AsType.apply(a, dtype)
     return AsType.apply(a, dtype)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .. import amp
 from ..autograd import Function, Grads
 from ..backends import Backend
 from ..tensor import Array, Number, Tensor
@@ -436,12 +437,12 @@ def neg(a: Tensor) -> Tensor:
 
 def exp(a: Tensor) -> Tensor:
     """z = e^a elementwise; dz/da = e^a = z."""
-    return Exp.apply(as_float(a))
+    return Exp.apply(amp.in_float32(as_float(a)))
 
 
 def log(a: Tensor) -> Tensor:
     """z = ln a, the natural logarithm, elementwise; dz/da = 1/a (-inf at 0, nan below, as in NumPy)."""
-    return Log.apply(as_float(a))
+    return Log.apply(amp.in_float32(as_float(a)))
 
 
 def sqrt(a: Tensor) -> Tensor:

@@ -77,6 +77,7 @@ from typing import Any
 
 import numpy
 
+from .. import amp
 from ..autograd import Function, Grads
 from ..backends import Backend
 from ..errors import ShapeError
@@ -623,7 +624,11 @@ def flash_attention(
     training). Returns the output (batch, H, Q, d) and,
     with ``return_lse=True``, also the log-sum-exp of each row's scores (batch, H, Q),
     detached (+inf for a row with no key).
+
+    Inside ``mt.autocast`` it runs in float32, as the softmax does: its running maxima and sums
+    would lose the weights' small terms in bfloat16.
     """
+    queries, keys, values = (amp.in_float32(x) for x in (queries, keys, values))
     plan = stream_plan(
         queries,
         keys,

@@ -19,11 +19,13 @@ from typing import Any
 
 import numpy
 
+from .. import amp
 from ..autograd import Function, Grads
+from ..dtypes import compute_dtype
 from ..errors import ShapeError
 from ..tensor import Array, Tensor
 from .indexing import in_range
-from .promote import float_only
+from .promote import full_precision
 
 
 class CrossEntropy(Function):
@@ -39,11 +41,11 @@ class CrossEntropy(Function):
     ) -> Array:
         xp = ctx.xp
         num_classes = logits.shape[-1]
-        # float16 logits are computed in float32 (log-probabilities and the sum over positions,
-        # which in float16 would overflow past 65,504), as PyTorch does; the results are rounded
-        # back to float16
+        # float16 and bfloat16 logits are computed in float32 (log-probabilities and the sum over
+        # positions, which in float16 would overflow past 65,504 and in bfloat16 stop growing at
+        # 256 ones), as PyTorch does; the results are rounded back to the logits' dtype
         ctx.dtype = logits.dtype
-        work = "float32" if logits.dtype == "float16" else logits.dtype
+        work = compute_dtype(logits.dtype)
         rows = xp.ascontiguousarray(logits, dtype=work).reshape(-1, num_classes)
         t = target.reshape(-1)
         valid = t != ignore_index
@@ -113,7 +115,7 @@ def cross_entropy(
     ``reduction``: "mean" over valid positions, "sum", or "none" (per position, 0 where ignored).
     ``label_smoothing``: e in [0, 1), see the module docstring.
     """
-    float_only("cross_entropy", logits)
+    logits = full_precision("cross_entropy", logits)
     if not isinstance(target, Tensor):
         target = Tensor._make(logits._backend.array(target), logits._backend, None)
     if target.dtype.kind not in "iu":
@@ -150,7 +152,7 @@ def mse_loss(input: Tensor, target: Tensor | Any, reduction: str = "mean") -> Te
     a ShapeError."""
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f"mse_loss: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
-    diff = input - target
+    diff = amp.in_float32(input) - target
     if diff.shape != input.shape:
         target_shape = tuple(target.shape) if isinstance(target, Tensor) else numpy.shape(target)
         raise ShapeError(

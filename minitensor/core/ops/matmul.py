@@ -11,8 +11,10 @@ from typing import Any
 
 import numpy as np
 
+from .. import amp
 from ..autograd import Function, Grads, sum_to_shape
 from ..backends import Backend
+from ..dtypes import float32, is_floating, is_low_precision
 from ..errors import ShapeError
 from ..tensor import Array, Tensor
 from .promote import promote
@@ -129,7 +131,7 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
     scores Q K^T are one such batched product (D2L 10.3 / 11.3). A ``ShapeError`` names the
     axes that do not fit.
     """
-    return MatMul.apply(*promote(a, b))
+    return MatMul.apply(*promote(*amp.lower(a, b)))
 
 
 def bmm(a: Tensor, b: Tensor) -> Tensor:
@@ -211,7 +213,9 @@ class Linear(Function):
         g2 = grad.reshape(-1, weight.shape[0])
         gx = ctx.backend.matmul(g2, weight).reshape(*grad.shape[:-1], weight.shape[1]) if need_x else None
         gw = ctx.backend.matmul(g2.T, x2) if need_w else None
-        gb = g2.sum(axis=0) if need_b else None
+        gb = None
+        if need_b:  # summed in float32 for bfloat16 (autocast), as Sum does
+            gb = g2.sum(axis=0, dtype=float32).astype(g2.dtype) if is_low_precision(g2.dtype) else g2.sum(axis=0)
         return gx, gw, gb
 
 
@@ -227,6 +231,6 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         )
     if bias is not None and tuple(bias.shape) != (weight.shape[0],):
         raise ShapeError(f"linear: bias of shape {tuple(bias.shape)}, expected ({weight.shape[0]},)")
-    if x.data.dtype.kind != "f":  # integer data meeting float weights becomes their dtype, as in a + b
+    if not is_floating(x.data.dtype):  # integer data meeting float weights becomes their dtype, as in a + b
         x, weight = promote(x, weight)
-    return Linear.apply(x, weight, bias)
+    return Linear.apply(*amp.lower(x, weight, bias))

@@ -21,7 +21,7 @@ from typing import Any
 from ..autograd import Function, Grads
 from ..errors import ShapeError
 from ..tensor import Array, Shape, Tensor
-from .promote import float_only
+from .promote import full_precision
 
 
 class LayerNorm(Function):
@@ -124,4 +124,4 @@ def layer_norm(
     for name, p in (("weight", weight), ("bias", bias)):
         if p is not None and tuple(p.shape) != normalized_shape:
             raise ShapeError(f"layer_norm: {name} has shape {p.shape}, expected {normalized_shape}")
-    return LayerNorm.apply(float_only("layer_norm", x), weight, bias, k, eps)
+    return LayerNorm.apply(full_precision("layer_norm", x), weight, bias, k, eps)

@@ -6,7 +6,8 @@
 - Integer (or bool) data meeting float data becomes that float dtype (NumPy would make
   int64 + float32 a float64).
 - Two floats of different precision are refused by ``Function.apply``: a model drifting to
-  float64 unnoticed is slow, and an error saying which conversion to make is kinder.
+  float64 unnoticed is slow, and an error saying which conversion to make is kinder. The one
+  exception is bfloat16 meeting float32 inside ``mt.autocast`` (``amp.py``): float32 wins.
 - Anything else (lists, NumPy arrays) becomes a tensor on the other operand's device.
 
 Ops defined on real numbers alone: ``exp``, ``log``, ``sqrt``, ``tanh``, ``sigmoid``, ``sin``,
@@ -22,6 +23,8 @@ from typing import Any
 
 import numpy
 
+from .. import amp
+from ..dtypes import is_floating
 from ..errors import DTypeError
 from ..tensor import DType, Tensor, tensor
 from .convert import AsType
@@ -37,42 +40,55 @@ def promote(a: Any, b: Any) -> tuple[Tensor, Any]:
     if isinstance(b, numpy.generic):
         b = b.item()
     if isinstance(b, _NUMBER):
-        if isinstance(b, float) and a.data.dtype.kind != "f":
+        if isinstance(b, float) and not is_floating(a.data.dtype):
             a = _as_float(a, None)
         return a, b
     if not isinstance(b, Tensor):
-        b = tensor(b, device=a.device, dtype=a.dtype if a.dtype.kind == "f" else None)
-    ka, kb = a.data.dtype.kind, b.data.dtype.kind
-    if ka == "f" and kb != "f":
+        b = tensor(b, device=a.device, dtype=a.dtype if is_floating(a.dtype) else None)
+    fa, fb = is_floating(a.data.dtype), is_floating(b.data.dtype)
+    if fa and not fb:
         b = _as_float(b, a.dtype)
-    elif kb == "f" and ka != "f":
+    elif fb and not fa:
         a = _as_float(a, b.dtype)
+    elif fa and a.data.dtype != b.data.dtype and amp.promotes(a, b):  # bfloat16 meets float32 in autocast
+        a, b = a.float(), b.float()
     return a, b
 
 
 def promote_all(tensors: list[Tensor]) -> list[Tensor]:
     """The tensors of one ``cat`` or ``stack`` made fit to join: integers or booleans among floats
     become that float dtype (NumPy would make int64 and float32 a float64); floats of different
-    precision are left for ``Function.apply`` to refuse."""
-    floats = [t.data.dtype for t in tensors if isinstance(t, Tensor) and t.data.dtype.kind == "f"]
+    precision are left for ``Function.apply`` to refuse (but bfloat16 among float32 inside
+    ``mt.autocast`` becomes float32)."""
+    floated = [t for t in tensors if isinstance(t, Tensor) and is_floating(t.data.dtype)]
+    if any(amp.promotes(floated[0], t) for t in floated):
+        tensors = [t.float() if t in floated else t for t in tensors]
+        floated = [t for t in tensors if isinstance(t, Tensor) and is_floating(t.data.dtype)]
+    floats = [t.data.dtype for t in floated]
     if not floats or len(floats) == len(tensors):
         return tensors
-    return [_as_float(t, floats[0]) if isinstance(t, Tensor) and t.data.dtype.kind != "f" else t for t in tensors]
+    return [_as_float(t, floats[0]) if isinstance(t, Tensor) and not is_floating(t.data.dtype) else t for t in tensors]
 
 
 def as_float(t: Tensor) -> Tensor:
     """``t``, or a float32 copy of it if it holds integers or booleans (PyTorch's default dtype)."""
-    return t if t.data.dtype.kind == "f" else _as_float(t, None)
+    return t if is_floating(t.data.dtype) else _as_float(t, None)
 
 
 def float_only(op: str, t: Tensor) -> Tensor:
     """``t`` for an op that PyTorch, too, takes on floating-point data only; integers or booleans
     are refused, naming ``op`` and the conversion to make."""
-    if t.data.dtype.kind != "f":
+    if not is_floating(t.data.dtype):
         raise DTypeError(
             f"{op}: needs floating-point input, got {t.dtype}; convert it first with .float() (float32) or .double()"
         )
     return t
+
+
+def full_precision(op: str, t: Tensor) -> Tensor:
+    """``float_only(op, t)``, in float32 inside ``mt.autocast`` for an op that autocast keeps out
+    of bfloat16 (the softmax family, layer norm, the losses: ``amp.py``)."""
+    return amp.in_float32(float_only(op, t))
 
 
 def _as_float(t: Tensor, dtype: DType) -> Tensor:

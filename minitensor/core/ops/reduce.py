@@ -11,7 +11,9 @@ import builtins
 import math
 from typing import Any, NamedTuple
 
+from .. import amp
 from ..autograd import Function, Grads
+from ..dtypes import float32, is_floating, is_low_precision
 from ..errors import ShapeError
 from ..tensor import Array, Axes, Tensor
 from .axes import normalize_axes, normalize_axis, torch_names
@@ -58,6 +60,8 @@ class Sum(Function):
     @staticmethod
     def forward(ctx: Function, a: Array, axis: Axes | None = None, keepdims: bool = False) -> Array:
         ctx.shape, ctx.axes = a.shape, reduced_axes(axis, a.ndim, "sum")
+        if is_low_precision(a.dtype):  # summed in float32, rounded once (a bfloat16 running sum stops at 256)
+            return a.sum(axis=ctx.axes, keepdims=keepdims, dtype=float32).astype(a.dtype)
         return a.sum(axis=ctx.axes, keepdims=keepdims)
 
     @staticmethod
@@ -73,6 +77,8 @@ class Mean(Function):
     @staticmethod
     def forward(ctx: Function, a: Array, axis: Axes | None = None, keepdims: bool = False) -> Array:
         ctx.shape, ctx.axes = a.shape, reduced_axes(axis, a.ndim, "mean")
+        if is_low_precision(a.dtype):  # as Sum
+            return a.mean(axis=ctx.axes, keepdims=keepdims, dtype=float32).astype(a.dtype)
         return a.mean(axis=ctx.axes, keepdims=keepdims)
 
     @staticmethod
@@ -138,7 +144,7 @@ def sum(a: Tensor, axis: Axes | None = None, keepdims: bool = False) -> Tensor: 
     ``keepdims=True`` keeps the reduced axes with length 1, so the result broadcasts against
     ``a``. Repeated or out-of-range axes are an ``AxisError``.
     """
-    return Sum.apply(a, axis=axis, keepdims=keepdims)
+    return Sum.apply(amp.in_float32(a), axis=axis, keepdims=keepdims)
 
 
 @torch_names
@@ -146,7 +152,7 @@ def mean(a: Tensor, axis: Axes | None = None, keepdims: bool = False) -> Tensor:
     """z = (1/N) sum_i a_i over ``axis`` (an int, a tuple of ints, or None for every axis), N the
     number of elements averaged; dz/da_i = 1/N. ``keepdims`` as for ``sum``. The mean of
     integers or booleans (an accuracy, ``(pred == y).mean()``) is float32, not NumPy's float64."""
-    return Mean.apply(as_float(a), axis=axis, keepdims=keepdims)
+    return Mean.apply(amp.in_float32(as_float(a)), axis=axis, keepdims=keepdims)
 
 
 @torch_names
@@ -183,7 +189,7 @@ def var(a: Tensor, axis: Axes | None = None, keepdims: bool = False, correction:
     the population variance, which layer normalisation uses. ``keepdims`` as for ``sum``.
     Integers or booleans give float32, as ``mean``.
     """
-    return Var.apply(as_float(a), axis=axis, keepdims=keepdims, correction=correction)
+    return Var.apply(amp.in_float32(as_float(a)), axis=axis, keepdims=keepdims, correction=correction)
 
 
 def _two_tensors(op: str, elementwise: Any, a: Tensor, b: Tensor, keepdims: bool) -> Tensor:
@@ -236,7 +242,7 @@ def prod(a: Tensor, axis: Axes | None = None, keepdims: bool = False) -> Tensor:
     """z = prod_i a_i over ``axis`` (an int, a tuple of ints, or None for every axis); dz/da_i =
     the product of the other elements, correct where some are 0 (see ``Prod``). ``keepdims`` as
     for ``sum``. Integers give int64, as in PyTorch (NumPy's product widens them)."""
-    return Prod.apply(a, axis=axis, keepdims=keepdims)
+    return Prod.apply(amp.in_float32(a), axis=axis, keepdims=keepdims)
 
 
 class LogSumExp(Function):
@@ -269,7 +275,7 @@ def logsumexp(a: Tensor, axis: Axes | None = None, keepdims: bool = False) -> Te
     """z = log sum_i exp(a_i) over ``axis`` (None: every axis), computed without overflow as
     m + log sum_i exp(a_i - m), m the largest; dz/da_i = exp(a_i - z), the softmax along the
     axes. The log-partition function of D2L 4.1's softmax. Integers give float32."""
-    return LogSumExp.apply(as_float(a), axis=axis, keepdims=keepdims)
+    return LogSumExp.apply(amp.in_float32(as_float(a)), axis=axis, keepdims=keepdims)
 
 
 class CumSum(Function):
@@ -296,6 +302,7 @@ def cumsum(a: Tensor, axis: int) -> Tensor:
         normalize_axis(axis, 1, "cumsum")
         return cumsum(a.reshape(1), 0).reshape(())
     axis = normalize_axis(axis, a.ndim, "cumsum")
+    a = amp.in_float32(a)
     if a.data.dtype.kind in "bi" and a.data.dtype != "int64":
         a = a.astype("int64")
     return CumSum.apply(a, axis=axis)
@@ -355,7 +362,7 @@ def norm(a: Tensor, p: float | str = "fro", axis: Axes | None = None, keepdims: 
         p = 2.0
     if isinstance(p, bool) or not isinstance(p, (int, float)) or not p > 0:
         raise ValueError(f"norm: p must be 'fro' or a number > 0 (math.inf for the largest |a_i|), got {p!r}")
-    return Norm.apply(as_float(a), float(p), axis=axis, keepdims=keepdims)
+    return Norm.apply(amp.in_float32(as_float(a)), float(p), axis=axis, keepdims=keepdims)
 
 
 class ArgMax(Function):
@@ -415,8 +422,8 @@ class TopKIndices(Function):
         xp = ctx.xp
         keys = a
         if largest:  # a descending order as an ascending sort of keys that reverse the order
-            keys = -a if a.dtype.kind == "f" else ~a  # (~a = -a - 1 for integers, never overflows)
-            if a.dtype.kind == "f":
+            keys = -a if is_floating(a.dtype) else ~a  # (~a = -a - 1 for integers, never overflows)
+            if is_floating(a.dtype):
                 keys = xp.where(xp.isnan(a), -xp.inf, keys)  # NaN first (ascending sorts put it last)
         order = xp.argsort(keys, axis=axis, kind="stable")
         return xp.take(order, xp.arange(k), axis=axis)

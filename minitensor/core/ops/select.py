@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..autograd import Function, Grads
+from ..dtypes import is_floating
 from ..errors import ShapeError
 from ..tensor import Array, Number, Tensor, tensor
 from .promote import promote
@@ -46,7 +47,7 @@ def where(cond: Tensor, a: Tensor, b: Tensor) -> Tensor:
 def masked_fill(a: Tensor, mask: Tensor, value: Number) -> Tensor:
     """``a`` with ``value`` wherever ``mask`` is True (PyTorch's ``masked_fill``). The result
     keeps a's dtype, as in PyTorch: 2.7 written into integers is 2."""
-    if isinstance(value, (int, float)) and a.data.dtype.kind != "f":
+    if isinstance(value, (int, float)) and not is_floating(a.data.dtype):
         value = a.data.dtype.type(value)  # (NumPy would make the whole result a float64)
     return Where.apply(_as_bool(mask, a), value, a)
 

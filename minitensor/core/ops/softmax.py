@@ -24,22 +24,23 @@ from typing import Any
 import numpy
 
 from ..autograd import Function, Grads
+from ..dtypes import is_low_precision
 from ..errors import ShapeError
 from ..tensor import Array, Tensor
 from .axes import normalize_axis, torch_names
-from .promote import float_only
+from .promote import full_precision
 
 
 def run_rows(backend: Any, name: str, x: Array, *rest: Any) -> Array:
     """The backend's row kernel ``name`` (``softmax_forward``, ``log_softmax_backward``, ...: the
     contract of kernels/cpu.py) on the rows ``x``, for every float dtype. The kernels are compiled
-    for float32 and float64; float16 rows go through float32 and the result is rounded once, as
-    PyTorch computes a half-precision softmax (its exponentials and sums in float32)."""
+    for float32 and float64; float16 and bfloat16 rows go through float32 and the result is rounded
+    once, as PyTorch computes a half-precision softmax (its exponentials and sums in float32)."""
     kernel = getattr(backend.kernels, name)
-    if x.dtype != numpy.float16:
+    if not is_low_precision(x.dtype):
         return kernel(x, *rest)
-    rest = tuple(a.astype(numpy.float32) if getattr(a, "dtype", None) == numpy.float16 else a for a in rest)
-    return kernel(x.astype(numpy.float32), *rest).astype(numpy.float16)
+    rest = tuple(a.astype(numpy.float32) if getattr(a, "dtype", None) == x.dtype else a for a in rest)
+    return kernel(x.astype(numpy.float32), *rest).astype(x.dtype)
 
 
 def as_rows(x: Array) -> Array:
@@ -178,7 +179,7 @@ def softmax(x: Tensor, axis: int = -1) -> Tensor:
     dL/dx_i = y_i (g_i - sum_j g_j y_j). Same shape as ``x``; a masked version for attention
     is ``masked_softmax``.
     """
-    return Softmax.apply(float_only("softmax", x), axis=axis)
+    return Softmax.apply(full_precision("softmax", x), axis=axis)
 
 
 @torch_names
@@ -189,7 +190,7 @@ def log_softmax(x: Tensor, axis: int = -1) -> Tensor:
     The log-probabilities a cross-entropy loss needs, without the round trip through a
     softmax that underflows to log 0. Backward: dL/dx_i = g_i - softmax(x)_i sum_j g_j.
     """
-    return LogSoftmax.apply(float_only("log_softmax", x), axis=axis)
+    return LogSoftmax.apply(full_precision("log_softmax", x), axis=axis)
 
 
 def masked_softmax(x: Tensor, valid_lens: Tensor | None = None, mask: Tensor | None = None) -> Tensor:
@@ -202,4 +203,4 @@ def masked_softmax(x: Tensor, valid_lens: Tensor | None = None, mask: Tensor | N
     array. A query with no key left gets all-zero weights (never NaN, never uniform). Returns
     weights of x's shape; masked keys receive no gradient.
     """
-    return MaskedSoftmax.apply(float_only("masked_softmax", x), *as_mask_tensors(x, valid_lens, mask))
+    return MaskedSoftmax.apply(full_precision("masked_softmax", x), *as_mask_tensors(x, valid_lens, mask))

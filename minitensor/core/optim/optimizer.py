@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 
 from ..autograd import writes
 from ..creation import zeros_like
+from ..dtypes import is_floating
 from ..errors import DeviceError, DTypeError, ShapeError
 from ..grad_mode import enable_grad, no_grad
 from ..tensor import Array, Tensor
@@ -99,7 +100,7 @@ class Optimizer:
                 raise ValueError(
                     f"{type(self).__name__}: cannot optimise a non-leaf tensor (the result of an operation)"
                 )
-            if p.dtype.kind != "f":
+            if not is_floating(p.dtype):
                 raise TypeError(f"{type(self).__name__}: cannot optimise a tensor of dtype {p.dtype}")
             if id(p) not in seen:  # listed twice, it would be updated twice
                 seen.add(id(p))
@@ -119,7 +120,7 @@ class Optimizer:
         setting of the wrong type is a ``TypeError``, a value out of range a ``ValueError``."""
         name, lr = type(self).__name__, group["lr"]
         if isinstance(lr, Tensor):
-            if lr.numel() != 1 or lr.dtype.kind != "f":
+            if lr.numel() != 1 or not is_floating(lr.dtype):
                 raise ValueError(
                     f"{name}: a Tensor lr must hold one floating-point number, got shape {lr.shape}, dtype {lr.dtype}"
                 )

@@ -1,0 +1,149 @@
+"""``mt.autocast``: mixed precision in bfloat16, PyTorch's automatic mixed precision (AMP).
+
+A float32 number carries 24 bits of mantissa; bfloat16 keeps float32's 8 exponent bits (so its
+range: no loss scaling is needed, unlike float16) and 8 bits of mantissa, about two decimal
+digits, in half the bytes. Training tolerates that rounding in the matrix products, where a
+GPU's bfloat16 tensor cores run several times faster than float32 and the activations they
+write take half the memory, but not in sums over many terms or in exponentials. So, inside::
+
+    with mt.autocast("cuda"):          # or "cpu"; dtype=mt.bfloat16 is the default
+        loss = loss_fn(model(X), Y)
+    loss.backward()                    # outside, as in PyTorch
+    optimizer.step()
+
+each op follows one of three rules (PyTorch's, ``torch.amp``'s "autocast op reference"):
+
+- **Products in bfloat16**: ``matmul`` (``@``, ``bmm``, ``mm``, ``mv``, ``dot``) and ``linear``
+  (every ``nn.Linear``, so every scorer and projection, a plugin's too) round their float32
+  operands to bfloat16, sum the products in float32 and round the result to bfloat16.
+- **Float32 where precision matters**: the softmax family and every attention pooling (through
+  ``MultiHeadAttention``, a user's pooling plugin too), layer norm, the losses, ``sum``,
+  ``mean``, ``var``, ``std``, ``norm``, ``logsumexp``, ``cumsum``, ``prod``, ``exp`` and
+  ``log`` take bfloat16 input as float32 and return float32.
+- **Everything else runs in the dtype it is given** (GELU, dropout, reshapes), and an op that
+  meets bfloat16 and float32 promotes to float32: a Transformer's residual stream stays float32.
+
+The parameters stay float32 (the "master weights"): the rounding is an op in the graph
+(``AsType``), whose backward turns the gradient back into float32, so ``.grad`` and the
+optimisers see float32 only. Call ``backward`` outside the block, as PyTorch advises; the
+backward of each op runs in the dtype its forward ran in, whatever the block says then.
+
+Only bfloat16 is offered: float16's range (6e-5 to 65504) makes gradients underflow without
+PyTorch's ``GradScaler``. ``device_type`` says whose tensors it applies to, as in PyTorch:
+``autocast("cpu")`` leaves a GPU's tensors alone. On the CPU a bfloat16 product is a float32
+product of the rounded operands (NumPy's BLAS has no bfloat16), so there autocast shows the
+numerics, not a speed-up. See Kalamkar et al., "A Study of BFLOAT16 for Deep Learning
+Training" (2019), and Micikevicius et al., "Mixed Precision Training" (ICLR 2018).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import numpy
+
+from .dtypes import as_dtype, bfloat16, float32
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+DEVICE_TYPES = ("cpu", "cuda")
+
+# (device type, dtype) while a block is active, else None: one module-level read per op, as
+# grad_mode's flag (minitensor runs its graph on one thread)
+_active: tuple[str, numpy.dtype] | None = None
+
+
+def is_autocast_enabled(device_type: str = "cuda") -> bool:
+    """True inside an ``autocast`` block for ``device_type`` ("cpu" or "cuda")."""
+    return _active is not None and _active[0] == device_type
+
+
+def get_autocast_dtype(device_type: str = "cuda") -> numpy.dtype:
+    """The dtype products take inside an ``autocast`` block for ``device_type``: bfloat16."""
+    return _active[1] if _active is not None and _active[0] == device_type else bfloat16
+
+
+class autocast:
+    """Run the ops inside the block in mixed precision (module docstring): products in bfloat16,
+    softmaxes, norms, sums and losses in float32, master weights float32. A context manager and
+    a decorator, ``torch.autocast``'s signature::
+
+        with mt.autocast("cuda", dtype=mt.bfloat16, enabled=True): ...
+
+    ``enabled=False`` turns it off inside an enclosing block; blocks nest and restore what was
+    there. ``device_type`` is "cpu" or "cuda" (PyTorch's words; a tensor on "cuda:1" is "cuda").
+    ``cache_enabled`` is accepted for PyTorch's code and ignored: each product rounds its
+    weights again (PyTorch keeps the rounded copy for the block).
+    """
+
+    def __init__(
+        self,
+        device_type: str,
+        dtype: Any = None,
+        enabled: bool = True,
+        cache_enabled: bool | None = None,
+    ) -> None:
+        if device_type not in DEVICE_TYPES:
+            raise ValueError(
+                f"autocast: device_type must be one of {', '.join(map(repr, DEVICE_TYPES))}, got {device_type!r}"
+            )
+        dtype = bfloat16 if dtype is None else as_dtype(dtype)
+        if dtype != bfloat16:
+            raise ValueError(
+                f"autocast: dtype must be mt.bfloat16, got {dtype}; float16's range makes gradients underflow "
+                "without a loss scaler (PyTorch's GradScaler), which minitensor does not have"
+            )
+        if not isinstance(enabled, bool):
+            raise TypeError(f"autocast: enabled must be True or False, got {enabled!r}")
+        self.device_type, self.dtype, self.enabled = device_type, dtype, enabled
+
+    def __enter__(self) -> autocast:
+        global _active
+        self._prev = _active
+        _active = (self.device_type, self.dtype) if self.enabled else None
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        global _active
+        _active = self._prev  # an exception goes on: returning None never swallows it
+
+    def __call__(self, fn: F) -> F:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with autocast(self.device_type, self.dtype, self.enabled):
+                return fn(*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]  # functools.wraps keeps fn's signature
+
+
+def _applies(t: Any) -> bool:
+    """Whether the active block covers tensor ``t``'s device ("cuda:1" is "cuda")."""
+    return _active is not None and t.device.split(":")[0] == _active[0]
+
+
+def lower(*tensors: Any) -> tuple[Any, ...]:
+    """The operands of a product, float32 ones rounded to the block's dtype (differentiably: the
+    gradient is turned back into float32). Outside a block, or for another device, as given."""
+    if _active is None:
+        return tensors
+    return tuple(t.to(dtype=_active[1]) if _covers_float32(t) else t for t in tensors)
+
+
+def in_float32(t: Any) -> Any:
+    """The input of an op that autocast runs in float32: a bfloat16 tensor becomes float32
+    (differentiably) inside a block for its device; anything else is returned as given."""
+    if _active is None or getattr(t, "dtype", None) != _active[1] or not _applies(t):
+        return t
+    return t.to(dtype=float32)
+
+
+def promotes(a: Any, b: Any) -> bool:
+    """Whether two float tensors of different dtypes may meet in one op: bfloat16 and float32
+    inside a block for their device (the wider wins, as PyTorch's elementwise ops promote)."""
+    return _active is not None and {a.dtype, b.dtype} == {_active[1], float32} and _applies(a)
+
+
+def _covers_float32(t: Any) -> bool:
+    return getattr(t, "dtype", None) == float32 and _applies(t)
