@@ -925,6 +925,14 @@ def _add_train_parser(sub, common, help_recipe=None):
         "the CPU ignores it",
     )
     run.add_argument(
+        "--autocast",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="mixed precision in bfloat16 (mt.autocast, as PyTorch's): matrix products in bfloat16, softmaxes, "
+        "norms, sums and the loss in float32, the weights float32; half the memory of the products' outputs "
+        "and a GPU's bfloat16 tensor cores; on the CPU, slower than float32 (no bfloat16 BLAS)",
+    )
+    run.add_argument(
         "--cuda-graph",
         action=argparse.BooleanOptionalAction,
         default=None,

@@ -125,6 +125,15 @@ MODELS = {
     "lm, rotary positions, grouped heads": dict(model="lm", lm_num_steps=8, positional="rotary", num_kv_heads=1),
     # float32 products on bfloat16 tensor cores: minitensor's own cuBLAS calls (backends/cublas_gemm.py)
     "lm, bfloat16 products": dict(model="lm", lm_num_steps=8, matmul_precision="medium"),
+    # mixed precision (mt.autocast): bfloat16 activations between the products, float32 elsewhere
+    "lm, nanoGPT's recipe, autocast": {
+        **{k: v for k, v in PRESETS["gpt-char-gpu"].items() if k not in SIZES},
+        "lm_num_steps": 8,
+        "warmup_steps": 3,
+        "eval_interval": 1000,
+        "autocast": True,
+    },
+    "transformer, streamed, autocast": dict(fused="on", autocast=True),
 }
 
 

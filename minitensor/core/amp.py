@@ -45,6 +45,7 @@ from typing import Any, TypeVar
 import numpy
 
 from .dtypes import as_dtype, bfloat16, float32
+from .tensor import Tensor
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -134,7 +135,7 @@ def lower(*tensors: Any) -> tuple[Any, ...]:
 def in_float32(t: Any) -> Any:
     """The input of an op that autocast runs in float32: a bfloat16 tensor becomes float32
     (differentiably) inside a block for its device; anything else is returned as given."""
-    if _active is None or getattr(t, "dtype", None) != _active[1] or not _applies(t):
+    if _active is None or not isinstance(t, Tensor) or t.dtype != _active[1] or not _applies(t):
         return t
     return t.to(dtype=float32)
 
@@ -146,4 +147,4 @@ def promotes(a: Any, b: Any) -> bool:
 
 
 def _covers_float32(t: Any) -> bool:
-    return getattr(t, "dtype", None) == float32 and _applies(t)
+    return isinstance(t, Tensor) and t.dtype == float32 and _applies(t)

@@ -596,10 +596,10 @@ class Tensor:
         return _reflected(Pow, self, other)
 
     def __matmul__(self, other: Tensor) -> Tensor:
-        return _binary(MatMul, self, other)
+        return ops.matmul(self, other)  # (through mt.autocast's rule for products)
 
     def __rmatmul__(self, other: Array) -> Tensor:
-        return _reflected(MatMul, self, other)
+        return ops.matmul(other, self)
 
     def __pos__(self) -> Tensor:
         return self
@@ -637,7 +637,7 @@ class Tensor:
     def matmul(self, other: Tensor) -> Tensor:
         """``x.matmul(y)`` is ``x @ y`` (``mt.matmul``): the matrix product, batched over leading axes
         by NumPy's rules."""
-        return _binary(MatMul, self, other)
+        return ops.matmul(self, other)
 
     # -- comparisons and logic: bool tensors outside the graph (no useful derivative) -----------
     def __eq__(self, other: object) -> Tensor:  # type: ignore[override]  # elementwise, not a bool (as in PyTorch)
@@ -1086,7 +1086,6 @@ from .ops.axes import normalize_axes, normalize_axis, torch_names  # noqa: E402
 from .ops.compare import AllTrue, And, AnyTrue, Equal, Greater, GreaterEqual, Invert, Less, LessEqual, NotEqual, Or, Xor  # noqa: E402
 from .ops.elementwise import Abs, Add, Div, Mul, Neg, Pow, ReLU, Sub  # noqa: E402
 from .ops.indexing import normalize_index, setitem  # noqa: E402
-from .ops.matmul import MatMul  # noqa: E402
 from .ops.promote import promote  # noqa: E402
 
 # PyTorch's words for the axis parameters, ``x.sum(dim=1, keepdim=True)``, as the ops take them

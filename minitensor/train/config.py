@@ -263,6 +263,9 @@ class TrainConfig:
     # float32 matrix products on a GPU: "high" lets them use TF32 tensor cores (nanoGPT's train.py does),
     # "medium" bfloat16 ones; "highest" keeps float32 (mt.set_float32_matmul_precision); the CPU ignores it
     matmul_precision: str = setting("highest", one_of(PRECISIONS), resumable=True)
+    # mixed precision (mt.autocast): products in bfloat16, softmaxes, norms, sums and the loss in float32, the
+    # weights and the optimiser float32; training and the held-out loss, not generation
+    autocast: bool = setting(False, boolean, resumable=True)
     # the forward and backward of each step captured once as a CUDA graph and replayed by one launch
     # (train/graphed.py): the same numbers, without the host's launch time; needs --device cuda
     cuda_graph: bool = setting(False, boolean, resumable=True)

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 
 import numpy
 
-from .. import Tensor, tensor
+from .. import Tensor, autocast, tensor
 from ..backends import get_backend
 from ..data import Batches, build_array, lm_arrays, seq2seq_arrays, unigram_baseline
 from ..grad_mode import no_grad
@@ -125,16 +125,24 @@ def _pad(vocab):
 
 def _loss(model, batch, config, pad):
     """(loss, number of target tokens) of one minibatch; the number is an int, or a 0-d Tensor
-    on the batch's device (``dec_valid_lens.sum()``: read, it would make the step wait)."""
-    if config.model == "lm":
-        X, Y = batch
-        return cross_entropy(model(X), Y, label_smoothing=config.label_smoothing), Y.numel()
-    enc_X, enc_valid_lens, dec_X, dec_valid_lens, Y = batch
-    logits = model(enc_X, dec_X, enc_valid_lens)
-    # The valid positions of Y never hold <pad> (it is no token of the data), so ignoring
-    # <pad> is D2L's mask by dec_valid_lens.
-    loss = cross_entropy(logits, Y, ignore_index=pad, label_smoothing=config.label_smoothing)
-    return loss, dec_valid_lens.sum()
+    on the batch's device (``dec_valid_lens.sum()``: read, it would make the step wait). In
+    ``mt.autocast`` with ``--autocast``; backward runs outside, as PyTorch advises."""
+    with mixed_precision(config):
+        if config.model == "lm":
+            X, Y = batch
+            return cross_entropy(model(X), Y, label_smoothing=config.label_smoothing), Y.numel()
+        enc_X, enc_valid_lens, dec_X, dec_valid_lens, Y = batch
+        logits = model(enc_X, dec_X, enc_valid_lens)
+        # The valid positions of Y never hold <pad> (it is no token of the data), so ignoring
+        # <pad> is D2L's mask by dec_valid_lens.
+        loss = cross_entropy(logits, Y, ignore_index=pad, label_smoothing=config.label_smoothing)
+        return loss, dec_valid_lens.sum()
+
+
+def mixed_precision(config):
+    """``mt.autocast`` for the run's device where ``--autocast`` asks for it (bfloat16 products,
+    float32 softmaxes, norms and losses, float32 weights), else a block that changes nothing."""
+    return autocast(config.device.split(":")[0], enabled=config.autocast)
 
 
 def _arrays(config, data, which):
@@ -166,7 +174,7 @@ def summed_loss(model, arrays, config, pad):
     n, size = len(arrays[0]), config.eval_batch_size
     on_host = get_backend(config.device).on_host
     try:
-        with no_grad():
+        with no_grad(), mixed_precision(config):  # scored as the run trains
             for i in range(0, n, size):
                 batch = [tensor(a[i : i + size], device=config.device) for a in arrays]
                 if config.model == "lm":
@@ -530,7 +538,9 @@ def set_up(config, run, log, resume, ranks=None):
             f"minitensor train: {config.model} ({num_params:,} parameters; {_plugins(config)}) on the "
             f"{config.source_name}: {what}; "
             f"{steps_per_epoch} steps per epoch, {total_steps} steps, batch {config.batch_size}, "
-            f"{config.optimizer} lr {config.lr:g} ({config.schedule}), device {config.device}, seed {config.seed}"
+            f"{config.optimizer} lr {config.lr:g} ({config.schedule}), device {config.device}"
+            + (" (bfloat16 autocast)" if config.autocast else "")
+            + f", seed {config.seed}"
             + _workers(ranks)
         )
     if ranks.size > 1:
@@ -561,7 +571,7 @@ def set_up(config, run, log, resume, ranks=None):
         world=ranks,
         # on the CPU, reading is free; several ranks add their losses up on the host anyway
         read_every=1 if get_backend(config.device).on_host or ranks.size > 1 else READ_EVERY,
-        graphed=GraphedStep(lambda b: _loss(model, b, config, _pad(data.tgt_vocab)), optimizer)
+        graphed=GraphedStep(lambda b: _loss(model, b, config, _pad(data.tgt_vocab)), optimizer, config.autocast)
         if config.cuda_graph
         else None,
     )

@@ -731,7 +731,7 @@ class MultiHeadAttention(Module):
         cache.append(k, v, numpy.arange(past, past + T, dtype=numpy.int64))
         cache.seen_tokens = past + T
         keys, values, positions = cache.keys(), cache.values(), cache.positions()
-        check_positions(cache, positions, keys, values, T, dtype=k.dtype)
+        check_positions(cache, positions, keys, values, T, dtypes=(k.dtype, v.dtype))
         # the new queries are the last T of the K consecutive positions (read from the keys' shape,
         # which the ONNX tracer follows, rather than from the positions array, which it cannot)
         k_offset = int(positions[0])

@@ -103,16 +103,18 @@ class KVCache:
 
 
 def check_positions(
-    cache: Any, positions: numpy.ndarray, keys: Tensor, values: Tensor, num_new: int, dtype: Any = None
+    cache: Any, positions: numpy.ndarray, keys: Tensor, values: Tensor, num_new: int, dtypes: Any = None
 ) -> None:
-    """The layer's check of what a policy returned: keys and values in the ``dtype`` appended,
-    one position per kept key, consecutive (the encodings take an offset), and room for the new
-    queries -- a ``ValueError`` naming the policy."""
+    """The layer's check of what a policy returned: keys and values in the ``dtypes`` appended
+    (the keys' and the values', which differ where ``mt.autocast`` made the values bfloat16 and a
+    positional encoding the keys float32), one position per kept key, consecutive (the encodings
+    take an offset), and room for the new queries -- a ``ValueError`` naming the policy."""
     name = type(cache).__name__
     K = keys.shape[-2]
     problem = None
-    if dtype is not None and (keys.dtype != dtype or values.dtype != dtype):
-        problem = f"keys() and values() are {keys.dtype} and {values.dtype}; what was appended is {dtype}"
+    if dtypes is not None and (keys.dtype, values.dtype) != tuple(dtypes):
+        appended = dtypes[0] if dtypes[0] == dtypes[1] else f"{dtypes[0]} and {dtypes[1]}"
+        problem = f"keys() and values() are {keys.dtype} and {values.dtype}; what was appended is {appended}"
     elif positions.ndim != 1 or len(positions) != K:
         problem = f"positions() has shape {positions.shape} for {K} keys"
     elif values.shape[-2] != K:

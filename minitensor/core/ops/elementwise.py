@@ -14,6 +14,7 @@ from typing import Any
 from .. import amp
 from ..autograd import Function, Grads
 from ..backends import Backend
+from ..dtypes import compute_dtype
 from ..tensor import Array, Number, Tensor
 from .promote import as_float, float_only, promote
 
@@ -259,19 +260,23 @@ class GELU(Function):
     standard normal variable is below it. Phi is the standard normal CDF and
     phi(a) = exp(-a^2/2) / sqrt(2 pi) its density (Phi' = phi, then the product rule).
     NumPy has no erf, so the arithmetic lives in ``kernels/gelu.py``: numba on the CPU, CUDA
-    on a GPU, plain array operations on any other backend.
+    on a GPU, plain array operations on any other backend. The kernels take float32 and float64;
+    float16 and bfloat16 (``mt.autocast``) go through float32, rounded once at the end.
     """
 
     @staticmethod
     def forward(ctx: Function, a: Array) -> Array:
         ctx.kernels = _gelu_kernels(ctx.backend)
         ctx.save_for_backward(a)
-        return ctx.kernels.forward(a)
+        work = compute_dtype(a.dtype)
+        return ctx.kernels.forward(a.astype(work, copy=False)).astype(a.dtype, copy=False)
 
     @staticmethod
     def backward(ctx: Function, grad: Array) -> Grads:
         (a,) = ctx.saved
-        return ctx.kernels.backward(a, grad)
+        work = compute_dtype(a.dtype)
+        dx = ctx.kernels.backward(a.astype(work, copy=False), grad.astype(work, copy=False))
+        return dx.astype(grad.dtype, copy=False)
 
 
 def _gelu_kernels(backend: Backend) -> Any:

@@ -62,7 +62,7 @@ def promote_all(tensors: list[Tensor]) -> list[Tensor]:
     ``mt.autocast`` becomes float32)."""
     floated = [t for t in tensors if isinstance(t, Tensor) and is_floating(t.data.dtype)]
     if any(amp.promotes(floated[0], t) for t in floated):
-        tensors = [t.float() if t in floated else t for t in tensors]
+        tensors = [t.float() if isinstance(t, Tensor) and is_floating(t.data.dtype) else t for t in tensors]
         floated = [t for t in tensors if isinstance(t, Tensor) and is_floating(t.data.dtype)]
     floats = [t.data.dtype for t in floated]
     if not floats or len(floats) == len(tensors):

@@ -1,0 +1,334 @@
+"""``mt.autocast``: mixed precision in bfloat16 (``minitensor/core/amp.py``).
+
+The products round to bfloat16 exactly as a tensor core does (checked bit for bit against the
+operands rounded by ml_dtypes and multiplied in float32); the ops autocast keeps in float32
+return float32; bfloat16 meeting float32 promotes; parameters and their gradients stay float32;
+and a model trained in the block follows the float32 model's losses.
+"""
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import minitensor as mt
+from minitensor import hookimpl
+from minitensor.nn import functional as F
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+def rounded(a):
+    """float32 values rounded to bfloat16 (to nearest, ties to even), as float32."""
+    return np.asarray(a, np.float32).astype(BF16).astype(np.float32)
+
+
+def data(*shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+# -- the dtype --------------------------------------------------------------------------------------
+def test_bfloat16_is_ml_dtypes_and_converts_both_ways_differentiably():
+    assert mt.bfloat16 == BF16
+    x = mt.tensor([1.0, 1.0 + 2**-9, 3.14159], requires_grad=True)
+    y = x.bfloat16()
+    assert y.dtype == mt.bfloat16 and x.to(mt.bfloat16).dtype == mt.bfloat16 and x.to("bfloat16").dtype == BF16
+    np.testing.assert_array_equal(y.float().numpy(), [1.0, 1.0, 3.140625])  # 8 bits of mantissa
+    (y.float() * mt.tensor([1.0, 2.0, 3.0])).sum().backward()
+    assert x.grad.dtype == mt.float32  # the gradient goes back in the leaf's dtype
+    np.testing.assert_array_equal(x.grad.numpy(), [1.0, 2.0, 3.0])
+    assert "dtype=bfloat16" in repr(y)
+    assert mt.tensor(np.ones(2, BF16), requires_grad=True).requires_grad  # a float dtype: may require grad
+
+
+def test_outside_autocast_bfloat16_and_float32_do_not_mix_silently():
+    a, b = mt.ones(3).bfloat16(), mt.ones(3)
+    with pytest.raises(mt.DTypeError, match=r"bfloat16 and float32|float32 and bfloat16"):
+        a + b
+    with pytest.raises(mt.DTypeError, match="bfloat16"):
+        mt.nn.Linear(3, 2)(a)
+
+
+def test_low_precision_sums_are_taken_in_float32():
+    """A bfloat16 running sum stops at 256 (256 + 1 rounds back to 256); sums, means and the
+    gradient of a broadcast are taken in float32 and rounded once."""
+    ones = mt.ones(4096).bfloat16()
+    assert ones.sum().dtype == mt.bfloat16 and float(ones.sum()) == 4096.0
+    assert float(ones.mean()) == 1.0
+    a = mt.tensor([0.5], requires_grad=True)
+    b = mt.zeros(4096)
+    (a.bfloat16() + b.bfloat16()).float().sum().backward()  # dL/da sums 4096 ones over the broadcast
+    assert float(a.grad[0]) == 4096.0
+
+
+# -- the rules ------------------------------------------------------------------------------------
+def test_matmul_rounds_operands_and_result_as_a_tensor_core():
+    a, b = data(5, 7), data(7, 3, seed=1)
+    with mt.autocast("cpu"):
+        z = mt.tensor(a) @ mt.tensor(b)
+    assert z.dtype == mt.bfloat16
+    expected = (rounded(a) @ rounded(b)).astype(BF16)
+    np.testing.assert_array_equal(z.numpy(), expected)
+    assert not np.array_equal(z.float().numpy(), a @ b)  # it did round
+
+
+def test_linear_in_autocast_and_its_float32_gradients():
+    """y = round(round(x) round(W)^T + round(b)); backward in bfloat16 products, and the float32
+    parameters get float32 gradients (the rounding's backward turns them back)."""
+    x_, W_, b_ = data(4, 6), data(3, 6, seed=1), data(3, seed=2)
+    layer = mt.nn.Linear(6, 3)
+    layer.weight.data[...] = W_
+    layer.bias.data[...] = b_
+    x = mt.tensor(x_, requires_grad=True)
+    with mt.autocast("cpu"):
+        y = layer(x)
+        loss = (y * mt.tensor(np.arange(12, dtype=np.float32).reshape(4, 3))).sum()
+    assert y.dtype == mt.bfloat16 and loss.dtype == mt.float32
+    xb, Wb, bb = (rounded(v) for v in (x_, W_, b_))
+    np.testing.assert_array_equal(y.float().numpy(), rounded(rounded(xb @ Wb.T) + bb))
+    loss.backward()
+    for p in (x, layer.weight, layer.bias):
+        assert p.grad.dtype == mt.float32
+    g = rounded(np.arange(12, dtype=np.float32).reshape(4, 3))  # dL/dy, rounded to y's dtype
+    np.testing.assert_array_equal(layer.weight.grad.numpy(), rounded(g.T @ xb))
+    np.testing.assert_array_equal(x.grad.numpy(), rounded(g @ Wb))
+    np.testing.assert_array_equal(layer.bias.grad.numpy(), rounded(g.sum(axis=0)))
+
+
+def _scores(x):
+    return x.reshape(2, 3, 4)
+
+
+FLOAT32_OPS = {
+    "softmax": lambda x: F.softmax(x, -1),
+    "log_softmax": lambda x: F.log_softmax(x, -1),
+    "masked_softmax": lambda x: mt.masked_softmax(_scores(x), mt.tensor([2, 4])),
+    "layer_norm": lambda x: F.layer_norm(x, (4,)),
+    "cross_entropy": lambda x: F.cross_entropy(x, mt.tensor([0, 1, 2, 3, 0, 1])),
+    "mse_loss": lambda x: F.mse_loss(x, mt.zeros(6, 4)),
+    "sum": lambda x: x.sum(),
+    "mean": lambda x: x.mean(axis=0),
+    "var": lambda x: x.var(),
+    "std": lambda x: x.std(axis=1),
+    "norm": lambda x: mt.norm(x),
+    "logsumexp": lambda x: x.logsumexp(axis=1),
+    "cumsum": lambda x: x.cumsum(axis=1),
+    "prod": lambda x: x.prod(axis=1),
+    "exp": lambda x: x.exp(),
+    "log": lambda x: x.abs().log(),
+    "flash_attention": lambda x: mt.flash_attention(*(x.reshape(1, 2, 3, 4) for _ in range(3)), causal=True),
+    "scaled_dot_product_attention": lambda x: F.scaled_dot_product_attention(*(_scores(x),) * 3, is_causal=True),
+}
+
+
+@pytest.mark.parametrize("op", FLOAT32_OPS.values(), ids=FLOAT32_OPS.keys())
+def test_ops_autocast_keeps_in_float32_take_bfloat16_and_return_float32(op):
+    x = mt.tensor(data(6, 4), requires_grad=True)
+    with mt.autocast("cpu"):
+        out = op(x.bfloat16())
+    assert out.dtype == mt.float32
+    reference = op(mt.tensor(rounded(x.numpy())))  # the same op in float32 on the rounded input
+    np.testing.assert_allclose(out.numpy(), reference.numpy(), rtol=1e-6, atol=1e-6)
+    out.sum().backward()
+    assert x.grad.dtype == mt.float32 and np.isfinite(x.grad.numpy()).all()
+
+
+OTHER_OPS = {
+    "gelu": F.gelu,
+    "relu": F.relu,
+    "tanh": mt.tanh,
+    "dropout": lambda x: F.dropout(x, 0.5, training=True),
+    "transpose": lambda x: x.transpose(0, 1),
+    "times a number": lambda x: x * 0.5,
+}
+
+
+@pytest.mark.parametrize("op", OTHER_OPS.values(), ids=OTHER_OPS.keys())
+def test_other_ops_run_in_the_dtype_they_are_given(op):
+    x = mt.tensor(data(6, 4)).bfloat16()
+    with mt.autocast("cpu"):
+        assert op(x).dtype == mt.bfloat16
+        assert op(x.float()).dtype == mt.float32
+
+
+def test_gelu_in_bfloat16_is_the_float32_gelu_rounded_once():
+    x = mt.tensor(data(64, 8) * 3)
+    np.testing.assert_array_equal(F.gelu(x.bfloat16()).numpy(), F.gelu(mt.tensor(rounded(x.numpy()))).numpy().astype(BF16))
+
+
+def test_bfloat16_meeting_float32_promotes_inside_autocast():
+    a = mt.tensor(data(3, 4), requires_grad=True)
+    b = mt.tensor(data(4, seed=1), requires_grad=True)
+    with mt.autocast("cpu"):
+        for z in (a.bfloat16() + b, b * a.bfloat16(), mt.cat([a.bfloat16(), b[None]]), mt.stack([b, b.bfloat16()])):
+            assert z.dtype == mt.float32
+        z = a.bfloat16() + b
+    z.sum().backward()
+    assert a.grad.dtype == b.grad.dtype == mt.float32
+    np.testing.assert_array_equal(b.grad.numpy(), np.full(4, 3.0))
+
+
+# -- the block ------------------------------------------------------------------------------------
+def test_the_block_covers_its_device_type_only_and_nests():
+    x, layer = mt.randn(2, 3), mt.nn.Linear(3, 4)
+    with mt.autocast("cuda"):  # CPU tensors are left alone, as in PyTorch
+        assert layer(x).dtype == mt.float32
+        assert mt.is_autocast_enabled("cuda") and not mt.is_autocast_enabled("cpu")
+    with mt.autocast("cpu"):
+        assert layer(x).dtype == mt.bfloat16
+        with mt.autocast("cpu", enabled=False):
+            assert layer(x).dtype == mt.float32 and not mt.is_autocast_enabled("cpu")
+        assert layer(x).dtype == mt.bfloat16 and mt.get_autocast_dtype("cpu") == mt.bfloat16
+    assert layer(x).dtype == mt.float32 and not mt.is_autocast_enabled("cpu")
+
+
+def test_the_block_is_restored_after_an_exception_and_works_as_a_decorator():
+    layer = mt.nn.Linear(3, 4)
+
+    @mt.autocast("cpu")
+    def forward(x):
+        return layer(x)
+
+    assert forward(mt.randn(2, 3)).dtype == mt.bfloat16
+    with pytest.raises(ZeroDivisionError), mt.autocast("cpu"):
+        1 / 0
+    assert layer(mt.randn(2, 3)).dtype == mt.float32
+
+
+def test_wrong_arguments_name_what_is_taken():
+    with pytest.raises(ValueError, match=r"device_type must be one of 'cpu', 'cuda', got 'tpu'"):
+        mt.autocast("tpu")
+    with pytest.raises(ValueError, match=r"mt.bfloat16, got float16.*GradScaler"):
+        mt.autocast("cuda", dtype=mt.float16)
+    with pytest.raises(TypeError, match="enabled must be True or False, got 'yes'"):
+        mt.autocast("cpu", enabled="yes")
+    with pytest.raises(TypeError):
+        mt.autocast()  # device_type is required, as in PyTorch
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    batch=st.lists(st.integers(1, 3), max_size=2),
+    n=st.integers(1, 5),
+    k=st.integers(1, 9),
+    m=st.integers(1, 5),
+    broadcast=st.booleans(),
+)
+def test_batched_products_round_as_the_reference(batch, n, k, m, broadcast):
+    rng = np.random.default_rng(len(batch) * 100 + n * 10 + k)
+    a_ = rng.standard_normal((*batch, n, k)).astype(np.float32)
+    b_ = rng.standard_normal((k, m) if broadcast else (*batch, k, m)).astype(np.float32)
+    a, b = mt.tensor(a_, requires_grad=True), mt.tensor(b_, requires_grad=True)
+    with mt.autocast("cpu"):
+        z = a @ b
+    assert z.dtype == mt.bfloat16
+    np.testing.assert_array_equal(z.numpy(), (rounded(a_) @ rounded(b_)).astype(BF16))
+    z.float().sum().backward()
+    assert a.grad.dtype == b.grad.dtype == mt.float32 and a.grad.shape == a.shape and b.grad.shape == b.shape
+
+
+# -- plugins and models ---------------------------------------------------------------------------
+class RecordingPooling(mt.nn.Module):
+    """A learner's pooling: a softmax written with ops, noting the dtype of the scores it gets."""
+
+    seen = []
+
+    def __init__(self, **options):
+        super().__init__()
+
+    def forward(self, scores, valid_lens=None, mask=None):
+        RecordingPooling.seen.append(scores.dtype)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, -1e9)
+        e = (scores - scores.max(axis=-1, keepdims=True).detach()).exp()
+        return e / e.sum(axis=-1, keepdims=True)
+
+
+class UserPlugins:
+    @hookimpl
+    def minitensor_poolings(self):
+        return {"recording_softmax": RecordingPooling}
+
+
+def test_a_users_pooling_gets_float32_scores_from_bfloat16_products():
+    plugin = UserPlugins()
+    mt.plugins.register(plugin)
+    try:
+        mha = mt.nn.MultiHeadAttention(8, 2, pooling="recording_softmax")
+        X = mt.randn(2, 5, 8)
+        RecordingPooling.seen.clear()
+        with mt.autocast("cpu"):
+            out = mha(X, X, X, causal=True)
+        assert RecordingPooling.seen == [mt.float32]
+        assert out.dtype == mt.bfloat16  # W_o's product
+    finally:
+        mt.plugins.unregister(plugin)
+
+
+def _lm(**options):
+    mt.manual_seed(0)
+    return mt.nn.TransformerLM(
+        vocab_size=16, num_hiddens=32, ffn_num_hiddens=64, num_heads=4, num_blks=2, dropout=0.0, max_len=16,
+        norm_first=True, activation="gelu", bias=False, tie_embeddings=True, **options,
+    )  # fmt: skip
+
+
+LM_OPTIONS = {
+    "streamed": {"fused": True},
+    "plain attention": {"fused": False},  # bfloat16 scores, float32 softmax, bfloat16 weights @ values
+    "rotary, grouped heads": {"positional": "rotary", "num_kv_heads": 2},  # float32 keys, bfloat16 values
+    "alibi": {"positional": "alibi", "fused": False},  # a float32 bias on bfloat16 scores
+}
+
+
+@pytest.mark.parametrize("options", LM_OPTIONS.values(), ids=LM_OPTIONS.keys())
+def test_a_language_model_trained_in_autocast_follows_the_float32_losses(options):
+    """The same model from the same weights on the same batches: in autocast its losses follow
+    the float32 run's within bfloat16's error, and both learn (a sequence that counts mod 16)."""
+    rng = np.random.default_rng(0)
+    starts = rng.integers(0, 16, (40, 8, 1))
+    batches = [(mt.tensor((s + np.arange(12)) % 16)[:, :-1], mt.tensor((s + np.arange(12)) % 16)[:, 1:]) for s in starts]
+    losses = {}
+    for mixed in (False, True):
+        model = _lm(**options)
+        optimizer = mt.optim.AdamW(model.parameters(), lr=3e-3)
+        losses[mixed] = []
+        for X, Y in batches:
+            optimizer.zero_grad()
+            with mt.autocast("cpu", enabled=mixed):
+                loss = F.cross_entropy(model(X), Y)
+            loss.backward()
+            optimizer.step()
+            losses[mixed].append(loss.item())
+        assert all(p.dtype == mt.float32 for p in model.parameters())
+    full, mixed = np.array(losses[False]), np.array(losses[True])
+    assert full[-5:].mean() < 0.5 * full[:5].mean() and mixed[-5:].mean() < 0.5 * mixed[:5].mean()
+    np.testing.assert_allclose(mixed[:3], full[:3], rtol=2e-3)  # bfloat16's 2^-8, shared by many products
+    assert abs(mixed[-5:].mean() - full[-5:].mean()) < 0.02
+
+
+# -- the command line -----------------------------------------------------------------------------
+def test_train_autocast_trains_resumes_and_says_so(tmp_path, capsys):
+    """``minitensor train --autocast``: the header says so, the run learns as the float32 run does
+    (the same data and initial weights), the checkpoint's weights are float32, and a resumed run
+    may turn it off (a setting of how to compute, not of what is learned)."""
+    from minitensor import cli
+    from minitensor.train.checkpoint import load_checkpoint
+
+    args = ["train", "--task", "reverse", "--num-train", "512", "--num-heldout", "32", "--max-len", "5"]
+    args += ["--batch-size", "32", "--num-blks", "1", "--num-hiddens", "32", "--ffn-num-hiddens", "64"]
+    args += ["--epochs", "6", "--lr", "0.005", "--no-progress"]
+    held_out = {}
+    for mixed in (False, True):
+        out = tmp_path / f"run{mixed}"
+        assert cli.main([*args, "--out", str(out), *(["--autocast"] if mixed else [])]) == 0
+        text = capsys.readouterr().out
+        assert ("(bfloat16 autocast)" in text) == mixed
+        held_out[mixed] = float(text.split(", loss ")[-1].split()[0])  # the final report's
+    # from 2.7 at the start (about ln 14, a guess among the task's tokens) to 0.6 in 96 steps
+    assert held_out[True] < 1.0 and abs(held_out[True] - held_out[False]) < 0.05, held_out
+    weights = load_checkpoint(str(tmp_path / "runTrue" / "checkpoint"))["state_dict"]
+    assert {t.dtype for t in weights.values()} == {mt.float32}
+    assert cli.main(["train", "--resume", "--no-autocast", "--epochs", "7", "--out", str(tmp_path / "runTrue")]) == 0
+    assert "(bfloat16 autocast)" not in capsys.readouterr().out
