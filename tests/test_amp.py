@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from minitensor.nn import functional as F
 
 import minitensor as mt
 from minitensor import hookimpl
-from minitensor.nn import functional as F
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 
@@ -154,7 +154,8 @@ def test_other_ops_run_in_the_dtype_they_are_given(op):
 
 def test_gelu_in_bfloat16_is_the_float32_gelu_rounded_once():
     x = mt.tensor(data(64, 8) * 3)
-    np.testing.assert_array_equal(F.gelu(x.bfloat16()).numpy(), F.gelu(mt.tensor(rounded(x.numpy()))).numpy().astype(BF16))
+    expected = F.gelu(mt.tensor(rounded(x.numpy()))).numpy().astype(BF16)
+    np.testing.assert_array_equal(F.gelu(x.bfloat16()).numpy(), expected)
 
 
 def test_bfloat16_meeting_float32_promotes_inside_autocast():
@@ -288,7 +289,8 @@ def test_a_language_model_trained_in_autocast_follows_the_float32_losses(options
     the float32 run's within bfloat16's error, and both learn (a sequence that counts mod 16)."""
     rng = np.random.default_rng(0)
     starts = rng.integers(0, 16, (40, 8, 1))
-    batches = [(mt.tensor((s + np.arange(12)) % 16)[:, :-1], mt.tensor((s + np.arange(12)) % 16)[:, 1:]) for s in starts]
+    counts = [mt.tensor((s + np.arange(12)) % 16) for s in starts]
+    batches = [(c[:, :-1], c[:, 1:]) for c in counts]
     losses = {}
     for mixed in (False, True):
         model = _lm(**options)
