@@ -109,6 +109,7 @@ TARGETS = [
     ("recipe/nanoGPT", "nanoGPT recipe iteration, TF32 / nanoGPT float32 (TF32)", 1.5, 1.0),
     ("recipe, graph/nanoGPT", "the same with --cuda-graph", 1.5, 1.0),
     ("recipe bfloat16/nanoGPT bfloat16", "stretch: bfloat16 products / nanoGPT's bfloat16 autocast", 1.5, None),
+    ("recipe autocast/nanoGPT bfloat16", "stretch: --autocast (mt.autocast) / nanoGPT's bfloat16 autocast", 1.5, None),
 ]
 MEASURED = {}  # key -> ratio, filled by the sections
 
@@ -846,7 +847,8 @@ def nanogpt_benchmark(device, quick, nanogpt_dir=NANOGPT_DIR, flags_file=None):
     (its default on a GPU that has bfloat16), from the same weights after checking that both
     compute the same loss. minitensor runs at the preset's ``--matmul-precision high`` (TF32,
     as nanoGPT), at ``highest``, at ``medium`` (its products on bfloat16 tensor cores, beside
-    nanoGPT's bfloat16 autocast), and once more at TF32 with its attention streamed
+    nanoGPT's bfloat16 autocast), with ``--autocast`` (``mt.autocast``: bfloat16 activations
+    between the products too, as nanoGPT's autocast), and once more at TF32 with its attention streamed
     (``--fused on``: the CUDA attention kernels with the weights' dropout inside, three launches
     an attention each way where the plain path at context 256, which ``--fused auto`` takes,
     runs some 30 CuPy operators with cuBLAS's products; nanoGPT runs SDPA's fused kernel).
@@ -877,15 +879,16 @@ def nanogpt_benchmark(device, quick, nanogpt_dir=NANOGPT_DIR, flags_file=None):
 
         attention_layers = [m for m in state.model.modules() if isinstance(m, mt.nn.MultiHeadAttention)]
 
-        def mt_iterations(precision, fused="auto", graphed=None):
+        def mt_iterations(precision, fused="auto", graphed=None, autocast=False):
             def run_them():
                 mt.set_float32_matmul_precision(precision)
                 for layer in attention_layers:
                     layer.fused = fused
                 state.graphed = graphed  # None: eager
+                state.config = replace(config, autocast=autocast)  # --autocast
                 for _ in range(NANOGPT_ITERATIONS):
                     loop.train_step(state, next(batches))
-                state.graphed = None
+                state.graphed, state.config = None, config
 
             return run_them
 
@@ -910,6 +913,9 @@ def nanogpt_benchmark(device, quick, nanogpt_dir=NANOGPT_DIR, flags_file=None):
         medium_failure = probe_medium(device)
         if medium_failure is None:
             cases["minitensor, bfloat16 products (medium)"] = mt_iterations("medium")
+            # --autocast (mt.autocast): bfloat16 activations between the products too, as nanoGPT's; its
+            # products' operands are bfloat16 already, so "medium" computes them exactly on the tensor cores
+            cases["minitensor, bfloat16 autocast"] = mt_iterations("medium", autocast=True)
         n_params = sum(int(p.numel()) for p in state.model.parameters())
         if device.torch_device is not None:
             from _gpt_twin import twin_state  # imports torch
@@ -1002,6 +1008,7 @@ def nanogpt_benchmark(device, quick, nanogpt_dir=NANOGPT_DIR, flags_file=None):
         ("recipe/nanoGPT", "minitensor, TF32", "nanoGPT, float32 (TF32)"),
         ("recipe, graph/nanoGPT", "minitensor, TF32, CUDA graph", "nanoGPT, float32 (TF32)"),
         ("recipe bfloat16/nanoGPT bfloat16", "minitensor, bfloat16 products (medium)", "nanoGPT, bfloat16 autocast"),
+        ("recipe autocast/nanoGPT bfloat16", "minitensor, bfloat16 autocast", "nanoGPT, bfloat16 autocast"),
     ):
         if ours in stats and theirs in stats:
             note_ratio(key, stats[ours].median / stats[theirs].median)

@@ -90,8 +90,8 @@ def test_resume_refuses_other_settings_by_name(run):
         "--num-heads 4 (the run has 2)",
         "--lr 0.5 (the run has 0.01)",
         "--scorer 'dot' (the run has 'scaled_dot')",
-        "may change only --fused, --epochs, --steps, --device, --matmul-precision, --cuda-graph, --workers, "
-        "--no-progress",
+        "may change only --fused, --epochs, --steps, --device, --matmul-precision, --autocast, --cuda-graph, "
+        "--workers, --no-progress",
     )
     assert file_hashes(run) == before
 

@@ -191,8 +191,8 @@ def test_resume_writes_to_the_copy_from_any_directory(finished_run, tmp_path, mo
 
 def test_which_fields_may_change_on_resume_is_marked_on_the_fields():
     assert TrainConfig.resumable_fields() == (
-        "fused", "epochs", "steps", "device", "matmul_precision", "cuda_graph", "workers", "progress", "eval_interval",
-        "eval_iters",
+        "fused", "epochs", "steps", "device", "matmul_precision", "autocast", "cuda_graph", "workers", "progress",
+        "eval_interval", "eval_iters",
     )  # fmt: skip
     marked = {f.name for f in dataclasses.fields(TrainConfig) if f.metadata["resumable"]}
     assert marked == set(TrainConfig.resumable_fields())
