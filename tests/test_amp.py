@@ -334,3 +334,14 @@ def test_train_autocast_trains_resumes_and_says_so(tmp_path, capsys):
     assert {t.dtype for t in weights.values()} == {mt.float32}
     assert cli.main(["train", "--resume", "--no-autocast", "--epochs", "7", "--out", str(tmp_path / "runTrue")]) == 0
     assert "(bfloat16 autocast)" not in capsys.readouterr().out
+
+
+def test_each_device_type_has_its_own_block():
+    """As in PyTorch: turning "cuda" off inside a "cpu" block leaves the CPU's on."""
+    layer = mt.nn.Linear(3, 4)
+    with mt.autocast("cpu"), mt.autocast("cuda", enabled=False):
+        assert mt.is_autocast_enabled("cpu") and not mt.is_autocast_enabled("cuda")
+        assert layer(mt.randn(2, 3)).dtype == mt.bfloat16
+    x = mt.randn(2, 3, dtype=mt.float64)
+    with mt.autocast("cpu"):
+        assert (x @ x.T).dtype == mt.float64  # float64 is left alone, as PyTorch leaves it

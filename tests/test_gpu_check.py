@@ -36,7 +36,8 @@ def test_the_benchmarks_run_on_the_cpu_and_check_their_results(tmp_path):
     assert "naive/mt" in out and "Training step (forward + loss + backward + Adam) on cpu" in out
     assert "Dropout (mask and product) on cpu" in out and "everything passed" in out
     assert "nanoGPT's shakespeare_char GPU recipe" in out and "minitensor, TF32" in out
-    assert "minitensor, bfloat16 products (medium)" in out
+    assert "minitensor, bfloat16 products (medium)" in out and "minitensor, bfloat16 autocast" in out
+    assert judged["recipe autocast/nanoGPT bfloat16"]["measured"] is None  # nanoGPT's bfloat16: a GPU's
     assert "Streamed causal attention with a relative bias" in out and "learned/no bias" in out
     assert "relative bias: gradients agree with the plain path" in out
     if "torch not installed" not in out:
@@ -116,6 +117,7 @@ gpu_check.nanogpt_benchmark(device, quick=True, nanogpt_dir="/nonexistent", flag
     assert "FAILED" not in out, out[-3000:]
     assert out.count("[cuda graph, ") == 2 and out.count("of eager's (relative to each one's largest)") == 2
     assert "graph column True" in out and "minitensor, TF32, CUDA graph" in out
+    assert "minitensor, bfloat16 autocast" in out  # --autocast on the CuPy backend (its bfloat16 arrays)
     assert flags.read_text() in ("--cuda-graph\n", "\n") and f"written to {flags}" in out  # (timings decide)
 
 

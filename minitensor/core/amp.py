@@ -51,19 +51,19 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 DEVICE_TYPES = ("cpu", "cuda")
 
-# (device type, dtype) while a block is active, else None: one module-level read per op, as
-# grad_mode's flag (minitensor runs its graph on one thread)
-_active: tuple[str, numpy.dtype] | None = None
+# device type -> dtype, for the device types inside an enabled block; empty outside any: one
+# module-level read per op, as grad_mode's flag (minitensor runs its graph on one thread)
+_active: dict[str, numpy.dtype] = {}
 
 
 def is_autocast_enabled(device_type: str = "cuda") -> bool:
-    """True inside an ``autocast`` block for ``device_type`` ("cpu" or "cuda")."""
-    return _active is not None and _active[0] == device_type
+    """True inside an enabled ``autocast`` block for ``device_type`` ("cpu" or "cuda")."""
+    return device_type in _active
 
 
 def get_autocast_dtype(device_type: str = "cuda") -> numpy.dtype:
     """The dtype products take inside an ``autocast`` block for ``device_type``: bfloat16."""
-    return _active[1] if _active is not None and _active[0] == device_type else bfloat16
+    return _active.get(device_type, bfloat16)
 
 
 class autocast:
@@ -73,8 +73,9 @@ class autocast:
 
         with mt.autocast("cuda", dtype=mt.bfloat16, enabled=True): ...
 
-    ``enabled=False`` turns it off inside an enclosing block; blocks nest and restore what was
-    there. ``device_type`` is "cpu" or "cuda" (PyTorch's words; a tensor on "cuda:1" is "cuda").
+    ``enabled=False`` turns it off for ``device_type`` inside an enclosing block; blocks nest and
+    restore what was there, each device type on its own, as in PyTorch. ``device_type`` is "cpu"
+    or "cuda" (PyTorch's words; a tensor on "cuda:1" is "cuda").
     ``cache_enabled`` is accepted for PyTorch's code and ignored: each product rounds its
     weights again (PyTorch keeps the rounded copy for the block).
     """
@@ -103,7 +104,9 @@ class autocast:
     def __enter__(self) -> autocast:
         global _active
         self._prev = _active
-        _active = (self.device_type, self.dtype) if self.enabled else None
+        _active = {k: v for k, v in _active.items() if k != self.device_type}  # a new dict: _prev stays
+        if self.enabled:
+            _active[self.device_type] = self.dtype
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -119,23 +122,24 @@ class autocast:
         return wrapper  # type: ignore[return-value]  # functools.wraps keeps fn's signature
 
 
-def _applies(t: Any) -> bool:
-    """Whether the active block covers tensor ``t``'s device ("cuda:1" is "cuda")."""
-    return _active is not None and t.device.split(":")[0] == _active[0]
+def _block_dtype(t: Any) -> numpy.dtype | None:
+    """The dtype of the block that covers tensor ``t``'s device ("cuda:1" is "cuda"), if any."""
+    return _active.get(t.device.split(":")[0]) if isinstance(t, Tensor) else None
 
 
 def lower(*tensors: Any) -> tuple[Any, ...]:
     """The operands of a product, float32 ones rounded to the block's dtype (differentiably: the
-    gradient is turned back into float32). Outside a block, or for another device, as given."""
-    if _active is None:
+    gradient is turned back into float32). Outside a block, or for another device, as given;
+    float64 stays float64, as in PyTorch."""
+    if not _active:
         return tensors
-    return tuple(t.to(dtype=_active[1]) if _covers_float32(t) else t for t in tensors)
+    return tuple(t.to(dtype=_block_dtype(t)) if _covers_float32(t) else t for t in tensors)
 
 
 def in_float32(t: Any) -> Any:
     """The input of an op that autocast runs in float32: a bfloat16 tensor becomes float32
     (differentiably) inside a block for its device; anything else is returned as given."""
-    if _active is None or not isinstance(t, Tensor) or t.dtype != _active[1] or not _applies(t):
+    if not _active or not isinstance(t, Tensor) or t.dtype != _block_dtype(t):
         return t
     return t.to(dtype=float32)
 
@@ -143,8 +147,11 @@ def in_float32(t: Any) -> Any:
 def promotes(a: Any, b: Any) -> bool:
     """Whether two float tensors of different dtypes may meet in one op: bfloat16 and float32
     inside a block for their device (the wider wins, as PyTorch's elementwise ops promote)."""
-    return _active is not None and {a.dtype, b.dtype} == {_active[1], float32} and _applies(a)
+    if not _active:
+        return False
+    dtype = _block_dtype(a)
+    return dtype is not None and {a.dtype, b.dtype} == {dtype, float32}
 
 
 def _covers_float32(t: Any) -> bool:
-    return isinstance(t, Tensor) and t.dtype == float32 and _applies(t)
+    return isinstance(t, Tensor) and t.dtype == float32 and _block_dtype(t) is not None
