@@ -15,7 +15,8 @@
 # 4. draw the graph of scaled dot-product attention and watch the order in which
 #    `backward` visits its nodes, and what a write `x[i] = v` into a tensor in the graph becomes;
 # 5. see why the softmax at the heart of attention runs as a *fused* numba kernel (融合计算内核), and
-#    time it against plain NumPy;
+#    time it against plain NumPy; then round to bfloat16 and see which operations mixed precision
+#    (混合精度, `mt.autocast`) keeps in float32;
 # 6. leave the single process: trace one step of data-parallel training over three simulated
 #    ranks, and see why their gradients are summed weighted by their tokens.
 #
@@ -666,6 +667,64 @@ print("wrote", figure_path(T, "softmax_timing.png"))
 # and 2 threads, interleaved runs against plain NumPy *and* `torch.softmax`, and the
 # memory bandwidth the kernel reaches (bench/README.md lists its results: about 4x faster than
 # plain NumPy, and faster than PyTorch, on a 2-core machine).
+
+# %% [markdown]
+# ## Fewer bits: bfloat16 and mixed precision
+#
+# A float32 number has 8 bits of exponent and 24 of mantissa. bfloat16 (16 bits, from Google
+# Brain) keeps the 8 exponent bits, so float32's range, and 8 bits of mantissa: about two
+# decimal digits, a relative rounding error of at most $2^{-8}$, in half the memory. float16
+# spends its bits the other way (5 of exponent, 11 of mantissa) and overflows past 65,504,
+# which is why training in it needs a loss scaler. A GPU's tensor cores multiply bfloat16
+# matrices several times faster than float32 ones, and moving half the bytes shortens every
+# memory-bound op around them. Mixed precision (混合精度) takes that speed where rounding
+# does little harm and keeps float32 where it does (Micikevicius et al., "Mixed Precision
+# Training", 2018; Kalamkar et al., "A Study of BFLOAT16 for Deep Learning Training", 2019):
+#
+# * a *product* of matrices sums its many products of rounded numbers in float32 (the tensor
+#   core's accumulator) and rounds only the result once;
+# * a *sum* of many numbers stops growing in bfloat16: 256 + 1 rounds back to 256, so 4,096
+#   ones add up to 256. Softmaxes, norms, means and losses are sums, and an exponential
+#   magnifies the rounding of its input;
+# * the *weights* stay float32: an update lr × gradient is often smaller than half a bfloat16
+#   step of the weight, and a bfloat16 weight would not move at all.
+#
+# `mt.autocast` (`minitensor/core/amp.py`, PyTorch's `torch.autocast`) applies these rules op
+# by op inside a block: products in bfloat16; softmaxes, norms, sums and losses in float32;
+# everything else in the dtype it is given. Rounding a float32 weight for a product is an op
+# of the graph (`AsType`), and its backward turns the gradient back into float32.
+
+# %%
+x = mt.tensor([1.0, 1.0 + 2**-9, 1.0 + 2**-7, math.pi])
+print("float32: ", x.numpy())
+print("bfloat16:", x.bfloat16().float().numpy())
+assert x.bfloat16().float()[1].item() == 1.0, "1 + 2^-9 is less than half a bfloat16 step above 1"
+
+ones = np.ones(4096, dtype=mt.bfloat16)
+print(f"4,096 ones added in bfloat16: {float(ones.sum()):g}; by mt.sum, in float32: {mt.tensor(ones).sum().item():g}")
+assert float(ones.sum()) == 256 and mt.tensor(ones).sum().item() == 4096, "why sums run in float32"
+
+weight, update = mt.tensor([1.0]), 1e-3 * 0.5  # lr times a gradient
+print(f"w - update: {(weight - update).item():.6f} in float32, {(weight.bfloat16() - update).item():g} in bfloat16")
+
+layer = mt.nn.Linear(8, 4)
+X = mt.randn(3, 8)
+with mt.autocast("cpu"):
+    Y = layer(X)
+    P = mt.softmax(Y, axis=-1)
+    loss = -P.log().mean()
+loss.backward()  # outside the block, as in PyTorch
+print(f"in the block: Linear gives {Y.dtype}, softmax {P.dtype}, the loss {loss.dtype}; .grad {layer.weight.grad.dtype}")
+assert (Y.dtype, P.dtype, loss.dtype, layer.weight.grad.dtype) == (mt.bfloat16, mt.float32, mt.float32, mt.float32)
+full = -mt.softmax(layer(X), axis=-1).log().mean()
+print(f"the same loss in float32: {full.item():.6f}, in mixed precision: {loss.item():.6f}")
+
+# %% [markdown]
+# The loss differs from float32's in the third or fourth digit, and `minitensor train
+# --autocast` trains the same curves (`tests/test_amp.py` checks a language model's losses
+# step by step). On this CPU there is nothing to gain: NumPy has no bfloat16 matrix product,
+# so minitensor multiplies the rounded numbers in float32 and pays for the roundings. The
+# speed-up is a GPU's (`docs/gpu.md`).
 #
 # ## Beyond one process: data parallelism and the all-reduce
 #
@@ -992,6 +1051,10 @@ print(f"this process: rank {here.rank} of {here.size}")
 #    `allreduce_gradients` add for them, and does every rank still hold one process's
 #    gradient? Then build replica 1 with `dropout=0.1`: why do the replicas stay identical
 #    after the step, although the gradient no longer equals one process's?
+# 6. Train the `Linear` of the mixed-precision section by hand, once with its weight in float32
+#    and `mt.autocast`, once with the weight itself in bfloat16 (`layer.weight.data =
+#    layer.weight.data.astype(mt.bfloat16)`, the optimiser's update written as `w -= lr * g`).
+#    With a learning rate of 1e-3, after how many steps does the bfloat16 weight stop changing?
 #
 # ## Where this lives in the engine
 #
@@ -1015,6 +1078,9 @@ print(f"this process: rank {here.rank} of {here.size}")
 #   same way (dropout, ReLU, layer norm, Adam's update), each tested against its op's NumPy
 #   code;
 # * `bench/softmax.py` — the proper benchmark;
+# * `minitensor/core/amp.py` — `mt.autocast`: the block's state and the two lines the ops call,
+#   `amp.lower` (the products) and `amp.in_float32` (softmaxes, norms, sums, losses);
+#   `minitensor/core/dtypes.py` — `mt.bfloat16` and `is_floating` (bfloat16's NumPy kind is "V");
 # * `minitensor/train/distributed.py` — data parallelism: `World` (MPI's `COMM_WORLD`, or this
 #   process alone), `broadcast_parameters`, `buckets`, `allreduce_gradients`, `rank_seed`; its
 #   docstring is this section's theory in brief. `shard_bounds` and `Batches(shard=)` in

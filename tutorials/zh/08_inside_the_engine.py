@@ -14,7 +14,8 @@
 # 4. 画出缩放点积注意力的计算图，观察 `backward` 访问各个节点的顺序，
 #    以及写入计算图中张量的 `x[i] = v` 变成了什么；
 # 5. 弄清注意力核心处的 softmax 为什么以*融合*的 numba 计算内核（fused kernel）运行，
-#    并与普通的 NumPy 实现比较运行时间；
+#    并与普通的 NumPy 实现比较运行时间；然后舍入到 bfloat16，看看混合精度（`mt.autocast`）
+#    把哪些运算留在 float32 中；
 # 6. 走出单个进程：在三个模拟的进程上追踪数据并行训练的一步，看看为什么它们的梯度要按
 #    各自的词元数加权求和。
 #
@@ -647,6 +648,59 @@ print("wrote", figure_path(T, "softmax_timing.png"))
 # 前向与反向、softmax 与 log-softmax、两种形状、1 个和 2 个线程，与普通 NumPy *以及*
 # `torch.softmax` 交替运行，并给出该计算内核达到的内存带宽
 # （bench/README.md 列出了它的结果：在一台双核机器上，比普通 NumPy 快约 4 倍，也比 PyTorch 快）。
+
+# %% [markdown]
+# ## 更少的位：bfloat16 与混合精度
+#
+# 一个 float32 数有 8 位指数和 24 位尾数。bfloat16（16 位，出自 Google Brain）保留了这 8 位指数，
+# 因而有 float32 的表示范围，尾数只有 8 位：大约两位十进制有效数字，相对舍入误差至多 $2^{-8}$，
+# 内存却只占一半。float16 的位分配恰好相反（5 位指数、11 位尾数），超过 65,504 就会溢出，
+# 所以用它训练需要损失缩放。GPU 的张量核心做 bfloat16 矩阵乘法比 float32 快好几倍，
+# 而搬运一半的字节也缩短了它们周围每个受内存带宽限制的运算。混合精度
+# 在舍入危害不大的地方取得这份速度，在危害大的地方保留 float32
+# （Micikevicius 等，“Mixed Precision Training”，2018；Kalamkar 等，
+# “A Study of BFLOAT16 for Deep Learning Training”，2019）：
+#
+# * 矩阵的*乘积*把许多舍入后的数的乘积在 float32 中累加（张量核心的累加器），只在最后把结果舍入一次；
+# * 许多数的*求和*在 bfloat16 中会停止增长：256 + 1 舍入后还是 256，所以 4,096 个 1 加起来是 256。
+#   softmax、规范化、均值和损失都是求和，而指数函数会放大其输入的舍入误差；
+# * *权重*保持 float32：一次更新 lr × 梯度 往往小于权重所在处 bfloat16 步长的一半，
+#   bfloat16 的权重根本不会动。
+#
+# `mt.autocast`（`minitensor/core/amp.py`，即 PyTorch 的 `torch.autocast`）在一个代码块内逐个运算地
+# 应用这些规则：乘积用 bfloat16；softmax、规范化、求和与损失用 float32；其余运算保持输入的数据类型。
+# 为乘积舍入一个 float32 权重是计算图中的一个运算（`AsType`），它的反向把梯度变回 float32。
+
+# %%
+x = mt.tensor([1.0, 1.0 + 2**-9, 1.0 + 2**-7, math.pi])
+print("float32: ", x.numpy())
+print("bfloat16:", x.bfloat16().float().numpy())
+assert x.bfloat16().float()[1].item() == 1.0, "1 + 2^-9 is less than half a bfloat16 step above 1"
+
+ones = np.ones(4096, dtype=mt.bfloat16)
+print(f"4,096 ones added in bfloat16: {float(ones.sum()):g}; by mt.sum, in float32: {mt.tensor(ones).sum().item():g}")
+assert float(ones.sum()) == 256 and mt.tensor(ones).sum().item() == 4096, "why sums run in float32"
+
+weight, update = mt.tensor([1.0]), 1e-3 * 0.5  # 学习率乘以一个梯度
+print(f"w - update: {(weight - update).item():.6f} in float32, {(weight.bfloat16() - update).item():g} in bfloat16")
+
+layer = mt.nn.Linear(8, 4)
+X = mt.randn(3, 8)
+with mt.autocast("cpu"):
+    Y = layer(X)
+    P = mt.softmax(Y, axis=-1)
+    loss = -P.log().mean()
+loss.backward()  # 在代码块之外，与 PyTorch 相同
+print(f"in the block: Linear gives {Y.dtype}, softmax {P.dtype}, the loss {loss.dtype}; .grad {layer.weight.grad.dtype}")
+assert (Y.dtype, P.dtype, loss.dtype, layer.weight.grad.dtype) == (mt.bfloat16, mt.float32, mt.float32, mt.float32)
+full = -mt.softmax(layer(X), axis=-1).log().mean()
+print(f"the same loss in float32: {full.item():.6f}, in mixed precision: {loss.item():.6f}")
+
+# %% [markdown]
+# 损失与 float32 的结果在第三或第四位有效数字上不同，而 `minitensor train --autocast`
+# 训练出同样的曲线（`tests/test_amp.py` 逐步检查一个语言模型的损失）。在这台 CPU 上没有什么可得：
+# NumPy 没有 bfloat16 矩阵乘法，所以 minitensor 在 float32 中计算舍入后的数的乘积，还要为舍入付出时间。
+# 加速属于 GPU（`docs/gpu.md`）。
 #
 # ## 走出单个进程：数据并行与全归约
 #
@@ -958,6 +1012,9 @@ print(f"this process: rank {here.rank} of {here.size}")
 # 5. 用 `R = 12` 个进程对这 10 行运行追踪：有两个分片是空的。`allreduce_gradients` 为它们
 #    加上了什么？每个进程是否仍然持有单个进程的梯度？然后用 `dropout=0.1` 构建副本 1：
 #    为什么更新之后各副本仍然相同，尽管梯度已经不再等于单个进程的梯度？
+# 6. 手动训练混合精度一节中的 `Linear`：一次让权重保持 float32 并使用 `mt.autocast`，
+#    一次让权重本身是 bfloat16（`layer.weight.data = layer.weight.data.astype(mt.bfloat16)`，
+#    优化器的更新写成 `w -= lr * g`）。学习率为 1e-3 时，bfloat16 的权重在多少步之后不再变化？
 #
 # ## 这些内容在引擎中的位置
 #
@@ -978,6 +1035,9 @@ print(f"this process: rank {here.rank} of {here.size}")
 #   `minitensor/core/kernels/fused.py` 以同样的方式融合了一个训练步骤中其余的逐元素运算
 #   （暂退法、ReLU、层规范化、Adam 的更新），每一个都与其运算的 NumPy 代码对照测试；
 # * `bench/softmax.py` —— 正式的基准测试；
+# * `minitensor/core/amp.py` —— `mt.autocast`：代码块的状态，以及各运算调用的两行代码，
+#   `amp.lower`（乘积）和 `amp.in_float32`（softmax、规范化、求和、损失）；
+#   `minitensor/core/dtypes.py` —— `mt.bfloat16` 和 `is_floating`（bfloat16 在 NumPy 中的 kind 是 "V"）；
 # * `minitensor/train/distributed.py` —— 数据并行：`World`（MPI 的 `COMM_WORLD`，或者只有
 #   本进程）、`broadcast_parameters`、`buckets`、`allreduce_gradients`、`rank_seed`；它的
 #   文档字符串就是本节理论的简述。`minitensor/data/batching.py` 中的 `shard_bounds` 和
