@@ -691,7 +691,9 @@ with mt.autocast("cpu"):
     P = mt.softmax(Y, axis=-1)
     loss = -P.log().mean()
 loss.backward()  # 在代码块之外，与 PyTorch 相同
-print(f"in the block: Linear gives {Y.dtype}, softmax {P.dtype}, the loss {loss.dtype}; .grad {layer.weight.grad.dtype}")
+print(
+    f"in the block: Linear gives {Y.dtype}, softmax {P.dtype}, the loss {loss.dtype}; .grad {layer.weight.grad.dtype}"
+)
 assert (Y.dtype, P.dtype, loss.dtype, layer.weight.grad.dtype) == (mt.bfloat16, mt.float32, mt.float32, mt.float32)
 full = -mt.softmax(layer(X), axis=-1).log().mean()
 print(f"the same loss in float32: {full.item():.6f}, in mixed precision: {loss.item():.6f}")
