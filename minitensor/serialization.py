@@ -23,7 +23,7 @@ import os
 
 import numpy
 
-from . import DeviceError, Tensor, get_backend, tensor
+from . import DeviceError, Tensor, bfloat16, get_backend, tensor
 from .atomic import write_atomic
 
 FORMAT = "minitensor.save/1"  # the header's "format", so that load knows the file is save's
@@ -79,6 +79,24 @@ def _check_tensor(t, where):
         raise TypeError(f"save: {where} is not a Tensor but of type {type(t).__name__} (mt.tensor(...) makes one)")
 
 
+# safetensors' dtype names, as safetensors.numpy reads them, and bfloat16 ("BF16"), which it does not
+# (NumPy has none: ml_dtypes' is mt.bfloat16, which safetensors.numpy writes as "BF16")
+_DTYPES = {
+    "F64": "float64", "F32": "float32", "F16": "float16", "BF16": bfloat16, "I64": "int64", "U64": "uint64",
+    "I32": "int32", "U32": "uint32", "I16": "int16", "U16": "uint16", "I8": "int8", "U8": "uint8", "BOOL": "bool",
+}  # fmt: skip
+
+
+def _array(view, key, name):
+    """A read-only NumPy view of tensor ``key`` of the deserialized safetensors file ``name``."""
+    if view["dtype"] not in _DTYPES:
+        raise ValueError(
+            f"load: {name} holds {key!r} as {view['dtype']}, a dtype minitensor has no tensors of "
+            f"(it reads {', '.join(_DTYPES)})"
+        )
+    return numpy.frombuffer(view["data"], dtype=_DTYPES[view["dtype"]]).reshape(view["shape"])
+
+
 def load(f, map_location=None):
     """What ``save`` wrote to ``f`` (a path or a binary file object): a Tensor, a list, a tuple or
     a dict of Tensors; a safetensors file that ``save`` did not write loads as a dict.
@@ -94,12 +112,13 @@ def load(f, map_location=None):
         with open(name, "rb") as file:
             data = file.read()
     metadata = _metadata(data, name)
-    from safetensors.numpy import load as safetensors_load
+    from safetensors import deserialize
 
-    try:
-        arrays = safetensors_load(data)
-    except Exception as e:  # safetensors' own checks: offsets, lengths, dtypes
+    try:  # safetensors' own checks: offsets, lengths, dtypes
+        views = deserialize(data)
+    except Exception as e:
         raise ValueError(f"load: {name} cannot be read as safetensors (damaged?): {e}") from e
+    arrays = {key: _array(view, key, name) for key, view in views}
     ours = metadata.get("format") == FORMAT
     structure = metadata.get("structure") if ours else "dict"
     try:

@@ -157,8 +157,10 @@ REASONS = {
     # -- minitensor ------------------------------------------------------------------------------
     "mt.autocast": (
         "bfloat16 only (PyTorch's default on a GPU is float16, which needs its GradScaler; `dtype=mt.float16` "
-        "is refused); `cache_enabled` is accepted and ignored; the ops in bfloat16 and in float32 are listed in "
-        "minitensor/core/amp.py"
+        "is refused); `cache_enabled` is accepted and ignored; one list of ops for both devices, PyTorch's CUDA "
+        "one (on the CPU PyTorch keeps softmax, layer norm and sums in bfloat16; here they are float32, as on a "
+        "GPU), with the attention (SDPA) in float32 (minitensor/core/amp.py lists them); the block is the "
+        "process's, not a thread's, as `no_grad` is"
     ),
     "mt.get_autocast_dtype": UNREADABLE.format("get_autocast_dtype"),
     "mt.is_autocast_enabled": UNREADABLE.format("is_autocast_enabled"),

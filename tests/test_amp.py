@@ -6,6 +6,8 @@ return float32; bfloat16 meeting float32 promotes; parameters and their gradient
 and a model trained in the block follows the float32 model's losses.
 """
 
+import warnings
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -345,3 +347,117 @@ def test_each_device_type_has_its_own_block():
     x = mt.randn(2, 3, dtype=mt.float64)
     with mt.autocast("cpu"):
         assert (x @ x.T).dtype == mt.float64  # float64 is left alone, as PyTorch leaves it
+
+
+# -- what a PyTorch user's code meets (a probe of the first version found each of these) ---------
+def test_the_gru_runs_its_recurrence_in_float32_inside_the_block():
+    """The inputs' share of the gates is a product (bfloat16); the recurrence carries its state
+    from step to step and runs in float32, so D2L's GRU encoder-decoders train in the block."""
+    mt.manual_seed(0)
+    gru, cell = mt.nn.GRU(8, 16, num_layers=2), mt.nn.GRUCell(8, 16)
+    X = mt.randn(5, 3, 8)
+    full, _ = gru(X)
+    with mt.autocast("cpu"):
+        out, H = gru(X)
+        h = cell(X[0])
+    assert out.dtype == H.dtype == h.dtype == mt.float32
+    np.testing.assert_allclose(out.numpy(), full.numpy(), atol=2e-2)
+    out.sum().backward()
+    assert {p.grad.dtype for p in gru.parameters()} == {mt.float32}
+
+
+def test_conv1d_is_a_product():
+    conv = mt.nn.Conv1d(4, 6, 3)
+    with mt.autocast("cpu"):
+        assert conv(mt.randn(2, 4, 10)).dtype == mt.bfloat16
+        assert conv(mt.randn(2, 4, 10).bfloat16()).dtype == mt.bfloat16
+        y = conv(mt.randn(2, 4, 10))
+    y.float().sum().backward()
+    assert conv.weight.grad.dtype == conv.bias.grad.dtype == mt.float32
+
+
+def test_scaled_dot_product_attention_takes_the_dtypes_autocast_makes():
+    """RoPE makes queries and keys float32 where the values stay bfloat16: the call rounds all
+    three (and a float mask) to bfloat16, as PyTorch's autocast does."""
+    v = mt.nn.Linear(8, 8)(mt.randn(1, 2, 4, 8))
+    q = k = mt.randn(1, 2, 4, 8)
+    with mt.autocast("cpu"):
+        v = mt.nn.Linear(8, 8)(mt.randn(1, 2, 4, 8))
+        for options in ({"is_causal": True}, {"attn_mask": mt.randn(4, 4)}, {"attn_mask": mt.ones(4, 4) > 0}):
+            out = F.scaled_dot_product_attention(q, k, v, **options)
+            assert out.dtype in (mt.bfloat16, mt.float32) and out.shape == (1, 2, 4, 8)
+
+
+def test_an_int8_cache_keeps_float32_keys_beside_bfloat16_values():
+    """(Quantised in float32: in bfloat16 a code of 255 rounded up would be 256, past uint8.)"""
+    lm = _lm(positional="rotary")
+    logits = {}
+    with mt.no_grad(), mt.autocast("cpu"), warnings.catch_warnings():
+        warnings.simplefilter("error")  # no invalid cast
+        for cache in ("full", "int8"):
+            _, state = lm.decode_step(mt.tensor([[1, 2, 3]]), lm.begin_decoding(cache=cache))
+            logits[cache], state = lm.decode_step(mt.tensor([[4]]), state)
+    assert logits["int8"].dtype == mt.bfloat16
+    np.testing.assert_allclose(logits["int8"].float().numpy(), logits["full"].float().numpy(), atol=0.1)
+
+
+def test_reductions_of_bfloat16_tensors_sum_in_float32_outside_the_block():
+    """Each result is the float32 reduction of the same numbers rounded once (a bfloat16 running
+    sum of 4,096 numbers near 30 would stop near 8,192 and give a variance of 64 for 1)."""
+    x = mt.tensor(np.random.default_rng(0).standard_normal(4096).astype(np.float32) + 30).bfloat16()
+    for op in (mt.var, mt.std, mt.norm, lambda t: mt.logsumexp(t, 0), lambda t: mt.cumsum(t, 0), mt.sum, mt.mean):
+        got, want = op(x), op(x.float())
+        assert got.dtype == mt.bfloat16
+        np.testing.assert_array_equal(got.numpy(), want.numpy().astype(BF16))
+    ln = mt.nn.LayerNorm(64).bfloat16()
+    z = mt.randn(8, 64).bfloat16()
+    np.testing.assert_array_equal(ln(z).numpy(), F.layer_norm(z.float(), (64,)).numpy().astype(BF16))
+
+
+def test_numbers_written_into_bfloat16_keep_it_bfloat16():
+    q = mt.randn(1, 2, 4, 8).bfloat16()
+    scores = (q @ q.transpose(-2, -1)).masked_fill(mt.tril(mt.ones(4, 4)) == 0, float("-inf"))  # nanoGPT's
+    assert scores.dtype == mt.bfloat16 and (F.softmax(scores, -1).bfloat16() @ q).dtype == mt.bfloat16
+    x = mt.tensor([-2.0, 0.5, 3.0]).bfloat16()
+    for y in (mt.where(x > 0, 0.0, x), mt.where(x > 0, x, 0.0), x.clamp(-1, 1), x.masked_fill(x > 0, -1e9)):
+        assert y.dtype == mt.bfloat16
+    assert float(x.masked_fill(x > 0, -1e9)[1]) == float(np.float32(-1e9).astype(BF16))  # rounded as stored
+    assert str(mt.relu(x)[0].item()) == "0.0"  # not -0.0
+
+
+def test_topk_sort_save_load_and_random_numbers_in_bfloat16(tmp_path):
+    x = mt.tensor([3.0, -1.0, 2.0, 2.5]).bfloat16()
+    assert mt.topk(x, 2).indices.tolist() == [0, 3] and mt.sort(x).values.dtype == mt.bfloat16
+    with pytest.raises(TypeError, match="sort: needs a tensor of numbers, got bool"):
+        mt.sort(mt.tensor([True, False]))
+    mt.save({"w": x, "i": mt.tensor([1, 2])}, tmp_path / "w.safetensors")
+    back = mt.load(tmp_path / "w.safetensors")
+    assert back["w"].dtype == mt.bfloat16 and back["w"].tolist() == x.tolist() and back["i"].dtype == mt.int64
+    mt.manual_seed(0)
+    for t in (mt.randn(3, dtype=mt.bfloat16), mt.rand(3, dtype=mt.bfloat16), mt.randn_like(x), mt.rand_like(x)):
+        assert t.dtype == mt.bfloat16
+    assert mt.normal(0.0, 1.0, size=(3,), dtype=mt.bfloat16).dtype == mt.bfloat16
+    assert float(mt.rand(100_000, dtype=mt.bfloat16).max()) < 1.0  # float32 draws near 1 would round up to 1
+    assert mt.from_numpy(np.ones(2, BF16)).dtype == mt.bfloat16
+
+
+def test_a_bfloat16_model_runs_in_the_block_too():
+    """``model.bfloat16()`` (weights bfloat16, as ``half()`` makes them float16): inside the block
+    its layer norm runs in float32 on float32 copies of its weights, as in PyTorch."""
+    model = _lm().bfloat16()
+    assert {p.dtype for p in model.parameters()} == {mt.bfloat16}
+    X = mt.tensor([[1, 2, 3, 4]])
+    with mt.autocast("cpu"):
+        loss = F.cross_entropy(model(X), mt.tensor([[2, 3, 4, 5]]))
+    loss.backward()
+    assert loss.dtype == mt.float32 and {p.grad.dtype for p in model.parameters()} == {mt.bfloat16}
+
+
+def test_an_onnx_export_inside_the_block_is_refused():
+    pytest.importorskip("onnx")
+    from minitensor.onnx import ExportError
+
+    with mt.autocast("cpu"), pytest.raises(ExportError, match="inside mt.autocast.*export outside the block"):
+        mt.onnx.export(mt.nn.Linear(2, 2), mt.randn(1, 2), "never-written.onnx")
+    with pytest.raises(ValueError, match="got float32; the products' lower precision is the point"):
+        mt.autocast("cpu", dtype=mt.float32)

@@ -134,6 +134,7 @@ MODELS = {
         "autocast": True,
     },
     "transformer, streamed, autocast": dict(fused="on", autocast=True),
+    "bahdanau, autocast": dict(model="bahdanau", autocast=True),  # the GRU's recurrence in float32
 }
 
 

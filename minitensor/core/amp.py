@@ -93,10 +93,13 @@ class autocast:
             )
         dtype = bfloat16 if dtype is None else as_dtype(dtype)
         if dtype != bfloat16:
-            raise ValueError(
-                f"autocast: dtype must be mt.bfloat16, got {dtype}; float16's range makes gradients underflow "
-                "without a loss scaler (PyTorch's GradScaler), which minitensor does not have"
+            why = (
+                "float16's range makes gradients underflow without a loss scaler (PyTorch's GradScaler), which "
+                "minitensor does not have"
+                if dtype == numpy.float16
+                else "the products' lower precision is the point of the block (enabled=False turns it off)"
             )
+            raise ValueError(f"autocast: dtype must be mt.bfloat16, got {dtype}; {why}")
         if not isinstance(enabled, bool):
             raise TypeError(f"autocast: enabled must be True or False, got {enabled!r}")
         self.device_type, self.dtype, self.enabled = device_type, dtype, enabled

@@ -94,7 +94,7 @@ def _finite_numbers(op: str, **values: Any) -> list[Any]:
 def _float_dtype(op: str, dtype: DType) -> numpy.dtype:
     """``dtype`` (float32 if None) for a maker of real-valued samples, which integers cannot hold."""
     dtype = as_dtype(dtype) or float32
-    if dtype.kind != "f":
+    if not is_floating(dtype):
         raise DTypeError(f"{op}: draws real numbers, which dtype {dtype} cannot hold; use randint for integers")
     return dtype
 
@@ -243,7 +243,7 @@ def normal(
     dtype = as_dtype(dtype) or float32
     if not tensors:
         shape = _shape("normal", (size,), dtype, backend)
-    if numpy.dtype(dtype).kind != "f":
+    if not is_floating(numpy.dtype(dtype)):
         raise TypeError(f"normal: the samples are floating-point numbers, not {numpy.dtype(dtype)}; pass float means")
     data = (backend.normal(shape, dtype) * stds + means).astype(dtype, copy=False)
     return _leaf(data, backend, requires_grad)
@@ -400,7 +400,7 @@ def from_numpy(array: numpy.ndarray) -> Tensor:
     writing to one changes the other. ``mt.tensor(array)`` copies instead."""
     if not isinstance(array, numpy.ndarray):
         raise TypeError(f"from_numpy: expected a numpy.ndarray, got {type(array).__name__}")
-    if array.dtype.kind not in "fiub":
+    if array.dtype.kind not in "fiub" and not is_floating(array.dtype):
         raise TypeError(f"from_numpy: unsupported dtype {array.dtype} (numbers or booleans expected)")
     return Tensor._make(array, get_backend("cpu"), None)
 

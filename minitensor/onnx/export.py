@@ -13,7 +13,7 @@ become initializers, under their ``named_parameters`` names. ``onnx.checker`` ch
 model before it is written; the file appears complete or not at all.
 """
 
-from .. import Tensor
+from .. import Tensor, is_autocast_enabled
 from ..atomic import write_atomic
 from .graph import ExportError, GraphBuilder, onnx_dtype
 from .ops import mapping_of
@@ -89,6 +89,11 @@ def export(module, example_inputs, path, *, input_names=None, output_names=None,
         from onnx import helper
     except ImportError as e:
         raise ImportError(f'mt.onnx.export needs the onnx package ({e}): pip install -e ".[onnx]"') from None
+    if is_autocast_enabled("cpu") or is_autocast_enabled("cuda"):
+        raise ExportError(
+            "mt.onnx.export: called inside mt.autocast, which would write bfloat16 products (ONNX Runtime's CPU "
+            "has no bfloat16 MatMul); export outside the block: the weights are float32"
+        )
     inputs = example_inputs if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
     tensors = [x for x in inputs if isinstance(x, Tensor)]
     input_names = list(input_names or [f"input_{i}" for i in range(len(tensors))])

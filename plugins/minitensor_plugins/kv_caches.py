@@ -218,6 +218,8 @@ class Int8Cache(KVCache):
     @classmethod
     def quantize(cls, x: mt.Tensor) -> tuple[mt.Tensor, mt.Tensor, mt.Tensor]:
         """x (..., d) -> (codes uint8 (..., d), scale (..., 1), zero (..., 1)), the last two float16."""
+        if x.dtype in (mt.float16, mt.bfloat16):  # computed in float32: 255 + 0.5 is 256 in bfloat16
+            x = x.float()
         low, high = x.min(axis=-1, keepdims=True), x.max(axis=-1, keepdims=True)
         if not bool((low.abs().max() < 65504) & (high.abs().max() < 65504)):
             raise ValueError(
@@ -241,7 +243,9 @@ class Int8Cache(KVCache):
         return codes.astype(dtype) * scale.astype(dtype) + zero.astype(dtype)
 
     def append(self, keys: mt.Tensor, values: mt.Tensor, positions: numpy.ndarray) -> None:
-        self.dtype = keys.dtype  # what keys() and values() give back
+        # what keys() and values() give back: each its own (mt.autocast's values may be bfloat16
+        # where a positional encoding made the keys float32)
+        self.key_dtype, self.value_dtype = keys.dtype, values.dtype
         with mt.no_grad():
             ck, sk, zk = self.quantize(keys)
             cv, sv, zv = self.quantize(values)
@@ -250,10 +254,10 @@ class Int8Cache(KVCache):
         self.zero_k, self.zero_v = _join(self.zero_k, zk), _join(self.zero_v, zv)
 
     def keys(self) -> mt.Tensor:
-        return self.dequantize(self.codes_k, self.scale_k, self.zero_k, self.dtype)
+        return self.dequantize(self.codes_k, self.scale_k, self.zero_k, self.key_dtype)
 
     def values(self) -> mt.Tensor:
-        return self.dequantize(self.codes_v, self.scale_v, self.zero_v, self.dtype)
+        return self.dequantize(self.codes_v, self.scale_v, self.zero_v, self.value_dtype)
 
     def positions(self) -> numpy.ndarray:
         return numpy.arange(self.codes_k.shape[2], dtype=numpy.int64)

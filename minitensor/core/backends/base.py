@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy
 
-from ..dtypes import bfloat16, float32
+from ..dtypes import bfloat16, float32, is_low_precision
 from ..errors import DeviceError
 
 if TYPE_CHECKING:
@@ -102,6 +102,8 @@ class Backend:
     def uniform(self, shape: Shape, dtype: DType, low: float = 0.0, high: float = 1.0) -> Array:
         """Uniform samples in [low, high): ``random`` stretched and shifted."""
         u = self.random(shape, dtype)
+        if is_low_precision(numpy.dtype(dtype)):  # float32 draws near 1 round up to 1 in 8 or 11 bits
+            u = self.xp.minimum(u, 1 - float(numpy.finfo(dtype).epsneg))  # the largest number below 1
         if low != 0.0 or high != 1.0:
             u = u * (high - low) + low
         return u.astype(dtype, copy=False)

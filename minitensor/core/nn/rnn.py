@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 
+from .. import amp
 from ..creation import zeros
 from ..dtypes import is_floating
 from ..errors import ShapeError
@@ -89,6 +90,7 @@ class GRUCell(Module):
         _check_state("GRUCell", H, (batch, self.num_hiddens))
         H = _as_weight_dtype(H, self.weight_hh)
         gates_x = F.linear(X, self.weight_ih, self.bias_ih).unsqueeze(0)  # a sequence of one step
+        gates_x, H = amp.in_float32(gates_x), amp.in_float32(H)  # the recurrence in float32 (GRU.forward)
         return GRUSequence.apply(gates_x, H, self.weight_hh, self.bias_hh).reshape(batch, self.num_hiddens)
 
     def extra_repr(self) -> str:
@@ -177,7 +179,10 @@ class GRU(Module):
                 X = F.dropout(X, self.dropout, self.training)
             # The inputs' share of the gates for every step at once: one (T*batch, in) product.
             gates_x = F.linear(X.reshape(steps * batch, X.shape[-1]), W_ih, b_ih).reshape(steps, batch, -1)
-            X = GRUSequence.apply(gates_x, H[layer], W_hh, b_hh)  # (T, batch, num_hiddens)
+            # inside mt.autocast that product is bfloat16, but the recurrence runs in float32: its state
+            # carries every step's rounding to the next
+            gates_x, H_0 = amp.in_float32(gates_x), amp.in_float32(H[layer])
+            X = GRUSequence.apply(gates_x, H_0, W_hh, b_hh)  # (T, batch, num_hiddens)
             last_states.append(X[-1])
         outputs = X.swapaxes(0, 1) if self.batch_first else X
         return outputs, stack(last_states)

@@ -69,7 +69,12 @@ def scaled_dot_product_attention(
     ``attn_mask``: bool (True = may attend) or float (added to the scores), broadcastable to
     (..., L, S); ``is_causal``: query i sees keys j <= i; ``scale``: 1 / sqrt(E) by default;
     ``dropout_p``: dropout on the weights; ``enable_gqa``: key/value heads (axis -3) may divide
-    the query heads. Streams (FlashAttention) where that is faster and possible."""
+    the query heads. Streams (FlashAttention) where that is faster and possible. Inside
+    ``mt.autocast`` a product: query, key, value and a float mask in bfloat16, as in PyTorch
+    (the stream then runs in float32, the plain path's softmax too)."""
+    query, key, value = amp.lower(query, key, value)
+    if isinstance(attn_mask, Tensor) and is_floating(attn_mask.dtype):
+        (attn_mask,) = amp.lower(attn_mask)
     _check(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
     attend = _streamed if _streamable(query, key, value, attn_mask) else _plain

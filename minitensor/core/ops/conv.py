@@ -20,6 +20,7 @@ repeats, so no scatter-add is needed.
 
 from __future__ import annotations
 
+from .. import amp
 from ..autograd import Function, Grads
 from ..errors import ShapeError
 from ..tensor import Array, Tensor
@@ -96,5 +97,6 @@ def conv1d(
             f"conv1d: an input of length {x.shape[2]} (padding {padding}) is shorter than the kernel's "
             f"reach, dilation * (kernel_size - 1) + 1 = {dilation * (weight.shape[2] - 1) + 1}"
         )
+    x, weight, bias = amp.lower(x, weight, bias)  # a product: bfloat16 inside mt.autocast
     y = Conv1d.apply(x, weight, stride, padding, dilation)
     return y if bias is None else y + bias.reshape(-1, 1)  # bias (O,) -> (O, 1): one per channel

@@ -242,7 +242,8 @@ class ReLU(Function):
     @staticmethod
     def forward(ctx: Function, a: Array) -> Array:
         kernel = ctx.backend.fused("relu_forward", a.dtype)
-        z = kernel(ctx.xp.ascontiguousarray(a)) if kernel is not None else a * (a > 0)
+        # (maximum, not a * (a > 0), whose negative inputs give -0.0; NaN stays NaN, as in PyTorch)
+        z = kernel(ctx.xp.ascontiguousarray(a)) if kernel is not None else ctx.xp.maximum(a, a.dtype.type(0))
         ctx.save_for_backward(z)
         return z
 
@@ -337,7 +338,7 @@ class Clip(Function):
         if high is not None:
             inside &= a <= high
         ctx.save_for_backward(inside)
-        return xp.clip(a, low, high)
+        return xp.clip(a, low, high).astype(a.dtype, copy=False)  # (NumPy makes bfloat16 float32)
 
     @staticmethod
     def backward(ctx: Function, grad: Array) -> Grads:

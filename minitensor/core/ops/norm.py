@@ -18,7 +18,9 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
+from .. import amp
 from ..autograd import Function, Grads
+from ..dtypes import is_low_precision
 from ..errors import ShapeError
 from ..tensor import Array, Shape, Tensor
 from .promote import full_precision
@@ -124,4 +126,9 @@ def layer_norm(
     for name, p in (("weight", weight), ("bias", bias)):
         if p is not None and tuple(p.shape) != normalized_shape:
             raise ShapeError(f"layer_norm: {name} has shape {p.shape}, expected {normalized_shape}")
-    return LayerNorm.apply(full_precision("layer_norm", x), weight, bias, k, eps)
+    x = full_precision("layer_norm", x)
+    weight, bias = amp.in_float32(weight), amp.in_float32(bias)  # (a bfloat16 model's, in mt.autocast)
+    if is_low_precision(x.data.dtype):  # float16 or bfloat16: the mean and variance summed in float32
+        as32 = [None if t is None else t.float() for t in (weight, bias)]
+        return layer_norm(x.float(), normalized_shape, *as32, eps=eps).to(x.dtype)
+    return LayerNorm.apply(x, weight, bias, k, eps)

@@ -189,7 +189,10 @@ def var(a: Tensor, axis: Axes | None = None, keepdims: bool = False, correction:
     the population variance, which layer normalisation uses. ``keepdims`` as for ``sum``.
     Integers or booleans give float32, as ``mean``.
     """
-    return Var.apply(amp.in_float32(as_float(a)), axis=axis, keepdims=keepdims, correction=correction)
+    a = amp.in_float32(as_float(a))
+    if is_low_precision(a.data.dtype):  # float16 or bfloat16: summed in float32, rounded once
+        return var(a.float(), axis, keepdims, correction).to(a.dtype)
+    return Var.apply(a, axis=axis, keepdims=keepdims, correction=correction)
 
 
 def _two_tensors(op: str, elementwise: Any, a: Tensor, b: Tensor, keepdims: bool) -> Tensor:
@@ -242,7 +245,10 @@ def prod(a: Tensor, axis: Axes | None = None, keepdims: bool = False) -> Tensor:
     """z = prod_i a_i over ``axis`` (an int, a tuple of ints, or None for every axis); dz/da_i =
     the product of the other elements, correct where some are 0 (see ``Prod``). ``keepdims`` as
     for ``sum``. Integers give int64, as in PyTorch (NumPy's product widens them)."""
-    return Prod.apply(amp.in_float32(a), axis=axis, keepdims=keepdims)
+    a = amp.in_float32(a)
+    if is_low_precision(a.data.dtype):  # multiplied in float32, rounded once
+        return prod(a.float(), axis, keepdims).to(a.dtype)
+    return Prod.apply(a, axis=axis, keepdims=keepdims)
 
 
 class LogSumExp(Function):
@@ -275,7 +281,10 @@ def logsumexp(a: Tensor, axis: Axes | None = None, keepdims: bool = False) -> Te
     """z = log sum_i exp(a_i) over ``axis`` (None: every axis), computed without overflow as
     m + log sum_i exp(a_i - m), m the largest; dz/da_i = exp(a_i - z), the softmax along the
     axes. The log-partition function of D2L 4.1's softmax. Integers give float32."""
-    return LogSumExp.apply(amp.in_float32(as_float(a)), axis=axis, keepdims=keepdims)
+    a = amp.in_float32(as_float(a))
+    if is_low_precision(a.data.dtype):  # summed in float32, rounded once
+        return logsumexp(a.float(), axis, keepdims).to(a.dtype)
+    return LogSumExp.apply(a, axis=axis, keepdims=keepdims)
 
 
 class CumSum(Function):
@@ -303,6 +312,8 @@ def cumsum(a: Tensor, axis: int) -> Tensor:
         return cumsum(a.reshape(1), 0).reshape(())
     axis = normalize_axis(axis, a.ndim, "cumsum")
     a = amp.in_float32(a)
+    if is_low_precision(a.data.dtype):  # summed in float32, each running sum rounded once
+        return cumsum(a.float(), axis).to(a.dtype)
     if a.data.dtype.kind in "bi" and a.data.dtype != "int64":
         a = a.astype("int64")
     return CumSum.apply(a, axis=axis)
@@ -362,7 +373,10 @@ def norm(a: Tensor, p: float | str = "fro", axis: Axes | None = None, keepdims: 
         p = 2.0
     if isinstance(p, bool) or not isinstance(p, (int, float)) or not p > 0:
         raise ValueError(f"norm: p must be 'fro' or a number > 0 (math.inf for the largest |a_i|), got {p!r}")
-    return Norm.apply(amp.in_float32(as_float(a)), float(p), axis=axis, keepdims=keepdims)
+    a = amp.in_float32(as_float(a))
+    if is_low_precision(a.data.dtype):  # summed in float32, rounded once
+        return norm(a.float(), p, axis, keepdims).to(a.dtype)
+    return Norm.apply(a, float(p), axis=axis, keepdims=keepdims)
 
 
 class ArgMax(Function):
@@ -470,8 +484,7 @@ def topk(a: Tensor, k: int, axis: int = -1, largest: bool = True, sorted: bool =
     the order of their positions.
     """
     axis = normalize_axis(axis, a.ndim, "topk") if a.ndim else 0
-    if a.dtype.kind not in "fi":
-        raise TypeError(f"topk: needs a tensor of numbers, got {a.dtype}")
+    _ordered("topk", a)
     n = a.shape[axis] if a.ndim else 1
     if not isinstance(k, int) or isinstance(k, bool) or not 0 <= k <= n:
         raise ValueError(f"topk: k must be an integer from 0 to {n} (the length of axis {axis}), got {k!r}")
@@ -482,6 +495,12 @@ def topk(a: Tensor, k: int, axis: int = -1, largest: bool = True, sorted: bool =
     return TopK(TakeAlongAxis.apply(a, indices, axis=axis), indices)
 
 
+def _ordered(op: str, a: Tensor) -> None:
+    """Refuse what ``op`` cannot order: booleans and anything not a float or an integer."""
+    if not (is_floating(a.dtype) or a.dtype.kind == "i"):
+        raise TypeError(f"{op}: needs a tensor of numbers, got {a.dtype}")
+
+
 @torch_names
 def sort(a: Tensor, axis: int = -1, descending: bool = False, stable: bool = False) -> Sort:
     """The elements along ``axis`` in increasing order (``descending=True``: decreasing) and the
@@ -489,6 +508,7 @@ def sort(a: Tensor, axis: int = -1, descending: bool = False, stable: bool = Fal
     element's gradient goes back to the position it came from). Always stable: equal elements
     keep the order of their positions (``stable`` is accepted for PyTorch's sake); NaN counts as
     larger than every number, as in PyTorch. D2L 11.2 sorts its random training inputs."""
+    _ordered("sort", a)
     if a.ndim == 0:
         return Sort(*topk(a, 1))
     n = a.shape[normalize_axis(axis, a.ndim, "sort")]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from ..autograd import Function, Grads
-from ..dtypes import is_floating
 from ..errors import ShapeError
 from ..tensor import Array, Number, Tensor, tensor
 from .promote import promote
@@ -15,6 +14,11 @@ class Where(Function):
     @staticmethod
     def forward(ctx: Function, cond: Array, a: Array, b: Array) -> Array:
         ctx.save_for_backward(cond)
+        # a Python number takes the array's dtype, as in PyTorch (NumPy makes bfloat16 float32)
+        if not hasattr(a, "dtype"):
+            a = b.dtype.type(a)
+        elif not hasattr(b, "dtype"):
+            b = a.dtype.type(b)
         return ctx.xp.where(cond, a, b)
 
     @staticmethod
@@ -46,9 +50,8 @@ def where(cond: Tensor, a: Tensor, b: Tensor) -> Tensor:
 
 def masked_fill(a: Tensor, mask: Tensor, value: Number) -> Tensor:
     """``a`` with ``value`` wherever ``mask`` is True (PyTorch's ``masked_fill``). The result
-    keeps a's dtype, as in PyTorch: 2.7 written into integers is 2."""
-    if isinstance(value, (int, float)) and not is_floating(a.data.dtype):
-        value = a.data.dtype.type(value)  # (NumPy would make the whole result a float64)
+    keeps a's dtype, as in PyTorch: 2.7 written into integers is 2 (``Where`` makes a number
+    the array's dtype; NumPy would make the whole result a float64)."""
     return Where.apply(_as_bool(mask, a), value, a)
 
 
