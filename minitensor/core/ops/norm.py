@@ -129,6 +129,6 @@ def layer_norm(
     x = full_precision("layer_norm", x)
     weight, bias = amp.in_float32(weight), amp.in_float32(bias)  # (a bfloat16 model's, in mt.autocast)
     if is_low_precision(x.data.dtype):  # float16 or bfloat16: the mean and variance summed in float32
-        as32 = [None if t is None else t.float() for t in (weight, bias)]
-        return layer_norm(x.float(), normalized_shape, *as32, eps=eps).to(x.dtype)
+        w32, b32 = (None if t is None else t.float() for t in (weight, bias))
+        return layer_norm(x.float(), normalized_shape, w32, b32, eps).to(x.dtype)
     return LayerNorm.apply(x, weight, bias, k, eps)
