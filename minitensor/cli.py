@@ -928,9 +928,9 @@ def _add_train_parser(sub, common, help_recipe=None):
         "--autocast",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="mixed precision in bfloat16 (mt.autocast, as PyTorch's): matrix products in bfloat16, softmaxes, "
-        "norms, sums and the loss in float32, the weights float32; half the memory of the products' outputs "
-        "and a GPU's bfloat16 tensor cores; on the CPU, slower than float32 (no bfloat16 BLAS)",
+        help="mixed precision in bfloat16 (mt.autocast, as PyTorch's): matrix products in bfloat16 (a GPU's "
+        "bfloat16 tensor cores), softmaxes, norms, sums and the loss in float32, the weights float32; on the "
+        "CPU, slower than float32 (no bfloat16 BLAS)",
     )
     run.add_argument(
         "--cuda-graph",

@@ -3,8 +3,8 @@
 A float32 number carries 24 bits of mantissa; bfloat16 keeps float32's 8 exponent bits (so its
 range: no loss scaling is needed, unlike float16) and 8 bits of mantissa, about two decimal
 digits, in half the bytes. Training tolerates that rounding in the matrix products, where a
-GPU's bfloat16 tensor cores run several times faster than float32 and the activations they
-write take half the memory, but not in sums over many terms or in exponentials. So, inside::
+GPU's bfloat16 tensor cores run several times faster than float32 and the ops between them
+move half the bytes, but not in sums over many terms or in exponentials. So, inside::
 
     with mt.autocast("cuda"):          # or "cpu"; dtype=mt.bfloat16 is the default
         loss = loss_fn(model(X), Y)
@@ -32,7 +32,9 @@ Only bfloat16 is offered: float16's range (6e-5 to 65504) makes gradients underf
 PyTorch's ``GradScaler``. ``device_type`` says whose tensors it applies to, as in PyTorch:
 ``autocast("cpu")`` leaves a GPU's tensors alone. On the CPU a bfloat16 product is a float32
 product of the rounded operands (NumPy's BLAS has no bfloat16), so there autocast shows the
-numerics, not a speed-up. See Kalamkar et al., "A Study of BFLOAT16 for Deep Learning
+numerics, not a speed-up. Nor does it lower a step's peak memory in this engine: a node keeps
+its input tensors for backward's walk, so each cast's float32 input stays alive beside the
+bfloat16 copy the product saves. See Kalamkar et al., "A Study of BFLOAT16 for Deep Learning
 Training" (2019), and Micikevicius et al., "Mixed Precision Training" (ICLR 2018).
 """
 
