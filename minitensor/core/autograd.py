@@ -189,7 +189,7 @@ class Function:
                 elif a._backend is not first._backend or (
                     a.data.dtype is not first.data.dtype and a.data.dtype != first.data.dtype
                 ):
-                    _check_compatible(cls, first, a)
+                    _check_compatible(cls, first, a, kwargs.get("autocast") is not None)
                 if a.requires_grad:
                     requires_grad = True
                 raw.append(a.data)
@@ -234,8 +234,9 @@ class Function:
         return f"<{type(self).__name__}>"
 
 
-def _check_compatible(cls: type[Function], a: Tensor, b: Tensor) -> None:
-    """Raise if two tensor operands of one op cannot combine (devices, float precisions)."""
+def _check_compatible(cls: type[Function], a: Tensor, b: Tensor, autocast: bool = False) -> None:
+    """Raise if two tensor operands of one op cannot combine (devices, float precisions; a product
+    inside ``mt.autocast``, called with ``autocast=dtype``, rounds both operands to it itself)."""
     op = cls.__name__.lower()
     if a._backend is not b._backend:
         raise DeviceError(
@@ -243,7 +244,7 @@ def _check_compatible(cls: type[Function], a: Tensor, b: Tensor) -> None:
             f"with .to({a.device!r}) or .to({b.device!r})"
         )
     da, db = a.data.dtype, b.data.dtype
-    if is_floating(da) and is_floating(db) and cls.differentiable:  # (a comparison's bools drift nowhere)
+    if is_floating(da) and is_floating(db) and cls.differentiable and not autocast:  # (bools drift nowhere)
         # NumPy would silently promote float32 to float64 (slow, and a model's dtype would
         # drift); PyTorch refuses in matmul. Refuse everywhere and say how to fix it.
         raise DTypeError(

@@ -63,12 +63,34 @@ def _copied_twice(xp: Any, g: Array, b_rows: int, a_cols: int) -> bool:
     return g.ndim > 2 and not _blas_reads_in_place(xp, g) and min(b_rows, a_cols) >= _REUSE
 
 
+def _rounded(ctx: Function, *arrays: Array) -> list[Array]:
+    """The operands of a product inside ``mt.autocast`` (``ctx.autocast``, the block's dtype),
+    rounded to it; as they are otherwise. Forward rounds them and backward again, from what
+    forward saved: the operands as they came (float32 arrays the graph holds anyway), never a
+    bfloat16 copy kept from forward to backward."""
+    if ctx.autocast is None:
+        return list(arrays)
+    return [x if x is None else x.astype(ctx.autocast, copy=False) for x in arrays]
+
+
+def _unrounded(ctx: Function, grads: Grads, dtypes: tuple[Any, ...]) -> Grads:
+    """The gradients of a product's operands (in the rounded dtype inside ``mt.autocast``) in the
+    operands' own dtypes, as the rounding's backward would give them."""
+    if ctx.autocast is None:
+        return grads
+    return tuple(g if g is None else g.astype(d, copy=False) for g, d in zip(grads, dtypes))  # type: ignore[union-attr]
+
+
 class MatMul(Function):
-    """Z = A @ B;  dL/dA = dL/dZ @ B^T,  dL/dB = A^T @ dL/dZ (summed over broadcast batches)."""
+    """Z = A @ B;  dL/dA = dL/dZ @ B^T,  dL/dB = A^T @ dL/dZ (summed over broadcast batches).
+
+    ``autocast``: the dtype (bfloat16) that ``mt.autocast`` has the operands rounded to first."""
 
     @staticmethod
-    def forward(ctx: Function, a: Array, b: Array) -> Array:
+    def forward(ctx: Function, a: Array, b: Array, autocast: Any = None) -> Array:
         ctx.save_for_backward(a, b)
+        ctx.autocast, ctx.dtypes = autocast, (a.dtype, b.dtype)
+        a, b = _rounded(ctx, a, b)
         try:
             return ctx.backend.matmul(a, b) if a.ndim <= 2 and b.ndim <= 2 else _stacked(ctx.backend, a, b)
         except ValueError:
@@ -89,8 +111,11 @@ class MatMul(Function):
 
     @staticmethod
     def backward(ctx: Function, grad: Array) -> Grads:
-        a, b = ctx.saved
-        need_a, need_b = ctx.needs_input_grad
+        return _unrounded(ctx, MatMul._backward(ctx, grad, *_rounded(ctx, *ctx.saved)), ctx.dtypes)
+
+    @staticmethod
+    def _backward(ctx: Function, grad: Array, a: Array, b: Array) -> Grads:
+        need_a, need_b = ctx.needs_input_grad[:2]
         mm = ctx.backend.matmul
         if a.ndim == 2 and b.ndim == 2:  # the common case, without the general machinery
             return (mm(grad, b.T) if need_a else None), (mm(a.T, grad) if need_b else None)
@@ -129,9 +154,12 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
 
     dL/dA = dL/dZ @ B^T, dL/dB = A^T @ dL/dZ, summed over broadcast batch axes. Attention's
     scores Q K^T are one such batched product (D2L 10.3 / 11.3). A ``ShapeError`` names the
-    axes that do not fit.
+    axes that do not fit. Inside ``mt.autocast``, in bfloat16 (``MatMul``'s ``autocast``).
     """
-    return MatMul.apply(*promote(*amp.lower(a, b)))
+    autocast = amp.product_dtype(a, b)
+    if autocast is None:
+        return MatMul.apply(*promote(a, b))
+    return MatMul.apply(*promote(a, b, product=True), autocast=autocast)
 
 
 def bmm(a: Tensor, b: Tensor) -> Tensor:
@@ -195,28 +223,32 @@ class Linear(Function):
     nodes (a transpose, a batched product, a broadcast add), the bias's gradient a
     reduction over several axes, and W's gradient arrives transposed, a layout that slows
     every elementwise pass over it afterwards (clipping, the optimiser).
+
+    ``autocast``: the dtype (bfloat16) that ``mt.autocast`` has X, W and b rounded to first.
     """
 
     @staticmethod
-    def forward(ctx: Function, x: Array, weight: Array, bias: Array | None) -> Array:
+    def forward(ctx: Function, x: Array, weight: Array, bias: Array | None, autocast: Any = None) -> Array:
         x2 = x.reshape(-1, x.shape[-1])
+        ctx.save_for_backward(x2, weight)
+        ctx.autocast, ctx.dtypes = autocast, (x.dtype, weight.dtype, None if bias is None else bias.dtype)
+        x2, weight, bias = _rounded(ctx, x2, weight, bias)
         y = ctx.backend.matmul(x2, weight.T)  # BLAS reads W^T in place: no copy
         if bias is not None:
             y += bias  # y is fresh: add in place instead of allocating another (N, out)
-        ctx.save_for_backward(x2, weight)
         return y.reshape(*x.shape[:-1], weight.shape[0])
 
     @staticmethod
     def backward(ctx: Function, grad: Array) -> Grads:
-        x2, weight = ctx.saved
-        need_x, need_w, need_b = ctx.needs_input_grad
+        x2, weight = _rounded(ctx, *ctx.saved)
+        need_x, need_w, need_b = ctx.needs_input_grad[:3]
         g2 = grad.reshape(-1, weight.shape[0])
         gx = ctx.backend.matmul(g2, weight).reshape(*grad.shape[:-1], weight.shape[1]) if need_x else None
         gw = ctx.backend.matmul(g2.T, x2) if need_w else None
         gb = None
         if need_b:  # summed in float32 for bfloat16 (autocast), as Sum does
             gb = g2.sum(axis=0, dtype=float32).astype(g2.dtype) if is_low_precision(g2.dtype) else g2.sum(axis=0)
-        return gx, gw, gb
+        return _unrounded(ctx, (gx, gw, gb), ctx.dtypes)
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
@@ -233,4 +265,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         raise ShapeError(f"linear: bias of shape {tuple(bias.shape)}, expected ({weight.shape[0]},)")
     if not is_floating(x.data.dtype):  # integer data meeting float weights becomes their dtype, as in a + b
         x, weight = promote(x, weight)
-    return Linear.apply(*amp.lower(x, weight, bias))
+    autocast = amp.product_dtype(x, weight)
+    if autocast is None:
+        return Linear.apply(x, weight, bias)
+    return Linear.apply(x, weight, bias, autocast=autocast)

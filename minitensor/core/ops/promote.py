@@ -32,10 +32,12 @@ from .convert import AsType
 _NUMBER = (int, float, bool)
 
 
-def promote(a: Any, b: Any) -> tuple[Tensor, Any]:
-    """The operands ``a``, ``b`` (at least one a Tensor) made fit for one arithmetic op."""
+def promote(a: Any, b: Any, product: bool = False) -> tuple[Tensor, Any]:
+    """The operands ``a``, ``b`` (at least one a Tensor) made fit for one arithmetic op.
+    ``product``: a product inside ``mt.autocast``, which rounds bfloat16 and float32 operands
+    itself: they are left as they are."""
     if not isinstance(a, Tensor):
-        b, a = promote(b, a)
+        b, a = promote(b, a, product)
         return a, b
     if isinstance(b, numpy.generic):
         b = b.item()
@@ -50,7 +52,7 @@ def promote(a: Any, b: Any) -> tuple[Tensor, Any]:
         b = _as_float(b, a.dtype)
     elif fb and not fa:
         a = _as_float(a, b.dtype)
-    elif fa and a.data.dtype != b.data.dtype and amp.promotes(a, b):  # bfloat16 meets float32 in autocast
+    elif fa and a.data.dtype != b.data.dtype and not product and amp.promotes(a, b):  # bfloat16 meets float32
         a, b = a.float(), b.float()
     return a, b
 
