@@ -35,8 +35,9 @@ product of the rounded operands (NumPy's BLAS has no bfloat16), so there autocas
 numerics, not a speed-up. The memory a step holds drops a little (the GPT preset's forward:
 36.2 MiB against 38.4): a node keeps its input tensors for backward's walk, so a float32 copy
 made where bfloat16 meets float32 lives beside the bfloat16 tensor; the products round their
-operands inside their own node (``product_dtype``) so that no rounded copy is kept. See Kalamkar et al., "A Study of BFLOAT16 for Deep Learning
-Training" (2019), and Micikevicius et al., "Mixed Precision Training" (ICLR 2018).
+operands inside their own node (``product_dtype``) so that no rounded copy is kept. See
+Kalamkar et al., "A Study of BFLOAT16 for Deep Learning Training" (2019), and Micikevicius et
+al., "Mixed Precision Training" (ICLR 2018).
 """
 
 from __future__ import annotations
