@@ -691,8 +691,8 @@ print("wrote", figure_path(T, "softmax_timing.png"))
 #
 # `mt.autocast` (`minitensor/core/amp.py`, PyTorch's `torch.autocast`) applies these rules op
 # by op inside a block: products in bfloat16; softmaxes, norms, sums and losses in float32;
-# everything else in the dtype it is given. Rounding a float32 weight for a product is an op
-# of the graph (`AsType`), and its backward turns the gradient back into float32.
+# everything else in the dtype it is given. A product rounds a float32 weight inside its own
+# node, and its backward gives the weight a float32 gradient.
 
 # %%
 x = mt.tensor([1.0, 1.0 + 2**-9, 1.0 + 2**-7, math.pi])
@@ -1081,7 +1081,7 @@ print(f"this process: rank {here.rank} of {here.size}")
 #   code;
 # * `bench/softmax.py` — the proper benchmark;
 # * `minitensor/core/amp.py` — `mt.autocast`: the block's state and the two lines the ops call,
-#   `amp.lower` (the products) and `amp.in_float32` (softmaxes, norms, sums, losses);
+#   `amp.product_dtype` (the products) and `amp.in_float32` (softmaxes, norms, sums, losses);
 #   `minitensor/core/dtypes.py` — `mt.bfloat16` and `is_floating` (bfloat16's NumPy kind is "V");
 # * `minitensor/train/distributed.py` — data parallelism: `World` (MPI's `COMM_WORLD`, or this
 #   process alone), `broadcast_parameters`, `buckets`, `allreduce_gradients`, `rank_seed`; its

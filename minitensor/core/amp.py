@@ -23,8 +23,8 @@ each op follows one of three rules (PyTorch's, ``torch.amp``'s "autocast op refe
 - **Everything else runs in the dtype it is given** (GELU, dropout, reshapes), and an op that
   meets bfloat16 and float32 promotes to float32: a Transformer's residual stream stays float32.
 
-The parameters stay float32 (the "master weights"): the rounding is an op in the graph
-(``AsType``), whose backward turns the gradient back into float32, so ``.grad`` and the
+The parameters stay float32 (the "master weights"): a product rounds them inside its own node,
+and its backward gives each operand a gradient in the operand's dtype, so ``.grad`` and the
 optimisers see float32 only. Call ``backward`` outside the block, as PyTorch advises; the
 backward of each op runs in the dtype its forward ran in, whatever the block says then.
 

@@ -669,7 +669,7 @@ print("wrote", figure_path(T, "softmax_timing.png"))
 #
 # `mt.autocast`（`minitensor/core/amp.py`，即 PyTorch 的 `torch.autocast`）在一个代码块内逐个运算地
 # 应用这些规则：乘积用 bfloat16；softmax、规范化、求和与损失用 float32；其余运算保持输入的数据类型。
-# 为乘积舍入一个 float32 权重是计算图中的一个运算（`AsType`），它的反向把梯度变回 float32。
+# 乘积在它自己的节点内舍入 float32 权重，它的反向给权重一个 float32 的梯度。
 
 # %%
 x = mt.tensor([1.0, 1.0 + 2**-9, 1.0 + 2**-7, math.pi])
@@ -1038,7 +1038,7 @@ print(f"this process: rank {here.rank} of {here.size}")
 #   （暂退法、ReLU、层规范化、Adam 的更新），每一个都与其运算的 NumPy 代码对照测试；
 # * `bench/softmax.py` —— 正式的基准测试；
 # * `minitensor/core/amp.py` —— `mt.autocast`：代码块的状态，以及各运算调用的两行代码，
-#   `amp.lower`（乘积）和 `amp.in_float32`（softmax、规范化、求和、损失）；
+#   `amp.product_dtype`（乘积）和 `amp.in_float32`（softmax、规范化、求和、损失）；
 #   `minitensor/core/dtypes.py` —— `mt.bfloat16` 和 `is_floating`（bfloat16 在 NumPy 中的 kind 是 "V"）；
 # * `minitensor/train/distributed.py` —— 数据并行：`World`（MPI 的 `COMM_WORLD`，或者只有
 #   本进程）、`broadcast_parameters`、`buckets`、`allreduce_gradients`、`rank_seed`；它的
