@@ -335,7 +335,9 @@ def test_train_autocast_trains_resumes_and_says_so(tmp_path, capsys):
     weights = load_checkpoint(str(tmp_path / "runTrue" / "checkpoint"))["state_dict"]
     assert {t.dtype for t in weights.values()} == {mt.float32}
     assert cli.main(["train", "--resume", "--no-autocast", "--epochs", "7", "--out", str(tmp_path / "runTrue")]) == 0
-    assert "(bfloat16 autocast)" not in capsys.readouterr().out
+    assert "at step 96 (epoch 6)\n" in capsys.readouterr().out  # nothing said of autocast
+    assert cli.main(["train", "--resume", "--autocast", "--epochs", "8", "--out", str(tmp_path / "runTrue")]) == 0
+    assert "at step 112 (epoch 7), in bfloat16 autocast" in capsys.readouterr().out
 
 
 def test_each_device_type_has_its_own_block():

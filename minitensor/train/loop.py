@@ -525,7 +525,11 @@ def set_up(config, run, log, resume, ranks=None):
         if isinstance(scheduler, WarmupCosineLR) and scheduler.total_steps != cosine_end(total_steps):
             log(f"note: the cosine schedule now ends at step {total_steps} instead of {scheduler.total_steps}")
             scheduler.total_steps = cosine_end(total_steps)
-        log(f"resuming {run.display} at step {step} (epoch {_epochs_done(loader)})" + _workers(ranks))
+        log(
+            f"resuming {run.display} at step {step} (epoch {_epochs_done(loader)})"
+            + (", in bfloat16 autocast" if config.autocast else "")
+            + _workers(ranks)
+        )
     else:
         num_params = sum(p.numel() for p in model.parameters())
         what = f"{len(data.train):,} training and {len(data.heldout):,} held-out " + (
