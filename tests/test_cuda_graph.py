@@ -398,8 +398,20 @@ def _tiny(out, device, **changes):
         # a learned relative bias (T5's) in the streamed kernels, its table's gradient too
         dict(preset="gpt-char-gpu", text=None, fused="on", positional="t5_relative"),
         dict(preset="gpt-char-gpu", text=None, matmul_precision="medium"),  # bfloat16 products, captured
+        dict(preset="gpt-char-gpu", text=None, autocast=True),  # mixed precision: its roundings captured too
+        dict(model="bahdanau", autocast=True),  # the GRU's bfloat16 products, its float32 recurrence
     ],
-    ids=["seq2seq", "seq2seq-two-shapes", "bahdanau", "gpt", "gpt-streamed", "gpt-t5-streamed", "gpt-bfloat16"],
+    ids=[
+        "seq2seq",
+        "seq2seq-two-shapes",
+        "bahdanau",
+        "gpt",
+        "gpt-streamed",
+        "gpt-t5-streamed",
+        "gpt-bfloat16",
+        "gpt-autocast",
+        "bahdanau-autocast",
+    ],
 )
 def test_a_run_with_cuda_graphs_is_the_run_without(monkeypatch, tmp_path, request, changes):
     """The same losses at every step and the same weights at the end, the graphs replayed for
@@ -410,7 +422,7 @@ def test_a_run_with_cuda_graphs_is_the_run_without(monkeypatch, tmp_path, reques
         changes = dict(
             text=str(text), model="lm", lm_num_steps=16, num_hiddens=16, ffn_num_hiddens=32, num_heads=2,
             activation="gelu", tie_embeddings=True, bias=False, optimizer="adamw", epochs=1, steps=12,
-            **{key: value for key, value in changes.items() if key in ("fused", "positional", "matmul_precision")},
+            **{k: v for k, v in changes.items() if k in ("fused", "positional", "matmul_precision", "autocast")},
         )  # fmt: skip
     if changes.get("matmul_precision") == "medium":  # the eager bfloat16 products, in NumPy
         monkeypatch.setattr(cublas_gemm, "launch", launch_in_numpy)
