@@ -48,7 +48,7 @@ from typing import Any, TypeVar
 
 import numpy
 
-from .dtypes import as_dtype, bfloat16, float32
+from .dtypes import as_dtype, bfloat16, float32, is_floating
 from .tensor import Tensor
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -136,14 +136,16 @@ def _block_dtype(t: Any) -> numpy.dtype | None:
 
 def product_dtype(*tensors: Any) -> numpy.dtype | None:
     """The dtype a product of ``tensors`` rounds its operands to: the block's, inside a block for
-    their device where an operand is float32 or already that dtype; else None (no rounding). The
+    their device where the float operands are float32 or already that dtype; else None (no
+    rounding: float64 is left alone, as in PyTorch, and meeting float32 stays an error). The
     product ops (``MatMul``, ``Linear``) round inside their own node, given ``autocast=dtype``,
     and round again in backward from the operands they saved: the graph then holds no bfloat16
     copy of a float32 weight or input, only the float32 tensors it holds anyway."""
     if not _active:
         return None
     dtype = next((d for d in map(_block_dtype, tensors) if d is not None), None)
-    if dtype is None or not any(getattr(t, "dtype", None) in (float32, dtype) for t in tensors):
+    floats = [t.dtype for t in tensors if isinstance(t, Tensor) and is_floating(t.dtype)]
+    if dtype is None or not floats or any(d not in (float32, dtype) for d in floats):
         return None
     return dtype
 
