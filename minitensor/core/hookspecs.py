@@ -149,6 +149,9 @@ Poolings (``minitensor_poolings``)
 - A pooling only weighs: the layer applies dropout and takes the weighted sum of the
   values, and keeps the pooling's output (before dropout, detached) as
   ``attention_weights``.
+- Inside ``mt.autocast`` (mixed precision, ``minitensor/core/amp.py``) the layer hands the
+  pooling its scores in float32, whatever dtype the scorer's products gave them, as the
+  softmax takes them: a pooling computes in float32 and need not know about bfloat16.
 - Two optional class attributes declare properties that ``check_pooling`` then tests:
   ``sums_to_one`` (default True): every row with at least one allowed key sums to 1, as
   attention weights do (all the built-ins); False for a pooling not meant to (gated weights
@@ -244,7 +247,9 @@ positions and the last ``window``, re-indexed) and ``int8`` (every position, sto
   policy may drop or compress what it held before, never the new tokens: the T new queries
   attend what the policy keeps after ``append``, and they are its last T entries.
 - ``keys()``, ``values()``: Tensors (batch, num_kv_heads, K, d_head) in the dtype and on the
-  device of what was appended (de-quantised, for a compressing policy); ``positions()``: int64
+  device of what was appended (de-quantised, for a compressing policy), each its own: inside
+  ``mt.autocast`` the values may be bfloat16 where a "qk" encoding made the keys float32;
+  ``positions()``: int64
   NumPy array (K,), the positions the attention uses for them (a "scores" encoding's bias
   reads them), *consecutive*, the new tokens at their own: the last T.
 - ``reindexes = True`` (a class attribute; default False) declares a policy that gives kept
