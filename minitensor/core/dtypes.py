@@ -22,10 +22,10 @@ float16 = numpy.dtype("float16")
 so float16 data takes NumPy's plain array code."""
 
 bfloat16 = numpy.dtype(ml_dtypes.bfloat16)
-"""Brain floating point (16-bit): float32's 8 exponent bits (its range) with 7 bits of mantissa
-(about two decimal digits). NumPy has no such dtype; the ``ml_dtypes`` package adds it, and CuPy
-takes the same one. It is the storage dtype of ``mt.autocast`` (``core/amp.py``): products
-rounded to it, sums and softmaxes kept in float32."""
+"""Brain floating point (16-bit): float32's 8 exponent bits (its range) with 7 stored bits of
+mantissa, 8 with the implicit leading one (about two decimal digits). NumPy has no such dtype;
+the ``ml_dtypes`` package adds it, and CuPy takes the same one. It is the storage dtype of
+``mt.autocast`` (``core/amp.py``): products rounded to it, sums and softmaxes kept in float32."""
 
 float32 = numpy.dtype("float32")
 """Single precision (32-bit) floating point, the default for floating-point data and parameters."""
