@@ -14,7 +14,7 @@ import numpy as np
 from .. import amp
 from ..autograd import Function, Grads, sum_to_shape
 from ..backends import Backend
-from ..dtypes import float32, is_floating, is_low_precision
+from ..dtypes import is_floating
 from ..errors import ShapeError
 from ..tensor import Array, Tensor
 from .promote import promote
@@ -245,9 +245,7 @@ class Linear(Function):
         g2 = grad.reshape(-1, weight.shape[0])
         gx = ctx.backend.matmul(g2, weight).reshape(*grad.shape[:-1], weight.shape[1]) if need_x else None
         gw = ctx.backend.matmul(g2.T, x2) if need_w else None
-        gb = None
-        if need_b:  # summed in float32 for bfloat16 (autocast), as Sum does
-            gb = g2.sum(axis=0, dtype=float32).astype(g2.dtype) if is_low_precision(g2.dtype) else g2.sum(axis=0)
+        gb = sum_to_shape(g2, weight.shape[:1]) if need_b else None  # (bfloat16's summed in float32)
         return _unrounded(ctx, (gx, gw, gb), ctx.dtypes)
 
 
