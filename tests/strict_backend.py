@@ -53,6 +53,7 @@ a basic slice, ``broadcast_to``), nor does an allocation alone (``xp.empty``).
 import contextlib
 import functools
 import gc
+import importlib
 import json
 import numbers
 import operator
@@ -1093,18 +1094,17 @@ def _kernel_input(a, name, dtype=None):
     return a
 
 
-def _on_device_arrays(name):
-    """The CPU's fused kernel ``name`` on StrictArrays: what the GPU backend's own kernel of that
-    name computes (in place where the CPU's is: the unwrapped arrays are the device arrays)."""
+def _on_device_arrays(name, module="fused"):
+    """The CPU's kernel ``name`` of ``minitensor.kernels.<module>`` (fused.py, bfloat16.py) on
+    StrictArrays: what the GPU backend's own kernel of that name computes (in place where the
+    CPU's is: the unwrapped arrays are the device arrays)."""
 
     def run(self, *args):
-        from minitensor.kernels import fused
-
         arrays = [_kernel_input(a, name) for a in args]
         launched(f"kernel {name}")
         for what in _MORE_LAUNCHES.get(name, ()):
             launched(what)
-        kernel = getattr(fused, name)
+        kernel = getattr(importlib.import_module(f"minitensor.kernels.{module}"), name)
         return _recorded(lambda: kernel(*_scalars_read(arrays)))
 
     run.__name__ = name
@@ -1127,6 +1127,9 @@ for _attribute, _name in (
     ("adam_update", "adam_update"),
 ):
     setattr(StrictKernels, _attribute, _on_device_arrays(_name))
+# mt.autocast's conversions between float32 and bfloat16 (elementwise.cu's, kernels/bfloat16.py's)
+for _name in ("bfloat16_narrow", "bfloat16_widen", "bfloat16_round"):
+    setattr(StrictKernels, _name, _on_device_arrays(_name, "bfloat16"))
 
 
 class StrictBackend(Backend):

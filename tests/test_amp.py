@@ -76,8 +76,9 @@ def test_matmul_rounds_operands_and_result_as_a_tensor_core():
 
 
 def test_linear_in_autocast_and_its_float32_gradients():
-    """y = round(round(x) round(W)^T + round(b)); backward in bfloat16 products, and the float32
-    parameters get float32 gradients (the rounding's backward turns them back)."""
+    """y = round(round(x) round(W)^T + round(b)), one rounding after the bias as in PyTorch's
+    autocast (its CPU linear gives these very bits); backward in bfloat16 products, and the
+    float32 parameters get float32 gradients (the rounding's backward turns them back)."""
     x_, W_, b_ = data(4, 6), data(3, 6, seed=1), data(3, seed=2)
     layer = mt.nn.Linear(6, 3)
     layer.weight.data[...] = W_
@@ -88,7 +89,7 @@ def test_linear_in_autocast_and_its_float32_gradients():
         loss = (y * mt.tensor(np.arange(12, dtype=np.float32).reshape(4, 3))).sum()
     assert y.dtype == mt.bfloat16 and loss.dtype == mt.float32
     xb, Wb, bb = (rounded(v) for v in (x_, W_, b_))
-    np.testing.assert_array_equal(y.float().numpy(), rounded(rounded(xb @ Wb.T) + bb))
+    np.testing.assert_array_equal(y.float().numpy(), rounded(xb @ Wb.T + bb))
     loss.backward()
     for p in (x, layer.weight, layer.bias):
         assert p.grad.dtype == mt.float32

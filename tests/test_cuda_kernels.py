@@ -458,6 +458,30 @@ def test_relu_matches_the_cpu_kernel(kernels, dtype):
     np.testing.assert_array_equal(kernels.relu_backward(y, g), fused.relu_backward(y, g))
 
 
+def test_bfloat16_conversions_match_ml_dtypes_bit_for_bit(kernels):
+    """elementwise.cu's float32 <-> bfloat16 kernels against ml_dtypes' astype (kernels/bfloat16.py
+    holds the rule): ties to even, carries into the exponent, overflow to infinity, subnormals,
+    signed zeros; a NaN stays a NaN."""
+    bits = [0, 0x80000000, 0x7F800000, 0xFF800000, 0x7F7FFFFF, 0x7F7F7FFF, 0x00008000, 0x00018000, 0x00017FFF]
+    bits += [0x3F808000, 0x3F818000, 0x3F80C000, 0x00000001, 0x807FFFFF, 0x7F800001, 0xFFC00000, 0x7FBFFFFF]
+    rng = rng_for("bfloat16")
+    u = np.concatenate([np.array(bits, np.uint32), rng.integers(0, 2**32, 333, dtype=np.uint64).astype(np.uint32)])
+    x = np.stack([u, u[::-1]], axis=1).view(np.float32).T  # (2, 350), not C-contiguous: any layout
+    with np.errstate(invalid="ignore"):  # (ml_dtypes warns of each NaN it casts)
+        want = x.astype(mt.bfloat16)
+    nan = np.isnan(x)
+    narrow, rounded = kernels.bfloat16_narrow(x), kernels.bfloat16_round(x)
+    assert narrow.dtype == mt.bfloat16 and rounded.dtype == np.float32 and narrow.shape == rounded.shape == x.shape
+    assert np.array_equal(narrow.view(np.uint16)[~nan], want.view(np.uint16)[~nan])
+    assert np.array_equal(rounded[~nan], want.astype(np.float32)[~nan])
+    assert np.isnan(narrow.astype(np.float32)[nan]).all() and np.isnan(rounded[nan]).all()
+    widened = kernels.bfloat16_widen(want)
+    assert widened.dtype == np.float32 and np.array_equal(widened[~nan], want.astype(np.float32)[~nan])
+    assert kernels.bfloat16_round(np.float32(3.0)[()] * np.ones((), np.float32)).shape == ()
+    with pytest.raises(TypeError, match="bfloat16_narrow kernel takes float32 arrays, got float64"):
+        kernels.bfloat16_narrow(np.zeros(3))
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", [(1, 1), (5, 33), (70, 100)])
 def test_layer_norm_matches_the_cpu_kernels(kernels, dtype, shape):

@@ -3,6 +3,7 @@
 with the kernels switched off), ``Linear`` as one node, and the autograd engine's taking
 of gradients that nothing else holds."""
 
+import minitensor.nn.functional as F
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -71,6 +72,17 @@ def test_relu_kernel_keeps_nan_and_takes_any_layout():
 
 
 # -- dropout -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["relu", "gelu", "dropout"])
+def test_kernels_keep_a_0_d_tensor_0_d(name, device):
+    """A kernel runs on a flat array; a 0-d tensor's result and gradient are 0-d again, as in
+    PyTorch (the kernels' inputs once went through ascontiguousarray, which makes them 1-d)."""
+    op = {"relu": F.relu, "gelu": F.gelu, "dropout": lambda t: F.dropout(t, 0.5, training=True)}[name]
+    x = mt.tensor(0.75, requires_grad=True, device=device)
+    y = op(x)
+    y.backward()
+    assert y.shape == () and x.grad.shape == ()
+
+
 def test_dropout_kernel_keeps_1_minus_p_and_backward_uses_the_same_mask():
     mt.manual_seed(0)
     x = mt.ones(256, 1024, requires_grad=True)

@@ -43,6 +43,8 @@ _C_TYPES = {
     "int": numpy.int32,
     "long long": numpy.int64,
     "unsigned long long": numpy.uint64,
+    "unsigned int": numpy.uint32,
+    "unsigned short": numpy.uint16,
 }
 _CTYPES = {
     numpy.float32: ctypes.c_float,
@@ -50,6 +52,8 @@ _CTYPES = {
     numpy.int32: ctypes.c_int32,
     numpy.int64: ctypes.c_int64,
     numpy.uint64: ctypes.c_uint64,
+    numpy.uint32: ctypes.c_uint32,
+    numpy.uint16: ctypes.c_uint16,
 }
 #: an index past the end of a fixed-size array (a shared tile, a row held in registers) stops the
 #: process (SIGILL) instead of reading a neighbour's memory, as a GPU silently would

@@ -188,7 +188,36 @@ class Backend:
         support is young. On a GPU that is the float32 path, so at precision "medium" the
         bfloat16 tensor cores; a direct bfloat16 GEMM, half the bytes read, is for measuring
         there."""
-        return self.matmul(a.astype(float32), b.astype(float32)).astype(bfloat16)
+        return self.astype(self.matmul(self.astype(a, float32), self.astype(b, float32)), bfloat16)
+
+    # -- bfloat16 and float32 (mt.autocast) ------------------------------------------------------
+    @property
+    def bfloat16_kernels(self) -> Any:
+        """The kernels that convert between float32 and bfloat16 on this device, on the bits
+        (``kernels/bfloat16.py``: ``bfloat16_narrow``, ``bfloat16_widen``, ``bfloat16_round``), or
+        None for the array library's own ``astype`` (ml_dtypes' casts, one element at a time)."""
+        return None
+
+    def astype(self, x: Array, dtype: Any, copy: bool = True) -> Array:
+        """``x.astype(dtype, copy=copy)``, float32 to and from bfloat16 through this device's
+        ``bfloat16_kernels``: ``mt.autocast`` converts at every product, so those casts are
+        fast paths (the same results, bit for bit)."""
+        kernels = self.bfloat16_kernels if x.dtype != dtype else None
+        if kernels is not None and x.dtype == float32 and dtype == bfloat16:
+            return kernels.bfloat16_narrow(x)
+        if kernels is not None and x.dtype == bfloat16 and dtype == float32:
+            return kernels.bfloat16_widen(x)
+        return x.astype(dtype, copy=copy)
+
+    def round_to_bfloat16(self, x: Array) -> Array:
+        """float32 (or bfloat16) ``x``'s values rounded to bfloat16, as a new float32 array: a
+        product's operands in ``mt.autocast``. Every product of two bfloat16 numbers is exact in
+        float32, so a float32 matrix product of such operands is what a bfloat16 tensor core
+        computes, the sums in float32; one pass over x where a cast to bfloat16 and back is two."""
+        if x.dtype == bfloat16:
+            return self.astype(x, float32)
+        kernels = self.bfloat16_kernels if x.dtype == float32 else None
+        return x.astype(bfloat16).astype(float32) if kernels is None else kernels.bfloat16_round(x)
 
     @property
     def kernels(self) -> Any:

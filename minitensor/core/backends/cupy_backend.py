@@ -334,6 +334,10 @@ class CupyBackend(Backend):
         return None
 
     @property
+    def bfloat16_kernels(self) -> CudaKernels:
+        return self.kernels  # elementwise.cu's bfloat16_narrow, bfloat16_widen and bfloat16_round
+
+    @property
     def attention_kernels(self) -> CudaKernels:
         """The streamed-attention kernels that ``flash_attention`` runs here (``attention.cu``)."""
         return self.kernels

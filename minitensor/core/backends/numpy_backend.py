@@ -93,6 +93,7 @@ class NumpyBackend(Backend):
         self._rng = numpy.random.default_rng()
         self._kernels: ModuleType | None = None
         self._fused: ModuleType | None = None
+        self._bfloat16: ModuleType | None = None
 
     def array(self, data: Any, dtype: DType = None) -> numpy.ndarray:
         return numpy.array(data, dtype=dtype)
@@ -158,6 +159,17 @@ class NumpyBackend(Backend):
             _first_kernel()
             self._fused = fused
         return getattr(self._fused, name)
+
+    @property
+    def bfloat16_kernels(self) -> ModuleType | None:
+        if not self.use_fused_kernels:
+            return None
+        if self._bfloat16 is None:
+            from ..kernels import bfloat16
+
+            _first_kernel()
+            self._bfloat16 = bfloat16
+        return self._bfloat16
 
     @property
     def kernels(self) -> ModuleType:

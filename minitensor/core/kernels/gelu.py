@@ -245,7 +245,7 @@ class CpuGelu:
         if x.dtype not in (np.float32, np.float64):
             return reference_forward(np, x)
         loop = _gelu_loop_f32 if x.dtype == np.float32 else _gelu_loop
-        x = np.ascontiguousarray(x)
+        x = np.ascontiguousarray(x).reshape(x.shape)  # (ascontiguousarray makes a 0-d array 1-d)
         y = np.empty_like(x)
         loop(x.reshape(-1), y.reshape(-1))
         return y
@@ -255,7 +255,7 @@ class CpuGelu:
         if x.dtype not in (np.float32, np.float64):
             return reference_backward(np, x, g)
         loop = _gelu_backward_loop_f32 if x.dtype == np.float32 else _gelu_backward_loop
-        x, g = np.ascontiguousarray(x), np.ascontiguousarray(g, dtype=x.dtype)
+        x, g = np.ascontiguousarray(x).reshape(x.shape), np.ascontiguousarray(g, dtype=x.dtype).reshape(x.shape)
         dx = np.empty_like(x)
         loop(x.reshape(-1), g.reshape(-1), dx.reshape(-1))
         return dx

@@ -10,16 +10,17 @@ from ..tensor import Array, DType, Tensor
 
 
 class AsType(Function):
-    """z = a converted to ``dtype``;  dL/da = dL/dz converted back."""
+    """z = a converted to ``dtype``;  dL/da = dL/dz converted back (by the backend's ``astype``:
+    float32 to and from bfloat16, ``mt.autocast``'s casts, by its kernels)."""
 
     @staticmethod
     def forward(ctx: Function, a: Array, dtype: DType) -> Array:
         ctx.dtype = a.dtype
-        return a.astype(dtype)
+        return ctx.backend.astype(a, dtype)
 
     @staticmethod
     def backward(ctx: Function, grad: Array) -> Grads:
-        return grad.astype(ctx.dtype)
+        return ctx.backend.astype(grad, ctx.dtype)
 
 
 def astype(a: Tensor, dtype: DType) -> Tensor:

@@ -65,7 +65,7 @@ def apply_counter_mask(
     element c of row r, its index in the whole. The backend's kernel where it has one for x's
     dtype (``dropout_forward``, ``dropout_rows``), else the same hash as array code."""
     xp = backend.xp
-    x = xp.ascontiguousarray(x)
+    x = xp.ascontiguousarray(x).reshape(x.shape)  # (ascontiguousarray makes a 0-d array 1-d)
     args = (as_seed(seed), numpy.uint64(threshold), x.dtype.type(scale))
     if row_start is None:
         kernel = backend.fused("dropout_forward", x.dtype)

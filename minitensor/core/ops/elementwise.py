@@ -243,7 +243,10 @@ class ReLU(Function):
     def forward(ctx: Function, a: Array) -> Array:
         kernel = ctx.backend.fused("relu_forward", a.dtype)
         # (maximum, not a * (a > 0), whose negative inputs give -0.0; NaN stays NaN, as in PyTorch)
-        z = kernel(ctx.xp.ascontiguousarray(a)) if kernel is not None else ctx.xp.maximum(a, a.dtype.type(0))
+        if kernel is None:
+            z = ctx.xp.maximum(a, a.dtype.type(0))
+        else:  # (reshaped: ascontiguousarray makes a 0-d array 1-d)
+            z = kernel(ctx.xp.ascontiguousarray(a).reshape(a.shape))
         ctx.save_for_backward(z)
         return z
 
@@ -251,7 +254,7 @@ class ReLU(Function):
     def backward(ctx: Function, grad: Array) -> Grads:
         (z,) = ctx.saved
         kernel = ctx.backend.fused("relu_backward", z.dtype)
-        return kernel(z, ctx.xp.ascontiguousarray(grad)) if kernel is not None else grad * (z > 0)
+        return kernel(z, ctx.xp.ascontiguousarray(grad).reshape(z.shape)) if kernel is not None else grad * (z > 0)
 
 
 class GELU(Function):
@@ -269,15 +272,15 @@ class GELU(Function):
     def forward(ctx: Function, a: Array) -> Array:
         ctx.kernels = _gelu_kernels(ctx.backend)
         ctx.save_for_backward(a)
-        work = compute_dtype(a.dtype)
-        return ctx.kernels.forward(a.astype(work, copy=False)).astype(a.dtype, copy=False)
+        astype, work = ctx.backend.astype, compute_dtype(a.dtype)
+        return astype(ctx.kernels.forward(astype(a, work, copy=False)), a.dtype, copy=False)
 
     @staticmethod
     def backward(ctx: Function, grad: Array) -> Grads:
         (a,) = ctx.saved
-        work = compute_dtype(a.dtype)
-        dx = ctx.kernels.backward(a.astype(work, copy=False), grad.astype(work, copy=False))
-        return dx.astype(grad.dtype, copy=False)
+        astype, work = ctx.backend.astype, compute_dtype(a.dtype)
+        dx = ctx.kernels.backward(astype(a, work, copy=False), astype(grad, work, copy=False))
+        return astype(dx, grad.dtype, copy=False)
 
 
 def _gelu_kernels(backend: Backend) -> Any:

@@ -14,7 +14,7 @@ import numpy as np
 from .. import amp
 from ..autograd import Function, Grads, sum_to_shape
 from ..backends import Backend
-from ..dtypes import is_floating
+from ..dtypes import float32, is_floating
 from ..errors import ShapeError
 from ..tensor import Array, Tensor
 from .promote import promote
@@ -63,22 +63,42 @@ def _copied_twice(xp: Any, g: Array, b_rows: int, a_cols: int) -> bool:
     return g.ndim > 2 and not _blas_reads_in_place(xp, g) and min(b_rows, a_cols) >= _REUSE
 
 
+# A product inside ``mt.autocast`` (``ctx.autocast``: the block's dtype, bfloat16) is computed as a
+# bfloat16 tensor core computes it: the operands rounded to bfloat16, each product of two of them
+# (exact in float32) summed in float32, the result rounded once. Here the rounded operands stay
+# float32 arrays (``Backend.round_to_bfloat16``: one pass each), so every product is a float32
+# one, and only the result is a bfloat16 array. Outside a block the helpers pass arrays on.
+
+
 def _rounded(ctx: Function, *arrays: Array) -> list[Array]:
-    """The operands of a product inside ``mt.autocast`` (``ctx.autocast``, the block's dtype),
-    rounded to it; as they are otherwise. Forward rounds them and backward again, from what
-    forward saved: the operands as they came (float32 arrays the graph holds anyway), never a
-    bfloat16 copy kept from forward to backward."""
+    """A product's operands, rounded to bfloat16 in float32 arrays inside a block. Forward rounds
+    them and backward again, from what forward saved: the operands as they came (float32 arrays
+    the graph holds anyway), never a rounded copy kept from forward to backward."""
     if ctx.autocast is None:
         return list(arrays)
-    return [x if x is None else x.astype(ctx.autocast, copy=False) for x in arrays]
+    return [x if x is None else ctx.backend.round_to_bfloat16(x) for x in arrays]
+
+
+def _result(ctx: Function, y: Array) -> Array:
+    """A product's float32 result in the block's dtype, rounded once."""
+    return y if ctx.autocast is None else ctx.backend.astype(y, ctx.autocast)
+
+
+def _widened(ctx: Function, grad: Array) -> Array:
+    """The gradient a product's backward gets (in the result's dtype) as float32, exactly."""
+    return grad if ctx.autocast is None else ctx.backend.astype(grad, float32, copy=False)
 
 
 def _unrounded(ctx: Function, grads: Grads, dtypes: tuple[Any, ...]) -> Grads:
-    """The gradients of a product's operands (in the rounded dtype inside ``mt.autocast``) in the
-    operands' own dtypes, as the rounding's backward would give them."""
+    """The gradients of a product's operands, float32 sums inside a block, rounded as a bfloat16
+    product's are, in the operands' own dtypes (the rounding's backward passes them on)."""
     if ctx.autocast is None:
         return grads
-    return tuple(g if g is None else g.astype(d, copy=False) for g, d in zip(grads, dtypes))  # type: ignore[union-attr]
+    backend = ctx.backend
+    return tuple(
+        None if g is None else backend.round_to_bfloat16(g) if d == float32 else backend.astype(g, d)  # type: ignore[union-attr]
+        for g, d in zip(grads, dtypes)
+    )
 
 
 class MatMul(Function):
@@ -92,9 +112,11 @@ class MatMul(Function):
         ctx.autocast, ctx.dtypes = autocast, (a.dtype, b.dtype)
         a, b = _rounded(ctx, a, b)
         try:
-            return ctx.backend.matmul(a, b) if a.ndim <= 2 and b.ndim <= 2 else _stacked(ctx.backend, a, b)
+            y = ctx.backend.matmul(a, b) if a.ndim <= 2 and b.ndim <= 2 else _stacked(ctx.backend, a, b)
         except ValueError:
             pass  # explain NumPy's terse message in the user's terms
+        else:
+            return _result(ctx, y)
         if a.ndim == 0 or b.ndim == 0:
             raise ShapeError(f"matmul: operands must have at least 1 dimension, got shapes {a.shape} and {b.shape}")
         k = b.shape[-2 if b.ndim > 1 else 0]
@@ -111,7 +133,7 @@ class MatMul(Function):
 
     @staticmethod
     def backward(ctx: Function, grad: Array) -> Grads:
-        return _unrounded(ctx, MatMul._backward(ctx, grad, *_rounded(ctx, *ctx.saved)), ctx.dtypes)
+        return _unrounded(ctx, MatMul._backward(ctx, _widened(ctx, grad), *_rounded(ctx, *ctx.saved)), ctx.dtypes)
 
     @staticmethod
     def _backward(ctx: Function, grad: Array, a: Array, b: Array) -> Grads:
@@ -236,13 +258,13 @@ class Linear(Function):
         y = ctx.backend.matmul(x2, weight.T)  # BLAS reads W^T in place: no copy
         if bias is not None:
             y += bias  # y is fresh: add in place instead of allocating another (N, out)
-        return y.reshape(*x.shape[:-1], weight.shape[0])
+        return _result(ctx, y).reshape(*x.shape[:-1], weight.shape[0])  # (autocast: the bias added, then rounded)
 
     @staticmethod
     def backward(ctx: Function, grad: Array) -> Grads:
         x2, weight = _rounded(ctx, *ctx.saved)
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
-        g2 = grad.reshape(-1, weight.shape[0])
+        g2 = _widened(ctx, grad).reshape(-1, weight.shape[0])
         gx = ctx.backend.matmul(g2, weight).reshape(*grad.shape[:-1], weight.shape[1]) if need_x else None
         gw = ctx.backend.matmul(g2.T, x2) if need_w else None
         gb = sum_to_shape(g2, weight.shape[:1]) if need_b else None  # (bfloat16's summed in float32)

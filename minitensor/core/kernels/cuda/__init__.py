@@ -7,7 +7,8 @@
 ``elementwise.cu``
     The exact GELU and its derivative (:mod:`minitensor.kernels.gelu`'s definition), dropout
     with the CPU's counter-based random numbers (:mod:`minitensor.kernels.fused`), so a mask
-    drawn with the same seed is the same on both devices, ReLU and Adam's update.
+    drawn with the same seed is the same on both devices, ReLU, Adam's update, and float32 to
+    and from bfloat16 (:mod:`minitensor.kernels.bfloat16`'s three, bit for bit).
 ``layer_norm.cu``
     Layer norm forward and backward: ``kernels/fused.py``'s two, a warp per row.
 ``multi_tensor.cu``
@@ -59,6 +60,7 @@ import re
 
 import numpy as np
 
+from ...dtypes import bfloat16
 from ...errors import DeviceError
 
 SOURCE_DIR = pathlib.Path(__file__).parent
@@ -120,7 +122,7 @@ KERNELS = {
         for name in ("gelu_forward", "gelu_backward", "dropout", "relu_forward", "relu_backward", "adam_update")
         for dtype in _DTYPES
     ]
-    + ["draw_seeds"],
+    + ["draw_seeds", "bfloat16_narrow", "bfloat16_round", "bfloat16_widen"],
     "multi_tensor": [
         f"{name}_{dtype}"
         for name in ("adam_update_multi", "sum_of_squares_partial", "sum_of_squares_finish", "scale_multi")
@@ -331,6 +333,18 @@ class CudaKernels:
     def gelu_backward(self, x, g):
         """``g * (Phi(x) + x phi(x))`` elementwise."""
         return self._map("gelu_backward", x, g)
+
+    def bfloat16_narrow(self, x):
+        """float32 ``x`` rounded to bfloat16 (``kernels/bfloat16.py``, bit for bit)."""
+        return self._bits("bfloat16_narrow", x, np.float32, np.uint32, np.uint16, bfloat16)
+
+    def bfloat16_widen(self, x):
+        """bfloat16 ``x`` as float32, exactly."""
+        return self._bits("bfloat16_widen", x, bfloat16, np.uint16, np.uint32, np.float32)
+
+    def bfloat16_round(self, x):
+        """float32 ``x``'s values rounded to bfloat16, kept in float32: one pass."""
+        return self._bits("bfloat16_round", x, np.float32, np.uint32, np.uint32, np.float32)
 
     def dropout(self, x, seed, threshold, scale):
         """``x_i * scale`` where ``bits(seed, i) >= threshold``, else 0: ``fused.dropout_forward``
@@ -744,7 +758,7 @@ class CudaKernels:
     def _floats(self, x, what):
         if x.dtype not in (np.float32, np.float64):
             raise TypeError(f"the CUDA {what} kernel takes float32 or float64 arrays, got {x.dtype}")
-        return self.xp.ascontiguousarray(x)
+        return self.xp.ascontiguousarray(x).reshape(x.shape)  # (ascontiguousarray makes a 0-d array 1-d)
 
     def _map(self, name, x, grad=None):
         """The elementwise kernel ``name`` on ``x`` (and the gradient ``grad`` of x's shape, for a
@@ -754,6 +768,19 @@ class CudaKernels:
         out = self.xp.empty_like(x)
         self._elementwise(name, x.size, *inputs, out, np.int64(x.size))
         return out
+
+    def _bits(self, name, x, dtype, in_bits, out_bits, out_dtype):
+        """The conversion kernel ``name`` over ``x`` (of ``dtype``) seen as ``in_bits`` integers,
+        into a new array of x's shape: ``name(x, out, size)`` in C."""
+        if x.dtype != dtype:
+            raise TypeError(f"the CUDA {name} kernel takes {np.dtype(dtype)} arrays, got {x.dtype}")
+        x = self.xp.ascontiguousarray(x).reshape(x.shape)
+        out = self.xp.empty(x.shape, dtype=out_bits)
+        if x.size:
+            blocks = min(-(-x.size // self.elementwise_threads), self.max_blocks)
+            kernel = self._function("elementwise", name)
+            kernel((blocks,), (self.elementwise_threads,), (x.view(in_bits), out, np.int64(x.size)))
+        return out.view(out_dtype)
 
     def _elementwise(self, name, size, *args):
         if size:

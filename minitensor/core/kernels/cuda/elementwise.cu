@@ -1,5 +1,6 @@
-// Elementwise kernels of a training step on a GPU: the exact GELU, dropout, ReLU and Adam's
-// update. Each replaces several CuPy operators (a launch and a pass over memory each) by one.
+// Elementwise kernels of a training step on a GPU: the exact GELU, dropout, ReLU, Adam's update
+// and mt.autocast's conversions between float32 and bfloat16. Each replaces several CuPy operators
+// (a launch and a pass over memory each) by one.
 //
 // Each thread starts at its global index and strides by the grid's size, so any grid covers any
 // array. The definitions are those of the CPU kernels (minitensor/core/kernels/gelu.py and fused.py),
@@ -93,6 +94,29 @@ __device__ void adam_update(T* __restrict__ w, const T* __restrict__ grad, T* __
         v[i] = vi;
         w[i] -= step_size * mi / (sqrt(vi) / bias_sqrt2 + eps);
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// float32 <-> bfloat16 on the bits (kernels/bfloat16.py): a float32 u (as an unsigned integer)
+// narrows to h = (u + 0x7FFF + ((u >> 16) & 1)) >> 16, to nearest with ties to even, a NaN kept
+// one; h widens to h << 16, exactly; a rounding in place of a float32 is both, one pass.
+// ---------------------------------------------------------------------------------------------
+__device__ __forceinline__ unsigned int bfloat16_narrowed(unsigned int u) {
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (u >> 16) | 0x0040u;  // NaN: stays one, quiet
+    return (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+}
+
+extern "C" __global__ void bfloat16_narrow(const unsigned int* x, unsigned short* h, long long size) {
+    const GridStride g = grid_stride();
+    for (long long i = g.first; i < size; i += g.stride) h[i] = (unsigned short)bfloat16_narrowed(x[i]);
+}
+extern "C" __global__ void bfloat16_round(const unsigned int* x, unsigned int* r, long long size) {
+    const GridStride g = grid_stride();
+    for (long long i = g.first; i < size; i += g.stride) r[i] = bfloat16_narrowed(x[i]) << 16;
+}
+extern "C" __global__ void bfloat16_widen(const unsigned short* h, unsigned int* x, long long size) {
+    const GridStride g = grid_stride();
+    for (long long i = g.first; i < size; i += g.stride) x[i] = (unsigned int)h[i] << 16;
 }
 
 extern "C" __global__ void gelu_forward_float32(const float* x, float* y, long long size) {
