@@ -12,7 +12,10 @@ weights):
    ``tracemalloc``): what backward will read, plus what minitensor's graph keeps alive;
 2. the time of a step (forward, loss, backward, AdamW), the two interleaved, medians;
 3. the losses of ``STEPS`` steps of each, side by side: the largest relative difference of a
-   step's loss, and the mean of the last 20.
+   step's loss, and the mean of the last 20;
+4. the roundings themselves, float32 to bfloat16 and back (``kernels/bfloat16.py``: numba loops
+   on the bits, what the CPU backend runs) against ml_dtypes' ``astype`` (the definition), at the
+   sizes of the model's activations: the kernels' share of the step's cost.
 
 Targets: autocast holds at most 1.0x float32's memory, and its last 20 losses are within 2% of
 float32's. The step time is shown, not judged: NumPy has no bfloat16 matrix product, so on the
@@ -34,6 +37,7 @@ from _common import (  # noqa: E402
     format_mib,
     format_ratio,
     format_stats,
+    format_time,
     interleaved,
     parse_args,
     print_header,
@@ -41,6 +45,7 @@ from _common import (  # noqa: E402
     timed,
     verdict,
 )
+from minitensor.kernels import bfloat16 as kernels  # noqa: E402
 
 import minitensor as mt  # noqa: E402
 from minitensor.data import TEXTS  # noqa: E402
@@ -140,10 +145,44 @@ def main():
     )
     print(f"largest relative difference of a step's loss: {worst:.2e}; of the last 20 losses' mean: {end:.2e}")
 
+    print()
+    conversions(rounds=3 if args.quick else 15)
+
     print("\nTargets:")
     held = memory[True] / memory[False]
     print(f"  {verdict(held <= MEMORY_RATIO)}  held memory in autocast <= {MEMORY_RATIO}x float32's")
     print(f"  {verdict(end <= LOSS_TOLERANCE)}  the last 20 losses within {LOSS_TOLERANCE:.0%} of float32's")
+
+
+def _conversion_pairs(x):
+    """name -> (the kernel's call, ml_dtypes' astype) on float32 ``x`` (and x in bfloat16)."""
+    h = x.astype(mt.bfloat16)
+    return {
+        "narrow (float32 -> bfloat16)": (lambda: kernels.bfloat16_narrow(x), lambda: x.astype(mt.bfloat16)),
+        "round (in float32)": (lambda: kernels.bfloat16_round(x), lambda: x.astype(mt.bfloat16).astype(np.float32)),
+        "widen (bfloat16 -> float32)": (lambda: kernels.bfloat16_widen(h), lambda: h.astype(np.float32)),
+    }
+
+
+def _twenty(fn):
+    """A sample of 20 calls of ``fn``: one call is too short for the clock."""
+    return timed(lambda: [fn() for _ in range(20)])
+
+
+def conversions(rounds):
+    """The bit kernels against ml_dtypes' casts, one table row per conversion and size."""
+    rng = np.random.default_rng(0)
+    rows = []
+    for shape in [(BATCH * CONTEXT, SIZES["num_hiddens"]), (BATCH * CONTEXT, SIZES["ffn_num_hiddens"])]:
+        for name, (kernel, plain) in _conversion_pairs(rng.standard_normal(shape, dtype=np.float32)).items():
+            stats = interleaved({"kernel": _twenty(kernel), "astype": _twenty(plain)}, rounds=rounds, warmup=1)
+            k, a = stats["kernel"].median / 20, stats["astype"].median / 20
+            rows.append([name, f"{shape[0]}x{shape[1]}", format_time(k), format_time(a), format_ratio(a / k)])
+    print_table(
+        ["conversion", "shape", "numba on the bits", "ml_dtypes astype", "speed-up"],
+        rows,
+        title="the roundings of autocast's products, medians of one call",
+    )
 
 
 if __name__ == "__main__":

@@ -848,7 +848,8 @@ def nanogpt_benchmark(device, quick, nanogpt_dir=NANOGPT_DIR, flags_file=None):
     compute the same loss. minitensor runs at the preset's ``--matmul-precision high`` (TF32,
     as nanoGPT), at ``highest``, at ``medium`` (its products on bfloat16 tensor cores, beside
     nanoGPT's bfloat16 autocast), with ``--autocast`` (``mt.autocast``: bfloat16 activations
-    between the products too, as nanoGPT's autocast), and once more at TF32 with its attention streamed
+    between the products too, as nanoGPT's autocast, the products on bfloat16 tensor cores at the
+    preset's precision), and once more at TF32 with its attention streamed
     (``--fused on``: the CUDA attention kernels with the weights' dropout inside, three launches
     an attention each way where the plain path at context 256, which ``--fused auto`` takes,
     runs some 30 CuPy operators with cuBLAS's products; nanoGPT runs SDPA's fused kernel).
@@ -913,9 +914,10 @@ def nanogpt_benchmark(device, quick, nanogpt_dir=NANOGPT_DIR, flags_file=None):
         medium_failure = probe_medium(device)
         if medium_failure is None:
             cases["minitensor, bfloat16 products (medium)"] = mt_iterations("medium")
-            # --autocast (mt.autocast): bfloat16 activations between the products too, as nanoGPT's; its
-            # products' operands are bfloat16 already, so "medium" computes them exactly on the tensor cores
-            cases["minitensor, bfloat16 autocast"] = mt_iterations("medium", autocast=True)
+            # --autocast (mt.autocast): bfloat16 activations between the products too, as nanoGPT's, at
+            # the preset's precision: its products' operands hold bfloat16 values, which the bfloat16
+            # tensor cores multiply exactly, so it takes them whatever the precision (rounded_matmul)
+            cases["minitensor, bfloat16 autocast"] = mt_iterations("high", autocast=True)
         n_params = sum(int(p.numel()) for p in state.model.parameters())
         if device.torch_device is not None:
             from _gpt_twin import twin_state  # imports torch

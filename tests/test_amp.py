@@ -99,6 +99,32 @@ def test_linear_in_autocast_and_its_float32_gradients():
     np.testing.assert_array_equal(layer.bias.grad.numpy(), rounded(g.sum(axis=0)))
 
 
+def test_products_give_pytorchs_autocast_results():
+    """Against ``torch.autocast("cpu", dtype=torch.bfloat16)`` where PyTorch is installed: a Linear
+    with its bias, a matmul and a batched one give PyTorch's bfloat16 numbers (its float32 sums,
+    taken in another order, may round a rare element to the neighbouring bfloat16)."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(3)
+    x, W = rng.standard_normal((64, 96), np.float32), rng.standard_normal((48, 96), np.float32)
+    b = 3 * rng.standard_normal(48).astype(np.float32)
+    q, k = rng.standard_normal((2, 4, 16, 32), np.float32), rng.standard_normal((2, 4, 24, 32), np.float32)
+    Wt = np.ascontiguousarray(W.T)
+    with mt.autocast("cpu"):
+        ours = [
+            mt.linear(*map(mt.tensor, (x, W, b))),
+            mt.tensor(x) @ mt.tensor(Wt),
+            mt.tensor(q) @ mt.tensor(k).swapaxes(-1, -2),
+        ]
+    t = torch.from_numpy
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        theirs = [torch.nn.functional.linear(t(x), t(W), t(b)), t(x) @ t(Wt), t(q) @ t(k).transpose(-1, -2)]
+    for mine, torchs in zip(ours, theirs, strict=True):
+        assert mine.dtype == mt.bfloat16 and torchs.dtype == torch.bfloat16
+        mine, torchs = mine.float().numpy(), torchs.float().numpy()
+        assert np.mean(mine == torchs) > 0.99
+        np.testing.assert_allclose(mine, torchs, rtol=2**-7)
+
+
 def _scores(x):
     return x.reshape(2, 3, 4)
 

@@ -111,6 +111,36 @@ def test_medium_on_a_gpu_before_ampere_keeps_float32(cupy, gemm_calls, monkeypat
     assert not gemm_calls
 
 
+@pytest.mark.parametrize("precision", ["highest", "high"])
+def test_autocasts_products_take_bfloat16_tensor_cores_at_any_precision(cupy, gemm_calls, monkeypatch, precision):
+    """Inside ``mt.autocast`` a product's operands (and its gradient) hold bfloat16 values, which
+    bfloat16 tensor cores multiply exactly: every product, forward and backward, is the cuBLAS
+    call of "medium", whatever the precision set, with the CPU's numbers; before Ampere, none."""
+    rng = np.random.default_rng(1)
+    x_, w_ = rng.standard_normal((2, 5, 16)), rng.standard_normal((8, 16))
+    q_, k_ = rng.standard_normal((2, 3, 5, 16)), rng.standard_normal((2, 3, 7, 16))
+
+    def run(device):
+        x, w, q, k = (mt.tensor(a, dtype=mt.float32, device=device, requires_grad=True) for a in (x_, w_, q_, k_))
+        with mt.autocast(device):
+            y, s = mt.linear(x, w), q @ k.swapaxes(-1, -2)
+            (y.sum() + s.sum()).backward()
+        return [t.float().numpy() for t in (y, s, x.grad, w.grad, q.grad, k.grad)]
+
+    mt.set_float32_matmul_precision(precision)
+    got = run("cuda")
+    assert sorted(gemm_calls) == sorted(
+        [(10, 8, 16, 1), (10, 16, 8, 1), (8, 16, 10, 1), (5, 7, 16, 6), (5, 16, 7, 6), (16, 7, 5, 6)]
+    )
+    for on_gpu, on_cpu in zip(got, run("cpu"), strict=True):
+        np.testing.assert_allclose(on_gpu, on_cpu, rtol=2**-7, atol=1e-6)  # (sums in another order: an ulp)
+    gemm_calls.clear()
+    monkeypatch.setattr(backends._BACKENDS["cuda"], "_has_bfloat16_cores", None)
+    monkeypatch.setattr(backends._BACKENDS["cuda"], "_compute_capability", lambda: 75)
+    run("cuda")
+    assert not gemm_calls
+
+
 def test_a_gpu_backend_built_later_starts_at_the_precision_set_before(monkeypatch):
     mt.set_float32_matmul_precision("high")
     cupy = FakeCupy()

@@ -15,7 +15,9 @@ each op follows one of three rules (PyTorch's, ``torch.amp``'s "autocast op refe
 
 - **Products in bfloat16**: ``matmul`` (``@``, ``bmm``, ``mm``, ``mv``, ``dot``) and ``linear``
   (every ``nn.Linear``, so every scorer and projection, a plugin's too) round their float32
-  operands to bfloat16, sum the products in float32 and round the result to bfloat16.
+  operands to bfloat16, sum the products in float32 and round the result to bfloat16 (a
+  Linear's bias added before that one rounding, as in PyTorch). A GPU takes its bfloat16 tensor
+  cores for them whatever ``set_float32_matmul_precision`` says (``Backend.rounded_matmul``).
 - **Float32 where precision matters**: the softmax family and every attention pooling (through
   ``MultiHeadAttention``, a user's pooling plugin too), layer norm, the losses, ``sum``,
   ``mean``, ``var``, ``std``, ``norm``, ``logsumexp``, ``cumsum``, ``prod``, ``exp`` and
@@ -32,8 +34,9 @@ Only bfloat16 is offered: float16's range (6e-5 to 65504) makes gradients underf
 PyTorch's ``GradScaler``. ``device_type`` says whose tensors it applies to, as in PyTorch:
 ``autocast("cpu")`` leaves a GPU's tensors alone. On the CPU a bfloat16 product is a float32
 product of the rounded operands (NumPy's BLAS has no bfloat16), so there autocast shows the
-numerics, not a speed-up. The memory a step holds drops a little (the GPT preset's forward:
-36.2 MiB against 38.4): a node keeps its input tensors for backward's walk, so a float32 copy
+numerics, not a speed-up; the roundings run on the bits (``kernels/bfloat16.py``, one pass an
+operand). The memory a step holds drops a little (the GPT preset's forward: 35.8 MiB against
+38.0): a node keeps its input tensors for backward's walk, so a float32 copy
 made where bfloat16 meets float32 lives beside the bfloat16 tensor; the products round their
 operands inside their own node (``product_dtype``) so that no rounded copy is kept. See
 Kalamkar et al., "A Study of BFLOAT16 for Deep Learning Training" (2019), and Micikevicius et

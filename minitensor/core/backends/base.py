@@ -173,8 +173,8 @@ class Backend:
         bfloat16 tensor cores at precision "medium", and by a direct cuBLAS call inside a CUDA
         graph's capture, where CuPy's own products are refused).
 
-        bfloat16 operands (``mt.autocast``) are multiplied as float32 and the result rounded to
-        bfloat16 once (``bfloat16_matmul``)."""
+        bfloat16 operands are multiplied as float32 and the result rounded to bfloat16 once
+        (``bfloat16_matmul``)."""
         if a.dtype == bfloat16 or b.dtype == bfloat16:
             return self.bfloat16_matmul(a, b)
         return a @ b
@@ -188,7 +188,15 @@ class Backend:
         support is young. On a GPU that is the float32 path, so at precision "medium" the
         bfloat16 tensor cores; a direct bfloat16 GEMM, half the bytes read, is for measuring
         there."""
-        return self.astype(self.matmul(self.astype(a, float32), self.astype(b, float32)), bfloat16)
+        return self.astype(self.rounded_matmul(self.astype(a, float32), self.astype(b, float32)), bfloat16)
+
+    def rounded_matmul(self, a: Array, b: Array) -> Array:
+        """``a @ b`` for float32 ``a`` and ``b`` that hold bfloat16 values (``mt.autocast``'s
+        rounded operands, ``round_to_bfloat16``). Every product of two bfloat16 numbers is exact
+        in float32, so a GPU may take its bfloat16 tensor cores whatever the float32 precision
+        and get the float32 path's result, as PyTorch's autocast takes its bfloat16 GEMM. NumPy
+        has no such cores: the float32 product."""
+        return self.matmul(a, b)
 
     # -- bfloat16 and float32 (mt.autocast) ------------------------------------------------------
     @property

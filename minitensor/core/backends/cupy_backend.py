@@ -279,7 +279,7 @@ class CupyBackend(Backend):
         cublas.setMathMode(handle, self.MATH_MODES[precision])  # this thread's handle on the current GPU
         # bfloat16 tensor cores from compute capability 8.0 (Ampere) on; before, cuBLAS would
         # compute in float32 anyway, and CuPy has already warned that TF32 is not there either
-        self._bfloat16 = precision == "medium" and self._compute_capability() >= 80
+        self._bfloat16 = precision == "medium" and self._bfloat16_cores()
 
     _bfloat16 = False  # float32 products on bfloat16 tensor cores ("medium")
     _precision = "highest"  # the float32 matmul precision set last
@@ -296,14 +296,28 @@ class CupyBackend(Backend):
     def memory_size(self) -> int | None:
         return int(self._properties()["totalGlobalMem"])  # the current GPU's
 
-    def matmul(self, a: Array, b: Array) -> Array:
-        if a.dtype == bfloat16 or b.dtype == bfloat16:  # mt.autocast: as float32, rounded (Backend)
+    def matmul(self, a: Array, b: Array, bfloat16_cores: bool = False) -> Array:
+        if a.dtype == bfloat16 or b.dtype == bfloat16:  # as float32, rounded (Backend)
             return self.bfloat16_matmul(a, b)
+        fast = (self._bfloat16 or bfloat16_cores) and a.dtype == numpy.float32 and b.dtype == numpy.float32
         if self._capture is not None:  # CuPy refuses to call cuBLAS inside a capture: call it directly
-            return cublas_gemm.captured_matmul(self.xp, self._capture.cublas(), a, b, self._precision)
-        if self._bfloat16 and a.dtype == numpy.float32 and b.dtype == numpy.float32:
+            precision = "medium" if fast else self._precision
+            return cublas_gemm.captured_matmul(self.xp, self._capture.cublas(), a, b, precision)
+        if fast:
             return cublas_gemm.bf16_matmul(self.xp, a, b)
         return a @ b
+
+    def rounded_matmul(self, a: Array, b: Array) -> Array:
+        # exact on bfloat16 tensor cores (Backend.rounded_matmul): taken whatever the precision
+        return self.matmul(a, b, bfloat16_cores=self._bfloat16_cores())
+
+    def _bfloat16_cores(self) -> bool:
+        """Whether this GPU has bfloat16 tensor cores: compute capability 8.0 (Ampere) or later."""
+        if self._has_bfloat16_cores is None:
+            self._has_bfloat16_cores = self._compute_capability() >= 80
+        return self._has_bfloat16_cores
+
+    _has_bfloat16_cores: bool | None = None
 
     def direct_cublas(self) -> Any:
         """libcublas through ctypes (``cublas_gemm.DirectCublas``), for the products of a capture."""

@@ -22,6 +22,10 @@
     Adam's update. Their definitions are the ops' own NumPy code (and the
     textbook update in ``optim/adam.py``); ``backend.fused(name, dtype)`` picks them.
 
+``bfloat16.py``
+    float32 to bfloat16 and back on the bits (narrow, widen, and round in place of a float32):
+    ``mt.autocast``'s roundings, vectorised, bit for bit ml_dtypes' casts.
+
 ``gelu.py``
     The exact GELU without SciPy: in numba on the CPU (float64 through ``math.erfc``,
     float32 through a fitted erfc polynomial and ``exp_f32``, vectorised), CUDA's ``erfc``

@@ -20,7 +20,7 @@ from ..tensor import Array, Tensor
 from .promote import promote
 
 
-def _stacked(backend: Backend, a: Array, b: Array) -> Array:
+def _stacked(backend: Backend, a: Array, b: Array, rounded: bool = False) -> Array:
     """``a @ b`` for stacks of matrices, copying a strided stack first where that pays.
 
     NumPy's batched matmul hands a matrix to BLAS only when its rows are contiguous in
@@ -31,13 +31,14 @@ def _stacked(backend: Backend, a: Array, b: Array) -> Array:
     the other operand has many rows (columns): not for one decoding query against a long
     cache, where the copy would move as many bytes as the product reads. 2-D products pass
     transposes to BLAS as a flag and need none of this (the callers test ``ndim`` first).
+    ``rounded``: the operands hold bfloat16 values (``Backend.rounded_matmul``).
     """
     xp = backend.xp
     if a.ndim > 2 and not _blas_reads_in_place(xp, a) and (b.shape[-1] if b.ndim > 1 else 1) >= _REUSE:
         a = xp.ascontiguousarray(a)
     if b.ndim > 2 and not _blas_reads_in_place(xp, b) and (a.shape[-2] if a.ndim > 1 else 1) >= _REUSE:
         b = xp.ascontiguousarray(b)
-    return backend.matmul(a, b)
+    return backend.rounded_matmul(a, b) if rounded else backend.matmul(a, b)
 
 
 def _blas_reads_in_place(xp: Any, a: Array) -> bool:
@@ -67,7 +68,8 @@ def _copied_twice(xp: Any, g: Array, b_rows: int, a_cols: int) -> bool:
 # bfloat16 tensor core computes it: the operands rounded to bfloat16, each product of two of them
 # (exact in float32) summed in float32, the result rounded once. Here the rounded operands stay
 # float32 arrays (``Backend.round_to_bfloat16``: one pass each), so every product is a float32
-# one, and only the result is a bfloat16 array. Outside a block the helpers pass arrays on.
+# one (``Backend.rounded_matmul``: a GPU takes its bfloat16 tensor cores for it), and only the
+# result is a bfloat16 array. Outside a block the helpers pass arrays on.
 
 
 def _rounded(ctx: Function, *arrays: Array) -> list[Array]:
@@ -112,7 +114,11 @@ class MatMul(Function):
         ctx.autocast, ctx.dtypes = autocast, (a.dtype, b.dtype)
         a, b = _rounded(ctx, a, b)
         try:
-            y = ctx.backend.matmul(a, b) if a.ndim <= 2 and b.ndim <= 2 else _stacked(ctx.backend, a, b)
+            rounded = ctx.autocast is not None
+            if a.ndim <= 2 and b.ndim <= 2:
+                y = ctx.backend.rounded_matmul(a, b) if rounded else ctx.backend.matmul(a, b)
+            else:
+                y = _stacked(ctx.backend, a, b, rounded)
         except ValueError:
             pass  # explain NumPy's terse message in the user's terms
         else:
@@ -138,7 +144,8 @@ class MatMul(Function):
     @staticmethod
     def _backward(ctx: Function, grad: Array, a: Array, b: Array) -> Grads:
         need_a, need_b = ctx.needs_input_grad[:2]
-        mm = ctx.backend.matmul
+        rounded = ctx.autocast is not None  # (the gradient too holds bfloat16 values: _widened)
+        mm = ctx.backend.rounded_matmul if rounded else ctx.backend.matmul
         if a.ndim == 2 and b.ndim == 2:  # the common case, without the general machinery
             return (mm(grad, b.T) if need_a else None), (mm(a.T, grad) if need_b else None)
         xp = ctx.xp
@@ -156,7 +163,7 @@ class MatMul(Function):
             g = xp.ascontiguousarray(g)  # one copy for both products (a GPU launch saved too)
         ga = gb = None
         if need_a:
-            ga = sum_to_shape(_stacked(ctx.backend, g, xp.swapaxes(b2, -1, -2)), a2.shape).reshape(a.shape)
+            ga = sum_to_shape(_stacked(ctx.backend, g, xp.swapaxes(b2, -1, -2), rounded), a2.shape).reshape(a.shape)
         if need_b:
             if b2.ndim == 2 and a2.ndim > 2:
                 # X (..., n) @ W (n, m), as in a Linear layer: fold the batch axes into one
@@ -164,7 +171,7 @@ class MatMul(Function):
                 n, m = b2.shape
                 gb = mm(a2.reshape(-1, n).T, g.reshape(-1, m))
             else:
-                gb = sum_to_shape(_stacked(ctx.backend, xp.swapaxes(a2, -1, -2), g), b2.shape)
+                gb = sum_to_shape(_stacked(ctx.backend, xp.swapaxes(a2, -1, -2), g, rounded), b2.shape)
             gb = gb.reshape(b.shape)
         return ga, gb
 
@@ -255,7 +262,8 @@ class Linear(Function):
         ctx.save_for_backward(x2, weight)
         ctx.autocast, ctx.dtypes = autocast, (x.dtype, weight.dtype, None if bias is None else bias.dtype)
         x2, weight, bias = _rounded(ctx, x2, weight, bias)
-        y = ctx.backend.matmul(x2, weight.T)  # BLAS reads W^T in place: no copy
+        mm = ctx.backend.matmul if autocast is None else ctx.backend.rounded_matmul
+        y = mm(x2, weight.T)  # BLAS reads W^T in place: no copy
         if bias is not None:
             y += bias  # y is fresh: add in place instead of allocating another (N, out)
         return _result(ctx, y).reshape(*x.shape[:-1], weight.shape[0])  # (autocast: the bias added, then rounded)
@@ -265,8 +273,9 @@ class Linear(Function):
         x2, weight = _rounded(ctx, *ctx.saved)
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
         g2 = _widened(ctx, grad).reshape(-1, weight.shape[0])
-        gx = ctx.backend.matmul(g2, weight).reshape(*grad.shape[:-1], weight.shape[1]) if need_x else None
-        gw = ctx.backend.matmul(g2.T, x2) if need_w else None
+        mm = ctx.backend.matmul if ctx.autocast is None else ctx.backend.rounded_matmul
+        gx = mm(g2, weight).reshape(*grad.shape[:-1], weight.shape[1]) if need_x else None
+        gw = mm(g2.T, x2) if need_w else None
         gb = sum_to_shape(g2, weight.shape[:1]) if need_b else None  # (bfloat16's summed in float32)
         return _unrounded(ctx, (gx, gw, gb), ctx.dtypes)
 
