@@ -397,7 +397,9 @@ def run_like_cublas(call, bfloat16=True, dtype=numpy.float32):
 
 
 def launch_in_numpy(xp, call, out):
-    """``cublas_gemm.launch`` on the stand-in: the call run by ``run_like_cublas``, into ``out``."""
+    """``cublas_gemm.launch`` on the stand-in: the call run by ``run_like_cublas``, into ``out``
+    (one launch for ``count_launches``, as on a GPU)."""
+    _launched("cublasGemmStridedBatchedEx")
     out._a[...] = run_like_cublas(call)
 
 

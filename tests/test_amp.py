@@ -187,6 +187,26 @@ def test_gelu_in_bfloat16_is_the_float32_gelu_rounded_once():
     np.testing.assert_array_equal(F.gelu(x.bfloat16()).numpy(), expected)
 
 
+@pytest.mark.parametrize("p", [0.1, 0.2])
+def test_dropout_in_bfloat16_is_the_float32_dropout_rounded_once(p, device):
+    """The same mask as float32's for the same seed, the survivors scaled in float32 (1/0.9 not
+    rounded to 8 bits first) and rounded once, forward and backward (its upstream gradient exact
+    in bfloat16), on every device."""
+    x_ = rounded(data(64, 33))
+    results = {}
+    for dtype in (mt.bfloat16, mt.float32):
+        x = mt.tensor(x_, device=device).to(dtype).requires_grad_()
+        mt.manual_seed(5)
+        y = F.dropout(x, p)
+        (
+            y.float() * mt.tensor(np.arange(64 * 33.0).reshape(64, 33) % 17, dtype=mt.float32, device=device)
+        ).sum().backward()
+        assert y.dtype == x.grad.dtype == dtype
+        results[dtype] = y.float().numpy(), x.grad.float().numpy()
+    for low, full in zip(results[mt.bfloat16], results[mt.float32], strict=True):
+        np.testing.assert_array_equal(low, rounded(full))
+
+
 def test_bfloat16_meeting_float32_promotes_inside_autocast():
     a = mt.tensor(data(3, 4), requires_grad=True)
     b = mt.tensor(data(4, seed=1), requires_grad=True)

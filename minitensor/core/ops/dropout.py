@@ -13,6 +13,7 @@ from typing import Any
 import numpy
 
 from ..autograd import Function, Grads
+from ..dtypes import compute_dtype
 from ..tensor import Array, Tensor
 
 
@@ -24,7 +25,7 @@ class Dropout(Function):
     so one pass makes the mask and the product on every thread, and backward makes the same
     mask again from the seed instead of keeping it (what PyTorch's GPU dropout does). The seed
     is drawn on the host (``backend.draw_seed()``), so a GPU step never waits to read it back.
-    Where a backend has no kernel for the dtype (float16, say) the same hash runs as array code
+    Where a backend has no kernel (the tests' strict device) the same hash runs as array code
     (``counter_bits``): the same mask for the same seed on every backend, which is also what
     the streamed attention (``ops.flash_attention``) makes of its weights' tiles.
     """
@@ -63,7 +64,13 @@ def apply_counter_mask(
     """x * scale where bits(seed, i) >= threshold, else 0, i each element's number: its flat
     index in x, or, with ``row_start`` (x 2-D, a tile of a larger matrix), row_start[r] + c for
     element c of row r, its index in the whole. The backend's kernel where it has one for x's
-    dtype (``dropout_forward``, ``dropout_rows``), else the same hash as array code."""
+    dtype (``dropout_forward``, ``dropout_rows``), else the same hash as array code. A bfloat16
+    or float16 ``x`` is masked and scaled in float32 and rounded once: the kernels' path, and a
+    scale such as 1/0.9 not first rounded to 8 bits."""
+    work = compute_dtype(x.dtype)
+    if work != x.dtype:  # bfloat16, float16: the float32 kernels, rounded once (as PyTorch's opmath)
+        kept = apply_counter_mask(backend, backend.astype(x, work), seed, threshold, scale, row_start)
+        return backend.astype(kept, x.dtype)
     xp = backend.xp
     x = xp.ascontiguousarray(x).reshape(x.shape)  # (ascontiguousarray makes a 0-d array 1-d)
     args = (as_seed(seed), numpy.uint64(threshold), x.dtype.type(scale))
