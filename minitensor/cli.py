@@ -74,10 +74,23 @@ _LAST_WORDS_S = 0.25  # a failing rank's pause before the job ends: see _end_job
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line (argparse prints the whole usage first)."""
+    """argparse, but a usage error is one line (argparse prints the whole usage first), and says
+    whose help to read."""
 
     def error(self, message):
+        # argparse's word for a value given to a flag that takes none reads as if it were dropped
+        message = message.replace("ignored explicit argument", "takes no value, got")
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def parse_args(self, args=None, namespace=None):  # type: ignore[override]
+        # argparse reports a subcommand's stray words from the top parser ("see minitensor
+        # --help"); the subcommand's help is the one that lists what it takes
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            command = getattr(parsed, "command", None)
+            prog = f"{self.prog} {command}" if command else self.prog
+            self.exit(EXIT_USAGE, f"{prog}: error: unrecognized arguments: {' '.join(extras)} (see {prog} --help)\n")
+        return parsed
 
 
 # -- argument types: refused by the parser, before anything runs -----------------------------------

@@ -207,6 +207,47 @@ def test_dropout_in_bfloat16_is_the_float32_dropout_rounded_once(p, device):
         np.testing.assert_array_equal(low, rounded(full))
 
 
+@pytest.mark.parametrize("name", ["sigmoid", "gelu_tanh", "tanh"])
+def test_functions_of_several_steps_take_bfloat16_through_float32(name):
+    """Sigmoid, the tanh GELU and tanh's derivative are computed in float32 and rounded once, as
+    PyTorch's kernels do: step by step in bfloat16, 1 + tanh(a/2) cancels to 0 and sigmoid(-8)
+    came out 0 (3.4e-4), its gradient 0 with it. Backward reads the saved output, rounded, as
+    PyTorch's does (sigmoid's z (1 - z), tanh's 1 - z^2)."""
+    op = {"sigmoid": mt.sigmoid, "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"), "tanh": mt.tanh}[name]
+    a_ = rounded(np.concatenate([[-8.0, -5.0, -3.0625], data(200) * 3]))
+    g_ = rounded(data(a_.size, seed=1))
+    a = mt.tensor(a_).bfloat16().requires_grad_()
+    y = op(a)
+    y.backward(mt.tensor(g_).bfloat16())
+    assert y.dtype == a.grad.dtype == mt.bfloat16
+    full = mt.tensor(a_, requires_grad=True)
+    op(full).backward(mt.tensor(g_))
+    z = y.float().numpy()
+    np.testing.assert_array_equal(z, rounded(op(mt.tensor(a_)).numpy()))
+    want = {"sigmoid": g_ * z * (1 - z), "tanh": g_ * (1 - z * z), "gelu_tanh": full.grad.numpy()}[name]
+    np.testing.assert_array_equal(a.grad.float().numpy(), rounded(want))
+    if name == "sigmoid":
+        assert z[0] > 3e-4 and a.grad.float().numpy()[0] != 0
+
+
+def test_a_bfloat16_linear_adds_its_bias_before_the_one_rounding():
+    """Outside a block too (``model.bfloat16()``), as PyTorch's addmm: round(x W^T + b), where
+    rounding the product first lost b = 2^-8 against 1."""
+    x, w, b = (mt.tensor(v).bfloat16() for v in ([[1.0, 1.0]], [[1.0, 2**-8]], [2**-8]))
+    assert mt.linear(x, w, b).item() == 1 + 2**-7
+    layer = mt.nn.Linear(6, 3).bfloat16()
+    x = mt.tensor(data(4, 6)).bfloat16()
+    want = rounded(x.float().numpy() @ layer.weight.float().numpy().T + layer.bias.float().numpy())
+    np.testing.assert_array_equal(layer(x).float().numpy(), want)
+
+
+def test_a_float64_bias_is_refused_inside_the_block_as_outside():
+    x, w, b = mt.randn(2, 4), mt.randn(3, 4), mt.randn(3, dtype=mt.float64)
+    for enabled in (True, False):
+        with mt.autocast("cpu", enabled=enabled), pytest.raises(mt.DTypeError, match="float32 and float64"):
+            mt.linear(x, w, b)
+
+
 def test_bfloat16_meeting_float32_promotes_inside_autocast():
     a = mt.tensor(data(3, 4), requires_grad=True)
     b = mt.tensor(data(4, seed=1), requires_grad=True)

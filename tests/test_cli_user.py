@@ -215,6 +215,12 @@ def test_ctrl_c_keeps_the_last_checkpoint_and_says_how_to_go_on(tmp_path):
         (["train", *TINY, "--out", ""], ["argument --out: the path is empty"]),
         (["translate", "--checkpoint", "", "abc"], ["argument --checkpoint: the path is empty"]),
         (["generate", "--checkpoint", "runs/reverse", "--draft", "", "--prompt", "a"], ["argument --draft: the path"]),
+        # a stray word points at the subcommand's help, and a flag given a value says it takes none
+        (
+            ["train", *TINY, "--autocast", "yes"],
+            ["minitensor train: error: unrecognized arguments: yes", "train --help"],
+        ),
+        (["train", *TINY, "--autocast=yes"], ["argument --autocast/--no-autocast: takes no value, got 'yes'"]),
     ],
 )
 def test_bad_input_is_one_line_and_exit_code_2(run, args, fragments):

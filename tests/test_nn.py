@@ -382,6 +382,21 @@ def test_linear_forward_equals_numpy():
     np.testing.assert_allclose(F.linear(mt.tensor(x), lin.weight).numpy(), expected - b, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("in_features, out_features, batch", [(0, 3, (2, 5)), (4, 0, (6,)), (4, 3, (0, 2))])
+def test_linear_with_an_axis_of_size_zero(in_features, out_features, batch):
+    """As PyTorch: no input feature gives the bias (its gradient the number of rows), no output
+    feature an empty result; forward and backward."""
+    layer = nn.Linear(in_features, out_features)
+    x = mt.randn(*batch, in_features, requires_grad=True)
+    y = layer(x)
+    assert y.shape == (*batch, out_features)
+    if not in_features:
+        np.testing.assert_array_equal(y.numpy(), np.broadcast_to(layer.bias.numpy(), y.shape))
+    y.sum().backward()
+    assert x.grad.shape == x.shape and layer.weight.grad.shape == layer.weight.shape
+    np.testing.assert_array_equal(layer.bias.grad.numpy(), np.full(out_features, math.prod(batch), np.float32))
+
+
 def test_gradcheck_through_linear_layernorm_embedding_and_a_small_model():
     mt.manual_seed(0)
     lin = nn.Linear(3, 2).double()

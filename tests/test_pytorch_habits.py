@@ -278,6 +278,19 @@ def test_from_numpy_shares_memory_as_pytorchs_does():
         mt.from_numpy([1, 2])
     with pytest.raises(TypeError, match="from_numpy: unsupported dtype <U1"):
         mt.from_numpy(np.array(["a"]))
+    with pytest.raises(TypeError, match=r"from_numpy: the array's byte order \(>f4\) is not this machine's"):
+        mt.from_numpy(np.arange(3, dtype=">f4"))
+
+
+def test_a_big_endian_array_becomes_a_tensor_in_this_machines_byte_order():
+    """A ">f4" array (from a big-endian file) copied by ``mt.tensor`` is float32 like any other:
+    it meets float32 tensors and rounds inside ``mt.autocast``."""
+    t = mt.tensor(np.arange(4, dtype=">f4"))
+    assert t.dtype == mt.float32 and t.dtype.isnative
+    np.testing.assert_array_equal((t + mt.ones(4)).numpy(), [1, 2, 3, 4])
+    with mt.autocast("cpu"):
+        assert (t @ t).dtype == mt.bfloat16
+    assert mt.tensor(np.arange(3, dtype=">i8")).dtype == mt.int64
 
 
 def test_a_batch_is_cut_as_nanogpts_get_batch_cuts_it():

@@ -402,6 +402,11 @@ def from_numpy(array: numpy.ndarray) -> Tensor:
         raise TypeError(f"from_numpy: expected a numpy.ndarray, got {type(array).__name__}")
     if array.dtype.kind not in "fiub" and not is_floating(array.dtype):
         raise TypeError(f"from_numpy: unsupported dtype {array.dtype} (numbers or booleans expected)")
+    if not array.dtype.isnative:  # (shared memory cannot change its byte order; PyTorch refuses too)
+        raise TypeError(
+            f"from_numpy: the array's byte order ({array.dtype.str}) is not this machine's; "
+            "mt.tensor(array) copies it into this machine's order"
+        )
     return Tensor._make(array, get_backend("cpu"), None)
 
 

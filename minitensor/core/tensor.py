@@ -1046,8 +1046,8 @@ def tensor(data: Any, requires_grad: bool = False, dtype: DType = None, device: 
 
     ``data``: a number, nested lists, a NumPy array or a Tensor. Floating-point Python data
     becomes float32 (the default), integers int64, booleans bool; a NumPy array, or a list of
-    tensors, keeps its dtype unless ``dtype`` says otherwise (as in PyTorch). A NumPy float
-    scalar becomes float32, as a Python float does (PyTorch: float64).
+    tensors, keeps its dtype unless ``dtype`` says otherwise (as in PyTorch), in this machine's
+    byte order. A NumPy float scalar becomes float32, as a Python float does (PyTorch: float64).
     """
     if isinstance(data, Tensor):
         backend = get_backend(device) if device is not None else data._backend
@@ -1067,6 +1067,8 @@ def tensor(data: Any, requires_grad: bool = False, dtype: DType = None, device: 
             if dtype is None and is_floating(host.dtype):
                 host = host.astype(_carried_float(data), copy=False)
             arr = backend.array(host)
+    if not arr.dtype.isnative:  # a big-endian file's ">f4": the copy in this machine's byte order, float32
+        arr = arr.astype(arr.dtype.newbyteorder("="))
     dtype = as_dtype(dtype)
     if dtype is not None and arr.dtype != dtype:
         arr = arr.astype(dtype)

@@ -24,7 +24,8 @@ one ``h``:
   are two.
 
 ml_dtypes, whose ``bfloat16`` is ``mt.bfloat16``, converts the same way (the tests compare
-every kernel with its ``astype``, bit for bit) but one element at a time through a C++ function;
+every kernel with its ``astype``, bit for bit; a NaN is a NaN, its payload aside) but one element
+at a time through a C++ function;
 these loops on integers are vectorised by LLVM, 1.3 to 5 times faster (``bench/autocast.py``).
 The CPU backend's ``astype`` and ``round_to_bfloat16`` call them (``Backend.bfloat16_kernels``);
 a GPU's are the CUDA kernels of the same names in ``cuda/elementwise.cu``, the same three lines.

@@ -127,6 +127,19 @@ class Neg(Function):
 
 
 # -- functions of one variable -------------------------------------------------------------
+# A function of several steps (sigmoid, the tanh GELU, tanh's derivative) takes bfloat16 and
+# float16 through float32 and rounds once, as PyTorch's kernels do ("opmath"): rounded at each
+# step, 1 + tanh(a/2) cancels to 0 for a < -4 in bfloat16, and sigmoid(-8) would come out 0.
+def _work(ctx: Function, *arrays: Array) -> list[Array]:
+    """``arrays`` in the dtype an op computes in: float32 for bfloat16 and float16, else theirs."""
+    return [ctx.backend.astype(x, compute_dtype(x.dtype), copy=False) for x in arrays]
+
+
+def _stored(ctx: Function, y: Array, dtype: Any) -> Array:
+    """A result computed in the working dtype, rounded once to ``dtype`` (the input's)."""
+    return ctx.backend.astype(y, dtype, copy=False)
+
+
 class Exp(Function):
     """z = e^a;  dz/da = e^a = z."""
 
@@ -183,7 +196,8 @@ class Tanh(Function):
     @staticmethod
     def backward(ctx: Function, grad: Array) -> Grads:
         (z,) = ctx.saved
-        return grad * (1 - z * z)
+        g, z = _work(ctx, grad, z)
+        return _stored(ctx, g * (1 - z * z), grad.dtype)
 
 
 class Sin(Function):
@@ -222,14 +236,16 @@ class Sigmoid(Function):
 
     @staticmethod
     def forward(ctx: Function, a: Array) -> Array:
-        z = 0.5 * (1 + ctx.xp.tanh(0.5 * a))
+        (w,) = _work(ctx, a)
+        z = _stored(ctx, 0.5 * (1 + ctx.xp.tanh(0.5 * w)), a.dtype)
         ctx.save_for_backward(z)
         return z
 
     @staticmethod
     def backward(ctx: Function, grad: Array) -> Grads:
         (z,) = ctx.saved
-        return grad * z * (1 - z)
+        g, z = _work(ctx, grad, z)
+        return _stored(ctx, g * z * (1 - z), grad.dtype)
 
 
 class ReLU(Function):
@@ -304,15 +320,17 @@ class GELUTanh(Function):
 
     @staticmethod
     def forward(ctx: Function, a: Array) -> Array:
-        t = ctx.xp.tanh(_GELU_C * (a + 0.044715 * a * a * a))
-        ctx.save_for_backward(a, t)
-        return 0.5 * a * (1 + t)
+        (w,) = _work(ctx, a)
+        t = ctx.xp.tanh(_GELU_C * (w + 0.044715 * w * w * w))
+        ctx.save_for_backward(a, t)  # (t in the working dtype: backward needs it unrounded)
+        return _stored(ctx, 0.5 * w * (1 + t), a.dtype)
 
     @staticmethod
     def backward(ctx: Function, grad: Array) -> Grads:
         a, t = ctx.saved
+        g, a = _work(ctx, grad, a)
         du = _GELU_C * (1 + 3 * 0.044715 * a * a)
-        return grad * (0.5 * (1 + t) + 0.5 * a * (1 - t * t) * du)
+        return _stored(ctx, g * (0.5 * (1 + t) + 0.5 * a * (1 - t * t) * du), grad.dtype)
 
 
 class Abs(Function):

@@ -7,6 +7,7 @@ first: a tensor of the wrong rank is an error naming the op rather than a broadc
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -14,7 +15,7 @@ import numpy as np
 from .. import amp
 from ..autograd import Function, Grads, sum_to_shape
 from ..backends import Backend
-from ..dtypes import float32, is_floating
+from ..dtypes import bfloat16, float32, is_floating
 from ..errors import ShapeError
 from ..tensor import Array, Tensor
 from .promote import promote
@@ -253,12 +254,14 @@ class Linear(Function):
     reduction over several axes, and W's gradient arrives transposed, a layout that slows
     every elementwise pass over it afterwards (clipping, the optimiser).
 
-    ``autocast``: the dtype (bfloat16) that ``mt.autocast`` has X, W and b rounded to first.
+    ``autocast``: the dtype (bfloat16) that ``mt.autocast`` has X, W and b rounded to first; a
+    bfloat16 layer outside a block passes it too, so that its bias is added before the one
+    rounding, as PyTorch's ``addmm`` does.
     """
 
     @staticmethod
     def forward(ctx: Function, x: Array, weight: Array, bias: Array | None, autocast: Any = None) -> Array:
-        x2 = x.reshape(-1, x.shape[-1])
+        x2 = x.reshape(math.prod(x.shape[:-1]), x.shape[-1])  # (not -1: an axis may be 0, in_features too)
         ctx.save_for_backward(x2, weight)
         ctx.autocast, ctx.dtypes = autocast, (x.dtype, weight.dtype, None if bias is None else bias.dtype)
         x2, weight, bias = _rounded(ctx, x2, weight, bias)
@@ -272,7 +275,7 @@ class Linear(Function):
     def backward(ctx: Function, grad: Array) -> Grads:
         x2, weight = _rounded(ctx, *ctx.saved)
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
-        g2 = _widened(ctx, grad).reshape(-1, weight.shape[0])
+        g2 = _widened(ctx, grad).reshape(x2.shape[0], weight.shape[0])
         mm = ctx.backend.matmul if ctx.autocast is None else ctx.backend.rounded_matmul
         gx = mm(g2, weight).reshape(*grad.shape[:-1], weight.shape[1]) if need_x else None
         gw = mm(g2.T, x2) if need_w else None
@@ -294,7 +297,9 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         raise ShapeError(f"linear: bias of shape {tuple(bias.shape)}, expected ({weight.shape[0]},)")
     if not is_floating(x.data.dtype):  # integer data meeting float weights becomes their dtype, as in a + b
         x, weight = promote(x, weight)
-    autocast = amp.product_dtype(x, weight)
+    autocast = amp.product_dtype(x, weight, bias)
+    if autocast is None and x.dtype == weight.dtype == bfloat16 and (bias is None or bias.dtype == bfloat16):
+        autocast = bfloat16  # a bfloat16 layer (model.bfloat16()): the bias too added in float32, rounded once
     if autocast is None:
         return Linear.apply(x, weight, bias)
     return Linear.apply(x, weight, bias, autocast=autocast)
