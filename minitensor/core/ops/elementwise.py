@@ -14,7 +14,7 @@ from typing import Any
 from .. import amp
 from ..autograd import Function, Grads
 from ..backends import Backend
-from ..dtypes import compute_dtype
+from ..dtypes import compute_dtype, float32, is_low_precision
 from ..tensor import Array, Number, Tensor
 from .promote import as_float, float_only, promote
 
@@ -130,14 +130,15 @@ class Neg(Function):
 # A function of several steps (sigmoid, the tanh GELU, tanh's derivative) takes bfloat16 and
 # float16 through float32 and rounds once, as PyTorch's kernels do ("opmath"): rounded at each
 # step, 1 + tanh(a/2) cancels to 0 for a < -4 in bfloat16, and sigmoid(-8) would come out 0.
+# (Both are on the per-op path of every tanh and sigmoid: float32 and float64 pass straight on.)
 def _work(ctx: Function, *arrays: Array) -> list[Array]:
     """``arrays`` in the dtype an op computes in: float32 for bfloat16 and float16, else theirs."""
-    return [ctx.backend.astype(x, compute_dtype(x.dtype), copy=False) for x in arrays]
+    return [ctx.backend.astype(x, float32) if is_low_precision(x.dtype) else x for x in arrays]
 
 
 def _stored(ctx: Function, y: Array, dtype: Any) -> Array:
     """A result computed in the working dtype, rounded once to ``dtype`` (the input's)."""
-    return ctx.backend.astype(y, dtype, copy=False)
+    return y if y.dtype == dtype else ctx.backend.astype(y, dtype)
 
 
 class Exp(Function):
