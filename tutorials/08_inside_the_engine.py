@@ -728,6 +728,30 @@ print(f"the same loss in float32: {full.item():.6f}, in mixed precision: {loss.i
 # so minitensor multiplies the rounded numbers in float32 and pays for the roundings. The
 # speed-up is a GPU's (`docs/gpu.md`).
 #
+# How does a float32 become a bfloat16? bfloat16 is float32's upper half, so rounding works on
+# the bits: read the float32 as a 32-bit integer $u$, add $\texttt{0x7FFF}$ plus the last bit
+# kept, $(u \gg 16) \,\&\, 1$, and keep the upper 16 bits. The addition carries into the kept
+# part exactly when the dropped half is more than half a step, or exactly half a step (a tie)
+# with an odd last bit: round to nearest, ties to even. $1 + 2^{-8}$ is such a tie and goes
+# down to 1; $1 + 3 \cdot 2^{-8}$ is one too and goes up to $1 + 2^{-6}$. Widening back is
+# exact: the 16 bits become the upper half of a float32 whose lower half is zero.
+
+# %%
+# float32 to bfloat16 on the bits: keep the upper 16, rounded to nearest, a tie to the even one
+values = np.array([1 + 2**-9, 1 + 2**-8, 1 + 3 * 2**-8, math.pi], dtype=np.float32)
+u = values.view(np.uint32).astype(np.int64)  # each float32 read as an integer
+h = (u + 0x7FFF + ((u >> 16) & 1)) >> 16  # the bfloat16's 16 bits
+print([f"{a:08x}" for a in u], "->", [f"{b:04x}" for b in h])
+print("as numbers:", (h.astype(np.uint32) << 16).view(np.float32))  # widened back: the lower half zero
+assert np.array_equal(h.astype(np.uint16), values.astype(mt.bfloat16).view(np.uint16)), "ml_dtypes rounds the same"
+
+# %% [markdown]
+# minitensor runs exactly this, one pass over an array, in `minitensor/core/kernels/bfloat16.py`
+# (numba; a GPU's three kernels in `cuda/elementwise.cu` are the same lines), and a product in
+# the block rounds its float32 operands this way *into float32 arrays*: every product of two
+# bfloat16 numbers is exact in float32, so a float32 matrix product of the rounded operands is
+# what a bfloat16 tensor core computes.
+#
 # ## Beyond one process: data parallelism and the all-reduce
 #
 # Everything so far ran in one process. `minitensor train --workers 2` trains one model in

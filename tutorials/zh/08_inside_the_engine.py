@@ -704,6 +704,28 @@ print(f"the same loss in float32: {full.item():.6f}, in mixed precision: {loss.i
 # NumPy 没有 bfloat16 矩阵乘法，所以 minitensor 在 float32 中计算舍入后的数的乘积，还要为舍入付出时间。
 # 加速属于 GPU（`docs/gpu.md`）。
 #
+# float32 怎样变成 bfloat16？bfloat16 就是 float32 的高半部分，所以舍入可以直接在位上做：把 float32
+# 当作 32 位整数 $u$，加上 $\texttt{0x7FFF}$ 再加上保留部分的最后一位 $(u \gg 16) \,\&\, 1$，
+# 然后留下高 16 位。当被丢掉的低半部分超过半个步长，或恰好是半个步长（平局）而最后一位是奇数时，
+# 这次加法恰好向保留部分进位：舍入到最近的数，平局时取偶数。$1 + 2^{-8}$ 就是这样的平局，向下舍入为 1；
+# $1 + 3 \cdot 2^{-8}$ 也是，向上舍入为 $1 + 2^{-6}$。反过来的加宽是精确的：这 16 位成为一个低半部分为零的
+# float32 的高半部分。
+
+# %%
+# float32 to bfloat16 on the bits: keep the upper 16, rounded to nearest, a tie to the even one
+values = np.array([1 + 2**-9, 1 + 2**-8, 1 + 3 * 2**-8, math.pi], dtype=np.float32)
+u = values.view(np.uint32).astype(np.int64)  # each float32 read as an integer
+h = (u + 0x7FFF + ((u >> 16) & 1)) >> 16  # the bfloat16's 16 bits
+print([f"{a:08x}" for a in u], "->", [f"{b:04x}" for b in h])
+print("as numbers:", (h.astype(np.uint32) << 16).view(np.float32))  # widened back: the lower half zero
+assert np.array_equal(h.astype(np.uint16), values.astype(mt.bfloat16).view(np.uint16)), "ml_dtypes rounds the same"
+
+# %% [markdown]
+# minitensor 在 `minitensor/core/kernels/bfloat16.py` 中正是这样做的，对整个数组只走一遍（numba；
+# GPU 上 `cuda/elementwise.cu` 的三个核函数是同样的几行）。代码块中的乘积也这样舍入它的 float32
+# 操作数，*结果仍存成 float32 数组*：两个 bfloat16 数的乘积在 float32 中是精确的，所以舍入后操作数的
+# float32 矩阵乘积，正是 bfloat16 张量核心算出的结果。
+#
 # ## 走出单个进程：数据并行与全归约
 #
 # 到目前为止，一切都在一个进程里运行。`minitensor train --workers 2` 让多个进程同时训练同一个
