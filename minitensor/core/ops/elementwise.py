@@ -14,7 +14,7 @@ from typing import Any
 from .. import amp
 from ..autograd import Function, Grads
 from ..backends import Backend
-from ..dtypes import compute_dtype, float32, is_low_precision
+from ..dtypes import float32, is_low_precision
 from ..tensor import Array, Number, Tensor
 from .promote import as_float, float_only, promote
 
@@ -289,15 +289,14 @@ class GELU(Function):
     def forward(ctx: Function, a: Array) -> Array:
         ctx.kernels = _gelu_kernels(ctx.backend)
         ctx.save_for_backward(a)
-        astype, work = ctx.backend.astype, compute_dtype(a.dtype)
-        return astype(ctx.kernels.forward(astype(a, work, copy=False)), a.dtype, copy=False)
+        (w,) = _work(ctx, a)
+        return _stored(ctx, ctx.kernels.forward(w), a.dtype)
 
     @staticmethod
     def backward(ctx: Function, grad: Array) -> Grads:
         (a,) = ctx.saved
-        astype, work = ctx.backend.astype, compute_dtype(a.dtype)
-        dx = ctx.kernels.backward(astype(a, work, copy=False), astype(grad, work, copy=False))
-        return astype(dx, grad.dtype, copy=False)
+        w, g = _work(ctx, a, grad)
+        return _stored(ctx, ctx.kernels.backward(w, g), grad.dtype)
 
 
 def _gelu_kernels(backend: Backend) -> Any:

@@ -7,7 +7,6 @@ first: a tensor of the wrong rank is an error naming the op rather than a broadc
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -19,6 +18,7 @@ from ..dtypes import bfloat16, float32, is_floating
 from ..errors import ShapeError
 from ..tensor import Array, Tensor
 from .promote import promote
+from .softmax import as_rows
 
 
 def _stacked(backend: Backend, a: Array, b: Array, rounded: bool = False) -> Array:
@@ -261,7 +261,7 @@ class Linear(Function):
 
     @staticmethod
     def forward(ctx: Function, x: Array, weight: Array, bias: Array | None, autocast: Any = None) -> Array:
-        x2 = x.reshape(math.prod(x.shape[:-1]), x.shape[-1])  # (not -1: an axis may be 0, in_features too)
+        x2 = as_rows(x)  # (not reshape(-1, in): an axis may be 0, in_features too)
         ctx.save_for_backward(x2, weight)
         ctx.autocast, ctx.dtypes = autocast, (x.dtype, weight.dtype, None if bias is None else bias.dtype)
         x2, weight, bias = _rounded(ctx, x2, weight, bias)
@@ -275,7 +275,7 @@ class Linear(Function):
     def backward(ctx: Function, grad: Array) -> Grads:
         x2, weight = _rounded(ctx, *ctx.saved)
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
-        g2 = _widened(ctx, grad).reshape(x2.shape[0], weight.shape[0])
+        g2 = as_rows(_widened(ctx, grad))
         mm = ctx.backend.matmul if ctx.autocast is None else ctx.backend.rounded_matmul
         gx = mm(g2, weight).reshape(*grad.shape[:-1], weight.shape[1]) if need_x else None
         gw = mm(g2.T, x2) if need_w else None

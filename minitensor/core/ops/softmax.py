@@ -39,8 +39,8 @@ def run_rows(backend: Any, name: str, x: Array, *rest: Any) -> Array:
     kernel = getattr(backend.kernels, name)
     if not is_low_precision(x.dtype):
         return kernel(x, *rest)
-    rest = tuple(a.astype(numpy.float32) if getattr(a, "dtype", None) == x.dtype else a for a in rest)
-    return kernel(x.astype(numpy.float32), *rest).astype(x.dtype)
+    rest = tuple(backend.astype(a, numpy.float32) if getattr(a, "dtype", None) == x.dtype else a for a in rest)
+    return backend.astype(kernel(backend.astype(x, numpy.float32), *rest), x.dtype)
 
 
 def as_rows(x: Array) -> Array:
