@@ -11,8 +11,9 @@ The wall time of fresh interpreters running, interleaved round after round:
 
 and the cost of ``import minitensor`` above the bare interpreter. NumPy is needed at once,
 but everything else is imported on first use: numba (and llvmlite) when a softmax kernel
-first runs, and matplotlib, tqdm, safetensors, cupy, torch and the plugin machinery
-(pluggy, entry points) only by the features that need them. A single
+first runs, ml_dtypes when bfloat16 is first asked for (``mt.bfloat16``, ``mt.autocast``),
+and matplotlib, tqdm, safetensors, cupy, torch and the plugin machinery (pluggy, entry
+points) only by the features that need them. A single
 ``python -X importtime -c "import minitensor"`` shows where the remaining time goes, and
 the script checks which of those heavy modules are in ``sys.modules`` afterwards.
 
@@ -58,6 +59,7 @@ COMMANDS = {
 LAZY_MODULES = (
     "numba",
     "llvmlite",
+    "ml_dtypes",  # bfloat16: about a second to import (0.7), read by mt.autocast and bfloat16 data only
     "matplotlib",
     "tqdm",
     "safetensors",

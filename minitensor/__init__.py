@@ -49,7 +49,7 @@ from .core.creation import (
     zeros,
     zeros_like,
 )
-from .core.dtypes import bfloat16, bool, bool_, float16, float32, float64, int32, int64, long  # mt.bool, as torch.bool
+from .core.dtypes import bool, bool_, float16, float32, float64, int32, int64, long  # mt.bool, as torch.bool
 from .core.errors import AxisError, DeviceError, DTypeError, GradcheckError, GraphError, ShapeError
 from .core.grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .core.gradcheck import gradcheck
@@ -119,7 +119,6 @@ __all__ = [
     "available_backends",
     "backends",
     "autocast",
-    "bfloat16",
     "bool",
     "bool_",
     "cuda",
@@ -169,7 +168,7 @@ __all__ = [
     "zeros_like",
 ]
 __all__ += ops.__all__
-__all__ += ["hookimpl", "plugins", "testing", "viz", "onnx", "utils", "save", "load"]  # noqa: F405 -- not imported here: see __getattr__
+__all__ += ["bfloat16", "hookimpl", "plugins", "testing", "viz", "onnx", "utils", "save", "load"]  # noqa: F405 -- not imported here: see __getattr__
 
 __version__ = "0.1.0"
 
@@ -185,4 +184,9 @@ def __getattr__(name):
         return importlib.import_module(f"minitensor.{name}")
     if name in ("save", "load"):  # torch.save / torch.load's counterparts (serialization.py), safetensors inside
         return getattr(importlib.import_module("minitensor.serialization"), name)
+    if name == "bfloat16":  # ml_dtypes is imported on first use (core/dtypes.py says why)
+        from .core.dtypes import bfloat16
+
+        globals()["bfloat16"] = bfloat16
+        return bfloat16
     raise AttributeError(f"module 'minitensor' has no attribute {name!r}")

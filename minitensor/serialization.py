@@ -23,8 +23,9 @@ import os
 
 import numpy
 
-from . import DeviceError, Tensor, bfloat16, get_backend, tensor
+from . import DeviceError, Tensor, get_backend, tensor
 from .atomic import write_atomic
+from .core.dtypes import as_dtype
 
 FORMAT = "minitensor.save/1"  # the header's "format", so that load knows the file is save's
 STRUCTURES = ("tensor", "list", "tuple", "dict")
@@ -82,7 +83,7 @@ def _check_tensor(t, where):
 # safetensors' dtype names, as safetensors.numpy reads them, and bfloat16 ("BF16"), which it does not
 # (NumPy has none: ml_dtypes' is mt.bfloat16, which safetensors.numpy writes as "BF16")
 _DTYPES = {
-    "F64": "float64", "F32": "float32", "F16": "float16", "BF16": bfloat16, "I64": "int64", "U64": "uint64",
+    "F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64", "U64": "uint64",
     "I32": "int32", "U32": "uint32", "I16": "int16", "U16": "uint16", "I8": "int8", "U8": "uint8", "BOOL": "bool",
 }  # fmt: skip
 
@@ -94,7 +95,7 @@ def _array(view, key, name):
             f"load: {name} holds {key!r} as {view['dtype']}, a dtype minitensor has no tensors of "
             f"(it reads {', '.join(_DTYPES)})"
         )
-    return numpy.frombuffer(view["data"], dtype=_DTYPES[view["dtype"]]).reshape(view["shape"])
+    return numpy.frombuffer(view["data"], dtype=as_dtype(_DTYPES[view["dtype"]])).reshape(view["shape"])
 
 
 def load(f, map_location=None):

@@ -6,6 +6,8 @@ return float32; bfloat16 meeting float32 promotes; parameters and their gradient
 and a model trained in the block follows the float32 model's losses.
 """
 
+import subprocess
+import sys
 import warnings
 
 import ml_dtypes
@@ -42,6 +44,43 @@ def test_bfloat16_is_ml_dtypes_and_converts_both_ways_differentiably():
     np.testing.assert_array_equal(x.grad.numpy(), [1.0, 2.0, 3.0])
     assert "dtype=bfloat16" in repr(y)
     assert mt.tensor(np.ones(2, BF16), requires_grad=True).requires_grad  # a float dtype: may require grad
+
+
+def test_ml_dtypes_is_imported_by_the_first_use_of_bfloat16_not_by_float32_work(tmp_path):
+    """``import ml_dtypes`` costs about a second (0.7): a float32 program never pays it. A
+    float32 training step, a checkpoint saved and loaded, a float64 cast: no ml_dtypes. Then
+    ``mt.bfloat16`` imports it; and a bfloat16 array made with the user's own ml_dtypes, before
+    minitensor ever read ``mt.bfloat16``, is a bfloat16 tensor all the same."""
+    first_use = subprocess.run(
+        [sys.executable, "-c", "import minitensor as mt; print(mt.ones(2).to('bfloat16').dtype)"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert first_use.stdout.strip() == "bfloat16", first_use.stderr[-2000:]  # the name, before ml_dtypes is imported
+    code = f"""
+import sys
+import minitensor as mt
+from minitensor import nn
+
+model = nn.Sequential(nn.Linear(4, 8), nn.LayerNorm(8), nn.GELU(), nn.Dropout(0.1), nn.Linear(8, 3))
+optimizer = mt.optim.AdamW(model.parameters(), lr=1e-3)
+x, y = mt.randn(5, 4), mt.tensor([0, 1, 2, 0, 1])
+loss = mt.cross_entropy(model(x), y)
+loss.backward()
+mt.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+optimizer.step()
+mt.save(model.state_dict(), {str(tmp_path / "model.safetensors")!r})
+model.load_state_dict(mt.load({str(tmp_path / "model.safetensors")!r}))
+x.double().float().half()
+assert "ml_dtypes" not in sys.modules, "float32 work imported ml_dtypes"
+
+import ml_dtypes, numpy as np
+t = mt.tensor(np.array([1.5, -2.0], ml_dtypes.bfloat16))
+assert t.is_floating_point() and t.float().tolist() == [1.5, -2.0], t
+assert t.dtype == mt.bfloat16 and mt.zeros(2).bfloat16().dtype == t.dtype
+print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
 
 
 def test_outside_autocast_bfloat16_and_float32_do_not_mix_silently():

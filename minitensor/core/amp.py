@@ -51,7 +51,8 @@ from typing import Any, TypeVar
 
 import numpy
 
-from .dtypes import as_dtype, bfloat16, float32, is_floating
+from . import dtypes
+from .dtypes import as_dtype, float32, is_floating
 from .tensor import Tensor
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -70,7 +71,8 @@ def is_autocast_enabled(device_type: str = "cuda") -> bool:
 
 def get_autocast_dtype(device_type: str = "cuda") -> numpy.dtype:
     """The dtype products take inside an ``autocast`` block for ``device_type``: bfloat16."""
-    return _active.get(device_type, bfloat16)
+    dtype = _active.get(device_type)
+    return dtypes.bfloat16 if dtype is None else dtype  # (a dtype's truth is its number of fields)
 
 
 class autocast:
@@ -98,8 +100,8 @@ class autocast:
             raise ValueError(
                 f"autocast: device_type must be one of {', '.join(map(repr, DEVICE_TYPES))}, got {device_type!r}"
             )
-        dtype = bfloat16 if dtype is None else as_dtype(dtype)
-        if dtype != bfloat16:
+        dtype = dtypes.bfloat16 if dtype is None else as_dtype(dtype)
+        if dtype != dtypes.bfloat16:
             why = (
                 "float16's range makes gradients underflow without a loss scaler (PyTorch's GradScaler), which "
                 "minitensor does not have"

@@ -11,7 +11,6 @@ from __future__ import annotations
 import builtins  # ``bool`` below is the dtype (PyTorch's name): the annotations say builtins.bool
 from typing import TYPE_CHECKING
 
-import ml_dtypes
 import numpy
 
 if TYPE_CHECKING:
@@ -21,11 +20,27 @@ float16 = numpy.dtype("float16")
 """Half precision (16-bit) floating point. The numba kernels are compiled for float32 and float64 only,
 so float16 data takes NumPy's plain array code."""
 
-bfloat16 = numpy.dtype(ml_dtypes.bfloat16)
+bfloat16: numpy.dtype  # made on first use, by __getattr__ below
 """Brain floating point (16-bit): float32's 8 exponent bits (its range) with 7 stored bits of
 mantissa, 8 with the implicit leading one (about two decimal digits). NumPy has no such dtype;
 the ``ml_dtypes`` package adds it, and CuPy takes the same one. It is the storage dtype of
-``mt.autocast`` (``core/amp.py``): products rounded to it, sums and softmaxes kept in float32."""
+``mt.autocast`` (``core/amp.py``): products rounded to it, sums and softmaxes kept in float32.
+
+``ml_dtypes`` is imported the first time ``bfloat16`` is read, not with minitensor: its import
+registers loops for a dozen dtypes with NumPy (about a second with ml_dtypes 0.7), which a
+float32 program would pay for nothing. Code that only asks whether a dtype is bfloat16 calls
+``is_bfloat16``, which imports nothing."""
+
+
+def __getattr__(name: str) -> numpy.dtype:
+    # PEP 562: called for a name the module does not have, so only for the first read of bfloat16
+    if name == "bfloat16":
+        import ml_dtypes
+
+        globals()["bfloat16"] = dtype = numpy.dtype(ml_dtypes.bfloat16)
+        return dtype
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 float32 = numpy.dtype("float32")
 """Single precision (32-bit) floating point, the default for floating-point data and parameters."""
@@ -61,6 +76,8 @@ def as_dtype(dtype: DType) -> numpy.dtype | None:
         return None
     if dtype is float:
         return float32  # a Python float means "floating point", not float64
+    if isinstance(dtype, str) and dtype == "bfloat16":
+        return __getattr__("bfloat16")  # (NumPy knows the name only once ml_dtypes is imported)
     try:
         return numpy.dtype(dtype)
     except TypeError:
@@ -70,13 +87,20 @@ def as_dtype(dtype: DType) -> numpy.dtype | None:
 def is_floating(dtype: numpy.dtype) -> builtins.bool:
     """True for a floating-point dtype (float16, bfloat16, float32, float64). bfloat16 is not
     NumPy's own, so its ``kind`` is ``"V"``, not ``"f"``: ask this, not ``dtype.kind``."""
-    return dtype.kind == "f" or dtype == bfloat16
+    return dtype.kind == "f" or is_bfloat16(dtype)
+
+
+def is_bfloat16(dtype: numpy.dtype) -> builtins.bool:
+    """True for bfloat16, without importing ``ml_dtypes``: an array can only hold bfloat16 once
+    something has imported it (minitensor's ``bfloat16``, or the user), and NumPy then names
+    the dtype "bfloat16", of kind "V" (not one of NumPy's own)."""
+    return dtype.kind == "V" and dtype.name == "bfloat16"
 
 
 def is_low_precision(dtype: numpy.dtype) -> builtins.bool:
     """True for float16 and bfloat16: the kernels are compiled for float32 and float64 only, and
     sums of many such numbers must be taken in float32 (a bfloat16 sum of 10,000 ones is 256)."""
-    return dtype == float16 or dtype == bfloat16
+    return dtype == float16 or is_bfloat16(dtype)
 
 
 def compute_dtype(dtype: numpy.dtype) -> numpy.dtype:

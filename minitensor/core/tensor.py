@@ -22,7 +22,7 @@ import numpy
 
 from . import _printing, grad_mode
 from .backends import Backend, get_backend
-from .dtypes import as_dtype, bfloat16, is_floating
+from .dtypes import as_dtype, is_floating
 from .errors import DeviceError, DTypeError, GraphError, ShapeError
 
 if TYPE_CHECKING:
@@ -180,6 +180,11 @@ class Tensor:
         """The number of elements, the product of ``shape`` (1 for a 0-d tensor), as a Python int."""
         return int(self.data.size)
 
+    def is_floating_point(self) -> bool:
+        """PyTorch's ``x.is_floating_point()``: True for float16, bfloat16, float32 and float64
+        data, the dtypes a gradient can flow through."""
+        return is_floating(self.data.dtype)
+
     def contiguous(self) -> Tensor:
         """PyTorch's ``x.contiguous()``: ``x`` itself when its elements lie in memory row by row
         (C order), else a copy that does, the gradient passing through. The ops take any
@@ -313,7 +318,7 @@ class Tensor:
     def bfloat16(self) -> Tensor:
         """``x.to(mt.bfloat16)``: a bfloat16 copy (``x`` itself if it is bfloat16 already);
         differentiable, the gradient turned back into x's dtype. ``mt.autocast`` makes these."""
-        return self.to(dtype=bfloat16)
+        return self.to(dtype="bfloat16")
 
     def long(self) -> Tensor:
         """``x.to(mt.int64)``: an int64 copy (``x`` itself if it is int64 already), the dtype of token
@@ -1022,7 +1027,7 @@ def _reflected(function: type[autograd.Function], a: Tensor, b: Any) -> Tensor:
 
 def _is_dtype_name(name: str) -> bool:
     try:
-        numpy.dtype(name)
+        as_dtype(name)  # ("bfloat16" too, which NumPy knows once ml_dtypes is imported)
         return True
     except TypeError:
         return False

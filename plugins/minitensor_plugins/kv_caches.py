@@ -218,7 +218,7 @@ class Int8Cache(KVCache):
     @classmethod
     def quantize(cls, x: mt.Tensor) -> tuple[mt.Tensor, mt.Tensor, mt.Tensor]:
         """x (..., d) -> (codes uint8 (..., d), scale (..., 1), zero (..., 1)), the last two float16."""
-        if x.dtype in (mt.float16, mt.bfloat16):  # computed in float32: 255 + 0.5 is 256 in bfloat16
+        if x.dtype not in (mt.float32, mt.float64):  # float16, bfloat16 in float32: 255 + 0.5 is 256 in bfloat16
             x = x.float()
         low, high = x.min(axis=-1, keepdims=True), x.max(axis=-1, keepdims=True)
         if not bool((low.abs().max() < 65504) & (high.abs().max() < 65504)):

@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy
 
-from ..dtypes import bfloat16, float32, is_low_precision
+from .. import dtypes
+from ..dtypes import float32, is_bfloat16, is_low_precision
 from ..errors import DeviceError
 
 if TYPE_CHECKING:
@@ -175,7 +176,7 @@ class Backend:
 
         bfloat16 operands are multiplied as float32 and the result rounded to bfloat16 once
         (``bfloat16_matmul``)."""
-        if a.dtype == bfloat16 or b.dtype == bfloat16:
+        if is_bfloat16(a.dtype) or is_bfloat16(b.dtype):
             return self.bfloat16_matmul(a, b)
         return a @ b
 
@@ -188,7 +189,7 @@ class Backend:
         support is young. On a GPU that is the float32 path, so at precision "medium" the
         bfloat16 tensor cores; a direct bfloat16 GEMM, half the bytes read, is for measuring
         there."""
-        return self.astype(self.rounded_matmul(self.astype(a, float32), self.astype(b, float32)), bfloat16)
+        return self.astype(self.rounded_matmul(self.astype(a, float32), self.astype(b, float32)), dtypes.bfloat16)
 
     def rounded_matmul(self, a: Array, b: Array) -> Array:
         """``a @ b`` for float32 ``a`` and ``b`` that hold bfloat16 values (``mt.autocast``'s
@@ -210,11 +211,11 @@ class Backend:
         """``x.astype(dtype, copy=copy)``, float32 to and from bfloat16 through this device's
         ``bfloat16_kernels``: ``mt.autocast`` converts at every product, so those casts are
         fast paths (the same results, bit for bit)."""
-        kernels = self.bfloat16_kernels if x.dtype != dtype else None
-        if kernels is not None and x.dtype == float32 and dtype == bfloat16:
-            return kernels.bfloat16_narrow(x)
-        if kernels is not None and x.dtype == bfloat16 and dtype == float32:
-            return kernels.bfloat16_widen(x)
+        narrow = x.dtype == float32 and is_bfloat16(numpy.dtype(dtype))
+        if narrow or (is_bfloat16(x.dtype) and dtype == float32):
+            kernels = self.bfloat16_kernels
+            if kernels is not None:
+                return kernels.bfloat16_narrow(x) if narrow else kernels.bfloat16_widen(x)
         return x.astype(dtype, copy=copy)
 
     def round_to_bfloat16(self, x: Array) -> Array:
@@ -222,10 +223,10 @@ class Backend:
         product's operands in ``mt.autocast``. Every product of two bfloat16 numbers is exact in
         float32, so a float32 matrix product of such operands is what a bfloat16 tensor core
         computes, the sums in float32; one pass over x where a cast to bfloat16 and back is two."""
-        if x.dtype == bfloat16:
+        if is_bfloat16(x.dtype):
             return self.astype(x, float32)
         kernels = self.bfloat16_kernels if x.dtype == float32 else None
-        return x.astype(bfloat16).astype(float32) if kernels is None else kernels.bfloat16_round(x)
+        return x.astype(dtypes.bfloat16).astype(float32) if kernels is None else kernels.bfloat16_round(x)
 
     @property
     def kernels(self) -> Any:

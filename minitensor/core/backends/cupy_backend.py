@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy
 
-from ..dtypes import bfloat16
+from ..dtypes import is_bfloat16
 from ..errors import DeviceError
 from ..kernels.cuda import CudaKernels
 from . import cublas_gemm
@@ -297,7 +297,7 @@ class CupyBackend(Backend):
         return int(self._properties()["totalGlobalMem"])  # the current GPU's
 
     def matmul(self, a: Array, b: Array, bfloat16_cores: bool = False) -> Array:
-        if a.dtype == bfloat16 or b.dtype == bfloat16:  # as float32, rounded (Backend)
+        if is_bfloat16(a.dtype) or is_bfloat16(b.dtype):  # as float32, rounded (Backend)
             return self.bfloat16_matmul(a, b)
         fast = (self._bfloat16 or bfloat16_cores) and a.dtype == numpy.float32 and b.dtype == numpy.float32
         if self._capture is not None:  # CuPy refuses to call cuBLAS inside a capture: call it directly

@@ -11,10 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from .. import amp
+from .. import amp, dtypes
 from ..autograd import Function, Grads, sum_to_shape
 from ..backends import Backend
-from ..dtypes import bfloat16, float32, is_floating
+from ..dtypes import float32, is_bfloat16, is_floating
 from ..errors import ShapeError
 from ..tensor import Array, Tensor
 from .promote import promote
@@ -298,8 +298,9 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     if not is_floating(x.data.dtype):  # integer data meeting float weights becomes their dtype, as in a + b
         x, weight = promote(x, weight)
     autocast = amp.product_dtype(x, weight, bias)
-    if autocast is None and x.dtype == weight.dtype == bfloat16 and (bias is None or bias.dtype == bfloat16):
-        autocast = bfloat16  # a bfloat16 layer (model.bfloat16()): the bias too added in float32, rounded once
+    if autocast is None and is_bfloat16(x.dtype) and is_bfloat16(weight.dtype):
+        if bias is None or is_bfloat16(bias.dtype):  # a bfloat16 layer (model.bfloat16()):
+            autocast = dtypes.bfloat16  # the bias too added in float32, rounded once
     if autocast is None:
         return Linear.apply(x, weight, bias)
     return Linear.apply(x, weight, bias, autocast=autocast)

@@ -60,7 +60,7 @@ import re
 
 import numpy as np
 
-from ...dtypes import bfloat16
+from ... import dtypes
 from ...errors import DeviceError
 
 SOURCE_DIR = pathlib.Path(__file__).parent
@@ -336,11 +336,11 @@ class CudaKernels:
 
     def bfloat16_narrow(self, x):
         """float32 ``x`` rounded to bfloat16 (``kernels/bfloat16.py``, bit for bit)."""
-        return self._bits("bfloat16_narrow", x, np.float32, np.uint32, np.uint16, bfloat16)
+        return self._bits("bfloat16_narrow", x, np.float32, np.uint32, np.uint16, dtypes.bfloat16)
 
     def bfloat16_widen(self, x):
         """bfloat16 ``x`` as float32, exactly."""
-        return self._bits("bfloat16_widen", x, bfloat16, np.uint16, np.uint32, np.float32)
+        return self._bits("bfloat16_widen", x, dtypes.bfloat16, np.uint16, np.uint32, np.float32)
 
     def bfloat16_round(self, x):
         """float32 ``x``'s values rounded to bfloat16, kept in float32: one pass."""
