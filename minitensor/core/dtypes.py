@@ -35,11 +35,17 @@ float32 program would pay for nothing. Code that only asks whether a dtype is bf
 def __getattr__(name: str) -> numpy.dtype:
     # PEP 562: called for a name the module does not have, so only for the first read of bfloat16
     if name == "bfloat16":
+        return _bfloat16()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _bfloat16() -> numpy.dtype:
+    """``bfloat16``, made (and ``ml_dtypes`` imported) by the first call."""
+    if "bfloat16" not in globals():
         import ml_dtypes
 
-        globals()["bfloat16"] = dtype = numpy.dtype(ml_dtypes.bfloat16)
-        return dtype
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        globals()["bfloat16"] = numpy.dtype(ml_dtypes.bfloat16)
+    return globals()["bfloat16"]
 
 
 float32 = numpy.dtype("float32")
@@ -77,7 +83,7 @@ def as_dtype(dtype: DType) -> numpy.dtype | None:
     if dtype is float:
         return float32  # a Python float means "floating point", not float64
     if isinstance(dtype, str) and dtype == "bfloat16":
-        return __getattr__("bfloat16")  # (NumPy knows the name only once ml_dtypes is imported)
+        return _bfloat16()  # (NumPy knows the name only once ml_dtypes is imported)
     try:
         return numpy.dtype(dtype)
     except TypeError:
