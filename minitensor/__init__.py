@@ -16,6 +16,7 @@ import importlib
 import importlib.util
 import sys
 import types
+from typing import TYPE_CHECKING
 
 # First: tensor.py loads autograd and the ops at its end (see there), which only works when
 # it is the first of them to load.
@@ -50,6 +51,9 @@ from .core.creation import (
     zeros_like,
 )
 from .core.dtypes import bool, bool_, float16, float32, float64, int32, int64, long  # mt.bool, as torch.bool
+
+if TYPE_CHECKING:  # (for type checkers and the API reference: at run time __getattr__ imports it on first use)
+    from .core.dtypes import bfloat16
 from .core.errors import AxisError, DeviceError, DTypeError, GradcheckError, GraphError, ShapeError
 from .core.grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .core.gradcheck import gradcheck
