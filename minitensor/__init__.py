@@ -194,3 +194,7 @@ def __getattr__(name):
         globals()["bfloat16"] = bfloat16
         return bfloat16
     raise AttributeError(f"module 'minitensor' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))  # the names __getattr__ loads too: dir(), tab completion

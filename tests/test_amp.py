@@ -51,11 +51,9 @@ def test_ml_dtypes_is_imported_by_the_first_use_of_bfloat16_not_by_float32_work(
     float32 training step, a checkpoint saved and loaded, a float64 cast: no ml_dtypes. Then
     ``mt.bfloat16`` imports it; and a bfloat16 array made with the user's own ml_dtypes, before
     minitensor ever read ``mt.bfloat16``, is a bfloat16 tensor all the same."""
-    first_use = subprocess.run(
-        [sys.executable, "-c", "import minitensor as mt; print(mt.ones(2).to('bfloat16').dtype)"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert first_use.stdout.strip() == "bfloat16", first_use.stderr[-2000:]  # the name, before ml_dtypes is imported
+    code = "import minitensor as mt; print('bfloat16' in dir(mt), mt.ones(2).to('bfloat16').dtype)"
+    first_use = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert first_use.stdout.split() == ["True", "bfloat16"], first_use.stderr[-2000:]  # before ml_dtypes is imported
     code = f"""
 import sys
 import minitensor as mt
@@ -71,6 +69,8 @@ optimizer.step()
 mt.save(model.state_dict(), {str(tmp_path / "model.safetensors")!r})
 model.load_state_dict(mt.load({str(tmp_path / "model.safetensors")!r}))
 x.double().float().half()
+with mt.autocast("cpu", enabled=False):  # (as minitensor train writes it for a float32 run)
+    model(x)
 assert "ml_dtypes" not in sys.modules, "float32 work imported ml_dtypes"
 
 import ml_dtypes, numpy as np
@@ -81,6 +81,29 @@ print("ok")
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+def test_a_dtype_name_means_the_same_whatever_ran_before_and_a_wrong_one_names_the_function():
+    """ml_dtypes' other names (float8_e4m3fn) are known in a fresh process too, where NumPy learns
+    them only once ml_dtypes is imported; a name that is no dtype is refused by the function
+    given it."""
+    code = "import minitensor as mt; print(mt.zeros(2, dtype='float8_e4m3fn').dtype)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "float8_e4m3fn", done.stderr[-2000:]
+    for call, op in [
+        (lambda: mt.zeros(2, dtype="bf16"), "zeros"),
+        (lambda: mt.tensor([1.0], dtype="bf16"), "tensor"),
+        (lambda: mt.ones(2).to(dtype="bf16"), "to"),
+        (lambda: mt.autocast("cpu", dtype="bfloat17"), "autocast"),
+        (lambda: mt.arange(3, dtype="bf16"), "arange"),
+    ]:
+        with pytest.raises(TypeError, match=rf"^{op}: not a dtype: 'bf(16|loat17)' \(use e.g. .*mt.bfloat16"):
+            call()
+
+
+def test_arange_takes_a_fractional_step_in_bfloat16_as_in_float16():
+    np.testing.assert_array_equal(mt.arange(0, 1, 0.25, dtype=mt.bfloat16).float().numpy(), [0, 0.25, 0.5, 0.75])
+    assert mt.arange(0, 1, 0.25, dtype="bfloat16").dtype == mt.bfloat16
 
 
 def test_outside_autocast_bfloat16_and_float32_do_not_mix_silently():

@@ -52,7 +52,7 @@ from typing import Any, TypeVar
 import numpy
 
 from . import dtypes
-from .dtypes import as_dtype, float32, is_floating
+from .dtypes import as_dtype, float32, is_bfloat16, is_floating
 from .tensor import Tensor
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -100,8 +100,9 @@ class autocast:
             raise ValueError(
                 f"autocast: device_type must be one of {', '.join(map(repr, DEVICE_TYPES))}, got {device_type!r}"
             )
-        dtype = dtypes.bfloat16 if dtype is None else as_dtype(dtype)
-        if dtype != dtypes.bfloat16:
+        dtype = as_dtype(dtype, "autocast")  # None: bfloat16, read on entering an enabled block (and ml_dtypes
+        # imported then: `autocast(device, enabled=False)`, as a float32 run writes it, imports nothing)
+        if dtype is not None and not is_bfloat16(dtype):
             why = (
                 "float16's range makes gradients underflow without a loss scaler (PyTorch's GradScaler), which "
                 "minitensor does not have"
@@ -118,7 +119,7 @@ class autocast:
         self._prev = _active
         _active = {k: v for k, v in _active.items() if k != self.device_type}  # a new dict: _prev stays
         if self.enabled:
-            _active[self.device_type] = self.dtype
+            _active[self.device_type] = dtypes.bfloat16 if self.dtype is None else self.dtype
         return self
 
     def __exit__(self, *exc: object) -> None:

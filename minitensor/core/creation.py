@@ -93,14 +93,14 @@ def _finite_numbers(op: str, **values: Any) -> list[Any]:
 
 def _float_dtype(op: str, dtype: DType) -> numpy.dtype:
     """``dtype`` (float32 if None) for a maker of real-valued samples, which integers cannot hold."""
-    dtype = as_dtype(dtype) or float32
+    dtype = as_dtype(dtype, op) or float32
     if not is_floating(dtype):
         raise DTypeError(f"{op}: draws real numbers, which dtype {dtype} cannot hold; use randint for integers")
     return dtype
 
 
 def _full(op: str, shape: tuple[Any, ...], fill: Any, dtype: DType, device: Device, requires_grad: bool) -> Tensor:
-    dtype = as_dtype(dtype) or float32
+    dtype = as_dtype(dtype, op) or float32
     t = Full.apply(_shape(op, shape, dtype, get_backend(device)), fill, dtype=dtype, device=device)
     return t.requires_grad_(True) if requires_grad else t
 
@@ -153,8 +153,8 @@ def arange(
         raise ValueError(f"arange: step must not be zero (start={start!r}, stop={stop!r})")
     if dtype is None:
         dtype = "float32" if any(isinstance(v, float) for v in (start, stop, step)) else "int64"
-    dtype = as_dtype(dtype)
-    if dtype.kind != "f" and step != int(step):
+    dtype = as_dtype(dtype, "arange")
+    if not is_floating(dtype) and step != int(step):
         raise ValueError(f"arange: dtype {dtype} needs a whole-number step, got {step!r}")
     backend = get_backend(device)
     backend.check_fits("arange", (max(0, math.ceil((stop - start) / step)),), dtype.itemsize)
@@ -176,7 +176,7 @@ def linspace(
     start, end = _finite_numbers("linspace", start=start, end=end)
     if not is_count(steps):
         raise ValueError(f"linspace: steps must be an integer >= 0, got {steps!r}")
-    dtype = as_dtype(dtype) or float32
+    dtype = as_dtype(dtype, "linspace") or float32
     get_backend(device).check_fits("linspace", (int(steps),), max(numpy.dtype(dtype).itemsize, 8))
     t = Linspace.apply(float(start), float(end), int(steps), dtype=dtype, device=device)
     return t.requires_grad_(True) if requires_grad else t
@@ -190,7 +190,7 @@ def eye(
     m = n if m is None else m
     if not (is_count(n) and is_count(m)):
         raise ValueError(f"eye: n and m must be integers >= 0, got n={n!r}, m={m!r}")
-    dtype = as_dtype(dtype) or float32
+    dtype = as_dtype(dtype, "eye") or float32
     backend = get_backend(device)
     backend.check_fits("eye", (int(n), int(m)), numpy.dtype(dtype).itemsize)
     t = Eye.apply(int(n), int(m), dtype=dtype, device=device)
@@ -240,7 +240,7 @@ def normal(
         dtype = dtype or tensors[0].dtype
     else:
         backend = get_backend(device or "cpu")
-    dtype = as_dtype(dtype) or float32
+    dtype = as_dtype(dtype, "normal") or float32
     if not tensors:
         shape = _shape("normal", (size,), dtype, backend)
     if not is_floating(numpy.dtype(dtype)):
@@ -269,7 +269,7 @@ def randperm(n: int, dtype: DType = "int64", device: Device = "cpu") -> Tensor:
     numbers (ties, with 2^-53 chance each, are kept in position order)."""
     if not is_count(n):
         raise ValueError(f"randperm: n must be an integer >= 0, got {n!r}")
-    dtype = as_dtype(dtype)
+    dtype = as_dtype(dtype, "randperm")
     if dtype is None or dtype.kind not in "iuf":
         raise DTypeError(f"randperm: draws positions, which dtype {dtype} cannot hold; use int64")
     b = get_backend(device)

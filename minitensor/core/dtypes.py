@@ -16,6 +16,11 @@ import numpy
 if TYPE_CHECKING:
     from .tensor import DType
 
+__all__ = [  # (a star import reads bfloat16 too, which imports ml_dtypes: see bfloat16 below)
+    "float16", "bfloat16", "float32", "float64", "int32", "int64", "bool_", "bool", "long", "double", "default_float",
+    "as_dtype", "is_floating", "is_bfloat16", "is_low_precision", "compute_dtype",
+]  # fmt: skip
+
 float16 = numpy.dtype("float16")
 """Half precision (16-bit) floating point. The numba kernels are compiled for float32 and float64 only,
 so float16 data takes NumPy's plain array code."""
@@ -37,6 +42,10 @@ def __getattr__(name: str) -> numpy.dtype:
     if name == "bfloat16":
         return _bfloat16()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | {"bfloat16"})  # (dir() and tab completion list it before its first read)
 
 
 def _bfloat16() -> numpy.dtype:
@@ -76,8 +85,9 @@ default_float = float32
 """The dtype of floating-point data given without one (``mt.tensor([0.5])``, ``mt.randn(3)``)."""
 
 
-def as_dtype(dtype: DType) -> numpy.dtype | None:
-    """A NumPy dtype from ``"float32"``, ``mt.float32``, ``numpy.float32`` or ``float``."""
+def as_dtype(dtype: DType, op: str = "") -> numpy.dtype | None:
+    """A NumPy dtype from ``"float32"``, ``mt.float32``, ``numpy.float32`` or ``float``; a
+    TypeError naming ``op`` (the function asked) for anything else."""
     if dtype is None:
         return None
     if dtype is float:
@@ -87,7 +97,12 @@ def as_dtype(dtype: DType) -> numpy.dtype | None:
     try:
         return numpy.dtype(dtype)
     except TypeError:
-        raise TypeError(f"not a dtype: {dtype!r} (use e.g. mt.float32, mt.float64, mt.int64)") from None
+        pass
+    if isinstance(dtype, str) and "bfloat16" not in globals():  # ml_dtypes' other names ("float8_e4m3fn"),
+        _bfloat16()  # which NumPy knows once it is imported: a name means the same whatever ran before
+        return as_dtype(dtype, op)
+    where = f"{op}: " if op else ""
+    raise TypeError(f"{where}not a dtype: {dtype!r} (use e.g. mt.float32, mt.float64, mt.bfloat16, mt.int64)")
 
 
 def is_floating(dtype: numpy.dtype) -> builtins.bool:

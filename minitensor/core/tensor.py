@@ -296,8 +296,8 @@ class Tensor:
             else:
                 dtype = target
         out = self
-        if dtype is not None and as_dtype(dtype) != self.dtype:
-            out = ops.astype(out, as_dtype(dtype))
+        if dtype is not None and as_dtype(dtype, "to") != self.dtype:
+            out = ops.astype(out, as_dtype(dtype, "to"))
         if device is not None and get_backend(device) is not self._backend:
             out = ops.to_device(out, get_backend(device))
         return out
@@ -1074,7 +1074,7 @@ def tensor(data: Any, requires_grad: bool = False, dtype: DType = None, device: 
             arr = backend.array(host)
     if not arr.dtype.isnative:  # a big-endian file's ">f4": the copy in this machine's byte order, float32
         arr = arr.astype(arr.dtype.newbyteorder("="))
-    dtype = as_dtype(dtype)
+    dtype = as_dtype(dtype, "tensor")
     if dtype is not None and arr.dtype != dtype:
         arr = arr.astype(dtype)
     if _kind(arr.dtype) not in "fiub":

@@ -29,7 +29,7 @@ def astype(a: Tensor, dtype: DType) -> Tensor:
 
     Integers and booleans carry no gradient: converted to one of those, the result leaves the
     graph (``x.long()`` does not require grad), as in PyTorch."""
-    dtype = as_dtype(dtype)
+    dtype = as_dtype(dtype, "astype")
     if not is_floating(dtype) and dtype.kind != "c" and a.requires_grad:
         with grad_mode.no_grad():
             return AsType.apply(a, dtype)
