@@ -897,7 +897,7 @@ x's array (no view, no other tensor, no op that saved it), the write goes into i
 since nobody could tell: `outputs[t] = y` in a loop of T steps costs T slices forward and \
 backward (PyTorch's backward copies the gradient at every write; `bench/row_loop.py`).
 
-Three differences run through the whole API:
+Four differences run through the whole API:
 
 - `axis`, `keepdims` (and `axis0`, `start_axis`, ...): minitensor's signatures use NumPy's words, \
 those of the arrays underneath; PyTorch says `dim`, `keepdim` (`dim0`, `start_dim`, ...). Every \
@@ -918,6 +918,12 @@ Backward refuses a gradient whose inputs were changed in place after an op used 
 does with its version counters (`autograd.WriteLog`). It passes by an op whose backward reads no \
 input (`c = a + x; x += 1; c.backward()` is fine, as in PyTorch), and is a little stricter for \
 the others: it checks every tensor input of such an op, not only the ones its backward saved.
+- Float tensors of two precisions (`float32 + float64`, or bfloat16 and float32 outside \
+`mt.autocast`) are refused with a `DTypeError` naming the op and both dtypes, where PyTorch \
+promotes to the wider one: a float64 tensor slipped into a float32 model would otherwise make \
+everything after it float64 (twice the memory, slower products) without a word. `.to()` one of \
+them. Python numbers and integer tensors take the float tensor's dtype, as in PyTorch; inside \
+`mt.autocast` bfloat16 meeting float32 gives float32, as PyTorch's autocast does.
 """
 
 
