@@ -51,9 +51,6 @@ from .core.creation import (
     zeros_like,
 )
 from .core.dtypes import bool, bool_, float16, float32, float64, int32, int64, long  # mt.bool, as torch.bool
-
-if TYPE_CHECKING:  # (for type checkers and the API reference: at run time __getattr__ imports it on first use)
-    from .core.dtypes import bfloat16
 from .core.errors import AxisError, DeviceError, DTypeError, GradcheckError, GraphError, ShapeError
 from .core.grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .core.gradcheck import gradcheck
@@ -61,6 +58,9 @@ from .core.ops import *  # noqa: F403  (mt.exp, mt.softmax...: every op, listed 
 from .core.ops.reduce import norm  # (ops.norm is the module of layer_norm)
 from .core.precision import get_float32_matmul_precision, set_float32_matmul_precision
 from .core.random import manual_seed
+
+if TYPE_CHECKING:  # (for type checkers and the API reference: at run time __getattr__ imports it on first use)
+    from .core.dtypes import bfloat16
 
 
 class _EnginePaths:  # a meta path finder and its loader (importlib.abc's protocol)
