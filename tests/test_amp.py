@@ -68,7 +68,8 @@ mt.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
 optimizer.step()
 mt.save(model.state_dict(), {str(tmp_path / "model.safetensors")!r})
 model.load_state_dict(mt.load({str(tmp_path / "model.safetensors")!r}))
-x.double().float().half()
+x.double().float().half().to("cpu")  # ("cpu" is asked whether it names a dtype: no import for that)
+model.to("cpu")
 with mt.autocast("cpu", enabled=False):  # (as minitensor train writes it for a float32 run)
     model(x)
 assert "ml_dtypes" not in sys.modules, "float32 work imported ml_dtypes"
@@ -90,6 +91,8 @@ def test_a_dtype_name_means_the_same_whatever_ran_before_and_a_wrong_one_names_t
     code = "import minitensor as mt; print(mt.zeros(2, dtype='float8_e4m3fn').dtype)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.stdout.strip() == "float8_e4m3fn", done.stderr[-2000:]
+    assert mt.nn.Linear(2, 2).to("float64").weight.dtype == mt.float64  # a dtype's name, as x.to takes it
+    assert mt.nn.Linear(2, 2).to("bfloat16").weight.dtype == mt.bfloat16
     for call, op in [
         (lambda: mt.zeros(2, dtype="bf16"), "zeros"),
         (lambda: mt.tensor([1.0], dtype="bf16"), "tensor"),

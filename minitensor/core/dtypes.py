@@ -9,6 +9,7 @@ indices and class labels.
 from __future__ import annotations
 
 import builtins  # ``bool`` below is the dtype (PyTorch's name): the annotations say builtins.bool
+import re
 from typing import TYPE_CHECKING
 
 import numpy
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
 
 __all__ = [  # (a star import reads bfloat16 too, which imports ml_dtypes: see bfloat16 below)
     "float16", "bfloat16", "float32", "float64", "int32", "int64", "bool_", "bool", "long", "double", "default_float",
-    "as_dtype", "is_floating", "is_bfloat16", "is_low_precision", "compute_dtype",
+    "as_dtype", "is_dtype_name", "is_floating", "is_bfloat16", "is_low_precision", "compute_dtype",
 ]  # fmt: skip
 
 float16 = numpy.dtype("float16")
@@ -98,11 +99,26 @@ def as_dtype(dtype: DType, op: str = "") -> numpy.dtype | None:
         return numpy.dtype(dtype)
     except TypeError:
         pass
-    if isinstance(dtype, str) and "bfloat16" not in globals():  # ml_dtypes' other names ("float8_e4m3fn"),
-        _bfloat16()  # which NumPy knows once it is imported: a name means the same whatever ran before
+    if isinstance(dtype, str) and "bfloat16" not in globals() and _ML_DTYPES_NAMES.fullmatch(dtype):
+        _bfloat16()  # NumPy knows ml_dtypes' names once it is imported: a name means the same whatever ran before
         return as_dtype(dtype, op)
     where = f"{op}: " if op else ""
     raise TypeError(f"{where}not a dtype: {dtype!r} (use e.g. mt.float32, mt.float64, mt.bfloat16, mt.int64)")
+
+
+# The names of ml_dtypes' other dtypes (float8_e4m3fn, int4, ...): only these make as_dtype import
+# it, not any unknown name, so that x.to("cuda") asks whether "cuda" is a dtype without the import
+_ML_DTYPES_NAMES = re.compile(r"float\d+_e\d+m\d+\w*|u?int[124]|b?complex32")
+
+
+def is_dtype_name(name: str) -> builtins.bool:
+    """Whether the string ``name`` names a dtype ("float64", "bfloat16"): ``x.to(name)`` and
+    ``model.to(name)`` take a dtype's name as a dtype, and any other string as a device."""
+    try:
+        as_dtype(name)
+        return True
+    except TypeError:
+        return False
 
 
 def is_floating(dtype: numpy.dtype) -> builtins.bool:

@@ -22,7 +22,7 @@ import numpy
 
 from . import _printing, grad_mode
 from .backends import Backend, get_backend
-from .dtypes import as_dtype, is_floating
+from .dtypes import as_dtype, is_dtype_name, is_floating
 from .errors import DeviceError, DTypeError, GraphError, ShapeError
 
 if TYPE_CHECKING:
@@ -291,7 +291,7 @@ class Tensor:
         ``x.to(mt.float64)``. Returns ``self`` when nothing changes. Differentiable."""
         if target is not None:
             # A string names a device ("cpu", "cuda") unless it is a dtype name ("float64").
-            if isinstance(target, str) and not _is_dtype_name(target):
+            if isinstance(target, str) and not is_dtype_name(target):
                 device = target
             else:
                 dtype = target
@@ -1023,14 +1023,6 @@ def _reflected(function: type[autograd.Function], a: Tensor, b: Any) -> Tensor:
     """``b <op> a`` where ``b`` is not a Tensor: ``2 - x`` is ``x.__rsub__(2)``."""
     a, b = promote(a, b)
     return function.apply(b, a)
-
-
-def _is_dtype_name(name: str) -> bool:
-    try:
-        as_dtype(name)  # ("bfloat16" too, which NumPy knows once ml_dtypes is imported)
-        return True
-    except TypeError:
-        return False
 
 
 def _carried_float(data: Any) -> numpy.dtype:

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from ..creation import zeros_like
-from ..dtypes import is_floating
+from ..dtypes import is_dtype_name, is_floating
 from ..grad_mode import no_grad
 from ..tensor import Tensor, tensor
 
@@ -361,7 +361,7 @@ class Module:
     # -- devices and dtypes ----------------------------------------------------------------
     def to(self, target: Any = None, dtype: Any = None, device: Any = None) -> "Module":
         """Move and/or convert parameters and buffers in place: ``model.to("cuda")``,
-        ``model.to(mt.float64)``. Returns the module.
+        ``model.to(mt.float64)`` (or ``"float64"``, as ``x.to`` takes it). Returns the module.
 
         Only the data inside each Parameter is replaced, never the Parameter object, so an
         optimiser built before the call still holds the model's parameters. A dtype applies
@@ -369,7 +369,7 @@ class Module:
         an optimiser's state (momentum) does not, so move the model before training starts.
         """
         if target is not None:
-            if isinstance(target, str):
+            if isinstance(target, str) and not is_dtype_name(target):  # as x.to: "float64" is a dtype
                 device = target
             else:
                 dtype = target
