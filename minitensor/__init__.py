@@ -50,7 +50,18 @@ from .core.creation import (
     zeros,
     zeros_like,
 )
-from .core.dtypes import bool, bool_, float16, float32, float64, int32, int64, long  # mt.bool, as torch.bool
+from .core.dtypes import (  # mt.bool, as torch.bool
+    bool,
+    bool_,
+    finfo,
+    float16,
+    float32,
+    float64,
+    int32,
+    int64,
+    is_floating_point,
+    long,
+)
 from .core.errors import AxisError, DeviceError, DTypeError, GradcheckError, GraphError, ShapeError
 from .core.grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .core.gradcheck import gradcheck
@@ -130,6 +141,7 @@ __all__ = [
     "empty_like",
     "enable_grad",
     "eye",
+    "finfo",
     "float16",
     "float32",
     "float64",
@@ -145,6 +157,7 @@ __all__ = [
     "int32",
     "int64",
     "is_autocast_enabled",
+    "is_floating_point",
     "is_grad_enabled",
     "linspace",
     "long",

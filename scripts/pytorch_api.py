@@ -243,6 +243,10 @@ REASONS = {
     "mt.log_softmax": SAME_FUNCTION.format("mt.nn.functional.log_softmax"),
     "mt.relu": SAME_FUNCTION.format("mt.nn.functional.relu"),
     "mt.masked_fill": UNREADABLE.format("`masked_fill` function") + " (`Tensor.masked_fill(mask, value)`)",
+    "mt.finfo": UNREADABLE.format("`finfo` class")
+    + " (`finfo(dtype=None)`, float32 by default): NumPy's `finfo` (ml_dtypes' for bfloat16) with the same limits, "
+    "given as NumPy numbers of the dtype where PyTorch gives Python floats; its `resolution` (10**-precision) is "
+    "rounded to the dtype",
     "mt.no_grad": (
         "aligned: `@mt.no_grad` works bare and with parentheses, as PyTorch's; PyTorch takes `orig_func` in "
         "`__new__`, which its signature does not show"

@@ -104,6 +104,38 @@ def test_a_dtype_name_means_the_same_whatever_ran_before_and_a_wrong_one_names_t
             call()
 
 
+@pytest.mark.parametrize(
+    "dtype, eps, largest, tiny",
+    [(None, 2**-23, 3.4028234663852886e38, 2**-126), (mt.float64, 2**-52, 1.7976931348623157e308, 2**-1022),
+     (mt.float16, 2**-10, 65504.0, 2**-14), ("bfloat16", 2**-7, 3.3895313892515355e38, 2**-126)],
+)  # fmt: skip
+def test_finfo_gives_a_float_dtypes_limits_and_is_floating_point_its_kind(dtype, eps, largest, tiny):
+    info = mt.finfo(dtype)
+    assert float(info.eps) == eps and float(info.max) == largest and float(info.min) == -largest
+    assert float(info.tiny) == tiny
+    x = mt.zeros(2, dtype=dtype or mt.float32)
+    assert mt.is_floating_point(x) and x.is_floating_point()
+    assert not mt.is_floating_point(mt.zeros(2, dtype=mt.int64))
+    with pytest.raises(TypeError, match="^finfo: int64 is not a floating-point dtype"):
+        mt.finfo(mt.int64)
+
+
+def test_finfo_min_masks_a_row_without_nan():
+    scores = mt.tensor([[0.5, -1.0, 2.0], [0.1, 0.2, 0.3]])
+    allowed = mt.tensor([[True, False, True], [False, False, False]])
+    weights = mt.softmax(scores.masked_fill(~allowed, mt.finfo(scores.dtype).min), dim=-1).numpy()
+    assert weights[0, 1] == 0 and np.allclose(weights[1], 1 / 3)  # an all-masked row: uniform, not NaN
+
+
+def test_finfo_is_pytorchs():
+    torch = pytest.importorskip("torch")
+    for dtype, theirs in ((mt.float32, torch.float32), (mt.bfloat16, torch.bfloat16), (mt.float16, torch.float16)):
+        ours, theirs = mt.finfo(dtype), torch.finfo(theirs)
+        for field in ("eps", "max", "min", "tiny", "smallest_normal"):
+            assert float(getattr(ours, field)) == getattr(theirs, field), (dtype, field)
+        assert ours.bits == theirs.bits and float(ours.resolution) == pytest.approx(theirs.resolution, rel=1e-3)
+
+
 def test_arange_takes_a_fractional_step_in_bfloat16_as_in_float16():
     np.testing.assert_array_equal(mt.arange(0, 1, 0.25, dtype=mt.bfloat16).float().numpy(), [0, 0.25, 0.5, 0.75])
     assert mt.arange(0, 1, 0.25, dtype="bfloat16").dtype == mt.bfloat16

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import builtins  # ``bool`` below is the dtype (PyTorch's name): the annotations say builtins.bool
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy
 
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 __all__ = [  # (a star import reads bfloat16 too, which imports ml_dtypes: see bfloat16 below)
     "float16", "bfloat16", "float32", "float64", "int32", "int64", "bool_", "bool", "long", "double", "default_float",
     "as_dtype", "is_dtype_name", "is_floating", "is_bfloat16", "is_low_precision", "compute_dtype",
+    "is_floating_point", "finfo",
 ]  # fmt: skip
 
 float16 = numpy.dtype("float16")
@@ -145,3 +146,25 @@ def compute_dtype(dtype: numpy.dtype) -> numpy.dtype:
     """The dtype an op computes in for data of ``dtype``: float32 for float16 and bfloat16 (the
     result is rounded once at the end, as PyTorch does), the dtype itself otherwise."""
     return float32 if is_low_precision(dtype) else dtype
+
+
+def is_floating_point(input: Any) -> builtins.bool:
+    """PyTorch's ``torch.is_floating_point(x)``: True if tensor ``x`` holds float16, bfloat16,
+    float32 or float64 numbers (``x.is_floating_point()``)."""
+    return is_floating(input.dtype)
+
+
+def finfo(dtype: DType = None) -> Any:
+    """PyTorch's ``torch.finfo``: the limits of a floating-point dtype (float32 if none is
+    given). ``eps`` is the gap between 1 and the next number, ``max`` the largest, ``min`` its
+    negative, ``tiny`` the smallest normal number; ``bits`` and ``resolution`` too. It is NumPy's
+    ``finfo``, and ml_dtypes' for bfloat16, which NumPy's does not know. A mask often writes
+    ``mt.finfo(scores.dtype).min`` where ``-inf`` would make a row with every key masked NaN."""
+    dtype = as_dtype(dtype, "finfo") or default_float
+    if is_bfloat16(dtype):
+        import ml_dtypes
+
+        return ml_dtypes.finfo(dtype)
+    if dtype.kind != "f":
+        raise TypeError(f"finfo: {dtype} is not a floating-point dtype (numpy.iinfo gives an integer's limits)")
+    return numpy.finfo(dtype)
