@@ -72,7 +72,7 @@ def is_autocast_enabled(device_type: str = "cuda") -> bool:
 def get_autocast_dtype(device_type: str = "cuda") -> numpy.dtype:
     """The dtype products take inside an ``autocast`` block for ``device_type``: bfloat16."""
     dtype = _active.get(device_type)
-    return dtypes.bfloat16 if dtype is None else dtype  # (a dtype's truth is its number of fields)
+    return dtypes.bfloat16 if dtype is None else dtype  # (read only here: ml_dtypes is imported on first use)
 
 
 class autocast:
