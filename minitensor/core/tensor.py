@@ -295,9 +295,9 @@ class Tensor:
                 device = target
             else:
                 dtype = target
-        out = self
-        if dtype is not None and as_dtype(dtype, "to") != self.dtype:
-            out = ops.astype(out, as_dtype(dtype, "to"))
+        out, dtype = self, as_dtype(dtype, "to")
+        if dtype is not None and dtype != self.dtype:
+            out = ops.astype(out, dtype)
         if device is not None and get_backend(device) is not self._backend:
             out = ops.to_device(out, get_backend(device))
         return out
