@@ -140,7 +140,7 @@ def is_bfloat16(dtype: numpy.dtype) -> builtins.bool:
 def is_low_precision(dtype: numpy.dtype) -> builtins.bool:
     """True for float16 and bfloat16: the kernels are compiled for float32 and float64 only, and
     sums of many such numbers must be taken in float32 (a bfloat16 sum of 10,000 ones is 256)."""
-    return dtype == float16 or is_bfloat16(dtype)
+    return dtype.itemsize == 2 and (dtype.kind == "f" or is_bfloat16(dtype))  # (size first: ops ask at every call)
 
 
 def compute_dtype(dtype: numpy.dtype) -> numpy.dtype:

@@ -417,15 +417,8 @@ class Tensor:
         PyTorch, the result must fit self's dtype: ``int_tensor += 0.5`` is refused, not rounded."""
         value = self._operand(name, other)
         dtype = self.data.dtype
-        result = numpy.result_type(dtype, getattr(value, "dtype", value))
-        if ufunc == "true_divide" and not is_floating(result):
-            result = numpy.dtype(numpy.float64)  # (i / j is a float even for integers)
-        if _KIND_ORDER.index(_kind(result)) > _KIND_ORDER.index(_kind(dtype)):
-            raise DTypeError(
-                f"{name}: the result is {result}, which this tensor ({dtype}, shape {self.shape}) "
-                "cannot hold in place (PyTorch refuses it too); compute a new tensor instead, or "
-                "convert first: x = x.float()"
-            )
+        if not (dtype.kind == "f" and (type(value) is float or getattr(value, "dtype", None) == dtype)):
+            _check_fits(name, ufunc, dtype, value, self.shape)  # (a float tensor taking its own dtype or a float fits)
         try:
             getattr(self._backend.xp, ufunc)(self.data, value, out=self.data, casting="unsafe")
         except ValueError as e:
@@ -995,6 +988,19 @@ class Tensor:
 # PyTorch's defaults, left out of the repr; an empty tensor shows any dtype but float32
 _DTYPES_NOT_SHOWN = (numpy.dtype("float32"), numpy.dtype("int64"), numpy.dtype("bool"))
 _KIND_ORDER = "biuf"  # bool < integers < floats: an in-place result may not climb this (``_write``)
+
+
+def _check_fits(name: str, ufunc: str, dtype: numpy.dtype, value: Any, shape: tuple[int, ...]) -> None:
+    """Raise if ``x <ufunc>= value`` has a result of a kind ``x`` (of ``dtype``) cannot hold."""
+    result = numpy.result_type(dtype, getattr(value, "dtype", value))
+    if ufunc == "true_divide" and not is_floating(result):
+        result = numpy.dtype(numpy.float64)  # (i / j is a float even for integers)
+    if _KIND_ORDER.index(_kind(result)) > _KIND_ORDER.index(_kind(dtype)):
+        raise DTypeError(
+            f"{name}: the result is {result}, which this tensor ({dtype}, shape {shape}) "
+            "cannot hold in place (PyTorch refuses it too); compute a new tensor instead, or "
+            "convert first: x = x.float()"
+        )
 
 
 def _kind(dtype: numpy.dtype) -> str:

@@ -112,18 +112,19 @@ class MatMul(Function):
     @staticmethod
     def forward(ctx: Function, a: Array, b: Array, autocast: Any = None) -> Array:
         ctx.save_for_backward(a, b)
-        ctx.autocast, ctx.dtypes = autocast, (a.dtype, b.dtype)
-        a, b = _rounded(ctx, a, b)
+        ctx.autocast = autocast
+        if autocast is not None:  # (outside a block the helpers pass arrays on: not called, calls cost)
+            ctx.dtypes = (a.dtype, b.dtype)
+            a, b = _rounded(ctx, a, b)
         try:
-            rounded = ctx.autocast is not None
             if a.ndim <= 2 and b.ndim <= 2:
-                y = ctx.backend.rounded_matmul(a, b) if rounded else ctx.backend.matmul(a, b)
+                y = ctx.backend.matmul(a, b) if autocast is None else ctx.backend.rounded_matmul(a, b)
             else:
-                y = _stacked(ctx.backend, a, b, rounded)
+                y = _stacked(ctx.backend, a, b, autocast is not None)
         except ValueError:
             pass  # explain NumPy's terse message in the user's terms
         else:
-            return _result(ctx, y)
+            return y if autocast is None else _result(ctx, y)
         if a.ndim == 0 or b.ndim == 0:
             raise ShapeError(f"matmul: operands must have at least 1 dimension, got shapes {a.shape} and {b.shape}")
         k = b.shape[-2 if b.ndim > 1 else 0]
@@ -140,6 +141,8 @@ class MatMul(Function):
 
     @staticmethod
     def backward(ctx: Function, grad: Array) -> Grads:
+        if ctx.autocast is None:
+            return MatMul._backward(ctx, grad, *ctx.saved)
         return _unrounded(ctx, MatMul._backward(ctx, _widened(ctx, grad), *_rounded(ctx, *ctx.saved)), ctx.dtypes)
 
     @staticmethod
@@ -187,9 +190,11 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
     axes that do not fit. Inside ``mt.autocast``, in bfloat16 (``MatMul``'s ``autocast``).
     """
     autocast = amp.product_dtype(a, b)
-    if autocast is None:
-        return MatMul.apply(*promote(a, b))
-    return MatMul.apply(*promote(a, b, product=True), autocast=autocast)
+    if autocast is not None:
+        return MatMul.apply(*promote(a, b, product=True), autocast=autocast)
+    if isinstance(a, Tensor) and isinstance(b, Tensor) and a.data.dtype == b.data.dtype:  # (nothing to promote)
+        return MatMul.apply(a, b)
+    return MatMul.apply(*promote(a, b))
 
 
 def bmm(a: Tensor, b: Tensor) -> Tensor:
@@ -263,24 +268,32 @@ class Linear(Function):
     def forward(ctx: Function, x: Array, weight: Array, bias: Array | None, autocast: Any = None) -> Array:
         x2 = as_rows(x)  # (not reshape(-1, in): an axis may be 0, in_features too)
         ctx.save_for_backward(x2, weight)
-        ctx.autocast, ctx.dtypes = autocast, (x.dtype, weight.dtype, None if bias is None else bias.dtype)
-        x2, weight, bias = _rounded(ctx, x2, weight, bias)
-        mm = ctx.backend.matmul if autocast is None else ctx.backend.rounded_matmul
-        y = mm(x2, weight.T)  # BLAS reads W^T in place: no copy
+        ctx.autocast = autocast
+        if autocast is None:  # (as in MatMul: no helper called outside a block)
+            y = ctx.backend.matmul(x2, weight.T)  # BLAS reads W^T in place: no copy
+        else:
+            ctx.dtypes = (x.dtype, weight.dtype, None if bias is None else bias.dtype)
+            x2, weight, bias = _rounded(ctx, x2, weight, bias)
+            y = ctx.backend.rounded_matmul(x2, weight.T)
         if bias is not None:
             y += bias  # y is fresh: add in place instead of allocating another (N, out)
-        return _result(ctx, y).reshape(*x.shape[:-1], weight.shape[0])  # (autocast: the bias added, then rounded)
+        if autocast is not None:
+            y = _result(ctx, y)  # (the bias added, then rounded once)
+        return y.reshape(*x.shape[:-1], weight.shape[0])
 
     @staticmethod
     def backward(ctx: Function, grad: Array) -> Grads:
-        x2, weight = _rounded(ctx, *ctx.saved)
+        x2, weight = ctx.saved
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
-        g2 = as_rows(_widened(ctx, grad))
-        mm = ctx.backend.matmul if ctx.autocast is None else ctx.backend.rounded_matmul
+        if ctx.autocast is None:
+            mm, g2 = ctx.backend.matmul, as_rows(grad)
+        else:
+            mm, g2 = ctx.backend.rounded_matmul, as_rows(_widened(ctx, grad))
+            x2, weight = _rounded(ctx, x2, weight)
         gx = mm(g2, weight).reshape(*grad.shape[:-1], weight.shape[1]) if need_x else None
         gw = mm(g2.T, x2) if need_w else None
         gb = sum_to_shape(g2, weight.shape[:1]) if need_b else None  # (bfloat16's summed in float32)
-        return _unrounded(ctx, (gx, gw, gb), ctx.dtypes)
+        return (gx, gw, gb) if ctx.autocast is None else _unrounded(ctx, (gx, gw, gb), ctx.dtypes)
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
