@@ -405,6 +405,9 @@ def _add(total: Any, part: Any, owned: set[int], xp: Any) -> Array:
     array or a ``GradAt``). Added in place into ``total`` when backward made that array
     itself (its id in ``owned``: no node's backward has seen it, nothing else holds it),
     else into a new array that backward then owns; a ``GradAt`` is added to its slice only."""
+    if id(total) in owned and type(part) is not GradAt and total.dtype == part.dtype:
+        total += part  # the common case first: a third path or more, into backward's own array
+        return total
     if type(total) is GradAt and type(part) is not GradAt:
         total, part = part, total  # start from the dense one (a + b is b + a, to the last bit)
     if type(total) is GradAt:

@@ -9,6 +9,7 @@ gradient and keep the tensor's dtype (``x * 2`` stays float32).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from .. import amp
@@ -131,9 +132,12 @@ class Neg(Function):
 # float16 through float32 and rounds once, as PyTorch's kernels do ("opmath"): rounded at each
 # step, 1 + tanh(a/2) cancels to 0 for a < -4 in bfloat16, and sigmoid(-8) would come out 0.
 # (Both are on the per-op path of every tanh and sigmoid: float32 and float64 pass straight on.)
-def _work(ctx: Function, *arrays: Array) -> list[Array]:
+def _work(ctx: Function, *arrays: Array) -> Sequence[Array]:
     """``arrays`` in the dtype an op computes in: float32 for bfloat16 and float16, else theirs."""
-    return [ctx.backend.astype(x, float32) if is_low_precision(x.dtype) else x for x in arrays]
+    for x in arrays:
+        if is_low_precision(x.dtype):
+            return [ctx.backend.astype(x, float32) if is_low_precision(x.dtype) else x for x in arrays]
+    return arrays  # (as given, no list built: the common case, on the per-op path)
 
 
 def _stored(ctx: Function, y: Array, dtype: Any) -> Array:
