@@ -29,9 +29,23 @@ Target: minitensor's forward+backward per-op cost <= 0.74x PyTorch's. (The first
 aimed at 0.5x and reached 0.74x; bench/README.md says what the rest of the cost is and why
 the Function design keeps it.)
 
+A whole training step at the same scale
+---------------------------------------
+Second, a step of nanoGPT's GPU recipe (``--preset gpt-char-gpu``: 6 pre-LN blocks, GELU, tied
+embeddings, dropout 0.2, AdamW with its decay groups, clipping at 1.0, the cosine schedule) at a
+size where the arithmetic is again almost free (12 hiddens, 2 heads, 8 tokens, batch 1), against
+nanoGPT's own ``model.py`` on PyTorch with the optimiser it configures and the same clipping
+(``../shared/refbench/nanogpt``, loaded from its file as ``bench/gpt_char.py`` does; without it the
+section is skipped), one thread, interleaved step by step. Its time is the host's share of a step
+on a GPU, the part that bounds a small model there whatever the kernels: minitensor's must not
+exceed PyTorch eager's. Target: <= 1.0x nanoGPT's step.
+
     python bench/overhead.py [--quick]
 """
 
+import contextlib
+import io
+import pathlib
 import time
 
 import numpy as np
@@ -46,8 +60,10 @@ from _common import (
     parse_args,
     print_header,
     print_table,
+    timed,
     verdict,
 )
+from gpt_char import load_nanogpt
 
 import minitensor as mt
 
@@ -55,6 +71,10 @@ REPEATS = 25  # repetitions of the 4-op block
 N_OPS = 4 * REPEATS  # the 100 ops of the chain (the final sum is counted in, not as an op)
 TARGET = 0.74  # minitensor / torch, forward + backward
 PHASES = ("forward", "backward", "total")
+NANOGPT = pathlib.Path(__file__).resolve().parent.parent.parent / "shared" / "refbench" / "nanogpt"
+GPT_SIZES = dict(num_hiddens=12, ffn_num_hiddens=48, num_heads=2, num_blks=6, lm_num_steps=8, batch_size=1)
+GPT_VOCAB = 65  # tinyshakespeare's characters
+GPT_TARGET = 1.0  # minitensor's step / nanoGPT's, at most
 
 
 # -- the workload ---------------------------------------------------------------------------
@@ -181,6 +201,83 @@ def _relative_difference(ours, theirs):
     return float(np.max(np.abs(ours - theirs)) / (np.max(np.abs(theirs)) + 1e-30))
 
 
+# -- a whole training step -------------------------------------------------------------------
+def minitensor_gpt_step():
+    """One step of the gpt-char-gpu recipe at ``GPT_SIZES`` on the CPU, as ``train_step`` takes it
+    (the loss, zero_grad, backward, clipping, AdamW, the schedule), on one fixed batch."""
+    from minitensor.nn.utils import clip_grad_norm_
+
+    from minitensor.data import TEXTS
+    from minitensor.train.config import TrainConfig, build_model, build_optimizer, build_scheduler
+
+    config = TrainConfig.recipe(preset="gpt-char-gpu", text=TEXTS["tinyshakespeare"], device="cpu", **GPT_SIZES)
+    vocab = list(range(GPT_VOCAB))
+    mt.manual_seed(0)
+    model = build_model(config, vocab, vocab)
+    optimizer = build_optimizer(config, model)
+    scheduler = build_scheduler(config, optimizer, 10_000)
+    model.train()
+    rng = np.random.default_rng(0)
+    X, Y = (mt.tensor(rng.integers(0, GPT_VOCAB, (1, GPT_SIZES["lm_num_steps"]))) for _ in range(2))
+
+    def step():
+        loss = mt.cross_entropy(model(X), Y)
+        optimizer.zero_grad()
+        loss.backward()
+        clip_grad_norm_(model.parameters(), config.clip_grad_norm)
+        optimizer.step()
+        scheduler.step()
+
+    return step
+
+
+def nanogpt_step(torch, nanogpt):
+    """The same step with nanoGPT's ``GPT`` and the loop of its ``train.py`` (AdamW as it configures
+    it on the CPU, ``clip_grad_norm_`` at 1.0, ``zero_grad(set_to_none=True)``)."""
+    s = GPT_SIZES
+    conf = nanogpt.GPTConfig(
+        block_size=s["lm_num_steps"], vocab_size=GPT_VOCAB, n_layer=s["num_blks"], n_head=s["num_heads"],
+        n_embd=s["num_hiddens"], dropout=0.2, bias=False,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    with contextlib.redirect_stdout(io.StringIO()):  # it prints its parameter count and its choices
+        model = nanogpt.GPT(conf)
+        optimizer = model.configure_optimizers(0.1, 1e-3, (0.9, 0.99), "cpu")
+    model.train()
+    X, Y = (torch.randint(0, GPT_VOCAB, (1, s["lm_num_steps"])) for _ in range(2))
+
+    def step():
+        loss = model(X, Y)[1]
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
+def gpt_step_section(torch, rounds, warmup):
+    """Time the two steps interleaved at one thread; print them and the verdict."""
+    nanogpt = load_nanogpt(NANOGPT) if torch is not None else None
+    title = "A GPT training step at a size where the arithmetic is almost free (the host's share on a GPU)"
+    if nanogpt is None:
+        missing = "PyTorch" if torch is None else "nanoGPT's model.py"
+        print(f"\n{title}: skipped ({missing} not found)")
+        return
+    cases = {"minitensor": timed(minitensor_gpt_step()), "nanoGPT": timed(nanogpt_step(torch, nanogpt))}
+    with limit_threads(1, torch):
+        stats = interleaved(cases, rounds, warmup)
+    ours, theirs = stats["minitensor"], stats["nanoGPT"]
+    ratio = ours.median / theirs.median
+    sizes = ", ".join(f"{k} {v}" for k, v in GPT_SIZES.items())
+    print_table(
+        ["threads", "minitensor", "nanoGPT (PyTorch eager)", "mt/nanoGPT"],
+        [[1, format_stats(ours), format_stats(theirs), format_ratio(ratio)]],
+        title=f"{title}: {sizes}; {rounds} interleaved steps after {warmup}, median ±IQR/2",
+    )
+    print(f"{verdict(ratio <= GPT_TARGET)}  a step is {ratio:.2f}x nanoGPT's (target <= {GPT_TARGET}x)")
+
+
 # -- report ---------------------------------------------------------------------------------
 def per_op(stats):
     return {key: s.scaled(1.0 / N_OPS) for key, s in stats.items()}
@@ -233,6 +330,7 @@ def main():
             f"{verdict(ratio <= TARGET)}  {threads} thread(s): forward+backward per op is "
             f"{ratio:.2f}x torch's (target <= {TARGET}x)"
         )
+    gpt_step_section(torch, *((30, 5) if args.quick else (300, 20)))
 
 
 if __name__ == "__main__":

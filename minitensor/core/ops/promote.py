@@ -74,7 +74,8 @@ def promote_all(tensors: list[Tensor]) -> list[Tensor]:
 
 def as_float(t: Tensor) -> Tensor:
     """``t``, or a float32 copy of it if it holds integers or booleans (PyTorch's default dtype)."""
-    return t if is_floating(t.data.dtype) else _as_float(t, None)
+    dtype = t.data.dtype
+    return t if dtype.kind == "f" or is_floating(dtype) else _as_float(t, None)  # (on every unary op's path)
 
 
 def float_only(op: str, t: Tensor) -> Tensor:
