@@ -227,6 +227,7 @@ def minitensor_gpt_step():
         clip_grad_norm_(model.parameters(), config.clip_grad_norm)
         optimizer.step()
         scheduler.step()
+        return loss
 
     return step
 
@@ -252,6 +253,7 @@ def nanogpt_step(torch, nanogpt):
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        return loss
 
     return step
 
