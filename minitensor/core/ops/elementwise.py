@@ -131,7 +131,8 @@ class Neg(Function):
 # A function of several steps (sigmoid, the tanh GELU, tanh's derivative) takes bfloat16 and
 # float16 through float32 and rounds once, as PyTorch's kernels do ("opmath"): rounded at each
 # step, 1 + tanh(a/2) cancels to 0 for a < -4 in bfloat16, and sigmoid(-8) would come out 0.
-# (Both are on the per-op path of every tanh and sigmoid: float32 and float64 pass straight on.)
+# (Both are on the per-op path of every tanh and sigmoid: float32 and float64 pass straight on,
+# and a backward asks is_low_precision before calling _work, which costs more than the question.)
 def _work(ctx: Function, *arrays: Array) -> Sequence[Array]:
     """``arrays`` in the dtype an op computes in: float32 for bfloat16 and float16, else theirs."""
     for x in arrays:
@@ -201,7 +202,7 @@ class Tanh(Function):
     @staticmethod
     def backward(ctx: Function, grad: Array) -> Grads:
         (z,) = ctx.saved
-        g, z = _work(ctx, grad, z)
+        g, z = _work(ctx, grad, z) if is_low_precision(z.dtype) else (grad, z)
         return _stored(ctx, g * (1 - z * z), grad.dtype)
 
 
@@ -249,7 +250,7 @@ class Sigmoid(Function):
     @staticmethod
     def backward(ctx: Function, grad: Array) -> Grads:
         (z,) = ctx.saved
-        g, z = _work(ctx, grad, z)
+        g, z = _work(ctx, grad, z) if is_low_precision(z.dtype) else (grad, z)
         return _stored(ctx, g * z * (1 - z), grad.dtype)
 
 
@@ -299,7 +300,7 @@ class GELU(Function):
     @staticmethod
     def backward(ctx: Function, grad: Array) -> Grads:
         (a,) = ctx.saved
-        w, g = _work(ctx, a, grad)
+        w, g = _work(ctx, a, grad) if is_low_precision(a.dtype) else (a, grad)
         return _stored(ctx, ctx.kernels.backward(w, g), grad.dtype)
 
 
@@ -332,7 +333,7 @@ class GELUTanh(Function):
     @staticmethod
     def backward(ctx: Function, grad: Array) -> Grads:
         a, t = ctx.saved
-        g, a = _work(ctx, grad, a)
+        g, a = _work(ctx, grad, a) if is_low_precision(a.dtype) else (grad, a)
         du = _GELU_C * (1 + 3 * 0.044715 * a * a)
         return _stored(ctx, g * (0.5 * (1 + t) + 0.5 * a * (1 - t * t) * du), grad.dtype)
 

@@ -141,16 +141,21 @@ class MatMul(Function):
 
     @staticmethod
     def backward(ctx: Function, grad: Array) -> Grads:
-        if ctx.autocast is None:
-            return MatMul._backward(ctx, grad, *ctx.saved)
-        return _unrounded(ctx, MatMul._backward(ctx, _widened(ctx, grad), *_rounded(ctx, *ctx.saved)), ctx.dtypes)
+        a, b = ctx.saved
+        if ctx.autocast is not None:
+            return _unrounded(ctx, MatMul._backward(ctx, _widened(ctx, grad), *_rounded(ctx, a, b)), ctx.dtypes)
+        if a.ndim == 2 and b.ndim == 2:  # the common case first, without the general machinery
+            need_a, need_b = ctx.needs_input_grad
+            mm = ctx.backend.matmul
+            return (mm(grad, b.T) if need_a else None), (mm(a.T, grad) if need_b else None)
+        return MatMul._backward(ctx, grad, a, b)
 
     @staticmethod
     def _backward(ctx: Function, grad: Array, a: Array, b: Array) -> Grads:
         need_a, need_b = ctx.needs_input_grad[:2]
         rounded = ctx.autocast is not None  # (the gradient too holds bfloat16 values: _widened)
         mm = ctx.backend.rounded_matmul if rounded else ctx.backend.matmul
-        if a.ndim == 2 and b.ndim == 2:  # the common case, without the general machinery
+        if a.ndim == 2 and b.ndim == 2:  # (here only in autocast: ``backward`` takes float32's itself)
             return (mm(grad, b.T) if need_a else None), (mm(a.T, grad) if need_b else None)
         xp = ctx.xp
         if a.ndim == 1 and b.ndim == 1:  # dot product: grad is a scalar
