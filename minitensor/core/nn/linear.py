@@ -62,7 +62,10 @@ class Linear(Module):
         """Y = X W^T + b (``mt.linear``): X (..., in_features) -> Y (..., out_features), any number
         of leading axes, e.g. (batch_size, num_steps, num_hiddens) position by position. X may be a
         list or NumPy array (it becomes a tensor in the weight's dtype); integer X is promoted to it."""
-        return F.linear(as_input(type(self).__name__, X, self.weight), self.weight, self.bias)
+        weight = self.weight  # (read once: a registered parameter is looked up by Module.__getattr__)
+        if not isinstance(X, Tensor):
+            X = as_input(type(self).__name__, X, weight)
+        return F.linear(X, weight, self.bias)
 
     def extra_repr(self) -> str:
         """The settings shown in the repr: ``in_features=..., out_features=..., bias=True``."""

@@ -316,7 +316,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     if not is_floating(x.data.dtype):  # integer data meeting float weights becomes their dtype, as in a + b
         x, weight = promote(x, weight)
     autocast = amp.product_dtype(x, weight, bias)
-    if autocast is None and is_bfloat16(x.dtype) and is_bfloat16(weight.dtype):
+    if autocast is None and is_bfloat16(x.data.dtype) and is_bfloat16(weight.data.dtype):
         if bias is None or is_bfloat16(bias.dtype):  # a bfloat16 layer (model.bfloat16()):
             autocast = dtypes.bfloat16  # the bias too added in float32, rounded once
     if autocast is None:
