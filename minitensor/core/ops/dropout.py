@@ -13,7 +13,7 @@ from typing import Any
 import numpy
 
 from ..autograd import Function, Grads
-from ..dtypes import compute_dtype
+from ..dtypes import float32, is_low_precision
 from ..tensor import Array, Tensor
 
 
@@ -67,9 +67,8 @@ def apply_counter_mask(
     dtype (``dropout_forward``, ``dropout_rows``), else the same hash as array code. A bfloat16
     or float16 ``x`` is masked and scaled in float32 and rounded once: the kernels' path, and a
     scale such as 1/0.9 not first rounded to 8 bits."""
-    work = compute_dtype(x.dtype)
-    if work != x.dtype:  # bfloat16, float16: the float32 kernels, rounded once (as PyTorch's opmath)
-        kept = apply_counter_mask(backend, backend.astype(x, work), seed, threshold, scale, row_start)
+    if is_low_precision(x.dtype):  # bfloat16, float16: the float32 kernels, rounded once (as PyTorch's opmath)
+        kept = apply_counter_mask(backend, backend.astype(x, float32), seed, threshold, scale, row_start)
         return backend.astype(kept, x.dtype)
     xp = backend.xp
     x = xp.ascontiguousarray(x).reshape(x.shape)  # (ascontiguousarray makes a 0-d array 1-d)

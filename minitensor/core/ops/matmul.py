@@ -271,7 +271,7 @@ class Linear(Function):
 
     @staticmethod
     def forward(ctx: Function, x: Array, weight: Array, bias: Array | None, autocast: Any = None) -> Array:
-        x2 = as_rows(x)  # (not reshape(-1, in): an axis may be 0, in_features too)
+        x2 = x.reshape(-1, x.shape[-1]) if x.shape[-1] else as_rows(x)  # (-1 cannot say how many rows of 0)
         ctx.save_for_backward(x2, weight)
         ctx.autocast = autocast
         if autocast is None:  # (as in MatMul: no helper called outside a block)
@@ -291,7 +291,7 @@ class Linear(Function):
         x2, weight = ctx.saved
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
         if ctx.autocast is None:
-            mm, g2 = ctx.backend.matmul, as_rows(grad)
+            mm, g2 = ctx.backend.matmul, grad.reshape(-1, grad.shape[-1]) if grad.shape[-1] else as_rows(grad)
         else:
             mm, g2 = ctx.backend.rounded_matmul, as_rows(_widened(ctx, grad))
             x2, weight = _rounded(ctx, x2, weight)
@@ -313,7 +313,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         )
     if bias is not None and tuple(bias.shape) != (weight.shape[0],):
         raise ShapeError(f"linear: bias of shape {tuple(bias.shape)}, expected ({weight.shape[0]},)")
-    if not is_floating(x.data.dtype):  # integer data meeting float weights becomes their dtype, as in a + b
+    if x.data.dtype.kind != "f" and not is_floating(x.data.dtype):  # integers meeting float weights, as in a + b
         x, weight = promote(x, weight)
     autocast = amp.product_dtype(x, weight, bias)
     if autocast is None and is_bfloat16(x.data.dtype) and is_bfloat16(weight.data.dtype):
