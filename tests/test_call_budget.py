@@ -9,9 +9,14 @@ an op calls is exact and is most of that cost. So here is ``bench/overhead.py``'
 mul, tanh, matmul on (4, 4) float32, 25 times, then sum and backward) with its calls counted,
 forward and backward: a change that adds calls to the path of every op fails here with the
 calls listed, and one that removes some lowers the budget.
+
+The same for the forward and backward of a whole model, nanoGPT's GPU recipe at a tiny size:
+on a GPU these calls are the host's share of a step, besides the launches ``test_launches.py``
+budgets.
 """
 
 import collections
+import gc
 import pathlib
 import sys
 
@@ -23,8 +28,13 @@ import minitensor as mt
 PACKAGE = str(pathlib.Path(mt.__file__).resolve().parent)
 REPEATS = 25  # blocks of 4 ops, as in bench/overhead.py
 # Calls of the package's Python functions for the whole chain (100 ops, then sum). 2026-12-07:
-# 861 and 716 before the float32 path shed autocast's helpers, 660 and 391 after.
+# 583 and 344 at the 2026-12-06 code (40c0f63), 861 and 716 with autocast's helpers on every op
+# (d955f6a), 660 and 391 once the float32 path shed them.
 BUDGET = {"forward": 660, "backward": 391}
+# Calls of one forward (with the loss) and backward of the GPT below, the same dates: 3,345, 4,499,
+# 3,665.
+GPT_BUDGET = 3665
+GPT_SIZES = dict(num_hiddens=12, ffn_num_hiddens=48, num_heads=2, num_blks=6, lm_num_steps=8, batch_size=1)
 
 
 def _chain(x, a, w):
@@ -37,7 +47,8 @@ def _chain(x, a, w):
 
 
 def _counted(fn):
-    """Run ``fn``; return {function: calls} for the package's own Python functions."""
+    """Run ``fn``; return {function: calls} for the package's own Python functions. The collector
+    is off meanwhile: nothing it might free runs code of the package's in the middle."""
     calls = collections.Counter()
 
     def profile(frame, event, arg):
@@ -46,11 +57,15 @@ def _counted(fn):
             name = getattr(code, "co_qualname", code.co_name)  # (co_qualname: Python 3.11 and later)
             calls[f"{pathlib.Path(code.co_filename).name}:{name}"] += 1
 
+    collecting = gc.isenabled()
+    gc.disable()
     sys.setprofile(profile)
     try:
         fn()
     finally:
         sys.setprofile(None)
+        if collecting:
+            gc.enable()
     return calls
 
 
@@ -61,9 +76,10 @@ def leaves():
     return [mt.tensor(v, requires_grad=True) for v in (x, 1 + 0.1 * a, 0.5 * np.eye(4, dtype=np.float32) + 0.1 * w)]
 
 
-def _describe(calls):
-    per_op = ", ".join(f"{name} {n / (4 * REPEATS):.2f}" for name, n in calls.most_common())
-    return f"{sum(calls.values())} calls ({sum(calls.values()) / (4 * REPEATS):.2f} per op): {per_op}"
+def _describe(calls, count=4 * REPEATS, unit="op"):
+    """The calls by function, per ``unit`` (``count`` of them ran), most first."""
+    each = ", ".join(f"{name} {n / count:.2f}" for name, n in calls.most_common())
+    return f"{sum(calls.values())} calls ({sum(calls.values()) / count:.2f} per {unit}): {each}"
 
 
 @pytest.mark.parametrize("phase", ["forward", "backward"])
@@ -87,3 +103,31 @@ def test_the_counter_sees_the_package_calls(leaves):
     calls = _counted(lambda: leaves[0] + leaves[1])
     assert sum(calls.values()) == 5, calls  # __add__, _binary, Function.apply, Add.forward, Tensor._make
     assert any(name.endswith("__add__") for name in calls) and any(name.endswith("apply") for name in calls)
+
+
+def test_a_gpt_step_calls_no_more_than_its_budget():
+    from minitensor.data import TEXTS
+    from minitensor.train.config import TrainConfig, build_model
+
+    config = TrainConfig.recipe(preset="gpt-char-gpu", text=TEXTS["tinyshakespeare"], device="cpu", **GPT_SIZES)
+    vocab = list(range(65))
+    mt.manual_seed(0)
+    model = build_model(config, vocab, vocab)
+    model.train()  # (dropout on, as in training)
+    rng = np.random.default_rng(0)
+    X, Y = (mt.tensor(rng.integers(0, 65, (1, GPT_SIZES["lm_num_steps"]))) for _ in range(2))
+
+    def step():
+        mt.cross_entropy(model(X), Y).backward()
+
+    for _ in range(2):  # first calls import and compile: not the steady state
+        step()
+    model.zero_grad()  # (not counted: the optimiser's part of a step)
+    calls = _counted(step)
+    total, described = sum(calls.values()), _describe(calls, 1, "step")
+    assert total <= GPT_BUDGET, (
+        f"a GPT step's forward and backward make {total} calls, over the budget of {GPT_BUDGET}: "
+        f"{described}. Keep helpers off the float32 path, or raise the budget after timing "
+        "bench/overhead.py (its whole-step part)"
+    )
+    assert total == GPT_BUDGET, f"fewer calls than budgeted: lower GPT_BUDGET to {total} ({described})"
