@@ -47,8 +47,10 @@ figures are not judged against the targets.
 """
 
 import argparse
+import contextlib
 import gc
 import importlib.util
+import io
 import json
 import math
 import os
@@ -370,6 +372,24 @@ def load_nanogpt(folder, torch_like=None):
             else:
                 sys.modules[n] = old
     return module
+
+
+def nanogpt_recipe_model(torch, nanogpt, sizes, vocab_size, device_type):
+    """(model, optimizer): nanoGPT's ``GPT`` at ``sizes`` (minitensor's names: num_hiddens,
+    num_heads, num_blks, lm_num_steps) with its shakespeare_char recipe's dropout 0.2 and no
+    biases, in training mode, and the AdamW its ``configure_optimizers`` makes for ``device_type``
+    ("cuda": fused; decay 0.1 on the matrices only, betas (0.9, 0.99)), seeded with 0."""
+    s = sizes
+    conf = nanogpt.GPTConfig(
+        block_size=s["lm_num_steps"], vocab_size=vocab_size, n_layer=s["num_blks"], n_head=s["num_heads"],
+        n_embd=s["num_hiddens"], dropout=0.2, bias=False,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    with contextlib.redirect_stdout(io.StringIO()):  # it prints its parameter count and its choices
+        model = nanogpt.GPT(conf)
+        optimizer = model.configure_optimizers(0.1, 1e-3, (0.9, 0.99), device_type)
+    model.train()
+    return model, optimizer
 
 
 def check_nanogpt(config, vocab_size, twin, X, Y, twin_loss, twin_grads, torch):

@@ -51,13 +51,12 @@ biased call ran before the kernels took a bias) and on the kernels of ``kernels/
 import argparse
 import collections
 import contextlib
-import io
 import pathlib
 import sys
 
 import numpy as np
 from _common import format_ratio, import_torch, print_header, print_table, verdict
-from gpt_char import load_nanogpt
+from gpt_char import load_nanogpt, nanogpt_recipe_model
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(1, str(HERE.parent / "tests"))  # the CuPy stand-in and its counter (test code)
@@ -259,16 +258,7 @@ def count_torch(torch, phases):
 
 def torch_gpt(torch, nanogpt, sizes):
     s = sizes
-    conf = nanogpt.GPTConfig(
-        block_size=s["lm_num_steps"], vocab_size=VOCAB, n_layer=s["num_blks"], n_head=s["num_heads"],
-        n_embd=s["num_hiddens"], dropout=0.2, bias=False,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    with contextlib.redirect_stdout(io.StringIO()):  # it prints its parameter count and its choices
-        model = nanogpt.GPT(conf)
-        # its GPU configuration: fused AdamW (device_type "cuda"), decay on the matrices only
-        optimizer = model.configure_optimizers(0.1, 1e-3, (0.9, 0.99), "cuda")
-    model.train()
+    model, optimizer = nanogpt_recipe_model(torch, nanogpt, s, VOCAB, "cuda")  # its GPU configuration: fused AdamW
     generator = torch.Generator().manual_seed(0)
     B, T = s["batch_size"], s["lm_num_steps"]
     state = {}

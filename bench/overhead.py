@@ -43,8 +43,6 @@ exceed PyTorch eager's. Target: <= 1.0x nanoGPT's step.
     python bench/overhead.py [--quick]
 """
 
-import contextlib
-import io
 import pathlib
 import time
 
@@ -63,7 +61,7 @@ from _common import (
     timed,
     verdict,
 )
-from gpt_char import load_nanogpt
+from gpt_char import load_nanogpt, nanogpt_recipe_model
 
 import minitensor as mt
 
@@ -235,17 +233,8 @@ def minitensor_gpt_step():
 def nanogpt_step(torch, nanogpt):
     """The same step with nanoGPT's ``GPT`` and the loop of its ``train.py`` (AdamW as it configures
     it on the CPU, ``clip_grad_norm_`` at 1.0, ``zero_grad(set_to_none=True)``)."""
-    s = GPT_SIZES
-    conf = nanogpt.GPTConfig(
-        block_size=s["lm_num_steps"], vocab_size=GPT_VOCAB, n_layer=s["num_blks"], n_head=s["num_heads"],
-        n_embd=s["num_hiddens"], dropout=0.2, bias=False,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    with contextlib.redirect_stdout(io.StringIO()):  # it prints its parameter count and its choices
-        model = nanogpt.GPT(conf)
-        optimizer = model.configure_optimizers(0.1, 1e-3, (0.9, 0.99), "cpu")
-    model.train()
-    X, Y = (torch.randint(0, GPT_VOCAB, (1, s["lm_num_steps"])) for _ in range(2))
+    model, optimizer = nanogpt_recipe_model(torch, nanogpt, GPT_SIZES, GPT_VOCAB, "cpu")
+    X, Y = (torch.randint(0, GPT_VOCAB, (1, GPT_SIZES["lm_num_steps"])) for _ in range(2))
 
     def step():
         loss = model(X, Y)[1]
