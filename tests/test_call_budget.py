@@ -2,10 +2,10 @@
 
 On tiny tensors the arithmetic is almost free and an op's cost is the Python the engine runs
 around it (``bench/overhead.py`` times it against PyTorch). That cost crept up unseen once:
-helpers added for one feature (autocast's rounding of products, the write log) ran on every
+helpers added for new features (autocast's rounding of products, the write log) ran on every
 float32 op too, and the per-op cost went from 0.74x PyTorch's to 0.95x before a benchmark run
 showed it. Time is not a test's business, but the number of the package's own Python functions
-an op calls is exact and is most of that cost. So here is ``bench/overhead.py``'s chain (add,
+an op calls is exact, and those calls are most of that cost. So here is ``bench/overhead.py``'s chain (add,
 mul, tanh, matmul on (4, 4) float32, 25 times, then sum and backward) with its calls counted,
 forward and backward: a change that adds calls to the path of every op fails here with the
 calls listed, and one that removes some lowers the budget.
