@@ -374,6 +374,25 @@ def load_nanogpt(folder, torch_like=None):
     return module
 
 
+def minitensor_recipe_model(sizes, vocab_size, device, total_steps):
+    """(config, model, optimizer, scheduler): minitensor's ``--preset gpt-char-gpu`` at ``sizes``
+    (overriding the preset's) on ``device``, in training mode, seeded with 0, its schedule over
+    ``total_steps``: ``nanogpt_recipe_model``'s counterpart."""
+    import minitensor as mt
+    from minitensor.data import TEXTS
+    from minitensor.train.config import TrainConfig, build_model, build_optimizer, build_scheduler
+
+    config = TrainConfig.recipe(preset="gpt-char-gpu", text=TEXTS["tinyshakespeare"], device=device, **sizes)
+    vocab = list(range(vocab_size))
+    mt.manual_seed(0)
+    model = build_model(config, vocab, vocab)
+    optimizer = build_optimizer(config, model)
+    scheduler = build_scheduler(config, optimizer, total_steps)
+    model.to(device)
+    model.train()
+    return config, model, optimizer, scheduler
+
+
 def nanogpt_recipe_model(torch, nanogpt, sizes, vocab_size, device_type):
     """(model, optimizer): nanoGPT's ``GPT`` at ``sizes`` (minitensor's names: num_hiddens,
     num_heads, num_blks, lm_num_steps) with its shakespeare_char recipe's dropout 0.2 and no

@@ -56,7 +56,7 @@ import sys
 
 import numpy as np
 from _common import format_ratio, import_torch, print_header, print_table, verdict
-from gpt_char import load_nanogpt, nanogpt_recipe_model
+from gpt_char import load_nanogpt, minitensor_recipe_model, nanogpt_recipe_model
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(1, str(HERE.parent / "tests"))  # the CuPy stand-in and its counter (test code)
@@ -133,17 +133,8 @@ def gpt_parts(sizes):
     """(config, model, optimizer, scheduler, batch) of the gpt-char-gpu recipe at ``sizes`` on the
     stand-in's "cuda"; ``batch()`` uploads a random minibatch (X, Y)."""
     import minitensor as mt
-    from minitensor.data import TEXTS
-    from minitensor.train.config import TrainConfig, build_model, build_optimizer, build_scheduler
 
-    config = TrainConfig.recipe(preset="gpt-char-gpu", text=TEXTS["tinyshakespeare"], device="cuda", **sizes)
-    vocab = list(range(VOCAB))
-    mt.manual_seed(0)
-    model = build_model(config, vocab, vocab)
-    optimizer = build_optimizer(config, model)
-    scheduler = build_scheduler(config, optimizer, 100)
-    model.to("cuda")
-    model.train()
+    config, model, optimizer, scheduler = minitensor_recipe_model(sizes, VOCAB, "cuda", 100)
     rng = np.random.default_rng(0)
     B, T = config.batch_size, config.lm_num_steps
 

@@ -61,7 +61,7 @@ from _common import (
     timed,
     verdict,
 )
-from gpt_char import load_nanogpt, nanogpt_recipe_model
+from gpt_char import load_nanogpt, minitensor_recipe_model, nanogpt_recipe_model
 
 import minitensor as mt
 
@@ -205,16 +205,7 @@ def minitensor_gpt_step():
     (the loss, zero_grad, backward, clipping, AdamW, the schedule), on one fixed batch."""
     from minitensor.nn.utils import clip_grad_norm_
 
-    from minitensor.data import TEXTS
-    from minitensor.train.config import TrainConfig, build_model, build_optimizer, build_scheduler
-
-    config = TrainConfig.recipe(preset="gpt-char-gpu", text=TEXTS["tinyshakespeare"], device="cpu", **GPT_SIZES)
-    vocab = list(range(GPT_VOCAB))
-    mt.manual_seed(0)
-    model = build_model(config, vocab, vocab)
-    optimizer = build_optimizer(config, model)
-    scheduler = build_scheduler(config, optimizer, 10_000)
-    model.train()
+    config, model, optimizer, scheduler = minitensor_recipe_model(GPT_SIZES, GPT_VOCAB, "cpu", 10_000)
     rng = np.random.default_rng(0)
     X, Y = (mt.tensor(rng.integers(0, GPT_VOCAB, (1, GPT_SIZES["lm_num_steps"]))) for _ in range(2))
 
