@@ -17,6 +17,7 @@ budgets.
 
 import collections
 import gc
+import inspect
 import pathlib
 import sys
 
@@ -27,13 +28,13 @@ import minitensor as mt
 
 PACKAGE = str(pathlib.Path(mt.__file__).resolve().parent)
 REPEATS = 25  # blocks of 4 ops, as in bench/overhead.py
-# Calls of the package's Python functions for the whole chain (100 ops, then sum). 2026-12-07:
-# 583 and 344 at the 2026-12-06 code (40c0f63), 861 and 716 with autocast's helpers on every op
-# (d955f6a), 660 and 391 once the float32 path shed them.
-BUDGET = {"forward": 660, "backward": 391}
-# Calls of one forward (with the loss) and backward of the GPT below, the same dates: 3,345, 4,499,
-# 3,665.
-GPT_BUDGET = 3665
+# Calls of the package's Python functions for the whole chain (100 ops, then sum), counted as
+# ``_counted`` counts them: 583 and 294 at the 2026-12-06 code (40c0f63), 861 and 641 with
+# autocast's helpers on every op (d955f6a), 660 and 341 once the float32 path shed them (2026-12-07).
+BUDGET = {"forward": 660, "backward": 341}
+# Calls of one forward (with the loss) and backward of the GPT below, at the same three points:
+# 3,198, 4,340, 3,518.
+GPT_BUDGET = 3518
 GPT_SIZES = dict(num_hiddens=12, ffn_num_hiddens=48, num_heads=2, num_blks=6, lm_num_steps=8, batch_size=1)
 
 
@@ -46,6 +47,18 @@ def _chain(x, a, w):
     return x.sum()
 
 
+# So that every Python version counts the same calls, two kinds are left out. A list, dict or set
+# comprehension is a function call of its own up to Python 3.11 and inlined from 3.12 (PEP 709);
+# a generator expression is a frame in every version, and counted. And numba's dispatcher reports
+# each call of a compiled kernel to a profiler up to 3.11, with a code object of its own making; the
+# kernel runs no Python.
+COMPREHENSIONS = {"<listcomp>", "<dictcomp>", "<setcomp>"}
+# Python 3.10's profiler holds references to a call's arguments, which turns the reference count by
+# which backward decides that a leaf may take its gradient as it is (``autograd._unshared``) from
+# yes to no while counting: fewer calls there, so 3.10 is held to the budgets as upper bounds.
+EXACT = sys.version_info >= (3, 11)
+
+
 def _counted(fn):
     """Run ``fn``; return {function: calls} for the package's own Python functions. The collector
     is off meanwhile: nothing it might free runs code of the package's in the middle."""
@@ -54,6 +67,8 @@ def _counted(fn):
     def profile(frame, event, arg):
         if event == "call" and frame.f_code.co_filename.startswith(PACKAGE):
             code = frame.f_code
+            if code.co_name in COMPREHENSIONS or not code.co_flags & inspect.CO_OPTIMIZED:
+                return  # (not optimized: a code object numba made to report a compiled kernel's call)
             name = getattr(code, "co_qualname", code.co_name)  # (co_qualname: Python 3.11 and later)
             calls[f"{pathlib.Path(code.co_filename).name}:{name}"] += 1
 
@@ -96,7 +111,9 @@ def test_the_chain_calls_no_more_than_its_budget(leaves, phase):
         f"the chain's {phase} makes more calls than its budget of {BUDGET[phase]}: {_describe(calls)}. "
         "Keep helpers off the float32 path, or raise the budget after timing bench/overhead.py"
     )
-    assert total == BUDGET[phase], f"fewer calls than budgeted: lower BUDGET[{phase!r}] to {total} ({_describe(calls)})"
+    if EXACT:
+        lower = f"lower BUDGET[{phase!r}] to {total}"
+        assert total == BUDGET[phase], f"fewer calls than budgeted: {lower} ({_describe(calls)})"
 
 
 def test_the_counter_sees_the_package_calls(leaves):
@@ -130,4 +147,5 @@ def test_a_gpt_step_calls_no_more_than_its_budget():
         f"{described}. Keep helpers off the float32 path, or raise the budget after timing "
         "bench/overhead.py (its whole-step part)"
     )
-    assert total == GPT_BUDGET, f"fewer calls than budgeted: lower GPT_BUDGET to {total} ({described})"
+    if EXACT:
+        assert total == GPT_BUDGET, f"fewer calls than budgeted: lower GPT_BUDGET to {total} ({described})"
