@@ -126,7 +126,9 @@ class NumpyBackend(Backend):
 
     def draw_seed(self) -> int:
         """A seed in [0, 2^62) for a counter-based kernel (dropout), from this generator."""
-        return int(self._rng.integers(0, 2**62, (), dtype=numpy.int64))
+        # (no size: NumPy's scalar path draws the same number as size=() from the same state,
+        # a third of the time; this runs at every dropout of every step)
+        return int(self._rng.integers(0, 2**62, dtype=numpy.int64))
 
     def index_add(self, target: numpy.ndarray, index: Any, values: numpy.ndarray) -> None:
         if isinstance(index, numpy.ndarray) and index.ndim == 1 and index.dtype.kind in "iu" and index.size:
