@@ -21,6 +21,7 @@ import argparse
 import contextlib
 import gc
 import importlib
+import importlib.util
 import os
 import statistics
 import subprocess
@@ -29,6 +30,14 @@ import time
 from dataclasses import dataclass
 
 THREAD_COUNTS = (1, 2)
+
+# Every script times at fixed thread counts through threadpoolctl (``limit_threads``): say so at
+# the start, not with an ImportError once a run is under way.
+if importlib.util.find_spec("threadpoolctl") is None:
+    raise SystemExit(
+        f"{os.path.basename(sys.argv[0])}: the benchmarks need threadpoolctl: install their extra, "
+        'pip install -e ".[bench]" (it adds PyTorch, the peer they time minitensor against)'
+    )
 
 # Environment variables that fix a *new* process's thread pools (OpenMP, OpenBLAS, MKL,
 # numba) before it starts: the subprocess counterpart of ``limit_threads``.
