@@ -166,6 +166,18 @@ def test_a_function_can_bring_its_own_onnx_form(tmp_path):
     numpy.testing.assert_allclose(got, x * x + 1, rtol=1e-6)
 
 
+def test_the_file_names_the_oldest_ir_version_of_its_opset(tmp_path):
+    # not the onnx package's newest (14 for onnx 1.23), which ONNX Runtime 1.23, the last for
+    # Python 3.10, refused to load: it reads IR 11 at most
+    path = tmp_path / "linear.onnx"
+    mt.onnx.export(mt.nn.Linear(2, 3), (mt.randn(4, 2),), path)
+    assert onnx.load(path).ir_version == 8  # opset 17's
+    mt.onnx.export(mt.nn.Linear(2, 3), (mt.randn(4, 2),), path, opset=21)
+    assert onnx.load(path).ir_version == 10
+    (got,) = session(path).run(None, {"input_0": numpy.ones((4, 2), numpy.float32)})
+    assert got.shape == (4, 3)
+
+
 class Cosine(mt.nn.Module):
     """A user's scorer made of minitensor ops: it exports with no ONNX code of its own."""
 

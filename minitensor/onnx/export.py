@@ -152,9 +152,12 @@ def export(module, example_inputs, path, *, input_names=None, output_names=None,
         g.nodes.append(helper.make_node("Identity", [g.value(t)], [name]))
         graph_outputs.append(value_info(name, t, output=True))
     graph = helper.make_graph(g.nodes, type(module).__name__, graph_inputs, graph_outputs, g.initializers)
-    model = helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", opset or DEFAULT_OPSET)], producer_name="minitensor"
-    )
+    opsets = [helper.make_opsetid("", opset or DEFAULT_OPSET)]
+    # The file's IR version: the oldest that holds the opset (8 for 17), not the onnx package's
+    # newest, so that older runtimes load it too (onnx 1.23 writes 14; ONNX Runtime 1.23, the last
+    # for Python 3.10, reads 11 at most, and 1.18 10).
+    ir_version = helper.find_min_ir_version_for(opsets)
+    model = helper.make_model(graph, opset_imports=opsets, producer_name="minitensor", ir_version=ir_version)
     onnx.checker.check_model(model)
     write_atomic(path, model.SerializeToString())
     return model
