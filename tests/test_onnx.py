@@ -166,7 +166,7 @@ def test_a_function_can_bring_its_own_onnx_form(tmp_path):
     numpy.testing.assert_allclose(got, x * x + 1, rtol=1e-6)
 
 
-def test_the_file_names_the_oldest_ir_version_of_its_opset(tmp_path):
+def test_the_file_names_the_oldest_ir_version_of_its_opset_and_an_unknown_opset_is_refused(tmp_path):
     # not the onnx package's newest (14 for onnx 1.23), which ONNX Runtime 1.23, the last for
     # Python 3.10, refused to load: it reads IR 11 at most
     path = tmp_path / "linear.onnx"
@@ -176,6 +176,11 @@ def test_the_file_names_the_oldest_ir_version_of_its_opset(tmp_path):
     assert onnx.load(path).ir_version == 10
     (got,) = session(path).run(None, {"input_0": numpy.ones((4, 2), numpy.float32)})
     assert got.shape == (4, 3)
+    newest = onnx.defs.onnx_opset_version()
+    unknown = rf"opset {newest + 1} is not one that the installed onnx .* up to {newest}"
+    with pytest.raises(mt.onnx.ExportError, match=unknown):
+        mt.onnx.export(mt.nn.Linear(2, 3), (mt.randn(4, 2),), tmp_path / "new.onnx", opset=newest + 1)
+    assert not (tmp_path / "new.onnx").exists()
 
 
 class Cosine(mt.nn.Module):

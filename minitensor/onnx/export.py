@@ -81,8 +81,8 @@ def export(module, example_inputs, path, *, input_names=None, output_names=None,
     from the example's. ``opset``: the ONNX opset (default 17).
 
     Raises ``ExportError`` naming the op that has no ONNX form (give a Function of your own a
-    ``to_onnx(g, node)`` static method), and ``ImportError`` naming the ``onnx`` extra when the
-    ``onnx`` package is missing.
+    ``to_onnx(g, node)`` static method) or an opset the installed onnx does not know, and
+    ``ImportError`` naming the ``onnx`` extra when the ``onnx`` package is missing.
     """
     try:
         import onnx
@@ -93,6 +93,12 @@ def export(module, example_inputs, path, *, input_names=None, output_names=None,
         raise ExportError(
             "mt.onnx.export: called inside mt.autocast, which would write bfloat16 products (ONNX Runtime's CPU "
             "has no bfloat16 MatMul); export outside the block: the weights are float32"
+        )
+    opset = opset or DEFAULT_OPSET
+    if not (isinstance(opset, int) and 0 < opset <= onnx.defs.onnx_opset_version()):
+        raise ExportError(
+            f"mt.onnx.export: opset {opset!r} is not one that the installed onnx {onnx.__version__} knows; "
+            f"give an int up to {onnx.defs.onnx_opset_version()} (default {DEFAULT_OPSET})"
         )
     inputs = example_inputs if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
     tensors = [x for x in inputs if isinstance(x, Tensor)]
@@ -152,7 +158,7 @@ def export(module, example_inputs, path, *, input_names=None, output_names=None,
         g.nodes.append(helper.make_node("Identity", [g.value(t)], [name]))
         graph_outputs.append(value_info(name, t, output=True))
     graph = helper.make_graph(g.nodes, type(module).__name__, graph_inputs, graph_outputs, g.initializers)
-    opsets = [helper.make_opsetid("", opset or DEFAULT_OPSET)]
+    opsets = [helper.make_opsetid("", opset)]
     # The file's IR version: the oldest that holds the opset (8 for 17), not the onnx package's
     # newest, so that older runtimes load it too (onnx 1.23 writes 14; ONNX Runtime 1.23, the last
     # for Python 3.10, reads 11 at most, and 1.18 10).
