@@ -42,8 +42,8 @@ def test_only_strided_rows_are_copied(a, b, copied, monkeypatch):
     spy = CountingCopies(monkeypatch)
     # Against the float64 product, at float32's accuracy: NumPy 2.2 (the last for Python 3.10)
     # multiplies a stack that BLAS cannot take (reversed rows, a broadcast view) with a loop of its
-    # own, which rounds differently from BLAS (2.4 copies it for BLAS), so float32's ``a @ b`` is
-    # not the one right answer.
+    # own, which rounds differently from BLAS (2.4's result matched BLAS's to 1e-6 here), so
+    # float32's ``a @ b`` is not the one right answer.
     expected = a.astype(np.float64) @ b.astype(np.float64)
     np.testing.assert_allclose(_stacked(CPU, a, b), expected, rtol=1e-5, atol=1e-5)
     assert spy.copies == copied
