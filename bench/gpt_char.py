@@ -412,9 +412,6 @@ def nanogpt_recipe_model(torch, nanogpt, sizes, vocab_size, device_type):
 
 
 def check_nanogpt(config, vocab_size, twin, X, Y, twin_loss, twin_grads, torch):
-    import contextlib
-    import io
-
     nanogpt = load_nanogpt(ARGS_NANOGPT)
     if nanogpt is None:
         print(f"nanoGPT's model.py is not at {ARGS_NANOGPT}: the twin is not compared with it (--nanogpt DIR)")
