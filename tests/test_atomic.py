@@ -1,6 +1,7 @@
 """minitensor.atomic.write_atomic: a file is written whole or not at all."""
 
 import os
+import re
 import stat
 
 import pytest
@@ -47,3 +48,35 @@ def test_permissions_are_those_of_a_plain_open(tmp_path):
         os.umask(umask)
     mode = stat.S_IMODE
     assert mode(os.stat(tmp_path / "f").st_mode) == mode(os.stat(tmp_path / "g").st_mode)
+
+
+@pytest.mark.parametrize("name", ["folder", "folder/", "folder/x/..", "folder/."])
+def test_a_folder_is_refused_by_its_name_before_anything_is_written(tmp_path, name):
+    """The temporary file goes beside the target: for "folder/" that would be folder's parent.
+    The error names the path the caller gave, not the temporary file."""
+    (tmp_path / "folder").mkdir()
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    path = f"{tmp_path}/{name}"
+    with pytest.raises(IsADirectoryError, match="that is a folder; give the name of a file in it") as caught:
+        write_atomic(path, b"x")
+    assert caught.value.filename == path
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+
+
+def test_an_empty_path_is_refused(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # "" would otherwise write into the working folder's parent
+    with pytest.raises(FileNotFoundError, match="an empty path names no file"):
+        write_atomic("", b"x")
+    assert not any(tmp_path.parent.glob("..*.tmp")) and os.listdir(tmp_path) == []
+
+
+def test_a_missing_folder_or_a_file_in_its_place_is_named(tmp_path):
+    (tmp_path / "a_file").write_bytes(b"")
+    missing, under_a_file = tmp_path / "no" / "f", tmp_path / "a_file" / "f"
+    message = re.escape(f"cannot write f in {tmp_path / 'no'}: no such folder")
+    with pytest.raises(FileNotFoundError, match=message) as caught:
+        write_atomic(missing, b"x")
+    assert caught.value.filename == str(missing)
+    with pytest.raises(FileNotFoundError, match="it is a file, not a folder"):
+        write_atomic(under_a_file, b"x")
+    assert os.listdir(tmp_path) == ["a_file"]

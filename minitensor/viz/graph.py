@@ -29,6 +29,7 @@ import math
 from dataclasses import dataclass, field
 
 from .. import Tensor
+from ..atomic import write_atomic
 from ..i18n import CJK_FAMILIES, check_lang, label
 
 # the drawing's geometry, in SVG pixels
@@ -231,9 +232,8 @@ class Graph:
         return self.svg
 
     def save(self, path):
-        """Write the SVG to ``path`` (UTF-8)."""
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(self.svg)
+        """Write the SVG to ``path`` (UTF-8), whole or not at all (``atomic.write_atomic``)."""
+        write_atomic(path, self.svg)
         return path
 
     def __repr__(self):
