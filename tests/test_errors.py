@@ -337,6 +337,9 @@ def test_a_loss_target_that_would_broadcast_the_predictions_is_refused(device):
     raises(mt.ShapeError, lambda: mt.nn.functional.mse_loss(pred, mt.zeros(4, device=device)), "mse_loss: ",
            "(4, 1)", "(4,)", "broadcast to (4, 4)", "target.reshape(4, 1)")  # fmt: skip
     raises(mt.ShapeError, lambda: mt.nn.MSELoss()(mt.ones(4, device=device), [[0.0]] * 3), "(3, 1)")
+    # shapes that do not broadcast: named by the loss, not by the subtraction inside it
+    raises(mt.ShapeError, lambda: mt.nn.MSELoss()(mt.ones(4, device=device), mt.zeros(3, device=device)),
+           "mse_loss: ", "(4,)", "(3,) do not fit")  # fmt: skip
     assert mt.nn.functional.mse_loss(pred, 0.0).item() == 1.0  # a target that broadcasts to the input's shape
     assert mt.nn.functional.mse_loss(pred, mt.zeros(1, device=device), reduction="none").shape == (4, 1)
 

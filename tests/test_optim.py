@@ -459,6 +459,25 @@ def test_load_state_dict_refuses_a_mismatch_and_changes_nothing():
         mt.optim.Adam(make_params()).load_state_dict({"state": {}, "param_groups": good["param_groups"] * 2})
 
 
+@pytest.mark.parametrize(
+    "wrong, said",
+    [
+        ({"weight": 0}, r"a dict of 'state' and 'param_groups', got keys \['weight'\]"),  # a model's state_dict
+        ([0], "a dict of 'state' and 'param_groups', got list"),
+        ({"state": [], "param_groups": []}, "its 'state' a dict, got list"),
+        ({"state": {}, "param_groups": [{"lr": 0.1}]}, "its 'param_groups' a list of dicts, each with its 'params'"),
+    ],
+)
+def test_load_state_dict_names_what_is_not_an_optimisers_state(wrong, said):
+    opt = mt.optim.Adam(make_params(), lr=0.01)
+    with pytest.raises(
+        ValueError, match=r"Adam.load_state_dict: expected what an optimiser's state_dict\(\) returns: "
+    ):
+        opt.load_state_dict(wrong)
+    with pytest.raises(ValueError, match=said):
+        opt.load_state_dict(wrong)
+
+
 # -- against PyTorch (optional) ------------------------------------------------------------------
 
 

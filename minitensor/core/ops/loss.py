@@ -152,13 +152,17 @@ def mse_loss(input: Tensor, target: Tensor | Any, reduction: str = "mean") -> Te
     a ShapeError."""
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f"mse_loss: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
-    diff = amp.in_float32(input) - target
-    if diff.shape != input.shape:
-        target_shape = tuple(target.shape) if isinstance(target, Tensor) else numpy.shape(target)
+    shape, target_shape = tuple(input.shape), tuple(target.shape) if isinstance(target, Tensor) else numpy.shape(target)
+    try:
+        both = numpy.broadcast_shapes(shape, target_shape)
+    except ValueError:
+        both = None  # (checked here so that the error names mse_loss, not the subtraction inside it)
+    if both != shape:
+        meet = "do not fit" if both is None else f"broadcast to {both}, comparing each prediction with several targets"
         raise ShapeError(
-            f"mse_loss: input of shape {tuple(input.shape)} and target of shape {target_shape} broadcast to "
-            f"{tuple(diff.shape)}, comparing each prediction with several targets; give the target the "
-            f"input's shape (target.reshape{tuple(input.shape)})"
+            f"mse_loss: input of shape {shape} and target of shape {target_shape} {meet}; give the target the "
+            f"input's shape" + ("" if both is None else f" (target.reshape{shape})")
         )
+    diff = amp.in_float32(input) - target
     error = diff * diff
     return error if reduction == "none" else error.mean() if reduction == "mean" else error.sum()

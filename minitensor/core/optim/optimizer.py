@@ -251,6 +251,21 @@ class Optimizer:
         checked before anything changes.
         """
         name = type(self).__name__
+        # The shape of what state_dict() returns, checked first: a model's state_dict, or a file
+        # read from elsewhere, would otherwise fail on a bare KeyError deep inside.
+        if not isinstance(state_dict, dict) or not {"state", "param_groups"} <= set(state_dict):
+            got = f"keys {sorted(map(str, state_dict))}" if isinstance(state_dict, dict) else type(state_dict).__name__
+            wrong = f"a dict of 'state' and 'param_groups', got {got}"
+        elif not isinstance(state_dict["state"], dict):
+            wrong = f"its 'state' a dict, got {type(state_dict['state']).__name__}"
+        elif not isinstance(state_dict["param_groups"], (list, tuple)) or not all(
+            isinstance(g, dict) and isinstance(g.get("params"), (list, tuple)) for g in state_dict["param_groups"]
+        ):
+            wrong = "its 'param_groups' a list of dicts, each with its 'params'"
+        else:
+            wrong = ""
+        if wrong:
+            raise ValueError(f"{name}.load_state_dict: expected what an optimiser's state_dict() returns: {wrong}")
         saved_groups = state_dict["param_groups"]
         if len(saved_groups) != len(self.param_groups):
             raise ValueError(
