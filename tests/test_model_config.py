@@ -251,9 +251,12 @@ def test_the_seq2seq_config_checks_its_values():
 
 
 def test_a_size_the_model_needs_must_be_set():
-    with pytest.raises(TypeError, match=r"TransformerLM needs vocab_size: TransformerConfig.vocab_size is None"):
+    with pytest.raises(TypeError, match=r"TransformerLM needs vocab_size: TransformerConfig.vocab_size is None "
+                       r"\(set it with config.replace\(vocab_size=...\)\)"):  # fmt: skip
         nn.TransformerLM(TransformerConfig(num_hiddens=8, ffn_num_hiddens=16, num_heads=2, num_blks=1, dropout=0.0))
-    with pytest.raises(TypeError, match=r"TransformerEncoderBlock needs dropout"):
+    with pytest.raises(TypeError, match=r"TransformerEncoderBlock needs dropout: TransformerConfig.dropout is None "
+                       r"\(give it as argument 4 of \(num_hiddens, ffn_num_hiddens, num_heads, dropout\) or as "
+                       r"dropout=...\)"):  # fmt: skip
         nn.TransformerEncoderBlock(8, 16, 2)
     with pytest.raises(TypeError, match=r"TransformerDecoderBlock needs i"):
         nn.TransformerDecoderBlock(TransformerConfig(**SIZES))

@@ -47,12 +47,17 @@ class _ModelConfig:
         _check_known(type(self), changes, f"{type(self).__name__}.replace")
         return dataclasses.replace(self, **changes)
 
-    def require(self, owner: str, names: Iterable[str]) -> None:
+    def require(self, owner: str, names: Iterable[str], given: bool = True) -> None:
         """Check that the fields ``names``, which ``owner`` (a class name, for the message) builds
-        with, are set: the sizes have no default, since no size suits every model."""
-        for name in names:
+        with, are set: the sizes have no default, since no size suits every model. ``given``:
+        the caller passed this config (else it was built from ``owner``'s arguments, in the
+        order ``names``, which the message then gives)."""
+        names = list(names)
+        for i, name in enumerate(names):
             if getattr(self, name) is None:
-                raise TypeError(f"{owner} needs {name}: {type(self).__name__}.{name} is None")
+                how = f"set it with config.replace({name}=...)" if given else f"give it as argument {i + 1} of "
+                how += "" if given else f"({', '.join(names)}) or as {name}=..."
+                raise TypeError(f"{owner} needs {name}: {type(self).__name__}.{name} is None ({how})")
 
     @classmethod
     def from_arguments(
@@ -88,7 +93,7 @@ class _ModelConfig:
             raise TypeError(f"{owner} got {twice[0]!r} both by position and by name")
         _check_known(cls, fields, owner)
         made = cls(**named, **fields)
-        made.require(owner, positional)
+        made.require(owner, positional, given=False)
         return made
 
     def _check(self, name: str, ok: bool, what: str, error: type[Exception] = ValueError) -> None:
