@@ -119,6 +119,10 @@ def test_decode_replaces_half_a_character_only_at_the_end(bpe):
     assert bpe.decode(bpe.encode_bytes(data[:-1])) == "caf\ufffd"  # "é" is 2 bytes; 1 is left
     with pytest.raises(ValueError, match="token 400 is outside the vocabulary of 400"):
         bpe.decode([1, 400])
+    with pytest.raises(ValueError, match=r"token -1 is outside the vocabulary of 400 \(0..399\)"):
+        bpe.decode([1, -1])  # not the last token's bytes, as a list's index -1 would give
+    with pytest.raises(TypeError, match="ByteBPE.encode: text must be a str, got bytes"):
+        bpe.encode(b"caf\xc3\xa9")
 
 
 # -- files -----------------------------------------------------------------------------------------

@@ -75,6 +75,11 @@ def test_vocab_to_tokens_accepts_ints_lists_arrays_and_tensors():
     assert vocab.to_tokens(mt.tensor(idx)) == list("hello")
     assert vocab.to_tokens(idx[0]) == "h"
     assert vocab.to_tokens([idx[0]]) == ["h"]  # a one-element list stays a list (unlike D2L)
+    for wrong in (len(vocab), -1):  # -1 is no token, though a list's index -1 is its last
+        with pytest.raises(
+            IndexError, match=f"Vocab.to_tokens: index {wrong} is outside the vocabulary of {len(vocab)}"
+        ):
+            vocab.to_tokens([idx[0], wrong])
 
 
 def test_vocab_reserved_tokens_are_configurable_and_unk_always_exists():
@@ -398,6 +403,9 @@ def test_truncate_pad():
     assert truncate_pad([1, 2, 3], 5, 0) == [1, 2, 3, 0, 0]
     assert truncate_pad([1, 2, 3], 2, 0) == [1, 2]
     assert truncate_pad([1, 2], 2, 0) == [1, 2]
+    assert truncate_pad([1, 2], 0, 0) == []
+    with pytest.raises(ValueError, match="truncate_pad: num_steps must be >= 0, got -1"):
+        truncate_pad([1, 2, 3], -1, 0)  # line[:-1] would give [1, 2]
 
 
 def test_build_array_appends_eos_pads_and_counts_valid_positions():

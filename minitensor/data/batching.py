@@ -16,6 +16,8 @@ from ..random import host_rng
 
 def truncate_pad(line, num_steps, padding_token):
     """Truncate or pad a sequence to exactly ``num_steps`` (D2L's ``truncate_pad``)."""
+    if num_steps < 0:  # (line[:-1] would drop one token and pad nothing)
+        raise ValueError(f"truncate_pad: num_steps must be >= 0, got {num_steps}")
     if len(line) > num_steps:
         return line[:num_steps]
     return line + [padding_token] * (num_steps - len(line))

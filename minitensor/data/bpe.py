@@ -240,15 +240,19 @@ class ByteBPE:
 
     def encode(self, text):
         """Token ids of ``text`` (a str, encoded as UTF-8)."""
+        if not isinstance(text, str):
+            raise TypeError(f"ByteBPE.encode: text must be a str, got {type(text).__name__} (encode_bytes takes bytes)")
         return self.encode_bytes(text.encode("utf-8"))
 
     def decode_bytes(self, ids):
         """The bytes of a sequence of token ids: ``decode_bytes(encode_bytes(b)) == b``."""
-        try:
-            return b"".join(self.vocab[int(i)] for i in ids)
-        except IndexError:
-            bad = next(int(i) for i in ids if not 0 <= int(i) < len(self.vocab))
-            raise ValueError(f"ByteBPE.decode: token {bad} is outside the vocabulary of {len(self)}") from None
+        ids = [int(i) for i in ids]
+        bad = next((i for i in ids if not 0 <= i < len(self.vocab)), None)  # (a negative one would wrap around)
+        if bad is not None:
+            raise ValueError(
+                f"ByteBPE.decode: token {bad} is outside the vocabulary of {len(self)} (0..{len(self) - 1})"
+            )
+        return b"".join(self.vocab[i] for i in ids)
 
     def decode(self, ids):
         """The text of a sequence of token ids, decoded from UTF-8 once at the end (bytes that do

@@ -68,7 +68,12 @@ class Vocab:
             indices = indices.tolist()
         if isinstance(indices, (list, tuple)):
             return [self.to_tokens(index) for index in indices]
-        return self.idx_to_token[int(indices)]
+        index = int(indices)
+        if not 0 <= index < len(self.idx_to_token):  # (a negative index would wrap around to a token)
+            raise IndexError(
+                f"Vocab.to_tokens: index {index} is outside the vocabulary of {len(self)} (0..{len(self) - 1})"
+            )
+        return self.idx_to_token[index]
 
     def decode(self, indices):
         """Tokens of a predicted sequence: stop at the first <eos>, drop <pad> and <bos>.
