@@ -432,6 +432,24 @@ def test_generate_continues_a_prompt():
         generate(lm, list("ab"), vocab, 3, beam_size=2, temperature=1.0)
 
 
+def test_a_model_that_cannot_decode_or_a_larger_vocabulary_is_named_before_the_model_runs():
+    vocab = Vocab(list("ab"))  # 6 tokens
+    with pytest.raises(TypeError, match="generate: a Linear cannot decode, it has no begin_decoding, decode_step"):
+        generate(nn.Linear(2, 2), list("ab"), vocab, 3)
+    small = nn.TransformerLM(5, 8, 16, 2, 1, 0.0)
+    with pytest.raises(
+        ValueError, match="generate: the vocabulary has 6 tokens, more than the 5 that the model embeds"
+    ):
+        generate(small, list("ab"), vocab, 3)
+    src_vocab, tgt_vocab = vocabs()  # 7 tokens each
+    args = (len(src_vocab) - 1, 8, 16, 2, 1, 0.0)
+    model = nn.EncoderDecoder(nn.TransformerEncoder(*args), nn.TransformerDecoder(len(tgt_vocab), *args[1:]))
+    with pytest.raises(ValueError, match="translate: the source vocabulary has 7 tokens, more than the 6"):
+        translate(model, ["a"], src_vocab, tgt_vocab, 4)
+    with pytest.raises(TypeError, match="translate: a TransformerEncoder cannot decode"):
+        translate(model.encoder, ["a"], src_vocab, tgt_vocab, 4)
+
+
 def test_the_model_runs_on_its_own_device():
     """On the "strict" device (arrays that refuse silent conversion to NumPy, as CuPy's do)
     decoding feeds tokens to the device and reads log-probabilities back explicitly."""

@@ -139,6 +139,26 @@ def model_device(model):
     return "cpu"
 
 
+def _check_model(model, op, vocabs):
+    """Refuse, by name, a model without the decoding API above, and a vocabulary with more
+    tokens than the model embeds (``vocabs``: (vocab, the module whose ``config.vocab_size``
+    sizes its table, what the vocabulary is)), before the model runs: otherwise the error is an
+    AttributeError or an embedding's index error from inside it."""
+    missing = [name for name in ("begin_decoding", "decode_step", "reorder_state") if not hasattr(model, name)]
+    if missing:
+        raise TypeError(
+            f"{op}: a {type(model).__name__} cannot decode, it has no {', '.join(missing)} (the decoding API of "
+            "TransformerLM, EncoderDecoder and Seq2Seq: minitensor/inference/decoding.py)"
+        )
+    for vocab, module, what in vocabs:
+        size = getattr(getattr(module, "config", None), "vocab_size", None)
+        if isinstance(size, int) and len(vocab) > size:
+            raise ValueError(
+                f"{op}: the {what} has {len(vocab)} tokens, more than the {size} that the model embeds; "
+                "is it the vocabulary the model was trained with?"
+            )
+
+
 @contextlib.contextmanager
 def _inference(model):
     """Evaluation mode (no dropout) and no autograd graph for the duration, then every
@@ -632,6 +652,14 @@ def translate(
     follows it left out; ``attention`` as in ``beam_search`` (D2L's heatmaps).
     """
     lines, single = _token_lists(src_tokens, "translate")
+    _check_model(
+        model,
+        "translate",
+        [
+            (src_vocab, getattr(model, "encoder", None), "source vocabulary"),
+            (tgt_vocab, getattr(model, "decoder", None), "target vocabulary"),
+        ],
+    )
     device = model_device(model) if device is None else device
     enc_X, enc_valid_lens = build_array(lines, src_vocab, num_steps)
     with _inference(model):  # the encoder too runs without dropout and without a graph
@@ -708,6 +736,7 @@ def generate(
     the scores are those of the continuation.
     """
     prompts, single = _token_lists(prompt_tokens, "generate")
+    _check_model(lm, "generate", [(vocab, lm, "vocabulary")])
     if len({len(p) for p in prompts}) > 1:
         raise ValueError("generate: prompts of different lengths cannot share a batch; generate them separately")
     chain = _generate_decoder(decoder, beam_size, temperature, length_penalty)
