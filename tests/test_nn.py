@@ -347,6 +347,10 @@ def test_to_float64_keeps_parameter_identity_and_converts_grads():
     net.float()
     assert all(p.dtype == mt.float32 for p in net.parameters())
     assert net.to(device="cpu") is net
+    for integer in (mt.int64, "int32", mt.bool):  # parameters of integers that require grad: refused
+        with pytest.raises(TypeError, match="Sequential.to: a module converts to a floating-point dtype"):
+            net.to(integer)
+    assert all(p.dtype == mt.float32 for p in net.parameters())
 
 
 # -- Linear ------------------------------------------------------------------------------------

@@ -181,6 +181,8 @@ def test_the_file_names_the_oldest_ir_version_of_its_opset_and_an_unknown_opset_
     with pytest.raises(mt.onnx.ExportError, match=unknown):
         mt.onnx.export(mt.nn.Linear(2, 3), (mt.randn(4, 2),), tmp_path / "new.onnx", opset=newest + 1)
     assert not (tmp_path / "new.onnx").exists()
+    with pytest.raises(TypeError, match="mt.onnx.export: module must be an mt.nn.Module, got function"):
+        mt.onnx.export(lambda x: x * 2, (mt.randn(4, 2),), tmp_path / "f.onnx")
 
 
 class Cosine(mt.nn.Module):

@@ -13,7 +13,7 @@ become initializers, under their ``named_parameters`` names. ``onnx.checker`` ch
 model before it is written; the file appears complete or not at all.
 """
 
-from .. import Tensor, is_autocast_enabled
+from .. import Tensor, is_autocast_enabled, nn
 from ..atomic import write_atomic
 from .graph import ExportError, GraphBuilder, onnx_dtype
 from .ops import mapping_of
@@ -84,6 +84,8 @@ def export(module, example_inputs, path, *, input_names=None, output_names=None,
     ``to_onnx(g, node)`` static method) or an opset the installed onnx does not know, and
     ``ImportError`` naming the ``onnx`` extra when the ``onnx`` package is missing.
     """
+    if not isinstance(module, nn.Module):  # (its parameters become the graph's initializers, by name)
+        raise TypeError(f"mt.onnx.export: module must be an mt.nn.Module, got {type(module).__name__}")
     try:
         import onnx
         from onnx import helper

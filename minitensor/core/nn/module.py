@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from ..creation import zeros_like
-from ..dtypes import is_dtype_name, is_floating
+from ..dtypes import as_dtype, is_dtype_name, is_floating
 from ..grad_mode import no_grad
 from ..tensor import Tensor, tensor
 
@@ -373,6 +373,13 @@ class Module:
                 device = target
             else:
                 dtype = target
+        wanted = as_dtype(dtype, f"{type(self).__name__}.to")
+        if wanted is not None and not is_floating(wanted):
+            # (its parameters would hold integers and still require grad: PyTorch refuses too)
+            raise TypeError(
+                f"{type(self).__name__}.to: a module converts to a floating-point dtype (float16, bfloat16, "
+                f"float32, float64), got {wanted}; its integer buffers keep their dtype anyway"
+            )
 
         def convert(t: Tensor) -> None:  # in place: the tensor object stays, its array (and device) change
             new = t.to(dtype=dtype if dtype is not None and is_floating(t.dtype) else None, device=device)
