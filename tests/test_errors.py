@@ -313,6 +313,7 @@ MAKERS = {
     "rand": lambda *shape, **kw: mt.rand(*shape, **kw),
     "full": lambda *shape, **kw: mt.full(shape, 7.0, **kw),
     "normal": lambda *shape, **kw: mt.normal(0.0, 1.0, shape, **kw),
+    "randint": lambda *shape, **kw: mt.randint(0, 10, shape, **kw),
 }
 
 
@@ -328,6 +329,20 @@ def test_a_new_tensors_shape_is_checked_before_allocating(device, maker):
     if mt.get_backend(device).memory_size() is not None:
         raises(ValueError, lambda: make(10**6, 10**7, device=device), f"{maker}: the result would have shape", "GiB")
     assert make(0, 3, device=device).shape == (0, 3) and make(np.int64(2), device=device).shape == (2,)
+
+
+def test_randint_bounds_and_full_fill_values_are_checked(device):
+    """NumPy's words were "low >= high" and "could not convert string to float", and None filled
+    NaN, a list broadcast along the last axis, a complex number lost its imaginary part."""
+    raises(ValueError, lambda: mt.randint(5, 2, (3,), device=device), "randint: draws from [low, high)",
+           "low=5, high=2")  # fmt: skip
+    raises(TypeError, lambda: mt.randint(0.5, 2, (3,), device=device), "randint: low must be an integer, got 0.5")
+    raises(ValueError, lambda: mt.randint(0, 2**70, (3,), device=device), "randint: high=", "outside int64's range")
+    for wrong in ("a", None, [1.0, 2.0], 1 + 2j):
+        raises(TypeError, lambda w=wrong: mt.full((2,), w, device=device), "full: fill_value must be a number, got")
+    raises(ValueError, lambda: mt.full((2,), 2**70, device=device), "full: fill_value", "outside int64's range")
+    assert mt.full((2,), mt.tensor(3.0, device=device), device=device).tolist() == [3.0, 3.0]  # as PyTorch's 0-d
+    assert mt.full((2,), np.int32(3), device=device).dtype == mt.int64
 
 
 def test_a_loss_target_that_would_broadcast_the_predictions_is_refused(device):

@@ -133,6 +133,12 @@ def full(
     decides, as in PyTorch: ``full((2,), 7.0)`` is float32, ``full((2,), 7)`` int64,
     ``full((2,), True)`` bool."""
     shape = (shape,) if isinstance(shape, (int, numpy.integer)) else shape
+    if isinstance(fill_value, Tensor):  # a one-element tensor, as PyTorch takes a 0-d one
+        fill_value = fill_value.item()
+    if not isinstance(fill_value, (*_REAL, numpy.bool_)):  # (None would fill NaN, a list broadcast)
+        raise TypeError(f"full: fill_value must be a number, got {type(fill_value).__name__} {fill_value!r:.40}")
+    if isinstance(fill_value, int) and not -(2**63) <= fill_value < 2**63:
+        raise ValueError(f"full: fill_value {fill_value} is outside int64's range")
     if dtype is None and isinstance(fill_value, (bool, numpy.bool_)):
         dtype = "bool"
     elif dtype is None and isinstance(fill_value, (int, numpy.integer)):
@@ -255,10 +261,16 @@ def randint(low: int, high: int | Shape, shape: Shape | None = None, device: Dev
     shape)``, as in ``torch.randint(len(data) - block_size, (batch_size,))``."""
     if shape is None:  # randint(high, shape)
         return randint(0, low, high, device)
-    if not isinstance(high, int):
-        raise TypeError(f"randint: high must be an integer, got {high!r}")
+    for name, bound in (("low", low), ("high", high)):
+        if not (isinstance(bound, (int, numpy.integer)) and not isinstance(bound, bool)):
+            raise TypeError(f"randint: {name} must be an integer, got {bound!r}")
+        if not -(2**63) <= bound <= 2**63:
+            raise ValueError(f"randint: {name}={bound} is outside int64's range")
+    low, high = int(low), int(high)  # type: ignore[arg-type]  # (high is an integer: checked above)
+    if not low < high:
+        raise ValueError(f"randint: draws from [low, high), which is empty for low={low}, high={high}")
     b = get_backend(device)
-    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    shape = _shape("randint", (shape,) if isinstance(shape, (int, numpy.integer)) else (shape,), "int64", b)
     return Tensor._make(b.integers(low, high, shape), b, None)
 
 
