@@ -44,6 +44,69 @@ def test_maximum_minimum_gradcheck_broadcasting(device, op, sa, sb):
     check(getattr(mt, op), a, b)
 
 
+# -- floor division and remainder: // and % ---------------------------------------------------------
+def off_the_jumps(device, shape, seed, scale=1.5, signs=False):
+    """``scale`` times numbers at least 0.1 from a whole number (with random signs: +-scale):
+    floor(a / b) jumps where a / b is whole, and a finite difference across a jump is no
+    derivative. Dividends made with ``scale`` divided by divisors of +-``scale`` stay off them."""
+    rng = np.random.default_rng([seed, *shape])
+    values = (
+        np.where(rng.random(shape) < 0.5, -1.0, 1.0)
+        if signs
+        else rng.integers(-3, 4, shape) + rng.uniform(0.1, 0.9, shape)
+    )
+    return mt.tensor(scale * values, dtype=mt.float64, device=device, requires_grad=True)
+
+
+@pytest.mark.parametrize("sa,sb", BROADCAST_PAIRS)
+def test_remainder_gradcheck_broadcasting(device, sa, sb):
+    """dz/da = 1, dz/db = -floor(a / b), against finite differences away from the jumps, with
+    divisors of both signs."""
+    a, b = off_the_jumps(device, sa, seed=1), off_the_jumps(device, sb, seed=2, signs=True)
+    check(lambda a, b: a % b, a, b)
+    check(mt.remainder, a, b)
+    check(lambda a: a % 1.5, a)
+    check(lambda b: 2.25 % b, b)  # 2.25 / +-1.5 = +-1.5
+
+
+@pytest.mark.parametrize("dtype", [mt.int64, mt.float32, mt.float64])
+def test_floor_divide_and_remainder_round_as_python_does(device, dtype):
+    """Toward minus infinity, the remainder with the divisor's sign: a == b * (a // b) + a % b."""
+    pairs = [(a, b) for a in (-7, -6, -1, 0, 1, 6, 7) for b in (-3, -2, 2, 3)]
+    a = mt.tensor([a for a, _ in pairs], dtype=dtype, device=device)
+    b = mt.tensor([b for _, b in pairs], dtype=dtype, device=device)
+    assert (a // b).tolist() == [x // y for x, y in pairs] and (a // b).dtype == dtype
+    assert (a % b).tolist() == [x % y for x, y in pairs] and (a % b).dtype == dtype
+    assert a.floor_divide(b).tolist() == mt.floor_divide(a, b).tolist() == (a // b).tolist()
+    assert a.remainder(b).tolist() == mt.remainder(a, b).tolist() == (a % b).tolist()
+    assert (a // 2).tolist() == [x // 2 for x, _ in pairs] and (7 // b).tolist() == [7 // y for _, y in pairs]
+    assert (a % 2).tolist() == [x % 2 for x, _ in pairs] and (7 % b).tolist() == [7 % y for _, y in pairs]
+    assert (mt.tensor([7, -7], device=device) // 2.0).tolist() == [3.0, -4.0]  # an int tensor and a float: float
+
+
+def test_floor_divide_is_outside_the_graph_and_integers_refuse_the_number_zero(device):
+    x = rand(device, 3, seed=5)
+    assert not (x // 2).requires_grad and (x % 2).requires_grad
+    for op in ("floor_divide", "remainder"):
+        with pytest.raises(ZeroDivisionError, match=f"{op}: integer division by zero"):
+            getattr(mt.tensor([1, 2], device=device), op)(0)
+    with np.errstate(divide="ignore"):
+        assert (mt.tensor([1.0, -1.0], device=device) // 0).tolist() == [math.inf, -math.inf]  # floats: as PyTorch
+
+
+def test_floor_divide_and_remainder_match_torch():
+    torch = torch_or_skip()
+    rng = np.random.default_rng(1)
+    a, b = rng.uniform(-5, 5, (4, 5)), rng.uniform(0.5, 2, (5,)) * np.array([1, -1, 1, -1, 1])
+    (ma, ta), (mb, tb) = both(torch, a), both(torch, b)
+    np.testing.assert_array_equal((ma // mb).numpy(), (ta // tb).detach().numpy())
+    g = rng.standard_normal((4, 5))
+    (ma % mb).backward(g)
+    torch.remainder(ta, tb).backward(torch.tensor(g))
+    np.testing.assert_allclose(ma.grad.numpy(), ta.grad.numpy())
+    np.testing.assert_allclose(mb.grad.numpy(), tb.grad.numpy())
+
+
 def test_max_of_two_tensors_is_maximum(device):
     x = rand(device, 3, 4, seed=3, away=0.1)
     zeros = mt.zeros_like(x)

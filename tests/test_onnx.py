@@ -260,6 +260,23 @@ def test_sin_cos_eye_repeat_and_repeat_interleave_export_and_agree(tmp_path):
     numpy.testing.assert_array_equal(got_tiled, tiled.numpy())  # five rows where the trace had two
 
 
+class FloorAndRemainder(mt.nn.Module):
+    def forward(self, X, N):
+        return X // 1.5, X % -1.5, 2.0 % (X.abs() + 1), N // 3, N % -3, -7 // (N.abs() + 1)
+
+
+def test_floor_divide_and_remainder_export_with_pythons_rounding(tmp_path):
+    """ONNX's Div truncates integers toward zero, and its Mod keeps the divisor's sign for
+    integers only: negative numbers show whether the graph rounds as Python's // and % do."""
+    path = tmp_path / "floor.onnx"
+    X, N = mt.tensor([[-4.0, -0.7, 0.0, 2.2, 5.9]]), mt.tensor([[-7, -3, -1, 0, 1, 5, 8]])
+    mt.onnx.export(FloorAndRemainder(), (X, N), path, input_names=["X", "N"])
+    got = session(path).run(None, {"X": X.numpy(), "N": N.numpy()})
+    for value, expected in zip(got, FloorAndRemainder()(X, N), strict=True):
+        assert value.dtype == expected.numpy().dtype
+        numpy.testing.assert_allclose(value, expected.numpy(), rtol=1e-6, atol=1e-6)
+
+
 def test_the_books_masked_write_exports_and_other_writes_are_refused_not_lost(tmp_path):
     """Export runs under no_grad, where ``x[i] = v`` would write in place and record no op: the
     trace records it instead (the ops before the write keep the old value). D2L's sequence_mask

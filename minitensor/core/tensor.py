@@ -593,6 +593,18 @@ class Tensor:
     def __rpow__(self, other: Number) -> Tensor:
         return _reflected(Pow, self, other)
 
+    def __floordiv__(self, other: Tensor | Number) -> Tensor:
+        return _binary(FloorDivide, self, other)
+
+    def __rfloordiv__(self, other: Number) -> Tensor:
+        return _reflected(FloorDivide, self, other)
+
+    def __mod__(self, other: Tensor | Number) -> Tensor:
+        return _binary(Remainder, self, other)
+
+    def __rmod__(self, other: Number) -> Tensor:
+        return _reflected(Remainder, self, other)
+
     def __matmul__(self, other: Tensor) -> Tensor:
         return ops.matmul(self, other)  # (through mt.autocast's rule for products)
 
@@ -631,6 +643,14 @@ class Tensor:
     def pow(self, other: Tensor | Number) -> Tensor:
         """``x.pow(p)`` is ``x ** p`` (``mt.pow``): the elementwise power; ``p`` a number or a tensor."""
         return _binary(Pow, self, other)
+
+    def floor_divide(self, other: Tensor | Number) -> Tensor:
+        """``x.floor_divide(y)`` is ``x // y`` (``mt.floor_divide``): rounded toward minus infinity."""
+        return _binary(FloorDivide, self, other)
+
+    def remainder(self, other: Tensor | Number) -> Tensor:
+        """``x.remainder(y)`` is ``x % y`` (``mt.remainder``): with the sign of ``y``, as Python's ``%``."""
+        return _binary(Remainder, self, other)
 
     def matmul(self, other: Tensor) -> Tensor:
         """``x.matmul(y)`` is ``x @ y`` (``mt.matmul``): the matrix product, batched over leading axes
@@ -1089,7 +1109,7 @@ def tensor(data: Any, requires_grad: bool = False, dtype: DType = None, device: 
 from . import autograd, ops  # noqa: E402
 from .ops.axes import normalize_axes, normalize_axis, torch_names  # noqa: E402
 from .ops.compare import AllTrue, And, AnyTrue, Equal, Greater, GreaterEqual, Invert, Less, LessEqual, NotEqual, Or, Xor  # noqa: E402
-from .ops.elementwise import Abs, Add, Div, Mul, Neg, Pow, ReLU, Sub  # noqa: E402
+from .ops.elementwise import Abs, Add, Div, FloorDivide, Mul, Neg, Pow, ReLU, Remainder, Sub  # noqa: E402
 from .ops.indexing import normalize_index, setitem  # noqa: E402
 from .ops.promote import promote  # noqa: E402
 

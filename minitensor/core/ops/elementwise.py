@@ -82,6 +82,46 @@ class Div(Function):
         return ga, gb
 
 
+def _integer_by_zero(op: str, a: Array, b: Array | Number) -> None:
+    """Raise ZeroDivisionError for integers divided by the number 0, as Python and PyTorch do;
+    NumPy gives 0 and a warning. (A tensor of divisors is not looked into: on a GPU that would
+    wait for the device. Its zeros give NumPy's and CuPy's 0.)"""
+    if type(b) is int and b == 0 and getattr(a, "dtype", None) is not None and a.dtype.kind in "iub":
+        raise ZeroDivisionError(f"{op}: integer division by zero")
+
+
+class FloorDivide(Function):
+    """z = floor(a / b), Python's ``a // b`` (PyTorch's ``floor_divide``): integers stay integers.
+    A staircase, flat between its jumps, so there is no useful derivative: it stays outside the
+    graph, as comparisons do (PyTorch's has no derivative either)."""
+
+    differentiable = False
+
+    @staticmethod
+    def forward(ctx: Any, a: Array, b: Array) -> Array:
+        _integer_by_zero("floor_divide", a, b)
+        return ctx.xp.floor_divide(a, b)
+
+
+class Remainder(Function):
+    """z = a - b floor(a / b), Python's ``a % b`` (PyTorch's ``remainder``): the result has the
+    sign of the divisor b (C's ``fmod`` has that of a). Between the jumps of floor(a / b),
+    dz/da = 1 and dz/db = -floor(a / b)."""
+
+    @staticmethod
+    def forward(ctx: Function, a: Array, b: Array) -> Array:
+        _integer_by_zero("remainder", a, b)
+        ctx.save_for_backward(a, b)
+        return ctx.xp.remainder(a, b)
+
+    @staticmethod
+    def backward(ctx: Function, grad: Array) -> Grads:
+        a, b = ctx.saved
+        need_a, need_b = ctx.needs_input_grad
+        gb = -grad * ctx.xp.floor_divide(a, b) if need_b else None
+        return (grad if need_a else None), gb
+
+
 class Pow(Function):
     """z = a ** p;  dz/da = p a^(p-1),  dz/dp = a^p log(a) (when the exponent is a tensor).
 
@@ -454,6 +494,18 @@ def div(a: Tensor | Number, b: Tensor | Number) -> Tensor:
     True division: integers divided give float32, as in PyTorch."""
     a, b = (as_float(x) if isinstance(x, Tensor) else x for x in promote(a, b))
     return Div.apply(a, b)
+
+
+def floor_divide(a: Tensor | Number, b: Tensor | Number) -> Tensor:
+    """z = floor(a / b) elementwise, broadcasting (``a // b`` on tensors): rounded toward minus
+    infinity, so ``-7 // 2`` is -4; integers stay integers. Outside the graph (no derivative)."""
+    return FloorDivide.apply(*promote(a, b))
+
+
+def remainder(a: Tensor | Number, b: Tensor | Number) -> Tensor:
+    """z = a - b floor(a / b) elementwise, broadcasting (``a % b`` on tensors): with the sign of
+    b, as Python's ``%`` (``-7 % 2`` is 1); dz/da = 1, dz/db = -floor(a / b)."""
+    return Remainder.apply(*promote(a, b))
 
 
 def pow(a: Tensor | Number, p: Tensor | Number) -> Tensor:  # noqa: A001
