@@ -5,6 +5,7 @@ Expected values are computed independently with NumPy (never with the code under
 
 import copy
 import math
+import warnings
 from collections import OrderedDict
 
 import numpy as np
@@ -329,6 +330,28 @@ def test_deepcopy_gives_an_independent_working_model():
 # -- dtypes and devices ------------------------------------------------------------------------
 
 
+def test_a_plain_list_or_dict_of_new_layers_is_warned_about():
+    """A classic slip: ``self.layers = [nn.Linear(...), ...]``. Neither parameters() nor state_dict()
+    looks into a list, here as in PyTorch, so the layers would never train: a warning names the
+    attribute and the container to use. A list of layers registered elsewhere is no slip."""
+
+    class Layers(nn.Module):
+        def __init__(self, wrap):
+            super().__init__()
+            self.blks = nn.ModuleList([nn.Linear(2, 2)])
+            self.view = list(self.blks)  # registered already: no warning
+            self.names, self.sizes = ["a"], {"a": 2}
+            self.layers = wrap([nn.Linear(2, 2), nn.Tanh()])
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert len(list(Layers(nn.ModuleList).parameters())) == 4
+    for wrap, container in ((list, "ModuleList"), (tuple, "ModuleList"), (lambda m: dict(enumerate(m)), "ModuleDict")):
+        with pytest.warns(UserWarning, match=rf"Layers.layers is a \w+ holding 2 module\(s\) .* mt.nn.{container}"):
+            net = Layers(wrap)
+        assert len(list(net.parameters())) == 2  # only blks': what the warning is about
+
+
 def test_to_float64_keeps_parameter_identity_and_converts_grads():
     net = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))
     params = list(net.parameters())
@@ -609,3 +632,10 @@ def test_forward_hooks_run_in_order_with_kwargs_and_as_a_context():
     with pytest.raises(TypeError, match="a hook must be callable, got int"):
         layer.register_forward_hook(3)
     assert "hook" not in " ".join(layer.state_dict())  # hooks are not state
+
+
+@pytest.mark.parametrize("eps", [-1.0, float("nan"), float("inf"), "1e-5", True])
+def test_layer_norm_refuses_an_eps_that_is_not_a_finite_number_at_least_zero(eps):
+    with pytest.raises(ValueError, match="LayerNorm: eps must be a finite number >= 0"):
+        nn.LayerNorm(4, eps=eps)
+    assert nn.LayerNorm(4, eps=0).eps == 0

@@ -14,6 +14,7 @@ names them by their path ("encoder.dense.weight"), and ``state_dict()`` /
 what a layer computed without changing the layer.
 """
 
+import warnings
 from collections import OrderedDict, namedtuple
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -90,6 +91,26 @@ class UninitializedParameter(Parameter):
         """Become a Parameter holding ``data`` (an array of this device), this object still."""
         self.data = data
         self.__class__ = Parameter  # type: ignore[assignment]  # (the same slots: a tensor can change class)
+
+
+def _warn_if_modules_unseen(owner: "Module", name: str, value: Any) -> None:
+    """Warn when a plain list, tuple or dict assigned to a module holds modules that it has not
+    registered: ``parameters()``, ``state_dict()`` and ``.to()`` do not look inside such a
+    container (in PyTorch neither), so those layers would silently never train nor be saved.
+    A list of modules registered elsewhere in ``owner`` (a view of its blocks) is fine."""
+    held = [v for v in (value.values() if isinstance(value, dict) else value) if isinstance(v, Module)]
+    if not held:
+        return
+    known = {id(m) for m in owner.modules()}
+    unseen = sum(id(m) not in known for m in held)
+    if unseen:
+        container = "ModuleDict" if isinstance(value, dict) else "ModuleList"
+        warnings.warn(
+            f"{type(owner).__name__}.{name} is a {type(value).__name__} holding {unseen} module(s) that "
+            f"parameters(), state_dict() and .to() do not see, so they would not be trained or saved: "
+            f"make it mt.nn.{container}(...), as in PyTorch",
+            stacklevel=3,
+        )
 
 
 class Module:
@@ -238,6 +259,8 @@ class Module:
                 )
             self._buffers[name] = value
         else:
+            if type(value) in (list, tuple, dict) and value:
+                _warn_if_modules_unseen(self, name, value)
             object.__setattr__(self, name, value)
 
     def __getattr__(self, name: str) -> Any:

@@ -29,6 +29,9 @@ class LayerNorm(Module):
         super().__init__()
         if isinstance(normalized_shape, int):
             normalized_shape = (normalized_shape,)
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 <= eps < float("inf"):
+            # (var + eps < 0 would take the square root of a negative number: NaN)
+            raise ValueError(f"LayerNorm: eps must be a finite number >= 0, got {eps!r}")
         self.normalized_shape, self.eps = tuple(normalized_shape), eps
         self.elementwise_affine = elementwise_affine
         if elementwise_affine:
