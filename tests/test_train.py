@@ -398,3 +398,10 @@ def test_the_loss_estimates_are_gathered_in_chunks_with_the_same_result(tmp_path
     assert chunked[0]["step"] == whole[0]["step"] == 2
     for name in ("train", "val"):
         assert abs(chunked[0][name] - whole[0][name]) < 1e-9
+
+
+def test_train_names_a_config_that_is_not_a_train_config():
+    with pytest.raises(TypeError, match=r"train: config must be a TrainConfig, got dict \(TrainConfig\(\*\*settings\)"):
+        train({"epochs": 1})
+    with pytest.raises(TypeError, match="train: config must be a TrainConfig, got str$"):
+        train("reverse")

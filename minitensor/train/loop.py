@@ -364,6 +364,11 @@ def train(config=None, log=print, *, resume=False, overwrite=False, stop_after_e
     ``RunFolderError`` for an unusable or occupied folder, ``TrainingInterrupted`` (a
     KeyboardInterrupt) on Ctrl-C, at the end of the step in progress and once the checkpoint is safe.
     """
+    if config is not None and not isinstance(config, TrainConfig):
+        raise TypeError(
+            f"train: config must be a TrainConfig, got {type(config).__name__}"
+            + (" (TrainConfig(**settings) makes one from a dict)" if isinstance(config, dict) else "")
+        )
     config = (config or TrainConfig()).validate()
     # data parallelism: this process's place among the N that an MPI launcher started (one: alone);
     # the run records how many trained it this time (a resumed run may use another number)
