@@ -372,6 +372,9 @@ def test_containers_and_dropout_name_themselves():
 
 def test_ragged_data_and_seeds_are_refused_by_name():
     raises(ValueError, lambda: mt.tensor([[1, 2], [3]]), "tensor: the data do not form a rectangular array")
+    raises(TypeError, lambda: mt.tensor(["a"]), "tensor: unsupported data of dtype <U1 (numbers or booleans expected)")
+    # NumPy keeps integers beyond 64 bits as Python objects: "unsupported data of dtype object" said nothing
+    raises(OverflowError, lambda: mt.tensor([[1, -(2**70)]]), f"tensor: the integer {-(2**70)} does not fit int64")
     raises(TypeError, lambda: mt.manual_seed("7"), "manual_seed: ", "'7'")
     raises(ValueError, lambda: mt.manual_seed(-1), "manual_seed: ", "-1")
     mt.manual_seed(np.int64(0))

@@ -1096,6 +1096,9 @@ def tensor(data: Any, requires_grad: bool = False, dtype: DType = None, device: 
     if dtype is not None and arr.dtype != dtype:
         arr = arr.astype(dtype)
     if _kind(arr.dtype) not in "fiub":
+        if arr.dtype == object and all(isinstance(v, int) for v in arr.flat):  # NumPy's home for huge ints
+            big = max(arr.flat, key=abs)
+            raise OverflowError(f"tensor: the integer {big} does not fit int64 (-2**63 .. 2**63 - 1)")
         raise TypeError(f"tensor: unsupported data of dtype {arr.dtype} (numbers or booleans expected)")
     t = Tensor._make(arr, backend, None)
     if requires_grad:
