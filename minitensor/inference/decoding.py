@@ -624,6 +624,17 @@ def _token_lists(tokens, what):
     return [tokens], True
 
 
+def _check_not_ids(lines, vocab, what):
+    """Refuse token ids given for tokens: the vocabulary would read each as <unk>, silently."""
+    for line in lines:
+        for token in line:
+            if isinstance(token, (int, numpy.integer)) and not isinstance(token, bool) and token not in vocab:
+                raise TypeError(
+                    f"{what}: {token!r} is not a token of the vocabulary; give tokens, not their ids "
+                    "(vocab.to_tokens(ids) turns ids into tokens)"
+                )
+
+
 def translate(
     model,
     src_tokens,
@@ -652,6 +663,7 @@ def translate(
     follows it left out; ``attention`` as in ``beam_search`` (D2L's heatmaps).
     """
     lines, single = _token_lists(src_tokens, "translate")
+    _check_not_ids(lines, src_vocab, "translate")
     _check_model(
         model,
         "translate",
@@ -736,6 +748,7 @@ def generate(
     the scores are those of the continuation.
     """
     prompts, single = _token_lists(prompt_tokens, "generate")
+    _check_not_ids(prompts, vocab, "generate")
     _check_model(lm, "generate", [(vocab, lm, "vocabulary")])
     if len({len(p) for p in prompts}) > 1:
         raise ValueError("generate: prompts of different lengths cannot share a batch; generate them separately")
