@@ -118,7 +118,9 @@ def _at_least(low, high=None, why=""):
 # Translation", 2017); 256 leaves room for experiments far past that. (The Python searches take any
 # width whose scores fit the memory, for exhaustive search on a small vocabulary.)
 MAX_BEAM_SIZE = 256
+MAX_NEW_TOKENS = 1_000_000  # --max-len: the text, and a cache without a window, grow with every token
 _beam_width = _at_least(1, MAX_BEAM_SIZE, " (each step holds K times the scores and caches; beams in use are 4 to 10)")
+_new_tokens = _at_least(1, MAX_NEW_TOKENS, " (the text, and a key/value cache without a window, grow with every token)")
 
 
 def _betas(text):
@@ -1021,7 +1023,7 @@ def _add_train_parser(sub, common, help_recipe=None):
         metavar="K",
         help=f"beam search with K beams, at most {MAX_BEAM_SIZE} (default %(default)s: greedy)",
     )
-    t.add_argument("--max-len", type=_at_least(1), help="longest output in tokens")
+    t.add_argument("--max-len", type=_new_tokens, help="longest output in tokens")
     t.add_argument("--show-attention", action="store_true", help="write the attention heatmap as a PNG")
     t.add_argument(
         "--attention-dir", type=_path, metavar="DIR", help="where the heatmap goes (default: the run directory)"
@@ -1055,7 +1057,7 @@ def _add_train_parser(sub, common, help_recipe=None):
     g = sub.add_parser("generate", parents=[common], help="continue a prompt with a trained language-model checkpoint")
     g.add_argument("--checkpoint", required=True, type=_path, metavar="DIR", help=where)
     g.add_argument("--prompt", required=True, help="the text to continue")
-    g.add_argument("--max-len", type=_at_least(1), default=100, help="tokens to generate (default %(default)s)")
+    g.add_argument("--max-len", type=_new_tokens, default=100, help="tokens to generate (default %(default)s)")
     search = g.add_mutually_exclusive_group()
     search.add_argument(
         "--temperature",
@@ -1128,7 +1130,7 @@ def _add_train_parser(sub, common, help_recipe=None):
     )
     e.add_argument(
         "--max-len",
-        type=_at_least(1),
+        type=_new_tokens,
         help=f"longest output in tokens (a prompt's continuation: {EXPLAIN_LM_MAX_LEN})",
     )
     e.add_argument(

@@ -211,6 +211,9 @@ def test_ctrl_c_keeps_the_last_checkpoint_and_says_how_to_go_on(tmp_path):
         (["translate", "--checkpoint", "runs/reverse", "--beam", "100000000", "abc"], ["argument --beam: must be at"]),
         (["generate", "--checkpoint", "runs/reverse", "--prompt", "a", "--beam", "100000000"], ["--beam: must be at"]),
         (["explain", "--checkpoint", "runs/reverse", "--beam", "257", "abc"], ["argument --beam: must be at most 256"]),
+        # so many new tokens that the text (and a cache without a window) would fill the memory
+        (["generate", "--checkpoint", "runs/reverse", "--prompt", "a", "--max-len", "100000000"], ["at most 1000000"]),
+        (["translate", "--checkpoint", "runs/reverse", "--max-len", "1000001", "abc"], ["--max-len: must be at most"]),
         # an unset shell variable (--out "$RUN") must not become the default folder
         (["train", *TINY, "--out", ""], ["argument --out: the path is empty"]),
         (["translate", "--checkpoint", "", "abc"], ["argument --checkpoint: the path is empty"]),
