@@ -71,6 +71,28 @@ def test_sinusoidal_base_option():
     np.testing.assert_allclose(table(enc, 10), sinusoid_reference(10, 6, base=100.0), atol=1e-6)
 
 
+@pytest.mark.parametrize("name", ["sinusoidal", "rotary"])
+@pytest.mark.parametrize("base", [0, -10.0, math.inf, math.nan, "1e4"])
+def test_a_base_that_is_not_a_finite_number_above_zero_is_refused(name, base):
+    """base^(2j/d) of 0 or of a negative base makes the frequencies inf or NaN: every position's
+    vector was NaN (with NumPy's warnings only)."""
+    owner = {"sinusoidal": "SinusoidalEncoding", "rotary": "RotaryEncoding"}[name]
+    with pytest.raises(ValueError, match=f"{owner}: base must be a finite number > 0"):
+        build(name, 8, max_len=10, base=base)
+    tables = build(name, 8, max_len=10, base=np.float32(500.0)).buffers()  # (a NumPy number is a number)
+    assert all(np.isfinite(t.numpy()).all() for t in tables)
+
+
+def test_a_language_model_reads_an_empty_sequence_as_pytorch_does():
+    """(batch, 0) tokens give (batch, 0, vocab_size) logits, whatever the encoding (the cached
+    self-attention read the first position of an empty array)."""
+    for positional in ("sinusoidal", "learned", "rotary", "alibi", "t5_relative"):
+        lm = mt.nn.TransformerLM(10, 8, 16, 2, 1, 0.0, positional=positional)
+        logits = lm(mt.zeros(2, 0, dtype=mt.int64))
+        assert logits.shape == (2, 0, 10), positional
+        logits.sum().backward()
+
+
 def test_sinusoidal_adds_the_rows_at_the_offset(device):
     enc = build("sinusoidal", 8, max_len=30, device=device)
     X = mt.randn(3, 4, 8, device=device)

@@ -19,6 +19,7 @@ state). Build the layer with ``dtype=mt.float64`` for float64-accurate tables:
 ``.double()`` afterwards converts the float32 ones.
 """
 
+import numbers
 import operator
 
 import numpy
@@ -46,9 +47,13 @@ def _check_window(name, offset, length, max_len):
     return offset
 
 
-def _frequencies(num_pairs, size, base):
+def _frequencies(num_pairs, size, base, owner):
     """w_j = 1 / base^(2j / size) for j = 0 .. num_pairs - 1 (float64, on the host):
-    from one turn per 2 pi positions (j = 0) down to one per ~2 pi base positions."""
+    from one turn per 2 pi positions (j = 0) down to one per ~2 pi base positions. ``owner``
+    names the encoding in the error for a ``base`` that is not a finite number > 0 (0 or a
+    negative one makes the frequencies inf or NaN, and every position's vector NaN)."""
+    if isinstance(base, bool) or not isinstance(base, numbers.Real) or not 0 < base < float("inf"):
+        raise ValueError(f"{owner}: base must be a finite number > 0 (10000 in the paper), got {base!r}")
     return 1.0 / base ** (numpy.arange(num_pairs, dtype=numpy.float64) * 2.0 / size)
 
 
@@ -94,7 +99,9 @@ class SinusoidalEncoding(nn.Module):
         self.dropout = nn.Dropout(dropout)
         # Column c belongs to the pair j = c // 2: even columns hold sines, odd ones cosines.
         positions = numpy.arange(max_len, dtype=numpy.float64)[:, None]
-        angles = positions * _frequencies((num_hiddens + 1) // 2, num_hiddens, base)  # (max_len, ceil(d/2))
+        angles = positions * _frequencies(
+            (num_hiddens + 1) // 2, num_hiddens, base, type(self).__name__
+        )  # (max_len, ceil(d/2))
         P = numpy.empty((max_len, num_hiddens))
         P[:, 0::2] = numpy.sin(angles)
         P[:, 1::2] = numpy.cos(angles[:, : num_hiddens // 2])
@@ -178,7 +185,9 @@ class RotaryEncoding(nn.Module):
                 "to the inputs; it rotates queries and keys); use dropout=0.0"
             )
         self.num_hiddens, self.max_len, self.base = num_hiddens, max_len, base
-        angles = numpy.arange(max_len, dtype=numpy.float64)[:, None] * _frequencies(num_hiddens // 2, num_hiddens, base)
+        angles = numpy.arange(max_len, dtype=numpy.float64)[:, None] * _frequencies(
+            num_hiddens // 2, num_hiddens, base, type(self).__name__
+        )
         angles = numpy.repeat(angles, 2, axis=1)  # (max_len, d): pair j's angle at features 2j and 2j+1
         # P turns each pair (a, b) into (-b, a): x @ P is x rotated by 90 degrees in every pair
         P = numpy.zeros((num_hiddens, num_hiddens))

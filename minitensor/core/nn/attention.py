@@ -734,7 +734,7 @@ class MultiHeadAttention(Module):
         check_positions(cache, positions, keys, values, T, dtypes=(k.dtype, v.dtype))
         # the new queries are the last T of the K consecutive positions (read from the keys' shape,
         # which the ONNX tracer follows, rather than from the positions array, which it cannot)
-        k_offset = int(positions[0])
+        k_offset = int(positions[0]) if len(positions) else past  # (no key at all: nothing seen, no new token)
         q_offset = k_offset + keys.shape[-2] - T
         if reindexes:
             q, keys = self._encode_qk(q, keys, q_offset, k_offset)
