@@ -437,3 +437,12 @@ def test_backward_gradient_of_another_dtype_keeps_the_graph_dtype():
 def test_integer_tensor_requiring_grad_is_a_dtype_error():
     with pytest.raises(mt.DTypeError, match="int64.*float"):
         mt.tensor([1, 2]).requires_grad_()
+
+
+def test_a_transformer_names_tokens_that_are_not_one_row_per_sequence():
+    """The error came from the first attention layer, about X's shape, a tensor the user never made."""
+    lm = mt.nn.TransformerLM(10, 8, 16, 2, 1, 0.0)
+    for shape in ((2, 3, 4), (3,)):
+        said = f"TransformerEmbedding: tokens of shape {shape}; expected (batch_size, num_steps) token ids"
+        raises(mt.ShapeError, lambda s=shape: lm(mt.zeros(*s, dtype=mt.int64)), said)
+    assert lm(mt.zeros(1, 3, dtype=mt.int64)).shape == (1, 3, 10)

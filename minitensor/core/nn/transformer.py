@@ -42,6 +42,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from ..errors import ShapeError
 from ..tensor import Device, DType, Shape, Tensor, tensor
 from . import init
 from .attention import (
@@ -313,6 +314,11 @@ class TransformerEmbedding(Module):
         """tokens (batch_size, num_steps) -> dropout(embedding(tokens) * sqrt(num_hiddens) + P), with
         the "inputs" encoding's positions ``offset``, ``offset + 1``, ... (nothing added for a "qk"
         or "scores" one): (batch_size, num_steps, num_hiddens)."""
+        if isinstance(tokens, Tensor) and tokens.data.ndim != 2:  # (else an attention layer would name X's shape)
+            raise ShapeError(
+                f"{type(self).__name__}: tokens of shape {tuple(tokens.data.shape)}; expected (batch_size, "
+                "num_steps) token ids (one sequence: tokens.unsqueeze(0))"
+            )
         X = self.token_embedding(tokens)
         if self.scale != 1.0:
             X = X * self.scale
