@@ -446,3 +446,10 @@ def test_a_transformer_names_tokens_that_are_not_one_row_per_sequence():
         said = f"TransformerEmbedding: tokens of shape {shape}; expected (batch_size, num_steps) token ids"
         raises(mt.ShapeError, lambda s=shape: lm(mt.zeros(*s, dtype=mt.int64)), said)
     assert lm(mt.zeros(1, 3, dtype=mt.int64)).shape == (1, 3, 10)
+    # the GRU models too: their GRU named the shape of the embeddings
+    model = mt.nn.Seq2Seq(mt.nn.Seq2SeqEncoder(10, 4, 8, 1), mt.nn.Seq2SeqAttentionDecoder(10, 4, 8, 1))
+    tokens = mt.zeros(2, 5, dtype=mt.int64)
+    raises(mt.ShapeError, lambda: model(mt.zeros(5, dtype=mt.int64), tokens), "Seq2SeqEncoder: tokens of shape (5,)")
+    raises(mt.ShapeError, lambda: model(tokens, mt.zeros(5, dtype=mt.int64)), "Seq2SeqAttentionDecoder: tokens of")
+    plain = mt.nn.Seq2Seq(mt.nn.Seq2SeqEncoder(10, 4, 8, 1), mt.nn.Seq2SeqDecoder(10, 4, 8, 1))
+    raises(mt.ShapeError, lambda: plain(tokens, mt.zeros(2, 5, 1, dtype=mt.int64)), "Seq2SeqDecoder: tokens of shape")

@@ -9,6 +9,7 @@ import numpy
 
 from ..creation import zeros
 from ..dtypes import is_floating
+from ..errors import ShapeError
 from ..grad_mode import no_grad
 from ..ops import where
 from ..tensor import Device, DType, Tensor, tensor
@@ -112,6 +113,17 @@ class LazyLinear(Linear):
         """Draw W and b as ``Linear`` does, once in_features is known (nothing before the first call)."""
         if self.in_features:  # (None, and 0 while Linear.__init__ runs: no width to draw for yet)
             super().reset_parameters()
+
+
+def check_token_batch(owner: Module, tokens: Any) -> None:
+    """Refuse tokens that are not (batch_size, num_steps) ids, naming ``owner``: a sequence model's
+    first layer after the embedding (an attention layer, a GRU) would otherwise name the shape of
+    the embeddings, a tensor the user never made. (No call: a model's every step passes here.)"""
+    if isinstance(tokens, Tensor) and tokens.data.ndim != 2:
+        raise ShapeError(
+            f"{type(owner).__name__}: tokens of shape {tuple(tokens.data.shape)}; expected (batch_size, "
+            "num_steps) token ids (one sequence: tokens.unsqueeze(0))"
+        )
 
 
 class Embedding(Module):

@@ -32,7 +32,7 @@ from ..tensor import Device, DType, Tensor, tensor
 from . import init
 from .attention import Attention
 from .config import SEQ2SEQ_SIZES, Seq2SeqConfig
-from .linear import Embedding, Linear
+from .linear import Embedding, Linear, check_token_batch
 from .module import Module
 from .rnn import GRU
 from .transformer import EncoderDecoder
@@ -80,6 +80,7 @@ class Seq2SeqEncoder(Module):
         """tokens X (batch_size, num_steps) -> (outputs (num_steps, batch_size, num_hiddens), state
         (num_layers, batch_size, num_hiddens)): the embeddings run through the GRU, time-major.
         ``valid_lens`` is accepted and ignored (D2L's encoder signature)."""
+        check_token_batch(self, X)
         embs = self.embedding(X).swapaxes(0, 1)  # (num_steps, batch, embed_size)
         return self.rnn(embs)
 
@@ -159,6 +160,7 @@ class Seq2SeqDecoder(Module):
         the logits. Returns (logits (batch_size, T, vocab_size), new state); the state passed in
         is not changed."""
         context, H = state
+        check_token_batch(self, X)
         embs = self.embedding(X).swapaxes(0, 1)  # (T, batch, embed_size)
         steps, batch = embs.shape[:2]
         contexts = context.unsqueeze(0).broadcast_to(steps, batch, self.num_hiddens)  # c at every step
@@ -260,6 +262,7 @@ class Seq2SeqAttentionDecoder(Module):
         the GRU's input, and dense(s_t) gives the logits. Returns (logits (batch_size, T,
         vocab_size), new state); the state passed in is not changed."""
         enc_outputs, H, enc_valid_lens = state
+        check_token_batch(self, X)
         embs = self.embedding(X).swapaxes(0, 1)  # (T, batch, embed_size): one row per step
         steps, batch = embs.shape[:2]
         outputs, self._attention_weights = [], []

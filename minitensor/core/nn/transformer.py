@@ -42,7 +42,6 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import ShapeError
 from ..tensor import Device, DType, Shape, Tensor, tensor
 from . import init
 from .attention import (
@@ -56,7 +55,7 @@ from .attention import (
 from .config import TRANSFORMER_SIZES, TransformerConfig
 from .container import ModuleList
 from .dropout import Dropout
-from .linear import Embedding, Linear
+from .linear import Embedding, Linear, check_token_batch
 from .module import Module
 from .normalization import LayerNorm
 
@@ -314,11 +313,8 @@ class TransformerEmbedding(Module):
         """tokens (batch_size, num_steps) -> dropout(embedding(tokens) * sqrt(num_hiddens) + P), with
         the "inputs" encoding's positions ``offset``, ``offset + 1``, ... (nothing added for a "qk"
         or "scores" one): (batch_size, num_steps, num_hiddens)."""
-        if isinstance(tokens, Tensor) and tokens.data.ndim != 2:  # (else an attention layer would name X's shape)
-            raise ShapeError(
-                f"{type(self).__name__}: tokens of shape {tuple(tokens.data.shape)}; expected (batch_size, "
-                "num_steps) token ids (one sequence: tokens.unsqueeze(0))"
-            )
+        if isinstance(tokens, Tensor) and tokens.data.ndim != 2:  # (checked inline: a call per step costs)
+            check_token_batch(self, tokens)
         X = self.token_embedding(tokens)
         if self.scale != 1.0:
             X = X * self.scale
