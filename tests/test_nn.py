@@ -638,4 +638,4 @@ def test_forward_hooks_run_in_order_with_kwargs_and_as_a_context():
 def test_layer_norm_refuses_an_eps_that_is_not_a_finite_number_at_least_zero(eps):
     with pytest.raises(ValueError, match="LayerNorm: eps must be a finite number >= 0"):
         nn.LayerNorm(4, eps=eps)
-    assert nn.LayerNorm(4, eps=0).eps == 0
+    assert nn.LayerNorm(4, eps=0).eps == 0 and nn.LayerNorm(4, eps=np.float32(1e-6)).eps > 0  # NumPy's numbers too

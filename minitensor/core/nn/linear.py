@@ -118,7 +118,8 @@ class LazyLinear(Linear):
 def check_token_batch(owner: Module, tokens: Any) -> None:
     """Refuse tokens that are not (batch_size, num_steps) ids, naming ``owner``: a sequence model's
     first layer after the embedding (an attention layer, a GRU) would otherwise name the shape of
-    the embeddings, a tensor the user never made. (No call: a model's every step passes here.)"""
+    the embeddings, a tensor the user never made. (The Transformer's embedding tests the condition
+    inline before calling this, so that its every step makes no extra call: tests/test_call_budget.py.)"""
     if isinstance(tokens, Tensor) and tokens.data.ndim != 2:
         raise ShapeError(
             f"{type(owner).__name__}: tokens of shape {tuple(tokens.data.shape)}; expected (batch_size, "

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numbers
+
 from ..creation import ones, zeros
 from ..tensor import Device, DType, Shape, Tensor
 from . import functional as F
@@ -29,8 +31,8 @@ class LayerNorm(Module):
         super().__init__()
         if isinstance(normalized_shape, int):
             normalized_shape = (normalized_shape,)
-        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 <= eps < float("inf"):
-            # (var + eps < 0 would take the square root of a negative number: NaN)
+        finite = isinstance(eps, numbers.Real) and not isinstance(eps, bool) and 0 <= eps < float("inf")
+        if not finite:  # (var + eps < 0 would take the square root of a negative number: NaN)
             raise ValueError(f"LayerNorm: eps must be a finite number >= 0, got {eps!r}")
         self.normalized_shape, self.eps = tuple(normalized_shape), eps
         self.elementwise_affine = elementwise_affine
