@@ -108,31 +108,27 @@ for _op, _onnx in [
     MAPPINGS[_op] = _binary(_onnx)
 
 
-def _floor_quotient(g, node):
-    """(a, b, floor(a / b)) with Python's rounding: toward minus infinity. ONNX's Div truncates
-    integers toward zero; its Mod takes the divisor's sign (fmod=0) for integers only. So
-    integers go through Mod, floor(a / b) = (a - a mod b) / b exactly, and floats through Floor."""
-    like = node.out.data.dtype
-    a, b = (g.value(v, dtype=like) for v in node.args)
-    if like.kind in "iu":
-        return a, b, g.op("Div", g.op("Sub", a, g.op("Mod", a, b, fmod=0)), b)
-    return a, b, g.op("Floor", g.op("Div", a, b))
-
-
+# Python's // and % round toward minus infinity. ONNX's Div truncates integers toward zero, and its
+# Mod takes the divisor's sign (fmod=0) for integers only: integers go through Mod, with
+# a // b = (a - a mod b) / b exactly, and floats through Floor(a / b).
 @maps(elementwise.FloorDivide)
 def floor_divide(g, node):
     """a // b"""
-    return _floor_quotient(g, node)[2]
+    like = node.out.data.dtype
+    a, b = (g.value(v, dtype=like) for v in node.args)
+    if like.kind in "iu":
+        return g.op("Div", g.op("Sub", a, g.op("Mod", a, b, fmod=0)), b)
+    return g.op("Floor", g.op("Div", a, b))
 
 
 @maps(elementwise.Remainder)
 def remainder(g, node):
-    """a % b = a - b floor(a / b), with b's sign (for integers, ONNX's own Mod)"""
-    if node.out.data.dtype.kind in "iu":
-        like = node.out.data.dtype
-        return g.op("Mod", *(g.value(v, dtype=like) for v in node.args), fmod=0)
-    a, b, quotient = _floor_quotient(g, node)
-    return g.op("Sub", a, g.op("Mul", b, quotient))
+    """a % b, with b's sign: a - b floor(a / b)"""
+    like = node.out.data.dtype
+    a, b = (g.value(v, dtype=like) for v in node.args)
+    if like.kind in "iu":
+        return g.op("Mod", a, b, fmod=0)
+    return g.op("Sub", a, g.op("Mul", b, g.op("Floor", g.op("Div", a, b))))
 
 
 def _unary(onnx_op):
