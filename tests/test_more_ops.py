@@ -71,7 +71,7 @@ def test_remainder_gradcheck_broadcasting(device, sa, sb):
 
 @pytest.mark.parametrize("dtype", [mt.int64, mt.float32, mt.float64])
 def test_floor_divide_and_remainder_round_as_python_does(device, dtype):
-    """Toward minus infinity, the remainder with the divisor's sign: a == b * (a // b) + a % b."""
+    """As Python's // and %: toward minus infinity, the remainder with the divisor's sign."""
     pairs = [(a, b) for a in (-7, -6, -1, 0, 1, 6, 7) for b in (-3, -2, 2, 3)]
     a = mt.tensor([a for a, _ in pairs], dtype=dtype, device=device)
     b = mt.tensor([b for _, b in pairs], dtype=dtype, device=device)
