@@ -189,6 +189,24 @@ def test_lambda_lr_counts_from_zero_as_in_pytorch():
         optim.LambdaLR(two_groups(), [lambda e: 1.0])
 
 
+def test_a_schedule_names_what_is_not_an_optimiser_a_function_or_a_learning_rate():
+    """A rate of NaN or below 0 would have been set, and Adam would have made every weight NaN
+    (or stepped uphill); nothing changes when it is refused."""
+    with pytest.raises(TypeError, match="StepLR: schedules an optimiser .* got str"):
+        optim.StepLR("opt", 2)
+    with pytest.raises(TypeError, match="LambdaLR: lr_lambda must be a function of the step .* got 3"):
+        optim.LambdaLR(two_groups(), 3)
+    for bad, rate in ((float("nan"), "nan"), (-1.0, "-0.1")):  # group 0's base rate is 0.1
+        opt = two_groups()
+        sched = optim.LambdaLR(opt, lambda e, bad=bad: [1.0, 0.5, bad][e])
+        sched.step()
+        said = f"LambdaLR: the learning rate of parameter group 0 at step 2 would be {rate};"
+        for _ in range(2):  # refused, and again: the step was not taken
+            with pytest.raises(ValueError, match=said):
+                sched.step()
+        assert [g["lr"] for g in opt.param_groups] == pytest.approx([0.05, 0.1]) and sched.last_epoch == 1
+
+
 def test_lambda_lr_matches_pytorch():
     torch = pytest.importorskip("torch")
     fn = lambda e: 1 / (1 + e)  # noqa: E731
@@ -458,6 +476,18 @@ def test_clip_grad_norm_scales_to_max_norm_and_returns_the_norm_before(device):
         np.testing.assert_allclose(a, b * 1.5 / (norm_before + 1e-6), rtol=1e-12)
     assert params[2].grad is None
     assert all(isinstance(p.grad.data, array_type(device)) for p in params[:2])
+
+
+def test_clip_grad_norm_refuses_a_negative_or_nan_max_norm_and_inf_only_measures():
+    params = with_grads(scale=10.0)
+    before = host_grads(params)
+    for bad in (-1.0, float("nan"), "1", True):
+        with pytest.raises(ValueError, match="clip_grad_norm_: max_norm must be a number >= 0"):
+            nn.utils.clip_grad_norm_(params, bad)
+    norm = nn.utils.clip_grad_norm_(params, float("inf"))  # PyTorch's idiom: the norm, no clipping
+    assert float(norm) == pytest.approx(math.sqrt(sum((g**2).sum() for g in before)))
+    for a, b in zip(host_grads(params), before):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_clip_grad_norm_leaves_small_gradients_alone():

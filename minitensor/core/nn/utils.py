@@ -25,6 +25,7 @@ computes them gradient by gradient.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Iterable
 from typing import Any
 
@@ -114,6 +115,10 @@ def clip_grad_norm_(
     reading the norm, and waiting for the device, at every step.
     """
     norm_type = _check_norm_type(norm_type)
+    if isinstance(max_norm, bool) or not (isinstance(max_norm, numbers.Real) and max_norm >= 0):
+        # (a negative one would flip the gradients, NaN would make them NaN: PyTorch takes both;
+        # inf is PyTorch's idiom for "only measure the norm")
+        raise ValueError(f"clip_grad_norm_: max_norm must be a number >= 0 (inf: no clipping), got {max_norm!r}")
     grads = _grads(parameters)
     if not grads:
         return Tensor(0.0)

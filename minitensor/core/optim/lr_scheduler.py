@@ -59,6 +59,11 @@ class LRScheduler:
     scheduler was made (kept in ``group["initial_lr"]``, as in PyTorch)."""
 
     def __init__(self, optimizer: Optimizer, last_epoch: int = -1) -> None:
+        if not isinstance(optimizer, Optimizer):
+            raise TypeError(
+                f"{type(self).__name__}: schedules an optimiser (mt.optim.Adam(...) and the like), "
+                f"got {type(optimizer).__name__}"
+            )
         self.optimizer = optimizer
         for group in optimizer.param_groups:
             if last_epoch == -1:
@@ -82,11 +87,21 @@ class LRScheduler:
         raise NotImplementedError(f"{type(self).__name__} must define get_lr()")
 
     def step(self) -> None:
-        """Advance one step and set the new learning rates."""
+        """Advance one step and set the new learning rates (a rate that is refused changes nothing)."""
         self.last_epoch += 1
-        self._apply(self.get_lr())
+        try:
+            self._apply(self.get_lr())
+        except ValueError:
+            self.last_epoch -= 1
+            raise
 
     def _apply(self, lrs: list[float]) -> None:
+        for i, lr in enumerate(lrs):  # all checked before any is set
+            if not 0 <= lr < math.inf:  # (NaN fails both: the optimiser would make every weight NaN)
+                raise ValueError(
+                    f"{type(self).__name__}: the learning rate of parameter group {i} at step {self.last_epoch} "
+                    f"would be {lr}; it must be a finite number >= 0"
+                )
         for group, lr in zip(self.optimizer.param_groups, lrs, strict=True):
             group["lr"] = lr
         self._last_lr = self._current_lrs()
@@ -129,6 +144,9 @@ class LambdaLR(LRScheduler):
         self.lr_lambdas = list(lr_lambda) if isinstance(lr_lambda, (list, tuple)) else [lr_lambda] * n
         if len(self.lr_lambdas) != n:
             raise ValueError(f"LambdaLR: {len(self.lr_lambdas)} lr_lambdas for {n} parameter groups")
+        for fn in self.lr_lambdas:
+            if not callable(fn):
+                raise TypeError(f"LambdaLR: lr_lambda must be a function of the step (or a list of them), got {fn!r}")
         super().__init__(optimizer, last_epoch)
 
     def get_lr(self) -> list[float]:
