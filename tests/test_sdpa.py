@@ -351,6 +351,7 @@ def test_a_training_step_on_the_device_never_waits(monkeypatch):
         (lambda q: attend(q, q, q, dropout_p="0.1"), TypeError, "dropout_p"),
         (lambda q: attend(q, q, q, is_causal="yes"), TypeError, "is_causal"),
         (lambda q: attend(q, q, q, scale="1"), TypeError, "scale"),
+        (lambda q: attend(q, q, q, scale=float("nan")), ValueError, "scale must be a finite number"),  # all NaN
     ],
 )  # fmt: skip
 def test_wrong_inputs_are_named(call, error, words):

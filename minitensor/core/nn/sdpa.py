@@ -233,6 +233,8 @@ def _check(
         )
     if scale is not None and (not isinstance(scale, (int, float, numpy.floating)) or isinstance(scale, bool)):
         raise TypeError(f"{_OP}: scale must be a number or None (1 / sqrt(E)), got {scale!r}")
+    if scale is not None and not math.isfinite(scale):  # (every score, and so every output, NaN)
+        raise ValueError(f"{_OP}: scale must be a finite number (None: 1 / sqrt(E)), got {scale!r}")
 
 
 def _heads(x: Tensor) -> int:
