@@ -451,8 +451,9 @@ def test_a_model_that_cannot_decode_or_a_larger_vocabulary_is_named_before_the_m
     # ids in place of tokens: each would have been read as <unk>
     with pytest.raises(TypeError, match=r"generate: 4 is not a token of the vocabulary; give tokens, not their ids"):
         generate(nn.TransformerLM(len(vocab), 8, 16, 2, 1, 0.0), [4, 5], vocab, 3)
+    fits = nn.EncoderDecoder(nn.TransformerEncoder(len(src_vocab), *args[1:]), model.decoder)
     with pytest.raises(TypeError, match=r"translate: 5 is not a token of the vocabulary"):
-        translate(model, [["a"], [5]], src_vocab, tgt_vocab, 4)
+        translate(fits, [["a"], [5]], src_vocab, tgt_vocab, 4)
 
 
 def test_the_model_runs_on_its_own_device():
