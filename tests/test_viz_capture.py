@@ -73,3 +73,9 @@ def test_every_layer_of_a_transformer_is_named_in_call_order():
     assert names[:2] == ["encoder.blks.0.attention.attention", "encoder.blks.1.attention.attention"]
     assert len(names) == 6 and cap.for_layer("decoder.blks.1.attention2.attention")[0].scores.shape == (1, 2, 3, 4)
     assert repr(cap) == "Capture(6 attention calls)"
+
+
+def test_capture_names_what_is_not_a_module():
+    with pytest.raises(TypeError, match="mt.viz.capture: model must be an mt.nn.Module, got int"):
+        with mt.viz.capture(3):
+            pass

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy
 
+from ..nn import Module
 from ..nn.attention import Attention, MultiHeadAttention, as_tensor, causal_mask, plain_attention
 from ..ops.softmax import lens_per_row
 
@@ -149,6 +150,8 @@ def capture(model):
     streamed layer builds no scores, and grouped heads call their ``Attention`` with the
     shared keys repeated); what the model computes does not change.
     """
+    if not isinstance(model, Module):  # (its layers are found by walking its modules)
+        raise TypeError(f"mt.viz.capture: model must be an mt.nn.Module, got {type(model).__name__}")
     cap = Capture()
     named = [(name or type(model).__name__, m) for name, m in model.named_modules()]
     handles, scores_of = [], {}
