@@ -595,6 +595,20 @@ def test_init_functions():
         nn.init.xavier_uniform_(mt.zeros(3))
     with pytest.raises(TypeError, match="floating-point"):
         nn.init.normal_(mt.zeros(3, dtype=mt.int64))
+    # what PyTorch refuses too, and what made every weight NaN
+    nn.init.ones_(w)
+    for call, said in [
+        (lambda: nn.init.normal_(w, 0.0, -1.0), "normal_: std must be >= 0, got -1.0"),
+        (lambda: nn.init.normal_(w, 0.0, math.nan), "normal_: std must be a finite number, got nan"),
+        (lambda: nn.init.uniform_(w, 1.0, -1.0), r"uniform_: the range \[a, b\) is empty, a=1.0 > b=-1.0"),
+        (lambda: nn.init.uniform_(w, -math.inf, 0.0), "uniform_: a must be a finite number"),
+        (lambda: nn.init.constant_(w, "a"), "constant_: value must be a number, got 'a'"),
+        (lambda: nn.init.constant_(w, math.nan), "constant_: value must be a number, got nan"),
+    ]:
+        with pytest.raises(ValueError, match=said):
+            call()
+    assert np.all(w.numpy() == 1)  # each was refused before it changed anything
+    assert np.all(nn.init.constant_(w, -math.inf).numpy() == -math.inf)  # a mask's fill
 
 
 # -- forward hooks (PyTorch's semantics) -------------------------------------------------------------

@@ -13,6 +13,7 @@ Random numbers come from the tensor's own backend (on its device), seeded by
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any
 
 from ..dtypes import is_floating
@@ -32,17 +33,34 @@ def _random_dtype(tensor: Tensor) -> Any:
     return tensor.dtype if tensor.dtype.itemsize >= 4 else "float32"
 
 
+def _finite(op: str, **numbers_: Any) -> None:
+    """Refuse a bound, mean, std or value that is not a finite number: every weight would be NaN
+    (or inf), and training would go on from there without a word."""
+    for name, value in numbers_.items():
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+            raise ValueError(f"{op}: {name} must be a finite number, got {value!r}")
+
+
 def uniform_(tensor: Tensor, a: float = 0.0, b: float = 1.0) -> Tensor:
-    """Fill with samples of U(a, b)."""
+    """Fill with samples of U(a, b), a <= b (as PyTorch requires)."""
+    _finite("uniform_", a=a, b=b)
+    if a > b:
+        raise ValueError(f"uniform_: the range [a, b) is empty, a={a} > b={b}")
     return _fill(tensor, tensor._backend.uniform(tensor.shape, _random_dtype(tensor), a, b))
 
 
 def normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0) -> Tensor:
-    """Fill with samples of N(mean, std^2)."""
+    """Fill with samples of N(mean, std^2), std >= 0 (as PyTorch requires)."""
+    _finite("normal_", mean=mean, std=std)
+    if std < 0:
+        raise ValueError(f"normal_: std must be >= 0, got {std}")
     return _fill(tensor, tensor._backend.normal(tensor.shape, _random_dtype(tensor)) * std + mean)
 
 
 def constant_(tensor: Tensor, value: Any) -> Tensor:
+    """Fill with ``value``, a number (``inf`` and ``-inf`` are allowed: a mask's fill)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or math.isnan(value):
+        raise ValueError(f"constant_: value must be a number, got {value!r}")
     return _fill(tensor, value)
 
 

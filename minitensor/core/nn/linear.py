@@ -174,7 +174,8 @@ class Embedding(Module):
             raise ValueError(f"Embedding.from_pretrained: expected a 2-D table, got shape {embeddings.shape}")
         num, dim = embeddings.shape
         layer = cls(num, dim, padding_idx=padding_idx, dtype=embeddings.dtype, device=embeddings.device)
-        init.constant_(layer.weight, embeddings)
+        with no_grad():
+            layer.weight.copy_(embeddings)
         layer.weight.requires_grad = not freeze
         return layer
 
