@@ -453,3 +453,8 @@ def test_a_transformer_names_tokens_that_are_not_one_row_per_sequence():
     raises(mt.ShapeError, lambda: model(tokens, mt.zeros(5, dtype=mt.int64)), "Seq2SeqAttentionDecoder: tokens of")
     plain = mt.nn.Seq2Seq(mt.nn.Seq2SeqEncoder(10, 4, 8, 1), mt.nn.Seq2SeqDecoder(10, 4, 8, 1))
     raises(mt.ShapeError, lambda: plain(tokens, mt.zeros(2, 5, 1, dtype=mt.int64)), "Seq2SeqDecoder: tokens of shape")
+
+
+def test_reshape_names_a_length_that_is_no_number():
+    raises(TypeError, lambda: mt.randn(3, 4).reshape("a"), "reshape: lengths are integers, got ('a',)")
+    raises(TypeError, lambda: mt.randn(3, 4).view(3, None), "reshape: lengths are integers, got (3, None)")

@@ -99,7 +99,11 @@ def reshape(a: Tensor, *shape: Shape) -> Tensor:
     may be -1, inferred from the others. A ``ShapeError`` if the element counts differ;
     backward reshapes the gradient back."""
     shape = _shape_arg(shape)
-    if min(shape, default=0) < -1:  # (NumPy would read any negative length as -1)
+    try:
+        below = min(shape, default=0) < -1  # (NumPy would read any negative length as -1)
+    except TypeError:  # a length that is no number at all
+        raise TypeError(f"reshape: lengths are integers, got {shape}") from None
+    if below:
         raise ShapeError(f"reshape: lengths are >= 0, or -1 for the one to infer; got {shape}")
     return Reshape.apply(a, shape)
 
