@@ -108,6 +108,8 @@ IGNORED = {
 # "extra": not in PyTorch; "not yet aligned": an oversight or missing feature, with what it takes.
 AXIS = "teaching choice: NumPy's `axis`/`keepdims` in the signature; PyTorch's `dim`/`keepdim` work too (see above)"
 DTYPE_ARG = "no `dtype=` (not yet aligned: it would be a cast before the op; `x.to(dtype)` does it)"
+SQUEEZE = AXIS + "; squeezing an axis longer than 1 is a ShapeError (PyTorch leaves such an axis as it is)"
+CORRECTION = AXIS + "; `correction=` (PyTorch's newer name), not the older `unbiased=`"
 DEVICE = "`device='cpu'`: no global default device (see above the table)"
 INPLACE = (
     "teaching choice: no in-place ops on the autograd graph (an in-place update changes a tensor outside it, see "
@@ -220,9 +222,9 @@ REASONS = {
     "mt.concat": AXIS,
     "mt.stack": AXIS,
     "mt.split": AXIS,
-    "mt.squeeze": AXIS,
+    "mt.squeeze": SQUEEZE,
     "mt.flatten": AXIS,
-    "mt.var": AXIS,
+    "mt.var": CORRECTION,
     "mt.max": MAX_MIN,
     "mt.min": MAX_MIN,
     "mt.sum": AXIS + "; " + DTYPE_ARG,
@@ -287,7 +289,7 @@ REASONS = {
     ),
     "mt.cumsum": AXIS + "; " + DTYPE_ARG,
     "mt.prod": AXIS + "; " + DTYPE_ARG,
-    "mt.std": AXIS,
+    "mt.std": CORRECTION,
     "mt.logsumexp": AXIS + "; `axis=None` reduces every axis, where PyTorch requires `dim`",
     "mt.norm": (
         AXIS + "; " + DTYPE_ARG + "; `p` is 'fro' (2) or a number > 0, `math.inf` included; not yet aligned: no "
@@ -470,9 +472,9 @@ REASONS = {
         "teaching choice: `x.type(mt.bool)` converts as in PyTorch; `x.type()` names the dtype "
         "(`minitensor.float32`) where PyTorch names a tensor class (`torch.FloatTensor`); no `non_blocking`"
     ),
-    "Tensor.squeeze": AXIS,
-    "Tensor.var": AXIS,
-    "Tensor.std": AXIS,
+    "Tensor.squeeze": SQUEEZE,
+    "Tensor.var": CORRECTION,
+    "Tensor.std": CORRECTION,
     "Tensor.cumsum": AXIS + "; " + DTYPE_ARG,
     "Tensor.prod": AXIS + "; " + DTYPE_ARG,
     "Tensor.logsumexp": AXIS + "; `axis=None` reduces every axis, where PyTorch requires `dim`",
@@ -484,7 +486,7 @@ REASONS = {
     "Tensor.min": MAX_MIN,
     "Tensor.sum": AXIS + "; " + DTYPE_ARG,
     "Tensor.mean": AXIS + "; " + DTYPE_ARG,
-    "Tensor.softmax": AXIS + "; the axis defaults to the last",
+    "Tensor.softmax": AXIS + "; the axis defaults to the last; " + DTYPE_ARG,
     "Tensor.log_softmax": UNREADABLE.format("`Tensor.log_softmax`") + "; see `mt.nn.functional.log_softmax`",
     "Tensor.relu": UNREADABLE.format("`Tensor.relu`") + " (`x.relu()`)",
     "Tensor.detach": UNREADABLE.format("`Tensor.detach`") + " (`x.detach()`)",
