@@ -16,6 +16,7 @@ import math
 import numbers
 from typing import Any
 
+from ..creation import _finite_numbers
 from ..dtypes import is_floating
 from ..grad_mode import no_grad
 from ..tensor import Tensor
@@ -33,17 +34,12 @@ def _random_dtype(tensor: Tensor) -> Any:
     return tensor.dtype if tensor.dtype.itemsize >= 4 else "float32"
 
 
-def _finite(op: str, **numbers_: Any) -> None:
-    """Refuse a bound, mean, std or value that is not a finite number: every weight would be NaN
-    (or inf), and training would go on from there without a word."""
-    for name, value in numbers_.items():
-        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
-            raise ValueError(f"{op}: {name} must be a finite number, got {value!r}")
-
-
+# A bound, mean or std that is not a finite number would make every weight NaN (or inf), and
+# training would go on from there without a word: refused by ``creation._finite_numbers``, the
+# check ``arange`` and ``linspace`` make of their bounds.
 def uniform_(tensor: Tensor, a: float = 0.0, b: float = 1.0) -> Tensor:
     """Fill with samples of U(a, b), a <= b (as PyTorch requires)."""
-    _finite("uniform_", a=a, b=b)
+    a, b = _finite_numbers("uniform_", a=a, b=b)
     if a > b:
         raise ValueError(f"uniform_: the range [a, b) is empty, a={a} > b={b}")
     return _fill(tensor, tensor._backend.uniform(tensor.shape, _random_dtype(tensor), a, b))
@@ -51,7 +47,7 @@ def uniform_(tensor: Tensor, a: float = 0.0, b: float = 1.0) -> Tensor:
 
 def normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0) -> Tensor:
     """Fill with samples of N(mean, std^2), std >= 0 (as PyTorch requires)."""
-    _finite("normal_", mean=mean, std=std)
+    mean, std = _finite_numbers("normal_", mean=mean, std=std)
     if std < 0:
         raise ValueError(f"normal_: std must be >= 0, got {std}")
     return _fill(tensor, tensor._backend.normal(tensor.shape, _random_dtype(tensor)) * std + mean)
