@@ -39,6 +39,12 @@ class Nvrtc:
     """One loaded libnvrtc: ``compile(code, options) -> (PTX or cubin bytes, log)``."""
 
     def __init__(self, path: str):
+        # libnvrtc opens its builtins library (``libnvrtc-builtins.so.13.0``) by name when it first
+        # compiles; some of NVIDIA's wheels (13.0) set no RUNPATH, so the loader finds it beside
+        # libnvrtc only if it is already loaded or the folder is on LD_LIBRARY_PATH. Loading it
+        # first, from beside the library, makes the wheel work as installed.
+        for builtins in sorted(Path(path).parent.glob("libnvrtc-builtins.so.*")):
+            ctypes.CDLL(str(builtins), mode=ctypes.RTLD_GLOBAL)
         self.lib = ctypes.CDLL(path)
         self.lib.nvrtcGetErrorString.restype = ctypes.c_char_p
         major, minor = ctypes.c_int(), ctypes.c_int()

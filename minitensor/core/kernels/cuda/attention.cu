@@ -420,6 +420,17 @@ __device__ void attention_backward_dq(const T* q, const T* k, const T* v, const 
     store_part<T, D>(dq, acc, row, s.d, part, scale);
 }
 
+// row[column] of a shared tile whose row the dot products just read: a float as it is (the
+// compiler may keep it from then), a double read again from shared memory. The dK/dV kernel
+// holds four parts of rows (128 bytes each, see the top); a double takes two registers, and
+// keeping the 32 doubles of q_i and dO_i that the dot products loaded until the updates needs
+// more than a thread's 255 registers (NVRTC 13.0 spills them to local memory for an H100).
+template <typename T>
+__device__ __forceinline__ T read_again(const T* row, int column) {
+    if constexpr (sizeof(T) == 8) return ((const volatile T*)row)[column];
+    return row[column];
+}
+
 // dV_j = sum_i p_ij dO_i,  dK_j = scale sum_i p_ij (dp_ij - D_i) q_i, over the queries i of every
 // head of j's group that see key j. Threads SPLIT t .. SPLIT t + SPLIT - 1 own key row t of the
 // block (with one walker), each its part of the columns: each computes its part of q_i . k_j and
@@ -485,8 +496,8 @@ __device__ void attention_backward_dkv(const T* q, const T* k, const T* v, const
                 const T ds = p * (dp * kept - delta_tile[ii]) * scale;
                 _Pragma("unroll") for (int c = 0; c < PART; ++c) {
                     const int column = held_column<T, D>(part, c);
-                    dv_acc[c] += p * kept * do_tile[ii][column];
-                    dk_acc[c] += ds * q_tile[ii][column];
+                    dv_acc[c] += p * kept * read_again(do_tile[ii], column);
+                    dk_acc[c] += ds * read_again(q_tile[ii], column);
                 }
             }
         }
