@@ -17,8 +17,6 @@ import importlib.util
 import re
 from pathlib import Path
 
-from minitensor.kernels.cuda import load_nvrtc_builtins
-
 #: what ``cupy.RawModule`` adds to a module's own options before NVRTC sees them (CuPy 14:
 #: ``cupy/cuda/compiler.py``, ``_compile_with_cache_cuda`` and ``_compile_using_nvrtc``), beside
 #: the GPU's ``-arch``
@@ -41,13 +39,17 @@ class Nvrtc:
     """One loaded libnvrtc: ``compile(code, options) -> (PTX or cubin bytes, log)``."""
 
     def __init__(self, path: str):
+        # libnvrtc opens its builtins library (``libnvrtc-builtins.so.13.0``) by name when it first
+        # compiles; some of NVIDIA's wheels (13.0) set no RUNPATH, so the loader finds it beside
+        # libnvrtc only if it is already loaded or the folder is on LD_LIBRARY_PATH. Loading it
+        # first, from beside the library, makes the wheel work as installed.
+        for builtins in sorted(Path(path).parent.glob("libnvrtc-builtins.so.*")):
+            ctypes.CDLL(str(builtins), mode=ctypes.RTLD_GLOBAL)
         self.lib = ctypes.CDLL(path)
         self.lib.nvrtcGetErrorString.restype = ctypes.c_char_p
         major, minor = ctypes.c_int(), ctypes.c_int()
         self._check(self.lib.nvrtcVersion(ctypes.byref(major), ctypes.byref(minor)), "nvrtcVersion")
         self.version = (major.value, minor.value)
-        # as the launcher does before CuPy compiles (NVIDIA's 13.0 wheel cannot find it otherwise)
-        self.builtins = load_nvrtc_builtins(self.version, [Path(path).parent])
 
     def _check(self, result: int, call: str) -> None:
         if result != 0:

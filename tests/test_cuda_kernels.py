@@ -37,7 +37,6 @@ from minitensor.kernels.cuda import (
     NVRTC_OPTIONS,
     ROW_THREADS,
     CudaKernels,
-    load_nvrtc_builtins,
     source,
 )
 from minitensor.ops.flash_attention import FlashAttention, flash_attention, stream_plan
@@ -1320,40 +1319,6 @@ def local_memory(report):
 
 
 NVRTC_LIBRARY = nvrtc.library_path()
-
-
-def test_the_launcher_loads_nvrtcs_builtins_before_cupy_first_compiles(monkeypatch):
-    """CuPy's NVRTC, loaded from NVIDIA's 13.0 wheel by its path, cannot open its builtins library
-    by name (the wheel sets no RUNPATH): the launcher loads the one of CuPy's NVRTC version first,
-    once, before the first text reaches ``RawModule``."""
-    import minitensor.core.kernels.cuda as launcher
-
-    events = []
-    monkeypatch.setattr(launcher, "load_nvrtc_builtins", lambda version: events.append(("builtins", version)))
-    xp = type("xp", (), {})()
-    xp.cuda = type("cuda", (), {"nvrtc": type("nvrtc", (), {"getVersion": staticmethod(lambda: (13, 0))})})
-    xp.RawModule = lambda code, options: events.append(("compile", options)) or code
-    kernels = CudaKernels(xp)
-    assert events == []  # nothing loaded before something is compiled
-    kernels.load_module("a")
-    kernels.load_module("b")
-    assert events == [("builtins", (13, 0)), ("compile", NVRTC_OPTIONS), ("compile", NVRTC_OPTIONS)]
-
-
-def test_nvrtcs_builtins_are_loaded_from_nvidias_wheel(tmp_path):
-    """``load_nvrtc_builtins`` finds the builtins of NVRTC's version in a wheel's ``lib`` folder
-    and loads it (the NVRTC tests below compile only through it where the 13.0 wheel is
-    installed); a version with none, or an empty folder, loads nothing."""
-    assert load_nvrtc_builtins((13, 0), [tmp_path]) is None
-    assert load_nvrtc_builtins((99, 9)) is None
-    if NVRTC_LIBRARY is None or "nvidia" not in NVRTC_LIBRARY:
-        if os.environ.get("CI") == "true":
-            pytest.fail("under CI=true NVIDIA's NVRTC wheel must be installed (.ci/run installs it)")
-        pytest.skip("needs NVIDIA's NVRTC wheel (pip install nvidia-cuda-nvrtc), absent here")
-    version = nvrtc.Nvrtc(NVRTC_LIBRARY).version
-    loaded = load_nvrtc_builtins(version)
-    assert loaded == str(Path(NVRTC_LIBRARY).parent / f"libnvrtc-builtins.so.{version[0]}.{version[1]}")
-    assert loaded in Path("/proc/self/maps").read_text()
 
 
 @pytest.mark.slow

@@ -248,46 +248,8 @@ class PointerTables:
 NVRTC_OPTIONS = ("--std=c++17",)
 
 
-def load_nvrtc_builtins(version, folders=None):
-    """Load NVRTC's builtins library (``libnvrtc-builtins.so.13.0`` for NVRTC ``version`` (13, 0))
-    from ``folders`` (default: the ``lib`` folders of NVIDIA's wheels, ``nvidia/cu13/lib``), so
-    that NVRTC finds it; the path loaded, or None where there is none (Linux only).
-
-    NVRTC opens that library by name when it first compiles. NVIDIA's 13.0 wheel of libnvrtc
-    names no folder to look in (no RUNPATH), so where CuPy loads libnvrtc from the wheel by its
-    path, every compile fails with "failed to open libnvrtc-builtins.so.13.0" unless the folder
-    is on LD_LIBRARY_PATH; a library already loaded is found by its name."""
-    import ctypes
-    import importlib.util
-    import sys
-
-    if not sys.platform.startswith("linux"):
-        return None
-    if folders is None:
-        spec = importlib.util.find_spec("nvidia")
-        roots = (spec.submodule_search_locations or []) if spec else []
-        folders = sorted(folder for root in roots for folder in pathlib.Path(root).glob("*/lib"))
-    name = f"libnvrtc-builtins.so.{version[0]}.{version[1]}"
-    for folder in folders:
-        path = pathlib.Path(folder) / name
-        if path.is_file():
-            ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
-            return str(path)
-    return None
-
-
 def _cupy_module(xp):
-    ready = []
-
     def load(code):
-        if not ready:  # before CuPy's NVRTC first compiles one of these texts
-            ready.append(True)
-            try:
-                version = xp.cuda.nvrtc.getVersion()
-            except Exception:  # no NVRTC at all: RawModule below raises CuPy's own error, which says so
-                version = None
-            if version is not None:
-                load_nvrtc_builtins(version)
         return xp.RawModule(code=code, options=NVRTC_OPTIONS)
 
     return load
