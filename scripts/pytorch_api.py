@@ -242,6 +242,7 @@ REASONS = {
     "mt.dropout": SAME_FUNCTION.format("mt.nn.functional.dropout"),
     "mt.embedding": SAME_FUNCTION.format("mt.nn.functional.embedding"),
     "mt.layer_norm": SAME_FUNCTION.format("mt.nn.functional.layer_norm"),
+    "mt.batch_norm": SAME_FUNCTION.format("mt.nn.functional.batch_norm"),
     "mt.log_softmax": SAME_FUNCTION.format("mt.nn.functional.log_softmax"),
     "mt.relu": SAME_FUNCTION.format("mt.nn.functional.relu"),
     "mt.masked_fill": UNREADABLE.format("`masked_fill` function") + " (`Tensor.masked_fill(mask, value)`)",
@@ -404,6 +405,11 @@ REASONS = {
     "mt.nn.functional.mse_loss": MSE_WEIGHT
     + "; behaviour: a target that would broadcast the input to a larger shape ((n, 1) against (n,)) is a ShapeError, "
     "where PyTorch warns and compares every prediction with every target",
+    "mt.nn.UninitializedBuffer": (
+        "teaching choice: made from a tensor as `UninitializedParameter` is (an empty one that keeps the dtype and "
+        "device); `materialize(data)` takes the values where PyTorch's takes a shape; whether it is saved is the "
+        "module's `register_buffer(..., persistent=)`"
+    ),
     "mt.nn.UninitializedParameter": (
         "teaching choice: made from a tensor as `Parameter` is (an empty one that keeps the dtype and device); "
         "`materialize(data)` takes the values where PyTorch's takes a shape"

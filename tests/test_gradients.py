@@ -409,6 +409,34 @@ def test_layer_norm(device, normalized_shape, affine):
     check(f, x, *params)
 
 
+@pytest.mark.parametrize("shape", [(4, 3), (2, 3, 5), (2, 3, 2, 2)], ids=str)
+@pytest.mark.parametrize("affine", [False, True])
+@pytest.mark.parametrize("training", [True, False], ids=["batch_statistics", "running_statistics"])
+def test_batch_norm(device, shape, affine, training):
+    """Per channel (axis 1), the statistics over every other axis: the batch's in training (the
+    backward differentiates through them), the running ones otherwise (constants)."""
+    x = rand(device, *shape, seed=1)
+    C = shape[1]
+    w, b = (rand(device, C, seed=2), rand(device, C, seed=3)) if affine else (None, None)
+    running_mean, running_var = rand(device, C, seed=4, requires_grad=False), rand(device, C, low=0.5, seed=5)
+    running_var.requires_grad = False
+    axes = (0, *range(2, len(shape)))
+    channel = (1, C) + (1,) * (len(shape) - 2)
+    a = x.numpy()
+    mu, var = (a.mean(axes), a.var(axes)) if training else (running_mean.numpy(), running_var.numpy())
+    ref = (a - mu.reshape(channel)) / np.sqrt(var.reshape(channel) + 1e-5)
+    if affine:
+        ref = ref * w.numpy().reshape(channel) + b.numpy().reshape(channel)
+    out = mt.batch_norm(x, None if training else running_mean, None if training else running_var, w, b, training)
+    np.testing.assert_allclose(out.numpy(), ref, rtol=1e-10, atol=1e-12)
+
+    def f(x, *ps):
+        stats = (None, None) if training else (running_mean, running_var)
+        return mt.batch_norm(x, *stats, *(ps if affine else (None, None)), training=training)
+
+    check(f, x, *([w, b] if affine else []))
+
+
 # -- softmax family ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("axis", [0, 1, -1, -2])
 @pytest.mark.parametrize("op", ["softmax", "log_softmax"])

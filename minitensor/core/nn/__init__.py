@@ -11,8 +11,8 @@ from .dropout import Dropout
 from .kv_cache import KVCache
 from .linear import Embedding, LazyLinear, Linear
 from .loss import CrossEntropyLoss, MSELoss
-from .module import Module, Parameter, UninitializedParameter
-from .normalization import LayerNorm
+from .module import Module, Parameter, UninitializedBuffer, UninitializedParameter
+from .normalization import BatchNorm1d, BatchNorm2d, LayerNorm, LazyBatchNorm1d, LazyBatchNorm2d
 from .rnn import GRU, GRUCell
 from .seq2seq import Seq2Seq, Seq2SeqAttentionDecoder, Seq2SeqDecoder, Seq2SeqEncoder
 from .transformer import (
@@ -29,6 +29,8 @@ from .transformer import (
 
 __all__ = [
     "Attention",
+    "BatchNorm1d",
+    "BatchNorm2d",
     "Dropout",
     "Embedding",
     "Flatten",
@@ -36,6 +38,8 @@ __all__ = [
     "Identity",
     "KVCache",
     "LayerNorm",
+    "LazyBatchNorm1d",
+    "LazyBatchNorm2d",
     "LazyLinear",
     "Linear",
     "LogSoftmax",
@@ -49,6 +53,7 @@ __all__ = [
     "Sigmoid",
     "Softmax",
     "Tanh",
+    "UninitializedBuffer",
     "UninitializedParameter",
     "functional",
     "init",

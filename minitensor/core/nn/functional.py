@@ -5,6 +5,7 @@ parameters it owns.
 """
 
 from ..ops import (  # noqa: F401  (re-exported)
+    batch_norm,
     conv1d,
     cross_entropy,
     dropout,
@@ -24,6 +25,7 @@ from ..ops import (  # noqa: F401  (re-exported)
 from .sdpa import scaled_dot_product_attention
 
 __all__ = [
+    "batch_norm",
     "conv1d",
     "cross_entropy",
     "dropout",

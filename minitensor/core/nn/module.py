@@ -93,6 +93,26 @@ class UninitializedParameter(Parameter):
         self.__class__ = Parameter  # type: ignore[assignment]  # (the same slots: a tensor can change class)
 
 
+class UninitializedBuffer(Tensor):
+    """A buffer whose shape is not known yet (PyTorch's name): a lazy layer's running statistics
+    before its first input (``nn.LazyBatchNorm1d``). ``UninitializedBuffer(t)`` holds ``t``'s
+    empty array, keeping the dtype and device; ``materialize`` and ``load_state_dict`` give it
+    its values as they give an ``UninitializedParameter`` its own."""
+
+    __slots__ = ()
+
+    def __new__(cls, like: Tensor) -> "UninitializedBuffer":
+        return cls._make(like.data, like._backend, None)
+
+    def __init__(self, like: Tensor) -> None:
+        pass  # (Tensor.__init__ would copy the data)
+
+    def materialize(self, data: Any) -> None:
+        """Become a plain Tensor holding ``data`` (an array of this device), this object still."""
+        self.data = data
+        self.__class__ = Tensor  # type: ignore[assignment]
+
+
 def _warn_if_modules_unseen(owner: "Module", name: str, value: Any) -> None:
     """Warn when a plain list, tuple or dict assigned to a module holds modules that it has not
     registered: ``parameters()``, ``state_dict()`` and ``.to()`` do not look inside such a
@@ -496,7 +516,7 @@ class Module:
                 problems.append(f"{name!r}: {e}")
                 continue
             fits = tuple(value.shape) == target.shape
-            if isinstance(target, UninitializedParameter):  # any length where it has none yet
+            if isinstance(target, (UninitializedParameter, UninitializedBuffer)):  # any length where it has none yet
                 fits = value.ndim == target.ndim and all(n in (m, 0) for m, n in zip(value.shape, target.shape))
             if not fits:
                 problems.append(
@@ -512,7 +532,9 @@ class Module:
         with no_grad():
             for name, value in values.items():
                 target = own[name]
-                if isinstance(target, UninitializedParameter):  # a lazy layer's weight takes the saved shape
+                if isinstance(
+                    target, (UninitializedParameter, UninitializedBuffer)
+                ):  # a lazy layer's takes the saved shape
                     target.materialize(target._backend.xp.array(value, copy=True))
                 else:
                     target.copy_(value)

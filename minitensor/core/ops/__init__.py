@@ -42,7 +42,7 @@ from .indexing import embedding, gather, getitem, one_hot
 from .join import cat, chunk, concat, repeat, repeat_interleave, split, stack
 from .loss import cross_entropy, mse_loss
 from .matmul import bmm, dot, linear, matmul, mm, mv
-from .norm import layer_norm
+from .norm import batch_norm, layer_norm
 from .reduce import argmax, argmin, cumsum, logsumexp, max, mean, min, prod, sort, std, sum, topk, var
 from .select import masked_fill, tril, triu, where
 from .shape import broadcast_to, expand, flatten, flip, permute, reshape, squeeze, swapaxes, transpose, unsqueeze
@@ -56,6 +56,7 @@ __all__ = [
     "argmax",
     "argmin",
     "astype",
+    "batch_norm",
     "bmm",
     "broadcast_to",
     "cat",

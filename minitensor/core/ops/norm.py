@@ -1,6 +1,7 @@
-"""Layer normalisation (Ba et al., 2016), fused into one Function.
+"""Layer normalisation (Ba et al., 2016) and batch normalisation (Ioffe & Szegedy, 2015), each
+fused into one Function.
 
-Over the last axes (``normalized_shape``) of each example:
+Layer norm, over the last axes (``normalized_shape``) of each example:
 
     mu = mean(x),  var = mean((x - mu)^2),  xhat = (x - mu) / sqrt(var + eps)
     y = xhat * weight + bias
@@ -11,6 +12,10 @@ axes:
 
     dL/dx = (gxhat - mean(gxhat) - xhat * mean(gxhat * xhat)) / sigma
     dL/dweight = sum(g * xhat),  dL/dbias = sum(g)   (over the other axes)
+
+Batch norm is the same normalisation taken the other way: per channel (axis 1), over the
+examples of the batch (and the positions of each, for (batch, channels, length) inputs), so
+the same formulas hold with the means taken over those axes. D2L 8.5 and 11.7.2 compare them.
 """
 
 from __future__ import annotations
@@ -18,10 +23,10 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-from .. import amp
+from .. import amp, autograd
 from ..autograd import Function, Grads
 from ..dtypes import is_low_precision
-from ..errors import ShapeError
+from ..errors import DeviceError, DTypeError, ShapeError
 from ..tensor import Array, Shape, Tensor
 from .promote import full_precision
 
@@ -132,3 +137,115 @@ def layer_norm(
         w32, b32 = (None if t is None else t.float() for t in (weight, bias))
         return layer_norm(x.float(), normalized_shape, w32, b32, eps).to(x.dtype)
     return LayerNorm.apply(x, weight, bias, k, eps)
+
+
+class BatchNorm(Function):
+    """xhat = (x - mean) / sqrt(var + eps) per channel (axis 1), y = xhat * weight + bias, with
+    ``mean`` and ``var`` the batch's (over every axis but 1), which ``batch_norm`` computes once
+    for this and for the running averages and hands in. They are functions of x all the same,
+    and the backward differentiates through them, as layer norm's does:
+
+        dL/dx = (gxhat - mean(gxhat) - xhat * mean(gxhat * xhat)) / sigma,  gxhat = g * weight
+        dL/dweight = sum(g * xhat),  dL/dbias = sum(g)   (means and sums over every axis but 1)
+    """
+
+    @staticmethod
+    def forward(
+        ctx: Function, x: Array, weight: Array | None, bias: Array | None, mean: Array, var: Array, eps: float
+    ) -> Array:
+        channel = (1, -1) + (1,) * (x.ndim - 2)  # a (C,) vector as (1, C, 1, ...): it broadcasts along axis 1
+        rstd = (1.0 / ctx.xp.sqrt(var + eps)).reshape(channel)
+        xhat = (x - mean.reshape(channel)) * rstd
+        ctx.save_for_backward(xhat, rstd, weight)
+        y = xhat
+        if weight is not None:
+            y = y * weight.reshape(channel)
+        if bias is not None:
+            y = y + bias.reshape(channel)
+        return y
+
+    @staticmethod
+    def backward(ctx: Function, grad: Array) -> Grads:
+        xhat, rstd, weight = ctx.saved
+        axes = (0, *range(2, grad.ndim))
+        need_w, need_b = ctx.needs_input_grad[1:3]
+        gw = (grad * xhat).sum(axis=axes) if need_w else None
+        gb = grad.sum(axis=axes) if need_b else None
+        gxhat = grad * weight.reshape(rstd.shape) if weight is not None else grad
+        gx = rstd * (
+            gxhat - gxhat.mean(axis=axes, keepdims=True) - xhat * (gxhat * xhat).mean(axis=axes, keepdims=True)
+        )
+        return gx, gw, gb
+
+
+def batch_norm(
+    x: Tensor,
+    running_mean: Tensor | None,
+    running_var: Tensor | None,
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    training: bool = False,
+    momentum: float = 0.1,
+    eps: float = 1e-5,
+) -> Tensor:
+    """Batch normalisation (Ioffe & Szegedy 2015; D2L 8.5) of x (batch_size, C) or (batch_size,
+    C, L...), per channel C, with PyTorch's signature:
+
+        training:  mu, var = the batch's mean and variance over every axis but 1
+                   running_mean <- (1 - momentum) running_mean + momentum mu
+                   running_var  <- (1 - momentum) running_var + momentum var * n / (n - 1)
+        otherwise: mu, var = running_mean, running_var
+        y = (x - mu) / sqrt(var + eps) * weight + bias
+
+    n is the number of values per channel; the running variance takes the unbiased estimate, the
+    normalisation the batch's own (PyTorch's choice too). The running statistics (C,) are
+    updated in place when given (either may be None in training); ``weight`` (gamma) and
+    ``bias`` (beta), of shape (C,), are optional. Output of x's shape.
+    """
+    x = full_precision("batch_norm", x)
+    if x.ndim < 2:
+        raise ShapeError(f"batch_norm: input of shape {x.shape}; expected (batch_size, C) or (batch_size, C, L...)")
+    C = x.shape[1]
+    named = (("running_mean", running_mean), ("running_var", running_var), ("weight", weight), ("bias", bias))
+    for name, t in named:
+        if t is not None and tuple(t.shape) != (C,):
+            raise ShapeError(f"batch_norm: {name} has shape {t.shape}, expected ({C},) for input of shape {x.shape}")
+        if t is not None and t._backend is not x._backend:
+            raise DeviceError(f"batch_norm: {name} is on {t.device!r}, the input on {x.device!r}; move one with .to()")
+    if not training and (running_mean is None or running_var is None):
+        raise ValueError(
+            "batch_norm: outside training it normalises with running_mean and running_var; both are needed"
+        )
+    weight, bias = amp.in_float32(weight), amp.in_float32(bias)
+    if is_low_precision(x.data.dtype):  # float16 or bfloat16: the statistics summed in float32
+        w32, b32 = (None if t is None else t.float() for t in (weight, bias))
+        return batch_norm(x.float(), running_mean, running_var, w32, b32, training, momentum, eps).to(x.dtype)
+    for name, t in (("weight", weight), ("bias", bias)):  # (the running statistics are read in x's dtype)
+        if t is not None and t.dtype != x.dtype:
+            raise DTypeError(
+                f"batch_norm: {name} is {t.dtype}, the input {x.dtype}; convert one, "
+                f"e.g. the layer with .to(mt.{x.dtype})"
+            )
+    if not training:  # fixed statistics: plain ops, so gradients reach x, weight and bias as usual
+        assert running_mean is not None and running_var is not None  # (checked above)
+        channel = (1, C) + (1,) * (x.ndim - 2)
+        scale = (running_var.to(x.dtype).reshape(channel) + eps) ** -0.5
+        y = (x - running_mean.to(x.dtype).reshape(channel)) * scale
+        if weight is not None:
+            y = y * weight.reshape(channel)
+        return y + bias.reshape(channel) if bias is not None else y
+    n = x.numel() // C if C else 0
+    if n <= 1:  # (one value per channel has no variance: every output would be 0)
+        raise ValueError(
+            f"batch_norm: expected more than 1 value per channel when training, got input of shape {x.shape}"
+        )
+    axes = (0, *range(2, x.ndim))
+    data = x.data
+    mean = data.mean(axis=axes)
+    var = ((data - mean.reshape((1, C) + (1,) * (x.ndim - 2))) ** 2).mean(axis=axes)
+    for stat, value in ((running_mean, mean), (running_var, var * (n / (n - 1)))):
+        if stat is not None:
+            stat.data *= 1 - momentum
+            stat.data += (momentum * value).astype(stat.data.dtype, copy=False)
+            autograd.writes.note(stat)  # (a graph that read the old value must not use the new one)
+    return BatchNorm.apply(x, weight, bias, mean, var, eps)
