@@ -37,6 +37,24 @@ def test_running_statistics_follow_the_formula_and_eval_uses_them():
     assert int(bn.num_batches_tracked.item()) == 3  # eval changes nothing
 
 
+def test_on_every_device_the_statistics_stay_there(device):
+    """The running statistics are updated in place on the input's device (no host array slips in,
+    no wait for the device: ``num_batches_tracked`` is counted there too)."""
+    from helpers import array_type
+
+    rng = np.random.default_rng(3)
+    here, cpu = mt.nn.BatchNorm1d(3).double().to(device), mt.nn.BatchNorm1d(3).double()
+    for _ in range(2):
+        x = rng.normal(size=(4, 3, 2))
+        y = here(mt.tensor(x, device=device, requires_grad=True))
+        y.sum().backward()
+        np.testing.assert_allclose(y.numpy(), cpu(mt.tensor(x)).numpy(), rtol=1e-12)
+    for name, value in here.state_dict().items():
+        assert isinstance(value.data, array_type(device)), name
+        np.testing.assert_allclose(value.numpy(), cpu.state_dict()[name].numpy(), rtol=1e-12)
+    assert isinstance(here.weight.grad.data, array_type(device))
+
+
 def test_momentum_none_is_the_plain_average_and_no_tracking_uses_the_batch():
     rng = np.random.default_rng(1)
     xs = [rng.normal(size=(4, 2)) for _ in range(3)]
