@@ -178,7 +178,12 @@ def test_against_pytorch_over_training_steps_and_in_eval():
             ShapeError,
             "has 4 channels (axis 1); the layer has num_features=3",
         ),
-        (lambda: mt.nn.BatchNorm1d(3), mt.randn(1, 3), ValueError, "more than 1 value per channel when training"),
+        (
+            lambda: mt.nn.BatchNorm1d(3),
+            mt.randn(1, 3),
+            ValueError,
+            "statistics (training mode, or no running statistics) need more than 1 value per channel",
+        ),
         (
             lambda: mt.nn.BatchNorm1d(3),
             mt.randn(2, 3, dtype=mt.float64),
@@ -193,6 +198,12 @@ def test_against_pytorch_over_training_steps_and_in_eval():
         ),
         (lambda: mt.nn.BatchNorm1d(3), [[1.0, 2.0, 3.0]], TypeError, "BatchNorm1d: expected a Tensor, got list"),
         (lambda: mt.nn.BatchNorm1d(0), None, ValueError, "num_features must be at least 1, got 0"),
+        (
+            lambda: mt.nn.BatchNorm1d(3, track_running_stats=False).eval(),
+            mt.randn(1, 3),
+            ValueError,
+            "got input of shape (1, 3)",
+        ),
         (lambda: mt.nn.BatchNorm1d(True), None, TypeError, "num_features must be a whole number, got True"),
         (lambda: mt.nn.BatchNorm1d(3, eps=-1), None, ValueError, "BatchNorm1d: eps must be a finite number >= 0"),
         (lambda: mt.nn.BatchNorm1d(3, momentum=1.5), None, ValueError, "momentum must be a number in [0, 1] or None"),

@@ -237,7 +237,8 @@ def batch_norm(
     n = x.numel() // C if C else 0
     if n <= 1:  # (one value per channel has no variance: every output would be 0)
         raise ValueError(
-            f"batch_norm: expected more than 1 value per channel when training, got input of shape {x.shape}"
+            f"batch_norm: the batch's own statistics (training mode, or no running statistics) need more than 1 "
+            f"value per channel, got input of shape {x.shape}"
         )
     axes = (0, *range(2, x.ndim))
     data = x.data
