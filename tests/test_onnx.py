@@ -277,6 +277,22 @@ def test_floor_divide_and_remainder_export_with_pythons_rounding(tmp_path):
         numpy.testing.assert_allclose(value, expected.numpy(), rtol=1e-6, atol=1e-6)
 
 
+def test_batch_norm_exports_with_its_running_statistics(tmp_path):
+    """Exported in eval mode (export switches to it): the file normalises with the running
+    statistics the training steps kept, whatever the batch, and the layer is back in training
+    mode after the export."""
+    model = mt.nn.Sequential(mt.nn.Linear(4, 3), mt.nn.BatchNorm1d(3), mt.nn.ReLU())
+    for _ in range(3):
+        model(mt.randn(8, 4) * 2 + 1)
+    path = tmp_path / "bn.onnx"
+    mt.onnx.export(model, (mt.randn(2, 4),), path, input_names=["X"], dynamic_axes={"X": {0: "batch"}})
+    assert model.training
+    X = mt.randn(1, 4)  # one example: a batch's own statistics would make every output 0
+    got = session(path).run(None, {"X": X.numpy()})[0]
+    numpy.testing.assert_allclose(got, model.eval()(X).numpy(), rtol=1e-5, atol=1e-6)
+    assert got.any()
+
+
 def test_the_books_masked_write_exports_and_other_writes_are_refused_not_lost(tmp_path):
     """Export runs under no_grad, where ``x[i] = v`` would write in place and record no op: the
     trace records it instead (the ops before the write keep the old value). D2L's sequence_mask
