@@ -898,8 +898,9 @@ does the attention chapter as D2L's PyTorch edition writes it (11.2's Nadaraya-W
 with `sort`, `repeat_interleave`, `eye`, `.type(torch.bool)`, `bmm` and `MSELoss`; `masked_softmax` \
 with `sequence_mask`'s `X[~mask] = value`; additive and scaled dot-product attention; 11.4's \
 Bahdanau decoder on 10.7's GRU encoder, with `X.t()`; multi-head \
-attention; sinusoidal positions written with `sin`/`cos` into slices; the Transformer of \
-`LazyLinear` layers): `tests/test_d2l_habits.py` writes it once, trains it on minitensor and checks \
+attention; sinusoidal positions written with `sin`/`cos` into slices; 11.7.2's `LayerNorm` \
+against `LazyBatchNorm1d`; the Transformer of `LazyLinear` layers): `tests/test_d2l_habits.py` \
+writes it once, trains it on minitensor and checks \
 its outputs and gradients against PyTorch's. `x[i] = v` in the graph is out of place underneath: \
 x stands for a new node, the ops that used x before the write get the gradient of the value they \
 used, and what they saved keeps its values (PyTorch refuses a backward through a saved tensor that \

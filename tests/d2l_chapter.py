@@ -111,6 +111,13 @@ def chapter_of(torch, nn, F):
         def forward(self, X):
             return self.dense2(self.relu(self.dense1(X)))
 
+    def layer_norm_and_batch_norm():  # 11.7.2: each example normalised, against each feature
+        ln = nn.LayerNorm(2)
+        bn = nn.LazyBatchNorm1d()
+        X = torch.tensor([[1, 2], [2, 3]], dtype=torch.float32)
+        # Compute mean and variance from X in the training mode
+        return ln(X), bn(X), bn
+
     class AddNorm(nn.Module):  # 11.7.3
         def __init__(self, norm_shape, dropout):
             super().__init__()

@@ -6,7 +6,8 @@ minitensor has it: ``sin``/``cos``, ``bmm``, ``repeat_interleave``, ``Tensor.rep
 The last tests write the chapter's models once, in the book's habits, for any ``torch``-like
 namespace (11.2's Nadaraya-Watson regression, 11.3's masked softmax with ``sequence_mask`` and
 its two scoring functions, 11.4's Bahdanau decoder on 10.7's GRU encoder, 11.5's multi-head
-attention, 11.6's sinusoidal positions, 11.7's Transformer): with minitensor as ``torch`` they
+attention, 11.6's sinusoidal positions, 11.7.2's layer norm against batch norm, 11.7's
+Transformer): with minitensor as ``torch`` they
 learn; with PyTorch, where it is installed, they give the same outputs and gradients from the
 same weights.
 """
@@ -638,8 +639,30 @@ def test_a_training_step_of_the_books_models_never_waits_for_the_device(build):
     assert not log.waits, log
 
 
+def test_the_books_layer_norm_against_batch_norm():
+    """11.7.2's cell: layer norm normalises each row, batch norm (in training mode) each column,
+    and keeps running averages of the columns' means and variances."""
+    ln, bn, layer = chapter_of(mt, mt.nn, mt.nn.functional)["layer_norm_and_batch_norm"]()
+    np.testing.assert_allclose(ln.detach().numpy(), [[-1, 1], [-1, 1]], atol=1e-4)
+    np.testing.assert_allclose(bn.detach().numpy(), [[-1, -1], [1, 1]], atol=1e-4)
+    np.testing.assert_allclose(layer.running_mean.numpy(), [0.15, 0.25])  # 0.9 * 0 + 0.1 * the batch's
+    np.testing.assert_allclose(layer.running_var.numpy(), [0.95, 0.95])  # 0.9 * 1 + 0.1 * 0.5 (unbiased)
+
+
 def test_the_same_chapter_source_gives_pytorchs_numbers():
     torch = pytest.importorskip("torch")
+    for ours, theirs in zip(
+        chapter_of(mt, mt.nn, mt.nn.functional)["layer_norm_and_batch_norm"](),
+        chapter_of(torch, torch.nn, torch.nn.functional)["layer_norm_and_batch_norm"](),
+        strict=True,
+    ):
+        ours, theirs = (ours, theirs) if isinstance(ours, mt.Tensor) else (ours.state_dict(), theirs.state_dict())
+        if isinstance(ours, dict):
+            assert list(ours) == list(theirs)
+            for name in ours:
+                np.testing.assert_allclose(ours[name].numpy(), theirs[name].numpy(), rtol=1e-6, err_msg=name)
+        else:
+            np.testing.assert_allclose(ours.detach().numpy(), theirs.detach().numpy(), rtol=1e-5, atol=1e-6)
     x_train, noise = _nw_data()
     ours = nadaraya_watson(mt, mt.nn, mt.nn.functional, x_train, noise, w=0.5)
     theirs = nadaraya_watson(torch, torch.nn, torch.nn.functional, x_train, noise, w=0.5)
