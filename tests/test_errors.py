@@ -32,6 +32,15 @@ def test_broadcast_mismatch_names_both_shapes(device, op):
     raises(mt.ShapeError, lambda: getattr(mt, name)(a, b), name, "(2, 3)", "(4, 3)")
 
 
+def test_an_output_too_large_for_memory_names_the_op():
+    """NumPy's MemoryError says what it could not allocate; the op is named before it (terabytes:
+    no machine holds them, so the allocation fails before anything is written)."""
+    with pytest.raises(MemoryError, match=r"^add: Unable to allocate .* \(1000000, 10000000\)"):
+        mt.ones(10**6, 1) + mt.ones(1, 10**7)
+    with pytest.raises(MemoryError, match=r"^matmul: "):
+        mt.ones(10**6, 1) @ mt.ones(1, 10**7)
+
+
 def test_shape_error_is_a_value_error(device):
     with pytest.raises(ValueError):
         mt.ones(2, device=device) + mt.ones(3, device=device)

@@ -211,6 +211,8 @@ class Function:
             ctx = backend
         try:
             out = cls.forward(ctx, *raw, **kwargs)
+        except MemoryError as e:  # (NumPy's and CuPy's say what they could not allocate; say for which op)
+            raise MemoryError(f"{cls.__name__.lower()}: {e}") from None
         except ValueError as e:
             if isinstance(e, ShapeError) or first is None:  # (a maker's error is not about shapes that meet)
                 raise
