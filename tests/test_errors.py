@@ -384,6 +384,14 @@ def test_ragged_data_and_seeds_are_refused_by_name():
     raises(TypeError, lambda: mt.tensor(["a"]), "tensor: unsupported data of dtype <U1 (numbers or booleans expected)")
     # NumPy keeps integers beyond 64 bits as Python objects: "unsupported data of dtype object" said nothing
     raises(OverflowError, lambda: mt.tensor([[1, -(2**70)]]), f"tensor: the integer {-(2**70)} does not fit int64")
+    # and those in 2**63 .. 2**64 - 1 as uint64, which no op of the engine expects
+    raises(OverflowError, lambda: mt.tensor([2**63]), f"tensor: the integer {2**63} does not fit int64")
+    raises(OverflowError, lambda: mt.tensor([[3], [2**64 - 1]]), f"tensor: the integer {2**64 - 1} does not fit")
+    # and with smaller ones NumPy makes them float64: rounded, silently
+    raises(OverflowError, lambda: mt.tensor([3, -(2**63) - 1]), f"tensor: the integer {-(2**63) - 1} does not fit")
+    assert mt.tensor([3, 1e19]).dtype == mt.float32  # a float that large is a float
+    assert mt.tensor(2**63 - 1).dtype == mt.int64
+    assert mt.tensor(np.array([2**63], dtype=np.uint64)).dtype == np.uint64  # an array keeps its dtype
     raises(TypeError, lambda: mt.manual_seed("7"), "manual_seed: ", "'7'")
     raises(ValueError, lambda: mt.manual_seed(-1), "manual_seed: ", "-1")
     mt.manual_seed(np.int64(0))

@@ -1064,6 +1064,18 @@ def _carried_float(data: Any) -> numpy.dtype:
     return numpy.dtype(numpy.float32)
 
 
+def _int_beyond_int64(data: Any) -> int | None:
+    """The first Python int in nested lists ``data`` that int64 cannot hold, or None."""
+    if isinstance(data, (list, tuple)):
+        for item in data:
+            if (big := _int_beyond_int64(item)) is not None:
+                return big
+        return None
+    if isinstance(data, int) and not isinstance(data, bool) and not -(2**63) <= data < 2**63:
+        return data
+    return None
+
+
 def tensor(data: Any, requires_grad: bool = False, dtype: DType = None, device: Device = None) -> Tensor:
     """A new leaf tensor holding a copy of ``data``.
 
@@ -1089,6 +1101,13 @@ def tensor(data: Any, requires_grad: bool = False, dtype: DType = None, device: 
                 raise ValueError(f"tensor: the data do not form a rectangular array of numbers ({e})") from None
             if dtype is None and is_floating(host.dtype):
                 host = host.astype(_carried_float(data), copy=False)
+            if dtype is None and host.size and host.dtype.kind in "uf" and not isinstance(data, numpy.generic):
+                # NumPy keeps Python ints in 2**63 .. 2**64 - 1 as uint64, and mixed with smaller ones
+                # as float64 (rounded): look for such an int only where a value is that large
+                if host.dtype.kind == "u" or float(numpy.abs(host).max()) >= 2.0**63:
+                    big = _int_beyond_int64(data)
+                    if big is not None:
+                        raise OverflowError(f"tensor: the integer {big} does not fit int64 (-2**63 .. 2**63 - 1)")
             arr = backend.array(host)
     if not arr.dtype.isnative:  # a big-endian file's ">f4": the copy in this machine's byte order, float32
         arr = arr.astype(arr.dtype.newbyteorder("="))
