@@ -167,8 +167,14 @@ def test_gru_shape_errors():
         gru(mt.randn(5, 2, 4))
     with pytest.raises(mt.ShapeError, match=r"expected \(2, 2, 4\)"):
         gru(mt.randn(5, 2, 3), mt.randn(1, 2, 4))
-    with pytest.raises(mt.ShapeError, match="no time steps"):
+    with pytest.raises(mt.ShapeError, match=r"GRU: inputs of shape \(0, 2, 3\) have no time steps"):
         gru(mt.randn(0, 2, 3))
+    # the attention decoder names itself (it loops over the steps, and had nothing to concatenate)
+    decoder = nn.Seq2SeqAttentionDecoder(10, 4, 8, 1)
+    encoder = nn.Seq2SeqEncoder(10, 4, 8, 1)
+    state = decoder.init_state(encoder(mt.randint(0, 10, (2, 5)), None), None)
+    with pytest.raises(mt.ShapeError, match=r"Seq2SeqAttentionDecoder: tokens of shape \(2, 0\) have no time steps"):
+        decoder(mt.zeros(2, 0, dtype=mt.int64), state)
     with pytest.raises(ValueError, match="num_layers"):
         nn.GRU(3, 4, num_layers=0)
 

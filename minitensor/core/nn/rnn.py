@@ -166,7 +166,9 @@ class GRU(Module):
             raise ShapeError(f"GRU: inputs of shape {tuple(inputs.shape)}; expected {layout.format(self.input_size)}")
         steps, batch, _ = inputs.shape
         if steps == 0:
-            raise ShapeError("GRU: the inputs have no time steps")
+            raise ShapeError(
+                f"GRU: inputs of shape {tuple(inputs.shape)} have no time steps (PyTorch's GRU refuses them too)"
+            )
         inputs = _as_weight_dtype(inputs, self.weight_ih_l0)
         if H is None:
             H = zeros(self.num_layers, batch, self.num_hiddens, dtype=inputs.dtype, device=inputs.device)

@@ -265,6 +265,8 @@ class Seq2SeqAttentionDecoder(Module):
         check_token_batch(self, X)
         embs = self.embedding(X).swapaxes(0, 1)  # (T, batch, embed_size): one row per step
         steps, batch = embs.shape[:2]
+        if steps == 0:  # (there would be no step to concatenate)
+            raise ShapeError(f"{type(self).__name__}: tokens of shape {tuple(X.shape)} have no time steps")
         outputs, self._attention_weights = [], []
         for t in range(steps):
             query = H[-1].unsqueeze(1)  # (batch, 1, num_hiddens): the last layer's state
