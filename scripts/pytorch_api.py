@@ -233,6 +233,8 @@ REASONS = {
     "mt.transpose": TRANSPOSE,
     "mt.swapaxes": SWAPAXES,
     "mt.conv1d": "not yet aligned: no grouped convolution (`groups=`, in ops/conv.py)",
+    "mt.conv2d": "not yet aligned: no grouped convolution (`groups=`, in ops/conv.py); `padding` a number or a "
+    "pair, not PyTorch's 'same' / 'valid' strings",
     "mt.cross_entropy": (
         "extra: `mask=` (D2L's padding mask over target tokens, besides `ignore_index`); not yet aligned: no "
         "per-class `weight=` (a weighted mean in ops/loss.py); "
@@ -368,6 +370,14 @@ REASONS = {
         "not yet aligned: no grouped convolution (`groups=`) and zero padding only (`padding_mode='zeros'`), "
         "in nn/conv.py and ops/conv.py"
     ),
+    "mt.nn.Conv2d": (
+        "not yet aligned: no grouped convolution (`groups=`), zero padding only (`padding_mode='zeros'`) and "
+        "no 'same' / 'valid' padding strings, in nn/conv.py and ops/conv.py"
+    ),
+    "mt.nn.LazyConv2d": (
+        "not yet aligned: as `Conv2d` (no `groups=`, zero padding only, no padding strings); the weight is drawn "
+        "at the first call, as `LazyLinear`'s"
+    ),
     "mt.nn.Dropout": INPLACE,
     "mt.nn.ReLU": INPLACE,
     "mt.nn.Linear": (
@@ -402,6 +412,8 @@ REASONS = {
     "mt.nn.ModuleList": "not yet aligned: `modules=()` where PyTorch says None; both mean no modules",
     # -- minitensor.nn.functional ----------------------------------------------------------------
     "mt.nn.functional.conv1d": "not yet aligned: no grouped convolution (`groups=`), in ops/conv.py",
+    "mt.nn.functional.conv2d": "not yet aligned: no grouped convolution (`groups=`), in ops/conv.py; `padding` a "
+    "number or a pair, not PyTorch's 'same' / 'valid' strings",
     "mt.nn.functional.mse_loss": MSE_WEIGHT
     + "; behaviour: a target that would broadcast the input to a larger shape ((n, 1) against (n,)) is a ShapeError, "
     "where PyTorch warns and compares every prediction with every target",

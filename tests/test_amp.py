@@ -553,12 +553,12 @@ def test_the_gru_runs_its_recurrence_in_float32_inside_the_block():
     assert {p.grad.dtype for p in gru.parameters()} == {mt.float32}
 
 
-def test_conv1d_is_a_product():
-    conv = mt.nn.Conv1d(4, 6, 3)
+@pytest.mark.parametrize("conv, shape", [(mt.nn.Conv1d(4, 6, 3), (2, 4, 10)), (mt.nn.Conv2d(4, 6, 3), (2, 4, 5, 6))])
+def test_convolutions_are_products(conv, shape):
     with mt.autocast("cpu"):
-        assert conv(mt.randn(2, 4, 10)).dtype == mt.bfloat16
-        assert conv(mt.randn(2, 4, 10).bfloat16()).dtype == mt.bfloat16
-        y = conv(mt.randn(2, 4, 10))
+        assert conv(mt.randn(*shape)).dtype == mt.bfloat16
+        assert conv(mt.randn(*shape).bfloat16()).dtype == mt.bfloat16
+        y = conv(mt.randn(*shape))
     y.float().sum().backward()
     assert conv.weight.grad.dtype == conv.bias.grad.dtype == mt.float32
 

@@ -317,3 +317,106 @@ def test_conv1d_matches_pytorch(k, stride, padding, dilation):
     ty.backward(torch.from_numpy(g))
     for ours, theirs in ((X, tX), (W, tW), (B, tB)):
         np.testing.assert_allclose(ours.grad.numpy(), theirs.grad.numpy(), rtol=1e-10, atol=1e-12)
+
+
+# -- Conv2d ------------------------------------------------------------------------------------
+def np_conv2d(x, w, b, stride, padding, dilation):
+    """Y[n, o, r, s] = b[o] + sum_{c, i, j} w[o, c, i, j] x_pad[n, c, r sh + i dh, s sw + j dw], by
+    loops over the outputs (stride, padding and dilation as (along H, along W) pairs)."""
+    (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
+    N, C, H, W = x.shape
+    O, _, kh, kw = w.shape
+    x_pad = np.zeros((N, C, H + 2 * ph, W + 2 * pw))
+    x_pad[:, :, ph : ph + H, pw : pw + W] = x
+    H_out, W_out = (H + 2 * ph - dh * (kh - 1) - 1) // sh + 1, (W + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    y = np.zeros((N, O, H_out, W_out))
+    for r in range(H_out):
+        for s in range(W_out):
+            window = x_pad[:, :, r * sh : r * sh + dh * (kh - 1) + 1 : dh, s * sw : s * sw + dw * (kw - 1) + 1 : dw]
+            y[:, :, r, s] = np.einsum("ncij,ocij->no", window, w) + b
+    return y
+
+
+CONV2D_SETTINGS = [  # (kernel_size, stride, padding, dilation), pairs along (H, W)
+    ((3, 3), (1, 1), (0, 0), (1, 1)),
+    ((3, 2), (2, 1), (1, 0), (1, 1)),  # unequal kernel, stride and padding
+    ((2, 2), (3, 3), (2, 1), (1, 1)),  # stride wider than the kernel: inputs skipped
+    ((3, 3), (1, 2), (2, 2), (2, 1)),  # dilation
+    ((4, 4), (4, 4), (0, 0), (1, 1)),  # D2L 11.8's patches: kernel = stride, windows that do not overlap
+]
+IDS2D = ["k{}x{}-s{}x{}-p{}x{}-d{}x{}".format(*k, *s, *p, *d) for k, s, p, d in CONV2D_SETTINGS]
+
+
+@pytest.mark.parametrize("k,stride,padding,dilation", CONV2D_SETTINGS, ids=IDS2D)
+def test_conv2d_matches_the_direct_convolution(device, k, stride, padding, dilation):
+    x, w, b = data(2, 3, 8, 9), data(4, 3, *k, seed=1), data(4, seed=2)
+    y = mt.conv2d(*(mt.tensor(a, device=device) for a in (x, w, b)), stride, padding, dilation)
+    expected = np_conv2d(x, w, b, stride, padding, dilation)
+    assert y.shape == expected.shape and isinstance(y.data, array_type(device))
+    np.testing.assert_allclose(y.numpy(), expected, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("k,stride,padding,dilation", CONV2D_SETTINGS, ids=IDS2D)
+def test_conv2d_gradients(device, k, stride, padding, dilation):
+    x = mt.tensor(data(2, 2, 8, 7), device=device, requires_grad=True)
+    w = mt.tensor(data(3, 2, *k, seed=1), device=device, requires_grad=True)
+    b = mt.tensor(data(3, seed=2), device=device, requires_grad=True)
+    check(lambda x, w, b: mt.conv2d(x, w, b, stride, padding, dilation), x, w, b)
+
+
+@pytest.mark.parametrize("k,stride,padding,dilation", CONV2D_SETTINGS, ids=IDS2D)
+def test_conv2d_matches_pytorch(k, stride, padding, dilation):
+    torch = pytest.importorskip("torch")
+    x, w, b = data(2, 3, 8, 9), data(4, 3, *k, seed=1), data(4, seed=2)
+    X, W, B = (mt.tensor(a, requires_grad=True) for a in (x, w, b))
+    tX, tW, tB = (torch.tensor(a, requires_grad=True) for a in (x, w, b))
+    y = mt.conv2d(X, W, B, stride, padding, dilation)
+    ty = torch.nn.functional.conv2d(tX, tW, tB, stride, padding, dilation)
+    np.testing.assert_allclose(y.numpy(), ty.detach().numpy(), rtol=1e-10, atol=1e-12)
+    g = data(*y.shape, seed=3)
+    y.backward(mt.tensor(g))
+    ty.backward(torch.from_numpy(g))
+    for ours, theirs in ((X, tX), (W, tW), (B, tB)):
+        np.testing.assert_allclose(ours.grad.numpy(), theirs.grad.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_conv2d_modules_and_the_lazy_one():
+    mt.manual_seed(7)
+    conv = nn.Conv2d(3, 5, kernel_size=3, padding=1, dtype=mt.float64)
+    assert conv.weight.shape == (5, 3, 3, 3) and conv.kernel_size == (3, 3) and conv.padding == (1, 1)
+    bound = 1 / np.sqrt(3 * 3 * 3)  # PyTorch's U(-1/sqrt(fan_in), 1/sqrt(fan_in))
+    assert np.abs(conv.weight.numpy()).max() <= bound and np.abs(conv.bias.numpy()).max() <= bound
+    x = data(2, 3, 6, 5)
+    np.testing.assert_allclose(
+        conv(mt.tensor(x)).numpy(), np_conv2d(x, conv.weight.numpy(), conv.bias.numpy(), (1, 1), (1, 1), (1, 1))
+    )
+    assert repr(conv) == "Conv2d(3, 5, kernel_size=(3, 3), padding=(1, 1))"
+    lazy = nn.LazyConv2d(8, kernel_size=4, stride=4)  # D2L 11.8's patch embedding
+    opt = mt.optim.SGD(lazy.parameters(), lr=0.1)  # made before the first call: still holds the weight
+    assert lazy.in_channels is None
+    y = lazy(mt.randn(2, 3, 16, 12))
+    assert y.shape == (2, 8, 4, 3) and lazy.in_channels == 3 and lazy.weight.shape == (8, 3, 4, 4)
+    assert np.abs(lazy.weight.numpy()).max() <= 1 / np.sqrt(3 * 16) and lazy.weight.numpy().std() > 0
+    y.sum().backward()
+    before = lazy.weight.numpy().copy()
+    opt.step()
+    assert not np.allclose(lazy.weight.numpy(), before)
+    fresh = nn.LazyConv2d(8, kernel_size=4, stride=4)
+    fresh.load_state_dict(lazy.state_dict())  # a lazy layer takes the saved shape
+    x = mt.randn(1, 3, 8, 8)
+    np.testing.assert_array_equal(fresh(x).numpy(), lazy(x).numpy())
+
+
+def test_conv2d_errors():
+    with pytest.raises(mt.ShapeError, match="4 channels"):
+        mt.conv2d(mt.randn(2, 4, 9, 9), mt.randn(5, 3, 3, 3))
+    with pytest.raises(mt.ShapeError, match=r"conv2d: an input of height and width \(4, 9\) .* smaller"):
+        mt.conv2d(mt.randn(2, 3, 4, 9), mt.randn(5, 3, 3, 3), dilation=2)
+    with pytest.raises(mt.ShapeError, match=r"\(batch, channels, height, width\)"):
+        mt.conv2d(mt.randn(3, 9, 9), mt.randn(5, 3, 3, 3))
+    with pytest.raises(TypeError, match=r"conv2d: stride must be an int or a pair of ints, got \(1, 2, 3\)"):
+        nn.Conv2d(3, 5, 3, stride=(1, 2, 3))
+    with pytest.raises(ValueError, match=r"need stride >= 1, dilation >= 1, padding >= 0; got \(0, 1\)"):
+        mt.conv2d(mt.randn(1, 3, 5, 5), mt.randn(2, 3, 3, 3), stride=(0, 1))
+    with pytest.raises(mt.ShapeError, match=r"LazyConv2d: input of shape \(3, 16, 16\)"):
+        nn.LazyConv2d(8, 4)(mt.randn(3, 16, 16))

@@ -6,7 +6,7 @@ from .activation import GELU, Flatten, Identity, LogSoftmax, ReLU, Sigmoid, Soft
 from .attention import Attention, MultiHeadAttention
 from .config import Seq2SeqConfig, TransformerConfig
 from .container import ModuleDict, ModuleList, Sequential
-from .conv import Conv1d
+from .conv import Conv1d, Conv2d, LazyConv2d
 from .dropout import Dropout
 from .kv_cache import KVCache
 from .linear import Embedding, LazyLinear, Linear
@@ -40,6 +40,7 @@ __all__ = [
     "LayerNorm",
     "LazyBatchNorm1d",
     "LazyBatchNorm2d",
+    "LazyConv2d",
     "LazyLinear",
     "Linear",
     "LogSoftmax",
@@ -72,6 +73,7 @@ __all__ += [
 ]
 __all__ += [
     "Conv1d",
+    "Conv2d",
     "CrossEntropyLoss",
     "GRU",
     "GRUCell",

@@ -1,4 +1,6 @@
-"""One-dimensional convolution over sequences: the layer ``Conv1d`` (functional form ``ops.conv1d``).
+"""Convolution layers: ``Conv1d`` over sequences (functional form ``ops.conv1d``), and ``Conv2d``
+and ``LazyConv2d`` over images (``ops.conv2d``), with which D2L 11.8's vision Transformer cuts
+an image into patches.
 
 A Conv1d layer slides ``out_channels`` filters of width k along a sequence:
 
@@ -21,10 +23,11 @@ from __future__ import annotations
 import math
 
 from ..creation import zeros
-from ..ops.conv import conv1d
+from ..errors import ShapeError
+from ..ops.conv import conv1d, conv2d, pair
 from ..tensor import Device, DType, Tensor
 from . import init
-from .module import Module, Parameter
+from .module import Module, Parameter, UninitializedParameter
 
 
 class Conv1d(Module):
@@ -89,3 +92,112 @@ class Conv1d(Module):
             if getattr(self, name) != default:
                 s += f", {name}={getattr(self, name)}"
         return s + ("" if self.bias is not None else ", bias=False")
+
+
+class Conv2d(Module):
+    """``Conv2d(in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, bias=True)``,
+    as ``torch.nn.Conv2d`` (no ``groups``): X (batch, in_channels, H, W) -> (batch, out_channels,
+    H_out, W_out). ``kernel_size``, ``stride``, ``padding`` and ``dilation`` are an int or an
+    (along H, along W) pair; each spatial axis follows ``Conv1d``'s formula:
+
+        Y[b, o, r, s] = bias[o] + sum_{c, i, j} W[o, c, i, j] X_pad[b, c, r sh + i dh, s sw + j dw]
+
+    ``weight`` (out_channels, in_channels, kh, kw) and ``bias`` (out_channels,) are drawn as in
+    PyTorch: U(-b, b), b = 1 / sqrt(in_channels * kh * kw).
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int | tuple[int, int],
+        stride: int | tuple[int, int] = 1,
+        padding: int | tuple[int, int] = 0,
+        dilation: int | tuple[int, int] = 1,
+        bias: bool = True,
+        dtype: DType = None,
+        device: Device = None,
+    ) -> None:
+        super().__init__()
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.kernel_size, self.stride = pair("kernel_size", kernel_size), pair("stride", stride)
+        self.padding, self.dilation = pair("padding", padding), pair("dilation", dilation)
+        kh, kw = self.kernel_size
+        self.weight = Parameter(zeros(out_channels, in_channels, kh, kw, dtype=dtype, device=device))
+        if bias:
+            self.bias = Parameter(zeros(out_channels, dtype=dtype, device=device))
+        else:
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Draw new weights and biases from U(-b, b), b = 1 / sqrt(in_channels * kh * kw), as
+        PyTorch initialises ``nn.Conv2d``."""
+        fan_in = self.weight.shape[1] * self.kernel_size[0] * self.kernel_size[1]
+        bound = 1.0 / math.sqrt(fan_in) if fan_in > 0 else 0.0
+        init.uniform_(self.weight, -bound, bound)
+        if self.bias is not None:
+            init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, X: Tensor) -> Tensor:
+        """The convolution (``mt.conv2d``): X (batch_size, in_channels, H, W) -> Y (batch_size,
+        out_channels, H_out, W_out), H_out = floor((H + 2 ph - dh (kh - 1) - 1) / sh) + 1 (W_out
+        alike)."""
+        return conv2d(X, self.weight, self.bias, self.stride, self.padding, self.dilation)
+
+    def extra_repr(self) -> str:
+        """The settings shown in the repr, as PyTorch's: ``3, 8, kernel_size=(4, 4), stride=(4, 4)``."""
+        s = f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}"
+        for name, default in (("stride", (1, 1)), ("padding", (0, 0)), ("dilation", (1, 1))):
+            if getattr(self, name) != default:
+                s += f", {name}={getattr(self, name)}"
+        return s + ("" if self.bias is not None else ", bias=False")
+
+
+class LazyConv2d(Conv2d):
+    """A ``Conv2d`` whose in_channels is axis 1 of its first input (PyTorch's ``LazyConv2d``; D2L
+    writes ``nn.LazyConv2d(num_hiddens, kernel_size=patch_size, stride=patch_size)`` in 11.8).
+    Until then the weight is an ``UninitializedParameter``, as ``LazyLinear``'s is."""
+
+    def __init__(
+        self,
+        out_channels: int,
+        kernel_size: int | tuple[int, int],
+        stride: int | tuple[int, int] = 1,
+        padding: int | tuple[int, int] = 0,
+        dilation: int | tuple[int, int] = 1,
+        bias: bool = True,
+        dtype: DType = None,
+        device: Device = None,
+    ) -> None:
+        super().__init__(0, out_channels, kernel_size, stride, padding, dilation, bias, dtype, device)
+        self.weight = UninitializedParameter(self.weight)
+
+    @property  # type: ignore[override]
+    def in_channels(self) -> int | None:
+        """The input's channels: None until the first input (or a loaded state_dict) sets them."""
+        return None if isinstance(self.weight, UninitializedParameter) else self.weight.shape[1]
+
+    @in_channels.setter
+    def in_channels(self, value: int | None) -> None:
+        pass  # (Conv2d.__init__ sets it; here the weight's shape is the truth)
+
+    def forward(self, X: Tensor) -> Tensor:
+        """The first call sets in_channels = X.shape[1] and draws W and b."""
+        weight = self.weight
+        if isinstance(weight, UninitializedParameter) and isinstance(X, Tensor):
+            if X.ndim != 4:
+                raise ShapeError(
+                    f"LazyConv2d: input of shape {tuple(X.shape)}; expected (batch, channels, height, width)"
+                )
+            kh, kw = self.kernel_size
+            weight.materialize(
+                zeros(self.out_channels, X.shape[1], kh, kw, dtype=weight.dtype, device=weight.device).data
+            )
+            self.reset_parameters()
+        return super().forward(X)
+
+    def reset_parameters(self) -> None:
+        """Draw W and b as ``Conv2d`` does, once in_channels is known (nothing before the first call)."""
+        if self.in_channels:
+            super().reset_parameters()

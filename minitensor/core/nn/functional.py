@@ -7,6 +7,7 @@ parameters it owns.
 from ..ops import (  # noqa: F401  (re-exported)
     batch_norm,
     conv1d,
+    conv2d,
     cross_entropy,
     dropout,
     embedding,
@@ -27,6 +28,7 @@ from .sdpa import scaled_dot_product_attention
 __all__ = [
     "batch_norm",
     "conv1d",
+    "conv2d",
     "cross_entropy",
     "dropout",
     "embedding",

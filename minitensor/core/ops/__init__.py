@@ -9,7 +9,7 @@ Read ``elementwise.py`` first: each op is a few lines of forward and a line of b
 from __future__ import annotations
 
 from .compare import isfinite, isinf, isnan
-from .conv import conv1d
+from .conv import conv1d, conv2d
 from .convert import astype, to_device
 from .dropout import dropout
 from .elementwise import (
@@ -65,6 +65,7 @@ __all__ = [
     "clip",
     "concat",
     "conv1d",
+    "conv2d",
     "cos",
     "cross_entropy",
     "cumsum",

@@ -1,4 +1,5 @@
-"""One-dimensional convolution, ``conv1d`` (PyTorch's ``F.conv1d``), with its derivative.
+"""Convolution, ``conv1d`` and ``conv2d`` (PyTorch's ``F.conv1d`` / ``F.conv2d``), with their
+derivatives. The one-dimensional case first:
 
 With X (N, C, L) "channels first", W (O, C, k) and X_pad = X with ``padding`` zeros on both ends:
 
@@ -16,6 +17,11 @@ reverses it ("col2im"): the gradient of each tap's slice is added back where the
 from. Slices of different taps overlap when the window is wider than the stride, so the k
 contributions are *added* (+=), one strided slice per tap; within one tap no position
 repeats, so no scatter-add is needed.
+
+``conv2d`` is the same with two spatial axes: X (N, C, H, W), W (O, C, kh, kw), a tap for each
+of the kh * kw filter positions (i, j), each a slice strided in both axes, and
+cols (N * H_out * W_out, C * kh * kw). D2L 11.8's vision Transformer cuts an image into
+patches with one whose kernel equals its stride, so that the windows do not overlap.
 """
 
 from __future__ import annotations
@@ -100,3 +106,120 @@ def conv1d(
     x, weight, bias = amp.lower(x, weight, bias)  # a product: bfloat16 inside mt.autocast
     y = Conv1d.apply(x, weight, stride, padding, dilation)
     return y if bias is None else y + bias.reshape(-1, 1)  # bias (O,) -> (O, 1): one per channel
+
+
+def conv2d_output_size(
+    size: tuple[int, int],
+    kernel_size: tuple[int, int],
+    stride: tuple[int, int],
+    padding: tuple[int, int],
+    dilation: tuple[int, int],
+) -> tuple[int, int]:
+    """(H_out, W_out): ``conv1d_output_length`` along each spatial axis."""
+    return tuple(conv1d_output_length(*axis) for axis in zip(size, kernel_size, stride, padding, dilation))  # type: ignore[return-value]
+
+
+class Conv2d(Function):
+    """Y = conv2d(X, W) without bias: X (N, C, H, W), W (O, C, kh, kw) -> Y (N, O, H_out, W_out).
+
+    As ``Conv1d``, with a tap for each filter position (i, j):
+        cols = im2col(X_pad) (N H_out W_out, C kh kw);  Y = cols W^T, back to (N, O, H_out, W_out)
+        dL/dW = G^T cols,  dL/dcols = G W,  dL/dX = col2im(dL/dcols), the padding cut off again.
+    """
+
+    @staticmethod
+    def forward(
+        ctx: Function,
+        x: Array,
+        weight: Array,
+        stride: tuple[int, int],
+        padding: tuple[int, int],
+        dilation: tuple[int, int],
+    ) -> Array:
+        xp = ctx.xp
+        N, C, H, W = x.shape
+        O, _, kh, kw = weight.shape
+        H_out, W_out = conv2d_output_size((H, W), (kh, kw), stride, padding, dilation)
+        if any(padding):
+            x = xp.pad(x, ((0, 0), (0, 0), (padding[0], padding[0]), (padding[1], padding[1])))
+        taps = [x[_tap_slices(i, j, H_out, W_out, stride, dilation)] for i in range(kh) for j in range(kw)]
+        cols = xp.stack(taps, axis=-1)  # (N, C, H_out, W_out, kh kw)
+        cols = cols.transpose(0, 2, 3, 1, 4).reshape(N * H_out * W_out, C * kh * kw)
+        ctx.save_for_backward(cols, weight)
+        ctx.geometry = (N, C, H, W, H_out, W_out, stride, padding, dilation)
+        out = ctx.backend.matmul(cols, weight.reshape(O, C * kh * kw).T)  # (N H_out W_out, O)
+        return out.reshape(N, H_out, W_out, O).transpose(0, 3, 1, 2)
+
+    @staticmethod
+    def backward(ctx: Function, grad: Array) -> Grads:
+        xp = ctx.xp
+        cols, weight = ctx.saved
+        N, C, H, W, H_out, W_out, stride, padding, dilation = ctx.geometry
+        O, _, kh, kw = weight.shape
+        need_x, need_w = ctx.needs_input_grad[:2]
+        G = grad.transpose(0, 2, 3, 1).reshape(N * H_out * W_out, O)
+        d_weight = ctx.backend.matmul(G.T, cols).reshape(weight.shape) if need_w else None
+        d_x = None
+        if need_x:
+            d_cols = ctx.backend.matmul(G, weight.reshape(O, C * kh * kw)).reshape(N, H_out, W_out, C, kh * kw)
+            d_cols = d_cols.transpose(0, 3, 1, 2, 4)  # (N, C, H_out, W_out, kh kw)
+            d_x = xp.zeros((N, C, H + 2 * padding[0], W + 2 * padding[1]), dtype=grad.dtype)
+            for i in range(kh):  # col2im: each tap's gradient goes back to the slice it read
+                for j in range(kw):
+                    d_x[_tap_slices(i, j, H_out, W_out, stride, dilation)] += d_cols[..., i * kw + j]
+            d_x = d_x[:, :, padding[0] : padding[0] + H, padding[1] : padding[1] + W]
+        return d_x, d_weight, None, None, None
+
+
+def _tap_slices(
+    i: int, j: int, H_out: int, W_out: int, stride: tuple[int, int], dilation: tuple[int, int]
+) -> tuple[slice, ...]:
+    """Where tap (i, j) of the filter reads the padded input: every stride-th row from i * dilation
+    and column from j * dilation, H_out rows and W_out columns of them."""
+    rows = slice(i * dilation[0], i * dilation[0] + stride[0] * (H_out - 1) + 1, stride[0])
+    columns = slice(j * dilation[1], j * dilation[1] + stride[1] * (W_out - 1) + 1, stride[1])
+    return slice(None), slice(None), rows, columns
+
+
+def pair(name: str, value: int | tuple[int, int]) -> tuple[int, int]:
+    """``value`` for both spatial axes: an int for both, or a pair of ints (PyTorch's habit)."""
+    both = (value, value) if isinstance(value, int) else tuple(value)
+    if len(both) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in both):
+        raise TypeError(f"conv2d: {name} must be an int or a pair of ints, got {value!r}")
+    return both  # type: ignore[return-value]
+
+
+def conv2d(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    stride: int | tuple[int, int] = 1,
+    padding: int | tuple[int, int] = 0,
+    dilation: int | tuple[int, int] = 1,
+) -> Tensor:
+    """The functional form (PyTorch's ``F.conv2d``, without ``groups``): x (N, C, H, W), weight
+    (O, C, kh, kw), bias (O,) or None -> (N, O, H_out, W_out); ``stride``, ``padding`` and
+    ``dilation`` an int or an (along H, along W) pair. With X_pad = X padded by zeros:
+
+        Y[b, o, r, s] = bias[o] + sum_{c, i, j} W[o, c, i, j] X_pad[b, c, r sh + i dh, s sw + j dw]
+    """
+    stride, padding, dilation = pair("stride", stride), pair("padding", padding), pair("dilation", dilation)
+    if x.ndim != 4:
+        raise ShapeError(f"conv2d: input of shape {tuple(x.shape)}; expected (batch, channels, height, width)")
+    if weight.ndim != 4 or weight.shape[1] != x.shape[1]:
+        raise ShapeError(
+            f"conv2d: weight of shape {tuple(weight.shape)} for an input with {x.shape[1]} channels; "
+            f"expected (out_channels, {x.shape[1]}, kernel_height, kernel_width)"
+        )
+    if min(stride) < 1 or min(dilation) < 1 or min(padding) < 0:
+        raise ValueError(f"conv2d: need stride >= 1, dilation >= 1, padding >= 0; got {stride}, {dilation}, {padding}")
+    size = conv2d_output_size((x.shape[2], x.shape[3]), (weight.shape[2], weight.shape[3]), stride, padding, dilation)
+    if min(size) < 1:
+        reach = tuple(d * (k - 1) + 1 for d, k in zip(dilation, weight.shape[2:]))
+        raise ShapeError(
+            f"conv2d: an input of height and width {tuple(x.shape[2:])} (padding {padding}) is smaller than "
+            f"the kernel's reach, dilation * (kernel_size - 1) + 1 = {reach}"
+        )
+    x, weight, bias = amp.lower(x, weight, bias)  # a product: bfloat16 inside mt.autocast
+    y = Conv2d.apply(x, weight, stride, padding, dilation)
+    return y if bias is None else y + bias.reshape(-1, 1, 1)  # bias (O,) -> (O, 1, 1): one per channel
