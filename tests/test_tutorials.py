@@ -93,7 +93,7 @@ def test_tutorial_runs_in_smoke_mode_and_draws_its_figures(path, tutorial_runs):
 
 def test_tutorials_are_jupytext_percent_scripts():
     """Prose in markdown cells, code in code cells: the file opens as a notebook."""
-    assert len(TUTORIALS) == 12
+    assert len(TUTORIALS) == 13
     for path in EDITIONS:
         text = path.read_text(encoding="utf-8")
         assert text.count("# %% [markdown]") >= 3, path.name

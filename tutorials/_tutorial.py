@@ -279,6 +279,17 @@ LABELS["zh"].update(
         "Bahdanau attention, reversing {source}": "Bahdanau 注意力，反转 {source}",
     }
 )
+LABELS["zh"].update(
+    {  # 13_vision_transformer
+        "horizontal": "横笔画",
+        "vertical": "竖笔画",
+        "diagonal": "斜笔画",
+        "square": "正方形",
+        "image": "图像",
+        "<cls> attention": "<cls> 的注意力",
+        "ViT: the last block's <cls> attention over the 4 x 4 patches": "ViT：最后一个块中 <cls> 对 4 x 4 个图像块的注意力",
+    }
+)
 
 
 def _use_cjk_font():
