@@ -911,7 +911,8 @@ with `sort`, `repeat_interleave`, `eye`, `.type(torch.bool)`, `bmm` and `MSELoss
 with `sequence_mask`'s `X[~mask] = value`; additive and scaled dot-product attention; 11.4's \
 Bahdanau decoder on 10.7's GRU encoder, with `X.t()`; multi-head \
 attention; sinusoidal positions written with `sin`/`cos` into slices; 11.7.2's `LayerNorm` \
-against `LazyBatchNorm1d`; the Transformer of `LazyLinear` layers): `tests/test_d2l_habits.py` \
+against `LazyBatchNorm1d`; the Transformer of `LazyLinear` layers; 11.8's vision Transformer, \
+its patches cut by `LazyConv2d`): `tests/test_d2l_habits.py` \
 writes it once, trains it on minitensor and checks \
 its outputs and gradients against PyTorch's. `x[i] = v` in the graph is out of place underneath: \
 x stands for a new node, the ops that used x before the write get the gradient of the value they \

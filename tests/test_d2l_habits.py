@@ -7,7 +7,7 @@ The last tests write the chapter's models once, in the book's habits, for any ``
 namespace (11.2's Nadaraya-Watson regression, 11.3's masked softmax with ``sequence_mask`` and
 its two scoring functions, 11.4's Bahdanau decoder on 10.7's GRU encoder, 11.5's multi-head
 attention, 11.6's sinusoidal positions, 11.7.2's layer norm against batch norm, 11.7's
-Transformer): with minitensor as ``torch`` they
+Transformer, 11.8's vision Transformer): with minitensor as ``torch`` they
 learn; with PyTorch, where it is installed, they give the same outputs and gradients from the
 same weights.
 """
@@ -649,8 +649,40 @@ def test_the_books_layer_norm_against_batch_norm():
     np.testing.assert_allclose(layer.running_var.numpy(), [0.95, 0.95])  # 0.9 * 1 + 0.1 * 0.5 (unbiased)
 
 
+def _vit(lib, nn, F):
+    return chapter_of(lib, nn, F)["ViT"](16, 4, 16, 32, 2, 2, 0.0, 0.0, num_classes=3)
+
+
+def test_the_books_vision_transformer_learns_on_minitensor():
+    """11.8's ViT, written once: 16 x 16 images, patches of 4, a <cls> token; it overfits a batch."""
+    rng = np.random.default_rng(5)
+    X, y = mt.tensor(rng.normal(size=(12, 1, 16, 16)).astype(np.float32)), mt.tensor(np.arange(12) % 3)
+    model = _vit(mt, mt.nn, mt.nn.functional)
+    assert model(X).shape == (12, 3)  # the lazy layers take their widths
+    optimizer = mt.optim.Adam(model.parameters(), lr=0.01)
+    losses = []
+    for _ in range(30):
+        loss = mt.nn.functional.cross_entropy(model(X), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.1 * losses[0]
+
+
 def test_the_same_chapter_source_gives_pytorchs_numbers():
     torch = pytest.importorskip("torch")
+    images = np.random.default_rng(6).normal(size=(3, 1, 16, 16)).astype(np.float32)
+    vit, vit_t = _vit(mt, mt.nn, mt.nn.functional), _vit(torch, torch.nn, torch.nn.functional)
+    vit(mt.tensor(images)), vit_t(torch.tensor(images))  # the lazy layers take their widths
+    vit_t.load_state_dict({k: torch.tensor(v.numpy()) for k, v in vit.state_dict().items()})
+    logits, logits_t = vit(mt.tensor(images)), vit_t(torch.tensor(images))
+    np.testing.assert_allclose(logits.numpy(), logits_t.detach().numpy(), rtol=1e-4, atol=1e-5)
+    (logits * logits).sum().backward()
+    (logits_t * logits_t).sum().backward()
+    grads_t = dict(vit_t.named_parameters())
+    for name, p in vit.named_parameters():
+        np.testing.assert_allclose(p.grad.numpy(), grads_t[name].grad.numpy(), rtol=1e-3, atol=1e-5, err_msg=name)
     for ours, theirs in zip(
         chapter_of(mt, mt.nn, mt.nn.functional)["layer_norm_and_batch_norm"](),
         chapter_of(torch, torch.nn, torch.nn.functional)["layer_norm_and_batch_norm"](),
