@@ -293,6 +293,29 @@ def test_batch_norm_exports_with_its_running_statistics(tmp_path):
     assert got.any()
 
 
+class Convolutions(mt.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.image = mt.nn.Conv2d(1, 4, kernel_size=(3, 2), stride=(2, 1), padding=(1, 0), dilation=(1, 2))
+        self.sequence = mt.nn.Conv1d(4, 3, kernel_size=3, stride=2, padding=2, dilation=2, bias=False)
+        self.patches = mt.nn.LazyConv2d(5, kernel_size=4, stride=4)  # D2L 11.8's patch embedding
+
+    def forward(self, X):
+        Y = self.image(X).relu()  # (batch, 4, 4, 6)
+        return self.sequence(Y.flatten(2)), self.patches(X).flatten(2).transpose(1, 2)
+
+
+def test_convolutions_export_and_agree(tmp_path):
+    """Conv1d and Conv2d as ONNX's Conv, with unequal strides, padding and dilation along H and
+    W, and a batch the trace did not have."""
+    model = Convolutions()
+    path = tmp_path / "conv.onnx"
+    mt.onnx.export(model, (mt.randn(2, 1, 8, 8),), path, input_names=["X"], dynamic_axes={"X": {0: "batch"}})
+    X = mt.randn(3, 1, 8, 8)
+    for value, expected in zip(session(path).run(None, {"X": X.numpy()}), model(X), strict=True):
+        numpy.testing.assert_allclose(value, expected.numpy(), rtol=1e-5, atol=1e-5)
+
+
 def test_the_books_masked_write_exports_and_other_writes_are_refused_not_lost(tmp_path):
     """Export runs under no_grad, where ``x[i] = v`` would write in place and record no op: the
     trace records it instead (the ops before the write keep the old value). D2L's sequence_mask

@@ -28,7 +28,7 @@ import numpy
 
 from .. import Tensor
 from ..creation import Arange, Eye, Full
-from ..ops import compare, convert, elementwise, entmax, indexing, join, norm, reduce, select, shape
+from ..ops import compare, conv, convert, elementwise, entmax, indexing, join, norm, reduce, select, shape
 from .graph import ExportError, onnx_dtype
 from .trace import symbolic_shape
 
@@ -226,6 +226,21 @@ def layer_norm(g, node):
     scale = g.value(weight) if weight is not None else g.constant(numpy.ones(normalized, x.data.dtype), "ones")
     inputs = [g.value(x), scale] + ([g.value(bias)] if bias is not None else [])
     return g.op("LayerNormalization", *inputs, axis=-num_axes, epsilon=float(eps))
+
+
+@maps(conv.Conv1d)
+def conv1d(g, node):
+    """The cross-correlation of ``conv1d`` (no bias: ``conv1d`` adds it after), zero padding at both ends."""
+    x, weight, stride, padding, dilation = node.args
+    return g.op("Conv", g.value(x), g.value(weight), strides=[stride], pads=[padding, padding], dilations=[dilation])
+
+
+@maps(conv.Conv2d)
+def conv2d(g, node):
+    """``conv1d``'s, along H and W: ONNX's pads list every axis's begin, then every axis's end."""
+    x, weight, stride, padding, dilation = node.args
+    pads = [padding[0], padding[1], padding[0], padding[1]]
+    return g.op("Conv", g.value(x), g.value(weight), strides=list(stride), pads=pads, dilations=list(dilation))
 
 
 @maps(indexing.Embedding)
