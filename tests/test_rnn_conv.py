@@ -414,9 +414,34 @@ def test_conv2d_errors():
         mt.conv2d(mt.randn(2, 3, 4, 9), mt.randn(5, 3, 3, 3), dilation=2)
     with pytest.raises(mt.ShapeError, match=r"\(batch, channels, height, width\)"):
         mt.conv2d(mt.randn(3, 9, 9), mt.randn(5, 3, 3, 3))
-    with pytest.raises(TypeError, match=r"conv2d: stride must be an int or a pair of ints, got \(1, 2, 3\)"):
+    with pytest.raises(TypeError, match=r"Conv2d: stride must be an int or a pair of ints, got \(1, 2, 3\)"):
         nn.Conv2d(3, 5, 3, stride=(1, 2, 3))
     with pytest.raises(ValueError, match=r"need stride >= 1, dilation >= 1, padding >= 0; got \(0, 1\)"):
         mt.conv2d(mt.randn(1, 3, 5, 5), mt.randn(2, 3, 3, 3), stride=(0, 1))
     with pytest.raises(mt.ShapeError, match=r"LazyConv2d: input of shape \(3, 16, 16\)"):
         nn.LazyConv2d(8, 4)(mt.randn(3, 16, 16))
+    with pytest.raises(mt.ShapeError, match=r"a kernel of at least 1 x 1"):
+        mt.conv2d(mt.randn(1, 3, 5, 5), mt.randn(2, 3, 0, 2))
+
+
+@pytest.mark.parametrize(
+    "make, error, words",
+    [
+        (lambda: nn.Conv2d(3, 5, 0), ValueError, "Conv2d: kernel_size must be at least 1, got (0, 0)"),
+        (lambda: nn.Conv2d(3, 5, (2, 0)), ValueError, "Conv2d: kernel_size must be at least 1, got (2, 0)"),
+        (lambda: nn.Conv1d(3, 5, 0), ValueError, "Conv1d: kernel_size must be at least 1, got 0"),
+        (lambda: nn.Conv2d(3, 0, 2), ValueError, "Conv2d: out_channels must be at least 1, got 0"),
+        (lambda: nn.Conv2d(-1, 5, 2), ValueError, "Conv2d: in_channels must be at least 1, got -1"),
+        (lambda: nn.Conv2d(3, 5, 2, stride=0), ValueError, "Conv2d: stride must be at least 1, got (0, 0)"),
+        (lambda: nn.Conv1d(3, 5, 2, dilation=0), ValueError, "Conv1d: dilation must be at least 1, got 0"),
+        (lambda: nn.Conv1d(3, 5, 3, padding=-1), ValueError, "Conv1d: padding must be at least 0, got -1"),
+        (lambda: nn.Conv2d(3, 5, 2.5), TypeError, "Conv2d: kernel_size must be an int or a pair of ints, got 2.5"),
+        (lambda: nn.Conv1d(3, 5, 2.5), TypeError, "Conv1d: kernel_size must be a whole number, got 2.5"),
+        (lambda: nn.LazyConv2d(0, 2), ValueError, "LazyConv2d: out_channels must be at least 1, got 0"),
+    ],
+)
+def test_convolution_layers_refuse_sizes_that_make_no_convolution(make, error, words):
+    """At construction, naming the layer (they failed at the first call, or inside NumPy's stack)."""
+    with pytest.raises(error) as raised:
+        make()
+    assert words in str(raised.value)

@@ -30,6 +30,18 @@ from . import init
 from .module import Module, Parameter, UninitializedParameter
 
 
+def _check_sizes(owner: str, in_channels: int, out_channels: int, **sizes: int | tuple[int, int]) -> None:
+    """Refuse, naming ``owner``, sizes that make no convolution: channels and kernel sizes below 1,
+    a stride or dilation below 1, a negative padding (each an int, or a pair for ``Conv2d``)."""
+    least = {"in_channels": 0 if owner.startswith("Lazy") else 1, "out_channels": 1, "padding": 0}
+    for name, value in (("in_channels", in_channels), ("out_channels", out_channels), *sizes.items()):
+        for v in value if isinstance(value, tuple) else (value,):
+            if not isinstance(v, int) or isinstance(v, bool):
+                raise TypeError(f"{owner}: {name} must be a whole number, got {value!r}")
+            if v < least.get(name, 1):
+                raise ValueError(f"{owner}: {name} must be at least {least.get(name, 1)}, got {value!r}")
+
+
 class Conv1d(Module):
     """``Conv1d(in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, bias=True)``,
     as ``torch.nn.Conv1d``: X (batch, in_channels, L) -> (batch, out_channels, L_out), see
@@ -55,6 +67,10 @@ class Conv1d(Module):
         device: Device = None,
     ) -> None:
         super().__init__()
+        _check_sizes(
+            "Conv1d", in_channels, out_channels,
+            kernel_size=kernel_size, stride=stride, padding=padding, dilation=dilation,
+        )  # fmt: skip
         self.in_channels, self.out_channels, self.kernel_size = in_channels, out_channels, kernel_size
         self.stride, self.padding, self.dilation = stride, padding, dilation
         self.weight = Parameter(zeros(out_channels, in_channels, kernel_size, dtype=dtype, device=device))
@@ -120,8 +136,13 @@ class Conv2d(Module):
     ) -> None:
         super().__init__()
         self.in_channels, self.out_channels = in_channels, out_channels
-        self.kernel_size, self.stride = pair("kernel_size", kernel_size), pair("stride", stride)
-        self.padding, self.dilation = pair("padding", padding), pair("dilation", dilation)
+        name = type(self).__name__
+        self.kernel_size, self.stride = pair("kernel_size", kernel_size, name), pair("stride", stride, name)
+        self.padding, self.dilation = pair("padding", padding, name), pair("dilation", dilation, name)
+        _check_sizes(
+            name, in_channels, out_channels,
+            kernel_size=self.kernel_size, stride=self.stride, padding=self.padding, dilation=self.dilation,
+        )  # fmt: skip
         kh, kw = self.kernel_size
         self.weight = Parameter(zeros(out_channels, in_channels, kh, kw, dtype=dtype, device=device))
         if bias:

@@ -91,10 +91,10 @@ def conv1d(
     weight (O, C, k), bias (O,) or None -> (N, O, L_out)."""
     if x.ndim != 3:
         raise ShapeError(f"conv1d: input of shape {tuple(x.shape)}; expected (batch, channels, length)")
-    if weight.ndim != 3 or weight.shape[1] != x.shape[1]:
+    if weight.ndim != 3 or weight.shape[1] != x.shape[1] or weight.shape[2] < 1:
         raise ShapeError(
             f"conv1d: weight of shape {tuple(weight.shape)} for an input with {x.shape[1]} channels; "
-            f"expected (out_channels, {x.shape[1]}, kernel_size)"
+            f"expected (out_channels, {x.shape[1]}, kernel_size), kernel_size at least 1"
         )
     if stride < 1 or dilation < 1 or padding < 0:
         raise ValueError(f"conv1d: need stride >= 1, dilation >= 1, padding >= 0; got {stride}, {dilation}, {padding}")
@@ -181,11 +181,11 @@ def _tap_slices(
     return slice(None), slice(None), rows, columns
 
 
-def pair(name: str, value: int | tuple[int, int]) -> tuple[int, int]:
+def pair(name: str, value: int | tuple[int, int], owner: str = "conv2d") -> tuple[int, int]:
     """``value`` for both spatial axes: an int for both, or a pair of ints (PyTorch's habit)."""
-    both = (value, value) if isinstance(value, int) else tuple(value)
+    both = (value, value) if isinstance(value, int) else tuple(value) if isinstance(value, (tuple, list)) else ()
     if len(both) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in both):
-        raise TypeError(f"conv2d: {name} must be an int or a pair of ints, got {value!r}")
+        raise TypeError(f"{owner}: {name} must be an int or a pair of ints, got {value!r}")
     return both  # type: ignore[return-value]
 
 
@@ -206,10 +206,10 @@ def conv2d(
     stride, padding, dilation = pair("stride", stride), pair("padding", padding), pair("dilation", dilation)
     if x.ndim != 4:
         raise ShapeError(f"conv2d: input of shape {tuple(x.shape)}; expected (batch, channels, height, width)")
-    if weight.ndim != 4 or weight.shape[1] != x.shape[1]:
+    if weight.ndim != 4 or weight.shape[1] != x.shape[1] or min(weight.shape[2:]) < 1:
         raise ShapeError(
             f"conv2d: weight of shape {tuple(weight.shape)} for an input with {x.shape[1]} channels; "
-            f"expected (out_channels, {x.shape[1]}, kernel_height, kernel_width)"
+            f"expected (out_channels, {x.shape[1]}, kernel_height, kernel_width), a kernel of at least 1 x 1"
         )
     if min(stride) < 1 or min(dilation) < 1 or min(padding) < 0:
         raise ValueError(f"conv2d: need stride >= 1, dilation >= 1, padding >= 0; got {stride}, {dilation}, {padding}")
