@@ -347,27 +347,31 @@ CONV2D_SETTINGS = [  # (kernel_size, stride, padding, dilation), pairs along (H,
 IDS2D = ["k{}x{}-s{}x{}-p{}x{}-d{}x{}".format(*k, *s, *p, *d) for k, s, p, d in CONV2D_SETTINGS]
 
 
+# 3 channels: one matrix of windows (im2col); 8: tap by tap where windows overlap (Conv2d's docstring)
+@pytest.mark.parametrize("channels", [3, 8])
 @pytest.mark.parametrize("k,stride,padding,dilation", CONV2D_SETTINGS, ids=IDS2D)
-def test_conv2d_matches_the_direct_convolution(device, k, stride, padding, dilation):
-    x, w, b = data(2, 3, 8, 9), data(4, 3, *k, seed=1), data(4, seed=2)
+def test_conv2d_matches_the_direct_convolution(device, k, stride, padding, dilation, channels):
+    x, w, b = data(2, channels, 8, 9), data(4, channels, *k, seed=1), data(4, seed=2)
     y = mt.conv2d(*(mt.tensor(a, device=device) for a in (x, w, b)), stride, padding, dilation)
     expected = np_conv2d(x, w, b, stride, padding, dilation)
     assert y.shape == expected.shape and isinstance(y.data, array_type(device))
     np.testing.assert_allclose(y.numpy(), expected, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("channels", [2, 8])
 @pytest.mark.parametrize("k,stride,padding,dilation", CONV2D_SETTINGS, ids=IDS2D)
-def test_conv2d_gradients(device, k, stride, padding, dilation):
-    x = mt.tensor(data(2, 2, 8, 7), device=device, requires_grad=True)
-    w = mt.tensor(data(3, 2, *k, seed=1), device=device, requires_grad=True)
+def test_conv2d_gradients(device, k, stride, padding, dilation, channels):
+    x = mt.tensor(data(2, channels, 8, 7), device=device, requires_grad=True)
+    w = mt.tensor(data(3, channels, *k, seed=1), device=device, requires_grad=True)
     b = mt.tensor(data(3, seed=2), device=device, requires_grad=True)
     check(lambda x, w, b: mt.conv2d(x, w, b, stride, padding, dilation), x, w, b)
 
 
+@pytest.mark.parametrize("channels", [3, 8])
 @pytest.mark.parametrize("k,stride,padding,dilation", CONV2D_SETTINGS, ids=IDS2D)
-def test_conv2d_matches_pytorch(k, stride, padding, dilation):
+def test_conv2d_matches_pytorch(k, stride, padding, dilation, channels):
     torch = pytest.importorskip("torch")
-    x, w, b = data(2, 3, 8, 9), data(4, 3, *k, seed=1), data(4, seed=2)
+    x, w, b = data(2, channels, 8, 9), data(4, channels, *k, seed=1), data(4, seed=2)
     X, W, B = (mt.tensor(a, requires_grad=True) for a in (x, w, b))
     tX, tW, tB = (torch.tensor(a, requires_grad=True) for a in (x, w, b))
     y = mt.conv2d(X, W, B, stride, padding, dilation)

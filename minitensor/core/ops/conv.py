@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from .. import amp
 from ..autograd import Function, Grads
+from ..dtypes import is_low_precision
 from ..errors import ShapeError
 from ..tensor import Array, Tensor
 
@@ -125,6 +126,14 @@ class Conv2d(Function):
     As ``Conv1d``, with a tap for each filter position (i, j):
         cols = im2col(X_pad) (N H_out W_out, C kh kw);  Y = cols W^T, back to (N, O, H_out, W_out)
         dL/dW = G^T cols,  dL/dcols = G W,  dL/dX = col2im(dL/dcols), the padding cut off again.
+
+    Where windows overlap, cols holds every input kh kw times (9 for 3 x 3), and with many
+    channels building it costs more than the product. Then the sum is taken tap by tap instead
+    ("shift and add"), X_t being tap t's slice of X_pad laid out (C, N H_out W_out):
+        Y = sum_t W_t X_t  (W_t = W[:, :, i, j], O x C);  dL/dW_t = G X_t^T;  dL/dX_t += W_t^T G
+    kh kw products with C as their inner length, and no matrix larger than the input. With
+    few channels those products are too thin for BLAS, so im2col stays (as for D2L 11.8's
+    patches, kernel = stride: no overlap, cols is the input once).
     """
 
     @staticmethod
@@ -140,21 +149,34 @@ class Conv2d(Function):
         N, C, H, W = x.shape
         O, _, kh, kw = weight.shape
         H_out, W_out = conv2d_output_size((H, W), (kh, kw), stride, padding, dilation)
+        ctx.geometry = (N, C, H, W, H_out, W_out, stride, padding, dilation)
+        overlap = stride[0] < dilation[0] * (kh - 1) + 1 or stride[1] < dilation[1] * (kw - 1) + 1
+        ctx.tap_by_tap = overlap and C >= 8 and not is_low_precision(x.dtype)  # (see the class docstring)
+        if ctx.tap_by_tap:
+            xt = xp.pad(x.transpose(1, 0, 2, 3), ((0, 0), (0, 0), (padding[0], padding[0]), (padding[1], padding[1])))
+            ctx.save_for_backward(xt, weight)  # (C, N, H_pad, W_pad)
+            out = xp.zeros((O, N * H_out * W_out), dtype=x.dtype)
+            for i in range(kh):
+                for j in range(kw):
+                    x_t = xt[_tap_slices(i, j, H_out, W_out, stride, dilation)].reshape(C, -1)
+                    out += ctx.backend.matmul(weight[:, :, i, j], x_t)
+            return out.reshape(O, N, H_out, W_out).transpose(1, 0, 2, 3)
         if any(padding):
             x = xp.pad(x, ((0, 0), (0, 0), (padding[0], padding[0]), (padding[1], padding[1])))
         taps = [x[_tap_slices(i, j, H_out, W_out, stride, dilation)] for i in range(kh) for j in range(kw)]
         cols = xp.stack(taps, axis=-1)  # (N, C, H_out, W_out, kh kw)
         cols = cols.transpose(0, 2, 3, 1, 4).reshape(N * H_out * W_out, C * kh * kw)
         ctx.save_for_backward(cols, weight)
-        ctx.geometry = (N, C, H, W, H_out, W_out, stride, padding, dilation)
         out = ctx.backend.matmul(cols, weight.reshape(O, C * kh * kw).T)  # (N H_out W_out, O)
         return out.reshape(N, H_out, W_out, O).transpose(0, 3, 1, 2)
 
     @staticmethod
     def backward(ctx: Function, grad: Array) -> Grads:
         xp = ctx.xp
-        cols, weight = ctx.saved
         N, C, H, W, H_out, W_out, stride, padding, dilation = ctx.geometry
+        if ctx.tap_by_tap:
+            return Conv2d._backward_tap_by_tap(ctx, grad)
+        cols, weight = ctx.saved
         O, _, kh, kw = weight.shape
         need_x, need_w = ctx.needs_input_grad[:2]
         G = grad.transpose(0, 2, 3, 1).reshape(N * H_out * W_out, O)
@@ -169,6 +191,25 @@ class Conv2d(Function):
                     d_x[_tap_slices(i, j, H_out, W_out, stride, dilation)] += d_cols[..., i * kw + j]
             d_x = d_x[:, :, padding[0] : padding[0] + H, padding[1] : padding[1] + W]
         return d_x, d_weight, None, None, None
+
+    @staticmethod
+    def _backward_tap_by_tap(ctx: Function, grad: Array) -> Grads:
+        """dL/dW_t = G X_t^T and dL/dX_t += W_t^T G, tap by tap, G = dL/dY as (O, N H_out W_out)."""
+        xt, weight = ctx.saved
+        N, C, H, W, H_out, W_out, stride, padding, dilation = ctx.geometry
+        O, _, kh, kw = weight.shape
+        need_x, need_w = ctx.needs_input_grad[:2]
+        G = grad.transpose(1, 0, 2, 3).reshape(O, N * H_out * W_out)
+        d_weight, d_xt = ctx.xp.empty_like(weight), ctx.xp.zeros_like(xt)  # (C, N, H_pad, W_pad)
+        for i in range(kh):
+            for j in range(kw):
+                where = _tap_slices(i, j, H_out, W_out, stride, dilation)
+                if need_w:
+                    d_weight[:, :, i, j] = ctx.backend.matmul(G, xt[where].reshape(C, -1).T)
+                if need_x:
+                    d_xt[where] += ctx.backend.matmul(weight[:, :, i, j].T, G).reshape(C, N, H_out, W_out)
+        d_x = d_xt[:, :, padding[0] : padding[0] + H, padding[1] : padding[1] + W].transpose(1, 0, 2, 3)
+        return d_x if need_x else None, d_weight if need_w else None, None, None, None
 
 
 def _tap_slices(
