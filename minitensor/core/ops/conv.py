@@ -200,16 +200,19 @@ class Conv2d(Function):
         O, _, kh, kw = weight.shape
         need_x, need_w = ctx.needs_input_grad[:2]
         G = grad.transpose(1, 0, 2, 3).reshape(O, N * H_out * W_out)
-        d_weight, d_xt = ctx.xp.empty_like(weight), ctx.xp.zeros_like(xt)  # (C, N, H_pad, W_pad)
+        d_weight = ctx.xp.empty_like(weight) if need_w else None
+        d_xt = ctx.xp.zeros_like(xt) if need_x else None  # (C, N, H_pad, W_pad)
         for i in range(kh):
             for j in range(kw):
                 where = _tap_slices(i, j, H_out, W_out, stride, dilation)
-                if need_w:
+                if d_weight is not None:
                     d_weight[:, :, i, j] = ctx.backend.matmul(G, xt[where].reshape(C, -1).T)
-                if need_x:
+                if d_xt is not None:
                     d_xt[where] += ctx.backend.matmul(weight[:, :, i, j].T, G).reshape(C, N, H_out, W_out)
-        d_x = d_xt[:, :, padding[0] : padding[0] + H, padding[1] : padding[1] + W].transpose(1, 0, 2, 3)
-        return d_x if need_x else None, d_weight if need_w else None, None, None, None
+        d_x = None
+        if d_xt is not None:  # the padding cut off, back to (N, C, H, W)
+            d_x = d_xt[:, :, padding[0] : padding[0] + H, padding[1] : padding[1] + W].transpose(1, 0, 2, 3)
+        return d_x, d_weight, None, None, None
 
 
 def _tap_slices(
