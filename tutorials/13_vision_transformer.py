@@ -138,7 +138,7 @@ assert np.allclose(by_hand.numpy(), Y.numpy(), atol=1e-5), "the patch embedding 
 #
 # The encoder block differs from tutorial 7's in two places. Normalisation comes *before* each
 # sublayer (pre-LN; tutorial 7's errata note explains why it trains more stably), and the
-# position-wise network is an MLP with the GELU activation, which ViT takes from BERT and GPT:
+# position-wise network is an MLP with the GELU activation, a smoother ReLU (BERT and GPT use it too):
 #
 # $$\mathbf X \leftarrow \mathbf X + \text{MultiHead}(\text{LN}(\mathbf X)),\qquad
 # \mathbf X \leftarrow \mathbf X + \text{MLP}(\text{LN}(\mathbf X)).$$

@@ -127,7 +127,7 @@ assert np.allclose(by_hand.numpy(), Y.numpy(), atol=1e-5), "the patch embedding 
 # ## ViT 块
 #
 # 这个编码器块与教程 7 的有两处不同。规范化放在每个子层*之前*（pre-LN；教程 7 的勘误说明了
-# 为什么这样训练更稳定），逐位置的网络是用 GELU 激活函数的多层感知机，这是 ViT 从 BERT 和 GPT 沿用的：
+# 为什么这样训练更稳定），逐位置的网络是用 GELU 激活函数的多层感知机，GELU 是更平滑的 ReLU（BERT 和 GPT 也用它）：
 #
 # $$\mathbf X \leftarrow \mathbf X + \text{MultiHead}(\text{LN}(\mathbf X)),\qquad
 # \mathbf X \leftarrow \mathbf X + \text{MLP}(\text{LN}(\mathbf X)).$$
