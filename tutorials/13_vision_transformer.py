@@ -2,17 +2,17 @@
 # # 13. The vision Transformer: attention over the patches of an image
 #
 # The Transformer of tutorial 7 reads a sequence of tokens. Dosovitskiy et al. (2021) gave it
-# an image instead: cut the image into square patches (图像块), turn each patch into a token with
-# one linear map, put a learned classification token (分类词元, <cls>) in front, and let the encoder's
-# self-attention (自注意力) relate every patch to every other from the first layer on. A
-# convolution sees only its neighbourhood and grows its view layer by layer; here the maximum
-# path length (最大路径长度) between two patches is 1, the comparison of tutorial 6.
+# an image instead: cut the image into square patches (图像块), turn each patch into a token
+# with one linear map, put a learned classification token (分类词元, <cls>) in front, and let
+# the encoder's self-attention (自注意力) relate every patch to every other from the first
+# layer on. A convolution sees only its neighbourhood and grows its view layer by layer; here
+# the maximum path length (最大路径长度) between two patches is 1, the comparison of tutorial 6.
 #
 # This tutorial writes D2L's vision Transformer (ViT) with minitensor, as the book writes it in
 # PyTorch:
 #
-# 1. the patch embedding (图像块嵌入), a convolution whose kernel equals its stride, checked against the
-#    linear map on flattened patches that it is;
+# 1. the patch embedding (图像块嵌入), a convolution whose kernel equals its stride, checked
+#    against the linear map on flattened patches that it is;
 # 2. the ViT block, a pre-normalisation Transformer encoder block with a GELU MLP;
 # 3. the model, with the <cls> token and learned positional embeddings (位置编码);
 # 4. training it on small generated images of four shapes, and where its <cls> token looks.
