@@ -1104,7 +1104,7 @@ def tensor(data: Any, requires_grad: bool = False, dtype: DType = None, device: 
             if dtype is None and host.size and host.dtype.kind in "uf" and not isinstance(data, numpy.generic):
                 # NumPy keeps Python ints in 2**63 .. 2**64 - 1 as uint64, and mixed with smaller ones
                 # as float64 (rounded): look for such an int only where a value is that large
-                if host.dtype.kind == "u" or float(numpy.abs(host).max()) >= 2.0**63:
+                if host.dtype.kind == "u" or max(float(host.max()), -float(host.min())) >= 2.0**63:
                     big = _int_beyond_int64(data)
                     if big is not None:
                         raise OverflowError(f"tensor: the integer {big} does not fit int64 (-2**63 .. 2**63 - 1)")

@@ -113,6 +113,9 @@ class UninitializedBuffer(Tensor):
         self.__class__ = Tensor  # type: ignore[assignment]
 
 
+_LAZY = (UninitializedParameter, UninitializedBuffer)  # what a lazy layer holds until its first input
+
+
 def _warn_if_modules_unseen(owner: "Module", name: str, value: Any) -> None:
     """Warn when a plain list, tuple or dict assigned to a module holds modules that it has not
     registered: ``parameters()``, ``state_dict()`` and ``.to()`` do not look inside such a
@@ -516,7 +519,7 @@ class Module:
                 problems.append(f"{name!r}: {e}")
                 continue
             fits = tuple(value.shape) == target.shape
-            if isinstance(target, (UninitializedParameter, UninitializedBuffer)):  # any length where it has none yet
+            if isinstance(target, _LAZY):  # any length where it has none yet
                 fits = value.ndim == target.ndim and all(n in (m, 0) for m, n in zip(value.shape, target.shape))
             if not fits:
                 problems.append(
@@ -532,9 +535,7 @@ class Module:
         with no_grad():
             for name, value in values.items():
                 target = own[name]
-                if isinstance(
-                    target, (UninitializedParameter, UninitializedBuffer)
-                ):  # a lazy layer's takes the saved shape
+                if isinstance(target, _LAZY):  # a lazy layer's weight or statistic takes the saved shape
                     target.materialize(target._backend.xp.array(value, copy=True))
                 else:
                     target.copy_(value)
