@@ -296,13 +296,19 @@ def test_batch_norm_exports_with_its_running_statistics(tmp_path):
 class Convolutions(mt.nn.Module):
     def __init__(self):
         super().__init__()
-        self.image = mt.nn.Conv2d(1, 4, kernel_size=(3, 2), stride=(2, 1), padding=(1, 0), dilation=(1, 2))
-        self.sequence = mt.nn.Conv1d(4, 3, kernel_size=3, stride=2, padding=2, dilation=2, bias=False)
+        self.image = mt.nn.Conv2d(1, 8, kernel_size=(3, 2), stride=(2, 1), padding=(1, 0), dilation=(1, 2))
+        self.image_tap_by_tap = mt.nn.Conv2d(8, 3, kernel_size=3, padding=1)  # 8 channels: summed tap by tap
+        self.sequence = mt.nn.Conv1d(8, 3, kernel_size=3, stride=2, padding=2, dilation=2, bias=False)
+        self.sequence_im2col = mt.nn.Conv1d(3, 2, kernel_size=2)
         self.patches = mt.nn.LazyConv2d(5, kernel_size=4, stride=4)  # D2L 11.8's patch embedding
 
     def forward(self, X):
-        Y = self.image(X).relu()  # (batch, 4, 4, 6)
-        return self.sequence(Y.flatten(2)), self.patches(X).flatten(2).transpose(1, 2)
+        Y = self.image(X).relu()  # (batch, 8, 4, 6)
+        return (
+            self.image_tap_by_tap(Y),
+            self.sequence_im2col(self.sequence(Y.flatten(2))),
+            self.patches(X).flatten(2).transpose(1, 2),
+        )
 
 
 def test_convolutions_export_and_agree(tmp_path):

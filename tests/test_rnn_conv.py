@@ -247,9 +247,11 @@ CONV_SETTINGS = [  # (kernel_size, stride, padding, dilation)
 IDS = [f"k{k}-s{s}-p{p}-d{d}" for k, s, p, d in CONV_SETTINGS]
 
 
+# 3 channels: Conv1d's matrix of windows; 8: through Conv2d, which sums tap by tap where windows overlap
+@pytest.mark.parametrize("channels", [3, 8])
 @pytest.mark.parametrize("k,stride,padding,dilation", CONV_SETTINGS, ids=IDS)
-def test_conv1d_matches_the_direct_convolution(device, k, stride, padding, dilation):
-    x, w, b = data(2, 3, 9), data(4, 3, k, seed=1), data(4, seed=2)
+def test_conv1d_matches_the_direct_convolution(device, k, stride, padding, dilation, channels):
+    x, w, b = data(2, channels, 9), data(4, channels, k, seed=1), data(4, seed=2)
     y = conv1d(
         mt.tensor(x, device=device), mt.tensor(w, device=device), mt.tensor(b, device=device), stride, padding, dilation
     )
@@ -259,10 +261,11 @@ def test_conv1d_matches_the_direct_convolution(device, k, stride, padding, dilat
     np.testing.assert_allclose(y.numpy(), expected, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("channels", [2, 8])
 @pytest.mark.parametrize("k,stride,padding,dilation", CONV_SETTINGS, ids=IDS)
-def test_conv1d_gradients(device, k, stride, padding, dilation):
-    x = mt.tensor(data(2, 2, 7), device=device, requires_grad=True)
-    w = mt.tensor(data(3, 2, k, seed=1), device=device, requires_grad=True)
+def test_conv1d_gradients(device, k, stride, padding, dilation, channels):
+    x = mt.tensor(data(2, channels, 7), device=device, requires_grad=True)
+    w = mt.tensor(data(3, channels, k, seed=1), device=device, requires_grad=True)
     b = mt.tensor(data(3, seed=2), device=device, requires_grad=True)
     check(lambda x, w, b: conv1d(x, w, b, stride, padding, dilation), x, w, b)
 
@@ -303,10 +306,11 @@ def test_conv1d_errors():
         conv1d(mt.randn(3, 9), mt.randn(5, 3, 3))
 
 
+@pytest.mark.parametrize("channels", [3, 8])
 @pytest.mark.parametrize("k,stride,padding,dilation", CONV_SETTINGS, ids=IDS)
-def test_conv1d_matches_pytorch(k, stride, padding, dilation):
+def test_conv1d_matches_pytorch(k, stride, padding, dilation, channels):
     torch = pytest.importorskip("torch")
-    x, w, b = data(2, 3, 9), data(4, 3, k, seed=1), data(4, seed=2)
+    x, w, b = data(2, channels, 9), data(4, channels, k, seed=1), data(4, seed=2)
     X, W, B = (mt.tensor(a, requires_grad=True) for a in (x, w, b))
     tX, tW, tB = (torch.tensor(a, requires_grad=True) for a in (x, w, b))
     y = conv1d(X, W, B, stride, padding, dilation)

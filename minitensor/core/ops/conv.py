@@ -22,6 +22,11 @@ repeats, so no scatter-add is needed.
 of the kh * kw filter positions (i, j), each a slice strided in both axes, and
 cols (N * H_out * W_out, C * kh * kw). D2L 11.8's vision Transformer cuts an image into
 patches with one whose kernel equals its stride, so that the windows do not overlap.
+
+**With many channels, tap by tap.** Where windows overlap, cols holds each input k (or
+kh * kw) times, and building it costs more than the product. ``Conv2d`` then sums one product
+per tap instead (its docstring), and ``conv1d`` with that many channels (``TAP_BY_TAP_CHANNELS``)
+goes through it as an image of height 1.
 """
 
 from __future__ import annotations
@@ -31,6 +36,10 @@ from ..autograd import Function, Grads
 from ..dtypes import is_low_precision
 from ..errors import ShapeError
 from ..tensor import Array, Tensor
+
+#: the fewest input channels with which ``Conv2d`` sums tap by tap where windows overlap (and
+#: ``conv1d`` goes through it): with fewer, the products are too thin for BLAS (bench/conv.py)
+TAP_BY_TAP_CHANNELS = 8
 
 
 def conv1d_output_length(length: int, kernel_size: int, stride: int = 1, padding: int = 0, dilation: int = 1) -> int:
@@ -89,7 +98,8 @@ def conv1d(
     x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: int = 1, padding: int = 0, dilation: int = 1
 ) -> Tensor:
     """The functional form (PyTorch's ``F.conv1d``, without ``groups``): x (N, C, L),
-    weight (O, C, k), bias (O,) or None -> (N, O, L_out)."""
+    weight (O, C, k), bias (O,) or None -> (N, O, L_out). With ``TAP_BY_TAP_CHANNELS`` channels
+    or more, ``Conv2d`` computes it on x as an image of height 1 (the module docstring)."""
     if x.ndim != 3:
         raise ShapeError(f"conv1d: input of shape {tuple(x.shape)}; expected (batch, channels, length)")
     if weight.ndim != 3 or weight.shape[1] != x.shape[1] or weight.shape[2] < 1:
@@ -105,7 +115,10 @@ def conv1d(
             f"reach, dilation * (kernel_size - 1) + 1 = {dilation * (weight.shape[2] - 1) + 1}"
         )
     x, weight, bias = amp.lower(x, weight, bias)  # a product: bfloat16 inside mt.autocast
-    y = Conv1d.apply(x, weight, stride, padding, dilation)
+    if x.shape[1] >= TAP_BY_TAP_CHANNELS:  # an image of height 1, so that Conv2d may sum tap by tap (see there)
+        y = Conv2d.apply(x.unsqueeze(2), weight.unsqueeze(2), (1, stride), (0, padding), (1, dilation)).squeeze(2)
+    else:
+        y = Conv1d.apply(x, weight, stride, padding, dilation)
     return y if bias is None else y + bias.reshape(-1, 1)  # bias (O,) -> (O, 1): one per channel
 
 
@@ -151,7 +164,7 @@ class Conv2d(Function):
         H_out, W_out = conv2d_output_size((H, W), (kh, kw), stride, padding, dilation)
         ctx.geometry = (N, C, H, W, H_out, W_out, stride, padding, dilation)
         overlap = stride[0] < dilation[0] * (kh - 1) + 1 or stride[1] < dilation[1] * (kw - 1) + 1
-        ctx.tap_by_tap = overlap and C >= 8 and not is_low_precision(x.dtype)  # (see the class docstring)
+        ctx.tap_by_tap = overlap and C >= TAP_BY_TAP_CHANNELS and not is_low_precision(x.dtype)  # (the docstring)
         if ctx.tap_by_tap:
             xt = xp.pad(x.transpose(1, 0, 2, 3), ((0, 0), (0, 0), (padding[0], padding[0]), (padding[1], padding[1])))
             ctx.save_for_backward(xt, weight)  # (C, N, H_pad, W_pad)
