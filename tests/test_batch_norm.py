@@ -215,6 +215,16 @@ def test_errors_name_the_layer_and_the_values(make, x, error, words):
     assert words in str(raised.value)
 
 
+def test_a_refused_batch_changes_nothing():
+    bn = mt.nn.BatchNorm1d(3)
+    bn(mt.randn(4, 3))
+    before = {name: value.numpy().copy() for name, value in bn.state_dict().items()}
+    with pytest.raises(ValueError, match="more than 1 value per channel"):
+        bn(mt.randn(1, 3))
+    for name, value in bn.state_dict().items():
+        np.testing.assert_array_equal(value.numpy(), before[name], err_msg=name)
+
+
 def test_the_functional_form_checks_its_statistics():
     x = mt.randn(4, 3)
     with pytest.raises(ShapeError, match=r"batch_norm: running_mean has shape \(2,\), expected \(3,\)"):

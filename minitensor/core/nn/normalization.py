@@ -148,16 +148,17 @@ class _BatchNorm(Module):
                 f"{name}: input of shape {X.shape} has {X.shape[1]} channels (axis 1); "
                 f"the layer has num_features={self.num_features}"
             )
+        count = self.num_batches_tracked if self.training else None  # (None too without running statistics)
         factor = self.momentum
-        if self.training and self.track_running_stats:
-            assert self.num_batches_tracked is not None
-            self.num_batches_tracked.data += 1  # (on the device: no wait for it)
-            if self.momentum is None:  # a plain average: batch n weighs 1/n (reads the count back)
-                factor = 1.0 / int(self.num_batches_tracked.item())
+        if count is not None and self.momentum is None:  # a plain average: batch n weighs 1/n (reads the count)
+            factor = 1.0 / (int(count.item()) + 1)
         use_batch = self.training or not self.track_running_stats
-        return F.batch_norm(
+        Y = F.batch_norm(
             X, self.running_mean, self.running_var, self.weight, self.bias, use_batch, factor or 0.0, self.eps
         )
+        if count is not None:  # (after the batch was taken: a refused one counts for nothing)
+            count.data += 1  # (on the device: no wait for it)
+        return Y
 
     def extra_repr(self) -> str:
         """PyTorch's: ``3, eps=1e-05, momentum=0.1, affine=True, track_running_stats=True``."""
