@@ -219,12 +219,13 @@ assert np.allclose(mean, 0, atol=1e-5), "AddNorm output: every position has mean
 assert np.allclose(var, 1, atol=1e-3), "AddNorm output: every position has variance 1 (up to eps)"
 
 # %% [markdown]
-# D2L 11.7.2 sets the two side by side on a batch of two examples with two features each: layer
-# normalisation makes each *row* (one example) mean 0 and variance 1, batch normalisation
-# each *column* (one feature, over the batch). In training mode batch norm uses the batch's
-# own statistics; `model.eval()` switches it to the running averages it kept, so that a
-# prediction does not depend on what else is in the batch. A Transformer's batches mix
-# sequences of different lengths padded to one, which is one reason it normalises per position.
+# D2L 11.7.2 (Chinese edition 10.7.2) sets the two side by side on a batch of two examples with
+# two features each: layer normalisation makes each *row* (one example) mean 0 and variance 1,
+# batch normalisation each *column* (one feature, over the batch). In training mode batch norm
+# uses the batch's own statistics; `model.eval()` switches it to the running averages it kept,
+# so that a prediction does not depend on what else is in the batch. A Transformer's batches
+# mix sequences of different lengths padded to one, which is one reason it normalises per
+# position.
 
 # %%
 ln = mt.nn.LayerNorm(2)

@@ -210,7 +210,7 @@ assert np.allclose(mean, 0, atol=1e-5), "AddNorm output: every position has mean
 assert np.allclose(var, 1, atol=1e-3), "AddNorm output: every position has variance 1 (up to eps)"
 
 # %% [markdown]
-# D2L 11.7.2 把两者放在一起比较：一个批量有两个样本，每个样本两个特征。层规范化让每一*行*
+# 《动手学深度学习》10.7.2（英文版 11.7.2）把两者放在一起比较：一个批量有两个样本，每个样本两个特征。层规范化让每一*行*
 # （一个样本）的均值为 0、方差为 1，批量规范化则让每一*列*（一个特征，在批量上统计）如此。
 # 训练模式下，批量规范化使用当前批量自己的统计量；`model.eval()` 之后改用它一路保存的滑动平均，
 # 这样一个预测就不依赖于同一批量中的其他样本。Transformer 的批量里混有长度不同、填充到同一长度的序列，
