@@ -311,16 +311,22 @@ def test_conv1d_errors():
 def test_conv1d_matches_pytorch(k, stride, padding, dilation, channels):
     torch = pytest.importorskip("torch")
     x, w, b = data(2, channels, 9), data(4, channels, k, seed=1), data(4, seed=2)
-    X, W, B = (mt.tensor(a, requires_grad=True) for a in (x, w, b))
-    tX, tW, tB = (torch.tensor(a, requires_grad=True) for a in (x, w, b))
-    y = conv1d(X, W, B, stride, padding, dilation)
-    ty = torch.nn.functional.conv1d(tX, tW, tB, stride, padding, dilation)
+    agrees_with_pytorch(conv1d, torch.nn.functional.conv1d, (x, w, b), stride, padding, dilation)
+
+
+def agrees_with_pytorch(ours, theirs, arrays, *settings):
+    """``ours`` and PyTorch's ``theirs`` on the same float64 (x, w, b): the same output, and the
+    same gradients of all three for the same dL/dY."""
+    torch = pytest.importorskip("torch")
+    mine = [mt.tensor(a, requires_grad=True) for a in arrays]
+    pytorchs = [torch.tensor(a, requires_grad=True) for a in arrays]
+    y, ty = ours(*mine, *settings), theirs(*pytorchs, *settings)
     np.testing.assert_allclose(y.numpy(), ty.detach().numpy(), rtol=1e-10, atol=1e-12)
     g = data(*y.shape, seed=3)
     y.backward(mt.tensor(g))
     ty.backward(torch.from_numpy(g))
-    for ours, theirs in ((X, tX), (W, tW), (B, tB)):
-        np.testing.assert_allclose(ours.grad.numpy(), theirs.grad.numpy(), rtol=1e-10, atol=1e-12)
+    for a, b in zip(mine, pytorchs, strict=True):
+        np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=1e-10, atol=1e-12)
 
 
 # -- Conv2d ------------------------------------------------------------------------------------
@@ -376,16 +382,7 @@ def test_conv2d_gradients(device, k, stride, padding, dilation, channels):
 def test_conv2d_matches_pytorch(k, stride, padding, dilation, channels):
     torch = pytest.importorskip("torch")
     x, w, b = data(2, channels, 8, 9), data(4, channels, *k, seed=1), data(4, seed=2)
-    X, W, B = (mt.tensor(a, requires_grad=True) for a in (x, w, b))
-    tX, tW, tB = (torch.tensor(a, requires_grad=True) for a in (x, w, b))
-    y = mt.conv2d(X, W, B, stride, padding, dilation)
-    ty = torch.nn.functional.conv2d(tX, tW, tB, stride, padding, dilation)
-    np.testing.assert_allclose(y.numpy(), ty.detach().numpy(), rtol=1e-10, atol=1e-12)
-    g = data(*y.shape, seed=3)
-    y.backward(mt.tensor(g))
-    ty.backward(torch.from_numpy(g))
-    for ours, theirs in ((X, tX), (W, tW), (B, tB)):
-        np.testing.assert_allclose(ours.grad.numpy(), theirs.grad.numpy(), rtol=1e-10, atol=1e-12)
+    agrees_with_pytorch(mt.conv2d, torch.nn.functional.conv2d, (x, w, b), stride, padding, dilation)
 
 
 def test_conv2d_modules_and_the_lazy_one():

@@ -228,19 +228,15 @@ def layer_norm(g, node):
     return g.op("LayerNormalization", *inputs, axis=-num_axes, epsilon=float(eps))
 
 
-@maps(conv.Conv1d)
-def conv1d(g, node):
-    """The cross-correlation of ``conv1d`` (no bias: ``conv1d`` adds it after), zero padding at both ends."""
+@maps(conv.Conv1d, conv.Conv2d)
+def convolution(g, node):
+    """The cross-correlation of ``conv1d`` / ``conv2d`` (no bias: they add it after), with zero
+    padding at both ends of each spatial axis; Conv2d's settings are (H, W) pairs, Conv1d's ints.
+    ONNX's pads list every axis's begin, then every axis's end."""
     x, weight, stride, padding, dilation = node.args
-    return g.op("Conv", g.value(x), g.value(weight), strides=[stride], pads=[padding, padding], dilations=[dilation])
-
-
-@maps(conv.Conv2d)
-def conv2d(g, node):
-    """``conv1d``'s, along H and W: ONNX's pads list every axis's begin, then every axis's end."""
-    x, weight, stride, padding, dilation = node.args
-    pads = [padding[0], padding[1], padding[0], padding[1]]
-    return g.op("Conv", g.value(x), g.value(weight), strides=list(stride), pads=pads, dilations=list(dilation))
+    stride, padding, dilation = ((v,) if isinstance(v, int) else tuple(v) for v in (stride, padding, dilation))
+    strides, pads, dilations = list(stride), list(padding) * 2, list(dilation)
+    return g.op("Conv", g.value(x), g.value(weight), strides=strides, pads=pads, dilations=dilations)
 
 
 @maps(indexing.Embedding)

@@ -30,10 +30,12 @@ from . import init
 from .module import Module, Parameter, UninitializedParameter
 
 
-def _check_sizes(owner: str, in_channels: int, out_channels: int, **sizes: int | tuple[int, int]) -> None:
-    """Refuse, naming ``owner``, sizes that make no convolution: channels and kernel sizes below 1,
-    a stride or dilation below 1, a negative padding (each an int, or a pair for ``Conv2d``)."""
-    least = {"in_channels": 0 if owner.startswith("Lazy") else 1, "out_channels": 1, "padding": 0}
+def _check_sizes(layer: Module, in_channels: int, out_channels: int, **sizes: int | tuple[int, int]) -> None:
+    """Refuse, naming ``layer``'s class, sizes that make no convolution: channels and kernel sizes
+    below 1 (in_channels below the layer's ``least_in_channels``), a stride or dilation below 1, a
+    negative padding (each an int, or a pair for ``Conv2d``)."""
+    owner = type(layer).__name__
+    least = {"in_channels": layer.least_in_channels, "out_channels": 1, "padding": 0}
     for name, value in (("in_channels", in_channels), ("out_channels", out_channels), *sizes.items()):
         for v in value if isinstance(value, tuple) else (value,):
             if not isinstance(v, int) or isinstance(v, bool):
@@ -54,6 +56,8 @@ class Conv1d(Module):
     ``X.swapaxes(1, 2)`` before and after.
     """
 
+    least_in_channels = 1  # (a lazy layer has 0 until its first input)
+
     def __init__(
         self,
         in_channels: int,
@@ -68,7 +72,7 @@ class Conv1d(Module):
     ) -> None:
         super().__init__()
         _check_sizes(
-            "Conv1d", in_channels, out_channels,
+            self, in_channels, out_channels,
             kernel_size=kernel_size, stride=stride, padding=padding, dilation=dilation,
         )  # fmt: skip
         self.in_channels, self.out_channels, self.kernel_size = in_channels, out_channels, kernel_size
@@ -122,6 +126,8 @@ class Conv2d(Module):
     PyTorch: U(-b, b), b = 1 / sqrt(in_channels * kh * kw).
     """
 
+    least_in_channels = 1  # (a lazy layer has 0 until its first input)
+
     def __init__(
         self,
         in_channels: int,
@@ -140,7 +146,7 @@ class Conv2d(Module):
         self.kernel_size, self.stride = pair("kernel_size", kernel_size, name), pair("stride", stride, name)
         self.padding, self.dilation = pair("padding", padding, name), pair("dilation", dilation, name)
         _check_sizes(
-            name, in_channels, out_channels,
+            self, in_channels, out_channels,
             kernel_size=self.kernel_size, stride=self.stride, padding=self.padding, dilation=self.dilation,
         )  # fmt: skip
         kh, kw = self.kernel_size
@@ -179,6 +185,8 @@ class LazyConv2d(Conv2d):
     """A ``Conv2d`` whose in_channels is axis 1 of its first input (PyTorch's ``LazyConv2d``; D2L
     writes ``nn.LazyConv2d(num_hiddens, kernel_size=patch_size, stride=patch_size)`` in 11.8).
     Until then the weight is an ``UninitializedParameter``, as ``LazyLinear``'s is."""
+
+    least_in_channels = 0
 
     def __init__(
         self,

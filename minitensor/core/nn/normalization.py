@@ -8,7 +8,7 @@ from ..creation import ones, zeros
 from ..errors import ShapeError
 from ..tensor import Device, DType, Shape, Tensor, tensor
 from . import functional as F
-from .module import Module, Parameter, UninitializedBuffer, UninitializedParameter
+from .module import _LAZY, Module, Parameter, UninitializedBuffer, UninitializedParameter
 
 
 def _check_eps(owner: str, eps: float) -> None:
@@ -81,6 +81,7 @@ class _BatchNorm(Module):
 
     ranks: tuple[int, ...] = ()  # the input ranks the layer takes
     expected = ""  # those shapes, in words
+    least_features = 1  # (a lazy layer has 0 until its first input)
     weight: Parameter | None
     bias: Parameter | None
     running_mean: Tensor | None
@@ -100,11 +101,10 @@ class _BatchNorm(Module):
     ) -> None:
         super().__init__()
         name = type(self).__name__
-        lazy = isinstance(self, _LazyBatchNorm)
-        if not lazy and not (isinstance(num_features, numbers.Integral) and not isinstance(num_features, bool)):
+        if not isinstance(num_features, (int, numbers.Integral)) or isinstance(num_features, bool):
             raise TypeError(f"{name}: num_features must be a whole number, got {num_features!r}")
-        if not lazy and num_features < 1:
-            raise ValueError(f"{name}: num_features must be at least 1, got {num_features}")
+        if num_features < self.least_features:
+            raise ValueError(f"{name}: num_features must be at least {self.least_features}, got {num_features}")
         _check_eps(name, eps)
         if momentum is not None and not (
             isinstance(momentum, numbers.Real) and not isinstance(momentum, bool) and 0 <= momentum <= 1
@@ -186,6 +186,8 @@ class _LazyBatchNorm(_BatchNorm):
     and bias are ``UninitializedParameter``s and its running statistics ``UninitializedBuffer``s;
     ``load_state_dict`` gives them the saved shape instead, as for ``LazyLinear``."""
 
+    least_features = 0
+
     def __init__(
         self,
         eps: float = 1e-5,
@@ -210,7 +212,7 @@ class _LazyBatchNorm(_BatchNorm):
         """C: None until the first input (or a loaded state_dict) sets it."""
         for t in (self.weight, self.running_mean):
             if t is not None:
-                return None if isinstance(t, (UninitializedParameter, UninitializedBuffer)) else t.shape[0]
+                return None if isinstance(t, _LAZY) else t.shape[0]
         return self._num_features or None  # (neither: affine=False and no running statistics)
 
     def forward(self, X: Tensor) -> Tensor:
@@ -218,7 +220,7 @@ class _LazyBatchNorm(_BatchNorm):
         if self.num_features is None and isinstance(X, Tensor) and X.ndim in self.ranks:
             C = X.shape[1]
             for t, value in ((self.weight, 1), (self.bias, 0), (self.running_mean, 0), (self.running_var, 1)):
-                if isinstance(t, (UninitializedParameter, UninitializedBuffer)):
+                if isinstance(t, _LAZY):
                     t.materialize(t._backend.xp.full(C, value, dtype=t.data.dtype))
             self._num_features = C
         return super().forward(X)

@@ -226,9 +226,9 @@ def batch_norm(
                 f"batch_norm: {name} is {t.dtype}, the input {x.dtype}; convert one, "
                 f"e.g. the layer with .to(mt.{x.dtype})"
             )
+    channel = (1, C) + (1,) * (x.ndim - 2)  # a (C,) vector as (1, C, 1, ...): it broadcasts along axis 1
     if not training:  # fixed statistics: plain ops, so gradients reach x, weight and bias as usual
         assert running_mean is not None and running_var is not None  # (checked above)
-        channel = (1, C) + (1,) * (x.ndim - 2)
         scale = (running_var.to(x.dtype).reshape(channel) + eps) ** -0.5
         y = (x - running_mean.to(x.dtype).reshape(channel)) * scale
         if weight is not None:
@@ -241,9 +241,7 @@ def batch_norm(
             f"value per channel, got input of shape {x.shape}"
         )
     axes = (0, *range(2, x.ndim))
-    data = x.data
-    mean = data.mean(axis=axes)
-    var = ((data - mean.reshape((1, C) + (1,) * (x.ndim - 2))) ** 2).mean(axis=axes)
+    mean, var = x.data.mean(axis=axes), x.data.var(axis=axes)
     for stat, value in ((running_mean, mean), (running_var, var * (n / (n - 1)))):
         if stat is not None:
             stat.data *= 1 - momentum
